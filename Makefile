@@ -1,0 +1,33 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+
+.PHONY: demo test lint bench proxies clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+proxies:
+	scripts/install-proxies
+
+demo: $(BIN)/.installed proxies
+	$(BIN)/tokenpath demo
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: $(BIN)/.installed proxies lint
+	$(BIN)/pytest
+
+bench: $(BIN)/.installed proxies
+	$(BIN)/python bench/stub_drift.py
+	$(BIN)/python bench/probe_cpu.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,240 @@
+"""The `tokenpath` command. Thin: it turns flags into config objects and calls the library."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tokenpath import __version__
+from tokenpath.errors import TokenpathError, UsageError
+from tokenpath.wire.request import parse_header_arg
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Measure what a proxy does to an LLM token stream.",
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(command: str, exc: TokenpathError) -> NoReturn:
+    err_console.print(f"tokenpath {command}: error: {exc}", highlight=False, markup=False)
+    raise typer.Exit(exc.exit_code)
+
+
+def _host_port(value: str, flag: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"{flag} {value!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _announce(command: str) -> None:
+    def say(line: str) -> None:
+        print(f"tokenpath {command}: {line}", flush=True)
+
+    return say  # type: ignore[return-value]
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if version:
+        print(__version__)
+        raise typer.Exit()
+
+
+@app.command()
+def stub(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 8000,
+    ttft_ms: Annotated[float, typer.Option(help="Delay before the first token.")] = 90.0,
+    interval_ms: Annotated[float, typer.Option(help="Time between tokens.")] = 14.0,
+    tokens: Annotated[int, typer.Option(help="Tokens per response (max_tokens can only lower it).")] = 128,
+    frame_bytes: Annotated[int | None, typer.Option(help="Pad every frame to exactly this many bytes.")] = None,
+    jitter: Annotated[str | None, typer.Option(help="Random offset per write: uniform:MS, normal:MS, exp:MS.")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
+    format: Annotated[str, typer.Option(help="openai (chunks) or plain (bare `data: <n>` frames).")] = "openai",
+    model: Annotated[str, typer.Option(help="Model name listed by /v1/models.")] = "tokenpath-stub",
+    workers: Annotated[int, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed for --jitter, for repeatable schedules.")] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+) -> None:
+    """Serve an OpenAI-compatible SSE model stub with exact pacing and an audit log of every write."""
+    from tokenpath.stub.config import Jitter, StubConfig
+    from tokenpath.stub.server import run
+
+    try:
+        cfg = StubConfig(
+            host=host, port=port, ttft_ms=ttft_ms, interval_ms=interval_ms, tokens=tokens, frame_bytes=frame_bytes,
+            jitter=Jitter.parse(jitter) if jitter else None, headers=tuple(parse_header_arg(h) for h in header or []),
+            format=format,  # type: ignore[arg-type]
+            model=model, workers=workers, seed=seed,
+        )  # fmt: skip
+        _check_frame_size(cfg)
+        run(cfg, _announce("stub"), loop)  # type: ignore[arg-type]
+    except TokenpathError as exc:
+        _fail("stub", exc)
+
+
+def _check_frame_size(cfg: object) -> None:
+    """Fail at start, not on the first request, when --frame-bytes cannot hold a frame."""
+    from tokenpath.stub.config import StubConfig
+    from tokenpath.stub.frames import StreamRequest, minimum_frame_bytes
+
+    assert isinstance(cfg, StubConfig)
+    if cfg.frame_bytes is None:
+        return
+    need = minimum_frame_bytes(StreamRequest("chat", cfg.model, "", cfg.tokens), cfg.format)
+    if cfg.frame_bytes < need:
+        hint = "" if cfg.format == "plain" else "; --format plain frames can be as small as 8 bytes"
+        raise UsageError(f"--frame-bytes {cfg.frame_bytes} cannot hold this stub's frames (need >= {need}){hint}")
+
+
+@app.command()
+def probe(
+    url: Annotated[str | None, typer.Argument(help="Endpoint or base URL; default $TOKENPATH_URL.")] = None,
+    runs: Annotated[int, typer.Option(help="Streams to measure, one after another.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var holding the API key (default: TOKENPATH_API_KEY if set).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model to request.")] = "tokenpath-stub",
+    prompt: Annotated[str | None, typer.Option(help="User message.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="max_tokens in the request.")] = None,
+    insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
+    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
+    connect_timeout: Annotated[float, typer.Option(help="Seconds to connect.")] = 10.0,
+    first_byte_timeout: Annotated[float, typer.Option(help="Seconds to the first response byte.")] = 30.0,
+    idle_timeout: Annotated[float, typer.Option(help="Longest silence between frames, seconds.")] = 30.0,
+    total_timeout: Annotated[float, typer.Option(help="Longest a stream may take, seconds.")] = 600.0,
+) -> None:
+    """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
+    from tokenpath.probe.client import ProbeConfig, probe_stream
+    from tokenpath.probe.metrics import run_metrics, summarize
+    from tokenpath.probe.transport import TLSOptions
+    from tokenpath.wire.request import DEFAULT_PROMPT
+
+    try:
+        target_url = url or os.environ.get("TOKENPATH_URL")
+        if not target_url:
+            raise UsageError("no URL: pass one or set TOKENPATH_URL")
+        if runs < 1:
+            raise UsageError("--runs must be >= 1")
+        cfg = ProbeConfig(
+            url=target_url, model=model, prompt=prompt or DEFAULT_PROMPT, max_tokens=max_tokens,
+            headers=tuple(parse_header_arg(h) for h in header or []), api_key=_api_key(api_key_env),
+            tls=TLSOptions(insecure=insecure, cacert=cacert), connect_timeout_s=connect_timeout,
+            first_byte_timeout_s=first_byte_timeout, idle_timeout_s=idle_timeout, total_timeout_s=total_timeout,
+        )  # fmt: skip
+        cfg.target  # noqa: B018 - validates the URL before anything is sent
+        results = []
+        for _ in range(runs):
+            results.append(run_metrics(probe_stream(cfg)))
+    except TokenpathError as exc:
+        _fail("probe", exc)
+    document = summarize(target_url, results)
+    if json_out:
+        print(json.dumps(document, indent=2))
+    else:
+        _print_probe_table(document)
+
+
+def _api_key(env_name: str | None) -> str | None:
+    if env_name:
+        value = os.environ.get(env_name)
+        if not value:
+            raise UsageError(f"--api-key-env {env_name}: that environment variable is not set")
+        return value
+    return os.environ.get("TOKENPATH_API_KEY") or None
+
+
+def _print_probe_table(doc: dict[str, object]) -> None:
+    table = Table(title=f"tokenpath probe {doc['url']}")
+    for col in ("run", "status", "frames", "arrivals", "fpr", "TTFB ms", "TTFT ms", "gap p50", "gap p90",
+                "gap max", "bursts (size x count)", "total ms"):  # fmt: skip
+        table.add_column(col, justify="right")
+    runs = doc["runs"]
+    assert isinstance(runs, list)
+    for i, r in enumerate(runs, 1):
+        gaps = r["gaps_ms"]
+        table.add_row(
+            str(i), str(r["status"]), str(r["frames"]), str(r["arrivals"]), _fmt(r["frames_per_read"], 2),
+            _fmt(r["ttfb_ms"]), _fmt(r["ttft_ms"]), _fmt(gaps.get("p50")), _fmt(gaps.get("p90")),
+            _fmt(gaps.get("max")), " ".join(f"{k}x{v}" for k, v in r["bursts"].items()), _fmt(r["total_ms"]),
+        )  # fmt: skip
+    console.print(table)
+
+
+def _fmt(value: object, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@app.command()
+def relay(
+    upstream: Annotated[str, typer.Option(help="HOST:PORT to forward to.")],
+    mode: Annotated[str, typer.Option(help="pass, buffer or cork.")] = "pass",
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on; port 0 picks one.")] = "127.0.0.1:0",
+    cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = 1448,
+    cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = 200.0,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+) -> None:
+    """A byte-level TCP relay that buffers in a known way: the control the instrument must detect."""
+    from tokenpath.controls.relay import Relay, RelayConfig
+    from tokenpath.loops import new_event_loop
+
+    try:
+        listen_host, listen_port = _host_port(listen, "--listen")
+        up_host, up_port = _host_port(upstream, "--upstream")
+        cfg = RelayConfig(
+            upstream_host=up_host, upstream_port=up_port, mode=mode,  # type: ignore[arg-type]
+            listen_host=listen_host, listen_port=listen_port, cork_bytes=cork_bytes, cork_ms=cork_ms,
+        )  # fmt: skip
+        event_loop = new_event_loop(loop)
+        server = Relay(cfg)
+        event_loop.run_until_complete(server.start())
+    except TokenpathError as exc:
+        _fail("relay", exc)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        event_loop.add_signal_handler(sig, stop.set)
+    host = f"[{listen_host}]" if ":" in listen_host else listen_host
+    print(f"tokenpath relay: listening on http://{host}:{server.port} (mode={mode}, upstream {upstream})", flush=True)
+    event_loop.run_until_complete(stop.wait())
+    event_loop.run_until_complete(server.close())
+    event_loop.close()
+
+
+@app.command()
+def demo(
+    runs: Annotated[int, typer.Option(help="Streams per path.")] = 3,
+) -> None:
+    """Certify the instrument: probe a paced stub direct and through pass, cork and buffer relays."""
+    from tokenpath.demo import DemoConfig, run_demo
+
+    try:
+        _, certified = run_demo(DemoConfig(runs=runs), console)
+    except TokenpathError as exc:
+        _fail("demo", exc)
+    raise typer.Exit(0 if certified else 1)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)

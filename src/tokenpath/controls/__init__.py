@@ -1,0 +1,1 @@
+"""Known-behaviour relays the instrument must see before anything it reports counts."""

@@ -1,0 +1,119 @@
+"""When a relay lets upstream bytes go downstream. Pure logic: bytes and timer ticks in, writes out.
+
+- pass:   every read at once (must measure at the direct floor)
+- buffer: nothing until the upstream closes, then all of it (the `await response.text()` shape)
+- cork:   hold until `cork_bytes` are queued or `cork_ms` have passed since the first held byte
+          (Linux MSG_MORE / TCP_CORK, the behaviour that makes HAProxy deliver frames in bursts)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+Mode = Literal["pass", "buffer", "cork"]
+MODES: tuple[Mode, ...] = ("pass", "buffer", "cork")
+
+# A buffering relay holds a whole response in memory; past this it gives up rather than grow without bound.
+MAX_BUFFER_BYTES = 64 << 20
+
+Write = Callable[[bytes], None]
+CallLater = Callable[[float, Callable[[], None]], "Cancellable"]
+
+
+class Cancellable(Protocol):
+    def cancel(self) -> None: ...
+
+
+class BufferLimitExceeded(Exception):
+    pass
+
+
+class Policy(Protocol):
+    def feed(self, data: bytes) -> None: ...
+    def finish(self) -> None: ...  # upstream EOF: everything held goes out now
+    def close(self) -> None: ...  # connection gone: drop timers
+
+
+class PassPolicy:
+    def __init__(self, write: Write) -> None:
+        self._write = write
+
+    def feed(self, data: bytes) -> None:
+        self._write(data)
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class BufferPolicy:
+    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
+        self._write = write
+        self._held: list[bytes] = []
+        self._size = 0
+        self._limit = limit
+
+    def feed(self, data: bytes) -> None:
+        self._size += len(data)
+        if self._size > self._limit:
+            raise BufferLimitExceeded(f"response larger than the buffer limit of {self._limit} bytes")
+        self._held.append(data)
+
+    def finish(self) -> None:
+        if self._held:
+            self._write(b"".join(self._held))
+            self._held.clear()
+
+    def close(self) -> None:
+        self._held.clear()
+
+
+class CorkPolicy:
+    def __init__(self, write: Write, call_later: CallLater, cork_bytes: int = 1448, cork_ms: float = 200.0):
+        self._write = write
+        self._call_later = call_later
+        self._cork_bytes = cork_bytes
+        self._cork_s = cork_ms / 1000
+        self._held: list[bytes] = []
+        self._size = 0
+        self._timer: Cancellable | None = None
+
+    def feed(self, data: bytes) -> None:
+        if not self._held:
+            self._timer = self._call_later(self._cork_s, self._flush)
+        self._held.append(data)
+        self._size += len(data)
+        if self._size >= self._cork_bytes:
+            self._flush()
+
+    def finish(self) -> None:
+        self._flush()
+
+    def close(self) -> None:
+        self._cancel()
+        self._held.clear()
+        self._size = 0
+
+    def _flush(self) -> None:
+        self._cancel()
+        if self._held:
+            data = b"".join(self._held)
+            self._held.clear()
+            self._size = 0
+            self._write(data)
+
+    def _cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def make_policy(mode: Mode, write: Write, call_later: CallLater, cork_bytes: int, cork_ms: float) -> Policy:
+    if mode == "pass":
+        return PassPolicy(write)
+    if mode == "buffer":
+        return BufferPolicy(write)
+    return CorkPolicy(write, call_later, cork_bytes, cork_ms)

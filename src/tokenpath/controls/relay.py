@@ -1,0 +1,194 @@
+"""Byte-level TCP relays (any HTTP traffic) whose upstream→client timing follows a Policy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from typing import cast
+
+from tokenpath.controls.policies import MODES, BufferLimitExceeded, Mode, Policy, make_policy
+from tokenpath.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    upstream_host: str
+    upstream_port: int
+    mode: Mode = "pass"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    cork_bytes: int = 1448  # one full segment on a 1,500-byte MTU link
+    cork_ms: float = 200.0  # Linux holds a corked partial segment at most 200 ms
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
+        if self.cork_bytes < 1 or self.cork_ms <= 0:
+            raise UsageError("--cork-bytes must be >= 1 and --cork-ms > 0")
+
+
+def _nodelay(transport: asyncio.BaseTransport) -> None:
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Upstream(asyncio.Protocol):
+    def __init__(self, down: _Downstream) -> None:
+        self.down = down
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        _nodelay(transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.down.policy.feed(data)
+        except BufferLimitExceeded as exc:
+            log.warning("relay: %s; closing", exc)
+            self.down.abort()
+
+    def eof_received(self) -> bool | None:
+        self.down.upstream_finished()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.down.upstream_finished()
+
+    def pause_writing(self) -> None:
+        self.down.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.down.resume_reading()
+
+
+class _Downstream(asyncio.Protocol):
+    def __init__(self, cfg: RelayConfig) -> None:
+        self.cfg = cfg
+        self.transport: asyncio.Transport | None = None
+        self.upstream: _Upstream | None = None
+        self._pending: list[bytes] = []  # client bytes that arrived before the upstream connection
+        self._closed = False
+        self._connect_task: asyncio.Task[None] | None = None
+        loop = asyncio.get_running_loop()
+        self.policy: Policy = make_policy(cfg.mode, self._write, loop.call_later, cfg.cork_bytes, cfg.cork_ms)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        _nodelay(transport)
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect())
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            _, upstream = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _Upstream(self), self.cfg.upstream_host, self.cfg.upstream_port
+                ),
+                CONNECT_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError) as exc:
+            log.warning("relay: cannot reach upstream %s:%s: %s", self.cfg.upstream_host, self.cfg.upstream_port, exc)
+            self.abort()
+            return
+        if self._closed:
+            assert upstream.transport is not None
+            upstream.transport.close()
+            return
+        self.upstream = upstream
+        assert upstream.transport is not None
+        for chunk in self._pending:
+            upstream.transport.write(chunk)
+        self._pending.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.write(data)
+        else:
+            self._pending.append(data)
+
+    def eof_received(self) -> bool | None:
+        if self.upstream is not None and self.upstream.transport is not None and self.upstream.transport.can_write_eof():
+            self.upstream.transport.write_eof()
+        return True  # keep our write side open: the response may still be coming
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self.policy.close()
+        if self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.resume_reading()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+
+    def upstream_finished(self) -> None:
+        if self._closed:
+            return
+        self.policy.finish()
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()  # flushes what is queued, then closes
+
+    def abort(self) -> None:
+        self._closed = True
+        self.policy.close()
+        if self.transport is not None:
+            self.transport.abort()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.abort()
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+class Relay:
+    """A relay as a library object: `await start()` returns the port; `await close()` stops it."""
+
+    def __init__(self, cfg: RelayConfig) -> None:
+        self.cfg = cfg
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> int:
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(
+                lambda: _Downstream(self.cfg), self.cfg.listen_host, self.cfg.listen_port, reuse_address=True
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}") from None
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)

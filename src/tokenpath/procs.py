@@ -1,0 +1,97 @@
+"""Child processes that serve something: started, awaited until they say where they listen, always stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tokenpath.errors import TokenpathError
+
+_LISTENING = re.compile(r"listening on (\S+)")
+
+
+class ServiceError(TokenpathError):
+    pass
+
+
+def tokenpath_argv(*args: str) -> list[str]:
+    """Runs this same installation of tokenpath, whatever the PATH says."""
+    return [sys.executable, "-m", "tokenpath", *args]
+
+
+class ServiceProcess:
+    """Output goes to a log file (never a pipe that could fill and stall the child); readiness is the first
+    'listening on URL' line in it."""
+
+    def __init__(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
+        self.argv = argv
+        self.name = name
+        self.env = env
+        self.url: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        fd, path = tempfile.mkstemp(prefix=f"tokenpath-{name}-", suffix=".log")
+        os.close(fd)
+        self.log_path = Path(path)
+
+    def start(self, timeout_s: float = 20.0) -> str:
+        with self.log_path.open("wb") as log:
+            self._proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(self.env or {})},
+                start_new_session=True,  # our Ctrl-C is handled by us, and stop() reaches the whole group
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            m = _LISTENING.search(self.log_path.read_text(errors="replace"))
+            if m:
+                self.url = m.group(1)
+                return self.url
+            if self._proc.poll() is not None:
+                raise ServiceError(f"{self.name} exited with code {self._proc.returncode}:\n{self.log_tail()}")
+            time.sleep(0.02)
+        self.stop()
+        raise ServiceError(f"{self.name} did not report 'listening on' within {timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout_s)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def __enter__(self) -> ServiceProcess:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+        self.log_path.unlink(missing_ok=True)

@@ -1,0 +1,177 @@
+"""The stub's record of every write, and the rule that says whether a stream was paced as scheduled.
+
+A run is only worth reporting if the emitter kept its schedule; the audit decides that from the stub's own
+timestamps, independently of whatever proxy sits in the path. Tolerance = max(2 ms, 20 % of the interval):
+a flat budget is meaningless at short intervals and a flat percentage is below scheduler granularity there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenpath.clock import NS_PER_MS
+from tokenpath.stats import percentile
+from tokenpath.stub.config import AUDIT_MAX_STREAMS
+
+State = Literal["running", "complete", "client_gone"]
+_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
+
+
+def tolerance_ns(interval_ms: float) -> int:
+    return max(2 * NS_PER_MS, round(0.2 * interval_ms * NS_PER_MS))
+
+
+def storage_key(stream_id: str) -> str:
+    """Stream ids come from clients; ones that are not safe file names are stored under a hash of themselves."""
+    if _SAFE_ID.fullmatch(stream_id):
+        return stream_id
+    return "h-" + hashlib.blake2b(stream_id.encode(), digest_size=16).hexdigest()
+
+
+@dataclass(slots=True)
+class StreamLog:
+    """Every write of one response: when it was due, when it was handed to the kernel, how many bytes."""
+
+    stream_id: str
+    interval_ms: float
+    started_ns: int
+    scheduled_ns: array[int] = field(default_factory=lambda: array("q"))
+    actual_ns: array[int] = field(default_factory=lambda: array("q"))
+    nbytes: array[int] = field(default_factory=lambda: array("q"))
+    state: State = "running"
+
+    def record(self, scheduled_ns: int, actual_ns: int, nbytes: int) -> None:
+        self.scheduled_ns.append(scheduled_ns)
+        self.actual_ns.append(actual_ns)
+        self.nbytes.append(nbytes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "interval_ms": self.interval_ms,
+            "started_ns": self.started_ns,
+            "state": self.state,
+            "writes": [
+                [i, s, a, b]
+                for i, (s, a, b) in enumerate(zip(self.scheduled_ns, self.actual_ns, self.nbytes, strict=True))
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> StreamLog:
+        log = cls(obj["stream_id"], float(obj["interval_ms"]), int(obj["started_ns"]), state=obj["state"])
+        for _, s, a, b in obj["writes"]:
+            log.record(s, a, b)
+        return log
+
+
+@dataclass(frozen=True, slots=True)
+class AuditVerdict:
+    stream_id: str
+    state: State
+    writes: int
+    tolerance_ms: float
+    drift_p50_ms: float
+    drift_p99_ms: float
+    drift_max_ms: float
+    late_writes: int  # writes whose drift exceeded the tolerance
+    passed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "state": self.state,
+            "writes": self.writes,
+            "tolerance_ms": self.tolerance_ms,
+            "drift_ms": {"p50": self.drift_p50_ms, "p99": self.drift_p99_ms, "max": self.drift_max_ms},
+            "late_writes": self.late_writes,
+            "passed": self.passed,
+        }
+
+
+def audit_stream(log: StreamLog, tolerance: int | None = None) -> AuditVerdict:
+    """Pacing drift = actual - scheduled for each write; the stream passes if no write drifted past tolerance.
+
+    A stream with no writes passes vacuously only if it is still running; a finished stream must have written.
+    """
+    tol = tolerance_ns(log.interval_ms) if tolerance is None else tolerance
+    drifts = sorted(a - s for s, a in zip(log.scheduled_ns, log.actual_ns, strict=True))
+    late = sum(1 for d in drifts if d > tol)
+    early = sum(1 for d in drifts if d < 0)  # the pacer never writes early; if it did, the schedule is broken
+
+    def pct(p: float) -> float:
+        return percentile(drifts, p) / NS_PER_MS if drifts else 0.0
+
+    return AuditVerdict(
+        stream_id=log.stream_id,
+        state=log.state,
+        writes=len(drifts),
+        tolerance_ms=tol / NS_PER_MS,
+        drift_p50_ms=pct(50),
+        drift_p99_ms=pct(99),
+        drift_max_ms=drifts[-1] / NS_PER_MS if drifts else 0.0,
+        late_writes=late,
+        passed=late == 0 and early == 0 and (bool(drifts) or log.state == "running"),
+    )
+
+
+class AuditStore:
+    """Per-process logs, newest `max_streams` kept. With several workers, finished logs are also written to a
+    shared directory so that any worker can answer for any stream."""
+
+    def __init__(self, share_dir: str | None = None, max_streams: int = AUDIT_MAX_STREAMS) -> None:
+        self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+        self._max = max_streams
+        self._dir = Path(share_dir) if share_dir else None
+
+    @property
+    def shared(self) -> bool:
+        return self._dir is not None
+
+    def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamLog:
+        log = StreamLog(stream_id, interval_ms, started_ns)
+        key = storage_key(stream_id)
+        self._logs.pop(key, None)  # a reused id keeps only its newest stream
+        self._logs[key] = log
+        while len(self._logs) > self._max:
+            self._logs.popitem(last=False)
+        return log
+
+    def close(self, log: StreamLog, state: State) -> None:
+        log.state = state
+        if self._dir is not None:
+            self._persist(log)
+
+    def get(self, stream_id: str) -> StreamLog | None:
+        key = storage_key(stream_id)
+        log = self._logs.get(key)
+        if log is not None or self._dir is None:
+            return log
+        try:
+            return StreamLog.from_json(json.loads((self._dir / f"{key}.json").read_text()))
+        except FileNotFoundError:
+            return None
+
+    def all(self) -> list[StreamLog]:
+        logs: dict[str, StreamLog] = dict(self._logs)
+        if self._dir is not None:
+            for path in self._dir.glob("*.json"):
+                if path.stem not in logs:
+                    logs[path.stem] = StreamLog.from_json(json.loads(path.read_text()))
+        return list(logs.values())
+
+    def _persist(self, log: StreamLog) -> None:
+        assert self._dir is not None
+        fd, tmp = tempfile.mkstemp(dir=self._dir, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(log.to_json(), f, separators=(",", ":"))
+        os.replace(tmp, self._dir / f"{storage_key(log.stream_id)}.json")
