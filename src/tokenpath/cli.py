@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Annotated, NoReturn
 
 import typer
@@ -40,11 +41,13 @@ def _host_port(value: str, flag: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def _announce(command: str) -> None:
+def _announce(command: str) -> Callable[[str], None]:
+    """The line a parent process waits for: 'tokenpath stub: listening on URL ...'."""
+
     def say(line: str) -> None:
         print(f"tokenpath {command}: {line}", flush=True)
 
-    return say  # type: ignore[return-value]
+    return say
 
 
 @app.callback(invoke_without_command=True)
@@ -72,6 +75,9 @@ def stub(
     workers: Annotated[int, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = 1,
     seed: Annotated[int | None, typer.Option(help="Seed for --jitter, for repeatable schedules.")] = None,
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+    priority: Annotated[
+        str, typer.Option(help="auto (SCHED_FIFO when permitted), realtime (required) or normal scheduling.")
+    ] = "auto",
 ) -> None:
     """Serve an OpenAI-compatible SSE model stub with exact pacing and an audit log of every write."""
     from tokenpath.stub.config import Jitter, StubConfig
@@ -82,10 +88,10 @@ def stub(
             host=host, port=port, ttft_ms=ttft_ms, interval_ms=interval_ms, tokens=tokens, frame_bytes=frame_bytes,
             jitter=Jitter.parse(jitter) if jitter else None, headers=tuple(parse_header_arg(h) for h in header or []),
             format=format,  # type: ignore[arg-type]
-            model=model, workers=workers, seed=seed,
+            model=model, workers=workers, seed=seed, priority=priority,  # type: ignore[arg-type]
         )  # fmt: skip
         _check_frame_size(cfg)
-        run(cfg, _announce("stub"), loop)  # type: ignore[arg-type]
+        run(cfg, _announce("stub"), loop)
     except TokenpathError as exc:
         _fail("stub", exc)
 
@@ -213,7 +219,10 @@ def relay(
     for sig in (signal.SIGINT, signal.SIGTERM):
         event_loop.add_signal_handler(sig, stop.set)
     host = f"[{listen_host}]" if ":" in listen_host else listen_host
-    print(f"tokenpath relay: listening on http://{host}:{server.port} (mode={mode}, upstream {upstream})", flush=True)
+    print(
+        f"tokenpath relay: listening on http://{host}:{server.port} (mode={mode}, upstream {upstream})",
+        flush=True,
+    )
     event_loop.run_until_complete(stop.wait())
     event_loop.run_until_complete(server.close())
     event_loop.close()

@@ -90,9 +90,7 @@ class _Downstream(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             _, upstream = await asyncio.wait_for(
-                loop.create_connection(
-                    lambda: _Upstream(self), self.cfg.upstream_host, self.cfg.upstream_port
-                ),
+                loop.create_connection(lambda: _Upstream(self), self.cfg.upstream_host, self.cfg.upstream_port),
                 CONNECT_TIMEOUT_S,
             )
         except (OSError, TimeoutError) as exc:
@@ -116,7 +114,11 @@ class _Downstream(asyncio.Protocol):
             self._pending.append(data)
 
     def eof_received(self) -> bool | None:
-        if self.upstream is not None and self.upstream.transport is not None and self.upstream.transport.can_write_eof():
+        if (
+            self.upstream is not None
+            and self.upstream.transport is not None
+            and self.upstream.transport.can_write_eof()
+        ):
             self.upstream.transport.write_eof()
         return True  # keep our write side open: the response may still be coming
 
@@ -184,7 +186,9 @@ class Relay:
                 lambda: _Downstream(self.cfg), self.cfg.listen_host, self.cfg.listen_port, reuse_address=True
             )
         except OSError as exc:
-            raise UsageError(f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}") from None
+            raise UsageError(
+                f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
+            ) from None
         return self.port
 
     async def close(self) -> None:

@@ -20,7 +20,6 @@ from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connec
 from tokenpath.wire.request import DEFAULT_PROMPT, STREAM_HEADER, build_json_request, chat_body
 
 
-
 @dataclass(frozen=True, slots=True)
 class ProbeConfig:
     url: str
@@ -29,7 +28,7 @@ class ProbeConfig:
     max_tokens: int | None = None
     headers: tuple[tuple[str, str], ...] = ()
     api_key: str | None = field(default=None, repr=False)  # from an env var; never printed
-    tls: TLSOptions = TLSOptions()
+    tls: TLSOptions = field(default_factory=TLSOptions)
     connect_timeout_s: float = 10.0
     first_byte_timeout_s: float = 30.0
     idle_timeout_s: float = 30.0
@@ -61,7 +60,11 @@ def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
 
 
 def probe_stream(
-    cfg: ProbeConfig, *, stream_id: str | None = None, clock: Clock = monotonic_ns, connect: Connector = _connect
+    cfg: ProbeConfig,
+    *,
+    stream_id: str | None = None,
+    clock: Clock = monotonic_ns,
+    connect: Connector = _connect,
 ) -> Trace:
     """Run one streamed request to completion and return its trace. Raises a PeerError subclass on failure."""
     target = cfg.target
@@ -140,4 +143,3 @@ def _timeout(rec: TraceRecorder, cfg: ProbeConfig, first: bool, total: bool) -> 
     if first:
         raise FirstByteTimeout(f"no response byte within --first-byte-timeout {cfg.first_byte_timeout_s} s")
     raise IdleTimeout(f"no frame for --idle-timeout {cfg.idle_timeout_s} s after {frames} frames")
-

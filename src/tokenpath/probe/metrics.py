@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from tokenpath.clock import ns_to_ms
@@ -46,7 +47,7 @@ def run_metrics(trace: Trace) -> RunMetrics:
     arrival_times = [r.t_ns for r in trace.reads if r.frames > 0]
     arrivals = len(arrival_times)
     frames = len(trace.frames)
-    gaps = sorted(ns_to_ms(b - a) for a, b in zip(arrival_times, arrival_times[1:], strict=False))
+    gaps = sorted(ns_to_ms(b - a) for a, b in pairwise(arrival_times))
     sent = trace.t_sent_ns
 
     def since_sent(t: int | None) -> float | None:

@@ -16,12 +16,13 @@ from tokenpath.errors import UsageError
 from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
 from tokenpath.stub.config import Format, StubConfig
 from tokenpath.stub.frames import StreamRequest, completion_id, render_completion, render_stream
-from tokenpath.stub.http_server import Request, Response, error_body
+from tokenpath.stub.http_server import Request, Response, encode_chunked, error_body
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
+from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.request import STREAM_HEADER
 
 AUDIT_PREFIX = "/_tokenpath/audit"
-AUDIT_LOOKUP_WAIT_S = 0.5  # another worker writes a finished log within microseconds of its last write
+AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
 _PLACEHOLDER_ID = completion_id("")  # same length as every completion id, so padding stays exact
 
 _ROUTES: dict[str, tuple[str, ...]] = {
@@ -39,7 +40,8 @@ class PacedStream:
     def __init__(
         self,
         response: Response,
-        frames: list[bytes],
+        wire: list[bytes],
+        sizes: list[int],
         offsets: list[int],
         log: StreamLog,
         pacer: Pacer,
@@ -49,7 +51,9 @@ class PacedStream:
     ) -> None:
         self._response = response
         self._on_done = on_done
-        self._frames = frames
+        self._wire = wire  # each frame as it goes on the wire (chunk-framed when chunked; the last ends the body)
+        self._sizes = sizes  # SSE bytes of each frame, for the audit
+        self._last = len(wire) - 1
         self._offsets = offsets
         self._log = log
         self._pacer = pacer
@@ -57,11 +61,21 @@ class PacedStream:
         self._clock = clock
         self._next = 0
         self._token: int | None = None
+        self._fire_cb = self._fire  # bound once: it is scheduled once per frame
         self.done = False
 
     def start(self, head: bytes) -> None:
+        """Writes the head now, with every frame due at offset 0 (the role delta) in the same write, as a model
+        server does; scheduling those through the pacer would make them wait for every other request that
+        arrived in the same batch and log that wait as drift."""
         self._response.on_abort = self.abort
-        self._response.write(head)
+        out = [head]
+        started = self._log.started_ns
+        while self._next < self._last and self._offsets[self._next] == 0:
+            out.append(self._wire[self._next])
+            self._log.record(started, self._clock(), self._sizes[self._next])
+            self._next += 1
+        self._response.write(b"".join(out))
         self._schedule()
 
     def abort(self) -> None:
@@ -78,17 +92,15 @@ class PacedStream:
         self._on_done(self)
 
     def _schedule(self) -> None:
-        self._token = self._pacer.call_at(self._log.started_ns + self._offsets[self._next], self._fire)
+        self._token = self._pacer.call_at(self._log.started_ns + self._offsets[self._next], self._fire_cb)
 
     def _fire(self, deadline_ns: int) -> None:
+        # The hot path: one call per frame per stream. Everything that can be is computed before the stream.
         self._token = None
         i = self._next
-        frame = self._frames[i]
-        last = i == len(self._frames) - 1
-        wire = self._response.encode(frame, last=last)
-        actual = self._clock()
-        self._log.record(deadline_ns, actual, len(frame))
-        self._response.write(wire, last=last)
+        last = i == self._last
+        self._log.record(deadline_ns, self._clock(), self._sizes[i])
+        self._response.write(self._wire[i], last=last)
         self._next = i + 1
         if last:
             self._end("complete")
@@ -97,9 +109,7 @@ class PacedStream:
 
 
 class StubApp:
-    def __init__(
-        self, cfg: StubConfig, pacer: Pacer, audit: AuditStore, clock: Clock = monotonic_ns
-    ) -> None:
+    def __init__(self, cfg: StubConfig, pacer: Pacer, audit: AuditStore, clock: Clock = monotonic_ns) -> None:
         self.cfg = cfg
         self.pacer = pacer
         self.audit = audit
@@ -138,18 +148,18 @@ class StubApp:
         try:
             body = _json_object(request.body)
             stream_req, streaming = self._parse_completion(body, request, kind)
-            frames = _rendered(stream_req, self.cfg.format, self.cfg.frame_bytes) if streaming else []
+            shape = _shape(stream_req, self.cfg.format, self.cfg.frame_bytes) if streaming else None
         except UsageError as exc:
             response.send_json(400, error_body(str(exc), "invalid_request_error"))
             return
         headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers]
         log = self.audit.open(stream_req.stream_id, self.cfg.interval_ms, started)
-        if not streaming:
+        if shape is None:
             self._whole_completion(response, stream_req, log, headers)
             return
         lead = 1 if kind == "chat" and self.cfg.format == "openai" else 0
         offsets = schedule_offsets_ns(
-            len(frames),
+            len(shape.sizes),
             lead_frames=lead,
             ttft_ms=self.cfg.ttft_ms,
             interval_ms=self.cfg.interval_ms,
@@ -157,11 +167,21 @@ class StubApp:
             rng=self._rng,
         )
         sse_headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), *headers]
+        head = response.start_stream(200, sse_headers)
+        wire = shape.wire(response.chunked, completion_id(stream_req.stream_id))
         stream = PacedStream(
-            response, frames, offsets, log, self.pacer, self.audit, self.clock, self.streams.discard
+            response,
+            wire,
+            shape.sizes,
+            offsets,
+            log,
+            self.pacer,
+            self.audit,
+            self.clock,
+            self.streams.discard,
         )
         self.streams.add(stream)
-        stream.start(response.start_stream(200, sse_headers))
+        stream.start(head)
 
     def _whole_completion(
         self, response: Response, req: StreamRequest, log: StreamLog, headers: list[tuple[str, str]]
@@ -226,6 +246,8 @@ class StubApp:
         """GET /_tokenpath/audit/{id}; GET /_tokenpath/audit?ids=a,b or POST {"ids": [...]}; no ids: all."""
         query = parse_qs(request.query)
         with_log = query.get("log", ["1"])[0] not in ("0", "false")
+        local_only = query.get("local", ["0"])[0] == "1"  # a sibling asking: answer from memory only
+        ids: list[str] | None
         if request.path.startswith(AUDIT_PREFIX + "/"):
             ids = [request.path[len(AUDIT_PREFIX) + 1 :]]
             single = True
@@ -236,43 +258,59 @@ class StubApp:
             except UsageError as exc:
                 response.send_json(400, error_body(str(exc), "invalid_request_error"))
                 return
-        task = asyncio.get_running_loop().create_task(self._answer_audit(response, ids, single, with_log))
+        answer = self._answer_audit(response, ids, single, with_log, local_only)
+        task = asyncio.get_running_loop().create_task(answer)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _answer_audit(self, response: Response, ids: list[str] | None, single: bool, with_log: bool) -> None:
-        if ids is None:
-            logs = self.audit.all()
-            missing: list[str] = []
-        else:
-            found = {i: self.audit.get(i) for i in ids}
-            if self.audit.shared and any(v is None for v in found.values()):
-                found = await self._wait_for_other_workers(found)
-            logs = [v for v in found.values() if v is not None]
-            missing = [k for k, v in found.items() if v is None]
+    async def _answer_audit(
+        self, response: Response, ids: list[str] | None, single: bool, with_log: bool, local_only: bool
+    ) -> None:
+        entries = self._local_entries(ids, with_log)
+        if self.cfg.audit_dir and not local_only:
+            entries = await self._with_siblings(entries, ids, with_log)
         if response.client_gone:
             return
-        entries = [_audit_entry(log, with_log) for log in logs]
+        missing = [i for i in ids if i not in entries] if ids is not None else []
         if single:
-            if not entries:
+            if missing:
                 message = f"no stream {missing[0]!r} on this stub (never seen, or dropped as too old)"
                 response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
             else:
-                response.send_json(200, entries[0])
+                response.send_json(200, next(iter(entries.values())))
             return
-        passed = sum(1 for e in entries if e["verdict"]["passed"])
-        summary = {"streams": len(entries), "passed": passed, "failed": len(entries) - passed}
-        response.send_json(200, {"streams": entries, "missing": missing, "summary": summary})
+        streams = list(entries.values())
+        passed = sum(1 for e in streams if e["verdict"]["passed"])
+        summary = {"streams": len(streams), "passed": passed, "failed": len(streams) - passed}
+        response.send_json(200, {"streams": streams, "missing": missing, "summary": summary})
 
-    async def _wait_for_other_workers(self, found: dict[str, StreamLog | None]) -> dict[str, StreamLog | None]:
+    def _local_entries(self, ids: list[str] | None, with_log: bool) -> dict[str, dict[str, Any]]:
+        logs = self.audit.all() if ids is None else [log for i in ids if (log := self.audit.get(i))]
+        return {log.stream_id: _audit_entry(log, with_log) for log in logs}
+
+    async def _with_siblings(
+        self, entries: dict[str, dict[str, Any]], ids: list[str] | None, with_log: bool
+    ) -> dict[str, dict[str, Any]]:
+        """Fill in what other workers hold; wait (bounded) for streams not yet finished anywhere."""
+        assert self.cfg.audit_dir is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + AUDIT_LOOKUP_WAIT_S
-        while loop.time() < deadline:
-            await asyncio.sleep(0.01)
-            found = {k: v or self.audit.get(k) for k, v in found.items()}
-            if all(v is not None and v.state != "running" for v in found.values()):
-                break
-        return found
+        while True:
+            wanted = None if ids is None else [i for i in ids if _unsettled(entries.get(i))]
+            if wanted == []:
+                return entries
+            for entry in await ask_siblings(self.cfg.audit_dir, wanted, with_log):
+                sid = entry["verdict"]["stream_id"]
+                if _unsettled(entries.get(sid)):
+                    entries[sid] = entry
+            if ids is None or loop.time() >= deadline:
+                return entries
+            await asyncio.sleep(0.02)
+            entries.update(self._local_entries([i for i in ids if _unsettled(entries.get(i))], with_log))
+
+
+def _unsettled(entry: dict[str, Any] | None) -> bool:
+    return entry is None or entry["verdict"]["state"] == "running"
 
 
 def _audit_entry(log: StreamLog, with_log: bool) -> dict[str, Any]:
@@ -304,19 +342,32 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _rendered(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> list[bytes]:
-    """Frames for this request; rendered once per shape and re-labelled with the stream's completion id."""
-    prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
-    template = _template(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)
-    if fmt == "plain":
-        return list(template)
-    placeholder, real = _PLACEHOLDER_ID.encode(), completion_id(req.stream_id).encode()
-    return [f.replace(placeholder, real) for f in template]
+class StreamShape:
+    """Frames of one request shape, rendered once and framed once for each transfer coding; a stream only
+    swaps in its own completion id (fixed length, so sizes and chunk headers stay valid)."""
+
+    def __init__(self, frames: list[bytes], fmt: Format) -> None:
+        self.sizes = [len(f) for f in frames]
+        self._relabel = fmt == "openai"
+        self._plain = frames
+        self._chunked = encode_chunked(frames)
+
+    def wire(self, chunked: bool, cid: str) -> list[bytes]:
+        frames = self._chunked if chunked else self._plain
+        if not self._relabel:
+            return frames
+        placeholder, real = _PLACEHOLDER_ID.encode(), cid.encode()
+        return [f.replace(placeholder, real) for f in frames]
 
 
 @lru_cache(maxsize=256)
-def _template(
+def _shape_for(
     kind: str, model: str, tokens: int, usage: bool, prompt_tokens: int, fmt: Format, frame_bytes: int | None
-) -> tuple[bytes, ...]:
+) -> StreamShape:
     req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
-    return tuple(render_stream(req, fmt, frame_bytes))
+    return StreamShape(render_stream(req, fmt, frame_bytes), fmt)
+
+
+def _shape(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> StreamShape:
+    prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
+    return _shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)

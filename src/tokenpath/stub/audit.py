@@ -7,15 +7,9 @@ a flat budget is meaningless at short intervals and a flat percentage is below s
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import re
-import tempfile
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from tokenpath.clock import NS_PER_MS
@@ -23,18 +17,10 @@ from tokenpath.stats import percentile
 from tokenpath.stub.config import AUDIT_MAX_STREAMS
 
 State = Literal["running", "complete", "client_gone"]
-_SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def tolerance_ns(interval_ms: float) -> int:
     return max(2 * NS_PER_MS, round(0.2 * interval_ms * NS_PER_MS))
-
-
-def storage_key(stream_id: str) -> str:
-    """Stream ids come from clients; ones that are not safe file names are stored under a hash of themselves."""
-    if _SAFE_ID.fullmatch(stream_id):
-        return stream_id
-    return "h-" + hashlib.blake2b(stream_id.encode(), digest_size=16).hexdigest()
 
 
 @dataclass(slots=True)
@@ -125,53 +111,25 @@ def audit_stream(log: StreamLog, tolerance: int | None = None) -> AuditVerdict:
 
 
 class AuditStore:
-    """Per-process logs, newest `max_streams` kept. With several workers, finished logs are also written to a
-    shared directory so that any worker can answer for any stream."""
+    """This process's logs, the newest `max_streams` kept (workers ask each other: see stub/siblings.py)."""
 
-    def __init__(self, share_dir: str | None = None, max_streams: int = AUDIT_MAX_STREAMS) -> None:
+    def __init__(self, max_streams: int = AUDIT_MAX_STREAMS) -> None:
         self._logs: OrderedDict[str, StreamLog] = OrderedDict()
         self._max = max_streams
-        self._dir = Path(share_dir) if share_dir else None
-
-    @property
-    def shared(self) -> bool:
-        return self._dir is not None
 
     def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamLog:
         log = StreamLog(stream_id, interval_ms, started_ns)
-        key = storage_key(stream_id)
-        self._logs.pop(key, None)  # a reused id keeps only its newest stream
-        self._logs[key] = log
+        self._logs.pop(stream_id, None)  # a reused id keeps only its newest stream
+        self._logs[stream_id] = log
         while len(self._logs) > self._max:
             self._logs.popitem(last=False)
         return log
 
     def close(self, log: StreamLog, state: State) -> None:
         log.state = state
-        if self._dir is not None:
-            self._persist(log)
 
     def get(self, stream_id: str) -> StreamLog | None:
-        key = storage_key(stream_id)
-        log = self._logs.get(key)
-        if log is not None or self._dir is None:
-            return log
-        try:
-            return StreamLog.from_json(json.loads((self._dir / f"{key}.json").read_text()))
-        except FileNotFoundError:
-            return None
+        return self._logs.get(stream_id)
 
     def all(self) -> list[StreamLog]:
-        logs: dict[str, StreamLog] = dict(self._logs)
-        if self._dir is not None:
-            for path in self._dir.glob("*.json"):
-                if path.stem not in logs:
-                    logs[path.stem] = StreamLog.from_json(json.loads(path.read_text()))
-        return list(logs.values())
-
-    def _persist(self, log: StreamLog) -> None:
-        assert self._dir is not None
-        fd, tmp = tempfile.mkstemp(dir=self._dir, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(log.to_json(), f, separators=(",", ":"))
-        os.replace(tmp, self._dir / f"{storage_key(log.stream_id)}.json")
+        return list(self._logs.values())

@@ -9,6 +9,8 @@ from typing import Literal
 from tokenpath.errors import UsageError
 
 Format = Literal["openai", "plain"]
+Priority = Literal["auto", "realtime", "normal"]
+REALTIME_PRIORITY = 10  # SCHED_FIFO level: above every normal task, far below the kernel's own RT threads
 
 # Named limits (h11/uvicorn style): large enough for any real chat request, small enough that a broken or
 # hostile client cannot make the stub hold unbounded memory.
@@ -60,6 +62,7 @@ class StubConfig:
     model: str = "tokenpath-stub"
     workers: int = 1
     seed: int | None = None
+    priority: Priority = "auto"
     max_body_bytes: int = MAX_BODY_BYTES
     audit_dir: str | None = field(default=None, compare=False)  # shared by workers; set by the server
 
@@ -76,5 +79,7 @@ class StubConfig:
             raise UsageError(f"--port {self.port} is not a TCP port")
         if self.format not in ("openai", "plain"):
             raise UsageError(f"--format {self.format!r}: expected openai or plain")
+        if self.priority not in ("auto", "realtime", "normal"):
+            raise UsageError(f"--priority {self.priority!r}: expected auto, realtime or normal")
         if self.frame_bytes is not None and self.frame_bytes < 1:
             raise UsageError("--frame-bytes must be >= 1")

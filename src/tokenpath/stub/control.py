@@ -10,7 +10,9 @@ from typing import Any
 from tokenpath.errors import PeerError
 
 
-def fetch_audit(stub_url: str, stream_ids: list[str], *, with_log: bool = True, timeout_s: float = 10.0) -> dict[str, Any]:
+def fetch_audit(
+    stub_url: str, stream_ids: list[str], *, with_log: bool = True, timeout_s: float = 10.0
+) -> dict[str, Any]:
     """The stub's bulk audit answer for these streams: {"streams": [...], "missing": [...], "summary": {...}}."""
     url = f"{stub_url.rstrip('/')}/_tokenpath/audit?log={int(with_log)}"
     body = json.dumps({"ids": stream_ids}).encode()
@@ -25,4 +27,3 @@ def fetch_audit(stub_url: str, stream_ids: list[str], *, with_log: bool = True, 
 
 def verdicts_by_id(audit: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {e["verdict"]["stream_id"]: e["verdict"] for e in audit.get("streams", [])}
-

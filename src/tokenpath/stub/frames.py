@@ -13,12 +13,67 @@ from typing import Any
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import Format
 
-WORDS = (
-    "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
-    "quebec romeo sierra tango uniform victor whiskey xray yankee zulu amber basil cedar dune ember fern "
-    "garnet heath iris jade kelp lotus maple nettle olive pine quartz reed sage thyme umber vale willow "
-    "yarrow zinnia acorn birch clover daisy elm flint grove hazel"
-).split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basil",
+    "cedar",
+    "dune",
+    "ember",
+    "fern",
+    "garnet",
+    "heath",
+    "iris",
+    "jade",
+    "kelp",
+    "lotus",
+    "maple",
+    "nettle",
+    "olive",
+    "pine",
+    "quartz",
+    "reed",
+    "sage",
+    "thyme",
+    "umber",
+    "vale",
+    "willow",
+    "yarrow",
+    "zinnia",
+    "acorn",
+    "birch",
+    "clover",
+    "daisy",
+    "elm",
+    "flint",
+    "grove",
+    "hazel",
+]
 
 DONE_FRAME = b"data: [DONE]\n\n"
 

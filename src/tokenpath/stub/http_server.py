@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import httptools
 
-from tokenpath.stub.config import REQUEST_TIMEOUT_S, MAX_HEAD_BYTES
+from tokenpath.stub.config import MAX_HEAD_BYTES, REQUEST_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Response:
         self.request = request
         self.on_abort: Callable[[], None] | None = None  # called if the client goes away mid-response
         self.finished = False
-        self._chunked = False
+        self.chunked = False  # decided by start_stream: HTTP/1.1 streams are chunked
 
     @property
     def client_gone(self) -> bool:
@@ -73,16 +73,9 @@ class Response:
 
     def start_stream(self, status: int, headers: list[tuple[str, str]]) -> bytes:
         """Returns the encoded head; the caller writes it (alone or with the first frame)."""
-        self._chunked = self.request.http_version == "1.1"
-        extra = [("Transfer-Encoding", "chunked")] if self._chunked else []
+        self.chunked = self.request.http_version == "1.1"
+        extra = [("Transfer-Encoding", "chunked")] if self.chunked else []
         return self._head(status, [*headers, *extra], stream=True)
-
-    def encode(self, data: bytes, last: bool = False) -> bytes:
-        """Frames `data` for the wire; `last` appends the end of the body."""
-        if not self._chunked:
-            return data
-        out = b"%x\r\n%b\r\n" % (len(data), data) if data else b""
-        return out + b"0\r\n\r\n" if last else out
 
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         self._conn.write(wire_bytes)
@@ -90,7 +83,7 @@ class Response:
             self._finish()
 
     def _head(self, status: int, headers: list[tuple[str, str]], stream: bool = False) -> bytes:
-        keep = self.request.keep_alive and not (stream and not self._chunked)
+        keep = self.request.keep_alive and not (stream and not self.chunked)
         self._conn.keep_alive = keep
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
         lines = [f"HTTP/1.1 {status} {phrase}", *(f"{k}: {v}" for k, v in headers)]
@@ -156,9 +149,17 @@ class HTTPConnection(asyncio.Protocol):
     # httptools callbacks ------------------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._count_head(len(name) + len(value) + 4)
+
+    def _count_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > MAX_HEAD_BYTES:
+            self._reject(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+            raise httptools.HttpParserError("rejected")
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
@@ -253,11 +254,19 @@ class HTTPConnection(asyncio.Protocol):
         self._headers: list[tuple[str, str]] = []
         self._body: list[bytes] = []
         self._body_size = 0
-        self._head_bytes = 0
+        self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
+        self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+
+
+def encode_chunked(parts: list[bytes]) -> list[bytes]:
+    """Each part as one chunk; the last also carries the end of the body, so it goes out in the same write."""
+    out = [b"%x\r\n%b\r\n" % (len(p), p) for p in parts]
+    if out:
+        out[-1] += b"0\r\n\r\n"
+    return out
 
 
 def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     """The OpenAI error shape, which OpenAI clients turn into a readable exception."""
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-

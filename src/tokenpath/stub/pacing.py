@@ -5,10 +5,11 @@ That costs one timer per loop instead of one task wake-up per frame (measured: p
 p99 drift of ~4 ms at 1,000 streams on uvloop before any write was made).
 
 Why the last stretch is slept with `time.sleep`: libuv (uvloop) timers are millisecond-granular and measured from
-the loop's cached time, so they fire up to ~1 ms early or late; the default asyncio loop rounds its epoll
-timeout up to the next millisecond. The pacer arms its timer `FINE_WAIT_NS` before the deadline and sleeps the
-rest with clock_nanosleep, which Linux honours to tens of microseconds. That blocks the loop, but only when no
-write is due sooner and never for longer than FINE_WAIT_NS, and it yields to the loop after every sleep.
+the loop's cached time, so they fire up to ~1 ms early or late (and a timer under 1 ms fires at once, which would
+make a re-arming pacer spin); the default asyncio loop rounds its epoll timeout up to the next millisecond. So the
+pacer never arms a timer shorter than MIN_TIMER_NS, aims it FINE_WAIT_NS before the deadline, and sleeps the rest
+with clock_nanosleep (tens of microseconds of error) in slices of at most SLEEP_SLICE_NS, returning to the loop
+between slices so that I/O is never held up longer than one slice.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from collections.abc import Callable
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.stub.config import Jitter
 
-FINE_WAIT_NS = 1_500_000  # longest the loop may be blocked by a precise wait; > libuv's 1 ms timer error
+MIN_TIMER_NS = 1_000_000  # libuv's timer resolution: a shorter timer fires at once
+FINE_WAIT_NS = 2_500_000  # timers are trusted only this far: MIN_TIMER_NS plus libuv's ~1 ms error, plus margin
+SLEEP_SLICE_NS = 500_000  # longest single block of the loop by a precise wait
 
 
 def schedule_offsets_ns(
@@ -64,16 +67,19 @@ class Pacer:
         loop: asyncio.AbstractEventLoop,
         clock: Clock = monotonic_ns,
         fine_wait_ns: int = FINE_WAIT_NS,
+        slice_ns: int = SLEEP_SLICE_NS,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._loop = loop
         self._clock = clock
         self._fine_wait_ns = fine_wait_ns
+        self._slice_ns = slice_ns
         self._sleep = sleep
         self._heap: list[tuple[int, int, Callable[[int], None]]] = []
         self._seq = itertools.count()
-        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None
+        self._timer: asyncio.TimerHandle | asyncio.Handle | None = None  # the one live wake-up, if any
         self._armed_for: int | None = None
+        self._running = False  # callbacks schedule their next write from inside _run; it arms once at the end
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -82,7 +88,7 @@ class Pacer:
         """Schedule `callback(deadline_ns)`; returns a token for `cancel`."""
         token = next(self._seq)
         heapq.heappush(self._heap, (deadline_ns, token, callback))
-        if self._armed_for is None or deadline_ns < self._armed_for:
+        if not self._running and (self._armed_for is None or deadline_ns < self._armed_for):
             self._arm()
         return token
 
@@ -106,7 +112,7 @@ class Pacer:
         self._armed_for = deadline
         early_ns = deadline - self._clock() - self._fine_wait_ns
         if early_ns > 0:
-            self._timer = self._loop.call_later(early_ns / 1e9, self._run)
+            self._timer = self._loop.call_later(max(early_ns, MIN_TIMER_NS) / 1e9, self._run)
         else:
             self._timer = self._loop.call_soon(self._run)
 
@@ -114,15 +120,19 @@ class Pacer:
         self._timer = None
         self._armed_for = None
         heap, clock = self._heap, self._clock
-        now = clock()
-        while heap and heap[0][0] <= now:
-            deadline, _, callback = heapq.heappop(heap)
-            callback(deadline)
+        self._running = True
+        try:
             now = clock()
+            while heap and heap[0][0] <= now:
+                deadline, _, callback = heapq.heappop(heap)
+                callback(deadline)
+                now = clock()
+        finally:
+            self._running = False
         if heap:
             rest = heap[0][0] - now
             if 0 < rest <= self._fine_wait_ns:
-                self._sleep(rest / 1e9)
+                self._sleep(min(rest, self._slice_ns) / 1e9)
                 self._armed_for = heap[0][0]
                 self._timer = self._loop.call_soon(self._run)  # let I/O in before the next write
                 return

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
 
 
-class FrameKind(str, Enum):
+class FrameKind(StrEnum):
     CONTENT = "content"  # carries model output: what TTFT waits for
     CONTROL = "control"  # role-only delta, empty delta, usage or finish chunk: data, but no content
     COMMENT = "comment"  # only comment lines (keep-alives)
@@ -80,6 +80,10 @@ class SSEParser:
         self._scan = 0  # where line scanning resumes inside _buf
         self._lines: list[bytes] = []
         self._at_start = True
+        # A CR that ended the input ended its line at once (waiting would delay CR-only streams by a frame);
+        # if the next byte is LF it is the rest of that CRLF and is skipped.
+        self._skip_lf = False
+        self._lf_frame: Frame | None = None  # the frame that CR ended: that LF belongs to its raw bytes
 
     def feed(self, data: bytes) -> list[Frame]:
         buf = self._buf + data if self._buf else data
@@ -93,6 +97,15 @@ class SSEParser:
         frames: list[Frame] = []
         start = 0  # where the current event's bytes begin in buf
         scan = self._scan
+        if self._skip_lf and len(buf) > scan:
+            self._skip_lf = False
+            if buf[scan : scan + 1] == b"\n":
+                scan += 1
+                if self._lf_frame is not None:
+                    self._lf_frame.raw += b"\n"
+                if not self._lines:
+                    start = scan  # between events: the LF belongs to no new event
+            self._lf_frame = None
         lines = self._lines
         search = _LINE_END.search
         while True:
@@ -100,15 +113,17 @@ class SSEParser:
             if m is None:
                 break
             end = m.end()
-            if end == len(buf) and buf[end - 1 : end] == b"\r":
-                break  # a CR at the end may be the first half of a CRLF: wait for the next byte
+            cr_at_end = end == len(buf) and buf[end - 1] == 13  # b"\r"
+            self._skip_lf = cr_at_end
             line = buf[scan : m.start()]
             scan = end
             if line:
                 lines.append(line)
                 continue
             if lines:
-                frames.append(_build(lines, buf[start:scan]))
+                frame = _build(lines, buf[start:scan])
+                frames.append(frame)
+                self._lf_frame = frame if cr_at_end else None
                 lines = []
             start = scan  # blank lines between events belong to no event
         self._lines = lines

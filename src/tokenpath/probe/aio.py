@@ -1,0 +1,89 @@
+"""Many streams at once on one event loop: the same TraceRecorder as the blocking probe, fed from
+`data_received`, which is where asyncio hands over each recv()."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import cast
+
+from tokenpath.clock import Clock, monotonic_ns
+from tokenpath.errors import ConnectError, PeerError, ProtocolError
+from tokenpath.probe.trace import Trace, TraceRecorder
+
+
+class _StreamProtocol(asyncio.Protocol):
+    def __init__(self, stream_id: str, request: bytes, clock: Clock, done: asyncio.Future[Trace]) -> None:
+        self._stream_id = stream_id
+        self._request = request
+        self._clock = clock
+        self._done = done
+        self._recorder: TraceRecorder | None = None
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.write(self._request)
+        # asyncio writes what the kernel takes at once; a chat request is far below one socket buffer.
+        self._recorder = TraceRecorder(self._stream_id, self._clock())
+
+    def data_received(self, data: bytes) -> None:
+        t = self._clock()
+        assert self._recorder is not None
+        try:
+            self._recorder.on_read(t, data)
+        except ProtocolError as exc:
+            self._fail(exc)
+            return
+        if self._recorder.complete and not self._done.done():
+            self._done.set_result(self._recorder.trace)
+            assert self._transport is not None
+            self._transport.close()
+
+    def eof_received(self) -> bool | None:
+        assert self._recorder is not None
+        try:
+            self._recorder.on_eof(self._clock())
+        except ProtocolError as exc:
+            self._fail(exc)
+            return None
+        if not self._done.done():
+            self._done.set_result(self._recorder.trace)
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._fail(PeerError(f"connection lost before the response ended: {exc or 'closed'}"))
+
+    def _fail(self, exc: Exception) -> None:
+        if not self._done.done():
+            self._done.set_exception(exc)
+        if self._transport is not None:
+            self._transport.abort()
+
+
+async def stream_once(
+    host: str,
+    port: int,
+    request: bytes,
+    stream_id: str,
+    *,
+    clock: Clock = monotonic_ns,
+    timeout_s: float = 600.0,
+) -> Trace:
+    """Send `request` on a new connection and record the response until it ends."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Trace] = loop.create_future()
+    try:
+        transport, _ = await loop.create_connection(
+            lambda: _StreamProtocol(stream_id, request, clock, done), host, port
+        )
+    except OSError as exc:
+        raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        return await asyncio.wait_for(done, timeout_s)
+    finally:
+        transport.close()

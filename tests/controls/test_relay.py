@@ -1,0 +1,85 @@
+"""The relays in-process between the probe and an in-process stub: the same tests the runners will face."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import BackgroundLoop
+from tokenpath.controls.relay import Relay, RelayConfig
+from tokenpath.errors import ProtocolError, UsageError
+from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.stub.config import StubConfig
+from tokenpath.stub.server import StubServer
+
+FRAMES, INTERVAL = 10, 20
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[tuple[BackgroundLoop, StubServer]]:
+    bg = BackgroundLoop()
+    stub = StubServer(
+        StubConfig(port=0, format="plain", tokens=FRAMES, interval_ms=INTERVAL, ttft_ms=0, frame_bytes=60)
+    )
+    bg.run(stub.start())
+    yield bg, stub
+    bg.run(stub.close())
+    bg.close()
+
+
+def through(world: tuple[BackgroundLoop, StubServer], **relay: object) -> RunMetrics:
+    bg, stub = world
+    server = Relay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, **relay))  # type: ignore[arg-type]
+    port = bg.run(server.start())
+    try:
+        return run_metrics(probe_stream(ProbeConfig(url=f"http://127.0.0.1:{port}")))
+    finally:
+        bg.run(server.close())
+
+
+def test_pass_streams(world: tuple[BackgroundLoop, StubServer]) -> None:
+    metrics = through(world, mode="pass")
+    assert metrics.frames == FRAMES
+    assert metrics.frames_per_read == 1.0
+
+
+def test_buffer_delivers_everything_in_one_read_at_the_end(world: tuple[BackgroundLoop, StubServer]) -> None:
+    metrics = through(world, mode="buffer")
+    assert metrics.frames == FRAMES
+    assert metrics.arrivals == 1
+    assert (metrics.ttft_ms or 0) >= (FRAMES - 1) * INTERVAL
+
+
+def test_cork_delivers_bursts_about_cork_ms_late(world: tuple[BackgroundLoop, StubServer]) -> None:
+    metrics = through(world, mode="cork", cork_ms=70, cork_bytes=10_000)
+    assert metrics.frames == FRAMES
+    assert (metrics.frames_per_read or 0) >= 3
+    assert 60 <= (metrics.ttft_ms or 0) < 150
+
+
+def test_cork_flushes_on_size(world: tuple[BackgroundLoop, StubServer]) -> None:
+    # 60-byte frames are 66 bytes chunked; a 130-byte cork is released by every second frame, long before
+    # the 10 s timer (the response head, counted too, may release a lone first frame).
+    metrics = through(world, mode="cork", cork_ms=10_000, cork_bytes=130)
+    assert metrics.frames == FRAMES
+    assert max(metrics.bursts) == 2
+    assert metrics.bursts[2] >= FRAMES // 2 - 1
+    assert (metrics.total_ms or 0) < 5_000
+
+
+def test_unreachable_upstream_closes_the_client(world: tuple[BackgroundLoop, StubServer]) -> None:
+    bg, _ = world
+    server = Relay(RelayConfig(upstream_host="127.0.0.1", upstream_port=1))
+    port = bg.run(server.start())
+    try:
+        with pytest.raises(ProtocolError, match="before the response headers"):
+            probe_stream(ProbeConfig(url=f"http://127.0.0.1:{port}"))
+    finally:
+        bg.run(server.close())
+
+
+def test_bad_mode() -> None:
+    with pytest.raises(UsageError, match="pass, buffer, cork"):
+        RelayConfig(upstream_host="h", upstream_port=1, mode="slow")  # type: ignore[arg-type]

@@ -1,0 +1,103 @@
+"""The stub's audit at 1 and 500 concurrent streams of 14 ms frames, and across SO_REUSEPORT workers.
+
+Stream starts are spread over one interval, as in a real serving system. The client here only drains bytes: it
+is the stub under test, and on this 2-core machine a heavier client takes CPU the stub needs.
+
+At 500 streams every 14 ms tick carries 500 writes, so one scheduling hiccup longer than the 2.8 ms tolerance
+fails dozens of streams at once. On this shared machine such hiccups land in some runs even with the stub at
+SCHED_FIFO (bench/RESULTS.md has the pass rates over many runs); the audit is right to fail them, and the
+runners exclude them. So the 500-stream test asserts what holds run after run and still catches a broken pacer
+(a ms-granular timer, a spinning or stalled loop): every stream complete and audited, the median stream's
+drift p50 far below the tolerance, and most writes on time. The pass rate is printed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.e2e.conftest import Start
+from tokenpath.loops import new_event_loop
+from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.stats import median
+from tokenpath.stub.control import fetch_audit
+
+TOKENS, INTERVAL_MS = 40, 14
+FRAMES = TOKENS + 3  # role, tokens, finish, [DONE]
+
+
+class _Drain(asyncio.Protocol):
+    def __init__(self, request: bytes, done: asyncio.Future[int]) -> None:
+        self.request, self.done, self.received = request, done, 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.write(self.request)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data.count(b"data: ")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.done.set_result(self.received)
+
+
+def drain_streams(url: str, n: int, spread_s: float = INTERVAL_MS / 1000) -> dict[str, int]:
+    """Open n streams, starts spread over spread_s; returns frames received per stream id."""
+    cfg = ProbeConfig(url=url)
+    target = cfg.target
+
+    async def one(k: int) -> tuple[str, int]:
+        await asyncio.sleep(k * spread_s / n)
+        sid = new_stream_id()
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        request = request_bytes(cfg, target, sid)
+        await asyncio.get_running_loop().create_connection(lambda: _Drain(request, done), target.host, target.port)
+        return sid, await asyncio.wait_for(done, 60)
+
+    async def main() -> dict[str, int]:
+        return dict(await asyncio.gather(*(one(k) for k in range(n))))
+
+    loop = new_event_loop("uvloop")
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def audited(url: str, n: int) -> list[dict[str, Any]]:
+    received = drain_streams(url, n)
+    assert set(received.values()) == {FRAMES}
+    audit = fetch_audit(url, list(received), with_log=False)
+    assert audit["missing"] == []
+    verdicts = [s["verdict"] for s in audit["streams"]]
+    assert len(verdicts) == n
+    assert all(v["state"] == "complete" and v["writes"] == FRAMES for v in verdicts)
+    return verdicts
+
+
+def stub_args(*extra: str) -> tuple[str, ...]:
+    return ("stub", "--port", "0", "--tokens", str(TOKENS), "--interval-ms", str(INTERVAL_MS), *extra)
+
+
+def test_audit_passes_for_one_stream(service: Start) -> None:
+    stub = service(*stub_args())
+    assert stub.url is not None
+    (verdict,) = audited(stub.url, 1)
+    assert verdict["passed"], verdict
+
+
+def test_stub_keeps_schedule_at_500_concurrent_streams(service: Start) -> None:
+    stub = service(*stub_args())
+    assert stub.url is not None
+    verdicts = audited(stub.url, 500)
+    late = sum(v["late_writes"] for v in verdicts)
+    passed = sum(v["passed"] for v in verdicts)
+    print(f"500 streams: {passed} passed the audit, {late} of {500 * FRAMES} writes late")
+    assert median([v["drift_ms"]["p50"] for v in verdicts]) <= 0.5
+    assert late < 0.25 * 500 * FRAMES
+
+
+def test_workers_share_a_port_and_every_audit_is_found(service: Start) -> None:
+    stub = service(*stub_args("--workers", "2"))
+    assert stub.url is not None
+    verdicts = audited(stub.url, 100)
+    assert median([v["drift_ms"]["p50"] for v in verdicts]) <= 0.5

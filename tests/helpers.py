@@ -1,0 +1,63 @@
+"""Test helpers: an event loop in a thread for in-process servers, and raw-socket HTTP exchanges."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from tokenpath.loops import new_event_loop
+
+T = TypeVar("T")
+
+
+class BackgroundLoop:
+    """Runs an event loop (uvloop, as in production) in a thread; tests in the main thread use blocking I/O."""
+
+    def __init__(self) -> None:
+        self.loop = new_event_loop("uvloop")
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        async def wrapper() -> Any:
+            return fn(*args)
+
+        return self.run(wrapper())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+
+
+def exchange(port: int, raw: bytes, timeout: float = 5.0) -> bytes:
+    """Send raw bytes, read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(raw)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def post(path: str, body: dict[str, Any] | bytes, *, version: str = "1.1", extra: str = "") -> bytes:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return (
+        f"POST {path} HTTP/{version}\r\nHost: t\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    ).encode() + data
+
+
+def status_and_json(response: bytes) -> tuple[int, Any]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(body)
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}

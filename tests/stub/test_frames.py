@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+from itertools import pairwise
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.stub.frames import DONE_FRAME, StreamRequest, minimum_frame_bytes, render_stream, token_text
+from tokenpath.wire.sse import FrameKind, SSEParser
+
+
+def chat(tokens: int = 5, usage: bool = False) -> StreamRequest:
+    return StreamRequest("chat", "m", "s1", tokens, usage, 7)
+
+
+def test_openai_chat_stream_shape() -> None:
+    frames = render_stream(chat(3, usage=True), "openai", None)
+    kinds = [SSEParser().feed(f)[0].kind for f in frames]
+    assert kinds == [
+        FrameKind.CONTROL,
+        *[FrameKind.CONTENT] * 3,
+        FrameKind.CONTROL,
+        FrameKind.CONTROL,
+        FrameKind.DONE,
+    ]
+    role = json.loads(frames[0][6:])
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    finish = json.loads(frames[4][6:])
+    assert finish["choices"][0]["finish_reason"] == "length"
+    usage = json.loads(frames[5][6:])
+    assert usage["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert frames[-1] == DONE_FRAME
+
+
+def test_token_text_never_repeats_its_neighbour() -> None:
+    texts = [token_text(i) for i in range(1000)]
+    assert all(a != b for a, b in pairwise(texts))
+    assert len(set(texts)) == 1000
+
+
+@pytest.mark.parametrize("size", [60, 61, 1100])
+def test_plain_frames_are_padded_exactly(size: int) -> None:
+    frames = render_stream(StreamRequest("chat", "m", "s", 12), "plain", size)
+    assert {len(f) for f in frames} == {size}
+    assert [SSEParser().feed(f)[0].data.split()[0] for f in frames] == [str(i).encode() for i in range(12)]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("size", [300, 1100])
+def test_openai_frames_are_padded_exactly_and_stay_valid_json(size: int) -> None:
+    frames = render_stream(chat(4), "openai", size)
+    assert {len(f) for f in frames[:-1]} == {size}
+    for f in frames[:-1]:
+        json.loads(f[6:])
+
+
+def test_frame_bytes_too_small_is_a_clear_error() -> None:
+    need = minimum_frame_bytes(chat(), "openai")
+    with pytest.raises(UsageError, match="--format plain"):
+        render_stream(chat(), "openai", need - 1)
+    render_stream(chat(), "openai", need)

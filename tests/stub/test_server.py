@@ -1,0 +1,162 @@
+"""The stub in-process on a real loopback socket: protocol edges, bad input, disconnects, audit failure."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.helpers import CHAT, BackgroundLoop, exchange, post, status_and_json
+from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.metrics import run_metrics
+from tokenpath.stub.audit import audit_stream
+from tokenpath.stub.server import StubServer
+
+StartStub = Callable[..., StubServer]
+
+
+def test_stream_is_paced_and_audited(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=6, interval_ms=20, ttft_ms=30)
+    trace = probe_stream(ProbeConfig(url=stub.url))
+    metrics = run_metrics(trace)
+    assert metrics.frames == 1 + 6 + 1 + 1  # role, tokens, finish, [DONE]
+    assert metrics.frames_per_read == 1.0
+    assert 29 <= (metrics.ttft_ms or 0) < 60  # the stub's clock starts a hair before sendall returns
+    log = stub.audit.get(trace.stream_id)
+    assert log is not None
+    assert log.state == "complete"
+    assert len(log.actual_ns) == metrics.frames
+    assert audit_stream(log).passed
+
+
+def test_http10_gets_close_delimited_body(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0, format="plain")
+    response = exchange(stub.port, post("/v1/chat/completions", CHAT, version="1.0"))
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head
+    assert b"Connection: close" in head
+    assert body == b"data: 0\n\ndata: 1\n\n"
+
+
+def test_keep_alive_serves_two_requests_on_one_connection(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0, format="plain")
+    one = post("/v1/chat/completions", CHAT).replace(b"Connection: close\r\n", b"")
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=5) as sock:
+        sock.sendall(one + one.replace(b"Host: t", b"Host: t\r\nConnection: close"))
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    assert data.count(b"0\r\n\r\n") == 2
+
+
+def test_non_streaming_completion(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=3, interval_ms=1, ttft_ms=0)
+    status, body = status_and_json(exchange(stub.port, post("/v1/completions", {"prompt": "x", "max_tokens": 2})))
+    assert status == 200
+    assert body["object"] == "text_completion"
+    assert body["usage"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "text"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "malformed HTTP request"),
+        (post("/v1/chat/completions", b"{nope"), 400, "not valid JSON"),
+        (post("/v1/chat/completions", b"[1]"), 400, "JSON object"),
+        (post("/v1/chat/completions", {"messages": []}), 400, "messages"),
+        (post("/v1/chat/completions", {**CHAT, "max_tokens": 0}), 400, "max_tokens"),
+        (post("/v1/chat/completions", {**CHAT, "stream": "yes"}), 400, "stream"),
+        (post("/v2/nothing", CHAT), 404, "no route"),
+        (b"GET /v1/chat/completions HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 405, "use POST"),
+        (post("/v1/chat/completions", b"x" * 2048), 413, "larger than 1024"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n", 431, "request head larger"),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * 20000, 431, "request head larger"),
+        (b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: t\r\n\r\n", 431, "request head larger"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_and_the_server_lives(
+    start_stub: StartStub, raw: bytes, status: int, text: str
+) -> None:
+    stub = start_stub(max_body_bytes=1024)
+    got_status, body = status_and_json(exchange(stub.port, raw))
+    assert got_status == status
+    assert text in body["error"]["message"]
+    assert probe_stream(ProbeConfig(url=stub.url, max_tokens=1)).head.status == 200  # type: ignore[union-attr]
+
+
+def test_stream_id_from_user_field_or_generated_and_echoed(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=1, interval_ms=1, ttft_ms=0)
+    response = exchange(stub.port, post("/v1/chat/completions", {**CHAT, "user": "from-body"}))
+    assert b"X-Tokenpath-Stream: from-body\r\n" in response
+    response = exchange(stub.port, post("/v1/chat/completions", {**CHAT}))
+    assert b"X-Tokenpath-Stream: " in response
+
+
+def test_frame_bytes_too_small_for_the_request_is_a_400(start_stub: StartStub) -> None:
+    stub = start_stub(frame_bytes=60)
+    status, body = status_and_json(exchange(stub.port, post("/v1/chat/completions", CHAT)))
+    assert status == 400
+    assert "frame_bytes=60" in body["error"]["message"]
+
+
+def test_client_gone_mid_stream_ends_the_stream_at_once(bg: BackgroundLoop, start_stub: StartStub) -> None:
+    stub = start_stub(tokens=1000, interval_ms=10, ttft_ms=0)
+    sock = socket.create_connection(("127.0.0.1", stub.port))
+    sock.sendall(post("/v1/chat/completions", {**CHAT, "user": "leaver"}))
+    sock.recv(4096)
+    time.sleep(0.05)
+    sock.close()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        if bg.call(lambda: (len(stub.app.streams), len(stub.app.pacer))) == (0, 0):  # type: ignore[union-attr]
+            break
+        time.sleep(0.005)
+    assert bg.call(lambda: (len(stub.app.streams), len(stub.app.pacer))) == (0, 0)  # type: ignore[union-attr]
+    log = stub.audit.get("leaver")
+    assert log is not None
+    assert log.state == "client_gone"
+    writes = len(log.actual_ns)
+    time.sleep(0.05)
+    assert len(log.actual_ns) == writes < 1000
+
+
+def test_audit_fails_when_the_event_loop_is_blocked(bg: BackgroundLoop, start_stub: StartStub) -> None:
+    # Proves the audit can fail: a 60 ms stall in the stub's loop must show as late writes.
+    stub = start_stub(tokens=30, interval_ms=10, ttft_ms=0, format="plain")
+    bg.loop.call_soon_threadsafe(bg.loop.call_later, 0.1, time.sleep, 0.06)
+    trace = probe_stream(ProbeConfig(url=stub.url))
+    verdict = audit_stream(stub.audit.get(trace.stream_id))  # type: ignore[arg-type]
+    assert not verdict.passed
+    assert verdict.late_writes >= 1
+    assert verdict.drift_max_ms >= 40
+
+
+def test_audit_endpoints(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
+    ids = [probe_stream(ProbeConfig(url=stub.url)).stream_id for _ in range(2)]
+    status, one = status_and_json(
+        exchange(
+            stub.port,
+            f"GET /_tokenpath/audit/{ids[0]} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n".encode(),
+        )
+    )
+    assert status == 200
+    assert one["verdict"]["passed"] is True
+    assert len(one["log"]["writes"]) == one["verdict"]["writes"] == 5
+    raw = f"GET /_tokenpath/audit?ids={ids[0]},{ids[1]},nope&log=0 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    status, bulk = status_and_json(exchange(stub.port, raw.encode()))
+    assert bulk["summary"] == {"streams": 2, "passed": 2, "failed": 0}
+    assert bulk["missing"] == ["nope"]
+    assert "log" not in bulk["streams"][0]
+    status, missing = status_and_json(
+        exchange(stub.port, b"GET /_tokenpath/audit/nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+    )
+    assert status == 404
+    assert "no stream 'nope'" in missing["error"]["message"]
+    status, posted = status_and_json(exchange(stub.port, post("/_tokenpath/audit", {"ids": ids})))
+    assert posted["summary"]["streams"] == 2
+    assert json.dumps(posted)  # serialisable end to end
