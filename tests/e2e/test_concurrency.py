@@ -18,26 +18,13 @@ from typing import Any
 
 from tests.e2e.conftest import Start
 from tokenpath.loops import new_event_loop
+from tokenpath.probe.aio import drain_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.stats import median
 from tokenpath.stub.control import fetch_audit
 
 TOKENS, INTERVAL_MS = 40, 14
 FRAMES = TOKENS + 3  # role, tokens, finish, [DONE]
-
-
-class _Drain(asyncio.Protocol):
-    def __init__(self, request: bytes, done: asyncio.Future[int]) -> None:
-        self.request, self.done, self.received = request, done, 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.write(self.request)  # type: ignore[attr-defined]
-
-    def data_received(self, data: bytes) -> None:
-        self.received += data.count(b"data: ")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.done.set_result(self.received)
 
 
 def drain_streams(url: str, n: int, spread_s: float = INTERVAL_MS / 1000) -> dict[str, int]:
@@ -48,10 +35,7 @@ def drain_streams(url: str, n: int, spread_s: float = INTERVAL_MS / 1000) -> dic
     async def one(k: int) -> tuple[str, int]:
         await asyncio.sleep(k * spread_s / n)
         sid = new_stream_id()
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        request = request_bytes(cfg, target, sid)
-        await asyncio.get_running_loop().create_connection(lambda: _Drain(request, done), target.host, target.port)
-        return sid, await asyncio.wait_for(done, 60)
+        return sid, await drain_once(target.host, target.port, request_bytes(cfg, target, sid), timeout_s=60)
 
     async def main() -> dict[str, int]:
         return dict(await asyncio.gather(*(one(k) for k in range(n))))

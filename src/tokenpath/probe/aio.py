@@ -87,3 +87,34 @@ async def stream_once(
         return await asyncio.wait_for(done, timeout_s)
     finally:
         transport.close()
+
+
+class _Drain(asyncio.Protocol):
+    def __init__(self, request: bytes, done: asyncio.Future[int]) -> None:
+        self._request = request
+        self._done = done
+        self._frames = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        cast(asyncio.Transport, transport).write(self._request)
+
+    def data_received(self, data: bytes) -> None:
+        self._frames += data.count(b"data: ")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._done.set_result(self._frames)
+
+
+async def drain_once(host: str, port: int, request: bytes, *, timeout_s: float = 600.0) -> int:
+    """Send `request` and read until the server closes, counting `data: ` lines and timing nothing.
+
+    For runs where only the stub's audit matters: on a small machine a parsing client takes CPU the stub needs.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    try:
+        await loop.create_connection(lambda: _Drain(request, done), host, port)
+    except OSError as exc:
+        raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+    return await asyncio.wait_for(done, timeout_s)

@@ -87,13 +87,11 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
     deadline = sent + int(cfg.total_timeout_s * 1e9)
     last_frame = sent
     checked_head = False
+    idle_ns = int(cfg.idle_timeout_s * 1e9)
     while not rec.complete:
-        now = clock()
         first = rec.trace.t_first_byte_ns is None
-        limit_s = cfg.first_byte_timeout_s if first else cfg.idle_timeout_s - (now - last_frame) / 1e9
-        limit_s = min(limit_s, (deadline - now) / 1e9)
-        if limit_s <= 0:
-            _timeout(rec, cfg, first, total=now >= deadline)
+        # A constant per phase, so the transport sets it once: bytes silent for this long end the wait.
+        limit_s = min(cfg.first_byte_timeout_s if first else cfg.idle_timeout_s, cfg.total_timeout_s)
         try:
             data = transport.recv(limit_s)
         except TimeoutError:
@@ -104,6 +102,10 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
             break
         if rec.on_read(t, data):
             last_frame = t
+        elif not first and t - last_frame > idle_ns:
+            _timeout(rec, cfg, first=False, total=False)  # bytes, but no frame completes: still silence
+        if t >= deadline:
+            _timeout(rec, cfg, first, total=True)
         if not checked_head and rec.trace.head is not None:
             checked_head = True
             _check_head(transport, rec, cfg)

@@ -198,9 +198,10 @@ def _reuseport_socket(host: str, port: int) -> socket.socket:
 def _raise_priority(wanted: Priority) -> str:
     """The emitter's schedule is the experiment's reference clock. Under CPU contention (a proxy and a client on
     the same cores) a normal-priority stub is preempted for several ms at a time, and at hundreds of streams
-    one such stall fails dozens of streams' audits: measured here, 1 of 10,000 streams failed under SCHED_FIFO
-    against up to 329 of 500 in a run at normal priority. The kernel's RT throttling keeps a runaway stub to
-    95 % of a core, and an overloaded stub fails its own audit. `auto` uses it when the OS permits."""
+    one such stall fails dozens of streams' audits. Measured here, two stubs side by side at 500 streams, 15
+    alternating rounds: 166 of 7,500 streams failed at SCHED_FIFO against 464 at normal priority (bench/RESULTS.md).
+    The kernel's RT throttling keeps a runaway stub to 95 % of a core, and an overloaded stub fails its own
+    audit. `auto` uses it when the OS permits."""
     if wanted == "normal":
         return "normal"
     try:
