@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
-import sys
 
 from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import drain_once
@@ -108,7 +107,9 @@ def main() -> None:
         return
     print(f"# stub drift: {TOKENS} tokens x {INTERVAL_MS:g} ms, {'lock-step' if a.lockstep else 'spread'} starts, "
           f"{a.runs} runs per row; python {platform.python_version()}, {platform.machine()}")  # fmt: skip
-    print("\n| streams | workers | priority | drift p50 ms | p99 ms | p99.9 ms | max ms | streams passing | clean runs |")
+    print(
+        "\n| streams | workers | priority | drift p50 ms | p99 ms | p99.9 ms | max ms | streams passing | clean runs |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for workers in map(int, a.workers.split(",")):
         for n in map(int, a.levels.split(",")):
@@ -118,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
