@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import platform
+from typing import Any
 
 from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import drain_once
@@ -44,7 +45,7 @@ def one_round(url: str, n: int, spread_s: float) -> list[str]:
         loop.close()
 
 
-def measure(n: int, workers: int, runs: int, lockstep: bool, priority: str) -> dict[str, object]:
+def measure(n: int, workers: int, runs: int, lockstep: bool, priority: str) -> dict[str, Any]:
     args = ["stub", "--port", "0", "--tokens", str(TOKENS), "--interval-ms", str(INTERVAL_MS)]
     args += ["--workers", str(workers), "--priority", priority]
     drifts: list[float] = []
