@@ -229,17 +229,96 @@ def relay(
 
 
 @app.command()
-def demo(
-    runs: Annotated[int, typer.Option(help="Streams per path.")] = 3,
+def matrix(
+    experiment: Annotated[str, typer.Argument(help="Experiment file (TOML); see examples/.")],
+    out: Annotated[str, typer.Option(help="Directory for results.json, table.md, results.csv.")] = "out/matrix",
+    force: Annotated[bool, typer.Option(help="Measure even if certification fails (tables say UNCERTIFIED).")] = False,
 ) -> None:
-    """Certify the instrument: probe a paced stub direct and through pass, cork and buffer relays."""
-    from tokenpath.demo import DemoConfig, run_demo
+    """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
+    from pathlib import Path
+
+    from tokenpath.experiment import spec
+    from tokenpath.experiment.runner import MatrixRunner
+    from tokenpath.results import tables
 
     try:
-        _, certified = run_demo(DemoConfig(runs=runs), console)
+        exp = spec.load(experiment)
+        runner = MatrixRunner(exp, Path(out), force=force, console=console)
+        doc = runner.run()
+    except TokenpathError as exc:
+        _fail("matrix", exc)
+    console.print(tables.rich_table(doc))
+    console.print(f"results: {Path(out) / 'results.json'} (also table.md, results.csv)")
+    if doc.get("interrupted"):
+        raise typer.Exit(130)
+
+
+@app.command()
+def sweep(
+    proxy: Annotated[str, typer.Argument(help="Catalogue proxy to sweep, e.g. haproxy.")],
+    variant: Annotated[str, typer.Option(help="Its variant.")] = "stock",
+    link: Annotated[str, typer.Option(help="loopback or veth (1,500-byte MTU; needs root).")] = "veth",
+    tls: Annotated[bool, typer.Option(help="Terminate TLS at the proxy.")] = False,
+    sizes: Annotated[
+        str, typer.Option(help="Frame sizes in bytes, comma-separated.")
+    ] = "60,200,360,500,700,1000,1400,2000",
+    intervals: Annotated[str, typer.Option(help="Intervals in ms, comma-separated.")] = "10,25,50,100",
+    runs: Annotated[int, typer.Option(help="Streams per point.")] = 3,
+    frames: Annotated[int, typer.Option(help="Frames per stream.")] = 30,
+    out: Annotated[str, typer.Option(help="Directory for results.json.")] = "out/sweep",
+    force: Annotated[bool, typer.Option(help="Measure even if certification fails.")] = False,
+) -> None:
+    """Sweep frame size x interval through one proxy and infer what makes it flush (size? timer?)."""
+    from pathlib import Path
+
+    from tokenpath.experiment.sweep import run_sweep, sweep_experiment
+
+    try:
+        if link not in ("loopback", "veth"):
+            raise UsageError(f"--link {link!r}: expected loopback or veth")
+        try:
+            size_list = [int(x) for x in sizes.split(",")]
+            interval_list = [float(x) for x in intervals.split(",")]
+        except ValueError:
+            raise UsageError("--sizes and --intervals take comma-separated numbers") from None
+        exp = sweep_experiment(proxy, variant, link, tls, size_list, interval_list, runs, frames)  # type: ignore[arg-type]
+        exp.proxy(proxy).variant(variant)
+        doc = run_sweep(exp, proxy, Path(out), console, force)
+    except TokenpathError as exc:
+        _fail("sweep", exc)
+    table = Table(title=f"tokenpath sweep: {exp.name}")
+    for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
+        table.add_column(col, justify="right")
+    for p in doc["points"]:
+        table.add_row(
+            str(p["frame_bytes"]), f"{p['interval_ms']:g}", _fmt(p["fpr_median"], 2), _fmt(p["added_ttft_ms_median"]),
+            str(p["modal_burst"]), "no" if p["within_floor"] else "yes",
+        )  # fmt: skip
+    console.print(table)
+    inferred = doc["inferred"]
+    console.print(f"[bold]{proxy} {inferred.get('rule', '')}[/] ({inferred['explanation']})")
+    console.print(f"results: {Path(out) / 'results.json'}")
+
+
+@app.command()
+def demo(
+    runs: Annotated[int, typer.Option(help="Streams per path.")] = 3,
+    out: Annotated[str, typer.Option(help="Directory for the results.")] = "out/demo",
+) -> None:
+    """A quick certified matrix: every installed proxy, stock and with its fix, plus the controls."""
+    from pathlib import Path
+
+    from tokenpath.demo import run_demo
+    from tokenpath.results import tables
+
+    try:
+        doc = run_demo(Path(out), console, runs)
     except TokenpathError as exc:
         _fail("demo", exc)
-    raise typer.Exit(0 if certified else 1)
+    console.print(tables.rich_table(doc))
+    console.print(f"results: {Path(out) / 'results.json'} (also table.md, results.csv)")
+    if not doc["certification"]["passed"]:
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -160,3 +160,33 @@ def test_audit_endpoints(start_stub: StartStub) -> None:
     status, posted = status_and_json(exchange(stub.port, post("/_tokenpath/audit", {"ids": ids})))
     assert posted["summary"]["streams"] == 2
     assert json.dumps(posted)  # serialisable end to end
+
+
+def test_a_request_can_override_the_pacing(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=50, interval_ms=100, ttft_ms=500)
+    pacing = {"interval_ms": 5, "ttft_ms": 0, "tokens": 4, "format": "plain", "frame_bytes": 60}
+    trace = probe_stream(ProbeConfig(url=stub.url, extra_body=(("tokenpath", pacing),)))
+    metrics = run_metrics(trace)
+    assert metrics.frames == 4
+    assert {len(f.frame.raw) for f in trace.frames} == {60}
+    assert (metrics.total_ms or 1e9) < 200
+    log = stub.audit.get(trace.stream_id)
+    assert log is not None
+    assert log.interval_ms == 5  # the audit judges the stream by its own interval
+
+
+@pytest.mark.parametrize(
+    ("pacing", "text"),
+    [
+        ({"speed": 1}, "unknown keys"),
+        ({"interval_ms": -1}, "interval_ms"),
+        ({"tokens": 0}, "tokens"),
+        ({"format": "xml"}, "format"),
+        ([1], "must be an object"),
+    ],
+)
+def test_bad_pacing_override_is_a_400(start_stub: StartStub, pacing: object, text: str) -> None:
+    stub = start_stub()
+    status, body = status_and_json(exchange(stub.port, post("/v1/chat/completions", {**CHAT, "tokenpath": pacing})))
+    assert status == 400
+    assert text in body["error"]["message"]

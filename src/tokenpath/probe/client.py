@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import (
@@ -34,6 +35,7 @@ class ProbeConfig:
     idle_timeout_s: float = 30.0
     total_timeout_s: float = 600.0
     keep_alive: bool = False
+    extra_body: tuple[tuple[str, Any], ...] = ()  # merged into the JSON body (e.g. the stub's "tokenpath" pacing)
 
     @property
     def target(self) -> Target:
@@ -53,6 +55,7 @@ def new_stream_id() -> str:
 
 def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
     body = chat_body(model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream_id=stream_id)
+    body.update(cfg.extra_body)
     headers = [(STREAM_HEADER, stream_id), *cfg.headers]
     if cfg.api_key:
         headers.append(("Authorization", f"Bearer {cfg.api_key}"))

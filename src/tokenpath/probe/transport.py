@@ -125,7 +125,7 @@ def open_connection(target: Target, *, connect_timeout_s: float, tls: TLSOptions
             last = exc
             continue
         if target.scheme == "https":
-            sock = _wrap_tls(sock, target, tls)
+            sock = wrap_tls(sock, target, tls)
         return SocketTransport(sock)
     if isinstance(last, TimeoutError):
         raise ConnectError(f"connecting to {target.host}:{target.port} timed out after {connect_timeout_s} s")
@@ -133,7 +133,7 @@ def open_connection(target: Target, *, connect_timeout_s: float, tls: TLSOptions
     raise ConnectError(f"cannot connect to {target.host}:{target.port}: {reason}")
 
 
-def _wrap_tls(sock: socket.socket, target: Target, tls: TLSOptions) -> socket.socket:
+def wrap_tls(sock: socket.socket, target: Target, tls: TLSOptions) -> socket.socket:
     try:
         return tls.context().wrap_socket(sock, server_hostname=target.host)
     except (ssl.SSLError, ssl.CertificateError) as exc:

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
-from tokenpath.stub.config import Format, StubConfig
+from tokenpath.stub.config import Format, Pacing, StubConfig
 from tokenpath.stub.frames import StreamRequest, completion_id, render_completion, render_stream
 from tokenpath.stub.http_server import Request, Response, encode_chunked, error_body
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
@@ -147,22 +147,22 @@ class StubApp:
         started = self.clock()
         try:
             body = _json_object(request.body)
-            stream_req, streaming = self._parse_completion(body, request, kind)
-            shape = _shape(stream_req, self.cfg.format, self.cfg.frame_bytes) if streaming else None
+            stream_req, streaming, pacing = self._parse_completion(body, request, kind)
+            shape = _shape(stream_req, pacing.format, pacing.frame_bytes) if streaming else None
         except UsageError as exc:
             response.send_json(400, error_body(str(exc), "invalid_request_error"))
             return
         headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers]
-        log = self.audit.open(stream_req.stream_id, self.cfg.interval_ms, started)
+        log = self.audit.open(stream_req.stream_id, pacing.interval_ms, started)
         if shape is None:
-            self._whole_completion(response, stream_req, log, headers)
+            self._whole_completion(response, stream_req, log, headers, pacing)
             return
-        lead = 1 if kind == "chat" and self.cfg.format == "openai" else 0
+        lead = 1 if kind == "chat" and pacing.format == "openai" else 0
         offsets = schedule_offsets_ns(
             len(shape.sizes),
             lead_frames=lead,
-            ttft_ms=self.cfg.ttft_ms,
-            interval_ms=self.cfg.interval_ms,
+            ttft_ms=pacing.ttft_ms,
+            interval_ms=pacing.interval_ms,
             jitter=self.cfg.jitter,
             rng=self._rng,
         )
@@ -184,11 +184,11 @@ class StubApp:
         stream.start(head)
 
     def _whole_completion(
-        self, response: Response, req: StreamRequest, log: StreamLog, headers: list[tuple[str, str]]
+        self, response: Response, req: StreamRequest, log: StreamLog, headers: list[tuple[str, str]], pacing: Pacing
     ) -> None:
         """stream: false: the JSON arrives when the last token would have."""
         body = json.dumps(render_completion(req), separators=(",", ":")).encode()
-        offset = round((self.cfg.ttft_ms + (req.tokens - 1) * self.cfg.interval_ms) * NS_PER_MS)
+        offset = round((pacing.ttft_ms + (req.tokens - 1) * pacing.interval_ms) * NS_PER_MS)
 
         def send(deadline_ns: int) -> None:
             log.record(deadline_ns, self.clock(), len(body))
@@ -203,7 +203,9 @@ class StubApp:
 
         response.on_abort = abort
 
-    def _parse_completion(self, body: dict[str, Any], request: Request, kind: str) -> tuple[StreamRequest, bool]:
+    def _parse_completion(
+        self, body: dict[str, Any], request: Request, kind: str
+    ) -> tuple[StreamRequest, bool, Pacing]:
         if kind == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -220,8 +222,9 @@ class StubApp:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise UsageError("'stream' must be true or false")
+        pacing = self.cfg.pacing if "tokenpath" not in body else self.cfg.pacing.override(body["tokenpath"])
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        tokens = self.cfg.tokens
+        tokens = pacing.tokens
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
                 raise UsageError("'max_tokens' must be a positive integer")
@@ -239,7 +242,7 @@ class StubApp:
             include_usage=bool(options.get("include_usage")),
             prompt_tokens=max(1, prompt_chars // 4),
         )
-        return req, stream
+        return req, stream, pacing
 
     # audit ------------------------------------------------------------------------------------------
     def _audit_lookup(self, request: Request, response: Response) -> None:

@@ -49,6 +49,45 @@ class Jitter:
 
 
 @dataclass(frozen=True, slots=True)
+class Pacing:
+    """How one response is paced. The stub's flags set the default; a request may override any of it with a
+    `"tokenpath": {...}` member in its JSON body, so that one stub serves every condition of an experiment
+    (proxies forward bodies untouched, and some drop unknown headers)."""
+
+    ttft_ms: float
+    interval_ms: float
+    tokens: int
+    frame_bytes: int | None
+    format: Format
+
+    OVERRIDABLE = ("ttft_ms", "interval_ms", "tokens", "frame_bytes", "format")
+
+    def override(self, values: object) -> Pacing:
+        if not isinstance(values, dict):
+            raise UsageError("'tokenpath' must be an object")
+        unknown = set(values) - set(self.OVERRIDABLE)
+        if unknown:
+            raise UsageError(f"'tokenpath' has unknown keys {sorted(unknown)}; allowed: {', '.join(self.OVERRIDABLE)}")
+        fields = {k: getattr(self, k) for k in self.OVERRIDABLE}
+        for key, value in values.items():
+            if key == "format":
+                if value not in ("openai", "plain"):
+                    raise UsageError("'tokenpath.format' must be openai or plain")
+            elif key == "frame_bytes" and value is None:
+                pass
+            elif not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise UsageError(f"'tokenpath.{key}' must be a number >= 0")
+            fields[key] = value
+        if not isinstance(fields["tokens"], int) or fields["tokens"] < 1:
+            raise UsageError("'tokenpath.tokens' must be a whole number >= 1")
+        if fields["frame_bytes"] is not None and (
+            not isinstance(fields["frame_bytes"], int) or fields["frame_bytes"] < 1
+        ):
+            raise UsageError("'tokenpath.frame_bytes' must be a whole number >= 1")
+        return Pacing(**fields)
+
+
+@dataclass(frozen=True, slots=True)
 class StubConfig:
     host: str = "127.0.0.1"
     port: int = 8000
@@ -83,3 +122,7 @@ class StubConfig:
             raise UsageError(f"--priority {self.priority!r}: expected auto, realtime or normal")
         if self.frame_bytes is not None and self.frame_bytes < 1:
             raise UsageError("--frame-bytes must be >= 1")
+
+    @property
+    def pacing(self) -> Pacing:
+        return Pacing(self.ttft_ms, self.interval_ms, self.tokens, self.frame_bytes, self.format)

@@ -1,28 +1,60 @@
-"""Asks a running stub for its audit (control plane: plain urllib, not the measured path)."""
+"""Asks a running stub for its audit. Control plane, but over a plain socket from a `connect` function, so a
+runner can reach a stub inside a network namespace with a socket made there."""
 
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
+import socket
+from collections.abc import Callable
 from typing import Any
 
-from tokenpath.errors import PeerError
+from tokenpath.errors import PeerError, ProtocolError
+from tokenpath.probe.transport import parse_target
+from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.request import build_request
+
+SocketFactory = Callable[[str, int, float], socket.socket]
+
+
+def tcp_connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    return socket.create_connection((host, port), timeout_s)
 
 
 def fetch_audit(
-    stub_url: str, stream_ids: list[str], *, with_log: bool = True, timeout_s: float = 10.0
+    stub_url: str,
+    stream_ids: list[str],
+    *,
+    with_log: bool = True,
+    timeout_s: float = 10.0,
+    connect: SocketFactory = tcp_connect,
 ) -> dict[str, Any]:
     """The stub's bulk audit answer for these streams: {"streams": [...], "missing": [...], "summary": {...}}."""
-    url = f"{stub_url.rstrip('/')}/_tokenpath/audit?log={int(with_log)}"
+    target = parse_target(stub_url)
+    path = f"/_tokenpath/audit?log={int(with_log)}"
     body = json.dumps({"ids": stream_ids}).encode()
-    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    request = build_request("POST", target.host_header, path, body=body, headers=[("Content-Type", "application/json")])
+    where = f"{target.origin}{path}"
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            result: dict[str, Any] = json.load(response)
-            return result
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise PeerError(f"cannot read the stub's audit at {url}: {exc}") from None
+        with connect(target.host, target.port, timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(request)
+            parser = ResponseParser()
+            body_parts = []
+            while not parser.complete:
+                data = sock.recv(1 << 20)
+                if not data:
+                    parser.feed_eof()
+                    break
+                body_parts.append(parser.feed(data))
+    except (OSError, ProtocolError) as exc:
+        raise PeerError(f"cannot read the stub's audit at {where}: {exc}") from None
+    if parser.head is None or parser.head.status != 200:
+        raise PeerError(f"the stub's audit at {where} answered {parser.head.status if parser.head else 'nothing'}")
+    try:
+        result: dict[str, Any] = json.loads(b"".join(body_parts))
+    except ValueError as exc:
+        raise PeerError(f"the stub's audit at {where} is not JSON: {exc}") from None
+    return result
 
 
 def verdicts_by_id(audit: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,110 @@
+"""From runs to rows: medians and spread over included runs, the direct floor, and a verdict in plain words."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpath.experiment.measure import RunRecord
+from tokenpath.experiment.spec import Condition, PathSpec
+from tokenpath.stats import median, percentile
+
+FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
+FLOOR_MARGIN_TTFT_MS = 1.0  # added TTFT within the direct path's spread plus this is noise
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """What the direct path measured in the same run: anything within it is not a proxy effect."""
+
+    fpr: float
+    added_ttft_ms: float  # median of the direct path's (arrival - write) for the first content frame
+    ttft_spread_ms: float  # p90 - p50 of the same
+
+    @classmethod
+    def from_direct(cls, runs: list[RunRecord]) -> Floor | None:
+        ok = [r for r in runs if r.included and r.metrics and r.metrics.frames_per_read is not None]
+        if not ok:
+            return None
+        added = sorted(r.path_added_ttft_ms for r in ok if r.path_added_ttft_ms is not None) or [0.0]
+        fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
+        return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=percentile(added, 90) - median(added))
+
+    def to_json(self) -> dict[str, float]:
+        return {"fpr": self.fpr, "added_ttft_ms": self.added_ttft_ms, "ttft_spread_ms": self.ttft_spread_ms}
+
+
+def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> dict[str, Any]:
+    included = [r for r in runs if r.included and r.metrics]
+    row: dict[str, Any] = {
+        "proxy": path.proxy,
+        "variant": path.variant,
+        "interval_ms": cond.interval_ms,
+        "frame_bytes": cond.frame_bytes,
+        "link": cond.link,
+        "tls": cond.tls,
+        "runs": len(runs),
+        "excluded": len(runs) - len(included),
+        "exclusions": dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
+    }
+    if not included:
+        row.update(fpr_median=None, added_ttft_ms_median=None, verdict="no valid runs", within_floor=None)
+        row["raw"] = [r.to_json() for r in runs]
+        return row
+    fprs = sorted(r.metrics.frames_per_read or 0.0 for r in included if r.metrics)
+    base = floor.added_ttft_ms if floor else 0.0
+    added = sorted(r.path_added_ttft_ms - base for r in included if r.path_added_ttft_ms is not None)
+    bursts: Counter[int] = Counter()
+    for r in included:
+        assert r.metrics is not None
+        bursts.update(r.metrics.bursts)
+    modal = bursts.most_common(1)[0][0] if bursts else 0
+    row.update(
+        fpr_median=median(fprs),
+        fpr_min=fprs[0],
+        fpr_max=fprs[-1],
+        added_ttft_ms_median=median(added) if added else None,
+        added_ttft_ms_p90=percentile(added, 90) if added else None,
+        ttft_ms_median=median([r.metrics.ttft_ms for r in included if r.metrics and r.metrics.ttft_ms is not None]),
+        arrivals_median=median([r.metrics.arrivals for r in included if r.metrics]),
+        modal_burst=modal,
+        modal_burst_gap_ms=_modal_gap(included, modal),
+        frame_delay_ms_median=median([r.frame_delay_ms["p50"] for r in included if r.frame_delay_ms]) or None,
+    )
+    row["within_floor"] = _within_floor(row, floor)
+    row["verdict"] = _verdict(row)
+    row["raw"] = [r.to_json() for r in runs]
+    return row
+
+
+def _modal_gap(runs: list[RunRecord], size: int) -> float | None:
+    """The median time between an arrival of the modal burst size and the arrival before it."""
+    gaps = [
+        r.arrivals[i][0] - r.arrivals[i - 1][0]
+        for r in runs
+        for i in range(1, len(r.arrivals))
+        if r.arrivals[i][1] == size
+    ]
+    return median(gaps) if gaps else None
+
+
+def _within_floor(row: dict[str, Any], floor: Floor | None) -> bool | None:
+    if floor is None or row["fpr_median"] is None:
+        return None
+    fpr_ok = row["fpr_median"] <= floor.fpr + FLOOR_MARGIN_FPR
+    added = row["added_ttft_ms_median"]
+    ttft_ok = added is None or added <= floor.ttft_spread_ms + FLOOR_MARGIN_TTFT_MS
+    return bool(fpr_ok and ttft_ok)
+
+
+def _verdict(row: dict[str, Any]) -> str:
+    if row["within_floor"]:
+        return "streams (within the direct floor)"
+    added = row["added_ttft_ms_median"]
+    late = f", first token +{added:.0f} ms" if added is not None else ""
+    if row["arrivals_median"] <= 1:
+        return f"buffers the whole response{late}"
+    if row["fpr_median"] > (1.0 + FLOOR_MARGIN_FPR):
+        return f"coalesces: bursts of {row['modal_burst']}{late}"
+    return f"streams, but late{late}"

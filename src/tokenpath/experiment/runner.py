@@ -1,0 +1,316 @@
+"""`tokenpath matrix`: the buffering experiment end to end.
+
+For each link/TLS environment: start one stub and every path's proxy, certify (direct streams cleanly and the
+controls are seen), then run every condition: rounds of one stream per path, interleaved so that drift on the host
+hits every path alike, each stream audited by the stub and excluded when its pacing failed. Rows, floors and
+verdicts come from the runs; everything, raw runs included, goes to results.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tokenpath.errors import PeerError, TokenpathError, UsageError
+from tokenpath.experiment.measure import RunRecord, join
+from tokenpath.experiment.rows import Floor, build_row
+from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
+from tokenpath.netlink import netns
+from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
+from tokenpath.probe.transport import SocketTransport, Target, TLSOptions, Transport, wrap_tls
+from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies import ProxyError, RunningProxy
+from tokenpath.proxies.base import Endpoint, Site, TLSFiles, free_port, new_workdir, start
+from tokenpath.proxies.relays import CONTROLS, CORK_MS
+from tokenpath.results import schema
+from tokenpath.stub.control import SocketFactory, fetch_audit, tcp_connect
+from tokenpath.tlscert import self_signed
+
+# Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
+CERT_INTERVAL_MS, CERT_FRAME_BYTES, CERT_FRAMES = 50.0, 60, 12
+CERT_CONDITION = {"interval_ms": CERT_INTERVAL_MS, "frame_bytes": CERT_FRAME_BYTES, "tokens": CERT_FRAMES}
+CERT_RUNS = 3
+CERT_MAX_DIRECT_FPR = 1.05
+
+
+class CertificationError(TokenpathError):
+    exit_code = 11
+
+
+@dataclass
+class Environment:
+    """One link/TLS setting: a stub, the proxies, and how the client reaches them."""
+
+    link: Link
+    tls: bool
+    stub_url: str = ""
+    upstream: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", 0))
+    listen_host: str = "127.0.0.1"
+    running: dict[str, RunningProxy] = field(default_factory=dict)
+    controls: dict[str, RunningProxy] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    cacert: str | None = None
+    socket_factory: SocketFactory = tcp_connect
+    wrap: Callable[[list[str]], list[str]] = lambda argv: argv
+    _ports: Iterator[int] = field(default_factory=lambda: itertools.count(9000))
+
+    def next_port(self) -> int:
+        """A free loopback port; inside a fresh namespace every port is free, so they are simply counted."""
+        return free_port() if self.link == "loopback" else next(self._ports)
+
+    def connector(self) -> Callable[[Target, ProbeConfig], Transport]:
+        factory = self.socket_factory
+
+        def connect(target: Target, cfg: ProbeConfig) -> Transport:
+            try:
+                sock = factory(target.host, target.port, cfg.connect_timeout_s)
+            except OSError as exc:
+                raise PeerError(f"cannot connect to {target.host}:{target.port}: {exc}") from None
+            if target.scheme == "https":
+                sock = wrap_tls(sock, target, cfg.tls)
+            return SocketTransport(sock)
+
+        return connect
+
+
+class MatrixRunner:
+    def __init__(self, experiment: Experiment, out_dir: Path, *, force: bool = False, console: Console) -> None:
+        self.exp = experiment
+        self.out_dir = out_dir
+        self.force = force
+        self.console = console
+        self.doc = schema.new_document("matrix")
+        self.doc.update(
+            experiment=experiment.to_json(), certification={"passed": False, "checks": []}, proxies={},
+            skipped=[], rows=[], floors=[], interrupted=False,
+        )  # fmt: skip
+
+    # public ------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        groups: dict[tuple[Link, bool], list[Condition]] = {}
+        for cond in self.exp.conditions:
+            groups.setdefault((cond.link, cond.tls), []).append(cond)
+        total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
+        progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+            console=self.console, transient=True,
+        )  # fmt: skip
+        try:
+            with progress:
+                task = progress.add_task("matrix", total=total)
+                for (link, tls), conditions in groups.items():
+                    with self._environment(link, tls) as env:
+                        if env is None:
+                            progress.advance(task, len(conditions) * len(self.exp.paths) * self.exp.runs)
+                            continue
+                        self._certify(env)
+                        self.write()  # the certification, and what will be measured, are on disk from here on
+                        for cond in conditions:
+                            progress.update(task, description=cond.label)
+                            self._condition(env, cond, lambda: progress.advance(task))
+        except KeyboardInterrupt:
+            self.doc["interrupted"] = True
+            self.console.print("[yellow]interrupted: writing the rows measured so far[/]")
+        finally:
+            self.write()
+        return self.doc
+
+    def write(self) -> None:
+        from tokenpath.results import tables
+
+        schema.write(self.doc, self.out_dir)
+        (self.out_dir / "table.md").write_text(tables.markdown(self.doc))
+        (self.out_dir / "results.csv").write_text(tables.csv_text(self.doc))
+
+    # environments ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _environment(self, link: Link, tls: bool) -> Iterator[Environment | None]:
+        env = Environment(link, tls)
+        with contextlib.ExitStack() as stack:
+            if link == "veth":
+                reason = netns.available()
+                if reason:
+                    self._skip_all(f"{link} link", reason)
+                    yield None
+                    return
+                pair = stack.enter_context(netns.VethPair())
+                env.listen_host = pair.server_addr
+                env.socket_factory = pair.client_connect
+                env.wrap = pair.wrap_server
+            tmp = Path(tempfile.mkdtemp(prefix="tokenpath-matrix-"))
+            stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+            files: TLSFiles | None = None
+            if tls:
+                files = self_signed(tmp / "tls", ["127.0.0.1", env.listen_host])
+                env.cacert = str(files.cert)
+            stub_host = env.listen_host
+            stub_port = env.next_port()
+            stub_argv = env.wrap(tokenpath_argv("stub", "--host", stub_host, "--port", str(stub_port)))
+            stub = ServiceProcess(stub_argv, "stub")
+            stack.callback(stub.stop)
+            stub.start()
+            env.stub_url = f"http://{stub_host}:{stub_port}"
+            env.upstream = Endpoint("127.0.0.1" if link == "loopback" else stub_host, stub_port)
+            for path in self.exp.paths:
+                if path.proxy == "direct":
+                    continue
+                running = self._start(env, path, tmp, stack, tls=files)
+                if running is not None:
+                    env.running[path.label] = running
+            for control in CONTROLS:
+                running = self._start(env, PathSpec(control.name), tmp, stack, tls=None)
+                if running is None:
+                    raise CertificationError(f"control {control.name} did not start: {env.skipped[control.name]}")
+                env.controls[control.name] = running
+            yield env
+
+    def _start(
+        self, env: Environment, path: PathSpec, tmp: Path, stack: contextlib.ExitStack, tls: TLSFiles | None
+    ) -> RunningProxy | None:
+        proxy = self.exp.proxy(path.proxy)
+        reason = proxy.missing_reason()
+        if reason is None:
+            site = Site(
+                Endpoint(env.listen_host, env.next_port()),
+                env.upstream, new_workdir(proxy.name), proxy.variant(path.variant), tls,
+            )  # fmt: skip
+            try:
+                running = start(proxy, site, wrap=env.wrap, connect=self._ready_check(env))
+            except ProxyError as exc:
+                reason = f"failed to start: {exc}"
+            else:
+                stack.callback(running.stop)
+                entry = self.doc["proxies"].setdefault(proxy.name, {"version": proxy.version(), "variants": {}})
+                entry["variants"][path.variant] = {"config": running.effective}
+                return running
+        env.skipped[path.label] = reason
+        if path.proxy not in {c.name for c in CONTROLS}:
+            self.console.print(f"[yellow]skipping {path.label} ({env.link}{', tls' if env.tls else ''}):[/] {reason}")
+            self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
+        return None
+
+    def _ready_check(self, env: Environment) -> Callable[[Endpoint], Any]:
+        return lambda ep: env.socket_factory(ep.host, ep.port, 0.5)
+
+    def _skip_all(self, what: str, reason: str) -> None:
+        self.console.print(f"[yellow]skipping every {what} condition:[/] {reason}")
+        self._record_skip(what, reason)
+
+    def _record_skip(self, path: str, reason: str) -> None:
+        self.doc["skipped"].append({"path": path, "reason": reason})
+
+    # measuring ---------------------------------------------------------------------------------------
+    def _probe(self, env: Environment, url: str, pacing: dict[str, Any], label: str) -> RunRecord:
+        stream_id = new_stream_id()
+        record = RunRecord(label, stream_id)
+        stream_s = (pacing["ttft_ms"] + pacing["tokens"] * pacing["interval_ms"]) / 1000
+        cfg = ProbeConfig(
+            url=url, extra_body=(("tokenpath", pacing),), tls=TLSOptions(cacert=env.cacert),
+            first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
+        )  # fmt: skip
+        try:
+            record.trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
+        except TokenpathError as exc:
+            record.error = str(exc)
+        return record
+
+    def _round(self, env: Environment, paths: list[tuple[str, str]], pacing: dict[str, Any]) -> list[RunRecord]:
+        """One stream per path, then one audit request for all of them."""
+        records = [self._probe(env, url, pacing, label) for label, url in paths]
+        try:
+            audit = fetch_audit(env.stub_url, [r.stream_id for r in records], connect=env.socket_factory)
+        except PeerError as exc:
+            raise UsageError(f"the stub stopped answering its audit: {exc}") from None
+        entries = {e["verdict"]["stream_id"]: e for e in audit["streams"]}
+        for record in records:
+            entry = entries.get(record.stream_id)
+            record.audit = entry["verdict"] if entry else None
+            if record.trace is not None:
+                join(record, record.trace, entry.get("log") if entry else None)
+                record.trace = None
+        return records
+
+    def _certify(self, env: Environment) -> None:
+        pacing = {**CERT_CONDITION, "ttft_ms": self.exp.ttft_ms, "format": "plain"}
+        paths = [("direct", env.stub_url)] + [(n, r.url.replace("https", "http")) for n, r in env.controls.items()]
+        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
+        for _ in range(CERT_RUNS):
+            for record in self._round(env, paths, pacing):
+                runs[record.path].append(record)
+        floor = Floor.from_direct(runs["direct"])
+        cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, False)
+        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+        checks = [
+            _check("direct streams cleanly", rows["direct"], lambda r: (r["fpr_median"] or 99) <= CERT_MAX_DIRECT_FPR),
+            _check("direct's stub audits pass", rows["direct"], lambda r: r["excluded"] == 0),
+            _check("pass relay within the floor", rows["pass"], lambda r: bool(r["within_floor"])),
+            _check("buffer relay seen (one arrival)", rows["buffer"], lambda r: (r.get("arrivals_median") or 0) == 1),
+            _check(
+                "cork relay seen (bursts, late)", rows["cork"],
+                lambda r: (r["fpr_median"] or 0) >= 2 and (r["added_ttft_ms_median"] or 0) >= CORK_MS / 2,
+            ),
+        ]  # fmt: skip
+        passed = all(c["passed"] for c in checks)
+        where = f"{env.link}{', tls' if env.tls else ''}"
+        cert = self.doc["certification"]
+        cert["checks"] += [{**c, "environment": where} for c in checks]
+        cert["passed"] = passed and all(c["passed"] for c in cert["checks"])
+        cert["forced"] = self.force
+        for c in checks:
+            mark = "[green]ok[/]" if c["passed"] else "[bold red]FAILED[/]"
+            self.console.print(f"certify ({where}): {c['name']}: {mark} ({c['evidence']})")
+        if not passed and not self.force:
+            raise CertificationError(
+                f"certification failed on {where}: the instrument cannot be trusted on this host now "
+                "(see the checks above); --force measures anyway and marks every table UNCERTIFIED"
+            )
+
+    def _condition(self, env: Environment, cond: Condition, tick: Callable[[], None]) -> None:
+        pacing = {
+            "interval_ms": cond.interval_ms, "frame_bytes": cond.frame_bytes, "tokens": self.exp.frames,
+            "ttft_ms": self.exp.ttft_ms, "format": "plain",
+        }  # fmt: skip
+        paths = []
+        for spec in self.exp.paths:
+            if spec.proxy == "direct":
+                paths.append((spec, env.stub_url))
+            elif spec.label in env.running:
+                paths.append((spec, env.running[spec.label].url))
+        runs: dict[str, list[RunRecord]] = {spec.label: [] for spec, _ in paths}
+        dead: set[str] = set()
+        try:
+            for _ in range(self.exp.runs):
+                live = [(spec.label, url) for spec, url in paths if spec.label not in dead]
+                for record in self._round(env, live, pacing):
+                    runs[record.path].append(record)
+                    tick()
+                    running = env.running.get(record.path)
+                    if record.error and running is not None and not running.alive:
+                        record.error += f" (proxy exited: {running.log_tail(3)})"
+                        dead.add(record.path)
+                for _ in dead:
+                    tick()
+        finally:
+            floor = Floor.from_direct(runs.get("direct", []))
+            self.doc["floors"].append({"condition": cond.label, **(floor.to_json() if floor else {})})
+            for spec, _ in paths:
+                if runs[spec.label]:
+                    self.doc["rows"].append(build_row(spec, cond, runs[spec.label], floor))
+            self.write()
+
+
+def _check(name: str, row: dict[str, Any], ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    evidence = (
+        f"fpr {row.get('fpr_median') or 0:.2f}, added TTFT {row.get('added_ttft_ms_median') or 0:.1f} ms, "
+        f"{row['runs'] - row['excluded']}/{row['runs']} runs kept"
+    )
+    return {"name": name, "passed": bool(row.get("fpr_median") is not None and ok(row)), "evidence": evidence}

@@ -1,0 +1,183 @@
+"""The experiment file (TOML). Everything that decides the result is declared here before the run starts:
+paths, conditions, runs, and the exclusion rule. Loading validates it all and says what is wrong where."""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenpath.errors import UsageError
+from tokenpath.proxies import ProxyError, lookup
+from tokenpath.proxies.base import Proxy
+from tokenpath.proxies.custom import CustomProxy
+
+Link = Literal["loopback", "veth"]
+LINKS: tuple[Link, ...] = ("loopback", "veth")
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    interval_ms: float
+    frame_bytes: int
+    link: Link
+    tls: bool
+
+    @property
+    def label(self) -> str:
+        return f"{self.frame_bytes} B @ {self.interval_ms:g} ms, {self.link}{', tls' if self.tls else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class PathSpec:
+    """One row family: a proxy and one of its variants (or the direct path)."""
+
+    proxy: str  # catalogue name, a custom name, or "direct"
+    variant: str = "stock"
+
+    @property
+    def label(self) -> str:
+        return self.proxy if self.variant == "stock" else f"{self.proxy} ({self.variant})"
+
+
+@dataclass(frozen=True, slots=True)
+class ExclusionRule:
+    """A run is excluded when the stub's audit of its stream fails: any write later than the tolerance."""
+
+    tolerance_ms: float | None = None  # None: max(2 ms, 20 % of the interval)
+
+    def describe(self) -> str:
+        rule = "max(2 ms, 20 % of the interval)" if self.tolerance_ms is None else f"{self.tolerance_ms:g} ms"
+        return (
+            f"a run is excluded when any stub write of its stream was later than {rule} after its schedule; "
+            "excluded runs are counted, never re-run"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tolerance_ms": self.tolerance_ms, "rule": self.describe()}
+
+
+@dataclass(slots=True)
+class Experiment:
+    name: str
+    paths: list[PathSpec]
+    conditions: list[Condition]
+    frames: int = 40
+    runs: int = 10
+    ttft_ms: float = 20.0
+    exclusion: ExclusionRule = field(default_factory=ExclusionRule)
+    custom: dict[str, Proxy] = field(default_factory=dict)
+    source: str = ""
+
+    def proxy(self, name: str) -> Proxy:
+        return self.custom[name] if name in self.custom else lookup(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "frames": self.frames,
+            "runs": self.runs,
+            "ttft_ms": self.ttft_ms,
+            "paths": [{"proxy": p.proxy, "variant": p.variant} for p in self.paths],
+            "conditions": [
+                {"interval_ms": c.interval_ms, "frame_bytes": c.frame_bytes, "link": c.link, "tls": c.tls}
+                for c in self.conditions
+            ],
+            "exclusion": self.exclusion.to_json(),
+            "custom_proxies": {n: p.command for n, p in self.custom.items() if isinstance(p, CustomProxy)},
+            "source": self.source,
+        }
+
+
+def load(path: str | Path) -> Experiment:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read experiment file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        experiment = parse(data)
+    except (UsageError, ProxyError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    experiment.source = text
+    return experiment
+
+
+def parse(data: dict[str, Any]) -> Experiment:
+    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion"}
+    _no_unknown(data, known, "top level")
+    custom: dict[str, Proxy] = {}
+    paths = [PathSpec("direct")]
+    for i, entry in enumerate(data.get("proxy", [])):
+        where = f"[[proxy]] #{i + 1}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise UsageError(f'{where}: needs name = "..."')
+        _no_unknown(entry, {"name", "variants", "command", "version_command"}, where)
+        name = entry["name"]
+        if "command" in entry:
+            custom[name] = CustomProxy(name, str(entry["command"]), entry.get("version_command"))
+            proxy = custom[name]
+        else:
+            proxy = lookup(name)
+        variants = entry.get("variants", ["stock"])
+        if not isinstance(variants, list) or not variants:
+            raise UsageError(f"{where}: variants must be a non-empty list")
+        for variant in variants:
+            proxy.variant(variant)  # raises with the known names
+            paths.append(PathSpec(name, variant))
+    cond = data.get("conditions", {})
+    if not isinstance(cond, dict):
+        raise UsageError("[conditions] must be a table")
+    _no_unknown(cond, {"interval_ms", "frame_bytes", "link", "tls"}, "[conditions]")
+    intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0)
+    sizes = _list(cond, "frame_bytes", [60], (int,), lambda v: v >= 8)
+    links = _list(cond, "link", ["loopback"], (str,), lambda v: v in LINKS)
+    tls = _list(cond, "tls", [False], (bool,), lambda v: True)
+    conditions = [Condition(float(i), s, link, t) for i, s, link, t in itertools.product(intervals, sizes, links, tls)]
+    exclusion = data.get("exclusion", {})
+    _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
+    tolerance = exclusion.get("tolerance_ms")
+    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance <= 0):
+        raise UsageError("[exclusion] tolerance_ms must be a positive number (omit it for max(2 ms, 20 %))")
+    experiment = Experiment(
+        name=str(data.get("name", "experiment")),
+        paths=paths,
+        conditions=conditions,
+        frames=_int(data, "frames", 40, 2),
+        runs=_int(data, "runs", 10, 1),
+        ttft_ms=float(data.get("ttft_ms", 20.0)),
+        exclusion=ExclusionRule(tolerance),
+        custom=custom,
+    )
+    return experiment
+
+
+def _no_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
+    unknown = set(table) - known
+    if unknown:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+
+
+def _int(data: dict[str, Any], key: str, default: int, minimum: int) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise UsageError(f"{key} must be a whole number >= {minimum}")
+    return value
+
+
+def _list(table: dict[str, Any], key: str, default: list[Any], kinds: tuple[type, ...], ok: Any) -> list[Any]:
+    values = table.get(key, default)
+    if not isinstance(values, list):
+        values = [values]
+    if not values:
+        raise UsageError(f"[conditions] {key} must not be empty")
+    for v in values:
+        if not isinstance(v, kinds) or (bool not in kinds and isinstance(v, bool)) or not ok(v):
+            raise UsageError(f"[conditions] {key}: {v!r} is not allowed")
+    return values

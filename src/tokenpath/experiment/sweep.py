@@ -1,0 +1,100 @@
+"""`tokenpath sweep`: frame size x interval through one proxy, then the flush rule those points imply.
+
+Model: the proxy holds bytes until N are queued or T ms have passed since the first held byte. Frames of w bytes
+on the wire every i ms then arrive in bursts of b, the first one late by:
+  - about T, whatever i and w are, when the timer releases them (held time clusters at one value), or
+  - (b - 1) x i < T when N is reached first, which bounds N: (b - 1) x w < N <= b x w.
+T is the cluster of hold times seen at several intervals; N is the intersection of every size-released bound.
+Either is null when the points do not show it (e.g. loopback, where a 64 KB segment never fills).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from tokenpath.experiment.runner import MatrixRunner
+from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
+from tokenpath.results import schema
+from tokenpath.stats import median
+
+DEFAULT_SIZES = (60, 200, 360, 500, 700, 1000, 1400, 2000)
+DEFAULT_INTERVALS = (10.0, 25.0, 50.0, 100.0)
+TIMER_CLUSTER = 0.15  # hold times within 15 % of the longest are the timer's
+SIZE_RELEASED_BELOW = 0.7  # a burst released before 70 % of the timer was released by size
+
+
+def sweep_experiment(
+    proxy: str, variant: str, link: Link, tls: bool, sizes: list[int], intervals: list[float], runs: int, frames: int
+) -> Experiment:
+    return Experiment(
+        name=f"sweep: {proxy}{'' if variant == 'stock' else f' ({variant})'} over {link}{' with TLS' if tls else ''}",
+        paths=[PathSpec("direct"), PathSpec(proxy, variant)],
+        conditions=[Condition(i, s, link, tls) for i in intervals for s in sizes],
+        frames=frames,
+        runs=runs,
+    )
+
+
+def wire_bytes(frame_bytes: int) -> int:
+    """A frame as the proxy sends it to an HTTP/1.1 client: one chunk (hex size, CRLF, data, CRLF)."""
+    return frame_bytes + len(f"{frame_bytes:x}") + 4
+
+
+def points(doc: dict[str, Any], proxy: str) -> list[dict[str, Any]]:
+    keys = ("frame_bytes", "interval_ms", "fpr_median", "added_ttft_ms_median", "modal_burst", "within_floor")
+    return [{k: r.get(k) for k in keys} for r in doc["rows"] if r["proxy"] == proxy and r["fpr_median"] is not None]
+
+
+def infer(pts: list[dict[str, Any]]) -> dict[str, Any]:
+    held = [p for p in pts if p["within_floor"] is False and (p["added_ttft_ms_median"] or 0) > 0]
+    if not held:
+        return {"size_bytes": None, "timer_ms": None, "explanation": "no point was held: the proxy streams"}
+    longest = max(p["added_ttft_ms_median"] for p in held)
+    timer_pts = [p for p in held if p["added_ttft_ms_median"] >= (1 - TIMER_CLUSTER) * longest]
+    timer_ms = None
+    if len({p["interval_ms"] for p in timer_pts}) >= 2:
+        timer_ms = round(median([p["added_ttft_ms_median"] for p in timer_pts]), 1)
+    cap = timer_ms if timer_ms is not None else longest
+    lo, hi, evidence = 0, None, []
+    for p in held:
+        burst = p["modal_burst"] or 1
+        if p["added_ttft_ms_median"] < SIZE_RELEASED_BELOW * cap and burst >= 2:
+            w = wire_bytes(p["frame_bytes"])
+            lo, hi = max(lo, (burst - 1) * w), min(hi or burst * w, burst * w)
+            evidence.append(f"{p['frame_bytes']} B @ {p['interval_ms']:g} ms: bursts of {burst}")
+    size_bytes = None
+    parts = []
+    if timer_ms is not None:
+        n_intervals = len({p["interval_ms"] for p in timer_pts})
+        parts.append(f"held ~{timer_ms:g} ms at {len(timer_pts)} points over {n_intervals} intervals")
+    if hi is not None and lo < hi:
+        size_bytes = hi
+        parts.append(f"released by size between {lo + 1} and {hi} bytes ({'; '.join(evidence)})")
+    elif hi is not None:
+        parts.append(f"size bounds do not reconcile ({lo} > {hi}): not a plain byte threshold")
+    rule = "flushes when " + " or ".join(
+        x
+        for x in (f">= {size_bytes} B are queued" if size_bytes else "", f"after {timer_ms:g} ms" if timer_ms else "")
+        if x
+    )
+    if size_bytes is None and timer_ms is None:
+        rule = "holds frames, but neither a size nor a timer rule fits the points"
+    return {
+        "size_bytes": size_bytes,
+        "size_range": [lo + 1, hi] if size_bytes else None,
+        "timer_ms": timer_ms,
+        "rule": rule,
+        "explanation": "; ".join(parts),
+    }
+
+
+def run_sweep(exp: Experiment, proxy: str, out_dir: Path, console: Console, force: bool = False) -> dict[str, Any]:
+    doc = MatrixRunner(exp, out_dir, force=force, console=console).run()
+    doc["kind"] = "sweep"
+    doc["points"] = points(doc, proxy)
+    doc["inferred"] = infer(doc["points"])
+    schema.write(doc, out_dir)
+    return doc

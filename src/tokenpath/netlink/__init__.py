@@ -1,0 +1,1 @@
+"""Realistic links on one host: network namespaces joined by a veth pair."""

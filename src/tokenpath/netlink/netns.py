@@ -1,0 +1,129 @@
+"""Two network namespaces joined by a veth pair with a real MTU, torn down on exit (also on failure).
+
+Loopback's ~64 KB MSS hides coalescing that stops once a full 1,448-byte segment fills; a veth pair at MTU 1500
+does not. The stub and proxies run in the `server` namespace, the probe's sockets are made in the `client`
+namespace, so every byte measured crosses the veth. Addresses are private and exist only inside these
+namespaces. Needs root (CAP_NET_ADMIN); `available()` says why not when it cannot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+from types import TracebackType
+
+from tokenpath.errors import TokenpathError
+
+CLONE_NEWNET = 0x40000000
+SERVER_ADDR, CLIENT_ADDR, PREFIX = "10.99.0.1", "10.99.0.2", 30
+
+
+class NetnsError(TokenpathError):
+    pass
+
+
+def available() -> str | None:
+    """None when veth links can be made here, else the reason in one line."""
+    if os.geteuid() != 0:
+        return "veth links need root (network namespaces); skipped"
+    if subprocess.run(["ip", "-V"], capture_output=True, check=False).returncode != 0:
+        return "veth links need iproute2's `ip`; skipped"
+    return None
+
+
+def _ip(*args: str) -> None:
+    out = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise NetnsError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+
+
+class VethPair:
+    def __init__(self, mtu: int = 1500, tag: str | None = None) -> None:
+        tag = tag or f"{os.getpid() % 100000}"
+        self.server = f"tp-s-{tag}"
+        self.client = f"tp-c-{tag}"
+        self._server_if, self._client_if = f"tps{tag}"[:15], f"tpc{tag}"[:15]
+        self.mtu = mtu
+        self.server_addr = SERVER_ADDR
+        self.client_addr = CLIENT_ADDR
+
+    def __enter__(self) -> VethPair:
+        reason = available()
+        if reason:
+            raise NetnsError(reason)
+        try:
+            _ip("netns", "add", self.server)
+            _ip("netns", "add", self.client)
+            _ip("link", "add", self._server_if, "netns", self.server, "type", "veth", "peer", "name",
+                self._client_if, "netns", self.client)  # fmt: skip
+            for ns, dev, addr in (
+                (self.server, self._server_if, SERVER_ADDR),
+                (self.client, self._client_if, CLIENT_ADDR),
+            ):
+                _ip("-n", ns, "addr", "add", f"{addr}/{PREFIX}", "dev", dev)
+                _ip("-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
+                _ip("-n", ns, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for ns in (self.server, self.client):  # deleting a namespace deletes its end of the veth
+            with contextlib.suppress(NetnsError):
+                _ip("netns", "del", ns)
+
+    def wrap_server(self, argv: list[str]) -> list[str]:
+        """Runs a command inside the server namespace."""
+        return ["ip", "netns", "exec", self.server, *argv]
+
+    def client_socket(self, family: int = socket.AF_INET) -> socket.socket:
+        return socket_in(self.client, family)
+
+    def client_connect(self, host: str, port: int, timeout_s: float) -> socket.socket:
+        sock = self.client_socket()
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect((host, port))
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+
+def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket that lives in `namespace`. setns() moves only the calling thread, so a short-lived thread
+    enters the namespace, makes the socket and exits; the socket keeps its namespace wherever it is used."""
+    result: dict[str, socket.socket | BaseException] = {}
+
+    def make() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(Path("/run/netns") / namespace, os.O_RDONLY)
+            try:
+                if libc.setns(fd, CLONE_NEWNET) != 0:
+                    raise NetnsError(f"setns({namespace}): {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+            result["socket"] = socket.socket(family, kind)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=make)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        error = result["error"]
+        assert isinstance(error, BaseException)
+        raise error
+    sock = result["socket"]
+    assert isinstance(sock, socket.socket)
+    return sock

@@ -1,0 +1,228 @@
+"""What every proxy in the catalogue provides, and how one is started, awaited and stopped.
+
+A proxy runs in the foreground on a free loopback port (or a namespace address), with a private work directory
+for its config, pid and logs. Readiness is its listening port accepting a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenpath.errors import TokenpathError
+
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+
+
+class ProxyError(TokenpathError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A named config change, e.g. nginx `proxy_buffering off`. `stock` is the untouched default."""
+
+    name: str
+    description: str
+
+
+STOCK = Variant("stock", "the distribution's defaults for a plain reverse proxy")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+    @property
+    def hostport(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class TLSFiles:
+    cert: Path
+    key: Path
+    combined: Path  # cert + key in one PEM (HAProxy's `crt`)
+
+
+@dataclass(slots=True)
+class Site:
+    """Everything a proxy's config needs to know."""
+
+    listen: Endpoint
+    upstream: Endpoint
+    workdir: Path
+    variant: Variant = STOCK
+    tls: TLSFiles | None = None
+
+
+Wrap = Callable[[list[str]], list[str]]  # e.g. prefixes `ip netns exec NS`
+
+
+def no_wrap(argv: list[str]) -> list[str]:
+    return argv
+
+
+class Proxy:
+    """Base for catalogue entries. Subclasses set name/binaries/variants and write their config."""
+
+    name = ""
+    binaries: tuple[str, ...] = ()
+    variants: tuple[Variant, ...] = (STOCK,)
+    package = ""  # the Debian package that provides it, for the 'not installed' message
+    runnable = True  # False: config shipped for the Docker export only
+    image = ""  # pinned image for the Docker export
+
+    def binary(self) -> str | None:
+        for name in self.binaries:
+            for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
+                if candidate and os.access(candidate, os.X_OK):
+                    return candidate
+        return None
+
+    def missing_reason(self) -> str | None:
+        if not self.runnable:
+            return "no Debian package on this machine; config shipped for the Docker export"
+        if self.binary() is None:
+            return f"not installed (apt-get install {self.package or self.name})"
+        return None
+
+    def variant(self, name: str) -> Variant:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        known = ", ".join(v.name for v in self.variants)
+        raise ProxyError(f"{self.name} has no variant {name!r}; known: {known}")
+
+    def version(self) -> str:
+        return "unknown"
+
+    def write_config(self, site: Site) -> Path:
+        raise NotImplementedError
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        raise NotImplementedError
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        """What the proxy says it runs (e.g. `nginx -T`); the written file when it has no such command."""
+        return config.read_text()
+
+    def env(self, site: Site) -> dict[str, str]:
+        return {}
+
+
+@dataclass
+class RunningProxy:
+    proxy: Proxy
+    site: Site
+    process: subprocess.Popen[bytes]
+    config: Path
+    effective: str = ""
+    log_path: Path = field(default_factory=Path)
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.site.tls else "http"
+        return f"{scheme}://{self.site.listen.hostport}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(STOP_TIMEOUT_S)
+        shutil.rmtree(self.site.workdir, ignore_errors=True)
+
+
+def start(
+    proxy: Proxy,
+    site: Site,
+    *,
+    wrap: Wrap = no_wrap,
+    connect: Callable[[Endpoint], socket.socket] | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> RunningProxy:
+    """Write the config, start the proxy in the foreground in its own session, wait until it accepts."""
+    site.workdir.mkdir(parents=True, exist_ok=True)
+    config = proxy.write_config(site)
+    log_path = site.workdir / "output.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            wrap(proxy.argv(site, config)),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=site.workdir,
+            env={**os.environ, **proxy.env(site)},
+            start_new_session=True,
+        )
+    running = RunningProxy(proxy, site, process, config, log_path=log_path)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if process.poll() is not None:
+                raise ProxyError(f"{proxy.name} exited with code {process.returncode}:\n{running.log_tail()}")
+            if _accepts(site.listen, connect):
+                break
+            if time.monotonic() > deadline:
+                raise ProxyError(f"{proxy.name} did not accept on {site.listen.hostport} within {timeout_s:.0f} s")
+            time.sleep(0.02)
+        running.effective = proxy.effective_config(site, config, wrap)
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def _accepts(endpoint: Endpoint, connect: Callable[[Endpoint], socket.socket] | None) -> bool:
+    try:
+        sock = connect(endpoint) if connect else socket.create_connection((endpoint.host, endpoint.port), 0.5)
+    except OSError:
+        return False
+    sock.close()
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now (bound and released): the proxy binds it a moment later."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def new_workdir(name: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f"tokenpath-{name}-"))
+
+
+def run_quiet(argv: Sequence[str], timeout_s: float = 10.0) -> str:
+    """Output (stdout + stderr) of a short command, for versions and config dumps; never raises."""
+    try:
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"({' '.join(argv)} failed: {exc})"
+    return (out.stdout + out.stderr).strip()

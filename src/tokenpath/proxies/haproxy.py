@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+
+
+class HAProxy(Proxy):
+    name = "haproxy"
+    binaries = ("haproxy",)
+    package = "haproxy"
+    image = "haproxy:2.6.12-alpine"
+    variants = (STOCK, Variant("http_no_delay", "option http-no-delay (send each chunk at once)"))
+
+    def version(self) -> str:
+        binary = self.binary()
+        if not binary:
+            return "not installed"
+        first = run_quiet([binary, "-v"]).splitlines()[0]
+        return first.removeprefix("HAProxy version ").split(" ")[0]
+
+    def write_config(self, site: Site) -> Path:
+        bind = f"bind {site.listen.hostport}" + (f" ssl crt {site.tls.combined}" if site.tls else "")
+        option = "    option http-no-delay\n" if site.variant.name == "http_no_delay" else ""
+        config = site.workdir / "haproxy.cfg"
+        config.write_text(f"""# tokenpath: stock reverse proxy; only the variant lines differ from the defaults
+global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+frontend tokenpath
+    {bind}
+{option}    default_backend upstream
+backend upstream
+{option}    server stub {site.upstream.hostport}
+""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [binary, "-db", "-f", str(config)]
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        binary = self.binary()
+        assert binary is not None
+        check = run_quiet(wrap([binary, "-c", "-f", str(config)]))
+        return f"{config.read_text()}\n# haproxy -c: {check}"

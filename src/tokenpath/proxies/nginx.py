@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+
+VARIANT_DIRECTIVES = {
+    "stock": "",
+    "proxy_buffering_off": "proxy_buffering off;",
+    "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
+}
+
+
+class Nginx(Proxy):
+    name = "nginx"
+    binaries = ("nginx",)
+    package = "nginx-light"
+    image = "nginx:1.22.1-alpine"
+    variants = (
+        STOCK,
+        Variant("proxy_buffering_off", "proxy_buffering off (the advice everyone gives)"),
+        Variant("http_1_1", "proxy_http_version 1.1 with keep-alive to the upstream"),
+    )
+
+    def version(self) -> str:
+        binary = self.binary()
+        return run_quiet([binary, "-v"]).removeprefix("nginx version: ") if binary else "not installed"
+
+    def write_config(self, site: Site) -> Path:
+        tmp = site.workdir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        listen = f"{site.listen.hostport}{' ssl' if site.tls else ''}"
+        tls = f"ssl_certificate {site.tls.cert};\n    ssl_certificate_key {site.tls.key};\n    " if site.tls else ""
+        config = site.workdir / "nginx.conf"
+        config.write_text(f"""# tokenpath: stock reverse proxy; only the variant line differs from the defaults
+daemon off;
+worker_processes 1;
+pid {site.workdir}/nginx.pid;
+error_log {site.workdir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}/body;
+  proxy_temp_path {tmp}/proxy;
+  fastcgi_temp_path {tmp}/fastcgi;
+  uwsgi_temp_path {tmp}/uwsgi;
+  scgi_temp_path {tmp}/scgi;
+  upstream backend {{ server {site.upstream.hostport}; }}
+  server {{
+    listen {listen};
+    {tls}location / {{
+      proxy_pass http://backend;
+      {VARIANT_DIRECTIVES[site.variant.name]}
+    }}
+  }}
+}}
+""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [binary, "-c", str(config), "-p", str(site.workdir), "-e", str(site.workdir / "error.log")]
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        binary = self.binary()
+        assert binary is not None
+        return run_quiet(wrap([binary, "-T", "-c", str(config), "-p", str(site.workdir)]))

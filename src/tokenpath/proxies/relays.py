@@ -1,0 +1,48 @@
+"""tokenpath's own relays as catalogue entries: the controls, with behaviour known exactly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tokenpath import __version__
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant
+
+CORK_MS, CORK_BYTES = 200.0, 1448
+
+
+class Relay(Proxy):
+    package = "tokenpath"
+    variants = (STOCK,)
+
+    def __init__(self, mode: str, description: str) -> None:
+        self.name = mode
+        self.mode = mode
+        self.variants = (Variant("stock", description),)
+
+    def binary(self) -> str | None:
+        return sys.executable
+
+    def version(self) -> str:
+        return f"tokenpath {__version__}"
+
+    def write_config(self, site: Site) -> Path:
+        config = site.workdir / "relay.args"
+        config.write_text(" ".join(self._args(site)) + "\n")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        return [sys.executable, "-m", "tokenpath", *self._args(site)]
+
+    def _args(self, site: Site) -> list[str]:
+        args = ["relay", "--listen", site.listen.hostport, "--upstream", site.upstream.hostport, "--mode", self.mode]
+        if self.mode == "cork":
+            args += ["--cork-ms", str(CORK_MS), "--cork-bytes", str(CORK_BYTES)]
+        return args
+
+
+CONTROLS = (
+    Relay("pass", "forwards every read at once: must measure at the direct floor"),
+    Relay("buffer", "holds the whole response, then writes it: the `await response.text()` shape"),
+    Relay("cork", f"holds bytes until {CORK_BYTES} are queued or {CORK_MS:g} ms passed: MSG_MORE"),
+)

@@ -1,0 +1,185 @@
+"""`tokenpath matrix` against real proxies (Debian packages installed by scripts/install-proxies).
+
+The facts asserted are the ones measured on this machine and explained in docs/findings.md: HAProxy 2.6 on a stock
+config delivers 60-byte frames in bursts, ~200 ms late, and `option http-no-delay` removes it; stock nginx speaks
+HTTP/1.0 upstream, so a compliant server sends a close-delimited body and nginx holds it in its buffers, while
+`proxy_buffering off` or `proxy_http_version 1.1` stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tokenpath.netlink import netns
+from tokenpath.procs import tokenpath_argv
+from tokenpath.proxies import lookup
+
+FRAMES = 20
+
+needs_proxies = pytest.mark.skipif(
+    lookup("nginx").binary() is None or lookup("haproxy").binary() is None,
+    reason="nginx and haproxy are not installed (make test installs them as root: scripts/install-proxies)",
+)
+
+
+def run_matrix(tmp_path: Path, toml: str, *extra: str, timeout: float = 300) -> tuple[dict[str, Any], str]:
+    exp = tmp_path / "exp.toml"
+    exp.write_text(toml)
+    out = subprocess.run(
+        tokenpath_argv("matrix", str(exp), "--out", str(tmp_path / "out"), *extra),
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    doc: dict[str, Any] = json.loads((tmp_path / "out" / "results.json").read_text())
+    return doc, out.stdout
+
+
+def namespaces() -> set[str]:
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return {line.split()[0] for line in listing.splitlines() if line.strip()}
+
+
+def row(doc: dict[str, Any], proxy: str, variant: str = "stock", **cond: Any) -> dict[str, Any]:
+    matches = [
+        r for r in doc["rows"]
+        if r["proxy"] == proxy and r["variant"] == variant and all(r[k] == v for k, v in cond.items())
+    ]  # fmt: skip
+    assert len(matches) == 1, (proxy, variant, cond, [(r["proxy"], r["variant"]) for r in doc["rows"]])
+    found: dict[str, Any] = matches[0]
+    return found
+
+
+@needs_proxies
+def test_known_facts_on_nginx_and_haproxy(tmp_path: Path) -> None:
+    doc, _ = run_matrix(
+        tmp_path,
+        f"""
+name = "ci"
+frames = {FRAMES}
+runs = 3
+[conditions]
+interval_ms = [50]
+frame_bytes = [60]
+[[proxy]]
+name = "nginx"
+variants = ["stock", "proxy_buffering_off", "http_1_1"]
+[[proxy]]
+name = "haproxy"
+variants = ["stock", "http_no_delay"]
+""",
+    )
+    assert doc["certification"]["passed"], doc["certification"]
+    assert {c["name"] for c in doc["certification"]["checks"] if c["passed"]} >= {
+        "buffer relay seen (one arrival)", "cork relay seen (bursts, late)", "pass relay within the floor",
+    }  # fmt: skip
+    assert row(doc, "direct")["within_floor"] is True
+    haproxy = row(doc, "haproxy")
+    assert haproxy["fpr_median"] >= 3
+    assert haproxy["added_ttft_ms_median"] >= 100
+    assert row(doc, "haproxy", "http_no_delay")["within_floor"] is True
+    nginx = row(doc, "nginx")
+    assert nginx["arrivals_median"] == 1  # HTTP/1.0 upstream, close-delimited body: held in nginx's buffers
+    assert row(doc, "nginx", "proxy_buffering_off")["within_floor"] is True
+    assert row(doc, "nginx", "http_1_1")["within_floor"] is True
+    for r in doc["rows"]:
+        for key in ("proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "runs", "excluded",
+                    "fpr_median", "added_ttft_ms_median"):  # fmt: skip
+            assert key in r
+    assert "nginx -T" not in doc["proxies"]["nginx"]["variants"]["stock"]["config"]
+    assert "configuration file" in doc["proxies"]["nginx"]["variants"]["stock"]["config"]  # nginx -T output
+    out = tmp_path / "out"
+    assert (out / "table.md").read_text().count("\n| ") >= 6
+    assert len((out / "results.csv").read_text().splitlines()) == 1 + 6
+
+
+@needs_proxies
+@pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
+def test_veth_shows_the_size_effect_loopback_hides_and_tls_changes_haproxy(tmp_path: Path) -> None:
+    namespaces_before = namespaces()
+    doc, _ = run_matrix(
+        tmp_path,
+        """
+name = "links"
+frames = 16
+runs = 2
+[conditions]
+interval_ms = [50]
+frame_bytes = [1100]
+link = ["loopback", "veth"]
+tls = [false, true]
+[[proxy]]
+name = "haproxy"
+""",
+    )
+    assert doc["certification"]["passed"]
+    loopback = row(doc, "haproxy", link="loopback", tls=False)
+    veth = row(doc, "haproxy", link="veth", tls=False)
+    assert loopback["modal_burst"] >= 4  # a 64 KB loopback segment never fills: held ~200 ms
+    assert veth["modal_burst"] == 2  # two 1.1 KB frames fill a 1,448-byte segment on a 1,500 MTU link
+    assert veth["added_ttft_ms_median"] < loopback["added_ttft_ms_median"] / 2
+    for link in ("loopback", "veth"):  # HAProxy 2.6 does not cork TLS
+        assert row(doc, "haproxy", link=link, tls=True)["within_floor"] is True
+    assert namespaces() == namespaces_before  # the run removed what it made
+
+
+def test_missing_and_dying_proxies_cost_their_rows_only(tmp_path: Path) -> None:
+    relay = f"{sys.executable} -m tokenpath relay --listen {{listen}} --upstream {{upstream}}"
+    doc, stdout = run_matrix(
+        tmp_path,
+        f"""
+name = "failures"
+frames = 10
+runs = 4
+ttft_ms = 0
+[conditions]
+interval_ms = [40]
+[[proxy]]
+name = "absent"
+command = "no-such-proxy-binary --listen {{listen}} --to {{upstream}}"
+[[proxy]]
+name = "dies"
+command = "timeout 3 {relay}"
+""",
+    )
+    assert "skipping absent" in stdout
+    assert any(s["path"].startswith("absent") for s in doc["skipped"])
+    dies = row(doc, "dies")
+    assert dies["excluded"] >= 1
+    assert any("proxy exited" in (r["error"] or "") for r in dies["raw"])
+    assert row(doc, "direct")["excluded"] == 0
+
+
+def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -> None:
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        "name = 'long'\nframes = 20\nruns = 50\n[conditions]\ninterval_ms = [50]\n[[proxy]]\nname = 'pass'\n"
+    )
+    out_dir = tmp_path / "out"
+    proc = subprocess.Popen(
+        tokenpath_argv("matrix", str(exp), "--out", str(out_dir)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (out_dir / "results.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(5)  # a few measured rounds (one stream per path, ~1 s each), audited as a round
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2  # the stub and the relays, each in its own session
+    proc.send_signal(signal.SIGINT)
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, output
+    doc = json.loads((out_dir / "results.json").read_text())
+    assert doc["interrupted"] is True
+    assert {r["proxy"] for r in doc["rows"]} == {"direct", "pass"}
+    assert 0 < row(doc, "direct")["runs"] < 50
+    still_running = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert still_running == []

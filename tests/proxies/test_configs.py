@@ -1,0 +1,61 @@
+"""Each catalogue proxy's config as written: stock is stock, a variant changes only its own lines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenpath.proxies import catalogue, lookup
+from tokenpath.proxies.base import Endpoint, ProxyError, Site, TLSFiles
+
+
+def site(tmp_path: Path, proxy: str, variant: str = "stock", tls: bool = False) -> Site:
+    files = TLSFiles(tmp_path / "c.pem", tmp_path / "k.pem", tmp_path / "ck.pem") if tls else None
+    return Site(
+        Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), tmp_path, lookup(proxy).variant(variant), files
+    )
+
+
+def test_nginx_stock_does_not_touch_buffering(tmp_path: Path) -> None:
+    text = lookup("nginx").write_config(site(tmp_path, "nginx")).read_text()
+    assert "proxy_pass http://backend;" in text
+    assert "server 127.0.0.1:8000;" in text
+    assert "listen 127.0.0.1:9001;" in text
+    assert "proxy_buffering" not in text
+    assert "proxy_http_version" not in text
+
+
+@pytest.mark.parametrize(
+    ("variant", "line"), [("proxy_buffering_off", "proxy_buffering off;"), ("http_1_1", "proxy_http_version 1.1;")]
+)
+def test_nginx_variants(tmp_path: Path, variant: str, line: str) -> None:
+    assert line in lookup("nginx").write_config(site(tmp_path, "nginx", variant)).read_text()
+
+
+def test_nginx_tls(tmp_path: Path) -> None:
+    text = lookup("nginx").write_config(site(tmp_path, "nginx", tls=True)).read_text()
+    assert "listen 127.0.0.1:9001 ssl;" in text
+    assert f"ssl_certificate {tmp_path}/c.pem;" in text
+
+
+def test_haproxy_stock_and_no_delay(tmp_path: Path) -> None:
+    proxy = lookup("haproxy")
+    stock = proxy.write_config(site(tmp_path, "haproxy")).read_text()
+    assert "option http-no-delay" not in stock
+    assert "server stub 127.0.0.1:8000" in stock
+    fixed = proxy.write_config(site(tmp_path, "haproxy", "http_no_delay")).read_text()
+    assert fixed.count("option http-no-delay") == 2
+    tls = proxy.write_config(site(tmp_path, "haproxy", tls=True)).read_text()
+    assert f"ssl crt {tmp_path}/ck.pem" in tls
+
+
+def test_every_catalogue_entry_has_a_stock_variant_and_a_missing_reason_or_binary() -> None:
+    for name, proxy in catalogue().items():
+        assert proxy.variants[0].name == "stock", name
+        assert (proxy.missing_reason() is None) == (proxy.runnable and proxy.binary() is not None), name
+
+
+def test_unknown_variant_lists_the_known_ones() -> None:
+    with pytest.raises(ProxyError, match="proxy_buffering_off"):
+        lookup("nginx").variant("nope")
