@@ -12,7 +12,7 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 proxies:
-	scripts/install-proxies
+	scripts/install-proxies --all
 
 demo: $(BIN)/.installed proxies
 	$(BIN)/tokenpath demo

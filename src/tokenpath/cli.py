@@ -122,6 +122,10 @@ def probe(
     model: Annotated[str, typer.Option(help="Model to request.")] = "tokenpath-stub",
     prompt: Annotated[str | None, typer.Option(help="User message.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens in the request.")] = None,
+    body_json: Annotated[
+        str | None,
+        typer.Option(help="JSON object merged into the request body (e.g. the stub's pacing)."),
+    ] = None,
     insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
     cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
     connect_timeout: Annotated[float, typer.Option(help="Seconds to connect.")] = 10.0,
@@ -146,6 +150,7 @@ def probe(
             headers=tuple(parse_header_arg(h) for h in header or []), api_key=_api_key(api_key_env),
             tls=TLSOptions(insecure=insecure, cacert=cacert), connect_timeout_s=connect_timeout,
             first_byte_timeout_s=first_byte_timeout, idle_timeout_s=idle_timeout, total_timeout_s=total_timeout,
+            extra_body=_body_json(body_json),
         )  # fmt: skip
         cfg.target  # noqa: B018 - validates the URL before anything is sent
         results = []
@@ -158,6 +163,18 @@ def probe(
         print(json.dumps(document, indent=2))
     else:
         _print_probe_table(document)
+
+
+def _body_json(text: str | None) -> tuple[tuple[str, object], ...]:
+    if not text:
+        return ()
+    try:
+        extra = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--body-json is not JSON: {exc}") from None
+    if not isinstance(extra, dict):
+        raise UsageError("--body-json must be a JSON object")
+    return tuple(extra.items())
 
 
 def _api_key(env_name: str | None) -> str | None:
@@ -233,6 +250,9 @@ def matrix(
     experiment: Annotated[str, typer.Argument(help="Experiment file (TOML); see examples/.")],
     out: Annotated[str, typer.Option(help="Directory for results.json, table.md, results.csv.")] = "out/matrix",
     force: Annotated[bool, typer.Option(help="Measure even if certification fails (tables say UNCERTIFIED).")] = False,
+    emit_compose: Annotated[
+        str | None, typer.Option(help="Write docker-compose.yml + configs for this experiment to DIR; run nothing.")
+    ] = None,
 ) -> None:
     """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
     from pathlib import Path
@@ -243,6 +263,12 @@ def matrix(
 
     try:
         exp = spec.load(experiment)
+        if emit_compose:
+            from tokenpath.experiment.compose import emit
+
+            path = emit(exp, Path(emit_compose), Path(__file__).resolve().parents[2])
+            console.print(f"wrote {path} (run it with: docker compose -f {path} up --abort-on-container-exit)")
+            return
         runner = MatrixRunner(exp, Path(out), force=force, console=console)
         doc = runner.run()
     except TokenpathError as exc:

@@ -14,7 +14,7 @@ from tokenpath.proxies import catalogue
 from tokenpath.proxies.relays import CONTROLS
 
 
-def quick_experiment(runs: int = 3, frames: int = 40) -> Experiment:
+def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
     controls = {c.name for c in CONTROLS}
     paths = [PathSpec("direct")]
     for proxy in catalogue().values():

@@ -177,7 +177,7 @@ class MatrixRunner:
         self, env: Environment, path: PathSpec, tmp: Path, stack: contextlib.ExitStack, tls: TLSFiles | None
     ) -> RunningProxy | None:
         proxy = self.exp.proxy(path.proxy)
-        reason = proxy.missing_reason()
+        reason = proxy.missing_reason() or (proxy.tls_unsupported if tls else None) or None
         if reason is None:
             site = Site(
                 Endpoint(env.listen_host, env.next_port()),

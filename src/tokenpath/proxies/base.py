@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tokenpath.errors import TokenpathError
 
 START_TIMEOUT_S = 15.0
@@ -83,6 +85,8 @@ class Proxy:
     package = ""  # the Debian package that provides it, for the 'not installed' message
     runnable = True  # False: config shipped for the Docker export only
     image = ""  # pinned image for the Docker export
+    tls_unsupported = ""  # why this proxy cannot terminate TLS here, when it cannot
+    container_config = ""  # compose-only proxies: where their image reads its config
 
     def binary(self) -> str | None:
         for name in self.binaries:
@@ -146,16 +150,30 @@ class RunningProxy:
         return ""
 
     def stop(self) -> None:
+        """SIGTERM to the proxy's whole process group, then SIGKILL to whatever is left of it: helpers (squid's,
+        for one) can outlive their main process by a moment."""
+        pgid = self.process.pid  # started with start_new_session: its pid is its process group
+        descendants = _descendants(self.process.pid)  # some helpers leave the group (squid's pinger did)
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
+                os.killpg(pgid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(STOP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(STOP_TIMEOUT_S)
+        for proc in descendants:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         shutil.rmtree(self.site.workdir, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
 
 
 def start(

@@ -1,13 +1,22 @@
 from __future__ import annotations
 
+from tokenpath.proxies.apache2 import Apache2
 from tokenpath.proxies.base import Proxy, ProxyError
+from tokenpath.proxies.caddy import Caddy
+from tokenpath.proxies.compose_only import Envoy, Traefik
+from tokenpath.proxies.h2o import H2O
 from tokenpath.proxies.haproxy import HAProxy
+from tokenpath.proxies.lighttpd import Lighttpd
 from tokenpath.proxies.nginx import Nginx
 from tokenpath.proxies.relays import CONTROLS
+from tokenpath.proxies.squid import Squid
+from tokenpath.proxies.varnish import Varnish
 
 
 def catalogue() -> dict[str, Proxy]:
-    entries: list[Proxy] = [Nginx(), HAProxy(), *CONTROLS]
+    entries: list[Proxy] = [
+        Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(), *CONTROLS,
+    ]  # fmt: skip
     return {p.name: p for p in entries}
 
 

@@ -1,0 +1,102 @@
+"""`tokenpath matrix EXPERIMENT --emit-compose DIR`: the same experiment for people who have Docker.
+
+Writes DIR/docker-compose.yml, DIR/Dockerfile (the emitter and the probe, built from this source tree) and one
+config directory per proxy and variant, rendered by the same catalogue code the local runner uses, with paths
+moved into the container. Images are pinned; every published port binds 127.0.0.1. TLS conditions are not
+exported (the local runner covers them).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tokenpath.experiment.spec import Experiment
+from tokenpath.proxies.base import Endpoint, Site
+
+CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
+WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside its container
+PROXY_PORT = 8080
+STUB_PORT = 8000
+FIRST_HOST_PORT = 18080
+
+
+def emit(exp: Experiment, out_dir: Path, source_root: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    services: dict[str, Any] = {
+        "emitter": {
+            "build": {"context": str(source_root), "dockerfile": str((out_dir / "Dockerfile").resolve())},
+            "command": ["tokenpath", "stub", "--host", "0.0.0.0", "--port", str(STUB_PORT), "--priority", "normal"],
+            "ports": [f"127.0.0.1:{STUB_PORT}:{STUB_PORT}"],
+        }
+    }
+    targets = {"direct": f"http://emitter:{STUB_PORT}"}
+    host_port = FIRST_HOST_PORT
+    for path in exp.paths:
+        if path.proxy == "direct":
+            continue
+        proxy = exp.proxy(path.proxy)
+        if not proxy.image:
+            continue  # tokenpath's own relays and custom commands have no image: run them locally
+        name = f"{path.proxy}-{path.variant}".replace("_", "-")
+        services[name] = _proxy_service(proxy, path.variant, out_dir / "configs" / name)
+        services[name]["ports"] = [f"127.0.0.1:{host_port}:{PROXY_PORT}"]
+        services[name]["depends_on"] = ["emitter"]
+        targets[name] = f"http://{name}:{PROXY_PORT}"
+        host_port += 1
+    services["probe"] = {
+        "build": dict(services["emitter"]["build"]),
+        "depends_on": [n for n in services if n != "probe"],
+        "command": ["sh", "-c", _probe_script(exp, targets)],
+    }
+    (out_dir / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nWORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY src ./src\n"
+        "RUN pip install --no-cache-dir .\n"
+    )
+    compose = {"name": f"tokenpath-{exp.name}".lower().replace(" ", "-")[:60], "services": services}
+    compose_file = out_dir / "docker-compose.yml"
+    header = "# Written by tokenpath matrix --emit-compose; `docker compose up --abort-on-container-exit`.\n"
+    compose_file.write_text(header + yaml.safe_dump(compose, sort_keys=False))
+    return compose_file
+
+
+def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="tokenpath-compose-"))
+    try:
+        site = Site(Endpoint("0.0.0.0", PROXY_PORT), Endpoint("emitter", STUB_PORT), workdir, proxy.variant(variant))
+        config = proxy.write_config(site)
+        config_dir.mkdir(parents=True, exist_ok=True)
+        text = config.read_text().replace(str(workdir), WORK_DIR)
+        (config_dir / config.name).write_text(text)
+        service: dict[str, Any] = {"image": proxy.image}
+        mounted = f"./{config_dir.relative_to(config_dir.parents[1])}"
+        if proxy.container_config:
+            service["volumes"] = [f"{mounted}/{config.name}:{proxy.container_config}:ro"]
+            return service
+        argv = [Path(proxy.argv(site, config)[0]).name, *proxy.argv(site, config)[1:]]
+        argv = [a.replace(str(config), f"{CONFIG_DIR}/{config.name}").replace(str(workdir), WORK_DIR) for a in argv]
+        service["volumes"] = [f"{mounted}:{CONFIG_DIR}:ro"]
+        service["command"] = ["sh", "-c", f"mkdir -p {WORK_DIR}/tmp && exec {shlex.join(argv)}"]
+        return service
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _probe_script(exp: Experiment, targets: dict[str, str]) -> str:
+    lines = ["set -e", "sleep 3"]
+    for cond in exp.conditions:
+        if cond.tls or cond.link != "loopback":
+            continue
+        pacing = {"tokenpath": {"interval_ms": cond.interval_ms, "frame_bytes": cond.frame_bytes,
+                                "tokens": exp.frames, "ttft_ms": exp.ttft_ms, "format": "plain"}}  # fmt: skip
+        body = shlex.quote(json.dumps(pacing, separators=(",", ":")))
+        for name, url in targets.items():
+            lines.append(f"echo '== {name}: {cond.label}'")
+            lines.append(f"tokenpath probe {url} --runs {exp.runs} --body-json {body}")
+    return "\n".join(lines)

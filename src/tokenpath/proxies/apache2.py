@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+
+MODULES = "/usr/lib/apache2/modules"
+
+
+class Apache2(Proxy):
+    name = "apache2"
+    binaries = ("apache2",)
+    package = "apache2"
+    image = "httpd:2.4.71-alpine"
+    variants = (STOCK, Variant("flushpackets", "ProxyPass ... flushpackets=on (flush after every chunk)"))
+
+    def version(self) -> str:
+        binary = self.binary()
+        if not binary:
+            return "not installed"
+        first = run_quiet([binary, "-v"]).splitlines()[0]
+        return first.split("Apache/")[-1].split(" ")[0]
+
+    def write_config(self, site: Site) -> Path:
+        mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if site.tls else [])]
+        loads = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in mods)
+        tls = (
+            f"SSLEngine on\nSSLCertificateFile {site.tls.cert}\nSSLCertificateKeyFile {site.tls.key}\n"
+            if site.tls
+            else ""
+        )
+        flush = " flushpackets=on" if site.variant.name == "flushpackets" else ""
+        config = site.workdir / "httpd.conf"
+        config.write_text(f"""# tokenpath: stock reverse proxy (mod_proxy_http); only the variant flag differs
+ServerRoot "{site.workdir}"
+ServerName localhost
+DefaultRuntimeDir "{site.workdir}"
+PidFile "{site.workdir}/httpd.pid"
+ErrorLog "{site.workdir}/error.log"
+Mutex file:{site.workdir}
+User www-data
+Group www-data
+{loads}
+Listen {site.listen.hostport}
+{tls}ProxyPass "/" "http://{site.upstream.hostport}/"{flush}
+ProxyPassReverse "/" "http://{site.upstream.hostport}/"
+""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [binary, "-DFOREGROUND", "-f", str(config)]
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        binary = self.binary()
+        assert binary is not None
+        check = run_quiet(wrap([binary, "-t", "-f", str(config)]))
+        return f"{config.read_text()}\n# apache2 -t: {check}"

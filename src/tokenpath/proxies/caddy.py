@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+
+
+class Caddy(Proxy):
+    name = "caddy"
+    binaries = ("caddy",)
+    package = "caddy"
+    image = "caddy:2.6.2-alpine"
+    variants = (STOCK, Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)"))
+
+    def version(self) -> str:
+        binary = self.binary()
+        return run_quiet([binary, "version"]).split(" ")[0] if binary else "not installed"
+
+    def write_config(self, site: Site) -> Path:
+        tls = f"\n  tls {site.tls.cert} {site.tls.key}" if site.tls else ""
+        body = " {\n    flush_interval -1\n  }" if site.variant.name == "flush_interval" else ""
+        config = site.workdir / "Caddyfile"
+        config.write_text(f"""# tokenpath: stock reverse proxy; only the variant block differs from the defaults
+{{
+  admin off
+  auto_https off
+}}
+{"https" if site.tls else "http"}://:{site.listen.port} {{
+  bind {site.listen.host}{tls}
+  reverse_proxy {site.upstream.hostport}{body}
+}}
+""")
+        return config
+
+    def env(self, site: Site) -> dict[str, str]:
+        # Caddy keeps state under $HOME / XDG dirs: keep it in the private work directory.
+        return {"HOME": str(site.workdir), "XDG_DATA_HOME": str(site.workdir), "XDG_CONFIG_HOME": str(site.workdir)}
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [binary, "run", "--config", str(config), "--adapter", "caddyfile"]
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        binary = self.binary()
+        assert binary is not None
+        return run_quiet(wrap([binary, "adapt", "--config", str(config), "--adapter", "caddyfile"]))

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, run_quiet
+
+
+class Squid(Proxy):
+    name = "squid"
+    binaries = ("squid",)
+    package = "squid"
+    image = "ubuntu/squid:5.7-22.04_beta"
+    tls_unsupported = "Debian's squid is built without TLS termination (needs squid-openssl)"
+    variants = (STOCK,)
+
+    def version(self) -> str:
+        binary = self.binary()
+        return run_quiet([binary, "-v"]).splitlines()[0].split("Version ")[-1] if binary else "not installed"
+
+    def write_config(self, site: Site) -> Path:
+        site.workdir.chmod(0o777)  # squid drops to its own user after reading the config
+        config = site.workdir / "squid.conf"
+        config.write_text(f"""# tokenpath: squid as a reverse proxy (accelerator), nothing touching buffering
+http_port {site.listen.hostport} accel defaultsite=tokenpath no-vhost
+cache_peer {site.upstream.host} parent {site.upstream.port} 0 no-query originserver name=upstream
+cache_peer_access upstream allow all
+http_access allow all
+cache deny all
+access_log none
+cache_log {site.workdir}/cache.log
+pid_filename {site.workdir}/squid.pid
+coredump_dir {site.workdir}
+shutdown_lifetime 1 seconds
+pinger_enable off
+""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [binary, "-N", "-f", str(config)]

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+
+
+class Varnish(Proxy):
+    name = "varnish"
+    binaries = ("varnishd",)
+    package = "varnish"
+    image = "varnish:7.1.1"
+    tls_unsupported = "Varnish does not terminate TLS"
+    variants = (STOCK, Variant("do_stream", "set beresp.do_stream = true and pass (explicit streaming)"))
+
+    def version(self) -> str:
+        binary = self.binary()
+        if not binary:
+            return "not installed"
+        out = run_quiet([binary, "-V"])
+        return out.split("varnish-")[-1].split(" ")[0] if "varnish-" in out else out.splitlines()[0]
+
+    def write_config(self, site: Site) -> Path:
+        variant = (
+            "\nsub vcl_backend_response {\n  set beresp.do_stream = true;\n  set beresp.uncacheable = true;\n}\n"
+            if site.variant.name == "do_stream"
+            else ""
+        )
+        config = site.workdir / "default.vcl"
+        config.write_text(f"""# tokenpath: stock reverse proxy; POST is passed by the built-in VCL
+vcl 4.1;
+backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}"; }}
+{variant}""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.binary()
+        assert binary is not None
+        return [
+            binary, "-F", "-j", "none", "-a", site.listen.hostport, "-f", str(config), "-n", str(site.workdir / "n"),
+            "-s", "malloc,64m", "-T", "none",
+        ]  # fmt: skip

@@ -1,0 +1,51 @@
+"""Every installed catalogue proxy, every variant: its config starts, it relays a stream intact, it stops clean."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import psutil
+import pytest
+
+from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.metrics import run_metrics
+from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies import catalogue
+from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+
+FRAMES = 10
+PACING = {"interval_ms": 30, "frame_bytes": 60, "tokens": FRAMES, "format": "plain", "ttft_ms": 0}
+CASES = [(p.name, v.name) for p in catalogue().values() if p.runnable for v in p.variants]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[Endpoint]:
+    with ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub") as proc:
+        assert proc.url is not None
+        url = urlsplit(proc.url)
+        assert url.hostname is not None
+        assert url.port is not None
+        yield Endpoint(url.hostname, url.port)
+
+
+@pytest.mark.parametrize(("name", "variant"), CASES)
+def test_proxy_relays_a_stream_intact(stub: Endpoint, name: str, variant: str) -> None:
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant))
+    running = start(proxy, site)
+    try:
+        trace = probe_stream(ProbeConfig(url=running.url, extra_body=(("tokenpath", PACING),), first_byte_timeout_s=10))
+        metrics = run_metrics(trace)
+        assert metrics.status == 200
+        assert metrics.frames == FRAMES
+        assert [f.frame.data for f in trace.frames] == [f"{i} ".encode() + b"." * 50 for i in range(FRAMES)]
+        assert running.effective.strip()
+        assert proxy.version() not in ("", "unknown", "not installed")
+        pids = [running.process.pid] + [c.pid for c in psutil.Process(running.process.pid).children(recursive=True)]
+    finally:
+        running.stop()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not site.workdir.exists()
