@@ -8,6 +8,7 @@ from tokenpath.proxies.h2o import H2O
 from tokenpath.proxies.haproxy import HAProxy
 from tokenpath.proxies.lighttpd import Lighttpd
 from tokenpath.proxies.nginx import Nginx
+from tokenpath.proxies.node import NodeProxy
 from tokenpath.proxies.relays import CONTROLS
 from tokenpath.proxies.squid import Squid
 from tokenpath.proxies.varnish import Varnish
@@ -15,7 +16,8 @@ from tokenpath.proxies.varnish import Varnish
 
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
-        Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(), *CONTROLS,
+        Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
+        NodeProxy(naive=False), NodeProxy(naive=True), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}
 
