@@ -327,6 +327,52 @@ def sweep(
 
 
 @app.command()
+def load(
+    proxy: Annotated[
+        list[str] | None,
+        typer.Option(help="Catalogue target, e.g. nginx, node, haproxy:http_no_delay; repeatable."),
+    ] = None,
+    concurrency: Annotated[
+        str, typer.Option(help="Open streams per level, comma-separated (closed loop).")
+    ] = "50,200,500",
+    warmup: Annotated[float, typer.Option(help="Seconds per level before measuring.")] = 2.0,
+    duration: Annotated[float, typer.Option(help="Seconds measured per level.")] = 10.0,
+    runs: Annotated[int, typer.Option(help="Runs per level and target (merged; spread in results.json).")] = 3,
+    client_workers: Annotated[int, typer.Option(help="Client processes.")] = 1,
+    stub_workers: Annotated[int, typer.Option(help="Stub processes (SO_REUSEPORT).")] = 1,
+    ttft_ms: Annotated[float, typer.Option(help="The stub's delay before the first token.")] = 90.0,
+    interval_ms: Annotated[float, typer.Option(help="The stub's token interval.")] = 14.0,
+    tokens: Annotated[int, typer.Option(help="Tokens per stream.")] = 128,
+    out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
+) -> None:
+    """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
+    from pathlib import Path
+
+    from tokenpath.load.runner import LoadConfig, LoadRunner
+    from tokenpath.results import load_table
+
+    try:
+        try:
+            levels = tuple(int(x) for x in concurrency.split(","))
+        except ValueError:
+            raise UsageError("--concurrency takes comma-separated whole numbers, e.g. 50,200,500") from None
+        cfg = LoadConfig(
+            targets=("direct", *(proxy or [])), levels=levels, warmup_s=warmup, duration_s=duration, runs=runs,
+            client_workers=client_workers, stub_workers=stub_workers, ttft_ms=ttft_ms, interval_ms=interval_ms,
+            tokens=tokens,
+        )  # fmt: skip
+        doc = LoadRunner(cfg, Path(out), console).run()
+    except TokenpathError as exc:
+        _fail("load", exc)
+    (Path(out) / "table.md").write_text(load_table.markdown(doc))
+    console.print(load_table.rich_table(doc))
+    for row in doc["levels"]:
+        for w in row["warnings"]:
+            console.print(f"[yellow]{row['target']} @ {row['concurrency']}: {w['message']}[/] ({w['remedy']})")
+    console.print(f"results: {Path(out) / 'results.json'}")
+
+
+@app.command()
 def demo(
     runs: Annotated[int, typer.Option(help="Streams per path.")] = 3,
     out: Annotated[str, typer.Option(help="Directory for the results.")] = "out/demo",

@@ -1,0 +1,56 @@
+"""Did every frame arrive, in order, byte for byte? The stub's frames are deterministic for a stream id, so the
+client re-renders what the stub sent and compares: no parsing on the hot path, and any loss, reordering or change
+is named. A proxy that re-serialises chunks (LiteLLM) fails the byte check; its content is then compared."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+
+from tokenpath.stub.frames import StreamRequest, render_stream, token_text
+
+
+@dataclass(frozen=True, slots=True)
+class Integrity:
+    expected: int
+    received: int
+    byte_exact: bool
+    lost: int  # content frames missing
+    out_of_order: int  # content frames present but not where they belong
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.lost == 0 and self.out_of_order == 0 and self.received >= self.expected
+
+
+def expected_frames(stream_id: str, model: str, tokens: int) -> list[bytes]:
+    return render_stream(StreamRequest("chat", model, stream_id, tokens), "openai", None)
+
+
+def check(received: list[bytes], stream_id: str, model: str, tokens: int) -> Integrity:
+    expected = expected_frames(stream_id, model, tokens)
+    if received == expected:
+        return Integrity(len(expected), len(received), True, 0, 0)
+    texts = [_content(f) for f in received]
+    seen = [t for t in texts if t is not None]
+    want = [token_text(i) for i in range(tokens)]
+    positions = {t: i for i, t in enumerate(want)}
+    lost = len(set(want) - set(seen))
+    indexes = [positions[t] for t in seen if t in positions]
+    out_of_order = sum(1 for a, b in itertools.pairwise(indexes) if b < a)
+    detail = f"{lost} content frames lost, {out_of_order} out of order" if lost or out_of_order else "re-serialised"
+    return Integrity(len(expected), len(received), False, lost, out_of_order, detail)
+
+
+def _content(frame: bytes) -> str | None:
+    line = frame.split(b"\n", 1)[0]
+    if not line.startswith(b"data: {"):
+        return None
+    try:
+        obj = json.loads(line[6:])
+        content = obj["choices"][0]["delta"].get("content")
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return content if isinstance(content, str) and content else None

@@ -1,0 +1,274 @@
+"""`tokenpath load`: TTFT added by a path at increasing concurrency, side by side with the direct path.
+
+For each level and run, every target is loaded in turn (direct first) with the same closed-loop workload; each
+stream is joined to the stub's write log (added TTFT = client arrival of the first content frame - the stub's write
+of it) and checked byte for byte. Percentiles come from HDR histograms merged over runs and client processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from hdrh.histogram import HdrHistogram
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from tokenpath.errors import PeerError, UsageError
+from tokenpath.load.sampler import ResourceSampler
+from tokenpath.load.worker import StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies import ProxyError, RunningProxy, lookup
+from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+from tokenpath.results import schema
+from tokenpath.stub.control import fetch_audit
+
+PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
+HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
+AUDIT_BATCH = 400  # stream ids per audit request
+LAG_WARN_MS = 5.0  # client event-loop lag p99 above this: it measures its own queueing
+CPU_WARN = 0.9  # a client process busier than this fraction of a core is saturated
+AUDIT_FAIL_WARN = 0.01  # more than 1 % of streams off schedule: the stub is saturated
+FLOOR_RATIO_WARN = 0.5  # direct p99 above half of a target's p50: the floor cannot resolve it
+
+
+@dataclass(frozen=True, slots=True)
+class LoadConfig:
+    targets: tuple[str, ...]
+    levels: tuple[int, ...] = (50, 200, 500)
+    warmup_s: float = 2.0
+    duration_s: float = 10.0
+    runs: int = 3
+    client_workers: int = 1
+    stub_workers: int = 1
+    ttft_ms: float = 90.0
+    interval_ms: float = 14.0
+    tokens: int = 128
+    model: str = "tokenpath-stub"
+
+    def __post_init__(self) -> None:
+        if not self.levels or min(self.levels) < 1:
+            raise UsageError("--concurrency needs levels >= 1, e.g. 50,200,500")
+        if self.runs < 1 or self.client_workers < 1 or self.stub_workers < 1:
+            raise UsageError("--runs, --client-workers and --stub-workers must be >= 1")
+        if self.duration_s <= 0 or self.warmup_s < 0:
+            raise UsageError("--duration must be > 0 and --warmup >= 0")
+
+
+@dataclass
+class Cell:
+    """One target at one level, merged over runs."""
+
+    target: str
+    concurrency: int
+    hist: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))
+    streams: int = 0
+    errors: int = 0
+    audit_failed: int = 0
+    lost: int = 0
+    out_of_order: int = 0
+    reserialized: int = 0
+    cores: list[float] = field(default_factory=list)
+    rss_mb: list[float] = field(default_factory=list)
+    lag_p99_ms: float = 0.0
+    client_cpu: float = 0.0
+    error_samples: list[str] = field(default_factory=list)
+
+    def pct_ms(self, p: float) -> float | None:
+        return self.hist.get_value_at_percentile(p) / 1000 if self.hist.get_total_count() else None
+
+
+class LoadRunner:
+    def __init__(self, cfg: LoadConfig, out_dir: Path, console: Console) -> None:
+        self.cfg = cfg
+        self.out_dir = out_dir
+        self.console = console
+        self.doc = schema.new_document("load")
+        self.doc.update(config=_config_json(cfg), targets={}, skipped=[], levels=[], interrupted=False)
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.cfg
+        with contextlib.ExitStack() as stack:
+            stub = ServiceProcess(tokenpath_argv(
+                "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
+                "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
+            ), "stub")  # fmt: skip
+            stack.callback(stub.stop)
+            stub_url = stub.start()
+            targets = {"direct": (stub_url, stub.pid)}
+            for name in cfg.targets:
+                if name == "direct":
+                    continue
+                running = self._start(name, stub_url, stack)
+                if running is not None:
+                    targets[name] = (running.url, running.process.pid)
+            cells: dict[tuple[int, str], Cell] = {}
+            plan = list(itertools.product(cfg.levels, range(cfg.runs), targets))
+            progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                console=self.console, transient=True,
+            )  # fmt: skip
+            try:
+                with progress:
+                    task = progress.add_task("load", total=len(plan))
+                    for level, run, name in plan:
+                        progress.update(task, description=f"{level} streams, run {run + 1}, {name}")
+                        url, pid = targets[name]
+                        cell = cells.setdefault((level, name), Cell(name, level))
+                        self._measure(cell, url, pid if name != "direct" else None, stub_url)
+                        progress.advance(task)
+            except KeyboardInterrupt:
+                self.doc["interrupted"] = True
+            self.doc["levels"] = self._summarise(cells)
+            schema.write(self.doc, self.out_dir)
+        return self.doc
+
+    def _start(self, name: str, stub_url: str, stack: contextlib.ExitStack) -> RunningProxy | None:
+        """`name` is a catalogue proxy, optionally with a variant: `haproxy:http_no_delay`."""
+        proxy_name, _, variant_name = name.partition(":")
+        try:
+            proxy = lookup(proxy_name)
+            variant = proxy.variant(variant_name or "stock")
+        except ProxyError as exc:
+            raise UsageError(str(exc)) from None
+        reason = proxy.missing_reason()
+        if reason is None:
+            up = urlsplit(stub_url)
+            assert up.hostname is not None
+            assert up.port is not None
+            site = Site(
+                Endpoint("127.0.0.1", free_port()), Endpoint(up.hostname, up.port), new_workdir(proxy_name), variant
+            )
+            try:
+                running = start(proxy, site)
+            except ProxyError as exc:
+                reason = f"failed to start: {exc}"
+            else:
+                stack.callback(running.stop)
+                self.doc["targets"][name] = {
+                    "version": proxy.version(), "variant": variant.name, "config": running.effective,
+                }  # fmt: skip
+                return running
+        self.console.print(f"[yellow]skipping {name}:[/] {reason}")
+        self.doc["skipped"].append({"target": name, "reason": reason})
+        return None
+
+    def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str) -> None:
+        cfg = self.cfg
+        work = Workload(url, cfg.model, PROMPT, cfg.tokens, cell.concurrency, cfg.warmup_s, cfg.duration_s)
+        with ResourceSampler(pid) as sampler:
+            reports = self._clients(work)
+        if sampler.mean_cores is not None:
+            cell.cores.append(sampler.mean_cores)
+        if sampler.median_rss_mb is not None:
+            cell.rss_mb.append(sampler.median_rss_mb)
+        cell.lag_p99_ms = max([cell.lag_p99_ms, *(r.lag_p99_ms for r in reports)])
+        cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
+        results = [r for report in reports for r in report.results]
+        self._join(cell, results, stub_url)
+
+    def _clients(self, work: Workload) -> list[WorkerReport]:
+        n = self.cfg.client_workers
+        if n == 1:
+            return [run_worker(work)]
+        shares = [work.concurrency // n + (1 if i < work.concurrency % n else 0) for i in range(n)]
+        jobs = [replace(work, concurrency=s) for s in shares if s > 0]
+        with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
+            return list(pool.map(run_worker, jobs))
+
+    def _join(self, cell: Cell, results: list[StreamResult], stub_url: str) -> None:
+        ok = [r for r in results if r.error is None]
+        cell.errors += len(results) - len(ok)
+        cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
+        for i in range(0, len(ok), AUDIT_BATCH):
+            batch = ok[i : i + AUDIT_BATCH]
+            try:
+                audit = fetch_audit(stub_url, [r.stream_id for r in batch], timeout_s=60)
+            except PeerError as exc:
+                raise UsageError(f"the stub stopped answering its audit: {exc}") from None
+            entries = {e["verdict"]["stream_id"]: e for e in audit["streams"]}
+            for r in batch:
+                entry = entries.get(r.stream_id)
+                cell.streams += 1
+                cell.lost += r.lost
+                cell.out_of_order += r.out_of_order
+                cell.reserialized += not r.byte_exact and r.lost == 0 and r.out_of_order == 0
+                if entry is None or not entry["verdict"]["passed"]:
+                    cell.audit_failed += 1
+                    continue
+                writes = entry["log"]["writes"]
+                if r.first_content is not None and r.first_content_t_ns is not None and r.first_content < len(writes):
+                    added_us = (r.first_content_t_ns - writes[r.first_content][2]) // 1000
+                    cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
+
+    def _summarise(self, cells: dict[tuple[int, str], Cell]) -> list[dict[str, Any]]:
+        out = []
+        for level in self.cfg.levels:
+            direct = cells.get((level, "direct"))
+            floor: dict[str, float | None] = {"p50": None, "p99": None}
+            if direct:
+                floor = {"p50": direct.pct_ms(50), "p99": direct.pct_ms(99)}
+            for (lvl, _name), cell in cells.items():
+                if lvl != level:
+                    continue
+                out.append(_level_row(cell, floor, self.cfg))
+        return out
+
+
+def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
+    warnings = []
+    if cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
+        warnings.append({
+            "kind": "client_saturated",
+            "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms, CPU {100 * cell.client_cpu:.0f} % of a core",
+            "remedy": "add --client-workers (one per free core) or lower the concurrency",
+        })  # fmt: skip
+    if cell.streams and cell.audit_failed / cell.streams > AUDIT_FAIL_WARN:
+        warnings.append({
+            "kind": "stub_saturated",
+            "message": f"{cell.audit_failed} of {cell.streams} streams missed the stub's schedule (excluded)",
+            "remedy": "add --stub-workers, or lower the concurrency",
+        })  # fmt: skip
+    p50 = cell.pct_ms(50)
+    floor_p99 = floor["p99"]
+    if cell.target != "direct" and floor_p99 is not None and p50 is not None and floor_p99 > FLOOR_RATIO_WARN * p50:
+        warnings.append({
+            "kind": "floor_too_high",
+            "message": f"direct p99 {floor_p99:.1f} ms is not small against this p50 {p50:.1f} ms",
+            "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
+        })  # fmt: skip
+    return {
+        "concurrency": cell.concurrency,
+        "target": cell.target,
+        "streams": cell.streams,
+        "errors": cell.errors,
+        "error_samples": cell.error_samples,
+        "audit_failed": cell.audit_failed,
+        "added_ttft_ms": {"p50": p50, "p99": cell.pct_ms(99), "p999": cell.pct_ms(99.9)},
+        "floor_ms": floor,
+        "cpu_cores": sum(cell.cores) / len(cell.cores) if cell.cores else None,
+        "rss_mb": max(cell.rss_mb) if cell.rss_mb else None,
+        "frames_lost": cell.lost,
+        "frames_out_of_order": cell.out_of_order,
+        "reserialized_streams": cell.reserialized,
+        "client_lag_p99_ms": cell.lag_p99_ms,
+        "client_cpu": cell.client_cpu,
+        "histogram": cell.hist.encode().decode() if cell.hist.get_total_count() else None,
+        "warnings": warnings,
+        "unreliable": bool(warnings),
+    }
+
+
+def _config_json(cfg: LoadConfig) -> dict[str, Any]:
+    return {
+        "targets": list(cfg.targets), "levels": list(cfg.levels), "warmup_s": cfg.warmup_s,
+        "duration_s": cfg.duration_s, "runs": cfg.runs, "client_workers": cfg.client_workers,
+        "stub_workers": cfg.stub_workers, "ttft_ms": cfg.ttft_ms, "interval_ms": cfg.interval_ms,
+        "tokens": cfg.tokens, "model": cfg.model, "loop": "closed",
+    }  # fmt: skip

@@ -1,0 +1,118 @@
+"""Closed-loop virtual users on one event loop: each opens the next stream when its previous one ends.
+
+Runs in-process or as one of several client processes (--client-workers); everything it returns is plain data so
+it crosses a process boundary. Streams are counted when they *start* inside the measured window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from tokenpath.errors import TokenpathError
+from tokenpath.load.integrity import check
+from tokenpath.loops import new_event_loop
+from tokenpath.probe.aio import stream_once
+from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.stats import percentile
+
+LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
+RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    url: str
+    model: str
+    prompt: str
+    tokens: int
+    concurrency: int
+    warmup_s: float
+    duration_s: float
+
+
+@dataclass(slots=True)
+class StreamResult:
+    stream_id: str
+    error: str | None = None
+    first_content: int | None = None  # index of the first content frame
+    first_content_t_ns: int | None = None
+    frame_t_ns: list[int] = field(default_factory=list)  # arrival of every frame
+    frames: int = 0
+    expected: int = 0
+    lost: int = 0
+    out_of_order: int = 0
+    byte_exact: bool = False
+
+
+@dataclass(slots=True)
+class WorkerReport:
+    results: list[StreamResult]
+    cpu_s: float
+    wall_s: float
+    lag_p99_ms: float
+
+
+async def closed_loop(work: Workload) -> WorkerReport:
+    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens)
+    target = cfg.target
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    measure_from, stop_at = start + work.warmup_s, start + work.warmup_s + work.duration_s
+    results: list[StreamResult] = []
+    lags: list[float] = []
+
+    async def monitor() -> None:
+        expected = loop.time() + LAG_TICK_S
+        while loop.time() < stop_at:
+            await asyncio.sleep(LAG_TICK_S)
+            now = loop.time()
+            lags.append((now - expected) * 1000)
+            expected = now + LAG_TICK_S
+
+    async def user(k: int) -> None:
+        await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.concurrency))
+        while loop.time() < stop_at:
+            counted = loop.time() >= measure_from
+            result = await one_stream(cfg, target.host, target.port, work)
+            if counted:
+                results.append(result)
+
+    cpu, wall = time.process_time(), time.monotonic()
+    await asyncio.gather(monitor(), *(user(k) for k in range(work.concurrency)))
+    lags.sort()
+    return WorkerReport(
+        results, time.process_time() - cpu, time.monotonic() - wall, percentile(lags, 99) if lags else 0.0
+    )
+
+
+async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
+    sid = new_stream_id()
+    result = StreamResult(sid)
+    try:
+        trace = await stream_once(host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=120)
+    except (TokenpathError, OSError, TimeoutError) as exc:
+        result.error = str(exc) or type(exc).__name__
+        return result
+    if trace.head is None or trace.head.status != 200:
+        result.error = f"HTTP {trace.head.status if trace.head else 'no response'}"
+        return result
+    result.frames = len(trace.frames)
+    result.frame_t_ns = [f.t_ns for f in trace.frames]
+    result.first_content = trace.first_content
+    if trace.first_content is not None:
+        result.first_content_t_ns = trace.frames[trace.first_content].t_ns
+    integrity = check([f.frame.raw for f in trace.frames], sid, work.model, work.tokens)
+    result.expected, result.lost = integrity.expected, integrity.lost
+    result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact
+    return result
+
+
+def run_worker(work: Workload) -> WorkerReport:
+    """Entry point of a client process (and of the in-process client)."""
+    loop = new_event_loop("uvloop")
+    try:
+        return loop.run_until_complete(closed_loop(work))
+    finally:
+        loop.close()
