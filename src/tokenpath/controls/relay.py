@@ -95,7 +95,9 @@ class _Downstream(asyncio.Protocol):
             )
         except (OSError, TimeoutError) as exc:
             log.warning("relay: cannot reach upstream %s:%s: %s", self.cfg.upstream_host, self.cfg.upstream_port, exc)
-            self.abort()
+            self._closed = True
+            if self.transport is not None:
+                self.transport.close()  # a clean close: the client sees the connection end before any response
             return
         if self._closed:
             assert upstream.transport is not None

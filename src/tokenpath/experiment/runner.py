@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tokenpath.errors import PeerError, TokenpathError, UsageError
 from tokenpath.experiment.measure import RunRecord, join
@@ -28,6 +27,7 @@ from tokenpath.netlink import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
 from tokenpath.probe.transport import SocketTransport, Target, TLSOptions, Transport, wrap_tls
 from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
 from tokenpath.proxies.base import Endpoint, Site, TLSFiles, free_port, new_workdir, start
 from tokenpath.proxies.relays import CONTROLS, CORK_MS
@@ -100,10 +100,7 @@ class MatrixRunner:
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
         total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
-        progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=self.console, transient=True,
-        )  # fmt: skip
+        progress = progress_bar(self.console)
         try:
             with progress:
                 task = progress.add_task("matrix", total=total)

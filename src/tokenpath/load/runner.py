@@ -18,12 +18,12 @@ from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from tokenpath.errors import PeerError, UsageError
 from tokenpath.load.sampler import ResourceSampler
 from tokenpath.load.worker import StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.results import schema
@@ -110,10 +110,7 @@ class LoadRunner:
                     targets[name] = (running.url, running.process.pid)
             cells: dict[tuple[int, str], Cell] = {}
             plan = list(itertools.product(cfg.levels, range(cfg.runs), targets))
-            progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                console=self.console, transient=True,
-            )  # fmt: skip
+            progress = progress_bar(self.console)
             try:
                 with progress:
                     task = progress.add_task("load", total=len(plan))

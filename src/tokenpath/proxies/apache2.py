@@ -48,12 +48,10 @@ ProxyPassReverse "/" "http://{site.upstream.hostport}/"
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-DFOREGROUND", "-f", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         check = run_quiet(wrap([binary, "-t", "-f", str(config)]))
         return f"{config.read_text()}\n# apache2 -t: {check}"

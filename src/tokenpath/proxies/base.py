@@ -95,6 +95,12 @@ class Proxy:
                     return candidate
         return None
 
+    def require_binary(self) -> str:
+        binary = self.binary()
+        if binary is None:
+            raise ProxyError(f"{self.name}: {self.missing_reason()}")
+        return binary
+
     def missing_reason(self) -> str | None:
         if not self.runnable:
             return "no Debian package on this machine; config shipped for the Docker export"

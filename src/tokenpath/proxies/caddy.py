@@ -37,11 +37,9 @@ class Caddy(Proxy):
         return {"HOME": str(site.workdir), "XDG_DATA_HOME": str(site.workdir), "XDG_CONFIG_HOME": str(site.workdir)}
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "run", "--config", str(config), "--adapter", "caddyfile"]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return run_quiet(wrap([binary, "adapt", "--config", str(config), "--adapter", "caddyfile"]))

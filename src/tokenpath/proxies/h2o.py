@@ -32,11 +32,9 @@ hosts:
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-c", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return f"{config.read_text()}\n# h2o -t: {run_quiet(wrap([binary, '-t', '-c', str(config)]))}"

@@ -40,12 +40,10 @@ backend upstream
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-db", "-f", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         check = run_quiet(wrap([binary, "-c", "-f", str(config)]))
         return f"{config.read_text()}\n# haproxy -c: {check}"

@@ -36,11 +36,9 @@ server.errorlog = "{site.workdir}/error.log"
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-D", "-f", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return run_quiet(wrap([binary, "-p", "-f", str(config)]))

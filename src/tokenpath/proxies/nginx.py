@@ -58,11 +58,9 @@ http {{
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-c", str(config), "-p", str(site.workdir), "-e", str(site.workdir / "error.log")]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return run_quiet(wrap([binary, "-T", "-c", str(config), "-p", str(site.workdir)]))

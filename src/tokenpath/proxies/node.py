@@ -39,7 +39,6 @@ class NodeProxy(Proxy):
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        node = self.binary()
-        assert node is not None
+        node = self.require_binary()
         argv = [node, str(SCRIPT), "--listen", site.listen.hostport, "--upstream", f"http://{site.upstream.hostport}"]
         return [*argv, "--naive"] if self.naive else argv

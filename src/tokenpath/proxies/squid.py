@@ -36,6 +36,5 @@ pinger_enable off
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.binary()
-        assert binary is not None
+        binary = self.require_binary()
         return [binary, "-N", "-f", str(config)]
