@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import psutil
@@ -29,28 +30,34 @@ class ResourceSampler:
         if self._thread.is_alive():
             self._thread.join(2)
 
-    def _procs(self) -> list[psutil.Process]:
+    def _tree(self, known: dict[int, psutil.Process]) -> list[psutil.Process]:
+        """The process and its children, reusing the Process objects already seen: psutil measures CPU between
+        two calls on the same object, and a new object's first reading is always 0."""
+        if self._pid is None:
+            return []
         try:
-            root = psutil.Process(self._pid)
-            return [root, *root.children(recursive=True)]
+            root = known.get(self._pid) or psutil.Process(self._pid)
+            tree = [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
+        current = []
+        for proc in tree:
+            if proc.pid not in known:
+                known[proc.pid] = proc
+                with contextlib.suppress(psutil.Error):
+                    proc.cpu_percent(None)  # starts its measurement
+            current.append(known[proc.pid])
+        return current
 
     def _run(self) -> None:
-        procs = self._procs()
-        for p in procs:
-            p.cpu_percent(None)  # the first call only starts the measurement
+        known: dict[int, psutil.Process] = {}
+        self._tree(known)
         while not self._stop.wait(SAMPLE_S):
-            fresh = {p.pid: p for p in self._procs()}
-            for pid, p in fresh.items():
-                if pid not in {q.pid for q in procs}:
-                    p.cpu_percent(None)
-            procs = list(fresh.values())
             cpu = rss = 0.0
-            for p in procs:
+            for proc in self._tree(known):
                 try:
-                    cpu += p.cpu_percent(None)
-                    rss += p.memory_info().rss
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
                 except psutil.Error:
                     continue
             self.cores.append(cpu / 100)
