@@ -190,7 +190,7 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
 def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
     out = subprocess.run(
         tokenpath_argv(
-            "sweep", "haproxy", "--link", "veth", "--sizes", "360,700,1000,2000", "--intervals", "25,50",
+            "sweep", "haproxy", "--link", "veth", "--sizes", "60,360,700,1000,2000", "--intervals", "25,50",
             "--runs", "1", "--frames", "12", "--out", str(tmp_path),
         ),
         capture_output=True, text=True, timeout=300,
@@ -199,10 +199,13 @@ def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["kind"] == "sweep"
     assert {(p["frame_bytes"], p["interval_ms"]) for p in doc["points"]} == {
-        (s, i) for s in (360, 700, 1000, 2000) for i in (25.0, 50.0)
+        (s, i) for s in (60, 360, 700, 1000, 2000) for i in (25.0, 50.0)
     }
     inferred = doc["inferred"]
-    assert 1000 <= inferred["size_bytes"] <= 2000  # one 1,448-byte segment on a 1,500-byte MTU
+    # 60-byte frames are released by the timer at both intervals; 360-1,000-byte ones by size.
+    assert inferred["timer_ms"] is not None, inferred
     assert 120 <= inferred["timer_ms"] <= 260  # Linux's 200 ms cork timer, seen from the first token
+    assert inferred["size_bytes"] is not None, inferred
+    assert 1000 <= inferred["size_bytes"] <= 2100  # one 1,448-byte segment on a 1,500-byte MTU
     two_k = [p for p in doc["points"] if p["frame_bytes"] == 2000]
     assert all(p["within_floor"] for p in two_k)  # a frame larger than a segment is never held
