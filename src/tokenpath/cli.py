@@ -343,6 +343,12 @@ def load(
     ttft_ms: Annotated[float, typer.Option(help="The stub's delay before the first token.")] = 90.0,
     interval_ms: Annotated[float, typer.Option(help="The stub's token interval.")] = 14.0,
     tokens: Annotated[int, typer.Option(help="Tokens per stream.")] = 128,
+    rate: Annotated[
+        str | None, typer.Option(help="Open loop instead: Poisson arrivals per second per level, e.g. 20,50.")
+    ] = None,
+    max_in_flight: Annotated[int, typer.Option(help="Open loop: streams in flight before new ones wait.")] = 2000,
+    target: Annotated[str | None, typer.Option(help="An external target URL (needs --stub-url).")] = None,
+    stub_url: Annotated[str | None, typer.Option(help="The tokenpath stub the external target talks to.")] = None,
     out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
 ) -> None:
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
@@ -354,12 +360,13 @@ def load(
     try:
         try:
             levels = tuple(int(x) for x in concurrency.split(","))
+            rates = tuple(float(x) for x in rate.split(",")) if rate else ()
         except ValueError:
-            raise UsageError("--concurrency takes comma-separated whole numbers, e.g. 50,200,500") from None
+            raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
         cfg = LoadConfig(
             targets=("direct", *(proxy or [])), levels=levels, warmup_s=warmup, duration_s=duration, runs=runs,
             client_workers=client_workers, stub_workers=stub_workers, ttft_ms=ttft_ms, interval_ms=interval_ms,
-            tokens=tokens,
+            tokens=tokens, rates=rates, max_in_flight=max_in_flight, target_url=target, stub_url=stub_url,
         )  # fmt: skip
         doc = LoadRunner(cfg, Path(out), console).run()
     except TokenpathError as exc:
@@ -368,7 +375,8 @@ def load(
     console.print(load_table.rich_table(doc))
     for row in doc["levels"]:
         for w in row["warnings"]:
-            console.print(f"[yellow]{row['target']} @ {row['concurrency']}: {w['message']}[/] ({w['remedy']})")
+            level = row["concurrency"] if row.get("rate") is None else f"{row['rate']:g}/s"
+            console.print(f"[yellow]{row['target']} @ {level}: {w['message']}[/] ({w['remedy']})")
     console.print(f"results: {Path(out) / 'results.json'}")
 
 

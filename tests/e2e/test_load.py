@@ -46,3 +46,36 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     assert rows[(4, "pass")]["cpu_cores"] is not None
     table = (tmp_path / "table.md").read_text()
     assert "| 12 | cork |" in table
+
+
+def test_open_loop_counts_from_the_schedule_and_reports_dispatch_lag(tmp_path: Path) -> None:
+    # A cap of 2 streams in flight against ~6 arrivals/s of ~0.3 s streams: arrivals must queue, and that wait
+    # (dispatch lag) is added to the corrected figure, never dropped.
+    out = subprocess.run(
+        tokenpath_argv(
+            "load", "--proxy", "buffer", "--rate", "6", "--max-in-flight", "2", "--warmup", "0.5", "--duration", "3",
+            "--runs", "1", "--tokens", str(TOKENS), "--interval-ms", str(INTERVAL_MS), "--ttft-ms", "30",
+            "--out", str(tmp_path),
+        ),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["config"]["loop"] == "open"
+    rows = {r["target"]: r for r in doc["levels"]}
+    buffer = rows["buffer"]
+    assert buffer["rate"] == 6.0
+    assert buffer["streams"] > 5
+    assert buffer["dispatch_lag_ms"]["p99"] > 50  # the cap made arrivals wait
+    assert buffer["added_ttft_corrected_ms"]["p99"] >= buffer["added_ttft_ms"]["p99"] + 50
+    direct = rows["direct"]  # its streams last as long, so they queue as well: the lag is the client's, not a path's
+    assert direct["added_ttft_ms"]["p50"] < 5
+    assert direct["added_ttft_corrected_ms"]["p50"] >= direct["dispatch_lag_ms"]["p50"]
+
+
+def test_external_target_needs_its_stub() -> None:
+    out = subprocess.run(
+        tokenpath_argv("load", "--target", "http://127.0.0.1:9"), capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2
+    assert "--stub-url" in out.stderr

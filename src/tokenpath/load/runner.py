@@ -51,8 +51,24 @@ class LoadConfig:
     interval_ms: float = 14.0
     tokens: int = 128
     model: str = "tokenpath-stub"
+    rates: tuple[float, ...] = ()  # open loop: streams per second per level (replaces `levels`)
+    max_in_flight: int = 2000  # open loop: streams in flight before new ones wait (their wait is counted)
+    target_url: str | None = None  # an external target, with the stub it talks to at stub_url
+    stub_url: str | None = None
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
+
+    @property
+    def level_values(self) -> tuple[float, ...]:
+        return self.rates or tuple(float(c) for c in self.levels)
 
     def __post_init__(self) -> None:
+        if self.rates and min(self.rates) <= 0:
+            raise UsageError("--rate needs levels > 0 streams per second, e.g. 20,50")
+        if (self.target_url is None) != (self.stub_url is None):
+            raise UsageError("--target needs --stub-url (the stub it talks to, whose audit the join reads)")
         if not self.levels or min(self.levels) < 1:
             raise UsageError("--concurrency needs levels >= 1, e.g. 50,200,500")
         if self.runs < 1 or self.client_workers < 1 or self.stub_workers < 1:
@@ -66,8 +82,10 @@ class Cell:
     """One target at one level, merged over runs."""
 
     target: str
-    concurrency: int
+    concurrency: float  # open streams (closed loop) or streams per second (open loop)
     hist: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))
+    corrected: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))  # + dispatch lag
+    dispatch_lag: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))
     streams: int = 0
     errors: int = 0
     audit_failed: int = 0
@@ -80,8 +98,9 @@ class Cell:
     client_cpu: float = 0.0
     error_samples: list[str] = field(default_factory=list)
 
-    def pct_ms(self, p: float) -> float | None:
-        return self.hist.get_value_at_percentile(p) / 1000 if self.hist.get_total_count() else None
+    def pct_ms(self, p: float, hist: HdrHistogram | None = None) -> float | None:
+        h = self.hist if hist is None else hist
+        return h.get_value_at_percentile(p) / 1000 if h.get_total_count() else None
 
 
 class LoadRunner:
@@ -95,30 +114,36 @@ class LoadRunner:
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         with contextlib.ExitStack() as stack:
-            stub = ServiceProcess(tokenpath_argv(
-                "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
-                "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
-            ), "stub")  # fmt: skip
-            stack.callback(stub.stop)
-            stub_url = stub.start()
-            targets = {"direct": (stub_url, stub.pid)}
+            if cfg.stub_url is not None:
+                stub_url = cfg.stub_url  # the user's stub: its pacing is theirs
+            else:
+                stub = ServiceProcess(tokenpath_argv(
+                    "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
+                    "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
+                ), "stub")  # fmt: skip
+                stack.callback(stub.stop)
+                stub_url = stub.start()
+            targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
+            if cfg.target_url is not None:
+                targets["target"] = (cfg.target_url, None)
             for name in cfg.targets:
                 if name == "direct":
                     continue
                 running = self._start(name, stub_url, stack)
                 if running is not None:
                     targets[name] = (running.url, running.process.pid)
-            cells: dict[tuple[int, str], Cell] = {}
-            plan = list(itertools.product(cfg.levels, range(cfg.runs), targets))
+            cells: dict[tuple[float, str], Cell] = {}
+            plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
             try:
                 with progress:
                     task = progress.add_task("load", total=len(plan))
                     for level, run, name in plan:
-                        progress.update(task, description=f"{level} streams, run {run + 1}, {name}")
+                        unit = "streams/s" if cfg.open_loop else "streams"
+                        progress.update(task, description=f"{level:g} {unit}, run {run + 1}, {name}")
                         url, pid = targets[name]
                         cell = cells.setdefault((level, name), Cell(name, level))
-                        self._measure(cell, url, pid if name != "direct" else None, stub_url)
+                        self._measure(cell, url, pid, stub_url)
                         progress.advance(task)
             except KeyboardInterrupt:
                 self.doc["interrupted"] = True
@@ -158,7 +183,11 @@ class LoadRunner:
 
     def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str) -> None:
         cfg = self.cfg
-        work = Workload(url, cfg.model, PROMPT, cfg.tokens, cell.concurrency, cfg.warmup_s, cfg.duration_s)
+        if cfg.open_loop:
+            work = Workload(url, cfg.model, PROMPT, cfg.tokens, cfg.max_in_flight, cfg.warmup_s, cfg.duration_s,
+                            rate=cell.concurrency)  # fmt: skip
+        else:
+            work = Workload(url, cfg.model, PROMPT, cfg.tokens, int(cell.concurrency), cfg.warmup_s, cfg.duration_s)
         with ResourceSampler(pid) as sampler:
             reports = self._clients(work)
         if sampler.mean_cores is not None:
@@ -174,8 +203,12 @@ class LoadRunner:
         n = self.cfg.client_workers
         if n == 1:
             return [run_worker(work)]
-        shares = [work.concurrency // n + (1 if i < work.concurrency % n else 0) for i in range(n)]
-        jobs = [replace(work, concurrency=s) for s in shares if s > 0]
+        if work.rate is not None:  # each client process takes an equal, independent share of the arrivals
+            share = max(1, work.concurrency // n)
+            jobs = [replace(work, rate=work.rate / n, concurrency=share, seed=work.seed + i) for i in range(n)]
+        else:
+            shares = [work.concurrency // n + (1 if i < work.concurrency % n else 0) for i in range(n)]
+            jobs = [replace(work, concurrency=s) for s in shares if s > 0]
         with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
             return list(pool.map(run_worker, jobs))
 
@@ -203,10 +236,13 @@ class LoadRunner:
                 if r.first_content is not None and r.first_content_t_ns is not None and r.first_content < len(writes):
                     added_us = (r.first_content_t_ns - writes[r.first_content][2]) // 1000
                     cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
+                    lag_us = r.dispatch_lag_ns // 1000
+                    cell.corrected.record_value(max(1, min(added_us + lag_us, HIST_MAX_US)))
+                    cell.dispatch_lag.record_value(max(1, min(lag_us, HIST_MAX_US)))
 
-    def _summarise(self, cells: dict[tuple[int, str], Cell]) -> list[dict[str, Any]]:
+    def _summarise(self, cells: dict[tuple[float, str], Cell]) -> list[dict[str, Any]]:
         out = []
-        for level in self.cfg.levels:
+        for level in self.cfg.level_values:
             direct = cells.get((level, "direct"))
             floor: dict[str, float | None] = {"p50": None, "p99": None}
             if direct:
@@ -219,6 +255,19 @@ class LoadRunner:
 
 
 def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
+    row = _closed_row(cell, floor, cfg)
+    if cfg.open_loop:
+        row["rate"] = row.pop("concurrency")
+        row["concurrency"] = None
+        row["added_ttft_corrected_ms"] = {p: cell.pct_ms(q, cell.corrected) for p, q in PCTS}
+        row["dispatch_lag_ms"] = {p: cell.pct_ms(q, cell.dispatch_lag) for p, q in PCTS}
+    return row
+
+
+PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
+
+
+def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
     warnings = []
     if cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
         warnings.append({
@@ -241,7 +290,7 @@ def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> d
             "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
         })  # fmt: skip
     return {
-        "concurrency": cell.concurrency,
+        "concurrency": cell.concurrency if cfg.open_loop else int(cell.concurrency),
         "target": cell.target,
         "streams": cell.streams,
         "errors": cell.errors,
@@ -267,5 +316,7 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "targets": list(cfg.targets), "levels": list(cfg.levels), "warmup_s": cfg.warmup_s,
         "duration_s": cfg.duration_s, "runs": cfg.runs, "client_workers": cfg.client_workers,
         "stub_workers": cfg.stub_workers, "ttft_ms": cfg.ttft_ms, "interval_ms": cfg.interval_ms,
-        "tokens": cfg.tokens, "model": cfg.model, "loop": "closed",
+        "tokens": cfg.tokens, "model": cfg.model, "loop": "open" if cfg.open_loop else "closed",
+        "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
+        "stub_url": cfg.stub_url,
     }  # fmt: skip

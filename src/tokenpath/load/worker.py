@@ -7,6 +7,7 @@ it crosses a process boundary. Streams are counted when they *start* inside the 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 
@@ -27,9 +28,11 @@ class Workload:
     model: str
     prompt: str
     tokens: int
-    concurrency: int
+    concurrency: int  # closed loop: virtual users; open loop: the cap on streams in flight
     warmup_s: float
     duration_s: float
+    rate: float | None = None  # open loop: Poisson arrivals per second (wrk2-style, from the schedule)
+    seed: int = 1
 
 
 @dataclass(slots=True)
@@ -39,6 +42,7 @@ class StreamResult:
     first_content: int | None = None  # index of the first content frame
     first_content_t_ns: int | None = None
     frame_t_ns: list[int] = field(default_factory=list)  # arrival of every frame
+    dispatch_lag_ns: int = 0  # open loop: how late the stream started against its schedule
     frames: int = 0
     expected: int = 0
     lost: int = 0
@@ -109,10 +113,56 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
     return result
 
 
+async def open_loop(work: Workload) -> WorkerReport:
+    """Streams start on a Poisson schedule whatever the target does; latency counts from the scheduled start.
+
+    When `concurrency` streams are already in flight the next one waits, and that wait is its dispatch lag: added
+    to its TTFT in the corrected figure (coordinated omission), reported on its own too."""
+    assert work.rate is not None
+    assert work.rate > 0
+    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens)
+    target = cfg.target
+    loop = asyncio.get_running_loop()
+    rng = random.Random(work.seed)
+    start = loop.time()
+    measure_from, stop_at = start + work.warmup_s, start + work.warmup_s + work.duration_s
+    slots = asyncio.Semaphore(work.concurrency)
+    results: list[StreamResult] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(scheduled: float, counted: bool) -> None:
+        async with slots:
+            lag_ns = int(max(0.0, loop.time() - scheduled) * 1e9)
+            result = await one_stream(cfg, target.host, target.port, work)
+            result.dispatch_lag_ns = lag_ns
+            if counted:
+                results.append(result)
+
+    cpu, wall = time.process_time(), time.monotonic()
+    scheduled = start
+    lags: list[float] = []
+    while True:
+        scheduled += rng.expovariate(work.rate)
+        if scheduled >= stop_at:
+            break
+        delay = scheduled - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        lags.append(max(0.0, loop.time() - scheduled) * 1000)
+        task = asyncio.create_task(one(scheduled, scheduled >= measure_from))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    if tasks:
+        await asyncio.wait(tasks)
+    lags.sort()
+    lag_p99 = percentile(lags, 99) if lags else 0.0
+    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99)
+
+
 def run_worker(work: Workload) -> WorkerReport:
     """Entry point of a client process (and of the in-process client)."""
     loop = new_event_loop("uvloop")
     try:
-        return loop.run_until_complete(closed_loop(work))
+        return loop.run_until_complete(open_loop(work) if work.rate else closed_loop(work))
     finally:
         loop.close()

@@ -1,4 +1,7 @@
-"""The load results as the first article shows them: one row per concurrency level, figures per target."""
+"""The load results as the first article shows them: one row per level, figures per target.
+
+Open loop: the percentiles count from each stream's scheduled start (corrected for coordinated omission); the
+uncorrected p99 and the dispatch lag are shown beside them."""
 
 from __future__ import annotations
 
@@ -11,37 +14,53 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _level(row: dict[str, Any]) -> str:
+    return f"{row['rate']:g}/s" if row.get("rate") is not None else str(row["concurrency"])
+
+
+def _figures(row: dict[str, Any]) -> list[str]:
+    main = row.get("added_ttft_corrected_ms") or row["added_ttft_ms"]
+    cells = [_ms(main["p50"]), _ms(main["p99"]), _ms(main["p999"])]
+    if "dispatch_lag_ms" in row:
+        cells += [_ms(row["added_ttft_ms"]["p99"]), _ms(row["dispatch_lag_ms"]["p99"])]
+    cells += [
+        "-" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}",
+        "-" if row["rss_mb"] is None else f"{row['rss_mb']:.0f}",
+        str(row["streams"]),
+    ]
+    return cells
+
+
+def _headers(open_loop: bool) -> list[str]:
+    extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
+    return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "n"]
+
+
+def _notes(row: dict[str, Any]) -> str:
+    notes = [w["kind"] for w in row["warnings"]]
+    if row["frames_lost"] or row["frames_out_of_order"]:
+        notes.append(f"{row['frames_lost']} lost/{row['frames_out_of_order']} reordered")
+    if row["errors"]:
+        notes.append(f"{row['errors']} errors")
+    return ", ".join(notes)
+
+
 def rich_table(doc: dict[str, Any]) -> Table:
-    table = Table(title="tokenpath load: TTFT added by the path (ms), proxy CPU (cores) and RSS (MB)")
-    for col in ("streams", "target", "p50", "p99", "p99.9", "CPU", "RSS", "n", "notes"):
+    open_loop = doc["config"]["loop"] == "open"
+    title = "tokenpath load: TTFT added by the path (ms), proxy CPU (cores) and RSS (MB)"
+    table = Table(title=title + (", from the schedule" if open_loop else ""))
+    for col in [*_headers(open_loop), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
     for row in doc["levels"]:
-        added = row["added_ttft_ms"]
-        notes = ", ".join(w["kind"] for w in row["warnings"])
-        if row["frames_lost"] or row["frames_out_of_order"]:
-            notes = ", ".join(
-                filter(None, [notes, f"{row['frames_lost']} lost/{row['frames_out_of_order']} reordered"])
-            )
-        if row["errors"]:
-            notes = ", ".join(filter(None, [notes, f"{row['errors']} errors"]))
-        style = "yellow" if row["unreliable"] else ""
-        table.add_row(
-            str(row["concurrency"]), row["target"], _ms(added["p50"]), _ms(added["p99"]), _ms(added["p999"]),
-            "-" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}",
-            "-" if row["rss_mb"] is None else f"{row['rss_mb']:.0f}", str(row["streams"]),
-            f"[{style}]{notes}[/]" if style else notes,
-        )  # fmt: skip
+        notes = _notes(row)
+        table.add_row(_level(row), row["target"], *_figures(row), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    lines = ["| streams | target | p50 ms | p99 ms | p99.9 ms | CPU cores | RSS MB | streams measured | warnings |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    headers = [*_headers(doc["config"]["loop"] == "open"), "warnings"]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * (len(headers) - 1) + "---|"]
     for row in doc["levels"]:
-        added = row["added_ttft_ms"]
-        cpu = "-" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}"
-        rss = "-" if row["rss_mb"] is None else f"{row['rss_mb']:.0f}"
         warn = "; ".join(f"{w['kind']}: {w['message']}" for w in row["warnings"]) or "-"
-        lines.append(f"| {row['concurrency']} | {row['target']} | {_ms(added['p50'])} | {_ms(added['p99'])} | "
-                     f"{_ms(added['p999'])} | {cpu} | {rss} | {row['streams']} | {warn} |")  # fmt: skip
+        lines.append("| " + " | ".join([_level(row), row["target"], *_figures(row), warn]) + " |")
     return "\n".join(lines) + "\n"
