@@ -18,7 +18,7 @@ def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
     controls = {c.name for c in CONTROLS}
     paths = [PathSpec("direct")]
     for proxy in catalogue().values():
-        if proxy.name not in controls and proxy.runnable:
+        if proxy.name not in controls and proxy.runnable and not proxy.openai_only:
             paths += [PathSpec(proxy.name, v.name) for v in proxy.variants]
     paths += [PathSpec(name) for name in ("pass", "cork", "buffer")]
     return Experiment(

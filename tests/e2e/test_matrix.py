@@ -191,7 +191,7 @@ def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
     out = subprocess.run(
         tokenpath_argv(
             "sweep", "haproxy", "--link", "veth", "--sizes", "60,360,700,1000,2000", "--intervals", "25,50",
-            "--runs", "1", "--frames", "12", "--out", str(tmp_path),
+            "--runs", "2", "--frames", "12", "--out", str(tmp_path),
         ),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip

@@ -46,3 +46,14 @@ def test_reserialised_chunks_keep_their_content() -> None:
     assert result.ok
     assert not result.byte_exact
     assert result.detail == "re-serialised"
+
+
+def test_first_content_frame_is_joined_to_its_write_by_token_text() -> None:
+    from tokenpath.load.worker import write_seq
+
+    got = frames()
+    assert write_seq(got[0]) is None  # the role delta carries no content
+    assert [write_seq(f) for f in got[1:9]] == list(range(1, 9))  # token k is the stub's write k + 1
+    # a gateway that dropped the role delta and re-serialised still maps to the right write
+    reserialised = b"data: " + json.dumps(json.loads(got[3][6:]), indent=1).replace("\n", "").encode() + b"\n\n"
+    assert write_seq(reserialised) == 3

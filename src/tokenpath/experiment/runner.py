@@ -175,6 +175,8 @@ class MatrixRunner:
     ) -> RunningProxy | None:
         proxy = self.exp.proxy(path.proxy)
         reason = proxy.missing_reason() or (proxy.tls_unsupported if tls else None) or None
+        if proxy.openai_only:
+            reason = "re-serialises OpenAI chunks: a gateway, measured by `tokenpath load`, not the byte-level matrix"
         if reason is None:
             site = Site(
                 Endpoint(env.listen_host, env.next_port()),

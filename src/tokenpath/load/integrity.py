@@ -33,7 +33,7 @@ def check(received: list[bytes], stream_id: str, model: str, tokens: int) -> Int
     expected = expected_frames(stream_id, model, tokens)
     if received == expected:
         return Integrity(len(expected), len(received), True, 0, 0)
-    texts = [_content(f) for f in received]
+    texts = [content_text(f) for f in received]
     seen = [t for t in texts if t is not None]
     want = [token_text(i) for i in range(tokens)]
     positions = {t: i for i, t in enumerate(want)}
@@ -44,7 +44,7 @@ def check(received: list[bytes], stream_id: str, model: str, tokens: int) -> Int
     return Integrity(len(expected), len(received), False, lost, out_of_order, detail)
 
 
-def _content(frame: bytes) -> str | None:
+def content_text(frame: bytes) -> str | None:
     line = frame.split(b"\n", 1)[0]
     if not line.startswith(b"data: {"):
         return None

@@ -28,6 +28,7 @@ from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.results import schema
 from tokenpath.stub.control import fetch_audit
+from tokenpath.stub.frames import completion_id
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
@@ -89,6 +90,7 @@ class Cell:
     streams: int = 0
     errors: int = 0
     audit_failed: int = 0
+    unjoined: int = 0  # streams the stub's audit could not name: neither their id nor their chunks' id reached it
     lost: int = 0
     out_of_order: int = 0
     reserialized: int = 0
@@ -124,6 +126,7 @@ class LoadRunner:
                 stack.callback(stub.stop)
                 stub_url = stub.start()
             targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
+            keys: dict[str, str | None] = {}
             if cfg.target_url is not None:
                 targets["target"] = (cfg.target_url, None)
             for name in cfg.targets:
@@ -132,6 +135,7 @@ class LoadRunner:
                 running = self._start(name, stub_url, stack)
                 if running is not None:
                     targets[name] = (running.url, running.process.pid)
+                    keys[name] = running.proxy.api_key(running.site)
             cells: dict[tuple[float, str], Cell] = {}
             plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
@@ -143,7 +147,7 @@ class LoadRunner:
                         progress.update(task, description=f"{level:g} {unit}, run {run + 1}, {name}")
                         url, pid = targets[name]
                         cell = cells.setdefault((level, name), Cell(name, level))
-                        self._measure(cell, url, pid, stub_url)
+                        self._measure(cell, url, pid, stub_url, keys.get(name))
                         progress.advance(task)
             except KeyboardInterrupt:
                 self.doc["interrupted"] = True
@@ -181,13 +185,15 @@ class LoadRunner:
         self.doc["skipped"].append({"target": name, "reason": reason})
         return None
 
-    def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str) -> None:
+    def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str, api_key: str | None) -> None:
         cfg = self.cfg
         if cfg.open_loop:
             work = Workload(url, cfg.model, PROMPT, cfg.tokens, cfg.max_in_flight, cfg.warmup_s, cfg.duration_s,
-                            rate=cell.concurrency)  # fmt: skip
+                            rate=cell.concurrency, api_key=api_key)  # fmt: skip
         else:
-            work = Workload(url, cfg.model, PROMPT, cfg.tokens, int(cell.concurrency), cfg.warmup_s, cfg.duration_s)
+            work = Workload(
+                url, cfg.model, PROMPT, cfg.tokens, int(cell.concurrency), cfg.warmup_s, cfg.duration_s, api_key=api_key
+            )
         with ResourceSampler(pid) as sampler:
             reports = self._clients(work)
         if sampler.mean_cores is not None:
@@ -219,17 +225,23 @@ class LoadRunner:
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
             try:
-                audit = fetch_audit(stub_url, [r.stream_id for r in batch], timeout_s=60)
+                audit = fetch_audit(stub_url, [r.audit_key or r.stream_id for r in batch], timeout_s=60)
             except PeerError as exc:
                 raise UsageError(f"the stub stopped answering its audit: {exc}") from None
-            entries = {e["verdict"]["stream_id"]: e for e in audit["streams"]}
+            entries: dict[str, Any] = {}
+            for e in audit["streams"]:
+                sid = e["verdict"]["stream_id"]
+                entries[sid] = entries[completion_id(sid)] = e
             for r in batch:
-                entry = entries.get(r.stream_id)
+                entry = entries.get(r.audit_key or r.stream_id)
                 cell.streams += 1
                 cell.lost += r.lost
                 cell.out_of_order += r.out_of_order
                 cell.reserialized += not r.byte_exact and r.lost == 0 and r.out_of_order == 0
-                if entry is None or not entry["verdict"]["passed"]:
+                if entry is None:
+                    cell.unjoined += 1
+                    continue
+                if not entry["verdict"]["passed"]:
                     cell.audit_failed += 1
                     continue
                 writes = entry["log"]["writes"]
@@ -281,6 +293,12 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
             "message": f"{cell.audit_failed} of {cell.streams} streams missed the stub's schedule (excluded)",
             "remedy": "add --stub-workers, or lower the concurrency",
         })  # fmt: skip
+    if cell.unjoined:
+        warnings.append({
+            "kind": "unjoined",
+            "message": f"{cell.unjoined} of {cell.streams} streams could not be joined to the stub's log",
+            "remedy": "the path drops the X-Tokenpath-Stream header, the body's user field and the chunk ids",
+        })  # fmt: skip
     p50 = cell.pct_ms(50)
     floor_p99 = floor["p99"]
     if cell.target != "direct" and floor_p99 is not None and p50 is not None and floor_p99 > FLOOR_RATIO_WARN * p50:
@@ -296,6 +314,7 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
         "errors": cell.errors,
         "error_samples": cell.error_samples,
         "audit_failed": cell.audit_failed,
+        "unjoined": cell.unjoined,
         "added_ttft_ms": {"p50": p50, "p99": cell.pct_ms(99), "p999": cell.pct_ms(99.9)},
         "floor_ms": floor,
         "cpu_cores": sum(cell.cores) / len(cell.cores) if cell.cores else None,

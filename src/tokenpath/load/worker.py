@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from tokenpath.errors import TokenpathError
-from tokenpath.load.integrity import check
+from tokenpath.load.integrity import check, content_text
 from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import stream_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
@@ -33,6 +33,7 @@ class Workload:
     duration_s: float
     rate: float | None = None  # open loop: Poisson arrivals per second (wrk2-style, from the schedule)
     seed: int = 1
+    api_key: str | None = field(default=None, repr=False)  # for targets that need one (LiteLLM)
 
 
 @dataclass(slots=True)
@@ -42,6 +43,7 @@ class StreamResult:
     first_content: int | None = None  # index of the first content frame
     first_content_t_ns: int | None = None
     frame_t_ns: list[int] = field(default_factory=list)  # arrival of every frame
+    audit_key: str = ""  # what to ask the stub's audit for: the chunks' completion id, else the stream id
     dispatch_lag_ns: int = 0  # open loop: how late the stream started against its schedule
     frames: int = 0
     expected: int = 0
@@ -59,7 +61,7 @@ class WorkerReport:
 
 
 async def closed_loop(work: Workload) -> WorkerReport:
-    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens)
+    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens, api_key=work.api_key)
     target = cfg.target
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -104,9 +106,13 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         return result
     result.frames = len(trace.frames)
     result.frame_t_ns = [f.t_ns for f in trace.frames]
-    result.first_content = trace.first_content
     if trace.first_content is not None:
-        result.first_content_t_ns = trace.frames[trace.first_content].t_ns
+        first = trace.frames[trace.first_content]
+        result.first_content_t_ns = first.t_ns
+        # Joined to the stub's write by what the frame says, not where it is: a gateway may drop or add frames,
+        # and drop the stream id (then the chunks' completion id still names the stub's stream).
+        result.first_content = write_seq(first.frame.raw)
+        result.audit_key = chunk_id(first.frame.raw) or sid
     integrity = check([f.frame.raw for f in trace.frames], sid, work.model, work.tokens)
     result.expected, result.lost = integrity.expected, integrity.lost
     result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact
@@ -120,7 +126,7 @@ async def open_loop(work: Workload) -> WorkerReport:
     to its TTFT in the corrected figure (coordinated omission), reported on its own too."""
     assert work.rate is not None
     assert work.rate > 0
-    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens)
+    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens, api_key=work.api_key)
     target = cfg.target
     loop = asyncio.get_running_loop()
     rng = random.Random(work.seed)
@@ -157,6 +163,24 @@ async def open_loop(work: Workload) -> WorkerReport:
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
     return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99)
+
+
+def chunk_id(frame: bytes) -> str | None:
+    """The `id` of an OpenAI chunk (`cmpl-...`), read without parsing the whole frame."""
+    start = frame.find(b'"id":"cmpl-')
+    if start < 0:
+        return None
+    end = frame.find(b'"', start + 6)
+    return frame[start + 6 : end].decode() if end > 0 else None
+
+
+def write_seq(frame: bytes) -> int | None:
+    """The stub's write number of the frame carrying token k: k + 1 (the role delta is write 0)."""
+    text = content_text(frame)
+    if text is None:
+        return None
+    digits = len(text) - len(text.rstrip("0123456789"))
+    return int(text[-digits:]) + 1 if digits else None
 
 
 def run_worker(work: Workload) -> WorkerReport:

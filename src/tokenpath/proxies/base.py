@@ -87,6 +87,7 @@ class Proxy:
     image = ""  # pinned image for the Docker export
     tls_unsupported = ""  # why this proxy cannot terminate TLS here, when it cannot
     container_config = ""  # compose-only proxies: where their image reads its config
+    openai_only = False  # re-serialises OpenAI chunks (a gateway): measured by `load`, not the byte-level matrix
 
     def binary(self) -> str | None:
         for name in self.binaries:
@@ -130,6 +131,10 @@ class Proxy:
 
     def env(self, site: Site) -> dict[str, str]:
         return {}
+
+    def api_key(self, site: Site) -> str | None:
+        """The key a client must send, for proxies that require one (LiteLLM)."""
+        return None
 
 
 @dataclass

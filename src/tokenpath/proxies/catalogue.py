@@ -7,6 +7,7 @@ from tokenpath.proxies.compose_only import Envoy, Traefik
 from tokenpath.proxies.h2o import H2O
 from tokenpath.proxies.haproxy import HAProxy
 from tokenpath.proxies.lighttpd import Lighttpd
+from tokenpath.proxies.litellm import LiteLLM
 from tokenpath.proxies.nginx import Nginx
 from tokenpath.proxies.node import NodeProxy
 from tokenpath.proxies.relays import CONTROLS
@@ -17,7 +18,7 @@ from tokenpath.proxies.varnish import Varnish
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
         Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
-        NodeProxy(naive=False), NodeProxy(naive=True), *CONTROLS,
+        NodeProxy(naive=False), NodeProxy(naive=True), LiteLLM(), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}
 

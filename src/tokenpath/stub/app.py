@@ -288,8 +288,10 @@ class StubApp:
         response.send_json(200, {"streams": streams, "missing": missing, "summary": summary})
 
     def _local_entries(self, ids: list[str] | None, with_log: bool) -> dict[str, dict[str, Any]]:
-        logs = self.audit.all() if ids is None else [log for i in ids if (log := self.audit.get(i))]
-        return {log.stream_id: _audit_entry(log, with_log) for log in logs}
+        """Keyed by the id asked for (a stream id or a completion id); by stream id when all are asked for."""
+        if ids is None:
+            return {log.stream_id: _audit_entry(log, with_log) for log in self.audit.all()}
+        return {i: _audit_entry(log, with_log) for i in ids if (log := self.audit.get(i))}
 
     async def _with_siblings(
         self, entries: dict[str, dict[str, Any]], ids: list[str] | None, with_log: bool
@@ -304,8 +306,10 @@ class StubApp:
                 return entries
             for entry in await ask_siblings(self.cfg.audit_dir, wanted, with_log):
                 sid = entry["verdict"]["stream_id"]
-                if _unsettled(entries.get(sid)):
-                    entries[sid] = entry
+                keys = [sid] if wanted is None else [k for k in (sid, completion_id(sid)) if k in wanted]
+                for key in keys:
+                    if _unsettled(entries.get(key)):
+                        entries[key] = entry
             if ids is None or loop.time() >= deadline:
                 return entries
             await asyncio.sleep(0.02)

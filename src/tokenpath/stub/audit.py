@@ -15,6 +15,7 @@ from typing import Any, Literal
 from tokenpath.clock import NS_PER_MS
 from tokenpath.stats import percentile
 from tokenpath.stub.config import AUDIT_MAX_STREAMS
+from tokenpath.stub.frames import completion_id
 
 State = Literal["running", "complete", "client_gone"]
 
@@ -111,25 +112,31 @@ def audit_stream(log: StreamLog, tolerance: int | None = None) -> AuditVerdict:
 
 
 class AuditStore:
-    """This process's logs, the newest `max_streams` kept (workers ask each other: see stub/siblings.py)."""
+    """This process's logs, the newest `max_streams` kept (workers ask each other: see stub/siblings.py).
+
+    A log is found by its stream id or by the completion id in its chunks: gateways that drop both the stream
+    header and the body's `user` field (LiteLLM) still pass the chunks' `id` through."""
 
     def __init__(self, max_streams: int = AUDIT_MAX_STREAMS) -> None:
         self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+        self._by_completion: dict[str, str] = {}
         self._max = max_streams
 
     def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamLog:
         log = StreamLog(stream_id, interval_ms, started_ns)
         self._logs.pop(stream_id, None)  # a reused id keeps only its newest stream
         self._logs[stream_id] = log
+        self._by_completion[completion_id(stream_id)] = stream_id
         while len(self._logs) > self._max:
-            self._logs.popitem(last=False)
+            old, _ = self._logs.popitem(last=False)
+            self._by_completion.pop(completion_id(old), None)
         return log
 
     def close(self, log: StreamLog, state: State) -> None:
         log.state = state
 
     def get(self, stream_id: str) -> StreamLog | None:
-        return self._logs.get(stream_id)
+        return self._logs.get(self._by_completion.get(stream_id, stream_id))
 
     def all(self) -> list[StreamLog]:
         return list(self._logs.values())

@@ -1,0 +1,73 @@
+"""LiteLLM proxy, the Python gateway users reach for, as a load peer (bench/peers/litellm/setup installs it).
+
+It needs a master key: one is made per run, kept in the private work directory (0600), given to LiteLLM by
+environment variable and to the load client as its API key; it never appears on a command line or in a log.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+
+VENV = Path(__file__).resolve().parents[3] / "bench" / "peers" / "litellm" / ".venv"
+
+
+class LiteLLM(Proxy):
+    name = "litellm"
+    package = "litellm (bench/peers/litellm/setup)"
+    tls_unsupported = "the LiteLLM peer serves plain HTTP"
+    openai_only = True
+    variants = (Variant(STOCK.name, "LiteLLM proxy, one worker, an OpenAI-compatible upstream"),)
+
+    def binary(self) -> str | None:
+        path = VENV / "bin" / "litellm"
+        return str(path) if path.exists() else None
+
+    def missing_reason(self) -> str | None:
+        if self.binary() is None:
+            return "not set up: run bench/peers/litellm/setup (a large install into its own venv)"
+        return None
+
+    def version(self) -> str:
+        python = VENV / "bin" / "python"
+        if not python.exists():
+            return "not installed"
+        return run_quiet([str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"])
+
+    def api_key(self, site: Site) -> str:
+        key_file = site.workdir / "master.key"
+        if not key_file.exists():
+            key_file.write_text("sk-" + secrets.token_urlsafe(32))  # LiteLLM refuses weak master keys
+            key_file.chmod(0o600)
+        return key_file.read_text()
+
+    def write_config(self, site: Site) -> Path:
+        self.api_key(site)
+        config = site.workdir / "litellm.yaml"
+        config.write_text(f"""# tokenpath: LiteLLM proxy in front of the stub
+model_list:
+  - model_name: tokenpath-stub
+    litellm_params:
+      model: openai/tokenpath-stub
+      api_base: http://{site.upstream.hostport}/v1
+      api_key: unused
+general_settings:
+  master_key: os.environ/LITELLM_MASTER_KEY
+litellm_settings:
+  telemetry: false
+""")
+        return config
+
+    def env(self, site: Site) -> dict[str, str]:
+        return {
+            "LITELLM_MASTER_KEY": self.api_key(site),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost map from the network
+            "LITELLM_LOG": "ERROR",
+        }
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        binary = self.require_binary()
+        return [binary, "--config", str(config), "--host", site.listen.host, "--port", str(site.listen.port),
+                "--num_workers", "1"]  # fmt: skip
