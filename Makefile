@@ -28,6 +28,7 @@ test: $(BIN)/.installed proxies lint
 bench: $(BIN)/.installed proxies
 	$(BIN)/python bench/stub_drift.py
 	$(BIN)/python bench/probe_cpu.py
+	$(BIN)/python bench/client_scaling.py
 	$(BIN)/tokenpath load --proxy nginx --proxy nginx:proxy_buffering_off --proxy haproxy \
 	    --proxy haproxy:http_no_delay --proxy node --proxy node-naive --concurrency 50,200,500 \
 	    --warmup 2 --duration 8 --runs 3 --out bench/out/load
