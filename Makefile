@@ -30,8 +30,8 @@ bench: $(BIN)/.installed proxies
 	$(BIN)/python bench/probe_cpu.py
 	$(BIN)/python bench/client_scaling.py
 	$(BIN)/tokenpath load --proxy nginx --proxy nginx:proxy_buffering_off --proxy haproxy \
-	    --proxy haproxy:http_no_delay --proxy node --proxy node-naive --concurrency 50,200,500 \
-	    --warmup 2 --duration 8 --runs 3 --out bench/out/load
+	    --proxy haproxy:http_no_delay --proxy node --proxy node-naive --proxy litellm --concurrency 50,200,500 \
+	    --warmup 3 --duration 6 --runs 3 --out bench/out/load-final
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

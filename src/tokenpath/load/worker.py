@@ -42,11 +42,9 @@ class StreamResult:
     error: str | None = None
     first_content: int | None = None  # index of the first content frame
     first_content_t_ns: int | None = None
-    frame_t_ns: list[int] = field(default_factory=list)  # arrival of every frame
     audit_key: str = ""  # what to ask the stub's audit for: the chunks' completion id, else the stream id
     dispatch_lag_ns: int = 0  # open loop: how late the stream started against its schedule
     frames: int = 0
-    expected: int = 0
     lost: int = 0
     out_of_order: int = 0
     byte_exact: bool = False
@@ -105,7 +103,6 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         result.error = f"HTTP {trace.head.status if trace.head else 'no response'}"
         return result
     result.frames = len(trace.frames)
-    result.frame_t_ns = [f.t_ns for f in trace.frames]
     if trace.first_content is not None:
         first = trace.frames[trace.first_content]
         result.first_content_t_ns = first.t_ns
@@ -114,7 +111,7 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         result.first_content = write_seq(first.frame.raw)
         result.audit_key = chunk_id(first.frame.raw) or sid
     integrity = check([f.frame.raw for f in trace.frames], sid, work.model, work.tokens)
-    result.expected, result.lost = integrity.expected, integrity.lost
+    result.lost = integrity.lost
     result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact
     return result
 
