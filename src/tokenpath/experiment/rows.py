@@ -60,6 +60,7 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         assert r.metrics is not None
         bursts.update(r.metrics.bursts)
     modal = bursts.most_common(1)[0][0] if bursts else 0
+    delays = [r.frame_delay_ms["p50"] for r in included if r.frame_delay_ms]
     row.update(
         fpr_median=median(fprs),
         fpr_min=fprs[0],
@@ -70,7 +71,7 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         arrivals_median=median([r.metrics.arrivals for r in included if r.metrics]),
         modal_burst=modal,
         modal_burst_gap_ms=_modal_gap(included, modal),
-        frame_delay_ms_median=median([r.frame_delay_ms["p50"] for r in included if r.frame_delay_ms]) or None,
+        frame_delay_ms_median=median(delays) if delays else None,
     )
     row["within_floor"] = _within_floor(row, floor)
     row["verdict"] = _verdict(row)

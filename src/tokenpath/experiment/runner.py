@@ -25,7 +25,7 @@ from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
 from tokenpath.netlink import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
-from tokenpath.probe.transport import SocketTransport, Target, TLSOptions, Transport, wrap_tls
+from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
@@ -71,13 +71,7 @@ class Environment:
         factory = self.socket_factory
 
         def connect(target: Target, cfg: ProbeConfig) -> Transport:
-            try:
-                sock = factory(target.host, target.port, cfg.connect_timeout_s)
-            except OSError as exc:
-                raise PeerError(f"cannot connect to {target.host}:{target.port}: {exc}") from None
-            if target.scheme == "https":
-                sock = wrap_tls(sock, target, cfg.tls)
-            return SocketTransport(sock)
+            return open_connection(target, connect_timeout_s=cfg.connect_timeout_s, tls=cfg.tls, socket_factory=factory)
 
         return connect
 

@@ -8,7 +8,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from tokenpath.stub.frames import StreamRequest, render_stream, token_text
+from tokenpath.stub.frames import completion_id, shape_for, token_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,8 @@ class Integrity:
 
 
 def expected_frames(stream_id: str, model: str, tokens: int) -> list[bytes]:
-    return render_stream(StreamRequest("chat", model, stream_id, tokens), "openai", None)
+    """What the stub sent: its cached frames for this shape, relabelled with this stream's completion id."""
+    return shape_for("chat", model, tokens, False, 0, "openai", None).wire(False, completion_id(stream_id))
 
 
 def check(received: list[bytes], stream_id: str, model: str, tokens: int) -> Integrity:

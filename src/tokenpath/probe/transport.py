@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -108,7 +109,21 @@ class SocketTransport:
         self._sock.close()
 
 
-def open_connection(target: Target, *, connect_timeout_s: float, tls: TLSOptions) -> SocketTransport:
+SocketFactory = Callable[[str, int, float], socket.socket]  # (host, port, timeout) -> connected socket
+
+
+def open_connection(
+    target: Target, *, connect_timeout_s: float, tls: TLSOptions, socket_factory: SocketFactory | None = None
+) -> SocketTransport:
+    """A connected TCP_NODELAY socket, TLS-wrapped for https. `socket_factory` connects instead of the resolver
+    (e.g. with a socket made inside a network namespace)."""
+    if socket_factory is not None:
+        try:
+            sock = socket_factory(target.host, target.port, connect_timeout_s)
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return SocketTransport(wrap_tls(sock, target, tls) if target.scheme == "https" else sock)
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:

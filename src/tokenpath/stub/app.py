@@ -7,7 +7,6 @@ import json
 import random
 import uuid
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -15,15 +14,14 @@ from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
 from tokenpath.stub.config import Format, Pacing, StubConfig
-from tokenpath.stub.frames import StreamRequest, completion_id, render_completion, render_stream
-from tokenpath.stub.http_server import Request, Response, encode_chunked, error_body
+from tokenpath.stub.frames import StreamRequest, StreamShape, completion_id, render_completion, shape_for
+from tokenpath.stub.http_server import Request, Response, error_body
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.request import STREAM_HEADER
 
 AUDIT_PREFIX = "/_tokenpath/audit"
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
-_PLACEHOLDER_ID = completion_id("")  # same length as every completion id, so padding stays exact
 
 _ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/chat/completions": ("POST",),
@@ -349,32 +347,6 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-class StreamShape:
-    """Frames of one request shape, rendered once and framed once for each transfer coding; a stream only
-    swaps in its own completion id (fixed length, so sizes and chunk headers stay valid)."""
-
-    def __init__(self, frames: list[bytes], fmt: Format) -> None:
-        self.sizes = [len(f) for f in frames]
-        self._relabel = fmt == "openai"
-        self._plain = frames
-        self._chunked = encode_chunked(frames)
-
-    def wire(self, chunked: bool, cid: str) -> list[bytes]:
-        frames = self._chunked if chunked else self._plain
-        if not self._relabel:
-            return frames
-        placeholder, real = _PLACEHOLDER_ID.encode(), cid.encode()
-        return [f.replace(placeholder, real) for f in frames]
-
-
-@lru_cache(maxsize=256)
-def _shape_for(
-    kind: str, model: str, tokens: int, usage: bool, prompt_tokens: int, fmt: Format, frame_bytes: int | None
-) -> StreamShape:
-    req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
-    return StreamShape(render_stream(req, fmt, frame_bytes), fmt)
-
-
 def _shape(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> StreamShape:
     prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
-    return _shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)
+    return shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from tokenpath.errors import UsageError
@@ -127,6 +128,41 @@ def render_completion(req: StreamRequest) -> dict[str, Any]:
     return {**base, "object": "text_completion", "choices": [choice], "usage": usage}
 
 
+class StreamShape:
+    """Frames of one request shape, rendered once and framed once for each transfer coding; a stream only
+    swaps in its own completion id (fixed length, so sizes and chunk headers stay valid). The stub writes these;
+    the load client compares what it received against them."""
+
+    def __init__(self, frames: list[bytes], fmt: Format) -> None:
+        self.sizes = [len(f) for f in frames]
+        self._relabel = fmt == "openai"
+        self._plain = frames
+        self._chunked = encode_chunked(frames)
+
+    def wire(self, chunked: bool, cid: str) -> list[bytes]:
+        frames = self._chunked if chunked else self._plain
+        if not self._relabel:
+            return frames
+        placeholder, real = _PLACEHOLDER_ID.encode(), cid.encode()
+        return [f.replace(placeholder, real) for f in frames]
+
+
+@lru_cache(maxsize=256)
+def shape_for(
+    kind: str, model: str, tokens: int, usage: bool, prompt_tokens: int, fmt: Format, frame_bytes: int | None
+) -> StreamShape:
+    req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
+    return StreamShape(render_stream(req, fmt, frame_bytes), fmt)
+
+
+def encode_chunked(parts: list[bytes]) -> list[bytes]:
+    """Each part as one chunk; the last also carries the end of the body, so it goes out in the same write."""
+    out = [b"%x\r\n%b\r\n" % (len(p), p) for p in parts]
+    if out:
+        out[-1] += b"0\r\n\r\n"
+    return out
+
+
 def minimum_frame_bytes(req: StreamRequest, fmt: Format) -> int:
     """The largest unpadded frame: --frame-bytes below this cannot be honoured."""
     frames = render_stream(req, fmt, None)
@@ -195,3 +231,6 @@ def _usage(req: StreamRequest) -> dict[str, int]:
         "completion_tokens": req.tokens,
         "total_tokens": req.prompt_tokens + req.tokens,
     }
+
+
+_PLACEHOLDER_ID = completion_id("")  # same length as every completion id, so padding stays exact

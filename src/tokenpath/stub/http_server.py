@@ -259,14 +259,6 @@ class HTTPConnection(asyncio.Protocol):
         self._headers_done = False
 
 
-def encode_chunked(parts: list[bytes]) -> list[bytes]:
-    """Each part as one chunk; the last also carries the end of the body, so it goes out in the same write."""
-    out = [b"%x\r\n%b\r\n" % (len(p), p) for p in parts]
-    if out:
-        out[-1] += b"0\r\n\r\n"
-    return out
-
-
 def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     """The OpenAI error shape, which OpenAI clients turn into a readable exception."""
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
