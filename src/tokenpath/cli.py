@@ -177,6 +177,20 @@ def _body_json(text: str | None) -> tuple[tuple[str, object], ...]:
     return tuple(extra.items())
 
 
+def _render_report(out: str) -> None:
+    """Every run ends with its report. results.json is already on disk, so a failure here loses nothing."""
+    from pathlib import Path
+
+    from tokenpath.report.render import write_report
+
+    try:
+        written = write_report(Path(out))
+    except Exception as exc:  # a long run must not end in a traceback after its results are safe
+        err_console.print(f"[yellow]report not written ({exc}); results.json is intact: tokenpath report {out}[/]")
+        return
+    console.print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+
+
 def _api_key(env_name: str | None) -> str | None:
     if env_name:
         value = os.environ.get(env_name)
@@ -274,7 +288,8 @@ def matrix(
     except TokenpathError as exc:
         _fail("matrix", exc)
     console.print(tables.rich_table(doc))
-    console.print(f"results: {Path(out) / 'results.json'} (also table.md, results.csv)")
+    console.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out)
     if doc.get("interrupted"):
         raise typer.Exit(130)
 
@@ -324,6 +339,7 @@ def sweep(
     inferred = doc["inferred"]
     console.print(f"[bold]{proxy} {inferred.get('rule', '')}[/] ({inferred['explanation']})")
     console.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out)
 
 
 @app.command()
@@ -371,13 +387,13 @@ def load(
         doc = LoadRunner(cfg, Path(out), console).run()
     except TokenpathError as exc:
         _fail("load", exc)
-    (Path(out) / "table.md").write_text(load_table.markdown(doc))
     console.print(load_table.rich_table(doc))
     for row in doc["levels"]:
         for w in row["warnings"]:
             level = row["concurrency"] if row.get("rate") is None else f"{row['rate']:g}/s"
             console.print(f"[yellow]{row['target']} @ {level}: {w['message']}[/] ({w['remedy']})")
     console.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out)
 
 
 @app.command()
@@ -396,9 +412,40 @@ def demo(
     except TokenpathError as exc:
         _fail("demo", exc)
     console.print(tables.rich_table(doc))
-    console.print(f"results: {Path(out) / 'results.json'} (also table.md, results.csv)")
+    console.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out)
     if not doc["certification"]["passed"]:
         raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    results: Annotated[str, typer.Argument(help="A results directory (or its results.json).")],
+    compare: Annotated[str | None, typer.Option(help="Another results directory to show side by side.")] = None,
+    format: Annotated[list[str] | None, typer.Option(help="html, md or csv; repeatable. Default: all three.")] = None,
+    out: Annotated[str | None, typer.Option(help="Directory to write to (default: beside results.json).")] = None,
+    screenshot: Annotated[
+        str | None, typer.Option(help="Also save a PNG of the page rendered by headless Chromium.")
+    ] = None,
+) -> None:
+    """Render results.json as one self-contained HTML page (inline SVG charts), Markdown and CSV."""
+    from pathlib import Path
+
+    from tokenpath.report import browser
+    from tokenpath.report.render import FORMATS, write_report
+
+    try:
+        written = write_report(
+            Path(results), Path(compare) if compare else None, format or FORMATS, Path(out) if out else None
+        )
+        for fmt, path in written.items():
+            console.print(f"{fmt}: {path}")
+        if screenshot:
+            if "html" not in written:
+                raise UsageError("--screenshot needs the html format")
+            console.print(f"screenshot: {browser.screenshot(written['html'], Path(screenshot))}")
+    except TokenpathError as exc:
+        _fail("report", exc)
 
 
 def main() -> None:

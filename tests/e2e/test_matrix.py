@@ -41,6 +41,9 @@ def run_matrix(tmp_path: Path, toml: str, *extra: str, timeout: float = 300) -> 
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     doc: dict[str, Any] = json.loads((tmp_path / "out" / "results.json").read_text())
+    report = tmp_path / "out" / "report.html"
+    assert f"report: {report}" in out.stdout
+    assert report.read_text().startswith("<!doctype html>")
     return doc, out.stdout
 
 
@@ -156,7 +159,7 @@ command = "timeout 3 {relay}"
     dies = row(doc, "dies")
     assert dies["excluded"] >= 1
     assert any("proxy exited" in (r["error"] or "") for r in dies["raw"])
-    assert row(doc, "direct")["excluded"] == 0
+    assert not any(r["error"] for r in row(doc, "direct")["raw"])  # the dying proxy cost its own row only
 
 
 def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ class RunRecord:
     frame_delay_ms: dict[str, float] = field(default_factory=dict)  # the same for every frame: p50, max
     audit: dict[str, Any] | None = None  # the stub's verdict for this stream
     arrivals: list[tuple[float, int]] = field(default_factory=list)  # (ms after the stub's first write, frames)
+    writes_ms: list[float] = field(default_factory=list)  # the stub's write of each frame, ms after its first
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
 
     @property
@@ -47,6 +48,7 @@ class RunRecord:
             "frame_delay_ms": self.frame_delay_ms,
             "audit": self.audit,
             "arrivals": self.arrivals,
+            "writes_ms": self.writes_ms,
             "error": self.error,
         }
 
@@ -59,6 +61,7 @@ def join(record: RunRecord, trace: Trace, log: dict[str, Any] | None) -> None:
     writes = log["writes"]  # [seq, scheduled_ns, actual_ns, bytes]
     first_write = writes[0][2]
     record.arrivals = [(round(ns_to_ms(r.t_ns - first_write), 3), r.frames) for r in trace.reads if r.frames]
+    record.writes_ms = [round(ns_to_ms(w[2] - first_write), 3) for w in writes]
     n = min(len(writes), len(trace.frames))
     delays = sorted(ns_to_ms(trace.frames[k].t_ns - writes[k][2]) for k in range(n))
     if delays:

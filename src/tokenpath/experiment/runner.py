@@ -244,7 +244,9 @@ class MatrixRunner:
         rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
         checks = [
             _check("direct streams cleanly", rows["direct"], lambda r: (r["fpr_median"] or 99) <= CERT_MAX_DIRECT_FPR),
-            _check("direct's stub audits pass", rows["direct"], lambda r: r["excluded"] == 0),
+            # One late write among the certification runs is what the exclusion rule is for on a shared host;
+            # the instrument is untrustworthy when the stub misses its schedule in most runs.
+            _check("direct's stub audits pass", rows["direct"], lambda r: r["excluded"] <= r["runs"] // 3),
             _check("pass relay within the floor", rows["pass"], lambda r: bool(r["within_floor"])),
             _check("buffer relay seen (one arrival)", rows["buffer"], lambda r: (r.get("arrivals_median") or 0) == 1),
             _check(

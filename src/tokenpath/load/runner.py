@@ -94,6 +94,7 @@ class Cell:
     lost: int = 0
     out_of_order: int = 0
     reserialized: int = 0
+    run_added_ms: list[dict[str, float]] = field(default_factory=list)  # p50/p99 of each run: the spread
     cores: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
     lag_p99_ms: float = 0.0
@@ -203,7 +204,12 @@ class LoadRunner:
         cell.lag_p99_ms = max([cell.lag_p99_ms, *(r.lag_p99_ms for r in reports)])
         cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
         results = [r for report in reports for r in report.results]
-        self._join(cell, results, stub_url)
+        run_hist = HdrHistogram(1, HIST_MAX_US, 3)
+        self._join(cell, results, stub_url, run_hist)
+        if run_hist.get_total_count():
+            cell.run_added_ms.append(
+                {p: run_hist.get_value_at_percentile(q) / 1000 for p, q in (("p50", 50), ("p99", 99))}
+            )
 
     def _clients(self, work: Workload) -> list[WorkerReport]:
         n = self.cfg.client_workers
@@ -218,7 +224,7 @@ class LoadRunner:
         with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
             return list(pool.map(run_worker, jobs))
 
-    def _join(self, cell: Cell, results: list[StreamResult], stub_url: str) -> None:
+    def _join(self, cell: Cell, results: list[StreamResult], stub_url: str, run_hist: HdrHistogram) -> None:
         ok = [r for r in results if r.error is None]
         cell.errors += len(results) - len(ok)
         cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
@@ -248,6 +254,7 @@ class LoadRunner:
                 if r.first_content is not None and r.first_content_t_ns is not None and r.first_content < len(writes):
                     added_us = (r.first_content_t_ns - writes[r.first_content][2]) // 1000
                     cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
+                    run_hist.record_value(max(1, min(added_us, HIST_MAX_US)))
                     lag_us = r.dispatch_lag_ns // 1000
                     cell.corrected.record_value(max(1, min(added_us + lag_us, HIST_MAX_US)))
                     cell.dispatch_lag.record_value(max(1, min(lag_us, HIST_MAX_US)))
@@ -273,6 +280,7 @@ def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> d
         row["concurrency"] = None
         row["added_ttft_corrected_ms"] = {p: cell.pct_ms(q, cell.corrected) for p, q in PCTS}
         row["dispatch_lag_ms"] = {p: cell.pct_ms(q, cell.dispatch_lag) for p, q in PCTS}
+        row["histogram_corrected"] = cell.corrected.encode().decode() if cell.corrected.get_total_count() else None
     return row
 
 
@@ -316,6 +324,7 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
         "audit_failed": cell.audit_failed,
         "unjoined": cell.unjoined,
         "added_ttft_ms": {"p50": p50, "p99": cell.pct_ms(99), "p999": cell.pct_ms(99.9)},
+        "runs_added_ttft_ms": cell.run_added_ms,
         "floor_ms": floor,
         "cpu_cores": sum(cell.cores) / len(cell.cores) if cell.cores else None,
         "rss_mb": max(cell.rss_mb) if cell.rss_mb else None,

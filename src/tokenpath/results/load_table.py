@@ -5,6 +5,8 @@ uncorrected p99 and the dispatch lag are shown beside them."""
 
 from __future__ import annotations
 
+import csv
+import io
 from typing import Any
 
 from rich.table import Table
@@ -14,11 +16,11 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _level(row: dict[str, Any]) -> str:
+def level_label(row: dict[str, Any]) -> str:
     return f"{row['rate']:g}/s" if row.get("rate") is not None else str(row["concurrency"])
 
 
-def _figures(row: dict[str, Any]) -> list[str]:
+def figures(row: dict[str, Any]) -> list[str]:
     main = row.get("added_ttft_corrected_ms") or row["added_ttft_ms"]
     cells = [_ms(main["p50"]), _ms(main["p99"]), _ms(main["p999"])]
     if "dispatch_lag_ms" in row:
@@ -31,7 +33,7 @@ def _figures(row: dict[str, Any]) -> list[str]:
     return cells
 
 
-def _headers(open_loop: bool) -> list[str]:
+def headers(open_loop: bool) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
     return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "n"]
 
@@ -49,18 +51,36 @@ def rich_table(doc: dict[str, Any]) -> Table:
     open_loop = doc["config"]["loop"] == "open"
     title = "tokenpath load: TTFT added by the path (ms), proxy CPU (cores) and RSS (MB)"
     table = Table(title=title + (", from the schedule" if open_loop else ""))
-    for col in [*_headers(open_loop), "notes"]:
+    for col in [*headers(open_loop), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
     for row in doc["levels"]:
         notes = _notes(row)
-        table.add_row(_level(row), row["target"], *_figures(row), f"[yellow]{notes}[/]" if notes else "")
+        table.add_row(level_label(row), row["target"], *figures(row), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    headers = [*_headers(doc["config"]["loop"] == "open"), "warnings"]
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---:|" * (len(headers) - 1) + "---|"]
+    cols = [*headers(doc["config"]["loop"] == "open"), "warnings"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in doc["levels"]:
         warn = "; ".join(f"{w['kind']}: {w['message']}" for w in row["warnings"]) or "-"
-        lines.append("| " + " | ".join([_level(row), row["target"], *_figures(row), warn]) + " |")
+        lines.append("| " + " | ".join([level_label(row), row["target"], *figures(row), warn]) + " |")
     return "\n".join(lines) + "\n"
+
+
+CSV_KEYS = (
+    "concurrency", "rate", "target", "streams", "errors", "audit_failed", "unjoined", "frames_lost",
+    "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
+)  # fmt: skip
+
+
+def csv_text(doc: dict[str, Any]) -> str:
+    """One line per level and target; percentile objects flattened to added_ttft_ms_p50 etc."""
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    figures = [(k, p) for k in ("added_ttft_ms", "added_ttft_corrected_ms", "floor_ms") for p in ("p50", "p99", "p999")]
+    writer.writerow([*CSV_KEYS, *(f"{k}_{p}" for k, p in figures), "warnings"])
+    for row in doc["levels"]:
+        flat = [(row.get(k) or {}).get(p) for k, p in figures]
+        writer.writerow([*(row.get(k) for k in CSV_KEYS), *flat, ";".join(w["kind"] for w in row["warnings"])])
+    return buf.getvalue()

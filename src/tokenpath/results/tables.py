@@ -25,7 +25,7 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def _cells(row: dict[str, Any]) -> list[str]:
+def cells(row: dict[str, Any]) -> list[str]:
     path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
     condition = f"{row['frame_bytes']} B @ {row['interval_ms']:g} ms, {row['link']}{' tls' if row['tls'] else ''}"
     spread = f"{_fmt(row.get('fpr_min'), 2)}-{_fmt(row.get('fpr_max'), 2)}"
@@ -46,7 +46,8 @@ HEADERS = (
 def title(doc: dict[str, Any]) -> str:
     cert = doc.get("certification", {})
     prefix = "" if cert.get("passed") else "UNCERTIFIED: "
-    return f"{prefix}tokenpath matrix: {doc['experiment']['name']}"
+    name = doc["experiment"]["name"].removeprefix(f"{doc['kind']}: ")  # sweeps are named "sweep: ..."
+    return f"{prefix}tokenpath {doc['kind']}: {name}"
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -58,7 +59,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(HEADERS) + " |")
     lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
     for row in doc["rows"]:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in _cells(row)) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |")
     if doc.get("skipped"):
         lines += ["", "Not measured:"] + [f"- {s['path']}: {s['reason']}" for s in doc["skipped"]]
     lines += ["", "Versions: " + ", ".join(f"{n} {p['version']}" for n, p in doc.get("proxies", {}).items())]

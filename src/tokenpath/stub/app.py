@@ -12,10 +12,10 @@ from urllib.parse import parse_qs
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import UsageError
+from tokenpath.http_server import Request, Response, error_body
 from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
 from tokenpath.stub.config import Format, Pacing, StubConfig
 from tokenpath.stub.frames import StreamRequest, StreamShape, completion_id, render_completion, shape_for
-from tokenpath.stub.http_server import Request, Response, error_body
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.request import STREAM_HEADER

@@ -18,11 +18,11 @@ from multiprocessing.connection import Connection
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import UsageError
+from tokenpath.http_server import HTTPConnection
 from tokenpath.loops import new_event_loop
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import REALTIME_PRIORITY, Priority, StubConfig
-from tokenpath.stub.http_server import HTTPConnection
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
 

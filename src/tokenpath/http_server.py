@@ -1,7 +1,9 @@
-"""A small HTTP/1.x server connection on httptools: requests in, responses written by a handler.
+"""A small HTTP/1.x server connection on httptools: requests in, responses written by a handler. The stub and the
+gateway both serve through it.
 
 Hand-written on asyncio protocols (not aiohttp/uvicorn) because the stub must decide the exact bytes and the
-exact moment of every write: one SSE frame = one chunk = one `transport.write`, timestamped.
+exact moment of every write (one SSE frame = one chunk = one `transport.write`, timestamped), and the gateway must
+write each upstream read downstream at once, with backpressure, and see a client leave the moment it does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any, cast
 import httptools
 
 from tokenpath.stub.config import MAX_HEAD_BYTES, REQUEST_TIMEOUT_S
+
+WRITE_BUFFER_HIGH = 64 << 10  # bytes queued for a slow client before the response's producer is paused
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,8 @@ class Response:
         self._conn = conn
         self.request = request
         self.on_abort: Callable[[], None] | None = None  # called if the client goes away mid-response
+        self.on_pause: Callable[[], None] | None = None  # the client's socket buffer is full: stop producing
+        self.on_resume: Callable[[], None] | None = None
         self.finished = False
         self.chunked = False  # decided by start_stream: HTTP/1.1 streams are chunked
 
@@ -77,6 +83,17 @@ class Response:
         extra = [("Transfer-Encoding", "chunked")] if self.chunked else []
         return self._head(status, [*headers, *extra], stream=True)
 
+    def start(self, status: int, headers: list[tuple[str, str]], content_length: int | None) -> bytes:
+        """The head of a response whose body the caller writes: Content-Length when known, else streamed."""
+        if content_length is None:
+            return self.start_stream(status, headers)
+        return self._head(status, [*headers, ("Content-Length", str(content_length))])
+
+    def close_connection(self) -> None:
+        """End the response by closing (a close-delimited body, or one that cannot be finished properly)."""
+        self._conn.keep_alive = False
+        self._finish()
+
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         self._conn.write(wire_bytes)
         if last:
@@ -98,9 +115,19 @@ class Response:
 
 
 class HTTPConnection(asyncio.Protocol):
-    def __init__(self, handler: Handler, *, max_body_bytes: int, request_timeout_s: float = REQUEST_TIMEOUT_S):
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_body_bytes: int,
+        request_timeout_s: float = REQUEST_TIMEOUT_S,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+        write_buffer_high: int = WRITE_BUFFER_HIGH,
+    ) -> None:
         self._handler = handler
         self._max_body = max_body_bytes
+        self._max_head = max_head_bytes
+        self._write_high = write_buffer_high
         self._request_timeout_s = request_timeout_s
         self._parser = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -117,7 +144,16 @@ class HTTPConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.set_write_buffer_limits(high=self._write_high)
         self._arm_request_timer()
+
+    def pause_writing(self) -> None:
+        if self._current is not None and self._current.on_pause is not None:
+            self._current.on_pause()
+
+    def resume_writing(self) -> None:
+        if self._current is not None and self._current.on_resume is not None:
+            self._current.on_resume()
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
@@ -131,8 +167,8 @@ class HTTPConnection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             if not self.closed:
                 self._reject(400, f"malformed HTTP request: {exc}")
-        if not self._headers_done and self._head_bytes > MAX_HEAD_BYTES:
-            self._reject(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+        if not self._headers_done and self._head_bytes > self._max_head:
+            self._reject(431, f"request head larger than {self._max_head} bytes")
 
     def eof_received(self) -> bool | None:
         return None  # the client is gone: close, which aborts any running response
@@ -157,8 +193,8 @@ class HTTPConnection(asyncio.Protocol):
 
     def _count_head(self, size: int) -> None:
         self._head_size += size
-        if self._head_size > MAX_HEAD_BYTES:
-            self._reject(431, f"request head larger than {MAX_HEAD_BYTES} bytes")
+        if self._head_size > self._max_head:
+            self._reject(431, f"request head larger than {self._max_head} bytes")
             raise httptools.HttpParserError("rejected")
 
     def on_headers_complete(self) -> None:

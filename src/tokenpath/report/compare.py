@@ -1,0 +1,113 @@
+"""Two result sets side by side: the same rows matched by key, a ratio, and a verdict only where the difference is
+larger than the spread each set measured. Overlapping ranges are "not distinguishable", however far apart the
+medians look: a shared, noisy host makes that the honest answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tokenpath.errors import UsageError
+from tokenpath.stats import median
+
+NOT_DISTINGUISHABLE = "not distinguishable"
+
+
+@dataclass(frozen=True)
+class Figure:
+    median: float | None
+    low: float | None  # the measured spread: min and max over runs
+    high: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    key: str
+    metric: str
+    a: Figure
+    b: Figure
+
+    @property
+    def ratio(self) -> float | None:
+        if self.a.median is None or self.b.median is None or abs(self.a.median) < 0.05:
+            return None  # a ratio against ~0 ms says nothing
+        return self.b.median / self.a.median
+
+    @property
+    def verdict(self) -> str:
+        a, b = self.a, self.b
+        if None in (a.low, a.high, b.low, b.high):
+            return f"{NOT_DISTINGUISHABLE} (no spread measured)"
+        assert a.low is not None
+        assert a.high is not None
+        assert b.low is not None
+        assert b.high is not None
+        if b.low > a.high:
+            return "B higher"
+        if b.high < a.low:
+            return "B lower"
+        return NOT_DISTINGUISHABLE
+
+
+def _matrix_key(row: dict[str, Any]) -> str:
+    path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
+    link = row["link"] + (" tls" if row["tls"] else "")
+    return f"{path}: {row['frame_bytes']} B @ {row['interval_ms']:g} ms, {link}"
+
+
+def _matrix_figures(row: dict[str, Any]) -> dict[str, Figure]:
+    kept = [r for r in row.get("raw", []) if r.get("included")]
+    added = [r["path_added_ttft_ms"] for r in kept if r.get("path_added_ttft_ms") is not None]
+    fprs = [r["metrics"]["frames_per_read"] for r in kept if r.get("metrics")]
+    return {
+        "added TTFT ms": Figure(row.get("added_ttft_ms_median"), *_span(added, floor=_floor_of(row, added))),
+        "frames per read": Figure(row.get("fpr_median"), *_span(fprs)),
+    }
+
+
+def _floor_of(row: dict[str, Any], added: list[float]) -> float:
+    """Raw runs hold the path's own added time; rows subtract the direct median. Shift the spread the same way."""
+    if row.get("added_ttft_ms_median") is None or not added:
+        return 0.0
+    return float(median(added) - row["added_ttft_ms_median"])
+
+
+def _span(values: list[float], floor: float = 0.0) -> tuple[float | None, float | None]:
+    if len(values) < 2:
+        return None, None
+    return min(values) - floor, max(values) - floor
+
+
+def _load_key(row: dict[str, Any]) -> str:
+    level = f"{row['rate']:g}/s" if row.get("rate") is not None else f"{row['concurrency']} streams"
+    return f"{row['target']} @ {level}"
+
+
+def _load_figures(row: dict[str, Any]) -> dict[str, Figure]:
+    runs = row.get("runs_added_ttft_ms") or []
+    out = {}
+    for p in ("p50", "p99"):
+        per_run = [r[p] for r in runs if r.get(p) is not None]
+        out[f"added TTFT {p} ms"] = Figure(row["added_ttft_ms"][p], *_span(per_run))
+    return out
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
+    if a["kind"] != b["kind"] and {a["kind"], b["kind"]} != {"matrix", "sweep"}:
+        raise UsageError(f"--compare: cannot compare a {a['kind']} result with a {b['kind']} result")
+    if a["kind"] == "load":
+        rows_a, rows_b, key, figures = a["levels"], b["levels"], _load_key, _load_figures
+    else:
+        rows_a, rows_b, key, figures = a["rows"], b["rows"], _matrix_key, _matrix_figures
+    other = {key(r): r for r in rows_b}
+    out = []
+    for row in rows_a:
+        match = other.get(key(row))
+        if match is None:
+            continue
+        fb = figures(match)
+        for metric, fa in figures(row).items():
+            out.append(Comparison(key(row), metric, fa, fb[metric]))
+    if not out:
+        raise UsageError("--compare: the two result sets share no row (same path, condition or level)")
+    return out

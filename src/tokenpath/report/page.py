@@ -1,0 +1,292 @@
+"""The report page: one self-contained HTML file (inline CSS and SVG, no script, no network) built from one
+results document, optionally compared with another. Everything a reader needs to trust the figures (host, versions,
+effective configs, exclusion rule, certification, warnings) sits next to them."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from tokenpath.report import charts
+from tokenpath.report.compare import Comparison
+from tokenpath.results import load_table, tables
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f; margin: 0 auto;
+       max-width: 1180px; padding: 0 24px 48px; background: #fff; }
+h1 { font-size: 24px; margin: 28px 0 4px; } h1.uncertified { color: #b00020; }
+h2 { font-size: 18px; margin: 36px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+h3 { font-size: 15px; margin: 20px 0 6px; }
+.lede { color: #444; margin: 0 0 16px; }
+.banner { padding: 8px 12px; border-radius: 4px; margin: 10px 0; }
+.banner.ok { background: #e6f4ea; } .banner.bad { background: #fde7e9; color: #8a0015; font-weight: 600; }
+.banner.warn { background: #fff4d6; }
+dl.meta { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
+dl.meta dt { color: #666; } dl.meta dd { margin: 0; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border-bottom: 1px solid #e3e3e3; padding: 4px 10px; text-align: left; vertical-align: top; }
+th { background: #f5f5f7; font-weight: 600; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.unreliable td { background: #fff8e1; } tr.failed td { background: #fde7e9; }
+.note { color: #8a5a00; font-size: 12px; }
+details { margin: 4px 0; } summary { cursor: pointer; color: #00598c; }
+details.inline { display: inline-block; margin: 0 12px 0 0; vertical-align: top; }
+table.versions td { padding: 1px 10px; border: 0; }
+pre { background: #f7f7f9; padding: 8px; overflow-x: auto; font-size: 12px; }
+figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; }
+figcaption { color: #555; font-size: 12px; max-width: 900px; }
+"""
+
+TIMELINE_HELP = (
+    "How to read it: every dot is one frame. Across is when the stub wrote it, up is when the client read it, both in "
+    "ms after the stub's first write. Grey dots are the direct path; on the dotted diagonal nothing was added. Dots "
+    "stacked vertically arrived in one read (a burst); the height above the diagonal is how late; a flat line means "
+    "the proxy held the whole response and let it go at the end."
+)
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def page(doc: dict[str, Any], comparisons: Sequence[Comparison] = (), other: dict[str, Any] | None = None) -> str:
+    title = page_title(doc)
+    body = [f'<h1 class="{"uncertified" if title.startswith("UNCERTIFIED") else ""}">{esc(title)}</h1>']
+    body += header_block(doc)
+    if doc["kind"] == "load":
+        body += load_sections(doc)
+    else:
+        body += matrix_sections(doc)
+    if comparisons and other is not None:
+        body += compare_section(comparisons, doc, other)
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>\n'
+        f"<body>\n{chr(10).join(body)}\n</body></html>\n"
+    )
+
+
+def page_title(doc: dict[str, Any]) -> str:
+    if doc["kind"] == "load":
+        loop = "open loop" if doc["config"]["loop"] == "open" else "closed loop"
+        return f"tokenpath load: TTFT added per target ({loop})"
+    return tables.title(doc)
+
+
+def _dl(items: Iterable[tuple[str, str]]) -> str:
+    return '<dl class="meta">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
+
+
+def header_block(doc: dict[str, Any]) -> list[str]:
+    host = doc["host"]
+    items = [
+        ("tool", esc(f"{doc['tool']['name']} {doc['tool']['version']} (results schema {doc['schema_version']})")),
+        ("measured", esc(doc["created"])),
+        ("host", esc(f"{host['hostname']}, kernel {host['kernel']}, {host['cpus']} CPUs, {host['machine']}, "
+                     f"Python {host['python']}")),
+    ]  # fmt: skip
+    out: list[str] = ['<h2 id="provenance">How this was measured</h2>']
+    if doc["kind"] == "load":
+        cfg = doc["config"]
+        levels = cfg["rates"] if cfg["loop"] == "open" else cfg["levels"]
+        items += [
+            ("workload", esc(f"{cfg['ttft_ms']:g} ms to the first token, a token every {cfg['interval_ms']:g} ms, "
+                             f"{cfg['tokens']} tokens; {cfg['loop']} loop at {', '.join(f'{x:g}' for x in levels)}")),
+            ("per level", esc(f"{cfg['warmup_s']:g} s warm-up, {cfg['duration_s']:g} s measured, {cfg['runs']} runs "
+                              f"(merged), {cfg['client_workers']} client and {cfg['stub_workers']} stub processes")),
+            ("floor", "the direct path (client → stub), measured at every level in the same run, interleaved"),
+        ]  # fmt: skip
+        out.append(_dl(items))
+        unreliable = [r for r in doc["levels"] if r.get("unreliable")]
+        if unreliable:
+            out.append(f'<p class="banner warn">{len(unreliable)} of {len(doc["levels"])} figures are flagged '
+                       "unreliable; each warning is shown in its row below, with its remedy.</p>")  # fmt: skip
+        out += _targets(doc.get("targets", {}))
+    else:
+        exp = doc["experiment"]
+        items += [
+            ("experiment", esc(f"{exp['name']}: {exp['frames']} frames per stream, {exp['runs']} runs per path and "
+                               f"condition, {exp['ttft_ms']:g} ms to the first frame")),
+            ("exclusion rule", esc(f"{exp['exclusion']['rule']} (declared before the run)")),
+        ]  # fmt: skip
+        out.append(_dl(items))
+        out += certification_block(doc)
+        out += _targets(doc.get("proxies", {}))
+    if doc.get("interrupted"):
+        out.append('<p class="banner bad">Interrupted: rows with fewer runs than planned are partial.</p>')
+    skipped = doc.get("skipped") or []
+    if skipped:
+        out.append("<h3>Not measured</h3><ul>")
+        out += [f"<li>{esc(s.get('path') or s.get('target'))}: {esc(s['reason'])}</li>" for s in skipped]
+        out.append("</ul>")
+    return out
+
+
+def certification_block(doc: dict[str, Any]) -> list[str]:
+    cert = doc.get("certification") or {}
+    if cert.get("passed"):
+        out = ['<p class="banner ok">Certified: before measuring, the instrument showed it streams cleanly on the '
+               "direct path and detects both controls (buffer, cork) on every link used.</p>"]  # fmt: skip
+    else:
+        forced = " It was measured anyway (--force)." if cert.get("forced") else ""
+        out = [f'<p class="banner bad">UNCERTIFIED: certification failed, so no figure below can be trusted.{forced}'
+               "</p>"]  # fmt: skip
+    rows = [
+        (c.get("environment", ""), c["name"], "ok" if c["passed"] else "FAILED", c["evidence"])
+        for c in cert.get("checks", [])
+    ]
+    if rows:
+        out.append("<details><summary>certification checks</summary>")
+        out.append(_table(("link", "check", "result", "evidence"), rows, classes=["" if r[2] == "ok" else "failed"
+                                                                                   for r in rows]))  # fmt: skip
+        out.append("</details>")
+    return out
+
+
+def _targets(targets: dict[str, Any]) -> list[str]:
+    """One line per proxy: its version, and each variant's effective config folded away."""
+    if not targets:
+        return []
+    out = ['<h3>Versions and effective configs</h3><table class="versions">']
+    for name, info in targets.items():
+        variants = info.get("variants") or {info.get("variant", "stock"): {"config": info.get("config", "")}}
+        configs = "".join(
+            f'<details class="inline"><summary>{esc(variant)}</summary><pre>{esc(v.get("config", ""))}</pre></details>'
+            for variant, v in variants.items()
+        )
+        out.append(
+            f"<tr><td><b>{esc(name)}</b></td><td>{esc(info.get('version') or 'unknown')}</td><td>{configs}</td></tr>"
+        )
+    out.append("</table>")
+    return out
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], classes: Sequence[str] = ()) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = []
+    for i, row in enumerate(rows):
+        cls = f' class="{classes[i]}"' if i < len(classes) and classes[i] else ""
+        cells = "".join(f'<td class="num">{esc(c)}</td>' if _numeric(c) else f"<td>{esc(c)}</td>" for c in row)
+        body.append(f"<tr{cls}>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _numeric(cell: str) -> bool:
+    return bool(cell) and cell.replace(".", "").replace("-", "").replace("/", "").replace(" ", "").isdigit()
+
+
+def _figure(svg: str | None, caption: str) -> str:
+    if svg is None:
+        return ""
+    return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
+
+
+def _condition_label(row: dict[str, Any]) -> str:
+    return f"{row['frame_bytes']} B every {row['interval_ms']:g} ms, {row['link']}{', TLS' if row['tls'] else ''}"
+
+
+def matrix_sections(doc: dict[str, Any]) -> list[str]:
+    out = []
+    if doc["kind"] == "sweep":
+        inferred = doc.get("inferred") or {}
+        out.append('<h2 id="sweep">What makes it flush</h2>')
+        if inferred.get("rule"):
+            out.append(f'<p class="banner warn"><b>{esc(inferred["rule"])}</b></p>')
+        out.append(f'<p class="lede">{esc(inferred.get("explanation", ""))}</p>')
+        chart = charts.sweep_chart(doc.get("points", []), inferred)
+        out.append(_figure(chart, "Points above 1 frame per read, or above 0 ms, are where the proxy held frames."))
+    conditions: dict[str, list[dict[str, Any]]] = {}
+    for row in doc["rows"]:
+        conditions.setdefault(_condition_label(row), []).append(row)
+    floors = {f["condition"]: f for f in doc.get("floors", [])}
+    out.append('<h2 id="results">Results per condition</h2>')
+    out.append(f'<p class="lede">{esc(TIMELINE_HELP)}</p>')
+    for cond, rows in conditions.items():
+        out.append(f"<h3>{esc(cond)}</h3>")
+        out.append(_figure(charts.arrival_timeline(rows), "One typical stream per path (the kept run with the median "
+                           "added TTFT), the direct path in grey."))  # fmt: skip
+        floor = floors.get(_floor_key(rows[0]))
+        out.append(_figure(charts.frames_per_read(rows, floor), "Median frames per read per path; whiskers span the "
+                           "kept runs; the green band is the direct path's range (noise)."))  # fmt: skip
+        headers = [h for h in tables.HEADERS if h != "condition"]
+        out.append(_table(
+            [*headers, "excluded because"], [[c for i, c in enumerate(tables.cells(r)) if i != 1] + [_exclusions(r)]
+                                             for r in rows],
+            classes=["unreliable" if r["excluded"] else "" for r in rows],
+        ))  # fmt: skip
+    return out
+
+
+def _floor_key(row: dict[str, Any]) -> str:
+    """The runner's condition label for floors: '60 B @ 50 ms, loopback' (+ ' tls')."""
+    return f"{row['frame_bytes']} B @ {row['interval_ms']:g} ms, {row['link']}{' tls' if row['tls'] else ''}"
+
+
+def _exclusions(row: dict[str, Any]) -> str:
+    return ", ".join(f"{n} x {reason}" for reason, n in row.get("exclusions", {}).items()) or "-"
+
+
+def load_sections(doc: dict[str, Any]) -> list[str]:
+    open_loop = doc["config"]["loop"] == "open"
+    unit = "arrivals per second (open loop)" if open_loop else "concurrent streams"
+    levels = doc["levels"]
+    out = ['<h2 id="results">Added TTFT against load</h2>']
+    if open_loop:
+        out.append('<p class="lede">Counted from each stream\'s scheduled start (corrected for coordinated '
+                   "omission); the uncorrected p99 and the dispatch lag are in the table.</p>")  # fmt: skip
+    out.append(_figure(charts.percentiles_vs_level(levels, unit), "Added TTFT = the client's arrival of the first "
+                       "token minus the stub's write of it, per stream. Hollow markers: figures flagged unreliable "
+                       "(see the warnings in the table)."))  # fmt: skip
+    headers = [*load_table.headers(open_loop), "warnings"]
+    rows, classes = [], []
+    for r in levels:
+        warnings = "; ".join(f"{w['kind']}: {w['message']} (remedy: {w['remedy']})" for w in r["warnings"])
+        rows.append([load_table.level_label(r), r["target"], *load_table.figures(r), warnings or "-"])
+        classes.append("unreliable" if r.get("unreliable") else "")
+    out.append(_table(headers, rows, classes))
+    lost = [r for r in levels if r["frames_lost"] or r["frames_out_of_order"] or r["errors"]]
+    for r in lost:
+        out.append(f'<p class="banner bad">{esc(r["target"])} @ {esc(load_table.level_label(r))}: {r["frames_lost"]} '
+                   f"frames lost, {r['frames_out_of_order']} out of order, {r['errors']} errors</p>")  # fmt: skip
+    cdf = charts.added_ttft_cdf(levels, "streams/s" if open_loop else "streams")
+    out.append(_figure(cdf, "Fraction of streams whose first token was delayed by at most x ms. Dashed: unreliable."))
+    out.append(_figure(charts.resources_vs_level(levels, unit), "CPU and RSS of all the target's processes, "
+                       "sampled through each level (mean CPU, peak of the median RSS over runs)."))  # fmt: skip
+    return out
+
+
+def compare_section(comparisons: Sequence[Comparison], doc: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    out = ['<h2 id="compare">Compared</h2>']
+    out.append(_dl([
+        ("A (this report)", esc(f"{page_title(doc)}, {doc['created']} on {doc['host']['hostname']}")),
+        ("B (--compare)", esc(f"{page_title(other)}, {other['created']} on {other['host']['hostname']}")),
+        ("verdict rule", "a difference counts only where the two runs' ranges do not overlap; otherwise it is "
+                         "<i>not distinguishable</i>, whatever the medians say"),
+    ]))  # fmt: skip
+    rows, classes = [], []
+    for c in comparisons:
+        rows.append([c.key, c.metric, _fig(c.a), _fig(c.b), "-" if c.ratio is None else f"{c.ratio:.2f}", c.verdict])
+        classes.append("" if c.verdict.startswith("not") else "unreliable")
+    out.append(_table(("row", "figure", "A median [range]", "B median [range]", "B / A", "verdict"), rows, classes))
+    return out
+
+
+def _fig(f: Any) -> str:
+    med = "-" if f.median is None else f"{f.median:.2f}"
+    spread = "" if f.low is None else f" [{f.low:.2f} to {f.high:.2f}]"
+    return med + spread
+
+
+def markdown(doc: dict[str, Any], comparisons: Sequence[Comparison] = ()) -> str:
+    if doc["kind"] == "load":
+        text = f"# {page_title(doc)}\n\n{load_table.markdown(doc)}"
+    else:
+        text = tables.markdown(doc)
+        if doc["kind"] == "sweep" and doc.get("inferred", {}).get("rule"):
+            text += f"\nInferred: {doc['inferred']['rule']} ({doc['inferred']['explanation']})\n"
+    if comparisons:
+        text += "\n## Compared\n\n| row | figure | A | B | B / A | verdict |\n|---|---|---:|---:|---:|---|\n"
+        for c in comparisons:
+            ratio = "-" if c.ratio is None else f"{c.ratio:.2f}"
+            text += f"| {c.key} | {c.metric} | {_fig(c.a)} | {_fig(c.b)} | {ratio} | {c.verdict} |\n"
+    return text

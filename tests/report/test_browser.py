@@ -1,0 +1,47 @@
+"""The report opened by a real browser: headless Chromium renders it from disk, offline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+
+from tokenpath.report import browser
+from tokenpath.report.render import write_report
+
+DATA = Path(__file__).parent / "data"
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    exe = browser.find_chromium()
+    if exe is None:
+        if os.geteuid() == 0:
+            pytest.fail("Chromium missing although `make test` installs it as root (scripts/install-proxies --all)")
+        pytest.skip("Chromium not installed and not root: run `make test` as root, or apt-get install chromium")
+    return exe
+
+
+def test_chromium_renders_the_report_offline(chromium: str, tmp_path: Path) -> None:
+    run = tmp_path / "matrix"
+    run.mkdir()
+    shutil.copy(DATA / "matrix" / "results.json", run)
+    html = write_report(run, formats=["html"])["html"]
+
+    dom = browser.dump_dom(html)
+    assert "<title>tokenpath matrix: report fixture: the controls" in dom
+    assert "Arrival timeline" in dom
+    assert "stub write (ms)" in dom
+
+    png = browser.screenshot(html, tmp_path / "report.png", width=1000, height=1400)
+    pixels = matplotlib.image.imread(png)[..., :3]
+    assert pixels.shape[:2] == (1400, 1000)
+    ink = (pixels.mean(axis=2) < 0.9).mean()  # share of pixels that are not (near) white
+    assert 0.02 < ink < 0.6, f"page looks blank or broken: {ink:.3f} of the pixels are inked"
+    colours = {tuple(p) for p in (pixels[::20, ::20] * 255).astype(int).reshape(-1, 3)}
+    assert len(colours) > 20  # text, chart colours, the green certification banner: not a flat page

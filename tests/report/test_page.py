@@ -1,0 +1,201 @@
+"""The report rendered from real result fixtures (tests/report/data/README.md says how each was measured)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.procs import tokenpath_argv
+from tokenpath.report import page
+from tokenpath.report.compare import compare
+from tokenpath.report.render import write_report
+
+DATA = Path(__file__).parent / "data"
+
+
+def fixture_dir(tmp_path: Path, kind: str, edit: Any = None) -> Path:
+    """A private copy of a fixture (the report is written beside results.json), optionally edited."""
+    out = tmp_path / kind
+    out.mkdir()
+    doc = json.loads((DATA / kind / "results.json").read_text())
+    if edit is not None:
+        edit(doc)
+    (out / "results.json").write_text(json.dumps(doc))
+    return out
+
+
+def render(tmp_path: Path, kind: str, edit: Any = None) -> str:
+    written = write_report(fixture_dir(tmp_path, kind, edit))
+    assert set(written) == {"html", "md", "csv"}
+    return written["html"].read_text()
+
+
+def figures(html: str) -> list[str]:
+    """Caption-less check: the <svg> elements inline in the page."""
+    return re.findall(r"<svg\b", html)
+
+
+def assert_self_contained(html: str) -> None:
+    assert "<script" not in html.lower()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)  # no fetched resource
+    assert "url(http" not in html
+    assert "@import" not in html
+    assert "<style>" in html  # CSS inline
+
+
+def test_matrix_report_has_every_chart_table_and_the_provenance(tmp_path: Path) -> None:
+    html = render(tmp_path, "matrix")
+    doc = json.loads((DATA / "matrix" / "results.json").read_text())
+    assert_self_contained(html)
+    assert f"<title>tokenpath matrix: {doc['experiment']['name']}</title>" in html
+    assert "Certified" in html
+    assert "UNCERTIFIED" not in html
+    assert "Arrival timeline" in html
+    assert "Frames per read" in html
+    assert len(figures(html)) == 2  # one condition: frames per read + arrival timeline
+    for path in ("direct", "pass", "cork", "buffer"):
+        assert f"<td>{path}</td>" in html
+    # provenance: host, kernel, versions, effective configs (collapsible), the exclusion rule, certification checks
+    assert doc["host"]["kernel"] in html
+    assert doc["experiment"]["exclusion"]["rule"] in html
+    assert html.count("<details") >= 4
+    assert "relay --listen" in html
+    assert "buffer relay seen (one arrival)" in html
+    # the run's real exclusion is shown on its row
+    excluded = [r for r in doc["rows"] if r["excluded"]]
+    assert excluded, "the fixture was chosen because one pass run was excluded by the stub audit"
+    assert "stub audit failed" in html
+    assert 'class="unreliable"' in html
+
+
+def test_timeline_panels_come_from_the_stub_writes_and_client_arrivals() -> None:
+    doc = json.loads((DATA / "matrix" / "results.json").read_text())
+    from tokenpath.report.charts import frame_points, representative_run
+
+    cork = next(r for r in doc["rows"] if r["proxy"] == "cork")
+    run = representative_run(cork)
+    assert run is not None
+    writes, arrivals = frame_points(run, cork["interval_ms"])
+    assert len(writes) == len(arrivals) == 12
+    assert all(a >= w for w, a in zip(writes, arrivals, strict=True))  # nothing arrives before it is written
+    assert len(set(arrivals)) < len(arrivals)  # cork: several frames share one read
+
+
+def test_an_uncertified_run_says_so_in_its_title_and_banner(tmp_path: Path) -> None:
+    def fail_certification(doc: dict[str, Any]) -> None:
+        doc["certification"]["passed"] = False  # a real failure needs a broken host; the renderer reads this flag
+        doc["certification"]["forced"] = True
+        doc["certification"]["checks"][0]["passed"] = False
+
+    html = render(tmp_path, "matrix", fail_certification)
+    assert re.search(r"<title>UNCERTIFIED: tokenpath matrix", html)
+    assert re.search(r"<h1[^>]*>UNCERTIFIED: ", html)
+    assert "measured anyway (--force)" in html
+    assert "FAILED" in html
+    assert (tmp_path / "matrix" / "table.md").read_text().startswith("# UNCERTIFIED: ")
+
+
+def test_load_report_plots_percentiles_cdf_and_resources_with_warnings_beside_them(tmp_path: Path) -> None:
+    html = render(tmp_path, "load")
+    doc = json.loads((DATA / "load" / "results.json").read_text())
+    assert_self_contained(html)
+    assert "<title>tokenpath load: TTFT added per target (closed loop)</title>" in html
+    assert len(figures(html)) == 3  # percentiles against concurrency, CDF, CPU + RSS
+    for text in ("p50 added TTFT", "p99.9 added TTFT", "cumulative distribution", "proxy CPU (cores)",
+                 "proxy RSS (MB)"):  # fmt: skip
+        assert text in html
+    flagged = [r for r in doc["levels"] if r["warnings"]]
+    assert flagged, "the fixture carries real warnings from this host"
+    assert html.count('<tr class="unreliable">') == len(flagged)
+    for row in flagged:
+        for w in row["warnings"]:
+            assert page.esc(w["message"]) in html
+            assert page.esc(w["remedy"]) in html
+    assert f"{len(flagged)} of {len(doc['levels'])} figures are flagged unreliable" in html
+    csv_lines = (tmp_path / "load" / "results.csv").read_text().splitlines()
+    assert len(csv_lines) == 1 + len(doc["levels"])
+    assert "added_ttft_ms_p99" in csv_lines[0]
+
+
+def test_sweep_report_marks_the_inferred_flush_rule(tmp_path: Path) -> None:
+    html = render(tmp_path, "sweep")
+    doc = json.loads((DATA / "sweep" / "results.json").read_text())
+    assert page.esc(doc["inferred"]["rule"]) in html
+    assert "What makes the proxy flush" in html
+    assert f"flushes at ~{doc['inferred']['size_bytes']} B" in html
+    conditions = {f["condition"] for f in doc["floors"]}
+    assert len(figures(html)) == 1 + 2 * len(conditions)
+
+
+def test_compare_with_itself_finds_nothing_distinguishable(tmp_path: Path) -> None:
+    a = fixture_dir(tmp_path, "matrix")
+    written = write_report(a, compare_dir=DATA / "matrix")
+    html = written["html"].read_text()
+    assert "Compared" in html
+    assert "B higher" not in html
+    assert "B lower" not in html
+    assert html.count("not distinguishable") >= 4
+    assert "| cork: 60 B @ 50 ms, loopback | added TTFT ms |" in written["md"].read_text()
+
+
+def test_compare_finds_a_difference_larger_than_the_spread(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "matrix" / "results.json").read_text())
+    slower = copy.deepcopy(doc)
+    for row in slower["rows"]:
+        if row["proxy"] == "pass":  # as if the relay added 50 ms to every stream
+            row["added_ttft_ms_median"] += 50
+            for r in row["raw"]:
+                if r["path_added_ttft_ms"] is not None:
+                    r["path_added_ttft_ms"] += 50
+    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(doc, slower)}
+    assert verdicts[("pass", "added TTFT ms")].verdict == "B higher"
+    assert verdicts[("pass", "frames per read")].verdict == "not distinguishable"
+    assert verdicts[("cork", "added TTFT ms")].verdict == "not distinguishable"
+    ratio = verdicts[("cork", "added TTFT ms")].ratio
+    assert ratio is not None
+    assert ratio == pytest.approx(1.0)
+
+
+def test_compare_refuses_unrelated_results() -> None:
+    matrix = json.loads((DATA / "matrix" / "results.json").read_text())
+    load = json.loads((DATA / "load" / "results.json").read_text())
+    with pytest.raises(UsageError, match="cannot compare a matrix result with a load result"):
+        compare(matrix, load)
+
+
+def test_an_unknown_schema_version_is_a_clear_error_not_a_guess(tmp_path: Path) -> None:
+    def future(doc: dict[str, Any]) -> None:
+        doc["schema_version"] = 99
+
+    d = fixture_dir(tmp_path, "matrix", future)
+    out = subprocess.run(tokenpath_argv("report", str(d)), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert "schema_version 99 is not one this tokenpath knows" in out.stderr
+    assert not (d / "report.html").exists()
+
+
+def test_cli_writes_only_the_formats_asked_for(tmp_path: Path) -> None:
+    d = fixture_dir(tmp_path, "load")
+    out = subprocess.run(tokenpath_argv("report", str(d), "--format", "md"), capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert (d / "table.md").exists()
+    assert not (d / "report.html").exists()
+    assert not (d / "results.csv").exists()
+    bad = subprocess.run(tokenpath_argv("report", str(d), "--format", "pdf"), capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert bad.returncode == 2
+    assert "expected one of html, md, csv" in bad.stderr
+    missing = subprocess.run(tokenpath_argv("report", str(tmp_path / "nope")), capture_output=True, text=True,
+                             timeout=60)  # fmt: skip
+    assert missing.returncode == 2
+    assert "cannot read" in missing.stderr
+    shutil.rmtree(d)
