@@ -419,6 +419,54 @@ def demo(
 
 
 @app.command()
+def gateway(
+    config: Annotated[str | None, typer.Option(help="Gateway config (TOML); the flags below override it.")] = None,
+    listen: Annotated[str | None, typer.Option(help="HOST:PORT (default 127.0.0.1:8080).")] = None,
+    upstream: Annotated[list[str] | None, typer.Option(help="Upstream base URL; repeatable: one pool.")] = None,
+    strategy: Annotated[str, typer.Option(help="round_robin, least_outstanding or p2c_ewma.")] = "round_robin",
+    jwt_secret_env: Annotated[str | None, typer.Option(help="Env var holding the HS256/384/512 secret.")] = None,
+    jwt_public_key: Annotated[str | None, typer.Option(help="PEM public key file (RS/PS/ES/EdDSA).")] = None,
+    jwks_url: Annotated[str | None, typer.Option(help="JWKS URL (cached, refreshed in the background).")] = None,
+    audience: Annotated[str | None, typer.Option(help="Required `aud`.")] = None,
+    issuer: Annotated[str | None, typer.Option(help="Required `iss`.")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without authentication (logged loudly).")] = False,
+    workers: Annotated[int | None, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="HOST:PORT for Prometheus /metrics.")] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
+) -> None:
+    """A streaming OpenAI gateway: JWT auth, backend pools, failover before the first byte, per-read relay."""
+    from tokenpath.gateway import config as gwconfig
+    from tokenpath.gateway.server import run as run_gateway
+
+    try:
+        data: dict[str, object] = {}
+        if config:
+            data = gwconfig.read_toml(config)
+        if upstream:
+            data["pool"] = [{"name": "default", "strategy": strategy, "member": [{"url": u} for u in upstream]}]
+        if listen:
+            data["listen"] = listen
+        if metrics_listen:
+            data["metrics_listen"] = metrics_listen
+        if workers is not None:
+            data["workers"] = workers
+        raw_auth = data.get("auth")
+        auth: dict[str, object] = dict(raw_auth) if isinstance(raw_auth, dict) else {}
+        if no_auth:
+            auth = {"mode": "none"}
+        for key, value in (("secret_env", jwt_secret_env), ("public_key_file", jwt_public_key),
+                           ("jwks_url", jwks_url), ("audience", audience), ("issuer", issuer)):  # fmt: skip
+            if value:
+                auth[key] = value
+        data["auth"] = auth
+        cfg = gwconfig.from_dict(data)
+        run_gateway(cfg, _announce("gateway"), loop, log_level)
+    except TokenpathError as exc:
+        _fail("gateway", exc)
+
+
+@app.command()
 def report(
     results: Annotated[str, typer.Argument(help="A results directory (or its results.json).")],
     compare: Annotated[str | None, typer.Option(help="Another results directory to show side by side.")] = None,

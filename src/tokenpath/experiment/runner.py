@@ -203,11 +203,13 @@ class MatrixRunner:
 
     # measuring ---------------------------------------------------------------------------------------
     def _probe(self, env: Environment, url: str, pacing: dict[str, Any], label: str) -> RunRecord:
+        running = env.running.get(label)
+        api_key = running.proxy.api_key(running.site) if running is not None else None  # e.g. the gateway's JWT
         stream_id = new_stream_id()
         record = RunRecord(label, stream_id)
         stream_s = (pacing["ttft_ms"] + pacing["tokens"] * pacing["interval_ms"]) / 1000
         cfg = ProbeConfig(
-            url=url, extra_body=(("tokenpath", pacing),), tls=TLSOptions(cacert=env.cacert),
+            url=url, extra_body=(("tokenpath", pacing),), tls=TLSOptions(cacert=env.cacert), api_key=api_key,
             first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
         )  # fmt: skip
         try:

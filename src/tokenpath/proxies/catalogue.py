@@ -4,6 +4,7 @@ from tokenpath.proxies.apache2 import Apache2
 from tokenpath.proxies.base import Proxy, ProxyError
 from tokenpath.proxies.caddy import Caddy
 from tokenpath.proxies.compose_only import Envoy, Traefik
+from tokenpath.proxies.gateway import Gateway
 from tokenpath.proxies.h2o import H2O
 from tokenpath.proxies.haproxy import HAProxy
 from tokenpath.proxies.lighttpd import Lighttpd
@@ -18,7 +19,7 @@ from tokenpath.proxies.varnish import Varnish
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
         Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
-        NodeProxy(naive=False), NodeProxy(naive=True), LiteLLM(), *CONTROLS,
+        NodeProxy(naive=False), NodeProxy(naive=True), LiteLLM(), Gateway(), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}
 

@@ -12,7 +12,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 
@@ -25,6 +25,7 @@ from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import REALTIME_PRIORITY, Priority, StubConfig
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
+from tokenpath.workers import reuseport_socket, wait_for_signal_or_exit
 
 WORKER_START_TIMEOUT_S = 20.0
 PR_SET_TIMERSLACK = 29  # from <linux/prctl.h>
@@ -117,7 +118,7 @@ def _serve_forever(
 def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: str) -> None:
     # The parent holds the port (bound, never listening, so the kernel hands it no connections) so that
     # --port 0 gives every worker the same port; each worker then listens on its own SO_REUSEPORT socket.
-    holder = _reuseport_socket(cfg.host, cfg.port)
+    holder = reuseport_socket(cfg.host, cfg.port)
     port = holder.getsockname()[1]
     audit_dir = tempfile.mkdtemp(prefix="tokenpath-audit-")
     wcfg = replace(cfg, port=port, audit_dir=audit_dir)
@@ -139,7 +140,7 @@ def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: st
                 raise UsageError(f"a stub worker failed: {message}")
             priority = message.rsplit("priority ", 1)[-1].rstrip(")")
         announce(f"listening on http://{_url_host(cfg.host)}:{port} ({cfg.workers} workers, priority {priority})")
-        stop = _wait_for_signal_or_exit(procs)
+        stop = wait_for_signal_or_exit(procs)
         if stop is not None:
             print(f"tokenpath stub: a worker exited with code {stop}; stopping", file=sys.stderr)
     finally:
@@ -152,47 +153,14 @@ def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: st
         shutil.rmtree(audit_dir, ignore_errors=True)
 
 
-def _wait_for_signal_or_exit(procs: Sequence[multiprocessing.process.BaseProcess]) -> int | None:
-    stopping = False
-
-    def on_signal(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    from multiprocessing.connection import wait
-
-    while not stopping:
-        wait([p.sentinel for p in procs], timeout=0.5)
-        for proc in procs:
-            if proc.exitcode is not None:
-                return proc.exitcode
-    return None
-
-
 def _worker_main(cfg: StubConfig, loop_name: str, pipe: Connection) -> None:
     try:
-        sock = _reuseport_socket(cfg.host, cfg.port)
+        sock = reuseport_socket(cfg.host, cfg.port)
         sock.listen(4096)
     except OSError as exc:
         pipe.send(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}")
         return
     _serve_forever(cfg, lambda line: pipe.send("ready " + line), loop_name, sock)
-
-
-def _reuseport_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot bind {host}:{port}: {exc.strerror}") from None
-    sock.setblocking(False)
-    return sock
 
 
 def _raise_priority(wanted: Priority) -> str:

@@ -1,0 +1,1 @@
+"""tokenpath gateway: a streaming OpenAI gateway that adds (almost) nothing to a token stream."""

@@ -1,0 +1,123 @@
+"""JWT bearer authentication with PyJWT. Keys come from a shared secret (env var), a PEM public key file, or a
+JWKS URL (see jwks.py). Only algorithms in the configured allow-list are ever tried; `exp` is required.
+
+Algorithm confusion (an HS256 token "signed" with the RSA public key as the HMAC secret) cannot pass: HS algorithms
+are allowed only with a shared secret (config validation), and PyJWT refuses an asymmetric key as an HMAC secret."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jwt
+
+from tokenpath.errors import UsageError
+from tokenpath.gateway.config import AuthConfig
+from tokenpath.gateway.jwks import JWKSCache
+
+MIN_SECRET_BYTES = 32  # RFC 7518 3.2: at least the hash size for HS256
+
+
+class AuthError(Exception):
+    """The request's credentials are not acceptable. The message is the reason we log; never the token."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    claims: dict[str, Any]
+
+    @property
+    def subject(self) -> str | None:
+        sub = self.claims.get("sub")
+        return str(sub) if sub is not None else None
+
+
+ANONYMOUS = Principal({})
+
+
+class Authenticator:
+    def __init__(self, cfg: AuthConfig, jwks: JWKSCache | None = None) -> None:
+        self.cfg = cfg
+        self.algorithms = list(cfg.algorithms)
+        self._key: Any = None
+        self.jwks = jwks
+        if cfg.mode != "jwt":
+            return
+        if cfg.secret_env:
+            secret = os.environ.get(cfg.secret_env)
+            if not secret:
+                raise UsageError(f"gateway: --jwt-secret-env {cfg.secret_env}: that environment variable is empty")
+            self._key = secret.encode()
+            if len(self._key) < MIN_SECRET_BYTES:
+                raise UsageError(f"gateway: the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
+                                 f"secrets need at least {MIN_SECRET_BYTES} (RFC 7518 3.2)")  # fmt: skip
+        elif cfg.public_key_file:
+            try:
+                self._key = Path(cfg.public_key_file).read_bytes()
+            except OSError as exc:
+                raise UsageError(f"gateway: --jwt-public-key {cfg.public_key_file}: {exc.strerror}") from None
+            if b"PRIVATE KEY" in self._key:
+                raise UsageError("gateway: --jwt-public-key is a private key; give the gateway the public half only")
+        elif cfg.jwks_url and self.jwks is None:
+            self.jwks = JWKSCache(cfg.jwks_url, cfg.jwks_ttl_s, cfg.jwks_min_refresh_s)
+        required = ["exp"] + (["iss"] if cfg.issuer else []) + (["aud"] if cfg.audience else [])
+        self._options = {"require": required, "verify_aud": cfg.audience is not None}
+
+    @property
+    def enabled(self) -> bool:
+        return self.cfg.mode == "jwt"
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        if not self.enabled:
+            return ANONYMOUS
+        if not authorization:
+            raise AuthError("missing bearer token")
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AuthError("authorization is not a bearer token")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.DecodeError as exc:
+            raise AuthError(f"malformed token: {exc}") from None
+        alg = header.get("alg")
+        if alg not in self.algorithms:  # includes "none": never in the allow-list
+            raise AuthError(f"algorithm {alg!r} not allowed")
+        key = self._key
+        if self.jwks is not None:
+            kid = header.get("kid")
+            if not isinstance(kid, str):
+                raise AuthError("token has no kid and the keys come from a JWKS")
+            found = await self.jwks.key(kid)
+            if found is None:
+                raise AuthError(f"unknown kid {kid!r}")
+            if found.alg is not None and found.alg != alg:
+                raise AuthError(f"kid {kid!r} is a {found.alg} key, the token says {alg}")
+            key = found.key
+        return Principal(self._decode(token, key, alg))
+
+    def _decode(self, token: str, key: Any, alg: str) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token, key=key, algorithms=[alg], audience=self.cfg.audience, issuer=self.cfg.issuer,
+                leeway=self.cfg.leeway_s, options=self._options,  # type: ignore[arg-type]
+            )  # fmt: skip
+        except jwt.ExpiredSignatureError:
+            raise AuthError("token expired") from None
+        except jwt.ImmatureSignatureError:
+            raise AuthError("token not valid yet (nbf/iat in the future)") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise AuthError(f"token lacks required claim {exc.claim!r}") from None
+        except jwt.InvalidAudienceError:
+            raise AuthError("wrong audience") from None
+        except jwt.InvalidIssuerError:
+            raise AuthError("wrong issuer") from None
+        except jwt.InvalidSignatureError:
+            raise AuthError("bad signature") from None
+        except (jwt.InvalidKeyError, jwt.InvalidAlgorithmError) as exc:
+            raise AuthError(f"key does not fit the algorithm: {exc}") from None
+        except jwt.PyJWTError as exc:
+            raise AuthError(f"invalid token: {type(exc).__name__}: {exc}") from None
+        return claims

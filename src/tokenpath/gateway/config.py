@@ -1,0 +1,205 @@
+"""The gateway's configuration: a TOML file, or quick flags that build the same objects. Every limit is named,
+has a default with its reason, and is checked on load with a message that says where the problem is."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from tokenpath.errors import UsageError
+
+Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
+STRATEGIES = ("round_robin", "least_outstanding", "p2c_ewma")
+ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
+              "EdDSA")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    connect_timeout_s: float = 5.0  # a healthy upstream on a LAN accepts in ms; beyond this, fail over
+    first_byte_timeout_s: float = 60.0  # prompt processing of a long context can take tens of seconds
+    idle_timeout_s: float = 60.0  # silence between two upstream reads once streaming
+    total_timeout_s: float = 900.0  # one response, start to end: long generations, bounded
+    max_body_bytes: int = 8 << 20  # a long chat history with images as URLs fits; a runaway upload does not
+    max_head_bytes: int = 16 << 10  # request line + headers, as nginx's large_client_header_buffers (4 x 8k)
+    header_timeout_s: float = 10.0  # a whole request head and body (slowloris); also the keep-alive idle time
+    max_streams: int = 2000  # per worker: beyond this, 503 + Retry-After rather than a slower everyone
+    write_buffer_bytes: int = 64 << 10  # per client: a slow reader pauses the upstream instead of growing RSS
+    drain_s: float = 30.0  # on SIGTERM, open streams get this long to finish
+    retry_after_s: int = 1
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    mode: Literal["jwt", "none"] = "jwt"
+    algorithms: tuple[str, ...] = ()
+    secret_env: str | None = None
+    public_key_file: str | None = None
+    jwks_url: str | None = None
+    jwks_ttl_s: float = 300.0  # keys rotate in hours; five minutes bounds how long a revoked key is trusted
+    jwks_min_refresh_s: float = 10.0  # an unknown kid triggers at most one fetch per this interval
+    audience: str | None = None
+    issuer: str | None = None
+    leeway_s: float = 30.0  # clock skew between the issuer and this host
+    pool_claim: str | None = None  # a claim whose value picks the pool (e.g. "tier")
+
+
+@dataclass(frozen=True)
+class Member:
+    url: str
+    weight: int = 1
+
+    @property
+    def host(self) -> str:
+        host = urlsplit(self.url).hostname
+        assert host is not None
+        return host
+
+    @property
+    def port(self) -> int:
+        parts = urlsplit(self.url)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+
+    @property
+    def base_path(self) -> str:
+        return urlsplit(self.url).path.rstrip("/")
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    name: str
+    members: tuple[Member, ...]
+    strategy: Strategy = "round_robin"
+    models: tuple[str, ...] = ("*",)  # fnmatch patterns of the request's model
+    claims: tuple[str, ...] = ()  # values of auth.pool_claim that route here
+    api_key_env: str | None = None  # sent upstream as the Bearer token; the client's token never is
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    eject_after: int = 3  # consecutive connect errors / 5xx before a member is taken out
+    cooldown_s: float = 10.0  # how long it stays out before it gets traffic again
+    active_interval_s: float = 0.0  # 0: passive only; else GET active_path on each member this often
+    active_path: str = "/v1/models"
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    pools: tuple[PoolConfig, ...]
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    workers: int = 1
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: no metrics endpoint
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    limits: Limits = field(default_factory=Limits)
+    health: HealthConfig = field(default_factory=HealthConfig)
+    request_id_header: str = "X-Request-Id"
+
+    def validate(self) -> GatewayConfig:
+        if not self.pools:
+            raise UsageError("gateway: no pool: give --upstream URL or a [[pool]] in the config")
+        if self.workers < 1:
+            raise UsageError("gateway: workers must be >= 1")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise UsageError(f"gateway: pool names must be unique: {names}")
+        for pool in self.pools:
+            if not pool.members:
+                raise UsageError(f"gateway: pool {pool.name!r} has no member")
+            if pool.strategy not in STRATEGIES:
+                raise UsageError(f"gateway: pool {pool.name!r}: strategy {pool.strategy!r}; expected {STRATEGIES}")
+            for m in pool.members:
+                parts = urlsplit(m.url)
+                if parts.scheme != "http" or not parts.hostname:
+                    raise UsageError(f"gateway: pool {pool.name!r}: member {m.url!r}: expected http://HOST:PORT")
+                if m.weight < 1:
+                    raise UsageError(f"gateway: pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+        a = self.auth
+        if a.mode == "jwt":
+            sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]
+            if len(sources) != 1:
+                raise UsageError(
+                    "gateway: JWT auth needs exactly one key source (--jwt-secret-env, --jwt-public-key or "
+                    "--jwks-url), or --no-auth to run without authentication"
+                )
+            bad = [alg for alg in a.algorithms if alg not in ALGORITHMS]
+            if bad or not a.algorithms:
+                raise UsageError(f"gateway: auth algorithms {list(a.algorithms)}: choose from {ALGORITHMS}")
+            hmac = {alg for alg in a.algorithms if alg.startswith("HS")}
+            if hmac and not a.secret_env:
+                raise UsageError("gateway: HS* algorithms need a shared secret (secret_env); with a public key or "
+                                 "JWKS they would open the door to algorithm confusion")  # fmt: skip
+            if a.secret_env and set(a.algorithms) - hmac:
+                raise UsageError("gateway: a shared secret only verifies HS256/384/512")
+        elif a.mode != "none":
+            raise UsageError(f"gateway: auth mode {a.mode!r}: expected jwt or none")
+        return self
+
+
+def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:
+    if auth.secret_env:
+        return ("HS256", "HS384", "HS512")
+    return ("RS256", "PS256", "ES256", "EdDSA")
+
+
+def _dataclass_from(cls: Any, data: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    unknown = set(data) - known
+    if unknown:
+        raise UsageError(f"gateway config [{where}]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+    try:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    except TypeError as exc:
+        raise UsageError(f"gateway config [{where}]: {exc}") from None
+
+
+def _host_port(value: str, where: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"gateway config {where} {value!r}: expected HOST:PORT")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"gateway config {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"gateway config {path}: {exc}") from None
+
+
+def load(path: str | Path) -> GatewayConfig:
+    return from_dict(read_toml(path))
+
+
+def from_dict(data: dict[str, Any]) -> GatewayConfig:
+    data = dict(data)
+    kwargs: dict[str, Any] = {}
+    if "listen" in data:
+        kwargs["listen_host"], kwargs["listen_port"] = _host_port(data.pop("listen"), "listen")
+    if "metrics_listen" in data:
+        kwargs["metrics_host"], kwargs["metrics_port"] = _host_port(data.pop("metrics_listen"), "metrics_listen")
+    for key in ("workers", "request_id_header"):
+        if key in data:
+            kwargs[key] = data.pop(key)
+    auth = _dataclass_from(AuthConfig, data.pop("auth", {}), "auth")
+    if auth.mode == "jwt" and not auth.algorithms:
+        auth = AuthConfig(**{**auth.__dict__, "algorithms": default_algorithms(auth)})
+    kwargs["auth"] = auth
+    kwargs["limits"] = _dataclass_from(Limits, data.pop("limits", {}), "limits")
+    kwargs["health"] = _dataclass_from(HealthConfig, data.pop("health", {}), "health")
+    pools = []
+    for i, raw in enumerate(data.pop("pool", [])):
+        raw = dict(raw)
+        members = tuple(_dataclass_from(Member, m, f"pool {i} member") for m in raw.pop("member", []))
+        pools.append(_dataclass_from(PoolConfig, {"name": raw.pop("name", f"pool{i}"), **raw, "members": members},
+                                     f"pool {i}"))  # fmt: skip
+    kwargs["pools"] = tuple(pools)
+    if data:
+        raise UsageError(f"gateway config: unknown key(s) {sorted(data)}")
+    return GatewayConfig(**kwargs).validate()

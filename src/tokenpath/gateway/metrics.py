@@ -1,0 +1,61 @@
+"""Prometheus metrics of the gateway (prometheus-client), served on their own port.
+
+With several workers every process writes its samples to a shared directory (prometheus-client's multiprocess
+mode) and the parent serves the merged view. Per-read counting stays off the hot path: a stream adds its frames
+and bytes once, when it ends."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ADDED_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.upstream_ttft = Histogram(
+            "tokenpath_gateway_upstream_ttft_seconds", "Request sent upstream to the upstream's first response byte",
+            ["pool"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.added_ttft = Histogram(
+            "tokenpath_gateway_added_ttft_seconds",
+            "TTFT the gateway adds: first upstream body byte in to the same bytes written to the client",
+            buckets=ADDED_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.streams_active = Gauge(
+            "tokenpath_gateway_streams_active", "Responses in flight", multiprocess_mode="livesum", registry=r
+        )
+        self.requests = Counter("tokenpath_gateway_requests_total", "Requests answered", ["code"], registry=r)
+        self.frames = Counter("tokenpath_gateway_frames_relayed_total", "SSE frames relayed to clients", registry=r)
+        self.bytes = Counter(
+            "tokenpath_gateway_bytes_relayed_total", "Response body bytes relayed to clients", registry=r
+        )
+        self.errors = Counter("tokenpath_gateway_errors_total", "Failures by reason", ["reason"], registry=r)
+        self.failovers = Counter("tokenpath_gateway_failovers_total", "Retries elsewhere", ["pool"], registry=r)
+        self.member_healthy = Gauge(
+            "tokenpath_gateway_member_healthy", "1 when the member takes traffic, 0 while ejected",
+            ["pool", "member"], multiprocess_mode="min", registry=r,
+        )  # fmt: skip
+
+
+def serve(host: str, port: int, registry: CollectorRegistry | None, multiproc_dir: Path | None = None) -> None:
+    """Start the /metrics endpoint in a thread. With a multiprocess dir, serve the merged view of all workers."""
+    if multiproc_dir is None:
+        start_http_server(port, addr=host, registry=registry or CollectorRegistry())
+        return
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(multiproc_dir))  # type: ignore[no-untyped-call]
+    start_http_server(port, addr=host, registry=registry)
+
+
+def enable_multiprocess(directory: Path) -> None:
+    """Must run before prometheus_client creates any metric in a worker (spawned workers inherit the env)."""
+    os.environ[MULTIPROC_ENV] = str(directory)

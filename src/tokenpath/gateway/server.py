@@ -1,0 +1,224 @@
+"""Runs the gateway: one process on an event loop, or N SO_REUSEPORT workers; metrics on their own port; SIGTERM
+drains open streams up to the configured deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import multiprocessing
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from tokenpath.errors import UsageError
+from tokenpath.gateway import metrics
+from tokenpath.gateway.auth import Authenticator
+from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.proxy import GatewayApp
+from tokenpath.http_server import HTTPConnection
+from tokenpath.loops import new_event_loop
+from tokenpath.workers import reuseport_socket, wait_for_signal_or_exit
+
+log = logging.getLogger("tokenpath.gateway")
+WORKER_START_TIMEOUT_S = 20.0
+
+
+class GatewayServer:
+    """The gateway as a library object: `await start()` binds and serves until `close()`."""
+
+    def __init__(
+        self, cfg: GatewayConfig, sock: socket.socket | None = None, registry: CollectorRegistry | None = None
+    ) -> None:
+        self.cfg = cfg
+        self._sock = sock
+        self.registry = registry or CollectorRegistry()
+        self._server: asyncio.Server | None = None
+        self.auth = Authenticator(cfg.auth)
+        self.app = GatewayApp(cfg, self.auth, self.registry)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "start() first"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        host = self.cfg.listen_host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+
+    async def start(self) -> int:
+        if self.auth.jwks is not None:
+            await self.auth.jwks.start()
+            if not self.auth.jwks.keys:
+                raise UsageError(f"gateway: could not fetch any key from {self.cfg.auth.jwks_url}")
+        loop = asyncio.get_running_loop()
+        limits = self.cfg.limits
+        app = self.app
+
+        def factory() -> HTTPConnection:
+            return HTTPConnection(
+                app, max_body_bytes=limits.max_body_bytes, request_timeout_s=limits.header_timeout_s,
+                max_head_bytes=limits.max_head_bytes, write_buffer_high=limits.write_buffer_bytes,
+            )  # fmt: skip
+
+        try:
+            if self._sock is not None:
+                self._server = await loop.create_server(factory, sock=self._sock, backlog=4096)
+            else:
+                self._server = await loop.create_server(
+                    factory, self.cfg.listen_host, self.cfg.listen_port, backlog=4096, reuse_address=True
+                )
+        except OSError as exc:
+            raise UsageError(
+                f"gateway: cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
+            ) from None
+        return self.port
+
+    async def close(self, drain_s: float | None = None) -> int:
+        """Stop accepting, drain open streams (up to drain_s), close. Returns the streams cut off."""
+        if self._server is not None:
+            self._server.close()
+        cut = await self.app.drain(self.cfg.limits.drain_s if drain_s is None else drain_s)
+        if self.auth.jwks is not None:
+            await self.auth.jwks.close()
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        return cut
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line; messages that are already JSON objects are merged in, not quoted."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
+        message = record.getMessage()
+        try:
+            parsed = json.loads(message) if message.startswith("{") else None
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            out.update(parsed)
+        else:
+            out["message"] = message
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JSONFormatter())
+    root = logging.getLogger("tokenpath")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def run(
+    cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str = "uvloop", log_level: str = "info"
+) -> None:
+    configure_logging(log_level)
+    if cfg.auth.mode == "none":
+        log.warning(json.dumps({"event": "auth_disabled", "message": "--no-auth: every request is let through "
+                                "without authentication"}))  # fmt: skip
+    if cfg.workers == 1:
+        registry = CollectorRegistry()
+        if cfg.metrics_port is not None:
+            metrics.serve(cfg.metrics_host, cfg.metrics_port, registry)
+        _serve_forever(cfg, announce, loop_name, None, registry)
+        return
+    _run_workers(cfg, announce, loop_name, log_level)
+
+
+def _serve_forever(
+    cfg: GatewayConfig,
+    announce: Callable[[str], None],
+    loop_name: str,
+    sock: socket.socket | None,
+    registry: CollectorRegistry | None,
+) -> None:
+    loop = new_event_loop(loop_name)
+    asyncio.set_event_loop(loop)
+    server = GatewayServer(cfg, sock=sock, registry=registry)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def main() -> None:
+        await server.start()
+        metrics_note = f", metrics on {cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else ""
+        announce(f"listening on {server.url} ({len(cfg.pools)} pool(s), auth {cfg.auth.mode}{metrics_note})")
+        await stop.wait()
+        cut = await server.close()
+        if cut:
+            log.warning(json.dumps({"event": "drain_deadline", "streams_cut": cut}))
+
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+
+
+def _run_workers(cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str, log_level: str) -> None:
+    holder = reuseport_socket(cfg.listen_host, cfg.listen_port)  # fixes the port for --listen :0
+    port = holder.getsockname()[1]
+    multiproc_dir = Path(tempfile.mkdtemp(prefix="tokenpath-gw-metrics-"))
+    metrics.enable_multiprocess(multiproc_dir)  # inherited by the spawned workers
+    from dataclasses import replace
+
+    wcfg = replace(cfg, listen_port=port)
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    try:
+        pipes: list[Connection] = []
+        for _ in range(cfg.workers):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_worker_main, args=(wcfg, loop_name, log_level, child_end), daemon=True)
+            proc.start()
+            procs.append(proc)
+            pipes.append(parent_end)
+        for pipe in pipes:
+            if not pipe.poll(WORKER_START_TIMEOUT_S):
+                raise UsageError(f"a gateway worker did not start within {WORKER_START_TIMEOUT_S:.0f} s")
+            message = pipe.recv()
+            if not message.startswith("ready"):
+                raise UsageError(f"a gateway worker failed: {message}")
+        if cfg.metrics_port is not None:
+            metrics.serve(cfg.metrics_host, cfg.metrics_port, None, multiproc_dir)
+        host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
+        announce(f"listening on http://{host}:{port} ({cfg.workers} workers, auth {cfg.auth.mode})")
+        code = wait_for_signal_or_exit(procs)
+        if code is not None:
+            print(f"tokenpath gateway: a worker exited with code {code}; stopping", file=sys.stderr)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()  # SIGTERM: each worker drains its streams
+        for proc in procs:
+            proc.join(cfg.limits.drain_s + 5)
+        holder.close()
+        shutil.rmtree(multiproc_dir, ignore_errors=True)
+
+
+def _worker_main(cfg: GatewayConfig, loop_name: str, log_level: str, pipe: Connection) -> None:
+    configure_logging(log_level)
+    try:
+        sock = reuseport_socket(cfg.listen_host, cfg.listen_port)
+        sock.listen(4096)
+    except (OSError, UsageError) as exc:
+        pipe.send(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}")
+        return
+    try:
+        _serve_forever(cfg, lambda line: pipe.send("ready " + line), loop_name, sock, None)
+    except UsageError as exc:
+        pipe.send(str(exc))
