@@ -32,6 +32,9 @@ bench: $(BIN)/.installed proxies
 	$(BIN)/tokenpath load --proxy nginx --proxy nginx:proxy_buffering_off --proxy haproxy \
 	    --proxy haproxy:http_no_delay --proxy node --proxy node-naive --proxy litellm --concurrency 50,200,500 \
 	    --warmup 3 --duration 6 --runs 3 --out bench/out/load-final
+	$(BIN)/tokenpath load --proxy gateway --proxy gateway:jwt --proxy nginx:proxy_buffering_off --proxy node \
+	    --proxy litellm --concurrency 50,200,500 --warmup 3 --duration 6 --runs 3 --out bench/out/gateway
+	$(BIN)/python bench/gateway_soak.py --streams 200 --duration 600
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

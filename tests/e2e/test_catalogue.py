@@ -37,7 +37,9 @@ def test_proxy_relays_a_stream_intact(stub: Endpoint, name: str, variant: str) -
     site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant))
     running = start(proxy, site)
     try:
-        trace = probe_stream(ProbeConfig(url=running.url, extra_body=(("tokenpath", PACING),), first_byte_timeout_s=10))
+        cfg = ProbeConfig(url=running.url, extra_body=(("tokenpath", PACING),), first_byte_timeout_s=10,
+                          api_key=proxy.api_key(site))  # the gateway's jwt variant checks a bearer token  # fmt: skip
+        trace = probe_stream(cfg)
         metrics = run_metrics(trace)
         assert metrics.status == 200
         assert metrics.frames == FRAMES

@@ -450,3 +450,19 @@ def test_two_workers_share_the_port(svc: Services) -> None:
         assert parser.head.status == 200
         assert body.endswith(b"[DONE]\n\n")
     assert metric(f"http://127.0.0.1:{metrics_port}/metrics", 'tokenpath_gateway_requests_total{code="200"}') == 6
+
+
+def test_active_health_checks_eject_a_dead_member_without_traffic(svc: Services) -> None:
+    stub = svc.stub()
+    dead = f"http://127.0.0.1:{free_port()}"
+    metrics_port = free_port()
+    gw = svc.gateway(f'metrics_listen = "127.0.0.1:{metrics_port}"\n[health]\nactive_interval_s = 0.2\n'
+                     "eject_after = 2\ncooldown_s = 60\n" + pool(dead, stub))  # fmt: skip
+    assert gw.url is not None
+    murl = f"http://127.0.0.1:{metrics_port}/metrics"
+    for _ in range(50):  # bounded: 5 s
+        if metric(murl, 'tokenpath_gateway_member_healthy{member="' + dead) == 0:
+            break
+        time.sleep(0.1)
+    assert metric(murl, 'tokenpath_gateway_member_healthy{member="' + dead) == 0
+    assert metric(murl, 'tokenpath_gateway_member_healthy{member="' + stub) == 1

@@ -193,6 +193,7 @@ class Exchange:
             self._stop_timers()
             app.finished(self)
             self._log()
+            self._break_cycles()
 
     async def _attempts(self, pool: Pool, principal: Principal) -> list[str]:
         failures: list[str] = []
@@ -412,6 +413,14 @@ class Exchange:
         member, self.member = self.member, None
         if member is not None:
             member.outstanding -= 1
+
+    def _break_cycles(self) -> None:
+        """Exchange <-> Response <-> connection refer to each other through callbacks. Cutting the links when the
+        request ends lets reference counting free them at once, instead of leaving garbage for the cyclic
+        collector, whose full passes over a busy heap are the millisecond pauses a p99 would show."""
+        self.response.on_abort = self.response.on_pause = self.response.on_resume = None
+        self.conn = None
+        self.head_waiter = None
 
     def _resolve_done(self) -> None:
         self._stop_timers()

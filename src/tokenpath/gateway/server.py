@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import multiprocessing
@@ -23,6 +24,7 @@ from tokenpath.errors import UsageError
 from tokenpath.gateway import metrics
 from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.http_server import HTTPConnection
 from tokenpath.loops import new_event_loop
@@ -42,6 +44,7 @@ class GatewayServer:
         self._sock = sock
         self.registry = registry or CollectorRegistry()
         self._server: asyncio.Server | None = None
+        self._health: asyncio.Task[None] | None = None
         self.auth = Authenticator(cfg.auth)
         self.app = GatewayApp(cfg, self.auth, self.registry)
 
@@ -81,12 +84,19 @@ class GatewayServer:
             raise UsageError(
                 f"gateway: cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
             ) from None
+        health = self.cfg.health
+        if health.active_interval_s > 0:
+            self._health = loop.create_task(
+                run_checks(self.app.pools, health.active_path, health.active_interval_s, self.app.set_health)
+            )
         return self.port
 
     async def close(self, drain_s: float | None = None) -> int:
         """Stop accepting, drain open streams (up to drain_s), close. Returns the streams cut off."""
         if self._server is not None:
             self._server.close()
+        if self._health is not None:
+            self._health.cancel()
         cut = await self.app.drain(self.cfg.limits.drain_s if drain_s is None else drain_s)
         if self.auth.jwks is not None:
             await self.auth.jwks.close()
@@ -156,6 +166,10 @@ def _serve_forever(
 
     async def main() -> None:
         await server.start()
+        # Everything allocated so far (modules, config, keys) lives as long as the process: move it out of the
+        # collector's view, so a full collection walks only per-request objects (short pauses, not whole-heap ones).
+        gc.collect()
+        gc.freeze()
         metrics_note = f", metrics on {cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else ""
         announce(f"listening on {server.url} ({len(cfg.pools)} pool(s), auth {cfg.auth.mode}{metrics_note})")
         await stop.wait()

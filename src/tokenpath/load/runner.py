@@ -25,7 +25,8 @@ from tokenpath.load.worker import StreamResult, WorkerReport, Workload, run_work
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
-from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
+from tokenpath.proxies.custom import CustomProxy
 from tokenpath.results import schema
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import completion_id
@@ -135,8 +136,9 @@ class LoadRunner:
                     continue
                 running = self._start(name, stub_url, stack)
                 if running is not None:
-                    targets[name] = (running.url, running.process.pid)
-                    keys[name] = running.proxy.api_key(running.site)
+                    label = running.proxy.name if "{listen" in name else name  # LABEL=COMMAND: shown as LABEL
+                    targets[label] = (running.url, running.process.pid)
+                    keys[label] = running.proxy.api_key(running.site)
             cells: dict[tuple[float, str], Cell] = {}
             plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
@@ -157,11 +159,19 @@ class LoadRunner:
         return self.doc
 
     def _start(self, name: str, stub_url: str, stack: contextlib.ExitStack) -> RunningProxy | None:
-        """`name` is a catalogue proxy, optionally with a variant: `haproxy:http_no_delay`."""
+        """`name` is a catalogue proxy, optionally with a variant (`haproxy:http_no_delay`), or `LABEL=COMMAND` with
+        {listen}/{upstream} placeholders (any proxy you can start from a command line)."""
         proxy_name, _, variant_name = name.partition(":")
+        proxy: Proxy
         try:
-            proxy = lookup(proxy_name)
-            variant = proxy.variant(variant_name or "stock")
+            if "{listen" in name:
+                label, sep, command = name.partition("=")
+                if not sep or " " in label or "{" in label:
+                    raise ProxyError(f"--proxy {name!r}: a command target is LABEL=COMMAND")
+                proxy, proxy_name, variant = CustomProxy(label, command), label, STOCK
+            else:
+                proxy = lookup(proxy_name)
+                variant = proxy.variant(variant_name or "stock")
         except ProxyError as exc:
             raise UsageError(str(exc)) from None
         reason = proxy.missing_reason()
@@ -178,7 +188,7 @@ class LoadRunner:
                 reason = f"failed to start: {exc}"
             else:
                 stack.callback(running.stop)
-                self.doc["targets"][name] = {
+                self.doc["targets"][proxy_name if "{listen" in name else name] = {
                     "version": proxy.version(), "variant": variant.name, "config": running.effective,
                 }  # fmt: skip
                 return running
