@@ -9,7 +9,7 @@ import pytest
 from tokenpath.errors import UsageError
 from tokenpath.gateway import config
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "gateway.toml"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "gateway" / "gateway.toml"
 
 
 def test_the_shipped_example_loads() -> None:
