@@ -110,7 +110,7 @@ def _timeline_panel(ax: Axes, row: dict[str, Any], direct_run: dict[str, Any] | 
     ax.set_title(f"{label(row)}{figures}")
     ax.set_xlabel("stub write (ms)")
     ax.set_ylabel("client arrival (ms)")
-    ax.legend(loc="upper left", fontsize=7, frameon=False)
+    ax.legend(loc="lower right", fontsize=7, frameon=False)  # below the diagonal: never where a held frame lands
 
 
 def frames_per_read(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None) -> str | None:
