@@ -89,6 +89,10 @@ class Response:
             return self.start_stream(status, headers)
         return self._head(status, [*headers, ("Content-Length", str(content_length))])
 
+    def start_without_body(self, status: int, headers: list[tuple[str, str]]) -> bytes:
+        """The head of a response that has no body (HEAD, 204, 304): no framing header is added."""
+        return self._head(status, headers)
+
     def close_connection(self) -> None:
         """End the response by closing (a close-delimited body, or one that cannot be finished properly)."""
         self._conn.keep_alive = False

@@ -471,3 +471,67 @@ def test_active_health_checks_eject_a_dead_member_without_traffic(svc: Services)
         time.sleep(0.1)
     assert metric(murl, 'tokenpath_gateway_member_healthy{member="' + dead) == 0
     assert metric(murl, 'tokenpath_gateway_member_healthy{member="' + stub) == 1
+
+
+class BodilessServer:
+    """An upstream that answers HEAD (Content-Length, no body), POST with 204, GET with a body."""
+
+    BODY = b'{"object":"list","data":[]}'
+
+    def __init__(self) -> None:
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_HEAD(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(outer.BODY)))
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                self.do_HEAD()
+                self.wfile.write(outer.BODY)
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_head_204_and_a_following_request_on_the_same_connection(svc: Services) -> None:
+    upstream = BodilessServer()
+    try:
+        gw = svc.gateway(pool(upstream.url))
+        with socket.create_connection(hostport(gw.url), timeout=10) as sock:
+            sock.sendall(b"HEAD /v1/models HTTP/1.1\r\nHost: t\r\n\r\n")
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(65536)
+            assert head.startswith(b"HTTP/1.1 200")
+            assert f"Content-Length: {len(upstream.BODY)}".encode() in head
+            assert head.endswith(b"\r\n\r\n")
+            assert b"chunked" not in head
+            sock.sendall(request({"x": 1}, path="/v1/things"))
+            parser, body = read_response(sock)
+            assert parser.head is not None
+            assert parser.head.status == 204
+            assert body == b""
+            sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            parser, body = read_response(sock)
+            assert parser.head is not None
+            assert parser.head.status == 200
+            assert body == upstream.BODY
+    finally:
+        upstream.close()

@@ -48,18 +48,18 @@ class Authenticator:
         if cfg.secret_env:
             secret = os.environ.get(cfg.secret_env)
             if not secret:
-                raise UsageError(f"gateway: --jwt-secret-env {cfg.secret_env}: that environment variable is empty")
+                raise UsageError(f"--jwt-secret-env {cfg.secret_env}: that environment variable is empty")
             self._key = secret.encode()
             if len(self._key) < MIN_SECRET_BYTES:
-                raise UsageError(f"gateway: the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
+                raise UsageError(f"the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
                                  f"secrets need at least {MIN_SECRET_BYTES} (RFC 7518 3.2)")  # fmt: skip
         elif cfg.public_key_file:
             try:
                 self._key = Path(cfg.public_key_file).read_bytes()
             except OSError as exc:
-                raise UsageError(f"gateway: --jwt-public-key {cfg.public_key_file}: {exc.strerror}") from None
+                raise UsageError(f"--jwt-public-key {cfg.public_key_file}: {exc.strerror}") from None
             if b"PRIVATE KEY" in self._key:
-                raise UsageError("gateway: --jwt-public-key is a private key; give the gateway the public half only")
+                raise UsageError("--jwt-public-key is a private key; give the gateway the public half only")
         elif cfg.jwks_url and self.jwks is None:
             self.jwks = JWKSCache(cfg.jwks_url, cfg.jwks_ttl_s, cfg.jwks_min_refresh_s)
         required = ["exp"] + (["iss"] if cfg.issuer else []) + (["aud"] if cfg.audience else [])

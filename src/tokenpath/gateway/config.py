@@ -101,42 +101,42 @@ class GatewayConfig:
 
     def validate(self) -> GatewayConfig:
         if not self.pools:
-            raise UsageError("gateway: no pool: give --upstream URL or a [[pool]] in the config")
+            raise UsageError("no pool: give --upstream URL or a [[pool]] in the config")
         if self.workers < 1:
-            raise UsageError("gateway: workers must be >= 1")
+            raise UsageError("workers must be >= 1")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
-            raise UsageError(f"gateway: pool names must be unique: {names}")
+            raise UsageError(f"pool names must be unique: {names}")
         for pool in self.pools:
             if not pool.members:
-                raise UsageError(f"gateway: pool {pool.name!r} has no member")
+                raise UsageError(f"pool {pool.name!r} has no member")
             if pool.strategy not in STRATEGIES:
-                raise UsageError(f"gateway: pool {pool.name!r}: strategy {pool.strategy!r}; expected {STRATEGIES}")
+                raise UsageError(f"pool {pool.name!r}: strategy {pool.strategy!r}; expected {STRATEGIES}")
             for m in pool.members:
                 parts = urlsplit(m.url)
                 if parts.scheme != "http" or not parts.hostname:
-                    raise UsageError(f"gateway: pool {pool.name!r}: member {m.url!r}: expected http://HOST:PORT")
+                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: expected http://HOST:PORT")
                 if m.weight < 1:
-                    raise UsageError(f"gateway: pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
         a = self.auth
         if a.mode == "jwt":
             sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]
             if len(sources) != 1:
                 raise UsageError(
-                    "gateway: JWT auth needs exactly one key source (--jwt-secret-env, --jwt-public-key or "
+                    "JWT auth needs exactly one key source (--jwt-secret-env, --jwt-public-key or "
                     "--jwks-url), or --no-auth to run without authentication"
                 )
             bad = [alg for alg in a.algorithms if alg not in ALGORITHMS]
             if bad or not a.algorithms:
-                raise UsageError(f"gateway: auth algorithms {list(a.algorithms)}: choose from {ALGORITHMS}")
+                raise UsageError(f"auth algorithms {list(a.algorithms)}: choose from {ALGORITHMS}")
             hmac = {alg for alg in a.algorithms if alg.startswith("HS")}
             if hmac and not a.secret_env:
-                raise UsageError("gateway: HS* algorithms need a shared secret (secret_env); with a public key or "
+                raise UsageError("HS* algorithms need a shared secret (secret_env); with a public key or "
                                  "JWKS they would open the door to algorithm confusion")  # fmt: skip
             if a.secret_env and set(a.algorithms) - hmac:
-                raise UsageError("gateway: a shared secret only verifies HS256/384/512")
+                raise UsageError("a shared secret only verifies HS256/384/512")
         elif a.mode != "none":
-            raise UsageError(f"gateway: auth mode {a.mode!r}: expected jwt or none")
+            raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
         return self
 
 

@@ -135,7 +135,7 @@ class Exchange:
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.committed = False  # the client has the head: no more failover
         self.aborted = False
-        self.mode = "chunked"  # chunked | length | close: how the body is framed to the client
+        self.mode = "chunked"  # chunked | length | close | none: how the body is framed to the client
         self.sse = False
         self.keep_alive_upstream = True
         self.out: list[bytes] = []
@@ -237,7 +237,7 @@ class Exchange:
         host_line = f"Host: {m.host}:{m.port}\r\n".encode("latin-1")
         first_line = f"{self.request.method} {m.base_path}{self.request.target} HTTP/1.1\r\n".encode("latin-1")
         self.t_sent = time.perf_counter()
-        conn.send(self, first_line + host_line + head + self.request.body)
+        conn.send(self, first_line + host_line + head + self.request.body, self.request.method != "HEAD")
         try:
             outcome = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
         except TimeoutError:
@@ -307,19 +307,25 @@ class Exchange:
                 out_headers.append((name.decode("latin-1"), value.decode("latin-1")))
         out_headers.append((self.app.cfg.request_id_header, self.request_id))
         response = self.response
-        if length is not None:
-            self.mode = "length"
-        elif response.request.http_version != "1.1":
-            self.mode = "close"
-        self.out.append(response.start(status, out_headers, length))
+        if status in (204, 304) or self.request.method == "HEAD":
+            self.mode = "none"
+            if length is not None:  # HEAD: the length of the body a GET would get
+                out_headers.append(("Content-Length", str(length)))
+            self.out.append(response.start_without_body(status, out_headers))
+        else:
+            if length is not None:
+                self.mode = "length"
+            elif response.request.http_version != "1.1":
+                self.mode = "close"
+            self.out.append(response.start(status, out_headers, length))
         self.last_read = self.loop.time()
         self._arm_idle()
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def upstream_body(self, data: bytes) -> None:
-        if not self.committed:
-            return  # the body of a 5xx we are failing over from
+        if not self.committed or self.mode == "none":
+            return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         if self.t_first_in is None:
             self.t_first_in = time.perf_counter()
         self.bytes += len(data)

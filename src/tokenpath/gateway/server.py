@@ -62,7 +62,7 @@ class GatewayServer:
         if self.auth.jwks is not None:
             await self.auth.jwks.start()
             if not self.auth.jwks.keys:
-                raise UsageError(f"gateway: could not fetch any key from {self.cfg.auth.jwks_url}")
+                raise UsageError(f"could not fetch any key from {self.cfg.auth.jwks_url}")
         loop = asyncio.get_running_loop()
         limits = self.cfg.limits
         app = self.app
@@ -82,7 +82,7 @@ class GatewayServer:
                 )
         except OSError as exc:
             raise UsageError(
-                f"gateway: cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
+                f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
             ) from None
         health = self.cfg.health
         if health.active_interval_s > 0:

@@ -37,6 +37,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._headers: list[tuple[bytes, bytes]] = []
         self._close_delimited = False
+        self._expect_body = True
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -85,9 +86,14 @@ class UpstreamConnection(asyncio.Protocol):
             return
         headers, self._headers = self._headers, []
         framed = any(n.lower() in (b"content-length", b"transfer-encoding") for n, _ in headers)
-        self._close_delimited = not framed and status not in (204, 304)
+        self._close_delimited = not framed and status not in (204, 304) and self._expect_body
         if self.sink is not None:
-            self.sink.upstream_head(status, headers, self._parser.should_keep_alive())
+            self.sink.upstream_head(status, headers, self._parser.should_keep_alive() and self._expect_body)
+        if not self._expect_body and self.sink is not None:
+            # A HEAD response has no body, but httptools cannot be told so: it would wait for Content-Length
+            # bytes. The response ends here, and the connection is not reused (the parser's state is off).
+            sink, self.sink = self.sink, None
+            sink.upstream_complete()
 
     def on_body(self, body: bytes) -> None:
         if self.sink is not None:
@@ -99,9 +105,10 @@ class UpstreamConnection(asyncio.Protocol):
             sink.upstream_complete()
 
     # use ---------------------------------------------------------------------------------------------------
-    def send(self, sink: Sink, data: bytes) -> None:
+    def send(self, sink: Sink, data: bytes, expect_body: bool = True) -> None:
         assert self.transport is not None
         self.sink = sink
+        self._expect_body = expect_body
         self.got_bytes = False
         self._close_delimited = False
         self._parser = httptools.HttpResponseParser(self)
