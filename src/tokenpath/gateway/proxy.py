@@ -19,7 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from tokenpath.errors import PeerError
-from tokenpath.gateway.auth import Authenticator, AuthError, Principal
+from tokenpath.gateway.auth import Authenticator, AuthError
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
@@ -171,7 +171,7 @@ class Exchange:
             self.pool = pool
             limits = app.cfg.limits
             self._total_timer = self.loop.call_later(limits.total_timeout_s, self._total_timeout)
-            failures = await self._attempts(pool, principal)
+            failures = await self._attempts(pool)
             if self.committed:
                 await self.done
             elif not self.aborted:
@@ -195,7 +195,7 @@ class Exchange:
             self._log()
             self._break_cycles()
 
-    async def _attempts(self, pool: Pool, principal: Principal) -> list[str]:
+    async def _attempts(self, pool: Pool) -> list[str]:
         failures: list[str] = []
         tried: list[MemberState] = []
         head = self._upstream_head_lines()
