@@ -39,6 +39,7 @@ class Request:
     keep_alive: bool
     headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""
+    peer: str = ""  # the client's address (empty on a Unix socket)
 
     def header(self, name: str) -> str | None:
         lname = name.lower()
@@ -139,12 +140,15 @@ class HTTPConnection(asyncio.Protocol):
         self._current: Response | None = None
         self._request_timer: asyncio.TimerHandle | None = None
         self._reset_message()
+        self._peer = ""
         self.closed = False
         self.keep_alive = True
 
     # asyncio protocol -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        peername = transport.get_extra_info("peername")
+        self._peer = str(peername[0]) if isinstance(peername, tuple) else ""
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -223,6 +227,7 @@ class HTTPConnection(asyncio.Protocol):
             path=parsed.path.decode("latin-1") if parsed.path else "/",
             query=parsed.query.decode("latin-1") if parsed.query else "",
             http_version=self._parser.get_http_version(),
+            peer=self._peer,
             keep_alive=self._parser.should_keep_alive(),
             headers=self._headers,
             body=b"".join(self._body),

@@ -480,6 +480,7 @@ class BodilessServer:
 
     def __init__(self) -> None:
         outer = self
+        self.seen: dict[str, str] = {}  # the last request's headers, as the upstream got them
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -495,6 +496,7 @@ class BodilessServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers["Content-Length"]))
+                outer.seen = dict(self.headers.items())
                 self.send_response(204)
                 self.end_headers()
 
@@ -523,15 +525,27 @@ def test_head_204_and_a_following_request_on_the_same_connection(svc: Services) 
             assert f"Content-Length: {len(upstream.BODY)}".encode() in head
             assert head.endswith(b"\r\n\r\n")
             assert b"chunked" not in head
-            sock.sendall(request({"x": 1}, path="/v1/things"))
+            sock.sendall(request({"x": 1}, path="/v1/things", headers="X-Forwarded-For: 10.1.2.3\r\n"
+                                 "Authorization: Bearer client-key\r\nX-Request-Id: r-1\r\n"))  # fmt: skip
             parser, body = read_response(sock)
             assert parser.head is not None
             assert parser.head.status == 204
             assert body == b""
+            seen = upstream.seen
+            assert seen["X-Forwarded-For"] == "10.1.2.3, 127.0.0.1"
+            assert seen["X-Forwarded-Proto"] == "http"
+            assert seen["X-Request-Id"] == "r-1"
+            assert seen["Authorization"] == "Bearer client-key"  # --no-auth: the upstream checks the client's key
             sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
             parser, body = read_response(sock)
             assert parser.head is not None
             assert parser.head.status == 200
             assert body == upstream.BODY
+        with_auth = svc.gateway(pool(upstream.url), auth=True)
+        jwt_header = f"Authorization: Bearer {token()}\r\nConnection: close\r\n"
+        parser, _ = roundtrip(with_auth.url, request({"x": 1}, path="/v1/things", headers=jwt_header))
+        assert parser.head is not None
+        assert parser.head.status == 204
+        assert "Authorization" not in upstream.seen  # the gateway checked the JWT: it is not passed on
     finally:
         upstream.close()

@@ -32,6 +32,7 @@ HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
     "content-length", "host", "authorization", "proxy-authorization", "expect",
 })  # fmt: skip
+FORWARD_DROP = HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto"}  # rewritten: the chain plus this client
 RESPONSE_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"proxy-connection",
                            b"trailer", b"upgrade"})  # fmt: skip
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -49,7 +50,7 @@ class GatewayApp:
         self.pools = [Pool(p, cfg.health) for p in cfg.pools]
         self.router = Router(self.pools, cfg.auth.pool_claim)
         self.connections: dict[int, ConnectionPool] = {}
-        self.upstream_keys: dict[str, bytes] = {}
+        self.forward_drop = FORWARD_DROP | {cfg.request_id_header.lower()}  # ours replaces the client's
         self.active: set[Exchange] = set()
         self.draining = False
         self._idle = asyncio.Event()  # set whenever no exchange is active (drain waits on it)
@@ -256,13 +257,22 @@ class Exchange:
         return None
 
     def _upstream_head_lines(self) -> bytes:
-        """Headers sent upstream: the client's, minus hop-by-hop and its credentials, plus ours."""
-        lines = [f"{k}: {v}\r\n" for k, v in self.request.headers if k.lower() not in HOP_BY_HOP]
+        """Headers sent upstream: the client's, minus hop-by-hop and (when the gateway checked them) its
+        credentials, plus ours."""
+        drop = self.app.forward_drop
+        lines = [f"{k}: {v}\r\n" for k, v in self.request.headers if k.lower() not in drop]
+        if self.request.peer:
+            seen = self.request.header("x-forwarded-for")
+            lines.append(f"X-Forwarded-For: {f'{seen}, ' if seen else ''}{self.request.peer}\r\n")
+            lines.append("X-Forwarded-Proto: http\r\n")
         lines.append(f"Content-Length: {len(self.request.body)}\r\n")
         lines.append(f"{self.app.cfg.request_id_header}: {self.request_id}\r\n")
         key = self._upstream_key()
+        client_credentials = self.request.header("authorization")
         if key:
             lines.append(f"Authorization: Bearer {key}\r\n")
+        elif client_credentials and not self.app.auth.enabled:  # --no-auth: the upstream checks the client's key
+            lines.append(f"Authorization: {client_credentials}\r\n")
         lines.append("\r\n")
         return "".join(lines).encode("latin-1")
 
