@@ -8,13 +8,13 @@ import contextlib
 import gc
 import json
 import logging
-import multiprocessing
 import shutil
 import signal
 import socket
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -28,10 +28,9 @@ from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.http_server import HTTPConnection
 from tokenpath.loops import new_event_loop
-from tokenpath.workers import reuseport_socket, wait_for_signal_or_exit
+from tokenpath.workers import reuseport_socket, run_worker_group
 
 log = logging.getLogger("tokenpath.gateway")
-WORKER_START_TIMEOUT_S = 20.0
 
 
 class GatewayServer:
@@ -188,38 +187,17 @@ def _run_workers(cfg: GatewayConfig, announce: Callable[[str], None], loop_name:
     port = holder.getsockname()[1]
     multiproc_dir = Path(tempfile.mkdtemp(prefix="tokenpath-gw-metrics-"))
     metrics.enable_multiprocess(multiproc_dir)  # inherited by the spawned workers
-    from dataclasses import replace
 
-    wcfg = replace(cfg, listen_port=port)
-    ctx = multiprocessing.get_context("spawn")
-    procs = []
-    try:
-        pipes: list[Connection] = []
-        for _ in range(cfg.workers):
-            parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main, args=(wcfg, loop_name, log_level, child_end), daemon=True)
-            proc.start()
-            procs.append(proc)
-            pipes.append(parent_end)
-        for pipe in pipes:
-            if not pipe.poll(WORKER_START_TIMEOUT_S):
-                raise UsageError(f"a gateway worker did not start within {WORKER_START_TIMEOUT_S:.0f} s")
-            message = pipe.recv()
-            if not message.startswith("ready"):
-                raise UsageError(f"a gateway worker failed: {message}")
+    def ready(messages: list[str]) -> None:
         if cfg.metrics_port is not None:
             metrics.serve(cfg.metrics_host, cfg.metrics_port, None, multiproc_dir)
         host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
         announce(f"listening on http://{host}:{port} ({cfg.workers} workers, auth {cfg.auth.mode})")
-        code = wait_for_signal_or_exit(procs)
-        if code is not None:
-            print(f"tokenpath gateway: a worker exited with code {code}; stopping", file=sys.stderr)
+
+    try:
+        run_worker_group("gateway", _worker_main, (replace(cfg, listen_port=port), loop_name, log_level),
+                         cfg.workers, ready, join_timeout_s=cfg.limits.drain_s + 5)  # fmt: skip
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()  # SIGTERM: each worker drains its streams
-        for proc in procs:
-            proc.join(cfg.limits.drain_s + 5)
         holder.close()
         shutil.rmtree(multiproc_dir, ignore_errors=True)
 

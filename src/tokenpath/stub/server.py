@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import multiprocessing
 import os
 import shutil
 import signal
@@ -25,9 +24,8 @@ from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import REALTIME_PRIORITY, Priority, StubConfig
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
-from tokenpath.workers import reuseport_socket, wait_for_signal_or_exit
+from tokenpath.workers import reuseport_socket, run_worker_group
 
-WORKER_START_TIMEOUT_S = 20.0
 PR_SET_TIMERSLACK = 29  # from <linux/prctl.h>
 
 
@@ -122,33 +120,14 @@ def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: st
     port = holder.getsockname()[1]
     audit_dir = tempfile.mkdtemp(prefix="tokenpath-audit-")
     wcfg = replace(cfg, port=port, audit_dir=audit_dir)
-    ctx = multiprocessing.get_context("spawn")
-    procs = []
-    pipes: list[Connection] = []
-    try:
-        for _ in range(cfg.workers):
-            parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_worker_main, args=(wcfg, loop_name, child_end), daemon=True)
-            proc.start()
-            procs.append(proc)
-            pipes.append(parent_end)
-        for pipe in pipes:
-            if not pipe.poll(WORKER_START_TIMEOUT_S):
-                raise UsageError(f"a stub worker did not start within {WORKER_START_TIMEOUT_S:.0f} s")
-            message = pipe.recv()
-            if not message.startswith("ready"):
-                raise UsageError(f"a stub worker failed: {message}")
-            priority = message.rsplit("priority ", 1)[-1].rstrip(")")
+
+    def ready(messages: list[str]) -> None:
+        priority = messages[-1].rsplit("priority ", 1)[-1].rstrip(")")
         announce(f"listening on http://{_url_host(cfg.host)}:{port} ({cfg.workers} workers, priority {priority})")
-        stop = wait_for_signal_or_exit(procs)
-        if stop is not None:
-            print(f"tokenpath stub: a worker exited with code {stop}; stopping", file=sys.stderr)
+
+    try:
+        run_worker_group("stub", _worker_main, (wcfg, loop_name), cfg.workers, ready)
     finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in procs:
-            proc.join(5)
         holder.close()
         shutil.rmtree(audit_dir, ignore_errors=True)
 
