@@ -1,8 +1,10 @@
-"""Test helpers: an event loop in a thread for in-process servers, and raw-socket HTTP exchanges."""
+"""Test helpers: an event loop in a thread for in-process servers, raw-socket HTTP exchanges, and scripted HTTP
+peers on loopback."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import socket
 import threading
@@ -61,3 +63,25 @@ def status_and_json(response: bytes) -> tuple[int, Any]:
 
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    """A scripted peer's request handler: HTTP/1.1 keep-alive, no access log on stderr."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class LoopbackHTTP:
+    """A real HTTP server on a free loopback port, served from a thread: a peer whose answers the test scripts."""
+
+    def __init__(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

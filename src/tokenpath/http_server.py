@@ -20,8 +20,10 @@ from typing import Any, cast
 
 import httptools
 
+from tokenpath.errors import UsageError
 from tokenpath.stub.config import MAX_HEAD_BYTES, REQUEST_TIMEOUT_S
 
+LISTEN_BACKLOG = 4096  # connections a burst of clients can queue before accept() catches up
 WRITE_BUFFER_HIGH = 64 << 10  # bytes queued for a slow client before the response's producer is paused
 
 log = logging.getLogger(__name__)
@@ -302,6 +304,20 @@ class HTTPConnection(asyncio.Protocol):
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
         self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+
+
+async def listen(
+    factory: Callable[[], HTTPConnection], host: str, port: int, sock: socket.socket | None = None
+) -> asyncio.Server:
+    """Serve connections on `sock` (a SO_REUSEPORT worker's, already bound) or on host:port. A port that cannot be
+    bound is the user's problem to fix, so it is a UsageError with the reason, not a traceback."""
+    loop = asyncio.get_running_loop()
+    try:
+        if sock is not None:
+            return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG)
+        return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:

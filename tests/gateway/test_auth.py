@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 from cryptography.hazmat.primitives import hashes, hmac, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from tests.helpers import LoopbackHTTP, QuietHandler
 from tokenpath.errors import UsageError
 from tokenpath.gateway.auth import Authenticator, AuthError
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
@@ -164,7 +163,7 @@ def jwk(key: Any, kid: str, alg: str) -> dict[str, Any]:
     return {**data, "kid": kid, "alg": alg, "use": "sig"}
 
 
-class JWKSServer:
+class JWKSServer(LoopbackHTTP):
     """A JWKS endpoint on loopback whose key set (or failure) the test controls; counts requests."""
 
     def __init__(self) -> None:
@@ -173,7 +172,7 @@ class JWKSServer:
         self.hits = 0
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 outer.hits += 1
                 if outer.fail:
@@ -186,17 +185,8 @@ class JWKSServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/jwks.json"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
+        self.url += "/jwks.json"
 
 
 @pytest.fixture

@@ -3,14 +3,12 @@ metrics, shutdown. Sockets on loopback only."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import secrets
 import signal
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -24,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import LoopbackHTTP, QuietHandler
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
 from tokenpath.stub.control import fetch_audit
@@ -201,16 +200,14 @@ def test_bad_tokens_get_401_with_the_challenge_and_the_token_is_never_logged(svc
 # failover and mid-stream failure ---------------------------------------------------------------------------------
 
 
-class FailingServer:
+class FailingServer(LoopbackHTTP):
     """A member that answers every request with 500: a real socket, a real HTTP server."""
 
     def __init__(self) -> None:
         self.hits = 0
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 outer.hits += 1
                 self.rfile.read(int(self.headers["Content-Length"]))
@@ -220,16 +217,7 @@ class FailingServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def test_failover_before_the_first_byte_on_connect_error_and_5xx(svc: Services) -> None:
@@ -473,7 +461,7 @@ def test_active_health_checks_eject_a_dead_member_without_traffic(svc: Services)
     assert metric(murl, 'tokenpath_gateway_member_healthy{member="' + stub) == 1
 
 
-class BodilessServer:
+class BodilessServer(LoopbackHTTP):
     """An upstream that answers HEAD (Content-Length, no body), POST with 204, GET with a body."""
 
     BODY = b'{"object":"list","data":[]}'
@@ -482,9 +470,7 @@ class BodilessServer:
         outer = self
         self.seen: dict[str, str] = {}  # the last request's headers, as the upstream got them
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(QuietHandler):
             def do_HEAD(self) -> None:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(outer.BODY)))
@@ -500,16 +486,7 @@ class BodilessServer:
                 self.send_response(204)
                 self.end_headers()
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def test_head_204_and_a_following_request_on_the_same_connection(svc: Services) -> None:

@@ -26,7 +26,7 @@ from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
-from tokenpath.http_server import HTTPConnection
+from tokenpath.http_server import HTTPConnection, listen
 from tokenpath.loops import new_event_loop
 from tokenpath.workers import reuseport_socket, run_worker_group
 
@@ -72,17 +72,7 @@ class GatewayServer:
                 max_head_bytes=limits.max_head_bytes, write_buffer_high=limits.write_buffer_bytes,
             )  # fmt: skip
 
-        try:
-            if self._sock is not None:
-                self._server = await loop.create_server(factory, sock=self._sock, backlog=4096)
-            else:
-                self._server = await loop.create_server(
-                    factory, self.cfg.listen_host, self.cfg.listen_port, backlog=4096, reuse_address=True
-                )
-        except OSError as exc:
-            raise UsageError(
-                f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
-            ) from None
+        self._server = await listen(factory, self.cfg.listen_host, self.cfg.listen_port, self._sock)
         health = self.cfg.health
         if health.active_interval_s > 0:
             self._health = loop.create_task(

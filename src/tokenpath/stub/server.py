@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import UsageError
-from tokenpath.http_server import HTTPConnection
+from tokenpath.http_server import HTTPConnection, listen
 from tokenpath.loops import new_event_loop
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
@@ -59,15 +59,7 @@ class StubServer:
         def factory() -> HTTPConnection:
             return HTTPConnection(app, max_body_bytes=max_body)
 
-        try:
-            if self._sock is not None:
-                self._server = await loop.create_server(factory, sock=self._sock, backlog=4096)
-            else:
-                self._server = await loop.create_server(
-                    factory, self.cfg.host, self.cfg.port, backlog=4096, reuse_address=True
-                )
-        except OSError as exc:
-            raise UsageError(f"cannot listen on {self.cfg.host}:{self.cfg.port}: {exc.strerror}") from None
+        self._server = await listen(factory, self.cfg.host, self.cfg.port, self._sock)
         if self.cfg.audit_dir:  # one of several workers: siblings ask us for our streams' audits here
             self._peer_server = await loop.create_unix_server(factory, socket_path(self.cfg.audit_dir))
         return self.port
