@@ -4,10 +4,13 @@ peers on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -85,3 +88,49 @@ class LoopbackHTTP:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class TLSRecordBurst:
+    """A TLS peer that answers one streamed response with a known shape: the head, then `burst` SSE frames as
+    separate TLS records sent in one TCP write (TCP_CORK holds them until the last one), then one frame alone.
+
+    This is what HAProxy 2.8+ does over TLS. A client that counts one arrival per record read would see
+    `burst` arrivals; one that counts wake-ups sees one."""
+
+    def __init__(self, cert: str, key: str, burst: int = 5) -> None:
+        self.burst = burst
+        self._ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._ctx.load_cert_chain(cert, key)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            raw, _ = self._listener.accept()
+            with self._ctx.wrap_socket(raw, server_side=True) as tls:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += tls.recv(65536)
+                tls.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                    b"Connection: close\r\n\r\n"
+                )
+                time.sleep(0.05)
+                tls.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+                for i in range(self.burst):
+                    tls.sendall(_chunk(b"data: %d\n\n" % i))  # one record each
+                tls.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # all of them go now, together
+                time.sleep(0.05)
+                tls.sendall(_chunk(b"data: last\n\n") + b"0\r\n\r\n")
+                with contextlib.suppress(OSError):
+                    tls.unwrap()
+
+    def close(self) -> None:
+        self._listener.close()
+        self._thread.join(5)

@@ -228,6 +228,8 @@ def relay(
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on; port 0 picks one.")] = "127.0.0.1:0",
     cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = 1448,
     cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = 200.0,
+    tls_cert: Annotated[str | None, typer.Option(help="Terminate TLS with this certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option(help="Private key (PEM) for --tls-cert.")] = None,
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
 ) -> None:
     """A byte-level TCP relay that buffers in a known way: the control the instrument must detect."""
@@ -240,6 +242,7 @@ def relay(
         cfg = RelayConfig(
             upstream_host=up_host, upstream_port=up_port, mode=mode,  # type: ignore[arg-type]
             listen_host=listen_host, listen_port=listen_port, cork_bytes=cork_bytes, cork_ms=cork_ms,
+            tls_cert=tls_cert, tls_key=tls_key,
         )  # fmt: skip
         event_loop = new_event_loop(loop)
         server = Relay(cfg)
@@ -251,7 +254,8 @@ def relay(
         event_loop.add_signal_handler(sig, stop.set)
     host = f"[{listen_host}]" if ":" in listen_host else listen_host
     print(
-        f"tokenpath relay: listening on http://{host}:{server.port} (mode={mode}, upstream {upstream})",
+        f"tokenpath relay: listening on {'https' if tls_cert else 'http'}://{host}:{server.port} (mode={mode}, "
+        f"upstream {upstream})",
         flush=True,
     )
     event_loop.run_until_complete(stop.wait())

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from tokenpath.errors import TokenpathError
 
 _LISTENING = re.compile(r"listening on (\S+)")
@@ -64,9 +66,11 @@ class ServiceProcess:
         raise ServiceError(f"{self.name} did not report 'listening on' within {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM to the service's process group; returns when every process it started is gone."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return
+        children = descendants_of(proc.pid)  # workers, and multiprocessing's resource tracker
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -75,6 +79,14 @@ class ServiceProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout_s)
+        # The main process waited for its workers; what is left (multiprocessing's resource tracker ignores
+        # SIGTERM) goes now.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        wait_gone(children, timeout_s)
 
     @property
     def pid(self) -> int | None:
@@ -95,3 +107,24 @@ class ServiceProcess:
     ) -> None:
         self.stop()
         self.log_path.unlink(missing_ok=True)
+
+
+def descendants_of(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Until each process has exited (a zombie has: only its parent's wait is left). A kill is asynchronous, so
+    without this a stopped target may still have a process running for a moment."""
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        while time.monotonic() < deadline:
+            try:
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.Error:  # gone, or reaped
+                break
+            time.sleep(0.005)

@@ -31,21 +31,21 @@ class FakeTimers:
 
 
 def test_pass_writes_every_read_at_once() -> None:
-    out: list[bytes] = []
+    out: list[list[bytes]] = []
     policy = PassPolicy(out.append)
     policy.feed(b"a")
     policy.feed(b"b")
-    assert out == [b"a", b"b"]
+    assert out == [[b"a"], [b"b"]]
 
 
 def test_buffer_writes_everything_once_at_eof() -> None:
-    out: list[bytes] = []
+    out: list[list[bytes]] = []
     policy = BufferPolicy(out.append)
     for part in (b"a", b"b", b"c"):
         policy.feed(part)
     assert out == []
     policy.finish()
-    assert out == [b"abc"]
+    assert out == [[b"abc"]]
 
 
 def test_buffer_has_a_limit() -> None:
@@ -56,26 +56,26 @@ def test_buffer_has_a_limit() -> None:
 
 
 def test_cork_flushes_on_size() -> None:
-    out: list[bytes] = []
+    out: list[list[bytes]] = []
     timers = FakeTimers()
     policy = CorkPolicy(out.append, timers.call_later, cork_bytes=10, cork_ms=200)
     policy.feed(b"12345")
     assert out == []
     policy.feed(b"67890x")
-    assert out == [b"1234567890x"]
+    assert out == [[b"12345", b"67890x"]]  # released together, each piece as it came
     assert timers.pending[0][2].cancelled
 
 
 def test_cork_flushes_on_timer_started_by_the_first_held_byte() -> None:
-    out: list[bytes] = []
+    out: list[list[bytes]] = []
     timers = FakeTimers()
     policy = CorkPolicy(out.append, timers.call_later, cork_bytes=1000, cork_ms=200)
     policy.feed(b"a")
     policy.feed(b"b")
     assert [d for d, _, _ in timers.pending] == [0.2]  # one timer, from the first byte, not re-armed
     timers.fire_all()
-    assert out == [b"ab"]
+    assert out == [[b"a", b"b"]]
     policy.feed(b"c")
     assert len(timers.pending) == 1
     policy.finish()
-    assert out == [b"ab", b"c"]
+    assert out == [[b"a", b"b"], [b"c"]]

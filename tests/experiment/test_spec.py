@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.experiment.spec import load, parse
+from tokenpath.experiment.spec import ExclusionRule, load, parse
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -64,3 +64,25 @@ def test_custom_proxy_command_placeholders() -> None:
 
     site = Site(Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), Path("/tmp"))
     assert exp.proxy("socat").argv(site, Path()) == ["socat", "TCP-LISTEN:9001,bind=127.0.0.1", "TCP:127.0.0.1:8000"]
+
+
+def test_the_declared_tolerance_is_the_rule_applied() -> None:
+    """Two writes 0.07 and 0.47 ms late: kept by the default rule, excluded by a declared 0.001 ms."""
+    log = {"stream_id": "s", "interval_ms": 50.0, "started_ns": 0, "state": "complete",
+           "writes": [[0, 0, 70_000, 60], [1, 50_000_000, 50_470_000, 60]]}  # fmt: skip
+    assert ExclusionRule().judge(log)["passed"] is True
+    strict = ExclusionRule(0.001).judge(log)
+    assert strict["passed"] is False
+    assert strict["late_writes"] == 2
+    assert strict["tolerance_ms"] == 0.001  # results.json shows the rule applied beside the figures
+    assert strict["drift_ms"]["max"] == 0.47
+
+
+def test_stub_headers_are_a_condition_axis() -> None:
+    exp = parse({"conditions": {"interval_ms": [50], "stub_headers": [{}, {"X-Accel-Buffering": "no"}]}})
+    assert [c.stub_headers for c in exp.conditions] == [(), (("X-Accel-Buffering", "no"),)]
+    assert exp.conditions[1].label == "60 B @ 50 ms, loopback, stub sends X-Accel-Buffering: no"
+    with pytest.raises(UsageError, match="set by the server"):
+        parse({"conditions": {"stub_headers": [{"Content-Length": "5"}]}})
+    with pytest.raises(UsageError, match="printable"):
+        parse({"conditions": {"stub_headers": [{"X-A": "a\r\nSet-Cookie: x"}]}})

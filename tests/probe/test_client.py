@@ -47,6 +47,9 @@ class ScriptedTransport:
         self.clock.now += int(delay_ms * MS)
         return data
 
+    def drain(self) -> bytes:
+        return b""
+
     def close(self) -> None:
         self.closed = True
 

@@ -142,7 +142,7 @@ def test_compare_with_itself_finds_nothing_distinguishable(tmp_path: Path) -> No
     assert "Compared" in html
     assert "B higher" not in html
     assert "B lower" not in html
-    assert html.count("not distinguishable") >= 4
+    assert html.count("same (within the direct floor)") >= 4  # identical figures: no difference at all
     assert "| cork: 60 B @ 50 ms, loopback | added TTFT ms |" in written["md"].read_text()
 
 
@@ -157,8 +157,8 @@ def test_compare_finds_a_difference_larger_than_the_spread(tmp_path: Path) -> No
                     r["path_added_ttft_ms"] += 50
     verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(doc, slower)}
     assert verdicts[("pass", "added TTFT ms")].verdict == "B higher"
-    assert verdicts[("pass", "frames per read")].verdict == "not distinguishable"
-    assert verdicts[("cork", "added TTFT ms")].verdict == "not distinguishable"
+    assert verdicts[("pass", "frames per read")].verdict == "same (within the direct floor)"
+    assert verdicts[("cork", "added TTFT ms")].verdict == "same (within the direct floor)"
     ratio = verdicts[("cork", "added TTFT ms")].ratio
     assert ratio is not None
     assert ratio == pytest.approx(1.0)
@@ -199,3 +199,23 @@ def test_cli_writes_only_the_formats_asked_for(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert "cannot read" in missing.stderr
     shutil.rmtree(d)
+
+
+def test_a_difference_inside_the_direct_floor_is_same_not_lower() -> None:
+    """Two rows that both sit inside the floor (0.06 vs -0.05 ms) with tight, non-overlapping ranges."""
+    doc = json.loads((DATA / "matrix" / "results.json").read_text())
+    other = copy.deepcopy(doc)
+    for d, shift in ((doc, 0.06), (other, -0.05)):
+        for row in d["rows"]:
+            if row["proxy"] == "pass":
+                base = row["added_ttft_ms_median"]
+                row["added_ttft_ms_median"] = shift
+                for r in row["raw"]:
+                    if r["path_added_ttft_ms"] is not None:
+                        r["path_added_ttft_ms"] += shift - base
+                        r["path_added_ttft_ms"] = round(r["path_added_ttft_ms"], 6)
+    spans = [r["path_added_ttft_ms"] for r in doc["rows"] if r["proxy"] == "pass" for r in r["raw"]]
+    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(doc, other)}
+    added = verdicts[("pass", "added TTFT ms")]
+    assert added.floor is not None
+    assert added.verdict == "same (within the direct floor)", (added, spans)

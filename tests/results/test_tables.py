@@ -52,3 +52,25 @@ def test_schema_round_trip_and_unknown_version(tmp_path: Path) -> None:
     schema.write(d, tmp_path)
     with pytest.raises(UsageError, match="schema_version 99"):
         schema.read(tmp_path)
+
+
+def test_every_condition_states_its_exclusion_share() -> None:
+    d = doc(True)
+    d["rows"].append({**d["rows"][0], "proxy": "direct", "excluded": 0, "interval_ms": 14.0})
+    md = tables.markdown(d)
+    assert "- 60 B @ 50 ms, loopback: 1 of 3 runs excluded (33.3 %)" in md
+    assert "- 60 B @ 14 ms, loopback: 0 of 3 runs excluded (0.0 %)" in md  # a zero share is stated too
+    assert "- all: 1 of 6 runs excluded (16.7 %)" in md
+
+
+def test_a_load_row_shows_kept_of_total_even_below_one_percent() -> None:
+    from tokenpath.results import load_table
+
+    row = {
+        "concurrency": 50, "target": "nginx", "streams": 999, "streams_total": 1000, "kept": 996, "excluded": 4,
+        "exclusion_share": 0.004, "errors": 1, "added_ttft_ms": {"p50": 1.0, "p99": 2.0, "p999": 3.0},
+        "cpu_cores": 0.1, "rss_mb": 10.0, "warnings": [], "frames_lost": 0, "frames_out_of_order": 0,
+    }  # fmt: skip
+    cells = load_table.figures(row)
+    assert cells[-1] == "996/1000 (0.4 % excl.)"  # n is the kept streams, never the excluded ones
+    assert load_table.headers(False)[-1] == "kept/total"

@@ -17,7 +17,9 @@ MODES: tuple[Mode, ...] = ("pass", "buffer", "cork")
 # A buffering relay holds a whole response in memory; past this it gives up rather than grow without bound.
 MAX_BUFFER_BYTES = 64 << 20
 
-Write = Callable[[bytes], None]
+# A write hands over the pieces released together, each as the upstream sent it: over TLS the relay sends them as
+# separate records in one burst (what HAProxy 2.8+ does), which a client must still count as one arrival.
+Write = Callable[[list[bytes]], None]
 CallLater = Callable[[float, Callable[[], None]], "Cancellable"]
 
 
@@ -40,7 +42,7 @@ class PassPolicy:
         self._write = write
 
     def feed(self, data: bytes) -> None:
-        self._write(data)
+        self._write([data])
 
     def finish(self) -> None:
         pass
@@ -64,7 +66,7 @@ class BufferPolicy:
 
     def finish(self) -> None:
         if self._held:
-            self._write(b"".join(self._held))
+            self._write([b"".join(self._held)])
             self._held.clear()
 
     def close(self) -> None:
@@ -100,10 +102,9 @@ class CorkPolicy:
     def _flush(self) -> None:
         self._cancel()
         if self._held:
-            data = b"".join(self._held)
-            self._held.clear()
+            held, self._held = self._held, []
             self._size = 0
-            self._write(data)
+            self._write(held)
 
     def _cancel(self) -> None:
         if self._timer is not None:

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from dataclasses import dataclass
 from typing import cast
 
@@ -26,12 +27,27 @@ class RelayConfig:
     listen_port: int = 0
     cork_bytes: int = 1448  # one full segment on a 1,500-byte MTU link
     cork_ms: float = 200.0  # Linux holds a corked partial segment at most 200 ms
+    tls_cert: str | None = None  # terminate TLS towards the client (PEM files); the upstream stays plain
+    tls_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
         if self.cork_bytes < 1 or self.cork_ms <= 0:
             raise UsageError("--cork-bytes must be >= 1 and --cork-ms > 0")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise UsageError("--tls-cert and --tls-key go together")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert is None:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--tls-cert/--tls-key: cannot load: {exc}") from None
+        ctx.set_alpn_protocols(["http/1.1"])
+        return ctx
 
 
 def _nodelay(transport: asyncio.BaseTransport) -> None:
@@ -164,9 +180,11 @@ class _Downstream(asyncio.Protocol):
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.abort()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, pieces: list[bytes]) -> None:
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(data)
+            # One call: plain TCP sends the pieces as one write; TLS encrypts each as its own record and sends
+            # the records together.
+            self.transport.writelines(pieces)
 
 
 class Relay:
@@ -185,8 +203,9 @@ class Relay:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: _Downstream(self.cfg), self.cfg.listen_host, self.cfg.listen_port, reuse_address=True
-            )
+                lambda: _Downstream(self.cfg), self.cfg.listen_host, self.cfg.listen_port, reuse_address=True,
+                ssl=self.cfg.ssl_context(),
+            )  # fmt: skip
         except OSError as exc:
             raise UsageError(
                 f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"

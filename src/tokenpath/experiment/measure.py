@@ -22,6 +22,7 @@ class RunRecord:
     audit: dict[str, Any] | None = None  # the stub's verdict for this stream
     arrivals: list[tuple[float, int]] = field(default_factory=list)  # (ms after the stub's first write, frames)
     writes_ms: list[float] = field(default_factory=list)  # the stub's write of each frame, ms after its first
+    drift_ms: list[float] = field(default_factory=list)  # each write's actual - scheduled time (pacing drift)
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
 
     @property
@@ -60,6 +61,7 @@ def join(record: RunRecord, trace: Trace, log: dict[str, Any] | None) -> None:
         return
     writes = log["writes"]  # [seq, scheduled_ns, actual_ns, bytes]
     first_write = writes[0][2]
+    record.drift_ms = [ns_to_ms(w[2] - w[1]) for w in writes]
     record.arrivals = [(round(ns_to_ms(r.t_ns - first_write), 3), r.frames) for r in trace.reads if r.frames]
     record.writes_ms = [round(ns_to_ms(w[2] - first_write), 3) for w in writes]
     n = min(len(writes), len(trace.frames))

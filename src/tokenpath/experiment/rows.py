@@ -40,10 +40,7 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
     row: dict[str, Any] = {
         "proxy": path.proxy,
         "variant": path.variant,
-        "interval_ms": cond.interval_ms,
-        "frame_bytes": cond.frame_bytes,
-        "link": cond.link,
-        "tls": cond.tls,
+        **cond.to_json(),
         "runs": len(runs),
         "excluded": len(runs) - len(included),
         "exclusions": dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),

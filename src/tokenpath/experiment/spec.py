@@ -4,15 +4,20 @@ paths, conditions, runs, and the exclusion rule. Loading validates it all and sa
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.base import Proxy
 from tokenpath.proxies.custom import CustomProxy
+from tokenpath.results.tables import condition_label
+from tokenpath.stub.audit import StreamLog, audit_stream
+from tokenpath.stub.config import response_headers
 
 Link = Literal["loopback", "veth"]
 LINKS: tuple[Link, ...] = ("loopback", "veth")
@@ -24,10 +29,17 @@ class Condition:
     frame_bytes: int
     link: Link
     tls: bool
+    stub_headers: tuple[tuple[str, str], ...] = ()  # response headers the stub adds: "does header X fix proxy Y"
 
     @property
     def label(self) -> str:
-        return f"{self.frame_bytes} B @ {self.interval_ms:g} ms, {self.link}{', tls' if self.tls else ''}"
+        return condition_label(self.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "interval_ms": self.interval_ms, "frame_bytes": self.frame_bytes, "link": self.link, "tls": self.tls,
+            "stub_headers": dict(self.stub_headers),
+        }  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +70,12 @@ class ExclusionRule:
     def to_json(self) -> dict[str, Any]:
         return {"tolerance_ms": self.tolerance_ms, "rule": self.describe()}
 
+    def judge(self, log: dict[str, Any]) -> dict[str, Any]:
+        """This rule's verdict on one stream, from the write log the stub returned: the stub's own verdict uses its
+        default tolerance, so a declared one is applied here, to the same timestamps."""
+        tolerance = None if self.tolerance_ms is None else round(self.tolerance_ms * NS_PER_MS)
+        return audit_stream(StreamLog.from_json(log), tolerance).to_json()
+
 
 @dataclass(slots=True)
 class Experiment:
@@ -81,10 +99,7 @@ class Experiment:
             "runs": self.runs,
             "ttft_ms": self.ttft_ms,
             "paths": [{"proxy": p.proxy, "variant": p.variant} for p in self.paths],
-            "conditions": [
-                {"interval_ms": c.interval_ms, "frame_bytes": c.frame_bytes, "link": c.link, "tls": c.tls}
-                for c in self.conditions
-            ],
+            "conditions": [c.to_json() for c in self.conditions],
             "exclusion": self.exclusion.to_json(),
             "custom_proxies": {n: p.command for n, p in self.custom.items() if isinstance(p, CustomProxy)},
             "source": self.source,
@@ -134,12 +149,16 @@ def parse(data: dict[str, Any]) -> Experiment:
     cond = data.get("conditions", {})
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
-    _no_unknown(cond, {"interval_ms", "frame_bytes", "link", "tls"}, "[conditions]")
-    intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0)
+    _no_unknown(cond, {"interval_ms", "frame_bytes", "link", "tls", "stub_headers"}, "[conditions]")
+    intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0 and math.isfinite(v))
     sizes = _list(cond, "frame_bytes", [60], (int,), lambda v: v >= 8)
     links = _list(cond, "link", ["loopback"], (str,), lambda v: v in LINKS)
     tls = _list(cond, "tls", [False], (bool,), lambda v: True)
-    conditions = [Condition(float(i), s, link, t) for i, s, link, t in itertools.product(intervals, sizes, links, tls)]
+    header_sets = [_header_set(h) for h in _list(cond, "stub_headers", [{}], (dict,), lambda v: True)]
+    conditions = [
+        Condition(float(i), s, link, t, h)
+        for i, s, link, t, h in itertools.product(intervals, sizes, links, tls, header_sets)
+    ]
     exclusion = data.get("exclusion", {})
     _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
     tolerance = exclusion.get("tolerance_ms")
@@ -156,6 +175,14 @@ def parse(data: dict[str, Any]) -> Experiment:
         custom=custom,
     )
     return experiment
+
+
+def _header_set(table: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """One value of the stub_headers axis: checked here with the stub's own rule, so a bad header fails the file."""
+    try:
+        return tuple(response_headers(table).items())
+    except UsageError as exc:
+        raise UsageError(f"[conditions] stub_headers: {exc}") from None
 
 
 def _no_unknown(table: dict[str, Any], known: set[str], where: str) -> None:

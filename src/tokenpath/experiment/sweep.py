@@ -82,11 +82,24 @@ def infer(pts: list[dict[str, Any]]) -> dict[str, Any]:
     )
     if size_bytes is None and timer_ms is None:
         rule = "holds frames, but neither a size nor a timer rule fits the points"
+    intervals = sorted({p["interval_ms"] for p in pts})
+    caveat = None
+    if len(intervals) < 2:
+        # At one interval a burst of b frames released early fits a byte threshold and a timer alike, and a timer
+        # is only told from the stream's own length by seeing the same hold at another interval.
+        caveat = (
+            f"one interval ({intervals[0]:g} ms) cannot tell a size threshold from a timer: "
+            "measure at least two intervals (--intervals 25,50) before naming a rule"
+        )
+        parts.append(caveat)
+        rule = f"holds frames at {intervals[0]:g} ms; which rule releases them needs a second interval"
+        size_bytes = None
     return {
         "size_bytes": size_bytes,
         "size_range": [lo + 1, hi] if size_bytes else None,
         "timer_ms": timer_ms,
         "rule": rule,
+        "caveat": caveat,
         "explanation": "; ".join(parts),
     }
 

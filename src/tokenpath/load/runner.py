@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import resource
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -38,6 +39,8 @@ LAG_WARN_MS = 5.0  # client event-loop lag p99 above this: it measures its own q
 CPU_WARN = 0.9  # a client process busier than this fraction of a core is saturated
 AUDIT_FAIL_WARN = 0.01  # more than 1 % of streams off schedule: the stub is saturated
 FLOOR_RATIO_WARN = 0.5  # direct p99 above half of a target's p50: the floor cannot resolve it
+FD_SLACK = 64  # files a client process holds besides its streams: the loop, pipes, the audit connection, libraries
+FD_CEILING = 1 << 20  # what to ask for when the hard limit is unlimited
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,8 @@ class LoadRunner:
 
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
+        per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
+        ensure_fd_limit(-(-per_process // cfg.client_workers))
         with contextlib.ExitStack() as stack:
             if cfg.stub_url is not None:
                 stub_url = cfg.stub_url  # the user's stub: its pacing is theirs
@@ -283,6 +288,24 @@ class LoadRunner:
         return out
 
 
+def ensure_fd_limit(streams_per_process: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit (client processes and proxies inherit it) and say,
+    before anything starts, when the streams one client process must hold open cannot fit under it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, FD_CEILING)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    need = streams_per_process + FD_SLACK
+    if need > soft:
+        raise UsageError(
+            f"{streams_per_process} streams per client process need about {need} open files, but this process may "
+            f"open {soft} (hard limit {hard}): raise it (ulimit -Hn, LimitNOFILE=) or add --client-workers"
+        )
+    return int(soft)
+
+
 def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
     row = _closed_row(cell, floor, cfg)
     if cfg.open_loop:
@@ -325,10 +348,16 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
             "message": f"direct p99 {floor_p99:.1f} ms is not small against this p50 {p50:.1f} ms",
             "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
         })  # fmt: skip
+    total = cell.streams + cell.errors  # every stream started in the measured window
+    kept = cell.hist.get_total_count()  # the streams the figures are made of
     return {
         "concurrency": cell.concurrency if cfg.open_loop else int(cell.concurrency),
         "target": cell.target,
         "streams": cell.streams,
+        "streams_total": total,
+        "kept": kept,
+        "excluded": total - kept,
+        "exclusion_share": (total - kept) / total if total else 0.0,
         "errors": cell.errors,
         "error_samples": cell.error_samples,
         "audit_failed": cell.audit_failed,

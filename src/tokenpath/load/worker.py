@@ -7,7 +7,9 @@ it crosses a process boundary. Streams are counted when they *start* inside the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +18,7 @@ from tokenpath.load.integrity import check, content_text
 from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import stream_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.probe.transport import TLSOptions
 from tokenpath.stats import percentile
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
@@ -34,6 +37,7 @@ class Workload:
     rate: float | None = None  # open loop: Poisson arrivals per second (wrk2-style, from the schedule)
     seed: int = 1
     api_key: str | None = field(default=None, repr=False)  # for targets that need one (LiteLLM)
+    tls: TLSOptions = field(default_factory=TLSOptions)  # for an https target
 
 
 @dataclass(slots=True)
@@ -67,14 +71,6 @@ async def closed_loop(work: Workload) -> WorkerReport:
     results: list[StreamResult] = []
     lags: list[float] = []
 
-    async def monitor() -> None:
-        expected = loop.time() + LAG_TICK_S
-        while loop.time() < stop_at:
-            await asyncio.sleep(LAG_TICK_S)
-            now = loop.time()
-            lags.append((now - expected) * 1000)
-            expected = now + LAG_TICK_S
-
     async def user(k: int) -> None:
         await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.concurrency))
         while loop.time() < stop_at:
@@ -84,18 +80,32 @@ async def closed_loop(work: Workload) -> WorkerReport:
                 results.append(result)
 
     cpu, wall = time.process_time(), time.monotonic()
-    await asyncio.gather(monitor(), *(user(k) for k in range(work.concurrency)))
+    await asyncio.gather(loop_lag(measure_from, stop_at, lags), *(user(k) for k in range(work.concurrency)))
     lags.sort()
     return WorkerReport(
         results, time.process_time() - cpu, time.monotonic() - wall, percentile(lags, 99) if lags else 0.0
     )
 
 
+async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> None:
+    """The event loop's lateness (ms) every LAG_TICK_S, appended to `lags`, in the measured window only: during
+    warm-up every user opens its first connection at once, and that lag says nothing about the figures reported."""
+    loop = asyncio.get_running_loop()
+    expected = loop.time() + LAG_TICK_S
+    while loop.time() < stop_at:
+        await asyncio.sleep(LAG_TICK_S)
+        now = loop.time()
+        if now >= measure_from:
+            lags.append((now - expected) * 1000)
+        expected = now + LAG_TICK_S
+
+
 async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
     sid = new_stream_id()
     result = StreamResult(sid)
     try:
-        trace = await stream_once(host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=120)
+        ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
+        trace = await stream_once(host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=120, ssl_context=ctx)
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
         return result
@@ -151,7 +161,8 @@ async def open_loop(work: Workload) -> WorkerReport:
         delay = scheduled - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        lags.append(max(0.0, loop.time() - scheduled) * 1000)
+        if scheduled >= measure_from:  # the measured window only, as in the closed loop
+            lags.append(max(0.0, loop.time() - scheduled) * 1000)
         task = asyncio.create_task(one(scheduled, scheduled >= measure_from))
         tasks.add(task)
         task.add_done_callback(tasks.discard)
@@ -160,6 +171,12 @@ async def open_loop(work: Workload) -> WorkerReport:
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
     return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99)
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
+    """One context per client process: it carries the TLS session cache."""
+    return tls.context()
 
 
 def chunk_id(frame: bytes) -> str | None:

@@ -1,14 +1,19 @@
 """Many streams at once on one event loop: the same TraceRecorder as the blocking probe, fed from
-`data_received`, which is where asyncio hands over each recv()."""
+`data_received`, which is where asyncio hands over each recv().
+
+Over TLS, asyncio's (and uvloop's) SSL protocol decrypts every record that one socket read brought in and hands
+them to `data_received` in one call: one wake-up, one arrival, as the README defines it (tests/probe/
+test_tls_arrivals.py holds both clients to it)."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from typing import cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, PeerError, ProtocolError
+from tokenpath.errors import ConnectError, PeerError, ProtocolError, TLSError
 from tokenpath.probe.trace import Trace, TraceRecorder
 
 
@@ -73,14 +78,18 @@ async def stream_once(
     *,
     clock: Clock = monotonic_ns,
     timeout_s: float = 600.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> Trace:
-    """Send `request` on a new connection and record the response until it ends."""
+    """Send `request` on a new connection (TLS with `ssl_context`) and record the response until it ends."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[Trace] = loop.create_future()
     try:
         transport, _ = await loop.create_connection(
-            lambda: _StreamProtocol(stream_id, request, clock, done), host, port
-        )
+            lambda: _StreamProtocol(stream_id, request, clock, done), host, port, ssl=ssl_context,
+            server_hostname=host if ssl_context is not None else None,
+        )  # fmt: skip
+    except ssl.SSLError as exc:
+        raise TLSError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
     except OSError as exc:
         raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
     try:

@@ -15,6 +15,7 @@ from tokenpath.errors import (
     IdleTimeout,
     PeerError,
     ProtocolError,
+    UsageError,
 )
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW, Trace, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection, parse_target
@@ -36,6 +37,13 @@ class ProbeConfig:
     total_timeout_s: float = 600.0
     keep_alive: bool = False
     extra_body: tuple[tuple[str, Any], ...] = ()  # merged into the JSON body (e.g. the stub's "tokenpath" pacing)
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"):
+            value = getattr(self, name)
+            if not value > 0 or value == float("inf"):
+                flag = "--" + name.removesuffix("_s").replace("_", "-")
+                raise UsageError(f"{flag} must be a number of seconds > 0, not {value}")
 
     @property
     def target(self) -> Target:
@@ -99,10 +107,11 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
             data = transport.recv(limit_s)
         except TimeoutError:
             _timeout(rec, cfg, first, total=clock() >= deadline)
-        t = clock()
+        t = clock()  # the arrival's time: when the first read returned
         if not data:
             rec.on_eof(t)
             break
+        data += transport.drain()  # over TLS, the rest of the same wake-up (see SocketTransport.drain)
         if rec.on_read(t, data):
             last_frame = t
         elif not first and t - last_frame > idle_ns:

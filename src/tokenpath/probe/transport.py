@@ -38,7 +38,10 @@ class Target:
 
 def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target:
     """A base URL (`http://h:p`, `http://h:p/v1`) gets the chat path appended; a full endpoint path is kept."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket: 'http://[::1'
+        raise UsageError(f"URL {url!r} is not valid: {exc}") from None
     if parts.scheme not in ("http", "https"):
         raise UsageError(f"URL {url!r}: expected http:// or https://")
     if not parts.hostname:
@@ -58,6 +61,7 @@ def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target
 class Transport(Protocol):
     def sendall(self, data: bytes) -> None: ...
     def recv(self, timeout_s: float) -> bytes: ...  # b"" at EOF; raises TimeoutError
+    def drain(self) -> bytes: ...  # what is readable right now without waiting (b"" if nothing)
     def close(self) -> None: ...
 
 
@@ -104,6 +108,31 @@ class SocketTransport:
             return self._sock.recv(RECV_BYTES)
         except BlockingIOError:  # EAGAIN from SO_RCVTIMEO: the timeout passed
             raise TimeoutError from None
+
+    def drain(self) -> bytes:
+        """Everything already decrypted or already in the socket buffer, read without blocking.
+
+        One SSLSocket.recv() returns at most one TLS record, so a proxy that holds frames and then sends them as
+        separate records in one burst would look like it streams; the client calls this right after a read returns
+        and counts the lot as one arrival. A plain recv() already takes all that is buffered: nothing to do.
+        """
+        if self._plain:
+            return b""
+        sock = self._sock
+        parts = []
+        sock.setblocking(False)
+        try:
+            while True:
+                try:
+                    chunk = sock.recv(RECV_BYTES)
+                except (ssl.SSLWantReadError, BlockingIOError):
+                    break
+                if not chunk:
+                    break  # EOF: the next recv() reports it
+                parts.append(chunk)
+        finally:
+            sock.setblocking(True)
+        return b"".join(parts)
 
     def close(self) -> None:
         self._sock.close()

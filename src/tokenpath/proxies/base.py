@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from tokenpath.errors import TokenpathError
+from tokenpath.procs import descendants_of, wait_gone
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
@@ -164,7 +165,7 @@ class RunningProxy:
         """SIGTERM to the proxy's whole process group, then SIGKILL to whatever is left of it: helpers (squid's,
         for one) can outlive their main process by a moment."""
         pgid = self.process.pid  # started with start_new_session: its pid is its process group
-        descendants = _descendants(self.process.pid)  # some helpers leave the group (squid's pinger did)
+        descendants = descendants_of(self.process.pid)  # some helpers leave the group (squid's pinger did)
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGTERM)
@@ -177,14 +178,8 @@ class RunningProxy:
         for proc in descendants:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
+        wait_gone(descendants, STOP_TIMEOUT_S)
         shutil.rmtree(self.site.workdir, ignore_errors=True)
-
-
-def _descendants(pid: int) -> list[psutil.Process]:
-    try:
-        return list(psutil.Process(pid).children(recursive=True))
-    except psutil.Error:
-        return []
 
 
 def start(

@@ -38,6 +38,8 @@ class Relay(Proxy):
         args = ["relay", "--listen", site.listen.hostport, "--upstream", site.upstream.hostport, "--mode", self.mode]
         if self.mode == "cork":
             args += ["--cork-ms", str(CORK_MS), "--cork-bytes", str(CORK_BYTES)]
+        if site.tls is not None:
+            args += ["--tls-cert", str(site.tls.cert), "--tls-key", str(site.tls.key)]
         return args
 
 

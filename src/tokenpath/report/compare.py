@@ -1,6 +1,7 @@
 """Two result sets side by side: the same rows matched by key, a ratio, and a verdict only where the difference is
 larger than the spread each set measured. Overlapping ranges are "not distinguishable", however far apart the
-medians look: a shared, noisy host makes that the honest answer."""
+medians look: a shared, noisy host makes that the honest answer. A difference no larger than the direct floor
+(what the direct path could resolve in either run) is "same", whatever the ranges."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpath.errors import UsageError
+from tokenpath.experiment.rows import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS
+from tokenpath.results.tables import condition_label
 from tokenpath.stats import median
 
 NOT_DISTINGUISHABLE = "not distinguishable"
@@ -20,12 +23,16 @@ class Figure:
     high: float | None
 
 
+SAME = "same (within the direct floor)"
+
+
 @dataclass(frozen=True)
 class Comparison:
     key: str
     metric: str
     a: Figure
     b: Figure
+    floor: float | None = None  # the smallest difference the direct path could resolve in either run
 
     @property
     def ratio(self) -> float | None:
@@ -36,6 +43,9 @@ class Comparison:
     @property
     def verdict(self) -> str:
         a, b = self.a, self.b
+        floor, ma, mb = self.floor, a.median, b.median
+        if floor is not None and ma is not None and mb is not None and abs(mb - ma) <= floor:
+            return SAME  # e.g. 0.06 vs -0.05 ms: both inside the noise the direct path measured
         if None in (a.low, a.high, b.low, b.high):
             return f"{NOT_DISTINGUISHABLE} (no spread measured)"
         assert a.low is not None
@@ -51,8 +61,25 @@ class Comparison:
 
 def _matrix_key(row: dict[str, Any]) -> str:
     path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
-    link = row["link"] + (" tls" if row["tls"] else "")
-    return f"{path}: {row['frame_bytes']} B @ {row['interval_ms']:g} ms, {link}"
+    return f"{path}: {condition_label(row)}"
+
+
+def _matrix_floors(doc: dict[str, Any]) -> dict[str, float]:
+    """Per condition, the added-TTFT difference the direct path could resolve: its spread plus the row margin."""
+    return {f["condition"]: f["ttft_spread_ms"] + FLOOR_MARGIN_TTFT_MS for f in doc.get("floors", []) if f.get("fpr")}
+
+
+def _matrix_floor(metric: str, row: dict[str, Any], floors: dict[str, float]) -> float | None:
+    if metric == "frames per read":
+        return FLOOR_MARGIN_FPR
+    return floors.get(condition_label(row))
+
+
+def _load_floor(metric: str, row: dict[str, Any], floors: dict[str, float]) -> float | None:
+    floor = row.get("floor_ms") or {}
+    if floor.get("p50") is None or floor.get("p99") is None:
+        return None
+    return float(floor["p99"] - floor["p50"]) + FLOOR_MARGIN_TTFT_MS
 
 
 def _matrix_figures(row: dict[str, Any]) -> dict[str, Figure]:
@@ -96,9 +123,10 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
     if a["kind"] != b["kind"] and {a["kind"], b["kind"]} != {"matrix", "sweep"}:
         raise UsageError(f"--compare: cannot compare a {a['kind']} result with a {b['kind']} result")
     if a["kind"] == "load":
-        rows_a, rows_b, key, figures = a["levels"], b["levels"], _load_key, _load_figures
+        rows_a, rows_b, key, figures, floor_of = a["levels"], b["levels"], _load_key, _load_figures, _load_floor
     else:
-        rows_a, rows_b, key, figures = a["rows"], b["rows"], _matrix_key, _matrix_figures
+        rows_a, rows_b, key, figures, floor_of = a["rows"], b["rows"], _matrix_key, _matrix_figures, _matrix_floor
+    floors_a, floors_b = _matrix_floors(a), _matrix_floors(b)
     other = {key(r): r for r in rows_b}
     out = []
     for row in rows_a:
@@ -107,7 +135,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
             continue
         fb = figures(match)
         for metric, fa in figures(row).items():
-            out.append(Comparison(key(row), metric, fa, fb[metric]))
+            known = [f for f in (floor_of(metric, row, floors_a), floor_of(metric, match, floors_b)) if f is not None]
+            out.append(Comparison(key(row), metric, fa, fb[metric], max(known) if known else None))
     if not out:
         raise UsageError("--compare: the two result sets share no row (same path, condition or level)")
     return out

@@ -131,6 +131,8 @@ def certification_block(doc: dict[str, Any]) -> list[str]:
         forced = " It was measured anyway (--force)." if cert.get("forced") else ""
         out = [f'<p class="banner bad">UNCERTIFIED: certification failed, so no figure below can be trusted.{forced}'
                "</p>"]  # fmt: skip
+    for where, drift in cert.get("emitter_drift_ms", {}).items():
+        out.append(f"<p>Emitter drift during certification ({esc(where)}): {esc(tables.describe_drift(drift))}.</p>")
     rows = [
         (c.get("environment", ""), c["name"], "ok" if c["passed"] else "FAILED", c["evidence"])
         for c in cert.get("checks", [])
@@ -181,10 +183,6 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
-def _condition_label(row: dict[str, Any]) -> str:
-    return f"{row['frame_bytes']} B every {row['interval_ms']:g} ms, {row['link']}{', TLS' if row['tls'] else ''}"
-
-
 def matrix_sections(doc: dict[str, Any]) -> list[str]:
     out = []
     if doc["kind"] == "sweep":
@@ -197,15 +195,21 @@ def matrix_sections(doc: dict[str, Any]) -> list[str]:
         out.append(_figure(chart, "Points above 1 frame per read, or above 0 ms, are where the proxy held frames."))
     conditions: dict[str, list[dict[str, Any]]] = {}
     for row in doc["rows"]:
-        conditions.setdefault(_condition_label(row), []).append(row)
+        conditions.setdefault(tables.condition_label(row), []).append(row)
     floors = {f["condition"]: f for f in doc.get("floors", [])}
     out.append('<h2 id="results">Results per condition</h2>')
     out.append(f'<p class="lede">{esc(TIMELINE_HELP)}</p>')
+    shares = {s["condition"]: s for s in tables.exclusion_shares(doc)}
+    overall = shares["all"]
+    out.append(f'<p class="lede">Exclusions, all conditions: {esc(tables.describe_share(overall))}.</p>')
     for cond, rows in conditions.items():
         out.append(f"<h3>{esc(cond)}</h3>")
+        share = shares.get(tables.condition_label(rows[0]))
+        if share is not None:
+            out.append(f"<p>{esc(tables.describe_share(share))} under the declared rule.</p>")
         out.append(_figure(charts.arrival_timeline(rows), "One typical stream per path (the kept run with the median "
                            "added TTFT), the direct path in grey."))  # fmt: skip
-        floor = floors.get(_floor_key(rows[0]))
+        floor = floors.get(tables.condition_label(rows[0]))
         out.append(_figure(charts.frames_per_read(rows, floor), "Median frames per read per path; whiskers span the "
                            "kept runs; the green band is the direct path's range (noise)."))  # fmt: skip
         headers = [h for h in tables.HEADERS if h != "condition"]
@@ -215,11 +219,6 @@ def matrix_sections(doc: dict[str, Any]) -> list[str]:
             classes=["unreliable" if r["excluded"] else "" for r in rows],
         ))  # fmt: skip
     return out
-
-
-def _floor_key(row: dict[str, Any]) -> str:
-    """The runner's condition label for floors: '60 B @ 50 ms, loopback' (+ ' tls')."""
-    return f"{row['frame_bytes']} B @ {row['interval_ms']:g} ms, {row['link']}{' tls' if row['tls'] else ''}"
 
 
 def _exclusions(row: dict[str, Any]) -> str:
@@ -260,13 +259,14 @@ def compare_section(comparisons: Sequence[Comparison], doc: dict[str, Any], othe
     out.append(_dl([
         ("A (this report)", esc(f"{page_title(doc)}, {doc['created']} on {doc['host']['hostname']}")),
         ("B (--compare)", esc(f"{page_title(other)}, {other['created']} on {other['host']['hostname']}")),
-        ("verdict rule", "a difference counts only where the two runs' ranges do not overlap; otherwise it is "
-                         "<i>not distinguishable</i>, whatever the medians say"),
+        ("verdict rule", "a difference counts only where the two runs' ranges do not overlap and it is larger than "
+                         "the direct floor of either run; inside the floor it is <i>same</i>, with overlapping "
+                         "ranges <i>not distinguishable</i>, whatever the medians say"),
     ]))  # fmt: skip
     rows, classes = [], []
     for c in comparisons:
         rows.append([c.key, c.metric, _fig(c.a), _fig(c.b), "-" if c.ratio is None else f"{c.ratio:.2f}", c.verdict])
-        classes.append("" if c.verdict.startswith("not") else "unreliable")
+        classes.append("unreliable" if c.verdict in ("B higher", "B lower") else "")
     out.append(_table(("row", "figure", "A median [range]", "B median [range]", "B / A", "verdict"), rows, classes))
     return out
 

@@ -28,14 +28,21 @@ def figures(row: dict[str, Any]) -> list[str]:
     cells += [
         "-" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}",
         "-" if row["rss_mb"] is None else f"{row['rss_mb']:.0f}",
-        str(row["streams"]),
+        kept_cell(row),
     ]
     return cells
 
 
+def kept_cell(row: dict[str, Any]) -> str:
+    """Streams behind the figures, of all started in the window, and the share excluded: always shown."""
+    if "kept" not in row:  # results of schema 1: only the joined streams were counted
+        return str(row["streams"])
+    return f"{row['kept']}/{row['streams_total']} ({100 * row['exclusion_share']:.1f} % excl.)"
+
+
 def headers(open_loop: bool) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
-    return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "n"]
+    return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "kept/total"]
 
 
 def _notes(row: dict[str, Any]) -> str:
@@ -69,8 +76,8 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 CSV_KEYS = (
-    "concurrency", "rate", "target", "streams", "errors", "audit_failed", "unjoined", "frames_lost",
-    "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
+    "concurrency", "rate", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
+    "audit_failed", "unjoined", "frames_lost", "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
 )  # fmt: skip
 
 

@@ -13,8 +13,11 @@ from typing import Any
 from tokenpath import __version__
 from tokenpath.errors import UsageError
 
-SCHEMA_VERSION = 1
-KNOWN_VERSIONS = (1,)
+# 2: the exclusion rule as applied (each run's audit carries the tolerance used), certification's emitter drift,
+#    per-condition exclusion shares, stub_headers in conditions and rows, kept/total per load row.
+#    Version 1 files still render: every field added in 2 is read with a default.
+SCHEMA_VERSION = 2
+KNOWN_VERSIONS = (1, 2)
 
 
 def host_metadata() -> dict[str, Any]:

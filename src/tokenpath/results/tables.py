@@ -9,9 +9,9 @@ from typing import Any
 from rich.table import Table
 
 ROW_KEYS = (
-    "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "runs", "excluded", "fpr_median", "fpr_min",
-    "fpr_max", "added_ttft_ms_median", "added_ttft_ms_p90", "modal_burst", "modal_burst_gap_ms", "within_floor",
-    "verdict",
+    "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "runs", "excluded",
+    "fpr_median", "fpr_min", "fpr_max", "added_ttft_ms_median", "added_ttft_ms_p90", "modal_burst",
+    "modal_burst_gap_ms", "within_floor", "verdict",
 )  # fmt: skip
 
 
@@ -27,7 +27,7 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def cells(row: dict[str, Any]) -> list[str]:
     path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
-    condition = f"{row['frame_bytes']} B @ {row['interval_ms']:g} ms, {row['link']}{' tls' if row['tls'] else ''}"
+    condition = condition_label(row)
     spread = f"{_fmt(row.get('fpr_min'), 2)}-{_fmt(row.get('fpr_max'), 2)}"
     added = f"{_fmt(row.get('added_ttft_ms_median'))} / {_fmt(row.get('added_ttft_ms_p90'))}"
     burst = f"{_fmt(row.get('modal_burst'))} / {_fmt(row.get('modal_burst_gap_ms'))}"
@@ -43,6 +43,38 @@ HEADERS = (
 )  # fmt: skip
 
 
+def condition_label(row: dict[str, Any]) -> str:
+    """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
+    label = f"{row['frame_bytes']} B @ {row['interval_ms']:g} ms, {row['link']}{', tls' if row['tls'] else ''}"
+    headers = row.get("stub_headers") or {}
+    if headers:
+        label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
+    return label
+
+
+def exclusion_shares(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Runs kept of runs made, per condition and overall: seed 003 publishes "1.7 % to 11.7 % per condition"."""
+    by_condition: dict[str, list[int]] = {}
+    for row in doc["rows"]:
+        counts = by_condition.setdefault(condition_label(row), [0, 0])
+        counts[0] += row["excluded"]
+        counts[1] += row["runs"]
+    by_condition["all"] = [sum(e for e, _ in by_condition.values()), sum(n for _, n in by_condition.values())]
+    return [
+        {"condition": c, "excluded": e, "runs": n, "share": e / n if n else 0.0} for c, (e, n) in by_condition.items()
+    ]
+
+
+def describe_share(share: dict[str, Any]) -> str:
+    return f"{share['excluded']} of {share['runs']} runs excluded ({100 * share['share']:.1f} %)"
+
+
+def describe_drift(drift: dict[str, Any]) -> str:
+    if not drift.get("writes"):
+        return "not measured (no write log joined)"
+    return f"p50 {drift['p50']:.3f} / p99 {drift['p99']:.3f} / max {drift['max']:.3f} ms over {drift['writes']} writes"
+
+
 def title(doc: dict[str, Any]) -> str:
     cert = doc.get("certification", {})
     prefix = "" if cert.get("passed") else "UNCERTIFIED: "
@@ -55,6 +87,10 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append(f"Measured {doc['created']} on {doc['host']['hostname']} (kernel {doc['host']['kernel']}, "
                  f"{doc['host']['cpus']} CPUs), tokenpath {doc['tool']['version']}.")  # fmt: skip
     lines.append(f"Exclusion rule, declared before the run: {doc['experiment']['exclusion']['rule']}.")
+    for where, drift in doc.get("certification", {}).get("emitter_drift_ms", {}).items():
+        lines.append(f"Emitter drift during certification ({where}): {describe_drift(drift)}.")
+    lines += ["", "Exclusions per condition:"]
+    lines += [f"- {s['condition']}: {describe_share(s)}" for s in exclusion_shares(doc)]
     lines.append("")
     lines.append("| " + " | ".join(HEADERS) + " |")
     lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
@@ -73,8 +109,14 @@ def csv_text(doc: dict[str, Any]) -> str:
     writer = csv.writer(buf)
     writer.writerow(ROW_KEYS)
     for row in doc["rows"]:
-        writer.writerow([row.get(k) for k in ROW_KEYS])
+        writer.writerow([_csv_value(row.get(k)) for k in ROW_KEYS])
     return buf.getvalue()
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {v}" for k, v in value.items())
+    return value
 
 
 def seen_as(row: dict[str, Any]) -> str:
@@ -100,6 +142,7 @@ def rich_table(doc: dict[str, Any]) -> Table:
         style = "green" if row.get("within_floor") else ("yellow" if row.get("within_floor") is False else "red")
         path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} {row['variant']}"
         link = {"loopback": "lo", "veth": "veth"}[row["link"]] + (" tls" if row["tls"] else "")
+        link += " +hdr" if row.get("stub_headers") else ""
         table.add_row(
             path, f"{row['frame_bytes']}B/{row['interval_ms']:g}ms {link}", _fmt(row.get("fpr_median"), 2),
             _fmt(row.get("added_ttft_ms_median")), _fmt(row.get("added_ttft_ms_p90")),

@@ -14,7 +14,15 @@ from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.http_server import Request, Response, error_body
 from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
-from tokenpath.stub.config import Format, Pacing, StubConfig
+from tokenpath.stub.config import (
+    MAX_MODEL_CHARS,
+    MAX_STREAM_ID_CHARS,
+    Format,
+    Pacing,
+    StubConfig,
+    response_headers,
+    valid_stream_id,
+)
 from tokenpath.stub.frames import StreamRequest, StreamShape, completion_id, render_completion, shape_for
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.siblings import ask_siblings
@@ -145,12 +153,12 @@ class StubApp:
         started = self.clock()
         try:
             body = _json_object(request.body)
-            stream_req, streaming, pacing = self._parse_completion(body, request, kind)
+            stream_req, streaming, pacing, extra_headers = self._parse_completion(body, request, kind)
             shape = _shape(stream_req, pacing.format, pacing.frame_bytes) if streaming else None
         except UsageError as exc:
             response.send_json(400, error_body(str(exc), "invalid_request_error"))
             return
-        headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers]
+        headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers, *extra_headers]
         log = self.audit.open(stream_req.stream_id, pacing.interval_ms, started)
         if shape is None:
             self._whole_completion(response, stream_req, log, headers, pacing)
@@ -203,7 +211,7 @@ class StubApp:
 
     def _parse_completion(
         self, body: dict[str, Any], request: Request, kind: str
-    ) -> tuple[StreamRequest, bool, Pacing]:
+    ) -> tuple[StreamRequest, bool, Pacing, list[tuple[str, str]]]:
         if kind == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
@@ -220,7 +228,17 @@ class StubApp:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise UsageError("'stream' must be true or false")
-        pacing = self.cfg.pacing if "tokenpath" not in body else self.cfg.pacing.override(body["tokenpath"])
+        if len(model) > MAX_MODEL_CHARS:
+            raise UsageError(f"'model' is longer than {MAX_MODEL_CHARS} characters")
+        control = body.get("tokenpath")
+        extra_headers: dict[str, str] = {}
+        if isinstance(control, dict) and "headers" in control:
+            control = dict(control)
+            try:
+                extra_headers = response_headers(control.pop("headers"))
+            except UsageError as exc:
+                raise UsageError(f"'tokenpath.headers': {exc}") from None
+        pacing = self.cfg.pacing if control is None else self.cfg.pacing.override(control)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         tokens = pacing.tokens
         if limit is not None:
@@ -232,6 +250,11 @@ class StubApp:
             raise UsageError("'stream_options' must be an object")
         user = body.get("user")
         stream_id = request.header(STREAM_HEADER) or (user if isinstance(user, str) and user else None)
+        if stream_id is not None and not valid_stream_id(stream_id):
+            raise UsageError(
+                f"the stream id (the {STREAM_HEADER} header, else 'user') must be 1-{MAX_STREAM_ID_CHARS} "
+                "visible ASCII characters: it is echoed in a response header"
+            )
         req = StreamRequest(
             kind=kind,
             model=model,
@@ -240,7 +263,7 @@ class StubApp:
             include_usage=bool(options.get("include_usage")),
             prompt_tokens=max(1, prompt_chars // 4),
         )
-        return req, stream, pacing
+        return req, stream, pacing, list(extra_headers.items())
 
     # audit ------------------------------------------------------------------------------------------
     def _audit_lookup(self, request: Request, response: Response) -> None:

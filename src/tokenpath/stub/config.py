@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Literal
@@ -18,6 +19,47 @@ MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is ~250k prompt tokens: far beyond wha
 MAX_HEAD_BYTES = 16 << 10  # request line + headers; nginx's large_client_header_buffers default is 4 x 8k
 REQUEST_TIMEOUT_S = 30.0  # an idle connection, or one that has not sent a whole request by then, is closed
 AUDIT_MAX_STREAMS = 50_000  # per worker; the oldest logs are dropped first (~3 KB each at 128 tokens)
+
+# Per-request limits on what a 200-byte body can make the stub allocate and hold (frames are rendered, and cached
+# per request shape, before the first write): every real model response fits well inside them.
+MAX_TOKENS = 100_000  # longer than any model's output limit today
+MAX_FRAME_BYTES = 64 << 10  # a padded frame; real token frames are 100-400 bytes
+MAX_STREAM_BYTES = 32 << 20  # frames x size of one response
+MAX_MODEL_CHARS = 256  # model names are short identifiers; echoed in every frame
+MAX_STREAM_SECONDS = 3600.0  # ttft + tokens x interval: a stream that would run longer is a mistake
+MAX_RESPONSE_HEADERS = 16  # declared extra response headers per request
+MAX_STREAM_ID_CHARS = 128
+# Hop-by-hop and framing headers belong to the server that writes the response, never to a declared condition.
+RESERVED_HEADERS = frozenset({
+    "connection", "content-length", "transfer-encoding", "keep-alive", "upgrade", "trailer", "te",
+    "proxy-connection", "content-type", "x-tokenpath-stream",
+})  # fmt: skip
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def valid_stream_id(value: str) -> bool:
+    """A stream id is echoed in a response header: visible ASCII only, so it can neither break the head nor fail
+    to encode."""
+    return 0 < len(value) <= MAX_STREAM_ID_CHARS and all("!" <= c <= "~" for c in value)
+
+
+def response_headers(table: object) -> dict[str, str]:
+    """Extra response headers declared for a request or a condition: {name: value}, checked so they can neither
+    inject lines into the head nor redefine its framing."""
+    if not isinstance(table, dict):
+        raise UsageError("headers must be an object of NAME: VALUE")
+    if len(table) > MAX_RESPONSE_HEADERS:
+        raise UsageError(f"at most {MAX_RESPONSE_HEADERS} headers")
+    out: dict[str, str] = {}
+    for name, value in table.items():
+        if not isinstance(name, str) or not name or not set(name) <= _TOKEN_CHARS:
+            raise UsageError(f"header name {name!r} is not an HTTP token")
+        if name.lower() in RESERVED_HEADERS:
+            raise UsageError(f"header {name} is set by the server itself")
+        if not isinstance(value, str) or len(value) > 1024 or not all(" " <= c <= "~" or c == "\t" for c in value):
+            raise UsageError(f"header {name}: value must be printable ASCII, at most 1024 characters")
+        out[name] = value
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,16 +117,31 @@ class Pacing:
                     raise UsageError("'tokenpath.format' must be openai or plain")
             elif key == "frame_bytes" and value is None:
                 pass
-            elif not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-                raise UsageError(f"'tokenpath.{key}' must be a number >= 0")
+            elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+                raise UsageError(f"'tokenpath.{key}' must be a finite number >= 0")
             fields[key] = value
-        if not isinstance(fields["tokens"], int) or fields["tokens"] < 1:
-            raise UsageError("'tokenpath.tokens' must be a whole number >= 1")
+        if not isinstance(fields["tokens"], int) or not 1 <= fields["tokens"] <= MAX_TOKENS:
+            raise UsageError(f"'tokenpath.tokens' must be a whole number from 1 to {MAX_TOKENS}")
         if fields["frame_bytes"] is not None and (
-            not isinstance(fields["frame_bytes"], int) or fields["frame_bytes"] < 1
+            not isinstance(fields["frame_bytes"], int) or not 1 <= fields["frame_bytes"] <= MAX_FRAME_BYTES
         ):
-            raise UsageError("'tokenpath.frame_bytes' must be a whole number >= 1")
-        return Pacing(**fields)
+            raise UsageError(f"'tokenpath.frame_bytes' must be a whole number from 1 to {MAX_FRAME_BYTES}")
+        pacing = Pacing(**fields)
+        pacing.check_bounds("'tokenpath': ")
+        return pacing
+
+    def check_bounds(self, prefix: str) -> None:
+        """What one response may cost: its duration and its bytes (frames are rendered before the first write)."""
+        seconds = (self.ttft_ms + self.tokens * self.interval_ms) / 1000
+        if seconds > MAX_STREAM_SECONDS:
+            raise UsageError(
+                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + tokens x interval_ms); "
+                f"at most {MAX_STREAM_SECONDS:.0f} s"
+            )
+        if self.frame_bytes is not None and self.tokens * self.frame_bytes > MAX_STREAM_BYTES:
+            raise UsageError(
+                f"{prefix}tokens x frame_bytes is {self.tokens * self.frame_bytes} bytes; at most {MAX_STREAM_BYTES}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

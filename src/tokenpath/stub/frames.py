@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from tokenpath.errors import UsageError
@@ -138,6 +138,7 @@ class StreamShape:
         self._relabel = fmt == "openai"
         self._plain = frames
         self._chunked = encode_chunked(frames)
+        self.nbytes = 2 * sum(self.sizes) + 8 * len(frames)  # both codings, as held in memory
 
     def wire(self, chunked: bool, cid: str) -> list[bytes]:
         frames = self._chunked if chunked else self._plain
@@ -147,12 +148,35 @@ class StreamShape:
         return [f.replace(placeholder, real) for f in frames]
 
 
-@lru_cache(maxsize=256)
+# Request shapes repeat (an experiment sends the same pacing thousands of times), so their frames are rendered
+# once. The cache is bounded by bytes, not entries: one shape can be up to MAX_STREAM_BYTES x 2.
+SHAPE_CACHE_BYTES = 64 << 20
+_shapes: OrderedDict[tuple[Any, ...], StreamShape] = OrderedDict()
+_shapes_bytes = 0
+
+
 def shape_for(
     kind: str, model: str, tokens: int, usage: bool, prompt_tokens: int, fmt: Format, frame_bytes: int | None
 ) -> StreamShape:
+    global _shapes_bytes
+    key = (kind, model, tokens, usage, prompt_tokens, fmt, frame_bytes)
+    shape = _shapes.get(key)
+    if shape is not None:
+        _shapes.move_to_end(key)
+        return shape
     req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
-    return StreamShape(render_stream(req, fmt, frame_bytes), fmt)
+    shape = StreamShape(render_stream(req, fmt, frame_bytes), fmt)
+    if shape.nbytes <= SHAPE_CACHE_BYTES // 4:  # a huge one-off shape is rendered for its request only
+        _shapes[key] = shape
+        _shapes_bytes += shape.nbytes
+        while _shapes_bytes > SHAPE_CACHE_BYTES:
+            _, old = _shapes.popitem(last=False)
+            _shapes_bytes -= old.nbytes
+    return shape
+
+
+def cached_shape_bytes() -> int:
+    return _shapes_bytes
 
 
 def encode_chunked(parts: list[bytes]) -> list[bytes]:

@@ -12,7 +12,12 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from tokenpath.errors import ProtocolError
+
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+# One event may hold this much before the parser gives up: far above any real chunk (tool-call deltas included, a
+# few KB), low enough that a peer sending one endless event cannot make a client hold unbounded memory.
+MAX_EVENT_BYTES = 8 << 20
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -73,34 +78,47 @@ def classify(data: bytes | None) -> FrameKind:
 
 
 class SSEParser:
-    """Feed bytes in any split; get back the frames each feed completed, in order."""
+    """Feed bytes in any split; get back the frames each feed completed, in order.
 
-    def __init__(self) -> None:
-        self._buf = b""  # bytes of the event being read (from its first line on), plus unscanned bytes
+    Linear in the bytes fed, however an event is split: bytes held for an unfinished event sit in a bytearray that
+    grows in place, and scanning resumes where it stopped. An event may not grow past `max_event_bytes`.
+    """
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._buf = bytearray()  # bytes of the event being read (from its first line on), plus unscanned bytes
         self._scan = 0  # where line scanning resumes inside _buf
+        self._line_start = 0  # where the unfinished line begins inside _buf
         self._lines: list[bytes] = []
         self._at_start = True
+        self._max = max_event_bytes
         # A CR that ended the input ended its line at once (waiting would delay CR-only streams by a frame);
         # if the next byte is LF it is the rest of that CRLF and is skipped.
         self._skip_lf = False
         self._lf_frame: Frame | None = None  # the frame that CR ended: that LF belongs to its raw bytes
 
     def feed(self, data: bytes) -> list[Frame]:
-        buf = self._buf + data if self._buf else data
+        buf: bytes | bytearray
+        if self._buf:
+            self._buf += data  # amortised O(len(data)): never re-copies what is held
+            buf = self._buf
+        else:
+            buf = data  # the common case, whole frames per read: no copy at all
         if self._at_start:
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                self._buf = buf
+                self._hold(buf, 0)
                 return []
             if buf.startswith(_BOM):
                 buf = buf[len(_BOM) :]
             self._at_start = False
         frames: list[Frame] = []
         start = 0  # where the current event's bytes begin in buf
-        scan = self._scan
+        scan = self._scan  # where the search for a line end resumes
+        line_start = self._line_start  # where the line being read begins
         if self._skip_lf and len(buf) > scan:
             self._skip_lf = False
             if buf[scan : scan + 1] == b"\n":
                 scan += 1
+                line_start = scan
                 if self._lf_frame is not None:
                     self._lf_frame.raw += b"\n"
                 if not self._lines:
@@ -111,25 +129,44 @@ class SSEParser:
         while True:
             m = search(buf, scan)
             if m is None:
+                scan = len(buf)  # no line end in the rest: the next feed resumes after it (a CR would have matched)
                 break
             end = m.end()
             cr_at_end = end == len(buf) and buf[end - 1] == 13  # b"\r"
             self._skip_lf = cr_at_end
-            line = buf[scan : m.start()]
-            scan = end
+            line = bytes(buf[line_start : m.start()])
+            scan = line_start = end
             if line:
                 lines.append(line)
                 continue
             if lines:
-                frame = _build(lines, buf[start:scan])
+                frame = _build(lines, bytes(buf[start:scan]))
                 frames.append(frame)
                 self._lf_frame = frame if cr_at_end else None
                 lines = []
             start = scan  # blank lines between events belong to no event
         self._lines = lines
-        self._buf = buf[start:]
         self._scan = scan - start
+        self._line_start = line_start - start
+        self._hold(buf, start)
         return frames
+
+    def _hold(self, buf: bytes | bytearray, start: int) -> None:
+        """Keep buf[start:] for the next feed, in place when it is already ours."""
+        if buf is self._buf:
+            if start:
+                del self._buf[:start]
+        else:
+            self._buf = bytearray(buf[start:])
+        if len(self._buf) > self._max:
+            size = len(self._buf)
+            self._buf = bytearray()
+            self._lines = []
+            self._scan = self._line_start = 0
+            raise ProtocolError(
+                f"an SSE event grew past {self._max} bytes without ending ({size} bytes held): "
+                "not a token stream this client can measure"
+            )
 
     def pending_bytes(self) -> int:
         """Bytes held for an event that has not ended yet (trailing data at end of stream)."""
