@@ -212,3 +212,46 @@ def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
     assert 1000 <= inferred["size_bytes"] <= 2100  # one 1,448-byte segment on a 1,500-byte MTU
     two_k = [p for p in doc["points"] if p["frame_bytes"] == 2000]
     assert all(p["within_floor"] for p in two_k)  # a frame larger than a segment is never held
+
+
+@needs_proxies
+def test_a_stub_header_is_a_declared_condition_does_x_accel_buffering_fix_nginx(tmp_path: Path) -> None:
+    doc, _ = run_matrix(
+        tmp_path,
+        """
+name = "header"
+frames = 8
+runs = 2
+[conditions]
+interval_ms = [50]
+stub_headers = [{}, {"X-Accel-Buffering" = "no"}]
+[[proxy]]
+name = "nginx"
+""",
+    )
+    stock = row(doc, "nginx", stub_headers={})
+    fixed = row(doc, "nginx", stub_headers={"X-Accel-Buffering": "no"})
+    assert stock["arrivals_median"] == 1  # stock nginx holds the whole response
+    assert fixed["within_floor"] is True  # the header alone makes it stream
+    labels = {s["condition"] for s in doc["exclusion_shares"]}
+    assert "60 B @ 50 ms, loopback, stub sends X-Accel-Buffering: no" in labels
+
+
+def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:
+    """0.001 ms: every real write drifts more than that, so every run is excluded (the stub's own default rule,
+    max(2 ms, 20 %), would have kept them all). Certification runs under the declared rule too, hence --force."""
+    doc, stdout = run_matrix(
+        tmp_path, 'name = "strict"\nframes = 4\nruns = 2\n[conditions]\ninterval_ms = [20]\n[exclusion]\n'
+        "tolerance_ms = 0.001\n", "--force",
+    )  # fmt: skip
+    direct = row(doc, "direct")
+    assert direct["excluded"] == direct["runs"] == 2
+    assert direct["exclusions"] == {"stub audit failed": 2}
+    for run in direct["raw"]:
+        assert run["audit"]["tolerance_ms"] == 0.001
+        assert run["audit"]["drift_ms"]["max"] > 0.001
+    assert doc["exclusion_shares"][-1] == {"condition": "all", "excluded": 2, "runs": 2, "share": 1.0}
+    drift = doc["certification"]["emitter_drift_ms"]["loopback"]
+    assert drift["writes"] > 0
+    assert drift["p50"] is not None
+    assert "emitter drift p50" in stdout
