@@ -178,3 +178,19 @@ def test_stub_rejects_frame_bytes_it_cannot_honour() -> None:
     )
     assert out.returncode == 2
     assert "--format plain" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (("http://[::1",), "is not valid"),
+        (("http://127.0.0.1:9", "--idle-timeout", "-1"), "--idle-timeout must be a number of seconds > 0"),
+        (("http://127.0.0.1:9", "--total-timeout", "0"), "--total-timeout must be a number of seconds > 0"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], text: str) -> None:
+    out = probe(*args)
+    assert out.returncode == 2, out.stderr
+    assert text in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in out.stderr

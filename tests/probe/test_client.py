@@ -9,6 +9,7 @@ from tokenpath.errors import (
     IdleTimeout,
     PeerError,
     ProtocolError,
+    UsageError,
 )
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
@@ -146,3 +147,10 @@ def test_reset_is_a_peer_error() -> None:
     clock = FakeClock()
     with pytest.raises(PeerError, match="reset"):
         probe_stream(ProbeConfig(url="http://h"), clock=clock, connect=lambda t, c: Resetting(clock, []))
+
+
+@pytest.mark.parametrize("flag", ["connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"])
+@pytest.mark.parametrize("value", [-1.0, 0.0, float("nan"), float("inf")])
+def test_timeouts_must_be_positive_and_finite(flag: str, value: float) -> None:
+    with pytest.raises(UsageError, match="must be a number of seconds > 0"):
+        ProbeConfig(url="http://127.0.0.1:9", **{flag: value})  # type: ignore[arg-type]

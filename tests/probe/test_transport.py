@@ -23,7 +23,7 @@ def test_parse_target(url: str, path: str, port: int, host_header: str) -> None:
     assert (target.path, target.port, target.host_header) == (path, port, host_header)
 
 
-@pytest.mark.parametrize("url", ["ftp://h", "http://", "h:80", "http://h:99999"])
+@pytest.mark.parametrize("url", ["ftp://h", "http://", "h:80", "http://h:99999", "http://[::1"])
 def test_bad_urls(url: str) -> None:
     with pytest.raises(UsageError):
         parse_target(url)
