@@ -54,7 +54,7 @@ def abort_ms(gw: str, stub: str) -> float:
         left_ns = time.monotonic_ns()
     time.sleep(0.5)
     writes = fetch_audit(stub, [sid])["streams"][0]["log"]["writes"]
-    return max(0.0, (max(w[2] for w in writes) - left_ns) / 1e6)
+    return max(0.0, (int(max(w[2] for w in writes)) - left_ns) / 1e6)
 
 
 def paused_rss_growth_mb(gw: str, pid: int) -> float:
@@ -66,7 +66,7 @@ def paused_rss_growth_mb(gw: str, pid: int) -> float:
         sock.sendall(request(body, f"bench-slow-{secrets.token_hex(4)}"))
         before = proc.memory_info().rss
         time.sleep(2.0)
-        grown = (proc.memory_info().rss - before) / 1e6
+        grown = float(proc.memory_info().rss - before) / 1e6
         parser = ResponseParser()
         while not parser.complete:
             data = sock.recv(65536)
