@@ -28,7 +28,7 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     doc = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "report.html").exists()
     assert "report: " in out.stdout
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     rows: dict[tuple[int, str], dict[str, Any]] = {(r["concurrency"], r["target"]): r for r in doc["levels"]}
     assert set(rows) == {(c, t) for c in (4, 12) for t in ("direct", "pass", "buffer", "cork")}
     stream_ms = (TOKENS + 1) * INTERVAL_MS  # role frame first, then the tokens, finish and [DONE] frames
@@ -51,6 +51,9 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     assert rows[(4, "pass")]["cpu_cores"] is not None
     table = (tmp_path / "table.md").read_text()
     assert "| 12 | cork |" in table
+    for row in rows.values():  # kept/total and the share, always, even at 0 %
+        assert row["kept"] + row["excluded"] == row["streams_total"]
+        assert f"{row['kept']}/{row['streams_total']} (" in table
 
 
 def test_open_loop_counts_from_the_schedule_and_reports_dispatch_lag(tmp_path: Path) -> None:
