@@ -347,23 +347,23 @@ def test_limits_answer_413_431_503_and_close_slow_headers(svc: Services) -> None
 def test_a_slow_client_pauses_the_upstream_instead_of_growing_memory(svc: Services) -> None:
     stub = svc.stub()
     gw = svc.gateway(pool(stub))
-    total = 3000 * 4096  # 12 MB offered as fast as the stub can write: all of it due within 0.6 s
-    stream_id = f"slow-{secrets.token_hex(4)}"
+    assert gw.pid is not None
+    proc = psutil.Process(gw.pid)
+    total = 3000 * 4096  # 12 MB offered as fast as the stub can write
     body = {**CHAT, "tokenpath": {"ttft_ms": 1, "interval_ms": 0.2, "tokens": 3000, "frame_bytes": 4096,
                                   "format": "plain"}}  # fmt: skip
     with socket.create_connection(hostport(gw.url), timeout=30) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
-        sock.sendall(request(body, headers=f"X-Tokenpath-Stream: {stream_id}\r\n"))
+        sock.sendall(request(body))
+        rss_before = proc.memory_info().rss
         time.sleep(2.0)  # the client reads nothing while the stub offers the whole 12 MB
+        grown_mb = (proc.memory_info().rss - rss_before) / 1e6
         parser, got = read_response(sock)
+    # A gateway that buffered would hold the 12 MB it was offered; a paused one holds its 64 KiB write buffer. The
+    # margin is wide on purpose: how little it grows is a benchmark figure (bench/timing_bounds.py, RESULTS.md).
+    assert grown_mb < 10, f"gateway RSS grew {grown_mb:.1f} MB while its client did not read"
     assert len(got) == total
     assert parser.complete
-    # The pause reached the stub: a gateway that buffered would have let it write everything on schedule, within
-    # 0.6 s; a paused one held its writes until the client read, ~2 s. (The gateway's RSS while paused is a
-    # benchmark figure: bench/RESULTS.md.)
-    writes = fetch_audit(stub, [stream_id])["streams"][0]["log"]["writes"]
-    held_ms = max(actual - scheduled for _, scheduled, actual, _ in writes) / 1e6
-    assert held_ms > 1000, f"the stub wrote on schedule (max drift {held_ms:.0f} ms): the gateway buffered"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
