@@ -50,7 +50,9 @@ def test_buffer_delivers_everything_in_one_read_at_the_end(world: tuple[Backgrou
     metrics = through(world, mode="buffer")
     assert metrics.frames == FRAMES
     assert metrics.arrivals == 1
-    assert (metrics.ttft_ms or 0) >= (FRAMES - 1) * INTERVAL
+    # Held for the whole stream (a pass relay delivers the first frame at once); 10 % margin because the client's
+    # clock starts after the stub's, so on a loaded host the measured TTFT can be a hair under the schedule.
+    assert (metrics.ttft_ms or 0) >= 0.9 * (FRAMES - 1) * INTERVAL
 
 
 def test_cork_delivers_bursts_about_cork_ms_late(world: tuple[BackgroundLoop, StubServer]) -> None:
