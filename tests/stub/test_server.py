@@ -23,10 +23,9 @@ def test_stream_is_paced_and_audited(start_stub: StartStub) -> None:
     trace = probe_stream(ProbeConfig(url=stub.url))
     metrics = run_metrics(trace)
     assert metrics.frames == 1 + 6 + 1 + 1  # role, tokens, finish, [DONE]
-    assert metrics.frames_per_read == 1.0
-    # Never early (the stub's clock starts a hair before sendall returns); how late is a benchmark figure
-    # (bench/stub_drift.py), so the upper bound only says the first token was not held for the whole stream.
-    assert 29 <= (metrics.ttft_ms or 0) < 30 + 6 * 20
+    # Never early (the stub's clock starts a hair before sendall returns). How late, and whether every frame
+    # arrived alone, depend on how busy the host is: bench/stub_drift.py and certification measure those.
+    assert (metrics.ttft_ms or 0) >= 29
     log = stub.audit.get(trace.stream_id)
     assert log is not None
     assert log.state == "complete"
@@ -34,6 +33,8 @@ def test_stream_is_paced_and_audited(start_stub: StartStub) -> None:
     verdict = audit_stream(log)
     assert verdict.writes == metrics.frames
     assert all(a >= s for s, a in zip(log.scheduled_ns, log.actual_ns, strict=True))  # the pacer never writes early
+    # One clock for both sides: each frame reached the client after the stub wrote it.
+    assert all(f.t_ns >= w for f, w in zip(trace.frames, log.actual_ns, strict=True))
 
 
 def test_http10_gets_close_delimited_body(start_stub: StartStub) -> None:
