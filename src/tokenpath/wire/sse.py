@@ -18,6 +18,9 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 # One event may hold this much before the parser gives up: far above any real chunk (tool-call deltas included, a
 # few KB), low enough that a peer sending one endless event cannot make a client hold unbounded memory.
 MAX_EVENT_BYTES = 8 << 20
+# Below this, bytes held for a split frame are joined to the next read by a plain copy (cheapest for token-sized
+# frames); above it they grow in place, so feeding one long event in small pieces is not quadratic.
+SMALL_HOLD_BYTES = 4096
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -85,7 +88,9 @@ class SSEParser:
     """
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
-        self._buf = bytearray()  # bytes of the event being read (from its first line on), plus unscanned bytes
+        # Bytes of the event being read (from its first line on), plus unscanned bytes: bytes while small, a
+        # bytearray growing in place once an event outgrows SMALL_HOLD_BYTES (so a long event stays linear).
+        self._buf: bytes | bytearray = b""
         self._scan = 0  # where line scanning resumes inside _buf
         self._line_start = 0  # where the unfinished line begins inside _buf
         self._lines: list[bytes] = []
@@ -98,14 +103,19 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[Frame]:
         buf: bytes | bytearray
-        if self._buf:
-            self._buf += data  # amortised O(len(data)): never re-copies what is held
-            buf = self._buf
-        else:
+        held = self._buf
+        if not held:
             buf = data  # the common case, whole frames per read: no copy at all
+        elif len(held) < SMALL_HOLD_BYTES and not isinstance(held, bytearray):
+            buf = held + data  # a frame split across reads: one small copy, slices stay bytes
+        else:
+            if not isinstance(held, bytearray):
+                held = self._buf = bytearray(held)
+            held += data  # a long event: grows in place, amortised O(len(data)), never re-copied
+            buf = held
         if self._at_start:
             if len(buf) < len(_BOM) and _BOM.startswith(buf):
-                self._hold(buf, 0)
+                self._buf = buf
                 return []
             if buf.startswith(_BOM):
                 buf = buf[len(_BOM) :]
@@ -126,6 +136,7 @@ class SSEParser:
             self._lf_frame = None
         lines = self._lines
         search = _LINE_END.search
+        owned = isinstance(buf, bytearray)  # slices of the growing buffer are copied out as bytes
         while True:
             m = search(buf, scan)
             if m is None:
@@ -134,13 +145,14 @@ class SSEParser:
             end = m.end()
             cr_at_end = end == len(buf) and buf[end - 1] == 13  # b"\r"
             self._skip_lf = cr_at_end
-            line = bytes(buf[line_start : m.start()])
+            line = buf[line_start : m.start()]
             scan = line_start = end
             if line:
-                lines.append(line)
+                lines.append(bytes(line) if owned else line)  # type: ignore[arg-type]
                 continue
             if lines:
-                frame = _build(lines, bytes(buf[start:scan]))
+                raw = buf[start:scan]
+                frame = _build(lines, bytes(raw) if owned else raw)  # type: ignore[arg-type]
                 frames.append(frame)
                 self._lf_frame = frame if cr_at_end else None
                 lines = []
@@ -148,25 +160,24 @@ class SSEParser:
         self._lines = lines
         self._scan = scan - start
         self._line_start = line_start - start
-        self._hold(buf, start)
+        if owned and buf is self._buf:
+            if start:
+                del buf[:start]  # type: ignore[union-attr]
+        else:
+            self._buf = buf[start:]  # b"" when the read ended on a frame boundary: no copy
+        if len(self._buf) > self._max:
+            self._overflow()
         return frames
 
-    def _hold(self, buf: bytes | bytearray, start: int) -> None:
-        """Keep buf[start:] for the next feed, in place when it is already ours."""
-        if buf is self._buf:
-            if start:
-                del self._buf[:start]
-        else:
-            self._buf = bytearray(buf[start:])
-        if len(self._buf) > self._max:
-            size = len(self._buf)
-            self._buf = bytearray()
-            self._lines = []
-            self._scan = self._line_start = 0
-            raise ProtocolError(
-                f"an SSE event grew past {self._max} bytes without ending ({size} bytes held): "
-                "not a token stream this client can measure"
-            )
+    def _overflow(self) -> None:
+        size = len(self._buf)
+        self._buf = b""
+        self._lines = []
+        self._scan = self._line_start = 0
+        raise ProtocolError(
+            f"an SSE event grew past {self._max} bytes without ending ({size} bytes held): "
+            "not a token stream this client can measure"
+        )
 
     def pending_bytes(self) -> int:
         """Bytes held for an event that has not ended yet (trailing data at end of stream)."""
