@@ -66,27 +66,9 @@ class ServiceProcess:
         raise ServiceError(f"{self.name} did not report 'listening on' within {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """SIGTERM to the service's process group; returns when every process it started is gone."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        children = descendants_of(proc.pid)  # workers, and multiprocessing's resource tracker
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout_s)
-        # The main process waited for its workers; what is left (multiprocessing's resource tracker ignores
-        # SIGTERM) goes now.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                child.kill()
-        wait_gone(children, timeout_s)
+        """Stops the service and every process it started (workers, multiprocessing's resource tracker)."""
+        if self._proc is not None:
+            stop_process_group(self._proc, timeout_s)
 
     @property
     def pid(self) -> int | None:
@@ -109,16 +91,37 @@ class ServiceProcess:
         self.log_path.unlink(missing_ok=True)
 
 
-def descendants_of(pid: int) -> list[psutil.Process]:
+def stop_process_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """For a process started in its own session: SIGTERM to its group and a wait, then SIGKILL to whatever is left
+    of the group and of its descendants (some leave the group: squid's pinger did; multiprocessing's resource
+    tracker ignores SIGTERM). Returns when every one of them has exited, so a stopped target leaves nothing running.
+    """
+    pgid = process.pid  # start_new_session: its pid is its process group
+    descendants = _descendants(process.pid)
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout_s)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout_s)
+    for proc in descendants:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _wait_gone(descendants, timeout_s)
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
     try:
         return list(psutil.Process(pid).children(recursive=True))
     except psutil.Error:
         return []
 
 
-def wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
-    """Until each process has exited (a zombie has: only its parent's wait is left). A kill is asynchronous, so
-    without this a stopped target may still have a process running for a moment."""
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> None:
+    """Until each process has exited (a zombie has: only its parent's wait is left); a kill is asynchronous."""
     deadline = time.monotonic() + timeout_s
     for proc in procs:
         while time.monotonic() < deadline:

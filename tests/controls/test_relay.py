@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +13,11 @@ from tokenpath.controls.relay import Relay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.transport import TLSOptions
+from tokenpath.proxies.base import TLSFiles
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
+from tokenpath.tlscert import self_signed
 
 FRAMES, INTERVAL = 10, 20
 
@@ -30,14 +34,26 @@ def world() -> Iterator[tuple[BackgroundLoop, StubServer]]:
     bg.close()
 
 
-def through(world: tuple[BackgroundLoop, StubServer], **relay: object) -> RunMetrics:
+def through(world: tuple[BackgroundLoop, StubServer], tls: TLSFiles | None = None, **relay: object) -> RunMetrics:
     bg, stub = world
+    if tls is not None:
+        relay.update(tls_cert=str(tls.cert), tls_key=str(tls.key))
     server = Relay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, **relay))  # type: ignore[arg-type]
     port = bg.run(server.start())
+    scheme = "https" if tls is not None else "http"
+    cfg = ProbeConfig(url=f"{scheme}://127.0.0.1:{port}", tls=TLSOptions(cacert=str(tls.cert) if tls else None))
     try:
-        return run_metrics(probe_stream(ProbeConfig(url=f"http://127.0.0.1:{port}")))
+        return run_metrics(probe_stream(cfg))
     finally:
         bg.run(server.close())
+
+
+def test_cork_over_tls_is_still_seen_in_bursts(world: tuple[BackgroundLoop, StubServer], tmp_path: Path) -> None:
+    """With --tls-cert the relay terminates TLS and sends what it held as one record per piece, in one burst
+    (HAProxy 2.8+'s shape); the probe must still count each burst as one arrival."""
+    metrics = through(world, tls=self_signed(tmp_path, ["127.0.0.1"]), mode="cork", cork_ms=70, cork_bytes=10_000)
+    assert metrics.frames == FRAMES
+    assert (metrics.frames_per_read or 0) >= 3
 
 
 def test_pass_streams(world: tuple[BackgroundLoop, StubServer]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -18,10 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
 from tokenpath.errors import TokenpathError
-from tokenpath.procs import descendants_of, wait_gone
+from tokenpath.procs import stop_process_group
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
@@ -162,23 +159,8 @@ class RunningProxy:
         return ""
 
     def stop(self) -> None:
-        """SIGTERM to the proxy's whole process group, then SIGKILL to whatever is left of it: helpers (squid's,
-        for one) can outlive their main process by a moment."""
-        pgid = self.process.pid  # started with start_new_session: its pid is its process group
-        descendants = descendants_of(self.process.pid)  # some helpers leave the group (squid's pinger did)
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(STOP_TIMEOUT_S)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(STOP_TIMEOUT_S)
-        for proc in descendants:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        wait_gone(descendants, STOP_TIMEOUT_S)
+        """Stops the proxy and every process it started (see procs.stop_process_group), then removes its files."""
+        stop_process_group(self.process, STOP_TIMEOUT_S)
         shutil.rmtree(self.site.workdir, ignore_errors=True)
 
 

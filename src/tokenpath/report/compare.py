@@ -64,18 +64,18 @@ def _matrix_key(row: dict[str, Any]) -> str:
     return f"{path}: {condition_label(row)}"
 
 
-def _matrix_floors(doc: dict[str, Any]) -> dict[str, float]:
-    """Per condition, the added-TTFT difference the direct path could resolve: its spread plus the row margin."""
-    return {f["condition"]: f["ttft_spread_ms"] + FLOOR_MARGIN_TTFT_MS for f in doc.get("floors", []) if f.get("fpr")}
-
-
-def _matrix_floor(metric: str, row: dict[str, Any], floors: dict[str, float]) -> float | None:
+def _matrix_floor(metric: str, row: dict[str, Any], doc: dict[str, Any]) -> float | None:
+    """The smallest difference the direct path resolved for this row's condition: its added-TTFT spread plus the
+    row margin (as rows.py decides "within the floor"); for frames per read, the row margin."""
     if metric == "frames per read":
         return FLOOR_MARGIN_FPR
-    return floors.get(condition_label(row))
+    label = condition_label(row)
+    floors = [f["ttft_spread_ms"] for f in doc.get("floors", []) if f.get("fpr") and f["condition"] == label]
+    return floors[0] + FLOOR_MARGIN_TTFT_MS if floors else None
 
 
-def _load_floor(metric: str, row: dict[str, Any], floors: dict[str, float]) -> float | None:
+def _load_floor(metric: str, row: dict[str, Any], doc: dict[str, Any]) -> float | None:
+    """The direct path's p50-to-p99 spread at this row's level, plus the same margin."""
     floor = row.get("floor_ms") or {}
     if floor.get("p50") is None or floor.get("p99") is None:
         return None
@@ -126,7 +126,6 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
         rows_a, rows_b, key, figures, floor_of = a["levels"], b["levels"], _load_key, _load_figures, _load_floor
     else:
         rows_a, rows_b, key, figures, floor_of = a["rows"], b["rows"], _matrix_key, _matrix_figures, _matrix_floor
-    floors_a, floors_b = _matrix_floors(a), _matrix_floors(b)
     other = {key(r): r for r in rows_b}
     out = []
     for row in rows_a:
@@ -135,7 +134,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
             continue
         fb = figures(match)
         for metric, fa in figures(row).items():
-            known = [f for f in (floor_of(metric, row, floors_a), floor_of(metric, match, floors_b)) if f is not None]
+            known = [f for f in (floor_of(metric, row, a), floor_of(metric, match, b)) if f is not None]
             out.append(Comparison(key(row), metric, fa, fb[metric], max(known) if known else None))
     if not out:
         raise UsageError("--compare: the two result sets share no row (same path, condition or level)")
