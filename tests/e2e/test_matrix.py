@@ -178,7 +178,12 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 2  # the stub and the relays, each in its own session
     proc.send_signal(signal.SIGINT)
-    output, _ = proc.communicate(timeout=60)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # fail this test alone: a leaked Popen would fail a later one when collected
+        proc.kill()
+        output, _ = proc.communicate()
+        pytest.fail(f"the matrix did not stop within 60 s of Ctrl-C; its output:\n{output.decode(errors='replace')}")
     assert proc.returncode == 130, output
     doc = json.loads((out_dir / "results.json").read_text())
     assert doc["interrupted"] is True
