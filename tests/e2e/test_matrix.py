@@ -168,9 +168,16 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
         "name = 'long'\nframes = 20\nruns = 50\n[conditions]\ninterval_ms = [50]\n[[proxy]]\nname = 'pass'\n"
     )
     out_dir = tmp_path / "out"
-    proc = subprocess.Popen(
-        tokenpath_argv("matrix", str(exp), "--out", str(out_dir)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    # A test run started in the background of a script inherits SIGINT ignored, and so would the matrix: Ctrl-C
+    # from a terminal reaches a process whose SIGINT is at its default, so that is what the child gets here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            tokenpath_argv("matrix", str(exp), "--out", str(out_dir)), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 60
     while not (out_dir / "results.json").exists() and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -96,8 +96,8 @@ class GatewayApp:
         if response.finished or response.client_gone:
             return
         kind = "invalid_request_error" if status < 500 else "server_error"
+        self.metrics.requests.labels(str(status)).inc()  # before the answer goes out, as in upstream_complete
         response.send_json(status, error_body(message, kind, code), headers)
-        self.metrics.requests.labels(str(status)).inc()
 
     def connection_pool(self, member: MemberState) -> ConnectionPool:
         return self.connections[id(member)]
@@ -357,6 +357,8 @@ class Exchange:
             return
         if self.mode == "chunked":
             self.out.append(b"0\r\n\r\n")
+        # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
+        self.app.metrics.requests.labels(str(self.status)).inc()
         self._flush()
         conn, self.conn = self.conn, None
         if conn is not None:
@@ -366,7 +368,6 @@ class Exchange:
             self.response.close_connection()
         else:
             self.response.write(b"", last=True)
-        self.app.metrics.requests.labels(str(self.status)).inc()
         self._resolve_done()
 
     def upstream_lost(self, reason: str) -> None:
