@@ -26,7 +26,7 @@ import psutil
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import median, percentile
 from tokenpath.stub.control import fetch_audit
-from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.client import ResponseParser
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
 

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import signal
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tokenpath import __version__
+from tokenpath.controls.policies import CORK_BYTES, CORK_MS
 from tokenpath.errors import TokenpathError, UsageError
+from tokenpath.experiment.grid import DEFAULT_INTERVALS, DEFAULT_SIZES, as_list
 from tokenpath.wire.request import parse_header_arg
 
 app = typer.Typer(
@@ -30,8 +30,17 @@ err_console = Console(stderr=True)
 
 
 def _fail(command: str, exc: TokenpathError) -> NoReturn:
-    err_console.print(f"tokenpath {command}: error: {exc}", highlight=False, markup=False)
+    err_console.print(f"tokenpath {command}: error: {_as_flags(str(exc))}", highlight=False, markup=False)
     raise typer.Exit(exc.exit_code)
+
+
+_FIELD = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def _as_flags(message: str) -> str:
+    """Library messages name config fields in backticks (`frame_bytes`); on the command line each is the flag of
+    the same name (--frame-bytes), so the user reads what to change where they typed it."""
+    return _FIELD.sub(lambda m: "--" + m.group(1).replace("_", "-"), message)
 
 
 def _host_port(value: str, flag: str) -> tuple[str, int]:
@@ -90,24 +99,9 @@ def stub(
             format=format,  # type: ignore[arg-type]
             model=model, workers=workers, seed=seed, priority=priority,  # type: ignore[arg-type]
         )  # fmt: skip
-        _check_frame_size(cfg)
         run(cfg, _announce("stub"), loop)
     except TokenpathError as exc:
         _fail("stub", exc)
-
-
-def _check_frame_size(cfg: object) -> None:
-    """Fail at start, not on the first request, when --frame-bytes cannot hold a frame."""
-    from tokenpath.stub.config import StubConfig
-    from tokenpath.stub.frames import StreamRequest, minimum_frame_bytes
-
-    assert isinstance(cfg, StubConfig)
-    if cfg.frame_bytes is None:
-        return
-    need = minimum_frame_bytes(StreamRequest("chat", cfg.model, "", cfg.tokens), cfg.format)
-    if cfg.frame_bytes < need:
-        hint = "" if cfg.format == "plain" else "; --format plain frames can be as small as 8 bytes"
-        raise UsageError(f"--frame-bytes {cfg.frame_bytes} cannot hold this stub's frames (need >= {need}){hint}")
 
 
 @app.command()
@@ -136,6 +130,7 @@ def probe(
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
     from tokenpath.probe.client import ProbeConfig, probe_stream
     from tokenpath.probe.metrics import run_metrics, summarize
+    from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.request import DEFAULT_PROMPT
 
@@ -162,7 +157,7 @@ def probe(
     if json_out:
         print(json.dumps(document, indent=2))
     else:
-        _print_probe_table(document)
+        console.print(probe_table(document))
 
 
 def _body_json(text: str | None) -> tuple[tuple[str, object], ...]:
@@ -200,41 +195,19 @@ def _api_key(env_name: str | None) -> str | None:
     return os.environ.get("TOKENPATH_API_KEY") or None
 
 
-def _print_probe_table(doc: dict[str, object]) -> None:
-    table = Table(title=f"tokenpath probe {doc['url']}")
-    for col in ("run", "status", "frames", "arrivals", "fpr", "TTFB ms", "TTFT ms", "gap p50", "gap p90",
-                "gap max", "bursts (size x count)", "total ms"):  # fmt: skip
-        table.add_column(col, justify="right")
-    runs = doc["runs"]
-    assert isinstance(runs, list)
-    for i, r in enumerate(runs, 1):
-        gaps = r["gaps_ms"]
-        table.add_row(
-            str(i), str(r["status"]), str(r["frames"]), str(r["arrivals"]), _fmt(r["frames_per_read"], 2),
-            _fmt(r["ttfb_ms"]), _fmt(r["ttft_ms"]), _fmt(gaps.get("p50")), _fmt(gaps.get("p90")),
-            _fmt(gaps.get("max")), " ".join(f"{k}x{v}" for k, v in r["bursts"].items()), _fmt(r["total_ms"]),
-        )  # fmt: skip
-    console.print(table)
-
-
-def _fmt(value: object, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 @app.command()
 def relay(
     upstream: Annotated[str, typer.Option(help="HOST:PORT to forward to.")],
     mode: Annotated[str, typer.Option(help="pass, buffer or cork.")] = "pass",
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on; port 0 picks one.")] = "127.0.0.1:0",
-    cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = 1448,
-    cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = 200.0,
+    cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = CORK_BYTES,
+    cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = CORK_MS,
     tls_cert: Annotated[str | None, typer.Option(help="Terminate TLS with this certificate (PEM).")] = None,
     tls_key: Annotated[str | None, typer.Option(help="Private key (PEM) for --tls-cert.")] = None,
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
 ) -> None:
     """A byte-level TCP relay that buffers in a known way: the control the instrument must detect."""
-    from tokenpath.controls.relay import Relay, RelayConfig
-    from tokenpath.loops import new_event_loop
+    from tokenpath.controls.relay import RelayConfig, serve
 
     try:
         listen_host, listen_port = _host_port(listen, "--listen")
@@ -244,23 +217,9 @@ def relay(
             listen_host=listen_host, listen_port=listen_port, cork_bytes=cork_bytes, cork_ms=cork_ms,
             tls_cert=tls_cert, tls_key=tls_key,
         )  # fmt: skip
-        event_loop = new_event_loop(loop)
-        server = Relay(cfg)
-        event_loop.run_until_complete(server.start())
+        serve(cfg, _announce("relay"), loop)
     except TokenpathError as exc:
         _fail("relay", exc)
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        event_loop.add_signal_handler(sig, stop.set)
-    host = f"[{listen_host}]" if ":" in listen_host else listen_host
-    print(
-        f"tokenpath relay: listening on {'https' if tls_cert else 'http'}://{host}:{server.port} (mode={mode}, "
-        f"upstream {upstream})",
-        flush=True,
-    )
-    event_loop.run_until_complete(stop.wait())
-    event_loop.run_until_complete(server.close())
-    event_loop.close()
 
 
 @app.command()
@@ -304,10 +263,8 @@ def sweep(
     variant: Annotated[str, typer.Option(help="Its variant.")] = "stock",
     link: Annotated[str, typer.Option(help="loopback or veth (1,500-byte MTU; needs root).")] = "veth",
     tls: Annotated[bool, typer.Option(help="Terminate TLS at the proxy.")] = False,
-    sizes: Annotated[
-        str, typer.Option(help="Frame sizes in bytes, comma-separated.")
-    ] = "60,200,360,500,700,1000,1400,2000",
-    intervals: Annotated[str, typer.Option(help="Intervals in ms, comma-separated.")] = "10,25,50,100",
+    sizes: Annotated[str, typer.Option(help="Frame sizes in bytes, comma-separated.")] = as_list(DEFAULT_SIZES),
+    intervals: Annotated[str, typer.Option(help="Intervals in ms, comma-separated.")] = as_list(DEFAULT_INTERVALS),
     runs: Annotated[int, typer.Option(help="Streams per point.")] = 3,
     frames: Annotated[int, typer.Option(help="Frames per stream.")] = 30,
     out: Annotated[str, typer.Option(help="Directory for results.json.")] = "out/sweep",
@@ -316,11 +273,9 @@ def sweep(
     """Sweep frame size x interval through one proxy and infer what makes it flush (size? timer?)."""
     from pathlib import Path
 
-    from tokenpath.experiment.sweep import run_sweep, sweep_experiment
+    from tokenpath.experiment.sweep import run_sweep, sweep_experiment, sweep_table
 
     try:
-        if link not in ("loopback", "veth"):
-            raise UsageError(f"--link {link!r}: expected loopback or veth")
         try:
             size_list = [int(x) for x in sizes.split(",")]
             interval_list = [float(x) for x in intervals.split(",")]
@@ -331,15 +286,7 @@ def sweep(
         doc = run_sweep(exp, proxy, Path(out), console, force)
     except TokenpathError as exc:
         _fail("sweep", exc)
-    table = Table(title=f"tokenpath sweep: {exp.name}")
-    for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
-        table.add_column(col, justify="right")
-    for p in doc["points"]:
-        table.add_row(
-            str(p["frame_bytes"]), f"{p['interval_ms']:g}", _fmt(p["fpr_median"], 2), _fmt(p["added_ttft_ms_median"]),
-            str(p["modal_burst"]), "no" if p["within_floor"] else "yes",
-        )  # fmt: skip
-    console.print(table)
+    console.print(sweep_table(doc, exp.name))
     inferred = doc["inferred"]
     console.print(f"[bold]{proxy} {inferred.get('rule', '')}[/] ({inferred['explanation']})")
     console.print(f"results: {Path(out) / 'results.json'}")
@@ -444,27 +391,12 @@ def gateway(
     from tokenpath.gateway.server import run as run_gateway
 
     try:
-        data: dict[str, object] = {}
-        if config:
-            data = gwconfig.read_toml(config)
-        if upstream:
-            data["pool"] = [{"name": "default", "strategy": strategy, "member": [{"url": u} for u in upstream]}]
-        if listen:
-            data["listen"] = listen
-        if metrics_listen:
-            data["metrics_listen"] = metrics_listen
-        if workers is not None:
-            data["workers"] = workers
-        raw_auth = data.get("auth")
-        auth: dict[str, object] = dict(raw_auth) if isinstance(raw_auth, dict) else {}
-        if no_auth:
-            auth = {"mode": "none"}
-        for key, value in (("secret_env", jwt_secret_env), ("public_key_file", jwt_public_key),
-                           ("jwks_url", jwks_url), ("audience", audience), ("issuer", issuer)):  # fmt: skip
-            if value:
-                auth[key] = value
-        data["auth"] = auth
-        cfg = gwconfig.from_dict(data)
+        overrides = gwconfig.Overrides(
+            listen=listen, upstreams=tuple(upstream or ()), strategy=strategy, metrics_listen=metrics_listen,
+            workers=workers, no_auth=no_auth, secret_env=jwt_secret_env, public_key_file=jwt_public_key,
+            jwks_url=jwks_url, audience=audience, issuer=issuer,
+        )  # fmt: skip
+        cfg = gwconfig.from_dict(overrides.apply(gwconfig.read_toml(config) if config else {}))
         run_gateway(cfg, _announce("gateway"), loop, log_level)
     except TokenpathError as exc:
         _fail("gateway", exc)

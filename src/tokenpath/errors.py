@@ -1,55 +1,176 @@
-"""One error tree for the whole package.
+"""One error tree for the whole package (httpcore's `_exceptions.py` shape).
 
-`UsageError` is ours (the caller asked for something impossible); `PeerError` and its children are the other
-side's doing. Each error carries the process exit code the CLI uses, so scripts can tell failures apart.
+    TokenpathError
+    ├── UsageError            ours: a flag, a URL, a config value the caller must change
+    ├── LocalProtocolError    ours: code in this package misused the HTTP core (a bug, never the peer's doing)
+    ├── PeerError             the other side: server, proxy or network
+    │   ├── NetworkError          ConnectError (DNSError, TLSError), the connection reset
+    │   ├── PeerTimeout           ConnectTimeout, FirstByteTimeout, IdleTimeout, TotalTimeout
+    │   ├── RemoteProtocolError   bytes that are not valid HTTP (alias: ProtocolError)
+    │   ├── HTTPStatusError       a non-2xx answer
+    │   ├── ContentTypeError      not text/event-stream
+    │   └── BadRequest            a request the peer refused as malformed or too large (our server's 4xx)
+    └── InstrumentError       the measuring setup itself: CertificationError, ServiceError, ProxyError, NetnsError
+
+Each class carries the process exit code the CLI uses, so scripts can tell failures apart; the README's table is
+generated from `exit_code_table()` (a test keeps the two equal). A peer's failure is never relabelled as a usage
+error: exit 2 always means "change your input".
 """
+
+from __future__ import annotations
 
 
 class TokenpathError(Exception):
     exit_code = 1
+    meaning = "an unexpected failure"
 
 
 class UsageError(TokenpathError):
     """Bad input from the user: a flag, a URL, a config value."""
 
     exit_code = 2
+    meaning = "bad input: a flag, URL, file or config value"
+
+
+class LocalProtocolError(TokenpathError):
+    """This package asked its HTTP core for something HTTP does not allow. Always a bug here."""
+
+    exit_code = 1
+    meaning = "a bug in tokenpath (please report it)"
 
 
 class PeerError(TokenpathError):
     """The server, proxy or network did something we cannot measure through."""
 
     exit_code = 3
+    meaning = ""  # abstract: its children say what happened
 
 
-class ConnectError(PeerError):
+class NetworkError(PeerError):
     exit_code = 3
+    meaning = "the connection failed or was reset"
 
 
-class DNSError(PeerError):
+class ConnectError(NetworkError):
+    exit_code = 3
+    meaning = "cannot connect (refused or unreachable)"
+
+
+class DNSError(ConnectError):
     exit_code = 4
+    meaning = "the host name does not resolve"
 
 
-class TLSError(PeerError):
+class TLSError(ConnectError):
     exit_code = 5
+    meaning = "the TLS handshake failed (certificate, protocol)"
 
 
 class HTTPStatusError(PeerError):
     exit_code = 6
+    meaning = "a non-2xx status (the body's first bytes are shown)"
 
 
 class ContentTypeError(PeerError):
     exit_code = 7
+    meaning = "the response is not text/event-stream"
 
 
-class FirstByteTimeout(PeerError):
+class PeerTimeout(PeerError):
     exit_code = 8
+    meaning = ""  # abstract: its children say which timeout
 
 
-class IdleTimeout(PeerError):
+class ConnectTimeout(ConnectError, PeerTimeout):
+    exit_code = 3
+    meaning = "connecting took longer than --connect-timeout"
+
+
+class FirstByteTimeout(PeerTimeout):
+    exit_code = 8
+    meaning = "no first byte within --first-byte-timeout"
+
+
+class IdleTimeout(PeerTimeout):
     exit_code = 9
+    meaning = "silence longer than --idle-timeout"
 
 
-class ProtocolError(PeerError):
-    """Malformed HTTP framing (bad status line, broken chunked encoding, truncated body)."""
+class TotalTimeout(PeerTimeout):
+    exit_code = 13
+    meaning = "the stream did not end within --total-timeout"
+
+
+class RemoteProtocolError(PeerError):
+    """Malformed HTTP from the peer (bad status line, broken chunked encoding, truncated body). `status_hint` is
+    the status a server answers a malformed request with (h11's error_status_hint)."""
 
     exit_code = 10
+    meaning = "malformed HTTP framing from the peer"
+
+    def __init__(self, message: str, status_hint: int = 400) -> None:
+        super().__init__(message)
+        self.status_hint = status_hint
+
+
+ProtocolError = RemoteProtocolError  # the name most of the package reads
+
+
+class BadRequest(PeerError):
+    """A request our server refused (too large, malformed): raised to a client of ours by the server's answer."""
+
+    exit_code = 12
+    meaning = "the peer refused the request as malformed or too large (4xx)"
+
+
+class InstrumentError(TokenpathError):
+    """The measuring setup failed: nothing measured through it can be reported."""
+
+    exit_code = 20
+    meaning = "the instrument failed (a service, proxy, namespace or certification)"
+
+
+class CertificationError(InstrumentError):
+    exit_code = 11  # since the matrix first shipped; kept so scripts that test for it keep working
+    meaning = "certification failed: the controls were not seen as declared"
+
+
+class ServiceError(InstrumentError):
+    exit_code = 22
+    meaning = "a service tokenpath started (stub, gateway, relay) failed"
+
+
+class ProxyError(InstrumentError):
+    exit_code = 23
+    meaning = "a proxy under test could not be installed, configured or started"
+
+
+class NetnsError(InstrumentError):
+    exit_code = 24
+    meaning = "a network namespace or veth link could not be set up"
+
+
+def _tree(cls: type[TokenpathError]) -> list[type[TokenpathError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        if sub.__module__ == __name__:
+            out.extend(c for c in _tree(sub) if c not in out)
+    return out
+
+
+def exit_code_table() -> str:
+    """The README's exit-code table, one row per code, from the classes above."""
+    rows: dict[int, list[type[TokenpathError]]] = {}
+    for cls in _tree(TokenpathError):
+        rows.setdefault(cls.exit_code, []).append(cls)
+    lines = ["| exit | errors | meaning |", "|---:|---|---|", "| 0 | | success |"]
+    for code in sorted(rows):
+        classes = rows[code]
+        names = ", ".join(f"`{c.__name__}`" for c in classes)
+        meanings = "; ".join(dict.fromkeys(c.meaning for c in classes if c.meaning))
+        lines.append(f"| {code} | {names} | {meanings} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(exit_code_table())

@@ -15,13 +15,9 @@ from types import TracebackType
 
 import psutil
 
-from tokenpath.errors import TokenpathError
+from tokenpath.errors import ServiceError
 
 _LISTENING = re.compile(r"listening on (\S+)")
-
-
-class ServiceError(TokenpathError):
-    pass
 
 
 def tokenpath_argv(*args: str) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import BackgroundLoop
-from tokenpath.controls.relay import Relay, RelayConfig
+from tokenpath.controls.relay import ControlRelay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import RunMetrics, run_metrics
@@ -38,7 +38,7 @@ def through(world: tuple[BackgroundLoop, StubServer], tls: TLSFiles | None = Non
     bg, stub = world
     if tls is not None:
         relay.update(tls_cert=str(tls.cert), tls_key=str(tls.key))
-    server = Relay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, **relay))  # type: ignore[arg-type]
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, **relay))  # type: ignore[arg-type]
     port = bg.run(server.start())
     scheme = "https" if tls is not None else "http"
     cfg = ProbeConfig(url=f"{scheme}://127.0.0.1:{port}", tls=TLSOptions(cacert=str(tls.cert) if tls else None))
@@ -90,7 +90,7 @@ def test_cork_flushes_on_size(world: tuple[BackgroundLoop, StubServer]) -> None:
 
 def test_unreachable_upstream_closes_the_client(world: tuple[BackgroundLoop, StubServer]) -> None:
     bg, _ = world
-    server = Relay(RelayConfig(upstream_host="127.0.0.1", upstream_port=1))
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=1))
     port = bg.run(server.start())
     try:
         started = time.monotonic()

@@ -27,7 +27,7 @@ from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import token_text
-from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.client import ResponseParser
 
 pytestmark = pytest.mark.e2e
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tokenpath.errors import ProxyError
 from tokenpath.proxies import catalogue, lookup
-from tokenpath.proxies.base import Endpoint, ProxyError, Site, TLSFiles
+from tokenpath.proxies.base import Endpoint, Site, TLSFiles
 
 
 def site(tmp_path: Path, proxy: str, variant: str = "stock", tls: bool = False) -> Site:

@@ -7,7 +7,8 @@ import pytest
 
 from tokenpath.errors import UsageError
 from tokenpath.stub.frames import DONE_FRAME, StreamRequest, minimum_frame_bytes, render_stream, token_text
-from tokenpath.wire.sse import FrameKind, SSEParser
+from tokenpath.wire.openai import FrameKind
+from tokenpath.wire.sse import SSEParser
 
 
 def chat(tokens: int = 5, usage: bool = False) -> StreamRequest:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tokenpath.errors import ProtocolError
-from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.client import ResponseParser
 
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"

@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokenpath.errors import ProtocolError
-from tokenpath.wire.sse import Frame, FrameKind, SSEParser, classify
+from tokenpath.wire.openai import FrameKind, classify
+from tokenpath.wire.sse import Frame, SSEParser
 
 STREAM = (
     b": keep-alive comment\n\n"

@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, Protocol
 
+from tokenpath.errors import InstrumentError
+
 Mode = Literal["pass", "buffer", "cork"]
 MODES: tuple[Mode, ...] = ("pass", "buffer", "cork")
+
+# The cork control models Linux TCP_CORK / MSG_MORE: a partial segment is held until a full one (1,448 bytes of
+# payload on a 1,500-byte MTU link with timestamps) is queued, or at most 200 ms.
+CORK_BYTES = 1448
+CORK_MS = 200.0
 
 # A buffering relay holds a whole response in memory; past this it gives up rather than grow without bound.
 MAX_BUFFER_BYTES = 64 << 20
@@ -27,8 +34,8 @@ class Cancellable(Protocol):
     def cancel(self) -> None: ...
 
 
-class BufferLimitExceeded(Exception):
-    pass
+class BufferLimitExceeded(InstrumentError):
+    """A hold policy was sent more than it may hold: the control cannot model that proxy any more."""
 
 
 class Policy(Protocol):
@@ -74,7 +81,7 @@ class BufferPolicy:
 
 
 class CorkPolicy:
-    def __init__(self, write: Write, call_later: CallLater, cork_bytes: int = 1448, cork_ms: float = 200.0):
+    def __init__(self, write: Write, call_later: CallLater, cork_bytes: int = CORK_BYTES, cork_ms: float = CORK_MS):
         self._write = write
         self._call_later = call_later
         self._cork_bytes = cork_bytes

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from tokenpath.controls.policies import MODES, BufferLimitExceeded, Mode, Policy, make_policy
+from tokenpath.controls.policies import CORK_BYTES, CORK_MS, MODES, BufferLimitExceeded, Mode, Policy, make_policy
 from tokenpath.errors import UsageError
+from tokenpath.loops import new_event_loop
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +28,8 @@ class RelayConfig:
     mode: Mode = "pass"
     listen_host: str = "127.0.0.1"
     listen_port: int = 0
-    cork_bytes: int = 1448  # one full segment on a 1,500-byte MTU link
-    cork_ms: float = 200.0  # Linux holds a corked partial segment at most 200 ms
+    cork_bytes: int = CORK_BYTES
+    cork_ms: float = CORK_MS
     tls_cert: str | None = None  # terminate TLS towards the client (PEM files); the upstream stays plain
     tls_key: str | None = None
 
@@ -187,7 +190,28 @@ class _Downstream(asyncio.Protocol):
             self.transport.writelines(pieces)
 
 
-class Relay:
+def serve(cfg: RelayConfig, announce: Callable[[str], None], loop_name: str = "uvloop") -> None:
+    """Run a relay until SIGINT/SIGTERM; `announce` gets the line a parent process waits for."""
+    loop = new_event_loop(loop_name)
+    try:
+        relay = ControlRelay(cfg)
+        loop.run_until_complete(relay.start())
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
+        scheme = "https" if cfg.tls_cert else "http"
+        announce(
+            f"listening on {scheme}://{host}:{relay.port} (mode={cfg.mode}, "
+            f"upstream {cfg.upstream_host}:{cfg.upstream_port})"
+        )
+        loop.run_until_complete(stop.wait())
+        loop.run_until_complete(relay.close())
+    finally:
+        loop.close()
+
+
+class ControlRelay:
     """A relay as a library object: `await start()` returns the port; `await close()` stops it."""
 
     def __init__(self, cfg: RelayConfig) -> None:

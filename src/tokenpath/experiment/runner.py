@@ -19,7 +19,8 @@ from typing import Any
 
 from rich.console import Console
 
-from tokenpath.errors import PeerError, TokenpathError, UsageError
+from tokenpath.controls.policies import CORK_MS
+from tokenpath.errors import CertificationError, PeerError, TokenpathError, UsageError
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
@@ -30,7 +31,7 @@ from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
 from tokenpath.proxies.base import Endpoint, Site, TLSFiles, free_port, new_workdir, start
-from tokenpath.proxies.relays import CONTROLS, CORK_MS
+from tokenpath.proxies.relays import CONTROLS
 from tokenpath.results import schema, tables
 from tokenpath.stats import percentile
 from tokenpath.stub.control import SocketFactory, fetch_audit, tcp_connect
@@ -41,10 +42,6 @@ CERT_INTERVAL_MS, CERT_FRAME_BYTES, CERT_FRAMES = 50.0, 60, 12
 CERT_CONDITION = {"interval_ms": CERT_INTERVAL_MS, "frame_bytes": CERT_FRAME_BYTES, "tokens": CERT_FRAMES}
 CERT_RUNS = 3
 CERT_MAX_DIRECT_FPR = 1.05
-
-
-class CertificationError(TokenpathError):
-    exit_code = 11
 
 
 @dataclass

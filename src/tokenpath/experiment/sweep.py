@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 
+from tokenpath.errors import UsageError
 from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
+from tokenpath.probe.table import fmt
 from tokenpath.results import schema
 from tokenpath.stats import median
 
-DEFAULT_SIZES = (60, 200, 360, 500, 700, 1000, 1400, 2000)
-DEFAULT_INTERVALS = (10.0, 25.0, 50.0, 100.0)
 TIMER_CLUSTER = 0.15  # hold times within 15 % of the longest are the timer's
 SIZE_RELEASED_BELOW = 0.7  # a burst released before 70 % of the timer was released by size
 
@@ -29,6 +30,8 @@ SIZE_RELEASED_BELOW = 0.7  # a burst released before 70 % of the timer was relea
 def sweep_experiment(
     proxy: str, variant: str, link: Link, tls: bool, sizes: list[int], intervals: list[float], runs: int, frames: int
 ) -> Experiment:
+    if link not in ("loopback", "veth"):
+        raise UsageError(f"`link` {link!r}: expected loopback or veth")
     return Experiment(
         name=f"sweep: {proxy}{'' if variant == 'stock' else f' ({variant})'} over {link}{' with TLS' if tls else ''}",
         paths=[PathSpec("direct"), PathSpec(proxy, variant)],
@@ -36,6 +39,18 @@ def sweep_experiment(
         frames=frames,
         runs=runs,
     )
+
+
+def sweep_table(doc: dict[str, Any], title: str) -> Table:
+    table = Table(title=f"tokenpath sweep: {title}")
+    for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
+        table.add_column(col, justify="right")
+    for p in doc["points"]:
+        table.add_row(
+            str(p["frame_bytes"]), f"{p['interval_ms']:g}", fmt(p["fpr_median"], 2), fmt(p["added_ttft_ms_median"]),
+            str(p["modal_burst"]), "no" if p["within_floor"] else "yes",
+        )  # fmt: skip
+    return table
 
 
 def wire_bytes(frame_bytes: int) -> int:

@@ -13,14 +13,14 @@ from typing import Any
 
 import jwt
 
-from tokenpath.errors import UsageError
+from tokenpath.errors import BadRequest, UsageError
 from tokenpath.gateway.config import AuthConfig
 from tokenpath.gateway.jwks import JWKSCache
 
 MIN_SECRET_BYTES = 32  # RFC 7518 3.2: at least the hash size for HS256
 
 
-class AuthError(Exception):
+class AuthError(BadRequest):
     """The request's credentials are not acceptable. The message is the reason we log; never the token."""
 
 

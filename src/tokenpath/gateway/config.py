@@ -10,6 +10,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
+from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
 
 Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
 STRATEGIES = ("round_robin", "least_outstanding", "p2c_ewma")
@@ -24,10 +25,10 @@ class Limits:
     idle_timeout_s: float = 60.0  # silence between two upstream reads once streaming
     total_timeout_s: float = 900.0  # one response, start to end: long generations, bounded
     max_body_bytes: int = 8 << 20  # a long chat history with images as URLs fits; a runaway upload does not
-    max_head_bytes: int = 16 << 10  # request line + headers, as nginx's large_client_header_buffers (4 x 8k)
+    max_head_bytes: int = MAX_HEAD_BYTES
     header_timeout_s: float = 10.0  # a whole request head and body (slowloris); also the keep-alive idle time
     max_streams: int = 2000  # per worker: beyond this, 503 + Retry-After rather than a slower everyone
-    write_buffer_bytes: int = 64 << 10  # per client: a slow reader pauses the upstream instead of growing RSS
+    write_buffer_bytes: int = WRITE_BUFFER_HIGH  # per client: a slow reader pauses the upstream instead of growing RSS
     drain_s: float = 30.0  # on SIGTERM, open streams get this long to finish
     retry_after_s: int = 1
 
@@ -162,6 +163,43 @@ def _host_port(value: str, where: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise UsageError(f"gateway config {where} {value!r}: expected HOST:PORT")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What the command line says on top of a config file: a flag that is set wins over the file's value."""
+
+    listen: str | None = None
+    upstreams: tuple[str, ...] = ()  # one pool named "default" replaces the file's pools
+    strategy: str = "round_robin"  # of that pool
+    metrics_listen: str | None = None
+    workers: int | None = None
+    no_auth: bool = False
+    secret_env: str | None = None
+    public_key_file: str | None = None
+    jwks_url: str | None = None
+    audience: str | None = None
+    issuer: str | None = None
+
+    def apply(self, data: dict[str, Any]) -> dict[str, Any]:
+        data = dict(data)
+        if self.upstreams:
+            members = [{"url": u} for u in self.upstreams]
+            data["pool"] = [{"name": "default", "strategy": self.strategy, "member": members}]
+        for key in ("listen", "metrics_listen", "workers"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        raw_auth = data.get("auth")
+        auth: dict[str, Any] = dict(raw_auth) if isinstance(raw_auth, dict) else {}
+        if self.no_auth:
+            auth = {"mode": "none"}
+        for key in ("secret_env", "public_key_file", "jwks_url", "audience", "issuer"):
+            value = getattr(self, key)
+            if value:
+                auth[key] = value
+        data["auth"] = auth
+        return data
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -10,29 +10,39 @@ import json
 import logging
 from collections.abc import Callable
 
+from tokenpath.errors import RemoteProtocolError
 from tokenpath.gateway.pools import MemberState, Pool
+from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.request import build_request
 
 log = logging.getLogger("tokenpath.gateway")
 CHECK_TIMEOUT_S = 2.0
+HEAD_READ_BYTES = 4096  # a check needs the status only
 
 
 async def check(member: MemberState, path: str, timeout_s: float = CHECK_TIMEOUT_S) -> bool:
+    """A member passes when it answers the check's GET with a well-formed head whose status is below 500."""
     m = member.member
+    request = build_request("GET", f"{m.host}:{m.port}", f"{m.base_path}{path}")
+    parser = ResponseParser("GET")
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await asyncio.open_connection(m.host, m.port)
             try:
-                writer.write(f"GET {m.base_path}{path} HTTP/1.1\r\nHost: {m.host}:{m.port}\r\n"
-                             "Connection: close\r\n\r\n".encode())  # fmt: skip
-                status_line = await reader.readline()
+                writer.write(request)
+                while parser.head is None:
+                    data = await reader.read(HEAD_READ_BYTES)
+                    if not data:
+                        parser.feed_eof()
+                        break
+                    parser.feed(data)
             finally:
                 writer.close()
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
-    except (OSError, TimeoutError):
+    except (OSError, TimeoutError, RemoteProtocolError):
         return False
-    parts = status_line.split()
-    return len(parts) >= 2 and parts[1].isdigit() and 200 <= int(parts[1]) < 500
+    return parser.head is not None and 200 <= parser.head.status < 500
 
 
 async def run_checks(

@@ -25,6 +25,9 @@ from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.http_server import Request, Response, error_body
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.framing import Framing
+from tokenpath.wire.sse import EventCounter
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -33,8 +36,8 @@ HOP_BY_HOP = frozenset({
     "content-length", "host", "authorization", "proxy-authorization", "expect",
 })  # fmt: skip
 FORWARD_DROP = HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto"}  # rewritten: the chain plus this client
-RESPONSE_DROP = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"proxy-connection",
-                           b"trailer", b"upgrade"})  # fmt: skip
+RESPONSE_DROP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
+                           "trailer", "upgrade"})  # fmt: skip
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 API_PREFIX = "/v1/"
 HEALTH_PATH = "/_tokenpath/health"
@@ -136,9 +139,9 @@ class Exchange:
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.committed = False  # the client has the head: no more failover
         self.aborted = False
-        self.mode = "chunked"  # chunked | length | close | none: how the body is framed to the client
+        self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
         self.sse = False
-        self.keep_alive_upstream = True
+        self.events = EventCounter()
         self.out: list[bytes] = []
         self.frames = 0
         self.bytes = 0
@@ -150,7 +153,6 @@ class Exchange:
         self.t_first_in: float | None = None
         self.added_observed = False
         self.last_read = 0.0
-        self.at_frame_boundary = True
         self._idle_timer: asyncio.TimerHandle | None = None
         self._total_timer: asyncio.TimerHandle | None = None
         response.on_abort = self.client_gone
@@ -238,7 +240,7 @@ class Exchange:
         host_line = f"Host: {m.host}:{m.port}\r\n".encode("latin-1")
         first_line = f"{self.request.method} {m.base_path}{self.request.target} HTTP/1.1\r\n".encode("latin-1")
         self.t_sent = time.perf_counter()
-        conn.send(self, first_line + host_line + head + self.request.body, self.request.method != "HEAD")
+        conn.send(self, first_line + host_line + head + self.request.body, self.request.method)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
         except TimeoutError:
@@ -293,59 +295,51 @@ class Exchange:
         return model if isinstance(model, str) else None
 
     # upstream.Sink: called from the upstream connection's data_received -----------------------------------
-    def upstream_head(self, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> None:
+    def upstream_head(self, head: ResponseHead) -> None:
         waiter = self.head_waiter
+        status = head.status
         if status >= 500 and waiter is not None and not waiter.done():  # before any byte to the client: fail over
             self.app.metrics.errors.labels(f"upstream_{status}").inc()
             waiter.set_result(f"upstream answered {status}")
             return
         self.committed = True
         self.status = status
-        self.keep_alive_upstream = keep_alive
         if self.member is not None and self.pool is not None:
             self.member.observe_ttft(time.perf_counter() - self.t_sent)
             self.app.metrics.upstream_ttft.labels(self.pool.name).observe(time.perf_counter() - self.t_sent)
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
-        for name, value in headers:
+        for name, value in head.headers:
             lname = name.lower()
-            if lname == b"content-length":
+            if lname == "content-length":
                 length = int(value)
-            elif lname == b"content-type" and value.startswith(b"text/event-stream"):
+            elif lname == "content-type" and value.startswith("text/event-stream"):
                 self.sse = True
             if lname not in RESPONSE_DROP:
-                out_headers.append((name.decode("latin-1"), value.decode("latin-1")))
+                out_headers.append((name, value))
         out_headers.append((self.app.cfg.request_id_header, self.request_id))
         response = self.response
-        if status in (204, 304) or self.request.method == "HEAD":
-            self.mode = "none"
+        if head.framing is Framing.NONE:
             if length is not None:  # HEAD: the length of the body a GET would get
                 out_headers.append(("Content-Length", str(length)))
             self.out.append(response.start_without_body(status, out_headers))
         else:
-            if length is not None:
-                self.mode = "length"
-            elif response.request.http_version != "1.1":
-                self.mode = "close"
             self.out.append(response.start(status, out_headers, length))
+        self.framing = response.framing or Framing.NONE
         self.last_read = self.loop.time()
         self._arm_idle()
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def upstream_body(self, data: bytes) -> None:
-        if not self.committed or self.mode == "none":
+        if not self.committed or self.framing is Framing.NONE:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         if self.t_first_in is None:
             self.t_first_in = time.perf_counter()
         self.bytes += len(data)
         if self.sse:
-            self.frames += data.count(b"\n\n")
-            self.at_frame_boundary = data.endswith(b"\n\n")
-        if self.mode == "chunked":
-            self.out.append(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
-            self.out.append(data)
+            self.frames += self.events.feed(data)
+        self.out.append(self.response.frame(data))
 
     def upstream_read_done(self) -> None:
         if self.out:
@@ -355,16 +349,15 @@ class Exchange:
     def upstream_complete(self) -> None:
         if not self.committed:
             return
-        if self.mode == "chunked":
-            self.out.append(b"0\r\n\r\n")
+        self.out.append(self.response.end_bytes())
         # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
         self.app.metrics.requests.labels(str(self.status)).inc()
         self._flush()
         conn, self.conn = self.conn, None
         if conn is not None:
-            conn.release(self.keep_alive_upstream)
+            conn.release()
         self._finish_member(ok=True)
-        if self.mode == "close":
+        if self.framing is Framing.CLOSE:
             self.response.close_connection()
         else:
             self.response.write(b"", last=True)
@@ -397,8 +390,8 @@ class Exchange:
         elif not self.response.client_gone:
             if self.sse:
                 event = b"event: error\ndata: " + json.dumps(error_body(message, "server_error", code)).encode()
-                event = (b"" if self.at_frame_boundary else b"\n\n") + event + b"\n\n"
-                self.out.append(b"%x\r\n%b\r\n0\r\n\r\n" % (len(event), event) if self.mode == "chunked" else event)
+                event = (b"" if self.events.at_boundary else b"\n\n") + event + b"\n\n"
+                self.out.append(self.response.frame(event) + self.response.end_bytes())
             self._flush()
             self.response.close_connection()
         self._resolve_done()

@@ -28,6 +28,7 @@ from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.http_server import HTTPConnection, listen
 from tokenpath.loops import new_event_loop
+from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.workers import reuseport_socket, run_worker_group
 
 log = logging.getLogger("tokenpath.gateway")
@@ -65,12 +66,13 @@ class GatewayServer:
         loop = asyncio.get_running_loop()
         limits = self.cfg.limits
         app = self.app
+        server_limits = ServerLimits(
+            max_body_bytes=limits.max_body_bytes, max_head_bytes=limits.max_head_bytes,
+            request_timeout_s=limits.header_timeout_s, write_buffer_high=limits.write_buffer_bytes,
+        )  # fmt: skip
 
         def factory() -> HTTPConnection:
-            return HTTPConnection(
-                app, max_body_bytes=limits.max_body_bytes, request_timeout_s=limits.header_timeout_s,
-                max_head_bytes=limits.max_head_bytes, write_buffer_high=limits.write_buffer_bytes,
-            )  # fmt: skip
+            return HTTPConnection(app, server_limits)
 
         self._server = await listen(factory, self.cfg.listen_host, self.cfg.listen_port, self._sock)
         health = self.cfg.health
@@ -196,7 +198,7 @@ def _worker_main(cfg: GatewayConfig, loop_name: str, log_level: str, pipe: Conne
     configure_logging(log_level)
     try:
         sock = reuseport_socket(cfg.listen_host, cfg.listen_port)
-        sock.listen(4096)
+        sock.listen(LISTEN_BACKLOG)
     except (OSError, UsageError) as exc:
         pipe.send(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}")
         return

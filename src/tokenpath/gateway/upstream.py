@@ -1,8 +1,8 @@
 """Upstream side: one keep-alive HTTP/1.1 connection per in-flight request, pooled per member.
 
-The response is parsed with httptools as it arrives and handed to a Sink through callbacks, inside the same
-`data_received` call: the gateway writes each upstream read downstream before returning to the event loop, so
-nothing waits on a task switch."""
+Each read goes through the client core (wire.client) and its events go to a Sink inside the same `data_received`
+call: the gateway writes each upstream read downstream before returning to the event loop, so nothing waits on
+a task switch."""
 
 from __future__ import annotations
 
@@ -11,15 +11,14 @@ import socket
 from collections import deque
 from typing import Protocol, cast
 
-import httptools
-
-from tokenpath.errors import PeerError
+from tokenpath.errors import ConnectError, ConnectTimeout, RemoteProtocolError
+from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
 
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
 
 
 class Sink(Protocol):
-    def upstream_head(self, status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> None: ...
+    def upstream_head(self, head: ResponseHead) -> None: ...
     def upstream_body(self, data: bytes) -> None: ...
     def upstream_read_done(self) -> None: ...
     def upstream_complete(self) -> None: ...
@@ -27,6 +26,8 @@ class Sink(Protocol):
 
 
 class UpstreamConnection(asyncio.Protocol):
+    """The asyncio shell of one upstream connection: bytes into the client core, its events out to the Sink."""
+
     def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
@@ -34,10 +35,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.reused = False  # served a response before: a failure before any byte may just be a stale keep-alive
         self.got_bytes = False
-        self._parser = httptools.HttpResponseParser(self)
-        self._headers: list[tuple[bytes, bytes]] = []
-        self._close_delimited = False
-        self._expect_body = True
+        self.core = ClientConnection()
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -48,18 +46,20 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         sink = self.sink
-        if sink is None:  # bytes on an idle connection: the server broke the protocol; never reuse it
-            self.abort()
-            return
         self.got_bytes = True
         try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+            self.core.receive_data(data)  # bytes while idle raise: the server broke the protocol; never reuse it
+        except RemoteProtocolError as exc:
             self.sink = None
             self.abort()
-            sink.upstream_lost(f"malformed response from upstream: {exc}")
+            if sink is not None:
+                sink.upstream_lost(f"malformed response from upstream: {exc}")
             return
-        sink.upstream_read_done()
+        if sink is None:
+            return
+        self._deliver(sink)
+        if self.sink is not None:
+            sink.upstream_read_done()
 
     def eof_received(self) -> bool | None:
         return None
@@ -67,51 +67,34 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
-        if self.sink is None:
-            return
         sink, self.sink = self.sink, None
-        if self._close_delimited:  # httptools has no end-of-input call: a close-delimited body ends here
-            sink.upstream_complete()
-        else:
+        if sink is None:
+            return
+        try:
+            self.core.receive_eof()  # a close-delimited body ends here; any other body was cut short
+        except RemoteProtocolError:
             sink.upstream_lost(f"upstream closed the connection{f': {exc}' if exc else ''}")
-
-    # httptools --------------------------------------------------------------------------------------------
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
-
-    def on_headers_complete(self) -> None:
-        status = self._parser.get_status_code()
-        if 100 <= status < 200:  # interim (100 Continue): the real head follows
-            self._headers = []
             return
-        headers, self._headers = self._headers, []
-        framed = any(n.lower() in (b"content-length", b"transfer-encoding") for n, _ in headers)
-        self._close_delimited = not framed and status not in (204, 304) and self._expect_body
-        if self.sink is not None:
-            self.sink.upstream_head(status, headers, self._parser.should_keep_alive() and self._expect_body)
-        if not self._expect_body and self.sink is not None:
-            # A HEAD response has no body, but httptools cannot be told so: it would wait for Content-Length
-            # bytes. The response ends here, and the connection is not reused (the parser's state is off).
-            sink, self.sink = self.sink, None
-            sink.upstream_complete()
+        self._deliver(sink)
 
-    def on_body(self, body: bytes) -> None:
-        if self.sink is not None:
-            self.sink.upstream_body(body)
-
-    def on_message_complete(self) -> None:
-        sink, self.sink = self.sink, None
-        if sink is not None:
-            sink.upstream_complete()
+    def _deliver(self, sink: Sink) -> None:
+        core = self.core
+        while (event := core.next_event()) is not None:
+            kind = type(event)
+            if kind is Data:
+                sink.upstream_body(event.data)  # type: ignore[union-attr]
+            elif kind is EndOfMessage:
+                self.sink = None
+                sink.upstream_complete()
+            else:
+                sink.upstream_head(event)  # type: ignore[arg-type]
 
     # use ---------------------------------------------------------------------------------------------------
-    def send(self, sink: Sink, data: bytes, expect_body: bool = True) -> None:
+    def send(self, sink: Sink, data: bytes, method: str) -> None:
         assert self.transport is not None
         self.sink = sink
-        self._expect_body = expect_body
         self.got_bytes = False
-        self._close_delimited = False
-        self._parser = httptools.HttpResponseParser(self)
+        self.core.start_response(method)
         self.transport.write(data)
 
     def pause(self) -> None:
@@ -129,10 +112,11 @@ class UpstreamConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
-    def release(self, keep_alive: bool) -> None:
-        """The response is complete: back to the idle pool, or closed."""
+    def release(self) -> None:
+        """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
-        if keep_alive and not self.closed:
+        if self.core.reusable and not self.closed:
+            self.core = ClientConnection()  # idle: any byte the server sends now is a protocol error
             self.reused = True
             self.pool.put_idle(self)
         else:
@@ -158,9 +142,10 @@ class ConnectionPool:
                 loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port), connect_timeout_s
             )
         except TimeoutError:
-            raise PeerError(f"connect to {self.host}:{self.port} timed out after {connect_timeout_s:g} s") from None
+            where = f"{self.host}:{self.port}"
+            raise ConnectTimeout(f"connect to {where} timed out after {connect_timeout_s:g} s") from None
         except OSError as exc:
-            raise PeerError(f"connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+            raise ConnectError(f"connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
         return proto
 
     def put_idle(self, conn: UpstreamConnection) -> None:

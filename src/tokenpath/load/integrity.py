@@ -5,10 +5,10 @@ is named. A proxy that re-serialises chunks (LiteLLM) fails the byte check; its 
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 
 from tokenpath.stub.frames import completion_id, shape_for, token_text
+from tokenpath.wire.openai import content_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,15 +43,3 @@ def check(received: list[bytes], stream_id: str, model: str, tokens: int) -> Int
     out_of_order = sum(1 for a, b in itertools.pairwise(indexes) if b < a)
     detail = f"{lost} content frames lost, {out_of_order} out of order" if lost or out_of_order else "re-serialised"
     return Integrity(len(expected), len(received), False, lost, out_of_order, detail)
-
-
-def content_text(frame: bytes) -> str | None:
-    line = frame.split(b"\n", 1)[0]
-    if not line.startswith(b"data: {"):
-        return None
-    try:
-        obj = json.loads(line[6:])
-        content = obj["choices"][0]["delta"].get("content")
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return None
-    return content if isinstance(content, str) and content else None

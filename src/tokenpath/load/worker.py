@@ -14,12 +14,13 @@ import time
 from dataclasses import dataclass, field
 
 from tokenpath.errors import TokenpathError
-from tokenpath.load.integrity import check, content_text
+from tokenpath.load.integrity import check
 from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import stream_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.stats import percentile
+from tokenpath.wire.openai import chunk_id, content_text
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
 RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
@@ -177,15 +178,6 @@ async def open_loop(work: Workload) -> WorkerReport:
 def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
     """One context per client process: it carries the TLS session cache."""
     return tls.context()
-
-
-def chunk_id(frame: bytes) -> str | None:
-    """The `id` of an OpenAI chunk (`cmpl-...`), read without parsing the whole frame."""
-    start = frame.find(b'"id":"cmpl-')
-    if start < 0:
-        return None
-    end = frame.find(b'"', start + 6)
-    return frame[start + 6 : end].decode() if end > 0 else None
 
 
 def write_seq(frame: bytes) -> int | None:

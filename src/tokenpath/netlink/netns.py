@@ -17,14 +17,10 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from tokenpath.errors import TokenpathError
+from tokenpath.errors import NetnsError
 
 CLONE_NEWNET = 0x40000000
 SERVER_ADDR, CLIENT_ADDR, PREFIX = "10.99.0.1", "10.99.0.2", 30
-
-
-class NetnsError(TokenpathError):
-    pass
 
 
 def available() -> str | None:

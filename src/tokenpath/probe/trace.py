@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tokenpath.wire.http1 import ResponseHead, ResponseParser
-from tokenpath.wire.sse import Frame, FrameKind, SSEParser
+from tokenpath.wire.client import ResponseHead, ResponseParser
+from tokenpath.wire.openai import FrameKind
+from tokenpath.wire.sse import Frame, SSEParser
 
 ERROR_BODY_PREVIEW = 300  # body bytes kept verbatim, so a non-2xx answer can be shown in the error
 

@@ -17,15 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenpath.errors import TokenpathError
+from tokenpath.errors import ProxyError
 from tokenpath.procs import stop_process_group
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
-
-
-class ProxyError(TokenpathError):
-    pass
 
 
 @dataclass(frozen=True, slots=True)

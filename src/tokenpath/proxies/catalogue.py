@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+from tokenpath.errors import ProxyError
 from tokenpath.proxies.apache2 import Apache2
-from tokenpath.proxies.base import Proxy, ProxyError
+from tokenpath.proxies.base import Proxy
 from tokenpath.proxies.caddy import Caddy
 from tokenpath.proxies.compose_only import Envoy, Traefik
 from tokenpath.proxies.gateway import Gateway

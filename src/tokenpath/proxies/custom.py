@@ -7,7 +7,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, ProxyError, Site
+from tokenpath.errors import ProxyError
+from tokenpath.proxies.base import STOCK, Proxy, Site
 
 PLACEHOLDERS = ("{listen}", "{listen_host}", "{listen_port}", "{upstream}")
 

@@ -6,12 +6,13 @@ import sys
 from pathlib import Path
 
 from tokenpath import __version__
+from tokenpath.controls.policies import CORK_BYTES, CORK_MS
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant
 
-CORK_MS, CORK_BYTES = 200.0, 1448
 
+class ControlProxy(Proxy):
+    """A control relay (`tokenpath relay --mode ...`) as the runner starts any proxy."""
 
-class Relay(Proxy):
     package = "tokenpath"
     variants = (STOCK,)
 
@@ -44,7 +45,7 @@ class Relay(Proxy):
 
 
 CONTROLS = (
-    Relay("pass", "forwards every read at once: must measure at the direct floor"),
-    Relay("buffer", "holds the whole response, then writes it: the `await response.text()` shape"),
-    Relay("cork", f"holds bytes until {CORK_BYTES} are queued or {CORK_MS:g} ms passed: MSG_MORE"),
+    ControlProxy("pass", "forwards every read at once: must measure at the direct floor"),
+    ControlProxy("buffer", "holds the whole response, then writes it: the `await response.text()` shape"),
+    ControlProxy("cork", f"holds bytes until {CORK_BYTES} are queued or {CORK_MS:g} ms passed: MSG_MORE"),
 )

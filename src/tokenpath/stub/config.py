@@ -16,8 +16,6 @@ REALTIME_PRIORITY = 10  # SCHED_FIFO level: above every normal task, far below t
 # Named limits (h11/uvicorn style): large enough for any real chat request, small enough that a broken or
 # hostile client cannot make the stub hold unbounded memory.
 MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is ~250k prompt tokens: far beyond what a pacing test sends
-MAX_HEAD_BYTES = 16 << 10  # request line + headers; nginx's large_client_header_buffers default is 4 x 8k
-REQUEST_TIMEOUT_S = 30.0  # an idle connection, or one that has not sent a whole request by then, is closed
 AUDIT_MAX_STREAMS = 50_000  # per worker; the oldest logs are dropped first (~3 KB each at 128 tokens)
 
 # Per-request limits on what a 200-byte body can make the stub allocate and hold (frames are rendered, and cached

@@ -10,7 +10,7 @@ from typing import Any
 
 from tokenpath.errors import PeerError, ProtocolError
 from tokenpath.probe.transport import parse_target
-from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
 SocketFactory = Callable[[str, int, float], socket.socket]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpath.errors import UsageError
-from tokenpath.stub.config import Format
+from tokenpath.stub.config import Format, StubConfig
 
 WORDS = [
     "alpha",
@@ -185,6 +185,16 @@ def encode_chunked(parts: list[bytes]) -> list[bytes]:
     if out:
         out[-1] += b"0\r\n\r\n"
     return out
+
+
+def check_frame_bytes(cfg: StubConfig) -> None:
+    """Fail at start, not on the first request, when frame_bytes cannot hold this stub's frames."""
+    if cfg.frame_bytes is None:
+        return
+    need = minimum_frame_bytes(StreamRequest("chat", cfg.model, "", cfg.tokens), cfg.format)
+    if cfg.frame_bytes < need:
+        hint = "" if cfg.format == "plain" else "; `format` plain frames can be as small as 8 bytes"
+        raise UsageError(f"`frame_bytes` {cfg.frame_bytes} cannot hold this stub's frames (need >= {need}){hint}")
 
 
 def minimum_frame_bytes(req: StreamRequest, fmt: Format) -> int:

@@ -22,8 +22,10 @@ from tokenpath.loops import new_event_loop
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import REALTIME_PRIORITY, Priority, StubConfig
+from tokenpath.stub.frames import check_frame_bytes
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
+from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.workers import reuseport_socket, run_worker_group
 
 PR_SET_TIMERSLACK = 29  # from <linux/prctl.h>
@@ -54,10 +56,10 @@ class StubServer:
         loop = asyncio.get_running_loop()
         self.app = StubApp(self.cfg, Pacer(loop, self.clock), self.audit, self.clock)
         app = self.app
-        max_body = self.cfg.max_body_bytes
+        limits = ServerLimits(max_body_bytes=self.cfg.max_body_bytes)
 
         def factory() -> HTTPConnection:
-            return HTTPConnection(app, max_body_bytes=max_body)
+            return HTTPConnection(app, limits)
 
         self._server = await listen(factory, self.cfg.host, self.cfg.port, self._sock)
         if self.cfg.audit_dir:  # one of several workers: siblings ask us for our streams' audits here
@@ -75,6 +77,7 @@ class StubServer:
 
 def run(cfg: StubConfig, announce: Callable[[str], None], loop_name: str = "uvloop") -> None:
     """Serve until SIGINT/SIGTERM. `announce` gets one line once every worker is accepting connections."""
+    check_frame_bytes(cfg)
     if cfg.workers == 1:
         _serve_forever(cfg, announce, loop_name, None)
         return
@@ -127,7 +130,7 @@ def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: st
 def _worker_main(cfg: StubConfig, loop_name: str, pipe: Connection) -> None:
     try:
         sock = reuseport_socket(cfg.host, cfg.port)
-        sock.listen(4096)
+        sock.listen(LISTEN_BACKLOG)
     except OSError as exc:
         pipe.send(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}")
         return

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.errors import ProtocolError
-from tokenpath.wire.http1 import ResponseParser
+from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
 SIBLING_TIMEOUT_S = 2.0  # a worker that cannot answer by then is left out of the answer, not waited on

@@ -1,5 +1,7 @@
 """Incremental Server-Sent Events parser (sans-IO).
 
+`EventCounter` is the same boundary rule without keeping any bytes, for relays that only count events.
+
 Written by hand because no maintained library exposes what tokenpath counts: the exact bytes of each event and
 which `feed()` call completed it. Follows the WHATWG event-stream grammar: lines end in CRLF, LF or CR; a blank
 line ends an event; lines starting with ':' are comments; a single space after 'field:' is dropped.
@@ -7,12 +9,11 @@ line ends an event; lines starting with ':' are comments; a single space after '
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from tokenpath.errors import ProtocolError
+from tokenpath.wire.openai import FrameKind, classify
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 # One event may hold this much before the parser gives up: far above any real chunk (tool-call deltas included, a
@@ -22,14 +23,6 @@ MAX_EVENT_BYTES = 8 << 20
 # frames); above it they grow in place, so feeding one long event in small pieces is not quadratic.
 SMALL_HOLD_BYTES = 4096
 _BOM = b"\xef\xbb\xbf"
-
-
-class FrameKind(StrEnum):
-    CONTENT = "content"  # carries model output: what TTFT waits for
-    CONTROL = "control"  # role-only delta, empty delta, usage or finish chunk: data, but no content
-    COMMENT = "comment"  # only comment lines (keep-alives)
-    DONE = "done"  # data: [DONE]
-    ERROR = "error"  # a JSON body with an "error" member
 
 
 @dataclass(slots=True)
@@ -45,39 +38,6 @@ class Frame:
     @property
     def kind(self) -> FrameKind:
         return classify(self.data)
-
-
-def classify(data: bytes | None) -> FrameKind:
-    """Decide whether a frame carries content, using OpenAI chunk shapes when the data is JSON."""
-    if data is None:
-        return FrameKind.COMMENT
-    stripped = data.strip()
-    if stripped == b"[DONE]":
-        return FrameKind.DONE
-    if not stripped.startswith(b"{"):
-        return FrameKind.CONTENT  # plain text frames (e.g. `data: 17`) are content
-    try:
-        obj = json.loads(stripped)
-    except ValueError:
-        return FrameKind.CONTENT
-    if not isinstance(obj, dict):
-        return FrameKind.CONTENT
-    if "error" in obj:
-        return FrameKind.ERROR
-    choices = obj.get("choices")
-    if not isinstance(choices, list):
-        return FrameKind.CONTENT  # JSON, but not an OpenAI chunk: count it as content
-    for choice in choices:
-        if not isinstance(choice, dict):
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict) and (
-            delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
-        ):
-            return FrameKind.CONTENT
-        if choice.get("text"):
-            return FrameKind.CONTENT
-    return FrameKind.CONTROL
 
 
 class SSEParser:
@@ -204,3 +164,59 @@ def _build(lines: list[bytes], raw: bytes) -> Frame:
     if data_parts:
         frame.data = b"\n".join(data_parts)
     return frame
+
+
+class EventCounter:
+    """Counts the events that bytes complete, by the parser's rules (CRLF, LF or CR line ends, split anywhere, a
+    blank line ends an event that has at least one line), holding three booleans and no bytes: what a relay that
+    forwards bytes untouched can afford per read."""
+
+    __slots__ = ("_in_event", "_partial", "_skip_lf")
+
+    def __init__(self) -> None:
+        self._in_event = False  # a non-empty line ended since the last event did
+        self._partial = False  # the last read ended inside a non-empty line
+        self._skip_lf = False  # the last read ended on CR: an LF first in the next read is the rest of a CRLF
+
+    @property
+    def at_boundary(self) -> bool:
+        """Everything fed so far ended on an event boundary (an event inserted now stands alone)."""
+        return not self._in_event and not self._partial
+
+    def feed(self, data: bytes) -> int:
+        if not data:
+            return 0
+        if not self._skip_lf and data[0] != 10 and b"\r" not in data and b"\n\n\n" not in data:
+            # LF-only token frames: every LF follows a byte that is not LF, so every "\n\n" ends a non-empty line
+            # and then an event.
+            count = data.count(b"\n\n")
+            last = data.rfind(b"\n\n")
+            after = last + 2 if last >= 0 else 0
+            if data.find(b"\n", after) >= 0:
+                self._in_event = True
+            elif last >= 0:
+                self._in_event = False
+            self._partial = data[-1] != 10
+            return count
+        return self._feed_any(data)
+
+    def _feed_any(self, data: bytes) -> int:
+        pos = 0
+        if self._skip_lf:
+            self._skip_lf = False
+            if data[0] == 10:
+                pos = 1
+        count = 0
+        line_begin = pos
+        for m in _LINE_END.finditer(data, pos):
+            if m.start() > line_begin or self._partial:
+                self._in_event = True
+            elif self._in_event:
+                count += 1
+                self._in_event = False
+            self._partial = False
+            line_begin = m.end()
+        if line_begin < len(data):
+            self._partial = True
+        self._skip_lf = data[-1] == 13
+        return count

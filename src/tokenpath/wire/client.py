@@ -1,0 +1,205 @@
+"""The client side of an HTTP/1.1 connection, sans-IO (h11's shape; httptools/llhttp is the engine inside, as in
+uvicorn's httptools_impl).
+
+    conn.start_response("POST")      # a request went out: expect its response
+    conn.receive_data(read)          # raises RemoteProtocolError on bytes that are not HTTP
+    while (event := conn.next_event()) is not None: ...   # ResponseHead, Data, EndOfMessage
+    conn.receive_eof()               # the peer closed: ends a close-delimited body, else raises
+
+Nothing here touches a socket or a clock, so the blocking probe, the asyncio load client, the gateway's upstream
+side and the control clients parse responses the same way, and the conformance battery can feed it byte by byte.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from enum import Enum
+
+import httptools
+
+from tokenpath.errors import RemoteProtocolError
+from tokenpath.wire.framing import Framing, received_framing
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHead:
+    status: int
+    http_version: str
+    headers: tuple[tuple[str, str], ...]
+    framing: Framing
+    keep_alive: bool  # the server will take another request on this connection after this response
+
+    def header(self, name: str) -> str | None:
+        """The first value of a header, case-insensitively."""
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+    @property
+    def content_type(self) -> str:
+        return (self.header("content-type") or "").split(";", 1)[0].strip().lower()
+
+    @property
+    def close_delimited(self) -> bool:
+        return self.framing is Framing.CLOSE
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    data: bytes  # de-framed body bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfMessage:
+    pass
+
+
+END_OF_MESSAGE = EndOfMessage()
+ResponseEvent = ResponseHead | Data | EndOfMessage
+
+
+UPGRADE_REFUSED = "the server answered 101 Switching Protocols to a request that did not ask for an upgrade"
+
+
+class State(Enum):
+    IDLE = "idle"  # no request outstanding: bytes from the server now are a protocol violation
+    WAITING = "waiting"  # a request went out; its response has not ended
+    DONE = "done"  # the response ended; later bytes are not ours to interpret
+    ERROR = "error"
+
+
+class ClientConnection:
+    def __init__(self, method: str | None = None) -> None:
+        self.state = State.IDLE
+        self.head: ResponseHead | None = None
+        self._events: deque[ResponseEvent] = deque()
+        self._method = "GET"
+        self._upgraded = False
+        self._headers: list[tuple[str, str]] = []
+        self._parser = httptools.HttpResponseParser(self)
+        if method is not None:
+            self.start_response(method)
+
+    @property
+    def complete(self) -> bool:
+        return self.state is State.DONE
+
+    @property
+    def reusable(self) -> bool:
+        """The response ended cleanly and the server keeps the connection open for another request."""
+        return self.state is State.DONE and self.head is not None and self.head.keep_alive
+
+    def start_response(self, method: str) -> None:
+        """A request with `method` was sent: read its response (HEAD responses carry no body)."""
+        self.state = State.WAITING
+        self.head = None
+        self._method = method
+        self._headers = []
+        self._events.clear()
+        self._parser = httptools.HttpResponseParser(self)
+
+    def receive_data(self, data: bytes) -> None:
+        if self.state is not State.WAITING:
+            if self.state is State.IDLE and data:
+                self.state = State.ERROR
+                raise RemoteProtocolError("the server sent bytes while no request was outstanding")
+            return  # after the response (or after an error): not ours to interpret
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # a 101 is refused in on_headers_complete; this is llhttp stopping after it
+        except httptools.HttpParserError as exc:
+            self.state = State.ERROR
+            if self._upgraded:  # llhttp pauses after a 101's head; on_headers_complete marked it
+                raise RemoteProtocolError(UPGRADE_REFUSED) from None
+            if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
+                raise exc.__context__ from None
+            where = "body" if self.head else "status line or headers"
+            raise RemoteProtocolError(f"malformed HTTP response {where}: {exc}") from None
+        if self._upgraded:
+            raise RemoteProtocolError(UPGRADE_REFUSED)
+
+    def receive_eof(self) -> None:
+        """The connection closed. Raises RemoteProtocolError if that cut the response short."""
+        if self.state is not State.WAITING:
+            return
+        if self.head is None:
+            self.state = State.ERROR
+            raise RemoteProtocolError("connection closed before the response headers were complete")
+        if self.head.framing is Framing.CLOSE:
+            self._end()
+            return
+        self.state = State.ERROR
+        framing = "chunked body" if self.head.framing is Framing.CHUNKED else "Content-Length body"
+        raise RemoteProtocolError(f"connection closed in the middle of the {framing}")
+
+    def next_event(self) -> ResponseEvent | None:
+        return self._events.popleft() if self._events else None
+
+    # httptools callbacks ------------------------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        headers, self._headers = self._headers, []
+        if status == 101:  # we never ask to upgrade; the bytes that follow are not HTTP
+            self.state = State.ERROR
+            self._upgraded = True
+            return
+        if 100 <= status < 200:
+            return  # an interim response (100 Continue): the real head follows
+        framing = received_framing(self._method, status, headers)
+        # A HEAD response's connection is not reused: its Content-Length describes a body that is not sent, and
+        # a server that sends one anyway would have it read as the next response.
+        keep_alive = self._parser.should_keep_alive() and self._method != "HEAD"
+        self.head = ResponseHead(status, self._parser.get_http_version(), tuple(headers), framing, keep_alive)
+        self._events.append(self.head)
+        if framing is Framing.NONE:
+            # llhttp is not told the request's method, so it would wait for a HEAD response's body: end it here.
+            self._end()
+
+    def on_body(self, body: bytes) -> None:
+        if self.state is State.WAITING:
+            self._events.append(Data(body))
+
+    def on_message_complete(self) -> None:
+        if self.head is not None and self.state is State.WAITING:
+            self._end()
+
+    def _end(self) -> None:
+        self.state = State.DONE
+        self._events.append(END_OF_MESSAGE)
+
+
+class ResponseParser:
+    """The client core for readers that want a response's body per read, not events: `feed(read) -> body`."""
+
+    def __init__(self, method: str = "GET") -> None:
+        self._conn = ClientConnection(method)
+
+    @property
+    def head(self) -> ResponseHead | None:
+        return self._conn.head
+
+    @property
+    def complete(self) -> bool:
+        return self._conn.complete
+
+    def feed(self, data: bytes) -> bytes:
+        conn = self._conn
+        conn.receive_data(data)
+        body: list[bytes] = []
+        while (event := conn.next_event()) is not None:
+            if type(event) is Data:
+                body.append(event.data)
+        if not body:
+            return b""
+        return body[0] if len(body) == 1 else b"".join(body)
+
+    def feed_eof(self) -> None:
+        """The connection closed. Raises RemoteProtocolError if that cut the response short."""
+        self._conn.receive_eof()

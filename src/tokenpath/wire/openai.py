@@ -1,0 +1,84 @@
+"""Facts about OpenAI streaming chunks, read in one place: whether a frame carries content, its text, its id.
+
+The probe's TTFT, the load client's join to the stub's writes and the integrity check all ask here, so "the first
+content frame" means the same thing to every reader.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Any
+
+CHUNK_ID_PREFIX = b'"id":"cmpl-'
+
+
+class FrameKind(StrEnum):
+    CONTENT = "content"  # carries model output: what TTFT waits for
+    CONTROL = "control"  # role-only delta, empty delta, usage or finish chunk: data, but no content
+    COMMENT = "comment"  # only comment lines (keep-alives)
+    DONE = "done"  # data: [DONE]
+    ERROR = "error"  # a JSON body with an "error" member
+
+
+def classify(data: bytes | None) -> FrameKind:
+    """Decide whether a frame carries content, using OpenAI chunk shapes when the data is JSON."""
+    if data is None:
+        return FrameKind.COMMENT
+    stripped = data.strip()
+    if stripped == b"[DONE]":
+        return FrameKind.DONE
+    if not stripped.startswith(b"{"):
+        return FrameKind.CONTENT  # plain text frames (e.g. `data: 17`) are content
+    try:
+        obj = json.loads(stripped)
+    except ValueError:
+        return FrameKind.CONTENT
+    if not isinstance(obj, dict):
+        return FrameKind.CONTENT
+    if "error" in obj:
+        return FrameKind.ERROR
+    choices = obj.get("choices")
+    if not isinstance(choices, list):
+        return FrameKind.CONTENT  # JSON, but not an OpenAI chunk: count it as content
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (
+            delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
+        ):
+            return FrameKind.CONTENT
+        if choice.get("text"):
+            return FrameKind.CONTENT
+    return FrameKind.CONTROL
+
+
+def _first_data_json(frame: bytes) -> Any:
+    """The JSON of a raw frame's first `data:` line, or None (not JSON, or not a data line)."""
+    line = frame.split(b"\n", 1)[0]
+    if not line.startswith(b"data: {"):
+        return None
+    try:
+        return json.loads(line[6:])
+    except ValueError:
+        return None
+
+
+def content_text(frame: bytes) -> str | None:
+    """The delta content of a raw chat chunk frame (`data: {...}\\n\\n`), or None when it carries none."""
+    obj = _first_data_json(frame)
+    try:
+        content = obj["choices"][0]["delta"].get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return None
+    return content if isinstance(content, str) and content else None
+
+
+def chunk_id(frame: bytes) -> str | None:
+    """The `id` of a raw OpenAI chunk frame (`cmpl-...`), read without parsing the whole frame."""
+    start = frame.find(CHUNK_ID_PREFIX)
+    if start < 0:
+        return None
+    end = frame.find(b'"', start + 6)
+    return frame[start + 6 : end].decode() if end > 0 else None

@@ -1,0 +1,188 @@
+"""The server side of an HTTP/1.1 connection, sans-IO (h11's shape; httptools/llhttp inside).
+
+    conn.receive_data(read)            # raises RemoteProtocolError(status_hint=400/413/431/429)
+    request = conn.next_request()      # the next complete request, once the previous response is done
+    conn.send(ResponseStart(...))      # -> head bytes; the framing is decided here (wire.framing)
+    conn.send(Data(b"..."))            # -> framed body bytes
+    conn.send(END_OF_MESSAGE)          # -> last chunk; the connection's keep-alive is now decided
+
+Writers that keep their body pre-framed (the stub's cached frames, already chunked when `framing` says so) write
+those bytes themselves and only `send` the start and end: one frame stays one write. Limits (head size, body
+size, pipelining) live in wire.limits and are enforced here once for every server in the package.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import httptools
+
+from tokenpath.errors import LocalProtocolError, RemoteProtocolError
+from tokenpath.wire.client import END_OF_MESSAGE, Data, EndOfMessage
+from tokenpath.wire.framing import Framing, end_of_body, frame_body, framing_headers, response_head, sent_framing
+from tokenpath.wire.limits import ServerLimits
+
+__all__ = ["END_OF_MESSAGE", "Data", "EndOfMessage", "Request", "ResponseStart", "ServerConnection"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    target: str
+    path: str
+    query: str
+    http_version: str
+    keep_alive: bool
+    headers: tuple[tuple[str, str], ...] = ()
+    body: bytes = b""
+    peer: str = ""  # the client's address (empty on a Unix socket)
+
+    def header(self, name: str) -> str | None:
+        lname = name.lower()
+        for key, value in self.headers:
+            if key.lower() == lname:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseStart:
+    status: int
+    headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()
+    content_length: int | None = None  # None: the body is streamed (chunked, or close-delimited for HTTP/1.0)
+    has_body: bool = True  # False: HEAD-style, the headers describe a body that is not sent (no framing added)
+
+
+class ServerConnection:
+    def __init__(self, limits: ServerLimits, peer: str = "") -> None:
+        self.limits = limits
+        self.peer = peer
+        self.keep_alive = True  # false once a response (or the client) ended the connection's reuse
+        self.framing: Framing | None = None  # of the response being written; None between responses
+        self._pending: deque[Request] = deque()
+        self._current: Request | None = None
+        self._parser = httptools.HttpRequestParser(self)
+        self._failed = False
+        self._reset_message()
+
+    # input -------------------------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> None:
+        if self._failed:
+            return
+        if not self._headers_done:
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(RemoteProtocolError("protocol upgrades are not supported", 400))
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
+                self._fail(exc.__context__)
+            self._fail(RemoteProtocolError(f"malformed HTTP request: {exc}", 400))
+        if not self._headers_done and self._head_bytes > self.limits.max_head_bytes:
+            self._fail(RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431))
+
+    def next_request(self) -> Request | None:
+        """The next request to answer, or None while a response is being written or none is complete."""
+        if self._current is not None or not self._pending:
+            return None
+        self._current = self._pending.popleft()
+        return self._current
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    # output ------------------------------------------------------------------------------------------
+    def send(self, event: ResponseStart | Data | EndOfMessage) -> bytes:
+        request = self._current
+        if request is None:
+            raise LocalProtocolError("send() with no request to answer")
+        if type(event) is Data:
+            if self.framing is None:
+                raise LocalProtocolError("body bytes before the response head")
+            return frame_body(self.framing, event.data)
+        if type(event) is EndOfMessage:
+            if self.framing is None:
+                raise LocalProtocolError("end of a response that was never started")
+            tail = end_of_body(self.framing)
+            self.framing = None
+            self._current = None
+            return tail
+        assert isinstance(event, ResponseStart)
+        if self.framing is not None:
+            raise LocalProtocolError("a second response head for one request")
+        method = request.method if event.has_body else "HEAD"
+        framing = sent_framing(method, event.status, request.http_version, event.content_length)
+        self.framing = framing
+        self.keep_alive = self.keep_alive and request.keep_alive and framing is not Framing.CLOSE
+        headers = [*event.headers, *framing_headers(framing, event.content_length)]
+        return response_head(event.status, headers, keep_alive=self.keep_alive)
+
+    def rejection_head(self, status: int, content_type: str, body_length: int) -> bytes:
+        """The head of the answer to a request that could not be accepted; the connection closes after it."""
+        self.keep_alive = False
+        headers = [("Content-Type", content_type), ("Content-Length", str(body_length))]
+        return response_head(status, headers, keep_alive=False)
+
+    # httptools callbacks -----------------------------------------------------------------------------
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._count_head(len(url))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        self._count_head(len(name) + len(value) + 4)
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        length = next((v for k, v in self._headers if k.lower() == "content-length"), None)
+        if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
+            raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self.limits.max_body_bytes:
+            raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        parsed = httptools.parse_url(bytes(self._url))
+        request = Request(
+            method=self._parser.get_method().decode("latin-1"),
+            target=self._url.decode("latin-1"),
+            path=parsed.path.decode("latin-1") if parsed.path else "/",
+            query=parsed.query.decode("latin-1") if parsed.query else "",
+            http_version=self._parser.get_http_version(),
+            keep_alive=self._parser.should_keep_alive(),
+            headers=tuple(self._headers),
+            body=b"".join(self._body),
+            peer=self.peer,
+        )
+        self._reset_message()
+        if len(self._pending) >= self.limits.max_pipelined:
+            raise RemoteProtocolError(f"more than {self.limits.max_pipelined} pipelined requests", 429)
+        self._pending.append(request)
+
+    # internals ---------------------------------------------------------------------------------------
+    def _count_head(self, size: int) -> None:
+        self._head_size += size
+        if self._head_size > self.limits.max_head_bytes:
+            raise RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431)
+
+    def _fail(self, exc: RemoteProtocolError) -> None:
+        """Nothing more is parsed on this connection: its framing can no longer be trusted."""
+        self._failed = True
+        self.keep_alive = False
+        self._pending.clear()
+        raise exc
+
+    def _reset_message(self) -> None:
+        self._url = bytearray()
+        self._headers: list[tuple[str, str]] = []
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
+        self._head_size = 0  # bytes of request line and headers as parsed
+        self._headers_done = False

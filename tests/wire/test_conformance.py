@@ -1,0 +1,441 @@
+"""One conformance battery for the HTTP/1.1 core and every asyncio shell over it.
+
+The same messages are fed at every split point and byte by byte; what comes out must not depend on how the bytes
+were cut. Limits answer 413 / 431 / 429, upgrades and garbage 400, and the shells must say the same on a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.helpers import BackgroundLoop
+from tokenpath.errors import LocalProtocolError, RemoteProtocolError
+from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
+from tokenpath.http_server import HTTPConnection, Request, Response, listen
+from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
+from tokenpath.wire.framing import Framing, received_framing, sent_framing
+from tokenpath.wire.limits import ServerLimits
+from tokenpath.wire.server import END_OF_MESSAGE, ResponseStart, ServerConnection
+from tokenpath.wire.sse import EventCounter, SSEParser
+
+LIMITS = ServerLimits(max_body_bytes=64, max_head_bytes=256, max_pipelined=2)
+
+REQUESTS = {
+    "get": b"GET /a?x=1 HTTP/1.1\r\nHost: t\r\n\r\n",
+    "post-length": b"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello",
+    "post-chunked": (
+        b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    ),
+    "http10": b"GET / HTTP/1.0\r\n\r\n",
+}
+
+RESPONSES = {
+    "chunked": (
+        "GET",
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"9\r\ndata: 1\n\n\r\n9\r\ndata: 2\n\n\r\n0\r\n\r\n",
+        b"data: 1\n\ndata: 2\n\n",
+    ),
+    "length": ("GET", b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nhello", b"hello"),
+    "interim": ("POST", b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", b"ok"),
+    "head": ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n", b""),
+    "no-content": ("GET", b"HTTP/1.1 204 No Content\r\n\r\n", b""),
+    "not-modified": ("GET", b"HTTP/1.1 304 Not Modified\r\nContent-Length: 10\r\n\r\n", b""),
+}
+
+
+def splits(raw: bytes) -> list[list[bytes]]:
+    """Every two-piece split, and one byte at a time."""
+    out = [[raw[:i], raw[i:]] for i in range(len(raw) + 1)]
+    out.append([raw[i : i + 1] for i in range(len(raw))])
+    return out
+
+
+# --- the server core -------------------------------------------------------------------------------------------
+
+
+def server_requests(pieces: list[bytes]) -> list[Request]:
+    conn = ServerConnection(LIMITS)
+    got = []
+    for piece in pieces:
+        conn.receive_data(piece)
+        while (request := conn.next_request()) is not None:
+            got.append(request)
+            conn.send(ResponseStart(200, [], 0))
+            conn.send(END_OF_MESSAGE)
+    return got
+
+
+@pytest.mark.parametrize("name", sorted(REQUESTS))
+def test_server_core_parses_a_request_the_same_at_every_split(name: str) -> None:
+    raw = REQUESTS[name]
+    whole = server_requests([raw])
+    assert len(whole) == 1
+    for pieces in splits(raw):
+        assert server_requests(pieces) == whole
+
+
+def test_server_core_request_fields() -> None:
+    (get,) = server_requests([REQUESTS["get"]])
+    assert (get.method, get.path, get.query, get.http_version, get.keep_alive) == ("GET", "/a", "x=1", "1.1", True)
+    (chunked,) = server_requests([REQUESTS["post-chunked"]])
+    assert chunked.body == b"abcde"
+    (old,) = server_requests([REQUESTS["http10"]])
+    assert not old.keep_alive
+
+
+def test_pipelined_requests_come_out_one_response_at_a_time_in_order() -> None:
+    conn = ServerConnection(LIMITS)
+    conn.receive_data(REQUESTS["get"] + REQUESTS["post-length"])
+    first = conn.next_request()
+    assert first is not None
+    assert first.path == "/a"
+    assert conn.next_request() is None  # the first response is not done
+    conn.send(ResponseStart(200, [], None))
+    conn.send(END_OF_MESSAGE)
+    second = conn.next_request()
+    assert second is not None
+    assert second.body == b"hello"
+
+
+def test_trailing_bytes_of_an_unfinished_request_yield_nothing_yet() -> None:
+    raw = REQUESTS["get"] + REQUESTS["post-length"][:-2]
+    assert [r.path for r in server_requests([raw])] == ["/a"]
+
+
+def feed(conn: ServerConnection, pieces: list[bytes], answer: bool) -> None:
+    """Feed pieces; with `answer`, take each request as it completes (as a server that answers at once)."""
+    for piece in pieces:
+        conn.receive_data(piece)
+        while answer and conn.next_request() is not None:
+            pass
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 300 + b"\r\n\r\n", 431),
+        (b"GET /" + b"a" * 400, 431),  # one endless request line, never completed
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 65\r\n\r\n", 413),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n" + b"a" * 65, 413),
+        (b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 4, 429),  # one running, two queued, a fourth is refused
+        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400),
+        (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", 400),
+    ],
+)
+def test_server_core_limits_and_garbage_have_a_status(raw: bytes, status: int) -> None:
+    for pieces in ([raw], [raw[i : i + 1] for i in range(len(raw))]):
+        conn = ServerConnection(LIMITS)
+        with pytest.raises(RemoteProtocolError) as info:
+            feed(conn, pieces, answer=status != 429)
+        assert info.value.status_hint == status
+        assert not conn.keep_alive
+        conn.receive_data(b"GET / HTTP/1.1\r\n\r\n")  # after an error nothing more is parsed
+        assert status == 429 or conn.next_request() is None
+
+
+def test_server_core_frames_responses_by_the_one_rule() -> None:
+    conn = ServerConnection(LIMITS)
+    conn.receive_data(REQUESTS["get"])
+    assert conn.next_request() is not None
+    head = conn.send(ResponseStart(200, [("Content-Type", "text/event-stream")]))
+    assert b"Transfer-Encoding: chunked" in head
+    assert conn.send(Data(b"data: 1\n\n")) == b"9\r\ndata: 1\n\n\r\n"
+    assert conn.send(END_OF_MESSAGE) == b"0\r\n\r\n"
+    assert conn.keep_alive
+    with pytest.raises(LocalProtocolError):
+        conn.send(Data(b"x"))  # no request to answer
+
+    old = ServerConnection(LIMITS)
+    old.receive_data(REQUESTS["http10"])
+    assert old.next_request() is not None
+    head = old.send(ResponseStart(200, []))
+    assert b"Connection: close" in head
+    assert b"Transfer-Encoding" not in head
+    assert old.send(Data(b"abc")) == b"abc"
+    assert not old.keep_alive
+
+
+# --- the client core -------------------------------------------------------------------------------------------
+
+
+def client_events(method: str, pieces: list[bytes], eof: bool = False) -> tuple[ResponseHead | None, bytes, bool]:
+    conn = ClientConnection(method)
+    head, body, ended = None, b"", False
+    for piece in [*pieces, None] if eof else pieces:
+        if piece is None:
+            conn.receive_eof()
+        else:
+            conn.receive_data(piece)
+        while (event := conn.next_event()) is not None:
+            if isinstance(event, ResponseHead):
+                assert head is None, "one head per response"
+                head = event
+            elif isinstance(event, Data):
+                body += event.data
+            else:
+                assert isinstance(event, EndOfMessage)
+                ended = True
+    return head, body, ended
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES))
+def test_client_core_reads_a_response_the_same_at_every_split(name: str) -> None:
+    method, raw, body = RESPONSES[name]
+    whole = client_events(method, [raw])
+    assert whole[1:] == (body, True)
+    for pieces in splits(raw):
+        assert client_events(method, pieces) == whole
+
+
+def test_client_core_close_delimited_body_ends_at_eof_only() -> None:
+    raw = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\ndata: 1\n\n"
+    for pieces in splits(raw):
+        head, body, ended = client_events("GET", pieces)
+        assert not ended
+        head, body, ended = client_events("GET", pieces, eof=True)
+        assert ended
+        assert body == b"data: 1\n\n"
+        assert head is not None
+        assert head.framing is Framing.CLOSE
+        assert not head.keep_alive
+
+
+def test_client_core_ignores_bytes_after_the_response_and_refuses_bytes_while_idle() -> None:
+    _, raw, _ = RESPONSES["length"]
+    _, body, ended = client_events("GET", [raw + b"HTTP/1.1 200 OK\r\n"])
+    assert ended
+    assert body == b"hello"
+    with pytest.raises(RemoteProtocolError, match="no request"):
+        ClientConnection().receive_data(b"HTTP/1.1 200 OK\r\n\r\n")
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\n\r\n", "101"),
+        (b"SSH-2.0-OpenSSH_9.2\r\n", "status line"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "body"),
+    ],
+)
+def test_client_core_refuses_what_is_not_a_response(raw: bytes, message: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=message):
+        client_events("GET", [raw])
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-", "headers"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nabc", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", "chunked"),
+    ],
+)
+def test_client_core_eof_cutting_a_response_short_is_an_error(raw: bytes, message: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=message):
+        client_events("GET", [raw], eof=True)
+
+
+# --- the framing rule -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "headers", "expected"),
+    [
+        ("HEAD", 200, [("Content-Length", "5")], Framing.NONE),
+        ("GET", 204, [], Framing.NONE),
+        ("GET", 304, [("Content-Length", "5")], Framing.NONE),
+        ("GET", 101, [], Framing.NONE),
+        ("GET", 100, [], Framing.NONE),
+        ("GET", 200, [("Transfer-Encoding", "gzip, chunked"), ("Content-Length", "5")], Framing.CHUNKED),
+        ("GET", 200, [("transfer-encoding", "gzip")], Framing.CLOSE),
+        ("GET", 200, [("content-length", "5")], Framing.LENGTH),
+        ("GET", 200, [], Framing.CLOSE),
+    ],
+)
+def test_received_framing(method: str, status: int, headers: list[tuple[str, str]], expected: Framing) -> None:
+    assert received_framing(method, status, headers) is expected
+    assert received_framing(method, status, [(k.encode(), v.encode()) for k, v in headers]) is expected
+
+
+@pytest.mark.parametrize(
+    ("method", "status", "version", "length", "expected"),
+    [
+        ("HEAD", 200, "1.1", None, Framing.NONE),
+        ("GET", 304, "1.1", 10, Framing.NONE),
+        ("GET", 200, "1.1", 10, Framing.LENGTH),
+        ("GET", 200, "1.1", None, Framing.CHUNKED),
+        ("GET", 200, "1.0", None, Framing.CLOSE),
+        ("GET", 200, "1.0", 3, Framing.LENGTH),
+    ],
+)
+def test_sent_framing(method: str, status: int, version: str, length: int | None, expected: Framing) -> None:
+    assert sent_framing(method, status, version, length) is expected
+
+
+# --- the SSE boundary rule -------------------------------------------------------------------------------------
+
+
+def test_event_counter_agrees_with_the_parser_on_any_line_ends_and_splits() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        events = []
+        for _ in range(rng.randint(0, 8)):
+            lines = [rng.choice([b"data: x", b"data: {}", b": keep-alive", b"event: e", b"data:"])]
+            lines += [b"data: y"] * rng.randint(0, 2)
+            events.append(lines)
+        raw = b""
+        for lines in events:
+            for line in lines:
+                raw += line + rng.choice([b"\n", b"\r\n", b"\r"])
+            raw += rng.choice([b"\n", b"\r\n", b"\r"]) * rng.randint(1, 2)  # sometimes a spare blank line
+        raw += rng.choice([b"", b"data: partial"])
+        cuts = sorted(rng.sample(range(len(raw) + 1), min(len(raw) + 1, rng.randint(0, 6))))
+        pieces = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
+        parser, counter = SSEParser(), EventCounter()
+        for piece in pieces:
+            assert counter.feed(piece) == len(parser.feed(piece)), (raw, pieces)
+        assert counter.at_boundary == (parser.pending_bytes() == 0 or raw.endswith((b"\n\n", b"\r\r", b"\r\n\r\n")))
+
+
+def test_event_counter_counts_crlf_events_the_old_relay_count_missed() -> None:
+    counter = EventCounter()
+    assert counter.feed(b"data: 1\r\n\r\ndata: 2\r") == 1
+    assert not counter.at_boundary
+    assert counter.feed(b"\n\r\n") == 1
+    assert counter.at_boundary
+
+
+# --- the asyncio shells ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def bg() -> Iterator[BackgroundLoop]:
+    loop = BackgroundLoop()
+    yield loop
+    loop.close()
+
+
+def _echo(request: Request, response: Response) -> None:
+    response.send(200, [("Content-Type", "text/plain")], f"{request.method} {request.path} {request.body!r}".encode())
+
+
+def _serve(bg: BackgroundLoop) -> tuple[asyncio.Server, int]:
+    async def start() -> asyncio.Server:
+        return await listen(lambda: HTTPConnection(_echo, LIMITS), "127.0.0.1", 0)
+
+    server = bg.run(start())
+    return server, server.sockets[0].getsockname()[1]
+
+
+def _talk(port: int, pieces: list[bytes]) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in pieces:
+            sock.sendall(piece)
+        sock.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+        return out
+
+
+def test_server_shell_answers_pipelined_requests_sent_byte_by_byte_in_order(bg: BackgroundLoop) -> None:
+    server, port = _serve(bg)
+    try:
+        raw = REQUESTS["get"] + REQUESTS["post-length"].replace(b"HTTP/1.1\r\n", b"HTTP/1.1\r\nConnection: close\r\n")
+        out = _talk(port, [raw[i : i + 1] for i in range(len(raw))])
+        assert out.count(b"HTTP/1.1 200 OK") == 2
+        assert out.index(b"GET /a") < out.index(b"POST /b b'hello'")
+    finally:
+        bg.call(server.close)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 300 + b"\r\n\r\n", 431),
+        (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 65\r\n\r\n", 413),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400),
+    ],
+)
+def test_server_shell_answers_limits_with_their_status_and_closes(bg: BackgroundLoop, raw: bytes, status: int) -> None:
+    server, port = _serve(bg)
+    try:
+        out = _talk(port, [raw])
+        assert out.startswith(f"HTTP/1.1 {status} ".encode()), out[:80]
+        assert b"Connection: close" in out
+    finally:
+        bg.call(server.close)
+
+
+@dataclass
+class _Sink:
+    heads: list[ResponseHead] = field(default_factory=list)
+    body: bytes = b""
+    complete: bool = False
+    lost: str | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def upstream_head(self, head: ResponseHead) -> None:
+        self.heads.append(head)
+
+    def upstream_body(self, data: bytes) -> None:
+        self.body += data
+
+    def upstream_read_done(self) -> None:
+        pass
+
+    def upstream_complete(self) -> None:
+        self.complete = True
+        self.done.set()
+
+    def upstream_lost(self, reason: str) -> None:
+        self.lost = reason
+        self.done.set()
+
+
+@pytest.mark.parametrize("name", sorted(RESPONSES))
+@pytest.mark.parametrize("byte_by_byte", [False, True])
+def test_upstream_shell_reads_each_response_whole_or_byte_by_byte(
+    bg: BackgroundLoop, name: str, byte_by_byte: bool
+) -> None:
+    method, raw, body = RESPONSES[name]
+
+    async def scenario() -> tuple[_Sink, bool]:
+        peers: list[asyncio.Task[None]] = []
+
+        async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peers.append(asyncio.current_task())  # type: ignore[arg-type]
+            await reader.readuntil(b"\r\n\r\n")
+            for piece in [raw[i : i + 1] for i in range(len(raw))] if byte_by_byte else [raw]:
+                writer.write(piece)
+                await writer.drain()
+            await reader.read()  # until the client closes: a keep-alive server does not close first
+            writer.close()
+
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        pool = ConnectionPool("127.0.0.1", server.sockets[0].getsockname()[1])
+        conn: UpstreamConnection = await pool.acquire(5)
+        sink = _Sink()
+        conn.send(sink, f"{method} / HTTP/1.1\r\nHost: t\r\n\r\n".encode(), method)
+        await asyncio.wait_for(sink.done.wait(), 5)
+        conn.release()
+        reused = bool(pool.idle)
+        pool.close()
+        server.close()
+        await asyncio.wait_for(asyncio.gather(*peers), 5)
+        return sink, reused
+
+    sink, reused = bg.run(scenario())
+    assert sink.lost is None
+    assert sink.complete
+    assert len(sink.heads) == 1
+    assert sink.body == body
+    assert reused == (method != "HEAD")  # a HEAD response's connection is not reused
