@@ -241,9 +241,9 @@ def matrix(
     try:
         exp = spec.load(experiment)
         if emit_compose:
-            from tokenpath.experiment.compose import emit
+            from tokenpath.experiment.compose import emit, source_root
 
-            path = emit(exp, Path(emit_compose), Path(__file__).resolve().parents[2])
+            path = emit(exp, Path(emit_compose), source_root())
             console.print(f"wrote {path} (run it with: docker compose -f {path} up --abort-on-container-exit)")
             return
         runner = MatrixRunner(exp, Path(out), force=force, console=console)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tokenpath.errors import UsageError
+from tokenpath.errors import ServiceError, UsageError
 
 
 def wait_for_signal_or_exit(procs: Sequence[multiprocessing.process.BaseProcess]) -> int | None:
@@ -73,10 +73,10 @@ def run_worker_group(
         messages = []
         for pipe in pipes:
             if not pipe.poll(WORKER_START_TIMEOUT_S):
-                raise UsageError(f"a {name} worker did not start within {WORKER_START_TIMEOUT_S:.0f} s")
+                raise ServiceError(f"a {name} worker did not start within {WORKER_START_TIMEOUT_S:.0f} s")
             message = pipe.recv()
             if not message.startswith("ready"):
-                raise UsageError(f"a {name} worker failed: {message}")
+                raise ServiceError(f"a {name} worker failed: {message}")
             messages.append(message)
         on_ready(messages)
         code = wait_for_signal_or_exit(procs)

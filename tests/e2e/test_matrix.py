@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tokenpath.netlink import netns
+from tokenpath.links import netns
 from tokenpath.procs import tokenpath_argv
 from tokenpath.proxies import lookup
 

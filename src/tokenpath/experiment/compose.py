@@ -8,15 +8,19 @@ exported (the local runner covers them).
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import shlex
 import shutil
 import tempfile
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tokenpath.errors import UsageError
 from tokenpath.experiment.spec import Experiment
 from tokenpath.proxies.base import Endpoint, Site
 
@@ -25,6 +29,28 @@ WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside
 PROXY_PORT = 8080
 STUB_PORT = 8000
 FIRST_HOST_PORT = 18080
+
+
+SOURCE_ENV = "TOKENPATH_SOURCE"
+
+
+def source_root() -> Path:
+    """The tokenpath source tree the images are built from: $TOKENPATH_SOURCE, else the project an editable
+    install points at (PEP 610's direct_url.json, as `pip install -e .` records it)."""
+    if os.environ.get(SOURCE_ENV):
+        root = Path(os.environ[SOURCE_ENV])
+    else:
+        try:
+            raw = importlib.metadata.distribution("tokenpath").read_text("direct_url.json") or "{}"
+            url = json.loads(raw).get("url", "")
+        except (importlib.metadata.PackageNotFoundError, ValueError):
+            url = ""
+        if not url.startswith("file://"):
+            raise UsageError(f"--emit-compose builds images from a source tree: set {SOURCE_ENV} to one")
+        root = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    if not (root / "pyproject.toml").is_file() or not (root / "src" / "tokenpath").is_dir():
+        raise UsageError(f"{root} is not a tokenpath source tree (set {SOURCE_ENV} to one)")
+    return root
 
 
 def emit(exp: Experiment, out_dir: Path, source_root: Path) -> Path:

@@ -20,11 +20,11 @@ from typing import Any
 from rich.console import Console
 
 from tokenpath.controls.policies import CORK_MS
-from tokenpath.errors import CertificationError, PeerError, TokenpathError, UsageError
+from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
-from tokenpath.netlink import netns
+from tokenpath.links import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
 from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection
 from tokenpath.procs import ServiceProcess, tokenpath_argv
@@ -221,7 +221,7 @@ class MatrixRunner:
         try:
             audit = fetch_audit(env.stub_url, [r.stream_id for r in records], connect=env.socket_factory)
         except PeerError as exc:
-            raise UsageError(f"the stub stopped answering its audit: {exc}") from None
+            raise ServiceError(f"the stub stopped answering its audit: {exc}") from None
         entries = {e["verdict"]["stream_id"]: e for e in audit["streams"]}
         for record in records:
             entry = entries.get(record.stream_id)

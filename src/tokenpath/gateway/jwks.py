@@ -36,8 +36,7 @@ class JWKSCache:
         self.keys: dict[str, VerificationKey] = {}
         self.fetched_at: float | None = None  # monotonic time of the last successful fetch
         self.last_attempt: float = -1e18
-        self.fetches = 0
-        self.errors = 0
+        self.errors = 0  # refreshes that failed (stale-if-error kept the old keys)
         self._refreshing: asyncio.Task[None] | None = None
         self._background: asyncio.Task[None] | None = None
 
@@ -79,7 +78,6 @@ class JWKSCache:
 
     async def _fetch(self) -> None:
         self.last_attempt = time.monotonic()
-        self.fetches += 1
         try:
             raw = await asyncio.get_running_loop().run_in_executor(None, self._get)
             keys = parse_jwks(raw)

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from hdrh.histogram import HdrHistogram
 from rich.console import Console
 
-from tokenpath.errors import PeerError, UsageError
+from tokenpath.errors import PeerError, ServiceError, UsageError
 from tokenpath.load.sampler import ResourceSampler
 from tokenpath.load.worker import StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.procs import ServiceProcess, tokenpath_argv
@@ -34,6 +34,14 @@ from tokenpath.stub.frames import completion_id
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
+HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0.1 ms at 100 ms
+AUDIT_TIMEOUT_S = 60.0  # one bulk audit of up to AUDIT_BATCH streams from a stub that may be busy
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(1, HIST_MAX_US, HIST_DIGITS)
+
+
 AUDIT_BATCH = 400  # stream ids per audit request
 LAG_WARN_MS = 5.0  # client event-loop lag p99 above this: it measures its own queueing
 CPU_WARN = 0.9  # a client process busier than this fraction of a core is saturated
@@ -87,10 +95,10 @@ class Cell:
     """One target at one level, merged over runs."""
 
     target: str
-    concurrency: float  # open streams (closed loop) or streams per second (open loop)
-    hist: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))
-    corrected: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))  # + dispatch lag
-    dispatch_lag: HdrHistogram = field(default_factory=lambda: HdrHistogram(1, HIST_MAX_US, 3))
+    level: float  # open streams (closed loop) or streams per second (open loop)
+    hist: HdrHistogram = field(default_factory=new_histogram)
+    corrected: HdrHistogram = field(default_factory=new_histogram)  # + dispatch lag
+    dispatch_lag: HdrHistogram = field(default_factory=new_histogram)
     streams: int = 0
     errors: int = 0
     audit_failed: int = 0
@@ -205,10 +213,10 @@ class LoadRunner:
         cfg = self.cfg
         if cfg.open_loop:
             work = Workload(url, cfg.model, PROMPT, cfg.tokens, cfg.max_in_flight, cfg.warmup_s, cfg.duration_s,
-                            rate=cell.concurrency, api_key=api_key)  # fmt: skip
+                            rate=cell.level, api_key=api_key)  # fmt: skip
         else:
             work = Workload(
-                url, cfg.model, PROMPT, cfg.tokens, int(cell.concurrency), cfg.warmup_s, cfg.duration_s, api_key=api_key
+                url, cfg.model, PROMPT, cfg.tokens, int(cell.level), cfg.warmup_s, cfg.duration_s, api_key=api_key
             )
         with ResourceSampler(pid) as sampler:
             reports = self._clients(work)
@@ -219,7 +227,7 @@ class LoadRunner:
         cell.lag_p99_ms = max([cell.lag_p99_ms, *(r.lag_p99_ms for r in reports)])
         cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
         results = [r for report in reports for r in report.results]
-        run_hist = HdrHistogram(1, HIST_MAX_US, 3)
+        run_hist = new_histogram()
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
             cell.run_added_ms.append(
@@ -231,11 +239,11 @@ class LoadRunner:
         if n == 1:
             return [run_worker(work)]
         if work.rate is not None:  # each client process takes an equal, independent share of the arrivals
-            share = max(1, work.concurrency // n)
-            jobs = [replace(work, rate=work.rate / n, concurrency=share, seed=work.seed + i) for i in range(n)]
+            share = max(1, work.max_streams // n)
+            jobs = [replace(work, rate=work.rate / n, max_streams=share, seed=work.seed + i) for i in range(n)]
         else:
-            shares = [work.concurrency // n + (1 if i < work.concurrency % n else 0) for i in range(n)]
-            jobs = [replace(work, concurrency=s) for s in shares if s > 0]
+            shares = [work.max_streams // n + (1 if i < work.max_streams % n else 0) for i in range(n)]
+            jobs = [replace(work, max_streams=s) for s in shares if s > 0]
         with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
             return list(pool.map(run_worker, jobs))
 
@@ -246,9 +254,9 @@ class LoadRunner:
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
             try:
-                audit = fetch_audit(stub_url, [r.audit_key or r.stream_id for r in batch], timeout_s=60)
+                audit = fetch_audit(stub_url, [r.audit_key or r.stream_id for r in batch], timeout_s=AUDIT_TIMEOUT_S)
             except PeerError as exc:
-                raise UsageError(f"the stub stopped answering its audit: {exc}") from None
+                raise ServiceError(f"the stub stopped answering its audit: {exc}") from None
             entries: dict[str, Any] = {}
             for e in audit["streams"]:
                 sid = e["verdict"]["stream_id"]
@@ -351,7 +359,7 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
     total = cell.streams + cell.errors  # every stream started in the measured window
     kept = cell.hist.get_total_count()  # the streams the figures are made of
     return {
-        "concurrency": cell.concurrency if cfg.open_loop else int(cell.concurrency),
+        "concurrency": cell.level if cfg.open_loop else int(cell.level),
         "target": cell.target,
         "streams": cell.streams,
         "streams_total": total,

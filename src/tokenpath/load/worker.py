@@ -24,6 +24,7 @@ from tokenpath.wire.openai import chunk_id, content_text
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
 RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
+STREAM_TIMEOUT_S = 120.0  # one stream, connect to last byte: far beyond any load-test stream (128 tokens x 14 ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class Workload:
     model: str
     prompt: str
     tokens: int
-    concurrency: int  # closed loop: virtual users; open loop: the cap on streams in flight
+    max_streams: int  # the most streams open at once: closed loop keeps exactly this many (one per virtual user)
     warmup_s: float
     duration_s: float
     rate: float | None = None  # open loop: Poisson arrivals per second (wrk2-style, from the schedule)
@@ -73,7 +74,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
     lags: list[float] = []
 
     async def user(k: int) -> None:
-        await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.concurrency))
+        await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.max_streams))
         while loop.time() < stop_at:
             counted = loop.time() >= measure_from
             result = await one_stream(cfg, target.host, target.port, work)
@@ -81,7 +82,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
                 results.append(result)
 
     cpu, wall = time.process_time(), time.monotonic()
-    await asyncio.gather(loop_lag(measure_from, stop_at, lags), *(user(k) for k in range(work.concurrency)))
+    await asyncio.gather(loop_lag(measure_from, stop_at, lags), *(user(k) for k in range(work.max_streams)))
     lags.sort()
     return WorkerReport(
         results, time.process_time() - cpu, time.monotonic() - wall, percentile(lags, 99) if lags else 0.0
@@ -106,7 +107,9 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
     result = StreamResult(sid)
     try:
         ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
-        trace = await stream_once(host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=120, ssl_context=ctx)
+        trace = await stream_once(
+            host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
+        )
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
         return result
@@ -130,7 +133,7 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
 async def open_loop(work: Workload) -> WorkerReport:
     """Streams start on a Poisson schedule whatever the target does; latency counts from the scheduled start.
 
-    When `concurrency` streams are already in flight the next one waits, and that wait is its dispatch lag: added
+    When `max_streams` streams are already in flight the next one waits, and that wait is its dispatch lag: added
     to its TTFT in the corrected figure (coordinated omission), reported on its own too."""
     assert work.rate is not None
     assert work.rate > 0
@@ -140,7 +143,7 @@ async def open_loop(work: Workload) -> WorkerReport:
     rng = random.Random(work.seed)
     start = loop.time()
     measure_from, stop_at = start + work.warmup_s, start + work.warmup_s + work.duration_s
-    slots = asyncio.Semaphore(work.concurrency)
+    slots = asyncio.Semaphore(work.max_streams)
     results: list[StreamResult] = []
     tasks: set[asyncio.Task[None]] = set()
 

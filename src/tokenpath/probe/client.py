@@ -13,8 +13,9 @@ from tokenpath.errors import (
     FirstByteTimeout,
     HTTPStatusError,
     IdleTimeout,
-    PeerError,
+    NetworkError,
     ProtocolError,
+    TotalTimeout,
     UsageError,
 )
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW, Trace, TraceRecorder
@@ -42,8 +43,8 @@ class ProbeConfig:
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"):
             value = getattr(self, name)
             if not value > 0 or value == float("inf"):
-                flag = "--" + name.removesuffix("_s").replace("_", "-")
-                raise UsageError(f"{flag} must be a number of seconds > 0, not {value}")
+                field_name = name.removesuffix("_s")
+                raise UsageError(f"`{field_name}` must be a number of seconds > 0, not {value}")
 
     @property
     def target(self) -> Target:
@@ -88,7 +89,7 @@ def probe_stream(
         _read_until_done(transport, recorder, cfg, clock)
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError) as exc:
-        raise PeerError(f"the connection was reset: {exc.strerror}") from None
+        raise NetworkError(f"the connection was reset: {exc.strerror}") from None
     finally:
         transport.close()
 
@@ -153,7 +154,7 @@ def _body_preview(transport: Transport, rec: TraceRecorder) -> str:
 def _timeout(rec: TraceRecorder, cfg: ProbeConfig, first: bool, total: bool) -> None:
     frames = len(rec.trace.frames)
     if total:
-        raise IdleTimeout(f"the stream did not end within --total-timeout {cfg.total_timeout_s} s ({frames} frames)")
+        raise TotalTimeout(f"the stream did not end within --total-timeout {cfg.total_timeout_s} s ({frames} frames)")
     if first:
         raise FirstByteTimeout(f"no response byte within --first-byte-timeout {cfg.first_byte_timeout_s} s")
     raise IdleTimeout(f"no frame for --idle-timeout {cfg.idle_timeout_s} s after {frames} frames")

@@ -1,17 +1,28 @@
 """LiteLLM proxy, the Python gateway users reach for, as a load peer (bench/peers/litellm/setup installs it).
 
+Its venv is found by a documented setting, not the checkout's layout: $TOKENPATH_LITELLM_VENV, else
+$XDG_DATA_HOME/tokenpath/litellm-venv (~/.local/share/tokenpath/litellm-venv), where the setup script installs.
+
 It needs a master key: one is made per run, kept in the private work directory (0600), given to LiteLLM by
 environment variable and to the load client as its API key; it never appears on a command line or in a log.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
 
-VENV = Path(__file__).resolve().parents[3] / "bench" / "peers" / "litellm" / ".venv"
+VENV_ENV = "TOKENPATH_LITELLM_VENV"
+
+
+def venv_dir() -> Path:
+    if os.environ.get(VENV_ENV):
+        return Path(os.environ[VENV_ENV])
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "tokenpath" / "litellm-venv"
 
 
 class LiteLLM(Proxy):
@@ -22,16 +33,16 @@ class LiteLLM(Proxy):
     variants = (Variant(STOCK.name, "LiteLLM proxy, one worker, an OpenAI-compatible upstream"),)
 
     def binary(self) -> str | None:
-        path = VENV / "bin" / "litellm"
+        path = venv_dir() / "bin" / "litellm"
         return str(path) if path.exists() else None
 
     def missing_reason(self) -> str | None:
         if self.binary() is None:
-            return "not set up: run bench/peers/litellm/setup (a large install into its own venv)"
+            return f"not set up: run bench/peers/litellm/setup (a large install into its own venv, {venv_dir()})"
         return None
 
     def version(self) -> str:
-        python = VENV / "bin" / "python"
+        python = venv_dir() / "bin" / "python"
         if not python.exists():
             return "not installed"
         return run_quiet([str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"])

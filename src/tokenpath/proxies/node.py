@@ -1,13 +1,15 @@
-"""The Node.js peers from the first seed article (bench/peers/node/proxy.mjs): the correct shape and the naive one."""
+"""The Node.js peers from the first seed article (proxies/peers/node_proxy.mjs, package data): the correct shape and
+the naive one."""
 
 from __future__ import annotations
 
 import shutil
+from importlib.resources import files
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
 
-SCRIPT = Path(__file__).resolve().parents[3] / "bench" / "peers" / "node" / "proxy.mjs"
+SCRIPT = Path(str(files("tokenpath.proxies") / "peers" / "node_proxy.mjs"))  # installed with the package
 
 
 class NodeProxy(Proxy):
@@ -27,7 +29,7 @@ class NodeProxy(Proxy):
 
     def missing_reason(self) -> str | None:
         if not SCRIPT.exists():
-            return f"{SCRIPT} is not here (the Node peers live in the source tree's bench/peers)"
+            return f"{SCRIPT} is missing from this installation of tokenpath (package data)"
         return super().missing_reason()
 
     def version(self) -> str:

@@ -8,7 +8,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-from tokenpath.errors import PeerError, ProtocolError
+from tokenpath.errors import BadRequest, PeerError, ProtocolError
 from tokenpath.probe.transport import parse_target
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
@@ -48,14 +48,14 @@ def fetch_audit(
                 body_parts.append(parser.feed(data))
     except (OSError, ProtocolError) as exc:
         raise PeerError(f"cannot read the stub's audit at {where}: {exc}") from None
-    if parser.head is None or parser.head.status != 200:
-        raise PeerError(f"the stub's audit at {where} answered {parser.head.status if parser.head else 'nothing'}")
+    if parser.head is None:
+        raise PeerError(f"the stub's audit at {where} answered nothing")
+    if 400 <= parser.head.status < 500:
+        raise BadRequest(f"the stub's audit at {where} refused the request: HTTP {parser.head.status}")
+    if parser.head.status != 200:
+        raise PeerError(f"the stub's audit at {where} answered HTTP {parser.head.status}")
     try:
         result: dict[str, Any] = json.loads(b"".join(body_parts))
     except ValueError as exc:
         raise PeerError(f"the stub's audit at {where} is not JSON: {exc}") from None
     return result
-
-
-def verdicts_by_id(audit: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["verdict"]["stream_id"]: e["verdict"] for e in audit.get("streams", [])}

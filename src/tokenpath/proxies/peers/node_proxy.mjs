@@ -1,6 +1,6 @@
 // The streaming proxy in the shape the first seed article calls correct: fetch to the upstream, write the head
 // at once (flushHeaders), then `for await` over the body and `res.write` each chunk. Plain Node 20, no packages.
-//   node proxy.mjs --listen 127.0.0.1:8081 --upstream http://127.0.0.1:8000 [--naive]
+//   node node_proxy.mjs --listen 127.0.0.1:8081 --upstream http://127.0.0.1:8000 [--naive]
 // --naive is the shape the article measured losing half a second: `await response.text()`, then write it all.
 import http from "node:http";
 import { parseArgs } from "node:util";
