@@ -21,7 +21,7 @@ from tokenpath.wire.framing import Framing
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.wire.server import END_OF_MESSAGE, Data, Request, ResponseStart, ServerConnection
 
-__all__ = ["HTTPConnection", "Handler", "Request", "Response", "error_body", "listen"]
+__all__ = ["HTTPConnection", "Handler", "Request", "Response", "bound_port", "error_body", "listen"]
 
 log = logging.getLogger(__name__)
 
@@ -225,6 +225,12 @@ async def listen(
         return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def bound_port(server: asyncio.Server | None) -> int:
+    """The port a started server listens on (port 0 asks the kernel for one)."""
+    assert server is not None, "start() first"
+    return int(server.sockets[0].getsockname()[1])
 
 
 def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import cast
 
 from tokenpath.controls.policies import CORK_BYTES, CORK_MS, MODES, BufferLimitExceeded, Mode, Policy, make_policy
 from tokenpath.errors import UsageError
+from tokenpath.http_server import bound_port
 from tokenpath.loops import new_event_loop
 
 log = logging.getLogger(__name__)
@@ -220,8 +221,7 @@ class ControlRelay:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "start() first"
-        return int(self._server.sockets[0].getsockname()[1])
+        return bound_port(self._server)
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()

@@ -26,7 +26,7 @@ from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.http_server import Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing
+from tokenpath.wire.framing import Framing, request_head
 from tokenpath.wire.sse import EventCounter
 
 log = logging.getLogger("tokenpath.gateway")
@@ -201,7 +201,7 @@ class Exchange:
     async def _attempts(self, pool: Pool) -> list[str]:
         failures: list[str] = []
         tried: list[MemberState] = []
-        head = self._upstream_head_lines()
+        headers = self._upstream_headers()
         while not self.aborted:
             member = pool.pick(tried)
             if member is None:
@@ -209,9 +209,9 @@ class Exchange:
             if tried:
                 self.app.metrics.failovers.labels(pool.name).inc()
             tried.append(member)
-            outcome = await self._attempt(pool, member, head)
+            outcome = await self._attempt(pool, member, headers)
             if outcome == "stale":  # a keep-alive connection the upstream had closed: retry once, fresh
-                outcome = await self._attempt(pool, member, head)
+                outcome = await self._attempt(pool, member, headers)
             if outcome is None or self.aborted:
                 return failures
             failures.append(f"{member.url}: {outcome}")
@@ -221,7 +221,7 @@ class Exchange:
             self.app.set_health(pool, member)
         return failures
 
-    async def _attempt(self, pool: Pool, member: MemberState, head: bytes) -> str | None:
+    async def _attempt(self, pool: Pool, member: MemberState, headers: list[tuple[str, str]]) -> str | None:
         limits = self.app.cfg.limits
         self.attempts += 1
         try:
@@ -237,10 +237,10 @@ class Exchange:
         waiter: asyncio.Future[str | None] = self.loop.create_future()
         self.head_waiter = waiter
         m = member.member
-        host_line = f"Host: {m.host}:{m.port}\r\n".encode("latin-1")
-        first_line = f"{self.request.method} {m.base_path}{self.request.target} HTTP/1.1\r\n".encode("latin-1")
+        target = f"{m.base_path}{self.request.target}"
+        head = request_head(self.request.method, target, [("Host", f"{m.host}:{m.port}"), *headers])
         self.t_sent = time.perf_counter()
-        conn.send(self, first_line + host_line + head + self.request.body, self.request.method)
+        conn.send(self, head + self.request.body, self.request.method)
         try:
             outcome = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
         except TimeoutError:
@@ -258,25 +258,24 @@ class Exchange:
         self.app.set_health(pool, member)
         return None
 
-    def _upstream_head_lines(self) -> bytes:
+    def _upstream_headers(self) -> list[tuple[str, str]]:
         """Headers sent upstream: the client's, minus hop-by-hop and (when the gateway checked them) its
         credentials, plus ours."""
         drop = self.app.forward_drop
-        lines = [f"{k}: {v}\r\n" for k, v in self.request.headers if k.lower() not in drop]
+        headers = [(k, v) for k, v in self.request.headers if k.lower() not in drop]
         if self.request.peer:
             seen = self.request.header("x-forwarded-for")
-            lines.append(f"X-Forwarded-For: {f'{seen}, ' if seen else ''}{self.request.peer}\r\n")
-            lines.append("X-Forwarded-Proto: http\r\n")
-        lines.append(f"Content-Length: {len(self.request.body)}\r\n")
-        lines.append(f"{self.app.cfg.request_id_header}: {self.request_id}\r\n")
+            headers.append(("X-Forwarded-For", f"{f'{seen}, ' if seen else ''}{self.request.peer}"))
+            headers.append(("X-Forwarded-Proto", "http"))
+        headers.append(("Content-Length", str(len(self.request.body))))
+        headers.append((self.app.cfg.request_id_header, self.request_id))
         key = self._upstream_key()
         client_credentials = self.request.header("authorization")
         if key:
-            lines.append(f"Authorization: Bearer {key}\r\n")
+            headers.append(("Authorization", f"Bearer {key}"))
         elif client_credentials and not self.app.auth.enabled:  # --no-auth: the upstream checks the client's key
-            lines.append(f"Authorization: {client_credentials}\r\n")
-        lines.append("\r\n")
-        return "".join(lines).encode("latin-1")
+            headers.append(("Authorization", client_credentials))
+        return headers
 
     def _upstream_key(self) -> str | None:
         env = self.pool.cfg.api_key_env if self.pool else None

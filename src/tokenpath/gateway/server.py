@@ -26,7 +26,7 @@ from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
-from tokenpath.http_server import HTTPConnection, listen
+from tokenpath.http_server import HTTPConnection, bound_port, listen
 from tokenpath.loops import new_event_loop
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.workers import reuseport_socket, run_worker_group
@@ -50,8 +50,7 @@ class GatewayServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "start() first"
-        return int(self._server.sockets[0].getsockname()[1])
+        return bound_port(self._server)
 
     @property
     def url(self) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import Format, StubConfig
+from tokenpath.wire.framing import chunks
 
 WORDS = [
     "alpha",
@@ -137,7 +138,7 @@ class StreamShape:
         self.sizes = [len(f) for f in frames]
         self._relabel = fmt == "openai"
         self._plain = frames
-        self._chunked = encode_chunked(frames)
+        self._chunked = chunks(frames)  # the last also ends the body, so it leaves in the same write
         self.nbytes = 2 * sum(self.sizes) + 8 * len(frames)  # both codings, as held in memory
 
     def wire(self, chunked: bool, cid: str) -> list[bytes]:
@@ -177,14 +178,6 @@ def shape_for(
 
 def cached_shape_bytes() -> int:
     return _shapes_bytes
-
-
-def encode_chunked(parts: list[bytes]) -> list[bytes]:
-    """Each part as one chunk; the last also carries the end of the body, so it goes out in the same write."""
-    out = [b"%x\r\n%b\r\n" % (len(p), p) for p in parts]
-    if out:
-        out[-1] += b"0\r\n\r\n"
-    return out
 
 
 def check_frame_bytes(cfg: StubConfig) -> None:

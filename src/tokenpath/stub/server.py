@@ -17,7 +17,7 @@ from multiprocessing.connection import Connection
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import UsageError
-from tokenpath.http_server import HTTPConnection, listen
+from tokenpath.http_server import HTTPConnection, bound_port, listen
 from tokenpath.loops import new_event_loop
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
@@ -45,8 +45,7 @@ class StubServer:
 
     @property
     def port(self) -> int:
-        assert self._server is not None, "start() first"
-        return int(self._server.sockets[0].getsockname()[1])
+        return bound_port(self._server)
 
     @property
     def url(self) -> str:

@@ -19,7 +19,7 @@ from enum import Enum
 import httptools
 
 from tokenpath.errors import RemoteProtocolError
-from tokenpath.wire.framing import Framing, received_framing
+from tokenpath.wire.framing import Framing, find_header, received_framing
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +31,7 @@ class ResponseHead:
     keep_alive: bool  # the server will take another request on this connection after this response
 
     def header(self, name: str) -> str | None:
-        """The first value of a header, case-insensitively."""
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        return find_header(self.headers, name)
 
     @property
     def content_type(self) -> str:

@@ -50,6 +50,15 @@ def sent_framing(method: str, status: int, client_version: str, content_length: 
     return Framing.CHUNKED if client_version == "1.1" else Framing.CLOSE
 
 
+def find_header(headers: Iterable[tuple[str, str]], name: str) -> str | None:
+    """The first value of a header, case-insensitively (HTTP field names are)."""
+    lname = name.lower()
+    for key, value in headers:
+        if key.lower() == lname:
+            return value
+    return None
+
+
 def _has_chunked(value: bytes | str) -> bool:
     text = value.decode("latin-1") if isinstance(value, bytes) else value
     return text.lower().rstrip().endswith("chunked")  # chunked must be the final coding (RFC 9112 §6.3 rule 4)

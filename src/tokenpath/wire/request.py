@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tokenpath.errors import UsageError
+from tokenpath.wire.framing import request_head
 
 STREAM_HEADER = "X-Tokenpath-Stream"
 DEFAULT_PROMPT = "Count slowly from one to one hundred and say nothing else."
@@ -36,18 +37,17 @@ def build_request(
     headers: Iterable[tuple[str, str]] = (),
     keep_alive: bool = False,
 ) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {host}"]
+    fields = [("Host", host)]
     names = set()
     for name, value in headers:
         _check_header(name, value)
         names.add(name.lower())
-        lines.append(f"{name}: {value}")
+        fields.append((name, value))
     if "connection" not in names:
-        lines.append("Connection: keep-alive" if keep_alive else "Connection: close")
+        fields.append(("Connection", "keep-alive" if keep_alive else "close"))
     if body or method in ("POST", "PUT", "PATCH"):
-        lines.append(f"Content-Length: {len(body)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head + body
+        fields.append(("Content-Length", str(len(body))))
+    return request_head(method, target, fields) + body
 
 
 def build_json_request(

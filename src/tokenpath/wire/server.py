@@ -20,7 +20,15 @@ import httptools
 
 from tokenpath.errors import LocalProtocolError, RemoteProtocolError
 from tokenpath.wire.client import END_OF_MESSAGE, Data, EndOfMessage
-from tokenpath.wire.framing import Framing, end_of_body, frame_body, framing_headers, response_head, sent_framing
+from tokenpath.wire.framing import (
+    Framing,
+    end_of_body,
+    find_header,
+    frame_body,
+    framing_headers,
+    response_head,
+    sent_framing,
+)
 from tokenpath.wire.limits import ServerLimits
 
 __all__ = ["END_OF_MESSAGE", "Data", "EndOfMessage", "Request", "ResponseStart", "ServerConnection"]
@@ -39,11 +47,7 @@ class Request:
     peer: str = ""  # the client's address (empty on a Unix socket)
 
     def header(self, name: str) -> str | None:
-        lname = name.lower()
-        for key, value in self.headers:
-            if key.lower() == lname:
-                return value
-        return None
+        return find_header(self.headers, name)
 
 
 @dataclass(frozen=True, slots=True)
