@@ -67,9 +67,14 @@ class State(Enum):
 
 
 class ClientConnection:
-    def __init__(self, method: str | None = None) -> None:
+    """With `collect_body`, body bytes are not events: they gather in `body_parts` for the caller to take (the
+    readers' fast path: no object per read). Heads and the end of the message are events either way."""
+
+    def __init__(self, method: str | None = None, *, collect_body: bool = False) -> None:
         self.state = State.IDLE
         self.head: ResponseHead | None = None
+        self.body_parts: list[bytes] | None = [] if collect_body else None
+        self._waiting = False  # == (state is WAITING), as a plain bool for the per-read callbacks
         self._events: deque[ResponseEvent] = deque()
         self._method = "GET"
         self._upgraded = False
@@ -90,6 +95,7 @@ class ClientConnection:
     def start_response(self, method: str) -> None:
         """A request with `method` was sent: read its response (HEAD responses carry no body)."""
         self.state = State.WAITING
+        self._waiting = True
         self.head = None
         self._method = method
         self._headers = []
@@ -97,9 +103,9 @@ class ClientConnection:
         self._parser = httptools.HttpResponseParser(self)
 
     def receive_data(self, data: bytes) -> None:
-        if self.state is not State.WAITING:
+        if not self._waiting:
             if self.state is State.IDLE and data:
-                self.state = State.ERROR
+                self._set(State.ERROR)
                 raise RemoteProtocolError("the server sent bytes while no request was outstanding")
             return  # after the response (or after an error): not ours to interpret
         try:
@@ -107,7 +113,7 @@ class ClientConnection:
         except httptools.HttpParserUpgrade:
             pass  # a 101 is refused in on_headers_complete; this is llhttp stopping after it
         except httptools.HttpParserError as exc:
-            self.state = State.ERROR
+            self._set(State.ERROR)
             if self._upgraded:  # llhttp pauses after a 101's head; on_headers_complete marked it
                 raise RemoteProtocolError(UPGRADE_REFUSED) from None
             if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
@@ -119,15 +125,15 @@ class ClientConnection:
 
     def receive_eof(self) -> None:
         """The connection closed. Raises RemoteProtocolError if that cut the response short."""
-        if self.state is not State.WAITING:
+        if not self._waiting:
             return
         if self.head is None:
-            self.state = State.ERROR
+            self._set(State.ERROR)
             raise RemoteProtocolError("connection closed before the response headers were complete")
         if self.head.framing is Framing.CLOSE:
             self._end()
             return
-        self.state = State.ERROR
+        self._set(State.ERROR)
         framing = "chunked body" if self.head.framing is Framing.CHUNKED else "Content-Length body"
         raise RemoteProtocolError(f"connection closed in the middle of the {framing}")
 
@@ -142,7 +148,7 @@ class ClientConnection:
         status = self._parser.get_status_code()
         headers, self._headers = self._headers, []
         if status == 101:  # we never ask to upgrade; the bytes that follow are not HTTP
-            self.state = State.ERROR
+            self._set(State.ERROR)
             self._upgraded = True
             return
         if 100 <= status < 200:
@@ -158,23 +164,30 @@ class ClientConnection:
             self._end()
 
     def on_body(self, body: bytes) -> None:
-        if self.state is State.WAITING:
-            self._events.append(Data(body))
+        if self._waiting:
+            if self.body_parts is not None:
+                self.body_parts.append(body)
+            else:
+                self._events.append(Data(body))
 
     def on_message_complete(self) -> None:
-        if self.head is not None and self.state is State.WAITING:
+        if self.head is not None and self._waiting:
             self._end()
 
     def _end(self) -> None:
-        self.state = State.DONE
+        self._set(State.DONE)
         self._events.append(END_OF_MESSAGE)
+
+    def _set(self, state: State) -> None:
+        self.state = state
+        self._waiting = state is State.WAITING
 
 
 class ResponseParser:
     """The client core for readers that want a response's body per read, not events: `feed(read) -> body`."""
 
     def __init__(self, method: str = "GET") -> None:
-        self._conn = ClientConnection(method)
+        self._conn = ClientConnection(method, collect_body=True)
 
     @property
     def head(self) -> ResponseHead | None:
@@ -187,13 +200,14 @@ class ResponseParser:
     def feed(self, data: bytes) -> bytes:
         conn = self._conn
         conn.receive_data(data)
-        body: list[bytes] = []
-        while (event := conn.next_event()) is not None:
-            if type(event) is Data:
-                body.append(event.data)
+        conn._events.clear()  # the head and the end are read from the connection's state
+        body = conn.body_parts
+        assert body is not None
         if not body:
             return b""
-        return body[0] if len(body) == 1 else b"".join(body)
+        out = body[0] if len(body) == 1 else b"".join(body)
+        body.clear()
+        return out
 
     def feed_eof(self) -> None:
         """The connection closed. Raises RemoteProtocolError if that cut the response short."""
