@@ -129,7 +129,7 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
     from tokenpath.probe.client import ProbeConfig, probe_stream
-    from tokenpath.probe.metrics import run_metrics, summarize
+    from tokenpath.probe.metrics import probe_results, run_metrics
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.request import DEFAULT_PROMPT
@@ -153,11 +153,11 @@ def probe(
             results.append(run_metrics(probe_stream(cfg)))
     except TokenpathError as exc:
         _fail("probe", exc)
-    document = summarize(target_url, results)
+    probed = probe_results(target_url, results)
     if json_out:
-        print(json.dumps(document, indent=2))
+        print(json.dumps(probed.to_json(), indent=2))
     else:
-        console.print(probe_table(document))
+        console.print(probe_table(probed))
 
 
 def _body_json(text: str | None) -> tuple[tuple[str, object], ...]:
@@ -253,7 +253,7 @@ def matrix(
     console.print(tables.rich_table(doc))
     console.print(f"results: {Path(out) / 'results.json'}")
     _render_report(out)
-    if doc.get("interrupted"):
+    if doc.interrupted:
         raise typer.Exit(130)
 
 
@@ -287,8 +287,9 @@ def sweep(
     except TokenpathError as exc:
         _fail("sweep", exc)
     console.print(sweep_table(doc, exp.name))
-    inferred = doc["inferred"]
-    console.print(f"[bold]{proxy} {inferred.get('rule', '')}[/] ({inferred['explanation']})")
+    inferred = doc.inferred
+    if inferred is not None:
+        console.print(f"[bold]{proxy} {inferred.rule or ''}[/] ({inferred.explanation})")
     console.print(f"results: {Path(out) / 'results.json'}")
     _render_report(out)
 
@@ -339,10 +340,9 @@ def load(
     except TokenpathError as exc:
         _fail("load", exc)
     console.print(load_table.rich_table(doc))
-    for row in doc["levels"]:
-        for w in row["warnings"]:
-            level = row["concurrency"] if row.get("rate") is None else f"{row['rate']:g}/s"
-            console.print(f"[yellow]{row['target']} @ {level}: {w['message']}[/] ({w['remedy']})")
+    for row in doc.levels:
+        for w in row.warnings:
+            console.print(f"[yellow]{row.target} @ {row.level_label}: {w.message}[/] ({w.remedy})")
     console.print(f"results: {Path(out) / 'results.json'}")
     _render_report(out)
 
@@ -365,7 +365,7 @@ def demo(
     console.print(tables.rich_table(doc))
     console.print(f"results: {Path(out) / 'results.json'}")
     _render_report(out)
-    if not doc["certification"]["passed"]:
+    if not doc.certification.passed:
         raise typer.Exit(1)
 
 

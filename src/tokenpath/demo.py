@@ -4,7 +4,6 @@ controls, at the second article's condition (60-byte frames every 50 ms). Certif
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
@@ -12,6 +11,7 @@ from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import Condition, Experiment, PathSpec
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.relays import CONTROLS
+from tokenpath.results.model import MatrixResults
 
 
 def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
@@ -30,5 +30,5 @@ def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
     )
 
 
-def run_demo(out_dir: Path, console: Console, runs: int = 3) -> dict[str, Any]:
+def run_demo(out_dir: Path, console: Console, runs: int = 3) -> MatrixResults:
     return MatrixRunner(quick_experiment(runs), out_dir, console=console).run()

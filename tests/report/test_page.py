@@ -17,6 +17,7 @@ from tokenpath.procs import tokenpath_argv
 from tokenpath.report import page
 from tokenpath.report.compare import compare
 from tokenpath.report.render import write_report
+from tokenpath.results.model import MatrixResults, from_json
 
 DATA = Path(__file__).parent / "data"
 
@@ -80,10 +81,12 @@ def test_timeline_panels_come_from_the_stub_writes_and_client_arrivals() -> None
     doc = json.loads((DATA / "matrix" / "results.json").read_text())
     from tokenpath.report.charts import frame_points, representative_run
 
-    cork = next(r for r in doc["rows"] if r["proxy"] == "cork")
+    results = from_json(doc)
+    assert isinstance(results, MatrixResults)
+    cork = next(r for r in results.rows if r.proxy == "cork")
     run = representative_run(cork)
     assert run is not None
-    writes, arrivals = frame_points(run, cork["interval_ms"])
+    writes, arrivals = frame_points(run, cork.interval_ms)
     assert len(writes) == len(arrivals) == 12
     assert all(a >= w for w, a in zip(writes, arrivals, strict=True))  # nothing arrives before it is written
     assert len(set(arrivals)) < len(arrivals)  # cork: several frames share one read
@@ -155,7 +158,7 @@ def test_compare_finds_a_difference_larger_than_the_spread(tmp_path: Path) -> No
             for r in row["raw"]:
                 if r["path_added_ttft_ms"] is not None:
                     r["path_added_ttft_ms"] += 50
-    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(doc, slower)}
+    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(from_json(doc), from_json(slower))}
     assert verdicts[("pass", "added TTFT ms")].verdict == "B higher"
     assert verdicts[("pass", "frames per read")].verdict == "same (within the direct floor)"
     assert verdicts[("cork", "added TTFT ms")].verdict == "same (within the direct floor)"
@@ -168,7 +171,7 @@ def test_compare_refuses_unrelated_results() -> None:
     matrix = json.loads((DATA / "matrix" / "results.json").read_text())
     load = json.loads((DATA / "load" / "results.json").read_text())
     with pytest.raises(UsageError, match="cannot compare a matrix result with a load result"):
-        compare(matrix, load)
+        compare(from_json(matrix), from_json(load))
 
 
 def test_an_unknown_schema_version_is_a_clear_error_not_a_guess(tmp_path: Path) -> None:
@@ -215,7 +218,7 @@ def test_a_difference_inside_the_direct_floor_is_same_not_lower() -> None:
                         r["path_added_ttft_ms"] += shift - base
                         r["path_added_ttft_ms"] = round(r["path_added_ttft_ms"], 6)
     spans = [r["path_added_ttft_ms"] for r in doc["rows"] if r["proxy"] == "pass" for r in r["raw"]]
-    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(doc, other)}
+    verdicts = {(c.key.split(":")[0], c.metric): c for c in compare(from_json(doc), from_json(other))}
     added = verdicts[("pass", "added TTFT ms")]
     assert added.floor is not None
     assert added.verdict == "same (within the direct floor)", (added, spans)

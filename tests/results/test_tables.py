@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,11 +10,12 @@ import pytest
 from rich.console import Console
 
 from tokenpath.errors import UsageError
-from tokenpath.results import schema, tables
+from tokenpath.results import model, tables
+from tokenpath.results.model import Provenance, from_json
 
 
-def doc(certified: bool) -> dict[str, Any]:
-    d = schema.new_document("matrix")
+def raw_doc(certified: bool) -> dict[str, Any]:
+    d: dict[str, Any] = {"schema_version": model.SCHEMA_VERSION, **model._document(Provenance.now("matrix"))}
     d.update(
         experiment={"name": "t", "exclusion": {"rule": "a rule"}}, certification={"passed": certified}, skipped=[],
         proxies={"nginx": {"version": "1.22.1"}},
@@ -24,6 +26,12 @@ def doc(certified: bool) -> dict[str, Any]:
                "verdict": "buffers the whole response"}],
     )  # fmt: skip
     return d
+
+
+def doc(certified: bool) -> model.MatrixResults:
+    results = from_json(raw_doc(certified))
+    assert isinstance(results, model.MatrixResults)
+    return results
 
 
 def test_markdown_and_csv_carry_every_row() -> None:
@@ -46,18 +54,21 @@ def test_uncertified_runs_say_so_in_the_title() -> None:
 
 def test_schema_round_trip_and_unknown_version(tmp_path: Path) -> None:
     d = doc(True)
-    schema.write(d, tmp_path)
-    assert schema.read(tmp_path)["rows"] == d["rows"]
-    d["schema_version"] = 99
-    schema.write(d, tmp_path)
+    model.write(d, tmp_path)
+    assert model.read(tmp_path) == d
+    raw = d.to_json()
+    raw["schema_version"] = 99
+    (tmp_path / "results.json").write_text(json.dumps(raw))
     with pytest.raises(UsageError, match="schema_version 99"):
-        schema.read(tmp_path)
+        model.read(tmp_path)
 
 
 def test_every_condition_states_its_exclusion_share() -> None:
-    d = doc(True)
+    d = raw_doc(True)
     d["rows"].append({**d["rows"][0], "proxy": "direct", "excluded": 0, "interval_ms": 14.0})
-    md = tables.markdown(d)
+    results = from_json(d)
+    assert isinstance(results, model.MatrixResults)
+    md = tables.markdown(results)
     assert "- 60 B @ 50 ms, loopback: 1 of 3 runs excluded (33.3 %)" in md
     assert "- 60 B @ 14 ms, loopback: 0 of 3 runs excluded (0.0 %)" in md  # a zero share is stated too
     assert "- all: 1 of 6 runs excluded (16.7 %)" in md
@@ -66,11 +77,11 @@ def test_every_condition_states_its_exclusion_share() -> None:
 def test_a_load_row_shows_kept_of_total_even_below_one_percent() -> None:
     from tokenpath.results import load_table
 
-    row = {
+    row = model.load_row({
         "concurrency": 50, "target": "nginx", "streams": 999, "streams_total": 1000, "kept": 996, "excluded": 4,
         "exclusion_share": 0.004, "errors": 1, "added_ttft_ms": {"p50": 1.0, "p99": 2.0, "p999": 3.0},
         "cpu_cores": 0.1, "rss_mb": 10.0, "warnings": [], "frames_lost": 0, "frames_out_of_order": 0,
-    }  # fmt: skip
+    })  # fmt: skip
     cells = load_table.figures(row)
     assert cells[-1] == "996/1000 (0.4 % excl.)"  # n is the kept streams, never the excluded ones
     assert load_table.headers(False)[-1] == "kept/total"

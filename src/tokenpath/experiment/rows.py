@@ -8,6 +8,7 @@ from typing import Any
 
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import Condition, PathSpec
+from tokenpath.results.model import MatrixRow, matrix_row
 from tokenpath.stats import median, percentile
 
 FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
@@ -35,7 +36,12 @@ class Floor:
         return {"fpr": self.fpr, "added_ttft_ms": self.added_ttft_ms, "ttft_spread_ms": self.ttft_spread_ms}
 
 
-def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> dict[str, Any]:
+def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> MatrixRow:
+    """The row as the model holds it (computed as its JSON object, then read by the model's one reader)."""
+    return matrix_row(_row_json(path, cond, runs, floor))
+
+
+def _row_json(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> dict[str, Any]:
     included = [r for r in runs if r.included and r.metrics]
     row: dict[str, Any] = {
         "proxy": path.proxy,

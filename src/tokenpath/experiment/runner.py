@@ -13,7 +13,7 @@ import itertools
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,18 @@ from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
 from tokenpath.proxies.base import Endpoint, Site, TLSFiles, free_port, new_workdir, start
 from tokenpath.proxies.relays import CONTROLS
-from tokenpath.results import schema, tables
+from tokenpath.results import model, tables
+from tokenpath.results.model import (
+    Certification,
+    Check,
+    Drift,
+    FloorEntry,
+    MatrixResults,
+    MatrixRow,
+    PathSkip,
+    Provenance,
+    ProxyInfo,
+)
 from tokenpath.stats import percentile
 from tokenpath.stub.control import SocketFactory, fetch_audit, tcp_connect
 from tokenpath.tlscert import self_signed
@@ -80,14 +91,17 @@ class MatrixRunner:
         self.out_dir = out_dir
         self.force = force
         self.console = console
-        self.doc = schema.new_document("matrix")
-        self.doc.update(
-            experiment=experiment.to_json(), certification={"passed": False, "checks": []}, proxies={},
-            skipped=[], rows=[], floors=[], interrupted=False,
-        )  # fmt: skip
+        # What the run has found so far; `results()` freezes it into the model (written after every condition).
+        self.provenance = Provenance.now("matrix")
+        self.certification = Certification()
+        self.proxies: dict[str, ProxyInfo] = {}
+        self.skipped: list[PathSkip] = []
+        self.rows: list[MatrixRow] = []
+        self.floors: list[FloorEntry] = []
+        self.interrupted = False
 
     # public ------------------------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def run(self) -> MatrixResults:
         groups: dict[tuple[Link, bool], list[Condition]] = {}
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
@@ -107,17 +121,24 @@ class MatrixRunner:
                             progress.update(task, description=cond.label)
                             self._condition(env, cond, lambda: progress.advance(task))
         except KeyboardInterrupt:
-            self.doc["interrupted"] = True
+            self.interrupted = True
             self.console.print("[yellow]interrupted: writing the rows measured so far[/]")
         finally:
             self.write()
-        return self.doc
+        return self.results()
+
+    def results(self) -> MatrixResults:
+        return MatrixResults(
+            provenance=self.provenance, experiment=self.exp.to_json(), certification=self.certification,
+            proxies=dict(self.proxies), skipped=tuple(self.skipped), rows=tuple(self.rows), floors=tuple(self.floors),
+            exclusion_shares=tables.exclusion_shares(self.rows), interrupted=self.interrupted,
+        )  # fmt: skip
 
     def write(self) -> None:
-        self.doc["exclusion_shares"] = tables.exclusion_shares(self.doc)
-        schema.write(self.doc, self.out_dir)
-        (self.out_dir / "table.md").write_text(tables.markdown(self.doc))
-        (self.out_dir / "results.csv").write_text(tables.csv_text(self.doc))
+        results = self.results()
+        model.write(results, self.out_dir)
+        (self.out_dir / "table.md").write_text(tables.markdown(results))
+        (self.out_dir / "results.csv").write_text(tables.csv_text(results))
 
     # environments ------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -179,8 +200,9 @@ class MatrixRunner:
                 reason = f"failed to start: {exc}"
             else:
                 stack.callback(running.stop)
-                entry = self.doc["proxies"].setdefault(proxy.name, {"version": proxy.version(), "variants": {}})
-                entry["variants"][path.variant] = {"config": running.effective}
+                known = self.proxies.get(proxy.name) or ProxyInfo(proxy.version())
+                variants = {**known.variants, path.variant: {"config": running.effective}}
+                self.proxies[proxy.name] = ProxyInfo(known.version, variants)
                 return running
         env.skipped[path.label] = reason
         if path.proxy not in {c.name for c in CONTROLS}:
@@ -196,7 +218,7 @@ class MatrixRunner:
         self._record_skip(what, reason)
 
     def _record_skip(self, path: str, reason: str) -> None:
-        self.doc["skipped"].append({"path": path, "reason": reason})
+        self.skipped.append(PathSkip(path, reason))
 
     # measuring ---------------------------------------------------------------------------------------
     def _probe(self, env: Environment, url: str, pacing: dict[str, Any], label: str) -> RunRecord:
@@ -245,29 +267,30 @@ class MatrixRunner:
         cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls)
         rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
         checks = [
-            _check("direct streams cleanly", rows["direct"], lambda r: (r["fpr_median"] or 99) <= CERT_MAX_DIRECT_FPR),
+            _check("direct streams cleanly", rows["direct"], lambda r: (r.fpr_median or 99) <= CERT_MAX_DIRECT_FPR),
             # One late write among the certification runs is what the exclusion rule is for on a shared host;
             # the instrument is untrustworthy when the stub misses its schedule in most runs.
-            _check("direct's stub audits pass", rows["direct"], lambda r: r["excluded"] <= r["runs"] // 3),
-            _check("pass relay within the floor", rows["pass"], lambda r: bool(r["within_floor"])),
-            _check("buffer relay seen (one arrival)", rows["buffer"], lambda r: (r.get("arrivals_median") or 0) == 1),
+            _check("direct's stub audits pass", rows["direct"], lambda r: r.excluded <= r.runs // 3),
+            _check("pass relay within the floor", rows["pass"], lambda r: bool(r.within_floor)),
+            _check("buffer relay seen (one arrival)", rows["buffer"], lambda r: (r.arrivals_median or 0) == 1),
             _check(
                 "cork relay seen (bursts, late)", rows["cork"],
-                lambda r: (r["fpr_median"] or 0) >= 2 and (r["added_ttft_ms_median"] or 0) >= CORK_MS / 2,
+                lambda r: (r.fpr_median or 0) >= 2 and (r.added_ttft_ms_median or 0) >= CORK_MS / 2,
             ),
         ]  # fmt: skip
-        passed = all(c["passed"] for c in checks)
+        passed = all(c.passed for c in checks)
         where = f"{env.link}{', tls' if env.tls else ''}"
-        cert = self.doc["certification"]
-        cert["checks"] += [{**c, "environment": where} for c in checks]
         drift = emitter_drift(runs["direct"])
-        cert.setdefault("emitter_drift_ms", {})[where] = drift
+        cert = self.certification
+        all_checks = (*cert.checks, *(replace(c, environment=where) for c in checks))
+        self.certification = Certification(
+            passed=passed and all(c.passed for c in all_checks), forced=self.force, checks=all_checks,
+            emitter_drift_ms={**cert.emitter_drift_ms, where: drift},
+        )  # fmt: skip
         self.console.print(f"certify ({where}): emitter drift {tables.describe_drift(drift)}")
-        cert["passed"] = passed and all(c["passed"] for c in cert["checks"])
-        cert["forced"] = self.force
         for c in checks:
-            mark = "[green]ok[/]" if c["passed"] else "[bold red]FAILED[/]"
-            self.console.print(f"certify ({where}): {c['name']}: {mark} ({c['evidence']})")
+            mark = "[green]ok[/]" if c.passed else "[bold red]FAILED[/]"
+            self.console.print(f"certify ({where}): {c.name}: {mark} ({c.evidence})")
         if not passed and not self.force:
             raise CertificationError(
                 f"certification failed on {where}: the instrument cannot be trusted on this host now "
@@ -303,24 +326,24 @@ class MatrixRunner:
                     tick()
         finally:
             floor = Floor.from_direct(runs.get("direct", []))
-            self.doc["floors"].append({"condition": cond.label, **(floor.to_json() if floor else {})})
+            self.floors.append(FloorEntry(cond.label, **(floor.to_json() if floor else {})))
             for spec, _ in paths:
                 if runs[spec.label]:
-                    self.doc["rows"].append(build_row(spec, cond, runs[spec.label], floor))
+                    self.rows.append(build_row(spec, cond, runs[spec.label], floor))
             self.write()
 
 
-def emitter_drift(records: list[RunRecord]) -> dict[str, Any]:
+def emitter_drift(records: list[RunRecord]) -> Drift:
     """The stub's pacing drift over every write of these streams: what "certified at 0.22 ms" means."""
     drifts = sorted(d for r in records for d in r.drift_ms)
     if not drifts:
-        return {"writes": 0, "p50": None, "p99": None, "max": None}
-    return {"writes": len(drifts), "p50": percentile(drifts, 50), "p99": percentile(drifts, 99), "max": drifts[-1]}
+        return Drift(writes=0)
+    return Drift(len(drifts), percentile(drifts, 50), percentile(drifts, 99), drifts[-1])
 
 
-def _check(name: str, row: dict[str, Any], ok: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+def _check(name: str, row: MatrixRow, ok: Callable[[MatrixRow], bool]) -> Check:
     evidence = (
-        f"fpr {row.get('fpr_median') or 0:.2f}, added TTFT {row.get('added_ttft_ms_median') or 0:.1f} ms, "
-        f"{row['runs'] - row['excluded']}/{row['runs']} runs kept"
+        f"fpr {row.fpr_median or 0:.2f}, added TTFT {row.added_ttft_ms_median or 0:.1f} ms, "
+        f"{row.kept}/{row.runs} runs kept"
     )
-    return {"name": name, "passed": bool(row.get("fpr_median") is not None and ok(row)), "evidence": evidence}
+    return Check(name, bool(row.fpr_median is not None and ok(row)), evidence)

@@ -33,7 +33,7 @@ class Condition:
 
     @property
     def label(self) -> str:
-        return condition_label(self.to_json())
+        return condition_label(self)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -10,8 +10,9 @@ Either is null when the points do not show it (e.g. loopback, where a 64 KB segm
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -20,7 +21,8 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
 from tokenpath.probe.table import fmt
-from tokenpath.results import schema
+from tokenpath.results import model
+from tokenpath.results.model import Inferred, MatrixResults, SweepPoint
 from tokenpath.stats import median
 
 TIMER_CLUSTER = 0.15  # hold times within 15 % of the longest are the timer's
@@ -41,14 +43,14 @@ def sweep_experiment(
     )
 
 
-def sweep_table(doc: dict[str, Any], title: str) -> Table:
+def sweep_table(results: MatrixResults, title: str) -> Table:
     table = Table(title=f"tokenpath sweep: {title}")
     for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
         table.add_column(col, justify="right")
-    for p in doc["points"]:
+    for p in results.points or ():
         table.add_row(
-            str(p["frame_bytes"]), f"{p['interval_ms']:g}", fmt(p["fpr_median"], 2), fmt(p["added_ttft_ms_median"]),
-            str(p["modal_burst"]), "no" if p["within_floor"] else "yes",
+            str(p.frame_bytes), f"{p.interval_ms:g}", fmt(p.fpr_median, 2), fmt(p.added_ttft_ms_median),
+            str(p.modal_burst), "no" if p.within_floor else "yes",
         )  # fmt: skip
     return table
 
@@ -58,32 +60,35 @@ def wire_bytes(frame_bytes: int) -> int:
     return frame_bytes + len(f"{frame_bytes:x}") + 4
 
 
-def points(doc: dict[str, Any], proxy: str) -> list[dict[str, Any]]:
-    keys = ("frame_bytes", "interval_ms", "fpr_median", "added_ttft_ms_median", "modal_burst", "within_floor")
-    return [{k: r.get(k) for k in keys} for r in doc["rows"] if r["proxy"] == proxy and r["fpr_median"] is not None]
+def points(results: MatrixResults, proxy: str) -> tuple[SweepPoint, ...]:
+    return tuple(
+        SweepPoint(r.frame_bytes, r.interval_ms, r.fpr_median, r.added_ttft_ms_median, r.modal_burst, r.within_floor)
+        for r in results.rows
+        if r.proxy == proxy and r.fpr_median is not None
+    )
 
 
-def infer(pts: list[dict[str, Any]]) -> dict[str, Any]:
-    held = [p for p in pts if p["within_floor"] is False and (p["added_ttft_ms_median"] or 0) > 0]
+def infer(pts: Sequence[SweepPoint]) -> Inferred:
+    held = [p for p in pts if p.within_floor is False and (p.added_ttft_ms_median or 0) > 0]
     if not held:
-        return {"size_bytes": None, "timer_ms": None, "explanation": "no point was held: the proxy streams"}
-    longest = max(p["added_ttft_ms_median"] for p in held)
-    timer_pts = [p for p in held if p["added_ttft_ms_median"] >= (1 - TIMER_CLUSTER) * longest]
+        return Inferred(explanation="no point was held: the proxy streams")
+    longest = max(p.added_ttft_ms_median or 0.0 for p in held)
+    timer_pts = [p for p in held if (p.added_ttft_ms_median or 0.0) >= (1 - TIMER_CLUSTER) * longest]
     timer_ms = None
-    if len({p["interval_ms"] for p in timer_pts}) >= 2:
-        timer_ms = round(median([p["added_ttft_ms_median"] for p in timer_pts]), 1)
+    if len({p.interval_ms for p in timer_pts}) >= 2:
+        timer_ms = round(median([p.added_ttft_ms_median or 0.0 for p in timer_pts]), 1)
     cap = timer_ms if timer_ms is not None else longest
     lo, hi, evidence = 0, None, []
     for p in held:
-        burst = p["modal_burst"] or 1
-        if p["added_ttft_ms_median"] < SIZE_RELEASED_BELOW * cap and burst >= 2:
-            w = wire_bytes(p["frame_bytes"])
+        burst = p.modal_burst or 1
+        if (p.added_ttft_ms_median or 0.0) < SIZE_RELEASED_BELOW * cap and burst >= 2:
+            w = wire_bytes(p.frame_bytes)
             lo, hi = max(lo, (burst - 1) * w), min(hi or burst * w, burst * w)
-            evidence.append(f"{p['frame_bytes']} B @ {p['interval_ms']:g} ms: bursts of {burst}")
+            evidence.append(f"{p.frame_bytes} B @ {p.interval_ms:g} ms: bursts of {burst}")
     size_bytes = None
     parts = []
     if timer_ms is not None:
-        n_intervals = len({p["interval_ms"] for p in timer_pts})
+        n_intervals = len({p.interval_ms for p in timer_pts})
         parts.append(f"held ~{timer_ms:g} ms at {len(timer_pts)} points over {n_intervals} intervals")
     if hi is not None and lo < hi:
         size_bytes = hi
@@ -97,7 +102,7 @@ def infer(pts: list[dict[str, Any]]) -> dict[str, Any]:
     )
     if size_bytes is None and timer_ms is None:
         rule = "holds frames, but neither a size nor a timer rule fits the points"
-    intervals = sorted({p["interval_ms"] for p in pts})
+    intervals = sorted({p.interval_ms for p in pts})
     caveat = None
     if len(intervals) < 2:
         # At one interval a burst of b frames released early fits a byte threshold and a timer alike, and a timer
@@ -109,20 +114,20 @@ def infer(pts: list[dict[str, Any]]) -> dict[str, Any]:
         parts.append(caveat)
         rule = f"holds frames at {intervals[0]:g} ms; which rule releases them needs a second interval"
         size_bytes = None
-    return {
-        "size_bytes": size_bytes,
-        "size_range": [lo + 1, hi] if size_bytes else None,
-        "timer_ms": timer_ms,
-        "rule": rule,
-        "caveat": caveat,
-        "explanation": "; ".join(parts),
-    }
+    return Inferred(
+        explanation="; ".join(parts),
+        size_bytes=size_bytes,
+        size_range=(lo + 1, hi) if size_bytes and hi is not None else None,
+        timer_ms=timer_ms,
+        rule=rule,
+        caveat=caveat,
+    )
 
 
-def run_sweep(exp: Experiment, proxy: str, out_dir: Path, console: Console, force: bool = False) -> dict[str, Any]:
-    doc = MatrixRunner(exp, out_dir, force=force, console=console).run()
-    doc["kind"] = "sweep"
-    doc["points"] = points(doc, proxy)
-    doc["inferred"] = infer(doc["points"])
-    schema.write(doc, out_dir)
-    return doc
+def run_sweep(exp: Experiment, proxy: str, out_dir: Path, console: Console, force: bool = False) -> MatrixResults:
+    """The matrix of the sweep's points, then what it says: written as a sweep once the rule is inferred."""
+    results = MatrixRunner(exp, out_dir, force=force, console=console).run()
+    pts = points(results, proxy)
+    results = replace(results, provenance=replace(results.provenance, kind="sweep"), points=pts, inferred=infer(pts))
+    model.write(results, out_dir)
+    return results

@@ -28,7 +28,8 @@ from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy
-from tokenpath.results import schema
+from tokenpath.results import model
+from tokenpath.results.model import LoadResults, LoadRow, Provenance, TargetInfo, TargetSkip, load_row
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import completion_id
 
@@ -123,10 +124,12 @@ class LoadRunner:
         self.cfg = cfg
         self.out_dir = out_dir
         self.console = console
-        self.doc = schema.new_document("load")
-        self.doc.update(config=_config_json(cfg), targets={}, skipped=[], levels=[], interrupted=False)
+        self.provenance = Provenance.now("load")
+        self.targets: dict[str, TargetInfo] = {}
+        self.skipped: list[TargetSkip] = []
+        self.interrupted = False
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> LoadResults:
         cfg = self.cfg
         per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
         ensure_fd_limit(-(-per_process // cfg.client_workers))
@@ -166,10 +169,13 @@ class LoadRunner:
                         self._measure(cell, url, pid, stub_url, keys.get(name))
                         progress.advance(task)
             except KeyboardInterrupt:
-                self.doc["interrupted"] = True
-            self.doc["levels"] = self._summarise(cells)
-            schema.write(self.doc, self.out_dir)
-        return self.doc
+                self.interrupted = True
+            results = LoadResults(
+                provenance=self.provenance, config=_config_json(cfg), targets=dict(self.targets),
+                skipped=tuple(self.skipped), levels=tuple(self._summarise(cells)), interrupted=self.interrupted,
+            )  # fmt: skip
+            model.write(results, self.out_dir)
+        return results
 
     def _start(self, name: str, stub_url: str, stack: contextlib.ExitStack) -> RunningProxy | None:
         """`name` is a catalogue proxy, optionally with a variant (`haproxy:http_no_delay`), or `LABEL=COMMAND` with
@@ -201,12 +207,11 @@ class LoadRunner:
                 reason = f"failed to start: {exc}"
             else:
                 stack.callback(running.stop)
-                self.doc["targets"][proxy_name if "{listen" in name else name] = {
-                    "version": proxy.version(), "variant": variant.name, "config": running.effective,
-                }  # fmt: skip
+                label = proxy_name if "{listen" in name else name
+                self.targets[label] = TargetInfo(proxy.version(), variant.name, running.effective)
                 return running
         self.console.print(f"[yellow]skipping {name}:[/] {reason}")
-        self.doc["skipped"].append({"target": name, "reason": reason})
+        self.skipped.append(TargetSkip(name, reason))
         return None
 
     def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str, api_key: str | None) -> None:
@@ -282,7 +287,7 @@ class LoadRunner:
                     cell.corrected.record_value(max(1, min(added_us + lag_us, HIST_MAX_US)))
                     cell.dispatch_lag.record_value(max(1, min(lag_us, HIST_MAX_US)))
 
-    def _summarise(self, cells: dict[tuple[float, str], Cell]) -> list[dict[str, Any]]:
+    def _summarise(self, cells: dict[tuple[float, str], Cell]) -> list[LoadRow]:
         out = []
         for level in self.cfg.level_values:
             direct = cells.get((level, "direct"))
@@ -292,7 +297,7 @@ class LoadRunner:
             for (lvl, _name), cell in cells.items():
                 if lvl != level:
                     continue
-                out.append(_level_row(cell, floor, self.cfg))
+                out.append(load_row(_level_row(cell, floor, self.cfg)))
         return out
 
 

@@ -27,6 +27,15 @@ class RunMetrics:
     bursts: dict[int, int]  # frames completed by one arrival -> how many arrivals did that
     total_ms: float | None
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
+        return cls(
+            stream_id=obj.get("stream_id", ""), status=obj["status"], frames=obj["frames"], arrivals=obj["arrivals"],
+            frames_per_read=obj.get("frames_per_read"), ttfb_ms=obj.get("ttfb_ms"), ttft_ms=obj.get("ttft_ms"),
+            gaps_ms=dict(obj.get("gaps_ms") or {}), bursts={int(k): v for k, v in (obj.get("bursts") or {}).items()},
+            total_ms=obj.get("total_ms"),
+        )  # fmt: skip
+
     def to_json(self) -> dict[str, Any]:
         return {
             "stream_id": self.stream_id,
@@ -68,21 +77,47 @@ def run_metrics(trace: Trace) -> RunMetrics:
     )
 
 
-def summarize(url: str, runs: list[RunMetrics]) -> dict[str, Any]:
-    """The probe's JSON document: every run, and medians over runs."""
+@dataclass(frozen=True, slots=True)
+class ProbeSummary:
+    runs: int
+    frames_per_read: float | None
+    ttfb_ms: float | None
+    ttft_ms: float | None
 
+
+@dataclass(frozen=True, slots=True)
+class ProbeResults:
+    """`tokenpath probe`: every run, and medians over runs."""
+
+    url: str
+    runs: tuple[RunMetrics, ...]
+    summary: ProbeSummary
+
+    def to_json(self) -> dict[str, Any]:
+        """The probe's --json document (its own SCHEMA_VERSION: a smaller document than results.json)."""
+        s = self.summary
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "url": self.url,
+            "runs": [r.to_json() for r in self.runs],
+            "summary": {
+                "runs": s.runs,
+                "frames_per_read": s.frames_per_read,
+                "ttfb_ms": s.ttfb_ms,
+                "ttft_ms": s.ttft_ms,
+            },
+        }
+
+
+def probe_results(url: str, runs: list[RunMetrics]) -> ProbeResults:
     def med(key: str) -> float | None:
         values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
         return median(values) if values else None
 
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "url": url,
-        "runs": [r.to_json() for r in runs],
-        "summary": {
-            "runs": len(runs),
-            "frames_per_read": med("frames_per_read"),
-            "ttfb_ms": med("ttfb_ms"),
-            "ttft_ms": med("ttft_ms"),
-        },
-    }
+    summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"))
+    return ProbeResults(url, tuple(runs), summary)
+
+
+def summarize(url: str, runs: list[RunMetrics]) -> dict[str, Any]:
+    """The probe's JSON document: every run, and medians over runs."""
+    return probe_results(url, runs).to_json()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import matplotlib
 
@@ -18,6 +17,8 @@ import matplotlib.pyplot as plt
 from hdrh.histogram import HdrHistogram
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from tokenpath.results.model import FloorEntry, Inferred, LoadRow, MatrixRow, MatrixRun, Percentiles, SweepPoint
 
 plt.rcParams.update({
     "svg.fonttype": "none",
@@ -43,36 +44,36 @@ def to_svg(fig: Figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
 
 
-def label(row: dict[str, Any]) -> str:
-    return row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
+def label(row: MatrixRow) -> str:
+    return row.path_label
 
 
-def representative_run(row: dict[str, Any]) -> dict[str, Any] | None:
+def representative_run(row: MatrixRow) -> MatrixRun | None:
     """The kept run with the median added TTFT: what a typical stream through this path looked like."""
-    runs = [r for r in row.get("raw", []) if r.get("included") and r.get("arrivals")]
+    runs = [r for r in row.raw if r.included and r.arrivals]
     if not runs:
-        runs = [r for r in row.get("raw", []) if r.get("arrivals")]
+        runs = [r for r in row.raw if r.arrivals]
     if not runs:
         return None
-    runs.sort(key=lambda r: r.get("path_added_ttft_ms") or 0.0)
-    middle: dict[str, Any] = runs[len(runs) // 2]
+    runs.sort(key=lambda r: r.path_added_ttft_ms or 0.0)
+    middle: MatrixRun = runs[len(runs) // 2]
     return middle
 
 
-def frame_points(run: dict[str, Any], interval_ms: float) -> tuple[list[float], list[float]]:
+def frame_points(run: MatrixRun, interval_ms: float) -> tuple[list[float], list[float]]:
     """(stub write, client arrival) per frame, both in ms after the stub's first write. Arrivals are per read, so
     a burst of five frames is five points at one arrival time."""
-    arrival = [t for t, frames in run["arrivals"] for _ in range(frames)]
-    writes = run.get("writes_ms") or [k * interval_ms for k in range(len(arrival))]  # older runs: the schedule
+    arrival = [t for t, frames in run.arrivals for _ in range(frames)]
+    writes = list(run.writes_ms) or [k * interval_ms for k in range(len(arrival))]  # older runs: the schedule
     n = min(len(arrival), len(writes))
     return list(writes[:n]), arrival[:n]
 
 
-def arrival_timeline(rows: Sequence[dict[str, Any]]) -> str | None:
+def arrival_timeline(rows: Sequence[MatrixRow]) -> str | None:
     """One panel per path of one condition: frame k's write (x) against its arrival (y). A path that streams sits
     on the diagonal beside the direct path (grey); a burst is a vertical run of points; buffering is a flat line."""
-    direct = next((r for r in rows if r["proxy"] == "direct"), None)
-    others = [r for r in rows if r["proxy"] != "direct"] or ([direct] if direct else [])
+    direct = next((r for r in rows if r.proxy == "direct"), None)
+    others = [r for r in rows if r.proxy != "direct"] or ([direct] if direct else [])
     if not others:
         return None
     direct_run = representative_run(direct) if direct else None
@@ -88,24 +89,24 @@ def arrival_timeline(rows: Sequence[dict[str, Any]]) -> str | None:
     return to_svg(fig)
 
 
-def _timeline_panel(ax: Axes, row: dict[str, Any], direct_run: dict[str, Any] | None) -> None:
-    interval = row["interval_ms"]
+def _timeline_panel(ax: Axes, row: MatrixRow, direct_run: MatrixRun | None) -> None:
+    interval = row.interval_ms
     top = 0.0
-    if direct_run is not None and row["proxy"] != "direct":
+    if direct_run is not None and row.proxy != "direct":
         x, y = frame_points(direct_run, interval)
         ax.plot(x, y, "o", ms=3, color=DIRECT_COLOUR, label="direct", zorder=2)
         top = max([top, *x, *y])
     run = representative_run(row)
     if run is not None:
         x, y = frame_points(run, interval)
-        colour = DIRECT_COLOUR if row["proxy"] == "direct" else PATH_COLOUR
+        colour = DIRECT_COLOUR if row.proxy == "direct" else PATH_COLOUR
         ax.plot(x, y, "o", ms=3, color=colour, label=label(row), zorder=3)
         top = max([top, *x, *y])
     else:
         ax.text(0.5, 0.5, "no run kept", transform=ax.transAxes, ha="center")
     ax.plot([0, top], [0, top], ls=":", lw=0.8, color="#444444", zorder=1)  # arrival = write: nothing added
-    fpr = row.get("fpr_median")
-    added = row.get("added_ttft_ms_median")
+    fpr = row.fpr_median
+    added = row.added_ttft_ms_median
     figures = "" if fpr is None else f"\nfpr {fpr:.2f}, {added or 0.0:+.1f} ms first token"
     ax.set_title(f"{label(row)}{figures}")
     ax.set_xlabel("stub write (ms)")
@@ -113,21 +114,21 @@ def _timeline_panel(ax: Axes, row: dict[str, Any], direct_run: dict[str, Any] | 
     ax.legend(loc="lower right", fontsize=7, frameon=False)  # below the diagonal: never where a held frame lands
 
 
-def frames_per_read(rows: Sequence[dict[str, Any]], floor: dict[str, Any] | None) -> str | None:
+def frames_per_read(rows: Sequence[MatrixRow], floor: FloorEntry | None) -> str | None:
     """Median frames per read per path, min-max as the whisker; the direct path's range as a green band."""
-    measured = [r for r in rows if r.get("fpr_median") is not None]
+    measured = [r for r in rows if r.fpr_median is not None]
     if not measured:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(measured) + 1.0))
     names = [label(r) for r in measured]
-    medians = [r["fpr_median"] for r in measured]
-    lo = [r["fpr_median"] - (r.get("fpr_min") or r["fpr_median"]) for r in measured]
-    hi = [(r.get("fpr_max") or r["fpr_median"]) - r["fpr_median"] for r in measured]
-    direct = next((r for r in measured if r["proxy"] == "direct"), None)
+    medians = [r.fpr_median or 0.0 for r in measured]
+    lo = [m - (r.fpr_min or m) for r, m in zip(measured, medians, strict=True)]
+    hi = [(r.fpr_max or m) - m for r, m in zip(measured, medians, strict=True)]
+    direct = next((r for r in measured if r.proxy == "direct"), None)
     if direct is not None:
-        band_hi = max(direct.get("fpr_max") or 1.0, (floor or {}).get("fpr") or 1.0)
+        band_hi = max(direct.fpr_max or 1.0, (floor.fpr if floor else None) or 1.0)
         ax.axvspan(0.9, band_hi * 1.05, color=FLOOR_BAND, label="direct noise floor", zorder=0)
-    colours = [DIRECT_COLOUR if r["proxy"] == "direct" else PALETTE[0] for r in measured]
+    colours = [DIRECT_COLOUR if r.proxy == "direct" else PALETTE[0] for r in measured]
     ax.barh(names, medians, xerr=[lo, hi], color=colours, zorder=2, capsize=2)
     ax.invert_yaxis()
     if max(medians) > 8:
@@ -150,15 +151,15 @@ def _cdf(encoded: str) -> tuple[list[float], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def level_of(row: dict[str, Any]) -> float:
-    return float(row["rate"] if row.get("rate") is not None else row["concurrency"])
+def level_of(row: LoadRow) -> float:
+    return float(row.rate if row.rate is not None else row.concurrency or 0)
 
 
-def added_ttft_cdf(levels: Sequence[dict[str, Any]], unit: str) -> str | None:
+def added_ttft_cdf(levels: Sequence[LoadRow], unit: str) -> str | None:
     """Per level, the distribution of added TTFT per target (log x): tails show as lines that bend late."""
-    by_level: dict[float, list[dict[str, Any]]] = {}
+    by_level: dict[float, list[LoadRow]] = {}
     for row in levels:
-        if row.get("histogram_corrected") or row.get("histogram"):
+        if row.histogram_corrected or row.histogram:
             by_level.setdefault(level_of(row), []).append(row)
     if not by_level:
         return None
@@ -170,10 +171,10 @@ def added_ttft_cdf(levels: Sequence[dict[str, Any]], unit: str) -> str | None:
         ax.set_visible(False)
     for ax, (level, rows) in zip(axes.flat, sorted(by_level.items()), strict=False):
         for row in rows:
-            x, y = _cdf(row.get("histogram_corrected") or row["histogram"])
-            style = "--" if row.get("unreliable") else "-"
-            name = row["target"] + (" (unreliable)" if row.get("unreliable") else "")
-            ax.step(x, y, where="post", ls=style, color=colours[row["target"]], label=name)
+            x, y = _cdf(row.histogram_corrected or row.histogram or "")
+            style = "--" if row.unreliable else "-"
+            name = row.target + (" (unreliable)" if row.unreliable else "")
+            ax.step(x, y, where="post", ls=style, color=colours[row.target], label=name)
         ax.set_xscale("log")
         ax.set_ylim(0, 1.01)
         ax.set_title(f"{level:g} {unit}")
@@ -185,19 +186,19 @@ def added_ttft_cdf(levels: Sequence[dict[str, Any]], unit: str) -> str | None:
     return to_svg(fig)
 
 
-def _target_colours(levels: Sequence[dict[str, Any]]) -> dict[str, str]:
-    names = list(dict.fromkeys(r["target"] for r in levels))
+def _target_colours(levels: Sequence[LoadRow]) -> dict[str, str]:
+    names = list(dict.fromkeys(r.target for r in levels))
     return {n: DIRECT_COLOUR if n == "direct" else PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
 
 
-def _by_target(levels: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
+def _by_target(levels: Sequence[LoadRow]) -> dict[str, list[LoadRow]]:
+    out: dict[str, list[LoadRow]] = {}
     for row in sorted(levels, key=level_of):
-        out.setdefault(row["target"], []).append(row)
+        out.setdefault(row.target, []).append(row)
     return out
 
 
-def percentiles_vs_level(levels: Sequence[dict[str, Any]], unit: str) -> str | None:
+def percentiles_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     """The first article's table as a plot: p50, p99, p99.9 of added TTFT against concurrency, per target.
     Hollow markers are levels flagged unreliable (their warnings are in the table)."""
     if not levels:
@@ -206,9 +207,7 @@ def percentiles_vs_level(levels: Sequence[dict[str, Any]], unit: str) -> str | N
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0), sharey=True)
     for ax, (key, name) in zip(axes, (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")), strict=True):
         for target, rows in _by_target(levels).items():
-            pts = [
-                (level_of(r), max(v, 0.01), bool(r.get("unreliable"))) for r in rows if (v := _main(r)[key]) is not None
-            ]
+            pts = [(level_of(r), max(v, 0.01), r.unreliable) for r in rows if (v := getattr(_main(r), key)) is not None]
             if not pts:
                 continue
             ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=colours[target], label=target)
@@ -223,7 +222,7 @@ def percentiles_vs_level(levels: Sequence[dict[str, Any]], unit: str) -> str | N
     return to_svg(fig)
 
 
-def _level_axis(ax: Axes, levels: Sequence[dict[str, Any]], unit: str) -> None:
+def _level_axis(ax: Axes, levels: Sequence[LoadRow], unit: str) -> None:
     xs = sorted({level_of(r) for r in levels})
     if xs and xs[-1] / max(xs[0], 1e-9) > 20:
         ax.set_xscale("log")
@@ -232,22 +231,22 @@ def _level_axis(ax: Axes, levels: Sequence[dict[str, Any]], unit: str) -> None:
     ax.set_xlabel(unit)
 
 
-def _main(row: dict[str, Any]) -> dict[str, float | None]:
-    figures: dict[str, float | None] = row.get("added_ttft_corrected_ms") or row["added_ttft_ms"]
+def _main(row: LoadRow) -> Percentiles:
+    figures: Percentiles = row.added_ttft_corrected_ms or row.added_ttft_ms
     return figures
 
 
-def resources_vs_level(levels: Sequence[dict[str, Any]], unit: str) -> str | None:
+def resources_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     """CPU (cores) and RSS (MB) of each target's processes against concurrency. The direct path has none."""
-    measured = [r for r in levels if r.get("cpu_cores") is not None]
+    measured = [r for r in levels if r.cpu_cores is not None]
     if not measured:
         return None
     colours = _target_colours(levels)
     fig, (cpu, rss) = plt.subplots(1, 2, figsize=(8.5, 2.8))
     for target, rows in _by_target(measured).items():
         xs = [level_of(r) for r in rows]
-        cpu.plot(xs, [r["cpu_cores"] for r in rows], "o-", color=colours[target], label=target)
-        rss.plot(xs, [r["rss_mb"] or 0 for r in rows], "o-", color=colours[target], label=target)
+        cpu.plot(xs, [r.cpu_cores or 0 for r in rows], "o-", color=colours[target], label=target)
+        rss.plot(xs, [r.rss_mb or 0 for r in rows], "o-", color=colours[target], label=target)
     cpu.set_title("proxy CPU (cores)")
     rss.set_title("proxy RSS (MB)")
     for ax in (cpu, rss):
@@ -258,28 +257,28 @@ def resources_vs_level(levels: Sequence[dict[str, Any]], unit: str) -> str | Non
     return to_svg(fig)
 
 
-def sweep_chart(points: Sequence[dict[str, Any]], inferred: dict[str, Any]) -> str | None:
+def sweep_chart(points: Sequence[SweepPoint], inferred: Inferred | None) -> str | None:
     """fpr and added TTFT against frame size, one line per interval; the inferred size threshold as a vertical
     line, the inferred timer as a horizontal one."""
     if not points:
         return None
     fig, (fpr_ax, ttft_ax) = plt.subplots(1, 2, figsize=(9.5, 3.0))
-    intervals = sorted({p["interval_ms"] for p in points})
+    intervals = sorted({p.interval_ms for p in points})
     for i, interval in enumerate(intervals):
-        pts = sorted((p for p in points if p["interval_ms"] == interval), key=lambda p: p["frame_bytes"])
-        xs = [p["frame_bytes"] for p in pts]
+        pts = sorted((p for p in points if p.interval_ms == interval), key=lambda p: p.frame_bytes)
+        xs = [p.frame_bytes for p in pts]
         colour = PALETTE[i % len(PALETTE)]
-        fpr_ax.plot(xs, [p["fpr_median"] or 0 for p in pts], "o-", color=colour, label=f"every {interval:g} ms")
-        ttft_ax.plot(xs, [p["added_ttft_ms_median"] or 0 for p in pts], "o-", color=colour, label=f"{interval:g} ms")
-    size = inferred.get("size_bytes")
+        fpr_ax.plot(xs, [p.fpr_median or 0 for p in pts], "o-", color=colour, label=f"every {interval:g} ms")
+        ttft_ax.plot(xs, [p.added_ttft_ms_median or 0 for p in pts], "o-", color=colour, label=f"{interval:g} ms")
+    size = inferred.size_bytes if inferred else None
     for ax in (fpr_ax, ttft_ax):
         if size:
             ax.axvline(size, ls="--", color="#444444", lw=1)
             ax.text(size, ax.get_ylim()[1], f" flushes at ~{size} B", va="top", fontsize=7)
         ax.set_xlabel("frame size (bytes)")
-    if inferred.get("timer_ms"):
-        ttft_ax.axhline(inferred["timer_ms"], ls=":", color="#444444", lw=1)
-        ttft_ax.text(0, inferred["timer_ms"], f"timer ~{inferred['timer_ms']:g} ms", va="bottom", fontsize=7,
+    if inferred is not None and inferred.timer_ms:
+        ttft_ax.axhline(inferred.timer_ms, ls=":", color="#444444", lw=1)
+        ttft_ax.text(0, inferred.timer_ms, f"timer ~{inferred.timer_ms:g} ms", va="bottom", fontsize=7,
                      transform=ttft_ax.get_yaxis_transform())  # fmt: skip
     fpr_ax.set_ylabel("frames per read")
     ttft_ax.set_ylabel("added TTFT (ms)")

@@ -6,10 +6,10 @@ medians look: a shared, noisy host makes that the honest answer. A difference no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tokenpath.errors import UsageError
 from tokenpath.experiment.rows import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS
+from tokenpath.results.model import LoadResults, LoadRow, MatrixResults, MatrixRow, Results
 from tokenpath.results.tables import condition_label
 from tokenpath.stats import median
 
@@ -59,44 +59,44 @@ class Comparison:
         return NOT_DISTINGUISHABLE
 
 
-def _matrix_key(row: dict[str, Any]) -> str:
-    path = row["proxy"] if row["variant"] == "stock" else f"{row['proxy']} ({row['variant']})"
-    return f"{path}: {condition_label(row)}"
+def _matrix_key(row: MatrixRow) -> str:
+    return f"{row.path_label}: {condition_label(row)}"
 
 
-def _matrix_floor(metric: str, row: dict[str, Any], doc: dict[str, Any]) -> float | None:
+def _matrix_floor(metric: str, row: MatrixRow, results: MatrixResults) -> float | None:
     """The smallest difference the direct path resolved for this row's condition: its added-TTFT spread plus the
     row margin (as rows.py decides "within the floor"); for frames per read, the row margin."""
     if metric == "frames per read":
         return FLOOR_MARGIN_FPR
     label = condition_label(row)
-    floors = [f["ttft_spread_ms"] for f in doc.get("floors", []) if f.get("fpr") and f["condition"] == label]
-    return floors[0] + FLOOR_MARGIN_TTFT_MS if floors else None
+    floors = [f.ttft_spread_ms for f in results.floors if f.fpr and f.condition == label]
+    spread = floors[0] if floors else None
+    return spread + FLOOR_MARGIN_TTFT_MS if spread is not None else None
 
 
-def _load_floor(metric: str, row: dict[str, Any], doc: dict[str, Any]) -> float | None:
+def _load_floor(metric: str, row: LoadRow) -> float | None:
     """The direct path's p50-to-p99 spread at this row's level, plus the same margin."""
-    floor = row.get("floor_ms") or {}
-    if floor.get("p50") is None or floor.get("p99") is None:
+    floor = row.floor_ms
+    if floor is None or floor.p50 is None or floor.p99 is None:
         return None
-    return float(floor["p99"] - floor["p50"]) + FLOOR_MARGIN_TTFT_MS
+    return float(floor.p99 - floor.p50) + FLOOR_MARGIN_TTFT_MS
 
 
-def _matrix_figures(row: dict[str, Any]) -> dict[str, Figure]:
-    kept = [r for r in row.get("raw", []) if r.get("included")]
-    added = [r["path_added_ttft_ms"] for r in kept if r.get("path_added_ttft_ms") is not None]
-    fprs = [r["metrics"]["frames_per_read"] for r in kept if r.get("metrics")]
+def _matrix_figures(row: MatrixRow) -> dict[str, Figure]:
+    kept = [r for r in row.raw if r.included]
+    added = [r.path_added_ttft_ms for r in kept if r.path_added_ttft_ms is not None]
+    fprs = [r.metrics.frames_per_read for r in kept if r.metrics and r.metrics.frames_per_read is not None]
     return {
-        "added TTFT ms": Figure(row.get("added_ttft_ms_median"), *_span(added, floor=_floor_of(row, added))),
-        "frames per read": Figure(row.get("fpr_median"), *_span(fprs)),
+        "added TTFT ms": Figure(row.added_ttft_ms_median, *_span(added, floor=_floor_of(row, added))),
+        "frames per read": Figure(row.fpr_median, *_span(fprs)),
     }
 
 
-def _floor_of(row: dict[str, Any], added: list[float]) -> float:
+def _floor_of(row: MatrixRow, added: list[float]) -> float:
     """Raw runs hold the path's own added time; rows subtract the direct median. Shift the spread the same way."""
-    if row.get("added_ttft_ms_median") is None or not added:
+    if row.added_ttft_ms_median is None or not added:
         return 0.0
-    return float(median(added) - row["added_ttft_ms_median"])
+    return float(median(added) - row.added_ttft_ms_median)
 
 
 def _span(values: list[float], floor: float = 0.0) -> tuple[float | None, float | None]:
@@ -105,37 +105,56 @@ def _span(values: list[float], floor: float = 0.0) -> tuple[float | None, float 
     return min(values) - floor, max(values) - floor
 
 
-def _load_key(row: dict[str, Any]) -> str:
-    level = f"{row['rate']:g}/s" if row.get("rate") is not None else f"{row['concurrency']} streams"
-    return f"{row['target']} @ {level}"
+def _load_key(row: LoadRow) -> str:
+    level = f"{row.rate:g}/s" if row.rate is not None else f"{row.concurrency} streams"
+    return f"{row.target} @ {level}"
 
 
-def _load_figures(row: dict[str, Any]) -> dict[str, Figure]:
-    runs = row.get("runs_added_ttft_ms") or []
+def _load_figures(row: LoadRow) -> dict[str, Figure]:
     out = {}
     for p in ("p50", "p99"):
-        per_run = [r[p] for r in runs if r.get(p) is not None]
-        out[f"added TTFT {p} ms"] = Figure(row["added_ttft_ms"][p], *_span(per_run))
+        per_run = [v for r in row.runs_added_ttft_ms if (v := getattr(r, p)) is not None]
+        out[f"added TTFT {p} ms"] = Figure(getattr(row.added_ttft_ms, p), *_span(per_run))
     return out
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Comparison]:
-    if a["kind"] != b["kind"] and {a["kind"], b["kind"]} != {"matrix", "sweep"}:
-        raise UsageError(f"--compare: cannot compare a {a['kind']} result with a {b['kind']} result")
-    if a["kind"] == "load":
-        rows_a, rows_b, key, figures, floor_of = a["levels"], b["levels"], _load_key, _load_figures, _load_floor
+def compare(a: Results, b: Results) -> list[Comparison]:
+    if a.kind != b.kind and {a.kind, b.kind} != {"matrix", "sweep"}:
+        raise UsageError(f"--compare: cannot compare a {a.kind} result with a {b.kind} result")
+    if isinstance(a, LoadResults) and isinstance(b, LoadResults):
+        out = _compare_load(a, b)
+    elif isinstance(a, MatrixResults) and isinstance(b, MatrixResults):
+        out = _compare_matrix(a, b)
     else:
-        rows_a, rows_b, key, figures, floor_of = a["rows"], b["rows"], _matrix_key, _matrix_figures, _matrix_floor
-    other = {key(r): r for r in rows_b}
-    out = []
-    for row in rows_a:
-        match = other.get(key(row))
-        if match is None:
-            continue
-        fb = figures(match)
-        for metric, fa in figures(row).items():
-            known = [f for f in (floor_of(metric, row, a), floor_of(metric, match, b)) if f is not None]
-            out.append(Comparison(key(row), metric, fa, fb[metric], max(known) if known else None))
+        out = []
     if not out:
         raise UsageError("--compare: the two result sets share no row (same path, condition or level)")
+    return out
+
+
+def _compare_matrix(a: MatrixResults, b: MatrixResults) -> list[Comparison]:
+    others = {_matrix_key(r): r for r in b.rows}
+    out = []
+    for row in a.rows:
+        match = others.get(_matrix_key(row))
+        if match is None:
+            continue
+        fb = _matrix_figures(match)
+        for metric, fa in _matrix_figures(row).items():
+            known = [f for f in (_matrix_floor(metric, row, a), _matrix_floor(metric, match, b)) if f is not None]
+            out.append(Comparison(_matrix_key(row), metric, fa, fb[metric], max(known) if known else None))
+    return out
+
+
+def _compare_load(a: LoadResults, b: LoadResults) -> list[Comparison]:
+    others = {_load_key(r): r for r in b.levels}
+    out = []
+    for row in a.levels:
+        match = others.get(_load_key(row))
+        if match is None:
+            continue
+        fb = _load_figures(match)
+        for metric, fa in _load_figures(row).items():
+            known = [f for f in (_load_floor(metric, row), _load_floor(metric, match)) if f is not None]
+            out.append(Comparison(_load_key(row), metric, fa, fb[metric], max(known) if known else None))
     return out

@@ -5,12 +5,23 @@ effective configs, exclusion rule, certification, warnings) sits next to them.""
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tokenpath.report import charts
-from tokenpath.report.compare import Comparison
+from tokenpath.report.compare import Comparison, Figure
 from tokenpath.results import load_table, tables
+from tokenpath.results.model import (
+    Certification,
+    LoadResults,
+    MatrixResults,
+    MatrixRow,
+    PathSkip,
+    ProxyInfo,
+    Results,
+    TargetInfo,
+    TargetSkip,
+)
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f; margin: 0 auto;
@@ -49,11 +60,11 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def page(doc: dict[str, Any], comparisons: Sequence[Comparison] = (), other: dict[str, Any] | None = None) -> str:
+def page(doc: Results, comparisons: Sequence[Comparison] = (), other: Results | None = None) -> str:
     title = page_title(doc)
     body = [f'<h1 class="{"uncertified" if title.startswith("UNCERTIFIED") else ""}">{esc(title)}</h1>']
     body += header_block(doc)
-    if doc["kind"] == "load":
+    if isinstance(doc, LoadResults):
         body += load_sections(doc)
     else:
         body += matrix_sections(doc)
@@ -66,9 +77,9 @@ def page(doc: dict[str, Any], comparisons: Sequence[Comparison] = (), other: dic
     )
 
 
-def page_title(doc: dict[str, Any]) -> str:
-    if doc["kind"] == "load":
-        loop = "open loop" if doc["config"]["loop"] == "open" else "closed loop"
+def page_title(doc: Results) -> str:
+    if isinstance(doc, LoadResults):
+        loop = "open loop" if doc.open_loop else "closed loop"
         return f"tokenpath load: TTFT added per target ({loop})"
     return tables.title(doc)
 
@@ -77,17 +88,18 @@ def _dl(items: Iterable[tuple[str, str]]) -> str:
     return '<dl class="meta">' + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items) + "</dl>"
 
 
-def header_block(doc: dict[str, Any]) -> list[str]:
-    host = doc["host"]
+def header_block(doc: Results) -> list[str]:
+    prov = doc.provenance
+    host = prov.host
     items = [
-        ("tool", esc(f"{doc['tool']['name']} {doc['tool']['version']} (results schema {doc['schema_version']})")),
-        ("measured", esc(doc["created"])),
-        ("host", esc(f"{host['hostname']}, kernel {host['kernel']}, {host['cpus']} CPUs, {host['machine']}, "
-                     f"Python {host['python']}")),
+        ("tool", esc(f"{prov.tool.name} {prov.tool.version} (results schema {prov.schema_version})")),
+        ("measured", esc(prov.created)),
+        ("host", esc(f"{host.hostname}, kernel {host.kernel}, {host.cpus} CPUs, {host.machine}, "
+                     f"Python {host.python}")),
     ]  # fmt: skip
     out: list[str] = ['<h2 id="provenance">How this was measured</h2>']
-    if doc["kind"] == "load":
-        cfg = doc["config"]
+    if isinstance(doc, LoadResults):
+        cfg = doc.config
         levels = cfg["rates"] if cfg["loop"] == "open" else cfg["levels"]
         items += [
             ("workload", esc(f"{cfg['ttft_ms']:g} ms to the first token, a token every {cfg['interval_ms']:g} ms, "
@@ -97,46 +109,46 @@ def header_block(doc: dict[str, Any]) -> list[str]:
             ("floor", "the direct path (client → stub), measured at every level in the same run, interleaved"),
         ]  # fmt: skip
         out.append(_dl(items))
-        unreliable = [r for r in doc["levels"] if r.get("unreliable")]
+        unreliable = [r for r in doc.levels if r.unreliable]
         if unreliable:
-            out.append(f'<p class="banner warn">{len(unreliable)} of {len(doc["levels"])} figures are flagged '
+            out.append(f'<p class="banner warn">{len(unreliable)} of {len(doc.levels)} figures are flagged '
                        "unreliable; each warning is shown in its row below, with its remedy.</p>")  # fmt: skip
-        out += _targets(doc.get("targets", {}))
+        out += _targets(doc.targets)
     else:
-        exp = doc["experiment"]
+        exp = doc.experiment
         items += [
             ("experiment", esc(f"{exp['name']}: {exp['frames']} frames per stream, {exp['runs']} runs per path and "
                                f"condition, {exp['ttft_ms']:g} ms to the first frame")),
             ("exclusion rule", esc(f"{exp['exclusion']['rule']} (declared before the run)")),
         ]  # fmt: skip
         out.append(_dl(items))
-        out += certification_block(doc)
-        out += _targets(doc.get("proxies", {}))
-    if doc.get("interrupted"):
+        out += certification_block(doc.certification)
+        out += _targets(doc.proxies)
+    if doc.interrupted:
         out.append('<p class="banner bad">Interrupted: rows with fewer runs than planned are partial.</p>')
-    skipped = doc.get("skipped") or []
+    skipped: Sequence[PathSkip | TargetSkip] = doc.skipped
     if skipped:
         out.append("<h3>Not measured</h3><ul>")
-        out += [f"<li>{esc(s.get('path') or s.get('target'))}: {esc(s['reason'])}</li>" for s in skipped]
+        out += [f"<li>{esc(_skipped_name(s))}: {esc(s.reason)}</li>" for s in skipped]
         out.append("</ul>")
     return out
 
 
-def certification_block(doc: dict[str, Any]) -> list[str]:
-    cert = doc.get("certification") or {}
-    if cert.get("passed"):
+def _skipped_name(skip: PathSkip | TargetSkip) -> str:
+    return skip.path if isinstance(skip, PathSkip) else skip.target
+
+
+def certification_block(cert: Certification) -> list[str]:
+    if cert.passed:
         out = ['<p class="banner ok">Certified: before measuring, the instrument showed it streams cleanly on the '
                "direct path and detects both controls (buffer, cork) on every link used.</p>"]  # fmt: skip
     else:
-        forced = " It was measured anyway (--force)." if cert.get("forced") else ""
+        forced = " It was measured anyway (--force)." if cert.forced else ""
         out = [f'<p class="banner bad">UNCERTIFIED: certification failed, so no figure below can be trusted.{forced}'
                "</p>"]  # fmt: skip
-    for where, drift in cert.get("emitter_drift_ms", {}).items():
+    for where, drift in cert.emitter_drift_ms.items():
         out.append(f"<p>Emitter drift during certification ({esc(where)}): {esc(tables.describe_drift(drift))}.</p>")
-    rows = [
-        (c.get("environment", ""), c["name"], "ok" if c["passed"] else "FAILED", c["evidence"])
-        for c in cert.get("checks", [])
-    ]
+    rows = [(c.environment, c.name, "ok" if c.passed else "FAILED", c.evidence) for c in cert.checks]
     if rows:
         out.append("<details><summary>certification checks</summary>")
         out.append(_table(("link", "check", "result", "evidence"), rows, classes=["" if r[2] == "ok" else "failed"
@@ -145,20 +157,21 @@ def certification_block(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _targets(targets: dict[str, Any]) -> list[str]:
+def _targets(targets: Mapping[str, ProxyInfo] | Mapping[str, TargetInfo]) -> list[str]:
     """One line per proxy: its version, and each variant's effective config folded away."""
     if not targets:
         return []
     out = ['<h3>Versions and effective configs</h3><table class="versions">']
     for name, info in targets.items():
-        variants = info.get("variants") or {info.get("variant", "stock"): {"config": info.get("config", "")}}
+        if isinstance(info, ProxyInfo):
+            variants = {variant: v.get("config", "") for variant, v in info.variants.items()}
+        else:
+            variants = {info.variant: info.config or ""}
         configs = "".join(
-            f'<details class="inline"><summary>{esc(variant)}</summary><pre>{esc(v.get("config", ""))}</pre></details>'
-            for variant, v in variants.items()
+            f'<details class="inline"><summary>{esc(variant)}</summary><pre>{esc(config)}</pre></details>'
+            for variant, config in variants.items()
         )
-        out.append(
-            f"<tr><td><b>{esc(name)}</b></td><td>{esc(info.get('version') or 'unknown')}</td><td>{configs}</td></tr>"
-        )
+        out.append(f"<tr><td><b>{esc(name)}</b></td><td>{esc(info.version or 'unknown')}</td><td>{configs}</td></tr>")
     out.append("</table>")
     return out
 
@@ -183,23 +196,23 @@ def _figure(svg: str | None, caption: str) -> str:
     return f"<figure>{svg}<figcaption>{esc(caption)}</figcaption></figure>"
 
 
-def matrix_sections(doc: dict[str, Any]) -> list[str]:
+def matrix_sections(doc: MatrixResults) -> list[str]:
     out = []
-    if doc["kind"] == "sweep":
-        inferred = doc.get("inferred") or {}
+    if doc.kind == "sweep":
+        inferred = doc.inferred
         out.append('<h2 id="sweep">What makes it flush</h2>')
-        if inferred.get("rule"):
-            out.append(f'<p class="banner warn"><b>{esc(inferred["rule"])}</b></p>')
-        out.append(f'<p class="lede">{esc(inferred.get("explanation", ""))}</p>')
-        chart = charts.sweep_chart(doc.get("points", []), inferred)
+        if inferred is not None and inferred.rule:
+            out.append(f'<p class="banner warn"><b>{esc(inferred.rule)}</b></p>')
+        out.append(f'<p class="lede">{esc(inferred.explanation if inferred else "")}</p>')
+        chart = charts.sweep_chart(doc.points or (), inferred)
         out.append(_figure(chart, "Points above 1 frame per read, or above 0 ms, are where the proxy held frames."))
-    conditions: dict[str, list[dict[str, Any]]] = {}
-    for row in doc["rows"]:
+    conditions: dict[str, list[MatrixRow]] = {}
+    for row in doc.rows:
         conditions.setdefault(tables.condition_label(row), []).append(row)
-    floors = {f["condition"]: f for f in doc.get("floors", [])}
+    floors = {f.condition: f for f in doc.floors}
     out.append('<h2 id="results">Results per condition</h2>')
     out.append(f'<p class="lede">{esc(TIMELINE_HELP)}</p>')
-    shares = {s["condition"]: s for s in tables.exclusion_shares(doc)}
+    shares = {s.condition: s for s in doc.exclusion_shares}
     overall = shares["all"]
     out.append(f'<p class="lede">Exclusions, all conditions: {esc(tables.describe_share(overall))}.</p>')
     for cond, rows in conditions.items():
@@ -216,19 +229,19 @@ def matrix_sections(doc: dict[str, Any]) -> list[str]:
         out.append(_table(
             [*headers, "excluded because"], [[c for i, c in enumerate(tables.cells(r)) if i != 1] + [_exclusions(r)]
                                              for r in rows],
-            classes=["unreliable" if r["excluded"] else "" for r in rows],
+            classes=["unreliable" if r.excluded else "" for r in rows],
         ))  # fmt: skip
     return out
 
 
-def _exclusions(row: dict[str, Any]) -> str:
-    return ", ".join(f"{n} x {reason}" for reason, n in row.get("exclusions", {}).items()) or "-"
+def _exclusions(row: MatrixRow) -> str:
+    return ", ".join(f"{n} x {reason}" for reason, n in row.exclusions.items()) or "-"
 
 
-def load_sections(doc: dict[str, Any]) -> list[str]:
-    open_loop = doc["config"]["loop"] == "open"
+def load_sections(doc: LoadResults) -> list[str]:
+    open_loop = doc.open_loop
     unit = "arrivals per second (open loop)" if open_loop else "concurrent streams"
-    levels = doc["levels"]
+    levels = doc.levels
     out = ['<h2 id="results">Added TTFT against load</h2>']
     if open_loop:
         out.append('<p class="lede">Counted from each stream\'s scheduled start (corrected for coordinated '
@@ -239,14 +252,14 @@ def load_sections(doc: dict[str, Any]) -> list[str]:
     headers = [*load_table.headers(open_loop), "warnings"]
     rows, classes = [], []
     for r in levels:
-        warnings = "; ".join(f"{w['kind']}: {w['message']} (remedy: {w['remedy']})" for w in r["warnings"])
-        rows.append([load_table.level_label(r), r["target"], *load_table.figures(r), warnings or "-"])
-        classes.append("unreliable" if r.get("unreliable") else "")
+        warnings = "; ".join(f"{w.kind}: {w.message} (remedy: {w.remedy})" for w in r.warnings)
+        rows.append([load_table.level_label(r), r.target, *load_table.figures(r), warnings or "-"])
+        classes.append("unreliable" if r.unreliable else "")
     out.append(_table(headers, rows, classes))
-    lost = [r for r in levels if r["frames_lost"] or r["frames_out_of_order"] or r["errors"]]
+    lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]
     for r in lost:
-        out.append(f'<p class="banner bad">{esc(r["target"])} @ {esc(load_table.level_label(r))}: {r["frames_lost"]} '
-                   f"frames lost, {r['frames_out_of_order']} out of order, {r['errors']} errors</p>")  # fmt: skip
+        out.append(f'<p class="banner bad">{esc(r.target)} @ {esc(load_table.level_label(r))}: {r.frames_lost} '
+                   f"frames lost, {r.frames_out_of_order} out of order, {r.errors} errors</p>")  # fmt: skip
     cdf = charts.added_ttft_cdf(levels, "streams/s" if open_loop else "streams")
     out.append(_figure(cdf, "Fraction of streams whose first token was delayed by at most x ms. Dashed: unreliable."))
     out.append(_figure(charts.resources_vs_level(levels, unit), "CPU and RSS of all the target's processes, "
@@ -254,11 +267,12 @@ def load_sections(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def compare_section(comparisons: Sequence[Comparison], doc: dict[str, Any], other: dict[str, Any]) -> list[str]:
+def compare_section(comparisons: Sequence[Comparison], doc: Results, other: Results) -> list[str]:
+    a, b = doc.provenance, other.provenance
     out = ['<h2 id="compare">Compared</h2>']
     out.append(_dl([
-        ("A (this report)", esc(f"{page_title(doc)}, {doc['created']} on {doc['host']['hostname']}")),
-        ("B (--compare)", esc(f"{page_title(other)}, {other['created']} on {other['host']['hostname']}")),
+        ("A (this report)", esc(f"{page_title(doc)}, {a.created} on {a.host.hostname}")),
+        ("B (--compare)", esc(f"{page_title(other)}, {b.created} on {b.host.hostname}")),
         ("verdict rule", "a difference counts only where the two runs' ranges do not overlap and it is larger than "
                          "the direct floor of either run; inside the floor it is <i>same</i>, with overlapping "
                          "ranges <i>not distinguishable</i>, whatever the medians say"),
@@ -271,19 +285,19 @@ def compare_section(comparisons: Sequence[Comparison], doc: dict[str, Any], othe
     return out
 
 
-def _fig(f: Any) -> str:
+def _fig(f: Figure) -> str:
     med = "-" if f.median is None else f"{f.median:.2f}"
     spread = "" if f.low is None else f" [{f.low:.2f} to {f.high:.2f}]"
     return med + spread
 
 
-def markdown(doc: dict[str, Any], comparisons: Sequence[Comparison] = ()) -> str:
-    if doc["kind"] == "load":
+def markdown(doc: Results, comparisons: Sequence[Comparison] = ()) -> str:
+    if isinstance(doc, LoadResults):
         text = f"# {page_title(doc)}\n\n{load_table.markdown(doc)}"
     else:
         text = tables.markdown(doc)
-        if doc["kind"] == "sweep" and doc.get("inferred", {}).get("rule"):
-            text += f"\nInferred: {doc['inferred']['rule']} ({doc['inferred']['explanation']})\n"
+        if doc.kind == "sweep" and doc.inferred is not None and doc.inferred.rule:
+            text += f"\nInferred: {doc.inferred.rule} ({doc.inferred.explanation})\n"
     if comparisons:
         text += "\n## Compared\n\n| row | figure | A | B | B / A | verdict |\n|---|---|---:|---:|---:|---|\n"
         for c in comparisons:

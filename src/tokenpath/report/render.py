@@ -7,7 +7,8 @@ from pathlib import Path
 
 from tokenpath.errors import UsageError
 from tokenpath.report import compare, page
-from tokenpath.results import load_table, schema, tables
+from tokenpath.results import load_table, model, tables
+from tokenpath.results.model import LoadResults
 
 FORMATS = ("html", "md", "csv")
 FILE_NAMES = {"html": "report.html", "md": "table.md", "csv": "results.csv"}
@@ -21,8 +22,8 @@ def write_report(
     for fmt in wanted:
         if fmt not in FORMATS:
             raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
-    doc = schema.read(result_dir)
-    other = schema.read(compare_dir) if compare_dir is not None else None
+    doc = model.read(result_dir)
+    other = model.read(compare_dir) if compare_dir is not None else None
     comparisons = compare.compare(doc, other) if other is not None else []
     target = out_dir or (result_dir if result_dir.is_dir() else result_dir.parent)
     target.mkdir(parents=True, exist_ok=True)
@@ -34,7 +35,7 @@ def write_report(
         elif fmt == "md":
             text = page.markdown(doc, comparisons)
         else:
-            text = load_table.csv_text(doc) if doc["kind"] == "load" else tables.csv_text(doc)
+            text = load_table.csv_text(doc) if isinstance(doc, LoadResults) else tables.csv_text(doc)
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text)
         tmp.replace(path)

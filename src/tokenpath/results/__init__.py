@@ -1,1 +1,1 @@
-"""One versioned results schema feeds every rendering (Markdown, CSV, the terminal, later HTML)."""
+"""One versioned results model (model.py) feeds every rendering: Markdown, CSV, the terminal and the report page."""

@@ -7,37 +7,38 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
 
 from rich.table import Table
+
+from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Percentiles
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def level_label(row: dict[str, Any]) -> str:
-    return f"{row['rate']:g}/s" if row.get("rate") is not None else str(row["concurrency"])
+def level_label(row: LoadRow) -> str:
+    return row.level_label
 
 
-def figures(row: dict[str, Any]) -> list[str]:
-    main = row.get("added_ttft_corrected_ms") or row["added_ttft_ms"]
-    cells = [_ms(main["p50"]), _ms(main["p99"]), _ms(main["p999"])]
-    if "dispatch_lag_ms" in row:
-        cells += [_ms(row["added_ttft_ms"]["p99"]), _ms(row["dispatch_lag_ms"]["p99"])]
+def figures(row: LoadRow) -> list[str]:
+    main = row.added_ttft_corrected_ms or row.added_ttft_ms
+    cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
+    if row.dispatch_lag_ms is not None:
+        cells += [_ms(row.added_ttft_ms.p99), _ms(row.dispatch_lag_ms.p99)]
     cells += [
-        "-" if row["cpu_cores"] is None else f"{row['cpu_cores']:.2f}",
-        "-" if row["rss_mb"] is None else f"{row['rss_mb']:.0f}",
+        "-" if row.cpu_cores is None else f"{row.cpu_cores:.2f}",
+        "-" if row.rss_mb is None else f"{row.rss_mb:.0f}",
         kept_cell(row),
     ]
     return cells
 
 
-def kept_cell(row: dict[str, Any]) -> str:
+def kept_cell(row: LoadRow) -> str:
     """Streams behind the figures, of all started in the window, and the share excluded: always shown."""
-    if "kept" not in row:  # results of schema 1: only the joined streams were counted
-        return str(row["streams"])
-    return f"{row['kept']}/{row['streams_total']} ({100 * row['exclusion_share']:.1f} % excl.)"
+    if row.kept is None or row.streams_total is None:  # results of schema 1: only joined streams were counted
+        return str(row.streams)
+    return f"{row.kept}/{row.streams_total} ({100 * (row.exclusion_share or 0.0):.1f} % excl.)"
 
 
 def headers(open_loop: bool) -> list[str]:
@@ -45,33 +46,33 @@ def headers(open_loop: bool) -> list[str]:
     return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "kept/total"]
 
 
-def _notes(row: dict[str, Any]) -> str:
-    notes = [w["kind"] for w in row["warnings"]]
-    if row["frames_lost"] or row["frames_out_of_order"]:
-        notes.append(f"{row['frames_lost']} lost/{row['frames_out_of_order']} reordered")
-    if row["errors"]:
-        notes.append(f"{row['errors']} errors")
+def _notes(row: LoadRow) -> str:
+    notes = [w.kind for w in row.warnings]
+    if row.frames_lost or row.frames_out_of_order:
+        notes.append(f"{row.frames_lost} lost/{row.frames_out_of_order} reordered")
+    if row.errors:
+        notes.append(f"{row.errors} errors")
     return ", ".join(notes)
 
 
-def rich_table(doc: dict[str, Any]) -> Table:
-    open_loop = doc["config"]["loop"] == "open"
+def rich_table(results: LoadResults) -> Table:
+    open_loop = results.open_loop
     title = "tokenpath load: TTFT added by the path (ms), proxy CPU (cores) and RSS (MB)"
     table = Table(title=title + (", from the schedule" if open_loop else ""))
     for col in [*headers(open_loop), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
-    for row in doc["levels"]:
+    for row in results.levels:
         notes = _notes(row)
-        table.add_row(level_label(row), row["target"], *figures(row), f"[yellow]{notes}[/]" if notes else "")
+        table.add_row(level_label(row), row.target, *figures(row), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
-def markdown(doc: dict[str, Any]) -> str:
-    cols = [*headers(doc["config"]["loop"] == "open"), "warnings"]
+def markdown(results: LoadResults) -> str:
+    cols = [*headers(results.open_loop), "warnings"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
-    for row in doc["levels"]:
-        warn = "; ".join(f"{w['kind']}: {w['message']}" for w in row["warnings"]) or "-"
-        lines.append("| " + " | ".join([level_label(row), row["target"], *figures(row), warn]) + " |")
+    for row in results.levels:
+        warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
+        lines.append("| " + " | ".join([level_label(row), row.target, *figures(row), warn]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -81,13 +82,17 @@ CSV_KEYS = (
 )  # fmt: skip
 
 
-def csv_text(doc: dict[str, Any]) -> str:
+def csv_text(results: LoadResults) -> str:
     """One line per level and target; percentile objects flattened to added_ttft_ms_p50 etc."""
     buf = io.StringIO()
     writer = csv.writer(buf)
     figures = [(k, p) for k in ("added_ttft_ms", "added_ttft_corrected_ms", "floor_ms") for p in ("p50", "p99", "p999")]
     writer.writerow([*CSV_KEYS, *(f"{k}_{p}" for k, p in figures), "warnings"])
-    for row in doc["levels"]:
-        flat = [(row.get(k) or {}).get(p) for k, p in figures]
-        writer.writerow([*(row.get(k) for k in CSV_KEYS), *flat, ";".join(w["kind"] for w in row["warnings"])])
+    for row in results.levels:
+        flat = [_pct(getattr(row, k), p) for k, p in figures]
+        writer.writerow([*(getattr(row, k) for k in CSV_KEYS), *flat, ";".join(w.kind for w in row.warnings)])
     return buf.getvalue()
+
+
+def _pct(value: Percentiles | MedianAndTail | None, p: str) -> float | None:
+    return None if value is None else getattr(value, p, None)  # a floor has no p999

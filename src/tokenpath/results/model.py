@@ -1,0 +1,546 @@
+"""The results model: what every run writes and every exporter reads (pyperf's `_bench.py` shape).
+
+Frozen dataclasses whose field names are the JSON keys, each with `from_json` / `to_json`; one version map and the
+migrations that bring an older file up to the current shape, so a reader never guesses at a missing key. Runners
+build these, `write()` puts them on disk once, and the tables, the report page, its charts, `--compare` and the CSV
+take them. Inputs echoed for provenance (the experiment as declared, a proxy's effective config, the stub's audit
+verdicts, the load configuration) stay JSON objects: they are recorded, not computed on.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from tokenpath import __version__
+from tokenpath.errors import UsageError
+from tokenpath.probe.metrics import RunMetrics
+
+Json = dict[str, Any]  # a JSON object as read or about to be written
+Kind = Literal["matrix", "sweep", "load"]
+
+# The results.json version each kind is written at, and the migrations that bring older files up to it.
+# 1: the first release.
+# 2: the exclusion rule as applied (each run's audit carries its tolerance), certification's emitter drift,
+#    per-condition exclusion shares, stub_headers in conditions and rows, kept/total per load row.
+# 3: written from this model: every key of a row, run, level and certification is present (a field that did not
+#    apply is null or empty, never absent), and matrix files always carry their exclusion shares.
+SCHEMA_VERSION = 3
+KNOWN_VERSIONS = (1, 2, 3)
+PROBE_SCHEMA_VERSION = 1  # `tokenpath probe --json`: its own, smaller document (probe.metrics.ProbeResults)
+
+T = TypeVar("T")
+
+
+# --- common ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Host:
+    hostname: str
+    kernel: str
+    os: str
+    machine: str
+    cpus: int | None
+    python: str
+
+    @classmethod
+    def this_machine(cls) -> Host:
+        return cls(socket.gethostname(), platform.release(), platform.platform(), platform.machine(),
+                   os.cpu_count(), platform.python_version())  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where, when and with what a result was measured."""
+
+    kind: Kind
+    tool: Tool
+    created: str
+    host: Host
+    schema_version: int = SCHEMA_VERSION  # the version the file was written at (files are written at the current)
+
+    @classmethod
+    def now(cls, kind: Kind) -> Provenance:
+        created = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        return cls(kind, Tool("tokenpath", __version__), created, Host.this_machine())
+
+
+@dataclass(frozen=True, slots=True)
+class ResultWarning:
+    """Why a figure should be read with care, and what to do about it."""
+
+    kind: str
+    message: str
+    remedy: str
+
+
+@dataclass(frozen=True, slots=True)
+class PathSkip:
+    """A matrix or sweep path that was not measured."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSkip:
+    """A load target that was not measured."""
+
+    target: str
+    reason: str
+
+
+# --- matrix and sweep ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str
+    passed: bool
+    evidence: str
+    environment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """The emitter's pacing drift over the writes of certification's direct streams (ms)."""
+
+    writes: int
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Certification:
+    passed: bool = False
+    forced: bool = False
+    checks: tuple[Check, ...] = ()
+    emitter_drift_ms: Mapping[str, Drift] = field(default_factory=dict)  # per environment ("loopback, tls")
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRun:
+    """One run of one path in one condition, joined to the stub's write log."""
+
+    stream_id: str
+    included: bool
+    excluded_because: str | None
+    metrics: RunMetrics | None
+    path_added_ttft_ms: float | None
+    frame_delay_ms: Mapping[str, float]
+    audit: Json | None  # the stub's verdict, as judged by the declared rule
+    arrivals: tuple[tuple[float, int], ...]  # (ms after the stub's first write, frames completed)
+    writes_ms: tuple[float, ...]  # the stub's write of each frame, ms after its first
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixRow:
+    """One path in one condition, over its runs."""
+
+    proxy: str
+    variant: str
+    interval_ms: float
+    frame_bytes: int
+    link: str
+    tls: bool
+    runs: int
+    excluded: int
+    verdict: str
+    stub_headers: Mapping[str, str] = field(default_factory=dict)  # declared per condition (schema 2)
+    exclusions: Mapping[str, int] = field(default_factory=dict)
+    fpr_median: float | None = None
+    fpr_min: float | None = None
+    fpr_max: float | None = None
+    added_ttft_ms_median: float | None = None
+    added_ttft_ms_p90: float | None = None
+    ttft_ms_median: float | None = None
+    arrivals_median: float | None = None
+    modal_burst: int | None = None
+    modal_burst_gap_ms: float | None = None
+    frame_delay_ms_median: float | None = None
+    within_floor: bool | None = None
+    raw: tuple[MatrixRun, ...] = ()
+
+    @property
+    def path_label(self) -> str:
+        return self.proxy if self.variant == "stock" else f"{self.proxy} ({self.variant})"
+
+    @property
+    def kept(self) -> int:
+        return self.runs - self.excluded
+
+
+@dataclass(frozen=True, slots=True)
+class FloorEntry:
+    """The direct path's figures in one condition: anything within them is not a proxy effect."""
+
+    condition: str
+    fpr: float | None = None
+    added_ttft_ms: float | None = None
+    ttft_spread_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExclusionShare:
+    condition: str  # a condition label, or "all"
+    excluded: int
+    runs: int
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyInfo:
+    version: str
+    variants: Mapping[str, Json] = field(default_factory=dict)  # variant -> {"config": effective config}
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPoint:
+    frame_bytes: int
+    interval_ms: float
+    fpr_median: float | None
+    added_ttft_ms_median: float | None
+    modal_burst: int | None
+    within_floor: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Inferred:
+    """What makes a proxy flush, inferred from a sweep: a size, a timer, both or neither."""
+
+    explanation: str
+    size_bytes: int | None = None
+    size_range: tuple[int, int] | None = None
+    timer_ms: float | None = None
+    rule: str | None = None
+    caveat: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixResults:
+    """`tokenpath matrix` and `tokenpath sweep` (a sweep adds its points and what it inferred)."""
+
+    provenance: Provenance
+    experiment: Json  # the experiment as declared before the run (experiment.spec.Experiment.to_json)
+    certification: Certification = field(default_factory=Certification)
+    proxies: Mapping[str, ProxyInfo] = field(default_factory=dict)
+    skipped: tuple[PathSkip, ...] = ()
+    rows: tuple[MatrixRow, ...] = ()
+    floors: tuple[FloorEntry, ...] = ()
+    exclusion_shares: tuple[ExclusionShare, ...] = ()
+    interrupted: bool = False
+    points: tuple[SweepPoint, ...] | None = None
+    inferred: Inferred | None = None
+
+    @property
+    def kind(self) -> Kind:
+        return self.provenance.kind
+
+    def to_json(self) -> Json:
+        doc = _document(self.provenance)
+        doc.update(_json_fields(self, exclude={"provenance", "points", "inferred"}))
+        if self.points is not None:
+            doc["points"] = [_to_json(p) for p in self.points]
+            doc["inferred"] = _to_json(self.inferred) if self.inferred is not None else None
+        return doc
+
+
+# --- load ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Percentiles:
+    p50: float | None = None
+    p99: float | None = None
+    p999: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MedianAndTail:
+    """p50 and p99 only: a floor, or one run's figures."""
+
+    p50: float | None = None
+    p99: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetInfo:
+    version: str
+    variant: str
+    config: Json | str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadRow:
+    """One target at one level (streams held open, or arrivals per second), merged over runs."""
+
+    concurrency: int | float | None  # open streams (closed loop); None in open loop, where `rate` is the level
+    target: str
+    streams: int = 0  # streams behind the figures (joined and kept)
+    errors: int = 0
+    audit_failed: int = 0
+    unjoined: int = 0
+    added_ttft_ms: Percentiles = field(default_factory=Percentiles)
+    floor_ms: MedianAndTail | None = None  # the direct path's at this level
+    cpu_cores: float | None = None
+    rss_mb: float | None = None
+    frames_lost: int = 0
+    frames_out_of_order: int = 0
+    reserialized_streams: int = 0
+    client_lag_p99_ms: float = 0.0
+    client_cpu: float = 0.0
+    histogram: str | None = None  # HDR histogram, base64 (hdrhistogram's encode)
+    warnings: tuple[ResultWarning, ...] = ()
+    unreliable: bool = False
+    rate: float | None = None
+    streams_total: int | None = None  # started in the measured window (None in files of schema 1)
+    kept: int | None = None
+    excluded: int | None = None
+    exclusion_share: float | None = None
+    error_samples: tuple[str, ...] = ()
+    runs_added_ttft_ms: tuple[MedianAndTail, ...] = ()
+    added_ttft_corrected_ms: Percentiles | None = None  # open loop: from the scheduled start
+    dispatch_lag_ms: Percentiles | None = None
+    histogram_corrected: str | None = None
+
+    @property
+    def level_label(self) -> str:
+        return f"{self.rate:g}/s" if self.rate is not None else str(self.concurrency)
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResults:
+    provenance: Provenance
+    config: Json  # the run's configuration as given (load.runner.LoadConfig)
+    targets: Mapping[str, TargetInfo] = field(default_factory=dict)
+    skipped: tuple[TargetSkip, ...] = ()
+    levels: tuple[LoadRow, ...] = ()
+    interrupted: bool = False
+
+    @property
+    def kind(self) -> Kind:
+        return self.provenance.kind
+
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.config.get("loop") == "open")
+
+    def to_json(self) -> Json:
+        doc = _document(self.provenance)
+        doc.update(_json_fields(self, exclude={"provenance"}))
+        return doc
+
+
+Results = MatrixResults | LoadResults
+
+
+# --- reading: migrations, then the model ----------------------------------------------------------------------
+
+
+def _v1_to_v2(doc: Json) -> Json:
+    """Fields added in 2 take the values a version-1 run implied: no declared headers, no drift recorded."""
+    for row in doc.get("rows", []):
+        row.setdefault("stub_headers", {})
+    return doc
+
+
+def _v2_to_v3(doc: Json) -> Json:
+    """Keys a version-2 writer left out when they did not apply are read with their model defaults; matrix
+    exclusion shares, when absent, are computed from the rows by the one rule (results.tables)."""
+    if doc.get("kind") in ("matrix", "sweep"):
+        doc.setdefault("exclusion_shares", None)
+    return doc
+
+
+MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3}
+
+
+def migrate(doc: Json) -> Json:
+    """An older document brought up to SCHEMA_VERSION, one step at a time (the input is not modified)."""
+    version = doc.get("schema_version")
+    if version not in KNOWN_VERSIONS:
+        raise UsageError(f"schema_version {version!r} is not one this tokenpath knows ({KNOWN_VERSIONS})")
+    doc = json.loads(json.dumps(doc))
+    while doc["schema_version"] < SCHEMA_VERSION:
+        doc = MIGRATIONS[doc["schema_version"]](doc)
+        doc["schema_version"] += 1
+    return doc
+
+
+def from_json(doc: Json) -> Results:
+    written_at = doc.get("schema_version")
+    doc = migrate(doc)
+    provenance = Provenance(
+        kind=doc["kind"],
+        tool=_build(Tool, doc["tool"]),
+        created=doc["created"],
+        host=_build(Host, doc["host"]),
+        schema_version=written_at if isinstance(written_at, int) else SCHEMA_VERSION,
+    )
+    if doc["kind"] == "load":
+        return LoadResults(
+            provenance=provenance,
+            config=doc["config"],
+            targets={k: _build(TargetInfo, v) for k, v in (doc.get("targets") or {}).items()},
+            skipped=tuple(_build(TargetSkip, s) for s in doc.get("skipped", [])),
+            levels=tuple(load_row(r) for r in doc.get("levels", [])),
+            interrupted=bool(doc.get("interrupted")),
+        )
+    cert = doc.get("certification") or {}
+    rows = tuple(matrix_row(r) for r in doc.get("rows", []))
+    results = MatrixResults(
+        provenance=provenance,
+        experiment=doc["experiment"],
+        certification=Certification(
+            passed=bool(cert.get("passed")),
+            forced=bool(cert.get("forced")),
+            checks=tuple(_build(Check, c) for c in cert.get("checks", [])),
+            emitter_drift_ms={k: _build(Drift, v) for k, v in (cert.get("emitter_drift_ms") or {}).items()},
+        ),
+        proxies={k: _build(ProxyInfo, v) for k, v in (doc.get("proxies") or {}).items()},
+        skipped=tuple(_build(PathSkip, s) for s in doc.get("skipped", [])),
+        rows=rows,
+        floors=tuple(_build(FloorEntry, f) for f in doc.get("floors", [])),
+        interrupted=bool(doc.get("interrupted")),
+        points=tuple(_build(SweepPoint, p) for p in doc["points"]) if doc.get("points") is not None else None,
+        inferred=_inferred(doc["inferred"]) if doc.get("inferred") else None,
+    )
+    shares = doc.get("exclusion_shares")
+    if shares:
+        return replace(results, exclusion_shares=tuple(_build(ExclusionShare, s) for s in shares))
+    from tokenpath.results.tables import exclusion_shares  # computed by the one rule, for files without them
+
+    return replace(results, exclusion_shares=exclusion_shares(results.rows))
+
+
+def matrix_row(row: Json) -> MatrixRow:
+    data = {k: v for k, v in row.items() if k not in ("raw",)}
+    built = _build(MatrixRow, data)
+    return replace(built, raw=tuple(matrix_run(r) for r in row.get("raw", [])))
+
+
+def matrix_run(run: Json) -> MatrixRun:
+    metrics = run.get("metrics")
+    return MatrixRun(
+        stream_id=run.get("stream_id", ""),
+        included=bool(run.get("included")),
+        excluded_because=run.get("excluded_because"),
+        metrics=RunMetrics.from_json(metrics) if metrics else None,
+        path_added_ttft_ms=run.get("path_added_ttft_ms"),
+        frame_delay_ms=run.get("frame_delay_ms") or {},
+        audit=run.get("audit"),
+        arrivals=tuple((float(t), int(n)) for t, n in run.get("arrivals") or ()),
+        writes_ms=tuple(run.get("writes_ms") or ()),
+        error=run.get("error"),
+    )
+
+
+def load_row(row: Json) -> LoadRow:
+    def pct(key: str) -> Percentiles | None:
+        value = row.get(key)
+        return _build(Percentiles, value) if value else None
+
+    floor = row.get("floor_ms")
+
+    data = {k: v for k, v in row.items() if k in {f.name for f in fields(LoadRow)}}
+    data.update(
+        added_ttft_ms=pct("added_ttft_ms") or Percentiles(),
+        floor_ms=_build(MedianAndTail, floor) if floor else None,
+        added_ttft_corrected_ms=pct("added_ttft_corrected_ms"),
+        dispatch_lag_ms=pct("dispatch_lag_ms"),
+        warnings=tuple(_build(ResultWarning, w) for w in row.get("warnings", [])),
+        error_samples=tuple(row.get("error_samples") or ()),
+        runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),
+    )
+    return LoadRow(**data)
+
+
+def _inferred(data: Json) -> Inferred:
+    built = _build(Inferred, data)
+    span = data.get("size_range")
+    return replace(built, size_range=(int(span[0]), int(span[1])) if span else None)
+
+
+# --- files ---------------------------------------------------------------------------------------------------
+
+
+def read(path: Path) -> Results:
+    """A results.json (or the directory holding one), migrated to the current model."""
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        doc: Json = json.loads(path.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"{path} is not a tokenpath results document")
+    try:
+        return from_json(doc)
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{path}: not a tokenpath results document ({type(exc).__name__}: {exc})") from None
+
+
+def write(results: Results, out_dir: Path) -> Path:
+    """results.json, atomically: a reader never sees half a file, even on Ctrl-C."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "results.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results.to_json(), indent=1, default=str))
+    tmp.replace(path)
+    return path
+
+
+# --- helpers -------------------------------------------------------------------------------------------------
+
+
+def _document(provenance: Provenance) -> Json:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": provenance.kind,
+        "tool": _to_json(provenance.tool),
+        "created": provenance.created,
+        "host": _to_json(provenance.host),
+    }
+
+
+def _json_fields(obj: Any, exclude: set[str]) -> Json:
+    return {f.name: _to_json(getattr(obj, f.name)) for f in fields(obj) if f.name not in exclude}
+
+
+def _to_json(value: Any) -> Any:
+    if hasattr(value, "to_json"):  # a type that owns its JSON shape (e.g. probe.metrics.RunMetrics)
+        return value.to_json()
+    if hasattr(value, "__dataclass_fields__"):
+        return _json_fields(value, exclude=set())
+    if isinstance(value, Mapping):
+        return {k: _to_json(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_to_json(v) for v in value]
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any]) -> T:
+    """A dataclass from a JSON object: unknown keys are ignored (a newer minor field), missing ones take their
+    default; a missing key with no default is an error the caller reports."""
+    names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in data.items() if k in names})
