@@ -17,9 +17,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from tokenpath.errors import RemoteProtocolError, UsageError
-from tokenpath.wire.framing import Framing
+from tokenpath.wire.framing import Framing, frame_body
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
-from tokenpath.wire.server import END_OF_MESSAGE, Data, Request, ResponseStart, ServerConnection
+from tokenpath.wire.server import END_OF_MESSAGE, Request, ResponseStart, ServerConnection
 
 __all__ = ["HTTPConnection", "Handler", "Request", "Response", "bound_port", "error_body", "listen"]
 
@@ -77,7 +77,7 @@ class Response:
 
     def frame(self, data: bytes) -> bytes:
         """Body bytes framed for this response (a chunk, or as they are)."""
-        return self._conn.core.send(Data(data)) if self.framing is not None else data
+        return frame_body(self.framing, data) if self.framing is not None else data
 
     def end_bytes(self) -> bytes:
         """The bytes that end the body (the last chunk, or nothing); the response is over once they are written."""

@@ -14,6 +14,7 @@ from typing import cast
 
 from tokenpath.controls.policies import CORK_BYTES, CORK_MS, MODES, BufferLimitExceeded, Mode, Policy, make_policy
 from tokenpath.errors import UsageError
+from tokenpath.flow import ReadGate
 from tokenpath.http_server import bound_port
 from tokenpath.loops import new_event_loop
 
@@ -84,10 +85,10 @@ class _Upstream(asyncio.Protocol):
         self.down.upstream_finished()
 
     def pause_writing(self) -> None:
-        self.down.pause_reading()
+        self.down.client_gate.pause()  # the upstream cannot take more: stop reading the client
 
     def resume_writing(self) -> None:
-        self.down.resume_reading()
+        self.down.client_gate.resume()
 
 
 class _Downstream(asyncio.Protocol):
@@ -98,11 +99,14 @@ class _Downstream(asyncio.Protocol):
         self._pending: list[bytes] = []  # client bytes that arrived before the upstream connection
         self._closed = False
         self._connect_task: asyncio.Task[None] | None = None
+        self.client_gate = ReadGate()  # reading from the client, paused while the upstream's buffer is full
+        self.upstream_gate = ReadGate()  # reading from the upstream, paused while the client's buffer is full
         loop = asyncio.get_running_loop()
         self.policy: Policy = make_policy(cfg.mode, self._write, loop.call_later, cfg.cork_bytes, cfg.cork_ms)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        self.client_gate.attach(transport)
         _nodelay(transport)
         self._connect_task = asyncio.get_running_loop().create_task(self._connect())
 
@@ -125,6 +129,7 @@ class _Downstream(asyncio.Protocol):
             return
         self.upstream = upstream
         assert upstream.transport is not None
+        self.upstream_gate.attach(upstream.transport)
         for chunk in self._pending:
             upstream.transport.write(chunk)
         self._pending.clear()
@@ -153,20 +158,10 @@ class _Downstream(asyncio.Protocol):
             self.upstream.transport.close()
 
     def pause_writing(self) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.pause_reading()
+        self.upstream_gate.pause()
 
     def resume_writing(self) -> None:
-        if self.upstream is not None and self.upstream.transport is not None:
-            self.upstream.transport.resume_reading()
-
-    def pause_reading(self) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.resume_reading()
+        self.upstream_gate.resume()
 
     def upstream_finished(self) -> None:
         if self._closed:

@@ -135,10 +135,9 @@ class MatrixRunner:
         )  # fmt: skip
 
     def write(self) -> None:
-        results = self.results()
-        model.write(results, self.out_dir)
-        (self.out_dir / "table.md").write_text(tables.markdown(results))
-        (self.out_dir / "results.csv").write_text(tables.csv_text(results))
+        """results.json after every condition, so an interrupted run keeps what it measured. The renderings
+        (report.html, table.md, results.csv) are made once from it when the run ends (report.render)."""
+        model.write(self.results(), self.out_dir)
 
     # environments ------------------------------------------------------------------------------------
     @contextlib.contextmanager

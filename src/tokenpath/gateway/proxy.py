@@ -26,7 +26,7 @@ from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.http_server import Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing, request_head
+from tokenpath.wire.framing import Framing, frame_body, request_head
 from tokenpath.wire.sse import EventCounter
 
 log = logging.getLogger("tokenpath.gateway")
@@ -338,7 +338,7 @@ class Exchange:
         self.bytes += len(data)
         if self.sse:
             self.frames += self.events.feed(data)
-        self.out.append(self.response.frame(data))
+        self.out.append(frame_body(self.framing, data))  # one chunk per upstream read (or the bytes as they are)
 
     def upstream_read_done(self) -> None:
         if self.out:

@@ -12,7 +12,8 @@ from collections import deque
 from typing import Protocol, cast
 
 from tokenpath.errors import ConnectError, ConnectTimeout, RemoteProtocolError
-from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
+from tokenpath.flow import ReadGate
+from tokenpath.wire.client import ClientConnection, EndOfMessage, ResponseHead
 
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
 
@@ -35,11 +36,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.reused = False  # served a response before: a failure before any byte may just be a stale keep-alive
         self.got_bytes = False
-        self.core = ClientConnection()
+        self.core = ClientConnection(collect_body=True)
+        self.gate = ReadGate()  # paused while the client's socket buffer is full
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self.gate.attach(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -78,16 +81,23 @@ class UpstreamConnection(asyncio.Protocol):
         self._deliver(sink)
 
     def _deliver(self, sink: Sink) -> None:
+        """One read's events in their order: the head (if this read completed it), the body bytes it carried (one
+        call per de-chunked piece, gathered by the core without an object each), then the end."""
         core = self.core
+        ended = False
         while (event := core.next_event()) is not None:
-            kind = type(event)
-            if kind is Data:
-                sink.upstream_body(event.data)  # type: ignore[union-attr]
-            elif kind is EndOfMessage:
-                self.sink = None
-                sink.upstream_complete()
-            else:
-                sink.upstream_head(event)  # type: ignore[arg-type]
+            if type(event) is ResponseHead:
+                sink.upstream_head(event)
+            elif type(event) is EndOfMessage:
+                ended = True
+        parts = core.body_parts
+        if parts:
+            for part in parts:
+                sink.upstream_body(part)
+            parts.clear()
+        if ended:
+            self.sink = None
+            sink.upstream_complete()
 
     # use ---------------------------------------------------------------------------------------------------
     def send(self, sink: Sink, data: bytes, method: str) -> None:
@@ -98,12 +108,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport.write(data)
 
     def pause(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
+        self.gate.pause()
 
     def resume(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
+        self.gate.resume()
 
     def abort(self) -> None:
         """Drop the connection now: the upstream sees it closed and stops generating."""
@@ -116,7 +124,8 @@ class UpstreamConnection(asyncio.Protocol):
         """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
         if self.core.reusable and not self.closed:
-            self.core = ClientConnection()  # idle: any byte the server sends now is a protocol error
+            self.core = ClientConnection(collect_body=True)  # idle: a byte from the server now is a protocol error
+            self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
             self.reused = True
             self.pool.put_idle(self)
         else:
