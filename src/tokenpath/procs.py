@@ -35,7 +35,8 @@ class ServiceProcess:
         self.env = env
         self.url: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        fd, path = tempfile.mkstemp(prefix=f"tokenpath-{name}-", suffix=".log")
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "service"  # a name may hold a path
+        fd, path = tempfile.mkstemp(prefix=f"tokenpath-{slug}-", suffix=".log")
         os.close(fd)
         self.log_path = Path(path)
 

@@ -233,6 +233,8 @@ def test_jwks_rotation_stale_if_error_and_rate_limited_unknown_kids(jwks_server:
             await asyncio.sleep(0.35)
             await cache.refresh()
             assert cache.errors == 1
+            assert cache.state()["refresh_failures"] == 1  # what /_tokenpath/health shows an operator
+            assert cache.state()["keys"] == len(cache.keys) > 0
             assert (await auth.authenticate(bearer(rotated))).subject == "alice"
         finally:
             await cache.close()

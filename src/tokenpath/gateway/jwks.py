@@ -40,6 +40,11 @@ class JWKSCache:
         self._refreshing: asyncio.Task[None] | None = None
         self._background: asyncio.Task[None] | None = None
 
+    def state(self) -> dict[str, object]:
+        """What the health endpoint shows: how many keys, how old, how many refreshes failed (stale-if-error)."""
+        age = None if self.fetched_at is None else round(time.monotonic() - self.fetched_at, 1)
+        return {"keys": len(self.keys), "age_s": age, "refresh_failures": self.errors}
+
     async def start(self) -> None:
         await self.refresh()
         self._background = asyncio.get_running_loop().create_task(self._refresh_forever())

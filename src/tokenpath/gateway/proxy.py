@@ -26,7 +26,7 @@ from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.http_server import Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing, frame_body, request_head
+from tokenpath.wire.framing import Framing, chunk, request_head
 from tokenpath.wire.sse import EventCounter
 
 log = logging.getLogger("tokenpath.gateway")
@@ -66,7 +66,10 @@ class GatewayApp:
 
     def __call__(self, request: Request, response: Response) -> None:
         if request.path == HEALTH_PATH and request.method == "GET":
-            response.send_json(200, {"status": "draining" if self.draining else "ok", "active": len(self.active)})
+            health: dict[str, object] = {"status": "draining" if self.draining else "ok", "active": len(self.active)}
+            if self.auth.jwks is not None:
+                health["jwks"] = self.auth.jwks.state()
+            response.send_json(200, health)
             return
         if not request.path.startswith(API_PREFIX):
             self.reply_error(response, 404, f"no route for {request.path}: the gateway serves /v1/*", "not_found")
@@ -140,6 +143,8 @@ class Exchange:
         self.committed = False  # the client has the head: no more failover
         self.aborted = False
         self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
+        self.chunked = True
+        self.bodiless = False
         self.sse = False
         self.events = EventCounter()
         self.out: list[bytes] = []
@@ -325,20 +330,23 @@ class Exchange:
         else:
             self.out.append(response.start(status, out_headers, length))
         self.framing = response.framing or Framing.NONE
+        self.chunked = self.framing is Framing.CHUNKED
+        self.bodiless = self.framing is Framing.NONE
         self.last_read = self.loop.time()
         self._arm_idle()
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
     def upstream_body(self, data: bytes) -> None:
-        if not self.committed or self.framing is Framing.NONE:
+        # The hot path: once per upstream read. Framing decided at the head (wire.framing), kept as two bools.
+        if not self.committed or self.bodiless:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         if self.t_first_in is None:
             self.t_first_in = time.perf_counter()
         self.bytes += len(data)
         if self.sse:
             self.frames += self.events.feed(data)
-        self.out.append(frame_body(self.framing, data))  # one chunk per upstream read (or the bytes as they are)
+        self.out.append(chunk(data) if self.chunked else data)  # one chunk per upstream read
 
     def upstream_read_done(self) -> None:
         if self.out:

@@ -13,7 +13,7 @@ from typing import Protocol, cast
 
 from tokenpath.errors import ConnectError, ConnectTimeout, RemoteProtocolError
 from tokenpath.flow import ReadGate
-from tokenpath.wire.client import ClientConnection, EndOfMessage, ResponseHead
+from tokenpath.wire.client import ClientConnection, ResponseHead
 
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
 
@@ -36,7 +36,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.closed = False
         self.reused = False  # served a response before: a failure before any byte may just be a stale keep-alive
         self.got_bytes = False
-        self.core = ClientConnection(collect_body=True)
+        self.core = self._new_core()
         self.gate = ReadGate()  # paused while the client's socket buffer is full
 
     # asyncio ---------------------------------------------------------------------------------------------
@@ -51,17 +51,16 @@ class UpstreamConnection(asyncio.Protocol):
         sink = self.sink
         self.got_bytes = True
         try:
-            self.core.receive_data(data)  # bytes while idle raise: the server broke the protocol; never reuse it
+            # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
+            # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
+            self.core.receive_data(data)
         except RemoteProtocolError as exc:
             self.sink = None
             self.abort()
             if sink is not None:
                 sink.upstream_lost(f"malformed response from upstream: {exc}")
             return
-        if sink is None:
-            return
-        self._deliver(sink)
-        if self.sink is not None:
+        if sink is not None:
             sink.upstream_read_done()
 
     def eof_received(self) -> bool | None:
@@ -70,33 +69,28 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
-        sink, self.sink = self.sink, None
+        sink = self.sink
         if sink is None:
             return
         try:
-            self.core.receive_eof()  # a close-delimited body ends here; any other body was cut short
+            self.core.receive_eof()  # a close-delimited body ends here (calls _end); any other was cut short
         except RemoteProtocolError:
-            sink.upstream_lost(f"upstream closed the connection{f': {exc}' if exc else ''}")
-            return
-        self._deliver(sink)
-
-    def _deliver(self, sink: Sink) -> None:
-        """One read's events in their order: the head (if this read completed it), the body bytes it carried (one
-        call per de-chunked piece, gathered by the core without an object each), then the end."""
-        core = self.core
-        ended = False
-        while (event := core.next_event()) is not None:
-            if type(event) is ResponseHead:
-                sink.upstream_head(event)
-            elif type(event) is EndOfMessage:
-                ended = True
-        parts = core.body_parts
-        if parts:
-            for part in parts:
-                sink.upstream_body(part)
-            parts.clear()
-        if ended:
             self.sink = None
+            sink.upstream_lost(f"upstream closed the connection{f': {exc}' if exc else ''}")
+
+    # the core's callbacks ---------------------------------------------------------------------------------
+    def _head(self, head: ResponseHead) -> None:
+        if self.sink is not None:
+            self.sink.upstream_head(head)
+
+    def _body(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            sink.upstream_body(data)
+
+    def _end(self) -> None:
+        sink, self.sink = self.sink, None
+        if sink is not None:
             sink.upstream_complete()
 
     # use ---------------------------------------------------------------------------------------------------
@@ -120,11 +114,14 @@ class UpstreamConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
+    def _new_core(self) -> ClientConnection:
+        return ClientConnection(on_head=self._head, on_body=self._body, on_end=self._end)
+
     def release(self) -> None:
         """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
         if self.core.reusable and not self.closed:
-            self.core = ClientConnection(collect_body=True)  # idle: a byte from the server now is a protocol error
+            self.core = self._new_core()  # idle: a byte from the server now is a protocol error
             self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
             self.reused = True
             self.pool.put_idle(self)

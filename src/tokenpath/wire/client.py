@@ -13,6 +13,7 @@ side and the control clients parse responses the same way, and the conformance b
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -67,13 +68,23 @@ class State(Enum):
 
 
 class ClientConnection:
-    """With `collect_body`, body bytes are not events: they gather in `body_parts` for the caller to take (the
-    readers' fast path: no object per read). Heads and the end of the message are events either way."""
+    """Events by default. A relay or reader on a hot path may instead pass callables for any kind (`on_head`,
+    `on_body`, `on_end`): each is then called in stream order as llhttp finds it, inside `receive_data` /
+    `receive_eof`, with no object per read. Kinds without a callable stay events (`pending` says if any wait)."""
 
-    def __init__(self, method: str | None = None, *, collect_body: bool = False) -> None:
+    def __init__(
+        self,
+        method: str | None = None,
+        *,
+        on_head: Callable[[ResponseHead], object] | None = None,
+        on_body: Callable[[bytes], object] | None = None,
+        on_end: Callable[[], object] | None = None,
+    ) -> None:
         self.state = State.IDLE
         self.head: ResponseHead | None = None
-        self.body_parts: list[bytes] | None = [] if collect_body else None
+        self._on_head = on_head
+        self._on_body = on_body
+        self._on_end = on_end
         self._waiting = False  # == (state is WAITING), as a plain bool for the per-read callbacks
         self._events: deque[ResponseEvent] = deque()
         self._method = "GET"
@@ -140,6 +151,10 @@ class ClientConnection:
     def next_event(self) -> ResponseEvent | None:
         return self._events.popleft() if self._events else None
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._events)
+
     # httptools callbacks ------------------------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
@@ -158,15 +173,18 @@ class ClientConnection:
         # a server that sends one anyway would have it read as the next response.
         keep_alive = self._parser.should_keep_alive() and self._method != "HEAD"
         self.head = ResponseHead(status, self._parser.get_http_version(), tuple(headers), framing, keep_alive)
-        self._events.append(self.head)
+        if self._on_head is not None:
+            self._on_head(self.head)
+        else:
+            self._events.append(self.head)
         if framing is Framing.NONE:
             # llhttp is not told the request's method, so it would wait for a HEAD response's body: end it here.
             self._end()
 
     def on_body(self, body: bytes) -> None:
         if self._waiting:
-            if self.body_parts is not None:
-                self.body_parts.append(body)
+            if self._on_body is not None:
+                self._on_body(body)
             else:
                 self._events.append(Data(body))
 
@@ -176,7 +194,10 @@ class ClientConnection:
 
     def _end(self) -> None:
         self._set(State.DONE)
-        self._events.append(END_OF_MESSAGE)
+        if self._on_end is not None:
+            self._on_end()
+        else:
+            self._events.append(END_OF_MESSAGE)
 
     def _set(self, state: State) -> None:
         self.state = state
@@ -187,7 +208,8 @@ class ResponseParser:
     """The client core for readers that want a response's body per read, not events: `feed(read) -> body`."""
 
     def __init__(self, method: str = "GET") -> None:
-        self._conn = ClientConnection(method, collect_body=True)
+        self._body: list[bytes] = []
+        self._conn = ClientConnection(method, on_body=self._body.append)
 
     @property
     def head(self) -> ResponseHead | None:
@@ -200,9 +222,9 @@ class ResponseParser:
     def feed(self, data: bytes) -> bytes:
         conn = self._conn
         conn.receive_data(data)
-        conn._events.clear()  # the head and the end are read from the connection's state
-        body = conn.body_parts
-        assert body is not None
+        while conn.pending:  # the head and the end are read from the connection's state
+            conn.next_event()
+        body = self._body
         if not body:
             return b""
         out = body[0] if len(body) == 1 else b"".join(body)
