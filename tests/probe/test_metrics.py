@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from tokenpath.probe.metrics import run_metrics, summarize
+from tokenpath.probe.metrics import probe_results, run_metrics
 from tokenpath.probe.trace import TraceRecorder
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
@@ -70,7 +70,7 @@ def test_summary_is_the_median_over_runs() -> None:
     for burst_size in (1, 3, 5):
         body = b"".join(content(i) for i in range(burst_size))
         runs.append(run_metrics(record([(1 * MS, HEAD), (10 * MS, body)]).trace))
-    doc = summarize("http://x", runs)
+    doc = probe_results("http://x", runs).to_json()
     assert doc["schema_version"] == 1
     assert doc["summary"]["frames_per_read"] == 3.0
     assert [r["frames_per_read"] for r in doc["runs"]] == [1.0, 3.0, 5.0]

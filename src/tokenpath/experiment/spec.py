@@ -15,7 +15,7 @@ from tokenpath.errors import UsageError
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.base import Proxy
 from tokenpath.proxies.custom import CustomProxy
-from tokenpath.results.tables import condition_label
+from tokenpath.results.model import condition_label
 from tokenpath.stub.audit import StreamLog, audit_stream
 from tokenpath.stub.config import response_headers
 

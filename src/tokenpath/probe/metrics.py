@@ -116,8 +116,3 @@ def probe_results(url: str, runs: list[RunMetrics]) -> ProbeResults:
 
     summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"))
     return ProbeResults(url, tuple(runs), summary)
-
-
-def summarize(url: str, runs: list[RunMetrics]) -> dict[str, Any]:
-    """The probe's JSON document: every run, and medians over runs."""
-    return probe_results(url, runs).to_json()

@@ -5,15 +5,17 @@ medians look: a shared, noisy host makes that the honest answer. A difference no
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from tokenpath.errors import UsageError
 from tokenpath.experiment.rows import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS
-from tokenpath.results.model import LoadResults, LoadRow, MatrixResults, MatrixRow, Results
-from tokenpath.results.tables import condition_label
+from tokenpath.results.model import LoadResults, LoadRow, MatrixResults, MatrixRow, Results, condition_label
 from tokenpath.stats import median
 
 NOT_DISTINGUISHABLE = "not distinguishable"
+Row = TypeVar("Row", MatrixRow, LoadRow)
 
 
 @dataclass(frozen=True)
@@ -133,28 +135,31 @@ def compare(a: Results, b: Results) -> list[Comparison]:
 
 
 def _compare_matrix(a: MatrixResults, b: MatrixResults) -> list[Comparison]:
-    others = {_matrix_key(r): r for r in b.rows}
-    out = []
-    for row in a.rows:
-        match = others.get(_matrix_key(row))
-        if match is None:
-            continue
-        fb = _matrix_figures(match)
-        for metric, fa in _matrix_figures(row).items():
-            known = [f for f in (_matrix_floor(metric, row, a), _matrix_floor(metric, match, b)) if f is not None]
-            out.append(Comparison(_matrix_key(row), metric, fa, fb[metric], max(known) if known else None))
-    return out
+    return _pair(a.rows, b.rows, _matrix_key, _matrix_figures,
+                 lambda m, r: _matrix_floor(m, r, a), lambda m, r: _matrix_floor(m, r, b))  # fmt: skip
 
 
 def _compare_load(a: LoadResults, b: LoadResults) -> list[Comparison]:
-    others = {_load_key(r): r for r in b.levels}
+    return _pair(a.levels, b.levels, _load_key, _load_figures, _load_floor, _load_floor)
+
+
+def _pair(
+    rows_a: Sequence[Row],
+    rows_b: Sequence[Row],
+    key: Callable[[Row], str],
+    figures: Callable[[Row], dict[str, Figure]],
+    floor_a: Callable[[str, Row], float | None],
+    floor_b: Callable[[str, Row], float | None],
+) -> list[Comparison]:
+    """Rows matched by key; per figure, the larger of the two floors is what a difference must beat."""
+    others = {key(r): r for r in rows_b}
     out = []
-    for row in a.levels:
-        match = others.get(_load_key(row))
+    for row in rows_a:
+        match = others.get(key(row))
         if match is None:
             continue
-        fb = _load_figures(match)
-        for metric, fa in _load_figures(row).items():
-            known = [f for f in (_load_floor(metric, row), _load_floor(metric, match)) if f is not None]
-            out.append(Comparison(_load_key(row), metric, fa, fb[metric], max(known) if known else None))
+        fb = figures(match)
+        for metric, fa in figures(row).items():
+            known = [f for f in (floor_a(metric, row), floor_b(metric, match)) if f is not None]
+            out.append(Comparison(key(row), metric, fa, fb[metric], max(known) if known else None))
     return out

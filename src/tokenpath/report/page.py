@@ -253,12 +253,12 @@ def load_sections(doc: LoadResults) -> list[str]:
     rows, classes = [], []
     for r in levels:
         warnings = "; ".join(f"{w.kind}: {w.message} (remedy: {w.remedy})" for w in r.warnings)
-        rows.append([load_table.level_label(r), r.target, *load_table.figures(r), warnings or "-"])
+        rows.append([r.level_label, r.target, *load_table.figures(r), warnings or "-"])
         classes.append("unreliable" if r.unreliable else "")
     out.append(_table(headers, rows, classes))
     lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]
     for r in lost:
-        out.append(f'<p class="banner bad">{esc(r.target)} @ {esc(load_table.level_label(r))}: {r.frames_lost} '
+        out.append(f'<p class="banner bad">{esc(r.target)} @ {esc(r.level_label)}: {r.frames_lost} '
                    f"frames lost, {r.frames_out_of_order} out of order, {r.errors} errors</p>")  # fmt: skip
     cdf = charts.added_ttft_cdf(levels, "streams/s" if open_loop else "streams")
     out.append(_figure(cdf, "Fraction of streams whose first token was delayed by at most x ms. Dashed: unreliable."))

@@ -17,10 +17,6 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def level_label(row: LoadRow) -> str:
-    return row.level_label
-
-
 def figures(row: LoadRow) -> list[str]:
     main = row.added_ttft_corrected_ms or row.added_ttft_ms
     cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
@@ -63,7 +59,7 @@ def rich_table(results: LoadResults) -> Table:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
     for row in results.levels:
         notes = _notes(row)
-        table.add_row(level_label(row), row.target, *figures(row), f"[yellow]{notes}[/]" if notes else "")
+        table.add_row(row.level_label, row.target, *figures(row), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
@@ -72,7 +68,7 @@ def markdown(results: LoadResults) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in results.levels:
         warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
-        lines.append("| " + " | ".join([level_label(row), row.target, *figures(row), warn]) + " |")
+        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row), warn]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -14,10 +14,10 @@ import json
 import os
 import platform
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from tokenpath import __version__
 from tokenpath.errors import UsageError
@@ -261,6 +261,41 @@ class MatrixResults:
         return doc
 
 
+# The labels and the one exclusion-share rule, shared by the runners (which compute), the model (which fills in old
+# files) and every rendering.
+class ConditionLike(Protocol):
+    """A Condition, a row or a point: anything that names one condition."""
+
+    @property
+    def frame_bytes(self) -> int: ...
+    @property
+    def interval_ms(self) -> float: ...
+    @property
+    def link(self) -> str: ...
+    @property
+    def tls(self) -> bool: ...
+
+
+def condition_label(row: ConditionLike) -> str:
+    """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
+    label = f"{row.frame_bytes} B @ {row.interval_ms:g} ms, {row.link}{', tls' if row.tls else ''}"
+    headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
+    if headers:
+        label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
+    return label
+
+
+def exclusion_shares(rows: Iterable[MatrixRow]) -> tuple[ExclusionShare, ...]:
+    """Runs kept of runs made, per condition and overall: seed 003 publishes "1.7 % to 11.7 % per condition"."""
+    by_condition: dict[str, list[int]] = {}
+    for row in rows:
+        counts = by_condition.setdefault(condition_label(row), [0, 0])
+        counts[0] += row.excluded
+        counts[1] += row.runs
+    by_condition["all"] = [sum(e for e, _ in by_condition.values()), sum(n for _, n in by_condition.values())]
+    return tuple(ExclusionShare(c, e, n, e / n if n else 0.0) for c, (e, n) in by_condition.items())
+
+
 # --- load ----------------------------------------------------------------------------------------------------
 
 
@@ -424,9 +459,7 @@ def from_json(doc: Json) -> Results:
     shares = doc.get("exclusion_shares")
     if shares:
         return replace(results, exclusion_shares=tuple(_build(ExclusionShare, s) for s in shares))
-    from tokenpath.results.tables import exclusion_shares  # computed by the one rule, for files without them
-
-    return replace(results, exclusion_shares=exclusion_shares(results.rows))
+    return replace(results, exclusion_shares=exclusion_shares(results.rows))  # a file without them: the one rule
 
 
 def matrix_row(row: Json) -> MatrixRow:

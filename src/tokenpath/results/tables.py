@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Protocol
+from typing import Any
 
 from rich.table import Table
 
-from tokenpath.results.model import Drift, ExclusionShare, MatrixResults, MatrixRow
+from tokenpath.results.model import Drift, ExclusionShare, MatrixResults, MatrixRow, condition_label, exclusion_shares
+
+__all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
 ROW_KEYS = (
     "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "runs", "excluded",
@@ -43,39 +45,6 @@ HEADERS = (
     "path", "condition", "fpr", "fpr range", "added TTFT ms (p50 / p90)", "burst / gap ms", "runs kept",
     "verdict",
 )  # fmt: skip
-
-
-class ConditionLike(Protocol):
-    """A Condition, a row or a point: anything that names one condition."""
-
-    @property
-    def frame_bytes(self) -> int: ...
-    @property
-    def interval_ms(self) -> float: ...
-    @property
-    def link(self) -> str: ...
-    @property
-    def tls(self) -> bool: ...
-
-
-def condition_label(row: ConditionLike) -> str:
-    """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
-    label = f"{row.frame_bytes} B @ {row.interval_ms:g} ms, {row.link}{', tls' if row.tls else ''}"
-    headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
-    if headers:
-        label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
-    return label
-
-
-def exclusion_shares(rows: Iterable[MatrixRow]) -> tuple[ExclusionShare, ...]:
-    """Runs kept of runs made, per condition and overall: seed 003 publishes "1.7 % to 11.7 % per condition"."""
-    by_condition: dict[str, list[int]] = {}
-    for row in rows:
-        counts = by_condition.setdefault(condition_label(row), [0, 0])
-        counts[0] += row.excluded
-        counts[1] += row.runs
-    by_condition["all"] = [sum(e for e, _ in by_condition.values()), sum(n for _, n in by_condition.values())]
-    return tuple(ExclusionShare(c, e, n, e / n if n else 0.0) for c, (e, n) in by_condition.items())
 
 
 def describe_share(share: ExclusionShare) -> str:

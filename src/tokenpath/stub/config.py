@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tokenpath.errors import UsageError
+from tokenpath.priority import Priority
 
 Format = Literal["openai", "plain"]
-Priority = Literal["auto", "realtime", "normal"]
-REALTIME_PRIORITY = 10  # SCHED_FIFO level: above every normal task, far below the kernel's own RT threads
 
 # Named limits (h11/uvicorn style): large enough for any real chat request, small enough that a broken or
 # hostile client cannot make the stub hold unbounded memory.

@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing.connection import Connection
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import UsageError
 from tokenpath.http_server import HTTPConnection, bound_port, listen
 from tokenpath.loops import new_event_loop
+from tokenpath.priority import raise_priority, tighten_timer_slack
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
-from tokenpath.stub.config import REALTIME_PRIORITY, Priority, StubConfig
+from tokenpath.stub.config import StubConfig
 from tokenpath.stub.frames import check_frame_bytes
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.workers import reuseport_socket, run_worker_group
-
-PR_SET_TIMERSLACK = 29  # from <linux/prctl.h>
 
 
 class StubServer:
@@ -86,8 +81,8 @@ def run(cfg: StubConfig, announce: Callable[[str], None], loop_name: str = "uvlo
 def _serve_forever(
     cfg: StubConfig, announce: Callable[[str], None], loop_name: str, sock: socket.socket | None
 ) -> None:
-    _tighten_timer_slack()
-    priority = _raise_priority(cfg.priority)
+    tighten_timer_slack()
+    priority = raise_priority(cfg.priority)
     loop = new_event_loop(loop_name)
     asyncio.set_event_loop(loop)
     server = StubServer(cfg, sock=sock)
@@ -134,36 +129,6 @@ def _worker_main(cfg: StubConfig, loop_name: str, pipe: Connection) -> None:
         pipe.send(f"cannot listen on {cfg.host}:{cfg.port}: {exc.strerror}")
         return
     _serve_forever(cfg, lambda line: pipe.send("ready " + line), loop_name, sock)
-
-
-def _raise_priority(wanted: Priority) -> str:
-    """The emitter's schedule is the experiment's reference clock. Under CPU contention (a proxy and a client on
-    the same cores) a normal-priority stub is preempted for several ms at a time, and at hundreds of streams
-    one such stall fails dozens of streams' audits. Measured here, two stubs side by side at 500 streams, 15
-    alternating rounds: 166 of 7,500 streams failed at SCHED_FIFO against 464 at normal priority (bench/RESULTS.md).
-    The kernel's RT throttling keeps a runaway stub to 95 % of a core, and an overloaded stub fails its own
-    audit. `auto` uses it when the OS permits."""
-    if wanted == "normal":
-        return "normal"
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
-    except (OSError, AttributeError) as exc:
-        if wanted == "realtime":
-            raise UsageError(
-                f"--priority realtime: the OS refused SCHED_FIFO ({exc}); run as root or use auto"
-            ) from None
-        return "normal"
-    return f"realtime (SCHED_FIFO {REALTIME_PRIORITY})"
-
-
-def _tighten_timer_slack() -> None:
-    """Linux lets a sleep overshoot by up to 50 us (timer slack) to batch wake-ups; the pacer's short precise
-    waits then land ~90 us late at the median (measured here), ~40 us with 1 us of slack. Best effort."""
-    if sys.platform != "linux":
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0)
 
 
 def _url_host(host: str) -> str:

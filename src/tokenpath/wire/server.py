@@ -81,9 +81,12 @@ class ServerConnection:
         except httptools.HttpParserUpgrade:
             self._fail(RemoteProtocolError("protocol upgrades are not supported", 400))
         except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
-                self._fail(exc.__context__)
-            self._fail(RemoteProtocolError(f"malformed HTTP request: {exc}", 400))
+            cause = exc.__context__  # a limit one of our callbacks raised, or llhttp's own complaint
+            self._fail(
+                cause
+                if isinstance(cause, RemoteProtocolError)
+                else RemoteProtocolError(f"malformed HTTP request: {exc}", 400)
+            )
         if not self._headers_done and self._head_bytes > self.limits.max_head_bytes:
             self._fail(RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431))
 
@@ -93,10 +96,6 @@ class ServerConnection:
             return None
         self._current = self._pending.popleft()
         return self._current
-
-    @property
-    def busy(self) -> bool:
-        return self._current is not None
 
     # output ------------------------------------------------------------------------------------------
     def send(self, event: ResponseStart | Data | EndOfMessage) -> bytes:
