@@ -13,19 +13,57 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Callable
-from typing import Any, cast
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 from tokenpath.errors import RemoteProtocolError, UsageError
 from tokenpath.wire.framing import Framing, frame_body
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.wire.server import END_OF_MESSAGE, Request, ResponseStart, ServerConnection
 
-__all__ = ["HTTPConnection", "Handler", "Request", "Response", "bound_port", "error_body", "listen"]
+__all__ = ["Admitted", "HTTPConnection", "Handler", "Refusal", "Request", "Response", "bound_port", "error_body",
+           "listen"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Request, "Response"], None]
+# Body bytes of queued (pipelined) requests held while a response runs; past this the socket is not read until the
+# running response ends, so a client cannot queue 16 large bodies behind a stream.
+PIPELINE_BUFFER_BYTES = 64 << 10
+# After refusing a request whose body has not arrived, the connection is half-closed and what the client still
+# sends is read and dropped for this long (or this many bytes): closing at once with unread bytes would send a
+# reset that can destroy the refusal before the client reads it (nginx's lingering_close, same reason).
+LINGER_S = 2.0
+LINGER_BYTES = 16 << 20
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request refused on its head, before its body is read."""
+
+    status: int
+    message: str
+    code: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request accepted on its head; `context` is handed to the handler as `response.context`."""
+
+    context: Any = None
+
+
+Admission = Refusal | Admitted
+
+
+class Admitter(Protocol):
+    """A handler that decides on each request's head first (the gateway: route and authenticate). The answer is
+    immediate, or an awaitable while, e.g., a signing key is fetched; the connection is not read meanwhile."""
+
+    def admit(self, head: Request) -> Admission | Awaitable[Admission]: ...
 
 
 class Response:
@@ -40,6 +78,7 @@ class Response:
         self.on_resume: Callable[[], None] | None = None
         self.finished = False
         self.framing: Framing | None = None  # decided by the core when the head is made
+        self.context: Any = None  # what the handler's admit() returned for this request
 
     @property
     def chunked(self) -> bool:
@@ -112,11 +151,18 @@ class Response:
 class HTTPConnection(asyncio.Protocol):
     def __init__(self, handler: Handler, limits: ServerLimits) -> None:
         self._handler = handler
+        self._admit: Callable[[Request], Admission | Awaitable[Admission]] | None = getattr(handler, "admit", None)
         self.limits = limits
         self.core = ServerConnection(limits)
         self._transport: asyncio.Transport | None = None
         self._current: Response | None = None
         self._request_timer: asyncio.TimerHandle | None = None
+        self._admitted_seq = 0  # the request whose head was accepted (its body may still be arriving)
+        self._admitted: Admitted | None = None
+        self._admitting = False  # an admission is being awaited: the socket is not read
+        self._reading = True
+        self._error: RemoteProtocolError | None = None  # written once the requests queued before it are answered
+        self._lingering = -1  # bytes dropped after a refusal; -1 while not lingering
         self.closed = False
 
     # asyncio protocol -------------------------------------------------------------------------------
@@ -139,15 +185,18 @@ class HTTPConnection(asyncio.Protocol):
             self._current.on_resume()
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering >= 0:
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES:
+                self._abort()
+            return
         if self.closed:
             return
         try:
             self.core.receive_data(data)
         except RemoteProtocolError as exc:
-            self._reject(exc.status_hint, str(exc))
-            return
-        if self._current is None:
-            self._dispatch_next()
+            self._error = exc
+        self._advance()
 
     def eof_received(self) -> bool | None:
         return None  # the client is gone: close, which aborts any running response
@@ -169,37 +218,136 @@ class HTTPConnection(asyncio.Protocol):
         if response is not self._current:
             return
         self._current = None
-        if not self.core.keep_alive:
+        if not self.core.keep_alive and self._error is None:
             self._close()
-        elif not self._dispatch_next():
-            self._arm_request_timer()
+        else:
+            self._advance()
+            if self._current is None and not self.closed:
+                self._arm_request_timer()
 
     # internals --------------------------------------------------------------------------------------
-    def _dispatch_next(self) -> bool:
-        request = self.core.next_request()
-        if request is None:
+    def _advance(self) -> None:
+        """Admit and dispatch what the core has, in order; then decide whether to keep reading."""
+        core = self.core
+        while self._current is None and not self._admitting and not self.closed:
+            head = core.next_head()
+            if head is None:
+                if self._error is not None:
+                    self._reject(self._error.status_hint, str(self._error))
+                    return
+                break
+            if head.seq != self._admitted_seq and not self._admit_head(head):
+                return
+            request = core.next_request()
+            if request is None:
+                break  # admitted; its body is still arriving
+            self._dispatch(request)
+        if self.closed:
+            return
+        waiting = self._admitting or (self._current is not None and core.buffered_bytes > PIPELINE_BUFFER_BYTES)
+        self._set_reading(not waiting and self._error is None)
+
+    def _admit_head(self, head: Request) -> bool:
+        """Decide on a request by its head. Returns False while the decision is awaited or the request was
+        refused and the connection is closing."""
+        admission: Admission | Awaitable[Admission] = Admitted() if self._admit is None else self._admit(head)
+        if not isinstance(admission, (Admitted, Refusal)):
+            self._admitting = True
+            self._set_reading(False)
+            task = asyncio.ensure_future(admission)
+            task.add_done_callback(lambda t: self._admission_done(head, t))
             return False
+        return self._apply_admission(head, admission)
+
+    def _admission_done(self, head: Request, task: asyncio.Future[Admission]) -> None:
+        self._admitting = False
+        if self.closed:
+            return
+        if task.cancelled() or task.exception() is not None:
+            if not task.cancelled():
+                log.error("admission of %s %s failed", head.method, head.path, exc_info=task.exception())
+            admission: Admission = Refusal(500, "internal error while admitting the request", "internal_error")
+        else:
+            admission = task.result()
+        if self._apply_admission(head, admission):
+            self._advance()
+
+    def _apply_admission(self, head: Request, admission: Admission) -> bool:
+        """Returns True when the caller may dispatch the admitted request (or wait for its body)."""
+        if isinstance(admission, Admitted):
+            self._admitted_seq = head.seq
+            self._admitted = admission
+            if head.expects_continue and self.core.body_not_started(head):
+                self.write(CONTINUE)  # the client holds its body until told to send it
+            return True
+        request = self.core.next_request()
+        if request is not None:  # the whole request is in: answer it and keep the connection
+            assert request.seq == head.seq
+            response = Response(self, request)
+            self._current = response
+            body = error_body(admission.message, _error_kind(admission.status), admission.code)
+            response.send_json(admission.status, body, list(admission.headers))  # response_done advances
+            return False
+        # The body has not arrived (or not all of it): answer now, without reading it, and close.
+        self._reject(admission.status, admission.message, admission.code, admission.headers)
+        return False
+
+    def _dispatch(self, request: Request) -> None:
         if self._request_timer is not None:
             self._request_timer.cancel()
             self._request_timer = None
         response = Response(self, request)
+        if self._admitted is not None and self._admitted_seq == request.seq:
+            response.context = self._admitted.context
+        self._admitted = None
         self._current = response
         try:
             self._handler(request, response)
-        except Exception as exc:  # a handler bug must cost one request, never the server
+        except Exception:  # a handler bug must cost one request, never the server
             log.exception("handler failed on %s %s", request.method, request.path)
             if not response.finished and response.framing is None:
-                response.send_json(500, error_body(f"internal error: {type(exc).__name__}: {exc}", "server_error"))
-        return True
+                response.send_json(500, error_body("internal server error", "server_error"))  # details: the log
 
-    def _reject(self, status: int, message: str) -> None:
-        """Answer a request we could not parse or accept, then close: its framing can no longer be trusted."""
-        if self.closed:
+    def _reject(
+        self, status: int, message: str, code: str | None = None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        """Answer a request we could not parse or will not accept, then close: unread bytes of it (and its
+        framing) can no longer be trusted. Only between responses, never interleaved with one."""
+        if self.closed or self._current is not None:
             return
-        if self._current is None:  # never interleave with a response in flight
-            body = json.dumps(error_body(message, "invalid_request_error")).encode()
-            self.write(self.core.rejection_head(status, "application/json", len(body)) + body)
-        self._close()
+        body = json.dumps(error_body(message, _error_kind(status), code)).encode()
+        head = self.core.rejection_head(status, "application/json", len(body), headers)
+        self.write(head + body)
+        self._linger()
+
+    def _linger(self) -> None:
+        """Half-close, then drop what the client still sends for a bounded time (see LINGER_S)."""
+        transport = self._transport
+        if transport is None or self.closed:
+            return
+        self.closed = True
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._lingering = 0
+        transport.write_eof()
+        self._set_reading(True)
+        asyncio.get_running_loop().call_later(LINGER_S, self._abort)
+
+    def _abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _set_reading(self, on: bool) -> None:
+        if on == self._reading or self._transport is None:
+            return
+        self._reading = on
+        if on:
+            self._transport.resume_reading()
+        else:
+            self._transport.pause_reading()
 
     def _close(self) -> None:
         if self._transport is not None and not self.closed:
@@ -211,6 +359,10 @@ class HTTPConnection(asyncio.Protocol):
             self._request_timer.cancel()
         loop = asyncio.get_running_loop()
         self._request_timer = loop.call_later(self.limits.request_timeout_s, self._close)
+
+
+def _error_kind(status: int) -> str:
+    return "invalid_request_error" if status < 500 else "server_error"
 
 
 async def listen(

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -30,6 +34,37 @@ def wait_for_signal_or_exit(procs: Sequence[multiprocessing.process.BaseProcess]
             if proc.exitcode is not None:
                 return proc.exitcode
     return None
+
+
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGTERM this process when its parent dies (even by SIGKILL), so workers never outlive the
+    process that owns the port; exits at once if the parent is already gone."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before prctl took effect
+        os._exit(1)
+
+
+def claim_port(host: str, port: int) -> socket.socket:
+    """The SO_REUSEPORT socket that fixes a worker group's port, after checking nobody listens there: SO_REUSEPORT
+    would otherwise let a new group share the port with orphaned workers of an old one (same user), splitting the
+    traffic between the two without a word."""
+    if port != 0:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise UsageError(f"cannot listen on {host}:{port}: something already listens there (maybe "
+                                     "workers left by an earlier run)") from None  # fmt: skip
+                raise UsageError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    return reuseport_socket(host, port)
 
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
@@ -66,7 +101,7 @@ def run_worker_group(
         pipes: list[Connection] = []
         for _ in range(count):
             parent_end, child_end = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=target, args=(*args, child_end), daemon=True)
+            proc = ctx.Process(target=_worker_entry, args=(target, *args, child_end), daemon=True)
             proc.start()
             procs.append(proc)
             pipes.append(parent_end)
@@ -88,3 +123,8 @@ def run_worker_group(
                 proc.terminate()
         for proc in procs:
             proc.join(join_timeout_s)
+
+
+def _worker_entry(target: Callable[..., None], *args: Any) -> None:
+    die_with_parent()
+    target(*args)

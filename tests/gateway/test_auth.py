@@ -259,3 +259,92 @@ def test_jwks_refreshes_in_the_background(jwks_server: JWKSServer) -> None:
             await cache.close()
 
     asyncio.run(scenario())
+
+
+def _b64(data: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+
+def _hs256(header: dict[str, Any], payload: dict[str, Any]) -> str:
+    """A token PyJWT would refuse to make (non-string kid, crit): signed by hand with the shared secret."""
+    signing_input = f"{_b64(header)}.{_b64(payload)}"
+    mac = hmac.HMAC(SECRET.encode(), hashes.SHA256())
+    mac.update(signing_input.encode())
+    return f"{signing_input}.{base64.urlsafe_b64encode(mac.finalize()).rstrip(b'=').decode()}"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"alg": "HS256", "typ": "JWT", "crit": ["exp"]},
+        {"alg": "HS256", "typ": "JWT", "crit": "x"},
+        {"alg": "HS256", "kid": 5},
+        {"alg": "HS256", "kid": ["a"]},
+        {"alg": ["HS256"]},
+        {"alg": None},
+    ],
+    ids=["crit-list", "crit-string", "kid-int", "kid-list", "alg-list", "alg-null"],
+)
+def test_crafted_headers_are_a_401_not_a_crash(secret_env: str, header: dict[str, Any]) -> None:
+    auth = Authenticator(AuthConfig(secret_env=secret_env, algorithms=("HS256",)))
+    with pytest.raises(AuthError):
+        auth.check(bearer(_hs256(header, claims())))
+    with pytest.raises(AuthError):
+        run(auth.authenticate(bearer(_hs256(header, claims()))))
+
+
+@pytest.mark.parametrize("token", ["W10.e30.x", "bnVsbA.e30.x", "e30.W10.x", "a.b.c", "x" * 5000, "...."])
+def test_malformed_tokens_are_a_401(secret_env: str, token: str) -> None:
+    auth = Authenticator(AuthConfig(secret_env=secret_env, algorithms=("HS256",)))
+    with pytest.raises(AuthError):
+        auth.check(bearer(token))
+
+
+def test_a_trickling_jwks_server_cannot_hold_a_request_past_the_fetch_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+    import threading
+
+    from tokenpath.gateway import jwks as jwks_module
+
+    monkeypatch.setattr(jwks_module, "FETCH_DEADLINE_S", 1.0)
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:  # a JWKS server sending one byte every 0.3 s, forever
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+                while not stop.is_set():
+                    try:
+                        conn.sendall(b"{")
+                    except OSError:
+                        break
+                    stop.wait(0.3)
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/jwks.json"
+
+    async def scenario() -> float:
+        cache = JWKSCache(url, ttl_s=3600, min_refresh_s=0.0)
+        auth = Authenticator(AuthConfig(jwks_url=url, algorithms=("ES256",)), jwks=cache)
+        token = jwt.encode(claims(), EC_KEY, algorithm="ES256", headers={"kid": "unknown"})
+        t0 = time.monotonic()
+        with pytest.raises(AuthError, match="unknown kid"):
+            await auth.authenticate(bearer(token))
+        assert cache.errors == 1  # the fetch failed by its deadline, counted as a refresh failure
+        return time.monotonic() - t0
+
+    try:
+        elapsed = run(scenario())
+        assert elapsed < 3.0, elapsed  # deadline 1 s (+1 s grace on the waiting side); was unbounded
+    finally:
+        stop.set()
+        listener.close()

@@ -38,7 +38,17 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
     [
         ({"auth": {"mode": "none"}}, "no pool"),
         ({"auth": {"mode": "none"}, "pool": [{"member": []}]}, "has no member"),
-        ({"auth": {"mode": "none"}, "pool": [{"member": [{"url": "ftp://h"}]}]}, "expected http://HOST:PORT"),
+        ({"auth": {"mode": "none"}, "pool": [{"member": [{"url": "ftp://h"}]}]}, "expected http(s)://HOST[:PORT]"),
+        ({"auth": {"mode": "none"}, "pool": [{"member": [{"url": "http://h:x"}]}]}, "port is not a number"),
+        ({"auth": {"mode": "none"}, "pool": [{"protocol": "h3", "member": [{"url": "http://h:1"}]}]}, "http1 or h2"),
+        (
+            {"auth": {"mode": "none"}, "pool": [{"ca_file": "/nonexistent/ca.pem", "member": [{"url": "https://h"}]}]},
+            "no such file: /nonexistent/ca.pem",
+        ),
+        (
+            {"auth": {"mode": "none"}, "pool": [{"client_key": "/k.pem", "member": [{"url": "https://h"}]}]},
+            "client_key without client_cert",
+        ),
         ({"auth": {"mode": "none"}, "pool": [{"member": [{"url": "http://h:1", "weight": 0}]}]}, "weight"),
         ({"auth": {"mode": "none"}, "pool": [{"strategy": "random", "member": [{"url": "http://h:1"}]}]}, "strategy"),
         ({"auth": {"mode": "none", "colour": 1}}, "unknown key(s) ['colour']"),

@@ -245,14 +245,21 @@ def test_failover_before_the_first_byte_on_connect_error_and_5xx(svc: Services) 
         failing.close()
 
 
-def test_all_members_down_is_a_clear_502(svc: Services) -> None:
-    gw = svc.gateway(pool(f"http://127.0.0.1:{free_port()}"))
-    parser, body = roundtrip(gw.url, request(CHAT, headers="Connection: close\r\n"))
+def test_all_members_down_is_a_clear_502_that_keeps_member_details_in_the_log(svc: Services) -> None:
+    port = free_port()
+    gw = svc.gateway(pool(f"http://127.0.0.1:{port}"))
+    parser, body = roundtrip(gw.url, request(CHAT, headers="Connection: close\r\nX-Request-Id: trace-me\r\n"))
     assert parser.head is not None
     assert parser.head.status == 502
     error = json.loads(body)["error"]
     assert error["code"] == "upstream_unavailable"
-    assert "connect to 127.0.0.1" in error["message"]
+    assert "trace-me" in error["message"]  # the id an operator greps the log for
+    assert str(port) not in error["message"]  # the member's address and the OS error stay inside
+    assert "refused" not in error["message"].lower()
+    time.sleep(0.2)
+    log = gw.log_path.read_text()
+    assert f"connect to 127.0.0.1:{port}" in log
+    assert "trace-me" in log
 
 
 def test_a_member_dying_mid_stream_ends_it_with_an_explicit_error_event(svc: Services) -> None:

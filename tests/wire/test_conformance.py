@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ import pytest
 
 from tests.helpers import BackgroundLoop
 from tokenpath.errors import LocalProtocolError, RemoteProtocolError
+from tokenpath.gateway.failures import Failure
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.http_server import HTTPConnection, Request, Response, listen
 from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
@@ -125,8 +127,12 @@ def feed(conn: ServerConnection, pieces: list[bytes], answer: bool) -> None:
         (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 65\r\n\r\n", 413),
         (b"POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n41\r\n" + b"a" * 65, 413),
         (b"GET / HTTP/1.1\r\nHost: t\r\n\r\n" * 4, 429),  # one running, two queued, a fourth is refused
-        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nUpgrade: h2c, websocket\r\n\r\n", 400),
         (b"SSH-2.0-OpenSSH_9.2\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host
+        (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
+        (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405),
     ],
 )
 def test_server_core_limits_and_garbage_have_a_status(raw: bytes, status: int) -> None:
@@ -138,6 +144,68 @@ def test_server_core_limits_and_garbage_have_a_status(raw: bytes, status: int) -
         assert not conn.keep_alive
         conn.receive_data(b"GET / HTTP/1.1\r\n\r\n")  # after an error nothing more is parsed
         assert status == 429 or conn.next_request() is None
+
+
+H2C_OFFER = (
+    b"GET /a HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+    b"HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+)
+
+
+def test_an_h2c_upgrade_offer_is_ignored_and_the_request_answered_in_http_1_1() -> None:
+    raw = H2C_OFFER + REQUESTS["post-length"]
+    for pieces in splits(raw):
+        got = server_requests(pieces)
+        assert [r.path for r in got] == ["/a", "/b"]
+        names = {k.lower() for k, _ in got[0].headers}
+        assert "upgrade" not in names
+        assert "http2-settings" not in names
+        assert got[0].header("connection") is None
+
+
+def test_trailers_are_not_merged_into_the_request_headers() -> None:
+    raw = b"POST /c HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\nX-Evil: 1\r\n\r\n"
+    (request,) = server_requests([raw])
+    assert request.body == b"x"
+    assert request.header("x-evil") is None
+
+
+def test_the_head_is_seen_before_the_body_and_buffered_bytes_are_counted() -> None:
+    conn = ServerConnection(LIMITS)
+    conn.receive_data(b"POST /b HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 10\r\n\r\n")
+    head = conn.next_head()
+    assert head is not None
+    assert head.path == "/b"
+    assert head.body == b""
+    assert head.expects_continue
+    assert conn.body_not_started(head)
+    assert conn.next_request() is None
+    conn.receive_data(b"01234")
+    assert not conn.body_not_started(head)
+    assert conn.buffered_bytes == 5
+    conn.receive_data(b"56789" + REQUESTS["post-length"])
+    request = conn.next_request()
+    assert request is not None
+    assert request.seq == head.seq
+    assert request.body == b"0123456789"
+    assert conn.next_head() is None  # a response is being written
+    assert conn.buffered_bytes == 5  # the queued request's body
+    conn.send(ResponseStart(200, [], 0))
+    conn.send(END_OF_MESSAGE)
+    following = conn.next_head()
+    assert following is not None
+    assert following.seq == head.seq + 1
+    assert following.body == b"hello"
+
+
+def test_requests_complete_before_an_error_stay_queued() -> None:
+    conn = ServerConnection(LIMITS)
+    with pytest.raises(RemoteProtocolError):
+        conn.receive_data(REQUESTS["get"] + b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+    request = conn.next_request()
+    assert request is not None
+    assert request.path == "/a"
+    assert conn.failed
 
 
 def test_server_core_frames_responses_by_the_one_rule() -> None:
@@ -362,7 +430,8 @@ def test_server_shell_answers_pipelined_requests_sent_byte_by_byte_in_order(bg: 
     [
         (b"GET / HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * 300 + b"\r\n\r\n", 431),
         (b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 65\r\n\r\n", 413),
-        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", 400),
+        (b"GET / HTTP/1.1\r\n\r\n", 400),
     ],
 )
 def test_server_shell_answers_limits_with_their_status_and_closes(bg: BackgroundLoop, raw: bytes, status: int) -> None:
@@ -372,6 +441,126 @@ def test_server_shell_answers_limits_with_their_status_and_closes(bg: Background
         assert out.startswith(f"HTTP/1.1 {status} ".encode()), out[:80]
         assert b"Connection: close" in out
     finally:
+        bg.call(server.close)
+
+
+def test_server_shell_answers_queued_requests_then_the_429(bg: BackgroundLoop) -> None:
+    server, port = _serve(bg)
+    try:
+        out = _talk(port, [REQUESTS["get"] * 5])  # one read: two queued (LIMITS), the third is one too many
+        assert out.count(b"HTTP/1.1 200 OK") == 2
+        assert out.rindex(b"HTTP/1.1 429 ") > out.rindex(b"HTTP/1.1 200 OK")
+    finally:
+        bg.call(server.close)
+
+
+def test_server_shell_upgrade_offer_h2c_is_answered_in_http_1_1(bg: BackgroundLoop) -> None:
+    server, port = _serve(bg)
+    try:
+        out = _talk(port, [H2C_OFFER])
+        assert out.startswith(b"HTTP/1.1 200 OK")
+        assert b"GET /a" in out
+    finally:
+        bg.call(server.close)
+
+
+class _Gatekeeper:
+    """A handler with admit(): refuses /deny on its head, admits the rest after an await."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def admit(self, head: Request) -> object:
+        if head.path == "/deny":
+            from tokenpath.http_server import Refusal
+
+            return Refusal(401, "no", "invalid_api_key", (("WWW-Authenticate", "Bearer"),))
+
+        async def later() -> object:
+            from tokenpath.http_server import Admitted
+
+            await asyncio.sleep(0.01)
+            return Admitted(head.path)
+
+        return later()
+
+    def __call__(self, request: Request, response: Response) -> None:
+        self.seen.append(f"{request.path}:{response.context}:{len(request.body)}")
+        response.send(200, [], b"ok")
+
+
+def test_server_shell_refuses_on_the_head_without_reading_the_body(bg: BackgroundLoop) -> None:
+    keeper = _Gatekeeper()
+    limits = ServerLimits(max_body_bytes=64 << 20)
+
+    async def start() -> asyncio.Server:
+        return await listen(lambda: HTTPConnection(keeper, limits), "127.0.0.1", 0)
+
+    server = bg.run(start())
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            # 32 MiB announced, none sent: the answer comes on the head alone
+            sock.sendall(b"POST /deny HTTP/1.1\r\nHost: t\r\nContent-Length: 33554432\r\n\r\n")
+            out = sock.recv(65536)
+            assert out.startswith(b"HTTP/1.1 401 ")
+            assert b"WWW-Authenticate: Bearer" in out
+            assert b"Connection: close" in out
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"POST /ok HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n")
+            assert sock.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+            sock.sendall(b"abc")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        # a refused request whose body is already in is answered on a connection that stays open
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"POST /deny HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nab" + REQUESTS["get"])
+            out = b""
+            while out.count(b"HTTP/1.1 ") < 2:
+                out += sock.recv(65536)
+            assert out.startswith(b"HTTP/1.1 401 ")
+            assert b"HTTP/1.1 200 OK" in out
+        assert keeper.seen == ["/ok:/ok:3", "/a:/a:0"]
+    finally:
+        bg.call(server.close)
+
+
+def test_server_shell_stops_reading_pipelined_bodies_behind_a_running_response(bg: BackgroundLoop) -> None:
+    held: list[Response] = []
+
+    def hold(request: Request, response: Response) -> None:
+        held.append(response)  # never answered: a stream that runs
+
+    limits = ServerLimits(max_body_bytes=64 << 20)
+    conns: list[HTTPConnection] = []
+
+    def factory() -> HTTPConnection:
+        conns.append(HTTPConnection(hold, limits))
+        return conns[-1]
+
+    async def start() -> asyncio.Server:
+        return await listen(factory, "127.0.0.1", 0)
+
+    server = bg.run(start())
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(REQUESTS["get"])
+            body = 8 << 20
+            sock.sendall(f"POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: {body}\r\n\r\n".encode())
+            sock.setblocking(False)
+            sent = 0
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline and sent < body:
+                try:
+                    sent += sock.send(b"x" * min(65536, body - sent))
+                except BlockingIOError:
+                    time.sleep(0.01)
+            assert sent < body  # the server stopped reading: the client's send blocks
+            buffered = bg.call(lambda: conns[0].core.buffered_bytes)
+            assert buffered <= (1 << 20), buffered  # the bound plus at most one read's worth
+    finally:
+        for conn in conns:
+            bg.call(lambda c=conn: c._transport.abort() if c._transport else None)
         bg.call(server.close)
 
 
@@ -396,8 +585,8 @@ class _Sink:
         self.complete = True
         self.done.set()
 
-    def upstream_lost(self, reason: str) -> None:
-        self.lost = reason
+    def upstream_lost(self, failure: Failure) -> None:
+        self.lost = str(failure)
         self.done.set()
 
 
@@ -439,3 +628,15 @@ def test_upstream_shell_reads_each_response_whole_or_byte_by_byte(
     assert len(sink.heads) == 1
     assert sink.body == body
     assert reused == (method != "HEAD")  # a HEAD response's connection is not reused
+
+
+def test_client_core_refuses_an_endless_response_head() -> None:
+    conn = ClientConnection("GET", max_head_bytes=1024)
+    conn.receive_data(b"HTTP/1.1 200 OK\r\n")
+    for _ in range(16):
+        conn.receive_data(b"X-Filler: " + b"a" * 50 + b"\r\n")  # 1009 bytes: still under the bound
+    with pytest.raises(RemoteProtocolError, match="head larger"):
+        conn.receive_data(b"X-Filler: " + b"a" * 50 + b"\r\n")
+    ok = ClientConnection("GET", max_head_bytes=1024)
+    ok.receive_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"a" * 2000)  # the body does not count
+    assert ok.complete

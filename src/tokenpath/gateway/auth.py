@@ -24,6 +24,14 @@ class AuthError(BadRequest):
     """The request's credentials are not acceptable. The message is the reason we log; never the token."""
 
 
+class KeyNeeded(Exception):
+    """The token names a JWKS key id that is not cached: `authenticate` fetches the JWKS (bounded), then checks."""
+
+    def __init__(self, kid: str) -> None:
+        super().__init__(kid)
+        self.kid = kid
+
+
 @dataclass(frozen=True)
 class Principal:
     claims: dict[str, Any]
@@ -69,9 +77,33 @@ class Authenticator:
     def enabled(self) -> bool:
         return self.cfg.mode == "jwt"
 
-    async def authenticate(self, authorization: str | None) -> Principal:
+    def check(self, authorization: str | None) -> Principal:
+        """Verify with the keys at hand, without waiting: raises AuthError, or KeyNeeded for an uncached kid.
+        Every malformed token is an AuthError (a 401), never an exception from deeper down."""
         if not self.enabled:
             return ANONYMOUS
+        try:
+            return self._check(authorization, may_fetch=True)
+        except (AuthError, KeyNeeded):
+            raise
+        except Exception as exc:  # whatever PyJWT or a key object raises on a crafted token is still a 401
+            raise AuthError(f"invalid token: {type(exc).__name__}") from None
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """check(), fetching the JWKS once when the token names a kid we do not have (the fetch is bounded)."""
+        try:
+            return self.check(authorization)
+        except KeyNeeded as need:
+            assert self.jwks is not None
+            await self.jwks.fetch_for(need.kid)
+        try:
+            return self._check(authorization, may_fetch=False)
+        except AuthError:
+            raise
+        except Exception as exc:
+            raise AuthError(f"invalid token: {type(exc).__name__}") from None
+
+    def _check(self, authorization: str | None, may_fetch: bool) -> Principal:
         if not authorization:
             raise AuthError("missing bearer token")
         scheme, _, token = authorization.partition(" ")
@@ -80,19 +112,23 @@ class Authenticator:
             raise AuthError("authorization is not a bearer token")
         try:
             header = jwt.get_unverified_header(token)
-        except jwt.DecodeError as exc:
+        except jwt.PyJWTError as exc:
             raise AuthError(f"malformed token: {exc}") from None
         alg = header.get("alg")
-        if alg not in self.algorithms:  # includes "none": never in the allow-list
+        if not isinstance(alg, str) or alg not in self.algorithms:  # includes "none": never in the allow-list
             raise AuthError(f"algorithm {alg!r} not allowed")
+        if "crit" in header:  # RFC 7515 4.1.11: we understand no extension, so a critical one is a rejection
+            raise AuthError("token has critical header extensions we do not support")
         key = self._key
         if self.jwks is not None:
             kid = header.get("kid")
             if not isinstance(kid, str):
                 raise AuthError("token has no kid and the keys come from a JWKS")
-            found = await self.jwks.key(kid)
+            found = self.jwks.cached(kid)
             if found is None:
-                raise AuthError(f"unknown kid {kid!r}")
+                if may_fetch and self.jwks.may_fetch():
+                    raise KeyNeeded(kid)
+                raise AuthError(f"unknown kid {kid[:64]!r}")
             if found.alg is not None and found.alg != alg:
                 raise AuthError(f"kid {kid!r} is a {found.alg} key, the token says {alg}")
             key = found.key

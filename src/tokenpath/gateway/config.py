@@ -10,6 +10,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
+from tokenpath.gateway.tls import check_files
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
 
 Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
@@ -68,6 +69,16 @@ class Member:
     def base_path(self) -> str:
         return urlsplit(self.url).path.rstrip("/")
 
+    @property
+    def tls(self) -> bool:
+        return urlsplit(self.url).scheme == "https"
+
+    @property
+    def authority(self) -> str:
+        """What goes in the Host header: the port only when it is not the scheme's default."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if urlsplit(self.url).port is None else f"{host}:{self.port}"
+
 
 @dataclass(frozen=True)
 class PoolConfig:
@@ -77,6 +88,10 @@ class PoolConfig:
     models: tuple[str, ...] = ("*",)  # fnmatch patterns of the request's model
     claims: tuple[str, ...] = ()  # values of auth.pool_claim that route here
     api_key_env: str | None = None  # sent upstream as the Bearer token; the client's token never is
+    protocol: Literal["http1", "h2"] = "http1"  # h2: multiplexed, ALPN over TLS, prior knowledge in clear text
+    ca_file: str | None = None  # https members: verify against this CA bundle instead of the system store
+    client_cert: str | None = None  # https members: present this certificate (mTLS) ...
+    client_key: str | None = None  # ... with this key (omit when the key is inside client_cert)
 
 
 @dataclass(frozen=True)
@@ -113,10 +128,21 @@ class GatewayConfig:
                 raise UsageError(f"pool {pool.name!r} has no member")
             if pool.strategy not in STRATEGIES:
                 raise UsageError(f"pool {pool.name!r}: strategy {pool.strategy!r}; expected {STRATEGIES}")
+            if pool.protocol not in ("http1", "h2"):
+                raise UsageError(f"pool {pool.name!r}: protocol {pool.protocol!r}; expected http1 or h2")
+            if pool.client_key and not pool.client_cert:
+                raise UsageError(f"pool {pool.name!r}: client_key without client_cert")
+            missing = check_files(pool.ca_file, pool.client_cert, pool.client_key)
+            if missing:
+                raise UsageError(f"pool {pool.name!r}: no such file: {', '.join(missing)}")
             for m in pool.members:
                 parts = urlsplit(m.url)
-                if parts.scheme != "http" or not parts.hostname:
-                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: expected http://HOST:PORT")
+                if parts.scheme not in ("http", "https") or not parts.hostname:
+                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: expected http(s)://HOST[:PORT][/base]")
+                try:
+                    _ = parts.port
+                except ValueError:
+                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
                 if m.weight < 1:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
         a = self.auth

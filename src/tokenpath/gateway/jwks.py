@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,7 @@ import jwt
 
 log = logging.getLogger(__name__)
 
-FETCH_TIMEOUT_S = 5.0
+FETCH_DEADLINE_S = 5.0  # one fetch, connect to last byte: a server trickling bytes cannot hold it longer
 MAX_JWKS_BYTES = 1 << 20
 
 
@@ -55,18 +57,26 @@ class JWKSCache:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._background
 
-    async def key(self, kid: str) -> VerificationKey | None:
-        found = self.keys.get(kid)
-        if found is not None:
-            return found
-        if time.monotonic() - self.last_attempt >= self.min_refresh_s:
+    def cached(self, kid: str) -> VerificationKey | None:
+        return self.keys.get(kid)
+
+    def may_fetch(self) -> bool:
+        """An unknown kid may trigger a fetch now (or join the one under way)."""
+        return self._refreshing is not None or time.monotonic() - self.last_attempt >= self.min_refresh_s
+
+    async def fetch_for(self, kid: str) -> None:
+        """Fetch (or wait for the fetch under way) because a token names `kid`; returns within the deadline."""
+        if kid in self.keys:
+            return
+        if self.may_fetch():
             await self.refresh()
-        elif self._refreshing is not None:
-            await asyncio.shield(self._refreshing)
+
+    async def key(self, kid: str) -> VerificationKey | None:
+        await self.fetch_for(kid)
         return self.keys.get(kid)
 
     async def refresh(self) -> None:
-        """One fetch at a time; concurrent callers wait for the same one."""
+        """One fetch at a time; concurrent callers wait for the same one. Never longer than the deadline."""
         if self._refreshing is None:
             self._refreshing = asyncio.get_running_loop().create_task(self._fetch())
         task = self._refreshing
@@ -84,22 +94,68 @@ class JWKSCache:
     async def _fetch(self) -> None:
         self.last_attempt = time.monotonic()
         try:
-            raw = await asyncio.get_running_loop().run_in_executor(None, self._get)
+            raw = await asyncio.wait_for(_in_daemon_thread(self._get), FETCH_DEADLINE_S + 1)
             keys = parse_jwks(raw)
         except Exception as exc:  # stale-if-error: keep serving with the keys we have
             self.errors += 1
-            log.warning("JWKS refresh from %s failed (%s); keeping %d cached keys", self.url, exc, len(self.keys))
+            reason = "deadline passed" if isinstance(exc, TimeoutError) else str(exc)
+            log.warning("JWKS refresh from %s failed (%s); keeping %d cached keys", self.url, reason, len(self.keys))
             return
         self.keys = keys
         self.fetched_at = time.monotonic()
 
     def _get(self) -> bytes:
+        """Blocking fetch with one deadline for the whole of it: urllib's timeout is per socket operation, so a
+        server sending a byte every few seconds would never trip it; here each read gets what is left."""
+        deadline = time.monotonic() + FETCH_DEADLINE_S
         req = urllib.request.Request(self.url, headers={"Accept": "application/json"})
-        with urllib.request.urlopen(req, timeout=FETCH_TIMEOUT_S) as resp:
-            body: bytes = resp.read(MAX_JWKS_BYTES + 1)
+        try:
+            resp = urllib.request.urlopen(req, timeout=FETCH_DEADLINE_S)
+        except urllib.error.HTTPError as exc:
+            exc.close()  # it holds the connection; the status is all we keep
+            raise ValueError(f"HTTP {exc.code}") from None
+        with resp:
+            body = bytearray()
+            while len(body) <= MAX_JWKS_BYTES:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"JWKS fetch took longer than {FETCH_DEADLINE_S:g} s")
+                with contextlib.suppress(AttributeError):
+                    resp.fp.raw._sock.settimeout(left)  # the socket under http.client's buffered reader
+                piece = resp.read1(65536)
+                if not piece:
+                    break
+                body += piece
         if len(body) > MAX_JWKS_BYTES:
             raise ValueError(f"JWKS larger than {MAX_JWKS_BYTES} bytes")
-        return body
+        return bytes(body)
+
+
+async def _in_daemon_thread(fn: Any) -> Any:
+    """Run a blocking call in a daemon thread: the default executor's threads are joined at interpreter exit, so
+    a fetch stuck in the kernel would hold up the process's shutdown after SIGTERM."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as exc:  # handed to the awaiting coroutine
+            loop.call_soon_threadsafe(_settle, future, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, future, result, None)
+
+    threading.Thread(target=run, name="jwks-fetch", daemon=True).start()
+    return await future
+
+
+def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 def parse_jwks(raw: bytes) -> dict[str, VerificationKey]:

@@ -1,8 +1,12 @@
-"""The gateway's request path: authenticate, route to a pool, pick a member, forward, relay, fail over.
+"""The gateway's request path: admit on the head (method, target, limits, credentials), route to a pool, pick a
+member, forward, relay, fail over.
 
-One Exchange per request. The control flow (auth, attempts, failover, timeouts) is a coroutine; the relay itself
-is callbacks from the upstream connection's `data_received`, which write each upstream read downstream at once:
-payload bytes untouched (no SSE or JSON parsing), only the HTTP framing redone for the client's connection."""
+One Exchange per request. The control flow (attempts, failover, timeouts) is a coroutine; the relay itself is
+callbacks from the upstream connection's `data_received`, which write each upstream read downstream at once:
+payload bytes untouched, only the HTTP framing redone for the client's connection. Two exceptions, both about
+SSE event boundaries: the bytes of an event an upstream read leaves unfinished wait for the read that finishes it
+(so a stream cut mid-event never hands the client half an event), and the first events are classified until the
+first content frame, which is the upstream's TTFT."""
 
 from __future__ import annotations
 
@@ -14,20 +18,24 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tokenpath.errors import PeerError
-from tokenpath.gateway.auth import Authenticator, AuthError
-from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded, Principal
+from tokenpath.gateway.config import GatewayConfig, PoolConfig
+from tokenpath.gateway.failures import Failure, FailureKind
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
-from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
-from tokenpath.http_server import Request, Response, error_body
+from tokenpath.gateway.target import BadTarget, origin_form
+from tokenpath.gateway.tls import client_context
+from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
+from tokenpath.http_server import Admission, Admitted, Refusal, Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing, chunk, request_head
-from tokenpath.wire.sse import EventCounter
+from tokenpath.wire.openai import FrameKind
+from tokenpath.wire.sse import EventCounter, SSEParser, last_event_end
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -41,6 +49,19 @@ RESPONSE_DROP = frozenset({"connection", "keep-alive", "transfer-encoding", "con
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 API_PREFIX = "/v1/"
 HEALTH_PATH = "/_tokenpath/health"
+REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
+KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
+TTFT_SCAN_BYTES = 64 << 10  # the first content frame is looked for this far into a stream, no further
+
+
+class Entry:
+    """What admission decided about a request, handed to the handler with it."""
+
+    __slots__ = ("principal", "target")
+
+    def __init__(self, principal: Principal, target: str) -> None:
+        self.principal = principal
+        self.target = target  # origin-form, as routed: the only target ever forwarded
 
 
 class GatewayApp:
@@ -60,28 +81,85 @@ class GatewayApp:
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
         for pool in self.pools:
+            tls = _tls_context(pool.cfg)
             for m in pool.members:
-                self.connections[id(m)] = ConnectionPool(m.member.host, m.member.port)
+                member = m.member
+                self.connections[id(m)] = ConnectionPool(member.host, member.port, tls if member.tls else None)
                 self.metrics.member_healthy.labels(pool.name, m.url).set(1)
 
+    # admission: on the request's head, before its body is read ---------------------------------------------
+    def admit(self, head: Request) -> Admission | Awaitable[Admission]:
+        if head.path == HEALTH_PATH and head.method == "GET":
+            return Admitted(None)
+        if head.method in REFUSED_METHODS:
+            return self._refuse(405, f"{head.method} is not allowed", "method_not_allowed",
+                                (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),))  # fmt: skip
+        try:
+            target = origin_form(head.target)
+        except BadTarget as exc:
+            return self._refuse(400, str(exc), "bad_request_target")
+        if not target.startswith(API_PREFIX):
+            return self._refuse(404, "no route: the gateway serves /v1/*", "not_found")
+        if self.draining or len(self.active) >= self.cfg.limits.max_streams:
+            return self._overloaded()
+        authorization = head.header("authorization")
+        try:
+            principal = self.auth.check(authorization)
+        except AuthError as exc:
+            return self._unauthorized(head, str(exc))
+        except KeyNeeded:
+            return self._admit_after_key_fetch(head, authorization, target)
+        return Admitted(Entry(principal, target))
+
+    async def _admit_after_key_fetch(self, head: Request, authorization: str | None, target: str) -> Admission:
+        try:
+            principal = await asyncio.wait_for(self.auth.authenticate(authorization), KEY_WAIT_S)
+        except AuthError as exc:
+            return self._unauthorized(head, str(exc))
+        except TimeoutError:
+            self.metrics.errors.labels("jwks_unavailable").inc()
+            return self._refuse(503, "signing keys are unavailable; retry shortly", "auth_unavailable",
+                                (("Retry-After", str(self.cfg.limits.retry_after_s)),))  # fmt: skip
+        return Admitted(Entry(principal, target))
+
+    def _refuse(self, status: int, message: str, code: str, headers: tuple[tuple[str, str], ...] = ()) -> Refusal:
+        self.metrics.requests.labels(str(status)).inc()
+        return Refusal(status, message, code, headers)
+
+    def _overloaded(self) -> Refusal:
+        limits = self.cfg.limits
+        reason = "shutting down" if self.draining else f"at its limit of {limits.max_streams} streams"
+        self.metrics.errors.labels("overloaded").inc()
+        return self._refuse(503, f"gateway {reason}; retry shortly", "overloaded",
+                            (("Retry-After", str(limits.retry_after_s)),))  # fmt: skip
+
+    def _unauthorized(self, head: Request, reason: str) -> Refusal:
+        self.metrics.errors.labels("unauthorized").inc()
+        rid = head.header(self.cfg.request_id_header)
+        log.warning(json.dumps({"request_id": rid if rid and REQUEST_ID_OK.match(rid) else None,
+                                "method": head.method, "path": head.path, "status": 401,
+                                "error": f"unauthorized: {reason}"}))  # fmt: skip
+        challenge = 'Bearer realm="tokenpath"'
+        if head.header("authorization"):
+            challenge += ', error="invalid_token"'
+        return self._refuse(401, "invalid or missing bearer token", "invalid_api_key",
+                            (("WWW-Authenticate", challenge),))  # fmt: skip
+
+    # the handler: a request whose head was admitted and whose body is in ------------------------------------
     def __call__(self, request: Request, response: Response) -> None:
         if request.path == HEALTH_PATH and request.method == "GET":
             health: dict[str, object] = {"status": "draining" if self.draining else "ok", "active": len(self.active)}
             if self.auth.jwks is not None:
                 health["jwks"] = self.auth.jwks.state()
-            response.send_json(200, health)
+            response.send_json(503 if self.draining else 200, health)  # a load balancer stops sending here
             return
-        if not request.path.startswith(API_PREFIX):
-            self.reply_error(response, 404, f"no route for {request.path}: the gateway serves /v1/*", "not_found")
+        entry = response.context
+        assert isinstance(entry, Entry), "every request but the health check is admitted with an Entry"
+        if self.draining or len(self.active) >= self.cfg.limits.max_streams:  # the body took a while to arrive
+            refusal = self._overloaded()
+            response.send_json(503, error_body(refusal.message, "server_error", refusal.code), list(refusal.headers))
             return
-        limits = self.cfg.limits
-        if self.draining or len(self.active) >= limits.max_streams:
-            reason = "shutting down" if self.draining else f"at its limit of {limits.max_streams} streams"
-            self.metrics.errors.labels("overloaded").inc()
-            self.reply_error(response, 503, f"gateway {reason}; retry shortly", "overloaded",
-                             [("Retry-After", str(limits.retry_after_s))])  # fmt: skip
-            return
-        exchange = Exchange(self, request, response)
+        exchange = Exchange(self, request, response, entry)
         self.active.add(exchange)
         self._idle.clear()
         self.metrics.streams_active.inc()
@@ -125,20 +203,29 @@ class GatewayApp:
         return cut
 
 
+def _tls_context(pool: PoolConfig) -> Any:
+    if not any(m.tls for m in pool.members):
+        return None
+    alpn = ["h2", "http/1.1"] if pool.protocol == "h2" else ["http/1.1"]
+    return client_context(pool.ca_file, pool.client_cert, pool.client_key, alpn)
+
+
 class Exchange:
     """One request through the gateway. Implements upstream.Sink."""
 
-    def __init__(self, app: GatewayApp, request: Request, response: Response) -> None:
+    def __init__(self, app: GatewayApp, request: Request, response: Response, entry: Entry) -> None:
         self.app = app
         self.request = request
         self.response = response
+        self.entry = entry
         self.loop = asyncio.get_running_loop()
         rid = request.header(app.cfg.request_id_header)
         self.request_id = rid if rid and REQUEST_ID_OK.match(rid) else secrets.token_hex(8)
         self.conn: UpstreamConnection | None = None
         self.pool: Pool | None = None
         self.member: MemberState | None = None
-        self.head_waiter: asyncio.Future[str | None] | None = None  # None: committed; str: why this attempt failed
+        # None: the head came and the client has it (committed); a Failure: why this attempt failed
+        self.head_waiter: asyncio.Future[Failure | None] | None = None
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.committed = False  # the client has the head: no more failover
         self.aborted = False
@@ -147,6 +234,9 @@ class Exchange:
         self.bodiless = False
         self.sse = False
         self.events = EventCounter()
+        self.held = b""  # bytes of an SSE event an upstream read left unfinished
+        self.ttft_scan: SSEParser | None = None  # classifies the first events until the first content frame
+        self.scanned = 0
         self.out: list[bytes] = []
         self.frames = 0
         self.bytes = 0
@@ -158,6 +248,7 @@ class Exchange:
         self.t_first_in: float | None = None
         self.added_observed = False
         self.last_read = 0.0
+        self.client_paused_at: float | None = None  # the client's buffer is full since then (upstream paused)
         self._idle_timer: asyncio.TimerHandle | None = None
         self._total_timer: asyncio.TimerHandle | None = None
         response.on_abort = self.client_gone
@@ -168,14 +259,7 @@ class Exchange:
     async def run(self) -> None:
         app = self.app
         try:
-            try:
-                principal = await app.auth.authenticate(self.request.header("authorization"))
-            except AuthError as exc:
-                self._unauthorized(str(exc))
-                return
-            if self.aborted:
-                return
-            pool = app.router.route(self._model(), principal.claims)
+            pool = app.router.route(self._model(), self.entry.principal.claims)
             self.pool = pool
             limits = app.cfg.limits
             self._total_timer = self.loop.call_later(limits.total_timeout_s, self._total_timeout)
@@ -183,13 +267,7 @@ class Exchange:
             if self.committed:
                 await self.done
             elif not self.aborted:
-                timed_out = bool(failures) and all("timed out" in f or "timeout" in f for f in failures)
-                status = 504 if timed_out else 502
-                self.error = "; ".join(failures) or "no member"
-                app.metrics.errors.labels("all_members_failed").inc()
-                app.reply_error(self.response, status, f"no upstream in pool {pool.name!r} answered: {self.error}",
-                                "upstream_unavailable")  # fmt: skip
-                self.status = status
+                self._no_upstream(pool, failures)
         except Exception:  # a bug costs this request, never the worker
             log.exception("request %s failed", self.request_id)
             self.error = "internal error"
@@ -203,8 +281,24 @@ class Exchange:
             self._log()
             self._break_cycles()
 
-    async def _attempts(self, pool: Pool) -> list[str]:
-        failures: list[str] = []
+    def _no_upstream(self, pool: Pool, failures: list[Failure]) -> None:
+        """Every attempt failed before the first byte. The client learns the outcome and the request id; which
+        members and why go to the log (they are the operator's business, not the client's)."""
+        self.error = "; ".join(str(f) for f in failures) or "no member"
+        if failures and failures[-1].kind is FailureKind.LOCAL_RESOURCES:
+            status, message, code = 503, "gateway out of local resources; retry shortly", "overloaded"
+            self.app.metrics.errors.labels("local_resources").inc()
+        else:
+            status = 504 if failures and all(f.is_timeout for f in failures) else 502
+            what = "answered in time" if status == 504 else "answered"
+            message, code = f"no upstream in pool {pool.name!r} {what}", "upstream_unavailable"
+            self.app.metrics.errors.labels("all_members_failed").inc()
+        message += f" (request id {self.request_id}, {self.attempts} attempt(s))"
+        self.app.reply_error(self.response, status, message, code)
+        self.status = status
+
+    async def _attempts(self, pool: Pool) -> list[Failure]:
+        failures: list[Failure] = []
         tried: list[MemberState] = []
         headers = self._upstream_headers()
         while not self.aborted:
@@ -214,59 +308,68 @@ class Exchange:
             if tried:
                 self.app.metrics.failovers.labels(pool.name).inc()
             tried.append(member)
-            outcome = await self._attempt(pool, member, headers)
-            if outcome == "stale":  # a keep-alive connection the upstream had closed: retry once, fresh
-                outcome = await self._attempt(pool, member, headers)
-            if outcome is None or self.aborted:
+            failure = await self._attempt(pool, member, headers)
+            if failure is not None and failure.kind is FailureKind.UPSTREAM_CLOSED and self._stale and not self.aborted:
+                failure = await self._attempt(pool, member, headers)  # a keep-alive the upstream had closed: once
+            if failure is None or self.aborted:
                 return failures
-            failures.append(f"{member.url}: {outcome}")
-            if pool.record_failure(member):
-                log.warning(json.dumps({"event": "member_ejected", "pool": pool.name, "member": member.url,
-                                        "cooldown_s": pool.health.cooldown_s}))  # fmt: skip
+            failures.append(failure)
+            if failure.kind is not FailureKind.UPSTREAM_5XX:  # counted with its status when the head came
+                self.app.metrics.errors.labels(failure.kind.value).inc()
+            if failure.kind is FailureKind.LOCAL_RESOURCES:
+                break  # every member would fail the same way: this host is out of descriptors or ports
+            if failure.members_fault and pool.record_failure(member):
+                event = {"event": "member_ejected", "pool": pool.name, "member": member.url,
+                         "reason": failure.kind.value, "cooldown_s": pool.health.cooldown_s}  # fmt: skip
+                log.warning(json.dumps(event))
             self.app.set_health(pool, member)
         return failures
 
-    async def _attempt(self, pool: Pool, member: MemberState, headers: list[tuple[str, str]]) -> str | None:
+    async def _attempt(self, pool: Pool, member: MemberState, headers: list[tuple[str, str]]) -> Failure | None:
         limits = self.app.cfg.limits
         self.attempts += 1
+        self._stale = False
         try:
             conn = await self.app.connection_pool(member).acquire(limits.connect_timeout_s)
-        except PeerError as exc:
-            self.app.metrics.errors.labels("connect").inc()
-            return str(exc)
+        except AttemptFailed as exc:
+            return exc.failure
         if self.aborted:
             conn.abort()
-            return "client gone"
+            return None
         self.conn, self.member = conn, member
         member.outstanding += 1
-        waiter: asyncio.Future[str | None] = self.loop.create_future()
+        waiter: asyncio.Future[Failure | None] = self.loop.create_future()
         self.head_waiter = waiter
         m = member.member
-        target = f"{m.base_path}{self.request.target}"
-        head = request_head(self.request.method, target, [("Host", f"{m.host}:{m.port}"), *headers])
+        head = request_head(self.request.method, f"{m.base_path}{self.entry.target}",
+                            [("Host", m.authority), *headers])  # fmt: skip
         self.t_sent = time.perf_counter()
         conn.send(self, head + self.request.body, self.request.method)
         try:
-            outcome = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
+            failure = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
         except TimeoutError:
-            outcome = f"no response within the first-byte timeout ({limits.first_byte_timeout_s:g} s)"
-            self.app.metrics.errors.labels("first_byte_timeout").inc()
-        if outcome is not None:
-            self._finish_member(ok=False)
-            stale = conn.reused and not conn.got_bytes and outcome.startswith("upstream closed")
+            s = limits.first_byte_timeout_s
+            failure = Failure(FailureKind.FIRST_BYTE_TIMEOUT, f"{m.url}: no response within the first-byte "
+                              f"timeout ({s:g} s)")  # fmt: skip
+        if failure is not None:
+            self._finish_member()
+            self._stale = conn.reused and not conn.got_bytes
             conn.abort()
             self.conn = None
-            if stale and not self.aborted:
-                return "stale"
-            return outcome
+            return failure
         pool.record_success(member)
         self.app.set_health(pool, member)
         return None
 
+    _stale = False  # the last attempt failed on a reused keep-alive connection before any byte came back
+
     def _upstream_headers(self) -> list[tuple[str, str]]:
-        """Headers sent upstream: the client's, minus hop-by-hop and (when the gateway checked them) its
-        credentials, plus ours."""
+        """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection header names) and
+        (when the gateway checked them) its credentials, plus ours."""
         drop = self.app.forward_drop
+        connection = self.request.header("connection")
+        if connection:
+            drop = drop | {t.strip().lower() for t in connection.split(",")}
         headers = [(k, v) for k, v in self.request.headers if k.lower() not in drop]
         if self.request.peer:
             seen = self.request.header("x-forwarded-for")
@@ -302,15 +405,15 @@ class Exchange:
     def upstream_head(self, head: ResponseHead) -> None:
         waiter = self.head_waiter
         status = head.status
+        now = time.perf_counter()
         if status >= 500 and waiter is not None and not waiter.done():  # before any byte to the client: fail over
             self.app.metrics.errors.labels(f"upstream_{status}").inc()
-            waiter.set_result(f"upstream answered {status}")
+            waiter.set_result(Failure(FailureKind.UPSTREAM_5XX, f"upstream answered {status}"))
             return
         self.committed = True
         self.status = status
-        if self.member is not None and self.pool is not None:
-            self.member.observe_ttft(time.perf_counter() - self.t_sent)
-            self.app.metrics.upstream_ttft.labels(self.pool.name).observe(time.perf_counter() - self.t_sent)
+        if self.pool is not None:
+            self.app.metrics.upstream_head.labels(self.pool.name).observe(now - self.t_sent)
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
         for name, value in head.headers:
@@ -322,6 +425,8 @@ class Exchange:
             if lname not in RESPONSE_DROP:
                 out_headers.append((name, value))
         out_headers.append((self.app.cfg.request_id_header, self.request_id))
+        if self.sse:
+            self.ttft_scan = SSEParser()
         response = self.response
         if head.framing is Framing.NONE:
             if length is not None:  # HEAD: the length of the body a GET would get
@@ -343,9 +448,22 @@ class Exchange:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         if self.t_first_in is None:
             self.t_first_in = time.perf_counter()
+            if not self.sse:
+                self._observe_ttft(self.t_first_in)  # not a token stream: its first byte is its first answer
         self.bytes += len(data)
         if self.sse:
             self.frames += self.events.feed(data)
+            if self.ttft_scan is not None:
+                self._scan_for_first_token(data)
+            if self.held:
+                data = self.held + data
+                self.held = b""
+            if not self.events.at_boundary:  # the read ends inside an event: its bytes wait for the rest
+                cut = last_event_end(data)
+                self.held = data[cut:]
+                data = data[:cut]
+                if not data:
+                    return
         self.out.append(chunk(data) if self.chunked else data)  # one chunk per upstream read
 
     def upstream_read_done(self) -> None:
@@ -356,6 +474,9 @@ class Exchange:
     def upstream_complete(self) -> None:
         if not self.committed:
             return
+        if self.held:  # a stream that ends without a blank line still gets every byte
+            self.out.append(chunk(self.held) if self.chunked else self.held)
+            self.held = b""
         self.out.append(self.response.end_bytes())
         # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
         self.app.metrics.requests.labels(str(self.status)).inc()
@@ -363,41 +484,44 @@ class Exchange:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.release()
-        self._finish_member(ok=True)
+        self._finish_member()
         if self.framing is Framing.CLOSE:
             self.response.close_connection()
         else:
             self.response.write(b"", last=True)
         self._resolve_done()
 
-    def upstream_lost(self, reason: str) -> None:
+    def upstream_lost(self, failure: Failure) -> None:
         waiter = self.head_waiter
         if not self.committed:
             if waiter is not None and not waiter.done():
-                waiter.set_result(reason)
+                waiter.set_result(failure)
             return
         self.app.metrics.errors.labels("upstream_lost_mid_stream").inc()
         if self.pool is not None and self.member is not None and self.pool.record_failure(self.member):
             self.app.set_health(self.pool, self.member)
-        self.fail_stream(f"upstream failed mid-response: {reason}", "upstream_disconnected")
+        self.fail_stream(f"upstream failed mid-response ({failure.kind.value})", "upstream_disconnected",
+                         detail=failure.detail)  # fmt: skip
 
     # failures after the head ----------------------------------------------------------------------------
-    def fail_stream(self, message: str, code: str) -> None:
+    def fail_stream(self, message: str, code: str, detail: str | None = None) -> None:
         """After the first byte there is no failover: end the stream with an explicit SSE error event (never a
-        fake finish_reason or [DONE]) and close the client's connection."""
+        fake finish_reason or [DONE]) and close the client's connection. The bytes of an unfinished event are
+        dropped, so the error event is the next thing an SSE client parses, whole."""
         if self.done.done():
             return
-        self.error = message
+        self.error = f"{message}: {detail}" if detail else message
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.abort()
-        self._finish_member(ok=False)
+        self._finish_member()
+        self.held = b""
         if not self.committed:
             self.app.reply_error(self.response, 502, message, code)
         elif not self.response.client_gone:
-            if self.sse:
-                event = b"event: error\ndata: " + json.dumps(error_body(message, "server_error", code)).encode()
-                event = (b"" if self.events.at_boundary else b"\n\n") + event + b"\n\n"
+            if self.sse and self.client_paused_at is None:
+                body = json.dumps(error_body(message, "server_error", code)).encode()
+                event = b"event: error\ndata: " + body + b"\n\n"
                 self.out.append(self.response.frame(event) + self.response.end_bytes())
             self._flush()
             self.response.close_connection()
@@ -412,11 +536,37 @@ class Exchange:
             conn.abort()
         self.app.metrics.errors.labels("client_gone").inc()
         if self.head_waiter is not None and not self.head_waiter.done():
-            self.head_waiter.set_result("client gone")
-        self._finish_member(ok=True)  # not the member's fault
+            self.head_waiter.set_result(None)
+        self._finish_member()  # not the member's fault
         self._resolve_done()
 
     # internals ---------------------------------------------------------------------------------------------
+    def _scan_for_first_token(self, data: bytes) -> None:
+        """Until the first content frame (not a role-only delta, a comment or a heartbeat): parse events and
+        classify them. Runs for the first few reads of a stream only."""
+        scan = self.ttft_scan
+        assert scan is not None
+        self.scanned += len(data)
+        try:
+            frames = scan.feed(data)
+        except Exception:  # an event too large to be a token: stop looking
+            frames = []
+            self.scanned = TTFT_SCAN_BYTES
+        for frame in frames:
+            if frame.kind is FrameKind.CONTENT:
+                self._observe_ttft(time.perf_counter())
+                self.ttft_scan = None
+                return
+        if self.scanned >= TTFT_SCAN_BYTES:
+            self.ttft_scan = None
+
+    def _observe_ttft(self, at: float) -> None:
+        seconds = at - self.t_sent
+        if self.member is not None:
+            self.member.observe_ttft(seconds)  # p2c_ewma routes on the time to the first token
+        if self.pool is not None:
+            self.app.metrics.upstream_ttft.labels(self.pool.name).observe(seconds)
+
     def _flush(self) -> None:
         data = b"".join(self.out) if len(self.out) > 1 else self.out[0] if self.out else b""
         self.out.clear()
@@ -426,7 +576,7 @@ class Exchange:
             self.added_observed = True
             self.app.metrics.added_ttft.observe(time.perf_counter() - self.t_first_in)
 
-    def _finish_member(self, ok: bool) -> None:
+    def _finish_member(self) -> None:
         member, self.member = self.member, None
         if member is not None:
             member.outstanding -= 1
@@ -451,33 +601,45 @@ class Exchange:
         self.frames = self.bytes = 0
 
     def _pause_upstream(self) -> None:
+        self.client_paused_at = self.loop.time()
         if self.conn is not None:
             self.conn.pause()
 
     def _resume_upstream(self) -> None:
+        self.client_paused_at = None
+        self.last_read = self.loop.time()  # the upstream's silence is counted from now, not from the pause
         if self.conn is not None:
             self.conn.resume()
 
     def _arm_idle(self) -> None:
-        self._idle_timer = self.loop.call_at(self.last_read + self.app.cfg.limits.idle_timeout_s, self._idle_check)
+        since = self.client_paused_at if self.client_paused_at is not None else self.last_read
+        self._idle_timer = self.loop.call_at(since + self.app.cfg.limits.idle_timeout_s, self._idle_check)
 
     def _idle_check(self) -> None:
-        """One timer per stream, re-armed from the last read only when it fires: no timer churn per read."""
+        """One timer per stream, re-armed from the last read only when it fires: no timer churn per read. While
+        the client's buffer is full the upstream is paused by us, so silence then is the client's, not the
+        member's: the stream ends as a stalled client and the member's health is untouched."""
         if self.done.done():
             return
         idle = self.app.cfg.limits.idle_timeout_s
-        if self.loop.time() - self.last_read >= idle:
+        now = self.loop.time()
+        if self.client_paused_at is not None:
+            if now - self.client_paused_at >= idle:
+                self.app.metrics.errors.labels("client_stalled").inc()
+                self.fail_stream(f"the client read nothing for {idle:g} s", "client_stalled")
+                return
+        elif now - self.last_read >= idle:
             self.app.metrics.errors.labels("idle_timeout").inc()
             self.fail_stream(f"upstream silent for {idle:g} s (idle timeout)", "upstream_idle_timeout")
-        else:
-            self._arm_idle()
+            return
+        self._arm_idle()
 
     def _total_timeout(self) -> None:
         total = self.app.cfg.limits.total_timeout_s
         self.app.metrics.errors.labels("total_timeout").inc()
         waiter = self.head_waiter
         if not self.committed and waiter is not None and not waiter.done():
-            waiter.set_result(f"total timeout ({total:g} s)")
+            waiter.set_result(Failure(FailureKind.TOTAL_TIMEOUT, f"total timeout ({total:g} s)"))
             return
         self.fail_stream(f"response exceeded the total timeout ({total:g} s)", "total_timeout")
 
@@ -485,16 +647,6 @@ class Exchange:
         for timer in (self._idle_timer, self._total_timer):
             if timer is not None:
                 timer.cancel()
-
-    def _unauthorized(self, reason: str) -> None:
-        self.error = f"unauthorized: {reason}"
-        self.status = 401
-        self.app.metrics.errors.labels("unauthorized").inc()
-        challenge = 'Bearer realm="tokenpath"'
-        if self.request.header("authorization"):
-            challenge += ', error="invalid_token"'
-        self.app.reply_error(self.response, 401, "invalid or missing bearer token", "invalid_api_key",
-                             [("WWW-Authenticate", challenge)])  # fmt: skip
 
     def _log(self) -> None:
         record: dict[str, Any] = {

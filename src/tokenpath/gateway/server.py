@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -29,7 +30,7 @@ from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.http_server import HTTPConnection, bound_port, listen
 from tokenpath.loops import new_event_loop
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
-from tokenpath.workers import reuseport_socket, run_worker_group
+from tokenpath.workers import claim_port, reuseport_socket, run_worker_group
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -174,9 +175,10 @@ def _serve_forever(
 
 
 def _run_workers(cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str, log_level: str) -> None:
-    holder = reuseport_socket(cfg.listen_host, cfg.listen_port)  # fixes the port for --listen :0
+    holder = claim_port(cfg.listen_host, cfg.listen_port)  # fixes the port for --listen :0
     port = holder.getsockname()[1]
-    multiproc_dir = Path(tempfile.mkdtemp(prefix="tokenpath-gw-metrics-"))
+    metrics.sweep_orphaned_dirs()
+    multiproc_dir = Path(tempfile.mkdtemp(prefix=f"{metrics.MULTIPROC_PREFIX}{os.getpid()}-"))
     metrics.enable_multiprocess(multiproc_dir)  # inherited by the spawned workers
 
     def ready(messages: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""Upstream side: one keep-alive HTTP/1.1 connection per in-flight request, pooled per member.
+"""Upstream side over HTTP/1.1: one keep-alive connection per in-flight request, pooled per member, in clear text
+or TLS (gateway.tls, sessions resumed across connections).
 
 Each read goes through the client core (wire.client) and its events go to a Sink inside the same `data_received`
 call: the gateway writes each upstream read downstream before returning to the event loop, so nothing waits on
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections import deque
 from typing import Protocol, cast
 
-from tokenpath.errors import ConnectError, ConnectTimeout, RemoteProtocolError
 from tokenpath.flow import ReadGate
+from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
+from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.wire.client import ClientConnection, ResponseHead
 
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
@@ -23,13 +26,19 @@ class Sink(Protocol):
     def upstream_body(self, data: bytes) -> None: ...
     def upstream_read_done(self) -> None: ...
     def upstream_complete(self) -> None: ...
-    def upstream_lost(self, reason: str) -> None: ...
+    def upstream_lost(self, failure: Failure) -> None: ...
+
+
+class AttemptFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 class UpstreamConnection(asyncio.Protocol):
     """The asyncio shell of one upstream connection: bytes into the client core, its events out to the Sink."""
 
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, tls: TLSClient | None = None) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.sink: Sink | None = None
@@ -38,6 +47,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.got_bytes = False
         self.core = self._new_core()
         self.gate = ReadGate()  # paused while the client's socket buffer is full
+        self.tls = tls
+        self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -46,19 +57,32 @@ class UpstreamConnection(asyncio.Protocol):
         sock = transport.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.tls is None:
+            self.ready.set_result(None)
+        else:
+            self.transport.write(self.tls.start())
 
     def data_received(self, data: bytes) -> None:
+        if self.tls is not None:
+            try:
+                data, reply = self.tls.receive(data)
+            except ssl.SSLError as exc:
+                self._fail(Failure(FailureKind.TLS, f"TLS with {self.pool.where}: {describe(exc)}"))
+                return
+            if reply and self.transport is not None:
+                self.transport.write(reply)
+            if not self.ready.done() and self.tls.handshaken:
+                self.ready.set_result(None)
+            if not data:
+                return
         sink = self.sink
         self.got_bytes = True
         try:
             # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
             # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
             self.core.receive_data(data)
-        except RemoteProtocolError as exc:
-            self.sink = None
-            self.abort()
-            if sink is not None:
-                sink.upstream_lost(f"malformed response from upstream: {exc}")
+        except Exception as exc:  # RemoteProtocolError, or a sink bug: either way this connection is done
+            self._fail(Failure(FailureKind.MALFORMED, f"malformed response from {self.pool.where}: {exc}"))
             return
         if sink is not None:
             sink.upstream_read_done()
@@ -69,14 +93,17 @@ class UpstreamConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
+        if not self.ready.done():
+            self.ready.set_result(Failure(FailureKind.CONNECT, f"{self.pool.where} closed during the TLS handshake"))
         sink = self.sink
         if sink is None:
             return
         try:
             self.core.receive_eof()  # a close-delimited body ends here (calls _end); any other was cut short
-        except RemoteProtocolError:
+        except Exception:
             self.sink = None
-            sink.upstream_lost(f"upstream closed the connection{f': {exc}' if exc else ''}")
+            why = f": {exc}" if exc else ""
+            sink.upstream_lost(Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection{why}"))
 
     # the core's callbacks ---------------------------------------------------------------------------------
     def _head(self, head: ResponseHead) -> None:
@@ -99,7 +126,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.sink = sink
         self.got_bytes = False
         self.core.start_response(method)
-        self.transport.write(data)
+        self.transport.write(self.tls.encrypt(data) if self.tls is not None else data)
 
     def pause(self) -> None:
         self.gate.pause()
@@ -114,13 +141,23 @@ class UpstreamConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
+    def _fail(self, failure: Failure) -> None:
+        sink = self.sink
+        if not self.ready.done():
+            self.ready.set_result(failure)
+        self.abort()
+        if sink is not None:
+            sink.upstream_lost(failure)
+
     def _new_core(self) -> ClientConnection:
         return ClientConnection(on_head=self._head, on_body=self._body, on_end=self._end)
 
     def release(self) -> None:
         """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
-        if self.core.reusable and not self.closed:
+        if self.tls is not None and self.tls.session is not None:
+            self.pool.session = self.tls.session  # TLS 1.3 tickets arrive after the handshake: keep the newest
+        if self.core.reusable and not self.closed and not (self.tls is not None and self.tls.closed_by_peer):
             self.core = self._new_core()  # idle: a byte from the server now is a protocol error
             self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
             self.reused = True
@@ -130,28 +167,63 @@ class UpstreamConnection(asyncio.Protocol):
 
 
 class ConnectionPool:
-    """Idle keep-alive connections to one member."""
+    """Idle keep-alive connections to one member, and how to open a new one (TLS context, last session)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None, server_hostname: str = "") -> None:
         self.host = host
         self.port = port
+        self.tls = tls
+        self.server_hostname = server_hostname or host
+        self.session: ssl.SSLSession | None = None
         self.idle: deque[UpstreamConnection] = deque()
+        self.handshakes = 0
+        self.resumed = 0  # handshakes that resumed a session (a test and the health endpoint read these)
+
+    @property
+    def where(self) -> str:
+        return f"{self.host}:{self.port}"
 
     async def acquire(self, connect_timeout_s: float) -> UpstreamConnection:
+        """An idle connection, or a new one connected (and TLS-handshaken) within the timeout. Raises
+        AttemptFailed with the reason."""
         while self.idle:
             conn = self.idle.pop()  # most recently used: the least likely to have been timed out by the server
             if not conn.closed:
                 return conn
         loop = asyncio.get_running_loop()
+        proto: UpstreamConnection | None = None
+
+        def factory() -> UpstreamConnection:
+            nonlocal proto
+            tls = None
+            if self.tls is not None:
+                tls = TLSClient(self.tls, self.server_hostname, self.session)
+            proto = UpstreamConnection(self, tls)
+            return proto
+
+        async def connect() -> Failure | None:
+            await loop.create_connection(factory, self.host, self.port)
+            assert proto is not None
+            return await proto.ready
+
         try:
-            _, proto = await asyncio.wait_for(
-                loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port), connect_timeout_s
-            )
+            failure = await asyncio.wait_for(connect(), connect_timeout_s)
         except TimeoutError:
-            where = f"{self.host}:{self.port}"
-            raise ConnectTimeout(f"connect to {where} timed out after {connect_timeout_s:g} s") from None
+            if proto is not None:
+                proto.abort()
+            what = "connect (and TLS handshake)" if self.tls is not None else "connect"
+            raise AttemptFailed(
+                Failure(FailureKind.CONNECT_TIMEOUT, f"{what} to {self.where} timed out after {connect_timeout_s:g} s")
+            ) from None
         except OSError as exc:
-            raise ConnectError(f"connect to {self.host}:{self.port}: {exc.strerror or exc}") from None
+            raise AttemptFailed(connect_failure(exc, self.where)) from None
+        assert proto is not None
+        if failure is not None:
+            proto.abort()
+            raise AttemptFailed(failure)
+        if proto.tls is not None:
+            self.handshakes += 1
+            self.resumed += proto.tls.resumed
         return proto
 
     def put_idle(self, conn: UpstreamConnection) -> None:

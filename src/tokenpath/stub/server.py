@@ -23,7 +23,7 @@ from tokenpath.stub.frames import check_frame_bytes
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
-from tokenpath.workers import reuseport_socket, run_worker_group
+from tokenpath.workers import claim_port, reuseport_socket, run_worker_group
 
 
 class StubServer:
@@ -105,7 +105,7 @@ def _serve_forever(
 def _run_workers(cfg: StubConfig, announce: Callable[[str], None], loop_name: str) -> None:
     # The parent holds the port (bound, never listening, so the kernel hands it no connections) so that
     # --port 0 gives every worker the same port; each worker then listens on its own SO_REUSEPORT socket.
-    holder = reuseport_socket(cfg.host, cfg.port)
+    holder = claim_port(cfg.host, cfg.port)
     port = holder.getsockname()[1]
     audit_dir = tempfile.mkdtemp(prefix="tokenpath-audit-")
     wcfg = replace(cfg, port=port, audit_dir=audit_dir)

@@ -58,6 +58,9 @@ ResponseEvent = ResponseHead | Data | EndOfMessage
 
 
 UPGRADE_REFUSED = "the server answered 101 Switching Protocols to a request that did not ask for an upgrade"
+# A response head larger than this is refused: real ones are well under 8 KiB, and a peer streaming header lines
+# forever must not grow a reader's memory.
+MAX_RESPONSE_HEAD_BYTES = 64 << 10
 
 
 class State(Enum):
@@ -79,8 +82,11 @@ class ClientConnection:
         on_head: Callable[[ResponseHead], object] | None = None,
         on_body: Callable[[bytes], object] | None = None,
         on_end: Callable[[], object] | None = None,
+        max_head_bytes: int = MAX_RESPONSE_HEAD_BYTES,
     ) -> None:
         self.state = State.IDLE
+        self.max_head_bytes = max_head_bytes
+        self._head_bytes = 0
         self.head: ResponseHead | None = None
         self._on_head = on_head
         self._on_body = on_body
@@ -110,6 +116,7 @@ class ClientConnection:
         self.head = None
         self._method = method
         self._headers = []
+        self._head_bytes = 0
         self._events.clear()
         self._parser = httptools.HttpResponseParser(self)
 
@@ -119,6 +126,8 @@ class ClientConnection:
                 self._set(State.ERROR)
                 raise RemoteProtocolError("the server sent bytes while no request was outstanding")
             return  # after the response (or after an error): not ours to interpret
+        if self.head is None:
+            self._head_bytes += len(data)  # bytes read while the head is incomplete (interim heads included)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -133,6 +142,9 @@ class ClientConnection:
             raise RemoteProtocolError(f"malformed HTTP response {where}: {exc}") from None
         if self._upgraded:
             raise RemoteProtocolError(UPGRADE_REFUSED)
+        if self.head is None and self._head_bytes > self.max_head_bytes:
+            self._set(State.ERROR)
+            raise RemoteProtocolError(f"response head larger than {self.max_head_bytes} bytes")
 
     def receive_eof(self) -> None:
         """The connection closed. Raises RemoteProtocolError if that cut the response short."""

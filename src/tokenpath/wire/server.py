@@ -1,6 +1,7 @@
 """The server side of an HTTP/1.1 connection, sans-IO (h11's shape; httptools/llhttp inside).
 
-    conn.receive_data(read)            # raises RemoteProtocolError(status_hint=400/413/431/429)
+    conn.receive_data(read)            # raises RemoteProtocolError(status_hint=400/405/413/431/429)
+    head = conn.next_head()            # the next request to answer, as soon as its head is in (body maybe not)
     request = conn.next_request()      # the next complete request, once the previous response is done
     conn.send(ResponseStart(...))      # -> head bytes; the framing is decided here (wire.framing)
     conn.send(Data(b"..."))            # -> framed body bytes
@@ -9,6 +10,10 @@
 Writers that keep their body pre-framed (the stub's cached frames, already chunked when `framing` says so) write
 those bytes themselves and only `send` the start and end: one frame stays one write. Limits (head size, body
 size, pipelining) live in wire.limits and are enforced here once for every server in the package.
+
+`next_head()` lets a server decide on a request before its body is read (authenticate, refuse, send 100 Continue):
+a body nobody will use is then never buffered. After a protocol error the requests already complete stay queued,
+so a server answers them in order before it writes the error; nothing after the error is parsed.
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ class Request:
     headers: tuple[tuple[str, str], ...] = ()
     body: bytes = b""
     peer: str = ""  # the client's address (empty on a Unix socket)
+    seq: int = 0  # 1, 2, ... per connection: tells a head-only view and the complete request apart from others
+
+    @property
+    def expects_continue(self) -> bool:
+        """The client waits for `100 Continue` before it sends the body (HTTP/1.1 only)."""
+        expect = self.header("expect")
+        return self.http_version == "1.1" and expect is not None and expect.lower() == "100-continue"
 
     def header(self, name: str) -> str | None:
         return find_header(self.headers, name)
@@ -66,8 +78,12 @@ class ServerConnection:
         self.framing: Framing | None = None  # of the response being written; None between responses
         self._pending: deque[Request] = deque()
         self._current: Request | None = None
+        self._incoming: Request | None = None  # the head of the request whose body is being received
         self._parser = httptools.HttpRequestParser(self)
         self._failed = False
+        self._seq = 0
+        self._pending_body_bytes = 0
+        self._headers: list[tuple[str, str]] = []
         self._reset_message()
 
     # input -------------------------------------------------------------------------------------------
@@ -78,8 +94,15 @@ class ServerConnection:
             self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(RemoteProtocolError("protocol upgrades are not supported", 400))
+        except httptools.HttpParserUpgrade as exc:
+            # llhttp stops after a request that asked to upgrade. Other upgrades were refused in
+            # on_headers_complete; an h2c offer is ignored (RFC 9113 3.1 lets a server answer in HTTP/1.1), so
+            # parsing goes on with a fresh parser from where llhttp stopped.
+            offset = int(exc.args[0]) if exc.args else len(data)
+            self._parser = httptools.HttpRequestParser(self)
+            if offset < len(data):
+                self.receive_data(data[offset:])
+            return
         except httptools.HttpParserError as exc:
             cause = exc.__context__  # a limit one of our callbacks raised, or llhttp's own complaint
             self._fail(
@@ -90,11 +113,35 @@ class ServerConnection:
         if not self._headers_done and self._head_bytes > self.limits.max_head_bytes:
             self._fail(RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431))
 
+    def next_head(self) -> Request | None:
+        """The next request to answer, once its head is complete: the whole request if it is queued, else a view
+        of the one being received (body empty; `seq` tells them apart). None while a response is being written."""
+        if self._current is not None:
+            return None
+        if self._pending:
+            return self._pending[0]
+        return self._incoming
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Request body bytes held for requests not yet answered: what a server bounds to bound its memory."""
+        return self._pending_body_bytes + self._body_size
+
+    def body_not_started(self, head: Request) -> bool:
+        """`head` is the request being received and none of its body has arrived (so `100 Continue` is due)."""
+        incoming = self._incoming
+        return incoming is not None and incoming.seq == head.seq and self._body_size == 0
+
+    @property
+    def failed(self) -> bool:
+        return self._failed
+
     def next_request(self) -> Request | None:
         """The next request to answer, or None while a response is being written or none is complete."""
         if self._current is not None or not self._pending:
             return None
         self._current = self._pending.popleft()
+        self._pending_body_bytes -= len(self._current.body)
         return self._current
 
     # output ------------------------------------------------------------------------------------------
@@ -123,10 +170,12 @@ class ServerConnection:
         headers = [*event.headers, *framing_headers(framing, event.content_length)]
         return response_head(event.status, headers, keep_alive=self.keep_alive)
 
-    def rejection_head(self, status: int, content_type: str, body_length: int) -> bytes:
+    def rejection_head(
+        self, status: int, content_type: str, body_length: int, extra: tuple[tuple[str, str], ...] = ()
+    ) -> bytes:
         """The head of the answer to a request that could not be accepted; the connection closes after it."""
         self.keep_alive = False
-        headers = [("Content-Type", content_type), ("Content-Length", str(body_length))]
+        headers = [("Content-Type", content_type), ("Content-Length", str(body_length)), *extra]
         return response_head(status, headers, keep_alive=False)
 
     # httptools callbacks -----------------------------------------------------------------------------
@@ -135,14 +184,27 @@ class ServerConnection:
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
         self._count_head(len(name) + len(value) + 4)
+        if self._headers_done:
+            return  # a chunked body's trailer fields: never merged into the request's headers
+        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
+        method = self._parser.get_method().decode("latin-1")
+        version = self._parser.get_http_version()
+        if method == "CONNECT":
+            raise RemoteProtocolError("CONNECT is not supported: this is not a forward proxy", 405)
+        hosts = [v for k, v in self._headers if k.lower() == "host"]
+        if len(hosts) > 1 or (version == "1.1" and not hosts):
+            # RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without exactly one Host
+            raise RemoteProtocolError(f"{'more than one' if hosts else 'no'} Host header", 400)
+        self._headers = _without_upgrade_offer(self._headers)
         length = next((v for k, v in self._headers if k.lower() == "content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
+        self._seq += 1
+        self._incoming = self._request(method, version, b"")
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -151,41 +213,74 @@ class ServerConnection:
         self._body.append(body)
 
     def on_message_complete(self) -> None:
-        parsed = httptools.parse_url(bytes(self._url))
-        request = Request(
-            method=self._parser.get_method().decode("latin-1"),
-            target=self._url.decode("latin-1"),
-            path=parsed.path.decode("latin-1") if parsed.path else "/",
-            query=parsed.query.decode("latin-1") if parsed.query else "",
-            http_version=self._parser.get_http_version(),
-            keep_alive=self._parser.should_keep_alive(),
-            headers=tuple(self._headers),
-            body=b"".join(self._body),
-            peer=self.peer,
-        )
+        head = self._incoming
+        assert head is not None
+        request = self._request(head.method, head.http_version, b"".join(self._body))
         self._reset_message()
         if len(self._pending) >= self.limits.max_pipelined:
             raise RemoteProtocolError(f"more than {self.limits.max_pipelined} pipelined requests", 429)
         self._pending.append(request)
+        self._pending_body_bytes += len(request.body)
 
     # internals ---------------------------------------------------------------------------------------
+    def _request(self, method: str, version: str, body: bytes) -> Request:
+        parsed = httptools.parse_url(bytes(self._url))
+        return Request(
+            method=method,
+            target=self._url.decode("latin-1"),
+            path=parsed.path.decode("latin-1") if parsed.path else "/",
+            query=parsed.query.decode("latin-1") if parsed.query else "",
+            http_version=version,
+            keep_alive=self._parser.should_keep_alive(),
+            headers=tuple(self._headers),
+            body=body,
+            peer=self.peer,
+            seq=self._seq,
+        )
+
     def _count_head(self, size: int) -> None:
         self._head_size += size
         if self._head_size > self.limits.max_head_bytes:
             raise RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431)
 
     def _fail(self, exc: RemoteProtocolError) -> None:
-        """Nothing more is parsed on this connection: its framing can no longer be trusted."""
+        """Nothing more is parsed on this connection: its framing can no longer be trusted. Requests already
+        complete stay queued: they were well-formed and are answered before the error."""
         self._failed = True
         self.keep_alive = False
-        self._pending.clear()
+        self._incoming = None
         raise exc
 
     def _reset_message(self) -> None:
+        self._incoming = None
         self._url = bytearray()
-        self._headers: list[tuple[str, str]] = []
+        self._headers = []
         self._body: list[bytes] = []
         self._body_size = 0
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
         self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+
+
+def _without_upgrade_offer(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """An h2c upgrade offer (`curl --http2 http://...`) is dropped, with the Connection tokens that name its
+    headers, so the request is answered in HTTP/1.1; any other protocol upgrade is refused."""
+    upgrade = [v for k, v in headers if k.lower() == "upgrade"]
+    if not upgrade:
+        return headers
+    offered = {p.strip().split("/", 1)[0].lower() for v in upgrade for p in v.split(",") if p.strip()}
+    if offered != {"h2c"}:
+        raise RemoteProtocolError(f"protocol upgrade to {', '.join(upgrade)} is not supported", 400)
+    drop = {"upgrade", "http2-settings"}
+    kept = []
+    for name, value in headers:
+        lname = name.lower()
+        if lname in drop:
+            continue
+        if lname == "connection":
+            tokens = [t.strip() for t in value.split(",") if t.strip().lower() not in drop and t.strip()]
+            if not tokens:
+                continue
+            value = ", ".join(tokens)
+        kept.append((name, value))
+    return kept

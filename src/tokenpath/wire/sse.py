@@ -16,6 +16,7 @@ from tokenpath.errors import ProtocolError
 from tokenpath.wire.openai import FrameKind, classify
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+_EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")  # a line end, then an empty line
 # One event may hold this much before the parser gives up: far above any real chunk (tool-call deltas included, a
 # few KB), low enough that a peer sending one endless event cannot make a client hold unbounded memory.
 MAX_EVENT_BYTES = 8 << 20
@@ -229,3 +230,12 @@ class EventCounter:
             self._partial = True
         self._skip_lf = data[-1] == 13
         return count
+
+
+def last_event_end(data: bytes) -> int:
+    """Where the last complete event in `data` ends (0 if none does), for bytes that begin at an event boundary:
+    what a relay can send on without handing a reader half an event."""
+    end = 0
+    for m in _EVENT_END.finditer(data):
+        end = m.end()
+    return end

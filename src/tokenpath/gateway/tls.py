@@ -1,0 +1,98 @@
+"""TLS to an upstream, sans-IO over ssl.MemoryBIO: the upstream connection feeds it what the socket read and
+writes what it returns.
+
+By hand (over the stdlib's SSLObject) because asyncio's and uvloop's TLS transports take no session to resume:
+every keep-alive connection to an https member would pay a full handshake. Here the pool hands the last session
+it saw to each new connection, so a resumed handshake is the norm, and the handshake is part of the attempt (a
+certificate failure is a connect failure, failed over before the first byte)."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+READ_SIZE = 256 << 10
+
+
+def client_context(ca_file: str | None, client_cert: str | None, client_key: str | None,
+                   alpn: list[str]) -> ssl.SSLContext:  # fmt: skip
+    """Certificates verified against the system store, or `ca_file` for a private CA; an optional client
+    certificate (mTLS); ALPN offering `alpn`."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if client_cert:
+        ctx.load_cert_chain(client_cert, client_key)
+    ctx.set_alpn_protocols(alpn)
+    return ctx
+
+
+def check_files(*paths: str | None) -> list[str]:
+    """The given paths that are not readable files (for config validation)."""
+    return [p for p in paths if p and not Path(p).is_file()]
+
+
+class TLSClient:
+    def __init__(self, ctx: ssl.SSLContext, server_hostname: str, session: ssl.SSLSession | None) -> None:
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self.obj = ctx.wrap_bio(self._in, self._out, server_hostname=server_hostname, session=session)
+        self.handshaken = False
+        self.closed_by_peer = False  # close_notify received
+
+    def start(self) -> bytes:
+        """The ClientHello."""
+        self._step()
+        return self._out.read()
+
+    def receive(self, data: bytes) -> tuple[bytes, bytes]:
+        """Ciphertext in; (plaintext, bytes to send back) out. Raises ssl.SSLError on a failed handshake or a
+        broken record."""
+        self._in.write(data)
+        if not self.handshaken and not self._step():
+            return b"", self._out.read()
+        chunks = []
+        obj = self.obj
+        while True:
+            try:
+                chunk = obj.read(READ_SIZE)
+            except ssl.SSLWantReadError:
+                break
+            except ssl.SSLZeroReturnError:
+                self.closed_by_peer = True
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return plain, self._out.read()
+
+    def encrypt(self, data: bytes) -> bytes:
+        self.obj.write(data)
+        return self._out.read()
+
+    @property
+    def alpn(self) -> str | None:
+        return self.obj.selected_alpn_protocol()
+
+    @property
+    def session(self) -> ssl.SSLSession | None:
+        return self.obj.session
+
+    @property
+    def resumed(self) -> bool:
+        return self.obj.session_reused
+
+    def _step(self) -> bool:
+        try:
+            self.obj.do_handshake()
+        except ssl.SSLWantReadError:
+            return False
+        self.handshaken = True
+        return True
+
+
+def describe(exc: ssl.SSLError) -> str:
+    """A short reason for logs and metrics: 'certificate verify failed: self-signed certificate'."""
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"certificate verify failed: {exc.verify_message}"
+    return exc.reason or str(exc)
