@@ -57,6 +57,10 @@ class Metrics:
         )
         self.errors = Counter("tokenpath_gateway_errors_total", "Failures by reason", ["reason"], registry=r)
         self.failovers = Counter("tokenpath_gateway_failovers_total", "Retries elsewhere", ["pool"], registry=r)
+        self.tls_handshakes = Counter(
+            "tokenpath_gateway_upstream_tls_handshakes_total", "TLS handshakes with https members, by resumption",
+            ["pool", "resumed"], registry=r,
+        )  # fmt: skip
         self.member_healthy = Gauge(
             "tokenpath_gateway_member_healthy", "1 when the member takes traffic, 0 while ejected",
             ["pool", "member"], multiprocess_mode="min", registry=r,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -82,10 +83,16 @@ class GatewayApp:
         self._tasks: set[asyncio.Task[None]] = set()
         for pool in self.pools:
             tls = _tls_context(pool.cfg)
+            on_handshake = functools.partial(self._count_handshake, pool.name)
             for m in pool.members:
                 member = m.member
-                self.connections[id(m)] = ConnectionPool(member.host, member.port, tls if member.tls else None)
+                self.connections[id(m)] = ConnectionPool(
+                    member.host, member.port, tls if member.tls else None, on_handshake
+                )
                 self.metrics.member_healthy.labels(pool.name, m.url).set(1)
+
+    def _count_handshake(self, pool: str, resumed: bool) -> None:
+        self.metrics.tls_handshakes.labels(pool, "true" if resumed else "false").inc()
 
     # admission: on the request's head, before its body is read ---------------------------------------------
     def admit(self, head: Request) -> Admission | Awaitable[Admission]:
@@ -242,6 +249,7 @@ class Exchange:
         self.bytes = 0
         self.status = 0
         self.attempts = 0
+        self.attempt_failures: list[str] = []  # logged with the request, even when a later attempt succeeded
         self.error: str | None = None
         self.t_start = time.perf_counter()
         self.t_sent = 0.0
@@ -314,6 +322,7 @@ class Exchange:
             if failure is None or self.aborted:
                 return failures
             failures.append(failure)
+            self.attempt_failures.append(str(failure))
             if failure.kind is not FailureKind.UPSTREAM_5XX:  # counted with its status when the head came
                 self.app.metrics.errors.labels(failure.kind.value).inc()
             if failure.kind is FailureKind.LOCAL_RESOURCES:
@@ -654,8 +663,11 @@ class Exchange:
             "status": self.status or None, "pool": self.pool.name if self.pool else None, "attempts": self.attempts,
             "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
         }  # fmt: skip
-        if self.error:
-            record["error"] = self.error
+        if self.attempt_failures:
+            record["attempt_failures"] = self.attempt_failures
+        if self.error or self.attempt_failures:
+            if self.error:
+                record["error"] = self.error
             log.warning(json.dumps(record))
         elif log.isEnabledFor(logging.INFO):
             log.info(json.dumps(record))

@@ -11,6 +11,7 @@ import asyncio
 import socket
 import ssl
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol, cast
 
 from tokenpath.flow import ReadGate
@@ -49,6 +50,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.gate = ReadGate()  # paused while the client's socket buffer is full
         self.tls = tls
         self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
+        self.failure: Failure | None = None  # why the connection was dropped, for a send that comes after
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -123,10 +125,20 @@ class UpstreamConnection(asyncio.Protocol):
     # use ---------------------------------------------------------------------------------------------------
     def send(self, sink: Sink, data: bytes, method: str) -> None:
         assert self.transport is not None
-        self.sink = sink
         self.got_bytes = False
+        if self.closed:  # lost between the handshake and now (e.g. a TLS alert): the sink hears why, at once
+            failure = self.failure or Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection")
+            asyncio.get_running_loop().call_soon(sink.upstream_lost, failure)
+            return
+        self.sink = sink
         self.core.start_response(method)
-        self.transport.write(self.tls.encrypt(data) if self.tls is not None else data)
+        if self.tls is None:
+            self.transport.write(data)
+            return
+        try:
+            self.transport.write(self.tls.encrypt(data))
+        except ssl.SSLError as exc:
+            self._fail(Failure(FailureKind.TLS, f"TLS with {self.pool.where}: {describe(exc)}"))
 
     def pause(self) -> None:
         self.gate.pause()
@@ -142,6 +154,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
 
     def _fail(self, failure: Failure) -> None:
+        self.failure = failure
         sink = self.sink
         if not self.ready.done():
             self.ready.set_result(failure)
@@ -169,15 +182,20 @@ class UpstreamConnection(asyncio.Protocol):
 class ConnectionPool:
     """Idle keep-alive connections to one member, and how to open a new one (TLS context, last session)."""
 
-    def __init__(self, host: str, port: int, tls: ssl.SSLContext | None = None, server_hostname: str = "") -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        on_handshake: Callable[[bool], None] | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.tls = tls
-        self.server_hostname = server_hostname or host
+        self.server_hostname = host  # SNI and the name the certificate must carry
         self.session: ssl.SSLSession | None = None
         self.idle: deque[UpstreamConnection] = deque()
-        self.handshakes = 0
-        self.resumed = 0  # handshakes that resumed a session (a test and the health endpoint read these)
+        self.on_handshake = on_handshake  # called with whether the session was resumed
 
     @property
     def where(self) -> str:
@@ -221,9 +239,8 @@ class ConnectionPool:
         if failure is not None:
             proto.abort()
             raise AttemptFailed(failure)
-        if proto.tls is not None:
-            self.handshakes += 1
-            self.resumed += proto.tls.resumed
+        if proto.tls is not None and self.on_handshake is not None:
+            self.on_handshake(proto.tls.resumed)
         return proto
 
     def put_idle(self, conn: UpstreamConnection) -> None:
