@@ -1,57 +1,82 @@
 """Optional active health checks: every `active_interval_s`, GET `active_path` on each member. A failed check
 counts like a failed request (consecutive failures eject); a passing check re-admits an ejected member at once,
-so a recovered backend does not wait out its whole cooldown."""
+so a recovered backend does not wait out its whole cooldown.
+
+A check goes through the member's own connection pool, so it speaks what requests speak (TLS with the pool's CA
+and client certificate, HTTP/1.1 or HTTP/2); it reads the status and drops the connection (or the stream)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
 
-from tokenpath.errors import RemoteProtocolError
+from tokenpath.gateway.failures import Failure
+from tokenpath.gateway.h2upstream import H2Pool
 from tokenpath.gateway.pools import MemberState, Pool
-from tokenpath.wire.client import ResponseParser
-from tokenpath.wire.request import build_request
+from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool
+from tokenpath.wire.client import ResponseHead
 
 log = logging.getLogger("tokenpath.gateway")
 CHECK_TIMEOUT_S = 2.0
-HEAD_READ_BYTES = 4096  # a check needs the status only
 
 
-async def check(member: MemberState, path: str, timeout_s: float = CHECK_TIMEOUT_S) -> bool:
-    """A member passes when it answers the check's GET with a well-formed head whose status is below 500."""
+class _StatusSink:
+    """Takes the response head of a check; the body is not read."""
+
+    def __init__(self) -> None:
+        self.status: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    def upstream_head(self, head: ResponseHead) -> None:
+        if not self.status.done():
+            self.status.set_result(head.status)
+
+    def upstream_body(self, data: bytes) -> None:
+        pass
+
+    def upstream_read_done(self) -> None:
+        pass
+
+    def upstream_complete(self) -> None:
+        pass
+
+    def upstream_lost(self, failure: Failure) -> None:
+        if not self.status.done():
+            self.status.set_result(0)
+
+
+async def check(
+    member: MemberState, path: str, connections: ConnectionPool | H2Pool, timeout_s: float = CHECK_TIMEOUT_S
+) -> bool:
+    """A member passes when it answers the check's GET with a status below 500."""
     m = member.member
-    request = build_request("GET", f"{m.host}:{m.port}", f"{m.base_path}{path}")
-    parser = ResponseParser("GET")
+    conn = None
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_connection(m.host, m.port)
-            try:
-                writer.write(request)
-                while parser.head is None:
-                    data = await reader.read(HEAD_READ_BYTES)
-                    if not data:
-                        parser.feed_eof()
-                        break
-                    parser.feed(data)
-            finally:
-                writer.close()
-                with contextlib.suppress(Exception):
-                    await writer.wait_closed()
-    except (OSError, TimeoutError, RemoteProtocolError):
+            conn = await connections.acquire(timeout_s)
+            sink = _StatusSink()
+            conn.send_request(sink, "GET", m.authority, f"{m.base_path}{path}", [("Accept", "*/*")], b"")
+            status = await sink.status
+    except (AttemptFailed, TimeoutError, OSError):
         return False
-    return parser.head is not None and 200 <= parser.head.status < 500
+    finally:
+        if conn is not None:
+            conn.abort()  # never reused: the body was not read
+    return 200 <= status < 500
 
 
 async def run_checks(
-    pools: list[Pool], path: str, interval_s: float, on_change: Callable[[Pool, MemberState], None] | None = None
+    pools: list[Pool],
+    path: str,
+    interval_s: float,
+    connections: Callable[[MemberState], ConnectionPool | H2Pool],
+    on_change: Callable[[Pool, MemberState], None] | None = None,
 ) -> None:
     """Runs until cancelled."""
     while True:
         for pool in pools:
-            results = await asyncio.gather(*(check(m, path) for m in pool.members))
+            results = await asyncio.gather(*(check(m, path, connections(m)) for m in pool.members))
             for member, ok in zip(pool.members, results, strict=True):
                 if ok:
                     pool.record_success(member)

@@ -27,6 +27,7 @@ from prometheus_client import CollectorRegistry
 from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded, Principal
 from tokenpath.gateway.config import GatewayConfig, PoolConfig
 from tokenpath.gateway.failures import Failure, FailureKind
+from tokenpath.gateway.h2upstream import H2Pool, H2Stream
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.target import BadTarget, origin_form
@@ -34,7 +35,7 @@ from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
 from tokenpath.http_server import Admission, Admitted, Refusal, Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing, chunk, request_head
+from tokenpath.wire.framing import Framing, chunk
 from tokenpath.wire.openai import FrameKind
 from tokenpath.wire.sse import EventCounter, SSEParser, last_event_end
 
@@ -74,7 +75,7 @@ class GatewayApp:
         self.metrics = Metrics(registry or CollectorRegistry())
         self.pools = [Pool(p, cfg.health) for p in cfg.pools]
         self.router = Router(self.pools, cfg.auth.pool_claim)
-        self.connections: dict[int, ConnectionPool] = {}
+        self.connections: dict[int, ConnectionPool | H2Pool] = {}
         self.forward_drop = FORWARD_DROP | {cfg.request_id_header.lower()}  # ours replaces the client's
         self.active: set[Exchange] = set()
         self.draining = False
@@ -86,9 +87,8 @@ class GatewayApp:
             on_handshake = functools.partial(self._count_handshake, pool.name)
             for m in pool.members:
                 member = m.member
-                self.connections[id(m)] = ConnectionPool(
-                    member.host, member.port, tls if member.tls else None, on_handshake
-                )
+                kind = H2Pool if pool.cfg.protocol == "h2" else ConnectionPool
+                self.connections[id(m)] = kind(member.host, member.port, tls if member.tls else None, on_handshake)
                 self.metrics.member_healthy.labels(pool.name, m.url).set(1)
 
     def _count_handshake(self, pool: str, resumed: bool) -> None:
@@ -190,7 +190,7 @@ class GatewayApp:
         self.metrics.requests.labels(str(status)).inc()  # before the answer goes out, as in upstream_complete
         response.send_json(status, error_body(message, kind, code), headers)
 
-    def connection_pool(self, member: MemberState) -> ConnectionPool:
+    def connection_pool(self, member: MemberState) -> ConnectionPool | H2Pool:
         return self.connections[id(member)]
 
     def set_health(self, pool: Pool, member: MemberState) -> None:
@@ -228,7 +228,7 @@ class Exchange:
         self.loop = asyncio.get_running_loop()
         rid = request.header(app.cfg.request_id_header)
         self.request_id = rid if rid and REQUEST_ID_OK.match(rid) else secrets.token_hex(8)
-        self.conn: UpstreamConnection | None = None
+        self.conn: UpstreamConnection | H2Stream | None = None
         self.pool: Pool | None = None
         self.member: MemberState | None = None
         # None: the head came and the client has it (committed); a Failure: why this attempt failed
@@ -317,8 +317,9 @@ class Exchange:
                 self.app.metrics.failovers.labels(pool.name).inc()
             tried.append(member)
             failure = await self._attempt(pool, member, headers)
-            if failure is not None and failure.kind is FailureKind.UPSTREAM_CLOSED and self._stale and not self.aborted:
-                failure = await self._attempt(pool, member, headers)  # a keep-alive the upstream had closed: once
+            if failure is not None and self._retry_here(failure) and not self.aborted:
+                self.attempt_failures.append(str(failure))
+                failure = await self._attempt(pool, member, headers)  # once, on a fresh connection
             if failure is None or self.aborted:
                 return failures
             failures.append(failure)
@@ -350,10 +351,9 @@ class Exchange:
         waiter: asyncio.Future[Failure | None] = self.loop.create_future()
         self.head_waiter = waiter
         m = member.member
-        head = request_head(self.request.method, f"{m.base_path}{self.entry.target}",
-                            [("Host", m.authority), *headers])  # fmt: skip
         self.t_sent = time.perf_counter()
-        conn.send(self, head + self.request.body, self.request.method)
+        conn.send_request(self, self.request.method, m.authority, f"{m.base_path}{self.entry.target}", headers,
+                          self.request.body)  # fmt: skip
         try:
             failure = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
         except TimeoutError:
@@ -371,6 +371,13 @@ class Exchange:
         return None
 
     _stale = False  # the last attempt failed on a reused keep-alive connection before any byte came back
+
+    def _retry_here(self, failure: Failure) -> bool:
+        """A keep-alive connection the member had closed, or an HTTP/2 stream it never processed (GOAWAY,
+        REFUSED_STREAM): the request did not reach the model, so the same member gets one more try."""
+        return (failure.kind is FailureKind.UPSTREAM_CLOSED and self._stale) or (
+            failure.kind is FailureKind.REFUSED_STREAM
+        )
 
     def _upstream_headers(self) -> list[tuple[str, str]]:
         """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection header names) and

@@ -78,7 +78,13 @@ class GatewayServer:
         health = self.cfg.health
         if health.active_interval_s > 0:
             self._health = loop.create_task(
-                run_checks(self.app.pools, health.active_path, health.active_interval_s, self.app.set_health)
+                run_checks(
+                    self.app.pools,
+                    health.active_path,
+                    health.active_interval_s,
+                    self.app.connection_pool,
+                    self.app.set_health,
+                )
             )
         return self.port
 

@@ -18,6 +18,7 @@ from tokenpath.flow import ReadGate
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.wire.client import ClientConnection, ResponseHead
+from tokenpath.wire.framing import request_head
 
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
 
@@ -123,6 +124,12 @@ class UpstreamConnection(asyncio.Protocol):
             sink.upstream_complete()
 
     # use ---------------------------------------------------------------------------------------------------
+    def send_request(
+        self, sink: Sink, method: str, authority: str, target: str, headers: list[tuple[str, str]], body: bytes
+    ) -> None:
+        """The exchange's one way to send, whatever the protocol (h2upstream.H2Stream has the same)."""
+        self.send(sink, request_head(method, target, [("Host", authority), *headers]) + body, method)
+
     def send(self, sink: Sink, data: bytes, method: str) -> None:
         assert self.transport is not None
         self.got_bytes = False

@@ -1,0 +1,249 @@
+"""HTTP/2 to the upstream: hypercorn (a server the project did not write) in clear text (prior knowledge) and over
+TLS (ALPN); many streams over one connection; a client leaving resets its stream only; GOAWAY before a stream
+was processed is retried before the first byte."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import h2.config
+import h2.connection
+import h2.events
+import openai
+import psutil
+import pytest
+
+from tests.gateway.test_gateway_e2e import Services, hostport, metric, read_response, request, roundtrip
+from tests.gateway.test_hostile_e2e import wait_for_log
+from tests.gateway.test_tls_upstream_e2e import CA
+from tokenpath.proxies.base import free_port
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Hypercorn:
+    def __init__(self, tmp_path: Path, tls: tuple[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.events = tmp_path / f"asgi-events-{self.port}.log"
+        self.events.touch()
+        argv = [sys.executable, "-m", "hypercorn", "tests.gateway.peers.asgi_sse:app", "--bind",
+                f"127.0.0.1:{self.port}", "--workers", "1"]  # fmt: skip
+        if tls is not None:
+            argv += ["--certfile", tls[0], "--keyfile", tls[1]]
+        self.log = tmp_path / f"hypercorn-{self.port}.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ASGI_SSE_EVENTS": str(self.events)}
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                break
+            assert self.proc.poll() is None, self.log.read_text()
+            time.sleep(0.05)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
+
+    def connections_from(self, pid: int) -> int:
+        return sum(
+            1
+            for c in psutil.Process(pid).net_connections("tcp")
+            if c.raddr and c.raddr.port == self.port and c.status == psutil.CONN_ESTABLISHED
+        )
+
+    def disconnects(self) -> int:
+        return self.events.read_text().count("disconnect")
+
+    def close(self) -> None:
+        self.proc.kill()  # its graceful shutdown is not under test
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[Services]:
+    services = Services(tmp_path)
+    yield services
+    services.stop()
+
+
+def h2_pool(url: str, extra: str = "") -> str:
+    return f'[[pool]]\nname = "default"\nprotocol = "h2"\n{extra}\n[[pool.member]]\nurl = "{url}"\n'
+
+
+def chat(tokens: int, interval_ms: float, pad: int = 0) -> dict[str, object]:
+    return {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
+            "tokenpath": {"tokens": tokens, "interval_ms": interval_ms, "pad": pad}}  # fmt: skip
+
+
+def test_h2c_prior_knowledge_multiplexes_streams_over_one_connection(svc: Services, tmp_path: Path) -> None:
+    upstream = Hypercorn(tmp_path)
+    try:
+        metrics_port = free_port()
+        gw = svc.gateway(f'metrics_listen = "127.0.0.1:{metrics_port}"\n' + h2_pool(upstream.url))
+        assert gw.pid is not None
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+        assert "".join(p.choices[0].delta.content or "" for p in stream) == " t0 t1 t2"
+
+        results: list[bytes] = []
+
+        def one() -> None:
+            _, body = roundtrip(gw.url, request(chat(20, 50), headers="Connection: close\r\n"))
+            results.append(body)
+
+        threads = [threading.Thread(target=one) for _ in range(20)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # all twenty mid-stream
+        assert upstream.connections_from(gw.pid) == 1  # twenty streams, one connection
+        for t in threads:
+            t.join(20)
+        assert len(results) == 20
+        assert all(b.endswith(b"data: [DONE]\n\n") and b.count(b'"content"') == 20 for b in results)
+        murl = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert metric(murl, 'tokenpath_gateway_requests_total{code="200"}') == 21
+        assert metric(murl, "tokenpath_gateway_frames_relayed_total") == 5 + 20 * 22
+    finally:
+        upstream.close()
+
+
+def test_h2_over_tls_with_alpn(svc: Services, tmp_path: Path) -> None:
+    ca = CA(tmp_path)
+    upstream = Hypercorn(tmp_path, tls=ca.issue("server", server=True))
+    try:
+        gw = svc.gateway(h2_pool(upstream.url, extra=f'ca_file = "{ca.ca_file}"'))
+        parser, body = roundtrip(gw.url, request(chat(5, 1), headers="Connection: close\r\n"))
+        assert parser.head is not None
+        assert parser.head.status == 200
+        assert dict(parser.head.headers).get("x-http-version") == "2"
+        assert body.count(b'"content"') == 5
+    finally:
+        upstream.close()
+
+
+def test_a_client_leaving_resets_its_stream_and_the_connection_carries_on(svc: Services, tmp_path: Path) -> None:
+    upstream = Hypercorn(tmp_path)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        assert gw.pid is not None
+        staying: list[bytes] = []
+
+        def stay() -> None:
+            _, body = roundtrip(gw.url, request(chat(30, 30), headers="Connection: close\r\n"))
+            staying.append(body)
+
+        keeper = threading.Thread(target=stay)
+        keeper.start()
+        with socket.create_connection(hostport(gw.url), timeout=10) as sock:
+            sock.sendall(request(chat(1000, 20)))
+            read_response(sock, until=lambda b: b.count(b'"content"') >= 2)
+        deadline = time.monotonic() + 5
+        while upstream.disconnects() < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert upstream.disconnects() == 1  # the member saw that stream cancelled, at once
+        keeper.join(10)
+        assert staying
+        assert staying[0].count(b'"content"') == 30  # the other stream on the same connection finished
+        assert upstream.connections_from(gw.pid) == 1
+    finally:
+        upstream.close()
+
+
+class GoawayOnce:
+    """A raw HTTP/2 server (h2's state machine): its first connection answers the first request with GOAWAY
+    (last_stream_id 0: nothing processed); later connections answer normally."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(sock, self.connections == 1), daemon=True).start()
+
+    def _serve(self, sock: socket.socket, goaway: bool) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        with sock, contextlib.suppress(OSError):
+            sock.sendall(conn.data_to_send())
+            while data := sock.recv(65536):
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.StreamEnded):
+                        if goaway:
+                            conn.close_connection(last_stream_id=0)
+                            sock.sendall(conn.data_to_send())
+                            return
+                        else:
+                            sid = event.stream_id
+                            conn.send_headers(sid, [(":status", "200"), ("content-type", "text/event-stream")])
+                            body = b'data: {"choices":[{"delta":{"content":"ok"}}]}\n\ndata: [DONE]\n\n'
+                            conn.send_data(sid, body, end_stream=True)
+                sock.sendall(conn.data_to_send())
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_goaway_before_processing_is_retried_before_the_first_byte(svc: Services) -> None:
+    upstream = GoawayOnce()
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        parser, body = roundtrip(gw.url, request(chat(1, 1), headers="Connection: close\r\n"))
+        assert parser.head is not None
+        assert parser.head.status == 200
+        assert body.endswith(b"data: [DONE]\n\n")
+        assert upstream.connections == 2
+        assert wait_for_log(gw, "refused_stream")  # the failed attempt is logged with the request
+        assert json.loads(body.split(b"\n\n")[0].removeprefix(b"data: "))["choices"][0]["delta"]["content"] == "ok"
+    finally:
+        upstream.close()
+
+
+def _progress(upstream: Hypercorn, tokens: int) -> int:
+    lines = [line.split() for line in upstream.events.read_text().splitlines() if line.startswith("progress")]
+    return max((int(n) for _, total, n in lines if int(total) == tokens), default=0)
+
+
+def test_flow_control_never_holds_a_stream_and_a_stalled_client_holds_only_its_own(
+    svc: Services, tmp_path: Path
+) -> None:
+    upstream = Hypercorn(tmp_path)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        assert gw.pid is not None
+        with socket.socket() as stalled:
+            stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            stalled.connect(hostport(gw.url))
+            stalled.sendall(request(chat(100_000, 0, pad=2000)))  # 200 MB, never read
+            # a large stream on the same connection: more than the default 64 KiB window, relayed whole meanwhile
+            parser, body = roundtrip(gw.url, request(chat(3000, 0), headers="Connection: close\r\n"))
+            assert parser.head is not None
+            assert body.count(b'"content"') == 3000
+            assert upstream.connections_from(gw.pid) == 1
+            time.sleep(1.5)
+            gateway = psutil.Process(gw.pid)
+            before = gateway.memory_info().rss
+            time.sleep(2.0)
+            grown = (gateway.memory_info().rss - before) / (1 << 20)
+            # Once the socket buffers are full the stalled stream is held at its window: nothing more of it
+            # reaches the gateway (acknowledged, ~10 MB/s of it would pile up in the gateway's memory).
+            assert grown < 5, f"{grown:.1f} MiB"
+            assert _progress(upstream, 100_000) > 0  # (hypercorn buffers what its app sends: not a signal)
+    finally:
+        upstream.close()
