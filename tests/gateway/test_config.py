@@ -14,8 +14,13 @@ EXAMPLE = Path(__file__).parents[2] / "examples" / "gateway" / "gateway.toml"
 
 def test_the_shipped_example_loads() -> None:
     cfg = config.load(EXAMPLE)
-    assert [p.name for p in cfg.pools] == ["small", "large"]
+    assert [p.name for p in cfg.pools] == ["small", "hosted", "large"]
     assert cfg.pools[0].strategy == "p2c_ewma"
+    hosted = cfg.pools[1]
+    assert hosted.protocol == "h2"
+    assert hosted.members[0].tls
+    assert hosted.members[0].authority == "models.example.com"  # no default port in Host / :authority
+    assert hosted.members[0].base_path == "/openai"
     assert cfg.pools[0].members[1].weight == 2
     assert cfg.auth.algorithms == ("HS256",)
     assert cfg.auth.pool_claim == "tier"

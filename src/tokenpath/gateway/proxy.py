@@ -26,6 +26,20 @@ from prometheus_client import CollectorRegistry
 
 from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded, Principal
 from tokenpath.gateway.config import GatewayConfig, PoolConfig
+from tokenpath.gateway.exchange_state import (
+    Abort,
+    Action,
+    Arm,
+    Commit,
+    Complete,
+    Connect,
+    End,
+    ExchangeMachine,
+    Phase,
+    Record,
+    Reply,
+    Timer,
+)
 from tokenpath.gateway.failures import Failure, FailureKind
 from tokenpath.gateway.h2upstream import H2Pool, H2Stream
 from tokenpath.gateway.metrics import Metrics
@@ -218,7 +232,9 @@ def _tls_context(pool: PoolConfig) -> Any:
 
 
 class Exchange:
-    """One request through the gateway. Implements upstream.Sink."""
+    """One request through the gateway: the asyncio shell of an ExchangeMachine (exchange_state.py), which decides
+    every outcome; this class performs its actions (connect, send, forward, reply, end, arm timers) and reports
+    what happened. Implements upstream.Sink; the relay itself (upstream_body) never goes through the machine."""
 
     def __init__(self, app: GatewayApp, request: Request, response: Response, entry: Entry) -> None:
         self.app = app
@@ -228,14 +244,12 @@ class Exchange:
         self.loop = asyncio.get_running_loop()
         rid = request.header(app.cfg.request_id_header)
         self.request_id = rid if rid and REQUEST_ID_OK.match(rid) else secrets.token_hex(8)
+        self.machine: ExchangeMachine | None = None
         self.conn: UpstreamConnection | H2Stream | None = None
         self.pool: Pool | None = None
-        self.member: MemberState | None = None
-        # None: the head came and the client has it (committed); a Failure: why this attempt failed
-        self.head_waiter: asyncio.Future[Failure | None] | None = None
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.committed = False  # the client has the head: no more failover
-        self.aborted = False
+        self.pending_head: ResponseHead | None = None  # the head the machine is deciding on
         self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
         self.chunked = True
         self.bodiless = False
@@ -248,17 +262,14 @@ class Exchange:
         self.frames = 0
         self.bytes = 0
         self.status = 0
-        self.attempts = 0
-        self.attempt_failures: list[str] = []  # logged with the request, even when a later attempt succeeded
         self.error: str | None = None
+        self.headers: list[tuple[str, str]] = []
         self.t_start = time.perf_counter()
         self.t_sent = 0.0
         self.t_first_in: float | None = None
         self.added_observed = False
-        self.last_read = 0.0
-        self.client_paused_at: float | None = None  # the client's buffer is full since then (upstream paused)
-        self._idle_timer: asyncio.TimerHandle | None = None
-        self._total_timer: asyncio.TimerHandle | None = None
+        self.timers: dict[Timer, asyncio.TimerHandle] = {}
+        self.members: list[MemberState] = []  # connected to, in order (a new one after the first is a failover)
         response.on_abort = self.client_gone
         response.on_pause = self._pause_upstream
         response.on_resume = self._resume_upstream
@@ -269,115 +280,117 @@ class Exchange:
         try:
             pool = app.router.route(self._model(), self.entry.principal.claims)
             self.pool = pool
-            limits = app.cfg.limits
-            self._total_timer = self.loop.call_later(limits.total_timeout_s, self._total_timeout)
-            failures = await self._attempts(pool)
-            if self.committed:
-                await self.done
-            elif not self.aborted:
-                self._no_upstream(pool, failures)
+            self.headers = self._upstream_headers()
+            self.machine = ExchangeMachine(pool, app.cfg.limits, self.loop.time)
+            self._do(self.machine.start())
+            await self.done
         except Exception:  # a bug costs this request, never the worker
             log.exception("request %s failed", self.request_id)
             self.error = "internal error"
             if not self.committed:
                 app.reply_error(self.response, 500, "internal gateway error", "internal_error")
             else:
-                self.fail_stream("internal gateway error", "internal")
+                self._end_stream(End("internal gateway error", "internal"))
+            self._abort_upstream()
         finally:
             self._stop_timers()
             app.finished(self)
             self._log()
             self._break_cycles()
 
-    def _no_upstream(self, pool: Pool, failures: list[Failure]) -> None:
-        """Every attempt failed before the first byte. The client learns the outcome and the request id; which
-        members and why go to the log (they are the operator's business, not the client's)."""
-        self.error = "; ".join(str(f) for f in failures) or "no member"
-        if failures and failures[-1].kind is FailureKind.LOCAL_RESOURCES:
-            status, message, code = 503, "gateway out of local resources; retry shortly", "overloaded"
-            self.app.metrics.errors.labels("local_resources").inc()
-        else:
-            status = 504 if failures and all(f.is_timeout for f in failures) else 502
-            what = "answered in time" if status == 504 else "answered"
-            message, code = f"no upstream in pool {pool.name!r} {what}", "upstream_unavailable"
-            self.app.metrics.errors.labels("all_members_failed").inc()
-        message += f" (request id {self.request_id}, {self.attempts} attempt(s))"
-        self.app.reply_error(self.response, status, message, code)
-        self.status = status
+    def _do(self, actions: list[Action]) -> None:
+        """Perform what the machine decided, in order."""
+        for action in actions:
+            kind = type(action)
+            if kind is Connect:
+                assert isinstance(action, Connect)
+                if self.members and action.member not in self.members and self.pool is not None:
+                    self.app.metrics.failovers.labels(self.pool.name).inc()
+                self.members.append(action.member)
+                task = self.loop.create_task(self._connect(action.member))
+                self.app._tasks.add(task)
+                task.add_done_callback(self.app._tasks.discard)
+            elif kind is Abort:
+                self._abort_upstream()
+            elif kind is Record:
+                assert isinstance(action, Record)
+                self._record(action)
+            elif kind is Commit:
+                assert self.pending_head is not None
+                self._forward_head(self.pending_head)
+            elif kind is Arm:
+                assert isinstance(action, Arm)
+                old = self.timers.pop(action.timer, None)
+                if old is not None:
+                    old.cancel()
+                self.timers[action.timer] = self.loop.call_at(action.at, self._timer_fired, action.timer)
+            elif kind is Reply:
+                assert isinstance(action, Reply)
+                self._reply(action)
+            elif kind is End:
+                assert isinstance(action, End)
+                self._end_stream(action)
+            elif kind is Complete:
+                self._complete()
+        machine = self.machine
+        if machine is not None and machine.phase is Phase.DONE and not self.done.done():
+            if machine.outcome is not None:
+                self.app.metrics.errors.labels(machine.outcome).inc()
+                self.error = self.error or machine.outcome.replace("_", " ")
+            self._resolve_done()
 
-    async def _attempts(self, pool: Pool) -> list[Failure]:
-        failures: list[Failure] = []
-        tried: list[MemberState] = []
-        headers = self._upstream_headers()
-        while not self.aborted:
-            member = pool.pick(tried)
-            if member is None:
-                break
-            if tried:
-                self.app.metrics.failovers.labels(pool.name).inc()
-            tried.append(member)
-            failure = await self._attempt(pool, member, headers)
-            if failure is not None and self._retry_here(failure) and not self.aborted:
-                self.attempt_failures.append(str(failure))
-                failure = await self._attempt(pool, member, headers)  # once, on a fresh connection
-            if failure is None or self.aborted:
-                return failures
-            failures.append(failure)
-            self.attempt_failures.append(str(failure))
-            if failure.kind is not FailureKind.UPSTREAM_5XX:  # counted with its status when the head came
-                self.app.metrics.errors.labels(failure.kind.value).inc()
-            if failure.kind is FailureKind.LOCAL_RESOURCES:
-                break  # every member would fail the same way: this host is out of descriptors or ports
-            if failure.members_fault and pool.record_failure(member):
-                event = {"event": "member_ejected", "pool": pool.name, "member": member.url,
-                         "reason": failure.kind.value, "cooldown_s": pool.health.cooldown_s}  # fmt: skip
-                log.warning(json.dumps(event))
-            self.app.set_health(pool, member)
-        return failures
-
-    async def _attempt(self, pool: Pool, member: MemberState, headers: list[tuple[str, str]]) -> Failure | None:
-        limits = self.app.cfg.limits
-        self.attempts += 1
-        self._stale = False
+    async def _connect(self, member: MemberState) -> None:
+        machine = self.machine
+        assert machine is not None
         try:
-            conn = await self.app.connection_pool(member).acquire(limits.connect_timeout_s)
+            conn = await self.app.connection_pool(member).acquire(self.app.cfg.limits.connect_timeout_s)
         except AttemptFailed as exc:
-            return exc.failure
-        if self.aborted:
+            self._do(machine.attempt_failed(exc.failure))
+            return
+        actions = machine.connected()
+        if machine.phase is not Phase.WAITING:  # the client left, or time ran out, while we connected
             conn.abort()
-            return None
-        self.conn, self.member = conn, member
-        member.outstanding += 1
-        waiter: asyncio.Future[Failure | None] = self.loop.create_future()
-        self.head_waiter = waiter
+            return
+        self.conn = conn
         m = member.member
         self.t_sent = time.perf_counter()
-        conn.send_request(self, self.request.method, m.authority, f"{m.base_path}{self.entry.target}", headers,
+        conn.send_request(self, self.request.method, m.authority, f"{m.base_path}{self.entry.target}", self.headers,
                           self.request.body)  # fmt: skip
-        try:
-            failure = await asyncio.wait_for(asyncio.shield(waiter), limits.first_byte_timeout_s)
-        except TimeoutError:
-            s = limits.first_byte_timeout_s
-            failure = Failure(FailureKind.FIRST_BYTE_TIMEOUT, f"{m.url}: no response within the first-byte "
-                              f"timeout ({s:g} s)")  # fmt: skip
-        if failure is not None:
-            self._finish_member()
-            self._stale = conn.reused and not conn.got_bytes
+        self._do(actions)
+
+    def _record(self, record: Record) -> None:
+        pool = self.pool
+        assert pool is not None
+        failure = record.failure
+        if failure is not None and failure.kind is not FailureKind.UPSTREAM_5XX:  # 5xx: counted with its status
+            self.app.metrics.errors.labels(failure.kind.value).inc()
+        if record.ejected:
+            reason = failure.kind.value if failure else None
+            event = {"event": "member_ejected", "pool": pool.name, "member": record.member.url, "reason": reason,
+                     "cooldown_s": pool.health.cooldown_s}  # fmt: skip
+            log.warning(json.dumps(event))
+        self.app.set_health(pool, record.member)
+
+    def _reply(self, reply: Reply) -> None:
+        machine = self.machine
+        assert machine is not None
+        self.error = "; ".join(str(f) for f in machine.failures) or "no member"
+        message = f"{reply.message} (request id {self.request_id}, {machine.attempts} attempt(s))"
+        self.app.reply_error(self.response, reply.status, message, reply.code)
+        self.status = reply.status
+
+    def _abort_upstream(self) -> None:
+        timer = self.timers.pop(Timer.FIRST_BYTE, None)
+        if timer is not None:
+            timer.cancel()
+        conn, self.conn = self.conn, None
+        if conn is not None:
             conn.abort()
-            self.conn = None
-            return failure
-        pool.record_success(member)
-        self.app.set_health(pool, member)
-        return None
 
-    _stale = False  # the last attempt failed on a reused keep-alive connection before any byte came back
-
-    def _retry_here(self, failure: Failure) -> bool:
-        """A keep-alive connection the member had closed, or an HTTP/2 stream it never processed (GOAWAY,
-        REFUSED_STREAM): the request did not reach the model, so the same member gets one more try."""
-        return (failure.kind is FailureKind.UPSTREAM_CLOSED and self._stale) or (
-            failure.kind is FailureKind.REFUSED_STREAM
-        )
+    def _timer_fired(self, which: Timer) -> None:
+        self.timers.pop(which, None)
+        if self.machine is not None:
+            self._do(self.machine.timer(which))
 
     def _upstream_headers(self) -> list[tuple[str, str]]:
         """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection header names) and
@@ -419,17 +432,20 @@ class Exchange:
 
     # upstream.Sink: called from the upstream connection's data_received -----------------------------------
     def upstream_head(self, head: ResponseHead) -> None:
-        waiter = self.head_waiter
-        status = head.status
-        now = time.perf_counter()
-        if status >= 500 and waiter is not None and not waiter.done():  # before any byte to the client: fail over
-            self.app.metrics.errors.labels(f"upstream_{status}").inc()
-            waiter.set_result(Failure(FailureKind.UPSTREAM_5XX, f"upstream answered {status}"))
+        machine = self.machine
+        if machine is None:
             return
-        self.committed = True
-        self.status = status
+        if head.status >= 500 and machine.phase is Phase.WAITING:
+            self.app.metrics.errors.labels(f"upstream_{head.status}").inc()
         if self.pool is not None:
-            self.app.metrics.upstream_head.labels(self.pool.name).observe(now - self.t_sent)
+            self.app.metrics.upstream_head.labels(self.pool.name).observe(time.perf_counter() - self.t_sent)
+        self.pending_head = head
+        self._do(machine.head(head.status))  # Commit forwards it; a 5xx fails over before any byte goes out
+        self.pending_head = None
+
+    def _forward_head(self, head: ResponseHead) -> None:
+        self.committed = True
+        self.status = head.status
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
         for name, value in head.headers:
@@ -447,16 +463,12 @@ class Exchange:
         if head.framing is Framing.NONE:
             if length is not None:  # HEAD: the length of the body a GET would get
                 out_headers.append(("Content-Length", str(length)))
-            self.out.append(response.start_without_body(status, out_headers))
+            self.out.append(response.start_without_body(head.status, out_headers))
         else:
-            self.out.append(response.start(status, out_headers, length))
+            self.out.append(response.start(head.status, out_headers, length))
         self.framing = response.framing or Framing.NONE
         self.chunked = self.framing is Framing.CHUNKED
         self.bodiless = self.framing is Framing.NONE
-        self.last_read = self.loop.time()
-        self._arm_idle()
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
     def upstream_body(self, data: bytes) -> None:
         # The hot path: once per upstream read. Framing decided at the head (wire.framing), kept as two bools.
@@ -485,11 +497,15 @@ class Exchange:
     def upstream_read_done(self) -> None:
         if self.out:
             self._flush()
-        self.last_read = self.loop.time()
+        machine = self.machine
+        if machine is not None:
+            machine.last_read = self.loop.time()  # ExchangeMachine.read(), inlined: once per read
 
     def upstream_complete(self) -> None:
-        if not self.committed:
-            return
+        if self.machine is not None:
+            self._do(self.machine.upstream_ended())
+
+    def _complete(self) -> None:
         if self.held:  # a stream that ends without a blank line still gets every byte
             self.out.append(chunk(self.held) if self.chunked else self.held)
             self.held = b""
@@ -500,61 +516,53 @@ class Exchange:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.release()
-        self._finish_member()
         if self.framing is Framing.CLOSE:
             self.response.close_connection()
         else:
             self.response.write(b"", last=True)
-        self._resolve_done()
 
     def upstream_lost(self, failure: Failure) -> None:
-        waiter = self.head_waiter
-        if not self.committed:
-            if waiter is not None and not waiter.done():
-                waiter.set_result(failure)
-            return
-        self.app.metrics.errors.labels("upstream_lost_mid_stream").inc()
-        if self.pool is not None and self.member is not None and self.pool.record_failure(self.member):
-            self.app.set_health(self.pool, self.member)
-        self.fail_stream(f"upstream failed mid-response ({failure.kind.value})", "upstream_disconnected",
-                         detail=failure.detail)  # fmt: skip
+        conn = self.conn
+        stale = conn is not None and conn.reused and not conn.got_bytes
+        if self.machine is not None:
+            self._do(self.machine.upstream_lost(failure, stale))
 
-    # failures after the head ----------------------------------------------------------------------------
-    def fail_stream(self, message: str, code: str, detail: str | None = None) -> None:
+    # the client side ------------------------------------------------------------------------------------------
+    def _end_stream(self, end: End) -> None:
         """After the first byte there is no failover: end the stream with an explicit SSE error event (never a
         fake finish_reason or [DONE]) and close the client's connection. The bytes of an unfinished event are
         dropped, so the error event is the next thing an SSE client parses, whole."""
-        if self.done.done():
-            return
-        self.error = f"{message}: {detail}" if detail else message
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.abort()
-        self._finish_member()
+        self.error = f"{end.message}: {end.detail}" if end.detail else end.message
+        self._abort_upstream()
         self.held = b""
         if not self.committed:
-            self.app.reply_error(self.response, 502, message, code)
+            self.app.reply_error(self.response, 502, end.message, end.code)
         elif not self.response.client_gone:
-            if self.sse and self.client_paused_at is None:
-                body = json.dumps(error_body(message, "server_error", code)).encode()
+            if self.sse and end.client_reads:
+                body = json.dumps(error_body(end.message, "server_error", end.code)).encode()
                 event = b"event: error\ndata: " + body + b"\n\n"
                 self.out.append(self.response.frame(event) + self.response.end_bytes())
             self._flush()
             self.response.close_connection()
+
+    def fail_stream(self, message: str, code: str) -> None:
+        """The gateway is shutting down (drain deadline): end what is still open."""
+        if self.done.done():
+            return
+        machine = self.machine
+        if machine is not None and machine.phase is not Phase.DONE:
+            machine.phase = Phase.DONE
+            machine.outcome = code
+        self._end_stream(End(message, code))
         self._resolve_done()
 
     def client_gone(self) -> None:
         """The client left: abort the upstream request now, so the model stops generating."""
-        self.aborted = True
         self.error = self.error or "client disconnected"
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            conn.abort()
-        self.app.metrics.errors.labels("client_gone").inc()
-        if self.head_waiter is not None and not self.head_waiter.done():
-            self.head_waiter.set_result(None)
-        self._finish_member()  # not the member's fault
-        self._resolve_done()
+        if self.machine is not None:
+            self._do(self.machine.client_gone())
+        else:
+            self._resolve_done()
 
     # internals ---------------------------------------------------------------------------------------------
     def _scan_for_first_token(self, data: bytes) -> None:
@@ -578,8 +586,9 @@ class Exchange:
 
     def _observe_ttft(self, at: float) -> None:
         seconds = at - self.t_sent
-        if self.member is not None:
-            self.member.observe_ttft(seconds)  # p2c_ewma routes on the time to the first token
+        member = self.machine.member if self.machine is not None else None
+        if member is not None:
+            member.observe_ttft(seconds)  # p2c_ewma routes on the time to the first token
         if self.pool is not None:
             self.app.metrics.upstream_ttft.labels(self.pool.name).observe(seconds)
 
@@ -592,18 +601,13 @@ class Exchange:
             self.added_observed = True
             self.app.metrics.added_ttft.observe(time.perf_counter() - self.t_first_in)
 
-    def _finish_member(self) -> None:
-        member, self.member = self.member, None
-        if member is not None:
-            member.outstanding -= 1
-
     def _break_cycles(self) -> None:
         """Exchange <-> Response <-> connection refer to each other through callbacks. Cutting the links when the
         request ends lets reference counting free them at once, instead of leaving garbage for the cyclic
         collector, whose full passes over a busy heap are the millisecond pauses a p99 would show."""
         self.response.on_abort = self.response.on_pause = self.response.on_resume = None
         self.conn = None
-        self.head_waiter = None
+        self.pending_head = None
 
     def _resolve_done(self) -> None:
         self._stop_timers()
@@ -617,62 +621,33 @@ class Exchange:
         self.frames = self.bytes = 0
 
     def _pause_upstream(self) -> None:
-        self.client_paused_at = self.loop.time()
+        if self.machine is not None:
+            self.machine.client_paused()
         if self.conn is not None:
             self.conn.pause()
 
     def _resume_upstream(self) -> None:
-        self.client_paused_at = None
-        self.last_read = self.loop.time()  # the upstream's silence is counted from now, not from the pause
+        if self.machine is not None:
+            self.machine.client_resumed()
         if self.conn is not None:
             self.conn.resume()
 
-    def _arm_idle(self) -> None:
-        since = self.client_paused_at if self.client_paused_at is not None else self.last_read
-        self._idle_timer = self.loop.call_at(since + self.app.cfg.limits.idle_timeout_s, self._idle_check)
-
-    def _idle_check(self) -> None:
-        """One timer per stream, re-armed from the last read only when it fires: no timer churn per read. While
-        the client's buffer is full the upstream is paused by us, so silence then is the client's, not the
-        member's: the stream ends as a stalled client and the member's health is untouched."""
-        if self.done.done():
-            return
-        idle = self.app.cfg.limits.idle_timeout_s
-        now = self.loop.time()
-        if self.client_paused_at is not None:
-            if now - self.client_paused_at >= idle:
-                self.app.metrics.errors.labels("client_stalled").inc()
-                self.fail_stream(f"the client read nothing for {idle:g} s", "client_stalled")
-                return
-        elif now - self.last_read >= idle:
-            self.app.metrics.errors.labels("idle_timeout").inc()
-            self.fail_stream(f"upstream silent for {idle:g} s (idle timeout)", "upstream_idle_timeout")
-            return
-        self._arm_idle()
-
-    def _total_timeout(self) -> None:
-        total = self.app.cfg.limits.total_timeout_s
-        self.app.metrics.errors.labels("total_timeout").inc()
-        waiter = self.head_waiter
-        if not self.committed and waiter is not None and not waiter.done():
-            waiter.set_result(Failure(FailureKind.TOTAL_TIMEOUT, f"total timeout ({total:g} s)"))
-            return
-        self.fail_stream(f"response exceeded the total timeout ({total:g} s)", "total_timeout")
-
     def _stop_timers(self) -> None:
-        for timer in (self._idle_timer, self._total_timer):
-            if timer is not None:
-                timer.cancel()
+        for timer in self.timers.values():
+            timer.cancel()
+        self.timers.clear()
 
     def _log(self) -> None:
+        machine = self.machine
         record: dict[str, Any] = {
             "request_id": self.request_id, "method": self.request.method, "path": self.request.path,
-            "status": self.status or None, "pool": self.pool.name if self.pool else None, "attempts": self.attempts,
-            "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
+            "status": self.status or None, "pool": self.pool.name if self.pool else None,
+            "attempts": machine.attempts if machine else 0, "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
         }  # fmt: skip
-        if self.attempt_failures:
-            record["attempt_failures"] = self.attempt_failures
-        if self.error or self.attempt_failures:
+        failures = [str(f) for f in machine.failures] if machine else []
+        if failures:
+            record["attempt_failures"] = failures  # logged even when a later attempt succeeded
+        if self.error or failures:
             if self.error:
                 record["error"] = self.error
             log.warning(json.dumps(record))

@@ -1,0 +1,221 @@
+"""HTTP/2 against HTTP/1.1 keep-alive from the gateway to its upstream, side by side in one run.
+
+One upstream that speaks both (hypercorn serving tests/gateway/peers/asgi_sse.py; h1 and h2c prior knowledge on one
+port, or h1 and h2 by ALPN with --tls), two gateways in front of it that differ only in the pool's `protocol`, and
+the direct path. For each concurrency level and run, the targets take turns (rotated per run) under the same
+closed-loop load: `streams` virtual users, each opening a connection, sending one streamed chat request (first
+token after `interval_ms`, then `tokens - 1` more) and timing the first content frame. Added TTFT = a target's
+TTFT percentile minus the direct path's in the same run. Gateway CPU from psutil over each window.
+
+    .venv/bin/python bench/h2_upstream.py [--streams 50,200] [--runs 5] [--seconds 4] [--tls] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tokenpath.loops import new_event_loop
+from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies.base import free_port
+from tokenpath.stats import percentile
+from tokenpath.tlscert import self_signed
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Run:
+    ttft_ms: list[float] = field(default_factory=list)
+    errors: int = 0
+    cpu_cores: float | None = None
+
+
+def start_hypercorn(port: int, tls: tuple[str, str] | None) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "hypercorn", "tests.gateway.peers.asgi_sse:app", "--bind", f"127.0.0.1:{port}",
+            "--workers", "1", "--log-level", "warning"]  # fmt: skip
+    if tls:
+        argv += ["--certfile", tls[0], "--keyfile", tls[1]]
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("hypercorn did not start")
+
+
+def start_gateway(upstream: str, protocol: str, ca_file: str | None, folder: Path) -> ServiceProcess:
+    config = folder / f"gw-{protocol}.toml"
+    ca = f'ca_file = "{ca_file}"\n' if ca_file else ""
+    config.write_text(f'listen = "127.0.0.1:0"\n[auth]\nmode = "none"\n[[pool]]\nname = "p"\nprotocol = "{protocol}"\n'
+                      f'{ca}[[pool.member]]\nurl = "{upstream}"\n')  # fmt: skip
+    proc = ServiceProcess(tokenpath_argv("gateway", "--config", str(config), "--log-level", "warning"), protocol)
+    proc.start()
+    return proc
+
+
+async def one_stream(host: str, port: int, body: bytes, ctx: ssl.SSLContext | None) -> float | None:
+    t0 = time.perf_counter()
+    reader, writer = await asyncio.open_connection(host, port, ssl=ctx)
+    try:
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))  # fmt: skip
+        seen = b""
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return None
+            seen = seen[-64:] + data
+            if b'"content"' in seen:
+                ttft = (time.perf_counter() - t0) * 1000
+                while await reader.read(65536):  # read the rest: the stream runs its course
+                    pass
+                return ttft
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def closed_loop(host: str, port: int, streams: int, seconds: float, body: bytes,
+                      ctx: ssl.SSLContext | None) -> Run:  # fmt: skip
+    run = Run()
+    stop = time.monotonic() + seconds
+
+    async def user() -> None:
+        while time.monotonic() < stop:
+            try:
+                ttft = await asyncio.wait_for(one_stream(host, port, body, ctx), 30)
+            except (OSError, TimeoutError):
+                ttft = None
+            if ttft is None:
+                run.errors += 1
+            else:
+                run.ttft_ms.append(ttft)
+
+    await asyncio.gather(*(user() for _ in range(streams)))
+    return run
+
+
+def measure(url: str, pid: int | None, streams: int, seconds: float, body: bytes, ctx: ssl.SSLContext | None) -> Run:
+    host, port = url.removeprefix("https://").removeprefix("http://").rsplit(":", 1)
+    proc = psutil.Process(pid) if pid else None
+    before = proc.cpu_times() if proc else None
+    t0 = time.monotonic()
+    loop = new_event_loop("uvloop")
+    try:
+        run: Run = loop.run_until_complete(closed_loop(host, int(port), streams, seconds, body, ctx))
+    finally:
+        loop.close()
+    if proc is not None and before is not None:
+        after = proc.cpu_times()
+        run.cpu_cores = (after.user + after.system - before.user - before.system) / (time.monotonic() - t0)
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--streams", default="50,200")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--tokens", type=int, default=10)
+    ap.add_argument("--interval-ms", type=float, default=20.0)
+    ap.add_argument("--tls", action="store_true", help="TLS from the gateways to the upstream (h2 by ALPN)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = ap.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="tokenpath-h2bench-"))
+    tls = None
+    if args.tls:
+        files = self_signed(folder / "tls", ["127.0.0.1"])
+        tls = (str(files.cert), str(files.key))
+    port = free_port()
+    upstream = start_hypercorn(port, tls)
+    scheme = "https" if tls else "http"
+    gateways = {p: start_gateway(f"{scheme}://127.0.0.1:{port}", p, tls[0] if tls else None, folder)
+                for p in ("http1", "h2")}  # fmt: skip
+    direct_ctx = None
+    if tls:
+        direct_ctx = ssl.create_default_context(cafile=tls[0])
+        direct_ctx.set_alpn_protocols(["http/1.1"])
+    targets: list[tuple[str, str, int | None, ssl.SSLContext | None]] = [
+        ("direct (h1)", f"{scheme}://127.0.0.1:{port}", None, direct_ctx),
+        ("gateway, h1 upstream", gateways["http1"].url or "", gateways["http1"].pid, None),
+        ("gateway, h2 upstream", gateways["h2"].url or "", gateways["h2"].pid, None),
+    ]
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
+                       "tokenpath": {"tokens": args.tokens, "interval_ms": args.interval_ms}}).encode()  # fmt: skip
+    results: dict[str, Any] = {"tls": bool(tls), "levels": {}}
+    try:
+        for streams in [int(s) for s in args.streams.split(",")]:
+            for _name, url, pid, ctx in targets:  # warm-up: connections, pools, caches
+                measure(url, pid, streams, 1.0, body, ctx)
+            per: dict[str, list[Run]] = {name: [] for name, *_ in targets}
+            for r in range(args.runs):
+                order = targets[r % len(targets) :] + targets[: r % len(targets)]
+                for name, url, pid, ctx in order:
+                    per[name].append(measure(url, pid, streams, args.seconds, body, ctx))
+            results["levels"][streams] = summarize(per)
+    finally:
+        for g in gateways.values():
+            g.stop()
+        upstream.kill()
+        upstream.wait()
+    if args.json:
+        print(json.dumps(results, indent=1))
+        return
+    print_table(results)
+
+
+def summarize(per: dict[str, list[Run]]) -> dict[str, Any]:
+    direct = per["direct (h1)"]
+    out: dict[str, Any] = {}
+    for name, runs in per.items():
+        p50 = [percentile(sorted(r.ttft_ms), 50) for r in runs]
+        p99 = [percentile(sorted(r.ttft_ms), 99) for r in runs]
+        added50 = [a - percentile(sorted(d.ttft_ms), 50) for a, d in zip(p50, direct, strict=True)]
+        added99 = [a - percentile(sorted(d.ttft_ms), 99) for a, d in zip(p99, direct, strict=True)]
+        cpu = [r.cpu_cores for r in runs if r.cpu_cores is not None]
+        out[name] = {
+            "streams_measured": sum(len(r.ttft_ms) for r in runs), "errors": sum(r.errors for r in runs),
+            "p50_ms_per_run": [round(x, 2) for x in p50], "p99_ms_per_run": [round(x, 2) for x in p99],
+            "added_p50_ms_per_run": [round(x, 2) for x in added50],
+            "added_p99_ms_per_run": [round(x, 2) for x in added99],
+            "cpu_cores_median": round(statistics.median(cpu), 3) if cpu else None,
+        }  # fmt: skip
+    return out
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print("| streams | target | added p50 ms per run | added p99 ms per run | TTFT p50 ms (median) | CPU cores | "
+          "streams | errors |")  # fmt: skip
+    print("|---:|---|---|---|---:|---:|---:|---:|")
+    for streams, level in results["levels"].items():
+        for name, row in level.items():
+            fmt = " / ".join
+            cpu = "-" if row["cpu_cores_median"] is None else f"{row['cpu_cores_median']:.2f}"
+            print(f"| {streams} | {name} | {fmt(f'{x:.1f}' for x in row['added_p50_ms_per_run'])} | "
+                  f"{fmt(f'{x:.1f}' for x in row['added_p99_ms_per_run'])} | "
+                  f"{statistics.median(row['p50_ms_per_run']):.1f} | {cpu} | {row['streams_measured']} | "
+                  f"{row['errors']} |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""The decisions of one request through the gateway, as a pure state machine: events in, actions out, the clock
+injected. No sockets, no tasks, no timers: the asyncio Exchange (proxy.py) performs the actions and reports what
+happened, so every outcome (fail over, retry on the same member, 502/503/504, the SSE error event, whose fault a
+silence was) is decided here, by one table, and unit-tested without a network.
+
+    phase          event                          -> next phase    actions
+    ROUTED         start                          -> CONNECTING    Arm(TOTAL), Connect(first member) | Reply 502
+    CONNECTING     connected                      -> WAITING       Arm(FIRST_BYTE)
+    CONNECTING     attempt failed (connect, TLS)  -> CONNECTING    Record; Connect(same, once) | Connect(next) |
+                                                                   Reply 502/503/504 -> DONE
+    WAITING        head < 500                     -> STREAMING     Record(ok), Commit, Arm(IDLE)
+    WAITING        head >= 500, lost, timeout     -> CONNECTING    as "attempt failed", after Abort
+    STREAMING      end                            -> DONE          Complete
+    STREAMING      lost                           -> DONE          Record(failure), End(upstream_disconnected)
+    STREAMING      idle timer, client reading     -> DONE          End(upstream_idle_timeout)
+    STREAMING      idle timer, client stalled     -> DONE          End(client_stalled), member not blamed
+    any but DONE   total timer                    -> DONE          End or Reply 504
+    any but DONE   client gone                    -> DONE          Abort (the member stops generating)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from tokenpath.gateway.config import Limits
+from tokenpath.gateway.failures import Failure, FailureKind
+from tokenpath.gateway.pools import MemberState, Pool
+
+
+class Phase(Enum):
+    ROUTED = "routed"
+    CONNECTING = "connecting"  # acquiring a connection (and TLS handshake) to a member
+    WAITING = "waiting"  # the request is sent; no head yet
+    STREAMING = "streaming"  # the client has the head: no more failover
+    DONE = "done"
+
+
+class Timer(Enum):
+    FIRST_BYTE = "first_byte"
+    IDLE = "idle"
+    TOTAL = "total"
+
+
+# actions ------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Connect:
+    member: MemberState
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Drop the current upstream connection or stream (the member stops generating)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """The attempt's outcome for the member's health: None is a success."""
+
+    member: MemberState
+    failure: Failure | None
+    ejected: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Forward the head: from now on the client has bytes and there is no failover."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer with an error before anything was sent."""
+
+    status: int
+    message: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """End a committed stream with an explicit SSE error event and close the client's connection."""
+
+    message: str
+    code: str
+    detail: str | None = None
+    client_reads: bool = True  # False: the client stopped reading, writing it an event is pointless
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """The upstream response ended: end the client's response normally."""
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    timer: Timer
+    at: float  # on the injected clock
+
+
+Action = Connect | Abort | Record | Commit | Reply | End | Complete | Arm
+
+
+class ExchangeMachine:
+    def __init__(self, pool: Pool, limits: Limits, clock: Callable[[], float]) -> None:
+        self.pool = pool
+        self.limits = limits
+        self.clock = clock
+        self.phase = Phase.ROUTED
+        self.member: MemberState | None = None
+        self.tried: list[MemberState] = []
+        self.failures: list[Failure] = []  # every failed attempt, in order (the log shows them)
+        self.retried_here = False
+        self.last_read = 0.0
+        self.paused_at: float | None = None  # the client's buffer is full since then
+        self.outcome: str | None = None  # why it ended, when not normally
+
+    @property
+    def attempts(self) -> int:
+        return len(self.tried) + (1 if self.retried_here else 0)
+
+    # events -----------------------------------------------------------------------------------------------
+    def start(self) -> list[Action]:
+        assert self.phase is Phase.ROUTED
+        actions: list[Action] = [Arm(Timer.TOTAL, self.clock() + self.limits.total_timeout_s)]
+        return actions + self._next_member()
+
+    def connected(self) -> list[Action]:
+        if self.phase is not Phase.CONNECTING:
+            return [Abort()]  # the client left (or time ran out) while connecting
+        self.phase = Phase.WAITING
+        return [Arm(Timer.FIRST_BYTE, self.clock() + self.limits.first_byte_timeout_s)]
+
+    def attempt_failed(self, failure: Failure, stale: bool = False) -> list[Action]:
+        """Connecting failed, or the upstream failed before the head (`stale`: on a reused keep-alive connection
+        that returned nothing, i.e. the member had closed it)."""
+        if self.phase not in (Phase.CONNECTING, Phase.WAITING):
+            return []
+        member = self.member
+        assert member is not None
+        actions: list[Action] = [Abort()] if self.phase is Phase.WAITING else []
+        self.failures.append(failure)
+        member.outstanding -= 1
+        self.phase = Phase.CONNECTING
+        retry_here = (failure.kind is FailureKind.UPSTREAM_CLOSED and stale) or (
+            failure.kind is FailureKind.REFUSED_STREAM
+        )
+        if retry_here and not self.retried_here:  # the request never reached the model: once more, fresh
+            self.retried_here = True
+            member.outstanding += 1
+            return [*actions, Record(member, failure), Connect(member)]
+        if failure.kind is FailureKind.LOCAL_RESOURCES:  # every member would fail the same way
+            return [*actions, *self._give_up()]
+        ejected = self.pool.record_failure(member) if failure.members_fault else False
+        actions.append(Record(member, failure, ejected))
+        return actions + self._next_member()
+
+    def head(self, status: int) -> list[Action]:
+        if self.phase is not Phase.WAITING:
+            return []
+        if status >= 500:
+            return self.attempt_failed(Failure(FailureKind.UPSTREAM_5XX, f"upstream answered {status}"))
+        assert self.member is not None
+        self.pool.record_success(self.member)
+        self.phase = Phase.STREAMING
+        self.last_read = self.clock()
+        return [Record(self.member, None), Commit(), Arm(Timer.IDLE, self.last_read + self.limits.idle_timeout_s)]
+
+    def read(self) -> None:
+        """An upstream read was relayed (no actions: called per read, kept to one assignment)."""
+        self.last_read = self.clock()
+
+    def upstream_ended(self) -> list[Action]:
+        if self.phase is not Phase.STREAMING:
+            return []
+        self._finish_member()
+        self.phase = Phase.DONE
+        return [Complete()]
+
+    def upstream_lost(self, failure: Failure, stale: bool = False) -> list[Action]:
+        if self.phase is Phase.WAITING:
+            return self.attempt_failed(failure, stale)
+        if self.phase is not Phase.STREAMING:
+            return []
+        member = self.member
+        assert member is not None
+        ejected = self.pool.record_failure(member)
+        self._finish_member()
+        self.phase = Phase.DONE
+        self.outcome = "upstream_lost_mid_stream"
+        message = f"upstream failed mid-response ({failure.kind.value})"
+        return [Record(member, failure, ejected), End(message, "upstream_disconnected", failure.detail)]
+
+    def client_gone(self) -> list[Action]:
+        if self.phase is Phase.DONE:
+            return []
+        self._finish_member()  # not the member's fault
+        self.phase = Phase.DONE
+        self.outcome = "client_gone"
+        return [Abort()]
+
+    def client_paused(self) -> None:
+        self.paused_at = self.clock()
+
+    def client_resumed(self) -> None:
+        self.paused_at = None
+        self.last_read = self.clock()  # the upstream's silence counts from now, not from the pause
+
+    def timer(self, which: Timer) -> list[Action]:
+        now = self.clock()
+        if self.phase is Phase.DONE:
+            return []
+        limits = self.limits
+        if which is Timer.TOTAL:
+            total = limits.total_timeout_s
+            if self.phase is Phase.STREAMING:
+                self._finish_member()
+                self.phase = Phase.DONE
+                self.outcome = "total_timeout"
+                return [Abort(), End(f"response exceeded the total timeout ({total:g} s)", "total_timeout")]
+            failure = Failure(FailureKind.TOTAL_TIMEOUT, f"total timeout ({total:g} s)")
+            actions: list[Action] = [Abort()] if self.phase is Phase.WAITING else []
+            if self.member is not None:
+                self.member.outstanding -= 1
+                self.member = None
+            self.failures.append(failure)
+            self.outcome = "total_timeout"
+            return actions + self._give_up()
+        if which is Timer.FIRST_BYTE:
+            if self.phase is not Phase.WAITING:
+                return []
+            s = limits.first_byte_timeout_s
+            url = self.member.url if self.member else "?"
+            why = f"{url}: no response within the first-byte timeout ({s:g} s)"
+            return self.attempt_failed(Failure(FailureKind.FIRST_BYTE_TIMEOUT, why))
+        # IDLE: one timer per stream, re-armed from the last read only when it fires
+        if self.phase is not Phase.STREAMING:
+            return []
+        idle = limits.idle_timeout_s
+        if self.paused_at is not None:
+            if now - self.paused_at >= idle:  # we paused the upstream for this client: the silence is the client's
+                self._finish_member()
+                self.phase = Phase.DONE
+                self.outcome = "client_stalled"
+                return [Abort(), End(f"the client read nothing for {idle:g} s", "client_stalled", client_reads=False)]
+            return [Arm(Timer.IDLE, self.paused_at + idle)]
+        if now - self.last_read >= idle:
+            self._finish_member()
+            self.phase = Phase.DONE
+            self.outcome = "idle_timeout"
+            return [Abort(), End(f"upstream silent for {idle:g} s (idle timeout)", "upstream_idle_timeout")]
+        return [Arm(Timer.IDLE, self.last_read + idle)]
+
+    # internals ---------------------------------------------------------------------------------------------
+    def _next_member(self) -> list[Action]:
+        member = self.pool.pick(self.tried)
+        if member is None:
+            return self._give_up()
+        self.tried.append(member)
+        self.member = member
+        member.outstanding += 1
+        self.phase = Phase.CONNECTING
+        return [Connect(member)]
+
+    def _give_up(self) -> list[Action]:
+        """Every attempt failed before the first byte. The client learns the outcome; which members and why are
+        the operator's (the failures go to the log)."""
+        self.phase = Phase.DONE
+        self.member = None
+        failures = self.failures
+        if failures and failures[-1].kind is FailureKind.LOCAL_RESOURCES:
+            self.outcome = "local_resources"
+            return [Reply(503, "gateway out of local resources; retry shortly", "overloaded")]
+        self.outcome = self.outcome or "all_members_failed"
+        if failures and all(f.is_timeout for f in failures):
+            return [Reply(504, f"no upstream in pool {self.pool.name!r} answered in time", "upstream_unavailable")]
+        return [Reply(502, f"no upstream in pool {self.pool.name!r} answered", "upstream_unavailable")]
+
+    def _finish_member(self) -> None:
+        if self.member is not None:
+            self.member.outstanding -= 1
+            self.member = None
