@@ -247,3 +247,28 @@ def test_flow_control_never_holds_a_stream_and_a_stalled_client_holds_only_its_o
             assert _progress(upstream, 100_000) > 0  # (hypercorn buffers what its app sends: not a signal)
     finally:
         upstream.close()
+
+
+def test_a_burst_on_a_fresh_connection_respects_the_members_stream_limit(svc: Services, tmp_path: Path) -> None:
+    """hypercorn allows 100 streams per connection and resets the connection when more are opened; before its
+    SETTINGS arrive the gateway must not assume it allows more."""
+    upstream = Hypercorn(tmp_path)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        socks = [socket.create_connection(hostport(gw.url), timeout=20) for _ in range(250)]
+        try:
+            raw = request(chat(5, 20), headers="Connection: close\r\n")
+            for sock in socks:  # all within a few ms: they reach the gateway before any member SETTINGS do
+                sock.sendall(raw)
+            statuses = []
+            for sock in socks:
+                parser, _ = read_response(sock)
+                statuses.append(parser.head.status if parser.head else 0)
+        finally:
+            for sock in socks:
+                sock.close()
+        assert statuses.count(200) == 250, sorted(set(statuses))
+        assert gw.pid is not None
+        assert upstream.connections_from(gw.pid) <= 3
+    finally:
+        upstream.close()

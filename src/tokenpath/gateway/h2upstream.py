@@ -36,6 +36,9 @@ from tokenpath.wire.framing import Framing
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 1 << 30
 MAX_CONNECTIONS_PER_MEMBER = 8  # more only when the member's SETTINGS_MAX_CONCURRENT_STREAMS is reached on each
+# Streams opened on a connection before the member's SETTINGS arrive: h2 assumes no limit until then, and a member
+# that allows 100 (hypercorn, nginx's default 128) resets the whole connection when a burst opens more.
+STREAMS_BEFORE_SETTINGS = 100
 # Hop-by-hop and HTTP/1.1-only fields: forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-headers instead
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
 BODILESS_STATUS = (204, 304)
@@ -94,13 +97,15 @@ class H2Connection(asyncio.Protocol):
         self.streams: dict[int, H2Stream] = {}
         self.closed = False
         self.goaway = False  # no new streams here
+        self.settings_received = False
         self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
 
     @property
     def has_room(self) -> bool:
         if self.closed or self.goaway or not self.ready.done() or self.ready.result() is not None:
             return False
-        return len(self.streams) < self.h2.remote_settings.max_concurrent_streams
+        limit = self.h2.remote_settings.max_concurrent_streams if self.settings_received else STREAMS_BEFORE_SETTINGS
+        return len(self.streams) < limit
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -243,6 +248,8 @@ class H2Connection(asyncio.Protocol):
                 self._fail_stream(stream, Failure(FailureKind.REFUSED_STREAM, why))
                 touched.pop(stream_id, None)
             self._maybe_close()
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.settings_received = True
         elif isinstance(event, h2.events.WindowUpdated):
             for stream in list(self.streams.values()):
                 if stream.pending_body:
@@ -339,21 +346,21 @@ class H2Pool:
         return f"{self.host}:{self.port}"
 
     async def acquire(self, connect_timeout_s: float) -> H2Stream:
-        for conn in self.connections:
-            if conn.has_room:
-                return H2Stream(conn)
-        if len(self.connections) >= MAX_CONNECTIONS_PER_MEMBER:
-            raise AttemptFailed(Failure(FailureKind.REFUSED_STREAM, f"{self.where}: every HTTP/2 connection is at "
-                                        "the member's stream limit"))  # fmt: skip
-        if self._connecting is None:  # concurrent requests share one connection attempt
-            self._connecting = asyncio.get_running_loop().create_task(self._connect(connect_timeout_s))
-        task = self._connecting
-        try:
-            conn = await asyncio.shield(task)
-        finally:
-            if task.done() and self._connecting is task:
-                self._connecting = None
-        return H2Stream(conn)
+        while True:
+            for conn in self.connections:
+                if conn.has_room:
+                    return H2Stream(conn)
+            if len(self.connections) >= MAX_CONNECTIONS_PER_MEMBER:
+                raise AttemptFailed(Failure(FailureKind.REFUSED_STREAM, f"{self.where}: every HTTP/2 connection "
+                                            "is at the member's stream limit"))  # fmt: skip
+            if self._connecting is None:  # concurrent requests share one connection attempt
+                self._connecting = asyncio.get_running_loop().create_task(self._connect(connect_timeout_s))
+            task = self._connecting
+            try:
+                await asyncio.shield(task)  # then look for room again: a burst may fill it before we get there
+            finally:
+                if task.done() and self._connecting is task:
+                    self._connecting = None
 
     async def _connect(self, connect_timeout_s: float) -> H2Connection:
         loop = asyncio.get_running_loop()
