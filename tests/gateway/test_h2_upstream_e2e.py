@@ -200,6 +200,63 @@ class GoawayOnce:
         self.listener.close()
 
 
+class GoawayMidStream:
+    """A raw HTTP/2 server that answers a stream's head and first event, then sends GOAWAY naming that stream as
+    the last it processes (a graceful shutdown, as hypercorn does after 1,000 requests), then the stream's rest."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+
+    def _serve(self, sock: socket.socket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        with sock, contextlib.suppress(OSError):
+            sock.sendall(conn.data_to_send())
+            while data := sock.recv(65536):
+                for event in conn.receive_data(data):
+                    if not isinstance(event, h2.events.StreamEnded):
+                        continue
+                    sid = event.stream_id
+                    conn.send_headers(sid, [(":status", "200"), ("content-type", "text/event-stream")])
+                    conn.send_data(sid, b'data: {"choices":[{"delta":{"content":"one"}}]}\n\n')
+                    sock.sendall(conn.data_to_send())
+                    time.sleep(0.05)
+                    conn.close_connection(last_stream_id=sid)  # GOAWAY: this stream is still served
+                    sock.sendall(conn.data_to_send())
+                    time.sleep(0.05)
+                    # h2 (the server side here) is CLOSED now too: write the stream's last frame by hand
+                    body = b'data: {"choices":[{"delta":{"content":"two"}}]}\n\ndata: [DONE]\n\n'
+                    sock.sendall(len(body).to_bytes(3, "big") + b"\x00\x01" + sid.to_bytes(4, "big") + body)
+                    time.sleep(0.2)
+                    return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_streams_a_goaway_still_covers_run_to_their_end(svc: Services) -> None:
+    upstream = GoawayMidStream()
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        parser, body = roundtrip(gw.url, request(chat(1, 1), headers="Connection: close\r\n"))
+        assert parser.head is not None
+        assert parser.head.status == 200
+        assert b'"two"' in body  # was: the stream failed with an HTTP/2 protocol error after the GOAWAY
+        assert body.endswith(b"data: [DONE]\n\n")
+    finally:
+        upstream.close()
+
+
 def test_goaway_before_processing_is_retried_before_the_first_byte(svc: Services) -> None:
     upstream = GoawayOnce()
     try:

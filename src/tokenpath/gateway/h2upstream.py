@@ -242,6 +242,12 @@ class H2Connection(asyncio.Protocol):
         elif isinstance(event, h2.events.ConnectionTerminated):
             self.goaway = True
             last = event.last_stream_id if event.last_stream_id is not None else 0
+            if any(stream_id <= last for stream_id in self.streams):
+                # h2 goes CLOSED on GOAWAY and then refuses every frame (python-hyper/h2#1199), also the DATA of
+                # streams the member still serves, which RFC 9113 6.8 lets complete (hypercorn sends GOAWAY after
+                # 1,000 requests on a connection, mid-stream for the others). Back to open for them only: no
+                # stream is opened here again (self.goaway).
+                self.h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
             for stream_id in [s for s in self.streams if s > last]:
                 stream = self.streams.pop(stream_id)
                 why = f"{self.pool.where} sent GOAWAY before processing the stream"
