@@ -7,7 +7,11 @@ closed-loop load: `streams` virtual users, each opening a connection, sending on
 token after `interval_ms`, then `tokens - 1` more) and timing the first content frame. Added TTFT = a target's
 TTFT percentile minus the direct path's in the same run. Gateway CPU from psutil over each window.
 
-    .venv/bin/python bench/h2_upstream.py [--streams 50,200] [--runs 5] [--seconds 4] [--tls] [--json]
+    .venv/bin/python bench/h2_upstream.py [--streams 50,200] [--runs 5] [--seconds 4] [--tls] [--nginx] [--json]
+
+With --nginx, Debian's nginx joins as a target: HTTP/1.1 keep-alive to the same upstream (an upstream block with
+`keepalive 64`), `proxy_buffering off`, and with --tls `proxy_pass https://` verifying the upstream's certificate
+(`proxy_ssl_verify on`, `proxy_ssl_session_reuse on`, the default): the reference for the TLS upstream path.
 """
 
 from __future__ import annotations
@@ -66,6 +70,50 @@ def start_hypercorn(port: int, tls: tuple[str, str] | None, folder: Path) -> sub
     raise SystemExit("hypercorn did not start")
 
 
+def start_nginx(upstream_port: int, tls: tuple[str, str] | None, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    work = folder / "nginx"
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    scheme = "https" if tls else "http"
+    ssl_lines = (f"proxy_ssl_verify on;\n      proxy_ssl_trusted_certificate {tls[0]};\n      "
+                 "proxy_ssl_name 127.0.0.1;\n      proxy_ssl_server_name on;") if tls else ""  # fmt: skip
+    config = work / "nginx.conf"
+    config.write_text(f"""daemon off;
+worker_processes 1;
+pid {work}/nginx.pid;
+error_log {work}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {work}/tmp/body;
+  proxy_temp_path {work}/tmp/proxy;
+  fastcgi_temp_path {work}/tmp/fastcgi;
+  uwsgi_temp_path {work}/tmp/uwsgi;
+  scgi_temp_path {work}/tmp/scgi;
+  upstream backend {{ server 127.0.0.1:{upstream_port}; keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass {scheme}://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      {ssl_lines}
+    }}
+  }}
+}}
+""")
+    proc = subprocess.Popen(["nginx", "-c", str(config), "-p", str(work), "-e", str(work / "error.log")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return proc, f"http://127.0.0.1:{port}"
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit(f"nginx did not start: {(work / 'error.log').read_text()}")
+
+
 def start_gateway(upstream: str, protocol: str, ca_file: str | None, folder: Path) -> ServiceProcess:
     config = folder / f"gw-{protocol}.toml"
     ca = f'ca_file = "{ca_file}"\n' if ca_file else ""
@@ -122,7 +170,7 @@ async def closed_loop(host: str, port: int, streams: int, seconds: float, body: 
 def measure(url: str, pid: int | None, streams: int, seconds: float, body: bytes, ctx: ssl.SSLContext | None) -> Run:
     host, port = url.removeprefix("https://").removeprefix("http://").rsplit(":", 1)
     proc = psutil.Process(pid) if pid else None
-    before = proc.cpu_times() if proc else None
+    before = _tree_cpu(proc) if proc else None
     t0 = time.monotonic()
     loop = new_event_loop("uvloop")
     try:
@@ -130,9 +178,18 @@ def measure(url: str, pid: int | None, streams: int, seconds: float, body: bytes
     finally:
         loop.close()
     if proc is not None and before is not None:
-        after = proc.cpu_times()
-        run.cpu_cores = (after.user + after.system - before.user - before.system) / (time.monotonic() - t0)
+        run.cpu_cores = (_tree_cpu(proc) - before) / (time.monotonic() - t0)
     return run
+
+
+def _tree_cpu(proc: psutil.Process) -> float:
+    """User + system seconds of a process and its children (nginx's worker does the work, not its master)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
 
 
 def main() -> None:
@@ -143,6 +200,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=10)
     ap.add_argument("--interval-ms", type=float, default=20.0)
     ap.add_argument("--tls", action="store_true", help="TLS from the gateways to the upstream (h2 by ALPN)")
+    ap.add_argument("--nginx", action="store_true", help="add nginx (keep-alive, proxy_buffering off) as a target")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="tokenpath-h2bench-"))
@@ -164,6 +222,10 @@ def main() -> None:
         ("gateway, h1 upstream", gateways["http1"].url or "", gateways["http1"].pid, None),
         ("gateway, h2 upstream", gateways["h2"].url or "", gateways["h2"].pid, None),
     ]
+    nginx = None
+    if args.nginx:
+        nginx, nginx_url = start_nginx(port, tls, folder)
+        targets.append(("nginx, h1 keep-alive upstream", nginx_url, nginx.pid, None))
     body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True,
                        "tokenpath": {"tokens": args.tokens, "interval_ms": args.interval_ms}}).encode()  # fmt: skip
     results: dict[str, Any] = {"tls": bool(tls), "levels": {}}
@@ -180,6 +242,9 @@ def main() -> None:
     finally:
         for g in gateways.values():
             g.stop()
+        if nginx is not None:
+            nginx.terminate()
+            nginx.wait(10)
         upstream.kill()
         upstream.wait()
     if args.json:

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class Hypercorn:
-    def __init__(self, tmp_path: Path, tls: tuple[str, str] | None = None) -> None:
+    def __init__(self, tmp_path: Path, tls: tuple[str, str] | None = None, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.events = tmp_path / f"asgi-events-{self.port}.log"
         self.events.touch()
@@ -40,6 +40,7 @@ class Hypercorn:
                 f"127.0.0.1:{self.port}", "--workers", "1"]  # fmt: skip
         if tls is not None:
             argv += ["--certfile", tls[0], "--keyfile", tls[1]]
+        argv += extra
         self.log = tmp_path / f"hypercorn-{self.port}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "ASGI_SSE_EVENTS": str(self.events)}
         with self.log.open("wb") as out:
@@ -126,6 +127,33 @@ def test_h2_over_tls_with_alpn(svc: Services, tmp_path: Path) -> None:
         assert parser.head.status == 200
         assert dict(parser.head.headers).get("x-http-version") == "2"
         assert body.count(b'"content"') == 5
+    finally:
+        upstream.close()
+
+
+@pytest.mark.parametrize("protocol", ["http1", "h2"])
+def test_connections_a_tls_member_closed_while_idle_are_not_used_again(
+    svc: Services, tmp_path: Path, protocol: str
+) -> None:
+    """hypercorn closes idle connections after --keep-alive seconds with a TLS close_notify; a request after that
+    must go out on a fresh connection, not meet a reset on the old one."""
+    ca = CA(tmp_path)
+    upstream = Hypercorn(tmp_path, tls=ca.issue("server", server=True), extra=("--keep-alive", "1"))
+    try:
+        pool = f'[[pool]]\nname = "default"\nprotocol = "{protocol}"\nca_file = "{ca.ca_file}"\n'
+        gw = svc.gateway(pool + f'[[pool.member]]\nurl = "{upstream.url}"\n')
+        raw = request(chat(3, 1), headers="Connection: close\r\n")
+        for _ in range(2):
+            socks = [socket.create_connection(hostport(gw.url), timeout=20) for _ in range(20)]
+            for sock in socks:
+                sock.sendall(raw)
+            complete = 0
+            for sock in socks:
+                parser, body = read_response(sock)
+                complete += parser.head is not None and parser.head.status == 200 and body.endswith(b"[DONE]\n\n")
+                sock.close()
+            assert complete == 20
+            time.sleep(2.0)  # idle past hypercorn's keep-alive: it closes the connections (close_notify)
     finally:
         upstream.close()
 

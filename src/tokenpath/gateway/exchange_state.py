@@ -47,6 +47,7 @@ class Timer(Enum):
 @dataclass(frozen=True, slots=True)
 class Connect:
     member: MemberState
+    fresh: bool = False  # a new connection, not an idle keep-alive one (after a stale one failed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +149,7 @@ class ExchangeMachine:
         if retry_here and not self.retried_here:  # the request never reached the model: once more, fresh
             self.retried_here = True
             member.outstanding += 1
-            return [*actions, Record(member, failure), Connect(member)]
+            return [*actions, Record(member, failure), Connect(member, fresh=True)]
         if failure.kind is FailureKind.LOCAL_RESOURCES:  # every member would fail the same way
             return [*actions, *self._give_up()]
         ejected = self.pool.record_failure(member) if failure.members_fault else False

@@ -47,10 +47,11 @@ BODILESS_STATUS = (204, 304)
 class H2Stream:
     """One request on a shared connection, with the surface the exchange uses of an HTTP/1.1 connection."""
 
-    reused = False  # a stream is never "stale": a connection the member closed fails as UPSTREAM_CLOSED or GOAWAY
-
     def __init__(self, conn: H2Connection) -> None:
         self.conn = conn
+        # On a connection that served streams before, a failure before any byte may be a connection the member
+        # had closed meanwhile: like a stale keep-alive, retried once on a fresh one.
+        self.reused = conn.completed > 0
         self.stream_id = 0
         self.sink: Sink | None = None
         self.method = "GET"
@@ -98,6 +99,7 @@ class H2Connection(asyncio.Protocol):
         self.closed = False
         self.goaway = False  # no new streams here
         self.settings_received = False
+        self.completed = 0  # streams that ended normally here
         self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
 
     @property
@@ -127,6 +129,11 @@ class H2Connection(asyncio.Protocol):
                 return
             if reply and self.transport is not None:
                 self.transport.write(reply)
+            if self.tls.closed_by_peer and self.transport is not None:
+                # close_notify: the member is done with this connection (an idle timeout, a restart). Close it
+                # now, or the next stream would go out on it and meet a reset.
+                self.goaway = True
+                self.transport.close()
             if not self.ready.done() and self.tls.handshaken:
                 if self.tls.alpn != "h2":
                     why = f"{self.pool.where} did not agree to HTTP/2 (ALPN: {self.tls.alpn or 'none'})"
@@ -229,6 +236,7 @@ class H2Connection(asyncio.Protocol):
                 sink, stream.sink = stream.sink, None
                 touched.pop(event.stream_id, None)
                 stream.closed = True
+                self.completed += 1
                 sink.upstream_complete()
             self._maybe_close()
         elif isinstance(event, h2.events.StreamReset):
@@ -351,7 +359,9 @@ class H2Pool:
     def where(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def acquire(self, connect_timeout_s: float) -> H2Stream:
+    async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> H2Stream:
+        """A stream on a connection with room, or on a new one. (`fresh` is for HTTP/1.1's idle pool: a failed
+        HTTP/2 connection has already left this pool.)"""
         while True:
             for conn in self.connections:
                 if conn.has_room:

@@ -307,7 +307,7 @@ class Exchange:
                 if self.members and action.member not in self.members and self.pool is not None:
                     self.app.metrics.failovers.labels(self.pool.name).inc()
                 self.members.append(action.member)
-                task = self.loop.create_task(self._connect(action.member))
+                task = self.loop.create_task(self._connect(action.member, action.fresh))
                 self.app._tasks.add(task)
                 task.add_done_callback(self.app._tasks.discard)
             elif kind is Abort:
@@ -339,11 +339,11 @@ class Exchange:
                 self.error = self.error or machine.outcome.replace("_", " ")
             self._resolve_done()
 
-    async def _connect(self, member: MemberState) -> None:
+    async def _connect(self, member: MemberState, fresh: bool) -> None:
         machine = self.machine
         assert machine is not None
         try:
-            conn = await self.app.connection_pool(member).acquire(self.app.cfg.limits.connect_timeout_s)
+            conn = await self.app.connection_pool(member).acquire(self.app.cfg.limits.connect_timeout_s, fresh)
         except AttemptFailed as exc:
             self._do(machine.attempt_failed(exc.failure))
             return

@@ -76,6 +76,10 @@ class UpstreamConnection(asyncio.Protocol):
                 self.transport.write(reply)
             if not self.ready.done() and self.tls.handshaken:
                 self.ready.set_result(None)
+            if self.tls.closed_by_peer and self.transport is not None:
+                # close_notify: the member is done with this connection. Close it now (connection_lost then ends
+                # a close-delimited body, or reports a cut one); an idle one leaves the pool at once.
+                self.transport.close()
             if not data:
                 return
         sink = self.sink
@@ -208,10 +212,11 @@ class ConnectionPool:
     def where(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def acquire(self, connect_timeout_s: float) -> UpstreamConnection:
-        """An idle connection, or a new one connected (and TLS-handshaken) within the timeout. Raises
-        AttemptFailed with the reason."""
-        while self.idle:
+    async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> UpstreamConnection:
+        """An idle connection (unless `fresh`), or a new one connected (and TLS-handshaken) within the timeout.
+        Raises AttemptFailed with the reason. `fresh` after a stale keep-alive failed: a server that closes idle
+        connections lazily (hypercorn: on the next request past its keep-alive) has closed the others too."""
+        while self.idle and not fresh:
             conn = self.idle.pop()  # most recently used: the least likely to have been timed out by the server
             if not conn.closed:
                 return conn
