@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 
 from tokenpath.loops import new_event_loop
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.procs import ServiceProcess, stop_process_group, tokenpath_argv
 from tokenpath.proxies.base import free_port
 from tokenpath.stats import percentile
 from tokenpath.tlscert import self_signed
@@ -60,7 +60,7 @@ def start_hypercorn(port: int, tls: tuple[str, str] | None, folder: Path) -> sub
     if tls:
         argv += ["--certfile", tls[0], "--keyfile", tls[1]]
     proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -104,7 +104,7 @@ http {{
 }}
 """)
     proc = subprocess.Popen(["nginx", "-c", str(config), "-p", str(work), "-e", str(work / "error.log")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -243,10 +243,8 @@ def main() -> None:
         for g in gateways.values():
             g.stop()
         if nginx is not None:
-            nginx.terminate()
-            nginx.wait(10)
-        upstream.kill()
-        upstream.wait()
+            stop_process_group(nginx, 5)
+        stop_process_group(upstream, 5)  # hypercorn's worker is a child process
     if args.json:
         print(json.dumps(results, indent=1))
         return

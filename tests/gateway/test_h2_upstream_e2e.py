@@ -25,6 +25,7 @@ import pytest
 from tests.gateway.test_gateway_e2e import Services, hostport, metric, read_response, request, roundtrip
 from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA
+from tokenpath.procs import stop_process_group
 from tokenpath.proxies.base import free_port
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +45,9 @@ class Hypercorn:
         self.log = tmp_path / f"hypercorn-{self.port}.log"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "ASGI_SSE_EVENTS": str(self.events)}
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )  # its worker is a child: stopped with it
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
@@ -65,8 +68,7 @@ class Hypercorn:
         return self.events.read_text().count("disconnect")
 
     def close(self) -> None:
-        self.proc.kill()  # its graceful shutdown is not under test
-        self.proc.wait(10)
+        stop_process_group(self.proc, 5)  # the parent and its spawned worker; a kill of the parent alone orphans it
 
 
 @pytest.fixture

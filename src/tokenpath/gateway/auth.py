@@ -13,7 +13,7 @@ from typing import Any
 
 import jwt
 
-from tokenpath.errors import BadRequest, UsageError
+from tokenpath.errors import BadRequest, PeerError, UsageError
 from tokenpath.gateway.config import AuthConfig
 from tokenpath.gateway.jwks import JWKSCache
 
@@ -24,8 +24,9 @@ class AuthError(BadRequest):
     """The request's credentials are not acceptable. The message is the reason we log; never the token."""
 
 
-class KeyNeeded(Exception):
-    """The token names a JWKS key id that is not cached: `authenticate` fetches the JWKS (bounded), then checks."""
+class KeyNeeded(PeerError):
+    """Not a failure: the token names a JWKS key id that is not cached, so `authenticate` fetches the JWKS
+    (bounded), then checks. In the error tree only so that nothing escapes it."""
 
     def __init__(self, kid: str) -> None:
         super().__init__(kid)

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
+from tokenpath.errors import NetworkError
 from tokenpath.flow import ReadGate
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
@@ -31,7 +32,9 @@ class Sink(Protocol):
     def upstream_lost(self, failure: Failure) -> None: ...
 
 
-class AttemptFailed(Exception):
+class AttemptFailed(NetworkError):
+    """An attempt at a member failed before the request went out (connect, TLS, local resources)."""
+
     def __init__(self, failure: Failure) -> None:
         super().__init__(str(failure))
         self.failure = failure
