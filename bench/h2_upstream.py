@@ -75,8 +75,9 @@ def start_nginx(upstream_port: int, tls: tuple[str, str] | None, folder: Path) -
     work = folder / "nginx"
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     scheme = "https" if tls else "http"
+    # nginx checks the upstream's name as a DNS name (an IP SAN does not match "127.0.0.1"): the cert's DNS name
     ssl_lines = (f"proxy_ssl_verify on;\n      proxy_ssl_trusted_certificate {tls[0]};\n      "
-                 "proxy_ssl_name 127.0.0.1;\n      proxy_ssl_server_name on;") if tls else ""  # fmt: skip
+                 "proxy_ssl_name localhost;\n      proxy_ssl_server_name on;") if tls else ""  # fmt: skip
     config = work / "nginx.conf"
     config.write_text(f"""daemon off;
 worker_processes 1;
