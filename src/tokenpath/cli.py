@@ -30,7 +30,9 @@ err_console = Console(stderr=True)
 
 
 def _fail(command: str, exc: TokenpathError) -> NoReturn:
-    err_console.print(f"tokenpath {command}: error: {_as_flags(str(exc))}", highlight=False, markup=False)
+    err_console.print(
+        f"tokenpath {command}: error: {_as_flags(str(exc))}", highlight=False, markup=False, soft_wrap=True
+    )
     raise typer.Exit(exc.exit_code)
 
 
@@ -400,6 +402,76 @@ def gateway(
         run_gateway(cfg, _announce("gateway"), loop, log_level)
     except TokenpathError as exc:
         _fail("gateway", exc)
+
+
+@app.command()
+def monitor(
+    config: Annotated[str | None, typer.Argument(help="Monitor config (TOML); or one target by --url.")] = None,
+    url: Annotated[str | None, typer.Option(help="One target's endpoint or base URL (instead of a config).")] = None,
+    direct_url: Annotated[str | None, typer.Option(help="The same model around the path, for added TTFT.")] = None,
+    name: Annotated[str, typer.Option(help="The target's label with --url.")] = "target",
+    model: Annotated[str | None, typer.Option(help="Model to request (--url).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
+    body_json: Annotated[str | None, typer.Option(help="JSON object merged into each request (--url).")] = None,
+    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) for https targets (--url).")] = None,
+    insecure: Annotated[bool, typer.Option(help="Do not verify TLS certificates (--url).")] = False,
+    interval: Annotated[float | None, typer.Option(help="Seconds between probes of a target (default 15).")] = None,
+    metrics_listen: Annotated[
+        str | None, typer.Option(help="HOST:PORT for Prometheus /metrics (default 127.0.0.1:9465).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Probe every target --probes times, summarise, exit.")] = False,
+    probes: Annotated[int, typer.Option(help="--once: cycles per target.")] = 5,
+    fail_on: Annotated[
+        str | None, typer.Option(help="--once: rules, e.g. 'added_ttft_p95>50ms,fpr>1.5'; exit 14 if breached.")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
+) -> None:
+    """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus."""
+    from tokenpath.jsonlog import configure_logging
+    from tokenpath.monitor import config as moncfg
+    from tokenpath.monitor import service
+    from tokenpath.monitor.rules import parse_rules
+    from tokenpath.monitor.table import summary_table
+
+    try:
+        if (config is None) == (url is None):
+            raise UsageError("give a monitor config file or --url (one target), not both or neither")
+        if fail_on and not once:
+            raise UsageError("--fail-on goes with --once (a long-running monitor alerts through Prometheus)")
+        one = [_monitor_target(name, url or "", direct_url, model, api_key_env, header, max_tokens, body_json,
+                               cacert, insecure)] if url else []  # fmt: skip
+        data = moncfg.read_toml(config) if config else {"target": one}
+        settings: object = data.get("monitor", {})
+        if isinstance(settings, dict):  # flags win over the file; a malformed table is from_dict's to name
+            settings = {**settings, **({"interval_s": interval} if interval is not None else {}),
+                        **({"metrics_listen": metrics_listen} if metrics_listen is not None else {})}  # fmt: skip
+        cfg = moncfg.from_dict({**data, "monitor": settings}, where=f"monitor config {config}" if config else "--url")
+        rules = parse_rules(fail_on) if fail_on else ()
+        configure_logging(log_level)
+        if not once:
+            service.serve(cfg, _announce("monitor"))
+            return
+        summaries, breaches = service.once(cfg, probes, rules)
+        console.print(summary_table(summaries))
+        service.finish(breaches)
+    except TokenpathError as exc:
+        _fail("monitor", exc)
+
+
+def _monitor_target(
+    name: str, url: str, direct_url: str | None, model: str | None, api_key_env: str | None,
+    header: list[str] | None, max_tokens: int | None, body_json: str | None, cacert: str | None, insecure: bool,
+) -> dict[str, object]:  # fmt: skip
+    target: dict[str, object] = {"name": name, "url": url, "insecure": insecure,
+                                 "headers": dict(parse_header_arg(h) for h in header or []),
+                                 "body": dict(_body_json(body_json))}  # fmt: skip
+    for key, value in (("direct_url", direct_url), ("model", model), ("api_key_env", api_key_env),
+                       ("max_tokens", max_tokens), ("cacert", cacert)):  # fmt: skip
+        if value is not None:
+            target[key] = value
+    return target
 
 
 @app.command()

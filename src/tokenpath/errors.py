@@ -3,6 +3,7 @@
     TokenpathError
     ├── UsageError            ours: a flag, a URL, a config value the caller must change
     ├── LocalProtocolError    ours: code in this package misused the HTTP core (a bug, never the peer's doing)
+    ├── RuleBreached          a gate the user set (monitor --fail-on) was not met
     ├── PeerError             the other side: server, proxy or network
     │   ├── NetworkError          ConnectError (DNSError, TLSError), the connection reset
     │   ├── PeerTimeout           ConnectTimeout, FirstByteTimeout, IdleTimeout, TotalTimeout
@@ -121,6 +122,13 @@ class BadRequest(PeerError):
 
     exit_code = 12
     meaning = "the peer refused the request as malformed or too large (4xx)"
+
+
+class RuleBreached(TokenpathError):
+    """A `--fail-on` rule of `monitor --once` was breached: the measurement worked, the path failed the gate."""
+
+    exit_code = 14
+    meaning = "a --fail-on rule was breached (monitor --once)"
 
 
 class InstrumentError(TokenpathError):

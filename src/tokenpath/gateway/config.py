@@ -3,14 +3,15 @@ has a default with its reason, and is checked on load with a message that says w
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
 from tokenpath.gateway.tls import check_files
+from tokenpath.tomlconfig import dataclass_from
+from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
 
 Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
@@ -174,14 +175,7 @@ def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:
 
 
 def _dataclass_from(cls: Any, data: dict[str, Any], where: str) -> Any:
-    known = {f.name for f in fields(cls)}
-    unknown = set(data) - known
-    if unknown:
-        raise UsageError(f"gateway config [{where}]: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-    try:
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-    except TypeError as exc:
-        raise UsageError(f"gateway config [{where}]: {exc}") from None
+    return dataclass_from(cls, data, f"gateway config [{where}]")
 
 
 def _host_port(value: str, where: str) -> tuple[str, int]:
@@ -229,12 +223,7 @@ class Overrides:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"gateway config {path}: {exc.strerror}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"gateway config {path}: {exc}") from None
+    return _read_toml(path, "gateway config")
 
 
 def load(path: str | Path) -> GatewayConfig:

@@ -8,25 +8,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import tempfile
-import threading
 from pathlib import Path
-from socketserver import ThreadingMixIn
-from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import psutil
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tokenpath.errors import UsageError
+from tokenpath import exposition
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ADDED_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MULTIPROC_PREFIX = "tokenpath-gw-metrics-"  # + the parent's pid + "-": a later run can tell whose dir it was
-SCRAPE_THREADS = 4  # concurrent /metrics requests; more connections are closed at once
-SCRAPE_TIMEOUT_S = 5.0  # a connection that sends no whole request by then is closed
 
 
 class Metrics:
@@ -67,40 +60,6 @@ class Metrics:
         )  # fmt: skip
 
 
-class _BoundedServer(ThreadingMixIn, WSGIServer):
-    """prometheus-client's own server starts a thread per connection and never times one out, so idle
-    connections cost a thread each, forever. This one serves at most SCRAPE_THREADS at a time and drops the rest."""
-
-    daemon_threads = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._slots = threading.BoundedSemaphore(SCRAPE_THREADS)
-        super().__init__(*args, **kwargs)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-class _BoundedServer6(_BoundedServer):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = SCRAPE_TIMEOUT_S
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 def serve(host: str, port: int, registry: CollectorRegistry | None, multiproc_dir: Path | None = None) -> None:
     """Start the /metrics endpoint in a thread. With a multiprocess dir, serve the merged view of all workers."""
     if multiproc_dir is not None:
@@ -108,13 +67,7 @@ def serve(host: str, port: int, registry: CollectorRegistry | None, multiproc_di
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=str(multiproc_dir))  # type: ignore[no-untyped-call]
-    app = make_wsgi_app(registry or CollectorRegistry())
-    server_class = _BoundedServer6 if ":" in host else _BoundedServer
-    try:
-        httpd = make_server(host, port, app, server_class, handler_class=_QuietHandler)
-    except OSError as exc:
-        raise UsageError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
-    threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
+    exposition.serve(host, port, registry or CollectorRegistry())
 
 
 def sweep_orphaned_dirs() -> None:

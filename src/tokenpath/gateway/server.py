@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,6 +27,7 @@ from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.http_server import HTTPConnection, bound_port, listen
+from tokenpath.jsonlog import configure_logging
 from tokenpath.loops import new_event_loop
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.workers import claim_port, reuseport_socket, run_worker_group
@@ -101,34 +101,6 @@ class GatewayServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
         return cut
-
-
-class JSONFormatter(logging.Formatter):
-    """One JSON object per line; messages that are already JSON objects are merged in, not quoted."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": round(record.created, 3), "level": record.levelname.lower(), "logger": record.name}
-        message = record.getMessage()
-        try:
-            parsed = json.loads(message) if message.startswith("{") else None
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            out.update(parsed)
-        else:
-            out["message"] = message
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JSONFormatter())
-    root = logging.getLogger("tokenpath")
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-    root.propagate = False
 
 
 def run(

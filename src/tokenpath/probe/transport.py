@@ -5,6 +5,7 @@ Everything above it (request building, framing, SSE, metrics) is sans-IO, so tes
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import struct
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from tokenpath.errors import ConnectError, DNSError, TLSError, UsageError
+from tokenpath.errors import ConnectError, ConnectTimeout, DNSError, TLSError, UsageError
 
 RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segment burst we expect
 
@@ -137,6 +138,12 @@ class SocketTransport:
     def close(self) -> None:
         self._sock.close()
 
+    def abort(self) -> None:
+        """Wake a recv() blocked in another thread (it returns EOF): how a stopping monitor ends its probes at once.
+        The plain socket's shutdown, not SSLSocket's, which would also drop the TLS object under the reader."""
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+
 
 SocketFactory = Callable[[str, int, float], socket.socket]  # (host, port, timeout) -> connected socket
 
@@ -172,7 +179,7 @@ def open_connection(
             sock = wrap_tls(sock, target, tls)
         return SocketTransport(sock)
     if isinstance(last, TimeoutError):
-        raise ConnectError(f"connecting to {target.host}:{target.port} timed out after {connect_timeout_s} s")
+        raise ConnectTimeout(f"connecting to {target.host}:{target.port} timed out after {connect_timeout_s} s")
     reason = last.strerror if last is not None and last.strerror else str(last)
     raise ConnectError(f"cannot connect to {target.host}:{target.port}: {reason}")
 

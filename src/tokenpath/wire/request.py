@@ -40,7 +40,7 @@ def build_request(
     fields = [("Host", host)]
     names = set()
     for name, value in headers:
-        _check_header(name, value)
+        check_header(name, value)
         names.add(name.lower())
         fields.append((name, value))
     if "connection" not in names:
@@ -63,7 +63,7 @@ def build_json_request(
     return build_request("POST", host, target, body=body, headers=all_headers, keep_alive=keep_alive)
 
 
-def _check_header(name: str, value: str) -> None:
+def check_header(name: str, value: str) -> None:
     if not name or any(c in name for c in " \t\r\n:"):
         raise UsageError(f"invalid header name {name!r}")
     if "\r" in value or "\n" in value:
@@ -76,5 +76,5 @@ def parse_header_arg(arg: str) -> tuple[str, str]:
     if not sep or not name.strip():
         raise UsageError(f"header {arg!r} is not NAME:VALUE")
     name, value = name.strip(), value.strip()
-    _check_header(name, value)
+    check_header(name, value)
     return name, value

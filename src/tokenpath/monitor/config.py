@@ -1,0 +1,196 @@
+"""What `tokenpath monitor` watches: a TOML file (or one target from flags) read into frozen objects, checked before
+the first probe, with each target's probe configs built here so the runner never touches the environment.
+
+    [monitor]                      # all optional
+    interval_s = 15                # between two probes of one target (start to start), jittered
+    jitter = 0.1                   # +/- this share of the interval, so targets do not probe in lockstep
+    max_concurrency = 4            # probes in flight at once, over all targets (one per target at most)
+    metrics_listen = "127.0.0.1:9465"
+    coalescing_window = 5          # the coalescing gauge is the modal burst of this many latest probes
+
+    [defaults]                     # any target key but name/url/direct_url, applied to every target
+    model = "gpt-4o-mini"
+
+    [[target]]
+    name = "ingress"               # the `target` label: labels come only from this file
+    url = "https://llm.example.com/v1"
+    direct_url = "http://10.0.0.5:8000/v1"   # optional: the same model without the path, for added TTFT
+    api_key_env = "OPENAI_API_KEY"
+    headers = { "X-Team" = "search" }
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tokenpath.errors import UsageError
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.transport import TLSOptions, parse_target
+from tokenpath.tomlconfig import dataclass_from
+from tokenpath.tomlconfig import read_toml as _read_toml
+from tokenpath.wire.request import DEFAULT_PROMPT, check_header
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a label value a dashboard and a shell both take as-is
+ROUTES = ("via", "direct")  # the `route` label: through the path under watch, or around it
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    url: str
+    direct_url: str | None = None
+    model: str = "tokenpath-stub"
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int | None = 32  # enough frames to see bursts; a synthetic probe should not cost a long answer
+    headers: dict[str, str] = field(default_factory=dict)
+    api_key_env: str | None = None  # the key is read from this variable at start; never from the file
+    body: dict[str, Any] = field(default_factory=dict)  # merged into the JSON request (e.g. vendor options)
+    cacert: str | None = None
+    insecure: bool = False
+    interval_s: float | None = None  # this target's own interval; default [monitor] interval_s
+    connect_timeout_s: float = 5.0
+    first_byte_timeout_s: float = 30.0  # a model under load can take this long to its first byte
+    idle_timeout_s: float = 30.0
+    total_timeout_s: float = 60.0  # the longest one probe may hold a slot (and the longest SIGTERM can wait)
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    interval_s: float = 15.0  # a dashboard's usual scrape step; one stream per target per step costs little
+    jitter: float = 0.1
+    max_concurrency: int = 4
+    metrics_listen: str = "127.0.0.1:9465"  # loopback unless told otherwise
+    coalescing_window: int = 5
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked target: its spec, its interval and the probe configs of each route it has."""
+
+    spec: TargetSpec
+    interval_s: float
+    routes: dict[str, ProbeConfig]
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    settings: MonitorSettings
+    targets: tuple[Target, ...]
+
+    @property
+    def metrics_host_port(self) -> tuple[str, int]:
+        value = self.settings.metrics_listen
+        host, sep, port = value.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535:
+            raise UsageError(f"`metrics_listen` {value!r}: expected HOST:PORT")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    return _read_toml(path, "monitor config")
+
+
+def load(path: str | Path, env: dict[str, str] | None = None) -> MonitorConfig:
+    return from_dict(read_toml(path), env, where=f"monitor config {path}")
+
+
+def from_dict(data: dict[str, Any], env: dict[str, str] | None = None, where: str = "monitor config") -> MonitorConfig:
+    data = dict(data)
+    settings = dataclass_from(MonitorSettings, data.pop("monitor", {}), f"{where} [monitor]")
+    defaults = data.pop("defaults", {})
+    if not isinstance(defaults, dict):
+        raise UsageError(f"{where} [defaults]: expected a table")
+    for key in ("name", "url", "direct_url"):
+        if key in defaults:
+            raise UsageError(f"{where} [defaults]: `{key}` belongs to each [[target]]")
+    raw_targets = data.pop("target", [])
+    if data:
+        raise UsageError(f"{where}: unknown key(s) {sorted(data)}; known: ['defaults', 'monitor', 'target']")
+    if not isinstance(raw_targets, list) or not raw_targets:
+        raise UsageError(f"{where}: no [[target]]: declare at least one target to probe")
+    specs = []
+    for i, raw in enumerate(raw_targets):
+        if not isinstance(raw, dict):
+            raise UsageError(f"{where} [[target]] {i}: expected a table")
+        specs.append(dataclass_from(TargetSpec, {**defaults, **raw}, f"{where} [[target]] {raw.get('name', i)}"))
+    return build(settings, specs, env)
+
+
+def build(settings: MonitorSettings, specs: list[TargetSpec], env: dict[str, str] | None = None) -> MonitorConfig:
+    """Check everything a probe will need, so a typo is a startup error and not a stream of failed probes."""
+    environ = os.environ if env is None else env
+    _check_settings(settings)
+    names = [s.name for s in specs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(f"target names must be unique: {duplicates}")
+    targets = tuple(_target(spec, settings, environ) for spec in specs)
+    config = MonitorConfig(settings, targets)
+    config.metrics_host_port  # noqa: B018 - checks metrics_listen
+    return config
+
+
+def _check_settings(s: MonitorSettings) -> None:
+    if not 0.1 <= s.interval_s <= 86400:
+        raise UsageError(f"`interval_s` must be between 0.1 and 86400 seconds, not {s.interval_s}")
+    if not 0 <= s.jitter <= 0.5:
+        raise UsageError(f"`jitter` must be a share of the interval between 0 and 0.5, not {s.jitter}")
+    if not 1 <= s.max_concurrency <= 256:
+        raise UsageError(f"`max_concurrency` must be between 1 and 256, not {s.max_concurrency}")
+    if not 1 <= s.coalescing_window <= 1000:
+        raise UsageError(f"`coalescing_window` must be between 1 and 1000 probes, not {s.coalescing_window}")
+
+
+def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
+    where = f"target {spec.name!r}"
+    if not NAME.match(spec.name):
+        raise UsageError(f"target name {spec.name!r}: use letters, digits and _.:- (at most 64)")
+    interval = settings.interval_s if spec.interval_s is None else spec.interval_s
+    if not 0.1 <= interval <= 86400:
+        raise UsageError(f"{where}: `interval_s` must be between 0.1 and 86400 seconds, not {interval}")
+    for name, value in spec.headers.items():
+        if not isinstance(value, str):
+            raise UsageError(f"{where}: header {name} must be a string")
+        check_header(name, value)
+    if spec.max_tokens is not None and spec.max_tokens < 1:
+        raise UsageError(f"{where}: `max_tokens` must be >= 1")
+    if spec.cacert and not Path(spec.cacert).is_file():
+        raise UsageError(f"{where}: `cacert` {spec.cacert}: no such file")
+    api_key = None
+    if spec.api_key_env:
+        api_key = env.get(spec.api_key_env)
+        if not api_key:
+            raise UsageError(f"{where}: `api_key_env` {spec.api_key_env}: that environment variable is not set")
+    try:
+        base = _probe_config(spec, api_key)
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    routes = {"via": base}
+    if spec.direct_url:
+        routes["direct"] = replace(base, url=spec.direct_url)
+    for route, cfg in routes.items():
+        try:
+            cfg.target  # noqa: B018 - validates the URL
+        except UsageError as exc:
+            raise UsageError(f"{where} ({route}): {exc}") from None
+    if spec.direct_url and parse_target(spec.direct_url) == parse_target(spec.url):
+        raise UsageError(f"{where}: `direct_url` is the same endpoint as `url`: nothing would be added")
+    return Target(spec, interval, routes)
+
+
+def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
+    return ProbeConfig(
+        url=spec.url, model=spec.model, prompt=spec.prompt, max_tokens=spec.max_tokens,
+        headers=tuple(spec.headers.items()), api_key=api_key,
+        tls=TLSOptions(insecure=spec.insecure, cacert=spec.cacert), connect_timeout_s=spec.connect_timeout_s,
+        first_byte_timeout_s=spec.first_byte_timeout_s, idle_timeout_s=spec.idle_timeout_s,
+        total_timeout_s=spec.total_timeout_s, extra_body=tuple(spec.body.items()),
+    )  # fmt: skip

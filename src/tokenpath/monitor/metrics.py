@@ -1,0 +1,106 @@
+"""The monitor's Prometheus metrics (prometheus-client). Labels come from the config only — `target` (its name)
+and `route` (via the path, or direct around it) — never from anything an endpoint returns, so a hostile or
+broken endpoint cannot grow the series count. Memory is fixed per target: histograms, gauges and one bounded
+window of recent bursts.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as Tally
+from collections import deque
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from tokenpath.monitor.config import MonitorConfig
+from tokenpath.monitor.probing import OK, ProbeOutcome
+
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+ADDED_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
+GAP_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+FPR_BUCKETS = (1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 5.0, 8.0, 13.0, 21.0, 50.0, 100.0)  # the heatmap's rows
+
+
+class BurstWindow:
+    """The bursts (frames completed by one arrival) of the last N probes; `modal` is the burst most arrivals had.
+    A tie goes to the larger burst: the gauge exists to say 'coalescing', so it does not round that away."""
+
+    def __init__(self, size: int) -> None:
+        self._probes: deque[dict[int, int]] = deque(maxlen=size)
+
+    def add(self, bursts: dict[int, int]) -> None:
+        self._probes.append(dict(bursts))
+
+    def modal(self) -> int | None:
+        tally: Tally[int] = Tally()
+        for bursts in self._probes:
+            tally.update(bursts)
+        if not tally:
+            return None
+        return max(tally.items(), key=lambda kv: (kv[1], kv[0]))[0]
+
+
+class MonitorMetrics:
+    def __init__(self, config: MonitorConfig, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        by_route = ["target", "route"]
+        self.ttfb = Histogram("tokenpath_monitor_ttfb_seconds", "Last request byte written to first response byte",
+                              by_route, buckets=TTFT_BUCKETS, registry=r)  # fmt: skip
+        self.ttft = Histogram(
+            "tokenpath_monitor_ttft_seconds",
+            "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
+            by_route, buckets=TTFT_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.added_ttft = Histogram(
+            "tokenpath_monitor_added_ttft_seconds",
+            "TTFT via the path minus TTFT direct, probed back to back (a negative difference counts as 0)",
+            ["target"], buckets=ADDED_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.added_ttft_last = Gauge("tokenpath_monitor_added_ttft_last_seconds",
+                                     "The latest cycle's added TTFT, sign kept", ["target"], registry=r)  # fmt: skip
+        self.gap = Histogram("tokenpath_monitor_frame_gap_seconds", "Time between two consecutive arrivals",
+                             by_route, buckets=GAP_BUCKETS, registry=r)  # fmt: skip
+        self.fpr = Histogram("tokenpath_monitor_frames_per_read", "Frames per read of one probe (1 = streamed)",
+                             by_route, buckets=FPR_BUCKETS, registry=r)  # fmt: skip
+        self.coalescing = Gauge(
+            "tokenpath_monitor_coalescing",
+            "Modal burst over the latest probes: frames most arrivals carried (1 = every frame alone)",
+            by_route, registry=r,
+        )  # fmt: skip
+        self.probes = Counter("tokenpath_monitor_probes_total", "Probes by outcome (ok, or the failure's reason)",
+                              [*by_route, "outcome"], registry=r)  # fmt: skip
+        self.last_success = Gauge("tokenpath_monitor_last_success_timestamp_seconds",
+                                  "Unix time the latest successful probe started", by_route, registry=r)  # fmt: skip
+        self.interval = Gauge("tokenpath_monitor_interval_seconds", "Declared time between two probes of a target",
+                              ["target"], registry=r)  # fmt: skip
+        self._windows: dict[tuple[str, str], BurstWindow] = {}
+        for target in config.targets:
+            self.interval.labels(target.name).set(target.interval_s)
+            for route in target.routes:
+                self._windows[(target.name, route)] = BurstWindow(config.settings.coalescing_window)
+                self.probes.labels(target.name, route, OK)  # the series exists before the first probe ends
+
+    def record(self, outcome: ProbeOutcome) -> None:
+        labels = (outcome.target, outcome.route)
+        self.probes.labels(*labels, outcome.outcome).inc()
+        m = outcome.metrics
+        if m is None:
+            return
+        if m.ttfb_ms is not None:
+            self.ttfb.labels(*labels).observe(m.ttfb_ms / 1000)
+        if m.frames_per_read is not None:
+            self.fpr.labels(*labels).observe(m.frames_per_read)
+        gap = self.gap.labels(*labels)
+        for g in outcome.gaps_s:
+            gap.observe(g)
+        window = self._windows[labels]
+        window.add(m.bursts)
+        modal = window.modal()
+        if modal is not None:
+            self.coalescing.labels(*labels).set(modal)
+        if outcome.ok and m.ttft_ms is not None:
+            self.ttft.labels(*labels).observe(m.ttft_ms / 1000, exemplar={"stream_id": outcome.stream_id})
+            self.last_success.labels(*labels).set(outcome.started_unix)
+
+    def record_added(self, target: str, added_s: float) -> None:
+        self.added_ttft.labels(target).observe(max(added_s, 0.0))
+        self.added_ttft_last.labels(target).set(added_s)

@@ -1,0 +1,160 @@
+"""One probe of one route, and one cycle of a target (its routes back to back), as outcomes: what was measured, or
+the reason it could not be. The probe is `tokenpath probe`'s own (same raw socket, same arrivals, TLS drain
+included); nothing here raises for a peer's fault.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import pairwise
+
+from tokenpath.clock import ns_to_ms
+from tokenpath.errors import TokenpathError
+from tokenpath.monitor.config import Target
+from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
+from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.trace import Trace
+from tokenpath.probe.transport import SocketTransport, Transport, open_connection
+from tokenpath.probe.transport import Target as Endpoint
+
+log = logging.getLogger("tokenpath.monitor")
+
+OK = "ok"
+NO_CONTENT = "no_content"  # the stream ended cleanly without a content frame: no TTFT to report
+INTERNAL = "internal"  # a bug of ours, logged with its traceback; the monitor goes on
+
+
+def reason_of(exc: BaseException) -> str:
+    """The outcome label of a failure: the error class's name in snake case, as the exit-code table lists it
+    (ConnectError -> connect, HTTPStatusError -> http_status, FirstByteTimeout -> first_byte_timeout)."""
+    if not isinstance(exc, TokenpathError):
+        return INTERNAL
+    name = type(exc).__name__.removesuffix("Error") or type(exc).__name__
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    target: str
+    route: str
+    stream_id: str
+    outcome: str  # OK, NO_CONTENT or a reason_of() label
+    message: str  # the failure, one line; "" when ok
+    metrics: RunMetrics | None  # None when the probe failed
+    gaps_s: tuple[float, ...]  # between consecutive arrivals
+    started_unix: float
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+
+class Aborter:
+    """The transports of probes in flight, so a stopping monitor can end them at once instead of waiting out
+    their timeouts. Thread-safe: probes register from worker threads, stop() comes from the main thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[_Tracked] = set()
+        self.stopped = threading.Event()
+
+    def connect(self, target: Endpoint, cfg: ProbeConfig) -> Transport:
+        transport = _Tracked(open_connection(target, connect_timeout_s=cfg.connect_timeout_s, tls=cfg.tls), self)
+        with self._lock:
+            self._open.add(transport)
+            if self.stopped.is_set():
+                transport.abort()
+        return transport
+
+    def forget(self, transport: _Tracked) -> None:
+        with self._lock:
+            self._open.discard(transport)
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped.set()
+            for transport in self._open:
+                transport.abort()
+
+    @property
+    def open_count(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+
+class _Tracked:
+    """A probe's transport that leaves the aborter's set when the probe closes it."""
+
+    def __init__(self, inner: SocketTransport, aborter: Aborter) -> None:
+        self._inner = inner
+        self._aborter = aborter
+
+    def sendall(self, data: bytes) -> None:
+        self._inner.sendall(data)
+
+    def recv(self, timeout_s: float) -> bytes:
+        return self._inner.recv(timeout_s)
+
+    def drain(self) -> bytes:
+        return self._inner.drain()
+
+    def abort(self) -> None:
+        self._inner.abort()
+
+    def close(self) -> None:
+        self._aborter.forget(self)
+        self._inner.close()
+
+
+Prober = Callable[[ProbeConfig, str], Trace]  # (config, stream id) -> trace; raises a TokenpathError
+
+
+def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> ProbeOutcome:
+    stream_id = new_stream_id()
+    started = time.time()
+    try:
+        trace = prober(cfg, stream_id)
+    except Exception as exc:
+        outcome = reason_of(exc)
+        if outcome == INTERNAL:
+            log.exception("probe of %s (%s) failed inside tokenpath", target, route)
+        message = " ".join(str(exc).split())[:300] or type(exc).__name__
+        return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started)
+    metrics = run_metrics(trace)
+    arrivals = [r.t_ns for r in trace.reads if r.frames > 0]
+    gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
+    outcome = OK if metrics.ttft_ms is not None else NO_CONTENT
+    message = "" if outcome == OK else f"the stream ended after {metrics.frames} frames without a content frame"
+    return ProbeOutcome(target, route, stream_id, outcome, message, metrics, gaps, started)
+
+
+def default_prober(aborter: Aborter) -> Prober:
+    def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
+        return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect)
+
+    return prober
+
+
+def probe_cycle(target: Target, prober: Prober, direct_first: bool) -> list[ProbeOutcome]:
+    """The target's routes one after the other (one stream at a time per target), in the order given: the caller
+    alternates it so neither route always probes a warmer upstream."""
+    routes = list(target.routes.items())
+    if direct_first:
+        routes.reverse()
+    return [probe_route(target.name, route, cfg, prober) for route, cfg in routes]
+
+
+def added_ttft_s(cycle: list[ProbeOutcome]) -> float | None:
+    """TTFT through the path minus TTFT around it, from one cycle; None unless both routes measured one."""
+    by_route = {o.route: o for o in cycle}
+    via, direct = by_route.get("via"), by_route.get("direct")
+    if via is None or direct is None or via.metrics is None or direct.metrics is None:
+        return None
+    if via.metrics.ttft_ms is None or direct.metrics.ttft_ms is None:
+        return None
+    return (via.metrics.ttft_ms - direct.metrics.ttft_ms) / 1000

@@ -1,0 +1,230 @@
+"""The monitor's two modes on one probe path.
+
+`watch`: probe every target on its schedule until told to stop, record each outcome in the metrics and as one
+JSON log line (with the stream id, so a bad point on a dashboard can be traced to its probe). Probes run in a
+fixed pool of threads (the probe is blocking by design: one raw socket, timestamps at each recv), at most one per
+target and `max_concurrency` in all. Nothing grows with time: the pool, the metrics and the burst windows are
+fixed in size, every probe closes its socket, and a stop aborts the probes in flight.
+
+`once`: N cycles of every target, then a summary per target that `--fail-on` rules are checked against.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from tokenpath.monitor.config import MonitorConfig, Target
+from tokenpath.monitor.metrics import BurstWindow, MonitorMetrics
+from tokenpath.monitor.probing import Aborter, ProbeOutcome, Prober, added_ttft_s, default_prober, probe_cycle
+from tokenpath.monitor.rules import Rule
+from tokenpath.monitor.schedule import Schedule
+from tokenpath.stats import median, percentile
+
+log = logging.getLogger("tokenpath.monitor")
+
+Clock = Callable[[], float]
+
+
+def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
+    m = outcome.metrics
+    record: dict[str, object] = {"event": "probe", "target": outcome.target, "route": outcome.route,
+                                 "stream_id": outcome.stream_id, "outcome": outcome.outcome}  # fmt: skip
+    if m is not None:
+        record.update(ttfb_ms=_r(m.ttfb_ms), ttft_ms=_r(m.ttft_ms), frames=m.frames, arrivals=m.arrivals,
+                      fpr=_r(m.frames_per_read), total_ms=_r(m.total_ms))  # fmt: skip
+    if added_s is not None:
+        record["added_ttft_ms"] = _r(added_s * 1000)
+    if outcome.message:
+        record["message"] = outcome.message
+    (log.info if outcome.ok else log.warning)(json.dumps(record))
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+class Watch:
+    """Probes on schedule until stop(). `clock`, `sleep` and `prober` are injected so tests can drive it."""
+
+    def __init__(
+        self,
+        config: MonitorConfig,
+        metrics: MonitorMetrics,
+        *,
+        prober: Prober | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.aborter = Aborter()
+        self._prober = prober or default_prober(self.aborter)
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.cycles = 0
+
+    def stop(self) -> None:
+        """Safe from a signal handler: ends the loop and aborts the probes in flight."""
+        self._stop.set()
+        self._wake.set()
+        self.aborter.stop()
+
+    def run(self, max_cycles: int | None = None) -> None:
+        targets = {t.name: t for t in self.config.targets}
+        schedule = Schedule({n: t.interval_s for n, t in targets.items()}, self.config.settings.jitter,
+                            self._clock())  # fmt: skip
+        slots = min(self.config.settings.max_concurrency, len(targets))
+        in_flight: dict[Future[list[ProbeOutcome]], str] = {}
+        turns = dict.fromkeys(targets, False)
+        with ThreadPoolExecutor(slots, thread_name_prefix="probe") as pool:
+            while not self._stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
+                self._wake.clear()  # before collecting: a probe that ends after this sets it again
+                for name in schedule.due(self._clock()):
+                    if len(in_flight) >= slots:
+                        break
+                    schedule.start(name, self._clock())
+                    turns[name] = not turns[name]
+                    future = pool.submit(probe_cycle, targets[name], self._prober, turns[name])
+                    future.add_done_callback(lambda _f: self._wake.set())
+                    in_flight[future] = name
+                self._collect(in_flight, schedule)
+                wait_s = schedule.seconds_to_next(self._clock())
+                if in_flight and len(in_flight) >= slots:
+                    wait_s = None  # every slot is busy: the next event is a probe ending
+                self._wake.wait(wait_s)
+            self.aborter.stop()
+            for future in list(in_flight):
+                future.cancel()
+            wait(in_flight)
+
+    def _collect(self, in_flight: dict[Future[list[ProbeOutcome]], str], schedule: Schedule) -> None:
+        done = [f for f in in_flight if f.done()]
+        for future in done:
+            name = in_flight.pop(future)
+            schedule.finish(name)
+            if self._stop.is_set() or future.cancelled():
+                continue  # a probe cut short by the stop is not a measurement
+            try:
+                cycle = future.result()
+            except Exception:
+                log.exception("probe cycle of %s failed inside tokenpath", name)
+                continue
+            self.cycles += 1
+            added = added_ttft_s(cycle)
+            for outcome in cycle:
+                self.metrics.record(outcome)
+                log_outcome(outcome, added if outcome.route == "via" else None)
+            if added is not None:
+                self.metrics.record_added(name, added)
+
+
+@dataclass
+class RouteSamples:
+    probes: int = 0
+    failures: int = 0
+    ttft_s: list[float] = field(default_factory=list)
+    ttfb_s: list[float] = field(default_factory=list)
+    gaps_s: list[float] = field(default_factory=list)
+    fpr: list[float] = field(default_factory=list)
+    bursts: BurstWindow = field(default_factory=lambda: BurstWindow(1_000_000))
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, outcome: ProbeOutcome) -> None:
+        self.probes += 1
+        if not outcome.ok:
+            self.failures += 1
+            self.reasons[outcome.outcome] = self.reasons.get(outcome.outcome, 0) + 1
+        m = outcome.metrics
+        if m is None:
+            return
+        if m.ttft_ms is not None:
+            self.ttft_s.append(m.ttft_ms / 1000)
+        if m.ttfb_ms is not None:
+            self.ttfb_s.append(m.ttfb_ms / 1000)
+        if m.frames_per_read is not None:
+            self.fpr.append(m.frames_per_read)
+        self.gaps_s.extend(outcome.gaps_s)
+        self.bursts.add(m.bursts)
+
+
+@dataclass
+class TargetSummary:
+    name: str
+    routes: dict[str, RouteSamples]
+    added_s: list[float] = field(default_factory=list)
+
+    def value(self, metric: str) -> float | None:
+        """A rule's metric on this target, or None when nothing was measured for it."""
+        via = self.routes["via"]
+        base, _, pct = metric.partition("_p")
+        if metric.startswith("added_ttft_p"):
+            base, pct = "added_ttft", metric.removeprefix("added_ttft_p")
+        samples = {"ttft": via.ttft_s, "ttfb": via.ttfb_s, "gap": via.gaps_s, "added_ttft": self.added_s}
+        if base in samples and pct:
+            values = sorted(samples[base])
+            return percentile(values, float(pct)) if values else None
+        if metric == "fpr":
+            return median(via.fpr) if via.fpr else None
+        if metric == "fpr_max":
+            return max(via.fpr) if via.fpr else None
+        if metric == "coalescing":
+            modal = via.bursts.modal()
+            return None if modal is None else float(modal)
+        if metric == "failure_rate":
+            probes = sum(r.probes for r in self.routes.values())
+            return sum(r.failures for r in self.routes.values()) / probes if probes else None
+        raise KeyError(metric)
+
+
+def run_once(config: MonitorConfig, cycles: int, prober: Prober | None = None) -> list[TargetSummary]:
+    """`cycles` cycles of every target (targets in parallel, each one stream at a time), back to back."""
+    aborter = Aborter()
+    probe = prober or default_prober(aborter)
+
+    def one_target(target: Target) -> TargetSummary:
+        summary = TargetSummary(target.name, {route: RouteSamples() for route in target.routes})
+        for i in range(cycles):
+            cycle = probe_cycle(target, probe, direct_first=bool(i % 2))
+            added = added_ttft_s(cycle)
+            for outcome in cycle:
+                summary.routes[outcome.route].add(outcome)
+                log_outcome(outcome, added if outcome.route == "via" else None)
+            if added is not None:
+                summary.added_s.append(added)
+        return summary
+
+    slots = min(config.settings.max_concurrency, len(config.targets))
+    with ThreadPoolExecutor(slots, thread_name_prefix="probe") as pool:
+        try:
+            return list(pool.map(one_target, config.targets))
+        except BaseException:
+            aborter.stop()  # Ctrl-C: end the probes in flight rather than wait out their timeouts
+            raise
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    rule: Rule
+    target: str
+    value: float | None
+
+    def line(self) -> str:
+        return f"{self.rule.text} breached on {self.target}: {self.rule.shown(self.value)}"
+
+
+def check_rules(rules: tuple[Rule, ...], summaries: list[TargetSummary]) -> list[Breach]:
+    breaches = []
+    for rule in rules:
+        for summary in summaries:
+            if rule.metric.startswith("added_ttft") and "direct" not in summary.routes:
+                continue  # no direct route: nothing to subtract
+            value = summary.value(rule.metric)
+            if rule.breached(value):
+                breaches.append(Breach(rule, summary.name, value))
+    return breaches

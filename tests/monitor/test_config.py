@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.monitor.config import from_dict, load
+
+TARGET = {"name": "edge", "url": "http://127.0.0.1:9/v1"}
+
+
+def test_defaults_apply_to_every_target_and_a_target_overrides_them() -> None:
+    cfg = from_dict({
+        "monitor": {"interval_s": 7, "metrics_listen": "127.0.0.1:0"},
+        "defaults": {"model": "m1", "max_tokens": 8, "idle_timeout_s": 3.5},
+        "target": [TARGET, {"name": "b", "url": "http://127.0.0.1:10", "model": "m2", "interval_s": 2}],
+    })  # fmt: skip
+    a, b = cfg.targets
+    assert (a.interval_s, b.interval_s) == (7, 2)
+    assert a.routes["via"].model == "m1"
+    assert b.routes["via"].model == "m2"
+    assert a.routes["via"].max_tokens == 8
+    assert a.routes["via"].idle_timeout_s == 3.5
+    assert a.routes["via"].target.path == "/v1/chat/completions"
+    assert list(a.routes) == ["via"]
+    assert cfg.metrics_host_port == ("127.0.0.1", 0)
+
+
+def test_a_direct_url_adds_a_route_with_the_same_request() -> None:
+    cfg = from_dict({"target": [{**TARGET, "direct_url": "http://127.0.0.1:11", "headers": {"X-A": "1"},
+                                 "body": {"temperature": 0}}]})  # fmt: skip
+    via, direct = cfg.targets[0].routes["via"], cfg.targets[0].routes["direct"]
+    assert direct.url == "http://127.0.0.1:11"
+    assert (direct.headers, direct.extra_body, direct.model) == (via.headers, via.extra_body, via.model)
+    assert via.headers == (("X-A", "1"),)
+    assert via.extra_body == (("temperature", 0),)
+
+
+def test_the_api_key_comes_from_the_environment_and_is_never_shown() -> None:
+    cfg = from_dict({"target": [{**TARGET, "api_key_env": "K"}]}, env={"K": "sekrit"})
+    probe = cfg.targets[0].routes["via"]
+    assert probe.api_key == "sekrit"
+    assert "sekrit" not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"target": [TARGET], "montor": {}}, "unknown key(s) ['montor']"),
+        ({"target": [{**TARGET, "urll": "x"}]}, "unknown key(s) ['urll']"),
+        ({"monitor": {"intervl_s": 1}, "target": [TARGET]}, "unknown key(s) ['intervl_s']"),
+        ({"monitor": {"interval_s": "5s"}, "target": [TARGET]}, "`interval_s` must be a number"),
+        ({"monitor": {"interval_s": 0.01}, "target": [TARGET]}, "between 0.1 and 86400"),
+        ({"monitor": {"jitter": 0.9}, "target": [TARGET]}, "`jitter`"),
+        ({"monitor": {"max_concurrency": 0}, "target": [TARGET]}, "`max_concurrency`"),
+        ({"monitor": {"metrics_listen": "9465"}, "target": [TARGET]}, "expected HOST:PORT"),
+        ({"target": [{**TARGET, "max_tokens": "8"}]}, "`max_tokens` must be a whole number"),
+        ({"target": [{**TARGET, "insecure": "yes"}]}, "`insecure` must be true or false"),
+        ({"target": [{**TARGET, "headers": ["X: y"]}]}, "`headers` must be a table"),
+        ({"target": [{**TARGET, "headers": {"X": "a\r\nB: c"}}]}, "line break"),
+        ({"target": [{**TARGET, "url": "ftp://h"}]}, "expected http:// or https://"),
+        ({"target": [{**TARGET, "direct_url": "http://127.0.0.1:9/v1/chat/completions"}]}, "same endpoint"),
+        ({"target": [{**TARGET, "api_key_env": "NOPE"}]}, "NOPE: that environment variable is not set"),
+        ({"target": [{**TARGET, "cacert": "/nonexistent.pem"}]}, "no such file"),
+        ({"target": [{**TARGET, "first_byte_timeout_s": 0}]}, "must be a number of seconds > 0"),
+        ({"target": [{**TARGET, "name": "a b"}]}, "use letters, digits"),
+        ({"target": [TARGET, TARGET]}, "unique: ['edge']"),
+        ({"target": []}, "no [[target]]"),
+        ({}, "no [[target]]"),
+        ({"defaults": {"url": "http://x"}, "target": [TARGET]}, "`url` belongs to each [[target]]"),
+    ],
+)
+def test_mistakes_are_refused_before_any_probe(data: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=__import__("re").escape(message)):
+        from_dict(data, env={})
+
+
+def test_a_file_that_is_not_toml_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "m.toml"
+    bad.write_text("[[target]\nname=")
+    with pytest.raises(UsageError, match="monitor config"):
+        load(bad)
+    with pytest.raises(UsageError, match="No such file"):
+        load(tmp_path / "missing.toml")
+
+
+def test_the_shipped_example_loads() -> None:
+    example = Path(__file__).parents[2] / "examples" / "monitoring" / "monitor.toml"
+    cfg = load(example, env={"OPENAI_API_KEY": "x"})
+    assert cfg.targets

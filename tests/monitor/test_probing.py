@@ -1,0 +1,99 @@
+from __future__ import annotations
+
+import pytest
+
+from tokenpath import errors
+from tokenpath.monitor.config import from_dict
+from tokenpath.monitor.probing import INTERNAL, NO_CONTENT, OK, added_ttft_s, probe_cycle, probe_route, reason_of
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.trace import Trace, TraceRecorder
+
+MS = 1_000_000
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def trace_of(reads: list[tuple[int, bytes]], stream_id: str = "s") -> Trace:
+    rec = TraceRecorder(stream_id, 0)
+    for t_ms, data in reads:
+        rec.on_read(t_ms * MS, data)
+    return rec.trace
+
+
+CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (errors.ConnectError("x"), "connect"),
+        (errors.ConnectTimeout("x"), "connect_timeout"),
+        (errors.DNSError("x"), "dns"),
+        (errors.TLSError("x"), "tls"),
+        (errors.HTTPStatusError("x"), "http_status"),
+        (errors.ContentTypeError("x"), "content_type"),
+        (errors.FirstByteTimeout("x"), "first_byte_timeout"),
+        (errors.IdleTimeout("x"), "idle_timeout"),
+        (errors.TotalTimeout("x"), "total_timeout"),
+        (errors.RemoteProtocolError("x"), "remote_protocol"),
+        (errors.NetworkError("x"), "network"),
+        (errors.BadRequest("x"), "bad_request"),
+        (ValueError("x"), INTERNAL),
+    ],
+)
+def test_each_failure_has_the_reason_its_error_class_names(exc: BaseException, reason: str) -> None:
+    assert reason_of(exc) == reason
+
+
+def test_a_probe_that_fails_is_an_outcome_with_its_reason_not_an_exception() -> None:
+    def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
+        raise errors.HTTPStatusError("HTTP 503 from http://x: \n overloaded")
+
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    out = probe_route("t", "via", cfg.routes["via"], prober)
+    assert (out.outcome, out.metrics, out.ok) == ("http_status", None, False)
+    assert out.message == "HTTP 503 from http://x: overloaded"  # one line
+
+
+def test_a_stream_without_content_is_no_content_and_keeps_its_figures() -> None:
+    trace = trace_of([(1, HEAD + chunk(b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n')),
+                      (2, chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")])  # fmt: skip
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    out = probe_route("t", "via", cfg.routes["via"], lambda c, s: trace)
+    assert out.outcome == NO_CONTENT
+    assert out.metrics is not None
+    assert out.metrics.frames == 2
+
+
+def test_a_cycle_probes_both_routes_in_the_order_asked_and_subtracts_direct_from_via() -> None:
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9", "direct_url": "http://127.0.0.1:10"}]})
+    target = cfg.targets[0]
+    seen: list[str] = []
+
+    def prober(c: ProbeConfig, stream_id: str) -> Trace:
+        seen.append(c.url)
+        late = 250 if c.url.endswith(":9") else 50  # via 250 ms, direct 50 ms
+        return trace_of([(1, HEAD), (late, chunk(CONTENT) + b"0\r\n\r\n")])
+
+    cycle = probe_cycle(target, prober, direct_first=True)
+    assert seen == ["http://127.0.0.1:10", "http://127.0.0.1:9"]
+    assert [o.route for o in cycle] == ["direct", "via"]
+    assert all(o.outcome == OK for o in cycle)
+    assert added_ttft_s(cycle) == pytest.approx(0.2)
+    seen.clear()
+    probe_cycle(target, prober, direct_first=False)
+    assert seen == ["http://127.0.0.1:9", "http://127.0.0.1:10"]
+
+
+def test_no_added_ttft_unless_both_routes_measured_one() -> None:
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9", "direct_url": "http://127.0.0.1:10"}]})
+
+    def prober(c: ProbeConfig, stream_id: str) -> Trace:
+        if c.url.endswith(":10"):
+            raise errors.ConnectError("refused")
+        return trace_of([(1, HEAD + chunk(CONTENT) + b"0\r\n\r\n")])
+
+    assert added_ttft_s(probe_cycle(cfg.targets[0], prober, direct_first=False)) is None

@@ -1,0 +1,229 @@
+"""The watch loop and the one-shot mode on real loopback sockets (in-process servers) and scripted probers."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.helpers import LoopbackHTTP, QuietHandler, TLSRecordBurst
+from tokenpath import errors
+from tokenpath.monitor.config import MonitorConfig, from_dict
+from tokenpath.monitor.metrics import MonitorMetrics
+from tokenpath.monitor.rules import parse_rules
+from tokenpath.monitor.runner import Watch, check_rules, run_once
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.trace import Trace
+
+FRAMES = 4
+CONTENT = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+
+
+class SSEHandler(QuietHandler):
+    """A streamed chat answer: FRAMES content frames 5 ms apart, each its own write."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for _ in range(FRAMES):
+            time.sleep(0.005)
+            self.wfile.write(b"%x\r\n%b\r\n" % (len(CONTENT), CONTENT))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def sse() -> Iterator[LoopbackHTTP]:
+    server = LoopbackHTTP(SSEHandler)
+    yield server
+    server.close()
+
+
+def config(*targets: dict[str, Any], **settings: object) -> MonitorConfig:
+    return from_dict({"monitor": {"interval_s": 0.1, "jitter": 0.0, **settings}, "target": list(targets)})
+
+
+def test_the_watch_probes_every_target_on_real_sockets_and_records_it(sse: LoopbackHTTP) -> None:
+    cfg = config(
+        {"name": "a", "url": sse.url},
+        {"name": "b", "url": sse.url, "direct_url": sse.url.replace("127.0.0.1", "localhost")},
+    )
+    metrics = MonitorMetrics(cfg)
+    watch = Watch(cfg, metrics)
+    watch.run(max_cycles=6)
+    get = metrics.registry.get_sample_value
+    ok_a = get("tokenpath_monitor_probes_total", {"target": "a", "route": "via", "outcome": "ok"}) or 0
+    ok_b = get("tokenpath_monitor_probes_total", {"target": "b", "route": "direct", "outcome": "ok"}) or 0
+    assert ok_a >= 2
+    assert ok_b >= 2
+    assert get("tokenpath_monitor_coalescing", {"target": "a", "route": "via"}) == 1
+    assert (get("tokenpath_monitor_added_ttft_seconds_count", {"target": "b"}) or 0) >= 2
+    assert watch.aborter.open_count == 0
+
+
+def test_one_probe_per_target_at_once_and_max_concurrency_overall() -> None:
+    cfg = config(*({"name": n, "url": "http://127.0.0.1:9"} for n in "abcd"), max_concurrency=2)
+    lock = threading.Lock()
+    active: dict[str, int] = {}
+    peak = {"all": 0, "one": 0}
+
+    def prober(c: ProbeConfig, stream_id: str) -> Trace:
+        with lock:
+            active[c.url] = active.get(c.url, 0) + 1
+            peak["all"] = max(peak["all"], sum(active.values()))
+        time.sleep(0.03)
+        with lock:
+            active[c.url] -= 1
+        raise errors.ConnectError("refused")
+
+    # every target has the same URL, so 'one per target' is checked through the schedule's busy set instead
+    watch = Watch(cfg, MonitorMetrics(cfg), prober=prober)
+    original = watch._collect
+    seen_busy: list[int] = []
+
+    def collect(in_flight, schedule):
+        names = list(in_flight.values())
+        seen_busy.append(max((names.count(n) for n in names), default=0))
+        original(in_flight, schedule)
+
+    watch._collect = collect  # type: ignore[method-assign]
+    watch.run(max_cycles=12)
+    assert peak["all"] == 2
+    assert max(seen_busy) == 1
+
+
+def test_stop_aborts_a_probe_in_flight_instead_of_waiting_out_its_timeout() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does), never answers
+    port = listener.getsockname()[1]
+    cfg = config({"name": "silent", "url": f"http://127.0.0.1:{port}", "first_byte_timeout_s": 60})
+    metrics = MonitorMetrics(cfg)
+    watch = Watch(cfg, metrics)
+    runner = threading.Thread(target=watch.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 10
+        while watch.aborter.open_count == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert watch.aborter.open_count == 1
+        stopped = time.monotonic()
+        watch.stop()
+        runner.join(10)
+        assert not runner.is_alive()
+        assert time.monotonic() - stopped < 5  # the probe's own timeout is 60 s
+        labels = {"target": "silent", "route": "via", "outcome": "first_byte_timeout"}
+        assert metrics.registry.get_sample_value("tokenpath_monitor_probes_total", labels) is None  # not counted
+    finally:
+        watch.stop()
+        listener.close()
+
+
+def test_a_long_watch_holds_no_more_threads_or_sockets_than_a_short_one(sse: LoopbackHTTP) -> None:
+    cfg = config(*({"name": n, "url": sse.url} for n in "abc"), max_concurrency=3)
+    me = psutil.Process()
+    Watch(cfg, MonitorMetrics(cfg)).run(max_cycles=6)
+    fds, threads = me.num_fds(), threading.active_count()
+    watch = Watch(cfg, MonitorMetrics(cfg))
+    watch.run(max_cycles=60)
+    assert watch.cycles == 60
+    assert me.num_fds() <= fds + 2  # the loopback server's own accepted sockets may still be closing
+    assert threading.active_count() <= threads + 1
+    assert watch.aborter.open_count == 0
+
+
+def test_tls_bursts_are_seen_as_coalescing(tmp_path: Path) -> None:
+    from tokenpath.tlscert import self_signed
+
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    server = TLSRecordBurst(str(files.cert), str(files.key), burst=5)
+    try:
+        cfg = config({"name": "tls", "url": f"https://127.0.0.1:{server.port}", "cacert": str(files.cert)})
+        (summary,) = run_once(cfg, cycles=1)
+    finally:
+        server.close()
+    assert summary.value("coalescing") == 5.0  # five frames as five TLS records in one burst: one arrival
+    assert summary.value("fpr") == 3.0
+
+
+def test_once_checks_every_rule_on_every_target_it_applies_to(sse: LoopbackHTTP) -> None:
+    cfg = config({"name": "up", "url": sse.url, "direct_url": sse.url.replace("127.0.0.1", "localhost")},
+                 {"name": "down", "url": "http://127.0.0.1:9"})  # fmt: skip
+    summaries = run_once(cfg, cycles=2)
+    up, down = summaries
+    assert up.routes["via"].probes == 2
+    assert up.routes["direct"].probes == 2
+    assert up.routes["via"].failures == 0
+    assert down.routes["via"].reasons == {"connect": 2}
+    breaches = check_rules(parse_rules("ttft_p95>60s,failure_rate>0,added_ttft_p50>60s,fpr>1.5"), summaries)
+    assert [(b.rule.text, b.target) for b in breaches] == [
+        ("ttft_p95>60s", "down"),  # nothing measured: breached
+        ("failure_rate>0", "down"),
+        ("fpr>1.5", "down"),
+    ]  # added_ttft does not apply to a target without direct_url
+    assert "nothing measured" in breaches[0].line()
+    assert check_rules(parse_rules("ttft_p50>0ms"), summaries)[0].value is not None
+
+
+def test_each_target_keeps_its_own_interval() -> None:
+    cfg = config({"name": "slow", "url": "http://127.0.0.1:9", "interval_s": 0.5},
+                 {"name": "fast", "url": "http://127.0.0.1:10", "interval_s": 0.1})  # fmt: skip
+    counts = {"http://127.0.0.1:9": 0, "http://127.0.0.1:10": 0}
+    watch = Watch(cfg, MonitorMetrics(cfg), prober=lambda c, s: _count(counts, c, watch))
+    started = time.monotonic()
+    watch.run()
+    elapsed = time.monotonic() - started
+    assert counts["http://127.0.0.1:10"] == 10
+    assert counts["http://127.0.0.1:9"] <= elapsed / 0.5 * 1.01 + 1  # the slow one kept its 0.5 s
+
+
+def _count(counts: dict[str, int], c: ProbeConfig, watch: Watch) -> Trace:
+    counts[c.url] += 1
+    if counts["http://127.0.0.1:10"] >= 10:
+        watch.stop()
+    raise errors.ConnectError("refused")
+
+
+class JSONHandler(QuietHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'{"error": "overloaded"}' if self.path.startswith("/busy") else b'{"choices": []}'
+        self.send_response(503 if self.path.startswith("/busy") else 200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_peer_faults_are_outcomes_by_reason(tmp_path: Path) -> None:
+    from tokenpath.tlscert import self_signed
+
+    plain = LoopbackHTTP(JSONHandler)
+    silent = socket.create_server(("127.0.0.1", 0))
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    tls = TLSRecordBurst(str(files.cert), str(files.key))  # a certificate the system store does not trust
+    try:
+        cfg = config(
+            {"name": "json", "url": plain.url},
+            {"name": "busy", "url": plain.url + "/busy/v1"},
+            {"name": "hang", "url": f"http://127.0.0.1:{silent.getsockname()[1]}", "first_byte_timeout_s": 0.3},
+            {"name": "badcert", "url": f"https://127.0.0.1:{tls.port}"},
+        )
+        reasons = {s.name: s.routes["via"].reasons for s in run_once(cfg, cycles=1)}
+    finally:
+        plain.close()
+        silent.close()
+        tls.close()
+    assert reasons == {
+        "json": {"content_type": 1},
+        "busy": {"http_status": 1},
+        "hang": {"first_byte_timeout": 1},
+        "badcert": {"tls": 1},
+    }
