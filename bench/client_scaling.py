@@ -1,15 +1,17 @@
 """Client scaling: frames per second the load client takes in, against --client-workers, direct to a stub.
 
 Each point: STREAMS closed-loop streams of TOKENS frames every INTERVAL_MS, split over N client processes, for
-DURATION_S. Reports frames received per second, client CPU per frame, and loop lag. On a machine with more cores
-the curve shows how far `--client-workers` takes the 3,000-stream level of the first article.
+DURATION_S. Reports frames received per second, client CPU per frame, frames per CPU-second of the client (the
+figure issue 11 sets a goal for: >= 100,000 per client process), and loop lag. On a machine with more cores the
+curve shows how far `--client-workers` takes the 3,000-stream level of the first article.
 
-    .venv/bin/python bench/client_scaling.py [--workers 1,2] [--streams 300] [--interval-ms 5]
+    .venv/bin/python bench/client_scaling.py [--workers 1,2] [--streams 300] [--interval-ms 5] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from multiprocessing import get_context
@@ -38,17 +40,28 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--interval-ms", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args()
     stub_args = ["stub", "--port", "0", "--workers", "2", "--tokens", str(a.tokens), "--interval-ms",
                  str(a.interval_ms), "--ttft-ms", "10"]  # fmt: skip
     with ServiceProcess(tokenpath_argv(*stub_args), "stub") as stub:
         assert stub.url is not None
-        print(f"# {a.streams} streams x {a.tokens} frames every {a.interval_ms:g} ms, direct to a 2-worker stub")
-        print("\n| client workers | frames/s received | client CPU per frame (µs) | loop lag p99 ms |")
-        print("|---:|---:|---:|---:|")
+        points = []
+        if not a.json:
+            print(f"# {a.streams} streams x {a.tokens} frames every {a.interval_ms:g} ms, direct to a 2-worker stub")
+            print("\n| client workers | frames/s received | client CPU per frame (µs) | frames per CPU-second | "
+                  "loop lag p99 ms |")  # fmt: skip
+            print("|---:|---:|---:|---:|---:|")
         for workers in map(int, a.workers.split(",")):
             rate, cpu_us, lag = point(stub.url, workers, a.streams, a.tokens, a.duration)
-            print(f"| {workers} | {rate:,.0f} | {cpu_us:.1f} | {lag:.1f} |", flush=True)
+            per_cpu_s = 1e6 / cpu_us if cpu_us else 0.0
+            points.append({"client_workers": workers, "frames_per_s": round(rate), "cpu_us_per_frame": round(cpu_us, 2),
+                           "frames_per_cpu_s": round(per_cpu_s), "loop_lag_p99_ms": round(lag, 2)})  # fmt: skip
+            if not a.json:
+                print(f"| {workers} | {rate:,.0f} | {cpu_us:.1f} | {per_cpu_s:,.0f} | {lag:.1f} |", flush=True)
+        if a.json:
+            print(json.dumps({"streams": a.streams, "tokens": a.tokens, "interval_ms": a.interval_ms,
+                              "duration_s": a.duration, "points": points}, indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,6 +18,9 @@ from tokenpath.controls.policies import CORK_BYTES, CORK_MS
 from tokenpath.errors import TokenpathError, UsageError
 from tokenpath.experiment.grid import DEFAULT_INTERVALS, DEFAULT_SIZES, as_list
 from tokenpath.wire.request import parse_header_arg
+
+if TYPE_CHECKING:
+    from tokenpath.load.worker import JWTMinter
 
 app = typer.Typer(
     add_completion=False,
@@ -89,6 +92,7 @@ def stub(
     priority: Annotated[
         str, typer.Option(help="auto (SCHED_FIFO when permitted), realtime (required) or normal scheduling.")
     ] = "auto",
+    clock_offset_ms: Annotated[float, typer.Option(hidden=True, help="Test only: report times this far ahead.")] = 0.0,
 ) -> None:
     """Serve an OpenAI-compatible SSE model stub with exact pacing and an audit log of every write."""
     from tokenpath.stub.config import Jitter, StubConfig
@@ -100,6 +104,7 @@ def stub(
             jitter=Jitter.parse(jitter) if jitter else None, headers=tuple(parse_header_arg(h) for h in header or []),
             format=format,  # type: ignore[arg-type]
             model=model, workers=workers, seed=seed, priority=priority,  # type: ignore[arg-type]
+            clock_offset_ms=clock_offset_ms,
         )  # fmt: skip
         run(cfg, _announce("stub"), loop)
     except TokenpathError as exc:
@@ -186,6 +191,25 @@ def _render_report(out: str) -> None:
         err_console.print(f"[yellow]report not written ({exc}); results.json is intact: tokenpath report {out}[/]")
         return
     console.print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+
+
+def _jwt_minter(secret_env: str | None, claims: str | None) -> JWTMinter | None:
+    from tokenpath.load.worker import JWTMinter
+
+    if claims and not secret_env:
+        raise UsageError("--jwt-claims needs --jwt-secret-env")
+    if not secret_env:
+        return None
+    secret = os.environ.get(secret_env)
+    if not secret:
+        raise UsageError(f"--jwt-secret-env {secret_env}: that environment variable is not set")
+    try:
+        parsed = json.loads(claims) if claims else {}
+    except ValueError as exc:
+        raise UsageError(f"--jwt-claims is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise UsageError('--jwt-claims must be a JSON object, e.g. \'{"sub": "load"}\'')
+    return JWTMinter(secret, tuple(parsed.items()))
 
 
 def _api_key(env_name: str | None) -> str | None:
@@ -308,7 +332,9 @@ def load(
     warmup: Annotated[float, typer.Option(help="Seconds per level before measuring.")] = 2.0,
     duration: Annotated[float, typer.Option(help="Seconds measured per level.")] = 10.0,
     runs: Annotated[int, typer.Option(help="Runs per level and target (merged; spread in results.json).")] = 3,
-    client_workers: Annotated[int, typer.Option(help="Client processes.")] = 1,
+    client_workers: Annotated[
+        int, typer.Option(help="Client processes; 0 (default): half the cores the stub does not use.")
+    ] = 0,
     stub_workers: Annotated[int, typer.Option(help="Stub processes (SO_REUSEPORT).")] = 1,
     ttft_ms: Annotated[float, typer.Option(help="The stub's delay before the first token.")] = 90.0,
     interval_ms: Annotated[float, typer.Option(help="The stub's token interval.")] = 14.0,
@@ -319,6 +345,17 @@ def load(
     max_in_flight: Annotated[int, typer.Option(help="Open loop: streams in flight before new ones wait.")] = 2000,
     target: Annotated[str | None, typer.Option(help="An external target URL (needs --stub-url).")] = None,
     stub_url: Annotated[str | None, typer.Option(help="The tokenpath stub the external target talks to.")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="--target: NAME:VALUE sent with every stream.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="--target: env var holding its Bearer token.")] = None,
+    jwt_secret_env: Annotated[
+        str | None, typer.Option(help="--target: env var holding an HS256 secret: a fresh JWT per stream.")
+    ] = None,
+    jwt_claims: Annotated[str | None, typer.Option(help="--target: JSON object of claims for those JWTs.")] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(help="Client workers on Ray: auto, HOST:PORT, ray://HOST:PORT, or local:N simulated nodes."),
+    ] = None,
+    stub_node: Annotated[str | None, typer.Option(help="--cluster: the node (address) to run the stub on.")] = None,
     out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
 ) -> None:
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
@@ -333,10 +370,15 @@ def load(
             rates = tuple(float(x) for x in rate.split(",")) if rate else ()
         except ValueError:
             raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
+        if (header or api_key_env or jwt_secret_env or jwt_claims) and not target:
+            raise UsageError("--header, --api-key-env and --jwt-secret-env are for an external --target")
         cfg = LoadConfig(
             targets=("direct", *(proxy or [])), levels=levels, warmup_s=warmup, duration_s=duration, runs=runs,
             client_workers=client_workers, stub_workers=stub_workers, ttft_ms=ttft_ms, interval_ms=interval_ms,
             tokens=tokens, rates=rates, max_in_flight=max_in_flight, target_url=target, stub_url=stub_url,
+            target_headers=tuple(parse_header_arg(h) for h in header or []),
+            target_api_key=_api_key(api_key_env) if api_key_env else None,
+            target_jwt=_jwt_minter(jwt_secret_env, jwt_claims), cluster=cluster, stub_node=stub_node,
         )  # fmt: skip
         doc = LoadRunner(cfg, Path(out), console).run()
     except TokenpathError as exc:

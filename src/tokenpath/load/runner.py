@@ -8,7 +8,9 @@ of it) and checked byte for byte. Percentiles come from HDR histograms merged ov
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import itertools
+import os
 import resource
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,8 +23,16 @@ from hdrh.histogram import HdrHistogram
 from rich.console import Console
 
 from tokenpath.errors import PeerError, ServiceError, UsageError
+from tokenpath.load.cluster import (
+    ClusterSpec,
+    RayClients,
+    RunClock,
+    cpus_per_client_node,
+    local_cluster,
+    parse_cluster,
+)
 from tokenpath.load.sampler import ResourceSampler
-from tokenpath.load.worker import StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
@@ -43,6 +53,7 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(1, HIST_MAX_US, HIST_DIGITS)
 
 
+STUB_OFFSET_ENV = "TOKENPATH_TEST_STUB_CLOCK_OFFSET_MS"  # test only: the stub reports times this far ahead
 AUDIT_BATCH = 400  # stream ids per audit request
 LAG_WARN_MS = 5.0  # client event-loop lag p99 above this: it measures its own queueing
 CPU_WARN = 0.9  # a client process busier than this fraction of a core is saturated
@@ -59,7 +70,7 @@ class LoadConfig:
     warmup_s: float = 2.0
     duration_s: float = 10.0
     runs: int = 3
-    client_workers: int = 1
+    client_workers: int = 0  # 0: what the machine can spare (spare_client_workers)
     stub_workers: int = 1
     ttft_ms: float = 90.0
     interval_ms: float = 14.0
@@ -69,6 +80,11 @@ class LoadConfig:
     max_in_flight: int = 2000  # open loop: streams in flight before new ones wait (their wait is counted)
     target_url: str | None = None  # an external target, with the stub it talks to at stub_url
     stub_url: str | None = None
+    target_headers: tuple[tuple[str, str], ...] = ()  # sent to the external target with every stream
+    target_api_key: str | None = field(default=None, repr=False)  # its Bearer token (read from an env var)
+    target_jwt: JWTMinter | None = field(default=None, repr=False)  # or a fresh JWT per stream
+    cluster: str | None = None  # Ray: auto, HOST:PORT, ray://HOST:PORT or local:N (load/cluster.py)
+    stub_node: str | None = None  # with a cluster: the node (its address) the stub runs on
 
     @property
     def open_loop(self) -> bool:
@@ -79,16 +95,46 @@ class LoadConfig:
         return self.rates or tuple(float(c) for c in self.levels)
 
     def __post_init__(self) -> None:
+        if self.client_workers == 0 and self.cluster is None:  # on a cluster: one per client node (RayClients)
+            object.__setattr__(self, "client_workers", spare_client_workers(self.stub_workers))
+        if self.stub_node is not None and self.cluster is None:
+            raise UsageError("--stub-node needs --cluster")
         if self.rates and min(self.rates) <= 0:
             raise UsageError("--rate needs levels > 0 streams per second, e.g. 20,50")
         if (self.target_url is None) != (self.stub_url is None):
             raise UsageError("--target needs --stub-url (the stub it talks to, whose audit the join reads)")
+        if self.stub_url is not None and self.cluster is None and not _on_this_host(self.stub_url):
+            raise UsageError(
+                f"--stub-url {self.stub_url} is not on this host: added TTFT joins the stub's write times to the "
+                "client's arrival times, which needs one clock; run the stub here (loopback), or measure across "
+                "hosts with a clock estimate"
+            )
         if not self.levels or min(self.levels) < 1:
             raise UsageError("--concurrency needs levels >= 1, e.g. 50,200,500")
-        if self.runs < 1 or self.client_workers < 1 or self.stub_workers < 1:
-            raise UsageError("--runs, --client-workers and --stub-workers must be >= 1")
+        if self.runs < 1 or self.client_workers < 0 or self.stub_workers < 1:
+            raise UsageError(
+                "--runs and --stub-workers must be >= 1, --client-workers >= 0 (0: what the machine spares)"
+            )
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise UsageError("--duration must be > 0 and --warmup >= 0")
+
+
+def _on_this_host(url: str) -> bool:
+    """Loopback only: a stub elsewhere reads another host's CLOCK_MONOTONIC."""
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def spare_client_workers(stub_workers: int, cpus: int | None = None) -> int:
+    """Client processes by default: half the cores the stub does not take, the other half left to the target
+    (whose CPU is what the run measures). One on a 2-core machine, three on 8 cores with one stub worker."""
+    cores = cpus if cpus is not None else len(os.sched_getaffinity(0))
+    return max(1, (cores - stub_workers) // 2)
 
 
 @dataclass
@@ -113,6 +159,12 @@ class Cell:
     lag_p99_ms: float = 0.0
     client_cpu: float = 0.0
     error_samples: list[str] = field(default_factory=list)
+    stopped: str | None = None  # a worker gave up on this level: nearly every stream failed one way
+    clocks: list[list[RunClock]] = field(default_factory=list)  # --cluster: each run's client clocks
+
+    @property
+    def example_error(self) -> str:
+        return self.error_samples[0] if self.error_samples else "?"
 
     def pct_ms(self, p: float, hist: HdrHistogram | None = None) -> float | None:
         h = self.hist if hist is None else hist
@@ -128,19 +180,57 @@ class LoadRunner:
         self.targets: dict[str, TargetInfo] = {}
         self.skipped: list[TargetSkip] = []
         self.interrupted = False
+        self.cluster: RayClients | None = None
+        self.cluster_info: dict[str, Any] | None = None
+        self.bind = "127.0.0.1"  # where the stub and the targets listen: loopback unless a cluster must reach them
 
     def run(self) -> LoadResults:
         cfg = self.cfg
-        per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
-        ensure_fd_limit(-(-per_process // cfg.client_workers))
+        if cfg.cluster is None:
+            return self._run()
+        spec = parse_cluster(cfg.cluster)
+        if spec.local_nodes:
+            cpus = cpus_per_client_node(cfg.client_workers or None, spec.local_nodes)
+            with local_cluster(spec.local_nodes, cpus) as address:
+                return self._run_on(address, spec)
+        assert spec.address is not None
+        return self._run_on(spec.address, spec)
+
+    def _run_on(self, address: str, spec: ClusterSpec) -> LoadResults:
+        self.console.print(f"cluster: joining {address}")
+        clients = RayClients(address, self.cfg.client_workers or None)
+        self.cluster, self.bind = clients, clients.driver_ip
+        stub_at = self.cfg.stub_node or clients.driver_ip
+        self.console.print(f"cluster: {len(clients.nodes)} nodes; client workers on {', '.join(clients.ips)}; "
+                           f"stub on {stub_at}, targets on {clients.driver_ip}")  # fmt: skip
+        self.cluster_info = {"address": address, "local_nodes": spec.local_nodes, "driver": clients.driver_ip,
+                             "nodes": clients.nodes, "client_workers": clients.ips,
+                             "stub_node": self.cfg.stub_node or clients.driver_ip}  # fmt: skip
+        try:
+            return self._run()
+        finally:
+            clients.close()
+
+    def _stub_argv(self) -> list[str]:
+        cfg = self.cfg
+        return tokenpath_argv(
+            "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
+            "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
+            *(["--clock-offset-ms", os.environ[STUB_OFFSET_ENV]] if os.environ.get(STUB_OFFSET_ENV) else []),
+        )  # fmt: skip
+
+    def _run(self) -> LoadResults:
+        cfg = self.cfg
+        if self.cluster is None:
+            per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
+            ensure_fd_limit(-(-per_process // cfg.client_workers))
         with contextlib.ExitStack() as stack:
             if cfg.stub_url is not None:
                 stub_url = cfg.stub_url  # the user's stub: its pacing is theirs
+            elif self.cluster is not None and cfg.stub_node is not None:
+                stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
             else:
-                stub = ServiceProcess(tokenpath_argv(
-                    "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
-                    "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
-                ), "stub")  # fmt: skip
+                stub = ServiceProcess([*self._stub_argv(), "--host", self.bind], "stub")
                 stack.callback(stub.stop)
                 stub_url = stub.start()
             targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
@@ -158,6 +248,7 @@ class LoadRunner:
             cells: dict[tuple[float, str], Cell] = {}
             plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
+            failure: ServiceError | None = None
             try:
                 with progress:
                     task = progress.add_task("load", total=len(plan))
@@ -166,15 +257,23 @@ class LoadRunner:
                         progress.update(task, description=f"{level:g} {unit}, run {run + 1}, {name}")
                         url, pid = targets[name]
                         cell = cells.setdefault((level, name), Cell(name, level))
-                        self._measure(cell, url, pid, stub_url, keys.get(name))
+                        if cell.stopped is None:  # a level that failed one way is not run again
+                            stopped = self._measure(cell, url, pid, stub_url, keys.get(name), name == "target")
+                            if stopped:
+                                self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]: {cell.example_error}")
                         progress.advance(task)
             except KeyboardInterrupt:
                 self.interrupted = True
+            except ServiceError as exc:  # e.g. a cluster node died mid-level: keep what was measured, then say so
+                self.interrupted, failure = True, exc
             results = LoadResults(
-                provenance=self.provenance, config=_config_json(cfg), targets=dict(self.targets),
+                provenance=self.provenance, targets=dict(self.targets),
+                config={**_config_json(cfg), **({"cluster_nodes": self.cluster_info} if self.cluster_info else {})},
                 skipped=tuple(self.skipped), levels=tuple(self._summarise(cells)), interrupted=self.interrupted,
             )  # fmt: skip
             model.write(results, self.out_dir)
+        if failure is not None:
+            raise ServiceError(f"{failure} (the rows measured before it are in {self.out_dir / 'results.json'})")
         return results
 
     def _start(self, name: str, stub_url: str, stack: contextlib.ExitStack) -> RunningProxy | None:
@@ -198,9 +297,8 @@ class LoadRunner:
             up = urlsplit(stub_url)
             assert up.hostname is not None
             assert up.port is not None
-            site = Site(
-                Endpoint("127.0.0.1", free_port()), Endpoint(up.hostname, up.port), new_workdir(proxy_name), variant
-            )
+            site = Site(Endpoint(self.bind, free_port(self.bind)), Endpoint(up.hostname, up.port),
+                        new_workdir(proxy_name), variant)  # fmt: skip
             try:
                 running = start(proxy, site)
             except ProxyError as exc:
@@ -214,17 +312,18 @@ class LoadRunner:
         self.skipped.append(TargetSkip(name, reason))
         return None
 
-    def _measure(self, cell: Cell, url: str, pid: int | None, stub_url: str, api_key: str | None) -> None:
+    def _measure(
+        self, cell: Cell, url: str, pid: int | None, stub_url: str, api_key: str | None, external: bool = False
+    ) -> str | None:
+        """One run of one target at one level, merged into its cell; why the level stopped early, if it did."""
         cfg = self.cfg
-        if cfg.open_loop:
-            work = Workload(url, cfg.model, PROMPT, cfg.tokens, cfg.max_in_flight, cfg.warmup_s, cfg.duration_s,
-                            rate=cell.level, api_key=api_key)  # fmt: skip
-        else:
-            work = Workload(
-                url, cfg.model, PROMPT, cfg.tokens, int(cell.level), cfg.warmup_s, cfg.duration_s, api_key=api_key
-            )
+        streams = cfg.max_in_flight if cfg.open_loop else int(cell.level)
+        work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
+                        rate=cell.level if cfg.open_loop else None, api_key=api_key)  # fmt: skip
+        if external:  # the credentials and headers the user gave are for their target only
+            work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt)
         with ResourceSampler(pid) as sampler:
-            reports = self._clients(work)
+            reports = self._clients(work, cell, stub_url)
         if sampler.mean_cores is not None:
             cell.cores.append(sampler.mean_cores)
         if sampler.median_rss_mb is not None:
@@ -232,25 +331,47 @@ class LoadRunner:
         cell.lag_p99_ms = max([cell.lag_p99_ms, *(r.lag_p99_ms for r in reports)])
         cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
         results = [r for report in reports for r in report.results]
+        cell.stopped = next((r.stopped for r in reports if r.stopped), None)
         run_hist = new_histogram()
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
             cell.run_added_ms.append(
                 {p: run_hist.get_value_at_percentile(q) / 1000 for p, q in (("p50", 50), ("p99", 99))}
             )
+        return cell.stopped
 
-    def _clients(self, work: Workload) -> list[WorkerReport]:
+    def _clients(self, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
+        if self.cluster is not None:
+            return self._cluster_clients(self.cluster, work, cell, stub_url)
         n = self.cfg.client_workers
         if n == 1:
             return [run_worker(work)]
+        with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as pool:
+            return list(pool.map(run_worker, self._shares(work, n)))
+
+    def _cluster_clients(self, cluster: RayClients, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
+        """The run on the cluster's client workers, their arrival times moved onto the stub host's clock."""
+        before = cluster.clocks(stub_url)
+        reports = cluster.run(self._shares(work, len(cluster.actors)))
+        after = cluster.clocks(stub_url)
+        clocks = [RunClock(ip, a, b) for ip, a, b in zip(cluster.ips, before, after, strict=True)]
+        for report, clock in zip(reports, clocks, strict=False):
+            for r in report.results:
+                if r.first_content_t_ns is not None:
+                    r.first_content_t_ns += clock.offset_ns
+        cell.clocks.append(clocks)
+        return reports
+
+    @staticmethod
+    def _shares(work: Workload, n: int) -> list[Workload]:
+        """`work` split over n client workers: streams (closed loop) or arrivals (open loop) shared out."""
+        if n == 1:
+            return [work]
         if work.rate is not None:  # each client process takes an equal, independent share of the arrivals
             share = max(1, work.max_streams // n)
-            jobs = [replace(work, rate=work.rate / n, max_streams=share, seed=work.seed + i) for i in range(n)]
-        else:
-            shares = [work.max_streams // n + (1 if i < work.max_streams % n else 0) for i in range(n)]
-            jobs = [replace(work, max_streams=s) for s in shares if s > 0]
-        with ProcessPoolExecutor(len(jobs), mp_context=get_context("spawn")) as pool:
-            return list(pool.map(run_worker, jobs))
+            return [replace(work, rate=work.rate / n, max_streams=share, seed=work.seed + i) for i in range(n)]
+        shares = [work.max_streams // n + (1 if i < work.max_streams % n else 0) for i in range(n)]
+        return [replace(work, max_streams=s) for s in shares if s > 0]
 
     def _join(self, cell: Cell, results: list[StreamResult], stub_url: str, run_hist: HdrHistogram) -> None:
         ok = [r for r in results if r.error is None]
@@ -335,6 +456,11 @@ PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
 
 def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
     warnings = []
+    if cell.stopped:
+        warnings.append({
+            "kind": "stopped_early", "message": f"{cell.stopped}; e.g. {cell.example_error}",
+            "remedy": "check the target's credentials (--header, --api-key-env, --jwt-secret-env) and URL",
+        })  # fmt: skip
     if cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
         warnings.append({
             "kind": "client_saturated",
@@ -361,6 +487,16 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
             "message": f"direct p99 {floor_p99:.1f} ms is not small against this p50 {p50:.1f} ms",
             "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
         })  # fmt: skip
+    clock = None
+    if cell.clocks:
+        worst_ms = max(c.uncertainty_ns for run in cell.clocks for c in run) / 1e6
+        clock = {"uncertainty_ms": worst_ms, "runs": [[c.to_json() for c in run] for run in cell.clocks]}
+        if p50 is not None and worst_ms > p50:
+            warnings.append({
+                "kind": "clock_uncertain",
+                "message": f"the client-to-stub clock is known to {worst_ms:.3f} ms, more than this p50 {p50:.3f} ms",
+                "remedy": "a faster link between the client and stub nodes, or read the figure as an upper bound",
+            })  # fmt: skip
     total = cell.streams + cell.errors  # every stream started in the measured window
     kept = cell.hist.get_total_count()  # the streams the figures are made of
     return {
@@ -388,6 +524,7 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
         "histogram": cell.hist.encode().decode() if cell.hist.get_total_count() else None,
         "warnings": warnings,
         "unreliable": bool(warnings),
+        "clock": clock,
     }
 
 
@@ -398,5 +535,5 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "stub_workers": cfg.stub_workers, "ttft_ms": cfg.ttft_ms, "interval_ms": cfg.interval_ms,
         "tokens": cfg.tokens, "model": cfg.model, "loop": "open" if cfg.open_loop else "closed",
         "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
-        "stub_url": cfg.stub_url,
+        "stub_url": cfg.stub_url, "cluster": cfg.cluster, "stub_node": cfg.stub_node,
     }  # fmt: skip

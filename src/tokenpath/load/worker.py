@@ -11,12 +11,17 @@ import functools
 import random
 import ssl
 import time
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jwt
 
 from tokenpath.errors import TokenpathError
-from tokenpath.load.integrity import check
+from tokenpath.load.integrity import check_body
+from tokenpath.load.lean import LeanRecorder
 from tokenpath.loops import new_event_loop
-from tokenpath.probe.aio import stream_once
+from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.stats import percentile
@@ -40,6 +45,53 @@ class Workload:
     seed: int = 1
     api_key: str | None = field(default=None, repr=False)  # for targets that need one (LiteLLM)
     tls: TLSOptions = field(default_factory=TLSOptions)  # for an https target
+    headers: tuple[tuple[str, str], ...] = ()  # sent with every stream (--header)
+    jwt: JWTMinter | None = field(default=None, repr=False)  # a fresh token per stream, for a JWT proxy
+
+
+@dataclass(frozen=True, slots=True)
+class JWTMinter:
+    """Mints one HS256 token per stream (PyJWT): `exp` a few minutes out, `iat` now, plus the given claims."""
+
+    secret: str = field(repr=False)
+    claims: tuple[tuple[str, Any], ...] = ()
+    lifetime_s: float = 300.0
+
+    def token(self) -> str:
+        now = int(time.time())
+        return jwt.encode({"iat": now, "exp": now + int(self.lifetime_s), **dict(self.claims)}, self.secret,
+                          algorithm="HS256")  # fmt: skip
+
+
+SAME_FAILURE_MIN = 50  # streams seen before a worker may give up on a level
+SAME_FAILURE_SHARE = 0.9  # ... when at least this share of them failed with one and the same error
+
+
+class FailureTally:
+    """Streams of one worker run: when nearly all fail the same way (every request a 401), going on only piles up
+    the same error; the worker stops the level and the runner says why, in one line."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.errors: Counter[str] = Counter()
+
+    def add(self, result: StreamResult) -> None:
+        self.seen += 1
+        if result.error is not None:
+            self.errors[_error_kind(result.error)] += 1
+
+    @property
+    def stop_reason(self) -> str | None:
+        if self.seen < SAME_FAILURE_MIN or not self.errors:
+            return None
+        kind, count = self.errors.most_common(1)[0]
+        if count < SAME_FAILURE_SHARE * self.seen:
+            return None
+        return f"{count} of {self.seen} streams failed the same way ({kind}): level stopped early"
+
+
+def _error_kind(error: str) -> str:
+    return error.split(":", 1)[0][:80]
 
 
 @dataclass(slots=True)
@@ -62,31 +114,35 @@ class WorkerReport:
     cpu_s: float
     wall_s: float
     lag_p99_ms: float
+    stopped: str | None = None  # why the worker ended the level early (FailureTally), else None
 
 
 async def closed_loop(work: Workload) -> WorkerReport:
-    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens, api_key=work.api_key)
+    cfg = _probe_config(work)
     target = cfg.target
     loop = asyncio.get_running_loop()
     start = loop.time()
     measure_from, stop_at = start + work.warmup_s, start + work.warmup_s + work.duration_s
     results: list[StreamResult] = []
     lags: list[float] = []
+    tally = FailureTally()
 
     async def user(k: int) -> None:
         await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.max_streams))
-        while loop.time() < stop_at:
+        while loop.time() < stop_at and tally.stop_reason is None:
             counted = loop.time() >= measure_from
             result = await one_stream(cfg, target.host, target.port, work)
+            tally.add(result)
             if counted:
                 results.append(result)
 
     cpu, wall = time.process_time(), time.monotonic()
-    await asyncio.gather(loop_lag(measure_from, stop_at, lags), *(user(k) for k in range(work.max_streams)))
+    lag_task = asyncio.ensure_future(loop_lag(measure_from, stop_at, lags))
+    await asyncio.gather(*(user(k) for k in range(work.max_streams)))
+    lag_task.cancel()
     lags.sort()
-    return WorkerReport(
-        results, time.process_time() - cpu, time.monotonic() - wall, percentile(lags, 99) if lags else 0.0
-    )
+    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall,
+                        percentile(lags, 99) if lags else 0.0, tally.stop_reason)  # fmt: skip
 
 
 async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> None:
@@ -102,29 +158,34 @@ async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> No
         expected = now + LAG_TICK_S
 
 
+def _probe_config(work: Workload) -> ProbeConfig:
+    return ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens,
+                       api_key=work.api_key, headers=work.headers)  # fmt: skip
+
+
 async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
     sid = new_stream_id()
     result = StreamResult(sid)
+    if work.jwt is not None:
+        cfg = replace(cfg, api_key=work.jwt.token())
     try:
         ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
-        trace = await stream_once(
-            host, port, request_bytes(cfg, cfg.target, sid), sid, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
-        )
+        trace = await stream_with(host, port, request_bytes(cfg, cfg.target, sid), sid, LeanRecorder,
+                                  timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx)  # fmt: skip
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
         return result
-    if trace.head is None or trace.head.status != 200:
-        result.error = f"HTTP {trace.head.status if trace.head else 'no response'}"
+    if trace.status != 200:
+        result.error = f"HTTP {trace.status or 'no response'}"
         return result
-    result.frames = len(trace.frames)
-    if trace.first_content is not None:
-        first = trace.frames[trace.first_content]
-        result.first_content_t_ns = first.t_ns
+    if trace.first_content_raw is not None:
+        result.first_content_t_ns = trace.first_content_t_ns
         # Joined to the stub's write by what the frame says, not where it is: a gateway may drop or add frames,
         # and drop the stream id (then the chunks' completion id still names the stub's stream).
-        result.first_content = write_seq(first.frame.raw)
-        result.audit_key = chunk_id(first.frame.raw) or sid
-    integrity = check([f.frame.raw for f in trace.frames], sid, work.model, work.tokens)
+        result.first_content = write_seq(trace.first_content_raw)
+        result.audit_key = chunk_id(trace.first_content_raw) or sid
+    integrity = check_body(trace.body, sid, work.model, work.tokens)
+    result.frames = integrity.received
     result.lost = integrity.lost
     result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact
     return result
@@ -137,7 +198,7 @@ async def open_loop(work: Workload) -> WorkerReport:
     to its TTFT in the corrected figure (coordinated omission), reported on its own too."""
     assert work.rate is not None
     assert work.rate > 0
-    cfg = ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens, api_key=work.api_key)
+    cfg = _probe_config(work)
     target = cfg.target
     loop = asyncio.get_running_loop()
     rng = random.Random(work.seed)
@@ -146,12 +207,14 @@ async def open_loop(work: Workload) -> WorkerReport:
     slots = asyncio.Semaphore(work.max_streams)
     results: list[StreamResult] = []
     tasks: set[asyncio.Task[None]] = set()
+    tally = FailureTally()
 
     async def one(scheduled: float, counted: bool) -> None:
         async with slots:
             lag_ns = int(max(0.0, loop.time() - scheduled) * 1e9)
             result = await one_stream(cfg, target.host, target.port, work)
             result.dispatch_lag_ns = lag_ns
+            tally.add(result)
             if counted:
                 results.append(result)
 
@@ -160,7 +223,7 @@ async def open_loop(work: Workload) -> WorkerReport:
     lags: list[float] = []
     while True:
         scheduled += rng.expovariate(work.rate)
-        if scheduled >= stop_at:
+        if scheduled >= stop_at or tally.stop_reason is not None:
             break
         delay = scheduled - loop.time()
         if delay > 0:
@@ -174,7 +237,7 @@ async def open_loop(work: Workload) -> WorkerReport:
         await asyncio.wait(tasks)
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
-    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99)
+    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
 
 
 @functools.lru_cache(maxsize=4)

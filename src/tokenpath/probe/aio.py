@@ -10,20 +10,41 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from typing import cast
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, PeerError, ProtocolError, TLSError
 from tokenpath.probe.trace import Trace, TraceRecorder
 
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
-class _StreamProtocol(asyncio.Protocol):
-    def __init__(self, stream_id: str, request: bytes, clock: Clock, done: asyncio.Future[Trace]) -> None:
+
+class Recorder(Protocol[R_co]):
+    """What a stream's reads go to (sans-IO): TraceRecorder (every read and frame) or load.lean.LeanRecorder (what
+    the load client needs). Both are told of each read the moment data_received is called."""
+
+    @property
+    def complete(self) -> bool: ...
+    def on_read(self, t_ns: int, data: bytes) -> object: ...
+    def on_eof(self, t_ns: int) -> None: ...
+    def result(self) -> R_co: ...
+
+
+RecorderFactory = Callable[[str, int], Recorder[R]]  # (stream id, time the request was written) -> recorder
+
+
+class _StreamProtocol(asyncio.Protocol, Generic[R]):
+    def __init__(
+        self, stream_id: str, request: bytes, clock: Clock, done: asyncio.Future[R], make: RecorderFactory[R]
+    ) -> None:
         self._stream_id = stream_id
         self._request = request
         self._clock = clock
         self._done = done
-        self._recorder: TraceRecorder | None = None
+        self._make = make
+        self._recorder: Recorder[R] | None = None
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -33,7 +54,7 @@ class _StreamProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._transport.write(self._request)
         # asyncio writes what the kernel takes at once; a chat request is far below one socket buffer.
-        self._recorder = TraceRecorder(self._stream_id, self._clock())
+        self._recorder = self._make(self._stream_id, self._clock())
 
     def data_received(self, data: bytes) -> None:
         t = self._clock()
@@ -44,7 +65,7 @@ class _StreamProtocol(asyncio.Protocol):
             self._fail(exc)
             return
         if self._recorder.complete and not self._done.done():
-            self._done.set_result(self._recorder.trace)
+            self._done.set_result(self._recorder.result())
             assert self._transport is not None
             self._transport.close()
 
@@ -56,7 +77,7 @@ class _StreamProtocol(asyncio.Protocol):
             self._fail(exc)
             return None
         if not self._done.done():
-            self._done.set_result(self._recorder.trace)
+            self._done.set_result(self._recorder.result())
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -80,12 +101,29 @@ async def stream_once(
     timeout_s: float = 600.0,
     ssl_context: ssl.SSLContext | None = None,
 ) -> Trace:
-    """Send `request` on a new connection (TLS with `ssl_context`) and record the response until it ends."""
+    """Send `request` on a new connection (TLS with `ssl_context`) and record every read of the response."""
+    return await stream_with(host, port, request, stream_id, TraceRecorder, clock=clock, timeout_s=timeout_s,
+                             ssl_context=ssl_context)  # fmt: skip
+
+
+async def stream_with(
+    host: str,
+    port: int,
+    request: bytes,
+    stream_id: str,
+    make: RecorderFactory[R],
+    *,
+    clock: Clock = monotonic_ns,
+    timeout_s: float = 600.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> R:
+    """Send `request` on a new connection (TLS with `ssl_context`); feed each read to the recorder `make` returns,
+    until the response ends; its result."""
     loop = asyncio.get_running_loop()
-    done: asyncio.Future[Trace] = loop.create_future()
+    done: asyncio.Future[R] = loop.create_future()
     try:
         transport, _ = await loop.create_connection(
-            lambda: _StreamProtocol(stream_id, request, clock, done), host, port, ssl=ssl_context,
+            lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, ssl=ssl_context,
             server_hostname=host if ssl_context is not None else None,
         )  # fmt: skip
     except ssl.SSLError as exc:

@@ -91,6 +91,9 @@ class TraceRecorder:
         self.response.feed_eof()
         self._finish(t_ns)
 
+    def result(self) -> Trace:
+        return self.trace
+
     def _finish(self, t_ns: int) -> None:
         if self.trace.t_end_ns is None:
             self.trace.t_end_ns = t_ns

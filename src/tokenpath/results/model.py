@@ -353,6 +353,8 @@ class LoadRow:
     added_ttft_corrected_ms: Percentiles | None = None  # open loop: from the scheduled start
     dispatch_lag_ms: Percentiles | None = None
     histogram_corrected: str | None = None
+    # --cluster runs: {"uncertainty_ms": worst over runs, "runs": [[per client worker: node, offset, drift, ...]]}
+    clock: Json | None = None
 
     @property
     def level_label(self) -> str:

@@ -36,6 +36,7 @@ _ROUTES: dict[str, tuple[str, ...]] = {
     "/v1/completions": ("POST",),
     "/v1/models": ("GET",),
     "/_tokenpath/health": ("GET",),
+    "/_tokenpath/time": ("GET",),  # the stub's CLOCK_MONOTONIC, for a client on another host to estimate its offset
     AUDIT_PREFIX: ("GET", "POST"),
 }
 
@@ -120,6 +121,7 @@ class StubApp:
         self.pacer = pacer
         self.audit = audit
         self.clock = clock
+        self._offset_ns = round(cfg.clock_offset_ms * NS_PER_MS)
         self._rng = random.Random(cfg.seed)
         self.streams: set[PacedStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -145,6 +147,8 @@ class StubApp:
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
             response.send_json(200, {"status": "ok", "active_streams": len(self.streams)})
+        elif route == "/_tokenpath/time":
+            response.send_json(200, {"t_ns": self.clock() + self._offset_ns})
         else:
             self._audit_lookup(request, response)
 
@@ -311,8 +315,8 @@ class StubApp:
     def _local_entries(self, ids: list[str] | None, with_log: bool) -> dict[str, dict[str, Any]]:
         """Keyed by the id asked for (a stream id or a completion id); by stream id when all are asked for."""
         if ids is None:
-            return {log.stream_id: _audit_entry(log, with_log) for log in self.audit.all()}
-        return {i: _audit_entry(log, with_log) for i in ids if (log := self.audit.get(i))}
+            return {log.stream_id: _audit_entry(log, with_log, self._offset_ns) for log in self.audit.all()}
+        return {i: _audit_entry(log, with_log, self._offset_ns) for i in ids if (log := self.audit.get(i))}
 
     async def _with_siblings(
         self, entries: dict[str, dict[str, Any]], ids: list[str] | None, with_log: bool
@@ -341,10 +345,10 @@ def _unsettled(entry: dict[str, Any] | None) -> bool:
     return entry is None or entry["verdict"]["state"] == "running"
 
 
-def _audit_entry(log: StreamLog, with_log: bool) -> dict[str, Any]:
+def _audit_entry(log: StreamLog, with_log: bool, offset_ns: int = 0) -> dict[str, Any]:
     entry: dict[str, Any] = {"verdict": audit_stream(log).to_json()}
     if with_log:
-        entry["log"] = log.to_json()
+        entry["log"] = log.to_json(offset_ns)
     return entry
 
 

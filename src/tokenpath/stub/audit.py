@@ -41,14 +41,15 @@ class StreamLog:
         self.actual_ns.append(actual_ns)
         self.nbytes.append(nbytes)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, offset_ns: int = 0) -> dict[str, Any]:
+        """`offset_ns` shifts every time (the stub's test-only clock offset); drifts are unchanged by it."""
         return {
             "stream_id": self.stream_id,
             "interval_ms": self.interval_ms,
-            "started_ns": self.started_ns,
+            "started_ns": self.started_ns + offset_ns,
             "state": self.state,
             "writes": [
-                [i, s, a, b]
+                [i, s + offset_ns, a + offset_ns, b]
                 for i, (s, a, b) in enumerate(zip(self.scheduled_ns, self.actual_ns, self.nbytes, strict=True))
             ],
         }

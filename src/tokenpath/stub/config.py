@@ -158,6 +158,9 @@ class StubConfig:
     priority: Priority = "auto"
     max_body_bytes: int = MAX_BODY_BYTES
     audit_dir: str | None = field(default=None, compare=False)  # shared by workers; set by the server
+    # Test-only: every time the stub reports (its clock endpoint, its audit's write times) is this far ahead, as if
+    # it ran on another host's clock: the clock estimate must recover it (tests/load/test_clocksync.py).
+    clock_offset_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0:

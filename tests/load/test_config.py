@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.load.runner import LoadConfig, spare_client_workers
+
+
+def test_client_workers_default_to_what_the_machine_spares() -> None:
+    assert [spare_client_workers(1, cpus) for cpus in (1, 2, 4, 8, 32)] == [1, 1, 1, 3, 15]
+    assert spare_client_workers(4, 8) == 2
+    cfg = LoadConfig(targets=("direct",))
+    assert cfg.client_workers == spare_client_workers(1, len(os.sched_getaffinity(0)))
+    assert LoadConfig(targets=("direct",), client_workers=5).client_workers == 5  # a given number is kept
+    with pytest.raises(UsageError, match="--client-workers >= 0"):
+        LoadConfig(targets=("direct",), client_workers=-1)
+
+
+def test_a_worker_gives_up_only_when_nearly_every_stream_fails_one_way() -> None:
+    from tokenpath.load.worker import SAME_FAILURE_MIN, FailureTally, StreamResult
+
+    tally = FailureTally()
+    for i in range(SAME_FAILURE_MIN - 1):
+        tally.add(StreamResult(f"s{i}", error="HTTP 401"))
+    before = tally.stop_reason
+    assert before is None  # too few to judge
+    tally.add(StreamResult("last", error="HTTP 401"))
+    assert (
+        tally.stop_reason
+        == f"{SAME_FAILURE_MIN} of {SAME_FAILURE_MIN} streams failed the same way (HTTP 401): level stopped early"
+    )
+    mixed = FailureTally()
+    for i in range(100):
+        mixed.add(StreamResult(f"s{i}", error="HTTP 401" if i % 2 else None))
+    assert mixed.stop_reason is None  # half succeed: a measurement, not a wall of one error
+    reasons = FailureTally()
+    for i in range(100):
+        reasons.add(StreamResult(f"s{i}", error=f"cannot connect to 127.0.0.1:{i}: refused" if i % 2 else "HTTP 503"))
+    assert reasons.stop_reason is None  # two kinds of failure: no single cause to name
+
+
+def test_each_stream_gets_its_own_valid_jwt() -> None:
+    import jwt
+
+    from tokenpath.load.worker import JWTMinter
+
+    minter = JWTMinter("k" * 32, (("sub", "load"), ("tier", "gold")))
+    token = minter.token()
+    claims = jwt.decode(token, "k" * 32, algorithms=["HS256"])
+    assert claims["sub"] == "load"
+    assert claims["tier"] == "gold"
+    assert claims["exp"] > claims["iat"]
+    assert "k" * 32 not in repr(minter)
