@@ -193,6 +193,31 @@ def _render_report(out: str) -> None:
     console.print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
 
 
+def _print_plan(
+    levels: tuple[int, ...], tokens: int, interval_ms: float, ttft_ms: float, proxy: str,
+    client_us: float | None, stub_us: float | None, proxy_us: float | None,
+) -> None:  # fmt: skip
+    from rich.table import Table
+
+    from tokenpath.load import plan as capacity
+
+    name = proxy.partition(":")[0]
+    rows = capacity.plan(levels, tokens=tokens, interval_ms=interval_ms, ttft_ms=ttft_ms,
+                         client_us=client_us or capacity.CLIENT_US, stub_us=stub_us or capacity.STUB_US,
+                         proxy=name, proxy_us=proxy_us)  # fmt: skip
+    table = Table(title=f"load --plan: {tokens} tokens every {interval_ms:g} ms after {ttft_ms:g} ms, "
+                        f"each role under {capacity.UTILISATION:.0%} of its cores")  # fmt: skip
+    for col in ("streams", "frames/s", "role", "µs/frame", "cores", "processes", "why"):
+        table.add_column(col, justify="left" if col in ("role", "why") else "right")
+    for level in rows:
+        for i, r in enumerate(level.roles):
+            table.add_row(str(level.streams) if i == 0 else "", f"{level.frames_per_s:,.0f}" if i == 0 else "",
+                          r.role, f"{r.us_per_frame:g}", f"{r.cores:.2f}", str(r.processes), r.why)  # fmt: skip
+    console.print(table)
+    console.print("Costs measured on a 2-core VM over loopback (bench/RESULTS.md, docs/scale.md); measure yours with "
+                  "bench/client_scaling.py and pass them with --client/--stub/--proxy-us-per-frame.")  # fmt: skip
+
+
 def _jwt_minter(secret_env: str | None, claims: str | None) -> JWTMinter | None:
     from tokenpath.load.worker import JWTMinter
 
@@ -356,6 +381,12 @@ def load(
         typer.Option(help="Client workers on Ray: auto, HOST:PORT, ray://HOST:PORT, or local:N simulated nodes."),
     ] = None,
     stub_node: Annotated[str | None, typer.Option(help="--cluster: the node (address) to run the stub on.")] = None,
+    plan: Annotated[
+        bool, typer.Option("--plan", help="Print the cores each role needs for these levels, run nothing.")
+    ] = False,
+    client_us_per_frame: Annotated[float | None, typer.Option(help="--plan: client CPU per frame (µs).")] = None,
+    stub_us_per_frame: Annotated[float | None, typer.Option(help="--plan: stub CPU per frame (µs).")] = None,
+    proxy_us_per_frame: Annotated[float | None, typer.Option(help="--plan: the proxy's CPU per frame (µs).")] = None,
     out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
 ) -> None:
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
@@ -370,6 +401,12 @@ def load(
             rates = tuple(float(x) for x in rate.split(",")) if rate else ()
         except ValueError:
             raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
+        if plan:
+            _print_plan(levels, tokens, interval_ms, ttft_ms, (proxy or ["gateway"])[-1], client_us_per_frame,
+                        stub_us_per_frame, proxy_us_per_frame)  # fmt: skip
+            return
+        if client_us_per_frame or stub_us_per_frame or proxy_us_per_frame:
+            raise UsageError("--client/--stub/--proxy-us-per-frame go with --plan")
         if (header or api_key_env or jwt_secret_env or jwt_claims) and not target:
             raise UsageError("--header, --api-key-env and --jwt-secret-env are for an external --target")
         cfg = LoadConfig(

@@ -1,0 +1,83 @@
+"""`tokenpath load --plan`: how many cores each role needs for a level, from the per-frame costs measured here.
+
+A closed-loop stream lasts ttft + tokens x interval and carries tokens + 3 frames (role delta, the tokens, the
+finish chunk, [DONE]), so C open streams move C x (tokens + 3) / duration frames per second through every role:
+the stub writes each one, the proxy relays it, the client reads it. Cores = frames/s x CPU per frame, kept under
+UTILISATION of each core so the role measures instead of queueing. The costs default to what bench/RESULTS.md
+measured on this project's 2-core VM (loopback, where the sender's write also runs the receiver's TCP path: the
+stub's figure is an upper bound for a stub on its own host); give your own with the --*-us-per-frame flags.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tokenpath.errors import UsageError
+
+UTILISATION = 0.7  # a role busier than this per core starts to add queueing delay to what it measures
+FRAMES_EXTRA = 3  # role delta, finish chunk, [DONE]
+
+# CPU per frame, µs, measured here (bench/RESULTS.md): the lean client (bench/client_scaling.py, 9.5-9.7), one stub
+# worker at its ~40,000 writes/s ceiling (bench/stub_drift.py, ~25 incl. the kernel's loopback path), and the
+# proxies' sampled CPU at 200 streams x 71 frames/s (tokenpath load): nginx 0.24 cores, the gateway 0.37, Node 0.64.
+CLIENT_US = 9.6
+STUB_US = 25.0
+PROXY_US = {"nginx": 17.0, "gateway": 26.0, "node": 45.0}
+STUB_WRITES_PER_WORKER = 40_000  # one stub worker's ceiling, measured: past it, pacing drifts
+
+
+@dataclass(frozen=True, slots=True)
+class RolePlan:
+    role: str
+    us_per_frame: float
+    cores: float  # at UTILISATION
+    processes: int  # client workers / stub workers / proxy cores to give it
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class LevelPlan:
+    streams: int
+    frames_per_s: float
+    roles: tuple[RolePlan, ...]
+
+
+def plan(
+    levels: tuple[int, ...],
+    *,
+    tokens: int,
+    interval_ms: float,
+    ttft_ms: float,
+    client_us: float = CLIENT_US,
+    stub_us: float = STUB_US,
+    proxy: str = "gateway",
+    proxy_us: float | None = None,
+) -> list[LevelPlan]:
+    if proxy_us is None:
+        if proxy not in PROXY_US:
+            raise UsageError(f"--plan: no measured cost for {proxy!r}; give --proxy-us-per-frame (known: "
+                             f"{', '.join(sorted(PROXY_US))})")  # fmt: skip
+        proxy_us = PROXY_US[proxy]
+    for name, value in (("client", client_us), ("stub", stub_us), ("proxy", proxy_us)):
+        if not value > 0:
+            raise UsageError(f"--{name}-us-per-frame must be > 0")
+    stream_s = (ttft_ms + tokens * interval_ms) / 1000
+    if stream_s <= 0:
+        raise UsageError("--plan needs streams that last: --ttft-ms or --interval-ms > 0")
+    out = []
+    for streams in levels:
+        fps = streams * (tokens + FRAMES_EXTRA) / stream_s
+        client = fps * client_us / 1e6 / UTILISATION
+        stub = fps * stub_us / 1e6 / UTILISATION
+        stub_workers = max(math.ceil(stub), math.ceil(fps / STUB_WRITES_PER_WORKER))
+        relay = fps * proxy_us / 1e6 / UTILISATION
+        out.append(LevelPlan(streams, fps, (
+            RolePlan("client", client_us, client, math.ceil(client),
+                     "one --client-workers process per core (a process is one event loop)"),
+            RolePlan("stub", stub_us, stub, stub_workers,
+                     f"--stub-workers; one worker writes at most ~{STUB_WRITES_PER_WORKER:,} frames/s"),
+            RolePlan(f"proxy ({proxy})", proxy_us, relay, math.ceil(relay),
+                     "cores the path under test needs, on its own node (a single-process proxy caps at one)"),
+        )))  # fmt: skip
+    return out

@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.load.plan import PROXY_US, UTILISATION, plan
+
+
+def test_frames_and_cores_follow_from_the_workload_and_the_costs() -> None:
+    (level,) = plan((1000,), tokens=128, interval_ms=14, ttft_ms=90)
+    stream_s = (90 + 128 * 14) / 1000
+    assert level.frames_per_s == pytest.approx(1000 * 131 / stream_s)
+    client, stub, proxy = level.roles
+    assert client.cores == pytest.approx(level.frames_per_s * 9.6e-6 / UTILISATION)
+    assert proxy.us_per_frame == PROXY_US["gateway"]
+    assert stub.processes >= level.frames_per_s / 40_000
+
+
+def test_every_cost_flag_is_the_one_applied() -> None:
+    base = plan((500,), tokens=64, interval_ms=20, ttft_ms=100)[0].roles
+    given = plan((500,), tokens=64, interval_ms=20, ttft_ms=100, client_us=19.2, stub_us=50, proxy="nginx",
+                 proxy_us=80)[0].roles  # fmt: skip
+    assert given[0].cores == pytest.approx(2 * base[0].cores)
+    assert given[1].cores == pytest.approx(2 * base[1].cores)
+    assert given[2].us_per_frame == 80
+    assert plan((500,), tokens=64, interval_ms=20, ttft_ms=100, proxy="node")[0].roles[2].us_per_frame == 45
+
+
+def test_an_unmeasured_proxy_needs_its_cost() -> None:
+    with pytest.raises(UsageError, match="--proxy-us-per-frame"):
+        plan((10,), tokens=8, interval_ms=10, ttft_ms=10, proxy="haproxy")
+    with pytest.raises(UsageError, match="must be > 0"):
+        plan((10,), tokens=8, interval_ms=10, ttft_ms=10, client_us=0)
