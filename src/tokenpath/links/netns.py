@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from tokenpath.errors import NetnsError
 
@@ -40,7 +41,31 @@ def _ip(*args: str) -> None:
         raise NetnsError(f"ip {' '.join(args)}: {out.stderr.strip()}")
 
 
-class VethPair:
+class _Namespaces:
+    """Namespaces made on entry and removed on exit, also when making them fails half-way."""
+
+    def __enter__(self) -> Self:
+        reason = available()
+        if reason:
+            raise NetnsError(reason)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class VethPair(_Namespaces):
     def __init__(self, mtu: int = 1500, tag: str | None = None) -> None:
         tag = tag or f"{os.getpid() % 100000}"
         self.server = f"tp-s-{tag}"
@@ -50,29 +75,18 @@ class VethPair:
         self.server_addr = SERVER_ADDR
         self.client_addr = CLIENT_ADDR
 
-    def __enter__(self) -> VethPair:
-        reason = available()
-        if reason:
-            raise NetnsError(reason)
-        try:
-            _ip("netns", "add", self.server)
-            _ip("netns", "add", self.client)
-            _ip("link", "add", self._server_if, "netns", self.server, "type", "veth", "peer", "name",
-                self._client_if, "netns", self.client)  # fmt: skip
-            for ns, dev, addr in (
-                (self.server, self._server_if, SERVER_ADDR),
-                (self.client, self._client_if, CLIENT_ADDR),
-            ):
-                _ip("-n", ns, "addr", "add", f"{addr}/{PREFIX}", "dev", dev)
-                _ip("-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
-                _ip("-n", ns, "link", "set", "lo", "up")
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+    def _build(self) -> None:
+        _ip("netns", "add", self.server)
+        _ip("netns", "add", self.client)
+        _ip("link", "add", self._server_if, "netns", self.server, "type", "veth", "peer", "name",
+            self._client_if, "netns", self.client)  # fmt: skip
+        for ns, dev, addr in (
+            (self.server, self._server_if, SERVER_ADDR),
+            (self.client, self._client_if, CLIENT_ADDR),
+        ):
+            _ip("-n", ns, "addr", "add", f"{addr}/{PREFIX}", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
 
     def close(self) -> None:
         for ns in (self.server, self.client):  # deleting a namespace deletes its end of the veth
@@ -122,7 +136,7 @@ def entered(namespace: str) -> Iterator[None]:
         os.close(home)
 
 
-class Star:
+class Star(_Namespaces):
     """N namespaces on one private subnet: node 0 holds a bridge, every other node a veth into it (MTU 1500), so
     any two nodes reach each other across a real link. `addr(i)` is node i's address. For a local cluster of
     simulated hosts (load --cluster local:N). Everything is removed on exit, processes left inside included."""
@@ -139,32 +153,21 @@ class Star:
     def addr(self, i: int) -> str:
         return f"{self.SUBNET}.{i + 1}"
 
-    def __enter__(self) -> Star:
-        reason = available()
-        if reason:
-            raise NetnsError(reason)
-        try:
-            for name in self.names:
-                _ip("netns", "add", name)
-                _ip("-n", name, "link", "set", "lo", "up")
-            hub = self.names[0]
-            _ip("-n", hub, "link", "add", self._bridge, "type", "bridge")
-            _ip("-n", hub, "addr", "add", f"{self.addr(0)}/24", "dev", self._bridge)
-            _ip("-n", hub, "link", "set", self._bridge, "mtu", str(self.mtu), "up")
-            for i, name in enumerate(self.names[1:], 1):
-                hub_end, node_end = f"tph{i}x{self._tag}"[:15], f"tpn{i}x{self._tag}"[:15]
-                _ip("link", "add", hub_end, "netns", hub, "type", "veth", "peer", "name", node_end, "netns", name)
-                _ip("-n", hub, "link", "set", hub_end, "master", self._bridge)
-                _ip("-n", hub, "link", "set", hub_end, "mtu", str(self.mtu), "up")
-                _ip("-n", name, "addr", "add", f"{self.addr(i)}/24", "dev", node_end)
-                _ip("-n", name, "link", "set", node_end, "mtu", str(self.mtu), "up")
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+    def _build(self) -> None:
+        for name in self.names:
+            _ip("netns", "add", name)
+            _ip("-n", name, "link", "set", "lo", "up")
+        hub = self.names[0]
+        _ip("-n", hub, "link", "add", self._bridge, "type", "bridge")
+        _ip("-n", hub, "addr", "add", f"{self.addr(0)}/24", "dev", self._bridge)
+        _ip("-n", hub, "link", "set", self._bridge, "mtu", str(self.mtu), "up")
+        for i, name in enumerate(self.names[1:], 1):
+            hub_end, node_end = f"tph{i}x{self._tag}"[:15], f"tpn{i}x{self._tag}"[:15]
+            _ip("link", "add", hub_end, "netns", hub, "type", "veth", "peer", "name", node_end, "netns", name)
+            _ip("-n", hub, "link", "set", hub_end, "master", self._bridge)
+            _ip("-n", hub, "link", "set", hub_end, "mtu", str(self.mtu), "up")
+            _ip("-n", name, "addr", "add", f"{self.addr(i)}/24", "dev", node_end)
+            _ip("-n", name, "link", "set", node_end, "mtu", str(self.mtu), "up")
 
     def wrap(self, i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.names[i], *argv]
