@@ -162,10 +162,6 @@ class Cell:
     stopped: str | None = None  # a worker gave up on this level: nearly every stream failed one way
     clocks: list[list[RunClock]] = field(default_factory=list)  # --cluster: each run's client clocks
 
-    @property
-    def example_error(self) -> str:
-        return self.error_samples[0] if self.error_samples else "?"
-
     def pct_ms(self, p: float, hist: HdrHistogram | None = None) -> float | None:
         h = self.hist if hist is None else hist
         return h.get_value_at_percentile(p) / 1000 if h.get_total_count() else None
@@ -235,6 +231,7 @@ class LoadRunner:
                 stub_url = stub.start()
             targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
             keys: dict[str, str | None] = {}
+            proxies: dict[str, RunningProxy] = {}
             if cfg.target_url is not None:
                 targets["target"] = (cfg.target_url, None)
             for name in cfg.targets:
@@ -245,6 +242,7 @@ class LoadRunner:
                     label = running.proxy.name if "{listen" in name else name  # LABEL=COMMAND: shown as LABEL
                     targets[label] = (running.url, running.process.pid)
                     keys[label] = running.proxy.api_key(running.site)
+                    proxies[label] = running
             cells: dict[tuple[float, str], Cell] = {}
             plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
@@ -258,9 +256,10 @@ class LoadRunner:
                         url, pid = targets[name]
                         cell = cells.setdefault((level, name), Cell(name, level))
                         if cell.stopped is None:  # a level that failed one way is not run again
-                            stopped = self._measure(cell, url, pid, stub_url, keys.get(name), name == "target")
+                            stopped = self._measure(cell, url, pid, stub_url, keys.get(name), name == "target",
+                                                    proxies.get(name))  # fmt: skip
                             if stopped:
-                                self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]: {cell.example_error}")
+                                self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]")
                         progress.advance(task)
             except KeyboardInterrupt:
                 self.interrupted = True
@@ -313,7 +312,14 @@ class LoadRunner:
         return None
 
     def _measure(
-        self, cell: Cell, url: str, pid: int | None, stub_url: str, api_key: str | None, external: bool = False
+        self,
+        cell: Cell,
+        url: str,
+        pid: int | None,
+        stub_url: str,
+        api_key: str | None,
+        external: bool = False,
+        running: RunningProxy | None = None,
     ) -> str | None:
         """One run of one target at one level, merged into its cell; why the level stopped early, if it did."""
         cfg = self.cfg
@@ -322,6 +328,10 @@ class LoadRunner:
                         rate=cell.level if cfg.open_loop else None, api_key=api_key)  # fmt: skip
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt)
+        if running is not None:  # what this proxy needs of a request: its model names, headers, the id's carrier
+            proxy = running.proxy
+            work = replace(work, request_model=proxy.request_model(cfg.model), id_in_prompt=proxy.drops_stream_id,
+                           headers=proxy.request_headers(running.site))  # fmt: skip
         with ResourceSampler(pid) as sampler:
             reports = self._clients(work, cell, stub_url)
         if sampler.mean_cores is not None:
@@ -458,8 +468,9 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
     warnings = []
     if cell.stopped:
         warnings.append({
-            "kind": "stopped_early", "message": f"{cell.stopped}; e.g. {cell.example_error}",
-            "remedy": "check the target's credentials (--header, --api-key-env, --jwt-secret-env) and URL",
+            "kind": "stopped_early", "message": cell.stopped,
+            "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
+                      "--api-key-env, --jwt-secret-env)",
         })  # fmt: skip
     if cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
         warnings.append({

@@ -46,6 +46,8 @@ class Workload:
     api_key: str | None = field(default=None, repr=False)  # for targets that need one (LiteLLM)
     tls: TLSOptions = field(default_factory=TLSOptions)  # for an https target
     headers: tuple[tuple[str, str], ...] = ()  # sent with every stream (--header)
+    request_model: str | None = None  # the name the target wants for `model` (a gateway's naming scheme)
+    id_in_prompt: bool = False  # the stream id rides in the prompt too (a gateway that drops every other carrier)
     jwt: JWTMinter | None = field(default=None, repr=False)  # a fresh token per stream, for a JWT proxy
 
 
@@ -74,11 +76,14 @@ class FailureTally:
     def __init__(self) -> None:
         self.seen = 0
         self.errors: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}  # the first full message of each kind
 
     def add(self, result: StreamResult) -> None:
         self.seen += 1
         if result.error is not None:
-            self.errors[_error_kind(result.error)] += 1
+            kind = _error_kind(result.error)
+            self.errors[kind] += 1
+            self.examples.setdefault(kind, result.error)
 
     @property
     def stop_reason(self) -> str | None:
@@ -87,7 +92,9 @@ class FailureTally:
         kind, count = self.errors.most_common(1)[0]
         if count < SAME_FAILURE_SHARE * self.seen:
             return None
-        return f"{count} of {self.seen} streams failed the same way ({kind}): level stopped early"
+        example = self.examples[kind]
+        detail = f"; e.g. {example}" if example != kind else ""
+        return f"{count} of {self.seen} streams failed the same way ({kind}): level stopped early{detail}"
 
 
 def _error_kind(error: str) -> str:
@@ -159,8 +166,8 @@ async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> No
 
 
 def _probe_config(work: Workload) -> ProbeConfig:
-    return ProbeConfig(url=work.url, model=work.model, prompt=work.prompt, max_tokens=work.tokens,
-                       api_key=work.api_key, headers=work.headers)  # fmt: skip
+    return ProbeConfig(url=work.url, model=work.request_model or work.model, prompt=work.prompt,
+                       max_tokens=work.tokens, api_key=work.api_key, headers=work.headers)  # fmt: skip
 
 
 async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
@@ -168,6 +175,8 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
     result = StreamResult(sid)
     if work.jwt is not None:
         cfg = replace(cfg, api_key=work.jwt.token())
+    if work.id_in_prompt:
+        cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
         ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
         trace = await stream_with(host, port, request_bytes(cfg, cfg.target, sid), sid, LeanRecorder,
@@ -176,7 +185,8 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         result.error = str(exc) or type(exc).__name__
         return result
     if trace.status != 200:
-        result.error = f"HTTP {trace.status or 'no response'}"
+        preview = " ".join(trace.error_preview.split())[:160]
+        result.error = f"HTTP {trace.status or 'no response'}" + (f": {preview}" if preview else "")
         return result
     if trace.first_content_raw is not None:
         result.first_content_t_ns = trace.first_content_t_ns

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from tokenpath.errors import ProxyError
 from tokenpath.procs import stop_process_group
@@ -85,6 +87,9 @@ class Proxy:
     openai_only = False  # re-serialises OpenAI chunks (a gateway): measured by `load`, not the byte-level matrix
     tool_paths: tuple[str, ...] = ()  # executables under the tools folder (tokenpath.tools), looked for first
     tools_only = False  # found only there (a second version of something Debian also ships)
+    announces_url = False  # it picks its own port and prints "listening on URL" (the URL replaces site.listen)
+    base_path = ""  # where its OpenAI API lives, e.g. "/openai/v1" (clients append /chat/completions)
+    drops_stream_id = False  # drops the stream header, the body's `user` and the chunk ids: the id rides in the prompt
 
     def binary(self) -> str | None:
         for relative in self.tool_paths:
@@ -141,6 +146,14 @@ class Proxy:
         """The key a client must send, for proxies that require one (LiteLLM)."""
         return None
 
+    def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
+        """Headers a client must send for this proxy to route the request (e.g. Portkey's provider headers)."""
+        return ()
+
+    def request_model(self, model: str) -> str:
+        """The model name a client must ask this proxy for, to reach the stub's `model` (its naming scheme)."""
+        return model
+
 
 @dataclass
 class RunningProxy:
@@ -154,7 +167,7 @@ class RunningProxy:
     @property
     def url(self) -> str:
         scheme = "https" if self.site.tls else "http"
-        return f"{scheme}://{self.site.listen.hostport}"
+        return f"{scheme}://{self.site.listen.hostport}{self.proxy.base_path}"
 
     @property
     def alive(self) -> bool:
@@ -199,7 +212,13 @@ def start(
         while True:
             if process.poll() is not None:
                 raise ProxyError(f"{proxy.name} exited with code {process.returncode}:\n{running.log_tail()}")
-            if _accepts(site.listen, connect):
+            if proxy.announces_url:
+                announced = _LISTENING.search(log_path.read_text(errors="replace"))
+                if announced:
+                    host, _, port = urlsplit(announced.group(1)).netloc.rpartition(":")
+                    site.listen = Endpoint(host.strip("[]"), int(port))
+                    break
+            elif _accepts(site.listen, connect):
                 break
             if time.monotonic() > deadline:
                 raise ProxyError(f"{proxy.name} did not accept on {site.listen.hostport} within {timeout_s:.0f} s")
@@ -209,6 +228,9 @@ def start(
         running.stop()
         raise
     return running
+
+
+_LISTENING = re.compile(r"listening on (https?://\S+)")
 
 
 def _accepts(endpoint: Endpoint, connect: Callable[[Endpoint], socket.socket] | None) -> bool:
@@ -232,10 +254,11 @@ def new_workdir(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"tokenpath-{name}-"))
 
 
-def run_quiet(argv: Sequence[str], timeout_s: float = 10.0) -> str:
+def run_quiet(argv: Sequence[str], timeout_s: float = 10.0, env: dict[str, str] | None = None) -> str:
     """Output (stdout + stderr) of a short command, for versions and config dumps; never raises."""
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False)
+        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
+                             env={**os.environ, **env} if env else None)  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({' '.join(argv)} failed: {exc})"
     return (out.stdout + out.stderr).strip()

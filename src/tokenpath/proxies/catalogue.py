@@ -13,8 +13,10 @@ from tokenpath.proxies.lighttpd import Lighttpd
 from tokenpath.proxies.litellm import LiteLLM
 from tokenpath.proxies.nginx import Nginx
 from tokenpath.proxies.node import NodeProxy
+from tokenpath.proxies.portkey import Portkey
 from tokenpath.proxies.relays import CONTROLS
 from tokenpath.proxies.squid import Squid
+from tokenpath.proxies.tensorzero import TensorZero
 from tokenpath.proxies.varnish import Varnish
 
 
@@ -22,7 +24,7 @@ def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
         Nginx(), HAProxy(), Caddy(), Caddy211(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
         NodeProxy(naive=False), NodeProxy(naive=True), NodeProxy(naive=False, runtime=22),
-        NodeProxy(naive=True, runtime=22), LiteLLM(), Gateway(), *CONTROLS,
+        NodeProxy(naive=True, runtime=22), LiteLLM(), TensorZero(), Portkey(), Gateway(), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}
 

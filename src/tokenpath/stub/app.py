@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.request import STREAM_HEADER
 
 AUDIT_PREFIX = "/_tokenpath/audit"
+PROMPT_STREAM_ID = re.compile(r"\[tokenpath-stream:([!-Z^-~]{1,128})\]")  # visible ASCII but brackets
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
 
 _ROUTES: dict[str, tuple[str, ...]] = {
@@ -253,7 +255,8 @@ class StubApp:
         if not isinstance(options, dict):
             raise UsageError("'stream_options' must be an object")
         user = body.get("user")
-        stream_id = request.header(STREAM_HEADER) or (user if isinstance(user, str) and user else None)
+        stream_id = (request.header(STREAM_HEADER) or (user if isinstance(user, str) and user else None)
+                     or (prompt_stream_id(body.get("messages")) if kind == "chat" else None))  # fmt: skip
         if stream_id is not None and not valid_stream_id(stream_id):
             raise UsageError(
                 f"the stream id (the {STREAM_HEADER} header, else 'user') must be 1-{MAX_STREAM_ID_CHARS} "
@@ -339,6 +342,16 @@ class StubApp:
                 return entries
             await asyncio.sleep(0.02)
             entries.update(self._local_entries([i for i in ids if _unsettled(entries.get(i))], with_log))
+
+
+def prompt_stream_id(messages: Any) -> str | None:
+    """The stream id a client put in its last message (`[tokenpath-stream:ID]`): for gateways that drop the header,
+    the `user` field and the chunk ids, but forward the conversation."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    content = messages[-1].get("content")
+    m = PROMPT_STREAM_ID.search(content) if isinstance(content, str) else None
+    return m.group(1) if m else None
 
 
 def _unsettled(entry: dict[str, Any] | None) -> bool:

