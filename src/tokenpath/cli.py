@@ -218,6 +218,18 @@ def _print_plan(
                   "bench/client_scaling.py and pass them with --client/--stub/--proxy-us-per-frame.")  # fmt: skip
 
 
+def _custom_option(text: str, proxies: list[str]) -> tuple[str, str, str]:
+    name, sep, value = text.partition("=")
+    label, dot, key = name.rpartition(".")
+    if not sep or not dot or not label:
+        raise UsageError(f"--custom {text!r}: expected LABEL.KEY=VALUE, e.g. mygw.model=gpt-4o-mini")
+    if not any(p.partition("=")[0] == label and "{listen" in p for p in proxies):
+        raise UsageError(f"--custom {text!r}: no --proxy {label}=COMMAND target")
+    if key not in ("model", "header", "api_key_env", "base_path"):
+        raise UsageError(f"--custom {text!r}: KEY is model, header, api_key_env or base_path")
+    return label, key, value
+
+
 def _jwt_minter(secret_env: str | None, claims: str | None) -> JWTMinter | None:
     from tokenpath.load.worker import JWTMinter
 
@@ -376,6 +388,13 @@ def load(
         str | None, typer.Option(help="--target: env var holding an HS256 secret: a fresh JWT per stream.")
     ] = None,
     jwt_claims: Annotated[str | None, typer.Option(help="--target: JSON object of claims for those JWTs.")] = None,
+    custom: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="LABEL.model=M, LABEL.header=NAME:VALUE, LABEL.api_key_env=VAR or LABEL.base_path=/p for "
+            "a LABEL=COMMAND target; repeatable."
+        ),
+    ] = None,
     cluster: Annotated[
         str | None,
         typer.Option(help="Client workers on Ray: auto, HOST:PORT, ray://HOST:PORT, or local:N simulated nodes."),
@@ -416,6 +435,7 @@ def load(
             target_headers=tuple(parse_header_arg(h) for h in header or []),
             target_api_key=_api_key(api_key_env) if api_key_env else None,
             target_jwt=_jwt_minter(jwt_secret_env, jwt_claims), cluster=cluster, stub_node=stub_node,
+            custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
         )  # fmt: skip
         doc = LoadRunner(cfg, Path(out), console).run()
     except TokenpathError as exc:

@@ -84,3 +84,26 @@ def test_tensorzero_streams_are_joined_through_the_prompt_and_the_portkey_failur
     assert doc["targets"]["tensorzero"]["version"][:4].isdigit()
     if "portkey" in rows:  # on Node 22 as on 20, every stream fails inside it: the result, recorded, not patched
         assert any(w["kind"] == "stopped_early" and "HTTP 500" in w["message"] for w in rows["portkey"]["warnings"])
+
+
+def test_a_command_target_gets_the_key_and_headers_its_requests_need(tmp_path: Path) -> None:
+    import jwt
+
+    secret = "c" * 48
+    token = jwt.encode({"sub": "load", "exp": 2_000_000_000}, secret, algorithm="HS256")
+    command = " ".join(tokenpath_argv("gateway"))
+    gw = f"gw={command} --listen {{listen}} --upstream http://{{upstream}} --jwt-secret-env GW_SECRET"
+    base = ["load", "--proxy", gw, "--concurrency", "3", "--warmup", "0.3", "--duration", "1.5", "--runs", "1",
+            "--tokens", "10", "--ttft-ms", "20"]  # fmt: skip
+    env = {**os.environ, "GW_SECRET": secret, "GW_TOKEN": token, "COLUMNS": "200"}
+    ok = subprocess.run(tokenpath_argv(*base, "--custom", "gw.api_key_env=GW_TOKEN", "--custom", "gw.header=X-Load: 1",
+                                       "--out", str(tmp_path / "ok")),
+                        capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    row = {r["target"]: r for r in json.loads((tmp_path / "ok" / "results.json").read_text())["levels"]}["gw"]
+    assert row["errors"] == 0, row["error_samples"]
+    assert row["streams"] > 0
+    bad = subprocess.run(tokenpath_argv(*base, "--custom", "other.model=m"), capture_output=True, text=True,
+                         timeout=60, env=env)  # fmt: skip
+    assert bad.returncode == 2
+    assert "no --proxy other=COMMAND target" in bad.stderr

@@ -86,3 +86,27 @@ def test_stub_headers_are_a_condition_axis() -> None:
         parse({"conditions": {"stub_headers": [{"Content-Length": "5"}]}})
     with pytest.raises(UsageError, match="printable"):
         parse({"conditions": {"stub_headers": [{"X-A": "a\r\nSet-Cookie: x"}]}})
+
+
+def test_a_command_target_carries_what_its_requests_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenpath.proxies.base import Endpoint, Site
+
+    monkeypatch.setenv("GW_KEY", "k-123")
+    entry = {"name": "gw", "command": "gw --listen {listen} --to {upstream}", "model": "tz::m",
+             "headers": {"X-Route": "openai"}, "api_key_env": "GW_KEY", "base_path": "/openai/v1/"}  # fmt: skip
+    exp = parse({"proxy": [entry]})
+    proxy = exp.custom["gw"]
+    site = Site(Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), Path("/tmp"))
+    assert proxy.request_model("tokenpath-stub") == "tz::m"
+    assert proxy.request_headers(site) == (("X-Route", "openai"),)
+    assert proxy.api_key(site) == "k-123"
+    assert proxy.base_path == "/openai/v1"
+    bad: tuple[tuple[dict[str, object], str], ...] = (
+        ({"name": "nginx", "model": "m"}, "go with a `command` target"),
+        ({"name": "gw", "command": "gw {listen} {upstream}", "api_key_env": "UNSET_KEY_VAR"}, "is not set"),
+        ({"name": "gw", "command": "gw {listen} {upstream}", "headers": {"X": 1}}, "table of strings"),
+        ({"name": "gw", "command": "gw {listen} {upstream}", "base_path": "v1"}, "must start with /"),
+    )
+    for wrong, message in bad:
+        with pytest.raises(UsageError, match=message):
+            parse({"proxy": [wrong]})

@@ -226,8 +226,12 @@ class MatrixRunner:
         stream_id = new_stream_id()
         record = RunRecord(label, stream_id)
         stream_s = (pacing["ttft_ms"] + pacing["tokens"] * pacing["interval_ms"]) / 1000
+        model, headers = "tokenpath-stub", ()  # type: tuple[str, tuple[tuple[str, str], ...]]
+        if running is not None:  # what the proxy needs of a request (a gateway's model names, routing headers)
+            model, headers = running.proxy.request_model(model), running.proxy.request_headers(running.site)
         cfg = ProbeConfig(
-            url=url, extra_body=(("tokenpath", pacing),), tls=TLSOptions(cacert=env.cacert), api_key=api_key,
+            url=url, model=model, headers=headers, extra_body=(("tokenpath", pacing),),
+            tls=TLSOptions(cacert=env.cacert), api_key=api_key,
             first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
         )  # fmt: skip
         try:

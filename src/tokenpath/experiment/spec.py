@@ -14,7 +14,7 @@ from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.base import Proxy
-from tokenpath.proxies.custom import CustomProxy
+from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import condition_label
 from tokenpath.stub.audit import StreamLog, audit_stream
 from tokenpath.stub.config import response_headers
@@ -133,11 +133,15 @@ def parse(data: dict[str, Any]) -> Experiment:
         where = f"[[proxy]] #{i + 1}"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f'{where}: needs name = "..."')
-        _no_unknown(entry, {"name", "variants", "command", "version_command"}, where)
+        request_keys = {"model", "headers", "api_key_env", "base_path"}
+        _no_unknown(entry, {"name", "variants", "command", "version_command", *request_keys}, where)
         name = entry["name"]
         if "command" in entry:
-            custom[name] = CustomProxy(name, str(entry["command"]), entry.get("version_command"))
+            options = RequestOptions.parse(name, {k: v for k, v in entry.items() if k in request_keys})
+            custom[name] = CustomProxy(name, str(entry["command"]), entry.get("version_command"), options)
             proxy = custom[name]
+        elif request_keys & set(entry):
+            raise UsageError(f"{where}: model, headers, api_key_env and base_path go with a `command` target")
         else:
             proxy = lookup(name)
         variants = entry.get("variants", ["stock"])

@@ -37,11 +37,12 @@ from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
-from tokenpath.proxies.custom import CustomProxy
+from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
 from tokenpath.results.model import LoadResults, LoadRow, Provenance, TargetInfo, TargetSkip, load_row
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import completion_id
+from tokenpath.wire.request import parse_header_arg
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
@@ -83,6 +84,7 @@ class LoadConfig:
     target_headers: tuple[tuple[str, str], ...] = ()  # sent to the external target with every stream
     target_api_key: str | None = field(default=None, repr=False)  # its Bearer token (read from an env var)
     target_jwt: JWTMinter | None = field(default=None, repr=False)  # or a fresh JWT per stream
+    custom: tuple[tuple[str, str, str], ...] = ()  # (label, option, value): what a LABEL=COMMAND target needs
     cluster: str | None = None  # Ray: auto, HOST:PORT, ray://HOST:PORT or local:N (load/cluster.py)
     stub_node: str | None = None  # with a cluster: the node (its address) the stub runs on
 
@@ -285,7 +287,8 @@ class LoadRunner:
                 label, sep, command = name.partition("=")
                 if not sep or " " in label or "{" in label:
                     raise ProxyError(f"--proxy {name!r}: a command target is LABEL=COMMAND")
-                proxy, proxy_name, variant = CustomProxy(label, command), label, STOCK
+                options = RequestOptions.parse(label, self._custom_options(label))
+                proxy, proxy_name, variant = CustomProxy(label, command, options=options), label, STOCK
             else:
                 proxy = lookup(proxy_name)
                 variant = proxy.variant(variant_name or "stock")
@@ -310,6 +313,22 @@ class LoadRunner:
         self.console.print(f"[yellow]skipping {name}:[/] {reason}")
         self.skipped.append(TargetSkip(name, reason))
         return None
+
+    def _custom_options(self, label: str) -> dict[str, object]:
+        """--custom LABEL.KEY=VALUE flags for one target, as RequestOptions takes them (headers as a table)."""
+        options: dict[str, object] = {}
+        headers: dict[str, str] = {}
+        for name, key, value in self.cfg.custom:
+            if name != label:
+                continue
+            if key == "header":
+                header, value = parse_header_arg(value)
+                headers[header] = value
+            else:
+                options[key] = value
+        if headers:
+            options["headers"] = headers
+        return options
 
     def _measure(
         self,
