@@ -8,7 +8,7 @@ from tokenpath.proxies.compose_only import Traefik
 from tokenpath.proxies.envoy import Envoy
 from tokenpath.proxies.gateway import Gateway
 from tokenpath.proxies.h2o import H2O
-from tokenpath.proxies.haproxy import HAProxy
+from tokenpath.proxies.haproxy import HAProxy, HAProxy3
 from tokenpath.proxies.lighttpd import Lighttpd
 from tokenpath.proxies.litellm import LiteLLM
 from tokenpath.proxies.nginx import Nginx
@@ -22,8 +22,8 @@ from tokenpath.proxies.varnish import Varnish
 
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
-        Nginx(), HAProxy(), Caddy(), Caddy211(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(), Traefik(), Envoy(),
-        NodeProxy(naive=False), NodeProxy(naive=True), NodeProxy(naive=False, runtime=22),
+        Nginx(), HAProxy(), HAProxy3(), Caddy(), Caddy211(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(),
+        Traefik(), Envoy(), NodeProxy(naive=False), NodeProxy(naive=True), NodeProxy(naive=False, runtime=22),
         NodeProxy(naive=True, runtime=22), LiteLLM(), TensorZero(), Portkey(), Gateway(), *CONTROLS,
     ]  # fmt: skip
     return {p.name: p for p in entries}

@@ -47,3 +47,19 @@ backend upstream
         binary = self.require_binary()
         check = run_quiet(wrap([binary, "-c", "-f", str(config)]))
         return f"{config.read_text()}\n# haproxy -c: {check}"
+
+
+class HAProxy3(HAProxy):
+    """HAProxy 3.0, built by `scripts/install-proxies --build haproxy3` from Debian 13's source into the tools folder
+    (opt-in: a few minutes of compiling). 2.8+ corks TLS records with MSG_MORE where 2.6 does not."""
+
+    name = "haproxy3"
+    tool_paths = ("haproxy3/haproxy",)
+    tools_only = True
+    package = "haproxy 3.0 (scripts/install-proxies --build haproxy3)"
+    image = "haproxy:3.0.11-alpine"
+
+    def missing_reason(self) -> str | None:
+        if self.binary() is None:
+            return "not built (scripts/install-proxies --build haproxy3, as root; a few minutes)"
+        return None
