@@ -24,7 +24,7 @@ lint: $(BIN)/.installed
 
 # Whole-process tests whose assertions are about timing (certification floors, arrival shapes, load joins) run
 # alone on the machine; the functional ones (gateway, clients, catalogue, report) two at a time.
-E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py tests/e2e/test_cluster.py
+E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py
 
 # The whole suite, both lanes: what CI runs (.ci/run). Under 6 minutes on a 2-core machine.
 test: $(BIN)/.installed proxies lint
