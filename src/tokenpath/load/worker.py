@@ -7,6 +7,7 @@ it crosses a process boundary. Streams are counted when they *start* inside the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import ssl
@@ -146,7 +147,9 @@ async def closed_loop(work: Workload) -> WorkerReport:
     cpu, wall = time.process_time(), time.monotonic()
     lag_task = asyncio.ensure_future(loop_lag(measure_from, stop_at, lags))
     await asyncio.gather(*(user(k) for k in range(work.max_streams)))
-    lag_task.cancel()
+    lag_task.cancel()  # the users may have stopped early (FailureTally): the lag monitor ends with them
+    with contextlib.suppress(asyncio.CancelledError):
+        await lag_task
     lags.sort()
     return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall,
                         percentile(lags, 99) if lags else 0.0, tally.stop_reason)  # fmt: skip
