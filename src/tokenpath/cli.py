@@ -306,7 +306,9 @@ def matrix(
         if emit_compose:
             from tokenpath.experiment.compose import emit, source_root
 
-            path = emit(exp, Path(emit_compose), source_root())
+            path, skipped = emit(exp, Path(emit_compose), source_root())
+            for line in skipped:
+                console.print(f"[yellow]not exported:[/] {line}")
             console.print(f"wrote {path} (run it with: docker compose -f {path} up --abort-on-container-exit)")
             return
         runner = MatrixRunner(exp, Path(out), force=force, console=console)

@@ -1,9 +1,11 @@
 """`tokenpath matrix EXPERIMENT --emit-compose DIR`: the same experiment for people who have Docker.
 
-Writes DIR/docker-compose.yml, DIR/Dockerfile (the emitter and the probe, built from this source tree) and one
-config directory per proxy and variant, rendered by the same catalogue code the local runner uses, with paths
-moved into the container. Images are pinned; every published port binds 127.0.0.1. TLS conditions are not
-exported (the local runner covers them).
+Writes DIR/docker-compose.yml, DIR/Dockerfile and DIR/context (the emitter and the probe, built from a copy of
+this source tree's package files only: no virtualenv, no caches, and the build does not depend on the tree after
+the export) and one config directory per proxy and variant, rendered by the same catalogue code the local runner
+uses, with paths moved into the container. Images are pinned, the base image to its patch release; every published
+port binds 127.0.0.1; no top-level `name` (Compose v1 refuses it; the project is named after DIR). Conditions the
+export cannot run (TLS, veth links) are listed in the file's header and returned, never dropped silently.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside
 PROXY_PORT = 8080
 STUB_PORT = 8000
 FIRST_HOST_PORT = 18080
+BASE_IMAGE = "python:3.11.7-slim-bookworm"  # pinned to the patch release the project is developed on
+CONTEXT_FILES = ("pyproject.toml", "README.md")
 
 
 SOURCE_ENV = "TOKENPATH_SOURCE"
@@ -53,11 +57,13 @@ def source_root() -> Path:
     return root
 
 
-def emit(exp: Experiment, out_dir: Path, source_root: Path) -> Path:
+def emit(exp: Experiment, out_dir: Path, source_root: Path) -> tuple[Path, list[str]]:
+    """The compose file, and the conditions of the experiment it cannot run (each with the reason)."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    _copy_context(source_root, out_dir / "context")
     services: dict[str, Any] = {
         "emitter": {
-            "build": {"context": str(source_root), "dockerfile": str((out_dir / "Dockerfile").resolve())},
+            "build": {"context": "./context", "dockerfile": "../Dockerfile"},
             "command": ["tokenpath", "stub", "--host", "0.0.0.0", "--port", str(STUB_PORT), "--priority", "normal"],
             "ports": [f"127.0.0.1:{STUB_PORT}:{STUB_PORT}"],
         }
@@ -82,14 +88,33 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path) -> Path:
         "command": ["sh", "-c", _probe_script(exp, targets)],
     }
     (out_dir / "Dockerfile").write_text(
-        "FROM python:3.11-slim\nWORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY src ./src\n"
+        f"FROM {BASE_IMAGE}\nWORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY src ./src\n"
         "RUN pip install --no-cache-dir .\n"
     )
-    compose = {"name": f"tokenpath-{exp.name}".lower().replace(" ", "-")[:60], "services": services}
+    skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c.tls or c.link != "loopback"]
+    compose = {"services": services}
     compose_file = out_dir / "docker-compose.yml"
-    header = "# Written by tokenpath matrix --emit-compose; `docker compose up --abort-on-container-exit`.\n"
-    compose_file.write_text(header + yaml.safe_dump(compose, sort_keys=False))
-    return compose_file
+    header = [f"# Written by tokenpath matrix --emit-compose for experiment {exp.name!r};",
+              "# run it with `docker compose up --abort-on-container-exit`."]  # fmt: skip
+    header += [f"# Not exported: {line}" for line in skipped]
+    compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump(compose, sort_keys=False))
+    return compose_file, skipped
+
+
+def _why_not(cond: Any) -> str:
+    if cond.tls:
+        return "TLS conditions need the certificates the local runner makes per run (run `tokenpath matrix` here)"
+    return f"link {cond.link!r} needs network namespaces the containers do not get (run `tokenpath matrix` as root)"
+
+
+def _copy_context(source_root: Path, context: Path) -> None:
+    """The package's build inputs only (a source tree's .venv, caches and results stay out of the image)."""
+    shutil.rmtree(context, ignore_errors=True)
+    context.mkdir(parents=True)
+    for name in CONTEXT_FILES:
+        shutil.copy2(source_root / name, context / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(source_root / "src", context / "src", ignore=ignore)
 
 
 def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]:
