@@ -49,6 +49,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.sink: Sink | None = None
         self.closed = False
         self.reused = False  # served a response before: a failure before any byte may just be a stale keep-alive
+        self._session_kept = False  # this connection's TLS session is in the pool (see release)
         self.got_bytes = False
         self.core = self._new_core()
         self.gate = ReadGate()  # paused while the client's socket buffer is full
@@ -182,8 +183,14 @@ class UpstreamConnection(asyncio.Protocol):
     def release(self) -> None:
         """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
-        if self.tls is not None and self.tls.session is not None:
-            self.pool.session = self.tls.session  # TLS 1.3 tickets arrive after the handshake: keep the newest
+        if self.tls is not None and not self._session_kept:
+            # TLS 1.3 tickets arrive after the handshake, so the session is taken once the first response is done,
+            # and only then: reading SSLObject.session builds a new session object each time, and doing it per
+            # response was 30 % of the gateway's CPU with 200 TLS streams (bench/RESULTS.md).
+            session = self.tls.session
+            if session is not None:
+                self.pool.session = session
+                self._session_kept = True
         if self.core.reusable and not self.closed and not (self.tls is not None and self.tls.closed_by_peer):
             self.core = self._new_core()  # idle: a byte from the server now is a protocol error
             self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
