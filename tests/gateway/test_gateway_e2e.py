@@ -156,12 +156,15 @@ def test_every_relayed_byte_is_exact_and_every_frame_its_own_read(svc: Services)
     headers = dict((k.lower(), v) for k, v in via_head.head.headers)
     assert headers["content-type"].startswith("text/event-stream")
     assert len(headers["x-request-id"]) >= 8
-    pacing_json = json.dumps({"tokenpath": {"interval_ms": 40, "tokens": 15, "frame_bytes": 300, "format": "plain"}})
+    pacing_json = json.dumps({"tokenpath": {"interval_ms": 60, "tokens": 15, "frame_bytes": 300, "format": "plain"}})
     out = subprocess.run(tokenpath_argv("probe", gw.url or "", "--json", "--body-json", pacing_json),
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr
     probe = json.loads(out.stdout)
-    assert probe["runs"][0]["frames_per_read"] == 1.0  # each upstream read is written downstream at once
+    # Each upstream read is written downstream at once: frames arrive one per read. On a loaded host the probe itself
+    # may be scheduled late enough for two 60 ms frames to wait in its socket, so a merge or two is not the gateway's
+    # doing; holding frames (cork ~4.4, buffer 15) is. 15 frames, at most two merged reads.
+    assert probe["runs"][0]["frames_per_read"] <= 15 / 13, probe["runs"][0]
 
 
 def test_http_1_0_client_gets_a_close_delimited_stream(svc: Services) -> None:
