@@ -7,10 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tokenpath.procs import tokenpath_argv
-from tokenpath.proxies import lookup
 
 TOKENS, INTERVAL_MS = 20, 14
 
@@ -87,24 +84,6 @@ def test_external_target_needs_its_stub() -> None:
     )
     assert out.returncode == 2
     assert "--stub-url" in out.stderr
-
-
-@pytest.mark.skipif(lookup("litellm").missing_reason() is not None, reason=str(lookup("litellm").missing_reason()))
-def test_litellm_streams_are_joined_although_it_drops_the_stream_id(tmp_path: Path) -> None:
-    out = subprocess.run(
-        tokenpath_argv(
-            "load", "--proxy", "litellm", "--concurrency", "3", "--warmup", "3", "--duration", "3", "--runs", "1",
-            "--tokens", str(TOKENS), "--interval-ms", str(INTERVAL_MS), "--out", str(tmp_path),
-        ),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    row = {r["target"]: r for r in json.loads((tmp_path / "results.json").read_text())["levels"]}["litellm"]
-    assert row["streams"] > 0
-    assert row["unjoined"] == 0  # joined by the chunks' completion id
-    assert row["frames_lost"] == 0
-    assert row["reserialized_streams"] == row["streams"]  # content intact, bytes rewritten
-    assert row["added_ttft_ms"]["p50"] is not None
 
 
 def test_load_measures_the_gateway_with_a_jwt_and_any_command_target(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import Start
 from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies import lookup
 
 
 def test_an_external_jwt_gateway_is_loaded_with_a_fresh_token_per_stream(tmp_path: Path, service: Start) -> None:
@@ -107,3 +108,21 @@ def test_a_command_target_gets_the_key_and_headers_its_requests_need(tmp_path: P
                          timeout=60, env=env)  # fmt: skip
     assert bad.returncode == 2
     assert "no --proxy other=COMMAND target" in bad.stderr
+
+
+@pytest.mark.skipif(lookup("litellm").missing_reason() is not None, reason=str(lookup("litellm").missing_reason()))
+def test_litellm_streams_are_joined_although_it_drops_the_stream_id(tmp_path: Path) -> None:
+    out = subprocess.run(
+        tokenpath_argv(
+            "load", "--proxy", "litellm", "--concurrency", "3", "--warmup", "3", "--duration", "3", "--runs", "1",
+            "--tokens", "20", "--interval-ms", "14", "--out", str(tmp_path),
+        ),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    row = {r["target"]: r for r in json.loads((tmp_path / "results.json").read_text())["levels"]}["litellm"]
+    assert row["streams"] > 0
+    assert row["unjoined"] == 0  # joined by the chunks' completion id
+    assert row["frames_lost"] == 0
+    assert row["reserialized_streams"] == row["streams"]  # content intact, bytes rewritten
+    assert row["added_ttft_ms"]["p50"] is not None
