@@ -31,3 +31,20 @@ def test_an_unmeasured_proxy_needs_its_cost() -> None:
         plan((10,), tokens=8, interval_ms=10, ttft_ms=10, proxy="haproxy")
     with pytest.raises(UsageError, match="must be > 0"):
         plan((10,), tokens=8, interval_ms=10, ttft_ms=10, client_us=0)
+
+
+def test_the_plan_flags_are_the_costs_applied() -> None:
+    from typer.testing import CliRunner
+
+    from tokenpath.cli import app
+
+    out = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "1000", "--client-us-per-frame", "19.2",
+                                   "--stub-us-per-frame", "77", "--proxy", "node", "--proxy-us-per-frame", "88"],
+                             env={"COLUMNS": "200"})  # fmt: skip
+    assert out.exit_code == 0, out.output
+    assert "19.2" in out.output
+    assert "77" in out.output
+    assert "88" in out.output
+    assert "proxy (node)" in out.output
+    refused = CliRunner().invoke(app, ["load", "--client-us-per-frame", "5"])
+    assert refused.exit_code == 2

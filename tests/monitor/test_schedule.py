@@ -42,3 +42,26 @@ def test_zero_jitter_keeps_the_exact_interval() -> None:
     s.start("a", 0.0)
     s.finish("a")
     assert s.seconds_to_next(0.5) == 1.5
+
+
+def test_the_declared_interval_and_jitter_are_the_ones_the_watch_schedules_by() -> None:
+    from tokenpath.monitor.config import from_dict
+
+    def gaps(jitter: float) -> list[float]:
+        cfg = from_dict({"monitor": {"interval_s": 2, "jitter": jitter},
+                         "target": [{"name": "a", "url": "http://127.0.0.1:9"}]})  # fmt: skip
+        s = Schedule.for_config(cfg, now=0.0, rng=random.Random(3))
+        starts: list[float] = []
+        now = 0.0
+        while len(starts) < 30:
+            for name in s.due(now):
+                starts.append(now)
+                s.start(name, now)
+                s.finish(name)
+            now += s.seconds_to_next(now) or 0.0
+        return [b - a for a, b in itertools.pairwise(starts)]
+
+    assert {round(g, 9) for g in gaps(0.0)} == {2.0}
+    jittered = gaps(0.25)
+    assert all(1.5 - 1e-9 <= g <= 2.5 + 1e-9 for g in jittered)
+    assert max(jittered) - min(jittered) > 0.3

@@ -170,6 +170,8 @@ def test_once_checks_every_rule_on_every_target_it_applies_to(sse: LoopbackHTTP)
     ]  # added_ttft does not apply to a target without direct_url
     assert "nothing measured" in breaches[0].line()
     assert check_rules(parse_rules("ttft_p50>0ms"), summaries)[0].value is not None
+    assert up.value("ttft", 100) is not None
+    assert up.value("added_ttft", 50) is not None
 
 
 def test_each_target_keeps_its_own_interval() -> None:
@@ -227,3 +229,18 @@ def test_peer_faults_are_outcomes_by_reason(tmp_path: Path) -> None:
         "hang": {"first_byte_timeout": 1},
         "badcert": {"tls": 1},
     }
+
+
+def test_insecure_is_the_one_applied(tmp_path: Path) -> None:
+    """A certificate no store trusts: refused by default (test above), accepted with `insecure = true`."""
+    from tokenpath.tlscert import self_signed
+
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    server = TLSRecordBurst(str(files.cert), str(files.key))
+    try:
+        cfg = config({"name": "anycert", "url": f"https://127.0.0.1:{server.port}", "insecure": True})
+        (summary,) = run_once(cfg, cycles=1)
+    finally:
+        server.close()
+    assert summary.routes["via"].failures == 0
+    assert summary.value("coalescing") == 5.0

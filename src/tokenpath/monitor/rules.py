@@ -37,9 +37,11 @@ SHARE = ("failure_rate",)
 @dataclass(frozen=True, slots=True)
 class Rule:
     text: str  # as the user wrote it, for the message
-    metric: str  # e.g. "added_ttft_p95", "fpr": the key of a summary
+    metric: str  # e.g. "added_ttft_p95", "fpr"
     op: str
     threshold: float  # seconds for times, a share for failure_rate
+    base: str = ""  # the metric without its percentile: "added_ttft", "fpr"
+    percentile: float | None = None  # for the TIMED metrics
 
     def breached(self, value: float | None) -> bool:
         if value is None or math.isnan(value):
@@ -49,9 +51,9 @@ class Rule:
     def shown(self, value: float | None) -> str:
         if value is None or math.isnan(value):
             return "nothing measured"
-        if self.metric.split("_p")[0] in TIMED:
+        if self.base in TIMED:
             return f"{value * 1000:.1f} ms"
-        if self.metric in SHARE:
+        if self.base in SHARE:
             return f"{value * 100:.1f} %"
         return f"{value:.2f}"
 
@@ -83,7 +85,7 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
         else:
             known = ", ".join([*(f"{t}_pNN" for t in TIMED), *PLAIN, *SHARE])
             raise UsageError(f"--fail-on {part.strip()!r}: unknown metric {base!r}; known: {known}")
-        rules.append(Rule(part.strip(), metric, op, threshold))
+        rules.append(Rule(part.strip(), metric, op, threshold, base, float(pct) if pct else None))
     if not rules:
         raise UsageError("--fail-on is empty: give at least one rule, e.g. 'ttft_p95>2s'")
     return tuple(rules)

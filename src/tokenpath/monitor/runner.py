@@ -77,8 +77,7 @@ class Watch:
 
     def run(self, max_cycles: int | None = None) -> None:
         targets = {t.name: t for t in self.config.targets}
-        schedule = Schedule({n: t.interval_s for n, t in targets.items()}, self.config.settings.jitter,
-                            self._clock())  # fmt: skip
+        schedule = Schedule.for_config(self.config, self._clock())
         slots = min(self.config.settings.max_concurrency, len(targets))
         in_flight: dict[Future[list[ProbeOutcome]], str] = {}
         turns = dict.fromkeys(targets, False)
@@ -159,27 +158,25 @@ class TargetSummary:
     routes: dict[str, RouteSamples]
     added_s: list[float] = field(default_factory=list)
 
-    def value(self, metric: str) -> float | None:
-        """A rule's metric on this target, or None when nothing was measured for it."""
+    def value(self, base: str, pct: float | None = None) -> float | None:
+        """A rule's metric on this target (`base`, and its percentile for the timed ones), or None when nothing
+        was measured for it."""
         via = self.routes["via"]
-        base, _, pct = metric.partition("_p")
-        if metric.startswith("added_ttft_p"):
-            base, pct = "added_ttft", metric.removeprefix("added_ttft_p")
         samples = {"ttft": via.ttft_s, "ttfb": via.ttfb_s, "gap": via.gaps_s, "added_ttft": self.added_s}
-        if base in samples and pct:
+        if base in samples and pct is not None:
             values = sorted(samples[base])
-            return percentile(values, float(pct)) if values else None
-        if metric == "fpr":
+            return percentile(values, pct) if values else None
+        if base == "fpr":
             return median(via.fpr) if via.fpr else None
-        if metric == "fpr_max":
+        if base == "fpr_max":
             return max(via.fpr) if via.fpr else None
-        if metric == "coalescing":
+        if base == "coalescing":
             modal = via.bursts.modal()
             return None if modal is None else float(modal)
-        if metric == "failure_rate":
+        if base == "failure_rate":
             probes = sum(r.probes for r in self.routes.values())
             return sum(r.failures for r in self.routes.values()) / probes if probes else None
-        raise KeyError(metric)
+        raise KeyError(base)
 
 
 def run_once(config: MonitorConfig, cycles: int, prober: Prober | None = None) -> list[TargetSummary]:
@@ -222,9 +219,9 @@ def check_rules(rules: tuple[Rule, ...], summaries: list[TargetSummary]) -> list
     breaches = []
     for rule in rules:
         for summary in summaries:
-            if rule.metric.startswith("added_ttft") and "direct" not in summary.routes:
+            if rule.base == "added_ttft" and "direct" not in summary.routes:
                 continue  # no direct route: nothing to subtract
-            value = summary.value(rule.metric)
+            value = summary.value(rule.base, rule.percentile)
             if rule.breached(value):
                 breaches.append(Breach(rule, summary.name, value))
     return breaches

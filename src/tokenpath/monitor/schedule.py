@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from tokenpath.monitor.config import MonitorConfig
+
 FIRST_SPREAD_S = 5.0  # first probes of all targets are spread over at most this long
 
 
@@ -25,6 +27,11 @@ class Schedule:
         spread = min(FIRST_SPREAD_S, *intervals.values()) if names else 0.0
         self._due = {name: now + spread * i / len(names) for i, name in enumerate(names)}
         self._busy: set[str] = set()
+
+    @classmethod
+    def for_config(cls, config: MonitorConfig, now: float, rng: random.Random | None = None) -> Schedule:
+        """Each target's declared interval, the declared jitter."""
+        return cls({t.name: t.interval_s for t in config.targets}, config.settings.jitter, now, rng)
 
     def due(self, now: float) -> list[str]:
         """Targets whose time has come and that are not being probed, the most overdue first."""

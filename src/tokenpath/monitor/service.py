@@ -45,7 +45,7 @@ def once(config: MonitorConfig, cycles: int, rules: tuple[Rule, ...]) -> tuple[l
     if cycles < 1:
         raise UsageError("--probes must be >= 1")
     direct = [t.name for t in config.targets if "direct" in t.routes]
-    if not direct and any(r.metric.startswith("added_ttft") for r in rules):
+    if not direct and any(r.base == "added_ttft" for r in rules):
         raise UsageError("--fail-on added_ttft needs a target with a direct_url (--direct-url): nothing to subtract")
     summaries = run_once(config, cycles)
     return summaries, check_rules(rules, summaries)
