@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
@@ -10,9 +11,11 @@ import pytest
 
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.transport import TLSOptions
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+from tokenpath.tlscert import self_signed
 
 FRAMES = 10
 PACING = {"interval_ms": 30, "frame_bytes": 60, "tokens": FRAMES, "format": "plain", "ttft_ms": 0}
@@ -51,3 +54,26 @@ def test_proxy_relays_a_stream_intact(stub: Endpoint, name: str, variant: str) -
         running.stop()
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     assert not site.workdir.exists()
+
+
+TLS_CASES = [p.name for p in catalogue().values() if p.runnable and not p.openai_only and not p.tls_unsupported]
+
+
+@pytest.mark.parametrize("name", TLS_CASES)
+def test_proxy_terminates_tls_and_relays(stub: Endpoint, name: str, tmp_path: Path) -> None:
+    """Each proxy that claims TLS termination starts with its TLS config (h2o's once did not: a YAML indent)."""
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant("stock"), files)
+    running = start(proxy, site)
+    try:
+        cfg = ProbeConfig(url=running.url, extra_body=(("tokenpath", PACING),), first_byte_timeout_s=10,
+                          tls=TLSOptions(cacert=str(files.cert)))  # fmt: skip
+        metrics = run_metrics(probe_stream(cfg))
+    finally:
+        running.stop()
+    assert running.url.startswith("https://")
+    assert metrics.status == 200
+    assert metrics.frames == FRAMES

@@ -58,3 +58,29 @@ def test_no_valid_runs() -> None:
     row = build_row(PathSpec("nginx"), COND, [RunRecord("p", "x", error="refused")], None)
     assert row.verdict == "no valid runs"
     assert row.fpr_median is None
+
+
+ENDPOINT_COND = Condition(0.0, 0, "loopback", False, (), "endpoint https://api.example.com")
+
+
+def endpoint_record(fpr: float, ttft: float, vs_direct: float | None, error: str | None = None) -> RunRecord:
+    metrics = None if error else RunMetrics("s", 200, 40, int(40 / fpr), fpr, ttft, ttft, {}, {}, 2000.0)
+    return RunRecord("p", "s", metrics=metrics, path_added_ttft_ms=vs_direct, error=error, audited=False)
+
+
+def test_against_an_endpoint_runs_are_kept_without_an_audit_and_the_floor_is_directs_own_spread() -> None:
+    direct = [endpoint_record(1.0, t, 0.0) for t in (300.0, 320.0, 310.0, 400.0)]
+    assert all(r.included for r in direct)  # no audit exists; only a failed probe excludes
+    floor = Floor.from_direct_endpoint(direct)
+    assert floor is not None
+    assert floor.added_ttft_ms == 0.0
+    assert floor.ttft_spread_ms == 400.0 - 315.0  # p90 - median of the endpoint's own TTFT: its noise
+    within = build_row(PathSpec("nginx"), ENDPOINT_COND, [endpoint_record(1.0, 330, 20.0)] * 3, floor)
+    assert within.within_floor is True
+    assert within.endpoint == "endpoint https://api.example.com"
+    held = [endpoint_record(6.0, 900, 580.0), endpoint_record(6.0, 910, 600.0), endpoint_record(1, 0, None, "boom")]
+    row = build_row(PathSpec("haproxy"), ENDPOINT_COND, held, floor)
+    assert (row.runs, row.excluded, row.exclusions) == (3, 1, {"probe failed": 1})
+    assert row.added_ttft_ms_median == 590.0  # the same-round differences, not a stub write
+    assert row.within_floor is False
+    assert row.verdict.startswith("coalesces")

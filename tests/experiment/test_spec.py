@@ -10,7 +10,11 @@ from tokenpath.experiment.spec import ExclusionRule, load, parse
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def test_examples_load() -> None:
+def test_examples_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    # examples/real-endpoint.toml reads its endpoint from the environment
+    monkeypatch.setenv("TOKENPATH_URL", "https://api.example.com/v1")
+    monkeypatch.setenv("TOKENPATH_MODEL", "some-model")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
     for path in EXAMPLES.glob("*.toml"):
         exp = load(path)
         assert exp.paths[0].proxy == "direct"
@@ -110,3 +114,64 @@ def test_a_command_target_carries_what_its_requests_need(monkeypatch: pytest.Mon
     for wrong, message in bad:
         with pytest.raises(UsageError, match=message):
             parse({"proxy": [wrong]})
+
+
+# --- a real endpoint: upstream = "$TOKENPATH_URL" -------------------------------------------------------------------
+
+
+def test_an_upstream_url_from_the_environment_fronts_every_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EP_URL", "https://api.example.com/v1")
+    monkeypatch.setenv("EP_KEY", "sk-secret")
+    exp = parse({
+        "upstream": {"url": "$EP_URL", "model": "m1", "api_key_env": "EP_KEY", "max_tokens": 9},
+        "proxy": [{"name": "nginx"}], "conditions": {"tls": [False, True]},
+    })  # fmt: skip
+    assert exp.endpoint is not None
+    assert exp.endpoint.url == "https://api.example.com/v1/chat/completions"
+    assert exp.endpoint.via("http://127.0.0.1:9000") == "http://127.0.0.1:9000/v1/chat/completions"
+    assert exp.endpoint.api_key() == "sk-secret"
+    tls = exp.endpoint.upstream_tls()
+    assert tls is not None
+    assert tls.server_name == "api.example.com"
+    assert tls.cacert is None  # the system store
+    assert [c.label for c in exp.conditions] == [
+        "endpoint https://api.example.com, loopback", "endpoint https://api.example.com, loopback, tls",
+    ]  # fmt: skip
+    document = exp.to_json()
+    assert document["upstream"]["declared"] == "$EP_URL"
+    assert document["upstream"]["audited"] is False
+    assert "sk-secret" not in str(document)
+
+
+def test_an_upstream_string_is_its_url_and_braces_expand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EP_HOST", "gpu-box:8000")
+    with pytest.raises(UsageError, match="needs model"):
+        parse({"upstream": "http://${EP_HOST}/v1"})
+    exp = parse({"upstream": {"url": "http://${EP_HOST}/v1", "model": "m"}})
+    assert exp.endpoint is not None
+    assert exp.endpoint.target.origin == "http://gpu-box:8000"
+    assert exp.endpoint.upstream_tls() is None
+    assert exp.endpoint.max_tokens == 64  # bounded: every stream costs tokens
+
+
+@pytest.mark.parametrize(
+    ("upstream", "conditions", "message"),
+    [
+        ({"url": "$EP_UNSET", "model": "m"}, {}, r"\$EP_UNSET is not set"),
+        ({"url": "https://h/v1", "model": "m", "api_key_env": "EP_UNSET"}, {}, "EP_UNSET: that environment"),
+        ({"url": "https://h/v1", "model": "m", "colour": 1}, {}, "unknown keys"),
+        ({"url": "ftp://h/v1", "model": "m"}, {}, "expected http"),
+        ({"url": "http://h/v1", "model": "m", "cacert": "/etc/hostname"}, {}, "cacert is for an https"),
+        ({"url": "https://h/v1", "model": "m", "cacert": "/no/such.pem"}, {}, "no such file"),
+        ({"url": "https://h/v1", "model": "m", "max_tokens": 0}, {}, "max_tokens"),
+        ({"url": "https://h/v1", "model": "m"}, {"interval_ms": [14]}, "paces its own stream"),
+        ({"url": "https://h/v1", "model": "m"}, {"stub_headers": [{"X-A": "b"}]}, "paces its own stream"),
+        ({"url": "https://h/v1", "model": "m"}, {"link": ["loopback", "veth"]}, "only loopback"),
+        (42, {}, "URL string or an"),
+    ],
+)
+def test_a_bad_upstream_is_refused_before_anything_runs(
+    upstream: object, conditions: dict[str, object], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse({"upstream": upstream, "conditions": conditions})

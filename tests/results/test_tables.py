@@ -85,3 +85,19 @@ def test_a_load_row_shows_kept_of_total_even_below_one_percent() -> None:
     cells = load_table.figures(row)
     assert cells[-1] == "996/1000 (0.4 % excl.)"  # n is the kept streams, never the excluded ones
     assert load_table.headers(False)[-1] == "kept/total"
+
+
+def test_rows_against_a_real_endpoint_say_there_was_no_stub_audit() -> None:
+    raw = raw_doc(True)
+    raw["experiment"]["upstream"] = {"origin": "https://api.example.com", "model": "m", "note": "no stub audit ..."}
+    raw["rows"][0].update(endpoint="endpoint https://api.example.com", ttft_ms_median=512.0)
+    results = from_json(raw)
+    assert isinstance(results, model.MatrixResults)
+    md = tables.markdown(results)
+    assert "Upstream https://api.example.com (model m): no stub audit" in md
+    assert "| nginx | endpoint https://api.example.com, loopback | 40.00 | 40.00-40.00 | 512.0 |" in md
+    assert "1950.0 / 1951.0 vs direct" in md
+    assert "endpoint https://api.example.com" in tables.csv_text(results)
+    console = Console(width=100, record=True)
+    console.print(tables.rich_table(results))
+    assert "no stub audit" in console.export_text()

@@ -24,15 +24,20 @@ class RunRecord:
     writes_ms: list[float] = field(default_factory=list)  # the stub's write of each frame, ms after its first
     drift_ms: list[float] = field(default_factory=list)  # each write's actual - scheduled time (pacing drift)
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
+    audited: bool = True  # False against a real endpoint: no write log exists, so only a failed probe excludes
 
     @property
     def included(self) -> bool:
+        if not self.audited:
+            return self.metrics is not None and not self.error
         return self.metrics is not None and self.audit is not None and bool(self.audit.get("passed"))
 
     @property
     def exclusion_reason(self) -> str | None:
         if self.error:
             return f"probe failed: {self.error}"
+        if not self.audited:
+            return None if self.metrics is not None else "probe failed: no trace"
         if self.audit is None:
             return "no audit for this stream"
         if not self.audit.get("passed"):
@@ -51,6 +56,7 @@ class RunRecord:
             "arrivals": self.arrivals,
             "writes_ms": self.writes_ms,
             "error": self.error,
+            "audited": self.audited,
         }
 
 

@@ -32,6 +32,17 @@ class Floor:
         fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
         return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=percentile(added, 90) - median(added))
 
+    @classmethod
+    def from_direct_endpoint(cls, runs: list[RunRecord]) -> Floor | None:
+        """Against a real endpoint: the direct path's worst fpr, and its own TTFT spread (p90 - p50) as the noise
+        a path's TTFT difference must exceed to count (each run's difference is taken within its round)."""
+        ok = [r for r in runs if r.included and r.metrics and r.metrics.frames_per_read is not None]
+        ttfts = sorted(r.metrics.ttft_ms for r in ok if r.metrics and r.metrics.ttft_ms is not None)
+        if not ok or not ttfts:
+            return None
+        fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
+        return cls(fpr=fpr, added_ttft_ms=0.0, ttft_spread_ms=percentile(ttfts, 90) - median(ttfts))
+
     def to_json(self) -> dict[str, float]:
         return {"fpr": self.fpr, "added_ttft_ms": self.added_ttft_ms, "ttft_spread_ms": self.ttft_spread_ms}
 

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
+from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
@@ -106,6 +107,12 @@ class MatrixRunner:
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
         total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
+        if self.exp.endpoint is not None:
+            e = self.exp.endpoint
+            self.console.print(
+                f"upstream: {e.label} ({e.declared}), model {e.model}: {total} streams of at most {e.max_tokens} "
+                f"tokens; {NO_AUDIT}; certification and the controls run on the stub"
+            )
         progress = progress_bar(self.console)
         try:
             with progress:
@@ -171,7 +178,7 @@ class MatrixRunner:
             for path in self.exp.paths:
                 if path.proxy == "direct":
                     continue
-                running = self._start(env, path, tmp, stack, tls=files)
+                running = self._start(env, path, tmp, stack, tls=files, fronts_endpoint=self.exp.endpoint is not None)
                 if running is not None:
                     env.running[path.label] = running
             for control in CONTROLS:
@@ -182,10 +189,19 @@ class MatrixRunner:
             yield env
 
     def _start(
-        self, env: Environment, path: PathSpec, tmp: Path, stack: contextlib.ExitStack, tls: TLSFiles | None
+        self,
+        env: Environment,
+        path: PathSpec,
+        tmp: Path,
+        stack: contextlib.ExitStack,
+        tls: TLSFiles | None,
+        fronts_endpoint: bool = False,
     ) -> RunningProxy | None:
         proxy = self.exp.proxy(path.proxy)
+        endpoint = self.exp.endpoint if fronts_endpoint else None
         reason = proxy.missing_reason() or (proxy.tls_unsupported if tls else None) or None
+        if not reason and endpoint is not None and endpoint.https:
+            reason = proxy.upstream_tls_unsupported or None
         if proxy.openai_only:
             reason = "re-serialises OpenAI chunks: a gateway, measured by `tokenpath load`, not the byte-level matrix"
         if reason is None:
@@ -193,6 +209,9 @@ class MatrixRunner:
                 Endpoint(env.listen_host, env.next_port()),
                 env.upstream, new_workdir(proxy.name), proxy.variant(path.variant), tls,
             )  # fmt: skip
+            if endpoint is not None:  # the proxy fronts the real endpoint; the controls stay on the stub
+                site.upstream, site.upstream_tls = endpoint.upstream(), endpoint.upstream_tls()
+                site.upstream_host, site.upstream_api_key_env = endpoint.target.host_header, endpoint.api_key_env or ""
             try:
                 running = start(proxy, site, wrap=env.wrap, connect=self._ready_check(env))
             except ProxyError as exc:
@@ -220,6 +239,44 @@ class MatrixRunner:
         self.skipped.append(PathSkip(path, reason))
 
     # measuring ---------------------------------------------------------------------------------------
+    def _endpoint_probe(self, env: Environment, url: str, label: str) -> RunRecord:
+        """One stream to the real endpoint, direct or through a path: the file's model, prompt and key."""
+        endpoint = self.exp.endpoint
+        assert endpoint is not None
+        running = env.running.get(label)
+        stream_id = new_stream_id()
+        record = RunRecord(label, stream_id, audited=False)
+        model, headers = endpoint.model, endpoint.headers
+        api_key = endpoint.api_key()
+        tls = TLSOptions(cacert=endpoint.cacert)
+        if running is not None:
+            model = running.proxy.request_model(model)
+            headers += running.proxy.request_headers(running.site)
+            api_key = running.proxy.api_key(running.site) or api_key  # a gateway's own token replaces the key
+            tls = TLSOptions(cacert=env.cacert)
+        cfg = ProbeConfig(
+            url=url, model=model, prompt=endpoint.prompt, max_tokens=endpoint.max_tokens, headers=headers,
+            api_key=api_key, tls=tls, first_byte_timeout_s=60, idle_timeout_s=60, total_timeout_s=300,
+        )  # fmt: skip
+        try:
+            trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
+        except TokenpathError as exc:
+            record.error = str(exc)
+        else:
+            join(record, trace, None)
+        return record
+
+    def _endpoint_round(self, env: Environment, paths: list[tuple[str, str]]) -> list[RunRecord]:
+        """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round
+        (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much)."""
+        records = [self._endpoint_probe(env, url, label) for label, url in paths]
+        direct = records[0].metrics.ttft_ms if records[0].metrics else None
+        for record in records:
+            ttft = record.metrics.ttft_ms if record.metrics else None
+            if ttft is not None and direct is not None:
+                record.path_added_ttft_ms = ttft - direct
+        return records
+
     def _probe(self, env: Environment, url: str, pacing: dict[str, Any], label: str) -> RunRecord:
         running = env.running.get(label)
         api_key = running.proxy.api_key(running.site) if running is not None else None  # e.g. the gateway's JWT
@@ -308,17 +365,24 @@ class MatrixRunner:
         if cond.stub_headers:
             pacing["headers"] = dict(cond.stub_headers)
         paths = []
+        endpoint = self.exp.endpoint
         for spec in self.exp.paths:
+            running = env.running.get(spec.label)
             if spec.proxy == "direct":
-                paths.append((spec, env.stub_url))
-            elif spec.label in env.running:
-                paths.append((spec, env.running[spec.label].url))
+                paths.append((spec, endpoint.url if endpoint else env.stub_url))
+            elif running is not None and endpoint is not None:
+                # A proxy with its own API prefix (a gateway's base_path) takes the chat path under it.
+                base = running.url + "/chat/completions" if running.proxy.base_path else None
+                paths.append((spec, base or endpoint.via(running.origin)))
+            elif running is not None:
+                paths.append((spec, running.url))
         runs: dict[str, list[RunRecord]] = {spec.label: [] for spec, _ in paths}
         dead: set[str] = set()
         try:
             for _ in range(self.exp.runs):
                 live = [(spec.label, url) for spec, url in paths if spec.label not in dead]
-                for record in self._round(env, live, pacing):
+                records = self._endpoint_round(env, live) if endpoint else self._round(env, live, pacing)
+                for record in records:
                     runs[record.path].append(record)
                     tick()
                     running = env.running.get(record.path)
@@ -328,7 +392,8 @@ class MatrixRunner:
                 for _ in dead:
                     tick()
         finally:
-            floor = Floor.from_direct(runs.get("direct", []))
+            direct_runs = runs.get("direct", [])
+            floor = Floor.from_direct_endpoint(direct_runs) if endpoint else Floor.from_direct(direct_runs)
             self.floors.append(FloorEntry(cond.label, **(floor.to_json() if floor else {})))
             for spec, _ in paths:
                 if runs[spec.label]:

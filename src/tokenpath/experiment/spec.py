@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
+from tokenpath.experiment import endpoint as endpoints
+from tokenpath.experiment.endpoint import EndpointSpec
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.base import Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
@@ -30,16 +32,18 @@ class Condition:
     link: Link
     tls: bool
     stub_headers: tuple[tuple[str, str], ...] = ()  # response headers the stub adds: "does header X fix proxy Y"
+    endpoint: str = ""  # a real endpoint's label (experiment/endpoint.py): it paces the stream, not the stub
 
     @property
     def label(self) -> str:
         return condition_label(self)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "interval_ms": self.interval_ms, "frame_bytes": self.frame_bytes, "link": self.link, "tls": self.tls,
             "stub_headers": dict(self.stub_headers),
         }  # fmt: skip
+        return {**out, "endpoint": self.endpoint} if self.endpoint else out
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class Experiment:
     exclusion: ExclusionRule = field(default_factory=ExclusionRule)
     custom: dict[str, Proxy] = field(default_factory=dict)
     source: str = ""
+    endpoint: EndpointSpec | None = None  # every proxy fronts this real endpoint instead of the stub
 
     def proxy(self, name: str) -> Proxy:
         return self.custom[name] if name in self.custom else lookup(name)
@@ -103,6 +108,7 @@ class Experiment:
             "exclusion": self.exclusion.to_json(),
             "custom_proxies": {n: p.command for n, p in self.custom.items() if isinstance(p, CustomProxy)},
             "source": self.source,
+            **({"upstream": self.endpoint.to_json()} if self.endpoint else {}),
         }
 
 
@@ -125,7 +131,7 @@ def load(path: str | Path) -> Experiment:
 
 
 def parse(data: dict[str, Any]) -> Experiment:
-    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion"}
+    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream"}
     _no_unknown(data, known, "top level")
     custom: dict[str, Proxy] = {}
     paths = [PathSpec("direct")]
@@ -163,6 +169,9 @@ def parse(data: dict[str, Any]) -> Experiment:
         Condition(float(i), s, link, t, h)
         for i, s, link, t, h in itertools.product(intervals, sizes, links, tls, header_sets)
     ]
+    endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
+    if endpoint is not None:
+        conditions = _endpoint_conditions(cond, tls, links, endpoint)
     exclusion = data.get("exclusion", {})
     _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
     tolerance = exclusion.get("tolerance_ms")
@@ -177,8 +186,24 @@ def parse(data: dict[str, Any]) -> Experiment:
         ttft_ms=float(data.get("ttft_ms", 20.0)),
         exclusion=ExclusionRule(tolerance),
         custom=custom,
+        endpoint=endpoint,
     )
     return experiment
+
+
+def _endpoint_conditions(
+    cond: dict[str, Any], tls: list[bool], links: list[str], endpoint: EndpointSpec
+) -> list[Condition]:
+    """Against a real endpoint the endpoint paces the stream: only the client side's TLS is a condition."""
+    paced = sorted({"interval_ms", "frame_bytes", "stub_headers"} & set(cond))
+    if paced:
+        raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
+    if links != ["loopback"]:
+        raise UsageError(
+            "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
+            "are cut off from; only loopback"
+        )
+    return [Condition(0.0, 0, "loopback", t, (), endpoint.label) for t in tls]
 
 
 def _header_set(table: dict[str, Any]) -> tuple[tuple[str, str], ...]:

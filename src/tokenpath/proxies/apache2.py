@@ -22,7 +22,8 @@ class Apache2(Proxy):
         return first.split("Apache/")[-1].split(" ")[0]
 
     def write_config(self, site: Site) -> Path:
-        mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if site.tls else [])]
+        ssl = site.tls is not None or site.upstream_tls is not None
+        mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if ssl else [])]
         loads = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in mods)
         tls = (
             f"SSLEngine on\nSSLCertificateFile {site.tls.cert}\nSSLCertificateKeyFile {site.tls.key}\n"
@@ -42,8 +43,8 @@ User www-data
 Group www-data
 {loads}
 Listen {site.listen.hostport}
-{tls}ProxyPass "/" "http://{site.upstream.hostport}/"{flush}
-ProxyPassReverse "/" "http://{site.upstream.hostport}/"
+{tls}{_upstream_tls(site)}ProxyPass "/" "{site.upstream_url}/"{flush}
+ProxyPassReverse "/" "{site.upstream_url}/"
 """)
         return config
 
@@ -55,3 +56,14 @@ ProxyPassReverse "/" "http://{site.upstream.hostport}/"
         binary = self.require_binary()
         check = run_quiet(wrap([binary, "-t", "-f", str(config)]))
         return f"{config.read_text()}\n# apache2 -t: {check}"
+
+
+def _upstream_tls(site: Site) -> str:
+    """An https endpoint, its certificate checked against the name in the ProxyPass URL (mod_proxy sends that name
+    as Host too, ProxyPreserveHost being off by default)."""
+    if site.upstream_tls is None:
+        return ""
+    return (
+        "SSLProxyEngine on\nSSLProxyVerify require\nSSLProxyCheckPeerName on\n"
+        f"SSLProxyCACertificateFile {site.upstream_tls.ca_bundle}\n"
+    )

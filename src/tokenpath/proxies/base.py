@@ -55,6 +55,22 @@ class TLSFiles:
     combined: Path  # cert + key in one PEM (HAProxy's `crt`)
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamTLS:
+    """An https upstream: the name its certificate is checked against (and sent as SNI), and whom to trust."""
+
+    server_name: str
+    cacert: Path | None = None  # None: the system's CA store
+
+    @property
+    def ca_bundle(self) -> Path:
+        """A file for proxies that need one even for the system store."""
+        return self.cacert or SYSTEM_CA_BUNDLE
+
+
+SYSTEM_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")  # Debian's ca-certificates
+
+
 @dataclass(slots=True)
 class Site:
     """Everything a proxy's config needs to know."""
@@ -64,6 +80,15 @@ class Site:
     workdir: Path
     variant: Variant = STOCK
     tls: TLSFiles | None = None
+    # A real endpoint instead of the stub (`upstream = URL` in an experiment): https to it, the Host it expects
+    # (a proxy passing the client's own Host would reach the wrong virtual host), and the key a gateway sends.
+    upstream_tls: UpstreamTLS | None = None
+    upstream_host: str = ""  # "" for the stub: each proxy's own default Host, as measured so far
+    upstream_api_key_env: str = ""
+
+    @property
+    def upstream_url(self) -> str:
+        return f"{'https' if self.upstream_tls else 'http'}://{self.upstream.hostport}"
 
 
 Wrap = Callable[[list[str]], list[str]]  # e.g. prefixes `ip netns exec NS`
@@ -83,6 +108,7 @@ class Proxy:
     runnable = True  # False: config shipped for the Docker export only
     image = ""  # pinned image for the Docker export
     tls_unsupported = ""  # why this proxy cannot terminate TLS here, when it cannot
+    upstream_tls_unsupported = ""  # why it cannot reach an https upstream, when it cannot
     container_config = ""  # compose-only proxies: where their image reads its config
     openai_only = False  # re-serialises OpenAI chunks (a gateway): measured by `load`, not the byte-level matrix
     tool_paths: tuple[str, ...] = ()  # executables under the tools folder (tokenpath.tools), looked for first
@@ -165,9 +191,12 @@ class RunningProxy:
     log_path: Path = field(default_factory=Path)
 
     @property
+    def origin(self) -> str:
+        return f"{'https' if self.site.tls else 'http'}://{self.site.listen.hostport}"
+
+    @property
     def url(self) -> str:
-        scheme = "https" if self.site.tls else "http"
-        return f"{scheme}://{self.site.listen.hostport}{self.proxy.base_path}"
+        return f"{self.origin}{self.proxy.base_path}"
 
     @property
     def alive(self) -> bool:

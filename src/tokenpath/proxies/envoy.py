@@ -7,6 +7,7 @@ set for streaming: no route timeout and no stream idle timeout.
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
@@ -14,6 +15,7 @@ from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, r
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 
 
 class Envoy(Proxy):
@@ -36,6 +38,8 @@ class Envoy(Proxy):
         up = site.upstream
         long_streams = site.variant.name == "long_streams"
         route_timeout = ", timeout: 0s" if long_streams else ""
+        if site.upstream_host:  # a real endpoint's own Host (Envoy passes the client's)
+            route_timeout += f", host_rewrite_literal: {site.upstream_host}"
         idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
         tls = ""
         if site.tls:
@@ -69,7 +73,7 @@ static_resources:
                     typed_config: {{"@type": {ROUTER}}}{tls}
   clusters:
     - name: upstream
-      type: STRICT_DNS
+      type: STRICT_DNS{_cluster_tls(site)}
       load_assignment:
         cluster_name: upstream
         endpoints:
@@ -86,3 +90,31 @@ static_resources:
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         check = run_quiet(wrap([self.require_binary(), "--mode", "validate", "-c", str(config), "-l", "error"]))
         return f"{config.read_text()}\n# envoy --mode validate: {check}"
+
+
+def _cluster_tls(site: Site) -> str:
+    """An https endpoint: SNI and the certificate checked against its name; IPv4 first (a name with an AAAA record
+    is otherwise tried over IPv6 only, which a host without an IPv6 route cannot reach)."""
+    if site.upstream_tls is None:
+        return "\n      dns_lookup_family: V4_PREFERRED" if site.upstream_host else ""
+    name = site.upstream_tls.server_name
+    san = "IP_ADDRESS" if _is_ip(name) else "DNS"
+    return f"""
+      dns_lookup_family: V4_PREFERRED
+      transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": {UPSTREAM_TLS}
+          sni: {name}
+          common_tls_context:
+            validation_context:
+              trusted_ca: {{filename: {site.upstream_tls.ca_bundle}}}
+              match_typed_subject_alt_names: [{{san_type: {san}, matcher: {{exact: "{name}"}}}}]"""
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True

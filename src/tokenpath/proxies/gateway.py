@@ -61,9 +61,19 @@ class Gateway(Proxy):
             f'listen = "{site.listen.hostport}"\n'
             f"workers = {2 if site.variant.name == 'workers2' else 1}\n"
             + (auth if site.variant.name == "jwt" else '[auth]\nmode = "none"\n')
-            + f'[[pool]]\nname = "default"\n[[pool.member]]\nurl = "http://{site.upstream.hostport}"\n'
+            + '[[pool]]\nname = "default"\n'
+            + _pool_endpoint(site)
+            + f'[[pool.member]]\nurl = "{site.upstream_url}"\n'
         )
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [sys.executable, "-m", "tokenpath", "gateway", "--config", str(config), "--log-level", "warning"]
+
+
+def _pool_endpoint(site: Site) -> str:
+    """A real endpoint: the gateway sends its own key upstream (never the client's token), and trusts its CA."""
+    lines = [f'api_key_env = "{site.upstream_api_key_env}"'] if site.upstream_api_key_env else []
+    if site.upstream_tls and site.upstream_tls.cacert:
+        lines.append(f'ca_file = "{site.upstream_tls.cacert}"')
+    return "".join(line + "\n" for line in lines)

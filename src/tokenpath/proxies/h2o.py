@@ -17,7 +17,7 @@ class H2O(Proxy):
         return run_quiet([binary, "--version"]).splitlines()[0].split(" ")[-1] if binary else "not installed"
 
     def write_config(self, site: Site) -> Path:
-        tls = f"\n    ssl:\n      certificate-file: {site.tls.cert}\n      key-file: {site.tls.key}" if site.tls else ""
+        tls = f"\n  ssl:\n    certificate-file: {site.tls.cert}\n    key-file: {site.tls.key}" if site.tls else ""
         config = site.workdir / "h2o.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy
 listen:
@@ -27,7 +27,7 @@ hosts:
   "{site.listen.hostport}":
     paths:
       /:
-        proxy.reverse.url: http://{site.upstream.hostport}/
+        proxy.reverse.url: {site.upstream_url}/{_upstream_tls(site)}
 """)
         return config
 
@@ -38,3 +38,10 @@ hosts:
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         binary = self.require_binary()
         return f"{config.read_text()}\n# h2o -t: {run_quiet(wrap([binary, '-t', '-c', str(config)]))}"
+
+
+def _upstream_tls(site: Site) -> str:
+    """An https endpoint: h2o checks its certificate (against this bundle); it sends the upstream's own Host."""
+    if site.upstream_tls is None:
+        return ""
+    return f"\n        proxy.ssl.verify-peer: ON\n        proxy.ssl.cafile: {site.upstream_tls.ca_bundle}"

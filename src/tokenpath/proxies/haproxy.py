@@ -35,7 +35,7 @@ frontend tokenpath
     {bind}
 {option}    default_backend upstream
 backend upstream
-{option}    server stub {site.upstream.hostport}
+{option}{_endpoint_lines(site)}    server stub {site.upstream.hostport}{_server_tls(site)}
 """)
         return config
 
@@ -47,6 +47,19 @@ backend upstream
         binary = self.require_binary()
         check = run_quiet(wrap([binary, "-c", "-f", str(config)]))
         return f"{config.read_text()}\n# haproxy -c: {check}"
+
+
+def _endpoint_lines(site: Site) -> str:
+    """A real endpoint's own Host (HAProxy passes the client's); nothing for the stub."""
+    return f"    http-request set-header Host {site.upstream_host}\n" if site.upstream_host else ""
+
+
+def _server_tls(site: Site) -> str:
+    if site.upstream_tls is None:
+        return ""
+    name = site.upstream_tls.server_name
+    ca = site.upstream_tls.cacert or "@system-ca"
+    return f" ssl verify required ca-file {ca} sni str({name}) verifyhost {name}"
 
 
 class HAProxy3(HAProxy):

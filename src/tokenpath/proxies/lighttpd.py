@@ -4,13 +4,21 @@ from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
+MOD_OPENSSL = Path("/usr/lib/lighttpd/mod_openssl.so")
+
 
 class Lighttpd(Proxy):
     name = "lighttpd"
     binaries = ("lighttpd",)
     package = "lighttpd"
     image = "sebp/lighttpd:1.4.69"
+    upstream_tls_unsupported = "lighttpd's mod_proxy cannot connect to its backend over TLS"
     variants = (STOCK, Variant("stream_response_body", "server.stream-response-body = 2 (send as it arrives)"))
+
+    @property
+    def tls_unsupported(self) -> str:  # type: ignore[override]
+        # Debian ships TLS for lighttpd as its own package; without it the TLS config does not load.
+        return "" if MOD_OPENSSL.exists() else "needs lighttpd-mod-openssl (scripts/install-proxies --all)"
 
     def version(self) -> str:
         binary = self.binary()
@@ -32,6 +40,7 @@ server.bind = "{site.listen.host}"
 server.port = {site.listen.port}
 server.errorlog = "{site.workdir}/error.log"
 {tls}{variant}proxy.server = ("" => (("host" => "{site.upstream.host}", "port" => {site.upstream.port})))
+{_host(site)}
 """)
         return config
 
@@ -42,3 +51,8 @@ server.errorlog = "{site.workdir}/error.log"
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         binary = self.require_binary()
         return run_quiet(wrap([binary, "-p", "-f", str(config)]))
+
+
+def _host(site: Site) -> str:
+    """A real endpoint's own Host (mod_proxy passes the client's); nothing for the stub."""
+    return f'proxy.header = ("map-host-request" => ("-" => "{site.upstream_host}"))\n' if site.upstream_host else ""

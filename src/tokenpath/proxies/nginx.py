@@ -49,7 +49,7 @@ http {{
   server {{
     listen {listen};
     {tls}location / {{
-      proxy_pass http://backend;
+      proxy_pass {"https" if site.upstream_tls else "http"}://backend;{_endpoint_directives(site)}
       {VARIANT_DIRECTIVES[site.variant.name]}
     }}
   }}
@@ -64,3 +64,15 @@ http {{
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         binary = self.require_binary()
         return run_quiet(wrap([binary, "-T", "-c", str(config), "-p", str(site.workdir)]))
+
+
+def _endpoint_directives(site: Site) -> str:
+    """A real endpoint: its own Host (nginx would send the upstream block's name), and TLS checked against its
+    name. Nothing for the stub, so the measured stock config stays stock."""
+    lines = [f"proxy_set_header Host {site.upstream_host};"] if site.upstream_host else []
+    if site.upstream_tls:
+        lines += [
+            "proxy_ssl_server_name on;", f"proxy_ssl_name {site.upstream_tls.server_name};", "proxy_ssl_verify on;",
+            f"proxy_ssl_trusted_certificate {site.upstream_tls.ca_bundle};",
+        ]  # fmt: skip
+    return "".join(f"\n      {line}" for line in lines)

@@ -48,6 +48,11 @@ class NodeProxy(Proxy):
         binary = self.binary()
         return run_quiet([binary, "--version"]) if binary else "not installed"
 
+    def env(self, site: Site) -> dict[str, str]:
+        # fetch() trusts the system store; a private CA (a test endpoint) is added by Node's own variable.
+        cacert = site.upstream_tls.cacert if site.upstream_tls else None
+        return {"NODE_EXTRA_CA_CERTS": str(cacert)} if cacert else {}
+
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "node.args"
         config.write_text(" ".join(self.argv(site, config)) + "\n")
@@ -57,7 +62,7 @@ class NodeProxy(Proxy):
         node = self.require_binary()
         flags = ["--max-semi-space-size=64"] if site.variant.name == "semi_space_64" else []
         argv = [node, *flags, str(SCRIPT), "--listen", site.listen.hostport, "--upstream",
-                f"http://{site.upstream.hostport}"]  # fmt: skip
+                site.upstream_url]  # fmt: skip
         if site.variant.name == "cluster4":
             argv += ["--workers", "4"]
         return [*argv, "--naive"] if self.naive else argv

@@ -11,6 +11,7 @@ class Squid(Proxy):
     package = "squid"
     image = "ubuntu/squid:5.7-22.04_beta"
     tls_unsupported = "Debian's squid is built without TLS termination (needs squid-openssl)"
+    upstream_tls_unsupported = "Debian's squid is built without TLS (an https cache_peer needs squid-openssl)"
     variants = (STOCK,)
 
     def version(self) -> str:
@@ -22,7 +23,7 @@ class Squid(Proxy):
         config = site.workdir / "squid.conf"
         config.write_text(f"""# tokenpath: squid as a reverse proxy (accelerator), nothing touching buffering
 http_port {site.listen.hostport} accel defaultsite=tokenpath no-vhost
-cache_peer {site.upstream.host} parent {site.upstream.port} 0 no-query originserver name=upstream
+cache_peer {site.upstream.host} parent {site.upstream.port} 0 no-query originserver name=upstream{_forced_host(site)}
 cache_peer_access upstream allow all
 http_access allow all
 cache deny all
@@ -38,3 +39,8 @@ pinger_enable off
     def argv(self, site: Site, config: Path) -> list[str]:
         binary = self.require_binary()
         return [binary, "-N", "-f", str(config)]
+
+
+def _forced_host(site: Site) -> str:
+    """A real endpoint's own Host (forceddomain= sets it on requests to the peer); nothing for the stub."""
+    return f" forceddomain={site.upstream_host}" if site.upstream_host else ""

@@ -11,6 +11,7 @@ class Varnish(Proxy):
     package = "varnish"
     image = "varnish:7.1.1"
     tls_unsupported = "Varnish does not terminate TLS"
+    upstream_tls_unsupported = "open-source Varnish has no TLS to its backends"
     variants = (STOCK, Variant("do_stream", "set beresp.do_stream = true and pass (explicit streaming)"))
 
     def version(self) -> str:
@@ -30,7 +31,7 @@ class Varnish(Proxy):
         config.write_text(f"""# tokenpath: stock reverse proxy; POST is passed by the built-in VCL
 vcl 4.1;
 backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}"; }}
-{variant}""")
+{variant}{_host(site)}""")
         return config
 
     def argv(self, site: Site, config: Path) -> list[str]:
@@ -39,3 +40,10 @@ backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}
             binary, "-F", "-j", "none", "-a", site.listen.hostport, "-f", str(config), "-n", str(site.workdir / "n"),
             "-s", "malloc,64m", "-T", "none",
         ]  # fmt: skip
+
+
+def _host(site: Site) -> str:
+    """A real endpoint's own Host (Varnish passes the client's); nothing for the stub."""
+    if not site.upstream_host:
+        return ""
+    return f'\nsub vcl_backend_fetch {{\n  set bereq.http.host = "{site.upstream_host}";\n}}\n'

@@ -215,13 +215,17 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
     shares = {s.condition: s for s in doc.exclusion_shares}
     overall = shares["all"]
     out.append(f'<p class="lede">Exclusions, all conditions: {esc(tables.describe_share(overall))}.</p>')
+    note = tables.endpoint_note(doc)
+    if note:
+        out.append(f'<p class="banner warn">{esc(note)} Certification and the controls ran on the stub.</p>')
     for cond, rows in conditions.items():
         out.append(f"<h3>{esc(cond)}</h3>")
         share = shares.get(tables.condition_label(rows[0]))
         if share is not None:
             out.append(f"<p>{esc(tables.describe_share(share))} under the declared rule.</p>")
-        out.append(_figure(charts.arrival_timeline(rows), "One typical stream per path (the kept run with the median "
-                           "added TTFT), the direct path in grey."))  # fmt: skip
+        if not rows[0].endpoint:  # against a real endpoint there is no stub write to plot arrivals against
+            out.append(_figure(charts.arrival_timeline(rows), "One typical stream per path (the kept run with the "
+                               "median added TTFT), the direct path in grey."))  # fmt: skip
         floor = floors.get(tables.condition_label(rows[0]))
         out.append(_figure(charts.frames_per_read(rows, floor), "Median frames per read per path; whiskers span the "
                            "kept runs; the green band is the direct path's range (noise)."))  # fmt: skip

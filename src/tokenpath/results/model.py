@@ -147,6 +147,7 @@ class MatrixRun:
     arrivals: tuple[tuple[float, int], ...]  # (ms after the stub's first write, frames completed)
     writes_ms: tuple[float, ...]  # the stub's write of each frame, ms after its first
     error: str | None
+    audited: bool = True  # False against a real endpoint (no write log); path_added_ttft_ms is then vs direct
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +164,7 @@ class MatrixRow:
     excluded: int
     verdict: str
     stub_headers: Mapping[str, str] = field(default_factory=dict)  # declared per condition (schema 2)
+    endpoint: str = ""  # a real endpoint paced this row's streams: no stub audit, added TTFT is vs direct per round
     exclusions: Mapping[str, int] = field(default_factory=dict)
     fpr_median: float | None = None
     fpr_min: float | None = None
@@ -278,7 +280,9 @@ class ConditionLike(Protocol):
 
 def condition_label(row: ConditionLike) -> str:
     """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
-    label = f"{row.frame_bytes} B @ {row.interval_ms:g} ms, {row.link}{', tls' if row.tls else ''}"
+    endpoint = getattr(row, "endpoint", "")
+    paced = endpoint or f"{row.frame_bytes} B @ {row.interval_ms:g} ms"
+    label = f"{paced}, {row.link}{', tls' if row.tls else ''}"
     headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
     if headers:
         label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
@@ -483,6 +487,7 @@ def matrix_run(run: Json) -> MatrixRun:
         arrivals=tuple((float(t), int(n)) for t, n in run.get("arrivals") or ()),
         writes_ms=tuple(run.get("writes_ms") or ()),
         error=run.get("error"),
+        audited=run.get("audited", True),
     )
 
 

@@ -15,8 +15,8 @@ from tokenpath.results.model import Drift, ExclusionShare, MatrixResults, Matrix
 __all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
 ROW_KEYS = (
-    "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "runs", "excluded",
-    "fpr_median", "fpr_min", "fpr_max", "added_ttft_ms_median", "added_ttft_ms_p90", "modal_burst",
+    "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "endpoint", "runs", "excluded",
+    "fpr_median", "fpr_min", "fpr_max", "ttft_ms_median", "added_ttft_ms_median", "added_ttft_ms_p90", "modal_burst",
     "modal_burst_gap_ms", "within_floor", "verdict",
 )  # fmt: skip
 
@@ -34,16 +34,18 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def cells(row: MatrixRow) -> list[str]:
     spread = f"{_fmt(row.fpr_min, 2)}-{_fmt(row.fpr_max, 2)}"
     added = f"{_fmt(row.added_ttft_ms_median)} / {_fmt(row.added_ttft_ms_p90)}"
+    if row.endpoint:  # no stub write to compare with: the direct stream of the same round
+        added += " vs direct"
     burst = f"{_fmt(row.modal_burst)} / {_fmt(row.modal_burst_gap_ms)}"
     return [
-        row.path_label, condition_label(row), _fmt(row.fpr_median, 2), spread, added, burst,
-        f"{row.kept}/{row.runs}", row.verdict,
+        row.path_label, condition_label(row), _fmt(row.fpr_median, 2), spread, _fmt(row.ttft_ms_median), added,
+        burst, f"{row.kept}/{row.runs}", row.verdict,
     ]  # fmt: skip
 
 
 HEADERS = (
-    "path", "condition", "fpr", "fpr range", "added TTFT ms (p50 / p90)", "burst / gap ms", "runs kept",
-    "verdict",
+    "path", "condition", "fpr", "fpr range", "TTFT ms", "added TTFT ms (p50 / p90)", "burst / gap ms",
+    "runs kept", "verdict",
 )  # fmt: skip
 
 
@@ -55,6 +57,14 @@ def describe_drift(drift: Drift) -> str:
     if not drift.writes or drift.p50 is None or drift.p99 is None or drift.max is None:
         return "not measured (no write log joined)"
     return f"p50 {drift.p50:.3f} / p99 {drift.p99:.3f} / max {drift.max:.3f} ms over {drift.writes} writes"
+
+
+def endpoint_note(results: MatrixResults) -> str | None:
+    """What rows against a real endpoint can and cannot say (experiment/endpoint.py), when there are any."""
+    upstream = results.experiment.get("upstream")
+    if not isinstance(upstream, dict):
+        return None
+    return f"Upstream {upstream.get('origin')} (model {upstream.get('model')}): {upstream.get('note')}."
 
 
 def title(results: MatrixResults) -> str:
@@ -69,6 +79,9 @@ def markdown(results: MatrixResults) -> str:
     lines.append(f"Measured {prov.created} on {prov.host.hostname} (kernel {prov.host.kernel}, "
                  f"{prov.host.cpus} CPUs), tokenpath {prov.tool.version}.")  # fmt: skip
     lines.append(f"Exclusion rule, declared before the run: {results.experiment['exclusion']['rule']}.")
+    note = endpoint_note(results)
+    if note:
+        lines.append(f"**{note}** Certification and the controls ran on the stub.")
     for where, drift in results.certification.emitter_drift_ms.items():
         lines.append(f"Emitter drift during certification ({where}): {describe_drift(drift)}.")
     lines += ["", "Exclusions per condition:"]
@@ -120,7 +133,8 @@ def seen_as(row: MatrixRow) -> str:
 def rich_table(results: MatrixResults) -> Table:
     """Narrow enough for an 80-column terminal; table.md has every column."""
     certified = results.certification.passed
-    table = Table(title=title(results), title_style="bold" if certified else "bold red")
+    note = endpoint_note(results)
+    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=note)
     for header in ("path", "condition", "fpr", "+TTFT ms", "p90", "kept", "seen as"):
         table.add_column(header, justify="left" if header in ("path", "condition", "seen as") else "right")
     for row in results.rows:
@@ -128,8 +142,9 @@ def rich_table(results: MatrixResults) -> Table:
         path = row.proxy if row.variant == "stock" else f"{row.proxy} {row.variant}"
         link = {"loopback": "lo", "veth": "veth"}.get(row.link, row.link) + (" tls" if row.tls else "")
         link += " +hdr" if row.stub_headers else ""
+        paced = "endpoint" if row.endpoint else f"{row.frame_bytes}B/{row.interval_ms:g}ms"
         table.add_row(
-            path, f"{row.frame_bytes}B/{row.interval_ms:g}ms {link}", _fmt(row.fpr_median, 2),
+            path, f"{paced} {link}", _fmt(row.fpr_median, 2),
             _fmt(row.added_ttft_ms_median), _fmt(row.added_ttft_ms_p90), f"{row.kept}/{row.runs}",
             f"[{style}]{seen_as(row)}[/]",
         )  # fmt: skip

@@ -1,0 +1,130 @@
+"""A real endpoint behind every path of an experiment: `upstream = "$TOKENPATH_URL"` (or an [upstream] table).
+
+The stub's audit is what lets a matrix row say what the path added to each write; a real endpoint keeps no such log.
+So against an endpoint a row says what the path did relative to the direct path in the same round (frames per read,
+and TTFT minus the direct stream's TTFT of that round), no run is excluded for pacing, and every rendering says so.
+Certification and the controls stay on the stub: they prove the instrument, which an endpoint cannot.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokenpath.errors import UsageError
+from tokenpath.probe.transport import Target, parse_target
+from tokenpath.proxies.base import Endpoint, UpstreamTLS
+from tokenpath.wire.request import DEFAULT_PROMPT, check_header
+
+NO_AUDIT = (
+    "no stub audit against a real endpoint: no run is excluded for pacing, and added TTFT is each stream's TTFT "
+    "minus the direct stream's TTFT in the same round"
+)
+DEFAULT_MAX_TOKENS = 64  # every stream costs tokens: bounded unless the file says otherwise
+_VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+KEYS = {"url", "api_key_env", "model", "prompt", "max_tokens", "headers", "cacert"}
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSpec:
+    declared: str  # as written in the file, e.g. "$TOKENPATH_URL" (results keep this and the origin, never a key)
+    target: Target  # the chat completions URL, resolved
+    model: str
+    api_key_env: str | None = None
+    prompt: str = DEFAULT_PROMPT
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
+    headers: tuple[tuple[str, str], ...] = ()
+    cacert: str | None = None  # trust this CA for an https endpoint (a private one); else the system store
+    label: str = field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "label", f"endpoint {self.target.origin}")
+
+    @property
+    def https(self) -> bool:
+        return self.target.scheme == "https"
+
+    @property
+    def url(self) -> str:
+        return self.target.origin + self.target.path
+
+    def api_key(self) -> str | None:
+        """Read when each stream is made, so the key lives in the environment only."""
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def upstream(self) -> Endpoint:
+        return Endpoint(self.target.host, self.target.port)
+
+    def upstream_tls(self) -> UpstreamTLS | None:
+        return UpstreamTLS(self.target.host, Path(self.cacert) if self.cacert else None) if self.https else None
+
+    def via(self, origin: str) -> str:
+        """The same request through a proxy listening at origin: the proxy forwards the path as it is."""
+        return origin + self.target.path
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "declared": self.declared, "origin": self.target.origin, "path": self.target.path, "model": self.model,
+            "api_key_env": self.api_key_env, "max_tokens": self.max_tokens, "headers": [k for k, _ in self.headers],
+            "cacert": self.cacert, "audited": False, "note": NO_AUDIT,
+        }  # fmt: skip
+
+
+def parse(value: Any) -> EndpointSpec:
+    """`upstream = "URL"` or `[upstream]` with url, model, api_key_env, prompt, max_tokens, headers, cacert."""
+    table: dict[str, Any] = {"url": value} if isinstance(value, str) else value
+    if not isinstance(table, dict):
+        raise UsageError('upstream must be a URL string or an [upstream] table with url = "..."')
+    unknown = set(table) - KEYS
+    if unknown:
+        raise UsageError(f"[upstream]: unknown keys {sorted(unknown)}; known: {sorted(KEYS)}")
+    declared = table.get("url")
+    if not isinstance(declared, str) or not declared:
+        raise UsageError('[upstream] needs url = "https://..." (or "$TOKENPATH_URL")')
+    url = expand(declared, "[upstream] url")
+    target = parse_target(url)  # a base URL gets /chat/completions, as for `tokenpath probe`
+    for key in ("model", "api_key_env", "prompt", "cacert"):
+        if key in table and not isinstance(table[key], str):
+            raise UsageError(f"[upstream] {key} must be a string")
+    env = table.get("api_key_env")
+    if env and not os.environ.get(env):
+        raise UsageError(f"[upstream] api_key_env {env}: that environment variable is not set")
+    max_tokens = table.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise UsageError("[upstream] max_tokens must be a whole number >= 1")
+    headers = table.get("headers", {})
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise UsageError("[upstream] headers must be a table of strings")
+    for name, header_value in headers.items():
+        check_header(str(name), header_value)
+    cacert = table.get("cacert")
+    if cacert is not None:
+        cacert = str(Path(expand(cacert, "[upstream] cacert")).resolve())
+        if not Path(cacert).is_file():
+            raise UsageError(f"[upstream] cacert {cacert}: no such file")
+        if target.scheme != "https":
+            raise UsageError("[upstream] cacert is for an https url")
+    model = expand(table["model"], "[upstream] model") if table.get("model") else None
+    if not model:
+        raise UsageError('[upstream] needs model = "..." (the endpoint\'s model name)')
+    return EndpointSpec(
+        declared=declared, target=target, model=str(model), api_key_env=env or None,
+        prompt=str(table.get("prompt", DEFAULT_PROMPT)), max_tokens=max_tokens,
+        headers=tuple((str(k), v) for k, v in headers.items()), cacert=cacert,
+    )  # fmt: skip
+
+
+def expand(text: str, where: str) -> str:
+    """$NAME and ${NAME} from the environment; an unset one is an error naming it (never an empty URL)."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = os.environ.get(name)
+        if not found:
+            raise UsageError(f"{where}: ${name} is not set (export it, e.g. {name}=https://api.example.com/v1)")
+        return found
+
+    return _VARIABLE.sub(value, text)

@@ -1,0 +1,250 @@
+"""A real endpoint behind the catalogue: every proxy that can reach an https upstream does, checks its certificate
+against the endpoint's name, sends that name as SNI and Host, and passes the key; `tokenpath matrix` with
+`upstream = "$VAR"` measures every path against it, certifies on the stub and says there was no stub audit."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import ssl
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.gateway.test_tls_upstream_e2e import CA
+from tokenpath.errors import TokenpathError
+from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.metrics import run_metrics
+from tokenpath.proxies import catalogue
+from tokenpath.proxies.base import Endpoint, Site, UpstreamTLS, free_port, new_workdir, start
+from tokenpath.proxies.relays import CONTROLS
+
+pytestmark = pytest.mark.e2e
+
+KEY_ENV = "TOKENPATH_TEST_ENDPOINT_KEY"
+KEY = "sk-test-endpoint-7f3a"  # what the endpoint demands; must never reach a results file
+WORDS = [f" word{i}" for i in range(6)]
+# Proxies that cannot reach an https upstream, and say so: the list is explicit so a new one is a decision.
+NO_UPSTREAM_TLS = {"lighttpd", "squid", "varnish"}
+CONTROL_NAMES = {c.name for c in CONTROLS}
+PROXIES = [
+    name for name, p in catalogue().items()
+    if p.runnable and not p.openai_only and name not in CONTROL_NAMES and name not in NO_UPSTREAM_TLS
+]  # fmt: skip
+
+
+def _events(gap_s: float) -> Iterator[bytes]:
+    for word in WORDS:
+        chunk = {"id": "cmpl-e", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}  # fmt: skip
+        yield b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        threading.Event().wait(gap_s)
+    yield b"data: [DONE]\n\n"
+
+
+class Endpoint_:
+    """An OpenAI-compatible https endpoint that answers only a request for its own name with its key: 421 for
+    another Host, 401 without the key. It records the SNI and Host of each request."""
+
+    def __init__(self, cert: str, key: str, gap_s: float = 0.02) -> None:
+        self.seen: list[dict[str, str]] = []
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        sni: dict[int, str] = {}
+        ctx.sni_callback = lambda sock, name, _ctx: sni.__setitem__(id(sock), name or "")
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                host, auth = self.headers.get("Host", ""), self.headers.get("Authorization", "")
+                outer.seen.append({"host": host, "sni": sni.get(id(self.connection), ""), "auth": auth})
+                status = 421 if host != outer.authority else (401 if auth != f"Bearer {KEY}" else 200)
+                if status != 200:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for event in _events(gap_s):
+                    self.wfile.write(b"%x\r\n%b\r\n" % (len(event), event))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def finish_request(self, request: Any, client_address: Any) -> None:
+                try:
+                    tls = ctx.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError):
+                    return  # a client that refused our certificate: the point of one test
+                with tls:
+                    Handler(tls, client_address, self)
+
+        self.httpd = Server(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.authority = f"localhost:{self.port}"
+        self.url = f"https://{self.authority}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory: pytest.TempPathFactory) -> CA:
+    return CA(tmp_path_factory.mktemp("ca"))
+
+
+@pytest.fixture(scope="module")
+def endpoint(ca: CA) -> Iterator[Endpoint_]:
+    served = Endpoint_(*ca.issue("endpoint", server=True))
+    yield served
+    served.close()
+
+
+@pytest.fixture(scope="module")
+def impostor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint_]:
+    """The same name, a certificate from a CA nobody trusts: a proxy that forwards to it did not verify."""
+    other = CA(tmp_path_factory.mktemp("other-ca"), "someone else's CA")
+    served = Endpoint_(*other.issue("impostor", server=True))
+    yield served
+    served.close()
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def _site(name: str, endpoint: Endpoint_, ca: CA) -> Site:
+    proxy = catalogue()[name]
+    site = Site(Endpoint("127.0.0.1", free_port()), Endpoint("localhost", endpoint.port), new_workdir(name))
+    site.upstream_tls = UpstreamTLS("localhost", Path(ca.ca_file))
+    site.upstream_host, site.upstream_api_key_env = endpoint.authority, KEY_ENV
+    site.variant = proxy.variant("stock")
+    return site
+
+
+def _probe(url: str) -> tuple[int | None, list[bytes]]:
+    cfg = ProbeConfig(url=url, model="m", api_key=KEY, first_byte_timeout_s=10, idle_timeout_s=10,
+                      total_timeout_s=20)  # fmt: skip
+    try:
+        trace = probe_stream(cfg)
+    except TokenpathError:
+        return None, []
+    return run_metrics(trace).status, [f.frame.data or b"" for f in trace.frames]
+
+
+@pytest.mark.parametrize("name", PROXIES)
+def test_proxy_reaches_an_https_endpoint_by_its_name_with_the_key(name: str, endpoint: Endpoint_, ca: CA) -> None:
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    assert not proxy.upstream_tls_unsupported
+    before = len(endpoint.seen)
+    running = start(proxy, _site(name, endpoint, ca))
+    try:
+        status, frames = _probe(running.origin + "/v1")
+    finally:
+        running.stop()
+    assert status == 200, (name, endpoint.seen[before:])
+    assert len(frames) == len(WORDS) + 1
+    assert frames[-1] == b"[DONE]"
+    assert [json.loads(f)["choices"][0]["delta"]["content"] for f in frames[:-1]] == WORDS
+    seen = endpoint.seen[-1]
+    assert seen["sni"] == "localhost"  # the certificate name, not the address it connected to
+    assert seen["host"] == endpoint.authority
+    assert seen["auth"] == f"Bearer {KEY}"  # the gateway sends it from api_key_env; the others pass the client's
+
+
+@pytest.mark.parametrize("name", PROXIES)
+def test_proxy_refuses_an_endpoint_whose_certificate_it_cannot_verify(name: str, impostor: Endpoint_, ca: CA) -> None:
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    running = start(proxy, _site(name, impostor, ca))  # trusts `ca`, which did not sign the impostor's certificate
+    try:
+        status, frames = _probe(running.origin + "/v1")
+    finally:
+        running.stop()
+    assert status != 200
+    assert not frames
+    assert not impostor.seen, f"{name} sent a request over a connection it should have refused"
+
+
+@pytest.mark.parametrize("name", sorted(NO_UPSTREAM_TLS))
+def test_proxies_that_cannot_reach_https_say_why(name: str) -> None:
+    assert catalogue()[name].upstream_tls_unsupported
+
+
+def test_matrix_against_an_endpoint_measures_every_path_in_the_same_rounds(
+    endpoint: Endpoint_, ca: CA, tmp_path: Path
+) -> None:
+    experiment = tmp_path / "endpoint.toml"
+    experiment.write_text(f"""name = "real endpoint"
+runs = 2
+[upstream]
+url = "$TOKENPATH_TEST_ENDPOINT_URL"
+model = "m"
+api_key_env = "{KEY_ENV}"
+cacert = "{ca.ca_file}"
+[[proxy]]
+name = "nginx"
+variants = ["stock", "proxy_buffering_off"]
+[[proxy]]
+name = "lighttpd"
+""")
+    out = tmp_path / "out"
+    env = {**os.environ, "TOKENPATH_TEST_ENDPOINT_URL": endpoint.url, KEY_ENV: KEY}
+    before = len(endpoint.seen)
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "matrix", str(experiment), "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=240)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no stub audit" in done.stdout
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["certification"]["passed"]  # on the stub, with the controls
+    rows = {(r["proxy"], r["variant"]): r for r in doc["rows"]}
+    assert set(rows) == {("direct", "stock"), ("nginx", "stock"), ("nginx", "proxy_buffering_off")}
+    for row in rows.values():
+        assert row["endpoint"] == f"endpoint https://{endpoint.authority}"
+        assert row["runs"] == 2
+        assert row["excluded"] == 0
+        assert row["fpr_median"] is not None
+        assert row["ttft_ms_median"] is not None
+        assert all(run["audited"] is False and run["audit"] is None for run in row["raw"])
+    assert rows[("direct", "stock")]["added_ttft_ms_median"] == 0.0  # its own round's TTFT minus itself
+    # The declared rule: each run's added TTFT is its TTFT minus the direct stream's TTFT in the same round.
+    direct = rows[("direct", "stock")]["raw"]
+    for key in (("nginx", "stock"), ("nginx", "proxy_buffering_off")):
+        for i, run in enumerate(rows[key]["raw"]):
+            expected = run["metrics"]["ttft_ms"] - direct[i]["metrics"]["ttft_ms"]
+            assert run["path_added_ttft_ms"] == pytest.approx(expected), (key, i)
+    # 3 paths x 2 runs reached the endpoint, each with its name and key (the certification did not).
+    assert len(endpoint.seen) - before == 6
+    assert {s["host"] for s in endpoint.seen[before:]} == {endpoint.authority}
+    skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
+    assert "TLS" in skipped["lighttpd [loopback]"]
+    assert doc["experiment"]["upstream"]["declared"] == "$TOKENPATH_TEST_ENDPOINT_URL"
+    table = (out / "table.md").read_text()
+    assert "no stub audit" in table
+    assert "vs direct" in table
+    assert "no stub audit" in (out / "report.html").read_text()
+    for name in ("results.json", "table.md", "report.html", "results.csv"):
+        assert KEY not in (out / name).read_text(), name
