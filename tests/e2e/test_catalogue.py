@@ -49,7 +49,9 @@ def test_proxy_relays_a_stream_intact(stub: Endpoint, name: str, variant: str) -
         assert [f.frame.data for f in trace.frames] == [f"{i} ".encode() + b"." * 50 for i in range(FRAMES)]
         assert running.effective.strip()
         assert proxy.version() not in ("", "unknown", "not installed")
-        pids = [running.process.pid] + [c.pid for c in psutil.Process(running.process.pid).children(recursive=True)]
+        assert running.process is not None
+        pid = running.process.pid
+        pids = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
     finally:
         running.stop()
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]

@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
+import jsonschema
+import pytest
 import yaml
 
+from tokenpath.errors import UsageError
 from tokenpath.experiment.compose import emit
-from tokenpath.experiment.spec import load
+from tokenpath.experiment.spec import load, parse
 
 ROOT = Path(__file__).parents[2]
 
@@ -16,23 +26,20 @@ def test_compose_export_is_valid_and_safe(tmp_path: Path) -> None:
     assert "&id" not in text  # no YAML anchors: plain for any reader
     doc = yaml.safe_load(text)
     services = doc["services"]
-    expected = {"emitter", "probe", "nginx-stock", "nginx-proxy-buffering-off", "nginx-http-1-1", "haproxy-stock",
-                "haproxy-http-no-delay", "caddy-stock", "traefik-stock"}  # fmt: skip
-    assert set(services) == expected
+    proxies = {"nginx-stock", "nginx-proxy-buffering-off", "nginx-http-1-1", "haproxy-stock", "haproxy-http-no-delay",
+               "caddy-stock", "traefik-stock"}  # fmt: skip
+    assert set(services) == {"matrix", *proxies}
     for name, service in services.items():
-        for port in service.get("ports", []):
-            assert port.startswith("127.0.0.1:"), (name, port)
+        assert "ports" not in service, name  # nothing published on the host: the matrix runs inside
         if "image" in service:
             tag = service["image"].rsplit(":", 1)
             assert len(tag) == 2, service["image"]
             assert tag[1] not in ("", "latest"), service["image"]
-    assert "tokenpath probe http://haproxy-stock:8080" in services["probe"]["command"][2]
-    assert '"frame_bytes":1100' in services["probe"]["command"][2]
     for config in (tmp_path / "configs").rglob("*"):
         if config.is_file():
             assert "/tmp/tokenpath-" not in config.read_text(), config
     nginx = (tmp_path / "configs" / "nginx-stock" / "nginx.conf").read_text()
-    assert "server emitter:8000;" in nginx
+    assert "server matrix:8000;" in nginx  # the matrix service's own stub is every proxy's upstream
     assert "/var/tmp/tokenpath/tmp/proxy" in nginx
     assert services["traefik-stock"]["volumes"] == ["./configs/traefik-stock/traefik.yml:/etc/traefik/traefik.yml:ro"]
     base = (tmp_path / "Dockerfile").read_text().splitlines()[0]
@@ -40,7 +47,7 @@ def test_compose_export_is_valid_and_safe(tmp_path: Path) -> None:
     assert base.count(".") >= 2, base
     assert "name" not in doc  # Compose v1 refuses a top-level name
     context = tmp_path / "context"
-    assert services["emitter"]["build"] == {"context": "./context", "dockerfile": "../Dockerfile"}
+    assert services["matrix"]["build"] == {"context": "./context", "dockerfile": "../Dockerfile"}
     assert (context / "pyproject.toml").is_file()
     assert (context / "src" / "tokenpath" / "__init__.py").is_file()
     assert not list(context.rglob("__pycache__"))
@@ -48,9 +55,77 @@ def test_compose_export_is_valid_and_safe(tmp_path: Path) -> None:
     assert all(line in text for line in (f"# Not exported: {s}" for s in skipped))
 
 
-def test_conditions_the_export_cannot_run_are_named(tmp_path: Path) -> None:
-    from tokenpath.experiment.spec import parse
+def test_the_matrix_service_runs_the_certified_matrix_against_the_proxy_services(tmp_path: Path) -> None:
+    exp = load(ROOT / "examples" / "article.toml")
+    path, _ = emit(exp, tmp_path, ROOT)
+    services = yaml.safe_load(path.read_text())["services"]
+    runner = services["matrix"]
+    assert runner["command"] == ["tokenpath", "matrix", "/experiment/experiment.toml", "--out", "/results"]
+    assert "./results:/results" in runner["volumes"]  # results.json and report.html land on the host
+    assert all(s["depends_on"] == ["matrix"] for n, s in services.items() if n != "matrix")
+    inner = load(tmp_path / "experiment" / "experiment.toml")  # what the container runs, read by the same loader
+    assert inner.stub_listen is not None
+    assert inner.stub_listen.hostport == "0.0.0.0:8000"
+    attached = {p.proxy: inner.proxy(p.proxy) for p in inner.paths if p.proxy != "direct"}
+    assert set(attached) == set(services) - {"matrix"}
+    assert all(p.attached for p in attached.values())
+    assert attached["haproxy-stock"].url == "http://haproxy-stock:8080"  # type: ignore[attr-defined]
+    assert attached["haproxy-stock"].version() == "haproxy:2.6.12-alpine (image)"
+    # The same declared pacing, runs and rule; only the conditions the containers can run.
+    assert (inner.runs, inner.frames, inner.ttft_ms, inner.exclusion) == (exp.runs, exp.frames, exp.ttft_ms,
+                                                                          exp.exclusion)  # fmt: skip
+    assert [c.label for c in inner.conditions] == [c.label for c in exp.conditions if c.link == "loopback"]
 
+
+def test_the_compose_file_validates_against_the_compose_spec(tmp_path: Path) -> None:
+    schema_path = Path(os.environ.get("TOKENPATH_COMPOSE_SPEC", ROOT / ".cache" / "compose_spec.json"))
+    assert schema_path.is_file(), f"{schema_path} missing: `make test` fetches it (scripts/fetch-compose-spec)"
+    # The schema names draft 2019-09 by a URI jsonschema does not recognise: say which draft it is.
+    validator = jsonschema.Draft201909Validator(json.loads(schema_path.read_text()))
+    exp = parse({"conditions": {"interval_ms": [50], "stub_headers": [{}, {"X-Accel-Buffering": "no"}]},
+                 "proxy": [{"name": "nginx", "variants": ["stock", "proxy_buffering_off"]}, {"name": "envoy"},
+                           {"name": "traefik"}, {"name": "haproxy3"}], "exclusion": {"tolerance_ms": 3}})  # fmt: skip
+    path, _ = emit(exp, tmp_path, ROOT)
+    doc = yaml.safe_load(path.read_text())
+    validator.validate(doc)
+    with pytest.raises(jsonschema.ValidationError):  # the schema does refuse what Compose refuses
+        validator.validate({**doc, "services": {"x": {"image": "a:1", "portz": ["1:1"]}}})
+    inner = load(tmp_path / "experiment" / "experiment.toml")
+    assert inner.exclusion.tolerance_ms == 3
+    assert {c.stub_headers for c in inner.conditions} == {(), (("X-Accel-Buffering", "no"),)}
+
+
+def test_paths_the_export_cannot_run_are_named_and_an_endpoint_is_refused(tmp_path: Path) -> None:
+    exp = parse({"proxy": [{"name": "pass"}, {"name": "nginx"}]})
+    _, skipped = emit(exp, tmp_path, ROOT)
+    assert any(line.startswith("pass: no container image") for line in skipped)
+    with pytest.raises(UsageError, match="every condition needs TLS or a veth"):
+        emit(parse({"conditions": {"tls": [True]}, "proxy": [{"name": "nginx"}]}), tmp_path, ROOT)
+    endpoint = parse({"upstream": {"url": "http://gpu:8000/v1", "model": "m"}, "proxy": [{"name": "nginx"}]})
+    with pytest.raises(UsageError, match="--emit-compose with"):
+        emit(endpoint, tmp_path, ROOT)
+
+
+def test_without_a_source_tree_the_image_is_built_from_the_installed_package(tmp_path: Path) -> None:
+    """A wheel install has no source tree: the context is the installed package and a pyproject made from its
+    metadata, and it builds (pip wheel, no network) with the package data the peers need."""
+    path, _ = emit(parse({"proxy": [{"name": "nginx"}]}), tmp_path / "out", None)
+    context = path.parent / "context"
+    pyproject = tomllib.loads((context / "pyproject.toml").read_text())
+    assert pyproject["project"]["version"] == importlib.metadata.version("tokenpath")
+    assert any(r.startswith("httptools") for r in pyproject["project"]["dependencies"])
+    assert not any("extra ==" in r for r in pyproject["project"]["dependencies"])
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(tmp_path / "wheel"), str(context)], capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("tokenpath-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "tokenpath/proxies/peers/node_proxy.mjs" in names
+    assert "tokenpath/cli.py" in names
+
+
+def test_conditions_the_export_cannot_run_are_named(tmp_path: Path) -> None:
     exp = parse({"conditions": {"interval_ms": [50], "frame_bytes": [60], "link": ["loopback", "veth"],
                                 "tls": [False, True]}, "proxy": [{"name": "nginx"}]})  # fmt: skip
     _, skipped = emit(exp, tmp_path, ROOT)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenpath.errors import UsageError
+from tokenpath.errors import ProxyError, UsageError
 from tokenpath.experiment.spec import ExclusionRule, load, parse
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -175,3 +175,32 @@ def test_a_bad_upstream_is_refused_before_anything_runs(
 ) -> None:
     with pytest.raises(UsageError, match=message):
         parse({"upstream": upstream, "conditions": conditions})
+
+
+def test_a_path_already_running_is_declared_by_its_url() -> None:
+    exp = parse({"stub": {"listen": "0.0.0.0:8000"},
+                 "proxy": [{"name": "svc", "url": "http://svc:8080", "version": "x:1", "model": "m2"}]})  # fmt: skip
+    assert exp.stub_listen is not None
+    assert exp.stub_listen.hostport == "0.0.0.0:8000"
+    proxy = exp.proxy("svc")
+    assert proxy.attached
+    assert proxy.version() == "x:1"
+    assert proxy.request_model("tokenpath-stub") == "m2"
+    assert exp.to_json()["attached_paths"] == {"svc": "http://svc:8080"}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"proxy": [{"name": "a", "url": "http://a:1", "command": "x {listen} {upstream}"}]}, "no command or variants"),
+        ({"proxy": [{"name": "a", "url": "https://a:1"}]}, "must be http://HOST:PORT"),
+        ({"proxy": [{"name": "a", "url": "http://a"}]}, "must be http://HOST:PORT"),
+        ({"proxy": [{"name": "a", "url": "http://a:1/v1"}]}, "must be http://HOST:PORT"),
+        ({"stub": {"listen": "8000"}}, r"\[stub\] listen must be HOST:PORT"),
+        ({"stub": {"listen": "h:99999"}}, r"\[stub\] listen must be HOST:PORT"),
+        ({"stub": {"port": 1}}, "unknown keys"),
+    ],
+)
+def test_bad_attached_paths_and_stub_addresses_are_refused(data: dict[str, object], message: str) -> None:
+    with pytest.raises((UsageError, ProxyError), match=message):  # load() reports both as the file's error
+        parse(data)

@@ -1,11 +1,14 @@
-"""`tokenpath matrix EXPERIMENT --emit-compose DIR`: the same experiment for people who have Docker.
+"""`tokenpath matrix EXPERIMENT --emit-compose DIR`: the same certified experiment for people who have Docker.
 
-Writes DIR/docker-compose.yml, DIR/Dockerfile and DIR/context (the emitter and the probe, built from a copy of
-this source tree's package files only: no virtualenv, no caches, and the build does not depend on the tree after
-the export) and one config directory per proxy and variant, rendered by the same catalogue code the local runner
-uses, with paths moved into the container. Images are pinned, the base image to its patch release; every published
-port binds 127.0.0.1; no top-level `name` (Compose v1 refuses it; the project is named after DIR). Conditions the
-export cannot run (TLS, veth links) are listed in the file's header and returned, never dropped silently.
+Writes DIR/docker-compose.yml, DIR/Dockerfile, DIR/context (tokenpath, from a copy of this source tree's package
+files only, or from the installed package: no virtualenv, no caches, and the build does not depend on the tree
+after the export), DIR/experiment/experiment.toml (what the `matrix` service runs) and one config directory per
+proxy and variant, rendered by the same catalogue code the local runner uses, with paths moved into the container.
+The `matrix` service runs `tokenpath matrix` itself (stub, controls, certification, audits, exclusions) against
+the proxies as paths already running at their service names (proxies/attached.py), and writes results.json and
+report.html to DIR/results. Images are pinned, the base image to its patch release; nothing is published on the
+host; no top-level `name` (Compose v1 refuses it). What the export cannot run (TLS and veth conditions, paths
+without an image) is listed in the file's header and returned, never dropped silently.
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ from typing import Any
 
 import yaml
 
+import tokenpath
 from tokenpath.errors import UsageError
-from tokenpath.experiment.spec import Experiment
+from tokenpath.experiment.spec import Condition, Experiment
 from tokenpath.proxies.base import Endpoint, Site
 
 CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
 WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside its container
 PROXY_PORT = 8080
 STUB_PORT = 8000
-FIRST_HOST_PORT = 18080
+RUNNER = "matrix"  # the service that runs `tokenpath matrix` (and its stub, the proxies' upstream)
+EXPERIMENT_DIR = "/experiment"
+RESULTS_DIR = "/results"
 BASE_IMAGE = "python:3.11.7-slim-bookworm"  # pinned to the patch release the project is developed on
 CONTEXT_FILES = ("pyproject.toml", "README.md")
 
@@ -38,67 +44,109 @@ CONTEXT_FILES = ("pyproject.toml", "README.md")
 SOURCE_ENV = "TOKENPATH_SOURCE"
 
 
-def source_root() -> Path:
-    """The tokenpath source tree the images are built from: $TOKENPATH_SOURCE, else the project an editable
-    install points at (PEP 610's direct_url.json, as `pip install -e .` records it)."""
+def source_root() -> Path | None:
+    """The tokenpath source tree the images are built from: $TOKENPATH_SOURCE, else the project an install from a
+    directory points at (PEP 610's direct_url.json), else None: the installed package itself (a wheel install)."""
     if os.environ.get(SOURCE_ENV):
         root = Path(os.environ[SOURCE_ENV])
-    else:
-        try:
-            raw = importlib.metadata.distribution("tokenpath").read_text("direct_url.json") or "{}"
-            url = json.loads(raw).get("url", "")
-        except (importlib.metadata.PackageNotFoundError, ValueError):
-            url = ""
-        if not url.startswith("file://"):
-            raise UsageError(f"--emit-compose builds images from a source tree: set {SOURCE_ENV} to one")
+        if not _is_source_tree(root):
+            raise UsageError(f"{SOURCE_ENV}={root} is not a tokenpath source tree")
+        return root
+    try:
+        raw = importlib.metadata.distribution("tokenpath").read_text("direct_url.json") or "{}"
+        url = json.loads(raw).get("url", "")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        url = ""
+    if url.startswith("file://"):
         root = Path(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
-    if not (root / "pyproject.toml").is_file() or not (root / "src" / "tokenpath").is_dir():
-        raise UsageError(f"{root} is not a tokenpath source tree (set {SOURCE_ENV} to one)")
-    return root
+        if _is_source_tree(root):
+            return root
+    return None
 
 
-def emit(exp: Experiment, out_dir: Path, source_root: Path) -> tuple[Path, list[str]]:
-    """The compose file, and the conditions of the experiment it cannot run (each with the reason)."""
+def _is_source_tree(root: Path) -> bool:
+    return (root / "pyproject.toml").is_file() and (root / "src" / "tokenpath").is_dir()
+
+
+def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path, list[str]]:
+    """The compose file, and what of the experiment it cannot run (each with the reason).
+
+    Services: each proxy and variant from its pinned image, configured by the catalogue's own code with the `matrix`
+    service's stub as its upstream; and `matrix`, which runs the same certified `tokenpath matrix` as here (stub,
+    controls, certification, audited interleaved rounds, exclusions, results.json and report.html in ./results)
+    with every proxy as a path already running at its service name. `source_root` None: the image is built from
+    the installed package (a non-editable install)."""
+    if exp.endpoint is not None:
+        raise UsageError(
+            "--emit-compose with [upstream]: the containers would need the endpoint's name, CA and key; "
+            "run `tokenpath matrix` here"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     _copy_context(source_root, out_dir / "context")
-    services: dict[str, Any] = {
-        "emitter": {
-            "build": {"context": "./context", "dockerfile": "../Dockerfile"},
-            "command": ["tokenpath", "stub", "--host", "0.0.0.0", "--port", str(STUB_PORT), "--priority", "normal"],
-            "ports": [f"127.0.0.1:{STUB_PORT}:{STUB_PORT}"],
-        }
-    }
-    targets = {"direct": f"http://emitter:{STUB_PORT}"}
-    host_port = FIRST_HOST_PORT
+    skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c.tls or c.link != "loopback"]
+    runnable = [c for c in exp.conditions if not c.tls and c.link == "loopback"]
+    if not runnable:
+        raise UsageError("--emit-compose: every condition needs TLS or a veth link, which the export cannot run")
+    services: dict[str, Any] = {}
+    attached: list[tuple[str, str, str]] = []  # (service, url, version)
     for path in exp.paths:
         if path.proxy == "direct":
             continue
         proxy = exp.proxy(path.proxy)
-        if not proxy.image:
-            continue  # tokenpath's own relays and custom commands have no image: run them locally
-        name = f"{path.proxy}-{path.variant}".replace("_", "-")
+        if not proxy.image:  # tokenpath's own relays and custom commands have no image
+            skipped.append(f"{path.label}: no container image (run `tokenpath matrix` here)")
+            continue
+        name = f"{path.proxy}-{path.variant}".replace("_", "-").replace(".", "-")
         services[name] = _proxy_service(proxy, path.variant, out_dir / "configs" / name)
-        services[name]["ports"] = [f"127.0.0.1:{host_port}:{PROXY_PORT}"]
-        services[name]["depends_on"] = ["emitter"]
-        targets[name] = f"http://{name}:{PROXY_PORT}"
-        host_port += 1
-    services["probe"] = {
-        "build": dict(services["emitter"]["build"]),
-        "depends_on": [n for n in services if n != "probe"],
-        "command": ["sh", "-c", _probe_script(exp, targets)],
+        services[name]["depends_on"] = [RUNNER]  # started after it, so that its name resolves for them
+        attached.append((name, f"http://{name}:{PROXY_PORT}", f"{proxy.image} (image)"))
+    services[RUNNER] = {
+        "build": {"context": "./context", "dockerfile": "../Dockerfile"},
+        "command": ["tokenpath", "matrix", f"{EXPERIMENT_DIR}/experiment.toml", "--out", RESULTS_DIR],
+        "volumes": [f"./experiment:{EXPERIMENT_DIR}:ro", f"./results:{RESULTS_DIR}"],
     }
+    (out_dir / "experiment").mkdir(exist_ok=True)
+    (out_dir / "experiment" / "experiment.toml").write_text(experiment_toml(exp, runnable, attached))
+    (out_dir / "results").mkdir(exist_ok=True)
     (out_dir / "Dockerfile").write_text(
         f"FROM {BASE_IMAGE}\nWORKDIR /src\nCOPY pyproject.toml README.md ./\nCOPY src ./src\n"
         "RUN pip install --no-cache-dir .\n"
     )
-    skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c.tls or c.link != "loopback"]
-    compose = {"services": services}
     compose_file = out_dir / "docker-compose.yml"
-    header = [f"# Written by tokenpath matrix --emit-compose for experiment {exp.name!r};",
-              "# run it with `docker compose up --abort-on-container-exit`."]  # fmt: skip
+    header = [
+        f"# Written by tokenpath matrix --emit-compose for experiment {exp.name!r}. Run it with",
+        f"#   docker compose up --build --abort-on-container-exit --exit-code-from {RUNNER}",
+        "# results.json, table.md and report.html land in ./results. The matrix certifies itself in its container",
+        "# first; `direct` is loopback inside that container, each proxy is reached over the Compose network.",
+    ]  # fmt: skip
     header += [f"# Not exported: {line}" for line in skipped]
-    compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump(compose, sort_keys=False))
+    compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump({"services": services}, sort_keys=False))
     return compose_file, skipped
+
+
+def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list[tuple[str, str, str]]) -> str:
+    """The experiment the `matrix` service runs: the same pacing, runs and rule, the runnable conditions, and each
+    proxy as a path already running at its service. (TOML by hand: tomllib reads only, and the shape is fixed.)"""
+    lines = [
+        f"# From {exp.name!r} by tokenpath matrix --emit-compose: the proxies run as Compose services.",
+        f"name = {_toml(exp.name)}", f"frames = {exp.frames}", f"runs = {exp.runs}", f"ttft_ms = {exp.ttft_ms!r}",
+        "", "[stub]", f'listen = "0.0.0.0:{STUB_PORT}"  # the proxy services reach it as {RUNNER}:{STUB_PORT}',
+    ]  # fmt: skip
+    if exp.exclusion.tolerance_ms is not None:
+        lines += ["", "[exclusion]", f"tolerance_ms = {exp.exclusion.tolerance_ms!r}"]
+    for name, url, version in attached:
+        lines += ["", "[[proxy]]", f"name = {_toml(name)}", f"url = {_toml(url)}", f"version = {_toml(version)}"]
+    intervals = sorted({c.interval_ms for c in conditions})
+    sizes = sorted({c.frame_bytes for c in conditions})
+    header_sets = list(dict.fromkeys(c.stub_headers for c in conditions))
+    tables = ", ".join("{" + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in h) + "}" for h in header_sets)
+    lines += ["", "[conditions]", f"interval_ms = {intervals!r}", f"frame_bytes = {sizes!r}", 'link = ["loopback"]',
+              "tls = [false]", f"stub_headers = [{tables}]"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _toml(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a TOML basic string
 
 
 def _why_not(cond: Any) -> str:
@@ -107,20 +155,48 @@ def _why_not(cond: Any) -> str:
     return f"link {cond.link!r} needs network namespaces the containers do not get (run `tokenpath matrix` as root)"
 
 
-def _copy_context(source_root: Path, context: Path) -> None:
-    """The package's build inputs only (a source tree's .venv, caches and results stay out of the image)."""
+def _copy_context(source_root: Path | None, context: Path) -> None:
+    """The package's build inputs only (a source tree's .venv, caches and results stay out of the image); without
+    a source tree, the installed package and a pyproject.toml written from its own metadata."""
     shutil.rmtree(context, ignore_errors=True)
     context.mkdir(parents=True)
-    for name in CONTEXT_FILES:
-        shutil.copy2(source_root / name, context / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    shutil.copytree(source_root / "src", context / "src", ignore=ignore)
+    if source_root is not None:
+        for name in CONTEXT_FILES:
+            shutil.copy2(source_root / name, context / name)
+        shutil.copytree(source_root / "src", context / "src", ignore=ignore)
+        return
+    package = Path(tokenpath.__file__).parent
+    shutil.copytree(package, context / "src" / "tokenpath", ignore=ignore)
+    (context / "README.md").write_text("tokenpath, built from an installed package by --emit-compose\n")
+    (context / "pyproject.toml").write_text(installed_pyproject(context / "src" / "tokenpath"))
+
+
+def installed_pyproject(package: Path) -> str:
+    """A pyproject.toml for the installed distribution: its version, its run-time requirements (not the extras),
+    its entry point, and every data file the package carries (the Node peers, the TensorZero launcher)."""
+    dist = importlib.metadata.distribution("tokenpath")
+    requires = [r for r in dist.requires or [] if "extra ==" not in r]
+    data: dict[str, list[str]] = {}
+    for path in package.rglob("*"):
+        if path.is_file() and path.suffix not in (".py", ".pyc"):
+            folder = path.parent.relative_to(package.parent)
+            data.setdefault(".".join(folder.parts), []).append(path.name)
+    package_data = "\n".join(f"{_toml(k)} = {json.dumps(sorted(v))}" for k, v in sorted(data.items()))
+    return (
+        '[build-system]\nrequires = ["setuptools>=77"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        f'[project]\nname = "tokenpath"\nversion = {_toml(dist.version)}\nreadme = "README.md"\n'
+        f'requires-python = ">=3.11"\ndependencies = {json.dumps(requires)}\n\n'
+        '[project.scripts]\ntokenpath = "tokenpath.cli:main"\n\n'
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\n\n'
+        f"[tool.setuptools.package-data]\n{package_data}\n"
+    )
 
 
 def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tokenpath-compose-"))
     try:
-        site = Site(Endpoint("0.0.0.0", PROXY_PORT), Endpoint("emitter", STUB_PORT), workdir, proxy.variant(variant))
+        site = Site(Endpoint("0.0.0.0", PROXY_PORT), Endpoint(RUNNER, STUB_PORT), workdir, proxy.variant(variant))
         config = proxy.write_config(site)
         config_dir.mkdir(parents=True, exist_ok=True)
         text = config.read_text().replace(str(workdir), WORK_DIR)
@@ -137,17 +213,3 @@ def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]
         return service
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _probe_script(exp: Experiment, targets: dict[str, str]) -> str:
-    lines = ["set -e", "sleep 3"]
-    for cond in exp.conditions:
-        if cond.tls or cond.link != "loopback":
-            continue
-        pacing = {"tokenpath": {"interval_ms": cond.interval_ms, "frame_bytes": cond.frame_bytes,
-                                "tokens": exp.frames, "ttft_ms": exp.ttft_ms, "format": "plain"}}  # fmt: skip
-        body = shlex.quote(json.dumps(pacing, separators=(",", ":")))
-        for name, url in targets.items():
-            lines.append(f"echo '== {name}: {cond.label}'")
-            lines.append(f"tokenpath probe {url} --runs {exp.runs} --body-json {body}")
-    return "\n".join(lines)

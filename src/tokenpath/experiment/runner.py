@@ -31,7 +31,8 @@ from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connec
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
-from tokenpath.proxies.base import Endpoint, Site, TLSFiles, free_port, new_workdir, start
+from tokenpath.proxies.attached import AttachedProxy
+from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
 from tokenpath.proxies.relays import CONTROLS
 from tokenpath.results import model, tables
 from tokenpath.results.model import (
@@ -167,9 +168,12 @@ class MatrixRunner:
             if tls:
                 files = self_signed(tmp / "tls", ["127.0.0.1", env.listen_host])
                 env.cacert = str(files.cert)
-            stub_host = env.listen_host
-            stub_port = env.next_port()
-            stub_argv = env.wrap(tokenpath_argv("stub", "--host", stub_host, "--port", str(stub_port)))
+            stub_host, stub_port = env.listen_host, env.next_port()
+            bind = stub_host
+            if link == "loopback" and self.exp.stub_listen is not None:  # attached paths were pointed at it
+                bind, stub_port = self.exp.stub_listen.host, self.exp.stub_listen.port
+                stub_host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+            stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port)))
             stub = ServiceProcess(stub_argv, "stub")
             stack.callback(stub.stop)
             stub.start()
@@ -204,6 +208,8 @@ class MatrixRunner:
             reason = proxy.upstream_tls_unsupported or None
         if proxy.openai_only:
             reason = "re-serialises OpenAI chunks: a gateway, measured by `tokenpath load`, not the byte-level matrix"
+        if proxy.attached and not reason:
+            return self._attach(env, path, proxy)
         if reason is None:
             site = Site(
                 Endpoint(env.listen_host, env.next_port()),
@@ -226,6 +232,25 @@ class MatrixRunner:
         if path.proxy not in {c.name for c in CONTROLS}:
             self.console.print(f"[yellow]skipping {path.label} ({env.link}{', tls' if env.tls else ''}):[/] {reason}")
             self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
+        return None
+
+    def _attach(self, env: Environment, path: PathSpec, proxy: Proxy) -> RunningProxy | None:
+        """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts."""
+        assert isinstance(proxy, AttachedProxy)
+        where = f"{env.link}{', tls' if env.tls else ''}"
+        reason = None if env.link == "loopback" else "already running on this host's network, not in a namespace"
+        if reason is None:
+            site = Site(proxy.listen, env.upstream, new_workdir(proxy.name))
+            try:
+                running = attach(proxy, site, self._ready_check(env))
+            except ProxyError as exc:
+                reason = str(exc)
+            else:
+                self.proxies[proxy.name] = ProxyInfo(proxy.version(), {"stock": {"config": running.effective}})
+                return running
+        env.skipped[path.label] = reason
+        self.console.print(f"[yellow]skipping {path.label} ({where}):[/] {reason}")
+        self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
         return None
 
     def _ready_check(self, env: Environment) -> Callable[[Endpoint], Any]:

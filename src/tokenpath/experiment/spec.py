@@ -15,7 +15,8 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
 from tokenpath.proxies import ProxyError, lookup
-from tokenpath.proxies.base import Proxy
+from tokenpath.proxies.attached import AttachedProxy
+from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import condition_label
 from tokenpath.stub.audit import StreamLog, audit_stream
@@ -93,6 +94,7 @@ class Experiment:
     custom: dict[str, Proxy] = field(default_factory=dict)
     source: str = ""
     endpoint: EndpointSpec | None = None  # every proxy fronts this real endpoint instead of the stub
+    stub_listen: Endpoint | None = None  # where the stub listens on loopback conditions, for attached paths
 
     def proxy(self, name: str) -> Proxy:
         return self.custom[name] if name in self.custom else lookup(name)
@@ -107,6 +109,8 @@ class Experiment:
             "conditions": [c.to_json() for c in self.conditions],
             "exclusion": self.exclusion.to_json(),
             "custom_proxies": {n: p.command for n, p in self.custom.items() if isinstance(p, CustomProxy)},
+            "attached_paths": {n: p.url for n, p in self.custom.items() if isinstance(p, AttachedProxy)},
+            "stub_listen": self.stub_listen.hostport if self.stub_listen else None,
             "source": self.source,
             **({"upstream": self.endpoint.to_json()} if self.endpoint else {}),
         }
@@ -131,7 +135,7 @@ def load(path: str | Path) -> Experiment:
 
 
 def parse(data: dict[str, Any]) -> Experiment:
-    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream"}
+    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream", "stub"}
     _no_unknown(data, known, "top level")
     custom: dict[str, Proxy] = {}
     paths = [PathSpec("direct")]
@@ -140,9 +144,15 @@ def parse(data: dict[str, Any]) -> Experiment:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f'{where}: needs name = "..."')
         request_keys = {"model", "headers", "api_key_env", "base_path"}
-        _no_unknown(entry, {"name", "variants", "command", "version_command", *request_keys}, where)
+        _no_unknown(entry, {"name", "variants", "command", "version_command", "url", "version", *request_keys}, where)
         name = entry["name"]
-        if "command" in entry:
+        if "url" in entry:  # a path already running (a Compose service, another host): measured, never started
+            if "command" in entry or "variants" in entry:
+                raise UsageError(f"{where}: a path with `url` is already running: no command or variants")
+            options = RequestOptions.parse(name, {k: v for k, v in entry.items() if k in request_keys})
+            custom[name] = AttachedProxy(name, str(entry["url"]), str(entry.get("version", "")), options)
+            proxy = custom[name]
+        elif "command" in entry:
             options = RequestOptions.parse(name, {k: v for k, v in entry.items() if k in request_keys})
             custom[name] = CustomProxy(name, str(entry["command"]), entry.get("version_command"), options)
             proxy = custom[name]
@@ -178,6 +188,7 @@ def parse(data: dict[str, Any]) -> Experiment:
     if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance <= 0):
         raise UsageError("[exclusion] tolerance_ms must be a positive number (omit it for max(2 ms, 20 %))")
     experiment = Experiment(
+        stub_listen=_stub_listen(data.get("stub", {})),
         name=str(data.get("name", "experiment")),
         paths=paths,
         conditions=conditions,
@@ -204,6 +215,19 @@ def _endpoint_conditions(
             "are cut off from; only loopback"
         )
     return [Condition(0.0, 0, "loopback", t, (), endpoint.label) for t in tls]
+
+
+def _stub_listen(table: Any) -> Endpoint | None:
+    """`[stub] listen = "HOST:PORT"`: a fixed address, so paths already running can be pointed at the stub."""
+    if not isinstance(table, dict):
+        raise UsageError("[stub] must be a table")
+    _no_unknown(table, {"listen"}, "[stub]")
+    if "listen" not in table:
+        return None
+    host, sep, port = str(table["listen"]).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"[stub] listen must be HOST:PORT, not {table['listen']!r}")
+    return Endpoint(host.strip("[]"), int(port))
 
 
 def _header_set(table: dict[str, Any]) -> tuple[tuple[str, str], ...]:

@@ -242,7 +242,7 @@ class LoadRunner:
                 running = self._start(name, stub_url, stack)
                 if running is not None:
                     label = running.proxy.name if "{listen" in name else name  # LABEL=COMMAND: shown as LABEL
-                    targets[label] = (running.url, running.process.pid)
+                    targets[label] = (running.url, running.process.pid if running.process else None)
                     keys[label] = running.proxy.api_key(running.site)
                     proxies[label] = running
             cells: dict[tuple[float, str], Cell] = {}

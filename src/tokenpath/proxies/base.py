@@ -116,6 +116,7 @@ class Proxy:
     announces_url = False  # it picks its own port and prints "listening on URL" (the URL replaces site.listen)
     base_path = ""  # where its OpenAI API lives, e.g. "/openai/v1" (clients append /chat/completions)
     drops_stream_id = False  # drops the stream header, the body's `user` and the chunk ids: the id rides in the prompt
+    attached = False  # already running somewhere (proxies/attached.py): never started, configured or stopped here
 
     def binary(self) -> str | None:
         for relative in self.tool_paths:
@@ -185,7 +186,7 @@ class Proxy:
 class RunningProxy:
     proxy: Proxy
     site: Site
-    process: subprocess.Popen[bytes]
+    process: subprocess.Popen[bytes] | None  # None: an attached path, running outside this run
     config: Path
     effective: str = ""
     log_path: Path = field(default_factory=Path)
@@ -200,7 +201,7 @@ class RunningProxy:
 
     @property
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.process is None or self.process.poll() is None
 
     def log_tail(self, lines: int = 15) -> str:
         with contextlib.suppress(OSError):
@@ -209,7 +210,8 @@ class RunningProxy:
 
     def stop(self) -> None:
         """Stops the proxy and every process it started (see procs.stop_process_group), then removes its files."""
-        stop_process_group(self.process, STOP_TIMEOUT_S)
+        if self.process is not None:
+            stop_process_group(self.process, STOP_TIMEOUT_S)
         shutil.rmtree(self.site.workdir, ignore_errors=True)
 
 
@@ -260,6 +262,23 @@ def start(
 
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
+
+
+def attach(
+    proxy: Proxy,
+    site: Site,
+    connect: Callable[[Endpoint], socket.socket] | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+) -> RunningProxy:
+    """An attached path as the runner holds a started one, once it accepts a connection (it may be starting too:
+    Compose starts the proxy services after the runner's, so that the runner's name resolves for them)."""
+    deadline = time.monotonic() + timeout_s
+    while not _accepts(site.listen, connect):
+        if time.monotonic() > deadline:
+            raise ProxyError(f"{proxy.name}: nothing accepts at {site.listen.hostport} within {timeout_s:.0f} s")
+        time.sleep(0.1)
+    effective = f"# already running at {site.listen.hostport}; its configuration is not visible to tokenpath\n"
+    return RunningProxy(proxy, site, None, Path(), effective=effective)
 
 
 def _accepts(endpoint: Endpoint, connect: Callable[[Endpoint], socket.socket] | None) -> bool:

@@ -1,0 +1,50 @@
+"""A path that is already running at host:port (`[[proxy]] name = "..." url = "http://host:port"`): tokenpath
+neither starts nor configures it. Its upstream must be the stub this run starts (`[stub] listen`), and the stub's
+audit is what proves it: a stream that reached another upstream has no audit entry and is excluded as such.
+
+This is how the Docker route measures proxies running as Compose services (experiment/compose.py), and how anyone
+measures a proxy on another host or one they cannot install here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tokenpath.errors import ProxyError
+from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site
+from tokenpath.proxies.custom import RequestOptions
+
+
+class AttachedProxy(Proxy):
+    attached = True
+    tls_unsupported = "already running: tokenpath cannot give it TLS (declare its https URL as its own path)"
+
+    def __init__(self, name: str, url: str, version: str = "", options: RequestOptions | None = None) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname or parts.port is None or parts.path not in ("", "/"):
+            raise ProxyError(f"proxy {name!r}: url must be http://HOST:PORT (a path already running), not {url!r}")
+        self.name = name
+        self.url = url.rstrip("/")
+        self.listen = Endpoint(parts.hostname, parts.port)
+        self.declared_version = version
+        self.variants = (STOCK,)
+        self.options = options or RequestOptions()
+        self.base_path = self.options.base_path
+
+    def missing_reason(self) -> str | None:
+        return None
+
+    def binary(self) -> str | None:
+        return None
+
+    def version(self) -> str:
+        return self.declared_version or 'unknown (already running; declare version = "...")'
+
+    def request_model(self, model: str) -> str:
+        return self.options.model or model
+
+    def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
+        return self.options.headers
+
+    def write_config(self, site: Site) -> Path:
+        raise ProxyError(f"{self.name} is already running at {self.url}: tokenpath does not configure it")

@@ -1,0 +1,78 @@
+"""Paths already running at host:port (how the Docker route measures Compose services): the runner's stub listens
+where they were pointed, they are measured in the same certified, audited rounds, and a path that reached another
+upstream is caught by the audit, never counted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.proxies import RunningProxy, catalogue
+from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+
+pytestmark = pytest.mark.e2e
+
+
+def _nginx(upstream_port: int) -> RunningProxy:
+    proxy = catalogue()["nginx"]
+    if proxy.missing_reason():
+        pytest.skip(f"nginx: {proxy.missing_reason()}")
+    site = Site(Endpoint("127.0.0.1", free_port()), Endpoint("127.0.0.1", upstream_port), new_workdir("nginx"),
+                proxy.variant("proxy_buffering_off"))  # fmt: skip
+    return start(proxy, site)
+
+
+@pytest.fixture
+def other_stub() -> Iterator[int]:
+    with ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub") as proc:
+        assert proc.url is not None
+        yield int(proc.url.rsplit(":", 1)[1])
+
+
+def test_attached_paths_are_measured_against_the_runs_own_stub(other_stub: int, tmp_path: Path) -> None:
+    stub_port = free_port()
+    ours, rogue = _nginx(stub_port), _nginx(other_stub)  # started first, as Compose starts its services
+    try:
+        experiment = tmp_path / "attached.toml"
+        experiment.write_text(f"""name = "attached"
+frames = 10
+runs = 2
+[stub]
+listen = "127.0.0.1:{stub_port}"
+[[proxy]]
+name = "svc-nginx"
+url = "{ours.url}"
+version = "nginx (a service)"
+[[proxy]]
+name = "rogue"
+url = "{rogue.url}"
+[conditions]
+interval_ms = [50]
+tls = [false, true]
+""")
+        out = tmp_path / "out"
+        done = subprocess.run([sys.executable, "-m", "tokenpath", "matrix", str(experiment), "--out", str(out)],
+                              capture_output=True, text=True, timeout=240)  # fmt: skip
+    finally:
+        ours.stop()
+        rogue.stop()
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["certification"]["passed"]
+    rows = {r["proxy"]: r for r in doc["rows"] if not r["tls"]}
+    assert rows["svc-nginx"]["excluded"] == 0
+    assert rows["svc-nginx"]["fpr_median"] == pytest.approx(1.0, abs=0.2)
+    assert rows["rogue"]["excluded"] == 2  # its streams went to another stub: this run's audit has no entry for them
+    assert rows["rogue"]["exclusions"] == {"no audit for this stream": 2}
+    assert doc["proxies"]["svc-nginx"]["version"] == "nginx (a service)"
+    assert doc["experiment"]["attached_paths"]["svc-nginx"] == ours.url
+    assert doc["experiment"]["stub_listen"] == f"127.0.0.1:{stub_port}"
+    skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
+    assert "cannot give it TLS" in skipped["svc-nginx [loopback tls]"]
+    assert not [r for r in doc["rows"] if r["tls"] and r["proxy"] != "direct"]
