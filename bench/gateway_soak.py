@@ -46,6 +46,7 @@ def main() -> None:
     site = Site(Endpoint("127.0.0.1", free_port()), Endpoint(up.hostname, up.port), new_workdir("gateway"),
                 proxy.variant(args.variant))  # fmt: skip
     running = start(proxy, site)
+    assert running.process is not None  # started here, not attached
     try:
         work = Workload(running.url, "tokenpath-stub", PROMPT, 128, args.streams, 5.0, args.duration,
                         api_key=proxy.api_key(site))  # fmt: skip
