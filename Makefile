@@ -28,18 +28,19 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Whole-process tests whose assertions are about timing (certification floors, arrival shapes, load joins) run
-# alone on the machine; the functional ones (gateway, clients, catalogue, report) two at a time.
+# alone on the machine; the functional ones (gateway, clients, catalogue, endpoints, report) four at a time: they
+# wait on sockets and processes far more than they compute (about half a core each on this 2-core machine).
 E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py
 
 # The whole suite, both lanes: what CI runs (.ci/run). Under 6 minutes on a 2-core machine.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies lint
-	$(BIN)/pytest -m "not e2e"
+	$(BIN)/pytest -m "not e2e" -n 2
 	$(BIN)/pytest -m e2e $(E2E_TIMED)
-	$(BIN)/pytest -m e2e -n 2 $(addprefix --ignore=,$(E2E_TIMED))
+	$(BIN)/pytest -m e2e -n 4 $(addprefix --ignore=,$(E2E_TIMED))
 
 # The unit lane alone (seconds): sans-IO cores, in-process servers on loopback, no proxies or child processes.
 test-fast: $(BIN)/.installed $(COMPOSE_SPEC)
-	$(BIN)/pytest -m "not e2e"
+	$(BIN)/pytest -m "not e2e" -n 2
 
 bench: $(BIN)/.installed proxies
 	$(BIN)/python bench/stub_drift.py

@@ -236,8 +236,8 @@ name = "lighttpd"
         for i, run in enumerate(rows[key]["raw"]):
             expected = run["metrics"]["ttft_ms"] - direct[i]["metrics"]["ttft_ms"]
             assert run["path_added_ttft_ms"] == pytest.approx(expected), (key, i)
-    # 3 paths x 2 runs reached the endpoint, each with its name and key (the certification did not).
-    assert len(endpoint.seen) - before == 6
+    # Every stream that reached the endpoint had its name and key (the certification ran on the stub).
+    assert len(endpoint.seen) - before == 1 + 6  # the preflight stream, then 3 paths x 2 runs
     assert {s["host"] for s in endpoint.seen[before:]} == {endpoint.authority}
     skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
     assert "TLS" in skipped["lighttpd [loopback]"]
@@ -248,3 +248,25 @@ name = "lighttpd"
     assert "no stub audit" in (out / "report.html").read_text()
     for name in ("results.json", "table.md", "report.html", "results.csv"):
         assert KEY not in (out / name).read_text(), name
+
+
+def test_a_wrong_key_is_one_line_before_anything_runs(endpoint: Endpoint_, ca: CA, tmp_path: Path) -> None:
+    experiment = tmp_path / "endpoint.toml"
+    experiment.write_text(f"""runs = 2
+[upstream]
+url = "{endpoint.url}"
+model = "m"
+api_key_env = "{KEY_ENV}"
+cacert = "{ca.ca_file}"
+[[proxy]]
+name = "nginx"
+""")
+    env = {**os.environ, KEY_ENV: "sk-wrong"}
+    before = len(endpoint.seen)
+    done = subprocess.run([sys.executable, "-m", "tokenpath", "matrix", str(experiment), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert done.returncode == 6, done.stdout + done.stderr  # HTTPStatusError: the endpoint's 401
+    assert "failed a direct stream before the run" in done.stdout
+    assert "401" in done.stderr + done.stdout
+    assert len(endpoint.seen) - before == 1  # one preflight stream, then nothing
+    assert not (tmp_path / "o" / "results.json").exists()

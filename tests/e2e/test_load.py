@@ -84,26 +84,3 @@ def test_external_target_needs_its_stub() -> None:
     )
     assert out.returncode == 2
     assert "--stub-url" in out.stderr
-
-
-def test_load_measures_the_gateway_with_a_jwt_and_any_command_target(tmp_path: Path) -> None:
-    relay = f"myrelay={' '.join(tokenpath_argv('relay'))} --listen {{listen}} --upstream {{upstream}} --mode pass"
-    out = subprocess.run(
-        tokenpath_argv(
-            "load", "--proxy", "gateway:jwt", "--proxy", relay, "--concurrency", "4", "--warmup", "0.5",
-            "--duration", "2", "--runs", "2", "--tokens", "10", "--ttft-ms", "20", "--out", str(tmp_path),
-        ),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    doc = json.loads((tmp_path / "results.json").read_text())
-    rows = {r["target"]: r for r in doc["levels"]}
-    assert set(rows) == {"direct", "gateway:jwt", "myrelay"}
-    assert "[auth]" in doc["targets"]["gateway:jwt"]["config"]
-    assert "--mode pass" in doc["targets"]["myrelay"]["config"]
-    for row in rows.values():
-        assert row["streams"] > 0
-        assert row["errors"] == 0, row["error_samples"]
-        assert row["frames_lost"] == 0
-        assert row["unjoined"] == 0
-        assert len(row["runs_added_ttft_ms"]) == 2  # per-run figures: the spread --compare needs

@@ -1,5 +1,6 @@
-"""`tokenpath matrix` when things go wrong: a missing proxy, one that dies mid-run, Ctrl-C. The assertions are about
-rows, errors and processes, not timing, so these run in the parallel lane (test_matrix.py has the timed ones)."""
+"""`tokenpath matrix` when things go wrong (a missing proxy, one that dies mid-run, Ctrl-C) and the declared
+exclusion rule applied. The assertions are about rows, errors, rules and processes, not timing, so these run in the
+parallel lane (test_matrix.py has the timed ones)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,23 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
     assert 0 < row(doc, "direct")["runs"] < 50
     still_running = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert still_running == []
+
+
+def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:
+    """0.001 ms: every real write drifts more than that, so every run is excluded (the stub's own default rule,
+    max(2 ms, 20 %), would have kept them all). Certification runs under the declared rule too, hence --force."""
+    doc, stdout = run_matrix(
+        tmp_path, 'name = "strict"\nframes = 4\nruns = 2\n[conditions]\ninterval_ms = [20]\n[exclusion]\n'
+        "tolerance_ms = 0.001\n", "--force",
+    )  # fmt: skip
+    direct = row(doc, "direct")
+    assert direct["excluded"] == direct["runs"] == 2
+    assert direct["exclusions"] == {"stub audit failed": 2}
+    for run in direct["raw"]:
+        assert run["audit"]["tolerance_ms"] == 0.001
+        assert run["audit"]["drift_ms"]["max"] > 0.001
+    assert doc["exclusion_shares"][-1] == {"condition": "all", "excluded": 2, "runs": 2, "share": 1.0}
+    drift = doc["certification"]["emitter_drift_ms"]["loopback"]
+    assert drift["writes"] > 0
+    assert drift["p50"] is not None
+    assert "emitter drift p50" in stdout

@@ -33,10 +33,14 @@ def test_an_unmeasured_proxy_needs_its_cost() -> None:
         plan((10,), tokens=8, interval_ms=10, ttft_ms=10, client_us=0)
 
 
-def test_the_plan_flags_are_the_costs_applied() -> None:
+def test_the_plan_flags_are_the_costs_applied(monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
+    from tokenpath import cli
     from tokenpath.cli import app
+
+    # The CLI's console took its width when it was imported (COLUMNS then): a narrow one wraps the table's cells.
+    monkeypatch.setattr(cli.console, "width", 200)
 
     out = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "1000", "--client-us-per-frame", "19.2",
                                    "--stub-us-per-frame", "77", "--proxy", "node", "--proxy-us-per-frame", "88"],

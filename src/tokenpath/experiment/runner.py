@@ -114,6 +114,7 @@ class MatrixRunner:
                 f"upstream: {e.label} ({e.declared}), model {e.model}: {total} streams of at most {e.max_tokens} "
                 f"tokens; {NO_AUDIT}; certification and the controls run on the stub"
             )
+            self._preflight()
         progress = progress_bar(self.console)
         try:
             with progress:
@@ -264,7 +265,7 @@ class MatrixRunner:
         self.skipped.append(PathSkip(path, reason))
 
     # measuring ---------------------------------------------------------------------------------------
-    def _endpoint_probe(self, env: Environment, url: str, label: str) -> RunRecord:
+    def _endpoint_probe(self, env: Environment, url: str, label: str, check: bool = False) -> RunRecord:
         """One stream to the real endpoint, direct or through a path: the file's model, prompt and key."""
         endpoint = self.exp.endpoint
         assert endpoint is not None
@@ -286,10 +287,23 @@ class MatrixRunner:
         try:
             trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:
+            if check:
+                raise
             record.error = str(exc)
         else:
             join(record, trace, None)
         return record
+
+    def _preflight(self) -> None:
+        """One direct stream before anything starts: a wrong key, model or URL is one line, not a run of errors."""
+        assert self.exp.endpoint is not None
+        try:
+            probe = self._endpoint_probe(Environment("loopback", False), self.exp.endpoint.url, "direct", check=True)
+        except TokenpathError:
+            self.console.print("[red]the endpoint failed a direct stream before the run: nothing was measured[/]")
+            raise  # its own class and exit code: 401 is a status error, a bad name a DNS error
+        if probe.metrics is None or probe.metrics.ttft_ms is None:
+            raise ServiceError("the endpoint's direct stream carried no content frame: nothing was measured")
 
     def _endpoint_round(self, env: Environment, paths: list[tuple[str, str]]) -> list[RunRecord]:
         """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round

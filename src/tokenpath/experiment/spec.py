@@ -182,6 +182,8 @@ def parse(data: dict[str, Any]) -> Experiment:
     endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
     if endpoint is not None:
         conditions = _endpoint_conditions(cond, tls, links, endpoint)
+        if "frames" in data:
+            raise UsageError("frames: the stub's stream length; against [upstream], max_tokens bounds each stream")
     exclusion = data.get("exclusion", {})
     _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
     tolerance = exclusion.get("tolerance_ms")
