@@ -8,7 +8,8 @@ import pytest
 
 from tokenpath.errors import ProxyError
 from tokenpath.proxies import catalogue, lookup
-from tokenpath.proxies.base import Endpoint, Site, TLSFiles
+from tokenpath.proxies.base import Endpoint, Site, TLSFiles, UpstreamTLS
+from tokenpath.proxies.relays import CONTROLS
 
 
 def site(tmp_path: Path, proxy: str, variant: str = "stock", tls: bool = False) -> Site:
@@ -60,3 +61,41 @@ def test_every_catalogue_entry_has_a_stock_variant_and_a_missing_reason_or_binar
 def test_unknown_variant_lists_the_known_ones() -> None:
     with pytest.raises(ProxyError, match="proxy_buffering_off"):
         lookup("nginx").variant("nope")
+
+
+CONTROL_NAMES = {c.name for c in CONTROLS}  # tokenpath's relays: always in front of the stub, never an endpoint
+FRONTING = [n for n, p in catalogue().items()
+            if p.runnable and not p.openai_only and not p.attached and n not in CONTROL_NAMES]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", FRONTING)
+def test_a_stub_site_writes_no_endpoint_lines_and_an_endpoint_site_writes_them(tmp_path: Path, name: str) -> None:
+    """The stub's configs stay what was measured so far; an https endpoint gets its name and the declared CA."""
+    proxy = lookup(name)
+    (tmp_path / "stub").mkdir()
+    try:
+        stub_text = proxy.write_config(site(tmp_path / "stub", name)).read_text()
+    except ProxyError:
+        pytest.skip(f"{name}: writes its config only when installed")
+    assert "api.example.com" not in stub_text
+    assert str(tmp_path / "ca.pem") not in stub_text
+    if proxy.upstream_tls_unsupported:
+        return
+    (tmp_path / "ep").mkdir()
+    endpoint = Site(Endpoint("127.0.0.1", 9001), Endpoint("api.example.com", 443), tmp_path / "ep",
+                    proxy.variant("stock"), upstream_tls=UpstreamTLS("api.example.com", tmp_path / "ca.pem"),
+                    upstream_host="api.example.com", upstream_api_key_env="EP_KEY")  # fmt: skip
+    text = proxy.write_config(endpoint).read_text() + " ".join(proxy.argv(endpoint, tmp_path / "ep" / "x"))
+    text += " ".join(f"{k}={v}" for k, v in proxy.env(endpoint).items())
+    assert "api.example.com" in text
+    assert str(tmp_path / "ca.pem") in text  # the declared CA, not the system store
+
+
+def test_attach_waits_for_a_path_that_never_accepts_then_says_so(tmp_path: Path) -> None:
+    from tokenpath.proxies.attached import AttachedProxy
+    from tokenpath.proxies.base import attach, free_port
+
+    port = free_port()
+    proxy = AttachedProxy("svc", f"http://127.0.0.1:{port}")
+    with pytest.raises(ProxyError, match=f"nothing accepts at 127.0.0.1:{port} within 0 s"):
+        attach(proxy, Site(proxy.listen, Endpoint("127.0.0.1", 1), tmp_path), timeout_s=0.3)
