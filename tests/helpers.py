@@ -77,6 +77,31 @@ class QuietHandler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class LoopbackHTTPS:
+    """The same over TLS: each handshake in the connection's own thread; a client that fails it is dropped (the
+    point of some tests), never an error of the server."""
+
+    def __init__(self, ctx: ssl.SSLContext, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def finish_request(self, request: Any, client_address: Any) -> None:
+                try:
+                    tls = ctx.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError):
+                    return
+                with tls:
+                    handler(tls, client_address, self)
+
+        self.httpd = Server(("127.0.0.1", 0), handler)
+        self.port = int(self.httpd.server_address[1])
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 class LoopbackHTTP:
     """A real HTTP server on a free loopback port, served from a thread: a peer whose answers the test scripts."""
 

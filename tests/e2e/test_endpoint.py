@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.test_tls_upstream_e2e import CA
+from tests.helpers import LoopbackHTTPS
 from tokenpath.errors import TokenpathError
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
@@ -48,7 +49,7 @@ def _events(gap_s: float) -> Iterator[bytes]:
     yield b"data: [DONE]\n\n"
 
 
-class Endpoint_:
+class CheckingEndpoint:
     """An OpenAI-compatible https endpoint that answers only a request for its own name with its key: 421 for
     another Host, 401 without the key. It records the SNI and Host of each request."""
 
@@ -85,26 +86,13 @@ class Endpoint_:
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
 
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request: Any, client_address: Any) -> None:
-                try:
-                    tls = ctx.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError):
-                    return  # a client that refused our certificate: the point of one test
-                with tls:
-                    Handler(tls, client_address, self)
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.port = self.httpd.server_address[1]
+        self.server = LoopbackHTTPS(ctx, Handler)
+        self.port = self.server.port
         self.authority = f"localhost:{self.port}"
         self.url = f"https://{self.authority}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 @pytest.fixture(scope="module")
@@ -113,17 +101,17 @@ def ca(tmp_path_factory: pytest.TempPathFactory) -> CA:
 
 
 @pytest.fixture(scope="module")
-def endpoint(ca: CA) -> Iterator[Endpoint_]:
-    served = Endpoint_(*ca.issue("endpoint", server=True))
+def endpoint(ca: CA) -> Iterator[CheckingEndpoint]:
+    served = CheckingEndpoint(*ca.issue("endpoint", server=True))
     yield served
     served.close()
 
 
 @pytest.fixture(scope="module")
-def impostor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint_]:
+def impostor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CheckingEndpoint]:
     """The same name, a certificate from a CA nobody trusts: a proxy that forwards to it did not verify."""
     other = CA(tmp_path_factory.mktemp("other-ca"), "someone else's CA")
-    served = Endpoint_(*other.issue("impostor", server=True))
+    served = CheckingEndpoint(*other.issue("impostor", server=True))
     yield served
     served.close()
 
@@ -133,7 +121,7 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
-def _site(name: str, endpoint: Endpoint_, ca: CA) -> Site:
+def _site(name: str, endpoint: CheckingEndpoint, ca: CA) -> Site:
     proxy = catalogue()[name]
     site = Site(Endpoint("127.0.0.1", free_port()), Endpoint("localhost", endpoint.port), new_workdir(name))
     site.upstream_tls = UpstreamTLS("localhost", Path(ca.ca_file))
@@ -153,7 +141,9 @@ def _probe(url: str) -> tuple[int | None, list[bytes]]:
 
 
 @pytest.mark.parametrize("name", PROXIES)
-def test_proxy_reaches_an_https_endpoint_by_its_name_with_the_key(name: str, endpoint: Endpoint_, ca: CA) -> None:
+def test_proxy_reaches_an_https_endpoint_by_its_name_with_the_key(
+    name: str, endpoint: CheckingEndpoint, ca: CA
+) -> None:
     proxy = catalogue()[name]
     if proxy.missing_reason():
         pytest.skip(f"{name}: {proxy.missing_reason()}")
@@ -175,7 +165,9 @@ def test_proxy_reaches_an_https_endpoint_by_its_name_with_the_key(name: str, end
 
 
 @pytest.mark.parametrize("name", PROXIES)
-def test_proxy_refuses_an_endpoint_whose_certificate_it_cannot_verify(name: str, impostor: Endpoint_, ca: CA) -> None:
+def test_proxy_refuses_an_endpoint_whose_certificate_it_cannot_verify(
+    name: str, impostor: CheckingEndpoint, ca: CA
+) -> None:
     proxy = catalogue()[name]
     if proxy.missing_reason():
         pytest.skip(f"{name}: {proxy.missing_reason()}")
@@ -195,7 +187,7 @@ def test_proxies_that_cannot_reach_https_say_why(name: str) -> None:
 
 
 def test_matrix_against_an_endpoint_measures_every_path_in_the_same_rounds(
-    endpoint: Endpoint_, ca: CA, tmp_path: Path
+    endpoint: CheckingEndpoint, ca: CA, tmp_path: Path
 ) -> None:
     experiment = tmp_path / "endpoint.toml"
     experiment.write_text(f"""name = "real endpoint"
@@ -250,7 +242,7 @@ name = "lighttpd"
         assert KEY not in (out / name).read_text(), name
 
 
-def test_a_wrong_key_is_one_line_before_anything_runs(endpoint: Endpoint_, ca: CA, tmp_path: Path) -> None:
+def test_a_wrong_key_is_one_line_before_anything_runs(endpoint: CheckingEndpoint, ca: CA, tmp_path: Path) -> None:
     experiment = tmp_path / "endpoint.toml"
     experiment.write_text(f"""runs = 2
 [upstream]

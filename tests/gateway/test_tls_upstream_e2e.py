@@ -9,7 +9,6 @@ import ipaddress
 import json
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.gateway.test_gateway_e2e import Services, metric, request, roundtrip
 from tests.gateway.test_hostile_e2e import wait_for_log
+from tests.helpers import LoopbackHTTPS
 from tokenpath.proxies.base import free_port
 
 pytestmark = pytest.mark.e2e
@@ -126,24 +126,11 @@ class TLSUpstream:
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
 
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = True
-
-            def finish_request(self, request: Any, client_address: Any) -> None:
-                try:
-                    tls = ctx.wrap_socket(request, server_side=True)
-                except (ssl.SSLError, OSError):
-                    return  # a client that failed the handshake (the test's point, sometimes)
-                with tls:
-                    Handler(tls, client_address, self)
-
-        self.httpd = Server(("127.0.0.1", 0), Handler)
-        self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.server = LoopbackHTTPS(ctx, Handler)
+        self.url = f"https://127.0.0.1:{self.server.port}"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 @pytest.fixture
