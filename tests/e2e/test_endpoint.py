@@ -4,7 +4,6 @@ against the endpoint's name, sends that name as SNI and Host, and passes the key
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import ssl
@@ -13,12 +12,11 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.gateway.test_tls_upstream_e2e import CA
-from tests.helpers import LoopbackHTTPS
+from tests.helpers import LoopbackHTTPS, QuietHandler
 from tokenpath.errors import TokenpathError
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
@@ -61,12 +59,7 @@ class CheckingEndpoint:
         ctx.sni_callback = lambda sock, name, _ctx: sni.__setitem__(id(sock), name or "")
         outer = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 host, auth = self.headers.get("Host", ""), self.headers.get("Authorization", "")
