@@ -51,6 +51,11 @@ class EndpointSpec:
     def url(self) -> str:
         return self.target.origin + self.target.path
 
+    @property
+    def api_base_path(self) -> str:
+        """The API base an AI gateway is configured with, e.g. /v1 (the chat path and any query removed)."""
+        return self.target.path.split("?")[0].removesuffix("/chat/completions")
+
     def api_key(self) -> str | None:
         """Read when each stream is made, so the key lives in the environment only."""
         return os.environ.get(self.api_key_env) if self.api_key_env else None

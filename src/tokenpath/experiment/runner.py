@@ -207,7 +207,7 @@ class MatrixRunner:
         reason = proxy.missing_reason() or (proxy.tls_unsupported if tls else None) or None
         if not reason and endpoint is not None and endpoint.https:
             reason = proxy.upstream_tls_unsupported or None
-        if proxy.openai_only:
+        if proxy.openai_only and endpoint is None:
             reason = "re-serialises OpenAI chunks: a gateway, measured by `tokenpath load`, not the byte-level matrix"
         if proxy.attached and not reason:
             return self._attach(env, path, proxy)
@@ -219,6 +219,7 @@ class MatrixRunner:
             if endpoint is not None:  # the proxy fronts the real endpoint; the controls stay on the stub
                 site.upstream, site.upstream_tls = endpoint.upstream(), endpoint.upstream_tls()
                 site.upstream_host, site.upstream_api_key_env = endpoint.target.host_header, endpoint.api_key_env or ""
+                site.upstream_path, site.upstream_model = endpoint.api_base_path, endpoint.model  # for AI gateways
             try:
                 running = start(proxy, site, wrap=env.wrap, connect=self._ready_check(env))
             except ProxyError as exc:
@@ -279,6 +280,8 @@ class MatrixRunner:
             model = running.proxy.request_model(model)
             headers += running.proxy.request_headers(running.site)
             api_key = running.proxy.api_key(running.site) or api_key  # a gateway's own token replaces the key
+            if any(name.lower() == "authorization" for name, _ in headers):
+                api_key = None  # the proxy's own headers carry it (Portkey takes the upstream's key per request)
             tls = TLSOptions(cacert=env.cacert)
         cfg = ProbeConfig(
             url=url, model=model, prompt=endpoint.prompt, max_tokens=endpoint.max_tokens, headers=headers,

@@ -85,10 +85,24 @@ class Site:
     upstream_tls: UpstreamTLS | None = None
     upstream_host: str = ""  # "" for the stub: each proxy's own default Host, as measured so far
     upstream_api_key_env: str = ""
+    # What an AI gateway is configured with (it calls the OpenAI API itself rather than passing bytes on): the
+    # upstream's API base path and model name. The stub's by default.
+    upstream_path: str = "/v1"
+    upstream_model: str = "tokenpath-stub"
 
     @property
     def upstream_url(self) -> str:
         return f"{'https' if self.upstream_tls else 'http'}://{self.upstream.hostport}"
+
+    @property
+    def upstream_api_base(self) -> str:
+        """The OpenAI API base a gateway calls, e.g. http://127.0.0.1:8000/v1."""
+        return self.upstream_url + self.upstream_path
+
+    def ca_env(self, *names: str) -> dict[str, str]:
+        """A private CA for an https upstream, in the variables a gateway's TLS stack reads (none for the stub)."""
+        cacert = self.upstream_tls.cacert if self.upstream_tls else None
+        return {name: str(cacert) for name in names} if cacert else {}
 
 
 Wrap = Callable[[list[str]], list[str]]  # e.g. prefixes `ip netns exec NS`

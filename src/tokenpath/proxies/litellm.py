@@ -9,6 +9,7 @@ environment variable and to the load client as its API key; it never appears on 
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -57,13 +58,15 @@ class LiteLLM(Proxy):
     def write_config(self, site: Site) -> Path:
         self.api_key(site)
         config = site.workdir / "litellm.yaml"
-        config.write_text(f"""# tokenpath: LiteLLM proxy in front of the stub
+        key = f"os.environ/{site.upstream_api_key_env}" if site.upstream_api_key_env else "unused"
+        model = json.dumps(site.upstream_model)
+        config.write_text(f"""# tokenpath: LiteLLM proxy in front of one OpenAI-compatible upstream
 model_list:
-  - model_name: tokenpath-stub
+  - model_name: {model}
     litellm_params:
-      model: openai/tokenpath-stub
-      api_base: http://{site.upstream.hostport}/v1
-      api_key: unused
+      model: {json.dumps("openai/" + site.upstream_model)}
+      api_base: {site.upstream_api_base}
+      api_key: {key}
 general_settings:
   master_key: os.environ/LITELLM_MASTER_KEY
 litellm_settings:
@@ -76,6 +79,7 @@ litellm_settings:
             "LITELLM_MASTER_KEY": self.api_key(site),
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no cost map from the network
             "LITELLM_LOG": "ERROR",
+            **site.ca_env("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"),  # a private CA for an https upstream
         }
 
     def argv(self, site: Site, config: Path) -> list[str]:

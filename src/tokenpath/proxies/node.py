@@ -50,8 +50,7 @@ class NodeProxy(Proxy):
 
     def env(self, site: Site) -> dict[str, str]:
         # fetch() trusts the system store; a private CA (a test endpoint) is added by Node's own variable.
-        cacert = site.upstream_tls.cacert if site.upstream_tls else None
-        return {"NODE_EXTRA_CA_CERTS": str(cacert)} if cacert else {}
+        return site.ca_env("NODE_EXTRA_CA_CERTS")
 
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "node.args"

@@ -10,6 +10,7 @@ here: its rows record that failure as the result (the catalogue does not patch i
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
@@ -43,8 +44,10 @@ class Portkey(Proxy):
         return f"{version} on node {run_quiet([str(node), '--version']) if node else '?'}"
 
     def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
-        return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", f"http://{site.upstream.hostport}/v1"),
-                ("Authorization", "Bearer unused"))  # fmt: skip
+        # Portkey takes the upstream and its key from each request; the key is read here, never written down.
+        key = os.environ.get(site.upstream_api_key_env, "") if site.upstream_api_key_env else "unused"
+        return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", site.upstream_api_base),
+                ("Authorization", f"Bearer {key}"))  # fmt: skip
 
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "portkey.args"
@@ -52,7 +55,7 @@ class Portkey(Proxy):
         return config
 
     def env(self, site: Site) -> dict[str, str]:
-        return {"NODE_ENV": "production"}  # no UI, no log-stream endpoint
+        return {"NODE_ENV": "production", **site.ca_env("NODE_EXTRA_CA_CERTS")}  # no UI, no log-stream endpoint
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [self.require_binary(), str(tools_dir() / SCRIPT), f"--port={site.listen.port}", "--headless"]

@@ -10,6 +10,7 @@ pseudonymous usage analytics are switched off (this machine reaches no host but 
 
 from __future__ import annotations
 
+import json
 import sys
 from importlib.resources import files
 from pathlib import Path
@@ -54,24 +55,26 @@ class TensorZero(Proxy):
 
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "tensorzero.toml"
-        config.write_text(f"""# tokenpath: TensorZero in front of the stub (one model, an OpenAI-compatible provider)
+        model = json.dumps(site.upstream_model)  # a quoted key: model names carry "/" and ":"
+        key = f'"env::{site.upstream_api_key_env}"' if site.upstream_api_key_env else '"none"'
+        config.write_text(f"""# tokenpath: TensorZero in front of one OpenAI-compatible upstream (one model)
 [gateway.observability]
 enabled = false
 
-[models.tokenpath-stub]
-routing = ["stub"]
+[models.{model}]
+routing = ["upstream"]
 
-[models.tokenpath-stub.providers.stub]
+[models.{model}.providers.upstream]
 type = "openai"
-model_name = "tokenpath-stub"
-api_base = "http://{site.upstream.hostport}/v1/"
-api_key_location = "none"
+model_name = {model}
+api_base = "{site.upstream_api_base}/"
+api_key_location = {key}
 """)
         return config
 
     def env(self, site: Site) -> dict[str, str]:
         return {"PYTHONPATH": str(site_packages()), "TENSORZERO_DISABLE_PSEUDONYMOUS_USAGE_ANALYTICS": "1",
-                "RUST_LOG": "error"}  # fmt: skip
+                "RUST_LOG": "error", **site.ca_env("SSL_CERT_FILE")}  # fmt: skip
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [sys.executable, str(LAUNCHER), "--config", str(config)]
