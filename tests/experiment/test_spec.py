@@ -10,11 +10,13 @@ from tokenpath.experiment.spec import ExclusionRule, load, parse
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def test_examples_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    # examples/real-endpoint.toml reads its endpoint from the environment
-    monkeypatch.setenv("TOKENPATH_URL", "https://api.example.com/v1")
-    monkeypatch.setenv("TOKENPATH_MODEL", "some-model")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+def test_examples_load(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # examples/real-endpoint.toml and https-endpoint.toml read their endpoint from the environment
+    (tmp_path / "ca.pem").write_text("a CA")
+    for name, value in {"TOKENPATH_URL": "https://api.example.com/v1", "TOKENPATH_MODEL": "some-model",
+                        "OPENAI_API_KEY": "sk-x", "TOKENPATH_API_KEY": "sk-y",
+                        "TOKENPATH_CACERT": str(tmp_path / "ca.pem")}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
     for path in EXAMPLES.glob("*.toml"):
         exp = load(path)
         assert exp.paths[0].proxy == "direct"
