@@ -32,6 +32,7 @@ class Recorder(Protocol[R_co]):
     def result(self) -> R_co: ...
 
 
+CLOSE_WAIT_S = 1.0  # how long a finished stream waits for its TLS close_notify before aborting
 RecorderFactory = Callable[[str, int], Recorder[R]]  # (stream id, time the request was written) -> recorder
 
 
@@ -46,6 +47,7 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
         self._make = make
         self._recorder: Recorder[R] | None = None
         self._transport: asyncio.Transport | None = None
+        self.closed: asyncio.Future[None] = done.get_loop().create_future()  # set when the transport is gone
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
@@ -83,6 +85,8 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():
             self._fail(PeerError(f"connection lost before the response ended: {exc or 'closed'}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def _fail(self, exc: Exception) -> None:
         if not self._done.done():
@@ -122,7 +126,7 @@ async def stream_with(
     loop = asyncio.get_running_loop()
     done: asyncio.Future[R] = loop.create_future()
     try:
-        transport, _ = await loop.create_connection(
+        transport, protocol = await loop.create_connection(
             lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, ssl=ssl_context,
             server_hostname=host if ssl_context is not None else None,
         )  # fmt: skip
@@ -133,7 +137,18 @@ async def stream_with(
     try:
         return await asyncio.wait_for(done, timeout_s)
     finally:
-        transport.close()
+        await _close(transport, protocol.closed)
+
+
+async def _close(transport: asyncio.Transport, closed: asyncio.Future[None]) -> None:
+    """Close, and return once the transport is gone: over TLS a close is a close_notify exchange that takes loop
+    iterations, and a caller that closes its loop right after a stream would otherwise strand the transport (uvloop
+    then refuses to close the loop: EBUSY). A peer that never answers the close_notify gets an abort."""
+    transport.close()
+    try:
+        await asyncio.wait_for(asyncio.shield(closed), CLOSE_WAIT_S)
+    except TimeoutError:
+        transport.abort()
 
 
 class _Drain(asyncio.Protocol):
