@@ -20,7 +20,7 @@ from tokenpath.links import netns
 from tokenpath.procs import tokenpath_argv
 from tokenpath.proxies import lookup
 
-FRAMES = 20
+FRAMES = 12  # 600 ms streams: HAProxy still holds bursts of ~4 (200 ms), nginx still the whole body
 
 needs_proxies = pytest.mark.skipif(
     lookup("nginx").binary() is None or lookup("haproxy").binary() is None,
