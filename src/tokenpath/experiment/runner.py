@@ -230,16 +230,15 @@ class MatrixRunner:
                 variants = {**known.variants, path.variant: {"config": running.effective}}
                 self.proxies[proxy.name] = ProxyInfo(known.version, variants)
                 return running
-        env.skipped[path.label] = reason
-        if path.proxy not in {c.name for c in CONTROLS}:
-            self.console.print(f"[yellow]skipping {path.label} ({env.link}{', tls' if env.tls else ''}):[/] {reason}")
-            self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
+        if path.proxy in {c.name for c in CONTROLS}:
+            env.skipped[path.label] = reason  # a control that did not start fails certification, with this reason
+        else:
+            self._skip(env, path, reason)
         return None
 
     def _attach(self, env: Environment, path: PathSpec, proxy: Proxy) -> RunningProxy | None:
         """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts."""
         assert isinstance(proxy, AttachedProxy)
-        where = f"{env.link}{', tls' if env.tls else ''}"
         reason = None if env.link == "loopback" else "already running on this host's network, not in a namespace"
         if reason is None:
             site = Site(proxy.listen, env.upstream, new_workdir(proxy.name))
@@ -250,10 +249,13 @@ class MatrixRunner:
             else:
                 self.proxies[proxy.name] = ProxyInfo(proxy.version(), {"stock": {"config": running.effective}})
                 return running
-        env.skipped[path.label] = reason
-        self.console.print(f"[yellow]skipping {path.label} ({where}):[/] {reason}")
-        self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
+        self._skip(env, path, reason)
         return None
+
+    def _skip(self, env: Environment, path: PathSpec, reason: str) -> None:
+        env.skipped[path.label] = reason
+        self.console.print(f"[yellow]skipping {path.label} ({env.link}{', tls' if env.tls else ''}):[/] {reason}")
+        self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
 
     def _ready_check(self, env: Environment) -> Callable[[Endpoint], Any]:
         return lambda ep: env.socket_factory(ep.host, ep.port, 0.5)
@@ -312,7 +314,8 @@ class MatrixRunner:
         """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round
         (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much)."""
         records = [self._endpoint_probe(env, url, label) for label, url in paths]
-        direct = records[0].metrics.ttft_ms if records[0].metrics else None
+        first = next((r for r in records if r.path == "direct"), None)
+        direct = first.metrics.ttft_ms if first is not None and first.metrics else None
         for record in records:
             ttft = record.metrics.ttft_ms if record.metrics else None
             if ttft is not None and direct is not None:
