@@ -30,7 +30,8 @@ lint: $(BIN)/.installed
 # Whole-process tests whose assertions are about timing (certification floors, arrival shapes, load joins) run
 # alone on the machine; the functional ones (gateway, clients, catalogue, endpoints, report) four at a time: they
 # wait on sockets and processes far more than they compute (about half a core each on this 2-core machine).
-E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py
+E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py \
+            tests/e2e/test_compose_services.py
 
 # The whole suite, both lanes: what CI runs (.ci/run). Under 6 minutes on a 2-core machine.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies lint
