@@ -277,12 +277,11 @@ def test_an_ai_gateway_calls_the_https_endpoint_with_its_model_and_key(
     before = len(endpoint.seen)
     running = start(proxy, site)
     try:
-        failure, headers = "", proxy.request_headers(site)
-        has_auth = any(k.lower() == "authorization" for k, _ in headers)
+        failure = ""
         cfg = ProbeConfig(url=(running.url + "/chat/completions") if proxy.base_path else running.origin + "/v1",
-                          model=proxy.request_model("m"), headers=headers,
-                          api_key=None if has_auth else (proxy.api_key(site) or KEY), first_byte_timeout_s=20,
-                          idle_timeout_s=20, total_timeout_s=40)  # fmt: skip
+                          model=proxy.request_model("m"), headers=proxy.request_headers(site),
+                          api_key=proxy.api_key(site) or KEY, first_byte_timeout_s=20, idle_timeout_s=20,
+                          total_timeout_s=40)  # fmt: skip
         try:
             trace = probe_stream(cfg)
         except TokenpathError as exc:

@@ -4,6 +4,10 @@ separate records in one burst must count as one arrival, in the probe and in the
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,3 +69,44 @@ def test_a_record_read_alone_would_have_hidden_the_burst(
     server, cacert = burst_server
     cfg = ProbeConfig(url=f"https://127.0.0.1:{server.port}/v1", tls=TLSOptions(cacert=cacert), first_byte_timeout_s=5)
     assert set(arrivals(probe_stream(cfg))) == {1}
+
+
+def test_a_peer_that_never_answers_close_notify_is_aborted_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream is over when its last chunk arrives; the client's close_notify then goes unanswered here (the
+    peer holds the socket and reads nothing). The stream returns after CLOSE_WAIT_S, not TLS's own 30 s shutdown
+    timeout, and leaves nothing that keeps the loop from closing."""
+    from tokenpath.probe import aio
+
+    monkeypatch.setattr(aio, "CLOSE_WAIT_S", 0.3)
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(files.cert), str(files.key))
+    listener = socket.create_server(("127.0.0.1", 0))
+    release = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            body = b"data: [DONE]\n\n"
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        + b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))  # fmt: skip
+            release.wait(10)  # never reads the close_notify
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n"
+    client_ctx = TLSOptions(cacert=str(files.cert)).context()
+    loop = new_event_loop("uvloop")
+    try:
+        started = time.monotonic()
+        stream = stream_once("127.0.0.1", listener.getsockname()[1], request, "s", ssl_context=client_ctx)
+        loop.run_until_complete(asyncio.wait_for(stream, 10))
+        elapsed = time.monotonic() - started
+    finally:
+        loop.close()  # EBUSY here if the transport were still closing
+        release.set()
+        listener.close()
+    assert elapsed < 5  # generous for a loaded host; without the abort it is uvloop's 30 s (the wait_for's 10)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,10 @@ class EndpointSpec:
     max_tokens: int | None = DEFAULT_MAX_TOKENS
     headers: tuple[tuple[str, str], ...] = ()
     cacert: str | None = None  # trust this CA for an https endpoint (a private one); else the system store
-    label: str = field(init=False, default="")
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "label", f"endpoint {self.target.origin}")
+    @property
+    def label(self) -> str:
+        return f"endpoint {self.target.origin}"
 
     @property
     def https(self) -> bool:

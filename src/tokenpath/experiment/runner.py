@@ -282,8 +282,6 @@ class MatrixRunner:
             model = running.proxy.request_model(model)
             headers += running.proxy.request_headers(running.site)
             api_key = running.proxy.api_key(running.site) or api_key  # a gateway's own token replaces the key
-            if any(name.lower() == "authorization" for name, _ in headers):
-                api_key = None  # the proxy's own headers carry it (Portkey takes the upstream's key per request)
             tls = TLSOptions(cacert=env.cacert)
         cfg = ProbeConfig(
             url=url, model=model, prompt=endpoint.prompt, max_tokens=endpoint.max_tokens, headers=headers,

@@ -47,10 +47,12 @@ class Portkey(Proxy):
         return f"{version} on node {run_quiet([str(node), '--version']) if node else '?'}"
 
     def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
-        # Portkey takes the upstream and its key from each request; the key is read here, never written down.
-        key = os.environ.get(site.upstream_api_key_env, "") if site.upstream_api_key_env else "unused"
-        return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", site.upstream_api_base),
-                ("Authorization", f"Bearer {key}"))  # fmt: skip
+        return (("x-portkey-provider", "openai"), ("x-portkey-custom-host", site.upstream_api_base))
+
+    def api_key(self, site: Site) -> str:
+        """Portkey forwards the client's bearer token to the provider: the upstream's own key (read from its
+        variable when a stream is made, never written down), or any token for the stub."""
+        return os.environ.get(site.upstream_api_key_env, "") if site.upstream_api_key_env else "unused"
 
     def write_config(self, site: Site) -> Path:
         config = site.workdir / "portkey.args"
