@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ class CheckingEndpoint:
     another Host, 401 without the key. It records the SNI and Host of each request."""
 
     def __init__(self, cert: str, key: str, gap_s: float = 0.02) -> None:
-        self.seen: list[dict[str, str]] = []
+        self.seen: list[dict[str, Any]] = []
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(cert, key)
         sni: dict[int, str] = {}
@@ -61,9 +62,14 @@ class CheckingEndpoint:
 
         class Handler(QuietHandler):
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"{}")
                 host, auth = self.headers.get("Host", ""), self.headers.get("Authorization", "")
-                outer.seen.append({"host": host, "sni": sni.get(id(self.connection), ""), "auth": auth})
+                messages = body.get("messages") or [{}]
+                outer.seen.append({
+                    "host": host, "sni": sni.get(id(self.connection), ""), "auth": auth, "path": self.path,
+                    "model": body.get("model"), "prompt": messages[-1].get("content"),
+                    "max_tokens": body.get("max_tokens"), "x-declared": self.headers.get("X-Declared"),
+                })  # fmt: skip
                 status = 421 if host != outer.authority else (401 if auth != f"Bearer {KEY}" else 200)
                 if status != 200:
                     self.send_response(status)
@@ -190,6 +196,9 @@ url = "$TOKENPATH_TEST_ENDPOINT_URL"
 model = "m"
 api_key_env = "{KEY_ENV}"
 cacert = "{ca.ca_file}"
+prompt = "say six words"
+max_tokens = 7
+headers = {{ X-Declared = "yes" }}
 [[proxy]]
 name = "nginx"
 variants = ["stock", "proxy_buffering_off"]
@@ -227,6 +236,11 @@ name = "lighttpd"
     # Every stream that reached the endpoint had its name and key (the certification ran on the stub).
     assert len(endpoint.seen) - before == 1 + 6  # the preflight stream, then 3 paths x 2 runs
     assert {s["host"] for s in endpoint.seen[before:]} == {endpoint.authority}
+    # Every declared request option reached the endpoint, direct and through each path.
+    declared = {"path": "/v1/chat/completions", "model": "m", "prompt": "say six words", "max_tokens": 7,
+                "x-declared": "yes"}  # fmt: skip
+    for seen in endpoint.seen[before:]:
+        assert {k: seen[k] for k in declared} == declared
     skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
     assert "TLS" in skipped["lighttpd [loopback]"]
     assert doc["experiment"]["upstream"]["declared"] == "$TOKENPATH_TEST_ENDPOINT_URL"
@@ -302,3 +316,4 @@ def test_an_ai_gateway_calls_the_https_endpoint_with_its_model_and_key(
     assert seen, "the gateway never reached the endpoint"
     assert all(s["sni"] == "localhost" and s["host"] == endpoint.authority for s in seen)
     assert all(s["auth"] == f"Bearer {KEY}" for s in seen)  # the endpoint's key, from its variable
+    assert {(s["path"], s["model"]) for s in seen} == {("/v1/chat/completions", "m")}  # its API base and model

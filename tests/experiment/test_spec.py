@@ -169,6 +169,7 @@ def test_an_upstream_string_is_its_url_and_braces_expand(monkeypatch: pytest.Mon
         ({"url": "https://h/v1", "model": "m"}, {"interval_ms": [14]}, "paces its own stream"),
         ({"url": "https://h/v1", "model": "m"}, {"stub_headers": [{"X-A": "b"}]}, "paces its own stream"),
         ({"url": "https://h/v1", "model": "m"}, {"link": ["loopback", "veth"]}, "only loopback"),
+        ({"url": "https://h/v1", "model": "m", "frames": 0}, {}, "unknown keys"),
         (42, {}, "URL string or an"),
     ],
 )
@@ -206,3 +207,8 @@ def test_a_path_already_running_is_declared_by_its_url() -> None:
 def test_bad_attached_paths_and_stub_addresses_are_refused(data: dict[str, object], message: str) -> None:
     with pytest.raises((UsageError, ProxyError), match=message):  # load() reports both as the file's error
         parse(data)
+
+
+def test_frames_is_the_stubs_and_refused_against_an_endpoint() -> None:
+    with pytest.raises(UsageError, match="max_tokens bounds each stream"):
+        parse({"upstream": {"url": "https://h/v1", "model": "m"}, "frames": 10})

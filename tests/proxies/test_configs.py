@@ -99,3 +99,15 @@ def test_attach_waits_for_a_path_that_never_accepts_then_says_so(tmp_path: Path)
     proxy = AttachedProxy("svc", f"http://127.0.0.1:{port}")
     with pytest.raises(ProxyError, match=f"nothing accepts at 127.0.0.1:{port} within 0 s"):
         attach(proxy, Site(proxy.listen, Endpoint("127.0.0.1", 1), tmp_path), timeout_s=0.3)
+
+
+def test_a_custom_command_reaches_https_only_through_upstream_url(tmp_path: Path) -> None:
+    from tokenpath.proxies.custom import CustomProxy
+
+    plain = CustomProxy("p", "relay --listen {listen} --to {upstream}")
+    assert "{upstream_url}" in plain.upstream_tls_unsupported  # the runner skips it for an https endpoint
+    full = CustomProxy("f", "gw --listen {listen} --to {upstream_url}")
+    assert not full.upstream_tls_unsupported
+    endpoint = Site(Endpoint("127.0.0.1", 9001), Endpoint("api.example.com", 443), tmp_path,
+                    upstream_tls=UpstreamTLS("api.example.com"))  # fmt: skip
+    assert full.argv(endpoint, tmp_path) == ["gw", "--listen", "127.0.0.1:9001", "--to", "https://api.example.com:443"]
