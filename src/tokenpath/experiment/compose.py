@@ -83,8 +83,8 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     _copy_context(source_root, out_dir / "context")
-    skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c.tls or c.link != "loopback"]
     runnable = [c for c in exp.conditions if not c.tls and c.link == "loopback"]
+    skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c not in runnable]
     if not runnable:
         raise UsageError("--emit-compose: every condition needs TLS or a veth link, which the export cannot run")
     services: dict[str, Any] = {}
