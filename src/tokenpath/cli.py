@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +21,7 @@ from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
     from tokenpath.load.worker import JWTMinter
+    from tokenpath.results.model import MatrixResults
 
 app = typer.Typer(
     add_completion=False,
@@ -30,12 +31,21 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+# Off a terminal (a pipe, a file, CI) rich would cut every table to 80 columns ("nginx proxy_…"); there a table is as
+# wide as its cells and no line wraps. $COLUMNS, when set, still decides.
+UNBOUNDED_WIDTH = 100_000
 
 
-def _fail(command: str, exc: TokenpathError) -> NoReturn:
-    err_console.print(
-        f"tokenpath {command}: error: {_as_flags(str(exc))}", highlight=False, markup=False, soft_wrap=True
-    )
+def _fit_off_terminal() -> None:
+    for c in (console, err_console):
+        if not c.is_terminal and "COLUMNS" not in os.environ:
+            c.width = UNBOUNDED_WIDTH
+
+
+def _fail(command: str, exc: TokenpathError, flags: bool = True) -> NoReturn:
+    """`flags=False` when the input was a file: its keys are named as written there (`api_key_env`)."""
+    message = _as_flags(str(exc)) if flags else str(exc)
+    err_console.print(f"tokenpath {command}: error: {message}", highlight=False, markup=False, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -69,6 +79,7 @@ def _root(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
 ) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _fit_off_terminal()
     if version:
         print(__version__)
         raise typer.Exit()
@@ -179,7 +190,7 @@ def _body_json(text: str | None) -> tuple[tuple[str, object], ...]:
     return tuple(extra.items())
 
 
-def _render_report(out: str) -> None:
+def _render_report(out: str, to: Console | None = None) -> None:
     """Every run ends with its report. results.json is already on disk, so a failure here loses nothing."""
     from pathlib import Path
 
@@ -190,7 +201,12 @@ def _render_report(out: str) -> None:
     except Exception as exc:  # a long run must not end in a traceback after its results are safe
         err_console.print(f"[yellow]report not written ({exc}); results.json is intact: tokenpath report {out}[/]")
         return
-    console.print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+    (to or console).print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+
+
+def _print_document(doc: MatrixResults) -> None:
+    """--json: the results document (results.json's content) alone on stdout; everything else goes to stderr."""
+    print(json.dumps(doc.to_json(), indent=1, default=str), flush=True)
 
 
 def _print_plan(
@@ -214,8 +230,9 @@ def _print_plan(
             table.add_row(str(level.streams) if i == 0 else "", f"{level.frames_per_s:,.0f}" if i == 0 else "",
                           r.role, f"{r.us_per_frame:g}", f"{r.cores:.2f}", str(r.processes), r.why)  # fmt: skip
     console.print(table)
-    console.print("Costs measured on a 2-core VM over loopback (bench/RESULTS.md, docs/scale.md); measure yours with "
-                  "bench/client_scaling.py and pass them with --client/--stub/--proxy-us-per-frame.")  # fmt: skip
+    console.print("Costs measured on a 2-core VM over loopback (bench/RESULTS.md and docs/scale.md in tokenpath's "
+                  "source repository, whose bench/client_scaling.py measures the client's); pass yours with "
+                  "--client/--stub/--proxy-us-per-frame.")  # fmt: skip
 
 
 def _custom_option(text: str, proxies: list[str]) -> tuple[str, str, str]:
@@ -293,6 +310,9 @@ def matrix(
     emit_compose: Annotated[
         str | None, typer.Option(help="Write docker-compose.yml + configs for this experiment to DIR; run nothing.")
     ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results document (results.json) on stdout; the rest on stderr.")
+    ] = False,
 ) -> None:
     """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
     from pathlib import Path
@@ -301,6 +321,7 @@ def matrix(
     from tokenpath.experiment.runner import MatrixRunner
     from tokenpath.results import tables
 
+    shown = err_console if json_out else console  # --json: stdout carries the document only
     try:
         exp = spec.load(experiment)
         if emit_compose:
@@ -313,13 +334,15 @@ def matrix(
                           "--abort-on-container-exit --exit-code-from matrix (results in "
                           f"{path.parent / 'results'})")  # fmt: skip
             return
-        runner = MatrixRunner(exp, Path(out), force=force, console=console)
+        runner = MatrixRunner(exp, Path(out), force=force, console=shown)
         doc = runner.run()
     except TokenpathError as exc:
         _fail("matrix", exc)
-    console.print(tables.rich_table(doc))
-    console.print(f"results: {Path(out) / 'results.json'}")
-    _render_report(out)
+    if json_out:
+        _print_document(doc)
+    shown.print(tables.rich_table(doc))
+    shown.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out, shown)
     if doc.interrupted:
         raise typer.Exit(130)
 
@@ -336,12 +359,16 @@ def sweep(
     frames: Annotated[int, typer.Option(help="Frames per stream.")] = 30,
     out: Annotated[str, typer.Option(help="Directory for results.json.")] = "out/sweep",
     force: Annotated[bool, typer.Option(help="Measure even if certification fails.")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results document (results.json) on stdout; the rest on stderr.")
+    ] = False,
 ) -> None:
     """Sweep frame size x interval through one proxy and infer what makes it flush (size? timer?)."""
     from pathlib import Path
 
     from tokenpath.experiment.sweep import run_sweep, sweep_experiment, sweep_table
 
+    shown = err_console if json_out else console  # --json: stdout carries the document only
     try:
         try:
             size_list = [int(x) for x in sizes.split(",")]
@@ -350,15 +377,17 @@ def sweep(
             raise UsageError("--sizes and --intervals take comma-separated numbers") from None
         exp = sweep_experiment(proxy, variant, link, tls, size_list, interval_list, runs, frames)  # type: ignore[arg-type]
         exp.proxy(proxy).variant(variant)
-        doc = run_sweep(exp, proxy, Path(out), console, force)
+        doc = run_sweep(exp, proxy, Path(out), shown, force)
     except TokenpathError as exc:
         _fail("sweep", exc)
-    console.print(sweep_table(doc, exp.name))
+    if json_out:
+        _print_document(doc)
+    shown.print(sweep_table(doc, exp.name))
     inferred = doc.inferred
     if inferred is not None:
-        console.print(f"[bold]{proxy} {inferred.rule or ''}[/] ({inferred.explanation})")
-    console.print(f"results: {Path(out) / 'results.json'}")
-    _render_report(out)
+        shown.print(f"[bold]{proxy} {inferred.rule or ''}[/] ({inferred.explanation})")
+    shown.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out, shown)
 
 
 @app.command()
@@ -377,9 +406,13 @@ def load(
         int, typer.Option(help="Client processes; 0 (default): half the cores the stub does not use.")
     ] = 0,
     stub_workers: Annotated[int, typer.Option(help="Stub processes (SO_REUSEPORT).")] = 1,
-    ttft_ms: Annotated[float, typer.Option(help="The stub's delay before the first token.")] = 90.0,
-    interval_ms: Annotated[float, typer.Option(help="The stub's token interval.")] = 14.0,
-    tokens: Annotated[int, typer.Option(help="Tokens per stream.")] = 128,
+    ttft_ms: Annotated[
+        float | None, typer.Option(help="The stub's delay before the first token [default: 90; --stub-url: its own].")
+    ] = None,
+    interval_ms: Annotated[
+        float | None, typer.Option(help="The stub's token interval [default: 14; --stub-url: its own].")
+    ] = None,
+    tokens: Annotated[int | None, typer.Option(help="Tokens per stream [default: 128; --stub-url: its own].")] = None,
     rate: Annotated[
         str | None, typer.Option(help="Open loop instead: Poisson arrivals per second per level, e.g. 20,50.")
     ] = None,
@@ -392,6 +425,15 @@ def load(
         str | None, typer.Option(help="--target: env var holding an HS256 secret: a fresh JWT per stream.")
     ] = None,
     jwt_claims: Annotated[str | None, typer.Option(help="--target: JSON object of claims for those JWTs.")] = None,
+    cacert: Annotated[str | None, typer.Option(help="--target https: CA bundle (PEM) to verify it with.")] = None,
+    insecure: Annotated[bool, typer.Option(help="--target https: do not verify its certificate.")] = False,
+    fail_on: Annotated[
+        str | None,
+        typer.Option(help="Rules, e.g. 'added_ttft_p99>5ms,frames_lost>0', on every target; exit 14 if breached."),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results document (results.json's) on stdout; the rest on stderr.")
+    ] = False,
     custom: Annotated[
         list[str] | None,
         typer.Option(
@@ -415,47 +457,66 @@ def load(
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
     from pathlib import Path
 
+    from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
+    from tokenpath.probe.transport import TLSOptions
     from tokenpath.results import load_table
 
+    shown = err_console if json_out else console  # --json: stdout carries the document only
     try:
         try:
             levels = tuple(int(x) for x in concurrency.split(","))
             rates = tuple(float(x) for x in rate.split(",")) if rate else ()
         except ValueError:
             raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
+        given = {"tokens": tokens, "interval_ms": interval_ms, "ttft_ms": ttft_ms}
+        pacing: dict[str, Any] = {k: v for k, v in given.items() if v is not None}  # the rest: defaults, or the stub's
         if plan:
-            _print_plan(levels, tokens, interval_ms, ttft_ms, (proxy or ["gateway"])[-1], client_us_per_frame,
-                        stub_us_per_frame, proxy_us_per_frame)  # fmt: skip
+            _print_plan(levels, tokens or 128, interval_ms or 14.0, ttft_ms or 90.0, (proxy or ["gateway"])[-1],
+                        client_us_per_frame, stub_us_per_frame, proxy_us_per_frame)  # fmt: skip
             return
         if client_us_per_frame or stub_us_per_frame or proxy_us_per_frame:
             raise UsageError("--client/--stub/--proxy-us-per-frame go with --plan")
-        if (header or api_key_env or jwt_secret_env or jwt_claims) and not target:
-            raise UsageError("--header, --api-key-env and --jwt-secret-env are for an external --target")
+        if (header or api_key_env or jwt_secret_env or jwt_claims or cacert or insecure) and not target:
+            raise UsageError("--header, --api-key-env, --jwt-secret-env, --cacert and --insecure are for an external "
+                             "--target")  # fmt: skip
+        if (cacert or insecure) and target and not target.startswith("https:"):
+            raise UsageError(f"--cacert and --insecure are for an https --target, not {target}")
+        rules = gate.parse_load_rules(fail_on) if fail_on is not None else ()
         cfg = LoadConfig(
             targets=("direct", *(proxy or [])), levels=levels, warmup_s=warmup, duration_s=duration, runs=runs,
-            client_workers=client_workers, stub_workers=stub_workers, ttft_ms=ttft_ms, interval_ms=interval_ms,
-            tokens=tokens, rates=rates, max_in_flight=max_in_flight, target_url=target, stub_url=stub_url,
+            client_workers=client_workers, stub_workers=stub_workers, **pacing, pacing_given=tuple(pacing),
+            rates=rates, max_in_flight=max_in_flight, target_url=target, stub_url=stub_url,
+            target_tls=TLSOptions(insecure=insecure, cacert=cacert),
             target_headers=tuple(parse_header_arg(h) for h in header or []),
             target_api_key=_api_key(api_key_env) if api_key_env else None,
             target_jwt=_jwt_minter(jwt_secret_env, jwt_claims), cluster=cluster, stub_node=stub_node,
             custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
         )  # fmt: skip
-        doc = LoadRunner(cfg, Path(out), console).run()
+        doc = LoadRunner(cfg, Path(out), shown).run()
     except TokenpathError as exc:
         _fail("load", exc)
-    console.print(load_table.rich_table(doc))
+    if json_out:
+        print(json.dumps(doc.to_json(), indent=1, default=str), flush=True)
+    shown.print(load_table.rich_table(doc))
     for row in doc.levels:
         for w in row.warnings:
-            console.print(f"[yellow]{row.target} @ {row.level_label}: {w.message}[/] ({w.remedy})")
-    console.print(f"results: {Path(out) / 'results.json'}")
-    _render_report(out)
+            shown.print(f"[yellow]{row.target} @ {row.level_label}: {w.message}[/] ({w.remedy})")
+    shown.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out, shown)
+    try:
+        gate.finish(gate.check(rules, doc))
+    except TokenpathError as exc:
+        _fail("load", exc)
 
 
 @app.command()
 def demo(
     runs: Annotated[int, typer.Option(help="Streams per path.")] = 3,
     out: Annotated[str, typer.Option(help="Directory for the results.")] = "out/demo",
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results document (results.json) on stdout; the rest on stderr.")
+    ] = False,
 ) -> None:
     """A quick certified matrix: every installed proxy, stock and with its fix, plus the controls."""
     from pathlib import Path
@@ -463,13 +524,16 @@ def demo(
     from tokenpath.demo import run_demo
     from tokenpath.results import tables
 
+    shown = err_console if json_out else console  # --json: stdout carries the document only
     try:
-        doc = run_demo(Path(out), console, runs)
+        doc = run_demo(Path(out), shown, runs)
     except TokenpathError as exc:
         _fail("demo", exc)
-    console.print(tables.rich_table(doc))
-    console.print(f"results: {Path(out) / 'results.json'}")
-    _render_report(out)
+    if json_out:
+        _print_document(doc)
+    shown.print(tables.rich_table(doc))
+    shown.print(f"results: {Path(out) / 'results.json'}")
+    _render_report(out, shown)
     if not doc.certification.passed:
         raise typer.Exit(1)
 
@@ -530,19 +594,22 @@ def monitor(
         str | None, typer.Option(help="--once: rules, e.g. 'added_ttft_p95>50ms,fpr>1.5'; exit 14 if breached.")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
+    json_out: Annotated[bool, typer.Option("--json", help="--once: print the summary as JSON.")] = False,
 ) -> None:
     """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus."""
     from tokenpath.jsonlog import configure_logging
     from tokenpath.monitor import config as moncfg
     from tokenpath.monitor import service
     from tokenpath.monitor.rules import parse_rules
-    from tokenpath.monitor.table import summary_table
+    from tokenpath.monitor.table import summary_json, summary_table
 
     try:
         if (config is None) == (url is None):
             raise UsageError("give a monitor config file or --url (one target), not both or neither")
         if fail_on and not once:
             raise UsageError("--fail-on goes with --once (a long-running monitor alerts through Prometheus)")
+        if json_out and not once:
+            raise UsageError("--json goes with --once (a long-running monitor serves its figures on /metrics)")
         one = [_monitor_target(name, url or "", direct_url, model, api_key_env, header, max_tokens, body_json,
                                cacert, insecure)] if url else []  # fmt: skip
         data = moncfg.read_toml(config) if config else {"target": one}
@@ -557,10 +624,13 @@ def monitor(
             service.serve(cfg, _announce("monitor"))
             return
         summaries, breaches = service.once(cfg, probes, rules)
-        console.print(summary_table(summaries))
+        if json_out:
+            print(json.dumps(summary_json(summaries, breaches), indent=1), flush=True)
+        else:
+            console.print(summary_table(summaries))
         service.finish(breaches)
     except TokenpathError as exc:
-        _fail("monitor", exc)
+        _fail("monitor", exc, flags=config is None)  # a config file's keys are named as the file spells them
 
 
 def _monitor_target(

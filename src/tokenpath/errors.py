@@ -8,9 +8,11 @@
     │   ├── NetworkError          ConnectError (DNSError, TLSError), the connection reset
     │   ├── PeerTimeout           ConnectTimeout, FirstByteTimeout, IdleTimeout, TotalTimeout
     │   ├── RemoteProtocolError   bytes that are not valid HTTP (alias: ProtocolError)
-    │   ├── HTTPStatusError       a non-2xx answer
+    │   │   └── ResponseTooLarge      a response head or SSE event past its named limit
+    │   ├── HTTPStatusError       a non-2xx answer (other than BadRequest's)
     │   ├── ContentTypeError      not text/event-stream
-    │   └── BadRequest            a request the peer refused as malformed or too large (our server's 4xx)
+    │   ├── ContentEncodingError  a Content-Encoding (gzip, br...) the client cannot decode
+    │   └── BadRequest            the peer refused the request as malformed or too large (400, 413, 414, 422, 431)
     └── InstrumentError       the measuring setup itself: CertificationError, ServiceError, ProxyError, NetnsError
 
 Each class carries the process exit code the CLI uses, so scripts can tell failures apart; the README's table is
@@ -68,13 +70,23 @@ class TLSError(ConnectError):
 
 
 class HTTPStatusError(PeerError):
+    """A non-2xx answer the request itself did not cause as far as HTTP says: 401, 403, 404, 429, 5xx..."""
+
     exit_code = 6
-    meaning = "a non-2xx status (the body's first bytes are shown)"
+    meaning = "a non-2xx status other than those of exit 12 (the body's first bytes are shown)"
 
 
 class ContentTypeError(PeerError):
     exit_code = 7
     meaning = "the response is not text/event-stream"
+
+
+class ContentEncodingError(PeerError):
+    """The response is encoded (`Content-Encoding: gzip`, or a transfer coding other than chunked) and the client
+    does not decode it yet: its frames and arrivals cannot be counted, so nothing is reported as measured."""
+
+    exit_code = 15
+    meaning = "the response has a Content-Encoding the client cannot decode (gzip, br...)"
 
 
 class PeerTimeout(PeerError):
@@ -84,7 +96,7 @@ class PeerTimeout(PeerError):
 
 class ConnectTimeout(ConnectError, PeerTimeout):
     exit_code = 3
-    meaning = "connecting took longer than --connect-timeout"
+    meaning = "connecting (TCP and the TLS handshake) took longer than --connect-timeout"
 
 
 class FirstByteTimeout(PeerTimeout):
@@ -99,7 +111,7 @@ class IdleTimeout(PeerTimeout):
 
 class TotalTimeout(PeerTimeout):
     exit_code = 13
-    meaning = "the stream did not end within --total-timeout"
+    meaning = "the stream (connect, TLS, head and body) did not end within --total-timeout"
 
 
 class RemoteProtocolError(PeerError):
@@ -114,21 +126,36 @@ class RemoteProtocolError(PeerError):
         self.status_hint = status_hint
 
 
+class ResponseTooLarge(RemoteProtocolError):
+    """A response head or one SSE event grew past its named limit (wire/client.py MAX_RESPONSE_HEAD_BYTES,
+    wire/sse.py MAX_EVENT_BYTES): the read ends there instead of holding whatever the peer sends."""
+
+    exit_code = 10
+    meaning = "a response head or SSE event larger than its limit"
+
+
 ProtocolError = RemoteProtocolError  # the name most of the package reads
 
 
 class BadRequest(PeerError):
-    """A request our server refused (too large, malformed): raised to a client of ours by the server's answer."""
+    """The peer refused the request as malformed or too large: HTTP 400, 413, 414, 422 or 431 (BAD_REQUEST_STATUSES),
+    the statuses our own server answers such a request with (wire/server.py's status hints). A client of ours
+    raises it for those; every other non-2xx (401, 403, 404, 429, 5xx) is an HTTPStatusError: the request was
+    well formed and the peer said no."""
 
     exit_code = 12
-    meaning = "the peer refused the request as malformed or too large (4xx)"
+    meaning = "the peer refused the request as malformed or too large (HTTP 400, 413, 414, 422, 431)"
+
+
+BAD_REQUEST_STATUSES = frozenset({400, 413, 414, 422, 431})
 
 
 class RuleBreached(TokenpathError):
-    """A `--fail-on` rule of `monitor --once` was breached: the measurement worked, the path failed the gate."""
+    """A `--fail-on` rule of `monitor --once` or `load` was breached: the measurement worked, the path failed the
+    gate."""
 
     exit_code = 14
-    meaning = "a --fail-on rule was breached (monitor --once)"
+    meaning = "a --fail-on rule was breached (monitor --once, load)"
 
 
 class InstrumentError(TokenpathError):

@@ -51,9 +51,13 @@ class Refusal:
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """A request accepted on its head; `context` is handed to the handler as `response.context`."""
+    """A request accepted on its head; `context` is handed to the handler as `response.context`. `release` is
+    called once when the connection is done with the request: its response ended, or it never reached the handler
+    (the client left, the header timer fired, its body broke a limit). What admission reserved for it (the gateway:
+    room for its body) is given back there."""
 
     context: Any = None
+    release: Callable[[], None] | None = None
 
 
 Admission = Refusal | Admitted
@@ -79,6 +83,7 @@ class Response:
         self.finished = False
         self.framing: Framing | None = None  # decided by the core when the head is made
         self.context: Any = None  # what the handler's admit() returned for this request
+        self.release: Callable[[], None] | None = None  # Admitted.release: called once, when the response ends
 
     @property
     def chunked(self) -> bool:
@@ -145,7 +150,15 @@ class Response:
     def _finish(self) -> None:
         if not self.finished:
             self.finished = True
+            self.release_admission()
             self._conn.response_done(self)
+
+    def release_admission(self) -> None:
+        """Give back what admission reserved for this request (once; the connection calls it if the client
+        leaves mid-response)."""
+        release, self.release = self.release, None
+        if release is not None:
+            release()
 
 
 class HTTPConnection(asyncio.Protocol):
@@ -208,6 +221,9 @@ class HTTPConnection(asyncio.Protocol):
         current, self._current = self._current, None
         if current is not None and not current.finished and current.on_abort is not None:
             current.on_abort()
+        if current is not None:
+            current.release_admission()
+        self._abandon_admitted()
 
     # used by Response -------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
@@ -262,6 +278,8 @@ class HTTPConnection(asyncio.Protocol):
     def _admission_done(self, head: Request, task: asyncio.Future[Admission]) -> None:
         self._admitting = False
         if self.closed:
+            if not task.cancelled() and task.exception() is None:
+                _release(task.result())  # admitted after the client left
             return
         if task.cancelled() or task.exception() is not None:
             if not task.cancelled():
@@ -299,6 +317,7 @@ class HTTPConnection(asyncio.Protocol):
         response = Response(self, request)
         if self._admitted is not None and self._admitted_seq == request.seq:
             response.context = self._admitted.context
+            response.release = self._admitted.release
         self._admitted = None
         self._current = response
         try:
@@ -315,10 +334,16 @@ class HTTPConnection(asyncio.Protocol):
         framing) can no longer be trusted. Only between responses, never interleaved with one."""
         if self.closed or self._current is not None:
             return
+        self._abandon_admitted()  # an admitted request whose body broke a limit never reaches the handler
         body = json.dumps(error_body(message, _error_kind(status), code)).encode()
         head = self.core.rejection_head(status, "application/json", len(body), headers)
         self.write(head + body)
         self._linger()
+
+    def _abandon_admitted(self) -> None:
+        """The request admitted on its head will never reach the handler: give back what admission reserved."""
+        admitted, self._admitted = self._admitted, None
+        _release(admitted)
 
     def _linger(self) -> None:
         """Half-close, then drop what the client still sends for a bounded time (see LINGER_S)."""
@@ -359,6 +384,11 @@ class HTTPConnection(asyncio.Protocol):
             self._request_timer.cancel()
         loop = asyncio.get_running_loop()
         self._request_timer = loop.call_later(self.limits.request_timeout_s, self._close)
+
+
+def _release(admission: Admission | None) -> None:
+    if isinstance(admission, Admitted) and admission.release is not None:
+        admission.release()
 
 
 def _error_kind(status: int) -> str:

@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 
 TOOLS_ENV = "TOKENPATH_TOOLS"
-INSTALL_HINT = "scripts/install-proxies --all installs it into $TOKENPATH_TOOLS (no root needed)"
+INSTALL_HINT = (  # a script of the source repository, not of an installed wheel: named as such
+    "scripts/install-proxies --all, in tokenpath's source repository, installs it into $TOKENPATH_TOOLS "
+    "(no root needed)"
+)
 
 
 def tools_dir() -> Path:

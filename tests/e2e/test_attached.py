@@ -81,3 +81,44 @@ def test_an_attached_path_is_not_offered_tls_or_a_namespace() -> None:
 
     proxy = AttachedProxy("svc", "http://127.0.0.1:9")
     assert "cannot give it TLS" in proxy.tls_unsupported  # the runner skips it in TLS conditions with this reason
+
+
+def test_an_attached_https_path_is_measured_in_the_certified_matrix(tmp_path: Path) -> None:
+    """Issue 21: a TLS ingress already running (here a TLS `pass` relay in front of the run's stub) is declared by
+    its https URL and the CA that signed it, and measured in the TLS condition; skipped, saying why, in the plain."""
+    from tokenpath.tlscert import self_signed
+
+    stub_port = free_port()
+    files = self_signed(tmp_path / "ingress-tls", ["127.0.0.1"])
+    relay = ServiceProcess(tokenpath_argv("relay", "--mode", "pass", "--listen", "127.0.0.1:0", "--upstream",
+                                          f"127.0.0.1:{stub_port}", "--tls-cert", str(files.cert), "--tls-key",
+                                          str(files.key)), "relay")  # fmt: skip
+    with relay:
+        assert relay.url is not None
+        assert relay.url.startswith("https://")
+        experiment = tmp_path / "ingress.toml"
+        experiment.write_text(f"""name = "tls ingress"
+frames = 10
+runs = 2
+[stub]
+listen = "127.0.0.1:{stub_port}"
+[[proxy]]
+name = "ingress"
+url = "{relay.url}"
+cacert = "{files.cert}"
+[conditions]
+interval_ms = [50]
+tls = [true, false]
+""")
+        out = tmp_path / "out"
+        done = subprocess.run([sys.executable, "-m", "tokenpath", "matrix", str(experiment), "--out", str(out),
+                               "--force"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads((out / "results.json").read_text())
+    rows = {(r["proxy"], r["tls"]): r for r in doc["rows"]}
+    ingress = rows[("ingress", True)]
+    assert ingress["excluded"] <= 1, ingress["exclusions"]  # its streams went over TLS to this run's stub: audited
+    assert ingress["fpr_median"] is not None
+    assert ("ingress", False) not in rows
+    assert any(s["path"].startswith("ingress") and "tls = true" in s["reason"] for s in doc["skipped"])
+    assert doc["experiment"]["attached_paths"]["ingress"] == relay.url

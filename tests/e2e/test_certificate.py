@@ -33,20 +33,37 @@ def paths(module_service: Start) -> dict[str, str]:
     return {k: v for k, v in urls.items() if v is not None}
 
 
-def probe_json(url: str, runs: int = 2) -> dict[str, Any]:
-    out = subprocess.run(
-        tokenpath_argv("probe", url, "--runs", str(runs), "--json"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert out.returncode == 0, out.stderr
-    doc: dict[str, Any] = json.loads(out.stdout)
+@pytest.fixture(scope="module")
+def probes(paths: dict[str, str]) -> dict[str, tuple[int, str, str]]:
+    """Every path probed by the CLI (two runs each) at the same time, as four users would: each stream is timed
+    against its own schedule, and four 60-byte streams at 50 ms are no load for the stub or the relays. One
+    stream's wait instead of four in a row."""
+    started = {name: launch_probe(url) for name, url in paths.items()}
+    done: dict[str, tuple[int, str, str]] = {}
+    for name, proc in started.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stdout, stderr = proc.communicate()
+        done[name] = (proc.returncode, stdout, stderr)
+    return done
+
+
+def launch_probe(url: str) -> subprocess.Popen[str]:
+    argv = tokenpath_argv("probe", url, "--runs", "2", "--json")
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def probe_json(probes: dict[str, tuple[int, str, str]], name: str) -> dict[str, Any]:
+    returncode, stdout, stderr = probes[name]
+    assert returncode == 0, stderr
+    doc: dict[str, Any] = json.loads(stdout)
     return doc
 
 
-def test_direct_streams_at_the_floor(paths: dict[str, str]) -> None:
-    doc = probe_json(paths["direct"])
+def test_direct_streams_at_the_floor(probes: dict[str, tuple[int, str, str]]) -> None:
+    doc = probe_json(probes, "direct")
     assert doc["schema_version"] == 1
     for run in doc["runs"]:
         assert run["status"] == 200
@@ -56,12 +73,12 @@ def test_direct_streams_at_the_floor(paths: dict[str, str]) -> None:
     assert doc["summary"]["frames_per_read"] <= 1.05
 
 
-def test_pass_relay_streams_at_the_floor(paths: dict[str, str]) -> None:
-    assert probe_json(paths["pass"])["summary"]["frames_per_read"] <= 1.05
+def test_pass_relay_streams_at_the_floor(probes: dict[str, tuple[int, str, str]]) -> None:
+    assert probe_json(probes, "pass")["summary"]["frames_per_read"] <= 1.05
 
 
-def test_buffer_relay_is_one_arrival_after_the_whole_stream(paths: dict[str, str]) -> None:
-    doc = probe_json(paths["buffer"])
+def test_buffer_relay_is_one_arrival_after_the_whole_stream(probes: dict[str, tuple[int, str, str]]) -> None:
+    doc = probe_json(probes, "buffer")
     for run in doc["runs"]:
         assert run["frames_per_read"] == FRAMES
         assert run["arrivals"] == 1
@@ -69,8 +86,8 @@ def test_buffer_relay_is_one_arrival_after_the_whole_stream(paths: dict[str, str
         assert run["ttft_ms"] >= STREAM_MS
 
 
-def test_cork_relay_is_seen_as_bursts_late(paths: dict[str, str]) -> None:
-    doc = probe_json(paths["cork"])
+def test_cork_relay_is_seen_as_bursts_late(probes: dict[str, tuple[int, str, str]]) -> None:
+    doc = probe_json(probes, "cork")
     for run in doc["runs"]:
         assert run["frames"] == FRAMES
         assert run["frames_per_read"] >= 3

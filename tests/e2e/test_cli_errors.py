@@ -194,3 +194,46 @@ def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], text: str)
     assert text in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert "Traceback" not in out.stderr
+
+
+def test_a_gzip_response_exits_15_and_names_the_encoding(raw_server: Callable[..., int]) -> None:
+    """nginx `gzip on` answering `Accept-Encoding: gzip`: not 0 frames and exit 0, but its own error."""
+    import gzip
+
+    body = gzip.compress(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n')
+    port = raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+                      b"Content-Length: %d\r\nConnection: close\r\n\r\n%b" % (len(body), body))  # fmt: skip
+    out = probe(f"http://127.0.0.1:{port}", "--header", "Accept-Encoding: gzip")
+    assert out.returncode == 15, out.stderr
+    assert "Content-Encoding: gzip" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(b"400 Bad Request", 12), (b"413 Content Too Large", 12), (b"401 Unauthorized", 6), (b"403 Forbidden", 6)],
+)
+def test_a_refused_request_exits_12_and_a_refused_caller_exits_6(
+    raw_server: Callable[..., int], status: bytes, code: int
+) -> None:
+    """The README's table: 400/413/414/422/431 (the request was malformed or too large) exit 12 (BadRequest);
+    401, 403 and every other non-2xx exit 6 (HTTPStatusError). Both show the body."""
+    body = b'{"error": {"message": "the reason"}}'
+    port = raw_server(b"HTTP/1.1 %b\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%b"
+                      % (status, len(body), body))  # fmt: skip
+    out = probe(f"http://127.0.0.1:{port}")
+    assert out.returncode == code, out.stderr
+    assert f"HTTP {status[:3].decode()}" in out.stderr
+    assert "the reason" in out.stderr
+
+
+def test_a_stream_in_another_api_format_reports_no_ttft_and_says_why(raw_server: Callable[..., int]) -> None:
+    """An Anthropic stream: every frame is counted, but no TTFT is taken at its first (non-content) frame."""
+    from tests.probe.hostile import ANTHROPIC_FRAMES
+
+    port = raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n%b" % (len(ANTHROPIC_FRAMES), ANTHROPIC_FRAMES))  # fmt: skip
+    out = probe(f"http://127.0.0.1:{port}", env={"COLUMNS": "400"})
+    assert out.returncode == 0, out.stderr
+    assert "no OpenAI content frame" in out.stdout
+    assert "event: message_start" in out.stdout

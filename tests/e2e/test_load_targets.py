@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Start
+from tests.e2e.conftest import Start, netloc
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies import lookup
 
@@ -149,3 +149,85 @@ def test_load_measures_the_gateway_with_a_jwt_and_any_command_target(tmp_path: P
         assert row["frames_lost"] == 0
         assert row["unjoined"] == 0
         assert len(row["runs_added_ttft_ms"]) == 2  # per-run figures: the spread --compare needs
+
+
+SHORT = ["--concurrency", "3", "--warmup", "0.3", "--duration", "1", "--runs", "1"]
+
+
+def _load(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(tokenpath_argv("load", *args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+
+
+def test_load_reads_the_pacing_of_the_stub_at_stub_url_and_refuses_a_flag_that_disagrees(
+    tmp_path: Path, service: Start
+) -> None:
+    stub = service("stub", "--port", "0", "--tokens", "12", "--ttft-ms", "20", name="stub")
+    url = stub.url or ""
+    out = _load("--target", url, "--stub-url", url, *SHORT, "--out", str(tmp_path))  # load's default: 128 tokens
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    for row in doc["levels"]:
+        assert row["streams"] > 0
+        assert row["frames_lost"] == 0, row  # 116 lost a stream when load expected its own 128
+    assert doc["config"]["tokens"] == 12
+    assert doc["config"]["ttft_ms"] == 20
+    refused = _load("--target", url, "--stub-url", url, *SHORT, "--tokens", "60", "--out", str(tmp_path / "no"))
+    assert refused.returncode == 2
+    assert "--tokens 60 but the stub at" in refused.stderr
+    assert "was started with --tokens 12" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_streams_a_pool_sends_to_another_stub_are_named_as_such(tmp_path: Path, service: Start) -> None:
+    ours = service("stub", "--port", "0", "--tokens", "10", "--ttft-ms", "20", name="ours")
+    other = service("stub", "--port", "0", "--tokens", "10", "--ttft-ms", "20", name="other")
+    pool = service("gateway", "--listen", "127.0.0.1:0", "--upstream", ours.url or "", "--upstream",
+                   other.url or "", "--no-auth", name="pool")  # fmt: skip
+    out = _load("--target", pool.url or "", "--stub-url", ours.url or "", *SHORT, "--out", str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    row = {r["target"]: r for r in json.loads((tmp_path / "results.json").read_text())["levels"]}["target"]
+    kinds = {w["kind"]: w for w in row["warnings"]}
+    assert row["unjoined"] > 0  # round robin: about half went to the other stub
+    assert "served by a stub that is not --stub-url" in kinds["other_stub"]["message"]
+    assert "unjoined" not in kinds  # not "the path drops the X-Tokenpath-Stream header"
+
+
+def test_an_https_target_is_loaded_with_cacert_or_insecure(tmp_path: Path, service: Start) -> None:
+    from tokenpath.tlscert import self_signed
+
+    files = self_signed(tmp_path / "tls", ["127.0.0.1"])
+    stub = service("stub", "--port", "0", "--tokens", "10", "--ttft-ms", "20", name="stub")
+    tls = service("relay", "--upstream", netloc(stub.url), "--mode", "pass", "--tls-cert", str(files.cert),
+                  "--tls-key", str(files.key), name="tls")  # fmt: skip
+    assert (tls.url or "").startswith("https://")
+    for flags in (["--cacert", str(files.cert)], ["--insecure"]):
+        out = _load("--target", tls.url or "", "--stub-url", stub.url or "", *SHORT, *flags,
+                    "--out", str(tmp_path / flags[0]))  # fmt: skip
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        row = {r["target"]: r for r in json.loads((tmp_path / flags[0] / "results.json").read_text())["levels"]}
+        assert row["target"]["errors"] == 0, row["target"]["error_samples"]
+        assert row["target"]["streams"] > 0
+        assert row["target"]["frames_lost"] == 0
+
+
+def test_fail_on_gates_a_load_run_and_json_prints_the_results_document(tmp_path: Path, service: Start) -> None:
+    stub = service("stub", "--port", "0", "--tokens", "10", "--ttft-ms", "20", name="stub")
+    url = stub.url or ""
+    out = _load("--target", url, "--stub-url", url, *SHORT, "--json", "--fail-on",
+                "added_ttft_p99>0.001ms,frames_lost>0", "--out", str(tmp_path))  # fmt: skip
+    assert out.returncode == 14, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "added_ttft_p99>0.001ms breached on target @ 3" in out.stderr
+    assert "frames_lost" not in out.stderr.partition("error:")[2]  # nothing lost: that rule holds
+    doc = json.loads(out.stdout)  # stdout is the document alone; the table and progress went to stderr
+    assert doc == json.loads((tmp_path / "results.json").read_text())
+    assert {r["target"] for r in doc["levels"]} == {"direct", "target"}
+    # off a terminal, one line per level/run/target with the time so far and the time expected
+    assert "expected about" in out.stderr
+    steps = [line for line in out.stderr.splitlines() if line.startswith(("[1/2]", "[2/2]"))]
+    assert len(steps) == 2, out.stderr
+    assert "3 streams, run 1, direct" in steps[0]
+    assert "elapsed" in steps[0]
+    unknown = _load("--target", url, "--stub-url", url, "--fail-on", "latency_p99>5ms")
+    assert unknown.returncode == 2
+    assert "unknown metric 'latency'; known: added_ttft_pNN, frames_lost" in unknown.stderr

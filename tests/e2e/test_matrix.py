@@ -58,47 +58,55 @@ def row(doc: dict[str, Any], proxy: str, variant: str = "stock", **cond: Any) ->
     return found
 
 
-@needs_proxies
-def test_known_facts_on_nginx_and_haproxy(tmp_path: Path) -> None:
-    doc, _ = run_matrix(
-        tmp_path,
-        f"""
+# The known facts and the stub-header condition from one certified run: one certification, one set of proxies.
+KNOWN_FACTS = f"""
 name = "ci"
 frames = {FRAMES}
 runs = 3
 [conditions]
 interval_ms = [50]
 frame_bytes = [60]
+stub_headers = [{{}}, {{"X-Accel-Buffering" = "no"}}]
 [[proxy]]
 name = "nginx"
 variants = ["stock", "proxy_buffering_off", "http_1_1"]
 [[proxy]]
 name = "haproxy"
 variants = ["stock", "http_no_delay"]
-""",
-    )
+"""
+
+
+@pytest.fixture(scope="module")
+def known_facts(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    tmp_path = tmp_path_factory.mktemp("known-facts")
+    doc, _ = run_matrix(tmp_path, KNOWN_FACTS)
+    return doc, tmp_path / "out"
+
+
+@needs_proxies
+def test_known_facts_on_nginx_and_haproxy(known_facts: tuple[dict[str, Any], Path]) -> None:
+    doc, out = known_facts
     assert doc["certification"]["passed"], doc["certification"]
     assert {c["name"] for c in doc["certification"]["checks"] if c["passed"]} >= {
         "buffer relay seen (one arrival)", "cork relay seen (bursts, late)", "pass relay within the floor",
     }  # fmt: skip
-    assert row(doc, "direct")["within_floor"] is True
-    haproxy = row(doc, "haproxy")
+    assert row(doc, "direct", stub_headers={})["within_floor"] is True
+    haproxy = row(doc, "haproxy", stub_headers={})
     assert haproxy["fpr_median"] >= 3
     assert haproxy["added_ttft_ms_median"] >= 100
-    assert row(doc, "haproxy", "http_no_delay")["within_floor"] is True
-    nginx = row(doc, "nginx")
+    assert row(doc, "haproxy", "http_no_delay", stub_headers={})["within_floor"] is True
+    nginx = row(doc, "nginx", stub_headers={})
     assert nginx["arrivals_median"] == 1  # HTTP/1.0 upstream, close-delimited body: held in nginx's buffers
-    assert row(doc, "nginx", "proxy_buffering_off")["within_floor"] is True
-    assert row(doc, "nginx", "http_1_1")["within_floor"] is True
+    assert row(doc, "nginx", "proxy_buffering_off", stub_headers={})["within_floor"] is True
+    assert row(doc, "nginx", "http_1_1", stub_headers={})["within_floor"] is True
     for r in doc["rows"]:
         for key in ("proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "runs", "excluded",
                     "fpr_median", "added_ttft_ms_median"):  # fmt: skip
             assert key in r
     assert "nginx -T" not in doc["proxies"]["nginx"]["variants"]["stock"]["config"]
     assert "configuration file" in doc["proxies"]["nginx"]["variants"]["stock"]["config"]  # nginx -T output
-    out = tmp_path / "out"
     assert (out / "table.md").read_text().count("\n| ") >= 6
-    assert len((out / "results.csv").read_text().splitlines()) == 1 + 6
+    assert len((out / "results.csv").read_text().splitlines()) == 1 + 6 * 2  # six paths, two conditions
 
 
 @needs_proxies
@@ -158,23 +166,15 @@ def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
 
 
 @needs_proxies
-def test_a_stub_header_is_a_declared_condition_does_x_accel_buffering_fix_nginx(tmp_path: Path) -> None:
-    doc, _ = run_matrix(
-        tmp_path,
-        """
-name = "header"
-frames = 8
-runs = 2
-[conditions]
-interval_ms = [50]
-stub_headers = [{}, {"X-Accel-Buffering" = "no"}]
-[[proxy]]
-name = "nginx"
-""",
-    )
+def test_a_stub_header_is_a_declared_condition_does_x_accel_buffering_fix_nginx(
+    known_facts: tuple[dict[str, Any], Path],
+) -> None:
+    doc, _ = known_facts
+    header = {"X-Accel-Buffering": "no"}
     stock = row(doc, "nginx", stub_headers={})
-    fixed = row(doc, "nginx", stub_headers={"X-Accel-Buffering": "no"})
+    fixed = row(doc, "nginx", stub_headers=header)
     assert stock["arrivals_median"] == 1  # stock nginx holds the whole response
     assert fixed["within_floor"] is True  # the header alone makes it stream
+    assert row(doc, "haproxy", stub_headers=header)["fpr_median"] >= 3  # HAProxy knows no such header: still held
     labels = {s["condition"] for s in doc["exclusion_shares"]}
     assert "60 B @ 50 ms, loopback, stub sends X-Accel-Buffering: no" in labels

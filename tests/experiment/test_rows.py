@@ -74,7 +74,7 @@ def test_against_an_endpoint_runs_are_kept_without_an_audit_and_the_floor_is_dir
     floor = Floor.from_direct_endpoint(direct)
     assert floor is not None
     assert floor.added_ttft_ms == 0.0
-    assert floor.ttft_spread_ms == 400.0 - 315.0  # p90 - median of the endpoint's own TTFT: its noise
+    assert floor.ttft_spread_ms == 400.0 - 300.0  # the range of the endpoint's own TTFT: its noise
     within = build_row(PathSpec("nginx"), ENDPOINT_COND, [endpoint_record(1.0, 330, 20.0)] * 3, floor)
     assert within.within_floor is True
     assert within.endpoint == "endpoint https://api.example.com"
@@ -84,3 +84,32 @@ def test_against_an_endpoint_runs_are_kept_without_an_audit_and_the_floor_is_dir
     assert row.added_ttft_ms_median == 590.0  # the same-round differences, not a stub write
     assert row.within_floor is False
     assert row.verdict.startswith("coalesces")
+
+
+def test_an_endpoint_row_a_few_ms_over_a_three_run_floor_is_not_called_late() -> None:
+    """Issue 21: three direct streams of 300, 303 and 303 ms made a floor of 0.0 (p90 - p50 is max - median), and
+    a path +2-3 ms in the same rounds was "streams, but late". Direct's own TTFT varied by 3 ms: that is the noise."""
+    direct = [endpoint_record(1.0, t, 0.0) for t in (300.0, 303.0, 303.0)]
+    floor = Floor.from_direct_endpoint(direct)
+    assert floor is not None
+    assert floor.ttft_spread_ms == 3.0
+    row = build_row(PathSpec("nginx"), ENDPOINT_COND, [endpoint_record(1.0, 305, d) for d in (2.0, 2.5, 3.0)], floor)
+    assert row.within_floor is True
+    assert row.verdict == "streams (within the direct floor)"
+    late = build_row(PathSpec("nginx"), ENDPOINT_COND, [endpoint_record(1.0, 350, d) for d in (40, 45, 50)], floor)
+    assert late.within_floor is False
+    assert late.verdict == "streams, but late, first token +45 ms"
+
+
+def test_a_late_median_whose_runs_overlap_the_floor_is_not_distinguishable() -> None:
+    """As `report --compare` decides: a difference counts only where the ranges do not overlap. The median is
+    beyond the floor's spread, but the fastest run is inside it."""
+    floor = Floor.from_direct([record(1.0, 0.1), record(1.0, 0.1), record(1.0, 0.1)])
+    assert floor is not None
+    assert floor.ttft_spread_ms == 0.0
+    row = build_row(PathSpec("nginx"), COND, [record(1.0, 0.5), record(1.0, 2.6), record(1.0, 3.1)], floor)
+    assert row.within_floor is True
+    assert row.verdict.startswith("streams (not distinguishable from the direct floor: first token +2 ms")
+    late = build_row(PathSpec("nginx"), COND, [record(1.0, 2.5), record(1.0, 2.6), record(1.0, 3.1)], floor)
+    assert late.within_floor is False
+    assert late.verdict == "streams, but late, first token +2 ms"

@@ -6,6 +6,7 @@ import pytest
 
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.experiment.spec import ExclusionRule, load, parse
+from tokenpath.proxies.attached import AttachedProxy
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -196,7 +197,10 @@ def test_a_path_already_running_is_declared_by_its_url() -> None:
     ("data", "message"),
     [
         ({"proxy": [{"name": "a", "url": "http://a:1", "command": "x {listen} {upstream}"}]}, "no command or variants"),
-        ({"proxy": [{"name": "a", "url": "https://a:1"}]}, "must be http://HOST:PORT"),
+        ({"proxy": [{"name": "a", "url": "ftp://a:1"}]}, "must be http://HOST:PORT or https://HOST:PORT"),
+        ({"proxy": [{"name": "a", "url": "http://a:1", "cacert": __file__}]}, "cacert is for an https url"),
+        ({"proxy": [{"name": "a", "url": "https://a:1", "cacert": "/nonexistent/ca.pem"}]}, "cacert .*: no such file"),
+        ({"proxy": [{"name": "nginx", "cacert": __file__}]}, "cacert goes with an https `url`"),
         ({"proxy": [{"name": "a", "url": "http://a"}]}, "must be http://HOST:PORT"),
         ({"proxy": [{"name": "a", "url": "http://a:1/v1"}]}, "must be http://HOST:PORT"),
         ({"stub": {"listen": "8000"}}, r"\[stub\] listen must be HOST:PORT"),
@@ -212,3 +216,16 @@ def test_bad_attached_paths_and_stub_addresses_are_refused(data: dict[str, objec
 def test_frames_is_the_stubs_and_refused_against_an_endpoint() -> None:
     with pytest.raises(UsageError, match="max_tokens bounds each stream"):
         parse({"upstream": {"url": "https://h/v1", "model": "m"}, "frames": 10})
+
+
+def test_an_attached_path_may_be_a_tls_ingress_with_its_own_ca() -> None:
+    """Issue 21: `url = "https://..."` with `cacert`: measured in the TLS conditions, checked against that CA."""
+    exp = parse({"proxy": [{"name": "ingress", "url": "https://127.0.0.1:8443", "cacert": __file__}],
+                 "conditions": {"tls": [True, False]}})  # fmt: skip
+    proxy = exp.proxy("ingress")
+    assert isinstance(proxy, AttachedProxy)
+    assert proxy.https
+    assert proxy.cacert == str(Path(__file__).resolve())
+    assert not proxy.tls_unsupported  # it terminates TLS itself
+    assert "tls = true" in proxy.plain_unsupported  # and is skipped, saying so, where the condition is plain
+    assert exp.to_json()["attached_paths"] == {"ingress": "https://127.0.0.1:8443"}

@@ -59,6 +59,14 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
         ({"auth": {"mode": "none", "colour": 1}}, "unknown key(s) ['colour']"),
         ({"auth": {"mode": "none"}, "limit": {}}, "unknown key(s) ['limit']"),
         ({"auth": {"mode": "none"}, "listen": "8080"}, "expected HOST:PORT"),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"max_body_bytes_in_flight": 1000},
+                "pool": [{"member": [{"url": "http://h:1"}]}],
+            },
+            "max_body_bytes_in_flight must be >= max_body_bytes",
+        ),
         ({"pool": [{"member": [{"url": "http://h:1"}]}]}, "exactly one key source"),
         (
             {"auth": {"jwks_url": "http://k", "algorithms": ["none"]}, "pool": [{"member": [{"url": "http://h:1"}]}]},

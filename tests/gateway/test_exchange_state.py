@@ -117,11 +117,17 @@ def test_a_stale_keep_alive_is_retried_once_on_the_same_member() -> None:
     assert machine.attempts == 3
 
 
-def test_an_http2_refusal_is_retried_on_the_same_member() -> None:
+def test_an_http2_refusal_goes_to_another_member_and_to_a_lone_one_on_a_new_connection() -> None:
     machine, _, _ = make()
     first = stream_to_head(machine)
     actions = machine.upstream_lost(refused(FailureKind.REFUSED_STREAM))
+    assert connect_target(actions) is not first
+    assert first.consecutive_failures == 0
+    machine, _, _ = make(members=1)
+    first = stream_to_head(machine)
+    actions = machine.upstream_lost(refused(FailureKind.REFUSED_STREAM))
     assert connect_target(actions) is first
+    assert Connect(first, fresh=True) in actions
     assert first.consecutive_failures == 0
 
 
@@ -174,6 +180,44 @@ def test_after_the_head_a_lost_upstream_ends_the_stream_and_counts_against_the_m
     assert first.consecutive_failures == 1
     assert no_outstanding(pool)
     assert machine.upstream_ended() == []  # nothing after the end
+
+
+def test_an_sse_event_too_large_to_hold_ends_the_stream_without_ejecting_the_member() -> None:
+    machine, pool, _ = make()
+    assert machine.event_too_large(8 << 20, 9 << 20) == []  # before the head there is no stream to end
+    first = stream_to_head(machine)
+    machine.head(200)
+    actions = machine.event_too_large(8 << 20, (8 << 20) + 1)
+    assert kinds(actions) == ["Abort", "End"]
+    end = actions[-1]
+    assert isinstance(end, End)
+    assert (end.code, end.client_reads, machine.outcome) == ("event_too_large", True, "event_too_large")
+    assert str(8 << 20) in end.message
+    assert machine.phase is Phase.DONE
+    assert first.consecutive_failures == 0
+    assert no_outstanding(pool)
+    assert machine.upstream_ended() == []
+
+
+@pytest.mark.parametrize("phase", ["connecting", "waiting", "streaming"])
+def test_a_bug_of_ours_fails_the_request_as_internal_and_blames_no_member(phase: str) -> None:
+    machine, pool, _ = make(eject_after=1)
+    first = connect_target(machine.start())
+    if phase != "connecting":
+        machine.connected()
+    if phase == "streaming":
+        machine.head(200)
+    bug = Failure(FailureKind.INTERNAL, "RuntimeError('planted')")
+    actions = machine.attempt_failed(bug) if phase == "connecting" else machine.upstream_lost(bug)
+    if phase == "streaming":
+        assert actions == [Abort(), End("internal gateway error", "internal")]
+    else:
+        assert actions == [Abort(), Reply(500, "internal gateway error", "internal_error")]  # no failover
+    assert (machine.phase, machine.outcome) == (Phase.DONE, "internal")
+    assert first.consecutive_failures == 0
+    assert first.healthy(pool.clock())
+    assert no_outstanding(pool)
+    assert machine.internal_error() == []
 
 
 @pytest.mark.parametrize("paused", [False, True])

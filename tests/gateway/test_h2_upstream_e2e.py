@@ -12,16 +12,21 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
+import h2.settings
 import openai
 import psutil
 import pytest
+from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame
 
+from tests.gateway.peers import hostile_h2 as hostile
 from tests.gateway.test_gateway_e2e import Services, hostport, metric, read_response, request, roundtrip
 from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA
@@ -357,5 +362,299 @@ def test_a_burst_on_a_fresh_connection_respects_the_members_stream_limit(svc: Se
         assert statuses.count(200) == 250, sorted(set(statuses))
         assert gw.pid is not None
         assert upstream.connections_from(gw.pid) <= 3
+    finally:
+        upstream.close()
+
+
+# Hostile members (issue 22): what Envoy and nginx refuse ---------------------------------------------------------
+
+
+def _limits(**values: float) -> str:
+    return "[limits]\n" + "".join(f"{k} = {v}\n" for k, v in values.items())
+
+
+def _members(*urls: str, extra: str = "") -> str:
+    members = "".join(f'[[pool.member]]\nurl = "{u}"\n' for u in urls)
+    return f'[[pool]]\nname = "default"\nprotocol = "h2"\n{extra}\n{members}'
+
+
+def _ask(gw_url: str | None, case: str = "", timeout: float = 30) -> tuple[int, bytes, float]:
+    """One request through the gateway with `X-Case: case` (the hostile member's cue): status, body, seconds."""
+    t0 = time.monotonic()
+    parser, body = roundtrip(gw_url, request(chat(1, 1), headers=f"X-Case: {case}\r\nConnection: close\r\n"), timeout)
+    return (parser.head.status if parser.head else 0), body, time.monotonic() - t0
+
+
+def _no_tracebacks(gw: object) -> None:
+    text = gw.log_path.read_text()  # type: ignore[attr-defined]
+    assert "Traceback" not in text, text[-3000:]
+    assert "Fatal error" not in text, text[-3000:]
+
+
+MALFORMED_HEADS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "status-99": ("99", []),
+    "status-minus-1": ("-1", []),
+    "status-1000": ("1000", []),
+    "status-600": ("600", []),
+    "status-abc": ("abc", []),
+    "upper-case-name": ("200", [("X-Upper", "1")]),
+}
+
+
+def _malformed_or_slow(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+    case = headers.get("x-case", "")
+    if case == "slow":
+        session.stream_events(stream_id, 12, 0.1)
+    elif case in MALFORMED_HEADS:
+        # the head, then (in the same write) a DATA frame written by hand (h2 would not send one after `:status
+        # 1000`, an interim head to it); the stream stays open a moment, for the gateway's RST_STREAM to find it
+        status, extra = MALFORMED_HEADS[case]
+        fields = [(":status", status), ("content-type", "text/event-stream"), *extra]
+        session.send(
+            lambda c: c.send_headers(stream_id, fields), raw=hostile.frames(DataFrame(stream_id, b"data: 1\n\n"))
+        )
+        time.sleep(0.5)
+        session.send(raw=hostile.frames(DataFrame(stream_id, b"data: [DONE]\n\n", flags=["END_STREAM"])))
+    else:
+        hostile.ok(session, stream_id, headers)
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_HEADS))
+def test_a_malformed_head_resets_that_stream_only(svc: Services, case: str) -> None:
+    """RFC 9113 8.1.1: a malformed response is a stream error. The stream streaming meanwhile on the same
+    connection runs to its end; the malformed one is reset with PROTOCOL_ERROR and answered 502 (one member)."""
+    upstream = hostile.HostileH2(_malformed_or_slow)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        slow: list[bytes] = []
+
+        def stream() -> None:
+            _, body = roundtrip(gw.url, request(chat(1, 1), headers="X-Case: slow\r\nConnection: close\r\n"))
+            slow.append(body)
+
+        keeper = threading.Thread(target=stream)
+        keeper.start()
+        deadline = time.monotonic() + 10
+        while not any(s.open_streams for s in upstream.sessions) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, body, _ = _ask(gw.url, case)
+        assert status == 502, body  # was: HTTP/1.1 99 / -1 relayed; 600 failed over as a 5xx; abc a traceback
+        keeper.join(20)
+        assert slow, "the slow stream got no answer"
+        assert slow[0].count(b'"content"') == 12, slow  # was: killed with upstream_closed
+        assert slow[0].endswith(b"data: [DONE]\n\n")
+        assert len(upstream.sessions) == 1  # one connection throughout
+        assert (3, 1) in upstream.resets()  # RST_STREAM PROTOCOL_ERROR on the malformed stream (the second)
+        _no_tracebacks(gw)
+    finally:
+        upstream.close()
+
+
+@pytest.mark.parametrize("case", ["status-99", "status-minus-1"])
+def test_an_invalid_status_fails_over_to_another_member(svc: Services, case: str) -> None:
+    bad = hostile.HostileH2(_malformed_or_slow)
+    good = hostile.HostileH2()
+    try:
+        gw = svc.gateway(_members(bad.url, good.url))
+        status, body, _ = _ask(gw.url, case)
+        assert status == 200, body  # was: "HTTP/1.1 99" relayed to the client
+        assert b'"ok"' in body
+        assert bad.requests == 1
+        assert good.requests == 1
+        assert wait_for_log(gw, "malformed_response")
+    finally:
+        bad.close()
+        good.close()
+
+
+def test_the_members_max_concurrent_streams_is_respected(svc: Services) -> None:
+    """SETTINGS_MAX_CONCURRENT_STREAMS = 1 (RFC 9113 5.1.2): sixteen requests at once never put two streams on one
+    connection; more connections are opened (up to the per-member cap) and the rest wait for a free stream."""
+
+    def slowly(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+        session.stream_events(stream_id, 3, 0.1)
+
+    upstream = hostile.HostileH2(slowly, settings={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1})
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        statuses: list[int] = []
+
+        def one() -> None:
+            try:
+                statuses.append(_ask(gw.url)[0])
+            except OSError:  # (timed out)
+                statuses.append(0)
+
+        threads = [threading.Thread(target=one) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert statuses == [200] * 16
+        assert [e for s in upstream.sessions for e in s.errors] == []  # was: TooManyStreamsError, 16 on one
+        assert upstream.max_open == 1
+        assert len(upstream.sessions) <= 8
+    finally:
+        upstream.close()
+
+
+def _refuse(how: str) -> hostile.Handler:
+    """The first stream on each connection is refused before any head: RST_STREAM(REFUSED_STREAM) or
+    GOAWAY(last_stream_id=0); `always` refuses every stream."""
+
+    def handler(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+        if how == "goaway":
+            session.send(lambda c: c.close_connection(last_stream_id=0))
+        else:
+            session.send(lambda c: c.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM))
+
+    return handler
+
+
+@pytest.mark.parametrize("how", ["rst", "goaway"])
+def test_a_refused_stream_is_retried_on_another_member(svc: Services, how: str) -> None:
+    refuser = hostile.HostileH2(_refuse(how))
+    good = hostile.HostileH2()
+    try:
+        gw = svc.gateway(_members(refuser.url, good.url))
+        for _ in range(3):
+            status, body, _ = _ask(gw.url)
+            assert status == 200, body
+        assert good.requests == 3
+        assert refuser.requests <= 3  # was: 6, each request's second attempt spent on the refusing member too
+        assert wait_for_log(gw, "refused_stream")
+    finally:
+        refuser.close()
+        good.close()
+
+
+def test_a_refused_stream_on_a_lone_member_is_retried_on_a_new_connection(svc: Services) -> None:
+    """RST_STREAM(REFUSED_STREAM) on an otherwise healthy connection: the retry goes out on a new one, not the
+    connection that just refused it."""
+
+    def refuse_on_first_connection(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+        if session is session.peer.sessions[0] and headers.get("x-case") == "refuse":
+            session.send(lambda c: c.reset_stream(stream_id, h2.errors.ErrorCodes.REFUSED_STREAM))
+        else:
+            hostile.ok(session, stream_id, headers)
+
+    upstream = hostile.HostileH2(refuse_on_first_connection)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        assert _ask(gw.url)[0] == 200  # the connection is up and has served a stream
+        status, body, _ = _ask(gw.url, "refuse")
+        assert status == 200, body  # was: 502, the retry sent on the connection that refused it
+        assert len(upstream.sessions) == 2
+    finally:
+        upstream.close()
+
+
+def test_push_promise_after_enable_push_0_is_a_connection_error_at_once(svc: Services) -> None:
+    """The member never acknowledges our SETTINGS and answers with PUSH_PROMISE: ENABLE_PUSH=0 went out in our
+    first SETTINGS frame, so the push is a connection error (RFC 9113 8.4) there and then, not a 504 later."""
+
+    def push(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+        session.send(raw=session.push_promise(stream_id, 2))
+
+    upstream = hostile.HostileH2(push, ack_settings=False)
+    try:
+        gw = svc.gateway(h2_pool(upstream.url) + _limits(first_byte_timeout_s=20))
+        status, body, seconds = _ask(gw.url)
+        assert status == 502, body  # was: 504 after the first-byte timeout
+        assert seconds < 10
+        assert upstream.sessions[0].closed_by_gateway.wait(5)
+        assert h2.errors.ErrorCodes.PROTOCOL_ERROR in upstream.sessions[0].goaways
+        _no_tracebacks(gw)
+    finally:
+        upstream.close()
+
+
+def _flood(kind: str) -> hostile.Handler:
+    """Answer a request with a flood instead of a head, and stop reading meanwhile."""
+
+    def handler(session: hostile.Session, stream_id: int, headers: dict[str, str]) -> None:
+        session.reading.clear()
+        if kind == "continuation":
+            block = session.conn.encoder.encode([(":status", "200")])
+            raw = (
+                hostile.frames(HeadersFrame(stream_id, data=block))
+                + hostile.frames(*[ContinuationFrame(stream_id) for _ in range(1000)]) * 100
+            )  # 100,000 empty CONTINUATION frames, never END_HEADERS
+        elif kind == "big-headers":
+            fields = [(":status", "200")] + [(f"x-h{k}", "v" * 1000) for k in range(300)]  # decodes to ~300 KB
+            block = session.conn.encoder.encode(fields, huffman=False)
+            pieces = [block[i : i + 16384] for i in range(0, len(block), 16384)]
+            raw = hostile.frames(HeadersFrame(stream_id, data=pieces[0]))
+            for k, piece in enumerate(pieces[1:], 1):
+                raw += hostile.frames(ContinuationFrame(stream_id, data=piece, flags=(
+                    ["END_HEADERS"] if k == len(pieces) - 1 else [])))  # fmt: skip
+        elif kind == "ping":
+            raw = hostile.pings(50_000)
+        else:
+            raw = hostile.empty_settings(50_000)
+        session.send(raw=raw)
+        time.sleep(0.5)
+        session.reading.set()
+
+    return handler
+
+
+@pytest.mark.parametrize("kind", ["continuation", "big-headers", "ping", "settings"])
+def test_floods_close_the_connection_and_the_gateway_stays_responsive(svc: Services, kind: str) -> None:
+    upstream = hostile.HostileH2(_flood(kind))
+    try:
+        gw = svc.gateway(h2_pool(upstream.url) + _limits(first_byte_timeout_s=20))
+        status, body, seconds = _ask(gw.url)
+        assert status == 502, body  # was (ping, settings): 504 after the first-byte timeout, the flood answered
+        assert seconds < 10
+        session = upstream.sessions[0]
+        assert session.closed_by_gateway.wait(10)  # that connection is closed
+        assert session.goaways == [h2.errors.ErrorCodes.ENHANCE_YOUR_CALM]  # was: none (or the flood answered)
+        t0 = time.monotonic()
+        health = urllib.request.urlopen(f"{gw.url}/_tokenpath/health", timeout=10).read()
+        assert b"ok" in health
+        assert time.monotonic() - t0 < 2
+        assert wait_for_log(gw, "malformed_response")
+        _no_tracebacks(gw)
+    finally:
+        upstream.close()
+
+
+def test_a_member_that_never_opens_its_window_is_a_504_counted_against_it(svc: Services) -> None:
+    """SETTINGS_INITIAL_WINDOW_SIZE = 0 and no WINDOW_UPDATE ever: the request body never goes out. The rule: a 504
+    after the first-byte timeout, errors_total{reason="first_byte_timeout"}, one failure of the member like any
+    silence; `eject_after` in a row (here 2) eject it; the log names the window."""
+    upstream = hostile.HostileH2(settings={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    try:
+        metrics_port = free_port()
+        config = f'metrics_listen = "127.0.0.1:{metrics_port}"\n' + h2_pool(upstream.url)
+        gw = svc.gateway(config + _limits(first_byte_timeout_s=1) + "[health]\neject_after = 2\n")
+        for _ in range(2):
+            status, body, seconds = _ask(gw.url)
+            assert status == 504, body
+            assert seconds >= 0.9
+        murl = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert metric(murl, 'tokenpath_gateway_errors_total{reason="first_byte_timeout"}') == 2
+        assert metric(murl, "tokenpath_gateway_member_healthy") == 0
+        assert wait_for_log(gw, '"member_ejected"')
+        assert wait_for_log(gw, "flow-control window")  # the log says why the member was silent
+        assert upstream.requests == 2
+    finally:
+        upstream.close()
+
+
+def test_the_hpack_table_the_member_advertises_is_capped(svc: Services) -> None:
+    """SETTINGS_HEADER_TABLE_SIZE = 1 GiB: our encoder keeps at most 4 KiB of request fields indexed (every request
+    carries a fresh request id, which an uncapped table would keep for ever: memory and CPU per request grow)."""
+    upstream = hostile.HostileH2(settings={h2.settings.SettingCodes.HEADER_TABLE_SIZE: 1 << 30})
+    try:
+        gw = svc.gateway(h2_pool(upstream.url))
+        for _ in range(200):
+            assert _ask(gw.url)[0] == 200
+        (session,) = upstream.sessions
+        assert session.conn.decoder.header_table_size <= 4096  # was: 1 GiB, with 200 request ids in it
+        with session.lock:
+            size = session.conn.decoder.header_table._current_size
+        assert size <= 4096
     finally:
         upstream.close()

@@ -7,9 +7,12 @@ import base64
 import contextlib
 import json
 import os
+import re
 import resource
+import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import threading
 import time
@@ -34,8 +37,11 @@ from tests.gateway.test_gateway_e2e import (
     roundtrip,
     token,
 )
+from tests.helpers import exchange, post
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
+from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.sse import Frame, SSEParser
 
 pytestmark = pytest.mark.e2e
 
@@ -53,6 +59,7 @@ class ScriptedUpstream:
     def __init__(self, script: Callable[[socket.socket, bytes], None]) -> None:
         self.script = script
         self.heads: list[bytes] = []
+        self.bodies: list[bytes] = []  # by Content-Length (the gateway always sends one)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -78,6 +85,7 @@ class ScriptedUpstream:
                            if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
             while len(rest) < length:
                 rest += conn.recv(65536)
+            self.bodies.append(rest[:length])
             self.heads.append(head)
             self.script(conn, head)
 
@@ -339,6 +347,158 @@ def test_an_upstream_dying_mid_event_is_an_api_error_for_the_openai_client(svc: 
         upstream.close()
 
 
+def sse_reads(url: str | None, raw: bytes, timeout: float = 30) -> tuple[list[Frame], list[bytes]]:
+    """One raw-socket request: the SSE frames of the response body, and every read whose body bytes ended inside an
+    event (a reader handed half an event: what the relay must never do)."""
+    frames: list[Frame] = []
+    inside: list[bytes] = []
+    with socket.create_connection(hostport(url), timeout=timeout) as sock:
+        sock.sendall(raw)
+        parser, sse = ResponseParser(), SSEParser()
+        while not parser.complete:
+            data = sock.recv(65536)
+            if not data:
+                parser.feed_eof()
+                break
+            body = parser.feed(data)
+            frames += sse.feed(body)
+            if body and sse.pending_bytes():
+                inside.append(body)
+    return frames, inside
+
+
+def error_code(frame: Frame) -> str:
+    assert frame.event == b"error", frame.raw[:200]
+    assert frame.data is not None
+    return str(json.loads(frame.data)["error"]["code"])
+
+
+def _crlf_events_in_two_pieces_then_dies(sock: socket.socket, head: bytes) -> None:
+    """sse-starlette's line ends (CRLF), each event's blank line arriving 60 ms after the rest of it."""
+    sock.sendall(sse_head() + chunk(ROLE_EVENT.replace(b"\n\n", b"\r\n\r\n")))
+    for i in range(8):
+        event = content_event(f"t{i}", crlf=True)
+        sock.sendall(chunk(event[:-2]))  # data: {...}\r\n
+        time.sleep(0.06)
+        sock.sendall(chunk(event[-2:]))  # \r\n
+    sock.sendall(chunk(content_event("lost", crlf=True)[:-2]))
+    time.sleep(0.06)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
+
+
+def test_crlf_events_split_after_their_first_line_end_reach_the_client_whole_then_the_error(svc: Services) -> None:
+    """The relay's old cut read CR then LF as a line end and a blank line: it sent `data: {...}\\r\\n` on as a whole
+    event, so the client's reads ended inside events, and when the upstream died the error event was glued to the
+    half: the openai client raised JSONDecodeError ("Extra data") instead of APIError (issue 21)."""
+    upstream = ScriptedUpstream(_crlf_events_in_two_pieces_then_dies)
+    try:
+        gw = svc.gateway(pool(upstream.url))
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+        got: list[str | None] = []
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], stream=True)
+        with pytest.raises(openai.APIError) as info:
+            got.extend(part.choices[0].delta.content for part in stream)
+        assert not isinstance(info.value, json.JSONDecodeError)
+        assert "upstream failed mid-response" in str(info.value)
+        assert [t for t in got if t] == [f"t{i}" for i in range(8)]
+
+        frames, inside = sse_reads(gw.url, request(CHAT, headers="Connection: close\r\n"))
+        assert inside == []  # was: every event's first piece went on alone
+        assert [json.loads(f.data or b"{}")["choices"][0]["delta"].get("content") for f in frames[1:-1]] == [
+            f"t{i}" for i in range(8)
+        ]
+        assert error_code(frames[-1]) == "upstream_disconnected"
+    finally:
+        upstream.close()
+
+
+def _one_big_event(size: int, ends: bool) -> Callable[[socket.socket, bytes], None]:
+    """Two token events, then one event of `size` bytes in 16 KiB pieces: ended by a blank line after it (and more
+    tokens), or never (no line end at all; the upstream stops once the gateway hangs up, or after 64 MiB)."""
+
+    def script(sock: socket.socket, head: bytes) -> None:
+        sock.sendall(sse_head() + chunk(ROLE_EVENT + content_event("hello")))
+        time.sleep(0.05)
+        piece = b"x" * 16384
+        with contextlib.suppress(OSError):
+            sock.sendall(chunk(b'data: {"choices":[{"index":0,"delta":{"content":"'))
+            for _ in range(size // len(piece) if ends else (64 << 20) // len(piece)):
+                sock.sendall(chunk(piece))
+            if ends:
+                sock.sendall(chunk(b'"}}]}\n\n' + content_event("after") + b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+    return script
+
+
+def test_an_event_too_large_to_hold_ends_the_stream_and_the_gateway_stays_responsive(svc: Services) -> None:
+    """The old relay rescanned everything it held on every read (8 MiB in 16 KiB reads: ~22 s of CPU) while the
+    health check waited, then sent the 9 MiB on. Now the held bytes are bounded: the client gets the whole events
+    before the big one, then the error event, and the worker answers its health check at once meanwhile."""
+    upstream = ScriptedUpstream(_one_big_event(9 << 20, ends=True))
+    try:
+        metrics_port = free_port()
+        gw = svc.gateway(f'metrics_listen = "127.0.0.1:{metrics_port}"\n' + pool(upstream.url))
+        waits: list[float] = []
+        streaming = threading.Event()
+
+        def poll_health() -> None:
+            with socket.create_connection(hostport(gw.url), timeout=30) as sock:
+                while not streaming.is_set():
+                    time.sleep(0.01)
+                while streaming.is_set():
+                    t0 = time.monotonic()
+                    try:
+                        sock.sendall(b"GET /_tokenpath/health HTTP/1.1\r\nHost: t\r\n\r\n")
+                        parser, _ = read_response(sock)
+                    except OSError:  # no answer within 30 s
+                        waits.append(float("inf"))
+                        return
+                    waits.append(time.monotonic() - t0 if parser.head and parser.head.status == 200 else -1.0)
+                    time.sleep(0.02)
+
+        poller = threading.Thread(target=poll_health)
+        poller.start()
+        try:
+            streaming.set()
+            frames, inside = sse_reads(gw.url, request(CHAT, headers="Connection: close\r\n"))
+        finally:
+            streaming.clear()
+            poller.join(30)
+        assert inside == []
+        assert [f.kind.value for f in frames[:-1]] == ["control", "content"]
+        assert b"hello" in frames[1].raw
+        assert error_code(frames[-1]) == "event_too_large"  # was: the 9 MiB event, then [DONE]
+        assert waits
+        assert min(waits) >= 0  # every health check answered 200
+        assert max(waits) < 1.0, f"health checks waited up to {max(waits):.2f} s"  # was up to 20 s
+        murl = f"http://127.0.0.1:{metrics_port}/metrics"
+        assert metric(murl, 'tokenpath_gateway_errors_total{reason="event_too_large"}') == 1
+    finally:
+        upstream.close()
+
+
+def test_an_event_that_never_ends_is_ended_at_the_bound(svc: Services) -> None:
+    """An event with no line end at all pinned the worker for as long as it streamed, and was held forever."""
+    upstream = ScriptedUpstream(_one_big_event(0, ends=False))
+    try:
+        gw = svc.gateway(pool(upstream.url))
+        assert gw.pid is not None
+        proc = psutil.Process(gw.pid)
+        before = proc.cpu_times()
+        t0 = time.monotonic()
+        frames, inside = sse_reads(gw.url, request(CHAT, headers="Connection: close\r\n"))
+        elapsed = time.monotonic() - t0
+        after = proc.cpu_times()
+        assert inside == []
+        assert [f.kind.value for f in frames[:-1]] == ["control", "content"]
+        assert error_code(frames[-1]) == "event_too_large"
+        cpu = after.user + after.system - before.user - before.system
+        assert cpu < 3.0, f"the gateway spent {cpu:.1f} s of CPU on 8 MiB held ({elapsed:.1f} s)"
+        assert wait_for_log(gw, "larger than 8388608 bytes")
+    finally:
+        upstream.close()
+
+
 # 9. a client that stops reading is not the member's fault ---------------------------------------------------------
 
 
@@ -473,3 +633,138 @@ def test_health_says_503_while_draining(svc: Services) -> None:
         assert parser.head is not None
         assert parser.head.status == 503  # a load balancer stops sending new work here
         assert json.loads(answer)["status"] == "draining"
+
+
+# issue 22: requests nginx refuses, or frames differently ----------------------------------------------------------
+
+SMUGGLED = b"GET /v1/smuggled-h2c HTTP/1.1\r\nHost: t\r\n\r\n"  # a body that is itself a request
+UPGRADE_OFFERS = {
+    "h2c": b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n",
+    "websocket": b"Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+    "unknown": b"Connection: keep-alive, Upgrade\r\nUpgrade: foo/1\r\n",
+}
+BODY_FRAMING = {
+    "length": b"Content-Length: %d\r\n\r\n%b" % (len(SMUGGLED), SMUGGLED),
+    "chunked": b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%b\r\n0\r\n\r\n" % (len(SMUGGLED), SMUGGLED),
+}
+CLOSING_GET = b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+CURL_H2C = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nUser-Agent: curl/7.88.1\r\nAccept: */*\r\n"
+            b"Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n")  # fmt: skip  # what `curl --http2 -d` sends
+
+
+def statuses(raw_responses: bytes) -> list[int]:
+    return [int(s) for s in re.findall(rb"HTTP/1\.1 (\d{3}) ", raw_responses)]
+
+
+@pytest.mark.parametrize("framing", sorted(BODY_FRAMING))
+@pytest.mark.parametrize("offer", sorted(UPGRADE_OFFERS))
+def test_the_body_of_an_upgrade_offer_is_never_a_second_request(
+    svc: Services, recorder: ScriptedUpstream, offer: str, framing: str
+) -> None:
+    """Was: an h2c offer's body reached the upstream as a request of its own (200, 200; behind nginx another
+    client got its response). h2c is ignored and the body stays the request's; other upgrades are a 400."""
+    gw = svc.gateway(pool(recorder.url))
+    raw = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n" + UPGRADE_OFFERS[offer] + BODY_FRAMING[framing]
+    out = exchange(hostport(gw.url)[1], raw + CLOSING_GET, timeout=10)
+    if offer == "h2c":
+        assert statuses(out) == [200, 200]  # the POST and the GET after it; was 200, 200, 200
+        assert recorder.targets == ["/v1/chat/completions", "/v1/models"]
+        assert recorder.bodies[0] == SMUGGLED
+        assert b"upgrade" not in recorder.heads[0].lower()
+    else:
+        assert statuses(out) == [400]
+        assert recorder.heads == []
+
+
+def test_a_curl_http2_post_keeps_its_body(svc: Services, recorder: ScriptedUpstream) -> None:
+    gw = svc.gateway(pool(recorder.url))
+    data = json.dumps(CHAT).encode()
+    with socket.create_connection(hostport(gw.url), timeout=10) as sock:
+        for _ in range(2):  # and the connection goes on in HTTP/1.1
+            sock.sendall(CURL_H2C + b"Content-Length: %d\r\n\r\n%b" % (len(data), data))
+            parser, _ = read_response(sock)
+            assert parser.head is not None
+            assert parser.head.status == 200  # was 200 then 400: the body parsed as the next request
+    assert recorder.bodies == [data, data]  # was b"" upstream
+    if shutil.which("curl") is not None:  # the real thing, when it is here (with nghttp2 it offers h2c)
+        done = subprocess.run(["curl", "-sS", "--http2", "-d", json.dumps(CHAT), f"{gw.url}/v1/chat/completions"],
+                              capture_output=True, timeout=20, check=False)  # fmt: skip
+        assert (done.returncode, done.stdout) == (0, b"{}"), done.stderr
+        assert recorder.bodies[-1] == data
+
+
+def test_a_json_nesting_bomb_is_malformed_json_not_a_traceback(svc: Services, recorder: ScriptedUpstream) -> None:
+    gw = svc.gateway(pool(recorder.url) + f'[[pool]]\nname = "gpt"\nmodels = ["gpt-*"]\n'
+                     f'[[pool.member]]\nurl = "http://127.0.0.1:{free_port()}"\n')  # fmt: skip
+    bomb = b"[" * 200_000 + b"]" * 200_000  # 400 KB; routing on the model parses the body
+    out = exchange(hostport(gw.url)[1], post("/v1/chat/completions", bomb), timeout=10)
+    assert statuses(out) == [200]  # was 500: routed as malformed JSON (no model) to the default pool
+    assert recorder.bodies == [bomb]
+    assert "Traceback" not in gw.log_path.read_text()
+
+
+def test_requests_nginx_refuses_are_refused_and_headers_it_drops_are_dropped(
+    svc: Services, recorder: ScriptedUpstream
+) -> None:
+    gw = svc.gateway(pool(recorder.url))
+    port = hostport(gw.url)[1]
+    # HTTP/1.0 with Transfer-Encoding (RFC 9112 6.1: faulty framing) and an absolute URL with user:password@
+    http10 = b"POST /v1/chat/completions HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n"
+    assert statuses(exchange(port, http10)) == [400]
+    userinfo = b"GET http://user:pass@gw.example/v1/models HTTP/1.1\r\nHost: gw.example\r\nConnection: close\r\n\r\n"
+    assert statuses(exchange(port, userinfo)) == [400]
+    assert recorder.heads == []
+    # names with an underscore (or anything but letters, digits and '-') are dropped, as nginx does by default
+    extra = "X_Forwarded_For: 6.6.6.6\r\nX-Real_IP: 6.6.6.6\r\nX.Dotted: 1\r\nX-Fine-2: kept\r\n"
+    assert statuses(exchange(port, post("/v1/chat/completions", CHAT, extra=extra))) == [200]
+    forwarded = recorder.heads[-1].lower()
+    assert b"x-fine-2: kept" in forwarded
+    assert b"6.6.6.6" not in forwarded  # was forwarded: a CGI backend reads it as X-Forwarded-For
+    assert b"x.dotted" not in forwarded
+
+
+def _names_hop_by_hop(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Internal-Hop\r\nConnection: X-Second\r\n"
+                 b"X-Internal-Hop: secret\r\nX-Second: 2\r\nX-Kept: 1\r\nContent-Length: 2\r\n\r\n{}")  # fmt: skip
+
+
+def test_response_headers_the_upstream_names_in_connection_are_not_forwarded(svc: Services) -> None:
+    upstream = ScriptedUpstream(_names_hop_by_hop)
+    try:
+        gw = svc.gateway(pool(upstream.url))
+        out = exchange(hostport(gw.url)[1], post("/v1/chat/completions", CHAT))
+        head = out.partition(b"\r\n\r\n")[0].lower()
+        assert statuses(out) == [200]
+        assert b"x-kept: 1" in head
+        assert b"x-internal-hop" not in head  # was passed to the client (RFC 9110 7.6.1: hop-by-hop)
+        assert b"x-second" not in head
+    finally:
+        upstream.close()
+
+
+def test_request_bodies_in_flight_are_bounded_per_worker(svc: Services, recorder: ScriptedUpstream) -> None:
+    """Was: every authenticated body up to max_body_bytes held whole, however many at once (30 x 8 MiB: 522 MB).
+    Room for each admitted body is held until its response ends (or its client leaves); past the limit, 503."""
+    gw = svc.gateway("[limits]\nmax_body_bytes = 1000\nmax_body_bytes_in_flight = 2000\n" + pool(recorder.url))
+    port = hostport(gw.url)[1]
+    small = post("/v1/chat/completions", CHAT)
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    try:
+        for sock in slow:  # two 1000-byte bodies that never finish: admitted, the worker's 2000 bytes taken
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.3)
+        out = exchange(port, small)
+        assert statuses(out) == [503]  # was 200: nothing bounded the bodies held across requests
+        assert b"\r\nRetry-After: 1\r\n" in out
+        assert statuses(exchange(port, CLOSING_GET)) == [200]  # a request without a body needs no room
+    finally:
+        for sock in slow:
+            sock.close()
+    deadline = time.monotonic() + 5
+    while statuses(out := exchange(port, small)) != [200] and time.monotonic() < deadline:
+        time.sleep(0.1)  # the gateway sees the two clients leave
+    assert statuses(out) == [200]
+    for _ in range(30):  # answered requests give their room back: 30 x 87 bytes would not fit otherwise
+        assert statuses(exchange(port, small)) == [200]

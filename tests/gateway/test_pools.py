@@ -105,3 +105,20 @@ def test_router_claim_then_model_pattern_then_first_pool() -> None:
     assert router.route("gpt-4o", {"tier": "pro"}).name == "paid"
     assert router.route("unknown", {}).name == "default"
     assert router.route(None, {}).name == "default"
+
+
+def test_a_member_already_ejected_that_fails_again_stays_out_but_is_not_ejected_twice() -> None:
+    clock = FakeClock()
+    p = pool(1, 1, clock=clock)
+    bad, _ = p.members
+    assert [p.record_failure(bad) for _ in range(2)] == [False, True]  # ejected: one event
+    clock.now += 5
+    # tried anyway (every other member out, or an active check) and failing again: no second ejection event,
+    # but a new cooldown from now, since it is still failing
+    assert [p.record_failure(bad) for _ in range(4)] == [False] * 4
+    assert bad.ejections == 1
+    clock.now += 9
+    assert not bad.healthy(clock())
+    clock.now += 1.5
+    assert bad.healthy(clock())
+    assert [p.record_failure(bad) for _ in range(2)] == [False, True]  # back, and failing: a new ejection

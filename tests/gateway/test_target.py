@@ -39,6 +39,8 @@ def test_origin_form_of_good_targets(target: str, expected: str) -> None:
         "gw.example:443",
         "/v1/x#frag",
         "/v1/\x7f",
+        "http://user:pass@gw.example/v1/chat/completions",  # nginx: 400 (was forwarded as /v1/chat/completions)
+        "https://user@gw.example/v1/models",
     ],
 )
 def test_targets_a_server_could_resolve_differently_are_refused(target: str) -> None:

@@ -4,7 +4,17 @@ import pytest
 
 from tokenpath import errors
 from tokenpath.monitor.config import from_dict
-from tokenpath.monitor.probing import INTERNAL, NO_CONTENT, OK, added_ttft_s, probe_cycle, probe_route, reason_of
+from tokenpath.monitor.probing import (
+    INTERNAL,
+    MONITOR_LIMITS,
+    NO_CONTENT,
+    OK,
+    UNSUPPORTED_FORMAT,
+    added_ttft_s,
+    probe_cycle,
+    probe_route,
+    reason_of,
+)
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import Trace, TraceRecorder
 
@@ -97,3 +107,46 @@ def test_no_added_ttft_unless_both_routes_measured_one() -> None:
         return trace_of([(1, HEAD + chunk(CONTENT) + b"0\r\n\r\n")])
 
     assert added_ttft_s(probe_cycle(cfg.targets[0], prober, direct_first=False)) is None
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (errors.ContentEncodingError("x"), "content_encoding"),
+        (errors.ResponseTooLarge("x"), "response_too_large"),
+        (errors.BadRequest("x"), "bad_request"),
+    ],
+)
+def test_the_new_failures_are_named_like_their_classes(exc: BaseException, reason: str) -> None:
+    assert reason_of(exc) == reason
+
+
+def test_a_stream_in_another_api_format_is_unsupported_format_not_a_ttft() -> None:
+    from tests.probe.hostile import ANTHROPIC_FRAMES
+
+    trace = trace_of([(1, HEAD + chunk(ANTHROPIC_FRAMES[:200])), (40, chunk(ANTHROPIC_FRAMES[200:]) + b"0\r\n\r\n")])
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    out = probe_route("t", "via", cfg.routes["via"], lambda c, s: trace)
+    assert out.outcome == UNSUPPORTED_FORMAT
+    assert out.metrics is not None
+    assert out.metrics.ttft_ms is None
+    assert out.metrics.frames == 8
+    assert "event: message_start" in out.message
+
+
+def test_the_monitor_keeps_no_frame_and_a_bounded_number_of_reads_but_counts_them_all() -> None:
+    rec = TraceRecorder("s", 0, MONITOR_LIMITS)
+    rec.on_read(MS, HEAD)
+    for i in range(MONITOR_LIMITS.reads + 500):
+        rec.on_read((2 + i) * MS, chunk(CONTENT))
+    trace = rec.trace
+    assert trace.frames == []
+    assert len(trace.reads) == MONITOR_LIMITS.reads
+    assert trace.frame_count == MONITOR_LIMITS.reads + 500
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    out = probe_route("t", "via", cfg.routes["via"], lambda c, s: trace)
+    assert out.ok
+    assert out.metrics is not None
+    assert out.metrics.ttft_ms == 2.0
+    assert out.metrics.arrivals == MONITOR_LIMITS.reads + 500
+    assert len(out.gaps_s) == MONITOR_LIMITS.reads - 2  # between the kept arrivals (the head's read has none)

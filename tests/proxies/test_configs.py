@@ -8,8 +8,9 @@ import pytest
 
 from tokenpath.errors import ProxyError
 from tokenpath.proxies import catalogue, lookup
-from tokenpath.proxies.base import Endpoint, Site, TLSFiles, UpstreamTLS
+from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, UpstreamTLS
 from tokenpath.proxies.relays import CONTROLS
+from tokenpath.tools import TOOLS_ENV
 
 
 def site(tmp_path: Path, proxy: str, variant: str = "stock", tls: bool = False) -> Site:
@@ -75,8 +76,8 @@ def test_a_stub_site_writes_no_endpoint_lines_and_an_endpoint_site_writes_them(t
     (tmp_path / "stub").mkdir()
     try:
         stub_text = proxy.write_config(site(tmp_path / "stub", name)).read_text()
-    except ProxyError:
-        pytest.skip(f"{name}: writes its config only when installed")
+    except ProxyError:  # a peer whose config is its command line (node22), when not installed
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
     assert "api.example.com" not in stub_text
     assert str(tmp_path / "ca.pem") not in stub_text
     if proxy.upstream_tls_unsupported:
@@ -85,10 +86,31 @@ def test_a_stub_site_writes_no_endpoint_lines_and_an_endpoint_site_writes_them(t
     endpoint = Site(Endpoint("127.0.0.1", 9001), Endpoint("api.example.com", 443), tmp_path / "ep",
                     proxy.variant("stock"), upstream_tls=UpstreamTLS("api.example.com", tmp_path / "ca.pem"),
                     upstream_host="api.example.com", upstream_api_key_env="EP_KEY")  # fmt: skip
-    text = proxy.write_config(endpoint).read_text() + " ".join(proxy.argv(endpoint, tmp_path / "ep" / "x"))
+    config = proxy.write_config(endpoint)
+    argv = proxy.argv(endpoint, config) if proxy.binary() else proxy.image_argv(endpoint, config)  # haproxy3 unbuilt
+    text = config.read_text() + " ".join(argv)
     text += " ".join(f"{k}={v}" for k, v in proxy.env(endpoint).items())
     assert "api.example.com" in text
     assert str(tmp_path / "ca.pem") in text  # the declared CA, not the system store
+
+
+WITH_IMAGE = [n for n, p in catalogue().items() if p.image and p.runnable]
+
+
+@pytest.mark.parametrize("name", WITH_IMAGE)
+def test_a_config_and_the_image_command_need_no_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       name: str) -> None:  # fmt: skip
+    """Only running it here needs the binary (and says why it is missing); its config and the command its image
+    runs are written without one (the compose export, an opt-in build not made)."""
+    monkeypatch.setenv(TOOLS_ENV, str(tmp_path / "empty-tools"))
+    monkeypatch.setattr(Proxy, "binary", lambda self: None)
+    proxy = lookup(name)
+    config = proxy.write_config(site(tmp_path, name))
+    assert config.is_file()
+    argv = proxy.image_argv(site(tmp_path, name), config)
+    assert argv[0] == Path(argv[0]).name == proxy.image_binary
+    with pytest.raises(ProxyError, match=f"^{name}: not "):
+        proxy.argv(site(tmp_path, name), config)
 
 
 def test_attach_waits_for_a_path_that_never_accepts_then_says_so(tmp_path: Path) -> None:

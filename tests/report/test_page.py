@@ -222,3 +222,28 @@ def test_a_difference_inside_the_direct_floor_is_same_not_lower() -> None:
     added = verdicts[("pass", "added TTFT ms")]
     assert added.floor is not None
     assert added.verdict == "same (within the direct floor)", (added, spans)
+
+
+def test_an_endpoint_run_states_what_was_measured_not_the_stubs_defaults(tmp_path: Path) -> None:
+    """Issue 21: against a real endpoint the stub's frames and TTFT paced nothing but certification; the header
+    said "12 frames per stream, ... 20 ms to the first frame" all the same."""
+    doc = json.loads((DATA / "matrix" / "results.json").read_text())
+    stub_run = render(tmp_path, "matrix")  # from the stub: what it was asked to send, as before
+    assert f"{doc['experiment']['ttft_ms']:g} ms to the first frame" in stub_run
+
+    def as_endpoint(doc: dict[str, Any]) -> None:
+        doc["experiment"]["upstream"] = {"origin": "https://api.example.com", "model": "gpt-x", "max_tokens": 64,
+                                         "note": "no write log"}  # fmt: skip
+        for row in doc["rows"]:  # what the endpoint sent: 7 frames a stream, its first token after ~300 ms
+            for run in row["raw"]:
+                run["metrics"]["frames"], run["metrics"]["ttft_ms"] = 7, 300.0 + len(run["stream_id"]) % 2
+
+    endpoint_dir = tmp_path / "endpoint"
+    endpoint_dir.mkdir()
+    html = render(endpoint_dir, "matrix", as_endpoint)
+    kept = sum(r["included"] for row in doc["rows"] if row["proxy"] == "direct" for r in row["raw"])
+    assert "ms to the first frame" not in html
+    assert "12 frames per stream" not in html
+    assert "https://api.example.com, model gpt-x, at most 64 tokens per stream" in html
+    assert "measured on the direct path: 7 frames per stream and 30" in html
+    assert f"ms to the first token (medians of {kept} streams)" in html

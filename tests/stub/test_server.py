@@ -93,6 +93,26 @@ def test_bad_input_gets_a_clear_4xx_and_the_server_lives(
     assert probe_stream(ProbeConfig(url=stub.url, max_tokens=1)).head.status == 200  # type: ignore[union-attr]
 
 
+def test_a_json_nesting_bomb_is_a_400_not_a_traceback(start_stub: StartStub) -> None:
+    stub = start_stub()
+    status, body = status_and_json(exchange(stub.port, post("/v1/chat/completions", b"[" * 200_000 + b"]" * 200_000)))
+    assert status == 400  # was 500 (RecursionError)
+    assert "not valid JSON" in body["error"]["message"]
+
+
+def test_an_h2c_offer_s_body_stays_the_request_s_body(start_stub: StartStub) -> None:
+    """`curl --http2 -d` offers h2c on a POST: the stub answers in HTTP/1.1 with the body read (was: a 400 for an
+    empty body, then the body parsed as a second request)."""
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
+    data = json.dumps(CHAT).encode()
+    offer = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+             b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\nContent-Length: %d\r\n\r\n%b")  # fmt: skip
+    then = b"GET /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+    out = exchange(stub.port, offer % (len(data), data) + then)
+    assert [line.split(b" ")[1] for line in out.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")] == [b"200", b"200"]
+    assert b"data: [DONE]" in out
+
+
 def test_stream_id_from_user_field_or_generated_and_echoed(start_stub: StartStub) -> None:
     stub = start_stub(tokens=1, interval_ms=1, ttft_ms=0)
     response = exchange(stub.port, post("/v1/chat/completions", {**CHAT, "user": "from-body"}))

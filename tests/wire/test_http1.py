@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tokenpath.errors import ProtocolError
-from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.client import ClientConnection, ResponseParser
 
 CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -84,3 +84,15 @@ def test_bytes_after_the_response_are_ignored() -> None:
     parser = ResponseParser()
     parser.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
     assert parser.feed(b"HTTP/1.1 200 OK\r\n") == b""
+
+
+def test_a_callbacks_own_exception_is_raised_as_itself_never_as_the_peers_protocol_error() -> None:
+    """The relay's Sink runs inside these callbacks: a bug there must not read as a malformed response (which
+    would count against the member that sent a good one)."""
+
+    def on_body(data: bytes) -> None:
+        raise KeyError("planted")
+
+    conn = ClientConnection("GET", on_body=on_body)
+    with pytest.raises(KeyError, match="planted"):
+        conn.receive_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")

@@ -171,8 +171,10 @@ def test_generated_streams_round_trip(evs: list[tuple[list[str], bytes]], data: 
         (json.dumps({"choices": [], "usage": {"total_tokens": 3}}).encode(), FrameKind.CONTROL),
         (json.dumps({"choices": [{"text": " hi"}]}).encode(), FrameKind.CONTENT),
         (json.dumps({"error": {"message": "boom"}}).encode(), FrameKind.ERROR),
-        (json.dumps({"anything": 1}).encode(), FrameKind.CONTENT),
+        (json.dumps({"anything": 1}).encode(), FrameKind.FOREIGN),
         (b"{not json", FrameKind.CONTENT),
+        (json.dumps({"type": "message_start", "message": {}}).encode(), FrameKind.FOREIGN),  # Anthropic's
+        (b'{"a":' + b"[" * 200_000 + b"]" * 200_000 + b"}", FrameKind.CONTENT),  # too deep to parse: never a crash
     ],
 )
 def test_classify(data: bytes | None, kind: FrameKind) -> None:

@@ -28,7 +28,7 @@ import yaml
 import tokenpath
 from tokenpath.errors import UsageError
 from tokenpath.experiment.spec import Condition, Experiment
-from tokenpath.proxies.base import Endpoint, Site
+from tokenpath.proxies.base import Endpoint, Proxy, Site
 
 CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
 WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside its container
@@ -193,7 +193,7 @@ def installed_pyproject(package: Path) -> str:
     )
 
 
-def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]:
+def _proxy_service(proxy: Proxy, variant: str, config_dir: Path) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="tokenpath-compose-"))
     try:
         site = Site(Endpoint("0.0.0.0", PROXY_PORT), Endpoint(RUNNER, STUB_PORT), workdir, proxy.variant(variant))
@@ -206,7 +206,7 @@ def _proxy_service(proxy: Any, variant: str, config_dir: Path) -> dict[str, Any]
         if proxy.container_config:
             service["volumes"] = [f"{mounted}/{config.name}:{proxy.container_config}:ro"]
             return service
-        argv = [Path(proxy.argv(site, config)[0]).name, *proxy.argv(site, config)[1:]]
+        argv = proxy.image_argv(site, config)  # the image's executable: nothing needs to be installed here
         argv = [a.replace(str(config), f"{CONFIG_DIR}/{config.name}").replace(str(workdir), WORK_DIR) for a in argv]
         service["volumes"] = [f"{mounted}:{CONFIG_DIR}:ro"]
         service["command"] = ["sh", "-c", f"mkdir -p {WORK_DIR}/tmp && exec {shlex.join(argv)}"]

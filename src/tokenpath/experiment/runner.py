@@ -82,7 +82,9 @@ class Environment:
         factory = self.socket_factory
 
         def connect(target: Target, cfg: ProbeConfig) -> Transport:
-            return open_connection(target, connect_timeout_s=cfg.connect_timeout_s, tls=cfg.tls, socket_factory=factory)
+            return open_connection(
+                target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls, socket_factory=factory
+            )
 
         return connect
 
@@ -128,7 +130,12 @@ class MatrixRunner:
                         self.write()  # the certification, and what will be measured, are on disk from here on
                         for cond in conditions:
                             progress.update(task, description=cond.label)
-                            self._condition(env, cond, lambda: progress.advance(task))
+
+                            def tick(what: str) -> None:  # one stream measured: a line off a terminal
+                                progress.update(task, description=what)
+                                progress.advance(task)
+
+                            self._condition(env, cond, tick)
         except KeyboardInterrupt:
             self.interrupted = True
             self.console.print("[yellow]interrupted: writing the rows measured so far[/]")
@@ -240,6 +247,7 @@ class MatrixRunner:
         """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts."""
         assert isinstance(proxy, AttachedProxy)
         reason = None if env.link == "loopback" else "already running on this host's network, not in a namespace"
+        reason = reason or (None if env.tls else proxy.plain_unsupported or None)
         if reason is None:
             site = Site(proxy.listen, env.upstream, new_workdir(proxy.name))
             try:
@@ -282,7 +290,7 @@ class MatrixRunner:
             model = running.proxy.request_model(model)
             headers += running.proxy.request_headers(running.site)
             api_key = running.proxy.api_key(running.site) or api_key  # a gateway's own token replaces the key
-            tls = TLSOptions(cacert=env.cacert)
+            tls = _client_tls(env, running)
         cfg = ProbeConfig(
             url=url, model=model, prompt=endpoint.prompt, max_tokens=endpoint.max_tokens, headers=headers,
             api_key=api_key, tls=tls, first_byte_timeout_s=60, idle_timeout_s=60, total_timeout_s=300,
@@ -331,7 +339,7 @@ class MatrixRunner:
             model, headers = running.proxy.request_model(model), running.proxy.request_headers(running.site)
         cfg = ProbeConfig(
             url=url, model=model, headers=headers, extra_body=(("tokenpath", pacing),),
-            tls=TLSOptions(cacert=env.cacert), api_key=api_key,
+            tls=_client_tls(env, running), api_key=api_key,
             first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
         )  # fmt: skip
         try:
@@ -400,7 +408,7 @@ class MatrixRunner:
                 "(see the checks above); --force measures anyway and marks every table UNCERTIFIED"
             )
 
-    def _condition(self, env: Environment, cond: Condition, tick: Callable[[], None]) -> None:
+    def _condition(self, env: Environment, cond: Condition, tick: Callable[[str], None]) -> None:
         pacing = {
             "interval_ms": cond.interval_ms, "frame_bytes": cond.frame_bytes, "tokens": self.exp.frames,
             "ttft_ms": self.exp.ttft_ms, "format": "plain",
@@ -415,25 +423,27 @@ class MatrixRunner:
                 paths.append((spec, endpoint.url if endpoint else env.stub_url))
             elif running is not None and endpoint is not None:
                 # A proxy with its own API prefix (a gateway's base_path) takes the chat path under it.
-                base = running.url + "/chat/completions" if running.proxy.base_path else None
-                paths.append((spec, base or endpoint.via(running.origin)))
+                origin = _origin(running)
+                base = origin + running.proxy.base_path + "/chat/completions" if running.proxy.base_path else None
+                paths.append((spec, base or endpoint.via(origin)))
             elif running is not None:
-                paths.append((spec, running.url))
+                paths.append((spec, _origin(running) + running.proxy.base_path))
         runs: dict[str, list[RunRecord]] = {spec.label: [] for spec, _ in paths}
         dead: set[str] = set()
         try:
-            for _ in range(self.exp.runs):
+            for run in range(self.exp.runs):
+                step = f"{cond.label}, run {run + 1}/{self.exp.runs}"
                 live = [(spec.label, url) for spec, url in paths if spec.label not in dead]
                 records = self._endpoint_round(env, live) if endpoint else self._round(env, live, pacing)
                 for record in records:
                     runs[record.path].append(record)
-                    tick()
+                    tick(f"{step}, {record.path}")
                     running = env.running.get(record.path)
                     if record.error and running is not None and not running.alive:
                         record.error += f" (proxy exited: {running.log_tail(3)})"
                         dead.add(record.path)
-                for _ in dead:
-                    tick()
+                for label in dead:
+                    tick(f"{step}, {label} (exited)")
         finally:
             direct_runs = runs.get("direct", [])
             floor = Floor.from_direct_endpoint(direct_runs) if endpoint else Floor.from_direct(direct_runs)
@@ -442,6 +452,19 @@ class MatrixRunner:
                 if runs[spec.label]:
                     self.rows.append(build_row(spec, cond, runs[spec.label], floor))
             self.write()
+
+
+def _origin(running: RunningProxy) -> str:
+    """Where its streams go: an attached path's declared URL (https for a TLS ingress), else the started proxy's."""
+    return running.proxy.url if isinstance(running.proxy, AttachedProxy) else running.origin
+
+
+def _client_tls(env: Environment, running: RunningProxy | None) -> TLSOptions:
+    """The probe's TLS to a path: an attached https path is checked against its own `cacert` (None: the system's
+    store); every other path in a TLS condition is checked against this run's own certificate."""
+    if running is not None and isinstance(running.proxy, AttachedProxy) and running.proxy.https:
+        return TLSOptions(cacert=running.proxy.cacert)
+    return TLSOptions(cacert=env.cacert)
 
 
 def emitter_drift(records: list[RunRecord]) -> Drift:

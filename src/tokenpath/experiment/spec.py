@@ -134,6 +134,18 @@ def load(path: str | Path) -> Experiment:
     return experiment
 
 
+def _cacert(value: object, where: str) -> str | None:
+    """An attached https path's CA bundle (PEM), as [upstream] takes one: $VARS expanded, checked it exists."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise UsageError(f'{where}: cacert must be a file name, e.g. cacert = "ingress-ca.pem"')
+    path = Path(endpoints.expand(value, f"{where} cacert")).resolve()
+    if not path.is_file():
+        raise UsageError(f"{where}: cacert {path}: no such file")
+    return str(path)
+
+
 def parse(data: dict[str, Any]) -> Experiment:
     known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream", "stub"}
     _no_unknown(data, known, "top level")
@@ -144,13 +156,17 @@ def parse(data: dict[str, Any]) -> Experiment:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f'{where}: needs name = "..."')
         request_keys = {"model", "headers", "api_key_env", "base_path"}
-        _no_unknown(entry, {"name", "variants", "command", "version_command", "url", "version", *request_keys}, where)
+        keys = {"name", "variants", "command", "version_command", "url", "version", "cacert", *request_keys}
+        _no_unknown(entry, keys, where)
         name = entry["name"]
+        if "cacert" in entry and "url" not in entry:
+            raise UsageError(f"{where}: cacert goes with an https `url` (a path already running)")
         if "url" in entry:  # a path already running (a Compose service, another host): measured, never started
             if "command" in entry or "variants" in entry:
                 raise UsageError(f"{where}: a path with `url` is already running: no command or variants")
             options = RequestOptions.parse(name, {k: v for k, v in entry.items() if k in request_keys})
-            custom[name] = AttachedProxy(name, str(entry["url"]), str(entry.get("version", "")), options)
+            cacert = _cacert(entry.get("cacert"), where)
+            custom[name] = AttachedProxy(name, str(entry["url"]), str(entry.get("version", "")), options, cacert)
             proxy = custom[name]
         elif "command" in entry:
             options = RequestOptions.parse(name, {k: v for k, v in entry.items() if k in request_keys})

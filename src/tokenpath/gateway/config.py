@@ -27,6 +27,10 @@ class Limits:
     idle_timeout_s: float = 60.0  # silence between two upstream reads once streaming
     total_timeout_s: float = 900.0  # one response, start to end: long generations, bounded
     max_body_bytes: int = 8 << 20  # a long chat history with images as URLs fits; a runaway upload does not
+    # Request bodies a worker holds at once (each is kept whole until its stream ends, for failover): 16 bodies of
+    # max_body_bytes, or max_streams of 64 KiB (a ~16k-token chat history). Thirty authenticated 8 MiB uploads
+    # held 522 MB before this; past it, 503 + Retry-After on the head (a chunked body counts as max_body_bytes).
+    max_body_bytes_in_flight: int = 128 << 20
     max_head_bytes: int = MAX_HEAD_BYTES
     header_timeout_s: float = 10.0  # a whole request head and body (slowloris); also the keep-alive idle time
     max_streams: int = 2000  # per worker: beyond this, 503 + Retry-After rather than a slower everyone
@@ -146,6 +150,9 @@ class GatewayConfig:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
                 if m.weight < 1:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+        if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
+            raise UsageError("limits: max_body_bytes_in_flight must be >= max_body_bytes (else a body that size "
+                             "could never be admitted)")  # fmt: skip
         a = self.auth
         if a.mode == "jwt":
             sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]

@@ -8,14 +8,17 @@ silence was) is decided here, by one table, and unit-tested without a network.
     CONNECTING     connected                      -> WAITING       Arm(FIRST_BYTE)
     CONNECTING     attempt failed (connect, TLS)  -> CONNECTING    Record; Connect(same, once) | Connect(next) |
                                                                    Reply 502/503/504 -> DONE
+                   (an HTTP/2 refusal: Connect(next), else Connect(same, on a new connection) once)
     WAITING        head < 500                     -> STREAMING     Record(ok), Commit, Arm(IDLE)
     WAITING        head >= 500, lost, timeout     -> CONNECTING    as "attempt failed", after Abort
     STREAMING      end                            -> DONE          Complete
     STREAMING      lost                           -> DONE          Record(failure), End(upstream_disconnected)
+    STREAMING      an SSE event too large to hold -> DONE          Abort, End(event_too_large), member not blamed
     STREAMING      idle timer, client reading     -> DONE          End(upstream_idle_timeout)
     STREAMING      idle timer, client stalled     -> DONE          End(client_stalled), member not blamed
     any but DONE   total timer                    -> DONE          End or Reply 504
     any but DONE   client gone                    -> DONE          Abort (the member stops generating)
+    any but DONE   internal error (a bug of ours) -> DONE          Abort, Reply 500 | End(internal); no member blamed
 """
 
 from __future__ import annotations
@@ -137,15 +140,18 @@ class ExchangeMachine:
         that returned nothing, i.e. the member had closed it)."""
         if self.phase not in (Phase.CONNECTING, Phase.WAITING):
             return []
+        if failure.kind is FailureKind.INTERNAL:
+            return self.internal_error(failure)
         member = self.member
         assert member is not None
         actions: list[Action] = [Abort()] if self.phase is Phase.WAITING else []
         self.failures.append(failure)
         member.outstanding -= 1
         self.phase = Phase.CONNECTING
-        retry_here = (failure.kind is FailureKind.UPSTREAM_CLOSED and stale) or (
-            failure.kind is FailureKind.REFUSED_STREAM
-        )
+        # An HTTP/2 refusal (REFUSED_STREAM, GOAWAY) was not processed: sent to another member as a refused
+        # connection would be, and to the same member (on a new connection) only when none is left to try.
+        refused = failure.kind is FailureKind.REFUSED_STREAM and len(self.tried) >= len(self.pool.members)
+        retry_here = (failure.kind is FailureKind.UPSTREAM_CLOSED and stale) or refused
         if retry_here and not self.retried_here:  # the request never reached the model: once more, fresh
             self.retried_here = True
             member.outstanding += 1
@@ -179,6 +185,8 @@ class ExchangeMachine:
         return [Complete()]
 
     def upstream_lost(self, failure: Failure, stale: bool = False) -> list[Action]:
+        if failure.kind is FailureKind.INTERNAL:
+            return self.internal_error(failure)
         if self.phase is Phase.WAITING:
             return self.attempt_failed(failure, stale)
         if self.phase is not Phase.STREAMING:
@@ -192,6 +200,18 @@ class ExchangeMachine:
         message = f"upstream failed mid-response ({failure.kind.value})"
         return [Record(member, failure, ejected), End(message, "upstream_disconnected", failure.detail)]
 
+    def event_too_large(self, limit: int, size: int) -> list[Action]:
+        """The upstream's current SSE event grew past `limit` bytes without ending: the relay holds an event until
+        it is whole, and will hold no more. The events before it went out whole; the client gets the error event
+        next. The member answered (its health stands, as with a silence); this response is what was wrong."""
+        if self.phase is not Phase.STREAMING:
+            return []
+        self._finish_member()
+        self.phase = Phase.DONE
+        self.outcome = "event_too_large"
+        message = f"upstream sent an SSE event larger than {limit} bytes"
+        return [Abort(), End(message, "event_too_large", f"{size} bytes held without an end")]
+
     def client_gone(self) -> list[Action]:
         if self.phase is Phase.DONE:
             return []
@@ -199,6 +219,21 @@ class ExchangeMachine:
         self.phase = Phase.DONE
         self.outcome = "client_gone"
         return [Abort()]
+
+    def internal_error(self, failure: Failure | None = None) -> list[Action]:
+        """A bug in the gateway's own code: the request fails as ours (a 500 before the head, the error event
+        after), and no member is blamed, ejected or tried instead."""
+        if self.phase is Phase.DONE:
+            return []
+        streaming = self.phase is Phase.STREAMING
+        if failure is not None:
+            self.failures.append(failure)  # for the log
+        self._finish_member()
+        self.phase = Phase.DONE
+        self.outcome = "internal"
+        if streaming:
+            return [Abort(), End("internal gateway error", "internal")]
+        return [Abort(), Reply(500, "internal gateway error", "internal_error")]
 
     def client_paused(self) -> None:
         self.paused_at = self.clock()

@@ -19,10 +19,12 @@ class FailureKind(StrEnum):
     MALFORMED = "malformed_response"
     REFUSED_STREAM = "refused_stream"  # HTTP/2 GOAWAY or REFUSED_STREAM: not processed, safe to send elsewhere
     TOTAL_TIMEOUT = "total_timeout"
+    INTERNAL = "internal"  # a bug in the gateway's own code while it handled the member's bytes: never the member's
 
 
 TIMEOUTS = frozenset({FailureKind.CONNECT_TIMEOUT, FailureKind.FIRST_BYTE_TIMEOUT, FailureKind.TOTAL_TIMEOUT})
-NOT_THE_MEMBERS_FAULT = frozenset({FailureKind.LOCAL_RESOURCES, FailureKind.REFUSED_STREAM, FailureKind.TOTAL_TIMEOUT})
+NOT_THE_MEMBERS_FAULT = frozenset({FailureKind.LOCAL_RESOURCES, FailureKind.REFUSED_STREAM, FailureKind.TOTAL_TIMEOUT,
+                                   FailureKind.INTERNAL})  # fmt: skip
 # errno values that say this host ran out of something, so another member would fail the same way
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
 

@@ -9,12 +9,30 @@ so the exchange does not know which protocol it speaks. What is particular to HT
   stops sending on that stream alone (at most one window buffered); the connection's other streams go on.
 - A client that leaves resets its stream (RST_STREAM CANCEL): the member stops generating that answer only.
 - GOAWAY: streams the member says it never processed (id above last_stream_id) fail as REFUSED_STREAM, which the
-  exchange retries before the first byte; streams it did take run to their end; no new stream opens there."""
+  exchange retries before the first byte; streams it did take run to their end; no new stream opens there.
+
+What a member may not do (RFC 9113; the bounds below, each with its reason, are the ones Envoy and nginx enforce):
+
+- A malformed response (an invalid `:status`, upper-case or forbidden field names, RFC 9113 8.1.1 / 8.2 / 8.3.2) is
+  a *stream* error: that stream is reset with PROTOCOL_ERROR and fails as malformed (502, or the next member); the
+  connection's other streams go on.
+- Its SETTINGS_MAX_CONCURRENT_STREAMS is respected (RFC 9113 5.1.2): no stream opens before its SETTINGS arrive,
+  then more connections open up to MAX_CONNECTIONS_PER_MEMBER, and past that a request waits for a free stream
+  (up to the connect timeout).
+- PUSH_PROMISE is refused by our first SETTINGS frame (ENABLE_PUSH=0), so one is a connection error at once.
+- Floods close the connection with GOAWAY ENHANCE_YOUR_CALM before h2 parses them (FrameGuard): header blocks
+  (bytes, CONTINUATION frames), PING / SETTINGS frames past a burst allowance; a frame over our
+  SETTINGS_MAX_FRAME_SIZE with FRAME_SIZE_ERROR at its header (h2 would buffer it whole first).
+- The HPACK dynamic table it lets us keep is capped (MAX_ENCODER_TABLE_SIZE), whatever it advertises.
+- A window it never opens holds the request until the first-byte timeout (a 504, one failure of the member, as
+  any silence is; logged as `h2_window_withheld`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import logging
 import socket
 import ssl
 from collections.abc import Callable
@@ -26,22 +44,125 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.utilities
+from hpack.struct import Header
 
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.gateway.upstream import AttemptFailed, Sink
-from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.client import MAX_RESPONSE_HEAD_BYTES, ResponseHead
 from tokenpath.wire.framing import Framing
+
+log = logging.getLogger("tokenpath.gateway")
 
 STREAM_WINDOW = 1 << 20
 CONNECTION_WINDOW = 1 << 30
-MAX_CONNECTIONS_PER_MEMBER = 8  # more only when the member's SETTINGS_MAX_CONCURRENT_STREAMS is reached on each
-# Streams opened on a connection before the member's SETTINGS arrive: h2 assumes no limit until then, and a member
-# that allows 100 (hypercorn, nginx's default 128) resets the whole connection when a burst opens more.
-STREAMS_BEFORE_SETTINGS = 100
+# More connections to a member open only when each one is at its SETTINGS_MAX_CONCURRENT_STREAMS; past this many a
+# request waits for a stream to end (up to the connect timeout), as it would for a member's full listen backlog.
+MAX_CONNECTIONS_PER_MEMBER = 8
+# The decoded response head we accept (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by h2's HPACK decoder as it
+# decodes): the same bound as an HTTP/1.1 member's head. An LLM API's response head is under 2 KB.
+MAX_HEADER_LIST_SIZE = MAX_RESPONSE_HEAD_BYTES
+# Compressed bytes of one header block (HEADERS + CONTINUATION), counted as its frames arrive: h2 buffers a whole
+# block before decoding it, so without this a member could make us hold up to 64 x 16 KiB per block.
+MAX_HEADER_BLOCK_BYTES = MAX_HEADER_LIST_SIZE
+# CONTINUATION frames in one header block. A 64 KiB block needs 4 frames of the default 16 KiB; 16 leaves room for
+# encoders that split small. Empty ones cost a member 9 bytes each and us a parse each (the CONTINUATION flood,
+# CVE-2024-27316 and kin): h2 4.x stops at 64, this bound does not depend on the h2 version.
+MAX_CONTINUATION_FRAMES = 16
+# PING and SETTINGS frames (the ones we must answer) a member may send in a burst, and the rate the allowance comes
+# back. 1,000 is Envoy's max_outbound_control_frames default (nginx's flood check allows 10,000 queued frames); each
+# costs h2 ~20 us of this worker's one core and 9-17 bytes of answer, queued while the member does not read. A
+# keep-alive PING or a settings change comes a few times a minute, so 100 a second refill is far above any honest use.
+MAX_CONTROL_BURST = 1_000
+CONTROL_FRAMES_PER_S = 100.0
+# HPACK dynamic table we keep for the member's decoder, whatever SETTINGS_HEADER_TABLE_SIZE it advertises (RFC 7541
+# 4.2 lets the encoder use less): RFC 7541's default, and nghttp2's (so Envoy's) deflate cap. Every request carries a
+# fresh request id: an uncapped table keeps them all, and the encoder searches it linearly per field.
+MAX_ENCODER_TABLE_SIZE = 4096
 # Hop-by-hop and HTTP/1.1-only fields: forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-headers instead
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
 BODILESS_STATUS = (204, 304)
+RESPONSE_FLAGS = h2.utilities.HeaderValidationFlags(
+    is_client=True, is_trailer=False, is_response_header=True, is_push_promise=False
+)
+TRAILER_FLAGS = RESPONSE_FLAGS._replace(is_trailer=True)
+# frame types and flags the guard reads from frame headers (RFC 9113 6)
+HEADERS, SETTINGS, PUSH_PROMISE, PING, CONTINUATION = 0x1, 0x4, 0x5, 0x6, 0x9
+ACK, END_HEADERS = 0x1, 0x4
+
+
+class FrameGuard:
+    """Reads the member's frame headers (9 bytes each) as bytes arrive, before h2 parses a byte of them, and says
+    when a bound is crossed: the connection is then closed, and h2 never spends a core on the flood. Sans-IO, with
+    the clock injected. `error_code` is the GOAWAY's: FRAME_SIZE_ERROR for an oversized frame, else
+    ENHANCE_YOUR_CALM (RFC 9113 10.5)."""
+
+    def __init__(self, clock: Callable[[], float], max_frame_size: int) -> None:
+        self.clock = clock
+        self.max_frame_size = max_frame_size  # ours (SETTINGS_MAX_FRAME_SIZE): h2 would buffer a larger one first
+        self.head = b""  # a frame header split across reads
+        self.skip = 0  # payload bytes of the current frame still to come
+        self.block: int | None = None  # compressed bytes of the header block being received; None: not in one
+        self.continuations = 0
+        self.allowance = float(MAX_CONTROL_BURST)
+        self.refilled = clock()
+        self.ends: list[int] = []  # where frames end in the last `data` fed
+        self.error_code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+    def feed(self, data: bytes) -> str | None:
+        """Why the member is flooding us, or None; `ends` says where in `data` each frame ends."""
+        self.ends = ends = []
+        at, end = 0, len(data)
+        while at < end:
+            if self.skip:
+                step = min(self.skip, end - at)
+                self.skip -= step
+                at += step
+                if not self.skip:
+                    ends.append(at)
+                continue
+            need = 9 - len(self.head)
+            if end - at < need:
+                self.head += data[at:]
+                return None
+            header = self.head + data[at : at + need] if self.head else data[at : at + 9]
+            self.head = b""
+            at += need
+            length = int.from_bytes(header[:3], "big")
+            why = self._frame(length, header[3], header[4])
+            if why is not None:
+                return why
+            self.skip = length
+            if not length:
+                ends.append(at)
+        return None
+
+    def _frame(self, length: int, kind: int, flags: int) -> str | None:
+        if length > self.max_frame_size:
+            self.error_code = h2.errors.ErrorCodes.FRAME_SIZE_ERROR
+            return f"a {length}-byte frame (our SETTINGS_MAX_FRAME_SIZE is {self.max_frame_size})"
+        if kind in (HEADERS, PUSH_PROMISE):
+            self.block = None if flags & END_HEADERS else length
+            self.continuations = 0
+        elif kind == CONTINUATION and self.block is not None:  # (a CONTINUATION outside a block: h2 refuses it)
+            self.continuations += 1
+            self.block += length
+            if self.continuations > MAX_CONTINUATION_FRAMES:
+                return f"more than {MAX_CONTINUATION_FRAMES} CONTINUATION frames in one header block"
+            if self.block > MAX_HEADER_BLOCK_BYTES:
+                return f"a header block over {MAX_HEADER_BLOCK_BYTES} bytes"
+            if flags & END_HEADERS:
+                self.block = None
+        elif kind in (PING, SETTINGS) and not flags & ACK:
+            now = self.clock()
+            self.allowance = min(MAX_CONTROL_BURST, self.allowance + (now - self.refilled) * CONTROL_FRAMES_PER_S)
+            self.refilled = now
+            self.allowance -= 1
+            if self.allowance < 0:
+                return (f"more than {MAX_CONTROL_BURST} PING/SETTINGS frames in a burst "
+                        f"(allowed: {CONTROL_FRAMES_PER_S:g} a second)")  # fmt: skip
+        return None
 
 
 class H2Stream:
@@ -80,6 +201,8 @@ class H2Stream:
     def abort(self) -> None:
         """The client left (or the attempt is given up): reset this stream only."""
         self.sink = None
+        if self.pending_body and not self.closed:
+            self.conn.report_withheld_window(self)
         if not self.closed:
             self.closed = True
             self.conn.cancel(self)
@@ -94,20 +217,32 @@ class H2Connection(asyncio.Protocol):
         self.pool = pool
         self.tls = tls
         self.transport: asyncio.Transport | None = None
-        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        # Response heads are validated here, per stream (_malformed), not by h2: h2 makes every malformed head a
+        # connection error, which RFC 9113 8.1.1 makes a stream error.
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=False)
+        self.h2 = h2.connection.H2Connection(config)
+        # In our first SETTINGS frame (h2's update_settings would send a second one, in force only once acknowledged,
+        # so a member that never acknowledges could still push)
+        self.h2.local_settings = h2.settings.Settings(client=True, initial_values={
+            h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+        })  # fmt: skip
+        self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        loop = asyncio.get_running_loop()
+        self.guard = FrameGuard(loop.time, self.h2.max_inbound_frame_size)
         self.streams: dict[int, H2Stream] = {}
+        self.started = False  # our preface is out
         self.closed = False
         self.goaway = False  # no new streams here
-        self.settings_received = False
         self.completed = 0  # streams that ended normally here
-        self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
+        # Resolved by the member's first SETTINGS frame (its preface): no stream opens before its limits are known.
+        self.ready: asyncio.Future[Failure | None] = loop.create_future()
 
     @property
     def has_room(self) -> bool:
         if self.closed or self.goaway or not self.ready.done() or self.ready.result() is not None:
             return False
-        limit = self.h2.remote_settings.max_concurrent_streams if self.settings_received else STREAMS_BEFORE_SETTINGS
-        return len(self.streams) < limit
+        return len(self.streams) < self.h2.remote_settings.max_concurrent_streams
 
     # asyncio ---------------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -121,6 +256,12 @@ class H2Connection(asyncio.Protocol):
             self.transport.write(self.tls.start())
 
     def data_received(self, data: bytes) -> None:
+        try:
+            self._received(data)
+        except Exception as exc:  # the member's errors are caught by type in _received: this one is a bug of ours
+            self._internal(exc)
+
+    def _received(self, data: bytes) -> None:
         if self.tls is not None:
             try:
                 data, reply = self.tls.receive(data)
@@ -134,22 +275,34 @@ class H2Connection(asyncio.Protocol):
                 # now, or the next stream would go out on it and meet a reset.
                 self.goaway = True
                 self.transport.close()
-            if not self.ready.done() and self.tls.handshaken:
+            if not self.started and self.tls.handshaken:
                 if self.tls.alpn != "h2":
-                    why = f"{self.pool.where} did not agree to HTTP/2 (ALPN: {self.tls.alpn or 'none'})"
-                    self._lose(Failure(FailureKind.TLS, why))
+                    alpn = f"{self.pool.where} did not agree to HTTP/2 (ALPN: {self.tls.alpn or 'none'})"
+                    self._lose(Failure(FailureKind.TLS, alpn))
                     return
                 self._start_h2()
             if not data:
                 return
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            self._lose(Failure(FailureKind.MALFORMED, f"HTTP/2 protocol error from {self.pool.where}: {exc}"))
+        flood = self.guard.feed(data)
+        if flood is not None:
+            self._calm(flood)
             return
+        # One frame at a time: a stream reset for a malformed head must be in h2's state before that stream's next
+        # frame is parsed (h2 makes a frame on a stream in the wrong state a connection error).
         touched: dict[int, Sink] = {}
-        for event in events:
-            self._handle(event, touched)
+        view, start = memoryview(data), 0
+        for cut in [*self.guard.ends, len(data)]:
+            if cut <= start:
+                continue
+            try:
+                events = self.h2.receive_data(view[start:cut])
+            except h2.exceptions.ProtocolError as exc:
+                self._flush()  # h2's GOAWAY, with the error code
+                self._lose(Failure(FailureKind.MALFORMED, f"HTTP/2 protocol error from {self.pool.where}: {exc}"))
+                return
+            start = cut
+            for event in events:
+                self._handle(event, touched)
         self._flush()
         for sink in touched.values():
             sink.upstream_read_done()
@@ -157,7 +310,10 @@ class H2Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         why = f": {exc}" if exc else ""
-        self._lose(Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection{why}"))
+        try:
+            self._lose(Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection{why}"))
+        except Exception as bug:  # raised by a sink: ours, not the member's
+            self._internal(bug)
 
     # streams -------------------------------------------------------------------------------------------------
     def start_stream(
@@ -168,7 +324,6 @@ class H2Connection(asyncio.Protocol):
             return
         stream_id = self.h2.get_next_available_stream_id()
         stream.stream_id = stream_id
-        self.streams[stream_id] = stream
         fields = [
             (b":method", method.encode()), (b":scheme", b"https" if self.tls is not None else b"http"),
             (b":authority", authority.encode()), (b":path", target.encode()),
@@ -177,7 +332,12 @@ class H2Connection(asyncio.Protocol):
             lname = name.lower()
             if lname not in NOT_IN_H2:
                 fields.append((lname.encode(), value.encode("latin-1")))
-        self.h2.send_headers(stream_id, fields, end_stream=not body)
+        try:
+            self.h2.send_headers(stream_id, fields, end_stream=not body)
+        except h2.exceptions.H2Error as exc:  # e.g. h2 still counts a stream the member ended as open
+            asyncio.get_running_loop().call_soon(self._refuse, stream, f"no stream could be opened: {exc!r}")
+            return
+        self.streams[stream_id] = stream
         self.h2.increment_flow_control_window(STREAM_WINDOW - 65535, stream_id)
         if body:
             stream.pending_body = body
@@ -198,19 +358,38 @@ class H2Connection(asyncio.Protocol):
             self._flush()
         self._maybe_close()
 
+    def report_withheld_window(self, stream: H2Stream) -> None:
+        """A stream given up with its request body unsent: say so when the member's window is what held it."""
+        try:
+            window = self.h2.local_flow_control_window(stream.stream_id)
+        except h2.exceptions.H2Error:
+            return
+        if window <= 0:
+            event = {"event": "h2_window_withheld", "member": self.pool.where, "stream": stream.stream_id,
+                     "unsent_bytes": len(stream.pending_body),
+                     "detail": "the member never opened its flow-control window for the request"}  # fmt: skip
+            log.warning(json.dumps(event))
+
     # internals -----------------------------------------------------------------------------------------------
     def _start_h2(self) -> None:
         # Stream windows are opened by a WINDOW_UPDATE per stream, not by SETTINGS_INITIAL_WINDOW_SIZE: a larger
         # initial window only counts once the member acknowledges it, so both sides could disagree for a moment.
+        self.started = True
         self.h2.initiate_connection()
-        self.h2.update_settings({h2.settings.SettingCodes.ENABLE_PUSH: 0})
         self.h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._flush()
-        if not self.ready.done():
-            self.ready.set_result(None)
 
     def _handle(self, event: h2.events.Event, touched: dict[int, Sink]) -> None:
-        if isinstance(event, h2.events.ResponseReceived):
+        if isinstance(event, h2.events.ResponseReceived | h2.events.InformationalResponseReceived):
+            assert event.stream_id is not None
+            assert event.headers is not None
+            informational = isinstance(event, h2.events.InformationalResponseReceived)
+            why = _malformed(event.headers, RESPONSE_FLAGS, informational)
+            if why is not None:
+                self._reset_malformed(event.stream_id, why, touched)
+                return
+            if informational:
+                return  # 1xx: the response follows
             stream = self.streams.get(event.stream_id)
             if stream is not None and stream.sink is not None:
                 stream.got_bytes = True
@@ -230,8 +409,18 @@ class H2Connection(asyncio.Protocol):
             touched[event.stream_id] = stream.sink
             if event.data:
                 stream.sink.upstream_body(event.data)
+        elif isinstance(event, h2.events.TrailersReceived):
+            assert event.stream_id is not None
+            assert event.headers is not None
+            why = _malformed(event.headers, TRAILER_FLAGS, False)
+            if why is not None:
+                self._reset_malformed(event.stream_id, why, touched)
         elif isinstance(event, h2.events.StreamEnded):
             stream = self.streams.pop(event.stream_id, None)
+            if stream is not None and stream.pending_body:  # answered before the whole request was read
+                stream.pending_body = b""
+                with contextlib.suppress(h2.exceptions.H2Error):  # RFC 9113 8.1: we may stop sending it
+                    self.h2.reset_stream(event.stream_id, h2.errors.ErrorCodes.NO_ERROR)
             if stream is not None and stream.sink is not None:
                 sink, stream.sink = stream.sink, None
                 touched.pop(event.stream_id, None)
@@ -263,7 +452,11 @@ class H2Connection(asyncio.Protocol):
                 touched.pop(stream_id, None)
             self._maybe_close()
         elif isinstance(event, h2.events.RemoteSettingsChanged):
-            self.settings_received = True
+            if self.h2.encoder.header_table_size > MAX_ENCODER_TABLE_SIZE:  # h2 took the member's value as it is
+                self.h2.encoder.header_table_size = MAX_ENCODER_TABLE_SIZE
+            if not self.ready.done():
+                self.ready.set_result(None)
+            self.pool.freed()  # a larger SETTINGS_MAX_CONCURRENT_STREAMS makes room
         elif isinstance(event, h2.events.WindowUpdated):
             for stream in list(self.streams.values()):
                 if stream.pending_body:
@@ -277,6 +470,31 @@ class H2Connection(asyncio.Protocol):
                 return  # resumed on WindowUpdated
             piece, stream.pending_body = stream.pending_body[:window], stream.pending_body[window:]
             h2conn.send_data(stream.stream_id, piece, end_stream=not stream.pending_body)
+
+    def _reset_malformed(self, stream_id: int, why: str, touched: dict[int, Sink]) -> None:
+        """RFC 9113 8.1.1: a malformed response is a stream error of type PROTOCOL_ERROR; the connection goes on."""
+        stream = self.streams.pop(stream_id, None)
+        touched.pop(stream_id, None)
+        with contextlib.suppress(h2.exceptions.H2Error):  # (already closed, e.g. malformed trailers)
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        if stream is not None:
+            why = f"malformed response from {self.pool.where} (stream {stream_id} reset, the connection kept): {why}"
+            self._fail_stream(stream, Failure(FailureKind.MALFORMED, why))
+        self._maybe_close()
+
+    def _calm(self, why: str) -> None:
+        """A flood (FrameGuard): GOAWAY ENHANCE_YOUR_CALM (RFC 9113 10.5) and close; its streams fail."""
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self.h2.close_connection(self.guard.error_code)
+            self._flush()
+        self._lose(Failure(FailureKind.MALFORMED, f"HTTP/2 flood from {self.pool.where}: {why}; connection closed"))
+
+    def _internal(self, exc: Exception) -> None:
+        """A bug of ours while handling the member's bytes (a sink runs inside data_received): logged with its
+        traceback; the connection's state is unknown, so it is dropped, and its streams fail as INTERNAL (never the
+        member's fault)."""
+        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": repr(exc)}), exc_info=exc)
+        self._lose(Failure(FailureKind.INTERNAL, f"internal error handling {self.pool.where}'s HTTP/2: {exc!r}"))
 
     def _fail_stream(self, stream: H2Stream, failure: Failure) -> None:
         stream.closed = True
@@ -300,6 +518,7 @@ class H2Connection(asyncio.Protocol):
             self.transport.abort()
 
     def _maybe_close(self) -> None:
+        self.pool.freed()  # called whenever a stream left this connection
         if self.goaway and not self.streams and self.transport is not None and not self.closed:
             self.closed = True
             self.pool.forget(self)
@@ -319,6 +538,23 @@ class H2Connection(asyncio.Protocol):
             except h2.exceptions.H2Error:
                 pass
             self.transport.close()
+
+
+def _malformed(headers: list[Header], flags: h2.utilities.HeaderValidationFlags, informational: bool) -> str | None:
+    """Why a response's (or its trailers') field block is malformed (RFC 9113 8.1.1, 8.2, 8.3.2), or None: h2's
+    field checks (lower-case names, no connection-specific fields, pseudo-fields), then a `:status` of three digits
+    in 100-599 (RFC 9110 15), 1xx for an interim response."""
+    try:
+        fields = list(h2.utilities.validate_headers(headers, flags))
+    except h2.exceptions.ProtocolError as exc:
+        return str(exc)
+    if flags.is_trailer:
+        return None
+    status = next((v for n, v in fields if n == b":status"), b"")
+    low, high = (100, 199) if informational else (100, 599)
+    if len(status) != 3 or not status.isdigit() or not low <= int(status) <= high:
+        return f":status {status.decode('latin-1')!r} is not a status code (three digits, {low}-{high})"
+    return None
 
 
 def _head(headers: list[tuple[bytes, bytes]], method: str) -> ResponseHead:
@@ -354,29 +590,46 @@ class H2Pool:
         self.on_handshake = on_handshake
         self.connections: list[H2Connection] = []
         self._connecting: asyncio.Task[H2Connection] | None = None
+        self._room = asyncio.Event()  # set when a stream ends or a connection leaves: waiting requests look again
 
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port}"
 
     async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> H2Stream:
-        """A stream on a connection with room, or on a new one. (`fresh` is for HTTP/1.1's idle pool: a failed
-        HTTP/2 connection has already left this pool.)"""
+        """A stream on a connection with room, or on a new one; with every connection at the member's stream limit
+        and MAX_CONNECTIONS_PER_MEMBER open, the first stream to free up (within the connect timeout). `fresh`: on a
+        new connection, not one already open (a retry after REFUSED_STREAM; a failed connection has left already)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + connect_timeout_s
         while True:
-            for conn in self.connections:
-                if conn.has_room:
-                    return H2Stream(conn)
+            if not fresh:
+                for conn in self.connections:
+                    if conn.has_room:
+                        return H2Stream(conn)
             if len(self.connections) >= MAX_CONNECTIONS_PER_MEMBER:
-                raise AttemptFailed(Failure(FailureKind.REFUSED_STREAM, f"{self.where}: every HTTP/2 connection "
-                                            "is at the member's stream limit"))  # fmt: skip
+                fresh = False  # no new connection: the first stream to end on one of these
+                left = deadline - loop.time()
+                if left <= 0:
+                    limit = min(c.h2.remote_settings.max_concurrent_streams for c in self.connections)
+                    raise AttemptFailed(Failure(FailureKind.CONNECT_TIMEOUT, f"{self.where}: no HTTP/2 stream free "
+                                                f"within {connect_timeout_s:g} s ({len(self.connections)} connections"
+                                                f", SETTINGS_MAX_CONCURRENT_STREAMS {limit})"))  # fmt: skip
+                self._room.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._room.wait(), left)
+                continue
             if self._connecting is None:  # concurrent requests share one connection attempt
-                self._connecting = asyncio.get_running_loop().create_task(self._connect(connect_timeout_s))
+                self._connecting = loop.create_task(self._connect(connect_timeout_s))
             task = self._connecting
             try:
-                await asyncio.shield(task)  # then look for room again: a burst may fill it before we get there
+                conn = await asyncio.shield(task)
             finally:
                 if task.done() and self._connecting is task:
                     self._connecting = None
+            if conn.has_room:
+                return H2Stream(conn)
+            # a burst filled it before we got there: look again
 
     async def _connect(self, connect_timeout_s: float) -> H2Connection:
         loop = asyncio.get_running_loop()
@@ -416,6 +669,10 @@ class H2Pool:
     def forget(self, conn: H2Connection) -> None:
         if conn in self.connections:
             self.connections.remove(conn)
+        self.freed()
+
+    def freed(self) -> None:
+        self._room.set()
 
     def close(self) -> None:
         for conn in list(self.connections):

@@ -43,12 +43,21 @@ class Metrics:
         self.streams_active = Gauge(
             "tokenpath_gateway_streams_active", "Responses in flight", multiprocess_mode="livesum", registry=r
         )
-        self.requests = Counter("tokenpath_gateway_requests_total", "Requests answered", ["code"], registry=r)
+        self.requests = Counter(
+            "tokenpath_gateway_requests_total",
+            "Requests answered, by the status the client got (a stream that failed after its head, under that head's)",
+            ["code"], registry=r,
+        )  # fmt: skip
         self.frames = Counter("tokenpath_gateway_frames_relayed_total", "SSE frames relayed to clients", registry=r)
         self.bytes = Counter(
             "tokenpath_gateway_bytes_relayed_total", "Response body bytes relayed to clients", registry=r
         )
-        self.errors = Counter("tokenpath_gateway_errors_total", "Failures by reason", ["reason"], registry=r)
+        self.errors = Counter(
+            "tokenpath_gateway_errors_total",
+            "Failures by reason: each failed attempt at a member before the response head, by its kind; each request "
+            "that ended abnormally, once, by its outcome",
+            ["reason"], registry=r,
+        )  # fmt: skip
         self.failovers = Counter("tokenpath_gateway_failovers_total", "Retries elsewhere", ["pool"], registry=r)
         self.tls_handshakes = Counter(
             "tokenpath_gateway_upstream_tls_handshakes_total", "TLS handshakes with https members, by resumption",

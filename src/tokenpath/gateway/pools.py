@@ -92,10 +92,16 @@ class Pool:
         member.consecutive_failures = 0
 
     def record_failure(self, member: MemberState) -> bool:
-        """Returns True when this failure ejected the member."""
+        """Returns True when this failure ejected the member. A member already ejected (tried anyway because every
+        member was out, or by an active check) that fails again stays out for a new cooldown, but is not ejected a
+        second time: one ejection, one event."""
+        now = self.clock()
+        if not member.healthy(now):
+            member.ejected_until = now + self.health.cooldown_s
+            return False
         member.consecutive_failures += 1
         if member.consecutive_failures >= self.health.eject_after:
-            member.ejected_until = self.clock() + self.health.cooldown_s
+            member.ejected_until = now + self.health.cooldown_s
             member.consecutive_failures = 0
             member.ejections += 1
             return True

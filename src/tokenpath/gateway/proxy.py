@@ -19,7 +19,7 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -51,7 +51,7 @@ from tokenpath.http_server import Admission, Admitted, Refusal, Request, Respons
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing, chunk
 from tokenpath.wire.openai import FrameKind
-from tokenpath.wire.sse import EventCounter, SSEParser, last_event_end
+from tokenpath.wire.sse import MAX_EVENT_BYTES, EventRelay, SSEParser
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -63,6 +63,8 @@ FORWARD_DROP = HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto"}  # rewritte
 RESPONSE_DROP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
                            "trailer", "upgrade"})  # fmt: skip
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# What nginx forwards by default (ignore_invalid_headers on, underscores_in_headers off): other names are dropped.
+HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
 API_PREFIX = "/v1/"
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
@@ -93,6 +95,7 @@ class GatewayApp:
         self.forward_drop = FORWARD_DROP | {cfg.request_id_header.lower()}  # ours replaces the client's
         self.active: set[Exchange] = set()
         self.draining = False
+        self.body_bytes = 0  # request body bytes admitted and not yet released (max_body_bytes_in_flight)
         self._idle = asyncio.Event()  # set whenever no exchange is active (drain waits on it)
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -111,7 +114,7 @@ class GatewayApp:
     # admission: on the request's head, before its body is read ---------------------------------------------
     def admit(self, head: Request) -> Admission | Awaitable[Admission]:
         if head.path == HEALTH_PATH and head.method == "GET":
-            return Admitted(None)
+            return self._admitted(head, None)
         if head.method in REFUSED_METHODS:
             return self._refuse(405, f"{head.method} is not allowed", "method_not_allowed",
                                 (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),))  # fmt: skip
@@ -130,7 +133,7 @@ class GatewayApp:
             return self._unauthorized(head, str(exc))
         except KeyNeeded:
             return self._admit_after_key_fetch(head, authorization, target)
-        return Admitted(Entry(principal, target))
+        return self._admitted(head, Entry(principal, target))
 
     async def _admit_after_key_fetch(self, head: Request, authorization: str | None, target: str) -> Admission:
         try:
@@ -141,7 +144,24 @@ class GatewayApp:
             self.metrics.errors.labels("jwks_unavailable").inc()
             return self._refuse(503, "signing keys are unavailable; retry shortly", "auth_unavailable",
                                 (("Retry-After", str(self.cfg.limits.retry_after_s)),))  # fmt: skip
-        return Admitted(Entry(principal, target))
+        return self._admitted(head, Entry(principal, target))
+
+    def _admitted(self, head: Request, entry: Entry | None) -> Admission:
+        """Admit a request whose body fits in the worker's max_body_bytes_in_flight, holding room for it until the
+        connection is done with the request (http_server calls the release); else 503 + Retry-After."""
+        size = declared_body_bytes(head, self.cfg.limits.max_body_bytes)
+        if not size:
+            return Admitted(entry)
+        limit = self.cfg.limits.max_body_bytes_in_flight
+        if self.body_bytes + size > limit:
+            self.metrics.errors.labels("bodies_in_flight").inc()
+            return self._refuse(503, f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
+                                "overloaded", (("Retry-After", str(self.cfg.limits.retry_after_s)),))  # fmt: skip
+        self.body_bytes += size
+        return Admitted(entry, functools.partial(self._release_body, size))
+
+    def _release_body(self, size: int) -> None:
+        self.body_bytes -= size
 
     def _refuse(self, status: int, message: str, code: str, headers: tuple[tuple[str, str], ...] = ()) -> Refusal:
         self.metrics.requests.labels(str(status)).inc()
@@ -224,6 +244,20 @@ class GatewayApp:
         return cut
 
 
+def declared_body_bytes(head: Request, max_body_bytes: int) -> int:
+    """What a request's body may take: its Content-Length (the core refused one over max_body_bytes), or
+    max_body_bytes when it is chunked (its length is known only at its end)."""
+    if head.header("transfer-encoding") is not None:
+        return max_body_bytes
+    length = head.header("content-length")
+    return int(length) if length is not None and length.isdigit() else 0
+
+
+def connection_tokens(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The header names every Connection header lists (RFC 9110 7.6.1: hop-by-hop, never forwarded)."""
+    return frozenset(t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(","))
+
+
 def _tls_context(pool: PoolConfig) -> Any:
     if not any(m.tls for m in pool.members):
         return None
@@ -254,8 +288,7 @@ class Exchange:
         self.chunked = True
         self.bodiless = False
         self.sse = False
-        self.events = EventCounter()
-        self.held = b""  # bytes of an SSE event an upstream read left unfinished
+        self.events = EventRelay()  # counts SSE events and holds the bytes of an unfinished one (MAX_EVENT_BYTES)
         self.ttft_scan: SSEParser | None = None  # classifies the first events until the first content frame
         self.scanned = 0
         self.out: list[bytes] = []
@@ -263,6 +296,7 @@ class Exchange:
         self.bytes = 0
         self.status = 0
         self.error: str | None = None
+        self.end_counted = False  # an abnormal end is counted in the metrics once (_count_end)
         self.headers: list[tuple[str, str]] = []
         self.t_start = time.perf_counter()
         self.t_sent = 0.0
@@ -284,14 +318,9 @@ class Exchange:
             self.machine = ExchangeMachine(pool, app.cfg.limits, self.loop.time)
             self._do(self.machine.start())
             await self.done
-        except Exception:  # a bug costs this request, never the worker
+        except Exception as exc:  # a bug costs this request, never the worker, and never counts against a member
             log.exception("request %s failed", self.request_id)
-            self.error = "internal error"
-            if not self.committed:
-                app.reply_error(self.response, 500, "internal gateway error", "internal_error")
-            else:
-                self._end_stream(End("internal gateway error", "internal"))
-            self._abort_upstream()
+            self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
         finally:
             self._stop_timers()
             app.finished(self)
@@ -300,6 +329,9 @@ class Exchange:
 
     def _do(self, actions: list[Action]) -> None:
         """Perform what the machine decided, in order."""
+        machine = self.machine
+        if machine is not None and machine.phase is Phase.DONE and not self.done.done():
+            self._count_end(machine.outcome)  # before these actions write the last bytes
         for action in actions:
             kind = type(action)
             if kind is Connect:
@@ -310,6 +342,7 @@ class Exchange:
                 task = self.loop.create_task(self._connect(action.member, action.fresh))
                 self.app._tasks.add(task)
                 task.add_done_callback(self.app._tasks.discard)
+                task.add_done_callback(self._connect_done)
             elif kind is Abort:
                 self._abort_upstream()
             elif kind is Record:
@@ -334,10 +367,53 @@ class Exchange:
                 self._complete()
         machine = self.machine
         if machine is not None and machine.phase is Phase.DONE and not self.done.done():
+            self._count_end(machine.outcome)  # when these actions were the ones that ended it
             if machine.outcome is not None:
-                self.app.metrics.errors.labels(machine.outcome).inc()
                 self.error = self.error or machine.outcome.replace("_", " ")
             self._resolve_done()
+
+    def _connect_done(self, task: asyncio.Task[None]) -> None:
+        """_connect handles the member's failures (AttemptFailed); anything else it raised is a bug of ours, which
+        would otherwise leave the request waiting for its total timeout."""
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            log.error(json.dumps({"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}),
+                      exc_info=exc)  # fmt: skip
+            self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
+
+    def _fail_internally(self, failure: Failure) -> None:
+        """A bug in our own code (here, or raised by a Sink method inside the upstream connection's callbacks):
+        the request fails as the gateway's (500 before the head, the error event after), counted once under
+        `internal`, and no member is blamed. After the machine had already decided (a bug while completing), the
+        client's response is still ended."""
+        self.error = f"internal error ({failure.detail})"
+        actions = self.machine.internal_error(failure) if self.machine is not None else []
+        if actions:
+            self._do(actions)
+            return
+        self.app.metrics.errors.labels("internal").inc()  # the machine had ended it: its outcome is counted apart
+        if not self.committed:
+            self.app.reply_error(self.response, 500, "internal gateway error", "internal_error")
+        elif not self.response.finished:
+            self._end_stream(End("internal gateway error", "internal"))
+        self._abort_upstream()
+        if not self.done.done():
+            self._resolve_done()
+
+    def _count_end(self, outcome: str | None) -> None:
+        """Once per request, when it ends other than normally: one `errors_total` reason (the outcome), and, when
+        the client already has the head, its status in `requests_total` (before the head, reply_error counts the
+        error status; a normal end is counted by _complete). Before the last bytes go out: a client that has read
+        its answer finds it in /metrics."""
+        if self.end_counted:
+            return
+        self.end_counted = True
+        if outcome is None:
+            return
+        metrics = self.app.metrics
+        metrics.errors.labels(outcome).inc()
+        if self.committed:
+            metrics.requests.labels(str(self.status)).inc()
 
     async def _connect(self, member: MemberState, fresh: bool) -> None:
         machine = self.machine
@@ -362,7 +438,9 @@ class Exchange:
         pool = self.pool
         assert pool is not None
         failure = record.failure
-        if failure is not None and failure.kind is not FailureKind.UPSTREAM_5XX:  # 5xx: counted with its status
+        # An attempt that failed before the head counts by its kind (a 5xx by its status, in upstream_head); a
+        # failure after it ends the request, counted once by the outcome (_count_end), not twice.
+        if failure is not None and failure.kind is not FailureKind.UPSTREAM_5XX and not self.committed:
             self.app.metrics.errors.labels(failure.kind.value).inc()
         if record.ejected:
             reason = failure.kind.value if failure else None
@@ -393,13 +471,11 @@ class Exchange:
             self._do(self.machine.timer(which))
 
     def _upstream_headers(self) -> list[tuple[str, str]]:
-        """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection header names) and
-        (when the gateway checked them) its credentials, plus ours."""
-        drop = self.app.forward_drop
-        connection = self.request.header("connection")
-        if connection:
-            drop = drop | {t.strip().lower() for t in connection.split(",")}
-        headers = [(k, v) for k, v in self.request.headers if k.lower() not in drop]
+        """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection headers name), names
+        nginx ignores (anything but letters, digits and '-': `X_Forwarded_For` would reach a CGI-style backend as
+        X-Forwarded-For) and (when the gateway checked them) its credentials, plus ours."""
+        drop = self.app.forward_drop | connection_tokens(self.request.headers)
+        headers = [(k, v) for k, v in self.request.headers if k.lower() not in drop and HEADER_NAME_OK.match(k)]
         if self.request.peer:
             seen = self.request.header("x-forwarded-for")
             headers.append(("X-Forwarded-For", f"{f'{seen}, ' if seen else ''}{self.request.peer}"))
@@ -425,8 +501,8 @@ class Exchange:
             return None
         try:
             body = json.loads(self.request.body)
-        except ValueError:
-            return None  # the upstream answers malformed JSON with its own 400
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes ([[[[...)
+            return None  # malformed JSON: routed as a request without a model; the upstream answers its own 400
         model = body.get("model") if isinstance(body, dict) else None
         return model if isinstance(model, str) else None
 
@@ -448,17 +524,23 @@ class Exchange:
         self.status = head.status
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
+        drop = RESPONSE_DROP | connection_tokens(head.headers)  # hop-by-hop, also those the upstream names
         for name, value in head.headers:
             lname = name.lower()
-            if lname == "content-length":
+            if lname == "content-length" and head.framing in (Framing.LENGTH, Framing.NONE):  # else not the length
                 length = int(value)
             elif lname == "content-type" and value.startswith("text/event-stream"):
                 self.sse = True
-            if lname not in RESPONSE_DROP:
+            if lname not in drop:
                 out_headers.append((name, value))
         out_headers.append((self.app.cfg.request_id_header, self.request_id))
         if self.sse:
             self.ttft_scan = SSEParser()
+            if head.framing is Framing.LENGTH:
+                # A token stream is re-framed (chunked; close-delimited for an HTTP/1.0 client), never announced
+                # with the upstream's length: a failure mid-stream ends it with an error event, which must not make
+                # the client read more bytes than a Content-Length said.
+                length = None
         response = self.response
         if head.framing is Framing.NONE:
             if length is not None:  # HEAD: the length of the body a GET would get
@@ -480,19 +562,28 @@ class Exchange:
                 self._observe_ttft(self.t_first_in)  # not a token stream: its first byte is its first answer
         self.bytes += len(data)
         if self.sse:
-            self.frames += self.events.feed(data)
+            events = self.events
+            self.frames += events.feed(data)
             if self.ttft_scan is not None:
                 self._scan_for_first_token(data)
-            if self.held:
-                data = self.held + data
-                self.held = b""
-            if not self.events.at_boundary:  # the read ends inside an event: its bytes wait for the rest
-                cut = last_event_end(data)
-                self.held = data[cut:]
-                data = data[:cut]
+            if events.tail or events.held:  # the read ends inside an event, or ends one that earlier reads began
+                data = events.cut(data)  # every whole event; the rest is held, never rescanned
+                if events.too_large:
+                    self._event_too_large(data)
+                    return
                 if not data:
                     return
         self.out.append(chunk(data) if self.chunked else data)  # one chunk per upstream read
+
+    def _event_too_large(self, whole: bytes) -> None:
+        """An upstream event outgrew what the relay holds: the client gets every whole event before it, then the
+        error event (it would have had to hold the event whole too; the gateway will not hold it forever)."""
+        if whole:
+            self.out.append(chunk(whole) if self.chunked else whole)
+        held = len(self.events.held)
+        self.events.held.clear()
+        if self.machine is not None:
+            self._do(self.machine.event_too_large(MAX_EVENT_BYTES, held))
 
     def upstream_read_done(self) -> None:
         if self.out:
@@ -506,9 +597,9 @@ class Exchange:
             self._do(self.machine.upstream_ended())
 
     def _complete(self) -> None:
-        if self.held:  # a stream that ends without a blank line still gets every byte
-            self.out.append(chunk(self.held) if self.chunked else self.held)
-            self.held = b""
+        if self.events.held:  # a stream that ends without a blank line still gets every byte
+            rest = self.events.rest()
+            self.out.append(chunk(rest) if self.chunked else rest)
         self.out.append(self.response.end_bytes())
         # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
         self.app.metrics.requests.labels(str(self.status)).inc()
@@ -522,6 +613,9 @@ class Exchange:
             self.response.write(b"", last=True)
 
     def upstream_lost(self, failure: Failure) -> None:
+        if failure.kind is FailureKind.INTERNAL:
+            self._fail_internally(failure)
+            return
         conn = self.conn
         stale = conn is not None and conn.reused and not conn.got_bytes
         if self.machine is not None:
@@ -534,11 +628,14 @@ class Exchange:
         dropped, so the error event is the next thing an SSE client parses, whole."""
         self.error = f"{end.message}: {end.detail}" if end.detail else end.message
         self._abort_upstream()
-        self.held = b""
+        self.events.held.clear()
         if not self.committed:
             self.app.reply_error(self.response, 502, end.message, end.code)
         elif not self.response.client_gone:
-            if self.sse and end.client_reads:
+            # The error event only where the body's end is ours to say (chunked, or close-delimited): never past an
+            # announced Content-Length. A body of announced length is cut short instead, as nginx does: the client
+            # sees fewer bytes than announced, then the close.
+            if self.sse and end.client_reads and self.framing in (Framing.CHUNKED, Framing.CLOSE):
                 body = json.dumps(error_body(end.message, "server_error", end.code)).encode()
                 event = b"event: error\ndata: " + body + b"\n\n"
                 self.out.append(self.response.frame(event) + self.response.end_bytes())
@@ -553,6 +650,7 @@ class Exchange:
         if machine is not None and machine.phase is not Phase.DONE:
             machine.phase = Phase.DONE
             machine.outcome = code
+        self._count_end(code)
         self._end_stream(End(message, code))
         self._resolve_done()
 
@@ -642,6 +740,7 @@ class Exchange:
         record: dict[str, Any] = {
             "request_id": self.request_id, "method": self.request.method, "path": self.request.path,
             "status": self.status or None, "pool": self.pool.name if self.pool else None,
+            "member": self.members[-1].url if self.members else None,  # the one that served (or was tried last)
             "attempts": machine.attempts if machine else 0, "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
         }  # fmt: skip
         failures = [str(f) for f in machine.failures] if machine else []

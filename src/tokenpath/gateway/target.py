@@ -29,6 +29,8 @@ def origin_form(target: str) -> str:
         path, sep, query = parts.path or "/", "?" if parts.query else "", parts.query
         if parts.fragment or "#" in target:
             raise BadTarget("the request target has a fragment")
+        if "@" in parts.netloc:  # RFC 9110 4.2.4: userinfo is deprecated in http(s) URIs (nginx: 400)
+            raise BadTarget("the request target has user information (user:password@)")
     else:
         raise BadTarget("the request target must be a path (origin-form) or an absolute URL")
     if "#" in path or "#" in query:

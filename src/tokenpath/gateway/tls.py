@@ -8,6 +8,7 @@ certificate failure is a connect failure, failed over before the first byte)."""
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from pathlib import Path
 
@@ -37,7 +38,9 @@ class TLSClient:
         self._out = ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self._in, self._out, server_hostname=server_hostname, session=session)
         self.handshaken = False
-        self.closed_by_peer = False  # close_notify received
+        # close_notify received: the peer ended the connection on purpose. A TCP FIN without it is no end at all
+        # for a close-delimited body (RFC 9112 §9.8: a truncation anyone on the path can cause).
+        self.closed_by_peer = False
 
     def start(self) -> bytes:
         """The ClientHello."""
@@ -46,7 +49,8 @@ class TLSClient:
 
     def receive(self, data: bytes) -> tuple[bytes, bytes]:
         """Ciphertext in; (plaintext, bytes to send back) out. Raises ssl.SSLError on a failed handshake or a
-        broken record."""
+        broken record. A close_notify sets `closed_by_peer` (SSLObject.read() returns b"" for it: with a memory BIO,
+        "no data yet" is SSLWantReadError, so an empty read is the peer's close_notify and nothing else)."""
         self._in.write(data)
         if not self.handshaken and not self._step():
             return b"", self._out.read()
@@ -61,10 +65,18 @@ class TLSClient:
                 self.closed_by_peer = True
                 break
             if not chunk:
+                self.closed_by_peer = True
                 break
             chunks.append(chunk)
         plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return plain, self._out.read()
+
+    def close_notify(self) -> bytes:
+        """Our close_notify, to send before closing (the answer a peer that sent its own may wait for); b"" when
+        the TLS state allows none."""
+        with contextlib.suppress(ssl.SSLError):
+            self.obj.unwrap()
+        return self._out.read()
 
     def encrypt(self, data: bytes) -> bytes:
         self.obj.write(data)

@@ -8,19 +8,22 @@ a task switch."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
 from typing import Protocol, cast
 
-from tokenpath.errors import NetworkError
+from tokenpath.errors import NetworkError, RemoteProtocolError
 from tokenpath.flow import ReadGate
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.wire.client import ClientConnection, ResponseHead
 from tokenpath.wire.framing import request_head
 
+log = logging.getLogger("tokenpath.gateway")
 MAX_IDLE_PER_MEMBER = 256  # idle keep-alive connections kept per member; more are closed
 
 
@@ -70,20 +73,29 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.write(self.tls.start())
 
     def data_received(self, data: bytes) -> None:
+        sink = self.sink  # the exchange this read is for, even if the bug struck after it ended (upstream_complete)
+        try:
+            self._received(data)
+        except Exception as exc:  # the member's errors are caught below by type: this one is a bug of ours
+            self._internal(exc, sink)
+
+    def _received(self, data: bytes) -> None:
+        transport = self.transport
         if self.tls is not None:
             try:
                 data, reply = self.tls.receive(data)
             except ssl.SSLError as exc:
                 self._fail(Failure(FailureKind.TLS, f"TLS with {self.pool.where}: {describe(exc)}"))
                 return
-            if reply and self.transport is not None:
-                self.transport.write(reply)
+            if reply and transport is not None:
+                transport.write(reply)
             if not self.ready.done() and self.tls.handshaken:
                 self.ready.set_result(None)
-            if self.tls.closed_by_peer and self.transport is not None:
-                # close_notify: the member is done with this connection. Close it now (connection_lost then ends
-                # a close-delimited body, or reports a cut one); an idle one leaves the pool at once.
-                self.transport.close()
+            if self.tls.closed_by_peer and transport is not None and not transport.is_closing():
+                # close_notify: the member is done with this connection. Answer it and close now (connection_lost
+                # then ends a close-delimited body, or reports a cut one); an idle one leaves the pool at once.
+                transport.write(self.tls.close_notify())
+                transport.close()
             if not data:
                 return
         sink = self.sink
@@ -92,7 +104,7 @@ class UpstreamConnection(asyncio.Protocol):
             # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
             # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
             self.core.receive_data(data)
-        except Exception as exc:  # RemoteProtocolError, or a sink bug: either way this connection is done
+        except RemoteProtocolError as exc:  # only the member's; the sink's own exceptions come through as they are
             self._fail(Failure(FailureKind.MALFORMED, f"malformed response from {self.pool.where}: {exc}"))
             return
         if sink is not None:
@@ -109,12 +121,21 @@ class UpstreamConnection(asyncio.Protocol):
         sink = self.sink
         if sink is None:
             return
+        closed = f"{self.pool.where} closed the connection{f': {exc}' if exc else ''}"
         try:
-            self.core.receive_eof()  # a close-delimited body ends here (calls _end); any other was cut short
-        except Exception:
-            self.sink = None
-            why = f": {exc}" if exc else ""
-            sink.upstream_lost(Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection{why}"))
+            if self.tls is not None and not self.tls.closed_by_peer:
+                # Over TLS only close_notify ends a close-delimited body: a bare FIN (or a reset) is no proof it is
+                # whole, since anyone on the path can send one (RFC 9112 §9.8). Any other body was cut short anyway.
+                self.sink = None
+                sink.upstream_lost(Failure(FailureKind.UPSTREAM_CLOSED, f"{closed} without TLS close_notify"))
+                return
+            try:
+                self.core.receive_eof()  # a close-delimited body ends here (calls _end); any other was cut short
+            except RemoteProtocolError:
+                self.sink = None
+                sink.upstream_lost(Failure(FailureKind.UPSTREAM_CLOSED, closed))
+        except Exception as bug:  # raised by the sink: ours, not the member's
+            self._internal(bug, sink)
 
     # the core's callbacks ---------------------------------------------------------------------------------
     def _head(self, head: ResponseHead) -> None:
@@ -171,6 +192,19 @@ class UpstreamConnection(asyncio.Protocol):
     def _fail(self, failure: Failure) -> None:
         self.failure = failure
         sink = self.sink
+        if not self.ready.done():
+            self.ready.set_result(failure)
+        self.abort()
+        if sink is not None:
+            sink.upstream_lost(failure)
+
+    def _internal(self, exc: Exception, sink: Sink | None) -> None:
+        """A bug in our own code (the sink runs inside data_received and connection_lost): logged with its
+        traceback, the connection dropped (its state is unknown), and `sink` told with an INTERNAL failure, which
+        the exchange answers as its own error and never counts against the member."""
+        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": repr(exc)}), exc_info=exc)
+        failure = Failure(FailureKind.INTERNAL, f"internal error handling {self.pool.where}'s response: {exc!r}")
+        self.failure = failure
         if not self.ready.done():
             self.ready.set_result(failure)
         self.abort()

@@ -31,8 +31,11 @@ from tokenpath.load.cluster import (
     local_cluster,
     parse_cluster,
 )
-from tokenpath.load.sampler import ResourceSampler
+from tokenpath.load.contention import Contention, schedule_missed
+from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
+from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.probe.transport import TLSOptions
 from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
@@ -58,7 +61,7 @@ STUB_OFFSET_ENV = "TOKENPATH_TEST_STUB_CLOCK_OFFSET_MS"  # test only: the stub r
 AUDIT_BATCH = 400  # stream ids per audit request
 LAG_WARN_MS = 5.0  # client event-loop lag p99 above this: it measures its own queueing
 CPU_WARN = 0.9  # a client process busier than this fraction of a core is saturated
-AUDIT_FAIL_WARN = 0.01  # more than 1 % of streams off schedule: the stub is saturated
+AUDIT_FAIL_WARN = 0.01  # more than 1 % of streams off schedule: the stub is late (load/contention.py says why)
 FLOOR_RATIO_WARN = 0.5  # direct p99 above half of a target's p50: the floor cannot resolve it
 FD_SLACK = 64  # files a client process holds besides its streams: the loop, pipes, the audit connection, libraries
 FD_CEILING = 1 << 20  # what to ask for when the hard limit is unlimited
@@ -87,6 +90,8 @@ class LoadConfig:
     custom: tuple[tuple[str, str, str], ...] = ()  # (label, option, value): what a LABEL=COMMAND target needs
     cluster: str | None = None  # Ray: auto, HOST:PORT, ray://HOST:PORT or local:N (load/cluster.py)
     stub_node: str | None = None  # with a cluster: the node (its address) the stub runs on
+    pacing_given: tuple[str, ...] = ()  # of tokens/interval_ms/ttft_ms, those the user set (--stub-url: checked)
+    target_tls: TLSOptions = field(default_factory=TLSOptions)  # an https --target: --cacert / --insecure
 
     @property
     def open_loop(self) -> bool:
@@ -152,6 +157,7 @@ class Cell:
     errors: int = 0
     audit_failed: int = 0
     unjoined: int = 0  # streams the stub's audit could not name: neither their id nor their chunks' id reached it
+    foreign: int = 0  # of those, streams another stub served (a stub's chunk id, unknown to --stub-url's audit)
     lost: int = 0
     out_of_order: int = 0
     reserialized: int = 0
@@ -163,6 +169,16 @@ class Cell:
     error_samples: list[str] = field(default_factory=list)
     stopped: str | None = None  # a worker gave up on this level: nearly every stream failed one way
     clocks: list[list[RunClock]] = field(default_factory=list)  # --cluster: each run's client clocks
+    stub_cores: list[float] = field(default_factory=list)  # per run: the stub's CPU, the host's steal and run queue
+    steal: list[float] = field(default_factory=list)
+    run_queue: list[float] = field(default_factory=list)
+
+    def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
+        def mean(values: list[float]) -> float | None:
+            return sum(values) / len(values) if values else None
+
+        return Contention(mean(self.stub_cores), stub_workers, mean(self.steal), mean(self.run_queue), cores,
+                          direct_missed_share)  # fmt: skip
 
     def pct_ms(self, p: float, hist: HdrHistogram | None = None) -> float | None:
         h = self.hist if hist is None else hist
@@ -181,6 +197,8 @@ class LoadRunner:
         self.cluster: RayClients | None = None
         self.cluster_info: dict[str, Any] | None = None
         self.bind = "127.0.0.1"  # where the stub and the targets listen: loopback unless a cluster must reach them
+        self.stub_pid: int | None = None  # sampled beside each run: its CPU tells capacity from host contention
+        self.cores = os.cpu_count() or 1
 
     def run(self) -> LoadResults:
         cfg = self.cfg
@@ -224,13 +242,17 @@ class LoadRunner:
             ensure_fd_limit(-(-per_process // cfg.client_workers))
         with contextlib.ExitStack() as stack:
             if cfg.stub_url is not None:
-                stub_url = cfg.stub_url  # the user's stub: its pacing is theirs
+                stub_url = cfg.stub_url  # the user's stub: its pacing is theirs, read from it
+                self.cfg = cfg = with_stub_pacing(cfg, stub_url, fetch_pacing(stub_url))
+                if self.cluster is None:
+                    self.stub_pid = listening_pid(urlsplit(stub_url).port or 80)
             elif self.cluster is not None and cfg.stub_node is not None:
                 stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
             else:
                 stub = ServiceProcess([*self._stub_argv(), "--host", self.bind], "stub")
                 stack.callback(stub.stop)
                 stub_url = stub.start()
+                self.stub_pid = stub.pid
             targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
             keys: dict[str, str | None] = {}
             proxies: dict[str, RunningProxy] = {}
@@ -248,6 +270,11 @@ class LoadRunner:
             cells: dict[tuple[float, str], Cell] = {}
             plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
             progress = progress_bar(self.console)
+            if not self.console.is_terminal:  # no bar to watch: say up front how long the run should take
+                step_s = cfg.warmup_s + cfg.duration_s
+                self.console.print(f"load: {len(plan)} steps ({len(cfg.level_values)} levels x {cfg.runs} runs x "
+                                   f"{len(targets)} targets) of about {step_s:g} s each, expected about "
+                                   f"{len(plan) * step_s:.0f} s in all", markup=False, highlight=False)  # fmt: skip
             failure: ServiceError | None = None
             try:
                 with progress:
@@ -346,13 +373,20 @@ class LoadRunner:
         work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
                         rate=cell.level if cfg.open_loop else None, api_key=api_key)  # fmt: skip
         if external:  # the credentials and headers the user gave are for their target only
-            work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt)
+            work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
+                           tls=cfg.target_tls)  # fmt: skip
         if running is not None:  # what this proxy needs of a request: its model names, headers, the id's carrier
             proxy = running.proxy
             work = replace(work, request_model=proxy.request_model(cfg.model), id_in_prompt=proxy.drops_stream_id,
                            headers=proxy.request_headers(running.site))  # fmt: skip
-        with ResourceSampler(pid) as sampler:
+        with ResourceSampler(pid) as sampler, ResourceSampler(self.stub_pid) as stub_cpu, HostSampler() as host:
             reports = self._clients(work, cell, stub_url)
+        if stub_cpu.mean_cores is not None:
+            cell.stub_cores.append(stub_cpu.mean_cores)
+        if host.steal_share is not None:
+            cell.steal.append(host.steal_share)
+        if host.run_queue is not None:
+            cell.run_queue.append(host.run_queue)
         if sampler.mean_cores is not None:
             cell.cores.append(sampler.mean_cores)
         if sampler.median_rss_mb is not None:
@@ -424,6 +458,7 @@ class LoadRunner:
                 cell.reserialized += not r.byte_exact and r.lost == 0 and r.out_of_order == 0
                 if entry is None:
                     cell.unjoined += 1
+                    cell.foreign += served_by_a_stub(r.audit_key)
                     continue
                 if not entry["verdict"]["passed"]:
                     cell.audit_failed += 1
@@ -442,12 +477,15 @@ class LoadRunner:
         for level in self.cfg.level_values:
             direct = cells.get((level, "direct"))
             floor: dict[str, float | None] = {"p50": None, "p99": None}
+            direct_missed = None
             if direct:
                 floor = {"p50": direct.pct_ms(50), "p99": direct.pct_ms(99)}
+                direct_missed = direct.audit_failed / direct.streams if direct.streams else None
             for (lvl, _name), cell in cells.items():
                 if lvl != level:
                     continue
-                out.append(load_row(_level_row(cell, floor, self.cfg)))
+                contention = cell.contention(self.cfg.stub_workers, self.cores, direct_missed)
+                out.append(load_row(_level_row(cell, floor, self.cfg, contention)))
         return out
 
 
@@ -469,8 +507,10 @@ def ensure_fd_limit(streams_per_process: int) -> int:
     return int(soft)
 
 
-def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
-    row = _closed_row(cell, floor, cfg)
+def _level_row(
+    cell: Cell, floor: dict[str, float | None], cfg: LoadConfig, contention: Contention | None = None
+) -> dict[str, Any]:
+    row = _closed_row(cell, floor, cfg, contention)
     if cfg.open_loop:
         row["rate"] = row.pop("concurrency")
         row["concurrency"] = None
@@ -483,7 +523,9 @@ def _level_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> d
 PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
 
 
-def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> dict[str, Any]:
+def _closed_row(
+    cell: Cell, floor: dict[str, float | None], cfg: LoadConfig, contention: Contention | None = None
+) -> dict[str, Any]:
     warnings = []
     if cell.stopped:
         warnings.append({
@@ -491,22 +533,37 @@ def _closed_row(cell: Cell, floor: dict[str, float | None], cfg: LoadConfig) -> 
             "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
                       "--api-key-env, --jwt-secret-env)",
         })  # fmt: skip
-    if cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
+    contended = contention is not None and (contention.stolen or contention.queued)
+    if cell.lag_p99_ms > LAG_WARN_MS and cell.client_cpu <= CPU_WARN and contention is not None and contended:
+        warnings.append({
+            "kind": "client_lag",
+            "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms at {100 * cell.client_cpu:.0f} % of a core: "
+                       f"{contention.host_figures()}",
+            "remedy": "the client was not busy, the host is: more --client-workers will not help; stop other work "
+                      "on the host, lower the concurrency, or use a machine with more cores",
+        })  # fmt: skip
+    elif cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
         warnings.append({
             "kind": "client_saturated",
             "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms, CPU {100 * cell.client_cpu:.0f} % of a core",
             "remedy": "add --client-workers (one per free core) or lower the concurrency",
         })  # fmt: skip
     if cell.streams and cell.audit_failed / cell.streams > AUDIT_FAIL_WARN:
+        sampled = contention or Contention(None, cfg.stub_workers, None, None, os.cpu_count() or 1)
+        warnings.append(schedule_missed(cell.audit_failed, cell.streams, sampled, cell.target == "direct"))
+    if cell.foreign:
         warnings.append({
-            "kind": "stub_saturated",
-            "message": f"{cell.audit_failed} of {cell.streams} streams missed the stub's schedule (excluded)",
-            "remedy": "add --stub-workers, or lower the concurrency",
+            "kind": "other_stub",
+            "message": f"{cell.foreign} of {cell.streams} streams served by a stub that is not --stub-url "
+                       f"{cfg.stub_url or ''} (their chunks carry a stub's id its audit does not know)",
+            "remedy": "point --stub-url at the stub this target streams from, or give the target's pool that one "
+                      "stub only: a stream is joined to the write log of the stub that served it",
         })  # fmt: skip
-    if cell.unjoined:
+    if cell.unjoined - cell.foreign:
         warnings.append({
             "kind": "unjoined",
-            "message": f"{cell.unjoined} of {cell.streams} streams could not be joined to the stub's log",
+            "message": f"{cell.unjoined - cell.foreign} of {cell.streams} streams could not be joined to the "
+                       "stub's log",
             "remedy": "the path drops the X-Tokenpath-Stream header, the body's user field and the chunk ids",
         })  # fmt: skip
     p50 = cell.pct_ms(50)
@@ -566,4 +623,5 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "tokens": cfg.tokens, "model": cfg.model, "loop": "open" if cfg.open_loop else "closed",
         "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
         "stub_url": cfg.stub_url, "cluster": cfg.cluster, "stub_node": cfg.stub_node,
+        "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert,
     }  # fmt: skip

@@ -18,7 +18,7 @@ from tokenpath.errors import TokenpathError
 from tokenpath.monitor.config import Target
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
 from tokenpath.probe.metrics import RunMetrics, run_metrics
-from tokenpath.probe.trace import Trace
+from tokenpath.probe.trace import Trace, TraceLimits
 from tokenpath.probe.transport import SocketTransport, Transport, open_connection
 from tokenpath.probe.transport import Target as Endpoint
 
@@ -26,6 +26,8 @@ log = logging.getLogger("tokenpath.monitor")
 
 OK = "ok"
 NO_CONTENT = "no_content"  # the stream ended cleanly without a content frame: no TTFT to report
+# ... and its frames were JSON in another API format (Anthropic, Responses): no TTFT until that format is read
+UNSUPPORTED_FORMAT = "unsupported_format"
 INTERNAL = "internal"  # a bug of ours, logged with its traceback; the monitor goes on
 
 
@@ -64,7 +66,7 @@ class Aborter:
         self.stopped = threading.Event()
 
     def connect(self, target: Endpoint, cfg: ProbeConfig) -> Transport:
-        transport = _Tracked(open_connection(target, connect_timeout_s=cfg.connect_timeout_s, tls=cfg.tls), self)
+        transport = _Tracked(open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls), self)
         with self._lock:
             self._open.add(transport)
             if self.stopped.is_set():
@@ -126,16 +128,25 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         message = " ".join(str(exc).split())[:300] or type(exc).__name__
         return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started)
     metrics = run_metrics(trace)
-    arrivals = [r.t_ns for r in trace.reads if r.frames > 0]
+    arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS
     gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
-    outcome = OK if metrics.ttft_ms is not None else NO_CONTENT
-    message = "" if outcome == OK else f"the stream ended after {metrics.frames} frames without a content frame"
+    if metrics.ttft_ms is not None:
+        outcome, message = OK, ""
+    elif trace.foreign_frames:
+        outcome, message = UNSUPPORTED_FORMAT, metrics.ttft_note
+    else:
+        outcome, message = NO_CONTENT, f"the stream ended after {metrics.frames} frames without a content frame"
     return ProbeOutcome(target, route, stream_id, outcome, message, metrics, gaps, started)
+
+
+# A probe's figures come from the trace's counts; the monitor reads no frame and only the arrivals' times (for the
+# gaps), so each of its probes keeps at most this much of a stream, however much a target sends.
+MONITOR_LIMITS = TraceLimits(reads=4096, frames=0, frame_bytes=0)
 
 
 def default_prober(aborter: Aborter) -> Prober:
     def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
-        return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect)
+        return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect, limits=MONITOR_LIMITS)
 
     return prober
 

@@ -35,6 +35,23 @@ SHARE = ("failure_rate",)
 
 
 @dataclass(frozen=True, slots=True)
+class MetricSet:
+    """The metrics one gate knows (the monitor's above; `load --fail-on` has its own): timed ones take a percentile
+    and a time unit, plain ones a bare number, shares 0.1 or 10%."""
+
+    timed: tuple[str, ...]
+    plain: tuple[str, ...] = ()
+    share: tuple[str, ...] = ()
+
+    @property
+    def known(self) -> str:
+        return ", ".join([*(f"{t}_pNN" for t in self.timed), *self.plain, *self.share])
+
+
+MONITOR_METRICS = MetricSet(TIMED, PLAIN, SHARE)
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     text: str  # as the user wrote it, for the message
     metric: str  # e.g. "added_ttft_p95", "fpr"
@@ -42,6 +59,7 @@ class Rule:
     threshold: float  # seconds for times, a share for failure_rate
     base: str = ""  # the metric without its percentile: "added_ttft", "fpr"
     percentile: float | None = None  # for the TIMED metrics
+    share: bool = False  # a share (shown in %)
 
     def breached(self, value: float | None) -> bool:
         if value is None or math.isnan(value):
@@ -51,14 +69,14 @@ class Rule:
     def shown(self, value: float | None) -> str:
         if value is None or math.isnan(value):
             return "nothing measured"
-        if self.base in TIMED:
+        if self.percentile is not None:  # only timed metrics take one
             return f"{value * 1000:.1f} ms"
-        if self.base in SHARE:
+        if self.share or self.base in SHARE:
             return f"{value * 100:.1f} %"
         return f"{value:.2f}"
 
 
-def parse_rules(text: str) -> tuple[Rule, ...]:
+def parse_rules(text: str, metrics: MetricSet = MONITOR_METRICS) -> tuple[Rule, ...]:
     rules = []
     for part in (p for p in text.split(",") if p.strip()):
         m = _RULE.match(part)
@@ -66,26 +84,26 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
             raise UsageError(f"--fail-on {part.strip()!r}: expected METRIC>VALUE, e.g. added_ttft_p95>50ms or fpr>1.5")
         base, pct, op, number, unit = m.groups()
         value = float(number)
-        if base in TIMED:
+        if base in metrics.timed:
             if pct is None or not 0 < float(pct) <= 100:
                 raise UsageError(f"--fail-on {part.strip()!r}: {base} takes a percentile, e.g. {base}_p95")
             if unit == "%":
                 raise UsageError(f"--fail-on {part.strip()!r}: a time is in ms or s")
             threshold = value if unit == "s" else value / 1000
             metric = f"{base}_p{pct}"
-        elif base in PLAIN or base in SHARE:
+        elif base in metrics.plain or base in metrics.share:
             if pct is not None:
                 raise UsageError(f"--fail-on {part.strip()!r}: {base} takes no percentile")
-            if base in PLAIN and unit:
+            if base in metrics.plain and unit:
                 raise UsageError(f"--fail-on {part.strip()!r}: {base} is a plain number (no unit)")
-            if base in SHARE and unit in ("ms", "s"):
+            if base in metrics.share and unit in ("ms", "s"):
                 raise UsageError(f"--fail-on {part.strip()!r}: a share is 0.1 or 10%")
             threshold = value / 100 if unit == "%" else value
             metric = base
         else:
-            known = ", ".join([*(f"{t}_pNN" for t in TIMED), *PLAIN, *SHARE])
-            raise UsageError(f"--fail-on {part.strip()!r}: unknown metric {base!r}; known: {known}")
-        rules.append(Rule(part.strip(), metric, op, threshold, base, float(pct) if pct else None))
+            raise UsageError(f"--fail-on {part.strip()!r}: unknown metric {base!r}; known: {metrics.known}")
+        share = base in metrics.share
+        rules.append(Rule(part.strip(), metric, op, threshold, base, float(pct) if pct else None, share))
     if not rules:
         raise UsageError("--fail-on is empty: give at least one rule, e.g. 'ttft_p95>2s'")
     return tuple(rules)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from tokenpath.monitor.runner import TargetSummary
+from tokenpath.monitor.runner import Breach, RouteSamples, TargetSummary
 from tokenpath.stats import median, percentile
 
 
@@ -29,3 +29,31 @@ def summary_table(summaries: list[TargetSummary]) -> Table:
                 _ms(added, 50), _ms(added, 95),
             )  # fmt: skip
     return table
+
+
+def _ms_or_none(values: list[float], p: float) -> float | None:
+    return round(percentile(sorted(values), p) * 1000, 3) if values else None
+
+
+def _route_json(r: RouteSamples, added: list[float] | None) -> dict[str, object]:
+    out: dict[str, object] = {
+        "probes": r.probes, "failures": r.failures, "failure_reasons": dict(sorted(r.reasons.items())),
+        "ttfb_ms": {"p50": _ms_or_none(r.ttfb_s, 50)},
+        "ttft_ms": {"p50": _ms_or_none(r.ttft_s, 50), "p95": _ms_or_none(r.ttft_s, 95)},
+        "fpr_median": median(r.fpr) if r.fpr else None, "coalescing": r.bursts.modal(),
+    }  # fmt: skip
+    if added is not None:
+        out["added_ttft_ms"] = {"p50": _ms_or_none(added, 50), "p95": _ms_or_none(added, 95)}
+    return out
+
+
+def summary_json(summaries: list[TargetSummary], breaches: list[Breach]) -> dict[str, object]:
+    """`monitor --once --json`: the table's figures per target and route, and the rules breached (the exit code
+    says the same: 14 when any was)."""
+    targets = [
+        {"name": s.name, "routes": {route: _route_json(r, s.added_s if route == "via" and "direct" in s.routes
+                                                        else None) for route, r in s.routes.items()}}
+        for s in summaries
+    ]  # fmt: skip
+    return {"targets": targets, "breaches": [{"rule": b.rule.text, "target": b.target, "value": b.value,
+                                               "message": b.line()} for b in breaches]}  # fmt: skip

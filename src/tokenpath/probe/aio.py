@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, PeerError, ProtocolError, TLSError
+from tokenpath.errors import ConnectError, ConnectTimeout, PeerError, ProtocolError, TLSError
 from tokenpath.probe.trace import Trace, TraceRecorder
 
 R = TypeVar("R")
@@ -122,20 +122,24 @@ async def stream_with(
     ssl_context: ssl.SSLContext | None = None,
 ) -> R:
     """Send `request` on a new connection (TLS with `ssl_context`); feed each read to the recorder `make` returns,
-    until the response ends; its result."""
+    until the response ends; its result. `timeout_s` covers all of it: connecting and the TLS handshake too
+    (TimeoutError past it)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[R] = loop.create_future()
+    deadline = loop.time() + timeout_s
     try:
-        transport, protocol = await loop.create_connection(
+        transport, protocol = await asyncio.wait_for(loop.create_connection(
             lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, ssl=ssl_context,
             server_hostname=host if ssl_context is not None else None,
-        )  # fmt: skip
+        ), timeout_s)  # fmt: skip
     except ssl.SSLError as exc:
         raise TLSError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
+    except TimeoutError:
+        raise ConnectTimeout(f"connecting to {host}:{port} (and TLS) took longer than {timeout_s} s") from None
     except OSError as exc:
         raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
     try:
-        return await asyncio.wait_for(done, timeout_s)
+        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
     finally:
         await _close(transport, protocol.closed)
 

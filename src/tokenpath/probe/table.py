@@ -23,4 +23,7 @@ def probe_table(results: ProbeResults) -> Table:
             fmt(r.ttfb_ms), fmt(r.ttft_ms), fmt(gaps.get("p50")), fmt(gaps.get("p90")),
             fmt(gaps.get("max")), " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items())), fmt(r.total_ms),
         )  # fmt: skip
+    notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
+    if notes:
+        table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, or no content at all)
     return table

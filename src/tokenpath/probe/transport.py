@@ -6,9 +6,11 @@ Everything above it (request building, framing, SSE, metrics) is sans-IO, so tes
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -17,6 +19,10 @@ from urllib.parse import urlsplit
 from tokenpath.errors import ConnectError, ConnectTimeout, DNSError, TLSError, UsageError
 
 RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segment burst we expect
+# The most one drain() takes (the rest of one TLS wake-up). A proxy's held burst is a few KB; a peer that floods
+# records faster than they are read would otherwise keep one drain() reading, and holding, forever. What is left
+# is the next read's.
+DRAIN_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +67,9 @@ def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target
 
 class Transport(Protocol):
     def sendall(self, data: bytes) -> None: ...
-    def recv(self, timeout_s: float) -> bytes: ...  # b"" at EOF; raises TimeoutError
-    def drain(self) -> bytes: ...  # what is readable right now without waiting (b"" if nothing)
+    # b"" at EOF; raises TimeoutError after at most timeout_s (possibly sooner: the caller checks its deadlines)
+    def recv(self, timeout_s: float) -> bytes: ...
+    def drain(self) -> bytes: ...  # what is readable right now without waiting (b"" if nothing), bounded
     def close(self) -> None: ...
 
 
@@ -85,7 +92,13 @@ class TLSOptions:
 
 class SocketTransport:
     """Plain TCP reads time out through SO_RCVTIMEO on a blocking socket: one syscall per read. (A Python socket
-    timeout polls before every recv, which doubled the probe's CPU per frame.) TLS sockets use Python timeouts."""
+    timeout polls before every recv, which doubled the probe's CPU per frame.) The caller asks for the time left
+    to its nearest deadline, which shrinks with every read; SO_RCVTIMEO is reset only when the value set is longer
+    than that or less than half of it, so a read never waits past a deadline and the steady state costs no extra
+    syscall (an early timeout just sends the caller back to its deadlines).
+
+    TLS sockets are non-blocking after the request: each read polls with the time left, so a record trickled in
+    byte by byte cannot hold one recv() past its deadline (a blocking SSLSocket's timeout restarts at every byte)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -95,12 +108,14 @@ class SocketTransport:
     def sendall(self, data: bytes) -> None:
         self._sock.settimeout(None)
         self._sock.sendall(data)
+        if not self._plain:
+            self._sock.setblocking(False)
 
     def recv(self, timeout_s: float) -> bytes:
         if not self._plain:
-            self._sock.settimeout(timeout_s)
-            return self._sock.recv(RECV_BYTES)
-        if timeout_s != self._rcvtimeo:
+            return self._recv_tls(timeout_s)
+        current = self._rcvtimeo
+        if current is None or current > timeout_s or current < timeout_s / 2:
             self._rcvtimeo = timeout_s
             seconds = max(timeout_s, 1e-6)
             timeval = struct.pack("ll", int(seconds), int((seconds % 1) * 1e6))
@@ -109,6 +124,26 @@ class SocketTransport:
             return self._sock.recv(RECV_BYTES)
         except BlockingIOError:  # EAGAIN from SO_RCVTIMEO: the timeout passed
             raise TimeoutError from None
+
+    def _recv_tls(self, timeout_s: float) -> bytes:
+        sock = self._sock
+        assert isinstance(sock, ssl.SSLSocket)
+        if sock.gettimeout() != 0.0:
+            sock.setblocking(False)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return sock.recv(RECV_BYTES)
+            except ssl.SSLWantReadError:
+                want_write = False
+            except ssl.SSLWantWriteError:
+                want_write = True
+            except BlockingIOError:
+                want_write = False
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            _wait(sock, want_write, left)
 
     def drain(self) -> bytes:
         """Everything already decrypted or already in the socket buffer, read without blocking.
@@ -121,18 +156,18 @@ class SocketTransport:
             return b""
         sock = self._sock
         parts = []
-        sock.setblocking(False)
-        try:
-            while True:
-                try:
-                    chunk = sock.recv(RECV_BYTES)
-                except (ssl.SSLWantReadError, BlockingIOError):
-                    break
-                if not chunk:
-                    break  # EOF: the next recv() reports it
-                parts.append(chunk)
-        finally:
-            sock.setblocking(True)
+        taken = 0
+        if sock.gettimeout() != 0.0:
+            sock.setblocking(False)
+        while taken < DRAIN_MAX_BYTES:  # a peer flooding records faster than they are read: the rest waits
+            try:
+                chunk = sock.recv(RECV_BYTES)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
+                break
+            if not chunk:
+                break  # EOF: the next recv() reports it
+            parts.append(chunk)
+            taken += len(chunk)
         return b"".join(parts)
 
     def close(self) -> None:
@@ -145,6 +180,13 @@ class SocketTransport:
             socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
 
 
+def _wait(sock: socket.socket, for_write: bool, timeout_s: float) -> None:
+    """Until `sock` is readable (writable), or timeout_s passed: the caller checks its own deadline."""
+    poller = select.poll()
+    poller.register(sock, select.POLLOUT if for_write else select.POLLIN)
+    poller.poll(max(timeout_s * 1000, 1))
+
+
 SocketFactory = Callable[[str, int, float], socket.socket]  # (host, port, timeout) -> connected socket
 
 
@@ -152,23 +194,31 @@ def open_connection(
     target: Target, *, connect_timeout_s: float, tls: TLSOptions, socket_factory: SocketFactory | None = None
 ) -> SocketTransport:
     """A connected TCP_NODELAY socket, TLS-wrapped for https. `socket_factory` connects instead of the resolver
-    (e.g. with a socket made inside a network namespace)."""
+    (e.g. with a socket made inside a network namespace). `connect_timeout_s` is one deadline for all of it: every
+    address tried and the TLS handshake."""
+    deadline = time.monotonic() + connect_timeout_s
     if socket_factory is not None:
         try:
             sock = socket_factory(target.host, target.port, connect_timeout_s)
         except OSError as exc:
             raise ConnectError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return SocketTransport(wrap_tls(sock, target, tls) if target.scheme == "https" else sock)
+        if target.scheme == "https":
+            return SocketTransport(wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s))
+        return SocketTransport(sock)
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise DNSError(f"cannot resolve {target.host!r}: {exc.strerror}") from None
     last: OSError | None = None
     for family, kind, proto, _, addr in infos:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            last = TimeoutError()
+            break
         sock = socket.socket(family, kind, proto)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(connect_timeout_s)
+        sock.settimeout(left)
         try:
             sock.connect(addr)
         except OSError as exc:
@@ -176,7 +226,7 @@ def open_connection(
             last = exc
             continue
         if target.scheme == "https":
-            sock = wrap_tls(sock, target, tls)
+            sock = wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s)
         return SocketTransport(sock)
     if isinstance(last, TimeoutError):
         raise ConnectTimeout(f"connecting to {target.host}:{target.port} timed out after {connect_timeout_s} s")
@@ -184,13 +234,39 @@ def open_connection(
     raise ConnectError(f"cannot connect to {target.host}:{target.port}: {reason}")
 
 
-def wrap_tls(sock: socket.socket, target: Target, tls: TLSOptions) -> socket.socket:
+def wrap_tls(
+    sock: socket.socket, target: Target, tls: TLSOptions, *, deadline: float, timeout_s: float
+) -> socket.socket:
+    """The TLS handshake, over by `deadline` (time.monotonic()) however slowly the peer sends its flight: it runs
+    non-blocking, each wait bounded by the time left (a blocking socket's timeout restarts at every byte). On any
+    failure the socket is closed."""
+    ssock: ssl.SSLSocket | None = None
+    done = False
     try:
-        return tls.context().wrap_socket(sock, server_hostname=target.host)
+        ssock = tls.context().wrap_socket(sock, server_hostname=target.host, do_handshake_on_connect=False)
+        ssock.setblocking(False)
+        while True:
+            try:
+                ssock.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                want_write = False
+            except ssl.SSLWantWriteError:
+                want_write = True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ConnectTimeout(
+                    f"the TLS handshake with {target.host}:{target.port} did not finish within {timeout_s} s"
+                )
+            _wait(ssock, want_write, left)
+        ssock.settimeout(None)
+        done = True
+        return ssock
     except (ssl.SSLError, ssl.CertificateError) as exc:
-        sock.close()
         hint = " (self-signed? use --cacert FILE or --insecure)" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else ""
         raise TLSError(f"TLS handshake with {target.host}:{target.port} failed: {exc.reason or exc}{hint}") from None
     except OSError as exc:
-        sock.close()
         raise TLSError(f"TLS handshake with {target.host}:{target.port} failed: {exc}") from None
+    finally:
+        if not done:
+            (ssock if ssock is not None else sock).close()

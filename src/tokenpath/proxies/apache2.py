@@ -48,8 +48,7 @@ ProxyPassReverse "/" "{site.upstream_url}/"
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-DFOREGROUND", "-f", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:

@@ -3,7 +3,11 @@ neither starts nor configures it. Its upstream must be the stub this run starts 
 audit is what proves it: a stream that reached another upstream has no audit entry and is excluded as such.
 
 This is how the Docker route measures proxies running as Compose services (experiment/compose.py), and how anyone
-measures a proxy on another host or one they cannot install here."""
+measures a proxy on another host or one they cannot install here.
+
+A TLS ingress is declared by its https URL (`url = "https://host:port"`, with `cacert` for a private CA): it
+terminates TLS itself, so it is measured in the conditions with `tls = true` (each stream verifies its certificate
+against that CA, or the system's store) and skipped, with that reason, in the plain ones."""
 
 from __future__ import annotations
 
@@ -17,15 +21,30 @@ from tokenpath.proxies.custom import RequestOptions
 
 class AttachedProxy(Proxy):
     attached = True
-    tls_unsupported = "already running: tokenpath cannot give it TLS (declare its https URL as its own path)"
+    tls_unsupported = (
+        "already running over http: tokenpath cannot give it TLS (declare its https URL, and its cacert, as a path)"
+    )
 
-    def __init__(self, name: str, url: str, version: str = "", options: RequestOptions | None = None) -> None:
+    def __init__(
+        self, name: str, url: str, version: str = "", options: RequestOptions | None = None, cacert: str | None = None
+    ) -> None:
         parts = urlsplit(url)
-        if parts.scheme != "http" or not parts.hostname or parts.port is None or parts.path not in ("", "/"):
-            raise ProxyError(f"proxy {name!r}: url must be http://HOST:PORT (a path already running), not {url!r}")
+        if (parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None
+                or parts.path not in ("", "/")):  # fmt: skip
+            raise ProxyError(f"proxy {name!r}: url must be http://HOST:PORT or https://HOST:PORT (a path already "
+                             f"running), not {url!r}")  # fmt: skip
+        if cacert is not None and parts.scheme != "https":
+            raise ProxyError(f"proxy {name!r}: cacert is for an https url")
         self.name = name
         self.url = url.rstrip("/")
+        self.https = parts.scheme == "https"
+        self.cacert = cacert  # the CA its certificate is checked against; None: the system's store
         self.listen = Endpoint(parts.hostname, parts.port)
+        if self.https:  # it terminates TLS itself: measured where the condition is TLS, and only there
+            self.tls_unsupported = ""
+        self.plain_unsupported = (
+            "serves https: measured in the conditions with tls = true (add them to [conditions])" if self.https else ""
+        )
         self.declared_version = version
         self.variants = (STOCK,)
         self.options = options or RequestOptions()

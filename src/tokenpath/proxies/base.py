@@ -174,7 +174,23 @@ class Proxy:
         raise NotImplementedError
 
     def argv(self, site: Site, config: Path) -> list[str]:
+        """The command that runs it here: `command_line` with the installed binary (ProxyError with the reason when
+        there is none). Entries whose command is not a binary's (peers, relays, custom commands) override this."""
+        return self.command_line(self.require_binary(), site, config)
+
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
+        """Its command line with `binary` as the executable: argv() passes the installed one, a compose file the
+        image's (image_argv). Writing it never needs the binary."""
         raise NotImplementedError
+
+    @property
+    def image_binary(self) -> str:
+        """The executable's name in its image: the binary's own name, installed here or not."""
+        return Path(self.tool_paths[0]).name if self.tool_paths else self.binaries[0]
+
+    def image_argv(self, site: Site, config: Path) -> list[str]:
+        """What its container image runs (the compose export): the same command, the image's executable."""
+        return self.command_line(self.image_binary, site, config)
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         """What the proxy says it runs (e.g. `nginx -T`); the written file when it has no such command."""

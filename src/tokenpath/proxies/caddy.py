@@ -38,8 +38,7 @@ class Caddy(Proxy):
         # Caddy keeps state under $HOME / XDG dirs: keep it in the private work directory.
         return {"HOME": str(site.workdir), "XDG_DATA_HOME": str(site.workdir), "XDG_CONFIG_HOME": str(site.workdir)}
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "run", "--config", str(config), "--adapter", "caddyfile"]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:

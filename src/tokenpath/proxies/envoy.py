@@ -83,9 +83,9 @@ static_resources:
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         # Several Envoys at once (one per variant and condition) must not share hot-restart shared memory.
-        return [self.require_binary(), "-c", str(config), "--disable-hot-restart", "-l", "warning"]
+        return [binary, "-c", str(config), "--disable-hot-restart", "-l", "warning"]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         check = run_quiet(wrap([self.require_binary(), "--mode", "validate", "-c", str(config), "-l", "error"]))

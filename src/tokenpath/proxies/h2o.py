@@ -31,8 +31,7 @@ hosts:
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-c", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:

@@ -39,8 +39,7 @@ backend upstream
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-db", "-f", str(config)]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
@@ -26,9 +27,16 @@ def venv_dir() -> Path:
     return Path(data_home) / "tokenpath" / "litellm-venv"
 
 
+def setup_command() -> str:
+    """What installs it where it is looked for: two commands that work from any install of tokenpath (the
+    repository's bench/peers/litellm/setup runs the same)."""
+    venv = shlex.quote(str(venv_dir()))
+    return f"python3 -m venv {venv} && {venv}/bin/pip install 'litellm[proxy]'"
+
+
 class LiteLLM(Proxy):
     name = "litellm"
-    package = "litellm (bench/peers/litellm/setup)"
+    package = "litellm[proxy] in its own venv"
     tls_unsupported = "the LiteLLM peer serves plain HTTP"
     openai_only = True
     variants = (Variant(STOCK.name, "LiteLLM proxy, one worker, an OpenAI-compatible upstream"),)
@@ -39,7 +47,7 @@ class LiteLLM(Proxy):
 
     def missing_reason(self) -> str | None:
         if self.binary() is None:
-            return f"not set up: run bench/peers/litellm/setup (a large install into its own venv, {venv_dir()})"
+            return f"not set up: {setup_command()} (a large install in its own venv; ${VENV_ENV} puts it elsewhere)"
         return None
 
     def version(self) -> str:

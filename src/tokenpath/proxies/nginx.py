@@ -57,8 +57,7 @@ http {{
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-c", str(config), "-p", str(site.workdir), "-e", str(site.workdir / "error.log")]
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:

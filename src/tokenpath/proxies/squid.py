@@ -36,8 +36,7 @@ pinger_enable off
 """)
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-N", "-f", str(config)]
 
 

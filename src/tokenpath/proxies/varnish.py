@@ -34,8 +34,7 @@ backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}
 {variant}{_host(site)}""")
         return config
 
-    def argv(self, site: Site, config: Path) -> list[str]:
-        binary = self.require_binary()
+    def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [
             binary, "-F", "-j", "none", "-a", site.listen.hostport, "-f", str(config), "-n", str(site.workdir / "n"),
             "-s", "malloc,64m", "-T", "none",

@@ -22,6 +22,7 @@ from tokenpath.results.model import (
     TargetInfo,
     TargetSkip,
 )
+from tokenpath.stats import median
 
 CSS = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #1d1d1f; margin: 0 auto;
@@ -117,8 +118,7 @@ def header_block(doc: Results) -> list[str]:
     else:
         exp = doc.experiment
         items += [
-            ("experiment", esc(f"{exp['name']}: {exp['frames']} frames per stream, {exp['runs']} runs per path and "
-                               f"condition, {exp['ttft_ms']:g} ms to the first frame")),
+            ("experiment", esc(_workload(doc))),
             ("exclusion rule", esc(f"{exp['exclusion']['rule']} (declared before the run)")),
         ]  # fmt: skip
         out.append(_dl(items))
@@ -132,6 +132,25 @@ def header_block(doc: Results) -> list[str]:
         out += [f"<li>{esc(_skipped_name(s))}: {esc(s.reason)}</li>" for s in skipped]
         out.append("</ul>")
     return out
+
+
+def _workload(doc: MatrixResults) -> str:
+    """What the streams were. From the stub: what it was asked to send. From a real endpoint the stub's settings
+    paced nothing (only certification), so what the direct path measured is shown, with what was asked of it."""
+    exp = doc.experiment
+    runs = f"{exp['runs']} runs per path and condition"
+    upstream = exp.get("upstream")
+    if not isinstance(upstream, dict):
+        return f"{exp['name']}: {exp['frames']} frames per stream, {runs}, {exp['ttft_ms']:g} ms to the first frame"
+    asked = (f"{exp['name']}: {upstream.get('origin')}, model {upstream.get('model')}, at most "
+             f"{upstream.get('max_tokens')} tokens per stream, {runs}")  # fmt: skip
+    direct = [m for r in doc.rows if r.proxy == "direct" for run in r.raw if run.included and (m := run.metrics)]
+    ttfts = [m.ttft_ms for m in direct if m.ttft_ms is not None]
+    if not direct or not ttfts:
+        return f"{asked}; the direct path measured nothing"
+    frames = median([float(m.frames) for m in direct])
+    return (f"{asked}; measured on the direct path: {frames:g} frames per stream and {median(ttfts):.1f} ms to "
+            f"the first token (medians of {len(direct)} streams)")  # fmt: skip
 
 
 def _skipped_name(skip: PathSkip | TargetSkip) -> str:

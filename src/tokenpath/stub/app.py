@@ -148,7 +148,8 @@ class StubApp:
             model = {"id": self.cfg.model, "object": "model", "created": 0, "owned_by": "tokenpath"}
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
-            response.send_json(200, {"status": "ok", "active_streams": len(self.streams)})
+            pacing = {k: getattr(self.cfg.pacing, k) for k in Pacing.OVERRIDABLE}  # what a client must expect
+            response.send_json(200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing})
         elif route == "/_tokenpath/time":
             response.send_json(200, {"t_ns": self.clock() + self._offset_ns})
         else:
@@ -380,7 +381,7 @@ def _requested_ids(request: Request, query: dict[str, list[str]]) -> list[str] |
 def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes ([[[[...)
         raise UsageError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise UsageError("request body must be a JSON object")

@@ -19,7 +19,7 @@ from enum import Enum
 
 import httptools
 
-from tokenpath.errors import RemoteProtocolError
+from tokenpath.errors import RemoteProtocolError, ResponseTooLarge
 from tokenpath.wire.framing import Framing, find_header, received_framing
 
 
@@ -138,13 +138,15 @@ class ClientConnection:
                 raise RemoteProtocolError(UPGRADE_REFUSED) from None
             if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
                 raise exc.__context__ from None
+            if isinstance(exc, httptools.HttpParserCallbackError) and isinstance(exc.__context__, Exception):
+                raise exc.__context__ from None  # a callback's own bug (on_head, on_body, on_end): never the peer's
             where = "body" if self.head else "status line or headers"
             raise RemoteProtocolError(f"malformed HTTP response {where}: {exc}") from None
         if self._upgraded:
             raise RemoteProtocolError(UPGRADE_REFUSED)
         if self.head is None and self._head_bytes > self.max_head_bytes:
             self._set(State.ERROR)
-            raise RemoteProtocolError(f"response head larger than {self.max_head_bytes} bytes")
+            raise ResponseTooLarge(f"response head larger than {self.max_head_bytes} bytes")
 
     def receive_eof(self) -> None:
         """The connection closed. Raises RemoteProtocolError if that cut the response short."""

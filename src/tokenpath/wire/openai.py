@@ -19,6 +19,7 @@ class FrameKind(StrEnum):
     COMMENT = "comment"  # only comment lines (keep-alives)
     DONE = "done"  # data: [DONE]
     ERROR = "error"  # a JSON body with an "error" member
+    FOREIGN = "foreign"  # a JSON object that is not an OpenAI chunk (no `choices`): another API format's event
 
 
 def classify(data: bytes | None) -> FrameKind:
@@ -32,7 +33,7 @@ def classify(data: bytes | None) -> FrameKind:
         return FrameKind.CONTENT  # plain text frames (e.g. `data: 17`) are content
     try:
         obj = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a peer nesting deeper than the parser goes
         return FrameKind.CONTENT
     if not isinstance(obj, dict):
         return FrameKind.CONTENT
@@ -40,7 +41,9 @@ def classify(data: bytes | None) -> FrameKind:
         return FrameKind.ERROR
     choices = obj.get("choices")
     if not isinstance(choices, list):
-        return FrameKind.CONTENT  # JSON, but not an OpenAI chunk: count it as content
+        # Another API format (Anthropic's message_start, the Responses API's response.created, ...): until those
+        # formats are read, no frame of theirs may start TTFT.
+        return FrameKind.FOREIGN
     for choice in choices:
         if not isinstance(choice, dict):
             continue
@@ -61,7 +64,7 @@ def _first_data_json(frame: bytes) -> Any:
         return None
     try:
         return json.loads(line[6:])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 

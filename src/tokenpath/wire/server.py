@@ -81,6 +81,8 @@ class ServerConnection:
         self._incoming: Request | None = None  # the head of the request whose body is being received
         self._parser = httptools.HttpRequestParser(self)
         self._failed = False
+        self._skipped_framing: bytes | None = None  # the framing of an upgrade offer's body llhttp skipped
+        self._replaying = False  # feeding the fresh parser the head that resumes that body (callbacks ignored)
         self._seq = 0
         self._pending_body_bytes = 0
         self._headers: list[tuple[str, str]] = []
@@ -92,17 +94,11 @@ class ServerConnection:
             return
         if not self._headers_done:
             self._head_bytes += len(data)
+        upgraded_at = -1
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade as exc:
-            # llhttp stops after a request that asked to upgrade. Other upgrades were refused in
-            # on_headers_complete; an h2c offer is ignored (RFC 9113 3.1 lets a server answer in HTTP/1.1), so
-            # parsing goes on with a fresh parser from where llhttp stopped.
-            offset = int(exc.args[0]) if exc.args else len(data)
-            self._parser = httptools.HttpRequestParser(self)
-            if offset < len(data):
-                self.receive_data(data[offset:])
-            return
+            upgraded_at = int(exc.args[0]) if exc.args else len(data)
         except httptools.HttpParserError as exc:
             cause = exc.__context__  # a limit one of our callbacks raised, or llhttp's own complaint
             self._fail(
@@ -110,6 +106,18 @@ class ServerConnection:
                 if isinstance(cause, RemoteProtocolError)
                 else RemoteProtocolError(f"malformed HTTP request: {exc}", 400)
             )
+        if upgraded_at >= 0:
+            # llhttp stops after the head of a request that asked to upgrade (httptools tells it to skip the
+            # body). Other upgrades were refused in on_headers_complete; an h2c offer is ignored (RFC 9113 3.1
+            # lets a server answer in HTTP/1.1), so parsing goes on with a fresh parser from where llhttp stopped:
+            # first through the skipped body, framed by the request's own headers, never as a next request.
+            # (Outside the except clause: a limit raised in there would be chained to the upgrade, not reported.)
+            self._parser = httptools.HttpRequestParser(self)
+            if self._skipped_framing is not None:
+                self._resume_body(self._skipped_framing)
+            if upgraded_at < len(data):
+                self.receive_data(data[upgraded_at:])
+            return
         if not self._headers_done and self._head_bytes > self.limits.max_head_bytes:
             self._fail(RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431))
 
@@ -180,16 +188,22 @@ class ServerConnection:
 
     # httptools callbacks -----------------------------------------------------------------------------
     def on_url(self, url: bytes) -> None:
+        if self._replaying:
+            return
         self._url += url
         self._count_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._replaying:
+            return
         self._count_head(len(name) + len(value) + 4)
         if self._headers_done:
             return  # a chunked body's trailer fields: never merged into the request's headers
         self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
+        if self._replaying:
+            return
         self._headers_done = True
         method = self._parser.get_method().decode("latin-1")
         version = self._parser.get_http_version()
@@ -199,10 +213,16 @@ class ServerConnection:
         if len(hosts) > 1 or (version == "1.1" and not hosts):
             # RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without exactly one Host
             raise RemoteProtocolError(f"{'more than one' if hosts else 'no'} Host header", 400)
+        if version in ("1.0", "0.9") and any(k.lower() == "transfer-encoding" for k, _ in self._headers):
+            # RFC 9112 6.1: the framing of an HTTP/1.0 message with Transfer-Encoding is faulty (nginx: 400)
+            raise RemoteProtocolError("Transfer-Encoding in an HTTP/1.0 request", 400)
         self._headers = _without_upgrade_offer(self._headers)
         length = next((v for k, v in self._headers if k.lower() == "content-length"), None)
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
+        if self._parser.should_upgrade():
+            # llhttp will skip this body and stop (HttpParserUpgrade): remember its framing to resume it
+            self._skipped_framing = _body_framing(self._headers, self._parser.should_keep_alive())
         self._seq += 1
         self._incoming = self._request(method, version, b"")
 
@@ -213,6 +233,8 @@ class ServerConnection:
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._skipped_framing is not None:
+            return  # llhttp skipped the body of an upgrade offer: the message goes on (see receive_data)
         head = self._incoming
         assert head is not None
         request = self._request(head.method, head.http_version, b"".join(self._body))
@@ -238,6 +260,19 @@ class ServerConnection:
             seq=self._seq,
         )
 
+    def _resume_body(self, framing: bytes) -> None:
+        """Put the fresh parser where llhttp stopped: inside the body of the current request. A head that says
+        only how the body is framed (replayed silently) makes llhttp parse the bytes that follow as that body,
+        chunked or by length, with all its own checks, and complete the current request after it."""
+        self._skipped_framing = None
+        self._replaying = True
+        try:
+            self._parser.feed_data(b"POST / HTTP/1.1\r\nHost: -\r\n" + framing + b"\r\n")
+        except httptools.HttpParserError as exc:  # a Transfer-Encoding llhttp cannot frame a request body by
+            self._fail(RemoteProtocolError(f"malformed HTTP request: {exc}", 400))
+        finally:
+            self._replaying = False
+
     def _count_head(self, size: int) -> None:
         self._head_size += size
         if self._head_size > self.limits.max_head_bytes:
@@ -260,6 +295,18 @@ class ServerConnection:
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
         self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+
+
+def _body_framing(headers: list[tuple[str, str]], keep_alive: bool) -> bytes | None:
+    """The header lines that frame a request's body as its own headers do (None: it has no body)."""
+    close = b"" if keep_alive else b"Connection: close\r\n"
+    codings = [v for k, v in headers if k.lower() == "transfer-encoding"]
+    if codings:  # llhttp refused one with Content-Length too; a last coding that is not chunked it refuses next
+        return b"Transfer-Encoding: " + ", ".join(codings).encode("latin-1") + b"\r\n" + close
+    length = next((v for k, v in headers if k.lower() == "content-length"), "0")
+    if not length.isdigit() or int(length) == 0:
+        return None
+    return b"Content-Length: " + length.encode("latin-1") + b"\r\n" + close
 
 
 def _without_upgrade_offer(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:

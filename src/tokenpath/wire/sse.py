@@ -1,6 +1,8 @@
 """Incremental Server-Sent Events parser (sans-IO).
 
-`EventCounter` is the same boundary rule without keeping any bytes, for relays that only count events.
+`EventCounter` is the same boundary rule without keeping any bytes: it counts the events each read completes and
+says where the read's last one ends (`tail`). `EventRelay` cuts there: a relay that forwards only whole events. There
+is no other boundary rule (the conformance battery holds both to the parser at random splits and line ends).
 
 Written by hand because no maintained library exposes what tokenpath counts: the exact bytes of each event and
 which `feed()` call completed it. Follows the WHATWG event-stream grammar: lines end in CRLF, LF or CR; a blank
@@ -12,11 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tokenpath.errors import ProtocolError
+from tokenpath.errors import ResponseTooLarge
 from tokenpath.wire.openai import FrameKind, classify
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
-_EVENT_END = re.compile(rb"(?:\r\n|\r|\n)(?:\r\n|\r|\n)")  # a line end, then an empty line
 # One event may hold this much before the parser gives up: far above any real chunk (tool-call deltas included, a
 # few KB), low enough that a peer sending one endless event cannot make a client hold unbounded memory.
 MAX_EVENT_BYTES = 8 << 20
@@ -135,7 +136,7 @@ class SSEParser:
         self._buf = b""
         self._lines = []
         self._scan = self._line_start = 0
-        raise ProtocolError(
+        raise ResponseTooLarge(
             f"an SSE event grew past {self._max} bytes without ending ({size} bytes held): "
             "not a token stream this client can measure"
         )
@@ -170,15 +171,22 @@ def _build(lines: list[bytes], raw: bytes) -> Frame:
 class EventCounter:
     """Counts the events that bytes complete, by the parser's rules (CRLF, LF or CR line ends, split anywhere, a
     blank line ends an event that has at least one line), holding three booleans and no bytes: what a relay that
-    forwards bytes untouched can afford per read."""
+    forwards bytes untouched can afford per read.
 
-    __slots__ = ("_clean", "_in_event", "_partial", "_skip_lf")
+    `tail` is the relay's cut, from the same scan: how many bytes at the end of the last read belong to an event
+    that has not ended (0 when the read ended on an event boundary; the whole read when no event ended in it). A
+    relay sends on `data[: len(data) - tail]` after what it held, and holds the rest: every piece it sends ends on an
+    event boundary, and nothing is scanned twice however long an event grows. A CR that ends an event ends it at
+    once (as the parser says); an LF first in the next read, the rest of that CRLF, goes with the event it ends."""
+
+    __slots__ = ("_clean", "_in_event", "_partial", "_skip_lf", "tail")
 
     def __init__(self) -> None:
         self._in_event = False  # a non-empty line ended since the last event did
         self._partial = False  # the last read ended inside a non-empty line
         self._skip_lf = False  # the last read ended on CR: an LF first in the next read is the rest of a CRLF
         self._clean = True  # none of the three: the last read ended exactly on an event boundary
+        self.tail = 0  # bytes at the end of the last read that belong to an unfinished event
 
     @property
     def at_boundary(self) -> bool:
@@ -188,10 +196,14 @@ class EventCounter:
     def feed(self, data: bytes) -> int:
         size = len(data)
         # The token-stream case, checked first and cheapest (memchr, not substring searches; ~0.3 us): one
-        # single-line event per read, LF-terminated, after a read that ended on a boundary. The state stays clean.
+        # single-line event per read, LF-terminated, after a read that ended on a boundary. The state stays clean
+        # (and `tail` 0, as the last read left it: clean means it ended on a boundary).
         if self._clean and size > 2 and 13 not in data and data.find(10) == size - 2 and data[size - 1] == 10:
             return 1
-        count = self._feed(data) if size else 0
+        if not size:
+            self.tail = 0  # nothing to cut: an unfinished event stays unfinished
+            return 0
+        count = self._feed(data)
         self._clean = not (self._in_event or self._partial or self._skip_lf)
         return count
 
@@ -206,16 +218,20 @@ class EventCounter:
                 self._in_event = True
             elif last >= 0:
                 self._in_event = False
-            self._partial = data[-1] != 10
+            self._partial = partial = data[-1] != 10
+            self.tail = len(data) - after if self._in_event or partial else 0
             return count
         return self._feed_any(data)
 
     def _feed_any(self, data: bytes) -> int:
         pos = 0
+        last_end = 0  # where the last event that ended in this read ends
         if self._skip_lf:
             self._skip_lf = False
             if data[0] == 10:
                 pos = 1
+                if not self._in_event:
+                    last_end = 1  # the rest of the CRLF that ended an event: it belongs to that event
         count = 0
         line_begin = pos
         for m in _LINE_END.finditer(data, pos):
@@ -224,18 +240,55 @@ class EventCounter:
             elif self._in_event:
                 count += 1
                 self._in_event = False
+                last_end = m.end()
             self._partial = False
             line_begin = m.end()
         if line_begin < len(data):
             self._partial = True
         self._skip_lf = data[-1] == 13
+        self.tail = len(data) - last_end if self._in_event or self._partial else 0
         return count
 
 
-def last_event_end(data: bytes) -> int:
-    """Where the last complete event in `data` ends (0 if none does), for bytes that begin at an event boundary:
-    what a relay can send on without handing a reader half an event."""
-    end = 0
-    for m in _EVENT_END.finditer(data):
-        end = m.end()
-    return end
+class EventRelay(EventCounter):
+    """The counter plus the relay's cut, for a relay that forwards bytes untouched but only whole events: a reader
+    never gets half an event, so a stream that fails mid-event can still end with an error event that parses whole.
+
+    After `feed(data)`, and only when `tail or held` (otherwise the read is whole as it stands, and the token-stream
+    case pays nothing more): `cut(data)` returns what to send on, the bytes earlier reads left unfinished and this
+    read up to its last event end; the rest waits in `held`, a bytearray that grows in place. Linear however an event
+    is split: the cut is the counter's, nothing is scanned twice. An event may hold `max_event_bytes`: past that
+    `too_large` is true, and the relay ends the stream rather than hold more."""
+
+    __slots__ = ("_max", "held")
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        super().__init__()
+        self.held = bytearray()  # bytes of an event that the reads so far left unfinished
+        self._max = max_event_bytes
+
+    def cut(self, data: bytes) -> bytes:
+        held = self.held
+        tail = self.tail
+        whole = len(data) - tail
+        out = b""
+        if whole:
+            if held:
+                held += memoryview(data)[:whole]
+                out = bytes(held)
+                held.clear()
+            else:
+                out = data[:whole] if tail else data
+        if tail:
+            held += memoryview(data)[whole:]
+        return out
+
+    @property
+    def too_large(self) -> bool:
+        return len(self.held) > self._max
+
+    def rest(self) -> bytes:
+        """What is held, handed over and forgotten: at the end of a stream whose last event never ended."""
+        rest = bytes(self.held)
+        self.held.clear()
+        return rest

@@ -1,0 +1,87 @@
+"""What a stub the user started (`load --stub-url`) was started with, and which streams it served.
+
+The load client checks every body against the frames the stub renders for the token count it expects, so a stub
+started with `--tokens 60` against load's 128 would look like a path that loses 68 frames a stream. The stub
+reports its pacing on `/_tokenpath/health`; load adopts it, or refuses a flag the user gave that says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from tokenpath.errors import ProtocolError, ServiceError, UsageError
+from tokenpath.probe.transport import parse_target
+from tokenpath.stub.frames import completion_id
+from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.request import build_request
+
+if TYPE_CHECKING:
+    from tokenpath.load.runner import LoadConfig
+
+HEALTH_PATH = "/_tokenpath/health"
+HEALTH_TIMEOUT_S = 10.0
+PACING_FIELDS = ("tokens", "interval_ms", "ttft_ms")  # what load's flags say about the stub
+# A tokenpath stub's chunk id (stub/frames.py completion_id): a stream carrying one was served by some stub.
+STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl-')}}}")
+
+
+def fetch_pacing(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any] | None:
+    """The stub's default pacing from its health answer; None from a stub too old to report it."""
+    target = parse_target(stub_url)
+    where = f"{target.origin}{HEALTH_PATH}"
+    request = build_request("GET", target.host_header, HEALTH_PATH)
+    parser = ResponseParser()
+    parts: list[bytes] = []
+    try:
+        with socket.create_connection((target.host, target.port), timeout_s) as sock:
+            sock.settimeout(timeout_s)
+            sock.sendall(request)
+            while not parser.complete:
+                data = sock.recv(1 << 16)
+                if not data:
+                    parser.feed_eof()
+                    break
+                parts.append(parser.feed(data))
+    except (OSError, ProtocolError) as exc:
+        raise ServiceError(f"--stub-url {stub_url}: no answer on {HEALTH_PATH} ({exc}); is the stub running?") from None
+    try:
+        doc = json.loads(b"".join(parts)) if parser.head is not None and parser.head.status == 200 else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or doc.get("status") != "ok":
+        raise UsageError(f"--stub-url {stub_url} is not a tokenpath stub: {where} did not answer its health")
+    pacing = doc.get("pacing")
+    return pacing if isinstance(pacing, dict) else None
+
+
+def with_stub_pacing(cfg: LoadConfig, stub_url: str, pacing: dict[str, Any] | None) -> LoadConfig:
+    """`cfg` with the stub's tokens, interval and TTFT; a flag the user gave that disagrees is refused."""
+    if pacing is None:
+        return cfg
+    if pacing.get("format", "openai") != "openai" or pacing.get("frame_bytes") is not None:
+        raise UsageError(
+            f"the stub at {stub_url} sends {pacing.get('format')} frames"
+            f"{' padded to ' + str(pacing['frame_bytes']) + ' bytes' if pacing.get('frame_bytes') else ''}: load "
+            "checks OpenAI chunks byte for byte; start it without --frame-bytes and with --format openai"
+        )
+    changes: dict[str, Any] = {}
+    for key in PACING_FIELDS:
+        theirs, ours = pacing.get(key), getattr(cfg, key)
+        if not isinstance(theirs, int | float) or theirs == ours:
+            continue
+        if key in cfg.pacing_given:
+            raise UsageError(
+                f"`{key}` {ours:g} but the stub at {stub_url} was started with `{key}` {theirs:g}: drop `{key}` "
+                "(load reads the stub's own) or start the stub with the same value"
+            )
+        changes[key] = theirs
+    return replace(cfg, **changes) if changes else cfg
+
+
+def served_by_a_stub(chunk_id: str) -> bool:
+    """Whether a stream's first content chunk carries a tokenpath stub's completion id."""
+    return STUB_CHUNK_ID.fullmatch(chunk_id) is not None
