@@ -1,12 +1,14 @@
 """The instrument's certificate, on real processes: it must see every control for what it is.
 
-40 frames of 60 B every 50 ms (the second article's condition), probed by the CLI as a user would.
+40 frames of 60 B every 50 ms (the second article's condition), probed by the CLI as a user would (the four
+paths at once, each its own stream and process).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -24,12 +26,13 @@ def paths(module_service: Start) -> dict[str, str]:
         "stub", "--port", "0", "--format", "plain", "--tokens", str(FRAMES), "--interval-ms", str(INTERVAL_MS),
         "--ttft-ms", str(TTFT_MS), "--frame-bytes", "60", name="stub",
     )  # fmt: skip
-    urls = {"direct": stub.url}
-    for mode in ("pass", "buffer", "cork"):
-        relay: ServiceProcess = module_service(
-            "relay", "--upstream", netloc(stub.url), "--mode", mode, "--cork-ms", "200", name=mode
-        )
-        urls[mode] = relay.url
+
+    def relay(mode: str) -> ServiceProcess:
+        return module_service("relay", "--upstream", netloc(stub.url), "--mode", mode, "--cork-ms", "200", name=mode)
+
+    with ThreadPoolExecutor(3) as pool:  # the three relays start side by side: one start-up's wait, not three
+        relays = dict(zip(("pass", "buffer", "cork"), pool.map(relay, ("pass", "buffer", "cork")), strict=True))
+    urls = {"direct": stub.url, **{mode: r.url for mode, r in relays.items()}}
     return {k: v for k, v in urls.items() if v is not None}
 
 
