@@ -46,10 +46,10 @@ def exchange(port: int, raw: bytes, timeout: float = 5.0) -> bytes:
     """Send raw bytes, read until the server closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(raw)
-        out = b""
+        out = bytearray()  # grows in place: a 30 MB answer read 64 KB at a time stays linear
         while chunk := sock.recv(65536):
             out += chunk
-        return out
+        return bytes(out)
 
 
 def post(path: str, body: dict[str, Any] | bytes, *, version: str = "1.1", extra: str = "") -> bytes:

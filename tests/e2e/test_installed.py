@@ -16,7 +16,6 @@ from tokenpath.report import browser
 # Catalogue entries `make test` does not install; their tests skip with the entry's missing reason.
 OPT_IN = {
     "haproxy3",  # scripts/install-proxies --build haproxy3 (root; a few minutes of compiling)
-    "litellm",  # bench/peers/litellm/setup (a large install into its own venv)
     "node", "node-naive",  # Debian's nodejs (Node 20): the machine's, not installed by make test
 }  # fmt: skip
 
