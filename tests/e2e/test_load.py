@@ -16,7 +16,7 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     out = subprocess.run(
         tokenpath_argv(
             "load", "--proxy", "pass", "--proxy", "buffer", "--proxy", "cork", "--concurrency", "4,12",
-            "--warmup", "0.5", "--duration", "1", "--runs", "1", "--tokens", str(TOKENS), "--interval-ms",
+            "--warmup", "0.5", "--duration", "1.5", "--runs", "1", "--tokens", str(TOKENS), "--interval-ms",
             str(INTERVAL_MS), "--ttft-ms", "30", "--out", str(tmp_path),
         ),
         capture_output=True, text=True, timeout=300,
