@@ -18,7 +18,7 @@ from multiprocessing import get_context
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import WorkerReport, Workload, run_worker
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 
 def point(url: str, workers: int, streams: int, tokens: int, duration: float) -> tuple[float, float, float]:

@@ -19,8 +19,8 @@ import psutil
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import Workload, run_worker
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 
 def gateway(src: str, upstream: str) -> ServiceProcess:

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.sampler import SAMPLE_S, ResourceSampler
 from tokenpath.load.worker import Workload, run_worker
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.proxies.catalogue import lookup
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 
 def slope_mb_per_min(samples: list[float]) -> float:

@@ -34,11 +34,11 @@ from typing import Any
 
 import psutil
 
-from tokenpath.loops import new_event_loop
-from tokenpath.procs import ServiceProcess, stop_process_group, tokenpath_argv
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.loops import new_event_loop
+from tokenpath.serve.procs import ServiceProcess, stop_process_group, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.stats import percentile
-from tokenpath.tlscert import self_signed
 
 ROOT = Path(__file__).resolve().parents[1]
 

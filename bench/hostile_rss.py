@@ -19,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tokenpath.procs import tokenpath_argv
-from tokenpath.tlscert import self_signed
+from tokenpath.serve.procs import tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 
 from tokenpath.load.sampler import SAMPLE_S
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 
 def run_monitor(stub_url: str, targets: int, interval: float, duration: float) -> dict[str, Any]:

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psutil
 
-from tokenpath.procs import ServiceProcess
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.procs import ServiceProcess
 from tokenpath.wire.client import ResponseParser
 
 PIECE = 16 << 10

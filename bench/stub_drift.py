@@ -15,10 +15,10 @@ import asyncio
 import platform
 from typing import Any
 
-from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import drain_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.loops import new_event_loop
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 
@@ -57,9 +57,10 @@ def measure(n: int, workers: int, runs: int, lockstep: bool, priority: str) -> d
             ids = one_round(stub.url, n, 0.0 if lockstep else INTERVAL_MS / 1000)
             audit = fetch_audit(stub.url, ids)
             ok = 0
-            for entry in audit["streams"]:
-                ok += entry["verdict"]["passed"]
-                drifts.extend((a - s) / 1e6 for _, s, a, _ in entry["log"]["writes"])
+            for entry in audit.streams:
+                ok += entry.verdict.passed
+                if entry.log is not None:
+                    drifts.extend(w.drift_ns / 1e6 for w in entry.log.writes)
             passed += ok
             streams += len(ids)
             clean_runs += ok == len(ids)
@@ -83,7 +84,7 @@ def priority_ab(n: int, runs: int) -> None:
             for name, stub in stubs.items():
                 assert stub.url is not None
                 ids = one_round(stub.url, n, INTERVAL_MS / 1000)
-                results[name].append(fetch_audit(stub.url, ids, with_log=False)["summary"]["failed"])
+                results[name].append(fetch_audit(stub.url, ids, with_log=False).failed)
     finally:
         for stub in stubs.values():
             stub.stop()

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import median, percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.client import ResponseParser
@@ -53,8 +53,9 @@ def abort_ms(gw: str, stub: str) -> float:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         left_ns = time.monotonic_ns()
     time.sleep(0.5)
-    writes = fetch_audit(stub, [sid])["streams"][0]["log"]["writes"]
-    return max(0.0, (int(max(w[2] for w in writes)) - left_ns) / 1e6)
+    log = fetch_audit(stub, [sid]).streams[0].log
+    assert log is not None
+    return max(0.0, (max(w.actual_ns for w in log.writes) - left_ns) / 1e6)
 
 
 def paused_rss_growth_mb(gw: str, pid: int) -> float:
@@ -81,8 +82,8 @@ def stub_drift(stub: str) -> dict[str, float]:
 
     pacing = {"ttft_ms": 20, "interval_ms": 14, "tokens": 40, "format": "plain"}
     trace = probe_stream(ProbeConfig(url=stub, extra_body=(("tokenpath", pacing),)))
-    verdict = fetch_audit(stub, [trace.stream_id])["streams"][0]["verdict"]
-    return {k: float(v) for k, v in verdict["drift_ms"].items()}
+    verdict = fetch_audit(stub, [trace.stream_id]).streams[0].verdict
+    return {"p50": verdict.drift_p50_ms, "p99": verdict.drift_p99_ms, "max": verdict.drift_max_ms}
 
 
 def summary(values: list[float]) -> dict[str, float]:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from tokenpath.loops import new_event_loop
+from tokenpath.serve.loops import new_event_loop
 
 T = TypeVar("T")
 

@@ -16,9 +16,13 @@ def progress_bar(console: Console) -> Progress | LineProgress:
     if not console.is_terminal:
         return LineProgress(console)
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=console, transient=True,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 @dataclass

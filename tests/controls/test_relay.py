@@ -15,9 +15,9 @@ from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import RunMetrics, run_metrics
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies.base import TLSFiles
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
-from tokenpath.tlscert import self_signed
 
 FRAMES, INTERVAL = 10, 20
 

@@ -5,7 +5,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 Start = Callable[..., ServiceProcess]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies import RunningProxy, catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +86,7 @@ def test_an_attached_path_is_not_offered_tls_or_a_namespace() -> None:
 def test_an_attached_https_path_is_measured_in_the_certified_matrix(tmp_path: Path) -> None:
     """Issue 21: a TLS ingress already running (here a TLS `pass` relay in front of the run's stub) is declared by
     its https URL and the CA that signed it, and measured in the TLS condition; skipped, saying why, in the plain."""
-    from tokenpath.tlscert import self_signed
+    from tokenpath.serve.tlscert import self_signed
 
     stub_port = free_port()
     files = self_signed(tmp_path / "ingress-tls", ["127.0.0.1"])

@@ -12,10 +12,10 @@ import pytest
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
-from tokenpath.tlscert import self_signed
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 
 FRAMES = 10
 PACING = {"interval_ms": 30, "frame_bytes": 60, "tokens": FRAMES, "format": "plain", "ttft_ms": 0}

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Start, netloc
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 FRAMES, INTERVAL_MS, TTFT_MS = 40, 50, 20
 STREAM_MS = TTFT_MS + (FRAMES - 1) * INTERVAL_MS

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.e2e.conftest import Start
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 SSE_OK = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 10\r\nConnection: close\r\n\r\n"

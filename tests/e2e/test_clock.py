@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import exchange, post
 from tokenpath.clock import monotonic_ns
 from tokenpath.load.clocksync import measure
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stub.control import fetch_audit
 
 MS = 1_000_000
@@ -39,6 +39,7 @@ def test_the_offset_shifts_the_audits_times_too(skewed_stub: str) -> None:
     before = monotonic_ns()
     exchange(port, post("/v1/chat/completions", json.dumps(body).encode()))
     time.sleep(0.05)
-    log = fetch_audit(skewed_stub, ["tp-skew"])["streams"][0]["log"]
-    first_write = log["writes"][0][2]
+    log = fetch_audit(skewed_stub, ["tp-skew"]).streams[0].log
+    assert log is not None
+    first_write = log.writes[0].actual_ns
     assert 240 * MS < first_write - before < 400 * MS

@@ -15,7 +15,7 @@ import pytest
 
 from tokenpath.links import netns
 from tokenpath.load.runner import STUB_OFFSET_ENV
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 TOKENS, INTERVAL_MS = 20, 14

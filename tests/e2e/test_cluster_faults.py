@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.test_cluster import TOKENS, our_namespaces
 from tokenpath.links import netns
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 

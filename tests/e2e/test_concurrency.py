@@ -14,12 +14,12 @@ by the pacer's unit tests (tests/stub/test_pacing.py) and test_audit_fails_when_
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from tests.e2e.conftest import Start
-from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import drain_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.serve.loops import new_event_loop
+from tokenpath.stub.audit import AuditVerdict
 from tokenpath.stub.control import fetch_audit
 
 TOKENS, INTERVAL_MS = 40, 14
@@ -46,14 +46,14 @@ def drain_streams(url: str, n: int, spread_s: float = INTERVAL_MS / 1000) -> dic
         loop.close()
 
 
-def audited(url: str, n: int) -> list[dict[str, Any]]:
+def audited(url: str, n: int) -> list[AuditVerdict]:
     received = drain_streams(url, n)
     assert set(received.values()) == {FRAMES}
     audit = fetch_audit(url, list(received), with_log=False)
-    assert audit["missing"] == []
-    verdicts = [s["verdict"] for s in audit["streams"]]
+    assert audit.missing == ()
+    verdicts = [s.verdict for s in audit.streams]
     assert len(verdicts) == n
-    assert all(v["state"] == "complete" and v["writes"] == FRAMES for v in verdicts)
+    assert all(v.state == "complete" and v.writes == FRAMES for v in verdicts)
     return verdicts
 
 
@@ -65,25 +65,25 @@ def test_audit_passes_for_one_stream(service: Start) -> None:
     stub = service(*stub_args())
     assert stub.url is not None
     (verdict,) = audited(stub.url, 1)
-    assert verdict["state"] == "complete"
-    assert verdict["writes"] == FRAMES
-    assert verdict["drift_ms"]["p50"] >= 0  # never early; how close to schedule is bench/stub_drift.py's figure
+    assert verdict.state == "complete"
+    assert verdict.writes == FRAMES
+    assert verdict.drift_p50_ms >= 0  # never early; how close to schedule is bench/stub_drift.py's figure
 
 
 def test_stub_keeps_schedule_at_500_concurrent_streams(service: Start) -> None:
     stub = service(*stub_args())
     assert stub.url is not None
     verdicts = audited(stub.url, 500)
-    late = sum(v["late_writes"] for v in verdicts)
-    passed = sum(v["passed"] for v in verdicts)
+    late = sum(v.late_writes for v in verdicts)
+    passed = sum(v.passed for v in verdicts)
     print(f"500 streams: {passed} passed the audit, {late} of {500 * FRAMES} writes late")
     # Every stream complete and audited is the behaviour; drift and pass rate at 500 streams are benchmark figures
     # (bench/stub_drift.py, bench/RESULTS.md): a loaded 2-core host can break any bound on them.
-    assert all(v["state"] == "complete" and v["writes"] == FRAMES for v in verdicts)
+    assert all(v.state == "complete" and v.writes == FRAMES for v in verdicts)
 
 
 def test_workers_share_a_port_and_every_audit_is_found(service: Start) -> None:
     stub = service(*stub_args("--workers", "2"))
     assert stub.url is not None
     verdicts = audited(stub.url, 100)
-    assert all(v["state"] == "complete" and v["writes"] == FRAMES for v in verdicts)
+    assert all(v.state == "complete" and v.writes == FRAMES for v in verdicts)

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 TOKENS, INTERVAL_MS = 20, 14
 
@@ -25,8 +25,8 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     doc = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "report.html").exists()
     assert "report: " in out.stdout
-    assert doc["schema_version"] == 3
-    rows: dict[tuple[int, str], dict[str, Any]] = {(r["concurrency"], r["target"]): r for r in doc["levels"]}
+    assert doc["schema_version"] == 4
+    rows: dict[tuple[int, str], dict[str, Any]] = {(r["level"], r["target"]): r for r in doc["levels"]}
     assert set(rows) == {(c, t) for c in (4, 12) for t in ("direct", "pass", "buffer", "cork")}
     stream_ms = (TOKENS + 1) * INTERVAL_MS  # role frame first, then the tokens, finish and [DONE] frames
     for (_, target), row in rows.items():
@@ -36,7 +36,8 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
         assert row["errors"] == 0, row["error_samples"]
         assert set(row["added_ttft_ms"]) == {"p50", "p99", "p999"}
         assert set(row["floor_ms"]) == {"p50", "p99"}
-        for key in ("concurrency", "cpu_cores", "rss_mb", "warnings"):
+        assert row["loop"] == "closed"
+        for key in ("level", "cpu_cores", "rss_mb", "warnings"):
             assert key in row
         added = row["added_ttft_ms"]["p50"]
         if target in ("direct", "pass"):
@@ -69,7 +70,7 @@ def test_open_loop_counts_from_the_schedule_and_reports_dispatch_lag(tmp_path: P
     assert doc["config"]["loop"] == "open"
     rows = {r["target"]: r for r in doc["levels"]}
     buffer = rows["buffer"]
-    assert buffer["rate"] == 6.0
+    assert (buffer["level"], buffer["loop"]) == (6.0, "open")
     assert buffer["streams"] > 5
     assert buffer["dispatch_lag_ms"]["p99"] > 50  # the cap made arrivals wait
     assert buffer["added_ttft_corrected_ms"]["p99"] >= buffer["added_ttft_ms"]["p99"] + 50

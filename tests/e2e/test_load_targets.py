@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Start, netloc
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies import lookup
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 
 def test_an_external_jwt_gateway_is_loaded_with_a_fresh_token_per_stream(tmp_path: Path, service: Start) -> None:
@@ -194,7 +194,7 @@ def test_streams_a_pool_sends_to_another_stub_are_named_as_such(tmp_path: Path, 
 
 
 def test_an_https_target_is_loaded_with_cacert_or_insecure(tmp_path: Path, service: Start) -> None:
-    from tokenpath.tlscert import self_signed
+    from tokenpath.serve.tlscert import self_signed
 
     files = self_signed(tmp_path / "tls", ["127.0.0.1"])
     stub = service("stub", "--port", "0", "--tokens", "10", "--ttft-ms", "20", name="stub")

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from tokenpath.links import netns
-from tokenpath.procs import tokenpath_argv
 from tokenpath.proxies import lookup
+from tokenpath.serve.procs import tokenpath_argv
 
 FRAMES = 12  # 600 ms streams: HAProxy still holds bursts of ~4 (200 ms), nginx still the whole body
 

@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from tests.e2e.test_matrix import row, run_matrix
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.e2e
 

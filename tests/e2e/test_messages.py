@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tokenpath.procs import tokenpath_argv
 from tokenpath.proxies import litellm
+from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.e2e
 

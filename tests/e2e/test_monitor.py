@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Start, netloc
-from tokenpath.procs import tokenpath_argv
 from tokenpath.proxies import lookup
 from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.serve.procs import tokenpath_argv
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "monitoring"
 PROMETHEUS = shutil.which("prometheus")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import Start
-from tokenpath.procs import tokenpath_argv
+from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.e2e
 

@@ -138,7 +138,7 @@ def test_paths_the_export_cannot_run_are_named_and_an_endpoint_is_refused(tmp_pa
     with pytest.raises(UsageError, match="every condition needs TLS or a veth"):
         emit(parse({"conditions": {"tls": [True]}, "proxy": [{"name": "nginx"}]}), tmp_path, ROOT)
     endpoint = parse({"upstream": {"url": "http://gpu:8000/v1", "model": "m"}, "proxy": [{"name": "nginx"}]})
-    with pytest.raises(UsageError, match="--emit-compose with"):
+    with pytest.raises(UsageError, match="`emit_compose` with"):
         emit(endpoint, tmp_path, ROOT)
 
 
@@ -158,7 +158,7 @@ def test_without_a_source_tree_the_image_is_built_from_the_installed_package(tmp
     (wheel,) = (tmp_path / "wheel").glob("tokenpath-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "tokenpath/proxies/peers/node_proxy.mjs" in names
-    assert "tokenpath/cli.py" in names
+    assert "tokenpath/cli/__init__.py" in names
 
 
 def test_conditions_the_export_cannot_run_are_named(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.stub.audit import AuditVerdict
 
 COND = Condition(50.0, 60, "loopback", False)
 
@@ -13,7 +14,8 @@ COND = Condition(50.0, 60, "loopback", False)
 def record(fpr: float, added: float, frames: int = 40, passed: bool = True, burst: int = 1) -> RunRecord:
     arrivals = int(frames / fpr)
     metrics = RunMetrics("s", 200, frames, arrivals, fpr, 0.3, 20 + added, {}, {burst: arrivals}, 2000.0)
-    r = RunRecord("p", "s", metrics=metrics, path_added_ttft_ms=added, audit={"passed": passed, "late_writes": 0})
+    audit = AuditVerdict("s", "complete", frames, 10.0, 0.0, 0.0, 0.0, 0, passed)
+    r = RunRecord("p", "s", metrics=metrics, path_added_ttft_ms=added, audit=audit)
     r.arrivals = [(i * 50.0 * burst, burst) for i in range(arrivals)]
     return r
 

@@ -7,6 +7,7 @@ import pytest
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.experiment.spec import ExclusionRule, load, parse
 from tokenpath.proxies.attached import AttachedProxy
+from tokenpath.stub.audit import StreamLog
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -75,14 +76,14 @@ def test_custom_proxy_command_placeholders() -> None:
 
 def test_the_declared_tolerance_is_the_rule_applied() -> None:
     """Two writes 0.07 and 0.47 ms late: kept by the default rule, excluded by a declared 0.001 ms."""
-    log = {"stream_id": "s", "interval_ms": 50.0, "started_ns": 0, "state": "complete",
-           "writes": [[0, 0, 70_000, 60], [1, 50_000_000, 50_470_000, 60]]}  # fmt: skip
-    assert ExclusionRule().judge(log)["passed"] is True
+    log = StreamLog.from_json({"stream_id": "s", "interval_ms": 50.0, "started_ns": 0, "state": "complete",
+                               "writes": [[0, 0, 70_000, 60], [1, 50_000_000, 50_470_000, 60]]})  # fmt: skip
+    assert ExclusionRule().judge(log).passed is True
     strict = ExclusionRule(0.001).judge(log)
-    assert strict["passed"] is False
-    assert strict["late_writes"] == 2
-    assert strict["tolerance_ms"] == 0.001  # results.json shows the rule applied beside the figures
-    assert strict["drift_ms"]["max"] == 0.47
+    assert strict.passed is False
+    assert strict.late_writes == 2
+    assert strict.tolerance_ms == 0.001  # results.json shows the rule applied beside the figures
+    assert strict.drift_max_ms == 0.47
 
 
 def test_stub_headers_are_a_condition_axis() -> None:

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import LoopbackHTTP, QuietHandler
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import token_text
 from tokenpath.wire.client import ResponseParser
@@ -312,15 +312,16 @@ def test_a_client_leaving_aborts_the_upstream_at_once(svc: Services, phase: str)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
         left_ns = time.monotonic_ns()
     time.sleep(0.5)
-    log = fetch_audit(stub, [stream_id])["streams"][0]["log"]
-    assert log["state"] == "client_gone"  # the stub was told: its connection from the gateway was closed
-    if log["writes"]:
-        last_write_ns = max(w[2] for w in log["writes"])
+    log = fetch_audit(stub, [stream_id]).streams[0].log
+    assert log is not None
+    assert log.state == "client_gone"  # the stub was told: its connection from the gateway was closed
+    if log.writes:
+        last_write_ns = max(w.actual_ns for w in log.writes)
         kept_ms = (last_write_ns - left_ns) / 1e6
         assert kept_ms < 1000, f"the stub kept writing {kept_ms:.0f} ms"
-    assert len(log["writes"]) < 100
+    assert len(log.writes) < 100
     if phase.startswith("non"):
-        assert log["writes"] == []  # the answer was never produced
+        assert log.writes == ()  # the answer was never produced
 
 
 # limits --------------------------------------------------------------------------------------------------------

@@ -30,8 +30,8 @@ from tests.gateway.peers import hostile_h2 as hostile
 from tests.gateway.test_gateway_e2e import Services, hostport, metric, read_response, request, roundtrip
 from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA
-from tokenpath.procs import stop_process_group
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.procs import stop_process_group
 
 pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]

@@ -38,8 +38,8 @@ from tests.gateway.test_gateway_e2e import (
     token,
 )
 from tests.helpers import exchange, post
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.proxies.base import free_port
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.sse import Frame, SSEParser
 

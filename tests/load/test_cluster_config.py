@@ -46,7 +46,7 @@ def test_a_runs_clock_is_the_mean_of_its_two_estimates_with_the_drift_in_its_unc
 def test_cluster_settings_are_checked_and_kept() -> None:
     assert cpus_per_client_node(None, 3) == 1
     assert cpus_per_client_node(5, 3) == 3
-    with pytest.raises(UsageError, match="--stub-node needs --cluster"):
+    with pytest.raises(UsageError, match="`stub_node` needs `cluster`"):
         LoadConfig(targets=("direct",), stub_node="10.0.0.2")
     assert LoadConfig(targets=("direct",), cluster="local:2").client_workers == 0  # the cluster decides
     remote = LoadConfig(targets=("direct",), target_url="http://127.0.0.1:9", stub_url="http://192.0.2.10:8000",

@@ -14,7 +14,7 @@ def test_client_workers_default_to_what_the_machine_spares() -> None:
     cfg = LoadConfig(targets=("direct",))
     assert cfg.client_workers == spare_client_workers(1, len(os.sched_getaffinity(0)))
     assert LoadConfig(targets=("direct",), client_workers=5).client_workers == 5  # a given number is kept
-    with pytest.raises(UsageError, match="--client-workers >= 0"):
+    with pytest.raises(UsageError, match="`client_workers` >= 0"):
         LoadConfig(targets=("direct",), client_workers=-1)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.load.contention import Contention, schedule_missed
-from tokenpath.load.runner import Cell, LoadConfig, _closed_row
+from tokenpath.load.runner import Cell, LoadConfig, _level_row
 from tokenpath.load.sampler import HostSampler
+from tokenpath.results.model import MedianAndTail
 
 
 def test_a_busy_stub_is_saturated_and_more_stub_workers_is_the_remedy() -> None:
@@ -40,10 +41,10 @@ def test_a_target_whose_stub_misses_only_with_it_is_taking_the_stubs_cores() -> 
 def test_the_row_warning_comes_from_what_was_sampled() -> None:
     cell = Cell("direct", 50, streams=1000, audit_failed=40)
     cell.stub_cores, cell.steal, cell.run_queue = [0.2, 0.4], [0.0, 0.0], [5.0, 6.0]
-    row = _closed_row(cell, {"p50": None, "p99": None}, LoadConfig(("direct",)), cell.contention(1, 2, None))
-    (warning,) = row["warnings"]
-    assert warning["kind"] == "host_contention"  # before: stub_saturated, "add --stub-workers"
-    assert "5.5 runnable tasks on 2 cores" in warning["message"]
+    row = _level_row(cell, MedianAndTail(), LoadConfig(("direct",)), cell.contention(1, 2, None))
+    (warning,) = row.warnings
+    assert warning.kind == "host_contention"  # before: stub_saturated, "add --stub-workers"
+    assert "5.5 runnable tasks on 2 cores" in warning.message
 
 
 def test_the_host_sampler_reads_steal_and_the_run_queue(tmp_path: Path) -> None:
@@ -59,9 +60,9 @@ def test_the_host_sampler_reads_steal_and_the_run_queue(tmp_path: Path) -> None:
 def test_client_lag_on_a_contended_host_is_not_blamed_on_too_few_client_workers() -> None:
     cell = Cell("direct", 3, streams=20, lag_p99_ms=60.0, client_cpu=0.04)
     busy_host = Contention(0.07, 1, 0.01, 9.4, 2)
-    (warning,) = _closed_row(cell, {"p50": None, "p99": None}, LoadConfig(("direct",)), busy_host)["warnings"]
-    assert warning["kind"] == "client_lag"
-    assert "more --client-workers will not help" in warning["remedy"]
+    (warning,) = _level_row(cell, MedianAndTail(), LoadConfig(("direct",)), busy_host).warnings
+    assert warning.kind == "client_lag"
+    assert "more --client-workers will not help" in warning.remedy
     quiet = Contention(0.07, 1, 0.0, 0.5, 2)
-    (warning,) = _closed_row(cell, {"p50": None, "p99": None}, LoadConfig(("direct",)), quiet)["warnings"]
-    assert warning["kind"] == "client_saturated"
+    (warning,) = _level_row(cell, MedianAndTail(), LoadConfig(("direct",)), quiet).warnings
+    assert warning.kind == "client_saturated"

@@ -16,7 +16,7 @@ def _row(target: str, added_us: list[int], lost: int = 0, errors: int = 0) -> Lo
     for v in added_us:
         hist.record_value(v)
     encoded = hist.encode().decode() if added_us else None
-    return LoadRow(concurrency=50, target=target, streams=len(added_us), errors=errors, frames_lost=lost,
+    return LoadRow(level=50, target=target, streams=len(added_us), errors=errors, frames_lost=lost,
                    histogram=encoded, streams_total=len(added_us) + errors)  # fmt: skip
 
 

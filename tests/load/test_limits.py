@@ -41,5 +41,5 @@ def test_more_streams_than_the_hard_limit_allows_is_refused_before_starting() ->
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
     assert "refused:" in out.stdout
-    assert "add --client-workers" in out.stdout
+    assert "add `client_workers`" in out.stdout
     assert "fits: 512" in out.stdout

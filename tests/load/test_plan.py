@@ -27,7 +27,7 @@ def test_every_cost_flag_is_the_one_applied() -> None:
 
 
 def test_an_unmeasured_proxy_needs_its_cost() -> None:
-    with pytest.raises(UsageError, match="--proxy-us-per-frame"):
+    with pytest.raises(UsageError, match="`proxy_us_per_frame`"):
         plan((10,), tokens=8, interval_ms=10, ttft_ms=10, proxy="haproxy")
     with pytest.raises(UsageError, match="must be > 0"):
         plan((10,), tokens=8, interval_ms=10, ttft_ms=10, client_us=0)

@@ -6,8 +6,9 @@ import pytest
 
 from tests.helpers import BackgroundLoop
 from tokenpath.errors import ServiceError, UsageError
-from tokenpath.load.runner import Cell, LoadConfig, _closed_row
+from tokenpath.load.runner import Cell, LoadConfig, _level_row
 from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
+from tokenpath.results.model import MedianAndTail
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.frames import completion_id
 from tokenpath.stub.server import StubServer
@@ -58,9 +59,9 @@ def test_a_stub_chunk_id_marks_a_stream_some_stub_served() -> None:
 
 def test_streams_served_by_another_stub_are_not_blamed_on_a_dropped_header() -> None:
     cell = Cell("target", 50, streams=100, unjoined=30, foreign=30)
-    kinds = {w["kind"]: w for w in _closed_row(cell, {"p50": None, "p99": None}, _cfg())["warnings"]}
+    kinds = {w.kind: w for w in _level_row(cell, MedianAndTail(), _cfg()).warnings}
     assert set(kinds) == {"other_stub"}
-    assert kinds["other_stub"]["message"].startswith("30 of 100 streams served by a stub that is not --stub-url")
+    assert kinds["other_stub"].message.startswith("30 of 100 streams served by a stub that is not --stub-url")
     cell.unjoined = 35
-    kinds = {w["kind"]: w for w in _closed_row(cell, {"p50": None, "p99": None}, _cfg())["warnings"]}
-    assert kinds["unjoined"]["message"].startswith("5 of 100 streams could not be joined")
+    kinds = {w.kind: w for w in _level_row(cell, MedianAndTail(), _cfg()).warnings}
+    assert kinds["unjoined"].message.startswith("5 of 100 streams could not be joined")

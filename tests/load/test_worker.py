@@ -4,7 +4,7 @@ import asyncio
 import time
 
 from tokenpath.load.worker import loop_lag
-from tokenpath.loops import new_event_loop
+from tokenpath.serve.loops import new_event_loop
 
 
 def test_loop_lag_counts_the_measured_window_only() -> None:

@@ -140,7 +140,7 @@ def test_a_long_watch_holds_no_more_threads_or_sockets_than_a_short_one(sse: Loo
 
 
 def test_tls_bursts_are_seen_as_coalescing(tmp_path: Path) -> None:
-    from tokenpath.tlscert import self_signed
+    from tokenpath.serve.tlscert import self_signed
 
     files = self_signed(tmp_path / "tls", ["127.0.0.1"])
     server = TLSRecordBurst(str(files.cert), str(files.key), burst=5)
@@ -205,7 +205,7 @@ class JSONHandler(QuietHandler):
 
 
 def test_peer_faults_are_outcomes_by_reason(tmp_path: Path) -> None:
-    from tokenpath.tlscert import self_signed
+    from tokenpath.serve.tlscert import self_signed
 
     plain = LoopbackHTTP(JSONHandler)
     silent = socket.create_server(("127.0.0.1", 0))
@@ -233,7 +233,7 @@ def test_peer_faults_are_outcomes_by_reason(tmp_path: Path) -> None:
 
 def test_insecure_is_the_one_applied(tmp_path: Path) -> None:
     """A certificate no store trusts: refused by default (test above), accepted with `insecure = true`."""
-    from tokenpath.tlscert import self_signed
+    from tokenpath.serve.tlscert import self_signed
 
     files = self_signed(tmp_path / "tls", ["127.0.0.1"])
     server = TLSRecordBurst(str(files.cert), str(files.key))

@@ -26,7 +26,7 @@ from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.trace import TraceLimits, TraceRecorder
 from tokenpath.probe.transport import DRAIN_MAX_BYTES, TLSOptions, open_connection, parse_target
-from tokenpath.tlscert import self_signed
+from tokenpath.serve.tlscert import self_signed
 
 MS = 1_000_000
 

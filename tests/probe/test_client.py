@@ -120,7 +120,7 @@ def test_non_sse_content_type() -> None:
 
 
 def test_first_byte_timeout() -> None:
-    with pytest.raises(FirstByteTimeout, match=r"first-byte-timeout 0\.5"):
+    with pytest.raises(FirstByteTimeout, match=r"`first_byte_timeout` 0\.5"):
         run([(0, None)], first_byte_timeout_s=0.5)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.probe.hostile import Hostile, Measured, run_measured, server_context
-from tokenpath.procs import tokenpath_argv
-from tokenpath.tlscert import self_signed
+from tokenpath.serve.procs import tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 
 pytestmark = pytest.mark.e2e
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import TLSRecordBurst
-from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import stream_once
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.tlscert import self_signed
+from tokenpath.serve.loops import new_event_loop
+from tokenpath.serve.tlscert import self_signed
 
 BURST = 5
 

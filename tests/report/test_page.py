@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.procs import tokenpath_argv
 from tokenpath.report import page
 from tokenpath.report.compare import compare
 from tokenpath.report.render import write_report
 from tokenpath.results.model import MatrixResults, from_json
+from tokenpath.serve.procs import tokenpath_argv
 
 DATA = Path(__file__).parent / "data"
 

@@ -82,3 +82,30 @@ def test_write_is_atomic_and_reads_back_equal(tmp_path: Path) -> None:
     assert isinstance(again, MatrixResults)
     assert again.inferred == results.inferred
     assert again.points == results.points
+
+
+def test_a_version_3_load_file_gains_one_level_and_still_loads_and_renders(tmp_path: Path) -> None:
+    """Schema 4 made a load row's `concurrency` / `rate` pair one `level` with its `loop`."""
+    from tokenpath.report import page
+    from tokenpath.results import load_table
+
+    raw = json.loads((DATA / "load" / "results.json").read_text())
+    closed = migrate(raw)["levels"][0]
+    v3 = {**raw, "schema_version": 3, "config": {**raw["config"], "loop": "open"}}
+    v3["levels"] = [
+        {**closed, "concurrency": 5, "rate": None, "target": "direct"},
+        {**closed, "concurrency": None, "rate": 2.5, "target": "nginx"},
+    ]
+    for row in v3["levels"]:
+        row.pop("level"), row.pop("loop")
+    (tmp_path / "results.json").write_text(json.dumps(v3))
+    results = model.read(tmp_path)
+    assert isinstance(results, LoadResults)
+    assert results.provenance.schema_version == 3
+    assert [(r.level, r.loop, r.level_label) for r in results.levels] == [(5, "closed", "5"), (2.5, "open", "2.5/s")]
+    written = results.to_json()["levels"]
+    assert all("concurrency" not in r and "rate" not in r for r in written)
+    assert [(r["level"], r["loop"]) for r in written] == [(5, "closed"), (2.5, "open")]
+    assert "| 2.5/s | nginx |" in load_table.markdown(results)
+    assert load_table.csv_text(results).splitlines()[1].startswith("5,closed,direct,")
+    assert "2.5/s" in page.page(results)

@@ -78,7 +78,7 @@ def test_a_load_row_shows_kept_of_total_even_below_one_percent() -> None:
     from tokenpath.results import load_table
 
     row = model.load_row({
-        "concurrency": 50, "target": "nginx", "streams": 999, "streams_total": 1000, "kept": 996, "excluded": 4,
+        "level": 50, "target": "nginx", "streams": 999, "streams_total": 1000, "kept": 996, "excluded": 4,
         "exclusion_share": 0.004, "errors": 1, "added_ttft_ms": {"p50": 1.0, "p99": 2.0, "p999": 3.0},
         "cpu_cores": 0.1, "rss_mb": 10.0, "warnings": [], "frames_lost": 0, "frames_out_of_order": 0,
     })  # fmt: skip

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpath.stub.audit import AuditStore, StreamLog, audit_stream, tolerance_ns
+from tokenpath.stub.audit import AuditStore, StreamRecorder, audit_stream, tolerance_ns
 
 MS = 1_000_000
 
@@ -12,8 +12,8 @@ def test_tolerance_is_max_of_2ms_and_20_percent(interval: float, tol_ms: float) 
     assert tolerance_ns(interval) == round(tol_ms * MS)
 
 
-def log_with(drifts_ms: list[float], interval: float = 50) -> StreamLog:
-    log = StreamLog("s", interval, 0)
+def log_with(drifts_ms: list[float], interval: float = 50) -> StreamRecorder:
+    log = StreamRecorder("s", interval, 0)
     for i, d in enumerate(drifts_ms):
         log.record(i * 50 * MS, i * 50 * MS + round(d * MS), 60)
     log.state = "complete"

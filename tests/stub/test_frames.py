@@ -57,6 +57,6 @@ def test_openai_frames_are_padded_exactly_and_stay_valid_json(size: int) -> None
 
 def test_frame_bytes_too_small_is_a_clear_error() -> None:
     need = minimum_frame_bytes(chat(), "openai")
-    with pytest.raises(UsageError, match="--format plain"):
+    with pytest.raises(UsageError, match='"format": "plain"'):
         render_stream(chat(), "openai", need - 1)
     render_stream(chat(), "openai", need)

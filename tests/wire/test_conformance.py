@@ -19,7 +19,7 @@ from tests.helpers import BackgroundLoop
 from tokenpath.errors import LocalProtocolError, RemoteProtocolError
 from tokenpath.gateway.failures import Failure
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
-from tokenpath.http_server import HTTPConnection, Request, Response, listen
+from tokenpath.serve.http import HTTPConnection, Request, Response, listen
 from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
 from tokenpath.wire.framing import Framing, received_framing, sent_framing
 from tokenpath.wire.limits import ServerLimits
@@ -621,12 +621,12 @@ class _Gatekeeper:
 
     def admit(self, head: Request) -> object:
         if head.path == "/deny":
-            from tokenpath.http_server import Refusal
+            from tokenpath.serve.http import Refusal
 
             return Refusal(401, "no", "invalid_api_key", (("WWW-Authenticate", "Bearer"),))
 
         async def later() -> object:
-            from tokenpath.http_server import Admitted
+            from tokenpath.serve.http import Admitted
 
             await asyncio.sleep(0.01)
             return Admitted(head.path)

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
 from tokenpath.controls.policies import CORK_BYTES, CORK_MS, MODES, BufferLimitExceeded, Mode, Policy, make_policy
 from tokenpath.errors import UsageError
-from tokenpath.flow import ReadGate
-from tokenpath.http_server import bound_port
-from tokenpath.loops import new_event_loop
-from tokenpath.priority import raise_priority, tighten_timer_slack
+from tokenpath.hostport import join_hostport
+from tokenpath.serve.flow import ReadGate
+from tokenpath.serve.http import bound_port
+from tokenpath.serve.priority import raise_priority, tighten_timer_slack
+from tokenpath.serve.runner import Config, Server
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ class RelayConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise UsageError(f"--mode {self.mode!r}: expected one of {', '.join(MODES)}")
+            raise UsageError(f"`mode` {self.mode!r}: expected one of {', '.join(MODES)}")
         if self.cork_bytes < 1 or self.cork_ms <= 0:
-            raise UsageError("--cork-bytes must be >= 1 and --cork-ms > 0")
+            raise UsageError("`cork_bytes` must be >= 1 and `cork_ms` > 0")
         if (self.tls_cert is None) != (self.tls_key is None):
-            raise UsageError("--tls-cert and --tls-key go together")
+            raise UsageError("`tls_cert` and `tls_key` go together")
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.tls_cert is None:
@@ -51,7 +52,7 @@ class RelayConfig:
         try:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"--tls-cert/--tls-key: cannot load: {exc}") from None
+            raise UsageError(f"`tls_cert`/`tls_key`: cannot load: {exc}") from None
         ctx.set_alpn_protocols(["http/1.1"])
         return ctx
 
@@ -193,37 +194,34 @@ def serve(cfg: RelayConfig, announce: Callable[[str], None], loop_name: str = "u
     A control is part of the instrument, like the stub: certification requires `pass` to add no more than the
     direct path's spread, so on a busy host it gets the stub's scheduling (SCHED_FIFO when permitted) rather than
     waiting a scheduler slice behind other work on every frame (measured: 1 in 3 loaded runs failed certification)."""
+    Server(Config("relay", cfg.listen_host, cfg.listen_port, loop=loop_name), partial(_app, cfg)).run(announce)
+
+
+def _app(cfg: RelayConfig, sock: socket.socket | None) -> ControlRelay:
     tighten_timer_slack()
-    priority = raise_priority("auto")
-    loop = new_event_loop(loop_name)
-    try:
-        relay = ControlRelay(cfg)
-        loop.run_until_complete(relay.start())
-        stop = asyncio.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
-        scheme = "https" if cfg.tls_cert else "http"
-        announce(
-            f"listening on {scheme}://{host}:{relay.port} (mode={cfg.mode}, "
-            f"upstream {cfg.upstream_host}:{cfg.upstream_port}, priority {priority})"
-        )
-        loop.run_until_complete(stop.wait())
-        loop.run_until_complete(relay.close())
-    finally:
-        loop.close()
+    return ControlRelay(cfg, priority=raise_priority("auto"))
 
 
 class ControlRelay:
-    """A relay as a library object: `await start()` returns the port; `await close()` stops it."""
+    """A relay as a library object: `await start()` returns the port; `await close()` stops it. `priority`: the
+    scheduling its process got (serve.priority), for its `listening on` line."""
 
-    def __init__(self, cfg: RelayConfig) -> None:
+    def __init__(self, cfg: RelayConfig, priority: str = "normal") -> None:
         self.cfg = cfg
+        self.priority = priority
         self._server: asyncio.Server | None = None
 
     @property
     def port(self) -> int:
         return bound_port(self._server)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.cfg.tls_cert else 'http'}://{join_hostport(self.cfg.listen_host, self.port)}"
+
+    def note(self) -> str:
+        upstream = join_hostport(self.cfg.upstream_host, self.cfg.upstream_port)
+        return f"mode={self.cfg.mode}, upstream {upstream}, priority {self.priority}"
 
     async def start(self) -> int:
         loop = asyncio.get_running_loop()
@@ -234,7 +232,7 @@ class ControlRelay:
             )  # fmt: skip
         except OSError as exc:
             raise UsageError(
-                f"cannot listen on {self.cfg.listen_host}:{self.cfg.listen_port}: {exc.strerror}"
+                f"cannot listen on {join_hostport(self.cfg.listen_host, self.cfg.listen_port)}: {exc.strerror}"
             ) from None
         return self.port
 

@@ -78,7 +78,7 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
     the installed package (a non-editable install)."""
     if exp.endpoint is not None:
         raise UsageError(
-            "--emit-compose with [upstream]: the containers would need the endpoint's name, CA and key; "
+            "`emit_compose` with [upstream]: the containers would need the endpoint's name, CA and key; "
             "run `tokenpath matrix` here"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,7 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
     runnable = [c for c in exp.conditions if not c.tls and c.link == "loopback"]
     skipped = [f"{c.label}: {_why_not(c)}" for c in exp.conditions if c not in runnable]
     if not runnable:
-        raise UsageError("--emit-compose: every condition needs TLS or a veth link, which the export cannot run")
+        raise UsageError("`emit_compose`: every condition needs TLS or a veth link, which the export cannot run")
     services: dict[str, Any] = {}
     attached: list[tuple[str, str, str]] = []  # (service, url, version)
     for path in exp.paths:
@@ -122,6 +122,14 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
     header += [f"# Not exported: {line}" for line in skipped]
     compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump({"services": services}, sort_keys=False))
     return compose_file, skipped
+
+
+def run_hint(path: Path) -> str:
+    """What to run once the export is written."""
+    return (
+        f"wrote {path}; run it with: docker compose -f {path} up --build --abort-on-container-exit "
+        f"--exit-code-from {RUNNER} (results in {path.parent / 'results'})"
+    )
 
 
 def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list[tuple[str, str, str]]) -> str:

@@ -72,10 +72,17 @@ class EndpointSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "declared": self.declared, "origin": self.target.origin, "path": self.target.path, "model": self.model,
-            "api_key_env": self.api_key_env, "max_tokens": self.max_tokens, "headers": [k for k, _ in self.headers],
-            "cacert": self.cacert, "audited": False, "note": NO_AUDIT,
-        }  # fmt: skip
+            "declared": self.declared,
+            "origin": self.target.origin,
+            "path": self.target.path,
+            "model": self.model,
+            "api_key_env": self.api_key_env,
+            "max_tokens": self.max_tokens,
+            "headers": [k for k, _ in self.headers],
+            "cacert": self.cacert,
+            "audited": False,
+            "note": NO_AUDIT,
+        }
 
 
 def parse(value: Any) -> EndpointSpec:
@@ -116,10 +123,15 @@ def parse(value: Any) -> EndpointSpec:
     if not model:
         raise UsageError('[upstream] needs model = "..." (the endpoint\'s model name)')
     return EndpointSpec(
-        declared=declared, target=target, model=str(model), api_key_env=env or None,
-        prompt=str(table.get("prompt", DEFAULT_PROMPT)), max_tokens=max_tokens,
-        headers=tuple((str(k), v) for k, v in headers.items()), cacert=cacert,
-    )  # fmt: skip
+        declared=declared,
+        target=target,
+        model=str(model),
+        api_key_env=env or None,
+        prompt=str(table.get("prompt", DEFAULT_PROMPT)),
+        max_tokens=max_tokens,
+        headers=tuple((str(k), v) for k, v in headers.items()),
+        cacert=cacert,
+    )
 
 
 def expand(text: str, where: str) -> str:

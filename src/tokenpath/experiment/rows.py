@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
 
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import Condition, PathSpec
-from tokenpath.results.model import MatrixRow, matrix_row
+from tokenpath.results.model import MatrixRow
 from tokenpath.stats import median, percentile
 
 FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
@@ -50,23 +49,24 @@ class Floor:
 
 
 def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> MatrixRow:
-    """The row as the model holds it (computed as its JSON object, then read by the model's one reader)."""
-    return matrix_row(_row_json(path, cond, runs, floor))
-
-
-def _row_json(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Floor | None) -> dict[str, Any]:
+    """The row as the model holds it, with its raw runs and the verdict in words."""
     included = [r for r in runs if r.included and r.metrics]
-    row: dict[str, Any] = {
-        "proxy": path.proxy,
-        "variant": path.variant,
-        **cond.to_json(),
-        "runs": len(runs),
-        "excluded": len(runs) - len(included),
-        "exclusions": dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
-    }
+    row = MatrixRow(
+        proxy=path.proxy,
+        variant=path.variant,
+        interval_ms=cond.interval_ms,
+        frame_bytes=cond.frame_bytes,
+        link=cond.link,
+        tls=cond.tls,
+        stub_headers=dict(cond.stub_headers),
+        endpoint=cond.endpoint,
+        runs=len(runs),
+        excluded=len(runs) - len(included),
+        exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
+        verdict="no valid runs",
+        raw=tuple(r.to_run() for r in runs),
+    )
     if not included:
-        row.update(fpr_median=None, added_ttft_ms_median=None, verdict="no valid runs", within_floor=None)
-        row["raw"] = [r.to_json() for r in runs]
         return row
     fprs = sorted(r.metrics.frames_per_read or 0.0 for r in included if r.metrics)
     base = floor.added_ttft_ms if floor else 0.0
@@ -77,24 +77,22 @@ def _row_json(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         bursts.update(r.metrics.bursts)
     modal = bursts.most_common(1)[0][0] if bursts else 0
     delays = [r.frame_delay_ms["p50"] for r in included if r.frame_delay_ms]
-    row.update(
+    row = replace(
+        row,
         fpr_median=median(fprs),
         fpr_min=fprs[0],
         fpr_max=fprs[-1],
         added_ttft_ms_median=median(added) if added else None,
         added_ttft_ms_p90=percentile(added, 90) if added else None,
-        added_ttft_ms_min=added[0] if added else None,
         ttft_ms_median=median([r.metrics.ttft_ms for r in included if r.metrics and r.metrics.ttft_ms is not None]),
         arrivals_median=median([r.metrics.arrivals for r in included if r.metrics]),
         modal_burst=modal,
         modal_burst_gap_ms=_modal_gap(included, modal),
         frame_delay_ms_median=median(delays) if delays else None,
     )
-    row["within_floor"] = _within_floor(row, floor)
-    row["verdict"] = _verdict(row, floor)
-    del row["added_ttft_ms_min"]  # the verdict's; the raw runs hold it for any other reader
-    row["raw"] = [r.to_json() for r in runs]
-    return row
+    lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
+    row = replace(row, within_floor=_within_floor(row, lowest, floor))
+    return replace(row, verdict=_verdict(row, lowest, floor))
 
 
 def _modal_gap(runs: list[RunRecord], size: int) -> float | None:
@@ -113,30 +111,30 @@ def _ttft_noise(floor: Floor) -> float:
     return floor.ttft_spread_ms + FLOOR_MARGIN_TTFT_MS
 
 
-def _within_floor(row: dict[str, Any], floor: Floor | None) -> bool | None:
+def _within_floor(row: MatrixRow, lowest: float | None, floor: Floor | None) -> bool | None:
     """Frames per read at direct's, and added TTFT not distinguishable from direct's: as `report --compare`
     decides, a difference counts only where the ranges do not overlap, so the path's fastest kept run must be
     beyond the floor's spread too, not only its median."""
-    if floor is None or row["fpr_median"] is None:
+    if floor is None or row.fpr_median is None:
         return None
-    fpr_ok = row["fpr_median"] <= floor.fpr + FLOOR_MARGIN_FPR
-    added, lowest = row["added_ttft_ms_median"], row["added_ttft_ms_min"]
+    fpr_ok = row.fpr_median <= floor.fpr + FLOOR_MARGIN_FPR
+    added = row.added_ttft_ms_median
     ttft_ok = added is None or added <= _ttft_noise(floor) or (lowest is not None and lowest <= _ttft_noise(floor))
     return bool(fpr_ok and ttft_ok)
 
 
-def _verdict(row: dict[str, Any], floor: Floor | None = None) -> str:
-    if row["within_floor"]:
-        added, lowest = row["added_ttft_ms_median"], row["added_ttft_ms_min"]
+def _verdict(row: MatrixRow, lowest: float | None, floor: Floor | None = None) -> str:
+    if row.within_floor:
+        added = row.added_ttft_ms_median
         noise = _ttft_noise(floor) if floor is not None else None
         if noise is not None and added is not None and lowest is not None and added > noise:
             return (f"streams (not distinguishable from the direct floor: first token +{added:.0f} ms median, but "
                     f"its fastest run, +{lowest:.1f} ms, is within the floor's {noise:.1f} ms)")  # fmt: skip
         return "streams (within the direct floor)"
-    added = row["added_ttft_ms_median"]
+    added = row.added_ttft_ms_median
     late = f", first token +{added:.0f} ms" if added is not None else ""
-    if row["arrivals_median"] <= 1:
+    if (row.arrivals_median or 0) <= 1:
         return f"buffers the whole response{late}"
-    if row["fpr_median"] > (1.0 + FLOOR_MARGIN_FPR):
-        return f"coalesces: bursts of {row['modal_burst']}{late}"
+    if (row.fpr_median or 0) > (1.0 + FLOOR_MARGIN_FPR):
+        return f"coalesces: bursts of {row.modal_burst}{late}"
     return f"streams, but late{late}"

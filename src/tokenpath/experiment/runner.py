@@ -25,10 +25,10 @@ from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
+from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
-from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection
-from tokenpath.procs import ServiceProcess, tokenpath_argv
+from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
 from tokenpath.proxies.attached import AttachedProxy
@@ -46,9 +46,10 @@ from tokenpath.results.model import (
     Provenance,
     ProxyInfo,
 )
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.stats import percentile
-from tokenpath.stub.control import SocketFactory, fetch_audit, tcp_connect
-from tokenpath.tlscert import self_signed
+from tokenpath.stub.control import fetch_audit
 
 # Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
 CERT_INTERVAL_MS, CERT_FRAME_BYTES, CERT_FRAMES = 50.0, 60, 12
@@ -185,7 +186,7 @@ class MatrixRunner:
             stub = ServiceProcess(stub_argv, "stub")
             stack.callback(stub.stop)
             stub.start()
-            env.stub_url = f"http://{stub_host}:{stub_port}"
+            env.stub_url = f"http://{join_hostport(stub_host, stub_port)}"
             env.upstream = Endpoint("127.0.0.1" if link == "loopback" else stub_host, stub_port)
             for path in self.exp.paths:
                 if path.proxy == "direct":
@@ -355,13 +356,14 @@ class MatrixRunner:
             audit = fetch_audit(env.stub_url, [r.stream_id for r in records], connect=env.socket_factory)
         except PeerError as exc:
             raise ServiceError(f"the stub stopped answering its audit: {exc}") from None
-        entries = {e["verdict"]["stream_id"]: e for e in audit["streams"]}
+        entries = audit.by_id()
         for record in records:
             entry = entries.get(record.stream_id)
+            log = entry.log if entry is not None else None
             # The declared rule decides, applied to the stub's own timestamps (not the stub's default verdict).
-            record.audit = self.exp.exclusion.judge(entry["log"]) if entry else None
+            record.audit = self.exp.exclusion.judge(log) if log is not None else None
             if record.trace is not None:
-                join(record, record.trace, entry.get("log") if entry else None)
+                join(record, record.trace, log)
                 record.trace = None
         return records
 
@@ -405,7 +407,7 @@ class MatrixRunner:
         if not passed and not self.force:
             raise CertificationError(
                 f"certification failed on {where}: the instrument cannot be trusted on this host now "
-                "(see the checks above); --force measures anyway and marks every table UNCERTIFIED"
+                "(see the checks above); `force` measures anyway and marks every table UNCERTIFIED"
             )
 
     def _condition(self, env: Environment, cond: Condition, tick: Callable[[str], None]) -> None:

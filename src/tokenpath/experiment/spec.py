@@ -14,12 +14,13 @@ from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
+from tokenpath.hostport import parse_hostport
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import condition_label
-from tokenpath.stub.audit import StreamLog, audit_stream
+from tokenpath.stub.audit import AuditVerdict, StreamLog, audit_stream
 from tokenpath.stub.config import response_headers
 
 Link = Literal["loopback", "veth"]
@@ -75,11 +76,11 @@ class ExclusionRule:
     def to_json(self) -> dict[str, Any]:
         return {"tolerance_ms": self.tolerance_ms, "rule": self.describe()}
 
-    def judge(self, log: dict[str, Any]) -> dict[str, Any]:
+    def judge(self, log: StreamLog) -> AuditVerdict:
         """This rule's verdict on one stream, from the write log the stub returned: the stub's own verdict uses its
         default tolerance, so a declared one is applied here, to the same timestamps."""
         tolerance = None if self.tolerance_ms is None else round(self.tolerance_ms * NS_PER_MS)
-        return audit_stream(StreamLog.from_json(log), tolerance).to_json()
+        return audit_stream(log, tolerance)
 
 
 @dataclass(slots=True)
@@ -242,10 +243,11 @@ def _stub_listen(table: Any) -> Endpoint | None:
     _no_unknown(table, {"listen"}, "[stub]")
     if "listen" not in table:
         return None
-    host, sep, port = str(table["listen"]).rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise UsageError(f"[stub] listen must be HOST:PORT, not {table['listen']!r}")
-    return Endpoint(host.strip("[]"), int(port))
+    try:
+        host, port = parse_hostport(str(table["listen"]), "[stub] listen", default_host=None, min_port=1)
+    except UsageError:
+        raise UsageError(f"[stub] listen must be HOST:PORT, not {table['listen']!r}") from None
+    return Endpoint(host, port)
 
 
 def _header_set(table: dict[str, Any]) -> tuple[tuple[str, str], ...]:

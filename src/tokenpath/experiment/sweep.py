@@ -55,6 +55,14 @@ def sweep_table(results: MatrixResults, title: str) -> Table:
     return table
 
 
+def inferred_line(results: MatrixResults, proxy: str) -> str | None:
+    """What the sweep says of the proxy, under its table (None before a rule is inferred)."""
+    inferred = results.inferred
+    if inferred is None:
+        return None
+    return f"[bold]{proxy} {inferred.rule or ''}[/] ({inferred.explanation})"
+
+
 def wire_bytes(frame_bytes: int) -> int:
     """A frame as the proxy sends it to an HTTP/1.1 client: one chunk (hex size, CRLF, data, CRLF)."""
     return frame_bytes + len(f"{frame_bytes:x}") + 4

@@ -57,7 +57,7 @@ class Authenticator:
         if cfg.secret_env:
             secret = os.environ.get(cfg.secret_env)
             if not secret:
-                raise UsageError(f"--jwt-secret-env {cfg.secret_env}: that environment variable is empty")
+                raise UsageError(f"`secret_env` {cfg.secret_env}: that environment variable is empty")
             self._key = secret.encode()
             if len(self._key) < MIN_SECRET_BYTES:
                 raise UsageError(f"the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
@@ -66,9 +66,9 @@ class Authenticator:
             try:
                 self._key = Path(cfg.public_key_file).read_bytes()
             except OSError as exc:
-                raise UsageError(f"--jwt-public-key {cfg.public_key_file}: {exc.strerror}") from None
+                raise UsageError(f"`public_key_file` {cfg.public_key_file}: {exc.strerror}") from None
             if b"PRIVATE KEY" in self._key:
-                raise UsageError("--jwt-public-key is a private key; give the gateway the public half only")
+                raise UsageError("`public_key_file` is a private key; give the gateway the public half only")
         elif cfg.jwks_url and self.jwks is None:
             self.jwks = JWKSCache(cfg.jwks_url, cfg.jwks_ttl_s, cfg.jwks_min_refresh_s)
         required = ["exp"] + (["iss"] if cfg.issuer else []) + (["aud"] if cfg.audience else [])

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
 from tokenpath.gateway.tls import check_files
+from tokenpath.hostport import parse_hostport, url_host
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
@@ -81,7 +82,7 @@ class Member:
     @property
     def authority(self) -> str:
         """What goes in the Host header: the port only when it is not the scheme's default."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = url_host(self.host)
         return host if urlsplit(self.url).port is None else f"{host}:{self.port}"
 
 
@@ -122,7 +123,7 @@ class GatewayConfig:
 
     def validate(self) -> GatewayConfig:
         if not self.pools:
-            raise UsageError("no pool: give --upstream URL or a [[pool]] in the config")
+            raise UsageError("no pool: give `upstreams` or a [[pool]] in the config")
         if self.workers < 1:
             raise UsageError("workers must be >= 1")
         names = [p.name for p in self.pools]
@@ -158,8 +159,8 @@ class GatewayConfig:
             sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]
             if len(sources) != 1:
                 raise UsageError(
-                    "JWT auth needs exactly one key source (--jwt-secret-env, --jwt-public-key or "
-                    "--jwks-url), or --no-auth to run without authentication"
+                    "JWT auth needs exactly one key source (`secret_env`, `public_key_file` or `jwks_url`), or "
+                    "`no_auth` to run without authentication"
                 )
             bad = [alg for alg in a.algorithms if alg not in ALGORITHMS]
             if bad or not a.algorithms:
@@ -183,13 +184,6 @@ def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:
 
 def _dataclass_from(cls: Any, data: dict[str, Any], where: str) -> Any:
     return dataclass_from(cls, data, f"gateway config [{where}]")
-
-
-def _host_port(value: str, where: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise UsageError(f"gateway config {where} {value!r}: expected HOST:PORT")
-    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +235,10 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     data = dict(data)
     kwargs: dict[str, Any] = {}
     if "listen" in data:
-        kwargs["listen_host"], kwargs["listen_port"] = _host_port(data.pop("listen"), "listen")
+        kwargs["listen_host"], kwargs["listen_port"] = parse_hostport(data.pop("listen"), "gateway config listen")
     if "metrics_listen" in data:
-        kwargs["metrics_host"], kwargs["metrics_port"] = _host_port(data.pop("metrics_listen"), "metrics_listen")
+        metrics_listen = data.pop("metrics_listen")
+        kwargs["metrics_host"], kwargs["metrics_port"] = parse_hostport(metrics_listen, "gateway config metrics_listen")
     for key in ("workers", "request_id_header"):
         if key in data:
             kwargs[key] = data.pop(key)

@@ -23,8 +23,9 @@ class FailureKind(StrEnum):
 
 
 TIMEOUTS = frozenset({FailureKind.CONNECT_TIMEOUT, FailureKind.FIRST_BYTE_TIMEOUT, FailureKind.TOTAL_TIMEOUT})
-NOT_THE_MEMBERS_FAULT = frozenset({FailureKind.LOCAL_RESOURCES, FailureKind.REFUSED_STREAM, FailureKind.TOTAL_TIMEOUT,
-                                   FailureKind.INTERNAL})  # fmt: skip
+NOT_THE_MEMBERS_FAULT = frozenset(
+    {FailureKind.LOCAL_RESOURCES, FailureKind.REFUSED_STREAM, FailureKind.TOTAL_TIMEOUT, FailureKind.INTERNAL}
+)
 # errno values that say this host ran out of something, so another member would fail the same way
 LOCAL_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM, errno.EADDRNOTAVAIL})
 

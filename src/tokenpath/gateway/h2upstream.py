@@ -50,6 +50,7 @@ from hpack.struct import Header
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.gateway.upstream import AttemptFailed, Sink
+from tokenpath.hostport import join_hostport
 from tokenpath.wire.client import MAX_RESPONSE_HEAD_BYTES, ResponseHead
 from tokenpath.wire.framing import Framing
 
@@ -160,8 +161,10 @@ class FrameGuard:
             self.refilled = now
             self.allowance -= 1
             if self.allowance < 0:
-                return (f"more than {MAX_CONTROL_BURST} PING/SETTINGS frames in a burst "
-                        f"(allowed: {CONTROL_FRAMES_PER_S:g} a second)")  # fmt: skip
+                return (
+                    f"more than {MAX_CONTROL_BURST} PING/SETTINGS frames in a burst "
+                    f"(allowed: {CONTROL_FRAMES_PER_S:g} a second)"
+                )
         return None
 
 
@@ -223,10 +226,13 @@ class H2Connection(asyncio.Protocol):
         self.h2 = h2.connection.H2Connection(config)
         # In our first SETTINGS frame (h2's update_settings would send a second one, in force only once acknowledged,
         # so a member that never acknowledges could still push)
-        self.h2.local_settings = h2.settings.Settings(client=True, initial_values={
-            h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
-        })  # fmt: skip
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+            },
+        )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         loop = asyncio.get_running_loop()
         self.guard = FrameGuard(loop.time, self.h2.max_inbound_frame_size)
@@ -325,9 +331,11 @@ class H2Connection(asyncio.Protocol):
         stream_id = self.h2.get_next_available_stream_id()
         stream.stream_id = stream_id
         fields = [
-            (b":method", method.encode()), (b":scheme", b"https" if self.tls is not None else b"http"),
-            (b":authority", authority.encode()), (b":path", target.encode()),
-        ]  # fmt: skip
+            (b":method", method.encode()),
+            (b":scheme", b"https" if self.tls is not None else b"http"),
+            (b":authority", authority.encode()),
+            (b":path", target.encode()),
+        ]
         for name, value in headers:
             lname = name.lower()
             if lname not in NOT_IN_H2:
@@ -365,9 +373,13 @@ class H2Connection(asyncio.Protocol):
         except h2.exceptions.H2Error:
             return
         if window <= 0:
-            event = {"event": "h2_window_withheld", "member": self.pool.where, "stream": stream.stream_id,
-                     "unsent_bytes": len(stream.pending_body),
-                     "detail": "the member never opened its flow-control window for the request"}  # fmt: skip
+            event = {
+                "event": "h2_window_withheld",
+                "member": self.pool.where,
+                "stream": stream.stream_id,
+                "unsent_bytes": len(stream.pending_body),
+                "detail": "the member never opened its flow-control window for the request",
+            }
             log.warning(json.dumps(event))
 
     # internals -----------------------------------------------------------------------------------------------
@@ -431,8 +443,11 @@ class H2Connection(asyncio.Protocol):
         elif isinstance(event, h2.events.StreamReset):
             stream = self.streams.pop(event.stream_id, None)
             if stream is not None:
-                kind = FailureKind.REFUSED_STREAM if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM \
-                    else FailureKind.UPSTREAM_CLOSED  # fmt: skip
+                kind = (
+                    FailureKind.REFUSED_STREAM
+                    if event.error_code == h2.errors.ErrorCodes.REFUSED_STREAM
+                    else FailureKind.UPSTREAM_CLOSED
+                )
                 self._fail_stream(stream, Failure(kind, f"{self.pool.where} reset the stream ({event.error_code!r})"))
                 touched.pop(event.stream_id, None)
             self._maybe_close()
@@ -594,7 +609,7 @@ class H2Pool:
 
     @property
     def where(self) -> str:
-        return f"{self.host}:{self.port}"
+        return join_hostport(self.host, self.port)
 
     async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> H2Stream:
         """A stream on a connection with room, or on a new one; with every connection at the member's stream limit
@@ -612,9 +627,14 @@ class H2Pool:
                 left = deadline - loop.time()
                 if left <= 0:
                     limit = min(c.h2.remote_settings.max_concurrent_streams for c in self.connections)
-                    raise AttemptFailed(Failure(FailureKind.CONNECT_TIMEOUT, f"{self.where}: no HTTP/2 stream free "
-                                                f"within {connect_timeout_s:g} s ({len(self.connections)} connections"
-                                                f", SETTINGS_MAX_CONCURRENT_STREAMS {limit})"))  # fmt: skip
+                    raise AttemptFailed(
+                        Failure(
+                            FailureKind.CONNECT_TIMEOUT,
+                            f"{self.where}: no HTTP/2 stream free "
+                            f"within {connect_timeout_s:g} s ({len(self.connections)} connections"
+                            f", SETTINGS_MAX_CONCURRENT_STREAMS {limit})",
+                        )
+                    )
                 self._room.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._room.wait(), left)
@@ -651,8 +671,9 @@ class H2Pool:
         except TimeoutError:
             if proto is not None and proto.transport is not None:
                 proto.transport.abort()
-            raise AttemptFailed(Failure(FailureKind.CONNECT_TIMEOUT, f"connect to {self.where} timed out after "
-                                        f"{connect_timeout_s:g} s")) from None  # fmt: skip
+            raise AttemptFailed(
+                Failure(FailureKind.CONNECT_TIMEOUT, f"connect to {self.where} timed out after {connect_timeout_s:g} s")
+            ) from None
         except OSError as exc:
             raise AttemptFailed(connect_failure(exc, self.where)) from None
         assert proto is not None

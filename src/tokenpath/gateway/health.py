@@ -82,8 +82,11 @@ async def run_checks(
                     pool.record_success(member)
                     member.ejected_until = 0.0
                 elif pool.record_failure(member):
-                    log.warning(json.dumps({"event": "member_ejected", "pool": pool.name, "member": member.url,
-                                            "by": "active check"}))  # fmt: skip
+                    log.warning(
+                        json.dumps(
+                            {"event": "member_ejected", "pool": pool.name, "member": member.url, "by": "active check"}
+                        )
+                    )
                 if on_change is not None:
                     on_change(pool, member)
         await asyncio.sleep(interval_s)

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from tokenpath import exposition
+from tokenpath.serve import exposition
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ADDED_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -29,25 +29,32 @@ class Metrics:
             "tokenpath_gateway_upstream_ttft_seconds",
             "Request sent upstream to the upstream's first content frame (not a role-only delta, comment or "
             "heartbeat; for a response that is not SSE, its first body byte)",
-            ["pool"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            ["pool"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.upstream_head = Histogram(
-            "tokenpath_gateway_upstream_head_seconds", "Request sent upstream to the upstream's response head",
-            ["pool"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "tokenpath_gateway_upstream_head_seconds",
+            "Request sent upstream to the upstream's response head",
+            ["pool"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.added_ttft = Histogram(
             "tokenpath_gateway_added_ttft_seconds",
             "TTFT the gateway adds: first upstream body byte in to the same bytes written to the client",
-            buckets=ADDED_BUCKETS, registry=r,
-        )  # fmt: skip
+            buckets=ADDED_BUCKETS,
+            registry=r,
+        )
         self.streams_active = Gauge(
             "tokenpath_gateway_streams_active", "Responses in flight", multiprocess_mode="livesum", registry=r
         )
         self.requests = Counter(
             "tokenpath_gateway_requests_total",
             "Requests answered, by the status the client got (a stream that failed after its head, under that head's)",
-            ["code"], registry=r,
-        )  # fmt: skip
+            ["code"],
+            registry=r,
+        )
         self.frames = Counter("tokenpath_gateway_frames_relayed_total", "SSE frames relayed to clients", registry=r)
         self.bytes = Counter(
             "tokenpath_gateway_bytes_relayed_total", "Response body bytes relayed to clients", registry=r
@@ -56,17 +63,23 @@ class Metrics:
             "tokenpath_gateway_errors_total",
             "Failures by reason: each failed attempt at a member before the response head, by its kind; each request "
             "that ended abnormally, once, by its outcome",
-            ["reason"], registry=r,
-        )  # fmt: skip
+            ["reason"],
+            registry=r,
+        )
         self.failovers = Counter("tokenpath_gateway_failovers_total", "Retries elsewhere", ["pool"], registry=r)
         self.tls_handshakes = Counter(
-            "tokenpath_gateway_upstream_tls_handshakes_total", "TLS handshakes with https members, by resumption",
-            ["pool", "resumed"], registry=r,
-        )  # fmt: skip
+            "tokenpath_gateway_upstream_tls_handshakes_total",
+            "TLS handshakes with https members, by resumption",
+            ["pool", "resumed"],
+            registry=r,
+        )
         self.member_healthy = Gauge(
-            "tokenpath_gateway_member_healthy", "1 when the member takes traffic, 0 while ejected",
-            ["pool", "member"], multiprocess_mode="min", registry=r,
-        )  # fmt: skip
+            "tokenpath_gateway_member_healthy",
+            "1 when the member takes traffic, 0 while ejected",
+            ["pool", "member"],
+            multiprocess_mode="min",
+            registry=r,
+        )
 
 
 def serve(host: str, port: int, registry: CollectorRegistry | None, multiproc_dir: Path | None = None) -> None:

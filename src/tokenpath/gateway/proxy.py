@@ -47,7 +47,7 @@ from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
-from tokenpath.http_server import Admission, Admitted, Refusal, Request, Response, error_body
+from tokenpath.serve.http import Admission, Admitted, Refusal, Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing, chunk
 from tokenpath.wire.openai import FrameKind
@@ -55,13 +55,26 @@ from tokenpath.wire.sse import MAX_EVENT_BYTES, EventRelay, SSEParser
 
 log = logging.getLogger("tokenpath.gateway")
 
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade",
-    "content-length", "host", "authorization", "proxy-authorization", "expect",
-})  # fmt: skip
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+        "authorization",
+        "proxy-authorization",
+        "expect",
+    }
+)
 FORWARD_DROP = HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto"}  # rewritten: the chain plus this client
-RESPONSE_DROP = frozenset({"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
-                           "trailer", "upgrade"})  # fmt: skip
+RESPONSE_DROP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "trailer", "upgrade"}
+)
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # What nginx forwards by default (ignore_invalid_headers on, underscores_in_headers off): other names are dropped.
 HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
@@ -116,8 +129,12 @@ class GatewayApp:
         if head.path == HEALTH_PATH and head.method == "GET":
             return self._admitted(head, None)
         if head.method in REFUSED_METHODS:
-            return self._refuse(405, f"{head.method} is not allowed", "method_not_allowed",
-                                (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),))  # fmt: skip
+            return self._refuse(
+                405,
+                f"{head.method} is not allowed",
+                "method_not_allowed",
+                (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),),
+            )
         try:
             target = origin_form(head.target)
         except BadTarget as exc:
@@ -142,21 +159,29 @@ class GatewayApp:
             return self._unauthorized(head, str(exc))
         except TimeoutError:
             self.metrics.errors.labels("jwks_unavailable").inc()
-            return self._refuse(503, "signing keys are unavailable; retry shortly", "auth_unavailable",
-                                (("Retry-After", str(self.cfg.limits.retry_after_s)),))  # fmt: skip
+            return self._refuse(
+                503,
+                "signing keys are unavailable; retry shortly",
+                "auth_unavailable",
+                (("Retry-After", str(self.cfg.limits.retry_after_s)),),
+            )
         return self._admitted(head, Entry(principal, target))
 
     def _admitted(self, head: Request, entry: Entry | None) -> Admission:
         """Admit a request whose body fits in the worker's max_body_bytes_in_flight, holding room for it until the
-        connection is done with the request (http_server calls the release); else 503 + Retry-After."""
+        connection is done with the request (serve.http calls the release); else 503 + Retry-After."""
         size = declared_body_bytes(head, self.cfg.limits.max_body_bytes)
         if not size:
             return Admitted(entry)
         limit = self.cfg.limits.max_body_bytes_in_flight
         if self.body_bytes + size > limit:
             self.metrics.errors.labels("bodies_in_flight").inc()
-            return self._refuse(503, f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
-                                "overloaded", (("Retry-After", str(self.cfg.limits.retry_after_s)),))  # fmt: skip
+            return self._refuse(
+                503,
+                f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
+                "overloaded",
+                (("Retry-After", str(self.cfg.limits.retry_after_s)),),
+            )
         self.body_bytes += size
         return Admitted(entry, functools.partial(self._release_body, size))
 
@@ -171,20 +196,30 @@ class GatewayApp:
         limits = self.cfg.limits
         reason = "shutting down" if self.draining else f"at its limit of {limits.max_streams} streams"
         self.metrics.errors.labels("overloaded").inc()
-        return self._refuse(503, f"gateway {reason}; retry shortly", "overloaded",
-                            (("Retry-After", str(limits.retry_after_s)),))  # fmt: skip
+        return self._refuse(
+            503, f"gateway {reason}; retry shortly", "overloaded", (("Retry-After", str(limits.retry_after_s)),)
+        )
 
     def _unauthorized(self, head: Request, reason: str) -> Refusal:
         self.metrics.errors.labels("unauthorized").inc()
         rid = head.header(self.cfg.request_id_header)
-        log.warning(json.dumps({"request_id": rid if rid and REQUEST_ID_OK.match(rid) else None,
-                                "method": head.method, "path": head.path, "status": 401,
-                                "error": f"unauthorized: {reason}"}))  # fmt: skip
+        log.warning(
+            json.dumps(
+                {
+                    "request_id": rid if rid and REQUEST_ID_OK.match(rid) else None,
+                    "method": head.method,
+                    "path": head.path,
+                    "status": 401,
+                    "error": f"unauthorized: {reason}",
+                }
+            )
+        )
         challenge = 'Bearer realm="tokenpath"'
         if head.header("authorization"):
             challenge += ', error="invalid_token"'
-        return self._refuse(401, "invalid or missing bearer token", "invalid_api_key",
-                            (("WWW-Authenticate", challenge),))  # fmt: skip
+        return self._refuse(
+            401, "invalid or missing bearer token", "invalid_api_key", (("WWW-Authenticate", challenge),)
+        )
 
     # the handler: a request whose head was admitted and whose body is in ------------------------------------
     def __call__(self, request: Request, response: Response) -> None:
@@ -377,8 +412,9 @@ class Exchange:
         would otherwise leave the request waiting for its total timeout."""
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            log.error(json.dumps({"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}),
-                      exc_info=exc)  # fmt: skip
+            log.error(
+                json.dumps({"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}), exc_info=exc
+            )
             self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
 
     def _fail_internally(self, failure: Failure) -> None:
@@ -430,8 +466,9 @@ class Exchange:
         self.conn = conn
         m = member.member
         self.t_sent = time.perf_counter()
-        conn.send_request(self, self.request.method, m.authority, f"{m.base_path}{self.entry.target}", self.headers,
-                          self.request.body)  # fmt: skip
+        conn.send_request(
+            self, self.request.method, m.authority, f"{m.base_path}{self.entry.target}", self.headers, self.request.body
+        )
         self._do(actions)
 
     def _record(self, record: Record) -> None:
@@ -444,8 +481,13 @@ class Exchange:
             self.app.metrics.errors.labels(failure.kind.value).inc()
         if record.ejected:
             reason = failure.kind.value if failure else None
-            event = {"event": "member_ejected", "pool": pool.name, "member": record.member.url, "reason": reason,
-                     "cooldown_s": pool.health.cooldown_s}  # fmt: skip
+            event = {
+                "event": "member_ejected",
+                "pool": pool.name,
+                "member": record.member.url,
+                "reason": reason,
+                "cooldown_s": pool.health.cooldown_s,
+            }
             log.warning(json.dumps(event))
         self.app.set_health(pool, record.member)
 
@@ -738,11 +780,15 @@ class Exchange:
     def _log(self) -> None:
         machine = self.machine
         record: dict[str, Any] = {
-            "request_id": self.request_id, "method": self.request.method, "path": self.request.path,
-            "status": self.status or None, "pool": self.pool.name if self.pool else None,
+            "request_id": self.request_id,
+            "method": self.request.method,
+            "path": self.request.path,
+            "status": self.status or None,
+            "pool": self.pool.name if self.pool else None,
             "member": self.members[-1].url if self.members else None,  # the one that served (or was tried last)
-            "attempts": machine.attempts if machine else 0, "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
-        }  # fmt: skip
+            "attempts": machine.attempts if machine else 0,
+            "ms": round((time.perf_counter() - self.t_start) * 1000, 2),
+        }
         failures = [str(f) for f in machine.failures] if machine else []
         if failures:
             record["attempt_failures"] = failures  # logged even when a later attempt succeeded

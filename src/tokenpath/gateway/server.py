@@ -1,21 +1,18 @@
-"""Runs the gateway: one process on an event loop, or N SO_REUSEPORT workers; metrics on their own port; SIGTERM
-drains open streams up to the configured deadline."""
+"""The gateway's server: GatewayServer (one process's), and run(): it under serve.runner, one process or N
+workers; metrics on their own port; SIGTERM drains open streams up to the configured deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import replace
-from multiprocessing.connection import Connection
+from functools import partial
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -26,11 +23,11 @@ from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
-from tokenpath.http_server import HTTPConnection, bound_port, listen
+from tokenpath.hostport import join_hostport
 from tokenpath.jsonlog import configure_logging
-from tokenpath.loops import new_event_loop
-from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
-from tokenpath.workers import claim_port, reuseport_socket, run_worker_group
+from tokenpath.serve.http import HTTPConnection, bound_port, listen
+from tokenpath.serve.runner import Config, Server
+from tokenpath.wire.limits import ServerLimits
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -55,8 +52,12 @@ class GatewayServer:
 
     @property
     def url(self) -> str:
-        host = self.cfg.listen_host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return f"http://{join_hostport(self.cfg.listen_host, self.port)}"
+
+    def note(self) -> str:
+        cfg = self.cfg
+        metrics_note = f", metrics on {join_hostport(cfg.metrics_host, cfg.metrics_port)}" if cfg.metrics_port else ""
+        return f"{len(cfg.pools)} pool(s), auth {cfg.auth.mode}{metrics_note}"
 
     async def start(self) -> int:
         if self.auth.jwks is not None:
@@ -100,6 +101,8 @@ class GatewayServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        if cut:
+            log.warning(json.dumps({"event": "drain_deadline", "streams_cut": cut}))
         return cut
 
 
@@ -110,78 +113,31 @@ def run(
     if cfg.auth.mode == "none":
         log.warning(json.dumps({"event": "auth_disabled", "message": "--no-auth: every request is let through "
                                 "without authentication"}))  # fmt: skip
+    config = Config("gateway", cfg.listen_host, cfg.listen_port, cfg.workers, loop_name, cfg.limits.drain_s)
     if cfg.workers == 1:
         registry = CollectorRegistry()
         if cfg.metrics_port is not None:
             metrics.serve(cfg.metrics_host, cfg.metrics_port, registry)
-        _serve_forever(cfg, announce, loop_name, None, registry)
+        Server(config, partial(_app, cfg, log_level, registry)).run(announce)
         return
-    _run_workers(cfg, announce, loop_name, log_level)
-
-
-def _serve_forever(
-    cfg: GatewayConfig,
-    announce: Callable[[str], None],
-    loop_name: str,
-    sock: socket.socket | None,
-    registry: CollectorRegistry | None,
-) -> None:
-    loop = new_event_loop(loop_name)
-    asyncio.set_event_loop(loop)
-    server = GatewayServer(cfg, sock=sock, registry=registry)
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-    async def main() -> None:
-        await server.start()
-        # Everything allocated so far (modules, config, keys) lives as long as the process: move it out of the
-        # collector's view, so a full collection walks only per-request objects (short pauses, not whole-heap ones).
-        gc.collect()
-        gc.freeze()
-        metrics_note = f", metrics on {cfg.metrics_host}:{cfg.metrics_port}" if cfg.metrics_port else ""
-        announce(f"listening on {server.url} ({len(cfg.pools)} pool(s), auth {cfg.auth.mode}{metrics_note})")
-        await stop.wait()
-        cut = await server.close()
-        if cut:
-            log.warning(json.dumps({"event": "drain_deadline", "streams_cut": cut}))
-
-    try:
-        loop.run_until_complete(main())
-    finally:
-        loop.close()
-
-
-def _run_workers(cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str, log_level: str) -> None:
-    holder = claim_port(cfg.listen_host, cfg.listen_port)  # fixes the port for --listen :0
-    port = holder.getsockname()[1]
     metrics.sweep_orphaned_dirs()
     multiproc_dir = Path(tempfile.mkdtemp(prefix=f"{metrics.MULTIPROC_PREFIX}{os.getpid()}-"))
     metrics.enable_multiprocess(multiproc_dir)  # inherited by the spawned workers
 
-    def ready(messages: list[str]) -> None:
+    def ready(line: str) -> None:  # every worker accepts: their metrics are served from here
         if cfg.metrics_port is not None:
             metrics.serve(cfg.metrics_host, cfg.metrics_port, None, multiproc_dir)
-        host = f"[{cfg.listen_host}]" if ":" in cfg.listen_host else cfg.listen_host
-        announce(f"listening on http://{host}:{port} ({cfg.workers} workers, auth {cfg.auth.mode})")
+        announce(line)
 
     try:
-        run_worker_group("gateway", _worker_main, (replace(cfg, listen_port=port), loop_name, log_level),
-                         cfg.workers, ready, join_timeout_s=cfg.limits.drain_s + 5)  # fmt: skip
+        Server(config, partial(_app, cfg, log_level, None)).run(ready)
     finally:
-        holder.close()
         shutil.rmtree(multiproc_dir, ignore_errors=True)
 
 
-def _worker_main(cfg: GatewayConfig, loop_name: str, log_level: str, pipe: Connection) -> None:
+def _app(
+    cfg: GatewayConfig, log_level: str, registry: CollectorRegistry | None, sock: socket.socket | None
+) -> GatewayServer:
+    """One process's gateway; a spawned worker starts with no logging configured."""
     configure_logging(log_level)
-    try:
-        sock = reuseport_socket(cfg.listen_host, cfg.listen_port)
-        sock.listen(LISTEN_BACKLOG)
-    except (OSError, UsageError) as exc:
-        pipe.send(f"cannot listen on {cfg.listen_host}:{cfg.listen_port}: {exc}")
-        return
-    try:
-        _serve_forever(cfg, lambda line: pipe.send("ready " + line), loop_name, sock, None)
-    except UsageError as exc:
-        pipe.send(str(exc))
+    return GatewayServer(cfg, sock=sock, registry=registry)

@@ -15,8 +15,9 @@ from pathlib import Path
 READ_SIZE = 256 << 10
 
 
-def client_context(ca_file: str | None, client_cert: str | None, client_key: str | None,
-                   alpn: list[str]) -> ssl.SSLContext:  # fmt: skip
+def client_context(
+    ca_file: str | None, client_cert: str | None, client_key: str | None, alpn: list[str]
+) -> ssl.SSLContext:
     """Certificates verified against the system store, or `ca_file` for a private CA; an optional client
     certificate (mTLS); ALPN offering `alpn`."""
     ctx = ssl.create_default_context(cafile=ca_file)

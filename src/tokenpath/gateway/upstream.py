@@ -17,9 +17,10 @@ from collections.abc import Callable
 from typing import Protocol, cast
 
 from tokenpath.errors import NetworkError, RemoteProtocolError
-from tokenpath.flow import ReadGate
 from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
+from tokenpath.hostport import join_hostport
+from tokenpath.serve.flow import ReadGate
 from tokenpath.wire.client import ClientConnection, ResponseHead
 from tokenpath.wire.framing import request_head
 
@@ -254,7 +255,7 @@ class ConnectionPool:
 
     @property
     def where(self) -> str:
-        return f"{self.host}:{self.port}"
+        return join_hostport(self.host, self.port)
 
     async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> UpstreamConnection:
         """An idle connection (unless `fresh`), or a new one connected (and TLS-handshaken) within the timeout.

@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import PeerError, ProtocolError
-from tokenpath.probe.transport import parse_target
-from tokenpath.stub.control import SocketFactory, tcp_connect
+from tokenpath.probe.transport import SocketFactory, parse_target, tcp_connect
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
@@ -35,8 +34,12 @@ class ClockOffset:
     samples: int
 
     def to_json(self) -> dict[str, float | int]:
-        return {"offset_ms": self.offset_ns / 1e6, "uncertainty_ms": self.uncertainty_ns / 1e6,
-                "rtt_min_ms": self.rtt_min_ns / 1e6, "samples": self.samples}  # fmt: skip
+        return {
+            "offset_ms": self.offset_ns / 1e6,
+            "uncertainty_ms": self.uncertainty_ns / 1e6,
+            "rtt_min_ms": self.rtt_min_ns / 1e6,
+            "samples": self.samples,
+        }
 
 
 def estimate(samples: Sequence[tuple[int, int, int]], keep: float = KEEP_FASTEST) -> ClockOffset:

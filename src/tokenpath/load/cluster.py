@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.errors import ServiceError, UsageError
+from tokenpath.hostport import parse_hostport
 from tokenpath.links import netns
 from tokenpath.load.clocksync import ClockOffset, measure
 from tokenpath.load.worker import WorkerReport, Workload, run_worker
-from tokenpath.procs import ServiceProcess
+from tokenpath.serve.procs import ServiceProcess
 
 REACH_TIMEOUT_S = 5.0  # a Ray head on a LAN answers a TCP connect in milliseconds
 ACTOR_START_S = 120.0  # a new node's worker process imports tokenpath and its deps: seconds on a busy host
@@ -49,18 +50,18 @@ def parse_cluster(text: str) -> ClusterSpec:
     if m:
         nodes = int(m.group(1))
         if not 2 <= nodes <= 16:
-            raise UsageError(f"--cluster {text}: local:N takes 2 to 16 nodes (node 0 holds the stub and the targets)")
+            raise UsageError(f"`cluster` {text}: local:N takes 2 to 16 nodes (node 0 holds the stub and the targets)")
         return ClusterSpec(None, nodes)
     if text == "auto" or re.match(r"^(ray://)?[\w.\-\[\]:]+:\d+$", text):
         return ClusterSpec(text)
-    raise UsageError(f"--cluster {text!r}: expected auto, HOST:PORT, ray://HOST:PORT or local:N")
+    raise UsageError(f"`cluster` {text!r}: expected auto, HOST:PORT, ray://HOST:PORT or local:N")
 
 
 def require_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError("--cluster needs Ray: pip install 'tokenpath[cluster]'") from None
+        raise UsageError("`cluster` needs Ray: pip install 'tokenpath[cluster]'") from None
     return ray
 
 
@@ -127,14 +128,14 @@ class RayClients:
             ray.init(address=address, namespace="tokenpath", log_to_driver=False, logging_level=logging.WARNING,
                      configure_logging=False)  # fmt: skip
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError: Ray's own words are the reason
-            raise ServiceError(f"--cluster {address}: cannot join the Ray cluster: {exc}") from None
+            raise ServiceError(f"`cluster` {address}: cannot join the Ray cluster: {exc}") from None
         self.driver_ip = _node_ip()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.nodes = sorted(n["NodeManagerAddress"] for n in nodes)
         cpus = sum(int(n.get("Resources", {}).get("CPU", 0)) for n in nodes)
         count = workers or max(1, len([n for n in nodes if n["NodeManagerAddress"] != self.driver_ip]))
         if count > cpus:
-            raise UsageError(f"--client-workers {count}: the cluster has {cpus} CPUs for client workers")
+            raise UsageError(f"`client_workers` {count}: the cluster has {cpus} CPUs for client workers")
         actor = ray.remote(num_cpus=1)(ClientNode)
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)]
         try:
@@ -148,7 +149,7 @@ class RayClients:
 
     def start_stub(self, node: str, argv: list[str]) -> str:
         if node not in self.nodes:
-            raise UsageError(f"--stub-node {node}: no such node in the cluster; nodes: {', '.join(self.nodes)}")
+            raise UsageError(f"`stub_node` {node}: no such node in the cluster; nodes: {', '.join(self.nodes)}")
         actor = self.ray.remote(num_cpus=0, resources={f"node:{node}": 0.001})(StubNode)
         self._stub = actor.remote(argv)
         try:
@@ -192,7 +193,7 @@ def local_cluster(nodes: int, cpus_per_node: int) -> Iterator[str]:
     require_ray()
     ray_bin = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray_bin is None:
-        raise UsageError("--cluster local:N needs Ray's `ray` command beside this Python")
+        raise UsageError("`cluster` local:N needs Ray's ray command beside this Python")
     temp = Path(tempfile.mkdtemp(prefix="tokenpath-ray-"))
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     with netns.Star(nodes) as star:
@@ -216,11 +217,11 @@ def _reachable(address: str) -> None:
     itself, from the cluster this machine's `ray start` left.)"""
     if address == "auto":
         return
-    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host, port = parse_hostport(address.removeprefix("ray://"), "--cluster", default_host=None)
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_TIMEOUT_S).close()
+        socket.create_connection((host, port), timeout=REACH_TIMEOUT_S).close()
     except OSError as exc:
-        raise ServiceError(f"--cluster {address}: cannot reach the Ray head: {exc.strerror or exc}") from None
+        raise ServiceError(f"`cluster` {address}: cannot reach the Ray head: {exc.strerror or exc}") from None
 
 
 def _node_ip() -> str:

@@ -55,29 +55,50 @@ def schedule_missed(missed: int, streams: int, c: Contention, direct: bool) -> d
     figures = c.host_figures()
     said = f"{head}: {figures}" if figures else head
     if c.stub_busy:
-        return {"kind": "stub_saturated", "message": said,
-                "remedy": "the stub is out of capacity: add --stub-workers (one per core the host can spare), or "
-                          "lower the concurrency"}  # fmt: skip
+        return {
+            "kind": "stub_saturated",
+            "message": said,
+            "remedy": (
+                "the stub is out of capacity: add --stub-workers (one per core the host can spare), or "
+                "lower the concurrency"
+            ),
+        }
     if c.stolen or c.queued:
         fixes = []
         if c.stolen:
             fixes.append("the hypervisor takes CPU (steal): a dedicated or larger VM")
         if c.queued:
-            fixes.append("more tasks want the CPU than there are cores: stop other work on the host, lower the "
-                         "concurrency or --client-workers, or use a machine with more cores")  # fmt: skip
+            fixes.append(
+                "more tasks want the CPU than there are cores: stop other work on the host, lower the "
+                "concurrency or --client-workers, or use a machine with more cores"
+            )
         remedy = "the host is contended, not the stub: --stub-workers will not help; " + "; ".join(fixes)
         return {"kind": "host_contention", "message": said, "remedy": remedy}
     if not direct and c.direct_missed_share is not None and c.direct_missed_share * streams < missed / 2:
-        return {"kind": "host_contention",
-                "message": f"{said}; the direct path at this level missed only {100 * c.direct_missed_share:.1f} %",
-                "remedy": "this target takes the cores the stub needs (the stub keeps its schedule without it): "
-                          "--stub-workers will not help; run the target on other cores (taskset) or another host "
-                          "(--target with --stub-url), or use a machine with more cores"}  # fmt: skip
+        return {
+            "kind": "host_contention",
+            "message": f"{said}; the direct path at this level missed only {100 * c.direct_missed_share:.1f} %",
+            "remedy": (
+                "this target takes the cores the stub needs (the stub keeps its schedule without it): "
+                "--stub-workers will not help; run the target on other cores (taskset) or another host "
+                "(--target with --stub-url), or use a machine with more cores"
+            ),
+        }
     if c.stub_cores is None:
-        return {"kind": "stub_saturated", "message": said,
-                "remedy": "watch the stub's CPU: if it is busy, start it with more --workers; if not, the host is "
-                          "contended (other work, steal) and more workers will not help"}  # fmt: skip
-    return {"kind": "schedule_missed", "message": said,
-            "remedy": "neither the stub's mean CPU nor the host's figures name a cause: writes bunched in one tick "
-                      "(--stub-workers splits them, if the host has cores for them) or short preemptions (run the "
-                      "stub at real-time priority: --priority realtime, which needs CAP_SYS_NICE)"}  # fmt: skip
+        return {
+            "kind": "stub_saturated",
+            "message": said,
+            "remedy": (
+                "watch the stub's CPU: if it is busy, start it with more --workers; if not, the host is "
+                "contended (other work, steal) and more workers will not help"
+            ),
+        }
+    return {
+        "kind": "schedule_missed",
+        "message": said,
+        "remedy": (
+            "neither the stub's mean CPU nor the host's figures name a cause: writes bunched in one tick "
+            "(--stub-workers splits them, if the host has cores for them) or short preemptions (run the "
+            "stub at real-time priority: --priority realtime, which needs CAP_SYS_NICE)"
+        ),
+    }

@@ -69,5 +69,11 @@ class LeanRecorder:
 
     def result(self) -> LeanTrace:
         head = self._response.head
-        return LeanTrace(self._stream_id, self._t_sent_ns, head.status if head else None, self._first_t,
-                         self._first_raw, b"".join(self._pieces))  # fmt: skip
+        return LeanTrace(
+            self._stream_id,
+            self._t_sent_ns,
+            head.status if head else None,
+            self._first_t,
+            self._first_raw,
+            b"".join(self._pieces),
+        )

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rich.table import Table
+
 from tokenpath.errors import UsageError
 
 UTILISATION = 0.7  # a role busier than this per core starts to add queueing delay to what it measures
@@ -56,15 +58,15 @@ def plan(
 ) -> list[LevelPlan]:
     if proxy_us is None:
         if proxy not in PROXY_US:
-            raise UsageError(f"--plan: no measured cost for {proxy!r}; give --proxy-us-per-frame (known: "
+            raise UsageError(f"no measured cost for {proxy!r}: give `proxy_us_per_frame` (known: "
                              f"{', '.join(sorted(PROXY_US))})")  # fmt: skip
         proxy_us = PROXY_US[proxy]
     for name, value in (("client", client_us), ("stub", stub_us), ("proxy", proxy_us)):
         if not value > 0:
-            raise UsageError(f"--{name}-us-per-frame must be > 0")
+            raise UsageError(f"`{name}_us_per_frame` must be > 0")
     stream_s = (ttft_ms + tokens * interval_ms) / 1000
     if stream_s <= 0:
-        raise UsageError("--plan needs streams that last: --ttft-ms or --interval-ms > 0")
+        raise UsageError("a plan needs streams that last: `ttft_ms` or `interval_ms` > 0")
     out = []
     for streams in levels:
         fps = streams * (tokens + FRAMES_EXTRA) / stream_s
@@ -81,3 +83,52 @@ def plan(
                      "cores the path under test needs, on its own node (a single-process proxy caps at one)"),
         )))  # fmt: skip
     return out
+
+
+PLAN_NOTE = (
+    "Costs measured on a 2-core VM over loopback (bench/RESULTS.md and docs/scale.md in tokenpath's source "
+    "repository, whose bench/client_scaling.py measures the client's); pass yours with "
+    "--client/--stub/--proxy-us-per-frame."
+)
+
+
+def plan_table(
+    levels: tuple[int, ...],
+    *,
+    tokens: int,
+    interval_ms: float,
+    ttft_ms: float,
+    proxy: str,
+    client_us: float | None = None,
+    stub_us: float | None = None,
+    proxy_us: float | None = None,
+) -> Table:
+    """`load --plan`'s table: per level, each role's cost per frame, cores and processes, and why."""
+    rows = plan(
+        levels,
+        tokens=tokens,
+        interval_ms=interval_ms,
+        ttft_ms=ttft_ms,
+        client_us=client_us or CLIENT_US,
+        stub_us=stub_us or STUB_US,
+        proxy=proxy.partition(":")[0],
+        proxy_us=proxy_us,
+    )
+    table = Table(
+        title=f"load --plan: {tokens} tokens every {interval_ms:g} ms after {ttft_ms:g} ms, "
+        f"each role under {UTILISATION:.0%} of its cores"
+    )
+    for col in ("streams", "frames/s", "role", "µs/frame", "cores", "processes", "why"):
+        table.add_column(col, justify="left" if col in ("role", "why") else "right")
+    for level in rows:
+        for i, r in enumerate(level.roles):
+            table.add_row(
+                str(level.streams) if i == 0 else "",
+                f"{level.frames_per_s:,.0f}" if i == 0 else "",
+                r.role,
+                f"{r.us_per_frame:g}",
+                f"{r.cores:.2f}",
+                str(r.processes),
+                r.why,
+            )
+    return table

@@ -36,15 +36,24 @@ from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.procs import ServiceProcess, tokenpath_argv
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
-from tokenpath.results.model import LoadResults, LoadRow, Provenance, TargetInfo, TargetSkip, load_row
+from tokenpath.results.model import (
+    LoadResults,
+    LoadRow,
+    MedianAndTail,
+    Percentiles,
+    Provenance,
+    ResultWarning,
+    TargetInfo,
+    TargetSkip,
+)
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.stub.audit import added_ns
 from tokenpath.stub.control import fetch_audit
-from tokenpath.stub.frames import completion_id
 from tokenpath.wire.request import parse_header_arg
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
@@ -105,25 +114,25 @@ class LoadConfig:
         if self.client_workers == 0 and self.cluster is None:  # on a cluster: one per client node (RayClients)
             object.__setattr__(self, "client_workers", spare_client_workers(self.stub_workers))
         if self.stub_node is not None and self.cluster is None:
-            raise UsageError("--stub-node needs --cluster")
+            raise UsageError("`stub_node` needs `cluster`")
         if self.rates and min(self.rates) <= 0:
-            raise UsageError("--rate needs levels > 0 streams per second, e.g. 20,50")
+            raise UsageError("`rates` needs levels > 0 streams per second, e.g. 20,50")
         if (self.target_url is None) != (self.stub_url is None):
-            raise UsageError("--target needs --stub-url (the stub it talks to, whose audit the join reads)")
+            raise UsageError("`target_url` needs `stub_url` (the stub it talks to, whose audit the join reads)")
         if self.stub_url is not None and self.cluster is None and not _on_this_host(self.stub_url):
             raise UsageError(
-                f"--stub-url {self.stub_url} is not on this host: added TTFT joins the stub's write times to the "
+                f"`stub_url` {self.stub_url} is not on this host: added TTFT joins the stub's write times to the "
                 "client's arrival times, which needs one clock; run the stub here (loopback), or measure across "
                 "hosts with a clock estimate"
             )
         if not self.levels or min(self.levels) < 1:
-            raise UsageError("--concurrency needs levels >= 1, e.g. 50,200,500")
+            raise UsageError("`levels` needs levels >= 1, e.g. 50,200,500")
         if self.runs < 1 or self.client_workers < 0 or self.stub_workers < 1:
             raise UsageError(
-                "--runs and --stub-workers must be >= 1, --client-workers >= 0 (0: what the machine spares)"
+                "`runs` and `stub_workers` must be >= 1, `client_workers` >= 0 (0: what the machine spares)"
             )
         if self.duration_s <= 0 or self.warmup_s < 0:
-            raise UsageError("--duration must be > 0 and --warmup >= 0")
+            raise UsageError("`duration_s` must be > 0 and `warmup_s` >= 0")
 
 
 def _on_this_host(url: str) -> bool:
@@ -161,7 +170,7 @@ class Cell:
     lost: int = 0
     out_of_order: int = 0
     reserialized: int = 0
-    run_added_ms: list[dict[str, float]] = field(default_factory=list)  # p50/p99 of each run: the spread
+    run_added_ms: list[MedianAndTail] = field(default_factory=list)  # p50/p99 of each run: the spread
     cores: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
     lag_p99_ms: float = 0.0
@@ -313,7 +322,7 @@ class LoadRunner:
             if "{listen" in name:
                 label, sep, command = name.partition("=")
                 if not sep or " " in label or "{" in label:
-                    raise ProxyError(f"--proxy {name!r}: a command target is LABEL=COMMAND")
+                    raise ProxyError(f"`targets` {name!r}: a command target is LABEL=COMMAND")
                 options = RequestOptions.parse(label, self._custom_options(label))
                 proxy, proxy_name, variant = CustomProxy(label, command, options=options), label, STOCK
             else:
@@ -399,7 +408,7 @@ class LoadRunner:
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
             cell.run_added_ms.append(
-                {p: run_hist.get_value_at_percentile(q) / 1000 for p, q in (("p50", 50), ("p99", 99))}
+                MedianAndTail(run_hist.get_value_at_percentile(50) / 1000, run_hist.get_value_at_percentile(99) / 1000)
             )
         return cell.stopped
 
@@ -446,10 +455,7 @@ class LoadRunner:
                 audit = fetch_audit(stub_url, [r.audit_key or r.stream_id for r in batch], timeout_s=AUDIT_TIMEOUT_S)
             except PeerError as exc:
                 raise ServiceError(f"the stub stopped answering its audit: {exc}") from None
-            entries: dict[str, Any] = {}
-            for e in audit["streams"]:
-                sid = e["verdict"]["stream_id"]
-                entries[sid] = entries[completion_id(sid)] = e
+            entries = audit.by_id()
             for r in batch:
                 entry = entries.get(r.audit_key or r.stream_id)
                 cell.streams += 1
@@ -460,12 +466,14 @@ class LoadRunner:
                     cell.unjoined += 1
                     cell.foreign += served_by_a_stub(r.audit_key)
                     continue
-                if not entry["verdict"]["passed"]:
+                if not entry.verdict.passed:
                     cell.audit_failed += 1
                     continue
-                writes = entry["log"]["writes"]
-                if r.first_content is not None and r.first_content_t_ns is not None and r.first_content < len(writes):
-                    added_us = (r.first_content_t_ns - writes[r.first_content][2]) // 1000
+                added = None
+                if entry.log is not None and r.first_content is not None and r.first_content_t_ns is not None:
+                    added = added_ns(entry.log, r.first_content, r.first_content_t_ns)
+                if added is not None:
+                    added_us = added // 1000
                     cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
                     run_hist.record_value(max(1, min(added_us, HIST_MAX_US)))
                     lag_us = r.dispatch_lag_ns // 1000
@@ -476,16 +484,16 @@ class LoadRunner:
         out = []
         for level in self.cfg.level_values:
             direct = cells.get((level, "direct"))
-            floor: dict[str, float | None] = {"p50": None, "p99": None}
+            floor = MedianAndTail()
             direct_missed = None
             if direct:
-                floor = {"p50": direct.pct_ms(50), "p99": direct.pct_ms(99)}
+                floor = MedianAndTail(direct.pct_ms(50), direct.pct_ms(99))
                 direct_missed = direct.audit_failed / direct.streams if direct.streams else None
             for (lvl, _name), cell in cells.items():
                 if lvl != level:
                     continue
                 contention = cell.contention(self.cfg.stub_workers, self.cores, direct_missed)
-                out.append(load_row(_level_row(cell, floor, self.cfg, contention)))
+                out.append(_level_row(cell, floor, self.cfg, contention))
         return out
 
 
@@ -502,30 +510,16 @@ def ensure_fd_limit(streams_per_process: int) -> int:
     if need > soft:
         raise UsageError(
             f"{streams_per_process} streams per client process need about {need} open files, but this process may "
-            f"open {soft} (hard limit {hard}): raise it (ulimit -Hn, LimitNOFILE=) or add --client-workers"
+            f"open {soft} (hard limit {hard}): raise it (ulimit -Hn, LimitNOFILE=) or add `client_workers`"
         )
     return int(soft)
-
-
-def _level_row(
-    cell: Cell, floor: dict[str, float | None], cfg: LoadConfig, contention: Contention | None = None
-) -> dict[str, Any]:
-    row = _closed_row(cell, floor, cfg, contention)
-    if cfg.open_loop:
-        row["rate"] = row.pop("concurrency")
-        row["concurrency"] = None
-        row["added_ttft_corrected_ms"] = {p: cell.pct_ms(q, cell.corrected) for p, q in PCTS}
-        row["dispatch_lag_ms"] = {p: cell.pct_ms(q, cell.dispatch_lag) for p, q in PCTS}
-        row["histogram_corrected"] = cell.corrected.encode().decode() if cell.corrected.get_total_count() else None
-    return row
 
 
 PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
 
 
-def _closed_row(
-    cell: Cell, floor: dict[str, float | None], cfg: LoadConfig, contention: Contention | None = None
-) -> dict[str, Any]:
+def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Contention | None = None) -> LoadRow:
+    """One target at one level as the model holds it: figures from the merged histograms, warnings with remedies."""
     warnings = []
     if cell.stopped:
         warnings.append({
@@ -567,7 +561,7 @@ def _closed_row(
             "remedy": "the path drops the X-Tokenpath-Stream header, the body's user field and the chunk ids",
         })  # fmt: skip
     p50 = cell.pct_ms(50)
-    floor_p99 = floor["p99"]
+    floor_p99 = floor.p99
     if cell.target != "direct" and floor_p99 is not None and p50 is not None and floor_p99 > FLOOR_RATIO_WARN * p50:
         warnings.append({
             "kind": "floor_too_high",
@@ -586,33 +580,46 @@ def _closed_row(
             })  # fmt: skip
     total = cell.streams + cell.errors  # every stream started in the measured window
     kept = cell.hist.get_total_count()  # the streams the figures are made of
-    return {
-        "concurrency": cell.level if cfg.open_loop else int(cell.level),
-        "target": cell.target,
-        "streams": cell.streams,
-        "streams_total": total,
-        "kept": kept,
-        "excluded": total - kept,
-        "exclusion_share": (total - kept) / total if total else 0.0,
-        "errors": cell.errors,
-        "error_samples": cell.error_samples,
-        "audit_failed": cell.audit_failed,
-        "unjoined": cell.unjoined,
-        "added_ttft_ms": {"p50": p50, "p99": cell.pct_ms(99), "p999": cell.pct_ms(99.9)},
-        "runs_added_ttft_ms": cell.run_added_ms,
-        "floor_ms": floor,
-        "cpu_cores": sum(cell.cores) / len(cell.cores) if cell.cores else None,
-        "rss_mb": max(cell.rss_mb) if cell.rss_mb else None,
-        "frames_lost": cell.lost,
-        "frames_out_of_order": cell.out_of_order,
-        "reserialized_streams": cell.reserialized,
-        "client_lag_p99_ms": cell.lag_p99_ms,
-        "client_cpu": cell.client_cpu,
-        "histogram": cell.hist.encode().decode() if cell.hist.get_total_count() else None,
-        "warnings": warnings,
-        "unreliable": bool(warnings),
-        "clock": clock,
-    }
+    row = LoadRow(
+        level=cell.level if cfg.open_loop else int(cell.level),
+        loop="open" if cfg.open_loop else "closed",
+        target=cell.target,
+        streams=cell.streams,
+        streams_total=total,
+        kept=kept,
+        excluded=total - kept,
+        exclusion_share=(total - kept) / total if total else 0.0,
+        errors=cell.errors,
+        error_samples=tuple(cell.error_samples),
+        audit_failed=cell.audit_failed,
+        unjoined=cell.unjoined,
+        added_ttft_ms=_percentiles(cell, cell.hist),
+        runs_added_ttft_ms=tuple(cell.run_added_ms),
+        floor_ms=floor,
+        cpu_cores=sum(cell.cores) / len(cell.cores) if cell.cores else None,
+        rss_mb=max(cell.rss_mb) if cell.rss_mb else None,
+        frames_lost=cell.lost,
+        frames_out_of_order=cell.out_of_order,
+        reserialized_streams=cell.reserialized,
+        client_lag_p99_ms=cell.lag_p99_ms,
+        client_cpu=cell.client_cpu,
+        histogram=cell.hist.encode().decode() if cell.hist.get_total_count() else None,
+        warnings=tuple(ResultWarning(**w) for w in warnings),
+        unreliable=bool(warnings),
+        clock=clock,
+    )
+    if not cfg.open_loop:
+        return row
+    return replace(
+        row,
+        added_ttft_corrected_ms=_percentiles(cell, cell.corrected),
+        dispatch_lag_ms=_percentiles(cell, cell.dispatch_lag),
+        histogram_corrected=cell.corrected.encode().decode() if cell.corrected.get_total_count() else None,
+    )
+
+
+def _percentiles(cell: Cell, hist: HdrHistogram) -> Percentiles:
+    return Percentiles(*(cell.pct_ms(q, hist) for _, q in PCTS))
 
 
 def _config_json(cfg: LoadConfig) -> dict[str, Any]:

@@ -47,13 +47,13 @@ def fetch_pacing(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str
                     break
                 parts.append(parser.feed(data))
     except (OSError, ProtocolError) as exc:
-        raise ServiceError(f"--stub-url {stub_url}: no answer on {HEALTH_PATH} ({exc}); is the stub running?") from None
+        raise ServiceError(f"`stub_url` {stub_url}: no answer on {HEALTH_PATH} ({exc}); is the stub running?") from None
     try:
         doc = json.loads(b"".join(parts)) if parser.head is not None and parser.head.status == 200 else None
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or doc.get("status") != "ok":
-        raise UsageError(f"--stub-url {stub_url} is not a tokenpath stub: {where} did not answer its health")
+        raise UsageError(f"`stub_url` {stub_url} is not a tokenpath stub: {where} did not answer its health")
     pacing = doc.get("pacing")
     return pacing if isinstance(pacing, dict) else None
 

@@ -21,10 +21,10 @@ import jwt
 from tokenpath.errors import TokenpathError
 from tokenpath.load.integrity import check_body
 from tokenpath.load.lean import LeanRecorder
-from tokenpath.loops import new_event_loop
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.probe.transport import TLSOptions
+from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.openai import chunk_id, content_text
 
@@ -62,8 +62,9 @@ class JWTMinter:
 
     def token(self) -> str:
         now = int(time.time())
-        return jwt.encode({"iat": now, "exp": now + int(self.lifetime_s), **dict(self.claims)}, self.secret,
-                          algorithm="HS256")  # fmt: skip
+        return jwt.encode(
+            {"iat": now, "exp": now + int(self.lifetime_s), **dict(self.claims)}, self.secret, algorithm="HS256"
+        )
 
 
 SAME_FAILURE_MIN = 50  # streams seen before a worker may give up on a level
@@ -151,8 +152,13 @@ async def closed_loop(work: Workload) -> WorkerReport:
     with contextlib.suppress(asyncio.CancelledError):
         await lag_task
     lags.sort()
-    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall,
-                        percentile(lags, 99) if lags else 0.0, tally.stop_reason)  # fmt: skip
+    return WorkerReport(
+        results,
+        time.process_time() - cpu,
+        time.monotonic() - wall,
+        percentile(lags, 99) if lags else 0.0,
+        tally.stop_reason,
+    )
 
 
 async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> None:
@@ -169,8 +175,14 @@ async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> No
 
 
 def _probe_config(work: Workload) -> ProbeConfig:
-    return ProbeConfig(url=work.url, model=work.request_model or work.model, prompt=work.prompt,
-                       max_tokens=work.tokens, api_key=work.api_key, headers=work.headers)  # fmt: skip
+    return ProbeConfig(
+        url=work.url,
+        model=work.request_model or work.model,
+        prompt=work.prompt,
+        max_tokens=work.tokens,
+        api_key=work.api_key,
+        headers=work.headers,
+    )
 
 
 async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
@@ -182,8 +194,15 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
         ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
-        trace = await stream_with(host, port, request_bytes(cfg, cfg.target, sid), sid, LeanRecorder,
-                                  timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx)  # fmt: skip
+        trace = await stream_with(
+            host,
+            port,
+            request_bytes(cfg, cfg.target, sid),
+            sid,
+            LeanRecorder,
+            timeout_s=STREAM_TIMEOUT_S,
+            ssl_context=ctx,
+        )
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
         return result

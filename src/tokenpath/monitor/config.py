@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.errors import UsageError
+from tokenpath.hostport import parse_hostport
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
@@ -87,11 +88,53 @@ class MonitorConfig:
 
     @property
     def metrics_host_port(self) -> tuple[str, int]:
-        value = self.settings.metrics_listen
-        host, sep, port = value.rpartition(":")
-        if not sep or not port.isdigit() or int(port) > 65535:
-            raise UsageError(f"`metrics_listen` {value!r}: expected HOST:PORT")
-        return host.strip("[]") or "127.0.0.1", int(port)
+        return parse_hostport(self.settings.metrics_listen, "`metrics_listen`")
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """What the command line says on top of a config file (the gateway's Overrides): one target by `url` instead
+    of the file's [[target]]s, and [monitor] settings that win over the file's when set."""
+
+    url: str | None = None
+    name: str = "target"
+    direct_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    max_tokens: int | None = None
+    body: tuple[tuple[str, object], ...] = ()
+    cacert: str | None = None
+    insecure: bool = False
+    interval_s: float | None = None
+    metrics_listen: str | None = None
+
+    def target(self) -> dict[str, object]:
+        """The one [[target]] `url` stands for, as a config file would spell it (unset keys: the defaults)."""
+        target: dict[str, object] = {
+            "name": self.name,
+            "url": self.url,
+            "insecure": self.insecure,
+            "headers": dict(self.headers),
+            "body": dict(self.body),
+        }
+        for key in ("direct_url", "model", "api_key_env", "max_tokens", "cacert"):
+            value = getattr(self, key)
+            if value is not None:
+                target[key] = value
+        return target
+
+    def apply(self, data: dict[str, Any]) -> dict[str, Any]:
+        data = {**data, "target": [self.target()]} if self.url else dict(data)
+        settings: object = data.get("monitor", {})
+        if isinstance(settings, dict):  # a malformed table is from_dict's to name
+            settings = dict(settings)
+            for key in ("interval_s", "metrics_listen"):
+                value = getattr(self, key)
+                if value is not None:
+                    settings[key] = value
+        data["monitor"] = settings
+        return data
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -43,35 +43,68 @@ class MonitorMetrics:
     def __init__(self, config: MonitorConfig, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
         by_route = ["target", "route"]
-        self.ttfb = Histogram("tokenpath_monitor_ttfb_seconds", "Last request byte written to first response byte",
-                              by_route, buckets=TTFT_BUCKETS, registry=r)  # fmt: skip
+        self.ttfb = Histogram(
+            "tokenpath_monitor_ttfb_seconds",
+            "Last request byte written to first response byte",
+            by_route,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.ttft = Histogram(
             "tokenpath_monitor_ttft_seconds",
             "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
-            by_route, buckets=TTFT_BUCKETS, registry=r,
-        )  # fmt: skip
+            by_route,
+            buckets=TTFT_BUCKETS,
+            registry=r,
+        )
         self.added_ttft = Histogram(
             "tokenpath_monitor_added_ttft_seconds",
             "TTFT via the path minus TTFT direct, probed back to back (a negative difference counts as 0)",
-            ["target"], buckets=ADDED_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.added_ttft_last = Gauge("tokenpath_monitor_added_ttft_last_seconds",
-                                     "The latest cycle's added TTFT, sign kept", ["target"], registry=r)  # fmt: skip
-        self.gap = Histogram("tokenpath_monitor_frame_gap_seconds", "Time between two consecutive arrivals",
-                             by_route, buckets=GAP_BUCKETS, registry=r)  # fmt: skip
-        self.fpr = Histogram("tokenpath_monitor_frames_per_read", "Frames per read of one probe (1 = streamed)",
-                             by_route, buckets=FPR_BUCKETS, registry=r)  # fmt: skip
+            ["target"],
+            buckets=ADDED_BUCKETS,
+            registry=r,
+        )
+        self.added_ttft_last = Gauge(
+            "tokenpath_monitor_added_ttft_last_seconds",
+            "The latest cycle's added TTFT, sign kept",
+            ["target"],
+            registry=r,
+        )
+        self.gap = Histogram(
+            "tokenpath_monitor_frame_gap_seconds",
+            "Time between two consecutive arrivals",
+            by_route,
+            buckets=GAP_BUCKETS,
+            registry=r,
+        )
+        self.fpr = Histogram(
+            "tokenpath_monitor_frames_per_read",
+            "Frames per read of one probe (1 = streamed)",
+            by_route,
+            buckets=FPR_BUCKETS,
+            registry=r,
+        )
         self.coalescing = Gauge(
             "tokenpath_monitor_coalescing",
             "Modal burst over the latest probes: frames most arrivals carried (1 = every frame alone)",
-            by_route, registry=r,
-        )  # fmt: skip
-        self.probes = Counter("tokenpath_monitor_probes_total", "Probes by outcome (ok, or the failure's reason)",
-                              [*by_route, "outcome"], registry=r)  # fmt: skip
-        self.last_success = Gauge("tokenpath_monitor_last_success_timestamp_seconds",
-                                  "Unix time the latest successful probe started", by_route, registry=r)  # fmt: skip
-        self.interval = Gauge("tokenpath_monitor_interval_seconds", "Declared time between two probes of a target",
-                              ["target"], registry=r)  # fmt: skip
+            by_route,
+            registry=r,
+        )
+        self.probes = Counter(
+            "tokenpath_monitor_probes_total",
+            "Probes by outcome (ok, or the failure's reason)",
+            [*by_route, "outcome"],
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "tokenpath_monitor_last_success_timestamp_seconds",
+            "Unix time the latest successful probe started",
+            by_route,
+            registry=r,
+        )
+        self.interval = Gauge(
+            "tokenpath_monitor_interval_seconds", "Declared time between two probes of a target", ["target"], registry=r
+        )
         self._windows: dict[tuple[str, str], BurstWindow] = {}
         for target in config.targets:
             self.interval.labels(target.name).set(target.interval_s)

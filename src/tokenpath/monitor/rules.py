@@ -81,29 +81,29 @@ def parse_rules(text: str, metrics: MetricSet = MONITOR_METRICS) -> tuple[Rule, 
     for part in (p for p in text.split(",") if p.strip()):
         m = _RULE.match(part)
         if not m:
-            raise UsageError(f"--fail-on {part.strip()!r}: expected METRIC>VALUE, e.g. added_ttft_p95>50ms or fpr>1.5")
+            raise UsageError(f"`fail_on` {part.strip()!r}: expected METRIC>VALUE, e.g. added_ttft_p95>50ms or fpr>1.5")
         base, pct, op, number, unit = m.groups()
         value = float(number)
         if base in metrics.timed:
             if pct is None or not 0 < float(pct) <= 100:
-                raise UsageError(f"--fail-on {part.strip()!r}: {base} takes a percentile, e.g. {base}_p95")
+                raise UsageError(f"`fail_on` {part.strip()!r}: {base} takes a percentile, e.g. {base}_p95")
             if unit == "%":
-                raise UsageError(f"--fail-on {part.strip()!r}: a time is in ms or s")
+                raise UsageError(f"`fail_on` {part.strip()!r}: a time is in ms or s")
             threshold = value if unit == "s" else value / 1000
             metric = f"{base}_p{pct}"
         elif base in metrics.plain or base in metrics.share:
             if pct is not None:
-                raise UsageError(f"--fail-on {part.strip()!r}: {base} takes no percentile")
+                raise UsageError(f"`fail_on` {part.strip()!r}: {base} takes no percentile")
             if base in metrics.plain and unit:
-                raise UsageError(f"--fail-on {part.strip()!r}: {base} is a plain number (no unit)")
+                raise UsageError(f"`fail_on` {part.strip()!r}: {base} is a plain number (no unit)")
             if base in metrics.share and unit in ("ms", "s"):
-                raise UsageError(f"--fail-on {part.strip()!r}: a share is 0.1 or 10%")
+                raise UsageError(f"`fail_on` {part.strip()!r}: a share is 0.1 or 10%")
             threshold = value / 100 if unit == "%" else value
             metric = base
         else:
-            raise UsageError(f"--fail-on {part.strip()!r}: unknown metric {base!r}; known: {metrics.known}")
+            raise UsageError(f"`fail_on` {part.strip()!r}: unknown metric {base!r}; known: {metrics.known}")
         share = base in metrics.share
         rules.append(Rule(part.strip(), metric, op, threshold, base, float(pct) if pct else None, share))
     if not rules:
-        raise UsageError("--fail-on is empty: give at least one rule, e.g. 'ttft_p95>2s'")
+        raise UsageError("`fail_on` is empty: give at least one rule, e.g. 'ttft_p95>2s'")
     return tuple(rules)

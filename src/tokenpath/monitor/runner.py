@@ -33,11 +33,22 @@ Clock = Callable[[], float]
 
 def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
     m = outcome.metrics
-    record: dict[str, object] = {"event": "probe", "target": outcome.target, "route": outcome.route,
-                                 "stream_id": outcome.stream_id, "outcome": outcome.outcome}  # fmt: skip
+    record: dict[str, object] = {
+        "event": "probe",
+        "target": outcome.target,
+        "route": outcome.route,
+        "stream_id": outcome.stream_id,
+        "outcome": outcome.outcome,
+    }
     if m is not None:
-        record.update(ttfb_ms=_r(m.ttfb_ms), ttft_ms=_r(m.ttft_ms), frames=m.frames, arrivals=m.arrivals,
-                      fpr=_r(m.frames_per_read), total_ms=_r(m.total_ms))  # fmt: skip
+        record.update(
+            ttfb_ms=_r(m.ttfb_ms),
+            ttft_ms=_r(m.ttft_ms),
+            frames=m.frames,
+            arrivals=m.arrivals,
+            fpr=_r(m.frames_per_read),
+            total_ms=_r(m.total_ms),
+        )
     if added_s is not None:
         record["added_ttft_ms"] = _r(added_s * 1000)
     if outcome.message:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from rich.table import Table
 
 from tokenpath.monitor.runner import Breach, RouteSamples, TargetSummary
@@ -57,3 +59,8 @@ def summary_json(summaries: list[TargetSummary], breaches: list[Breach]) -> dict
     ]  # fmt: skip
     return {"targets": targets, "breaches": [{"rule": b.rule.text, "target": b.target, "value": b.value,
                                                "message": b.line()} for b in breaches]}  # fmt: skip
+
+
+def summary_document(summaries: list[TargetSummary], breaches: list[Breach]) -> str:
+    """`monitor --once --json`'s stdout: summary_json as one JSON document."""
+    return json.dumps(summary_json(summaries, breaches), indent=1)

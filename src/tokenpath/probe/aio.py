@@ -15,6 +15,7 @@ from typing import Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, PeerError, ProtocolError, TLSError
+from tokenpath.hostport import join_hostport
 from tokenpath.probe.trace import Trace, TraceRecorder
 
 R = TypeVar("R")
@@ -106,8 +107,9 @@ async def stream_once(
     ssl_context: ssl.SSLContext | None = None,
 ) -> Trace:
     """Send `request` on a new connection (TLS with `ssl_context`) and record every read of the response."""
-    return await stream_with(host, port, request, stream_id, TraceRecorder, clock=clock, timeout_s=timeout_s,
-                             ssl_context=ssl_context)  # fmt: skip
+    return await stream_with(
+        host, port, request, stream_id, TraceRecorder, clock=clock, timeout_s=timeout_s, ssl_context=ssl_context
+    )
 
 
 async def stream_with(
@@ -128,16 +130,24 @@ async def stream_with(
     done: asyncio.Future[R] = loop.create_future()
     deadline = loop.time() + timeout_s
     try:
-        transport, protocol = await asyncio.wait_for(loop.create_connection(
-            lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, ssl=ssl_context,
-            server_hostname=host if ssl_context is not None else None,
-        ), timeout_s)  # fmt: skip
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: _StreamProtocol(stream_id, request, clock, done, make),
+                host,
+                port,
+                ssl=ssl_context,
+                server_hostname=host if ssl_context is not None else None,
+            ),
+            timeout_s,
+        )
     except ssl.SSLError as exc:
-        raise TLSError(f"TLS handshake with {host}:{port} failed: {exc.reason or exc}") from None
+        raise TLSError(f"TLS handshake with {join_hostport(host, port)} failed: {exc.reason or exc}") from None
     except TimeoutError:
-        raise ConnectTimeout(f"connecting to {host}:{port} (and TLS) took longer than {timeout_s} s") from None
+        raise ConnectTimeout(
+            f"connecting to {join_hostport(host, port)} (and TLS) took longer than {timeout_s} s"
+        ) from None
     except OSError as exc:
-        raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        raise ConnectError(f"cannot connect to {join_hostport(host, port)}: {exc.strerror or exc}") from None
     try:
         return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
     finally:
@@ -187,5 +197,5 @@ async def drain_once(host: str, port: int, request: bytes, *, timeout_s: float =
     try:
         await loop.create_connection(lambda: _Drain(request, done), host, port)
     except OSError as exc:
-        raise ConnectError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        raise ConnectError(f"cannot connect to {join_hostport(host, port)}: {exc.strerror or exc}") from None
     return await asyncio.wait_for(done, timeout_s)

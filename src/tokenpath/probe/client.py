@@ -197,7 +197,7 @@ def _body_preview(transport: Transport, rec: TraceRecorder, clock: Clock, deadli
 def _timeout(rec: TraceRecorder | None, cfg: ProbeConfig, first: bool, total: bool) -> NoReturn:
     frames = rec.trace.frame_count if rec is not None else 0
     if total:
-        raise TotalTimeout(f"the stream did not end within --total-timeout {cfg.total_timeout_s} s ({frames} frames)")
+        raise TotalTimeout(f"the stream did not end within `total_timeout` {cfg.total_timeout_s} s ({frames} frames)")
     if first:
-        raise FirstByteTimeout(f"no response byte within --first-byte-timeout {cfg.first_byte_timeout_s} s")
-    raise IdleTimeout(f"no frame for --idle-timeout {cfg.idle_timeout_s} s after {frames} frames")
+        raise FirstByteTimeout(f"no response byte within `first_byte_timeout` {cfg.first_byte_timeout_s} s")
+    raise IdleTimeout(f"no frame for `idle_timeout` {cfg.idle_timeout_s} s after {frames} frames")

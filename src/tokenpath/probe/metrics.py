@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -130,3 +131,8 @@ def probe_results(url: str, runs: list[RunMetrics]) -> ProbeResults:
 
     summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"))
     return ProbeResults(url, tuple(runs), summary)
+
+
+def dumps(results: ProbeResults) -> str:
+    """`probe --json`'s stdout: the ProbeResults document."""
+    return json.dumps(results.to_json(), indent=2)

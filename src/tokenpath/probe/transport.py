@@ -17,6 +17,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from tokenpath.errors import ConnectError, ConnectTimeout, DNSError, TLSError, UsageError
+from tokenpath.hostport import join_hostport, url_host
 
 RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segment burst we expect
 # The most one drain() takes (the rest of one TLS wake-up). A proxy's held burst is a few KB; a peer that floods
@@ -33,9 +34,13 @@ class Target:
     path: str  # request target, e.g. /v1/chat/completions
 
     @property
+    def hostport(self) -> str:
+        return join_hostport(self.host, self.port)
+
+    @property
     def host_header(self) -> str:
         default = 443 if self.scheme == "https" else 80
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = url_host(self.host)
         return host if self.port == default else f"{host}:{self.port}"
 
     @property
@@ -82,7 +87,7 @@ class TLSOptions:
         try:
             ctx = ssl.create_default_context(cafile=self.cacert)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"--cacert {self.cacert}: {exc}") from None
+            raise UsageError(f"`cacert` {self.cacert}: {exc}") from None
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
@@ -190,6 +195,11 @@ def _wait(sock: socket.socket, for_write: bool, timeout_s: float) -> None:
 SocketFactory = Callable[[str, int, float], socket.socket]  # (host, port, timeout) -> connected socket
 
 
+def tcp_connect(host: str, port: int, timeout_s: float) -> socket.socket:
+    """The plain SocketFactory: the resolver's first address that accepts."""
+    return socket.create_connection((host, port), timeout_s)
+
+
 def open_connection(
     target: Target, *, connect_timeout_s: float, tls: TLSOptions, socket_factory: SocketFactory | None = None
 ) -> SocketTransport:
@@ -201,7 +211,7 @@ def open_connection(
         try:
             sock = socket_factory(target.host, target.port, connect_timeout_s)
         except OSError as exc:
-            raise ConnectError(f"cannot connect to {target.host}:{target.port}: {exc.strerror or exc}") from None
+            raise ConnectError(f"cannot connect to {target.hostport}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if target.scheme == "https":
             return SocketTransport(wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s))
@@ -229,9 +239,9 @@ def open_connection(
             sock = wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s)
         return SocketTransport(sock)
     if isinstance(last, TimeoutError):
-        raise ConnectTimeout(f"connecting to {target.host}:{target.port} timed out after {connect_timeout_s} s")
+        raise ConnectTimeout(f"connecting to {target.hostport} timed out after {connect_timeout_s} s")
     reason = last.strerror if last is not None and last.strerror else str(last)
-    raise ConnectError(f"cannot connect to {target.host}:{target.port}: {reason}")
+    raise ConnectError(f"cannot connect to {target.hostport}: {reason}")
 
 
 def wrap_tls(
@@ -255,18 +265,16 @@ def wrap_tls(
                 want_write = True
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ConnectTimeout(
-                    f"the TLS handshake with {target.host}:{target.port} did not finish within {timeout_s} s"
-                )
+                raise ConnectTimeout(f"the TLS handshake with {target.hostport} did not finish within {timeout_s} s")
             _wait(ssock, want_write, left)
         ssock.settimeout(None)
         done = True
         return ssock
     except (ssl.SSLError, ssl.CertificateError) as exc:
         hint = " (self-signed? use --cacert FILE or --insecure)" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else ""
-        raise TLSError(f"TLS handshake with {target.host}:{target.port} failed: {exc.reason or exc}{hint}") from None
+        raise TLSError(f"TLS handshake with {target.hostport} failed: {exc.reason or exc}{hint}") from None
     except OSError as exc:
-        raise TLSError(f"TLS handshake with {target.host}:{target.port} failed: {exc}") from None
+        raise TLSError(f"TLS handshake with {target.hostport} failed: {exc}") from None
     finally:
         if not done:
             (ssock if ssock is not None else sock).close()

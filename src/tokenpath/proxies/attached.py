@@ -29,10 +29,16 @@ class AttachedProxy(Proxy):
         self, name: str, url: str, version: str = "", options: RequestOptions | None = None, cacert: str | None = None
     ) -> None:
         parts = urlsplit(url)
-        if (parts.scheme not in ("http", "https") or not parts.hostname or parts.port is None
-                or parts.path not in ("", "/")):  # fmt: skip
-            raise ProxyError(f"proxy {name!r}: url must be http://HOST:PORT or https://HOST:PORT (a path already "
-                             f"running), not {url!r}")  # fmt: skip
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.port is None
+            or parts.path not in ("", "/")
+        ):
+            raise ProxyError(
+                f"proxy {name!r}: url must be http://HOST:PORT or https://HOST:PORT (a path already "
+                f"running), not {url!r}"
+            )
         if cacert is not None and parts.scheme != "https":
             raise ProxyError(f"proxy {name!r}: cacert is for an https url")
         self.name = name

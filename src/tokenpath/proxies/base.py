@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tokenpath.errors import ProxyError
-from tokenpath.procs import stop_process_group
+from tokenpath.errors import ProxyError, UsageError
+from tokenpath.hostport import join_hostport, parse_hostport
+from tokenpath.serve.procs import stop_process_group
 from tokenpath.tools import INSTALL_HINT, tool
 
 START_TIMEOUT_S = 15.0
@@ -45,7 +46,7 @@ class Endpoint:
 
     @property
     def hostport(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return join_hostport(self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +277,10 @@ def start(
             if proxy.announces_url:
                 announced = _LISTENING.search(log_path.read_text(errors="replace"))
                 if announced:
-                    host, _, port = urlsplit(announced.group(1)).netloc.rpartition(":")
-                    site.listen = Endpoint(host.strip("[]"), int(port))
+                    try:
+                        site.listen = Endpoint(*parse_hostport(urlsplit(announced.group(1)).netloc, proxy.name))
+                    except UsageError as exc:
+                        raise ProxyError(f"{exc} (announced by {proxy.name})") from None
                     break
             elif _accepts(site.listen, connect):
                 break
@@ -335,8 +338,14 @@ def new_workdir(name: str) -> Path:
 def run_quiet(argv: Sequence[str], timeout_s: float = 10.0, env: dict[str, str] | None = None) -> str:
     """Output (stdout + stderr) of a short command, for versions and config dumps; never raises."""
     try:
-        out = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s, check=False,
-                             env={**os.environ, **env} if env else None)  # fmt: skip
+        out = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+            env={**os.environ, **env} if env else None,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"({' '.join(argv)} failed: {exc})"
     return (out.stdout + out.stderr).strip()

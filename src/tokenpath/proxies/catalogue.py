@@ -22,10 +22,28 @@ from tokenpath.proxies.varnish import Varnish
 
 def catalogue() -> dict[str, Proxy]:
     entries: list[Proxy] = [
-        Nginx(), HAProxy(), HAProxy3(), Caddy(), Caddy211(), Apache2(), H2O(), Lighttpd(), Varnish(), Squid(),
-        Traefik(), Envoy(), NodeProxy(naive=False), NodeProxy(naive=True), NodeProxy(naive=False, runtime=22),
-        NodeProxy(naive=True, runtime=22), LiteLLM(), TensorZero(), Portkey(), Gateway(), *CONTROLS,
-    ]  # fmt: skip
+        Nginx(),
+        HAProxy(),
+        HAProxy3(),
+        Caddy(),
+        Caddy211(),
+        Apache2(),
+        H2O(),
+        Lighttpd(),
+        Varnish(),
+        Squid(),
+        Traefik(),
+        Envoy(),
+        NodeProxy(naive=False),
+        NodeProxy(naive=True),
+        NodeProxy(naive=False, runtime=22),
+        NodeProxy(naive=True, runtime=22),
+        LiteLLM(),
+        TensorZero(),
+        Portkey(),
+        Gateway(),
+        *CONTROLS,
+    ]
     return {p.name: p for p in entries}
 
 

@@ -1,5 +1,6 @@
-"""A proxy given as a command line in the experiment file, with {listen}, {listen_host}, {listen_port} and
-{upstream} placeholders, e.g. `socat TCP-LISTEN:{listen_port},bind={listen_host},fork,reuseaddr TCP:{upstream}`.
+"""A proxy given as a command line in the experiment file, with {listen}, {listen_host}, {listen_port}, {upstream}
+and {upstream_url} placeholders (CustomProxy.argv), e.g.
+`socat TCP-LISTEN:{listen_port},bind={listen_host},fork,reuseaddr TCP:{upstream}`.
 
 An AI gateway usually needs more of a request than a reverse proxy: its own model name, a header that routes the
 request, an API key, a base path. Those are options of the target (`model`, `headers`, `api_key_env`,
@@ -16,8 +17,6 @@ from pathlib import Path
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies.base import STOCK, Proxy, Site
 from tokenpath.wire.request import check_header
-
-PLACEHOLDERS = ("{listen}", "{listen_host}", "{listen_port}", "{upstream}", "{upstream_url}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +49,12 @@ class RequestOptions:
         if env and not os.environ.get(str(env)):
             raise UsageError(f"proxy {name!r}: api_key_env {env}: that environment variable is not set")
         model = pairs.get("model")
-        return cls(str(model) if model else None, tuple((str(k), v) for k, v in headers.items()),
-                   str(env) if env else None, base.rstrip("/"))  # fmt: skip
+        return cls(
+            str(model) if model else None,
+            tuple((str(k), v) for k, v in headers.items()),
+            str(env) if env else None,
+            base.rstrip("/"),
+        )
 
 
 class CustomProxy(Proxy):

@@ -71,7 +71,9 @@ def _endpoint_directives(site: Site) -> str:
     lines = [f"proxy_set_header Host {site.upstream_host};"] if site.upstream_host else []
     if site.upstream_tls:
         lines += [
-            "proxy_ssl_server_name on;", f"proxy_ssl_name {site.upstream_tls.server_name};", "proxy_ssl_verify on;",
+            "proxy_ssl_server_name on;",
+            f"proxy_ssl_name {site.upstream_tls.server_name};",
+            "proxy_ssl_verify on;",
             f"proxy_ssl_trusted_certificate {site.upstream_tls.ca_bundle};",
-        ]  # fmt: skip
+        ]
     return "".join(f"\n      {line}" for line in lines)

@@ -60,8 +60,7 @@ class NodeProxy(Proxy):
     def argv(self, site: Site, config: Path) -> list[str]:
         node = self.require_binary()
         flags = ["--max-semi-space-size=64"] if site.variant.name == "semi_space_64" else []
-        argv = [node, *flags, str(SCRIPT), "--listen", site.listen.hostport, "--upstream",
-                site.upstream_url]  # fmt: skip
+        argv = [node, *flags, str(SCRIPT), "--listen", site.listen.hostport, "--upstream", site.upstream_url]
         if site.variant.name == "cluster4":
             argv += ["--workers", "4"]
         return [*argv, "--naive"] if self.naive else argv

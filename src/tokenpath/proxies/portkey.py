@@ -60,10 +60,19 @@ class Portkey(Proxy):
         return config
 
     def env(self, site: Site) -> dict[str, str]:
-        return {"NODE_ENV": "production", "TOKENPATH_LISTEN_HOST": site.listen.host,  # no UI, no log stream
-                **site.ca_env("NODE_EXTRA_CA_CERTS")}  # fmt: skip
+        return {
+            "NODE_ENV": "production",
+            "TOKENPATH_LISTEN_HOST": site.listen.host,  # no UI, no log stream
+            **site.ca_env("NODE_EXTRA_CA_CERTS"),
+        }
 
     def argv(self, site: Site, config: Path) -> list[str]:
         # It takes a port but no address: the preload binds the site's host instead of every interface.
-        return [self.require_binary(), "--import", LOOPBACK_LISTEN.as_uri(), str(tools_dir() / SCRIPT),
-                f"--port={site.listen.port}", "--headless"]  # fmt: skip
+        return [
+            self.require_binary(),
+            "--import",
+            LOOPBACK_LISTEN.as_uri(),
+            str(tools_dir() / SCRIPT),
+            f"--port={site.listen.port}",
+            "--headless",
+        ]

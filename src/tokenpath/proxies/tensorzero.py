@@ -47,8 +47,10 @@ class TensorZero(Proxy):
     def version(self) -> str:
         if self.binary() is None:
             return "not installed"
-        return run_quiet([sys.executable, "-c", "import importlib.metadata as m; print(m.version('tensorzero'))"],
-                         env={"PYTHONPATH": str(site_packages())})  # fmt: skip
+        return run_quiet(
+            [sys.executable, "-c", "import importlib.metadata as m; print(m.version('tensorzero'))"],
+            env={"PYTHONPATH": str(site_packages())},
+        )
 
     def request_model(self, model: str) -> str:
         return MODEL_PREFIX + model
@@ -73,8 +75,12 @@ api_key_location = {key}
         return config
 
     def env(self, site: Site) -> dict[str, str]:
-        return {"PYTHONPATH": str(site_packages()), "TENSORZERO_DISABLE_PSEUDONYMOUS_USAGE_ANALYTICS": "1",
-                "RUST_LOG": "error", **site.ca_env("SSL_CERT_FILE")}  # fmt: skip
+        return {
+            "PYTHONPATH": str(site_packages()),
+            "TENSORZERO_DISABLE_PSEUDONYMOUS_USAGE_ANALYTICS": "1",
+            "RUST_LOG": "error",
+            **site.ca_env("SSL_CERT_FILE"),
+        }
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [sys.executable, str(LAUNCHER), "--config", str(config)]

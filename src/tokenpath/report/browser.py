@@ -10,9 +10,13 @@ from pathlib import Path
 from tokenpath.errors import PeerError
 
 FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
     "--hide-scrollbars",
-)  # fmt: skip
+)
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 TIMEOUT_S = 120
 

@@ -152,7 +152,7 @@ def _cdf(encoded: str) -> tuple[list[float], list[float]]:
 
 
 def level_of(row: LoadRow) -> float:
-    return float(row.rate if row.rate is not None else row.concurrency or 0)
+    return float(row.level or 0)
 
 
 def added_ttft_cdf(levels: Sequence[LoadRow], unit: str) -> str | None:

@@ -108,7 +108,7 @@ def _span(values: list[float], floor: float = 0.0) -> tuple[float | None, float 
 
 
 def _load_key(row: LoadRow) -> str:
-    level = f"{row.rate:g}/s" if row.rate is not None else f"{row.concurrency} streams"
+    level = f"{row.level:g}/s" if row.open_loop else f"{row.level} streams"
     return f"{row.target} @ {level}"
 
 
@@ -122,7 +122,7 @@ def _load_figures(row: LoadRow) -> dict[str, Figure]:
 
 def compare(a: Results, b: Results) -> list[Comparison]:
     if a.kind != b.kind and {a.kind, b.kind} != {"matrix", "sweep"}:
-        raise UsageError(f"--compare: cannot compare a {a.kind} result with a {b.kind} result")
+        raise UsageError(f"`compare`: cannot compare a {a.kind} result with a {b.kind} result")
     if isinstance(a, LoadResults) and isinstance(b, LoadResults):
         out = _compare_load(a, b)
     elif isinstance(a, MatrixResults) and isinstance(b, MatrixResults):
@@ -130,7 +130,7 @@ def compare(a: Results, b: Results) -> list[Comparison]:
     else:
         out = []
     if not out:
-        raise UsageError("--compare: the two result sets share no row (same path, condition or level)")
+        raise UsageError("`compare`: the two result sets share no row (same path, condition or level)")
     return out
 
 

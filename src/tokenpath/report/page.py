@@ -95,32 +95,43 @@ def header_block(doc: Results) -> list[str]:
     items = [
         ("tool", esc(f"{prov.tool.name} {prov.tool.version} (results schema {prov.schema_version})")),
         ("measured", esc(prov.created)),
-        ("host", esc(f"{host.hostname}, kernel {host.kernel}, {host.cpus} CPUs, {host.machine}, "
-                     f"Python {host.python}")),
-    ]  # fmt: skip
+        ("host", esc(f"{host.hostname}, kernel {host.kernel}, {host.cpus} CPUs, {host.machine}, Python {host.python}")),
+    ]
     out: list[str] = ['<h2 id="provenance">How this was measured</h2>']
     if isinstance(doc, LoadResults):
         cfg = doc.config
         levels = cfg["rates"] if cfg["loop"] == "open" else cfg["levels"]
         items += [
-            ("workload", esc(f"{cfg['ttft_ms']:g} ms to the first token, a token every {cfg['interval_ms']:g} ms, "
-                             f"{cfg['tokens']} tokens; {cfg['loop']} loop at {', '.join(f'{x:g}' for x in levels)}")),
-            ("per level", esc(f"{cfg['warmup_s']:g} s warm-up, {cfg['duration_s']:g} s measured, {cfg['runs']} runs "
-                              f"(merged), {cfg['client_workers']} client and {cfg['stub_workers']} stub processes")),
+            (
+                "workload",
+                esc(
+                    f"{cfg['ttft_ms']:g} ms to the first token, a token every {cfg['interval_ms']:g} ms, "
+                    f"{cfg['tokens']} tokens; {cfg['loop']} loop at {', '.join(f'{x:g}' for x in levels)}"
+                ),
+            ),
+            (
+                "per level",
+                esc(
+                    f"{cfg['warmup_s']:g} s warm-up, {cfg['duration_s']:g} s measured, {cfg['runs']} runs "
+                    f"(merged), {cfg['client_workers']} client and {cfg['stub_workers']} stub processes"
+                ),
+            ),
             ("floor", "the direct path (client → stub), measured at every level in the same run, interleaved"),
-        ]  # fmt: skip
+        ]
         out.append(_dl(items))
         unreliable = [r for r in doc.levels if r.unreliable]
         if unreliable:
-            out.append(f'<p class="banner warn">{len(unreliable)} of {len(doc.levels)} figures are flagged '
-                       "unreliable; each warning is shown in its row below, with its remedy.</p>")  # fmt: skip
+            out.append(
+                f'<p class="banner warn">{len(unreliable)} of {len(doc.levels)} figures are flagged '
+                "unreliable; each warning is shown in its row below, with its remedy.</p>"
+            )
         out += _targets(doc.targets)
     else:
         exp = doc.experiment
         items += [
             ("experiment", esc(_workload(doc))),
             ("exclusion rule", esc(f"{exp['exclusion']['rule']} (declared before the run)")),
-        ]  # fmt: skip
+        ]
         out.append(_dl(items))
         out += certification_block(doc.certification)
         out += _targets(doc.proxies)
@@ -142,15 +153,19 @@ def _workload(doc: MatrixResults) -> str:
     upstream = exp.get("upstream")
     if not isinstance(upstream, dict):
         return f"{exp['name']}: {exp['frames']} frames per stream, {runs}, {exp['ttft_ms']:g} ms to the first frame"
-    asked = (f"{exp['name']}: {upstream.get('origin')}, model {upstream.get('model')}, at most "
-             f"{upstream.get('max_tokens')} tokens per stream, {runs}")  # fmt: skip
+    asked = (
+        f"{exp['name']}: {upstream.get('origin')}, model {upstream.get('model')}, at most "
+        f"{upstream.get('max_tokens')} tokens per stream, {runs}"
+    )
     direct = [m for r in doc.rows if r.proxy == "direct" for run in r.raw if run.included and (m := run.metrics)]
     ttfts = [m.ttft_ms for m in direct if m.ttft_ms is not None]
     if not direct or not ttfts:
         return f"{asked}; the direct path measured nothing"
     frames = median([float(m.frames) for m in direct])
-    return (f"{asked}; measured on the direct path: {frames:g} frames per stream and {median(ttfts):.1f} ms to "
-            f"the first token (medians of {len(direct)} streams)")  # fmt: skip
+    return (
+        f"{asked}; measured on the direct path: {frames:g} frames per stream and {median(ttfts):.1f} ms to "
+        f"the first token (medians of {len(direct)} streams)"
+    )
 
 
 def _skipped_name(skip: PathSkip | TargetSkip) -> str:
@@ -159,19 +174,25 @@ def _skipped_name(skip: PathSkip | TargetSkip) -> str:
 
 def certification_block(cert: Certification) -> list[str]:
     if cert.passed:
-        out = ['<p class="banner ok">Certified: before measuring, the instrument showed it streams cleanly on the '
-               "direct path and detects both controls (buffer, cork) on every link used.</p>"]  # fmt: skip
+        out = [
+            '<p class="banner ok">Certified: before measuring, the instrument showed it streams cleanly on the '
+            "direct path and detects both controls (buffer, cork) on every link used.</p>"
+        ]
     else:
         forced = " It was measured anyway (--force)." if cert.forced else ""
-        out = [f'<p class="banner bad">UNCERTIFIED: certification failed, so no figure below can be trusted.{forced}'
-               "</p>"]  # fmt: skip
+        out = [
+            f'<p class="banner bad">UNCERTIFIED: certification failed, so no figure below can be trusted.{forced}</p>'
+        ]
     for where, drift in cert.emitter_drift_ms.items():
         out.append(f"<p>Emitter drift during certification ({esc(where)}): {esc(tables.describe_drift(drift))}.</p>")
     rows = [(c.environment, c.name, "ok" if c.passed else "FAILED", c.evidence) for c in cert.checks]
     if rows:
         out.append("<details><summary>certification checks</summary>")
-        out.append(_table(("link", "check", "result", "evidence"), rows, classes=["" if r[2] == "ok" else "failed"
-                                                                                   for r in rows]))  # fmt: skip
+        out.append(
+            _table(
+                ("link", "check", "result", "evidence"), rows, classes=["" if r[2] == "ok" else "failed" for r in rows]
+            )
+        )
         out.append("</details>")
     return out
 
@@ -243,17 +264,28 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
         if share is not None:
             out.append(f"<p>{esc(tables.describe_share(share))} under the declared rule.</p>")
         if not rows[0].endpoint:  # against a real endpoint there is no stub write to plot arrivals against
-            out.append(_figure(charts.arrival_timeline(rows), "One typical stream per path (the kept run with the "
-                               "median added TTFT), the direct path in grey."))  # fmt: skip
+            out.append(
+                _figure(
+                    charts.arrival_timeline(rows),
+                    "One typical stream per path (the kept run with the median added TTFT), the direct path in grey.",
+                )
+            )
         floor = floors.get(tables.condition_label(rows[0]))
-        out.append(_figure(charts.frames_per_read(rows, floor), "Median frames per read per path; whiskers span the "
-                           "kept runs; the green band is the direct path's range (noise)."))  # fmt: skip
+        out.append(
+            _figure(
+                charts.frames_per_read(rows, floor),
+                "Median frames per read per path; whiskers span the "
+                "kept runs; the green band is the direct path's range (noise).",
+            )
+        )
         headers = [h for h in tables.HEADERS if h != "condition"]
-        out.append(_table(
-            [*headers, "excluded because"], [[c for i, c in enumerate(tables.cells(r)) if i != 1] + [_exclusions(r)]
-                                             for r in rows],
-            classes=["unreliable" if r.excluded else "" for r in rows],
-        ))  # fmt: skip
+        out.append(
+            _table(
+                [*headers, "excluded because"],
+                [[c for i, c in enumerate(tables.cells(r)) if i != 1] + [_exclusions(r)] for r in rows],
+                classes=["unreliable" if r.excluded else "" for r in rows],
+            )
+        )
     return out
 
 
@@ -267,11 +299,18 @@ def load_sections(doc: LoadResults) -> list[str]:
     levels = doc.levels
     out = ['<h2 id="results">Added TTFT against load</h2>']
     if open_loop:
-        out.append('<p class="lede">Counted from each stream\'s scheduled start (corrected for coordinated '
-                   "omission); the uncorrected p99 and the dispatch lag are in the table.</p>")  # fmt: skip
-    out.append(_figure(charts.percentiles_vs_level(levels, unit), "Added TTFT = the client's arrival of the first "
-                       "token minus the stub's write of it, per stream. Hollow markers: figures flagged unreliable "
-                       "(see the warnings in the table)."))  # fmt: skip
+        out.append(
+            '<p class="lede">Counted from each stream\'s scheduled start (corrected for coordinated '
+            "omission); the uncorrected p99 and the dispatch lag are in the table.</p>"
+        )
+    out.append(
+        _figure(
+            charts.percentiles_vs_level(levels, unit),
+            "Added TTFT = the client's arrival of the first "
+            "token minus the stub's write of it, per stream. Hollow markers: figures flagged unreliable "
+            "(see the warnings in the table).",
+        )
+    )
     headers = [*load_table.headers(open_loop), "warnings"]
     rows, classes = [], []
     for r in levels:
@@ -281,25 +320,39 @@ def load_sections(doc: LoadResults) -> list[str]:
     out.append(_table(headers, rows, classes))
     lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]
     for r in lost:
-        out.append(f'<p class="banner bad">{esc(r.target)} @ {esc(r.level_label)}: {r.frames_lost} '
-                   f"frames lost, {r.frames_out_of_order} out of order, {r.errors} errors</p>")  # fmt: skip
+        out.append(
+            f'<p class="banner bad">{esc(r.target)} @ {esc(r.level_label)}: {r.frames_lost} '
+            f"frames lost, {r.frames_out_of_order} out of order, {r.errors} errors</p>"
+        )
     cdf = charts.added_ttft_cdf(levels, "streams/s" if open_loop else "streams")
     out.append(_figure(cdf, "Fraction of streams whose first token was delayed by at most x ms. Dashed: unreliable."))
-    out.append(_figure(charts.resources_vs_level(levels, unit), "CPU and RSS of all the target's processes, "
-                       "sampled through each level (mean CPU, peak of the median RSS over runs)."))  # fmt: skip
+    out.append(
+        _figure(
+            charts.resources_vs_level(levels, unit),
+            "CPU and RSS of all the target's processes, "
+            "sampled through each level (mean CPU, peak of the median RSS over runs).",
+        )
+    )
     return out
 
 
 def compare_section(comparisons: Sequence[Comparison], doc: Results, other: Results) -> list[str]:
     a, b = doc.provenance, other.provenance
     out = ['<h2 id="compare">Compared</h2>']
-    out.append(_dl([
-        ("A (this report)", esc(f"{page_title(doc)}, {a.created} on {a.host.hostname}")),
-        ("B (--compare)", esc(f"{page_title(other)}, {b.created} on {b.host.hostname}")),
-        ("verdict rule", "a difference counts only where the two runs' ranges do not overlap and it is larger than "
-                         "the direct floor of either run; inside the floor it is <i>same</i>, with overlapping "
-                         "ranges <i>not distinguishable</i>, whatever the medians say"),
-    ]))  # fmt: skip
+    out.append(
+        _dl(
+            [
+                ("A (this report)", esc(f"{page_title(doc)}, {a.created} on {a.host.hostname}")),
+                ("B (--compare)", esc(f"{page_title(other)}, {b.created} on {b.host.hostname}")),
+                (
+                    "verdict rule",
+                    "a difference counts only where the two runs' ranges do not overlap and it is larger than "
+                    "the direct floor of either run; inside the floor it is <i>same</i>, with overlapping "
+                    "ranges <i>not distinguishable</i>, whatever the medians say",
+                ),
+            ]
+        )
+    )
     rows, classes = [], []
     for c in comparisons:
         rows.append([c.key, c.metric, _fig(c.a), _fig(c.b), "-" if c.ratio is None else f"{c.ratio:.2f}", c.verdict])

@@ -21,7 +21,7 @@ def write_report(
     wanted = list(dict.fromkeys(formats))
     for fmt in wanted:
         if fmt not in FORMATS:
-            raise UsageError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+            raise UsageError(f"`format` {fmt!r}: expected one of {', '.join(FORMATS)}")
     doc = model.read(result_dir)
     other = model.read(compare_dir) if compare_dir is not None else None
     comparisons = compare.compare(doc, other) if other is not None else []

@@ -63,6 +63,15 @@ def rich_table(results: LoadResults) -> Table:
     return table
 
 
+def warning_lines(results: LoadResults) -> list[str]:
+    """Each level's warnings with their remedies, as the terminal shows them under the table."""
+    return [
+        f"[yellow]{row.target} @ {row.level_label}: {w.message}[/] ({w.remedy})"
+        for row in results.levels
+        for w in row.warnings
+    ]
+
+
 def markdown(results: LoadResults) -> str:
     cols = [*headers(results.open_loop), "warnings"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
@@ -73,7 +82,7 @@ def markdown(results: LoadResults) -> str:
 
 
 CSV_KEYS = (
-    "concurrency", "rate", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
+    "level", "loop", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
     "audit_failed", "unjoined", "frames_lost", "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
 )  # fmt: skip
 

@@ -32,9 +32,10 @@ Kind = Literal["matrix", "sweep", "load"]
 #    per-condition exclusion shares, stub_headers in conditions and rows, kept/total per load row.
 # 3: written from this model: every key of a row, run, level and certification is present (a field that did not
 #    apply is null or empty, never absent), and matrix files always carry their exclusion shares.
-SCHEMA_VERSION = 3
-KNOWN_VERSIONS = (1, 2, 3)
-PROBE_SCHEMA_VERSION = 1  # `tokenpath probe --json`: its own, smaller document (probe.metrics.ProbeResults)
+# 4: a load row's level is one field, `level` (streams held open, or arrivals per second), with `loop` saying which;
+#    the pair `concurrency` / `rate` (one of them null) is gone.
+SCHEMA_VERSION = 4
+KNOWN_VERSIONS = (1, 2, 3, 4)
 
 T = TypeVar("T")
 
@@ -329,8 +330,9 @@ class TargetInfo:
 class LoadRow:
     """One target at one level (streams held open, or arrivals per second), merged over runs."""
 
-    concurrency: int | float | None  # open streams (closed loop); None in open loop, where `rate` is the level
+    level: int | float  # streams held open (closed loop), or streams started per second (open loop)
     target: str
+    loop: Literal["closed", "open"] = "closed"
     streams: int = 0  # streams behind the figures (joined and kept)
     errors: int = 0
     audit_failed: int = 0
@@ -347,7 +349,6 @@ class LoadRow:
     histogram: str | None = None  # HDR histogram, base64 (hdrhistogram's encode)
     warnings: tuple[ResultWarning, ...] = ()
     unreliable: bool = False
-    rate: float | None = None
     streams_total: int | None = None  # started in the measured window (None in files of schema 1)
     kept: int | None = None
     excluded: int | None = None
@@ -362,7 +363,11 @@ class LoadRow:
 
     @property
     def level_label(self) -> str:
-        return f"{self.rate:g}/s" if self.rate is not None else str(self.concurrency)
+        return f"{self.level:g}/s" if self.open_loop else str(self.level)
+
+    @property
+    def open_loop(self) -> bool:
+        return self.loop == "open"
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +414,17 @@ def _v2_to_v3(doc: Json) -> Json:
     return doc
 
 
-MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3}
+def _v3_to_v4(doc: Json) -> Json:
+    """A load row's `concurrency` / `rate` pair becomes one `level` and the `loop` it was measured in: a row with a
+    rate was open loop (its concurrency null), any other closed."""
+    for row in doc.get("levels", []) if doc.get("kind") == "load" else []:
+        rate, concurrency = row.pop("rate", None), row.pop("concurrency", None)
+        row["level"] = rate if rate is not None else concurrency
+        row["loop"] = "open" if rate is not None else "closed"
+    return doc
+
+
+MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
 
 
 def migrate(doc: Json) -> Json:
@@ -540,12 +555,17 @@ def read(path: Path) -> Results:
         raise UsageError(f"{path}: not a tokenpath results document ({type(exc).__name__}: {exc})") from None
 
 
+def dumps(results: Results) -> str:
+    """The results document as results.json holds it (and `--json` prints it)."""
+    return json.dumps(results.to_json(), indent=1, default=str)
+
+
 def write(results: Results, out_dir: Path) -> Path:
     """results.json, atomically: a reader never sees half a file, even on Ctrl-C."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results.to_json(), indent=1, default=str))
+    tmp.write_text(dumps(results))
     tmp.replace(path)
     return path
 

@@ -15,10 +15,27 @@ from tokenpath.results.model import Drift, ExclusionShare, MatrixResults, Matrix
 __all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
 ROW_KEYS = (
-    "proxy", "variant", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "endpoint", "runs", "excluded",
-    "fpr_median", "fpr_min", "fpr_max", "ttft_ms_median", "added_ttft_ms_median", "added_ttft_ms_p90", "modal_burst",
-    "modal_burst_gap_ms", "within_floor", "verdict",
-)  # fmt: skip
+    "proxy",
+    "variant",
+    "interval_ms",
+    "frame_bytes",
+    "link",
+    "tls",
+    "stub_headers",
+    "endpoint",
+    "runs",
+    "excluded",
+    "fpr_median",
+    "fpr_min",
+    "fpr_max",
+    "ttft_ms_median",
+    "added_ttft_ms_median",
+    "added_ttft_ms_p90",
+    "modal_burst",
+    "modal_burst_gap_ms",
+    "within_floor",
+    "verdict",
+)
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -38,15 +55,29 @@ def cells(row: MatrixRow) -> list[str]:
         added += " vs direct"
     burst = f"{_fmt(row.modal_burst)} / {_fmt(row.modal_burst_gap_ms)}"
     return [
-        row.path_label, condition_label(row), _fmt(row.fpr_median, 2), spread, _fmt(row.ttft_ms_median), added,
-        burst, f"{row.kept}/{row.runs}", row.verdict,
-    ]  # fmt: skip
+        row.path_label,
+        condition_label(row),
+        _fmt(row.fpr_median, 2),
+        spread,
+        _fmt(row.ttft_ms_median),
+        added,
+        burst,
+        f"{row.kept}/{row.runs}",
+        row.verdict,
+    ]
 
 
 HEADERS = (
-    "path", "condition", "fpr", "fpr range", "TTFT ms", "added TTFT ms (p50 / p90)", "burst / gap ms",
-    "runs kept", "verdict",
-)  # fmt: skip
+    "path",
+    "condition",
+    "fpr",
+    "fpr range",
+    "TTFT ms",
+    "added TTFT ms (p50 / p90)",
+    "burst / gap ms",
+    "runs kept",
+    "verdict",
+)
 
 
 def describe_share(share: ExclusionShare) -> str:
@@ -76,8 +107,10 @@ def title(results: MatrixResults) -> str:
 def markdown(results: MatrixResults) -> str:
     prov = results.provenance
     lines = [f"# {title(results)}", ""]
-    lines.append(f"Measured {prov.created} on {prov.host.hostname} (kernel {prov.host.kernel}, "
-                 f"{prov.host.cpus} CPUs), tokenpath {prov.tool.version}.")  # fmt: skip
+    lines.append(
+        f"Measured {prov.created} on {prov.host.hostname} (kernel {prov.host.kernel}, "
+        f"{prov.host.cpus} CPUs), tokenpath {prov.tool.version}."
+    )
     lines.append(f"Exclusion rule, declared before the run: {results.experiment['exclusion']['rule']}.")
     note = endpoint_note(results)
     if note:
@@ -144,8 +177,12 @@ def rich_table(results: MatrixResults) -> Table:
         link += " +hdr" if row.stub_headers else ""
         paced = "endpoint" if row.endpoint else f"{row.frame_bytes}B/{row.interval_ms:g}ms"
         table.add_row(
-            path, f"{paced} {link}", _fmt(row.fpr_median, 2),
-            _fmt(row.added_ttft_ms_median), _fmt(row.added_ttft_ms_p90), f"{row.kept}/{row.runs}",
+            path,
+            f"{paced} {link}",
+            _fmt(row.fpr_median, 2),
+            _fmt(row.added_ttft_ms_median),
+            _fmt(row.added_ttft_ms_p90),
+            f"{row.kept}/{row.runs}",
             f"[{style}]{seen_as(row)}[/]",
-        )  # fmt: skip
+        )
     return table

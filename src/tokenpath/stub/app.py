@@ -12,9 +12,9 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
-from tokenpath.errors import UsageError
-from tokenpath.http_server import Request, Response, error_body
-from tokenpath.stub.audit import AuditStore, State, StreamLog, audit_stream
+from tokenpath.errors import BadRequest, UsageError
+from tokenpath.serve.http import Request, Response, error_body
+from tokenpath.stub.audit import AuditEntry, AuditReply, AuditStore, State, StreamRecorder, audit_stream
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
     MAX_STREAM_ID_CHARS,
@@ -52,7 +52,7 @@ class PacedStream:
         wire: list[bytes],
         sizes: list[int],
         offsets: list[int],
-        log: StreamLog,
+        log: StreamRecorder,
         pacer: Pacer,
         audit: AuditStore,
         clock: Clock,
@@ -162,7 +162,7 @@ class StubApp:
             body = _json_object(request.body)
             stream_req, streaming, pacing, extra_headers = self._parse_completion(body, request, kind)
             shape = _shape(stream_req, pacing.format, pacing.frame_bytes) if streaming else None
-        except UsageError as exc:
+        except BadRequest as exc:
             response.send_json(400, error_body(str(exc), "invalid_request_error"))
             return
         headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers, *extra_headers]
@@ -197,7 +197,12 @@ class StubApp:
         stream.start(head)
 
     def _whole_completion(
-        self, response: Response, req: StreamRequest, log: StreamLog, headers: list[tuple[str, str]], pacing: Pacing
+        self,
+        response: Response,
+        req: StreamRequest,
+        log: StreamRecorder,
+        headers: list[tuple[str, str]],
+        pacing: Pacing,
     ) -> None:
         """stream: false: the JSON arrives when the last token would have."""
         body = json.dumps(render_completion(req), separators=(",", ":")).encode()
@@ -222,44 +227,44 @@ class StubApp:
         if kind == "chat":
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
-                raise UsageError("'messages' must be a non-empty list")
+                raise BadRequest("'messages' must be a non-empty list")
             prompt_chars = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
         else:
             prompt = body.get("prompt")
             if not isinstance(prompt, str | list):
-                raise UsageError("'prompt' must be a string or a list")
+                raise BadRequest("'prompt' must be a string or a list")
             prompt_chars = len(str(prompt))
         model = body.get("model", self.cfg.model)
         if not isinstance(model, str) or not model:
-            raise UsageError("'model' must be a non-empty string")
+            raise BadRequest("'model' must be a non-empty string")
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
-            raise UsageError("'stream' must be true or false")
+            raise BadRequest("'stream' must be true or false")
         if len(model) > MAX_MODEL_CHARS:
-            raise UsageError(f"'model' is longer than {MAX_MODEL_CHARS} characters")
+            raise BadRequest(f"'model' is longer than {MAX_MODEL_CHARS} characters")
         control = body.get("tokenpath")
         extra_headers: dict[str, str] = {}
         if isinstance(control, dict) and "headers" in control:
             control = dict(control)
             try:
                 extra_headers = response_headers(control.pop("headers"))
-            except UsageError as exc:
-                raise UsageError(f"'tokenpath.headers': {exc}") from None
+            except UsageError as exc:  # response_headers serves the experiment file too: a usage error there
+                raise BadRequest(f"'tokenpath.headers': {exc}") from None
         pacing = self.cfg.pacing if control is None else self.cfg.pacing.override(control)
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
         tokens = pacing.tokens
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-                raise UsageError("'max_tokens' must be a positive integer")
+                raise BadRequest("'max_tokens' must be a positive integer")
             tokens = min(tokens, limit)
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
-            raise UsageError("'stream_options' must be an object")
+            raise BadRequest("'stream_options' must be an object")
         user = body.get("user")
         stream_id = (request.header(STREAM_HEADER) or (user if isinstance(user, str) and user else None)
                      or (prompt_stream_id(body.get("messages")) if kind == "chat" else None))  # fmt: skip
         if stream_id is not None and not valid_stream_id(stream_id):
-            raise UsageError(
+            raise BadRequest(
                 f"the stream id (the {STREAM_HEADER} header, else 'user') must be 1-{MAX_STREAM_ID_CHARS} "
                 "visible ASCII characters: it is echoed in a response header"
             )
@@ -287,7 +292,7 @@ class StubApp:
             single = False
             try:
                 ids = _requested_ids(request, query)
-            except UsageError as exc:
+            except BadRequest as exc:
                 response.send_json(400, error_body(str(exc), "invalid_request_error"))
                 return
         answer = self._answer_audit(response, ids, single, with_log, local_only)
@@ -309,22 +314,19 @@ class StubApp:
                 message = f"no stream {missing[0]!r} on this stub (never seen, or dropped as too old)"
                 response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
             else:
-                response.send_json(200, next(iter(entries.values())))
+                response.send_json(200, next(iter(entries.values())).to_json())
             return
-        streams = list(entries.values())
-        passed = sum(1 for e in streams if e["verdict"]["passed"])
-        summary = {"streams": len(streams), "passed": passed, "failed": len(streams) - passed}
-        response.send_json(200, {"streams": streams, "missing": missing, "summary": summary})
+        response.send_json(200, AuditReply(tuple(entries.values()), tuple(missing)).to_json())
 
-    def _local_entries(self, ids: list[str] | None, with_log: bool) -> dict[str, dict[str, Any]]:
+    def _local_entries(self, ids: list[str] | None, with_log: bool) -> dict[str, AuditEntry]:
         """Keyed by the id asked for (a stream id or a completion id); by stream id when all are asked for."""
         if ids is None:
             return {log.stream_id: _audit_entry(log, with_log, self._offset_ns) for log in self.audit.all()}
         return {i: _audit_entry(log, with_log, self._offset_ns) for i in ids if (log := self.audit.get(i))}
 
     async def _with_siblings(
-        self, entries: dict[str, dict[str, Any]], ids: list[str] | None, with_log: bool
-    ) -> dict[str, dict[str, Any]]:
+        self, entries: dict[str, AuditEntry], ids: list[str] | None, with_log: bool
+    ) -> dict[str, AuditEntry]:
         """Fill in what other workers hold; wait (bounded) for streams not yet finished anywhere."""
         assert self.cfg.audit_dir is not None
         loop = asyncio.get_running_loop()
@@ -334,7 +336,7 @@ class StubApp:
             if wanted == []:
                 return entries
             for entry in await ask_siblings(self.cfg.audit_dir, wanted, with_log):
-                sid = entry["verdict"]["stream_id"]
+                sid = entry.stream_id
                 keys = [sid] if wanted is None else [k for k in (sid, completion_id(sid)) if k in wanted]
                 for key in keys:
                     if _unsettled(entries.get(key)):
@@ -355,15 +357,12 @@ def prompt_stream_id(messages: Any) -> str | None:
     return m.group(1) if m else None
 
 
-def _unsettled(entry: dict[str, Any] | None) -> bool:
-    return entry is None or entry["verdict"]["state"] == "running"
+def _unsettled(entry: AuditEntry | None) -> bool:
+    return entry is None or not entry.settled
 
 
-def _audit_entry(log: StreamLog, with_log: bool, offset_ns: int = 0) -> dict[str, Any]:
-    entry: dict[str, Any] = {"verdict": audit_stream(log).to_json()}
-    if with_log:
-        entry["log"] = log.to_json(offset_ns)
-    return entry
+def _audit_entry(log: StreamRecorder, with_log: bool, offset_ns: int = 0) -> AuditEntry:
+    return AuditEntry(audit_stream(log), log.snapshot(offset_ns) if with_log else None)
 
 
 def _requested_ids(request: Request, query: dict[str, list[str]]) -> list[str] | None:
@@ -371,7 +370,7 @@ def _requested_ids(request: Request, query: dict[str, list[str]]) -> list[str] |
         body = _json_object(request.body)
         ids = body.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-            raise UsageError("'ids' must be a list of stream id strings")
+            raise BadRequest("'ids' must be a list of stream id strings")
         return ids
     if "ids" in query:
         return [i for part in query["ids"] for i in part.split(",") if i]
@@ -382,12 +381,15 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes ([[[[...)
-        raise UsageError(f"request body is not valid JSON: {exc}") from None
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise UsageError("request body must be a JSON object")
+        raise BadRequest("request body must be a JSON object")
     return obj
 
 
 def _shape(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> StreamShape:
     prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
-    return shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)
+    try:
+        return shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)
+    except UsageError as exc:  # a frame size the request asked for that cannot hold its chunks
+        raise BadRequest(str(exc)) from None

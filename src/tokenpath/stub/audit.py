@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,9 +25,67 @@ def tolerance_ns(interval_ms: float) -> int:
     return max(2 * NS_PER_MS, round(0.2 * interval_ms * NS_PER_MS))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write of a stream: its place, when it was due, when it was handed to the kernel, how many bytes.
+
+    On the wire a write is the array `[seq, scheduled_ns, actual_ns, bytes]` (the shape every stub has sent)."""
+
+    seq: int
+    scheduled_ns: int
+    actual_ns: int
+    nbytes: int
+
+    @property
+    def drift_ns(self) -> int:
+        return self.actual_ns - self.scheduled_ns
+
+    def to_json(self) -> list[int]:
+        return [self.seq, self.scheduled_ns, self.actual_ns, self.nbytes]
+
+    @classmethod
+    def from_json(cls, obj: Sequence[int]) -> Write:
+        seq, scheduled, actual, nbytes = obj
+        return cls(int(seq), int(scheduled), int(actual), int(nbytes))
+
+
+@dataclass(frozen=True, slots=True)
 class StreamLog:
-    """Every write of one response: when it was due, when it was handed to the kernel, how many bytes."""
+    """Every write of one response, as the stub's audit answers it (the stub records into a StreamRecorder)."""
+
+    stream_id: str
+    interval_ms: float
+    started_ns: int
+    state: State = "running"
+    writes: tuple[Write, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stream_id": self.stream_id,
+            "interval_ms": self.interval_ms,
+            "started_ns": self.started_ns,
+            "state": self.state,
+            "writes": [w.to_json() for w in self.writes],
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> StreamLog:
+        writes = tuple(Write.from_json(w) for w in obj["writes"])
+        return cls(obj["stream_id"], float(obj["interval_ms"]), int(obj["started_ns"]), obj["state"], writes)
+
+
+def added_ns(log: StreamLog, frame: int, arrival_ns: int) -> int | None:
+    """The join: a frame's arrival at the client - the stub's write of that frame (a byte-passing path keeps frame k
+    = write k), on the stub's clock. Added TTFT is this for the first content frame, the added frame delay for every
+    frame; None when the stub made no such write. Callers choose the unit (the matrix ms, load's histograms us)."""
+    if 0 <= frame < len(log.writes):
+        return arrival_ns - log.writes[frame].actual_ns
+    return None
+
+
+@dataclass(slots=True)
+class StreamRecorder:
+    """The stub's own record of one response while it runs: appended once per frame, so columns of machine ints."""
 
     stream_id: str
     interval_ms: float
@@ -41,25 +100,13 @@ class StreamLog:
         self.actual_ns.append(actual_ns)
         self.nbytes.append(nbytes)
 
-    def to_json(self, offset_ns: int = 0) -> dict[str, Any]:
-        """`offset_ns` shifts every time (the stub's test-only clock offset); drifts are unchanged by it."""
-        return {
-            "stream_id": self.stream_id,
-            "interval_ms": self.interval_ms,
-            "started_ns": self.started_ns + offset_ns,
-            "state": self.state,
-            "writes": [
-                [i, s + offset_ns, a + offset_ns, b]
-                for i, (s, a, b) in enumerate(zip(self.scheduled_ns, self.actual_ns, self.nbytes, strict=True))
-            ],
-        }
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> StreamLog:
-        log = cls(obj["stream_id"], float(obj["interval_ms"]), int(obj["started_ns"]), state=obj["state"])
-        for _, s, a, b in obj["writes"]:
-            log.record(s, a, b)
-        return log
+    def snapshot(self, offset_ns: int = 0) -> StreamLog:
+        """The log as answered; `offset_ns` shifts every time (the stub's test-only clock offset), drifts unchanged."""
+        writes = tuple(
+            Write(i, s + offset_ns, a + offset_ns, b)
+            for i, (s, a, b) in enumerate(zip(self.scheduled_ns, self.actual_ns, self.nbytes, strict=True))
+        )
+        return StreamLog(self.stream_id, self.interval_ms, self.started_ns + offset_ns, self.state, writes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,14 +132,87 @@ class AuditVerdict:
             "passed": self.passed,
         }
 
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> AuditVerdict:
+        drift = obj["drift_ms"]
+        return cls(
+            stream_id=obj["stream_id"],
+            state=obj["state"],
+            writes=int(obj["writes"]),
+            tolerance_ms=float(obj["tolerance_ms"]),
+            drift_p50_ms=float(drift["p50"]),
+            drift_p99_ms=float(drift["p99"]),
+            drift_max_ms=float(drift["max"]),
+            late_writes=int(obj["late_writes"]),
+            passed=bool(obj["passed"]),
+        )
 
-def audit_stream(log: StreamLog, tolerance: int | None = None) -> AuditVerdict:
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One stream in an audit answer: the stub's verdict, and its write log when asked for (`log=1`)."""
+
+    verdict: AuditVerdict
+    log: StreamLog | None = None
+
+    @property
+    def stream_id(self) -> str:
+        return self.verdict.stream_id
+
+    @property
+    def settled(self) -> bool:
+        return self.verdict.state != "running"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"verdict": self.verdict.to_json()}
+        if self.log is not None:
+            out["log"] = self.log.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> AuditEntry:
+        log = obj.get("log")
+        return cls(AuditVerdict.from_json(obj["verdict"]), StreamLog.from_json(log) if log is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditReply:
+    """The stub's bulk audit answer: {"streams": [entries], "missing": [ids], "summary": {streams, passed, failed}}.
+
+    Entries are found by the id asked for: a stream id, or the completion id in its chunks (see AuditStore)."""
+
+    streams: tuple[AuditEntry, ...] = ()
+    missing: tuple[str, ...] = ()
+
+    def by_id(self) -> dict[str, AuditEntry]:
+        """Every entry under its stream id and its completion id: what a join over many streams looks up."""
+        return {k: e for e in self.streams for k in (e.stream_id, completion_id(e.stream_id))}
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for e in self.streams if not e.verdict.passed)
+
+    def to_json(self) -> dict[str, Any]:
+        n, failed = len(self.streams), self.failed
+        summary = {"streams": n, "passed": n - failed, "failed": failed}
+        return {"streams": [e.to_json() for e in self.streams], "missing": list(self.missing), "summary": summary}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> AuditReply:
+        streams = tuple(AuditEntry.from_json(e) for e in obj["streams"])
+        return cls(streams, tuple(obj.get("missing") or ()))
+
+
+def audit_stream(log: StreamLog | StreamRecorder, tolerance: int | None = None) -> AuditVerdict:
     """Pacing drift = actual - scheduled for each write; the stream passes if no write drifted past tolerance.
 
     A stream with no writes passes vacuously only if it is still running; a finished stream must have written.
     """
     tol = tolerance_ns(log.interval_ms) if tolerance is None else tolerance
-    drifts = sorted(a - s for s, a in zip(log.scheduled_ns, log.actual_ns, strict=True))
+    if isinstance(log, StreamLog):
+        drifts = sorted(w.drift_ns for w in log.writes)
+    else:  # the stub's own recorder: no Write objects made to judge it
+        drifts = sorted(a - s for s, a in zip(log.scheduled_ns, log.actual_ns, strict=True))
     late = sum(1 for d in drifts if d > tol)
     early = sum(1 for d in drifts if d < 0)  # the pacer never writes early; if it did, the schedule is broken
 
@@ -119,12 +239,12 @@ class AuditStore:
     header and the body's `user` field (LiteLLM) still pass the chunks' `id` through."""
 
     def __init__(self, max_streams: int = AUDIT_MAX_STREAMS) -> None:
-        self._logs: OrderedDict[str, StreamLog] = OrderedDict()
+        self._logs: OrderedDict[str, StreamRecorder] = OrderedDict()
         self._by_completion: dict[str, str] = {}
         self._max = max_streams
 
-    def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamLog:
-        log = StreamLog(stream_id, interval_ms, started_ns)
+    def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamRecorder:
+        log = StreamRecorder(stream_id, interval_ms, started_ns)
         self._logs.pop(stream_id, None)  # a reused id keeps only its newest stream
         self._logs[stream_id] = log
         self._by_completion[completion_id(stream_id)] = stream_id
@@ -133,11 +253,11 @@ class AuditStore:
             self._by_completion.pop(completion_id(old), None)
         return log
 
-    def close(self, log: StreamLog, state: State) -> None:
+    def close(self, log: StreamRecorder, state: State) -> None:
         log.state = state
 
-    def get(self, stream_id: str) -> StreamLog | None:
+    def get(self, stream_id: str) -> StreamRecorder | None:
         return self._logs.get(self._by_completion.get(stream_id, stream_id))
 
-    def all(self) -> list[StreamLog]:
+    def all(self) -> list[StreamRecorder]:
         return list(self._logs.values())

@@ -7,8 +7,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tokenpath.errors import UsageError
-from tokenpath.priority import Priority
+from tokenpath.errors import BadRequest, UsageError
+from tokenpath.serve.priority import Priority
 
 Format = Literal["openai", "plain"]
 
@@ -70,13 +70,13 @@ class Jitter:
     def parse(cls, text: str) -> Jitter:
         kind, _, value = text.partition(":")
         if kind not in ("uniform", "normal", "exp") or not value:
-            raise UsageError(f"--jitter {text!r}: expected uniform:MS, normal:MS or exp:MS")
+            raise UsageError(f"`jitter` {text!r}: expected uniform:MS, normal:MS or exp:MS")
         try:
             ms = float(value)
         except ValueError:
-            raise UsageError(f"--jitter {text!r}: {value!r} is not a number of ms") from None
+            raise UsageError(f"`jitter` {text!r}: {value!r} is not a number of ms") from None
         if ms < 0:
-            raise UsageError(f"--jitter {text!r}: the width must be >= 0")
+            raise UsageError(f"`jitter` {text!r}: the width must be >= 0")
         return cls(kind, ms)  # type: ignore[arg-type]
 
     def sample_ms(self, rng: random.Random) -> float:
@@ -102,29 +102,33 @@ class Pacing:
     OVERRIDABLE = ("ttft_ms", "interval_ms", "tokens", "frame_bytes", "format")
 
     def override(self, values: object) -> Pacing:
+        """A request's own pacing (its body's "tokenpath" object): a bad one is that request's BadRequest."""
         if not isinstance(values, dict):
-            raise UsageError("'tokenpath' must be an object")
+            raise BadRequest("'tokenpath' must be an object")
         unknown = set(values) - set(self.OVERRIDABLE)
         if unknown:
-            raise UsageError(f"'tokenpath' has unknown keys {sorted(unknown)}; allowed: {', '.join(self.OVERRIDABLE)}")
+            raise BadRequest(f"'tokenpath' has unknown keys {sorted(unknown)}; allowed: {', '.join(self.OVERRIDABLE)}")
         fields = {k: getattr(self, k) for k in self.OVERRIDABLE}
         for key, value in values.items():
             if key == "format":
                 if value not in ("openai", "plain"):
-                    raise UsageError("'tokenpath.format' must be openai or plain")
+                    raise BadRequest("'tokenpath.format' must be openai or plain")
             elif key == "frame_bytes" and value is None:
                 pass
             elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-                raise UsageError(f"'tokenpath.{key}' must be a finite number >= 0")
+                raise BadRequest(f"'tokenpath.{key}' must be a finite number >= 0")
             fields[key] = value
         if not isinstance(fields["tokens"], int) or not 1 <= fields["tokens"] <= MAX_TOKENS:
-            raise UsageError(f"'tokenpath.tokens' must be a whole number from 1 to {MAX_TOKENS}")
+            raise BadRequest(f"'tokenpath.tokens' must be a whole number from 1 to {MAX_TOKENS}")
         if fields["frame_bytes"] is not None and (
             not isinstance(fields["frame_bytes"], int) or not 1 <= fields["frame_bytes"] <= MAX_FRAME_BYTES
         ):
-            raise UsageError(f"'tokenpath.frame_bytes' must be a whole number from 1 to {MAX_FRAME_BYTES}")
+            raise BadRequest(f"'tokenpath.frame_bytes' must be a whole number from 1 to {MAX_FRAME_BYTES}")
         pacing = Pacing(**fields)
-        pacing.check_bounds("'tokenpath': ")
+        try:
+            pacing.check_bounds("'tokenpath': ")
+        except UsageError as exc:  # the bounds the stub's own flags are held to too
+            raise BadRequest(str(exc)) from None
         return pacing
 
     def check_bounds(self, prefix: str) -> None:
@@ -164,21 +168,21 @@ class StubConfig:
 
     def __post_init__(self) -> None:
         if self.ttft_ms < 0:
-            raise UsageError("--ttft-ms must be >= 0")
+            raise UsageError("`ttft_ms` must be >= 0")
         if self.interval_ms < 0:
-            raise UsageError("--interval-ms must be >= 0")
+            raise UsageError("`interval_ms` must be >= 0")
         if self.tokens < 1:
-            raise UsageError("--tokens must be >= 1")
+            raise UsageError("`tokens` must be >= 1")
         if self.workers < 1:
-            raise UsageError("--workers must be >= 1")
+            raise UsageError("`workers` must be >= 1")
         if not 0 <= self.port <= 65535:
-            raise UsageError(f"--port {self.port} is not a TCP port")
+            raise UsageError(f"`port` {self.port} is not a TCP port")
         if self.format not in ("openai", "plain"):
-            raise UsageError(f"--format {self.format!r}: expected openai or plain")
+            raise UsageError(f"`format` {self.format!r}: expected openai or plain")
         if self.priority not in ("auto", "realtime", "normal"):
-            raise UsageError(f"--priority {self.priority!r}: expected auto, realtime or normal")
+            raise UsageError(f"`priority` {self.priority!r}: expected auto, realtime or normal")
         if self.frame_bytes is not None and self.frame_bytes < 1:
-            raise UsageError("--frame-bytes must be >= 1")
+            raise UsageError("`frame_bytes` must be >= 1")
 
     @property
     def pacing(self) -> Pacing:

@@ -4,20 +4,12 @@ runner can reach a stub inside a network namespace with a socket made there."""
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Callable
-from typing import Any
 
 from tokenpath.errors import BadRequest, PeerError, ProtocolError
-from tokenpath.probe.transport import parse_target
+from tokenpath.probe.transport import SocketFactory, parse_target, tcp_connect
+from tokenpath.stub.audit import AuditReply
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
-
-SocketFactory = Callable[[str, int, float], socket.socket]
-
-
-def tcp_connect(host: str, port: int, timeout_s: float) -> socket.socket:
-    return socket.create_connection((host, port), timeout_s)
 
 
 def fetch_audit(
@@ -27,8 +19,8 @@ def fetch_audit(
     with_log: bool = True,
     timeout_s: float = 10.0,
     connect: SocketFactory = tcp_connect,
-) -> dict[str, Any]:
-    """The stub's bulk audit answer for these streams: {"streams": [...], "missing": [...], "summary": {...}}."""
+) -> AuditReply:
+    """The stub's bulk audit answer for these streams (its verdicts, and write logs unless `with_log` is False)."""
     target = parse_target(stub_url)
     path = f"/_tokenpath/audit?log={int(with_log)}"
     body = json.dumps({"ids": stream_ids}).encode()
@@ -55,7 +47,10 @@ def fetch_audit(
     if parser.head.status != 200:
         raise PeerError(f"the stub's audit at {where} answered HTTP {parser.head.status}")
     try:
-        result: dict[str, Any] = json.loads(b"".join(body_parts))
+        doc = json.loads(b"".join(body_parts))
     except ValueError as exc:
         raise PeerError(f"the stub's audit at {where} is not JSON: {exc}") from None
-    return result
+    try:
+        return AuditReply.from_json(doc)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PeerError(f"the stub's audit at {where} is not an audit answer ({type(exc).__name__}: {exc})") from None

@@ -219,7 +219,7 @@ def _pad_json(chunk: dict[str, Any], size: int | None) -> bytes:
     if len(empty) > size:
         raise UsageError(
             f"frame_bytes={size} is smaller than an OpenAI chunk of this request ({len(frame)} bytes); "
-            f"use a larger size or --format plain"
+            'use a larger size or "format": "plain"'
         )
     return _json_frame({**chunk, "pad": "." * (size - len(empty))})
 

@@ -12,9 +12,9 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from tokenpath.errors import ProtocolError
+from tokenpath.stub.audit import AuditEntry, AuditReply
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
@@ -25,8 +25,8 @@ def socket_path(peer_dir: str, pid: int | None = None) -> str:
     return str(Path(peer_dir) / f"worker-{pid or os.getpid()}.sock")
 
 
-async def ask_siblings(peer_dir: str, ids: list[str] | None, with_log: bool) -> list[dict[str, Any]]:
-    """Audit entries ({"verdict", "log"?}) that other workers hold for `ids` (None: all of theirs)."""
+async def ask_siblings(peer_dir: str, ids: list[str] | None, with_log: bool) -> list[AuditEntry]:
+    """Audit entries (verdict, and log when asked) that other workers hold for `ids` (None: all of theirs)."""
     own = socket_path(peer_dir)
     paths = [p for p in _sibling_sockets(peer_dir) if p != own]
     answers = await asyncio.gather(*(_ask(p, ids, with_log) for p in paths))
@@ -38,7 +38,7 @@ def _sibling_sockets(peer_dir: str) -> list[str]:
     return [str(p) for p in Path(peer_dir).glob("worker-*.sock")]
 
 
-async def _ask(path: str, ids: list[str] | None, with_log: bool) -> list[dict[str, Any]]:
+async def _ask(path: str, ids: list[str] | None, with_log: bool) -> tuple[AuditEntry, ...]:
     target = f"/_tokenpath/audit?local=1&log={int(with_log)}"
     if ids is None:
         request = build_request("GET", "worker", target)
@@ -51,7 +51,7 @@ async def _ask(path: str, ids: list[str] | None, with_log: bool) -> list[dict[st
         writer.write(request)
         raw = await asyncio.wait_for(reader.read(), SIBLING_TIMEOUT_S)
     except (OSError, TimeoutError):
-        return []  # a worker that is gone or stuck: its streams are reported missing
+        return ()  # a worker that is gone or stuck: its streams are reported missing
     finally:
         if writer is not None:
             writer.close()
@@ -61,7 +61,6 @@ async def _ask(path: str, ids: list[str] | None, with_log: bool) -> list[dict[st
     try:
         body = parser.feed(raw)
         parser.feed_eof()
-        entries: list[dict[str, Any]] = json.loads(body)["streams"]
+        return AuditReply.from_json(json.loads(body)).streams
     except (ValueError, KeyError, TypeError, ProtocolError):
-        return []
-    return entries
+        return ()

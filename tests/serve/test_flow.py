@@ -3,7 +3,7 @@ before the producer was connected applies when it is."""
 
 from __future__ import annotations
 
-from tokenpath.flow import ReadGate
+from tokenpath.serve.flow import ReadGate
 
 
 class FakeTransport:

@@ -15,7 +15,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from tokenpath.errors import RemoteProtocolError, UsageError
 from tokenpath.wire.framing import Framing, frame_body
@@ -61,13 +61,6 @@ class Admitted:
 
 
 Admission = Refusal | Admitted
-
-
-class Admitter(Protocol):
-    """A handler that decides on each request's head first (the gateway: route and authenticate). The answer is
-    immediate, or an awaitable while, e.g., a signing key is fetched; the connection is not read meanwhile."""
-
-    def admit(self, head: Request) -> Admission | Awaitable[Admission]: ...
 
 
 class Response:

@@ -11,7 +11,7 @@ def new_event_loop(name: str = "uvloop") -> asyncio.AbstractEventLoop:
     if name == "asyncio":
         return asyncio.new_event_loop()
     if name != "uvloop":
-        raise UsageError(f"--loop {name!r}: expected uvloop or asyncio")
+        raise UsageError(f"`loop` {name!r}: expected uvloop or asyncio")
     try:
         import uvloop
     except ImportError:

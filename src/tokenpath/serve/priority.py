@@ -31,7 +31,7 @@ def raise_priority(wanted: Priority) -> str:
     except (OSError, AttributeError) as exc:
         if wanted == "realtime":
             raise UsageError(
-                f"--priority realtime: the OS refused SCHED_FIFO ({exc}); run as root or use auto"
+                f"`priority` realtime: the OS refused SCHED_FIFO ({exc}); run as root or use auto"
             ) from None
         return "normal"
     return f"realtime (SCHED_FIFO {REALTIME_PRIORITY})"

@@ -1,0 +1,50 @@
+"""`tokenpath gateway`: a config file and the flags on top of it (Overrides) → GatewayConfig → gateway.server.run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import announce, handles_errors
+
+# GatewayConfig's fields whose flag has another name
+RENAMES = {"upstreams": "upstream", "secret_env": "jwt_secret_env", "public_key_file": "jwt_public_key"}
+
+
+@handles_errors("gateway", RENAMES)
+def gateway(
+    config: Annotated[str | None, typer.Option(help="Gateway config (TOML); the flags below override it.")] = None,
+    listen: Annotated[str | None, typer.Option(help="HOST:PORT (default 127.0.0.1:8080).")] = None,
+    upstream: Annotated[list[str] | None, typer.Option(help="Upstream base URL; repeatable: one pool.")] = None,
+    strategy: Annotated[str, typer.Option(help="round_robin, least_outstanding or p2c_ewma.")] = "round_robin",
+    jwt_secret_env: Annotated[str | None, typer.Option(help="Env var holding the HS256/384/512 secret.")] = None,
+    jwt_public_key: Annotated[str | None, typer.Option(help="PEM public key file (RS/PS/ES/EdDSA).")] = None,
+    jwks_url: Annotated[str | None, typer.Option(help="JWKS URL (cached, refreshed in the background).")] = None,
+    audience: Annotated[str | None, typer.Option(help="Required `aud`.")] = None,
+    issuer: Annotated[str | None, typer.Option(help="Required `iss`.")] = None,
+    no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without authentication (logged loudly).")] = False,
+    workers: Annotated[int | None, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = None,
+    metrics_listen: Annotated[str | None, typer.Option(help="HOST:PORT for Prometheus /metrics.")] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
+) -> None:
+    """A streaming OpenAI gateway: JWT auth, backend pools, failover before the first byte, per-read relay."""
+    from tokenpath.gateway import config as gwconfig
+    from tokenpath.gateway.server import run as run_gateway
+
+    overrides = gwconfig.Overrides(
+        listen=listen,
+        upstreams=tuple(upstream or ()),
+        strategy=strategy,
+        metrics_listen=metrics_listen,
+        workers=workers,
+        no_auth=no_auth,
+        secret_env=jwt_secret_env,
+        public_key_file=jwt_public_key,
+        jwks_url=jwks_url,
+        audience=audience,
+        issuer=issuer,
+    )
+    cfg = gwconfig.from_dict(overrides.apply(gwconfig.read_toml(config) if config else {}))
+    run_gateway(cfg, announce("gateway"), loop, log_level)

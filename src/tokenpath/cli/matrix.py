@@ -1,0 +1,47 @@
+"""`tokenpath matrix`: an experiment file → MatrixRunner → results.json, the table and the report (or a Compose
+export of the same experiment)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import JSON_HELP, console, handles_errors, render_report, shown_console
+
+
+@handles_errors("matrix")
+def matrix(
+    experiment: Annotated[str, typer.Argument(help="Experiment file (TOML); see examples/.")],
+    out: Annotated[str, typer.Option(help="Directory for results.json, table.md, results.csv.")] = "out/matrix",
+    force: Annotated[bool, typer.Option(help="Measure even if certification fails (tables say UNCERTIFIED).")] = False,
+    emit_compose: Annotated[
+        str | None, typer.Option(help="Write docker-compose.yml + configs for this experiment to DIR; run nothing.")
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+) -> None:
+    """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
+    from tokenpath.experiment import spec
+    from tokenpath.experiment.runner import MatrixRunner
+    from tokenpath.results import tables
+    from tokenpath.results.model import dumps
+
+    shown = shown_console(json_out)
+    exp = spec.load(experiment)
+    if emit_compose:
+        from tokenpath.experiment.compose import emit, run_hint, source_root
+
+        path, skipped = emit(exp, Path(emit_compose), source_root())
+        for line in skipped:
+            console.print(f"[yellow]not exported:[/] {line}")
+        console.print(run_hint(path))
+        return
+    doc = MatrixRunner(exp, Path(out), force=force, console=shown).run()
+    if json_out:
+        print(dumps(doc), flush=True)
+    shown.print(tables.rich_table(doc))
+    shown.print(f"results: {Path(out) / 'results.json'}")
+    render_report(out, shown)
+    if doc.interrupted:
+        raise typer.Exit(130)

@@ -1,0 +1,89 @@
+"""`tokenpath monitor`: a config file or one --url target, the flags on top of it (Overrides) → MonitorConfig →
+the service (long-running), or --once: N probes per target, the summary and the --fail-on gate."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from tokenpath.cli.common import announce, body_json, console, handles_errors
+from tokenpath.errors import UsageError
+from tokenpath.wire.request import parse_header_arg
+
+FLAGS_ONLY = ("fail_on", "probes", "once", "json_out", "log_level")  # never in a config file
+
+
+def _with_config(params: dict[str, Any]) -> tuple[str, ...] | None:
+    """With a config file, its keys are named as the file spells them (`api_key_env`); only the flags no file has
+    are shown as flags."""
+    return FLAGS_ONLY if params.get("config") is not None else None
+
+
+@handles_errors("monitor", {"interval_s": "interval"}, _with_config)
+def monitor(
+    config: Annotated[str | None, typer.Argument(help="Monitor config (TOML); or one target by --url.")] = None,
+    url: Annotated[str | None, typer.Option(help="One target's endpoint or base URL (instead of a config).")] = None,
+    direct_url: Annotated[str | None, typer.Option(help="The same model around the path, for added TTFT.")] = None,
+    name: Annotated[str, typer.Option(help="The target's label with --url.")] = "target",
+    model: Annotated[str | None, typer.Option(help="Model to request (--url).")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
+    body_json_text: Annotated[
+        str | None, typer.Option("--body-json", help="JSON object merged into each request (--url).")
+    ] = None,
+    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) for https targets (--url).")] = None,
+    insecure: Annotated[bool, typer.Option(help="Do not verify TLS certificates (--url).")] = False,
+    interval: Annotated[float | None, typer.Option(help="Seconds between probes of a target (default 15).")] = None,
+    metrics_listen: Annotated[
+        str | None, typer.Option(help="HOST:PORT for Prometheus /metrics (default 127.0.0.1:9465).")
+    ] = None,
+    once: Annotated[bool, typer.Option("--once", help="Probe every target --probes times, summarise, exit.")] = False,
+    probes: Annotated[int, typer.Option(help="--once: cycles per target.")] = 5,
+    fail_on: Annotated[
+        str | None, typer.Option(help="--once: rules, e.g. 'added_ttft_p95>50ms,fpr>1.5'; exit 14 if breached.")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
+    json_out: Annotated[bool, typer.Option("--json", help="--once: print the summary as JSON.")] = False,
+) -> None:
+    """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus."""
+    from tokenpath.jsonlog import configure_logging
+    from tokenpath.monitor import config as moncfg
+    from tokenpath.monitor import service
+    from tokenpath.monitor.rules import parse_rules
+    from tokenpath.monitor.table import summary_document, summary_table
+
+    if (config is None) == (url is None):
+        raise UsageError("give a monitor config file or --url (one target), not both or neither")
+    if fail_on and not once:
+        raise UsageError("--fail-on goes with --once (a long-running monitor alerts through Prometheus)")
+    if json_out and not once:
+        raise UsageError("--json goes with --once (a long-running monitor serves its figures on /metrics)")
+    overrides = moncfg.Overrides(
+        url=url,
+        name=name,
+        direct_url=direct_url,
+        model=model,
+        api_key_env=api_key_env,
+        headers=tuple(parse_header_arg(h) for h in header or []),
+        max_tokens=max_tokens,
+        body=body_json(body_json_text),
+        cacert=cacert,
+        insecure=insecure,
+        interval_s=interval,
+        metrics_listen=metrics_listen,
+    )
+    data = overrides.apply(moncfg.read_toml(config) if config else {})
+    cfg = moncfg.from_dict(data, where=f"monitor config {config}" if config else "--url")
+    rules = parse_rules(fail_on) if fail_on else ()
+    configure_logging(log_level)
+    if not once:
+        service.serve(cfg, announce("monitor"))
+        return
+    summaries, breaches = service.once(cfg, probes, rules)
+    if json_out:
+        print(summary_document(summaries, breaches), flush=True)
+    else:
+        console.print(summary_table(summaries))
+    service.finish(breaches)

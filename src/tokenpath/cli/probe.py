@@ -1,0 +1,69 @@
+"""`tokenpath probe`: flags → ProbeConfig → probe_stream, once per run; the table or the --json document."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import api_key, body_json, console, handles_errors
+from tokenpath.errors import UsageError
+from tokenpath.wire.request import parse_header_arg
+
+
+@handles_errors("probe")
+def probe(
+    url: Annotated[str | None, typer.Argument(help="Endpoint or base URL; default $TOKENPATH_URL.")] = None,
+    runs: Annotated[int, typer.Option(help="Streams to measure, one after another.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Env var holding the API key (default: TOKENPATH_API_KEY if set).")
+    ] = None,
+    model: Annotated[str, typer.Option(help="Model to request.")] = "tokenpath-stub",
+    prompt: Annotated[str | None, typer.Option(help="User message.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="max_tokens in the request.")] = None,
+    body_json_text: Annotated[
+        str | None,
+        typer.Option("--body-json", help="JSON object merged into the request body (e.g. the stub's pacing)."),
+    ] = None,
+    insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
+    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
+    connect_timeout: Annotated[float, typer.Option(help="Seconds to connect.")] = 10.0,
+    first_byte_timeout: Annotated[float, typer.Option(help="Seconds to the first response byte.")] = 30.0,
+    idle_timeout: Annotated[float, typer.Option(help="Longest silence between frames, seconds.")] = 30.0,
+    total_timeout: Annotated[float, typer.Option(help="Longest a stream may take, seconds.")] = 600.0,
+) -> None:
+    """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
+    from tokenpath.probe.client import ProbeConfig, probe_stream
+    from tokenpath.probe.metrics import dumps, probe_results, run_metrics
+    from tokenpath.probe.table import probe_table
+    from tokenpath.probe.transport import TLSOptions
+    from tokenpath.wire.request import DEFAULT_PROMPT
+
+    target_url = url or os.environ.get("TOKENPATH_URL")
+    if not target_url:
+        raise UsageError("no URL: pass one or set TOKENPATH_URL")
+    if runs < 1:
+        raise UsageError("--runs must be >= 1")
+    cfg = ProbeConfig(
+        url=target_url,
+        model=model,
+        prompt=prompt or DEFAULT_PROMPT,
+        max_tokens=max_tokens,
+        headers=tuple(parse_header_arg(h) for h in header or []),
+        api_key=api_key(api_key_env),
+        tls=TLSOptions(insecure=insecure, cacert=cacert),
+        connect_timeout_s=connect_timeout,
+        first_byte_timeout_s=first_byte_timeout,
+        idle_timeout_s=idle_timeout,
+        total_timeout_s=total_timeout,
+        extra_body=body_json(body_json_text),
+    )
+    cfg.target  # noqa: B018 - validates the URL before anything is sent
+    probed = probe_results(target_url, [run_metrics(probe_stream(cfg)) for _ in range(runs)])
+    if json_out:
+        print(dumps(probed))
+    else:
+        console.print(probe_table(probed))

@@ -1,0 +1,41 @@
+"""`tokenpath relay`: flags → RelayConfig → controls.relay.serve."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import announce, handles_errors
+from tokenpath.controls.policies import CORK_BYTES, CORK_MS
+from tokenpath.hostport import parse_hostport
+
+
+@handles_errors("relay")
+def relay(
+    upstream: Annotated[str, typer.Option(help="HOST:PORT to forward to.")],
+    mode: Annotated[str, typer.Option(help="pass, buffer or cork.")] = "pass",
+    listen: Annotated[str, typer.Option(help="HOST:PORT to listen on; port 0 picks one.")] = "127.0.0.1:0",
+    cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = CORK_BYTES,
+    cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = CORK_MS,
+    tls_cert: Annotated[str | None, typer.Option(help="Terminate TLS with this certificate (PEM).")] = None,
+    tls_key: Annotated[str | None, typer.Option(help="Private key (PEM) for --tls-cert.")] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+) -> None:
+    """A byte-level TCP relay that buffers in a known way: the control the instrument must detect."""
+    from tokenpath.controls.relay import RelayConfig, serve
+
+    listen_host, listen_port = parse_hostport(listen, "--listen")
+    up_host, up_port = parse_hostport(upstream, "--upstream")
+    cfg = RelayConfig(
+        upstream_host=up_host,
+        upstream_port=up_port,
+        mode=mode,  # type: ignore[arg-type]
+        listen_host=listen_host,
+        listen_port=listen_port,
+        cork_bytes=cork_bytes,
+        cork_ms=cork_ms,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+    )
+    serve(cfg, announce("relay"), loop)

@@ -1,0 +1,53 @@
+"""`tokenpath stub`: flags → StubConfig → stub.server.run."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import announce, handles_errors
+from tokenpath.wire.request import parse_header_arg
+
+
+@handles_errors("stub")
+def stub(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 8000,
+    ttft_ms: Annotated[float, typer.Option(help="Delay before the first token.")] = 90.0,
+    interval_ms: Annotated[float, typer.Option(help="Time between tokens.")] = 14.0,
+    tokens: Annotated[int, typer.Option(help="Tokens per response (max_tokens can only lower it).")] = 128,
+    frame_bytes: Annotated[int | None, typer.Option(help="Pad every frame to exactly this many bytes.")] = None,
+    jitter: Annotated[str | None, typer.Option(help="Random offset per write: uniform:MS, normal:MS, exp:MS.")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
+    format: Annotated[str, typer.Option(help="openai (chunks) or plain (bare `data: <n>` frames).")] = "openai",
+    model: Annotated[str, typer.Option(help="Model name listed by /v1/models.")] = "tokenpath-stub",
+    workers: Annotated[int, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = 1,
+    seed: Annotated[int | None, typer.Option(help="Seed for --jitter, for repeatable schedules.")] = None,
+    loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
+    priority: Annotated[
+        str, typer.Option(help="auto (SCHED_FIFO when permitted), realtime (required) or normal scheduling.")
+    ] = "auto",
+    clock_offset_ms: Annotated[float, typer.Option(hidden=True, help="Test only: report times this far ahead.")] = 0.0,
+) -> None:
+    """Serve an OpenAI-compatible SSE model stub with exact pacing and an audit log of every write."""
+    from tokenpath.stub.config import Jitter, StubConfig
+    from tokenpath.stub.server import run
+
+    cfg = StubConfig(
+        host=host,
+        port=port,
+        ttft_ms=ttft_ms,
+        interval_ms=interval_ms,
+        tokens=tokens,
+        frame_bytes=frame_bytes,
+        jitter=Jitter.parse(jitter) if jitter else None,
+        headers=tuple(parse_header_arg(h) for h in header or []),
+        format=format,  # type: ignore[arg-type]
+        model=model,
+        workers=workers,
+        seed=seed,
+        priority=priority,  # type: ignore[arg-type]
+        clock_offset_ms=clock_offset_ms,
+    )
+    run(cfg, announce("stub"), loop)
