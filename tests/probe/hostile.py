@@ -235,6 +235,16 @@ class Measured:
     stdout: str
     stderr: str
     killed: str  # why it was killed ("" if it ended by itself)
+    rss_samples: tuple[tuple[float, float], ...] = ()  # (seconds since start, VmRSS in MB), every 20 ms
+
+    def growth_after(self, fraction: float) -> float:
+        """How much the RSS grew from the sample at `fraction` of the run to its highest after it (MB): a bounded
+        process has reached its plateau by then, an unbounded one keeps growing with what the peer sends."""
+        start = fraction * self.wall_s
+        later = [mb for t, mb in self.rss_samples if t >= start]
+        if not later:
+            return 0.0
+        return max(later) - later[0]
 
 
 def run_measured(argv: list[str], *, kill_after_s: float, kill_rss_mb: float, env: dict[str, str]) -> Measured:
@@ -244,11 +254,15 @@ def run_measured(argv: list[str], *, kill_after_s: float, kill_rss_mb: float, en
         t0 = time.monotonic()
         child = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
         killed: list[str] = []
+        samples: list[tuple[float, float]] = []
         done = threading.Event()
 
         def watch() -> None:
             while not done.wait(0.02):
-                hwm = _hwm_mb(child.pid)
+                rss = _status_mb(child.pid, "VmRSS:")
+                if rss is not None:
+                    samples.append((time.monotonic() - t0, rss))
+                hwm = _status_mb(child.pid, "VmHWM:")
                 if time.monotonic() - t0 > kill_after_s:
                     killed.append(f"killed after {kill_after_s:.0f} s")
                 elif hwm is not None and hwm > kill_rss_mb:
@@ -269,13 +283,13 @@ def run_measured(argv: list[str], *, kill_after_s: float, kill_rss_mb: float, en
         err.seek(0)
         return Measured(round(usage.ru_maxrss / 1024, 1), round(wall, 2), child.returncode,
                         out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                        killed[0] if killed else "")  # fmt: skip
+                        killed[0] if killed else "", tuple(samples))  # fmt: skip
 
 
-def _hwm_mb(pid: int) -> float | None:
+def _status_mb(pid: int, field: str) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None

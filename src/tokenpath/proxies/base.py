@@ -129,6 +129,7 @@ class Proxy:
     tool_paths: tuple[str, ...] = ()  # executables under the tools folder (tokenpath.tools), looked for first
     tools_only = False  # found only there (a second version of something Debian also ships)
     announces_url = False  # it picks its own port and prints "listening on URL" (the URL replaces site.listen)
+    start_timeout_s = START_TIMEOUT_S  # how long start() waits for it to accept
     base_path = ""  # where its OpenAI API lives, e.g. "/openai/v1" (clients append /chat/completions)
     drops_stream_id = False  # drops the stream header, the body's `user` and the chunk ids: the id rides in the prompt
     attached = False  # already running somewhere (proxies/attached.py): never started, configured or stopped here
@@ -252,9 +253,11 @@ def start(
     *,
     wrap: Wrap = no_wrap,
     connect: Callable[[Endpoint], socket.socket] | None = None,
-    timeout_s: float = START_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> RunningProxy:
-    """Write the config, start the proxy in the foreground in its own session, wait until it accepts."""
+    """Write the config, start the proxy in the foreground in its own session, wait until it accepts (within
+    `timeout_s`, by default the proxy's own start_timeout_s)."""
+    timeout_s = proxy.start_timeout_s if timeout_s is None else timeout_s
     site.workdir.mkdir(parents=True, exist_ok=True)
     config = proxy.write_config(site)
     log_path = site.workdir / "output.log"

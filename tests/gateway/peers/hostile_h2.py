@@ -116,8 +116,12 @@ class Session:
             if isinstance(event, h2.events.RequestReceived):
                 assert event.stream_id is not None
                 self.open_streams.add(event.stream_id)
-                self.max_open = max(self.max_open, len(self.open_streams))
-                self.peer.max_open = max(self.peer.max_open, len(self.open_streams))
+                # Counted as RFC 9113 5.1.2 counts (h2's own state: a stream whose END_STREAM we sent is closed),
+                # not by our handler threads, which leave open_streams a moment after the gateway may already
+                # have opened the next stream.
+                now_open = self.conn.open_inbound_streams
+                self.max_open = max(self.max_open, now_open)
+                self.peer.max_open = max(self.peer.max_open, now_open)
                 headers = {k.decode(): v.decode() for k, v in event.headers or []}
                 self.peer.requests += 1
                 if event.stream_ended is not None:
