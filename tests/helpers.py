@@ -11,7 +11,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from tokenpath.serve.loops import new_event_loop
@@ -40,6 +40,21 @@ class BackgroundLoop:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()
+
+
+def accept_each(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+    """Accept on `listener` until it is closed, in a thread, each connection handled in a thread of its own: the
+    accept loop of every scripted test server."""
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=loop, daemon=True).start()
 
 
 def exchange(port: int, raw: bytes, timeout: float = 5.0) -> bytes:

@@ -9,7 +9,6 @@ import contextlib
 import json
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from tests.gateway.test_gateway_e2e import CHAT, Services, hostport, metric, pool, request
 from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA, server_context
-from tests.helpers import BackgroundLoop
+from tests.helpers import BackgroundLoop, accept_each
 from tokenpath.gateway import config as gwconfig
 from tokenpath.gateway.proxy import Exchange
 from tokenpath.gateway.server import GatewayServer
@@ -50,15 +49,7 @@ class ScriptedUpstream:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
+        accept_each(self.listener, self._serve)
 
     def _serve(self, raw: socket.socket) -> None:
         sock: Any = raw

@@ -30,6 +30,7 @@ from tests.gateway.peers import hostile_h2 as hostile
 from tests.gateway.test_gateway_e2e import Services, hostport, metric, read_response, request, roundtrip
 from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA
+from tests.helpers import accept_each
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import stop_process_group
 
@@ -242,15 +243,7 @@ class GoawayMidStream:
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(sock,), daemon=True).start()
+        accept_each(self.listener, self._serve)
 
     def _serve(self, sock: socket.socket) -> None:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))

@@ -37,7 +37,7 @@ from tests.gateway.test_gateway_e2e import (
     roundtrip,
     token,
 )
-from tests.helpers import exchange, post
+from tests.helpers import accept_each, exchange, post
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.wire.client import ResponseParser
@@ -62,15 +62,7 @@ class ScriptedUpstream:
         self.bodies: list[bytes] = []  # by Content-Length (the gateway always sends one)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        accept_each(self._listener, self._serve)
 
     def _serve(self, conn: socket.socket) -> None:
         with conn, contextlib.suppress(OSError):

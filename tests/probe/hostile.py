@@ -186,6 +186,8 @@ class Hostile:
         self.url = f"{scheme}://127.0.0.1:{self.port}/v1"
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        # Its own accept loop, not tests.helpers.accept_each: bench/hostile_rss.py runs this module beside trees
+        # (--src) that predate what tests.helpers imports.
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:

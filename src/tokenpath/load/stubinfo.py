@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tokenpath.errors import ProtocolError, ServiceError, UsageError
 from tokenpath.probe.transport import parse_target
+from tokenpath.stub.control import exchange
 from tokenpath.stub.frames import completion_id
-from tokenpath.wire.client import ResponseParser
-from tokenpath.wire.request import build_request
 
 if TYPE_CHECKING:
     from tokenpath.load.runner import LoadConfig
@@ -31,25 +29,13 @@ STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl
 
 def fetch_pacing(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any] | None:
     """The stub's default pacing from its health answer; None from a stub too old to report it."""
-    target = parse_target(stub_url)
-    where = f"{target.origin}{HEALTH_PATH}"
-    request = build_request("GET", target.host_header, HEALTH_PATH)
-    parser = ResponseParser()
-    parts: list[bytes] = []
+    where = f"{parse_target(stub_url).origin}{HEALTH_PATH}"
     try:
-        with socket.create_connection((target.host, target.port), timeout_s) as sock:
-            sock.settimeout(timeout_s)
-            sock.sendall(request)
-            while not parser.complete:
-                data = sock.recv(1 << 16)
-                if not data:
-                    parser.feed_eof()
-                    break
-                parts.append(parser.feed(data))
+        status, body = exchange(stub_url, "GET", HEALTH_PATH, timeout_s=timeout_s)
     except (OSError, ProtocolError) as exc:
         raise ServiceError(f"`stub_url` {stub_url}: no answer on {HEALTH_PATH} ({exc}); is the stub running?") from None
     try:
-        doc = json.loads(b"".join(parts)) if parser.head is not None and parser.head.status == 200 else None
+        doc = json.loads(body) if status == 200 else None
     except ValueError:
         doc = None
     if not isinstance(doc, dict) or doc.get("status") != "ok":

@@ -1,5 +1,5 @@
-"""Asks a running stub for its audit. Control plane, but over a plain socket from a `connect` function, so a
-runner can reach a stub inside a network namespace with a socket made there."""
+"""Asks a running stub for its audit, or anything else on its control plane (`exchange`). Over a plain socket
+from a `connect` function, so a runner can reach a stub inside a network namespace with a socket made there."""
 
 from __future__ import annotations
 
@@ -12,6 +12,34 @@ from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
 
+def exchange(
+    stub_url: str,
+    method: str,
+    path: str,
+    *,
+    body: bytes | None = None,
+    timeout_s: float = 10.0,
+    connect: SocketFactory = tcp_connect,
+) -> tuple[int | None, bytes]:
+    """One request to a stub's control plane over a socket from `connect`: (status, or None when it answered
+    nothing; the whole body). Raises OSError / ProtocolError for the caller to name."""
+    target = parse_target(stub_url)
+    headers = [("Content-Type", "application/json")] if body is not None else []
+    request = build_request(method, target.host_header, path, body=body or b"", headers=headers)
+    parser = ResponseParser()
+    body_parts: list[bytes] = []
+    with connect(target.host, target.port, timeout_s) as sock:
+        sock.settimeout(timeout_s)
+        sock.sendall(request)
+        while not parser.complete:
+            data = sock.recv(1 << 20)
+            if not data:
+                parser.feed_eof()
+                break
+            body_parts.append(parser.feed(data))
+    return (parser.head.status if parser.head is not None else None), b"".join(body_parts)
+
+
 def fetch_audit(
     stub_url: str,
     stream_ids: list[str],
@@ -21,33 +49,21 @@ def fetch_audit(
     connect: SocketFactory = tcp_connect,
 ) -> AuditReply:
     """The stub's bulk audit answer for these streams (its verdicts, and write logs unless `with_log` is False)."""
-    target = parse_target(stub_url)
     path = f"/_tokenpath/audit?log={int(with_log)}"
-    body = json.dumps({"ids": stream_ids}).encode()
-    request = build_request("POST", target.host_header, path, body=body, headers=[("Content-Type", "application/json")])
-    where = f"{target.origin}{path}"
+    where = f"{parse_target(stub_url).origin}{path}"
     try:
-        with connect(target.host, target.port, timeout_s) as sock:
-            sock.settimeout(timeout_s)
-            sock.sendall(request)
-            parser = ResponseParser()
-            body_parts = []
-            while not parser.complete:
-                data = sock.recv(1 << 20)
-                if not data:
-                    parser.feed_eof()
-                    break
-                body_parts.append(parser.feed(data))
+        status, answer = exchange(stub_url, "POST", path, body=json.dumps({"ids": stream_ids}).encode(),
+                                  timeout_s=timeout_s, connect=connect)  # fmt: skip
     except (OSError, ProtocolError) as exc:
         raise PeerError(f"cannot read the stub's audit at {where}: {exc}") from None
-    if parser.head is None:
+    if status is None:
         raise PeerError(f"the stub's audit at {where} answered nothing")
-    if 400 <= parser.head.status < 500:
-        raise BadRequest(f"the stub's audit at {where} refused the request: HTTP {parser.head.status}")
-    if parser.head.status != 200:
-        raise PeerError(f"the stub's audit at {where} answered HTTP {parser.head.status}")
+    if 400 <= status < 500:
+        raise BadRequest(f"the stub's audit at {where} refused the request: HTTP {status}")
+    if status != 200:
+        raise PeerError(f"the stub's audit at {where} answered HTTP {status}")
     try:
-        doc = json.loads(b"".join(body_parts))
+        doc = json.loads(answer)
     except ValueError as exc:
         raise PeerError(f"the stub's audit at {where} is not JSON: {exc}") from None
     try:

@@ -21,6 +21,8 @@ import h2.exceptions
 import h2.settings
 from hyperframe.frame import Frame, PingFrame, PushPromiseFrame, SettingsFrame
 
+from tests.helpers import accept_each
+
 SSE_OK = b'data: {"choices":[{"delta":{"content":"ok"}}]}\n\ndata: [DONE]\n\n'
 Handler = Callable[["Session", int, dict[str, str]], None]
 
@@ -175,22 +177,17 @@ class HostileH2:
         self.max_open = 0  # the most streams open at once on any one connection
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        accept_each(self.listener, self._admit)
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            session = Session(self, sock)
-            if self.settings:
-                session.conn.local_settings = h2.settings.Settings(client=False, initial_values=self.settings)
-                table = self.settings.get(h2.settings.SettingCodes.HEADER_TABLE_SIZE)
-                if table is not None:  # h2 applies it to its decoder only when a change is acknowledged
-                    session.conn.decoder.max_allowed_table_size = table
-            self.sessions.append(session)
-            threading.Thread(target=self._run, args=(session,), daemon=True).start()
+    def _admit(self, sock: socket.socket) -> None:
+        session = Session(self, sock)
+        if self.settings:
+            session.conn.local_settings = h2.settings.Settings(client=False, initial_values=self.settings)
+            table = self.settings.get(h2.settings.SettingCodes.HEADER_TABLE_SIZE)
+            if table is not None:  # h2 applies it to its decoder only when a change is acknowledged
+                session.conn.decoder.max_allowed_table_size = table
+        self.sessions.append(session)
+        self._run(session)
 
     def _run(self, session: Session) -> None:
         if self.on_connect is not None:
