@@ -52,3 +52,17 @@ def test_the_plan_flags_are_the_costs_applied(monkeypatch: pytest.MonkeyPatch) -
     assert "proxy (node)" in out.output
     refused = CliRunner().invoke(app, ["load", "--client-us-per-frame", "5"])
     assert refused.exit_code == 2
+
+
+def test_the_plan_takes_the_runs_own_pacing_and_refuses_what_only_a_run_does() -> None:
+    from typer.testing import CliRunner
+
+    from tokenpath.cli import app
+
+    for flag in (["--json"], ["--fail-on", "errors>0"]):
+        refused = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "50", *flag])
+        assert refused.exit_code == 2, refused.output  # was: parsed, then ignored
+    # An explicit 0 is the user's value (refused by the plan's checks or planned as given), never the default's.
+    zero = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "50", "--client-us-per-frame", "0"])
+    default = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "50"])
+    assert zero.output != default.output

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tokenpath.cli.common import api_key, console, handles_errors, render_report, shown_console
+from tokenpath.cli.common import JSON_HELP, api_key, console, handles_errors, render_report, shown_console
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
@@ -69,9 +69,7 @@ def load(
         str | None,
         typer.Option(help="Rules, e.g. 'added_ttft_p99>5ms,frames_lost>0', on every target; exit 14 if breached."),
     ] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the results document (results.json's) on stdout; the rest on stderr.")
-    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     custom: Annotated[
         list[str] | None,
         typer.Option(
@@ -109,13 +107,17 @@ def load(
     pacing: dict[str, Any] = {k: v for k, v in given.items() if v is not None}  # the rest: defaults, or the stub's
     if plan:
         from tokenpath.load import plan as capacity
+        from tokenpath.load.runner import LoadConfig
 
+        default = LoadConfig(targets=())  # a run's defaults, so the plan is of the run these flags would make
+        if json_out or fail_on:
+            raise UsageError("--json and --fail-on measure a run; --plan only prints the estimate")
         console.print(
             capacity.plan_table(
                 levels,
-                tokens=tokens or 128,
-                interval_ms=interval_ms or 14.0,
-                ttft_ms=ttft_ms or 90.0,
+                tokens=default.tokens if tokens is None else tokens,
+                interval_ms=default.interval_ms if interval_ms is None else interval_ms,
+                ttft_ms=default.ttft_ms if ttft_ms is None else ttft_ms,
                 proxy=(proxy or ["gateway"])[-1],
                 client_us=client_us_per_frame,
                 stub_us=stub_us_per_frame,
@@ -124,7 +126,7 @@ def load(
         )
         console.print(capacity.PLAN_NOTE)
         return
-    if client_us_per_frame or stub_us_per_frame or proxy_us_per_frame:
+    if client_us_per_frame is not None or stub_us_per_frame is not None or proxy_us_per_frame is not None:
         raise UsageError("--client/--stub/--proxy-us-per-frame go with --plan")
     if (header or api_key_env or jwt_secret_env or jwt_claims or cacert or insecure) and not target:
         raise UsageError(

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
 from tokenpath.gateway.tls import check_files
-from tokenpath.hostport import parse_hostport, url_host
+from tokenpath.hostport import join_hostport, parse_hostport, url_host
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
@@ -82,8 +82,7 @@ class Member:
     @property
     def authority(self) -> str:
         """What goes in the Host header: the port only when it is not the scheme's default."""
-        host = url_host(self.host)
-        return host if urlsplit(self.url).port is None else f"{host}:{self.port}"
+        return url_host(self.host) if urlsplit(self.url).port is None else join_hostport(self.host, self.port)
 
 
 @dataclass(frozen=True)

@@ -194,9 +194,7 @@ class ExchangeMachine:
         member = self.member
         assert member is not None
         ejected = self.pool.record_failure(member)
-        self._finish_member()
-        self.phase = Phase.DONE
-        self.outcome = "upstream_lost_mid_stream"
+        self._end("upstream_lost_mid_stream")
         message = f"upstream failed mid-response ({failure.kind.value})"
         return [Record(member, failure, ejected), End(message, "upstream_disconnected", failure.detail)]
 
@@ -206,18 +204,14 @@ class ExchangeMachine:
         next. The member answered (its health stands, as with a silence); this response is what was wrong."""
         if self.phase is not Phase.STREAMING:
             return []
-        self._finish_member()
-        self.phase = Phase.DONE
-        self.outcome = "event_too_large"
+        self._end("event_too_large")
         message = f"upstream sent an SSE event larger than {limit} bytes"
         return [Abort(), End(message, "event_too_large", f"{size} bytes held without an end")]
 
     def client_gone(self) -> list[Action]:
         if self.phase is Phase.DONE:
             return []
-        self._finish_member()  # not the member's fault
-        self.phase = Phase.DONE
-        self.outcome = "client_gone"
+        self._end("client_gone")  # not the member's fault
         return [Abort()]
 
     def internal_error(self, failure: Failure | None = None) -> list[Action]:
@@ -228,9 +222,7 @@ class ExchangeMachine:
         streaming = self.phase is Phase.STREAMING
         if failure is not None:
             self.failures.append(failure)  # for the log
-        self._finish_member()
-        self.phase = Phase.DONE
-        self.outcome = "internal"
+        self._end("internal")
         if streaming:
             return [Abort(), End("internal gateway error", "internal")]
         return [Abort(), Reply(500, "internal gateway error", "internal_error")]
@@ -250,9 +242,7 @@ class ExchangeMachine:
         if which is Timer.TOTAL:
             total = limits.total_timeout_s
             if self.phase is Phase.STREAMING:
-                self._finish_member()
-                self.phase = Phase.DONE
-                self.outcome = "total_timeout"
+                self._end("total_timeout")
                 return [Abort(), End(f"response exceeded the total timeout ({total:g} s)", "total_timeout")]
             failure = Failure(FailureKind.TOTAL_TIMEOUT, f"total timeout ({total:g} s)")
             actions: list[Action] = [Abort()] if self.phase is Phase.WAITING else []
@@ -275,15 +265,11 @@ class ExchangeMachine:
         idle = limits.idle_timeout_s
         if self.paused_at is not None:
             if now - self.paused_at >= idle:  # we paused the upstream for this client: the silence is the client's
-                self._finish_member()
-                self.phase = Phase.DONE
-                self.outcome = "client_stalled"
+                self._end("client_stalled")
                 return [Abort(), End(f"the client read nothing for {idle:g} s", "client_stalled", client_reads=False)]
             return [Arm(Timer.IDLE, self.paused_at + idle)]
         if now - self.last_read >= idle:
-            self._finish_member()
-            self.phase = Phase.DONE
-            self.outcome = "idle_timeout"
+            self._end("idle_timeout")
             return [Abort(), End(f"upstream silent for {idle:g} s (idle timeout)", "upstream_idle_timeout")]
         return [Arm(Timer.IDLE, self.last_read + idle)]
 
@@ -311,6 +297,12 @@ class ExchangeMachine:
         if failures and all(f.is_timeout for f in failures):
             return [Reply(504, f"no upstream in pool {self.pool.name!r} answered in time", "upstream_unavailable")]
         return [Reply(502, f"no upstream in pool {self.pool.name!r} answered", "upstream_unavailable")]
+
+    def _end(self, outcome: str) -> None:
+        """The exchange is over with this outcome; the member's outstanding count goes back."""
+        self._finish_member()
+        self.phase = Phase.DONE
+        self.outcome = outcome
 
     def _finish_member(self) -> None:
         if self.member is not None:

@@ -276,10 +276,11 @@ class H2Connection(asyncio.Protocol):
                 return
             if reply and self.transport is not None:
                 self.transport.write(reply)
-            if self.tls.closed_by_peer and self.transport is not None:
-                # close_notify: the member is done with this connection (an idle timeout, a restart). Close it
-                # now, or the next stream would go out on it and meet a reset.
+            if self.tls.closed_by_peer and self.transport is not None and not self.transport.is_closing():
+                # close_notify: the member is done with this connection (an idle timeout, a restart). Answer it and
+                # close now, or the next stream would go out on it and meet a reset.
                 self.goaway = True
+                self.transport.write(self.tls.close_notify())
                 self.transport.close()
             if not self.started and self.tls.handshaken:
                 if self.tls.alpn != "h2":
@@ -526,8 +527,8 @@ class H2Connection(asyncio.Protocol):
             self.ready.set_result(failure)
         self.closed = True
         self.pool.forget(self)
-        streams, self.streams = self.streams, {}
-        for stream in streams.values():
+        while self.streams:  # one at a time: a sink that raises (our bug) must not leave the rest untold
+            _, stream = self.streams.popitem()
             self._fail_stream(stream, failure)
         if self.transport is not None:
             self.transport.abort()

@@ -51,7 +51,7 @@ from tokenpath.serve.http import Admission, Admitted, Refusal, Request, Response
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing, chunk
 from tokenpath.wire.openai import FrameKind
-from tokenpath.wire.sse import MAX_EVENT_BYTES, EventRelay, SSEParser
+from tokenpath.wire.sse import EventRelay, SSEParser
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -625,7 +625,7 @@ class Exchange:
         held = len(self.events.held)
         self.events.held.clear()
         if self.machine is not None:
-            self._do(self.machine.event_too_large(MAX_EVENT_BYTES, held))
+            self._do(self.machine.event_too_large(self.events.max_event_bytes, held))
 
     def upstream_read_done(self) -> None:
         if self.out:

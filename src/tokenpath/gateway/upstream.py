@@ -190,9 +190,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.closed = True
             self.transport.abort()
 
-    def _fail(self, failure: Failure) -> None:
+    def _fail(self, failure: Failure, sink: Sink | None = None) -> None:
+        """Fail the connection and tell `sink` (by default the one attached now)."""
         self.failure = failure
-        sink = self.sink
+        sink = sink if sink is not None else self.sink
         if not self.ready.done():
             self.ready.set_result(failure)
         self.abort()
@@ -204,13 +205,8 @@ class UpstreamConnection(asyncio.Protocol):
         traceback, the connection dropped (its state is unknown), and `sink` told with an INTERNAL failure, which
         the exchange answers as its own error and never counts against the member."""
         log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": repr(exc)}), exc_info=exc)
-        failure = Failure(FailureKind.INTERNAL, f"internal error handling {self.pool.where}'s response: {exc!r}")
-        self.failure = failure
-        if not self.ready.done():
-            self.ready.set_result(failure)
-        self.abort()
-        if sink is not None:
-            sink.upstream_lost(failure)
+        detail = f"internal error handling {self.pool.where}'s response: {exc!r}"
+        self._fail(Failure(FailureKind.INTERNAL, detail), sink)
 
     def _new_core(self) -> ClientConnection:
         return ClientConnection(on_head=self._head, on_body=self._body, on_end=self._end)

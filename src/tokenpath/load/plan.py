@@ -109,8 +109,8 @@ def plan_table(
         tokens=tokens,
         interval_ms=interval_ms,
         ttft_ms=ttft_ms,
-        client_us=client_us or CLIENT_US,
-        stub_us=stub_us or STUB_US,
+        client_us=CLIENT_US if client_us is None else client_us,
+        stub_us=STUB_US if stub_us is None else stub_us,
         proxy=proxy.partition(":")[0],
         proxy_us=proxy_us,
     )

@@ -35,7 +35,7 @@ from tokenpath.load.contention import Contention, schedule_missed
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
-from tokenpath.probe.transport import TLSOptions
+from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
@@ -254,7 +254,7 @@ class LoadRunner:
                 stub_url = cfg.stub_url  # the user's stub: its pacing is theirs, read from it
                 self.cfg = cfg = with_stub_pacing(cfg, stub_url, fetch_pacing(stub_url))
                 if self.cluster is None:
-                    self.stub_pid = listening_pid(urlsplit(stub_url).port or 80)
+                    self.stub_pid = listening_pid(parse_target(stub_url).port)
             elif self.cluster is not None and cfg.stub_node is not None:
                 stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
             else:
@@ -407,9 +407,7 @@ class LoadRunner:
         run_hist = new_histogram()
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
-            cell.run_added_ms.append(
-                MedianAndTail(run_hist.get_value_at_percentile(50) / 1000, run_hist.get_value_at_percentile(99) / 1000)
-            )
+            cell.run_added_ms.append(MedianAndTail(cell.pct_ms(50, run_hist), cell.pct_ms(99, run_hist)))
         return cell.stopped
 
     def _clients(self, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:

@@ -88,7 +88,6 @@ class HostSampler:
         self._before: Any = None
         self._after: Any = None
         self.runnable: list[float] = []
-        self.cores = psutil.cpu_count() or 1
 
     def __enter__(self) -> HostSampler:
         self._before = psutil.cpu_times()

@@ -11,7 +11,8 @@ from tokenpath.stats import median, percentile
 
 
 def _ms(values: list[float], p: float) -> str:
-    return f"{percentile(sorted(values), p) * 1000:.1f}" if values else "-"
+    ms = _ms_or_none(values, p)
+    return "-" if ms is None else f"{ms:.1f}"
 
 
 def summary_table(summaries: list[TargetSummary]) -> Table:

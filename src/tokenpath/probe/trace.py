@@ -68,10 +68,14 @@ class Trace:
     trailing_bytes: int = 0  # SSE bytes after the last complete frame when the body ended
     read_count: int = 0  # every read, kept or not
     frame_count: int = 0  # every frame, kept or not
-    arrival_count: int = 0  # reads that completed at least one frame
     bursts: Counter[int] = field(default_factory=Counter)  # frames completed by one arrival -> arrivals
     foreign_frames: int = 0  # data frames before the first content frame that are JSON but not OpenAI chunks
     foreign_hint: str = ""  # what the first of them called itself (its `event:` name or JSON "type")
+
+    @property
+    def arrival_count(self) -> int:
+        """Reads that completed at least one frame: each is one entry of `bursts`."""
+        return sum(self.bursts.values())
 
     @property
     def reads_dropped(self) -> int:
@@ -125,7 +129,6 @@ class TraceRecorder:
         if n:
             base = trace.frame_count
             trace.frame_count += n
-            trace.arrival_count += 1
             trace.bursts[n] += 1
             if self._keeping:
                 self._keep(t_ns, index, frames)

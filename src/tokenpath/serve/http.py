@@ -308,10 +308,12 @@ class HTTPConnection(asyncio.Protocol):
             self._request_timer.cancel()
             self._request_timer = None
         response = Response(self, request)
-        if self._admitted is not None and self._admitted_seq == request.seq:
-            response.context = self._admitted.context
-            response.release = self._admitted.release
-        self._admitted = None
+        admitted, self._admitted = self._admitted, None
+        if admitted is not None and self._admitted_seq == request.seq:
+            response.context = admitted.context
+            response.release = admitted.release
+        else:
+            _release(admitted)  # admitted for another request: never leave its reservation held
         self._current = response
         try:
             self._handler(request, response)

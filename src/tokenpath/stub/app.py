@@ -148,7 +148,8 @@ class StubApp:
             model = {"id": self.cfg.model, "object": "model", "created": 0, "owned_by": "tokenpath"}
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
-            pacing = {k: getattr(self.cfg.pacing, k) for k in Pacing.OVERRIDABLE}  # what a client must expect
+            defaults = self.cfg.pacing  # a property that builds a Pacing: once
+            pacing = {k: getattr(defaults, k) for k in Pacing.OVERRIDABLE}  # what a client must expect
             response.send_json(200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing})
         elif route == "/_tokenpath/time":
             response.send_json(200, {"t_ns": self.clock() + self._offset_ns})

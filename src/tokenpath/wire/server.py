@@ -213,11 +213,11 @@ class ServerConnection:
         if len(hosts) > 1 or (version == "1.1" and not hosts):
             # RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without exactly one Host
             raise RemoteProtocolError(f"{'more than one' if hosts else 'no'} Host header", 400)
-        if version in ("1.0", "0.9") and any(k.lower() == "transfer-encoding" for k, _ in self._headers):
+        if version in ("1.0", "0.9") and find_header(self._headers, "transfer-encoding") is not None:
             # RFC 9112 6.1: the framing of an HTTP/1.0 message with Transfer-Encoding is faulty (nginx: 400)
             raise RemoteProtocolError("Transfer-Encoding in an HTTP/1.0 request", 400)
         self._headers = _without_upgrade_offer(self._headers)
-        length = next((v for k, v in self._headers if k.lower() == "content-length"), None)
+        length = find_header(self._headers, "content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
         if self._parser.should_upgrade():
@@ -303,7 +303,7 @@ def _body_framing(headers: list[tuple[str, str]], keep_alive: bool) -> bytes | N
     codings = [v for k, v in headers if k.lower() == "transfer-encoding"]
     if codings:  # llhttp refused one with Content-Length too; a last coding that is not chunked it refuses next
         return b"Transfer-Encoding: " + ", ".join(codings).encode("latin-1") + b"\r\n" + close
-    length = next((v for k, v in headers if k.lower() == "content-length"), "0")
+    length = find_header(headers, "content-length") or "0"
     if not length.isdigit() or int(length) == 0:
         return None
     return b"Content-Length: " + length.encode("latin-1") + b"\r\n" + close

@@ -170,8 +170,8 @@ def _build(lines: list[bytes], raw: bytes) -> Frame:
 
 class EventCounter:
     """Counts the events that bytes complete, by the parser's rules (CRLF, LF or CR line ends, split anywhere, a
-    blank line ends an event that has at least one line), holding three booleans and no bytes: what a relay that
-    forwards bytes untouched can afford per read.
+    blank line ends an event that has at least one line), holding four booleans and an int (`tail`) and no bytes:
+    what a relay that forwards bytes untouched can afford per read.
 
     `tail` is the relay's cut, from the same scan: how many bytes at the end of the last read belong to an event
     that has not ended (0 when the read ended on an event boundary; the whole read when no event ended in it). A
@@ -260,12 +260,12 @@ class EventRelay(EventCounter):
     is split: the cut is the counter's, nothing is scanned twice. An event may hold `max_event_bytes`: past that
     `too_large` is true, and the relay ends the stream rather than hold more."""
 
-    __slots__ = ("_max", "held")
+    __slots__ = ("held", "max_event_bytes")
 
     def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
         super().__init__()
         self.held = bytearray()  # bytes of an event that the reads so far left unfinished
-        self._max = max_event_bytes
+        self.max_event_bytes = max_event_bytes
 
     def cut(self, data: bytes) -> bytes:
         held = self.held
@@ -285,7 +285,7 @@ class EventRelay(EventCounter):
 
     @property
     def too_large(self) -> bool:
-        return len(self.held) > self._max
+        return len(self.held) > self.max_event_bytes
 
     def rest(self) -> bytes:
         """What is held, handed over and forgotten: at the end of a stream whose last event never ended."""
