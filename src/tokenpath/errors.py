@@ -4,13 +4,17 @@
     ├── UsageError            ours: a flag, a URL, a config value the caller must change
     ├── LocalProtocolError    ours: code in this package misused the HTTP core (a bug, never the peer's doing)
     ├── RuleBreached          a gate the user set (monitor --fail-on) was not met
+    ├── PathHeld              diagnose: the path holds the stream (names the cause)
+    ├── DiagnosisUnsure       diagnose: the runs disagree; no cause is named
     ├── PeerError             the other side: server, proxy or network
     │   ├── NetworkError          ConnectError (DNSError, TLSError), the connection reset
     │   ├── PeerTimeout           ConnectTimeout, FirstByteTimeout, IdleTimeout, TotalTimeout
     │   ├── RemoteProtocolError   bytes that are not valid HTTP (alias: ProtocolError)
-    │   │   └── ResponseTooLarge      a response head or SSE event past its named limit
+    │   │   ├── ResponseTooLarge      a response head or one frame (SSE event, event-stream message, NDJSON line)
+    │   │   │                         past its named limit
+    │   │   └── StreamFormatError     a frame that breaks its streaming format (bad CRC, truncated message)
     │   ├── HTTPStatusError       a non-2xx answer (other than BadRequest's)
-    │   ├── ContentTypeError      not text/event-stream
+    │   ├── ContentTypeError      not the chosen API format's Content-Type (text/event-stream for SSE APIs)
     │   ├── ContentEncodingError  a Content-Encoding (gzip, br...) the client cannot decode
     │   └── BadRequest            the peer refused the request as malformed or too large (400, 413, 414, 422, 431)
     └── InstrumentError       the measuring setup itself: CertificationError, ServiceError, ProxyError, NetnsError
@@ -78,15 +82,26 @@ class HTTPStatusError(PeerError):
 
 class ContentTypeError(PeerError):
     exit_code = 7
-    meaning = "the response is not text/event-stream"
+    meaning = "the response's Content-Type is not the chosen API format's (text/event-stream for SSE APIs)"
 
 
 class ContentEncodingError(PeerError):
-    """The response is encoded (`Content-Encoding: gzip`, or a transfer coding other than chunked) and the client
-    does not decode it yet: its frames and arrivals cannot be counted, so nothing is reported as measured."""
+    """The response's encoding cannot be read, so its frames and arrivals cannot be counted and nothing is reported
+    as measured. `reason` says which way (wire/contentcoding.py raises all four):
+
+    - "unsupported": a coding the client does not decode (`Content-Encoding: compress`, a transfer coding other
+      than chunked, or any coding the caller did not enable)
+    - "corrupt": the body is not in the coding its header names (garbage, or a plain body labelled gzip)
+    - "truncated": the body ended inside the compressed stream
+    - "too_large": a decompression bomb: decoded output past a named limit (per read, in total, or per byte in)
+    """
 
     exit_code = 15
     meaning = "the response has a Content-Encoding the client cannot decode (gzip, br...)"
+
+    def __init__(self, message: str, reason: str = "unsupported") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class PeerTimeout(PeerError):
@@ -127,11 +142,21 @@ class RemoteProtocolError(PeerError):
 
 
 class ResponseTooLarge(RemoteProtocolError):
-    """A response head or one SSE event grew past its named limit (wire/client.py MAX_RESPONSE_HEAD_BYTES,
-    wire/sse.py MAX_EVENT_BYTES): the read ends there instead of holding whatever the peer sends."""
+    """A response head or one frame grew past its named limit (wire/client.py MAX_RESPONSE_HEAD_BYTES, wire/sse.py
+    MAX_EVENT_BYTES, wire/eventstream.py MAX_MESSAGE_BYTES, wire/ndjson.py MAX_LINE_BYTES): the read ends there
+    instead of holding whatever the peer sends."""
 
     exit_code = 10
-    meaning = "a response head or SSE event larger than its limit"
+    meaning = "a response head or one frame (SSE event, event-stream message, NDJSON line) larger than its limit"
+
+
+class StreamFormatError(RemoteProtocolError):
+    """A frame that breaks the rules of its streaming format: an AWS event-stream message with a bad prelude or
+    message CRC, an impossible length or an unknown header type, a body that ends inside a message or an NDJSON
+    line. The bytes cannot be split into frames, so nothing after them is measured."""
+
+    exit_code = 10
+    meaning = "a malformed streaming frame (bad CRC, unknown header type, truncated message or line)"
 
 
 ProtocolError = RemoteProtocolError  # the name most of the package reads
@@ -156,6 +181,21 @@ class RuleBreached(TokenpathError):
 
     exit_code = 14
     meaning = "a --fail-on rule was breached (monitor --once, load)"
+
+
+class PathHeld(TokenpathError):
+    """`diagnose` named a cause that holds the stream (buffering, bursts, compression without a flush, a held first
+    event or head): the measurement worked, the path holds tokens."""
+
+    exit_code = 16
+    meaning = "diagnose: the path holds the stream (whole response, bursts, compression, first event or head)"
+
+
+class DiagnosisUnsure(TokenpathError):
+    """`diagnose` could not name one cause: its runs disagreed (the message says which signals)."""
+
+    exit_code = 17
+    meaning = "diagnose: the runs disagree, so no cause is named (unsure)"
 
 
 class InstrumentError(TokenpathError):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.controls.decoding_client import DecodedStream, stream_decoded
 from tests.helpers import BackgroundLoop
 from tokenpath.controls.relay import ControlRelay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
@@ -104,3 +105,39 @@ def test_unreachable_upstream_closes_the_client(world: tuple[BackgroundLoop, Stu
 def test_bad_mode() -> None:
     with pytest.raises(UsageError, match="pass, buffer, cork"):
         RelayConfig(upstream_host="h", upstream_port=1, mode="slow")  # type: ignore[arg-type]
+
+
+def through_decoding(world: tuple[BackgroundLoop, StubServer], mode: str, accept: str | None) -> DecodedStream:
+    bg, stub = world
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, mode=mode))  # type: ignore[arg-type]
+    port = bg.run(server.start())
+    try:
+        return stream_decoded(port, accept)
+    finally:
+        bg.run(server.close())
+
+
+def test_gzip_flush_streams_each_frame_compressed(world: tuple[BackgroundLoop, StubServer]) -> None:
+    got = through_decoding(world, "gzip-flush", "gzip, deflate, br, zstd")
+    assert got.encoding == "gzip"
+    assert got.frames == FRAMES
+    assert got.frames_per_arrival == 1.0
+
+
+def test_gzip_hold_delivers_the_frames_late_in_one_burst(world: tuple[BackgroundLoop, StubServer]) -> None:
+    got = through_decoding(world, "gzip-hold", "gzip")
+    assert got.encoding == "gzip"
+    assert got.frames == FRAMES
+    assert got.arrivals == [FRAMES]  # small frames never fill a deflate block: all of them at the end
+    assert got.reads >= 2  # the head (and gzip header) came first: a read that decoded no frame
+    assert (got.first_arrival_ms or 0) >= 0.9 * (FRAMES - 1) * INTERVAL
+
+
+@pytest.mark.parametrize("mode", ["gzip-hold", "gzip-flush"])
+def test_gzip_modes_pass_a_client_that_did_not_ask(world: tuple[BackgroundLoop, StubServer], mode: str) -> None:
+    got = through_decoding(world, mode, None)
+    assert got.encoding == "identity"
+    assert got.head is not None
+    assert got.head.header("content-encoding") is None
+    assert got.frames == FRAMES
+    assert got.frames_per_arrival == 1.0

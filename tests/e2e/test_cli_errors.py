@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import socket
 import ssl
 import subprocess
@@ -196,16 +197,24 @@ def test_bad_arguments_are_one_line_and_exit_2(args: tuple[str, ...], text: str)
     assert "Traceback" not in out.stderr
 
 
-def test_a_gzip_response_exits_15_and_names_the_encoding(raw_server: Callable[..., int]) -> None:
-    """nginx `gzip on` answering `Accept-Encoding: gzip`: not 0 frames and exit 0, but its own error."""
+def test_a_gzip_response_is_decoded_and_an_unknown_coding_exits_15_naming_it(raw_server: Callable[..., int]) -> None:
+    """nginx `gzip on` answering `--accept-encoding gzip`: decoded, its frames counted; a coding tokenpath does not
+    decode is its own error (exit 15), not 0 frames and exit 0."""
     import gzip
 
     body = gzip.compress(b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n')
     port = raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
                       b"Content-Length: %d\r\nConnection: close\r\n\r\n%b" % (len(body), body))  # fmt: skip
-    out = probe(f"http://127.0.0.1:{port}", "--header", "Accept-Encoding: gzip")
+    out = probe(f"http://127.0.0.1:{port}", "--accept-encoding", "gzip", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["content_encoding"] == "gzip"
+    assert doc["runs"][0]["frames"] == 2
+    port = raw_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: compress\r\n"
+                      b"Content-Length: 3\r\nConnection: close\r\n\r\nabc")  # fmt: skip
+    out = probe(f"http://127.0.0.1:{port}", "--accept-encoding", "compress")
     assert out.returncode == 15, out.stderr
-    assert "Content-Encoding: gzip" in out.stderr
+    assert "'compress'" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 

@@ -55,6 +55,7 @@ def test_a_cluster_run_joins_clocks_across_nodes_and_sees_the_control(tmp_path: 
             assert abs(clock["offset_ms"] - 250) <= clock["uncertainty_ms"] + 0.05, clock
             assert clock["uncertainty_ms"] < 5
     assert rows["direct"]["added_ttft_ms"]["p50"] < 5  # not 250: the offset is taken out
+    assert rows["direct"]["added_frame_delay_ms"]["p50"] < 5  # of every later frame's arrival too
     assert 50 <= rows["cork"]["added_ttft_ms"]["p50"] <= 250  # held to ~1,448 bytes or 200 ms
     assert our_namespaces() == []
     assert len(ray_processes()) <= before  # every raylet and GCS the run started is gone

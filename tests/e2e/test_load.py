@@ -25,7 +25,7 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     doc = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "report.html").exists()
     assert "report: " in out.stdout
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     rows: dict[tuple[int, str], dict[str, Any]] = {(r["level"], r["target"]): r for r in doc["levels"]}
     assert set(rows) == {(c, t) for c in (4, 12) for t in ("direct", "pass", "buffer", "cork")}
     stream_ms = (TOKENS + 1) * INTERVAL_MS  # role frame first, then the tokens, finish and [DONE] frames
@@ -40,10 +40,13 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
         for key in ("level", "cpu_cores", "rss_mb", "warnings"):
             assert key in row
         added = row["added_ttft_ms"]["p50"]
+        frames = row["added_frame_delay_ms"]  # each frame after the first token
         if target in ("direct", "pass"):
             assert added < 5, row  # the floor
+            assert frames["p50"] < 5, row
         elif target == "buffer":
             assert added >= 0.9 * stream_ms, row  # the whole stream
+            assert frames["p50"] >= 0.3 * stream_ms, row  # every later frame held until the end, by what was left
         else:
             assert 50 <= added <= 250, row  # held until ~1,448 bytes queue (~9 frames x 14 ms) or 200 ms
     assert rows[(4, "pass")]["cpu_cores"] is not None

@@ -44,7 +44,10 @@ def test_compose_export_is_valid_and_safe(tmp_path: Path) -> None:
     nginx = (tmp_path / "configs" / "nginx-stock" / "nginx.conf").read_text()
     assert "server matrix:8000;" in nginx  # the matrix service's own stub is every proxy's upstream
     assert "/var/tmp/tokenpath/tmp/proxy" in nginx
-    assert services["traefik-stock"]["volumes"] == ["./configs/traefik-stock/traefik.yml:/etc/traefik/traefik.yml:ro"]
+    traefik = services["traefik-stock"]  # static flags on its command line, the routes in the mounted file
+    assert traefik["volumes"] == ["./configs/traefik-stock:/etc/tokenpath:ro"]
+    assert "exec traefik --entryPoints.web.address=0.0.0.0:8080 --providers.file.filename=/etc/tokenpath/routes.yml" \
+        in traefik["command"][-1]  # fmt: skip
     base = (tmp_path / "Dockerfile").read_text().splitlines()[0]
     assert base.startswith("FROM python:3.11."), base  # pinned to a patch release
     assert base.count(".") >= 2, base

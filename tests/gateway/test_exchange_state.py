@@ -182,6 +182,28 @@ def test_after_the_head_a_lost_upstream_ends_the_stream_and_counts_against_the_m
     assert machine.upstream_ended() == []  # nothing after the end
 
 
+def test_a_stream_whose_framing_breaks_ends_with_the_error_and_counts_against_the_member() -> None:
+    machine, pool, _ = make(eject_after=1)
+    assert machine.malformed_frame("bad prelude") == []  # before the head there is no stream to end
+    first = stream_to_head(machine)
+    machine.head(200)
+    actions = machine.malformed_frame("an event-stream message's prelude CRC does not match its bytes")
+    assert kinds(actions) == ["Record", "Abort", "End"]
+    record, end = actions[0], actions[-1]
+    assert isinstance(record, Record)
+    assert isinstance(end, End)
+    assert record.failure is not None
+    assert record.failure.kind is FailureKind.MALFORMED
+    assert record.ejected  # a member whose stream breaks its framing is as broken as one with a malformed head
+    assert (end.code, end.client_reads, machine.outcome) == ("upstream_malformed", True, "upstream_malformed")
+    assert end.detail is not None
+    assert "prelude CRC" in end.detail
+    assert machine.phase is Phase.DONE
+    assert no_outstanding(pool)
+    assert first not in pool.members or not first.healthy(pool.clock())
+    assert machine.upstream_ended() == []
+
+
 def test_an_sse_event_too_large_to_hold_ends_the_stream_without_ejecting_the_member() -> None:
     machine, pool, _ = make()
     assert machine.event_too_large(8 << 20, 9 << 20) == []  # before the head there is no stream to end

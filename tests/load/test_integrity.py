@@ -49,11 +49,21 @@ def test_reserialised_chunks_keep_their_content() -> None:
 
 
 def test_first_content_frame_is_joined_to_its_write_by_token_text() -> None:
-    from tokenpath.load.worker import write_seq
+    from tokenpath.load.runner import content_write
+    from tokenpath.load.tokens import content_text, token_number
+    from tokenpath.stub.audit import StreamLog
+    from tokenpath.wire.apis import Api
+    from tokenpath.wire.sse import SSEParser
+
+    def write_of(raw: bytes, first_content: int | None = 1) -> int | None:
+        (frame,) = SSEParser().feed(raw)
+        token = token_number(content_text(Api.OPENAI, frame))
+        return content_write(StreamLog("s1", 10.0, 0, first_content=first_content), token)
 
     got = frames()
-    assert write_seq(got[0]) is None  # the role delta carries no content
-    assert [write_seq(f) for f in got[1:9]] == list(range(1, 9))  # token k is the stub's write k + 1
+    assert write_of(got[0]) is None  # the role delta carries no content
+    assert [write_of(f) for f in got[1:9]] == list(range(1, 9))  # token k is the stub's write k + 1
+    assert [write_of(f, None) for f in got[1:9]] == list(range(1, 9))  # a log without first_content: OpenAI chat
     # a gateway that dropped the role delta and re-serialised still maps to the right write
     reserialised = b"data: " + json.dumps(json.loads(got[3][6:]), indent=1).replace("\n", "").encode() + b"\n\n"
-    assert write_seq(reserialised) == 3
+    assert write_of(reserialised) == 3

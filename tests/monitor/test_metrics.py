@@ -64,7 +64,7 @@ def test_outcomes_become_series_labelled_only_by_the_config() -> None:
     text = generate_latest(m.registry).decode()
     labels = {part.split("=")[0] for line in text.splitlines() if "{" in line and not line.startswith("#")
               for part in line[line.index("{") + 1 : line.index("}")].split(",")}  # fmt: skip
-    assert labels <= {"target", "route", "outcome", "le"}
+    assert labels <= {"target", "route", "outcome", "reason", "le"}  # reason: a dropped probe's, from the schedule
 
 
 def test_a_failed_probe_leaves_ttft_and_last_success_alone() -> None:

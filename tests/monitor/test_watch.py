@@ -244,3 +244,58 @@ def test_insecure_is_the_one_applied(tmp_path: Path) -> None:
         server.close()
     assert summary.routes["via"].failures == 0
     assert summary.value("coalescing") == 5.0
+
+
+class Recording:
+    """A second sink beside the Prometheus metrics (as the OTLP export is): what the watch hands it."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+        self.dropped: list[tuple[str, str, int]] = []
+
+    def record(self, outcome: Any) -> None:
+        self.outcomes.append(f"{outcome.target}/{outcome.route}/{outcome.outcome}")
+
+    def record_added(self, target: str, added_s: float) -> None:
+        pass
+
+    def record_dropped(self, target: str, reason: str, count: int) -> None:
+        self.dropped.append((target, reason, count))
+
+
+def _slow_refusal(c: ProbeConfig, stream_id: str) -> Trace:
+    time.sleep(0.35)
+    raise errors.ConnectError("refused")
+
+
+def test_a_probe_due_while_the_previous_one_runs_is_dropped_as_overrun_and_every_sink_hears_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cfg = config({"name": "slow", "url": "http://127.0.0.1:9"})  # every 0.1 s; each probe takes 0.35 s
+    metrics = MonitorMetrics(cfg)
+    sink = Recording()
+    with caplog.at_level("WARNING", logger="tokenpath.monitor"):
+        Watch(cfg, metrics, sinks=(sink,), prober=_slow_refusal).run(max_cycles=2)
+    get = metrics.registry.get_sample_value
+    overrun = get("tokenpath_monitor_probes_dropped_total", {"target": "slow", "reason": "overrun"})
+    assert overrun is not None
+    assert overrun >= 4  # about 3 per probe
+    assert get("tokenpath_monitor_probes_dropped_total", {"target": "slow", "reason": "concurrency"}) == 0
+    assert sum(n for _, reason, n in sink.dropped if reason == "overrun") == overrun
+    assert sink.outcomes == ["slow/via/connect", "slow/via/connect"]  # the same outcomes the metrics counted
+    assert get("tokenpath_monitor_probes_total", {"target": "slow", "route": "via", "outcome": "connect"}) == 2
+    assert '"event": "dropped", "target": "slow", "reason": "overrun"' in caplog.text
+
+
+def test_a_probe_that_finds_every_slot_busy_is_dropped_as_concurrency() -> None:
+    cfg = config({"name": "a", "url": "http://127.0.0.1:9"}, {"name": "b", "url": "http://127.0.0.1:10"},
+                 interval_s=0.2, max_concurrency=1)  # fmt: skip
+    metrics = MonitorMetrics(cfg)
+    Watch(cfg, metrics, prober=_slow_refusal).run(max_cycles=3)
+    get = metrics.registry.get_sample_value
+    concurrency = sum(get("tokenpath_monitor_probes_dropped_total", {"target": t, "reason": "concurrency"}) or 0
+                      for t in "ab")  # fmt: skip
+    assert concurrency >= 1
+    probes = sum(get("tokenpath_monitor_probes_total", {"target": t, "route": "via", "outcome": "connect"}) or 0
+                 for t in "ab")  # fmt: skip
+    assert probes == 3  # one slot: the dropped ones never ran

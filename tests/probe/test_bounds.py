@@ -27,6 +27,7 @@ from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.trace import TraceLimits, TraceRecorder
 from tokenpath.probe.transport import DRAIN_MAX_BYTES, TLSOptions, open_connection, parse_target
 from tokenpath.serve.tlscert import self_signed
+from tokenpath.wire.sse import SSEParser
 
 MS = 1_000_000
 
@@ -188,25 +189,32 @@ def test_an_error_body_trickled_is_previewed_for_a_second_at_most(serve: Callabl
     assert elapsed < 4.0
 
 
-# -- B: a Content-Encoding the probe cannot read is its own error -----------------------------------------------
+# -- B: a Content-Encoding is decoded; one the probe cannot read is its own error ---------------------------------
 
 
-def test_a_gzip_response_is_a_content_encoding_error_not_an_empty_stream(serve: Callable[..., Hostile]) -> None:
+def test_a_gzip_response_is_decoded_and_its_frames_counted(serve: Callable[..., Hostile]) -> None:
     h = serve("gzip")
-    cfg = ProbeConfig(url=h.url, headers=(("Accept-Encoding", "gzip"),))
-    with pytest.raises(errors.ContentEncodingError, match=r"Content-Encoding: gzip.*Accept-Encoding"):
-        probe_stream(cfg)
+    metrics = run_metrics(probe_stream(ProbeConfig(url=h.url, accept_encoding="gzip")))
+    assert metrics.content_encoding == "gzip"
+    assert metrics.frames == len(SSEParser().feed(OPENAI_FRAMES))
+    assert metrics.ttft_ms is not None
 
 
-@pytest.mark.parametrize("header", [b"Content-Encoding: br", b"Transfer-Encoding: gzip, chunked"])
-def test_any_coding_but_identity_and_chunked_is_refused(header: bytes, serve: Callable[..., Hostile]) -> None:
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [(b"Content-Encoding: compress", "unsupported"), (b"Transfer-Encoding: gzip, chunked", "unsupported")],
+)
+def test_a_coding_it_cannot_decode_is_refused_by_name(
+    header: bytes, reason: str, serve: Callable[..., Hostile]
+) -> None:
     def encoded(conn: socket.socket) -> None:
         conn.recv(65536)
         conn.sendall(SSE_HEAD + header + b"\r\nConnection: close\r\n\r\n")
 
     h = serve(encoded)
-    with pytest.raises(errors.ContentEncodingError):
+    with pytest.raises(errors.ContentEncodingError, match=header.split(b": ")[1].split(b",")[0].decode()) as info:
         probe_stream(ProbeConfig(url=h.url))
+    assert info.value.reason == reason
 
 
 def test_identity_is_read_as_it_is(serve: Callable[..., Hostile]) -> None:

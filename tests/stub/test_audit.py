@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpath.stub.audit import AuditStore, StreamRecorder, audit_stream, tolerance_ns
+from tokenpath.stub.audit import AuditStore, StreamLog, StreamRecorder, Write, audit_stream, tolerance_ns
 
 MS = 1_000_000
 
@@ -48,3 +48,16 @@ def test_store_keeps_newest_and_bounds_memory() -> None:
     assert store.get("s0") is None
     assert store.get("s4") is not None
     assert len(store.all()) == 3
+
+
+def test_the_log_names_its_first_content_write_and_reads_an_older_stub_s_log() -> None:
+    store = AuditStore()
+    rec = store.open("s", 10.0, 0, first_content=2)
+    for k in range(4):
+        rec.record(k * 10, k * 10 + 1, 60)
+    log = rec.snapshot()
+    assert log.first_content_write == Write(2, 20, 21, 60)
+    again = StreamLog.from_json(log.to_json())
+    assert again == log
+    older = {k: v for k, v in log.to_json().items() if k != "first_content"}
+    assert StreamLog.from_json(older).first_content_write is None

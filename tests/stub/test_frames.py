@@ -6,7 +6,8 @@ from itertools import pairwise
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.stub.frames import DONE_FRAME, StreamRequest, minimum_frame_bytes, render_stream, token_text
+from tokenpath.stub.formats.openai import DONE_FRAME, minimum_frame_bytes, render_stream
+from tokenpath.stub.frames import StreamRequest, token_text
 from tokenpath.wire.openai import FrameKind
 from tokenpath.wire.sse import SSEParser
 

@@ -8,6 +8,7 @@ import sys
 
 from tokenpath.cli.common import app, console, err_console
 from tokenpath.cli.demo import demo
+from tokenpath.cli.diagnose import diagnose
 from tokenpath.cli.gateway import gateway
 from tokenpath.cli.load import load
 from tokenpath.cli.matrix import matrix
@@ -18,7 +19,7 @@ from tokenpath.cli.report import report
 from tokenpath.cli.stub import stub
 from tokenpath.cli.sweep import sweep
 
-for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report):
+for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose):
     app.command()(command)
 
 __all__ = ["app", "console", "err_console", "main"]

@@ -37,6 +37,16 @@ def load(
     concurrency: Annotated[
         str, typer.Option(help="Open streams per level, comma-separated (closed loop).")
     ] = "50,200,500",
+    api: Annotated[
+        str,
+        typer.Option(
+            help="Streaming API format of every stream: openai, responses, anthropic, gemini, bedrock, ollama."
+        ),
+    ] = "openai",
+    accept_encoding: Annotated[
+        str | None,
+        typer.Option(help="Accept-Encoding sent with every stream (`browser` = a browser's); the answer is decoded."),
+    ] = None,
     warmup: Annotated[float, typer.Option(help="Seconds per level before measuring.")] = 2.0,
     duration: Annotated[float, typer.Option(help="Seconds measured per level.")] = 10.0,
     runs: Annotated[int, typer.Option(help="Runs per level and target (merged; spread in results.json).")] = 3,
@@ -96,6 +106,7 @@ def load(
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.results import load_table
     from tokenpath.results.model import dumps
+    from tokenpath.wire.apis import parse_api
 
     shown = shown_console(json_out)
     try:
@@ -135,6 +146,10 @@ def load(
     if (cacert or insecure) and target and not target.startswith("https:"):
         raise UsageError(f"--cacert and --insecure are for an https --target, not {target}")
     rules = gate.parse_load_rules(fail_on) if fail_on is not None else ()
+    try:
+        fmt = parse_api(api)
+    except ValueError as exc:
+        raise UsageError(f"--api: {exc}") from None
     cfg = LoadConfig(
         targets=("direct", *(proxy or [])),
         levels=levels,
@@ -156,6 +171,8 @@ def load(
         cluster=cluster,
         stub_node=stub_node,
         custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
+        api=fmt,
+        accept_encoding=accept_encoding,
     )
     doc = LoadRunner(cfg, Path(out), shown).run()
     if json_out:

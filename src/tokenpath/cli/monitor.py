@@ -1,5 +1,6 @@
 """`tokenpath monitor`: a config file or one --url target, the flags on top of it (Overrides) → MonitorConfig →
-the service (long-running), or --once: N probes per target, the summary and the --fail-on gate."""
+the service (long-running), or --once: N probes per target, the summary and the --fail-on gate; or --exporter:
+targets from Prometheus (/probe?target=...), modules and --allow → ExporterConfig → the exporter."""
 
 from __future__ import annotations
 
@@ -12,11 +13,14 @@ from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
 FLAGS_ONLY = ("fail_on", "probes", "once", "json_out", "log_level")  # never in a config file
+EXPORTER_FLAGS = ("allow", "max_concurrency", "metric_names", "metrics_listen", "log_level")  # the rest: modules file
 
 
 def _with_config(params: dict[str, Any]) -> tuple[str, ...] | None:
     """With a config file, its keys are named as the file spells them (`api_key_env`); only the flags no file has
-    are shown as flags."""
+    are shown as flags. The exporter's modules file is named the same way."""
+    if params.get("exporter"):
+        return EXPORTER_FLAGS
     return FLAGS_ONLY if params.get("config") is not None else None
 
 
@@ -27,6 +31,14 @@ def monitor(
     direct_url: Annotated[str | None, typer.Option(help="The same model around the path, for added TTFT.")] = None,
     name: Annotated[str, typer.Option(help="The target's label with --url.")] = "target",
     model: Annotated[str | None, typer.Option(help="Model to request (--url).")] = None,
+    api: Annotated[
+        str | None,
+        typer.Option(help="Streaming API format (--url): openai, responses, anthropic, gemini, bedrock, ollama."),
+    ] = None,
+    accept_encoding: Annotated[
+        str | None,
+        typer.Option(help="Accept-Encoding to send (--url; `browser` = a browser's); the answer is decoded."),
+    ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
@@ -46,6 +58,26 @@ def monitor(
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
     json_out: Annotated[bool, typer.Option("--json", help="--once: print the summary as JSON.")] = False,
+    max_concurrency: Annotated[
+        int | None, typer.Option(help="Probes in flight at once (default 4; with --exporter 8, more answer 503).")
+    ] = None,
+    metric_names: Annotated[
+        str | None, typer.Option(help="tokenpath, or otel: OpenTelemetry GenAI names for TTFT and time per chunk.")
+    ] = None,
+    exporter: Annotated[
+        bool, typer.Option("--exporter", help="blackbox_exporter-style: GET /probe?target=URL&module=NAME probes once.")
+    ] = False,
+    modules: Annotated[
+        str | None, typer.Option(help="--exporter: modules file (TOML); default one module, openai.")
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(help="--exporter: a target must match one: SCHEME://HOST[:PORT][/PATH], fnmatch globs."),
+    ] = None,
+    otlp_endpoint: Annotated[
+        str | None,
+        typer.Option(help="Also export over OTLP/HTTP to this URL (headers from OTEL_EXPORTER_OTLP_HEADERS)."),
+    ] = None,
 ) -> None:
     """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus."""
     from tokenpath.jsonlog import configure_logging
@@ -54,6 +86,20 @@ def monitor(
     from tokenpath.monitor.rules import parse_rules
     from tokenpath.monitor.table import summary_document, summary_table
 
+    if otlp_endpoint and (once or exporter):
+        raise UsageError("--otlp-endpoint goes with the long-running monitor (not --once or --exporter)")
+    if exporter:
+        from tokenpath.monitor import exporter as monexp
+
+        if config is not None or url is not None or once:
+            raise UsageError("--exporter takes its targets from Prometheus (/probe?target=URL): no config file, "
+                             "--url or --once")  # fmt: skip
+        exporter_cfg = monexp.build_config(modules, allow or [], metrics_listen, max_concurrency, metric_names)
+        configure_logging(log_level)
+        monexp.serve(exporter_cfg, announce("monitor"))
+        return
+    if modules is not None or allow:
+        raise UsageError("--modules and --allow go with --exporter")
     if (config is None) == (url is None):
         raise UsageError("give a monitor config file or --url (one target), not both or neither")
     if fail_on and not once:
@@ -65,6 +111,8 @@ def monitor(
         name=name,
         direct_url=direct_url,
         model=model,
+        api=api,
+        accept_encoding=accept_encoding,
         api_key_env=api_key_env,
         headers=tuple(parse_header_arg(h) for h in header or []),
         max_tokens=max_tokens,
@@ -73,6 +121,9 @@ def monitor(
         insecure=insecure,
         interval_s=interval,
         metrics_listen=metrics_listen,
+        max_concurrency=max_concurrency,
+        metric_names=metric_names,
+        otlp_endpoint=otlp_endpoint,
     )
     data = overrides.apply(moncfg.read_toml(config) if config else {})
     cfg = moncfg.from_dict(data, where=f"monitor config {config}" if config else "--url")

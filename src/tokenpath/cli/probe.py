@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,10 +11,35 @@ from tokenpath.cli.common import api_key, body_json, console, handles_errors
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
+if TYPE_CHECKING:
+    from tokenpath.probe.metrics import RunMetrics
+    from tokenpath.probe.trace import Trace
+
 
 @handles_errors("probe")
 def probe(
     url: Annotated[str | None, typer.Argument(help="Endpoint or base URL; default $TOKENPATH_URL.")] = None,
+    api: Annotated[
+        str,
+        typer.Option(
+            help="Streaming API format: openai, responses, anthropic, gemini, bedrock, ollama. A base URL gets the "
+            "format's route; its first content frame is TTFT."
+        ),
+    ] = "openai",
+    accept_encoding: Annotated[
+        str | None,
+        typer.Option(
+            help='Accept-Encoding to send (any value; `browser` = "gzip, deflate, br, zstd"; default: none). '
+            "The answer is decoded; frames and arrivals are counted in the decoded stream."
+        ),
+    ] = None,
+    stub_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The tokenpath stub the path streams from: its write log adds added TTFT and each later frame's "
+            "added delay (p50/p99)."
+        ),
+    ] = None,
     runs: Annotated[int, typer.Option(help="Streams to measure, one after another.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
@@ -37,9 +62,10 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
     from tokenpath.probe.client import ProbeConfig, probe_stream
-    from tokenpath.probe.metrics import dumps, probe_results, run_metrics
+    from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
+    from tokenpath.wire.apis import parse_api
     from tokenpath.wire.request import DEFAULT_PROMPT
 
     target_url = url or os.environ.get("TOKENPATH_URL")
@@ -47,6 +73,10 @@ def probe(
         raise UsageError("no URL: pass one or set TOKENPATH_URL")
     if runs < 1:
         raise UsageError("--runs must be >= 1")
+    try:
+        fmt = parse_api(api)
+    except ValueError as exc:
+        raise UsageError(f"--api: {exc}") from None
     cfg = ProbeConfig(
         url=target_url,
         model=model,
@@ -60,10 +90,27 @@ def probe(
         idle_timeout_s=idle_timeout,
         total_timeout_s=total_timeout,
         extra_body=body_json(body_json_text),
+        api=fmt,
+        accept_encoding=accept_encoding,
     )
     cfg.target  # noqa: B018 - validates the URL before anything is sent
-    probed = probe_results(target_url, [run_metrics(probe_stream(cfg)) for _ in range(runs)])
+    runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
+    probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)
     if json_out:
         print(dumps(probed))
     else:
         console.print(probe_table(probed))
+
+
+def joined_metrics(trace: Trace, stub_url: str | None) -> RunMetrics:
+    """A run's figures, joined to the stub's write log of its stream when --stub-url names the stub."""
+    from tokenpath.probe.metrics import run_metrics
+    from tokenpath.stub.control import fetch_audit
+
+    if stub_url is None:
+        return run_metrics(trace)
+    entry = fetch_audit(stub_url, [trace.stream_id]).by_id().get(trace.stream_id)
+    if entry is None or entry.log is None:
+        raise UsageError(f"--stub-url {stub_url}: its audit has no stream {trace.stream_id}; is it the stub this path "
+                         "streams from?")  # fmt: skip
+    return run_metrics(trace, entry.log)

@@ -14,7 +14,13 @@ from tokenpath.hostport import parse_hostport
 @handles_errors("relay")
 def relay(
     upstream: Annotated[str, typer.Option(help="HOST:PORT to forward to.")],
-    mode: Annotated[str, typer.Option(help="pass, buffer or cork.")] = "pass",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="pass, buffer, cork, gzip-hold (gzip the body for a client sending Accept-Encoding: gzip, no "
+            "flush) or gzip-flush (the same, flushed after every upstream read)."
+        ),
+    ] = "pass",
     listen: Annotated[str, typer.Option(help="HOST:PORT to listen on; port 0 picks one.")] = "127.0.0.1:0",
     cork_bytes: Annotated[int, typer.Option(help="cork: flush once this many bytes are held.")] = CORK_BYTES,
     cork_ms: Annotated[float, typer.Option(help="cork: flush this long after the first held byte.")] = CORK_MS,
@@ -22,7 +28,7 @@ def relay(
     tls_key: Annotated[str | None, typer.Option(help="Private key (PEM) for --tls-cert.")] = None,
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
 ) -> None:
-    """A byte-level TCP relay that buffers in a known way: the control the instrument must detect."""
+    """A relay that delays or compresses in a known way: the control the instrument must detect."""
     from tokenpath.controls.relay import RelayConfig, serve
 
     listen_host, listen_port = parse_hostport(listen, "--listen")

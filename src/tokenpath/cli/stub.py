@@ -17,10 +17,32 @@ def stub(
     ttft_ms: Annotated[float, typer.Option(help="Delay before the first token.")] = 90.0,
     interval_ms: Annotated[float, typer.Option(help="Time between tokens.")] = 14.0,
     tokens: Annotated[int, typer.Option(help="Tokens per response (max_tokens can only lower it).")] = 128,
-    frame_bytes: Annotated[int | None, typer.Option(help="Pad every frame to exactly this many bytes.")] = None,
+    frame_bytes: Annotated[
+        int | None,
+        typer.Option(help="Pad every OpenAI frame (other APIs: each token's frame) to exactly this many bytes."),
+    ] = None,
     jitter: Annotated[str | None, typer.Option(help="Random offset per write: uniform:MS, normal:MS, exp:MS.")] = None,
+    heartbeat_ms: Annotated[
+        float | None,
+        typer.Option(help="SSE `: ping` comments every N ms from the start to the last frame (SSE APIs only)."),
+    ] = None,
+    reasoning_tokens: Annotated[
+        int, typer.Option(help="Reasoning deltas before the content, in each API's own shape, paced like tokens.")
+    ] = 0,
+    first_event_bytes: Annotated[
+        int | None, typer.Option(help="Pad the first content frame to exactly this many bytes (a large first event).")
+    ] = None,
+    head_at: Annotated[
+        str, typer.Option(help="When the response head leaves: start (at once) or first-token (held until it).")
+    ] = "start",
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
-    format: Annotated[str, typer.Option(help="openai (chunks) or plain (bare `data: <n>` frames).")] = "openai",
+    api: Annotated[
+        str,
+        typer.Option(help="openai, responses, anthropic, gemini, bedrock, ollama, or all (every route at once)."),
+    ] = "all",
+    format: Annotated[
+        str, typer.Option(help="The OpenAI routes' frames: openai (chunks) or plain (bare `data: <n>` frames).")
+    ] = "openai",
     model: Annotated[str, typer.Option(help="Model name listed by /v1/models.")] = "tokenpath-stub",
     workers: Annotated[int, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = 1,
     seed: Annotated[int | None, typer.Option(help="Seed for --jitter, for repeatable schedules.")] = None,
@@ -30,7 +52,8 @@ def stub(
     ] = "auto",
     clock_offset_ms: Annotated[float, typer.Option(hidden=True, help="Test only: report times this far ahead.")] = 0.0,
 ) -> None:
-    """Serve an OpenAI-compatible SSE model stub with exact pacing and an audit log of every write."""
+    """Serve a model stub that streams every API format on its route (OpenAI chat and Responses, Anthropic, Gemini,
+    Bedrock ConverseStream, Ollama), with exact pacing and an audit log of every write."""
     from tokenpath.stub.config import Jitter, StubConfig
     from tokenpath.stub.server import run
 
@@ -44,6 +67,11 @@ def stub(
         jitter=Jitter.parse(jitter) if jitter else None,
         headers=tuple(parse_header_arg(h) for h in header or []),
         format=format,  # type: ignore[arg-type]
+        heartbeat_ms=heartbeat_ms,
+        reasoning_tokens=reasoning_tokens,
+        first_event_bytes=first_event_bytes,
+        head_at=head_at,  # type: ignore[arg-type]
+        api=api,
         model=model,
         workers=workers,
         seed=seed,

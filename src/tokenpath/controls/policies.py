@@ -4,6 +4,8 @@
 - buffer: nothing until the upstream closes, then all of it (the `await response.text()` shape)
 - cork:   hold until `cork_bytes` are queued or `cork_ms` have passed since the first held byte
           (Linux MSG_MORE / TCP_CORK, the behaviour that makes HAProxy deliver frames in bursts)
+- gzip-hold, gzip-flush: HTTP-aware, the response body gzipped for a client that asked for it, without and with
+          a flush per upstream read (controls/compress.py)
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, Protocol
 
+from tokenpath.controls.compress import CompressPolicy
 from tokenpath.errors import InstrumentError
 
-Mode = Literal["pass", "buffer", "cork"]
-MODES: tuple[Mode, ...] = ("pass", "buffer", "cork")
+Mode = Literal["pass", "buffer", "cork", "gzip-hold", "gzip-flush"]
+MODES: tuple[Mode, ...] = ("pass", "buffer", "cork", "gzip-hold", "gzip-flush")
 
 # The cork control models Linux TCP_CORK / MSG_MORE: a partial segment is held until a full one (1,448 bytes of
 # payload on a 1,500-byte MTU link with timestamps) is queued, or at most 200 ms.
@@ -39,12 +42,20 @@ class BufferLimitExceeded(InstrumentError):
 
 
 class Policy(Protocol):
+    def observe_request(self, data: bytes) -> None: ...  # client bytes on their way upstream (forwarded as they are)
     def feed(self, data: bytes) -> None: ...
     def finish(self) -> None: ...  # upstream EOF: everything held goes out now
     def close(self) -> None: ...  # connection gone: drop timers
 
 
-class PassPolicy:
+class _ByteLevel:
+    """The byte-level policies never look at the request."""
+
+    def observe_request(self, data: bytes) -> None:
+        pass
+
+
+class PassPolicy(_ByteLevel):
     def __init__(self, write: Write) -> None:
         self._write = write
 
@@ -58,7 +69,7 @@ class PassPolicy:
         pass
 
 
-class BufferPolicy:
+class BufferPolicy(_ByteLevel):
     def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
         self._write = write
         self._held: list[bytes] = []
@@ -80,7 +91,7 @@ class BufferPolicy:
         self._held.clear()
 
 
-class CorkPolicy:
+class CorkPolicy(_ByteLevel):
     def __init__(self, write: Write, call_later: CallLater, cork_bytes: int = CORK_BYTES, cork_ms: float = CORK_MS):
         self._write = write
         self._call_later = call_later
@@ -119,7 +130,12 @@ class CorkPolicy:
             self._timer = None
 
 
-def make_policy(mode: Mode, write: Write, call_later: CallLater, cork_bytes: int, cork_ms: float) -> Policy:
+def make_policy(
+    mode: Mode, write: Write, call_later: CallLater, cork_bytes: int, cork_ms: float, done: Callable[[], None]
+) -> Policy:
+    """`done`: the policy has written a whole response that ends the connection (the compressing modes)."""
+    if mode in ("gzip-hold", "gzip-flush"):
+        return CompressPolicy(write, flush_each_read=mode == "gzip-flush", done=done)
     if mode == "pass":
         return PassPolicy(write)
     if mode == "buffer":

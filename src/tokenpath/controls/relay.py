@@ -104,7 +104,9 @@ class _Downstream(asyncio.Protocol):
         self.client_gate = ReadGate()  # reading from the client, paused while the upstream's buffer is full
         self.upstream_gate = ReadGate()  # reading from the upstream, paused while the client's buffer is full
         loop = asyncio.get_running_loop()
-        self.policy: Policy = make_policy(cfg.mode, self._write, loop.call_later, cfg.cork_bytes, cfg.cork_ms)
+        self.policy: Policy = make_policy(
+            cfg.mode, self._write, loop.call_later, cfg.cork_bytes, cfg.cork_ms, self.response_done
+        )
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -137,6 +139,7 @@ class _Downstream(asyncio.Protocol):
         self._pending.clear()
 
     def data_received(self, data: bytes) -> None:
+        self.policy.observe_request(data)
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.write(data)
         else:
@@ -172,6 +175,17 @@ class _Downstream(asyncio.Protocol):
         self._closed = True
         if self.transport is not None:
             self.transport.close()  # flushes what is queued, then closes
+
+    def response_done(self) -> None:
+        """The policy wrote a whole response that ends this connection: close both sides (what is queued for the
+        client still goes out first)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
 
     def abort(self) -> None:
         self._closed = True

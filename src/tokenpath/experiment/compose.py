@@ -148,8 +148,13 @@ def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list
     sizes = sorted({c.frame_bytes for c in conditions})
     header_sets = list(dict.fromkeys(c.stub_headers for c in conditions))
     tables = ", ".join("{" + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in h) + "}" for h in header_sets)
-    lines += ["", "[conditions]", f"interval_ms = {intervals!r}", f"frame_bytes = {sizes!r}", 'link = ["loopback"]',
-              "tls = [false]", f"stub_headers = [{tables}]"]  # fmt: skip
+    apis = list(dict.fromkeys(c.api for c in conditions))
+    encodings = list(dict.fromkeys(c.accept_encoding for c in conditions))
+    # 0 is another format's own frame size, what an undeclared frame_bytes gives it: the same file leaves it out.
+    size_line = [] if 0 in sizes else [f"frame_bytes = {sizes!r}"]
+    lines += ["", "[conditions]", f"interval_ms = {intervals!r}", *size_line, 'link = ["loopback"]',
+              "tls = [false]", f"stub_headers = [{tables}]", f"api = {json.dumps(apis)}",
+              f"accept_encoding = {json.dumps(encodings)}"]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,7 @@ class RunRecord:
     drift_ms: list[float] = field(default_factory=list)  # each write's actual - scheduled time (pacing drift)
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
     audited: bool = True  # False against a real endpoint: no write log exists, so only a failed probe excludes
+    content_encoding: str = "identity"  # the response's Content-Encoding as the probe decoded it
 
     @property
     def included(self) -> bool:
@@ -59,12 +60,14 @@ class RunRecord:
             writes_ms=tuple(self.writes_ms),
             error=self.error,
             audited=self.audited,
+            content_encoding=self.content_encoding,
         )
 
 
 def join(record: RunRecord, trace: Trace, log: StreamLog | None) -> None:
     """Client arrivals against the stub's writes (stub/audit.py's `added_ns`: frame k = write k)."""
     record.metrics = run_metrics(trace)
+    record.content_encoding = trace.content_encoding
     if log is None or not log.writes:
         return
     first_write = log.writes[0].actual_ns

@@ -60,6 +60,9 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         tls=cond.tls,
         stub_headers=dict(cond.stub_headers),
         endpoint=cond.endpoint,
+        api=cond.api,
+        accept_encoding=cond.accept_encoding,
+        content_encoding=_content_encoding(runs),
         runs=len(runs),
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
@@ -93,6 +96,13 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
     lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
     row = replace(row, within_floor=_within_floor(row, lowest, floor))
     return replace(row, verdict=_verdict(row, lowest, floor))
+
+
+def _content_encoding(runs: list[RunRecord]) -> str:
+    """What the path answered with, over the runs that got an answer: one coding, or each seen ("gzip/identity"),
+    most frequent first, so a path that compresses only sometimes says so."""
+    seen = Counter(r.content_encoding for r in runs if r.metrics is not None)
+    return "/".join(c for c, _ in seen.most_common()) or "identity"
 
 
 def _modal_gap(runs: list[RunRecord], size: int) -> float | None:
@@ -135,6 +145,8 @@ def _verdict(row: MatrixRow, lowest: float | None, floor: Floor | None = None) -
     late = f", first token +{added:.0f} ms" if added is not None else ""
     if (row.arrivals_median or 0) <= 1:
         return f"buffers the whole response{late}"
-    if (row.fpr_median or 0) > (1.0 + FLOOR_MARGIN_FPR):
+    # Over the direct path's own frames per read: a format that writes some events together (Anthropic's first
+    # three, the Responses API's) reads above 1.0 direct too, which is not coalescing.
+    if (row.fpr_median or 0) > (floor.fpr if floor is not None else 1.0) + FLOOR_MARGIN_FPR:
         return f"coalesces: bursts of {row.modal_burst}{late}"
     return f"streams, but late{late}"

@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
-from tokenpath.proxies.relays import CONTROLS
+from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS
 from tokenpath.results import model, tables
 from tokenpath.results.model import (
     Certification,
@@ -50,12 +50,17 @@ from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
+from tokenpath.wire.apis import Api
 
 # Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
 CERT_INTERVAL_MS, CERT_FRAME_BYTES, CERT_FRAMES = 50.0, 60, 12
 CERT_CONDITION = {"interval_ms": CERT_INTERVAL_MS, "frame_bytes": CERT_FRAME_BYTES, "tokens": CERT_FRAMES}
 CERT_RUNS = 3
 CERT_MAX_DIRECT_FPR = 1.05
+CERT_STREAM_MS = (CERT_FRAMES - 1) * CERT_INTERVAL_MS  # first token to last at the certification condition
+CERT_ACCEPT_ENCODING = "gzip"  # what the compressing controls answer (controls/compress.py)
+# Writes closer than this are one moment (a format's events written in one go): the audit's own smallest tolerance.
+SAME_MOMENT_MS = 2.0
 
 
 @dataclass
@@ -123,11 +128,12 @@ class MatrixRunner:
             with progress:
                 task = progress.add_task("matrix", total=total)
                 for (link, tls), conditions in groups.items():
-                    with self._environment(link, tls) as env:
+                    compressed = any(c.compressed for c in conditions)
+                    with self._environment(link, tls, compressed) as env:
                         if env is None:
                             progress.advance(task, len(conditions) * len(self.exp.paths) * self.exp.runs)
                             continue
-                        self._certify(env)
+                        self._certify(env, conditions)
                         self.write()  # the certification, and what will be measured, are on disk from here on
                         for cond in conditions:
                             progress.update(task, description=cond.label)
@@ -158,7 +164,7 @@ class MatrixRunner:
 
     # environments ------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _environment(self, link: Link, tls: bool) -> Iterator[Environment | None]:
+    def _environment(self, link: Link, tls: bool, compressed: bool = False) -> Iterator[Environment | None]:
         env = Environment(link, tls)
         with contextlib.ExitStack() as stack:
             if link == "veth":
@@ -194,7 +200,9 @@ class MatrixRunner:
                 running = self._start(env, path, tmp, stack, tls=files, fronts_endpoint=self.exp.endpoint is not None)
                 if running is not None:
                     env.running[path.label] = running
-            for control in CONTROLS:
+            # The compressing controls only where a condition asks for a Content-Encoding: they are what it is
+            # certified against, as cork and buffer are for every condition.
+            for control in (*BASE_CONTROLS, *(COMPRESSION_CONTROLS if compressed else ())):
                 running = self._start(env, PathSpec(control.name), tmp, stack, tls=files)
                 if running is None:
                     raise CertificationError(f"control {control.name} did not start: {env.skipped[control.name]}")
@@ -235,7 +243,8 @@ class MatrixRunner:
             else:
                 stack.callback(running.stop)
                 known = self.proxies.get(proxy.name) or ProxyInfo(proxy.version())
-                variants = {**known.variants, path.variant: {"config": running.effective}}
+                entry = {"config": running.effective, "line": site.variant.line}  # the report shows the line
+                variants = {**known.variants, path.variant: entry}
                 self.proxies[proxy.name] = ProxyInfo(known.version, variants)
                 return running
         if path.proxy in {c.name for c in CONTROLS}:
@@ -329,7 +338,9 @@ class MatrixRunner:
                 record.path_added_ttft_ms = ttft - direct
         return records
 
-    def _probe(self, env: Environment, url: str, pacing: dict[str, Any], label: str) -> RunRecord:
+    def _probe(
+        self, env: Environment, url: str, pacing: dict[str, Any], label: str, cond: Condition | None = None
+    ) -> RunRecord:
         running = env.running.get(label)
         api_key = running.proxy.api_key(running.site) if running is not None else None  # e.g. the gateway's JWT
         stream_id = new_stream_id()
@@ -338,9 +349,11 @@ class MatrixRunner:
         model, headers = "tokenpath-stub", ()  # type: tuple[str, tuple[tuple[str, str], ...]]
         if running is not None:  # what the proxy needs of a request (a gateway's model names, routing headers)
             model, headers = running.proxy.request_model(model), running.proxy.request_headers(running.site)
+        api = Api(cond.api) if cond is not None else Api.OPENAI
+        accept = cond.accept_encoding if cond is not None and cond.compressed else None
         cfg = ProbeConfig(
             url=url, model=model, headers=headers, extra_body=(("tokenpath", pacing),),
-            tls=_client_tls(env, running), api_key=api_key,
+            tls=_client_tls(env, running), api_key=api_key, api=api, accept_encoding=accept,
             first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
         )  # fmt: skip
         try:
@@ -349,9 +362,11 @@ class MatrixRunner:
             record.error = str(exc)
         return record
 
-    def _round(self, env: Environment, paths: list[tuple[str, str]], pacing: dict[str, Any]) -> list[RunRecord]:
-        """One stream per path, then one audit request for all of them."""
-        records = [self._probe(env, url, pacing, label) for label, url in paths]
+    def _round(
+        self, env: Environment, paths: list[tuple[str, str]], pacing: dict[str, Any], cond: Condition | None = None
+    ) -> list[RunRecord]:
+        """One stream per path (in the condition's format and Accept-Encoding), then one audit request for all."""
+        records = [self._probe(env, url, pacing, label, cond) for label, url in paths]
         try:
             audit = fetch_audit(env.stub_url, [r.stream_id for r in records], connect=env.socket_factory)
         except PeerError as exc:
@@ -367,11 +382,11 @@ class MatrixRunner:
                 record.trace = None
         return records
 
-    def _certify(self, env: Environment) -> None:
+    def _certify(self, env: Environment, conditions: Sequence[Condition] = ()) -> None:
         pacing = {**CERT_CONDITION, "ttft_ms": self.exp.ttft_ms, "format": "plain"}
         # In a TLS environment the controls terminate TLS too: the cork control then sends what it held as separate
         # TLS records in one burst (as HAProxy 2.8+ does), and the client must still see one arrival.
-        paths = [("direct", env.stub_url)] + [(n, r.url) for n, r in env.controls.items()]
+        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in BASE_CONTROLS]
         runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
         for _ in range(CERT_RUNS):
             for record in self._round(env, paths, pacing):
@@ -391,6 +406,10 @@ class MatrixRunner:
                 lambda r: (r.fpr_median or 0) >= 2 and (r.added_ttft_ms_median or 0) >= CORK_MS / 2,
             ),
         ]  # fmt: skip
+        if any(c.compressed for c in conditions):
+            checks += self._certify_compression(env, pacing)
+        for api in dict.fromkeys(Api(c.api) for c in conditions if c.api != Api.OPENAI.value):
+            checks.append(self._certify_format(env, api))
         passed = all(c.passed for c in checks)
         where = f"{env.link}{', tls' if env.tls else ''}"
         drift = emitter_drift(runs["direct"])
@@ -410,11 +429,51 @@ class MatrixRunner:
                 "(see the checks above); `force` measures anyway and marks every table UNCERTIFIED"
             )
 
+    def _certify_compression(self, env: Environment, pacing: dict[str, Any]) -> list[Check]:
+        """Before a condition that asks for a Content-Encoding: the client decodes (both controls answer gzip), sees
+        gzip-hold hold the stream (one arrival or bursts, late) and gzip-flush stream within the direct floor."""
+        cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, accept_encoding=CERT_ACCEPT_ENCODING)
+        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in COMPRESSION_CONTROLS]
+        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
+        for _ in range(CERT_RUNS):
+            for record in self._round(env, paths, pacing, cond):
+                runs[record.path].append(record)
+        floor = Floor.from_direct(runs["direct"])
+        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+        return [
+            _check(
+                "gzip-hold relay seen (held: bursts, late; decoded gzip)", rows["gzip-hold"],
+                lambda r: r.content_encoding == "gzip"
+                and ((r.arrivals_median or 0) <= 1 or (r.fpr_median or 0) >= 2)
+                and (r.added_ttft_ms_median or 0) >= CERT_STREAM_MS / 2,
+            ),
+            _check(
+                "gzip-flush relay within the floor (decoded gzip)", rows["gzip-flush"],
+                lambda r: r.content_encoding == "gzip" and bool(r.within_floor),
+            ),
+        ]  # fmt: skip
+
+    def _certify_format(self, env: Environment, api: Api) -> Check:
+        """Before a condition in another format than OpenAI's: the direct path streams cleanly in it. A format
+        writes some events together (Anthropic's message_start, content_block_start and ping), so clean is: every
+        write the stub made at its own moment arrived in its own read, the frames are the writes, and the first
+        content was found (TTFT), in most runs."""
+        cond = Condition(CERT_INTERVAL_MS, 0, env.link, env.tls, api=api.value)
+        pacing = _pacing(cond, CERT_FRAMES, self.exp.ttft_ms)
+        runs = [r for _ in range(CERT_RUNS) for r in self._round(env, [("direct", env.stub_url)], pacing, cond)]
+        row = build_row(PathSpec("direct"), cond, runs, Floor.from_direct(runs))
+        clean = [
+            r.metrics.arrivals >= _write_groups(r.writes_ms, SAME_MOMENT_MS)
+            and r.metrics.frames == len(r.writes_ms)
+            and r.metrics.ttft_ms is not None
+            for r in runs
+            if r.included and r.metrics is not None
+        ]
+        check = _check(f"direct streams cleanly in {api.value}", row, lambda r: 2 * sum(clean) > len(runs))
+        return replace(check, evidence=f"{sum(clean)}/{len(runs)} runs clean; {check.evidence}")
+
     def _condition(self, env: Environment, cond: Condition, tick: Callable[[str], None]) -> None:
-        pacing = {
-            "interval_ms": cond.interval_ms, "frame_bytes": cond.frame_bytes, "tokens": self.exp.frames,
-            "ttft_ms": self.exp.ttft_ms, "format": "plain",
-        }  # fmt: skip
+        pacing = _pacing(cond, self.exp.frames, self.exp.ttft_ms)
         if cond.stub_headers:
             pacing["headers"] = dict(cond.stub_headers)
         paths = []
@@ -436,7 +495,7 @@ class MatrixRunner:
             for run in range(self.exp.runs):
                 step = f"{cond.label}, run {run + 1}/{self.exp.runs}"
                 live = [(spec.label, url) for spec, url in paths if spec.label not in dead]
-                records = self._endpoint_round(env, live) if endpoint else self._round(env, live, pacing)
+                records = self._endpoint_round(env, live) if endpoint else self._round(env, live, pacing, cond)
                 for record in records:
                     runs[record.path].append(record)
                     tick(f"{step}, {record.path}")
@@ -454,6 +513,23 @@ class MatrixRunner:
                 if runs[spec.label]:
                     self.rows.append(build_row(spec, cond, runs[spec.label], floor))
             self.write()
+
+
+def _pacing(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, Any]:
+    """The stub's pacing for one stream of a condition (its body's `tokenpath` member): OpenAI streams bare frames
+    (`format` plain) padded to the size; another format pads its token frames, or sends them as they are (0)."""
+    pacing: dict[str, Any] = {"interval_ms": cond.interval_ms, "tokens": tokens, "ttft_ms": ttft_ms}
+    if cond.api == Api.OPENAI.value:
+        pacing.update(format="plain", frame_bytes=cond.frame_bytes)
+    elif cond.frame_bytes:
+        pacing["frame_bytes"] = cond.frame_bytes
+    return pacing
+
+
+def _write_groups(writes_ms: list[float] | tuple[float, ...], gap_ms: float) -> int:
+    """The stub's writes made at their own moment: a write less than `gap_ms` after the one before joins its group
+    (a format's events written together may arrive in one read, and that is not a path's doing)."""
+    return sum(1 for i, t in enumerate(writes_ms) if i == 0 or t - writes_ms[i - 1] >= gap_ms)
 
 
 def _origin(running: RunningProxy) -> str:

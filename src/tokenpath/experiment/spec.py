@@ -15,16 +15,22 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
 from tokenpath.hostport import parse_hostport
+from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import condition_label
 from tokenpath.stub.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.stub.config import response_headers
+from tokenpath.stub.config import StubConfig, response_headers
+from tokenpath.stub.formats import check_frame_bytes
+from tokenpath.wire.apis import Api, parse_api
 
 Link = Literal["loopback", "veth"]
 LINKS: tuple[Link, ...] = ("loopback", "veth")
+IDENTITY = "identity"  # the accept_encoding condition that sends no Accept-Encoding header, as curl does
+MAX_ACCEPT_ENCODING_CHARS = 200  # an Accept-Encoding value in the experiment file; browsers send ~25
+STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token frames' size depends on it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +41,23 @@ class Condition:
     tls: bool
     stub_headers: tuple[tuple[str, str], ...] = ()  # response headers the stub adds: "does header X fix proxy Y"
     endpoint: str = ""  # a real endpoint's label (experiment/endpoint.py): it paces the stream, not the stub
+    api: str = Api.OPENAI.value  # the streaming format (wire/apis.py): its route on the stub and through each path
+    # The request's Accept-Encoding ("identity": no header). frame_bytes 0 = the format's own, unpadded frames.
+    accept_encoding: str = IDENTITY
 
     @property
     def label(self) -> str:
         return condition_label(self)
 
+    @property
+    def compressed(self) -> bool:
+        """Whether the client asks for a Content-Encoding: the compression controls are certified first."""
+        return self.accept_encoding != IDENTITY
+
     def to_json(self) -> dict[str, Any]:
         out = {
             "interval_ms": self.interval_ms, "frame_bytes": self.frame_bytes, "link": self.link, "tls": self.tls,
-            "stub_headers": dict(self.stub_headers),
+            "stub_headers": dict(self.stub_headers), "api": self.api, "accept_encoding": self.accept_encoding,
         }  # fmt: skip
         return {**out, "endpoint": self.endpoint} if self.endpoint else out
 
@@ -186,16 +200,21 @@ def parse(data: dict[str, Any]) -> Experiment:
     cond = data.get("conditions", {})
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
-    _no_unknown(cond, {"interval_ms", "frame_bytes", "link", "tls", "stub_headers"}, "[conditions]")
+    known_conditions = {"interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding"}
+    _no_unknown(cond, known_conditions, "[conditions]")
     intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0 and math.isfinite(v))
     sizes = _list(cond, "frame_bytes", [60], (int,), lambda v: v >= 8)
     links = _list(cond, "link", ["loopback"], (str,), lambda v: v in LINKS)
     tls = _list(cond, "tls", [False], (bool,), lambda v: True)
     header_sets = [_header_set(h) for h in _list(cond, "stub_headers", [{}], (dict,), lambda v: True)]
+    apis = _apis(cond)
+    encodings = _accept_encodings(cond)
+    frames = _int(data, "frames", 40, 2)
     conditions = [
-        Condition(float(i), s, link, t, h)
-        for i, s, link, t, h in itertools.product(intervals, sizes, links, tls, header_sets)
+        Condition(float(i), _frame_size(s, api, "frame_bytes" in cond, frames), link, t, h, "", api.value, enc)
+        for api, i, s, link, t, h, enc in itertools.product(apis, intervals, sizes, links, tls, header_sets, encodings)
     ]
+    conditions = list(dict.fromkeys(conditions))  # an api's unpadded frames stand for every default size once
     endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
     if endpoint is not None:
         conditions = _endpoint_conditions(cond, tls, links, endpoint)
@@ -211,7 +230,7 @@ def parse(data: dict[str, Any]) -> Experiment:
         name=str(data.get("name", "experiment")),
         paths=paths,
         conditions=conditions,
-        frames=_int(data, "frames", 40, 2),
+        frames=frames,
         runs=_int(data, "runs", 10, 1),
         ttft_ms=float(data.get("ttft_ms", 20.0)),
         exclusion=ExclusionRule(tolerance),
@@ -225,7 +244,7 @@ def _endpoint_conditions(
     cond: dict[str, Any], tls: list[bool], links: list[str], endpoint: EndpointSpec
 ) -> list[Condition]:
     """Against a real endpoint the endpoint paces the stream: only the client side's TLS is a condition."""
-    paced = sorted({"interval_ms", "frame_bytes", "stub_headers"} & set(cond))
+    paced = sorted({"interval_ms", "frame_bytes", "stub_headers", "api", "accept_encoding"} & set(cond))
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
     if links != ["loopback"]:
@@ -234,6 +253,47 @@ def _endpoint_conditions(
             "are cut off from; only loopback"
         )
     return [Condition(0.0, 0, "loopback", t, (), endpoint.label) for t in tls]
+
+
+def _apis(cond: dict[str, Any]) -> list[Api]:
+    """`api = ["openai", "anthropic", ...]`: each a format the stub and the probe speak (wire/apis.py)."""
+    out = []
+    for value in _list(cond, "api", [Api.OPENAI.value], (str,), lambda v: True):
+        try:
+            out.append(parse_api(value))
+        except ValueError as exc:
+            raise UsageError(f"[conditions] api: {exc}") from None
+    return list(dict.fromkeys(out))
+
+
+def _accept_encodings(cond: dict[str, Any]) -> list[str]:
+    """`accept_encoding = ["identity", "gzip", "browser"]`: the header as sent ("browser": the browsers' own value,
+    "identity": no header at all)."""
+    out = []
+    for value in _list(cond, "accept_encoding", [IDENTITY], (str,), lambda v: True):
+        if not value.strip() or len(value) > MAX_ACCEPT_ENCODING_CHARS or not value.isprintable():
+            raise UsageError(
+                f"[conditions] accept_encoding: {value!r} is not a header value (printable, 1 to "
+                f'{MAX_ACCEPT_ENCODING_CHARS} characters; "identity" sends none, "browser" what browsers send)'
+            )
+        text = value.strip()
+        out.append(IDENTITY if text.lower() == IDENTITY else expand_accept_encoding(text))
+    return list(dict.fromkeys(out))
+
+
+def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
+    """An OpenAI condition pads bare frames (`format` plain) to `size`; another format pads each token's frame, whose
+    JSON is larger: a declared size must hold it (checked here by the stub's own rule, so the file fails, not every
+    stream), and without a declared size the format streams its own unpadded frames (0)."""
+    if api is Api.OPENAI:
+        return size
+    if not declared:
+        return 0
+    try:
+        check_frame_bytes(StubConfig(frame_bytes=size, tokens=tokens, api=api.value, model=STUB_MODEL))
+    except UsageError as exc:
+        raise UsageError(f"[conditions] frame_bytes {size} with api {api.value}: {exc}") from None
+    return size
 
 
 def _stub_listen(table: Any) -> Endpoint | None:

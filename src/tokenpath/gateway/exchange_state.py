@@ -1,6 +1,6 @@
 """The decisions of one request through the gateway, as a pure state machine: events in, actions out, the clock
 injected. No sockets, no tasks, no timers: the asyncio Exchange (proxy.py) performs the actions and reports what
-happened, so every outcome (fail over, retry on the same member, 502/503/504, the SSE error event, whose fault a
+happened, so every outcome (fail over, retry on the same member, 502/503/504, the stream's error frame, whose fault a
 silence was) is decided here, by one table, and unit-tested without a network.
 
     phase          event                          -> next phase    actions
@@ -13,7 +13,8 @@ silence was) is decided here, by one table, and unit-tested without a network.
     WAITING        head >= 500, lost, timeout     -> CONNECTING    as "attempt failed", after Abort
     STREAMING      end                            -> DONE          Complete
     STREAMING      lost                           -> DONE          Record(failure), End(upstream_disconnected)
-    STREAMING      an SSE event too large to hold -> DONE          Abort, End(event_too_large), member not blamed
+    STREAMING      a frame too large to hold      -> DONE          Abort, End(event_too_large), member not blamed
+    STREAMING      a frame's framing broke        -> DONE          Record(failure), Abort, End(upstream_malformed)
     STREAMING      idle timer, client reading     -> DONE          End(upstream_idle_timeout)
     STREAMING      idle timer, client stalled     -> DONE          End(client_stalled), member not blamed
     any but DONE   total timer                    -> DONE          End or Reply 504
@@ -83,7 +84,7 @@ class Reply:
 
 @dataclass(frozen=True, slots=True)
 class End:
-    """End a committed stream with an explicit SSE error event and close the client's connection."""
+    """End a committed stream with an explicit error frame (in its format's shape) and close the client's connection."""
 
     message: str
     code: str
@@ -199,14 +200,28 @@ class ExchangeMachine:
         return [Record(member, failure, ejected), End(message, "upstream_disconnected", failure.detail)]
 
     def event_too_large(self, limit: int, size: int) -> list[Action]:
-        """The upstream's current SSE event grew past `limit` bytes without ending: the relay holds an event until
+        """The upstream's current frame grew past `limit` bytes without ending: the relay holds a frame until
         it is whole, and will hold no more. The events before it went out whole; the client gets the error event
         next. The member answered (its health stands, as with a silence); this response is what was wrong."""
         if self.phase is not Phase.STREAMING:
             return []
         self._end("event_too_large")
-        message = f"upstream sent an SSE event larger than {limit} bytes"
+        message = f"upstream sent a frame larger than {limit} bytes"
         return [Abort(), End(message, "event_too_large", f"{size} bytes held without an end")]
+
+    def malformed_frame(self, detail: str) -> list[Action]:
+        """The upstream's stream broke its own framing (an event-stream prelude whose CRC fails): nothing after it
+        can be cut into frames. The frames before it went out whole; the client gets the error frame next. Unlike
+        a frame that is merely large, broken framing is the member's fault (as a malformed head is)."""
+        if self.phase is not Phase.STREAMING:
+            return []
+        member = self.member
+        assert member is not None
+        failure = Failure(FailureKind.MALFORMED, detail)
+        ejected = self.pool.record_failure(member)
+        self._end("upstream_malformed")
+        message = "upstream sent a stream that breaks its format's framing"
+        return [Record(member, failure, ejected), Abort(), End(message, "upstream_malformed", detail)]
 
     def client_gone(self) -> list[Action]:
         if self.phase is Phase.DONE:

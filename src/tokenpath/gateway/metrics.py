@@ -27,8 +27,9 @@ class Metrics:
         r = registry
         self.upstream_ttft = Histogram(
             "tokenpath_gateway_upstream_ttft_seconds",
-            "Request sent upstream to the upstream's first content frame (not a role-only delta, comment or "
-            "heartbeat; for a response that is not SSE, its first body byte)",
+            "Request sent upstream to the upstream's first content frame, by its API format's classification (not a "
+            "role-only delta, comment, heartbeat, start or ping event; for a response that is not a token stream, "
+            "its first body byte)",
             ["pool"],
             buckets=LATENCY_BUCKETS,
             registry=r,
@@ -55,7 +56,11 @@ class Metrics:
             ["code"],
             registry=r,
         )
-        self.frames = Counter("tokenpath_gateway_frames_relayed_total", "SSE frames relayed to clients", registry=r)
+        self.frames = Counter(
+            "tokenpath_gateway_frames_relayed_total",
+            "Stream frames relayed to clients: SSE events, event-stream messages, NDJSON lines",
+            registry=r,
+        )
         self.bytes = Counter(
             "tokenpath_gateway_bytes_relayed_total", "Response body bytes relayed to clients", registry=r
         )

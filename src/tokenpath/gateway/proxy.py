@@ -3,10 +3,11 @@ member, forward, relay, fail over.
 
 One Exchange per request. The control flow (attempts, failover, timeouts) is a coroutine; the relay itself is
 callbacks from the upstream connection's `data_received`, which write each upstream read downstream at once:
-payload bytes untouched, only the HTTP framing redone for the client's connection. Two exceptions, both about
-SSE event boundaries: the bytes of an event an upstream read leaves unfinished wait for the read that finishes it
-(so a stream cut mid-event never hands the client half an event), and the first events are classified until the
-first content frame, which is the upstream's TTFT."""
+payload bytes untouched, only the HTTP framing redone for the client's connection. Two exceptions, both about the
+stream format's frames (SSE events, event-stream messages, NDJSON lines; gateway.streamformat picks the format at
+the head, by route and Content-Type): the bytes of a frame an upstream read leaves unfinished wait for the read
+that finishes it (so a stream cut mid-frame never hands the client half a frame, and its error frame parses whole),
+and the first frames are classified until the first content frame, which is the upstream's TTFT."""
 
 from __future__ import annotations
 
@@ -44,14 +45,23 @@ from tokenpath.gateway.failures import Failure, FailureKind
 from tokenpath.gateway.h2upstream import H2Pool, H2Stream
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
+from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
+from tokenpath.gateway.streamformat import (
+    CREDENTIAL_HEADERS,
+    Cut,
+    SSECut,
+    StreamFormat,
+    for_response,
+    upstream_credential,
+)
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
 from tokenpath.serve.http import Admission, Admitted, Refusal, Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing, chunk
-from tokenpath.wire.openai import FrameKind
-from tokenpath.wire.sse import EventRelay, SSEParser
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import FrameReader
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -78,7 +88,6 @@ RESPONSE_DROP = frozenset(
 REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # What nginx forwards by default (ignore_invalid_headers on, underscores_in_headers off): other names are dropped.
 HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
-API_PREFIX = "/v1/"
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
 KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
@@ -88,11 +97,12 @@ TTFT_SCAN_BYTES = 64 << 10  # the first content frame is looked for this far int
 class Entry:
     """What admission decided about a request, handed to the handler with it."""
 
-    __slots__ = ("principal", "target")
+    __slots__ = ("principal", "route", "target")
 
-    def __init__(self, principal: Principal, target: str) -> None:
+    def __init__(self, principal: Principal, target: str, route: RouteMatch) -> None:
         self.principal = principal
         self.target = target  # origin-form, as routed: the only target ever forwarded
+        self.route = route  # the API format its path is (None for other /v1/ paths), the model a path names
 
 
 class GatewayApp:
@@ -139,8 +149,9 @@ class GatewayApp:
             target = origin_form(head.target)
         except BadTarget as exc:
             return self._refuse(400, str(exc), "bad_request_target")
-        if not target.startswith(API_PREFIX):
-            return self._refuse(404, "no route: the gateway serves /v1/*", "not_found")
+        route = match_route(target)
+        if route is None:
+            return self._refuse(404, f"no route: the gateway serves {SERVED}", "not_found")
         if self.draining or len(self.active) >= self.cfg.limits.max_streams:
             return self._overloaded()
         authorization = head.header("authorization")
@@ -149,10 +160,12 @@ class GatewayApp:
         except AuthError as exc:
             return self._unauthorized(head, str(exc))
         except KeyNeeded:
-            return self._admit_after_key_fetch(head, authorization, target)
-        return self._admitted(head, Entry(principal, target))
+            return self._admit_after_key_fetch(head, authorization, target, route)
+        return self._admitted(head, Entry(principal, target, route))
 
-    async def _admit_after_key_fetch(self, head: Request, authorization: str | None, target: str) -> Admission:
+    async def _admit_after_key_fetch(
+        self, head: Request, authorization: str | None, target: str, route: RouteMatch
+    ) -> Admission:
         try:
             principal = await asyncio.wait_for(self.auth.authenticate(authorization), KEY_WAIT_S)
         except AuthError as exc:
@@ -165,7 +178,7 @@ class GatewayApp:
                 "auth_unavailable",
                 (("Retry-After", str(self.cfg.limits.retry_after_s)),),
             )
-        return self._admitted(head, Entry(principal, target))
+        return self._admitted(head, Entry(principal, target, route))
 
     def _admitted(self, head: Request, entry: Entry | None) -> Admission:
         """Admit a request whose body fits in the worker's max_body_bytes_in_flight, holding room for it until the
@@ -322,9 +335,13 @@ class Exchange:
         self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
         self.chunked = True
         self.bodiless = False
-        self.sse = False
-        self.events = EventRelay()  # counts SSE events and holds the bytes of an unfinished one (MAX_EVENT_BYTES)
-        self.ttft_scan: SSEParser | None = None  # classifies the first events until the first content frame
+        self.stream: StreamFormat | None = None  # the response's stream format (None: not a token stream)
+        self.framed = False  # self.stream is set: the relay cuts at frame boundaries (a bool on the hot path)
+        # Counts the stream's frames and holds the bytes of an unfinished one (each format's limit, 8 MB); replaced
+        # by the format's own cut at the head.
+        self.events: Cut = SSECut()
+        self.last_out = b""  # the last whole frames relayed (a reference, no copy): what an error frame follows
+        self.ttft_scan: FrameReader | None = None  # classifies the first frames until the first content frame
         self.scanned = 0
         self.out: list[bytes] = []
         self.frames = 0
@@ -515,8 +532,12 @@ class Exchange:
     def _upstream_headers(self) -> list[tuple[str, str]]:
         """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection headers name), names
         nginx ignores (anything but letters, digits and '-': `X_Forwarded_For` would reach a CGI-style backend as
-        X-Forwarded-For) and (when the gateway checked them) its credentials, plus ours."""
+        X-Forwarded-For) and (when the gateway checked them) its credentials, plus ours. The pool's key goes in the
+        header the route's API takes it in; it replaces every credential header the client sent."""
+        key = self._upstream_key()
         drop = self.app.forward_drop | connection_tokens(self.request.headers)
+        if key:
+            drop |= CREDENTIAL_HEADERS  # the client's x-api-key must not ride along beside the pool's own
         headers = [(k, v) for k, v in self.request.headers if k.lower() not in drop and HEADER_NAME_OK.match(k)]
         if self.request.peer:
             seen = self.request.header("x-forwarded-for")
@@ -524,10 +545,9 @@ class Exchange:
             headers.append(("X-Forwarded-Proto", "http"))
         headers.append(("Content-Length", str(len(self.request.body))))
         headers.append((self.app.cfg.request_id_header, self.request_id))
-        key = self._upstream_key()
         client_credentials = self.request.header("authorization")
         if key:
-            headers.append(("Authorization", f"Bearer {key}"))
+            headers.append(upstream_credential(self.entry.route.api, key))
         elif client_credentials and not self.app.auth.enabled:  # --no-auth: the upstream checks the client's key
             headers.append(("Authorization", client_credentials))
         return headers
@@ -539,7 +559,11 @@ class Exchange:
         return os.environ.get(env) or None
 
     def _model(self) -> str | None:
-        if not self.app.router.needs_model or not self.request.body:
+        if not self.app.router.needs_model:
+            return None
+        if self.entry.route.model is not None:
+            return self.entry.route.model  # Gemini and Bedrock name it in the path (their bodies do not)
+        if not self.request.body:
             return None
         try:
             body = json.loads(self.request.body)
@@ -566,21 +590,30 @@ class Exchange:
         self.status = head.status
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
+        encoded = False
         drop = RESPONSE_DROP | connection_tokens(head.headers)  # hop-by-hop, also those the upstream names
         for name, value in head.headers:
             lname = name.lower()
             if lname == "content-length" and head.framing in (Framing.LENGTH, Framing.NONE):  # else not the length
                 length = int(value)
-            elif lname == "content-type" and value.startswith("text/event-stream"):
-                self.sse = True
+            elif lname == "content-type":
+                self.stream = for_response(self.entry.route.api, value)
+            elif lname == "content-encoding" and value.strip().lower() != "identity":
+                encoded = True
             if lname not in drop:
                 out_headers.append((name, value))
         out_headers.append((self.app.cfg.request_id_header, self.request_id))
-        if self.sse:
-            self.ttft_scan = SSEParser()
+        if encoded:
+            # Frames are in the decoded bytes; the relay passes the encoded ones on untouched, read by read. A cut at
+            # "frame boundaries" of gzip bytes would hold a stream until its end (or past the frame limit).
+            self.stream = None
+        if self.stream is not None:
+            self.framed = True
+            self.events = self.stream.new_cut()
+            self.ttft_scan = self.stream.reader()
             if head.framing is Framing.LENGTH:
                 # A token stream is re-framed (chunked; close-delimited for an HTTP/1.0 client), never announced
-                # with the upstream's length: a failure mid-stream ends it with an error event, which must not make
+                # with the upstream's length: a failure mid-stream ends it with an error frame, which must not make
                 # the client read more bytes than a Content-Length said.
                 length = None
         response = self.response
@@ -600,32 +633,40 @@ class Exchange:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         if self.t_first_in is None:
             self.t_first_in = time.perf_counter()
-            if not self.sse:
+            if not self.framed:
                 self._observe_ttft(self.t_first_in)  # not a token stream: its first byte is its first answer
         self.bytes += len(data)
-        if self.sse:
+        if self.framed:
             events = self.events
             self.frames += events.feed(data)
             if self.ttft_scan is not None:
                 self._scan_for_first_token(data)
-            if events.tail or events.held:  # the read ends inside an event, or ends one that earlier reads began
-                data = events.cut(data)  # every whole event; the rest is held, never rescanned
-                if events.too_large:
-                    self._event_too_large(data)
+            if events.tail or events.held:  # the read ends inside a frame, or ends one that earlier reads began
+                data = events.cut(data)  # every whole frame; the rest is held, never rescanned
+                if events.too_large or events.broken is not None:
+                    self._unrelayable(data)
                     return
                 if not data:
                     return
+            self.last_out = data
         self.out.append(chunk(data) if self.chunked else data)  # one chunk per upstream read
 
-    def _event_too_large(self, whole: bytes) -> None:
-        """An upstream event outgrew what the relay holds: the client gets every whole event before it, then the
-        error event (it would have had to hold the event whole too; the gateway will not hold it forever)."""
+    def _unrelayable(self, whole: bytes) -> None:
+        """An upstream frame outgrew what the relay holds, or its framing broke (an event-stream prelude whose CRC
+        fails): the client gets every whole frame before it, then the error frame (it would have had to hold the
+        frame whole too; the gateway will not hold it forever)."""
         if whole:
             self.out.append(chunk(whole) if self.chunked else whole)
-        held = len(self.events.held)
-        self.events.held.clear()
-        if self.machine is not None:
-            self._do(self.machine.event_too_large(self.events.max_event_bytes, held))
+            self.last_out = whole
+        events = self.events
+        held = len(events.held)
+        events.held.clear()
+        if self.machine is None:
+            return
+        if events.broken is not None:
+            self._do(self.machine.malformed_frame(events.broken))
+        else:
+            self._do(self.machine.event_too_large(events.max_event_bytes, held))
 
     def upstream_read_done(self) -> None:
         if self.out:
@@ -665,9 +706,9 @@ class Exchange:
 
     # the client side ------------------------------------------------------------------------------------------
     def _end_stream(self, end: End) -> None:
-        """After the first byte there is no failover: end the stream with an explicit SSE error event (never a
-        fake finish_reason or [DONE]) and close the client's connection. The bytes of an unfinished event are
-        dropped, so the error event is the next thing an SSE client parses, whole."""
+        """After the first byte there is no failover: end the stream with an explicit error frame in the format's
+        own shape (never a fake finish_reason, [DONE] or message_stop) and close the client's connection. The
+        bytes of an unfinished frame are dropped, so the error frame is the next thing the client parses, whole."""
         self.error = f"{end.message}: {end.detail}" if end.detail else end.message
         self._abort_upstream()
         self.events.held.clear()
@@ -677,9 +718,9 @@ class Exchange:
             # The error event only where the body's end is ours to say (chunked, or close-delimited): never past an
             # announced Content-Length. A body of announced length is cut short instead, as nginx does: the client
             # sees fewer bytes than announced, then the close.
-            if self.sse and end.client_reads and self.framing in (Framing.CHUNKED, Framing.CLOSE):
-                body = json.dumps(error_body(end.message, "server_error", end.code)).encode()
-                event = b"event: error\ndata: " + body + b"\n\n"
+            stream = self.stream
+            if stream is not None and end.client_reads and self.framing in (Framing.CHUNKED, Framing.CLOSE):
+                event = stream.error(end.message, end.code, self.last_out)
                 self.out.append(self.response.frame(event) + self.response.end_bytes())
             self._flush()
             self.response.close_connection()
@@ -706,18 +747,18 @@ class Exchange:
 
     # internals ---------------------------------------------------------------------------------------------
     def _scan_for_first_token(self, data: bytes) -> None:
-        """Until the first content frame (not a role-only delta, a comment or a heartbeat): parse events and
-        classify them. Runs for the first few reads of a stream only."""
+        """Until the first content frame (by the format's classification: not a role-only delta, a comment, a
+        heartbeat, a start or ping event): parse frames and classify them. Runs for the first few reads only."""
         scan = self.ttft_scan
         assert scan is not None
         self.scanned += len(data)
         try:
             frames = scan.feed(data)
-        except Exception:  # an event too large to be a token: stop looking
+        except Exception:  # a frame too large to be a token, or bytes that break the format: stop looking
             frames = []
             self.scanned = TTFT_SCAN_BYTES
         for frame in frames:
-            if frame.kind is FrameKind.CONTENT:
+            if scan.kind(frame) is FrameKind.CONTENT:
                 self._observe_ttft(time.perf_counter())
                 self.ttft_scan = None
                 return

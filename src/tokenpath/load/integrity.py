@@ -1,14 +1,22 @@
 """Did every frame arrive, in order, byte for byte? The stub's frames are deterministic for a stream id, so the
 client re-renders what the stub sent and compares: no parsing on the hot path, and any loss, reordering or change
-is named. A proxy that re-serialises chunks (LiteLLM) fails the byte check; its content is then compared."""
+is named. A proxy that re-serialises chunks (LiteLLM) fails the byte check; its content is then compared.
+
+The other API formats are compared by content only (`byte_exact` None): their frames carry the prompt's size and
+the pacing (Anthropic's usage, Ollama's durations), which the client would have to re-derive as the stub does."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
 
+from tokenpath.errors import PeerError
+from tokenpath.load.tokens import content_text as format_text
 from tokenpath.stub.frames import completion_id, shape_for, token_text
+from tokenpath.wire.apis import Api
+from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.openai import content_text
+from tokenpath.wire.reader import frame_reader
 from tokenpath.wire.sse import SSEParser
 
 
@@ -16,7 +24,7 @@ from tokenpath.wire.sse import SSEParser
 class Integrity:
     expected: int
     received: int
-    byte_exact: bool
+    byte_exact: bool | None  # None: not compared byte for byte (a format other than OpenAI chat)
     lost: int  # content frames missing
     out_of_order: int  # content frames present but not where they belong
     detail: str = ""
@@ -31,9 +39,11 @@ def expected_frames(stream_id: str, model: str, tokens: int) -> list[bytes]:
     return shape_for("chat", model, tokens, False, 0, "openai", None).wire(False, completion_id(stream_id))
 
 
-def check_body(body: bytes, stream_id: str, model: str, tokens: int) -> Integrity:
+def check_body(body: bytes, stream_id: str, model: str, tokens: int, api: Api = Api.OPENAI) -> Integrity:
     """The same verdict from a whole body: one comparison of bytes when nothing changed them (the usual case,
     and the load client's), the frames parsed out only when something did."""
+    if api is not Api.OPENAI:
+        return check_content(body, api, tokens)
     expected = expected_frames(stream_id, model, tokens)
     if body == b"".join(expected):
         return Integrity(len(expected), len(expected), True, 0, 0)
@@ -56,3 +66,21 @@ def check(
     out_of_order = sum(1 for a, b in itertools.pairwise(indexes) if b < a)
     detail = f"{lost} content frames lost, {out_of_order} out of order" if lost or out_of_order else "re-serialised"
     return Integrity(len(expected), len(received), False, lost, out_of_order, detail)
+
+
+def check_content(body: bytes, api: Api, tokens: int) -> Integrity:
+    """A body of another format: its content frames' texts against the stub's tokens, in order."""
+    reader = frame_reader(api)
+    try:
+        frames = [*reader.feed(body), *reader.close()]
+    except PeerError as exc:  # a frame past its limit, a bad CRC, a last message cut short
+        return Integrity(tokens, 0, None, tokens, 0, f"unreadable {api.value} body: {exc}")
+    texts = [format_text(api, f) for f in frames if reader.kind(f) is FrameKind.CONTENT]
+    seen = [t for t in texts if t is not None]
+    want = [token_text(i) for i in range(tokens)]
+    positions = {t: i for i, t in enumerate(want)}
+    lost = len(set(want) - set(seen))
+    indexes = [positions[t] for t in seen if t in positions]
+    out_of_order = sum(1 for a, b in itertools.pairwise(indexes) if b < a)
+    detail = f"{lost} content frames lost, {out_of_order} out of order" if lost or out_of_order else ""
+    return Integrity(tokens, len(seen), None, lost, out_of_order, detail)

@@ -1,23 +1,33 @@
 """The load client's recorder: per stream, the arrival of the first content frame and the body's bytes; nothing
 per frame.
 
-TraceRecorder keeps a Read per recv() and a FrameArrival per frame, and parses every SSE event as it arrives: the
+TraceRecorder keeps a Read per recv() and a FrameArrival per frame, and parses every frame as it arrives: the
 probe needs that, and it costs ~5.6 µs per read. Under load the client needs less: the time of the read that
 completed the first content frame (TTFT, added TTFT), and at the end whether every frame arrived in order, byte
-for byte (integrity). So each read is de-chunked by llhttp and kept as bytes; the SSE parser runs only until the
-first content frame is found (the same parser and the same per-read timestamp as TraceRecorder, so the arrival
-is the same: tests/load/test_lean.py replays traces through both); the body is compared once, whole, with what
-the stub sent. Per read that leaves one llhttp feed and one list append (~0.7 µs).
+for byte (integrity). So each read is de-chunked by llhttp and kept as bytes; the format's frame reader
+(wire/reader.py) runs only until the first content frame is found (the same reader and the same per-read timestamp
+as TraceRecorder, so the arrival is the same: tests/load/test_lean.py replays traces through both); the body is
+compared once, whole, with what the stub sent. Per read that leaves one llhttp feed and one list append (~0.7 µs),
+and one mark (when the read returned, the body's bytes so far) from which every later frame's arrival is found
+once the stub's write sizes are known (load/framedelay.py).
+
+Under compression (a Content-Encoding the client asked for) each read's body is decoded as it arrives
+(wire/contentcoding.py), as the probe does: the first content frame is found in the decoded stream, its arrival
+is the read that decoded it, and the kept body is the decoded one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from array import array
+from dataclasses import dataclass, field
 
+from tokenpath.errors import ContentEncodingError
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW
-from tokenpath.wire.client import ResponseParser
-from tokenpath.wire.openai import FrameKind
-from tokenpath.wire.sse import SSEParser
+from tokenpath.wire.apis import Api, Framing
+from tokenpath.wire.client import ResponseHead, ResponseParser
+from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +39,12 @@ class LeanTrace:
     # That frame's bytes (what the join to the stub's write reads). A CRLF split after its CR ends the frame at the
     # CR, as the parser rules; the LF, which only the next read brings, is then not in here.
     first_content_raw: bytes | None
-    body: bytes  # the de-chunked body, as sent
+    body: bytes  # the de-chunked body, decoded when it had a Content-Encoding
+    api: Api = Api.OPENAI
+    first_content: WireFrame | None = None  # the first content frame itself (its text names the stub's token)
+    content_encoding: str = "identity"  # the response's Content-Encoding, as decoded
+    # Per read that brought body bytes: its time and the (decoded) body's length after it, flat pairs.
+    marks: array[int] = field(default_factory=lambda: array("q"))
 
     @property
     def error_preview(self) -> str:
@@ -37,43 +52,87 @@ class LeanTrace:
 
 
 class LeanRecorder:
-    def __init__(self, stream_id: str, t_sent_ns: int) -> None:
+    def __init__(self, stream_id: str, t_sent_ns: int, api: Api = Api.OPENAI) -> None:
         self._stream_id = stream_id
         self._t_sent_ns = t_sent_ns
+        self._api = api
         self._response = ResponseParser()
         self._pieces: list[bytes] = []
-        self._sse: SSEParser | None = SSEParser()  # None once the first content frame is found
+        self._reader: FrameReader | None = frame_reader(api)  # None once the first content frame is found
+        self._decoder: Decoder = IdentityDecoder()
+        self._coded = False  # a Content-Encoding other than identity: each read goes through the decoder
+        self._head: ResponseHead | None = None
         self._first_t: int | None = None
-        self._first_raw: bytes | None = None
+        self._first: WireFrame | None = None
+        self._marks = array("q")  # bounded by the body: one pair per read that added to it
+        self._nbytes = 0
 
     @property
     def complete(self) -> bool:
         return self._response.complete
 
     def on_read(self, t_ns: int, data: bytes) -> None:
+        # The hot path (once per read per stream): an identity body skips the decoder altogether.
         body = self._response.feed(data)
+        if self._head is None and self._response.head is not None:
+            self._on_head(self._response.head)
+        if self._coded:
+            if body:
+                body = self._decoder.feed(body)  # b"" when the read only fed the decompressor
+            if self._response.complete:
+                self._decoder.end()  # a compressed stream cut short: ContentEncodingError (truncated)
         if not body:
             return
         self._pieces.append(body)
-        sse = self._sse
-        if sse is not None:
-            for frame in sse.feed(body):
-                if frame.kind is FrameKind.CONTENT:
-                    self._first_t, self._first_raw = t_ns, frame.raw
-                    self._sse = None
+        self._nbytes += len(body)
+        marks = self._marks
+        marks.append(t_ns)
+        marks.append(self._nbytes)
+        reader = self._reader
+        if reader is not None:
+            for frame in reader.feed(body):
+                if reader.kind(frame) is FrameKind.CONTENT:
+                    self._first_t, self._first = t_ns, frame
+                    self._reader = None
                     break
 
+    def _on_head(self, head: ResponseHead) -> None:
+        """The decoder for its Content-Encoding; frames are read from a 2xx answer in the format's Content-Type
+        only (an SSE body always, as the probe does), so a JSON error body is reported by its status."""
+        self._head = head
+        ok = 200 <= head.status < 300
+        reader = self._reader
+        if reader is not None and not (
+            ok and (reader.spec.framing is Framing.SSE or head.content_type == reader.spec.content_type)
+        ):
+            self._reader = None
+        try:
+            self._decoder = decoder_for(head.header("content-encoding"))
+            self._coded = not isinstance(self._decoder, IdentityDecoder)
+        except ContentEncodingError:
+            if ok:
+                raise
+            self._reader = None  # an error answer in a coding it cannot read: kept as it came, for the preview
+
     def on_eof(self, t_ns: int) -> None:
-        """The peer closed. Raises ProtocolError if the response was cut short."""
+        """The peer closed. Raises ProtocolError if the response was cut short, ContentEncodingError if its
+        compressed stream was."""
         self._response.feed_eof()
+        if self._coded:
+            self._decoder.end()
 
     def result(self) -> LeanTrace:
         head = self._response.head
+        first = self._first
         return LeanTrace(
             self._stream_id,
             self._t_sent_ns,
             head.status if head else None,
             self._first_t,
-            self._first_raw,
+            first.raw if first is not None else None,
             b"".join(self._pieces),
+            self._api,
+            first,
+            self._decoder.encoding,
+            self._marks,
         )

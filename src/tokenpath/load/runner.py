@@ -12,6 +12,8 @@ import ipaddress
 import itertools
 import os
 import resource
+from array import array
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -32,9 +34,11 @@ from tokenpath.load.cluster import (
     parse_cluster,
 )
 from tokenpath.load.contention import Contention, schedule_missed
+from tokenpath.load.framedelay import frame_delays_ns
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
-from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
+from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup
@@ -42,6 +46,7 @@ from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
 from tokenpath.results.model import (
+    IDENTITY,
     LoadResults,
     LoadRow,
     MedianAndTail,
@@ -52,8 +57,9 @@ from tokenpath.results.model import (
     TargetSkip,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
-from tokenpath.stub.audit import added_ns
+from tokenpath.stub.audit import StreamLog, added_ns
 from tokenpath.stub.control import fetch_audit
+from tokenpath.wire.apis import Api
 from tokenpath.wire.request import parse_header_arg
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
@@ -101,6 +107,8 @@ class LoadConfig:
     stub_node: str | None = None  # with a cluster: the node (its address) the stub runs on
     pacing_given: tuple[str, ...] = ()  # of tokens/interval_ms/ttft_ms, those the user set (--stub-url: checked)
     target_tls: TLSOptions = field(default_factory=TLSOptions)  # an https --target: --cacert / --insecure
+    api: Api = Api.OPENAI  # the streaming format of every stream (--api)
+    accept_encoding: str | None = None  # sent with every stream (--accept-encoding; `browser` expanded)
 
     @property
     def open_loop(self) -> bool:
@@ -111,6 +119,8 @@ class LoadConfig:
         return self.rates or tuple(float(c) for c in self.levels)
 
     def __post_init__(self) -> None:
+        if self.accept_encoding is not None:
+            object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
         if self.client_workers == 0 and self.cluster is None:  # on a cluster: one per client node (RayClients)
             object.__setattr__(self, "client_workers", spare_client_workers(self.stub_workers))
         if self.stub_node is not None and self.cluster is None:
@@ -179,6 +189,8 @@ class Cell:
     stopped: str | None = None  # a worker gave up on this level: nearly every stream failed one way
     clocks: list[list[RunClock]] = field(default_factory=list)  # --cluster: each run's client clocks
     stub_cores: list[float] = field(default_factory=list)  # per run: the stub's CPU, the host's steal and run queue
+    encodings: Counter[str] = field(default_factory=Counter)  # Content-Encoding of the streams that completed
+    frame_delay: HdrHistogram = field(default_factory=new_histogram)  # every frame after the first content's
     steal: list[float] = field(default_factory=list)
     run_queue: list[float] = field(default_factory=list)
 
@@ -253,6 +265,7 @@ class LoadRunner:
             if cfg.stub_url is not None:
                 stub_url = cfg.stub_url  # the user's stub: its pacing is theirs, read from it
                 self.cfg = cfg = with_stub_pacing(cfg, stub_url, fetch_pacing(stub_url))
+                check_serves(stub_url, cfg.api.value)
                 if self.cluster is None:
                     self.stub_pid = listening_pid(parse_target(stub_url).port)
             elif self.cluster is not None and cfg.stub_node is not None:
@@ -380,7 +393,8 @@ class LoadRunner:
         cfg = self.cfg
         streams = cfg.max_in_flight if cfg.open_loop else int(cell.level)
         work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
-                        rate=cell.level if cfg.open_loop else None, api_key=api_key)  # fmt: skip
+                        rate=cell.level if cfg.open_loop else None, api_key=api_key, api=cfg.api,
+                        accept_encoding=cfg.accept_encoding)  # fmt: skip
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
                            tls=cfg.target_tls)  # fmt: skip
@@ -429,6 +443,8 @@ class LoadRunner:
             for r in report.results:
                 if r.first_content_t_ns is not None:
                     r.first_content_t_ns += clock.offset_ns
+                if r.read_marks:
+                    r.read_marks[::2] = array("q", (t + clock.offset_ns for t in r.read_marks[::2]))
         cell.clocks.append(clocks)
         return reports
 
@@ -459,7 +475,8 @@ class LoadRunner:
                 cell.streams += 1
                 cell.lost += r.lost
                 cell.out_of_order += r.out_of_order
-                cell.reserialized += not r.byte_exact and r.lost == 0 and r.out_of_order == 0
+                cell.reserialized += r.byte_exact is False and r.lost == 0 and r.out_of_order == 0
+                cell.encodings[r.content_encoding] += 1
                 if entry is None:
                     cell.unjoined += 1
                     cell.foreign += served_by_a_stub(r.audit_key)
@@ -468,8 +485,11 @@ class LoadRunner:
                     cell.audit_failed += 1
                     continue
                 added = None
-                if entry.log is not None and r.first_content is not None and r.first_content_t_ns is not None:
-                    added = added_ns(entry.log, r.first_content, r.first_content_t_ns)
+                write = content_write(entry.log, r.first_token) if entry.log is not None else None
+                if entry.log is not None and write is not None and r.first_content_t_ns is not None:
+                    added = added_ns(entry.log, write, r.first_content_t_ns)
+                    for delay in frame_delays_ns(entry.log, write, r.read_marks or ()) or ():
+                        cell.frame_delay.record_value(max(1, min(delay // 1000, HIST_MAX_US)))
                 if added is not None:
                     added_us = added // 1000
                     cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
@@ -493,6 +513,16 @@ class LoadRunner:
                 contention = cell.contention(self.cfg.stub_workers, self.cores, direct_missed)
                 out.append(_level_row(cell, floor, self.cfg, contention))
         return out
+
+
+def content_write(log: StreamLog, token: int | None) -> int | None:
+    """The stub's write that carried token `token` of its stream: its first content write (the audit's, per format:
+    OpenAI chat's role delta, Anthropic's message_start... come before it) plus the token's number. A log from a
+    stub that did not record its first content write is an OpenAI chat stream's: the role delta is write 0."""
+    if token is None:
+        return None
+    first = log.first_content if log.first_content is not None else 1
+    return first + token
 
 
 def ensure_fd_limit(streams_per_process: int) -> int:
@@ -605,6 +635,10 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         warnings=tuple(ResultWarning(**w) for w in warnings),
         unreliable=bool(warnings),
         clock=clock,
+        api=cfg.api.value,
+        accept_encoding=cfg.accept_encoding or IDENTITY,
+        content_encoding="/".join(sorted(cell.encodings)) or IDENTITY,
+        added_frame_delay_ms=_percentiles(cell, cell.frame_delay) if cell.frame_delay.get_total_count() else None,
     )
     if not cfg.open_loop:
         return row
@@ -628,5 +662,6 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "tokens": cfg.tokens, "model": cfg.model, "loop": "open" if cfg.open_loop else "closed",
         "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
         "stub_url": cfg.stub_url, "cluster": cfg.cluster, "stub_node": cfg.stub_node,
-        "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert,
+        "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert, "api": cfg.api.value,
+        "accept_encoding": cfg.accept_encoding,
     }  # fmt: skip

@@ -29,6 +29,23 @@ STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl
 
 def fetch_pacing(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any] | None:
     """The stub's default pacing from its health answer; None from a stub too old to report it."""
+    pacing = fetch_health(stub_url, timeout_s).get("pacing")
+    return pacing if isinstance(pacing, dict) else None
+
+
+def check_serves(stub_url: str, api: str, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
+    """Refuse, before any stream, a format the stub at `stub_url` does not serve (its health lists them; a stub
+    too old to list them serves OpenAI chat only)."""
+    apis = fetch_health(stub_url, timeout_s).get("apis", ["openai"])
+    if isinstance(apis, list) and api not in apis:
+        raise UsageError(
+            f"`api` {api}: the stub at {stub_url} serves {', '.join(map(str, apis))}; start it with --api {api} "
+            "or --api all"
+        )
+
+
+def fetch_health(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, Any]:
+    """The stub's health answer; ServiceError when it does not answer, UsageError when it is not a stub's."""
     where = f"{parse_target(stub_url).origin}{HEALTH_PATH}"
     try:
         status, body = exchange(stub_url, "GET", HEALTH_PATH, timeout_s=timeout_s)
@@ -40,8 +57,7 @@ def fetch_pacing(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str
         doc = None
     if not isinstance(doc, dict) or doc.get("status") != "ok":
         raise UsageError(f"`stub_url` {stub_url} is not a tokenpath stub: {where} did not answer its health")
-    pacing = doc.get("pacing")
-    return pacing if isinstance(pacing, dict) else None
+    return doc
 
 
 def with_stub_pacing(cfg: LoadConfig, stub_url: str, pacing: dict[str, Any] | None) -> LoadConfig:

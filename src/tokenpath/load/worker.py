@@ -12,6 +12,7 @@ import functools
 import random
 import ssl
 import time
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,12 +22,14 @@ import jwt
 from tokenpath.errors import TokenpathError
 from tokenpath.load.integrity import check_body
 from tokenpath.load.lean import LeanRecorder
+from tokenpath.load.tokens import content_text, token_number
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
-from tokenpath.wire.openai import chunk_id, content_text
+from tokenpath.wire.apis import Api
+from tokenpath.wire.openai import chunk_id
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
 RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
@@ -50,6 +53,8 @@ class Workload:
     request_model: str | None = None  # the name the target wants for `model` (a gateway's naming scheme)
     id_in_prompt: bool = False  # the stream id rides in the prompt too (a gateway that drops every other carrier)
     jwt: JWTMinter | None = field(default=None, repr=False)  # a fresh token per stream, for a JWT proxy
+    api: Api = Api.OPENAI  # the streaming format: its route, body, and where its first content frame is
+    accept_encoding: str | None = None  # sent as Accept-Encoding; the answer is decoded (ProbeConfig's rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,14 +112,16 @@ def _error_kind(error: str) -> str:
 class StreamResult:
     stream_id: str
     error: str | None = None
-    first_content: int | None = None  # index of the first content frame
+    first_token: int | None = None  # the stub's token number the first content frame carries (0 unless lost)
     first_content_t_ns: int | None = None
     audit_key: str = ""  # what to ask the stub's audit for: the chunks' completion id, else the stream id
     dispatch_lag_ns: int = 0  # open loop: how late the stream started against its schedule
     frames: int = 0
     lost: int = 0
     out_of_order: int = 0
-    byte_exact: bool = False
+    byte_exact: bool | None = False  # None: not compared byte for byte (formats other than OpenAI chat)
+    content_encoding: str = "identity"  # the response's Content-Encoding, as decoded
+    read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
 
 
 @dataclass(slots=True)
@@ -182,6 +189,8 @@ def _probe_config(work: Workload) -> ProbeConfig:
         max_tokens=work.tokens,
         api_key=work.api_key,
         headers=work.headers,
+        api=work.api,
+        accept_encoding=work.accept_encoding,
     )
 
 
@@ -199,7 +208,7 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
             port,
             request_bytes(cfg, cfg.target, sid),
             sid,
-            LeanRecorder,
+            functools.partial(LeanRecorder, api=cfg.api),
             timeout_s=STREAM_TIMEOUT_S,
             ssl_context=ctx,
         )
@@ -210,13 +219,16 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
         preview = " ".join(trace.error_preview.split())[:160]
         result.error = f"HTTP {trace.status or 'no response'}" + (f": {preview}" if preview else "")
         return result
-    if trace.first_content_raw is not None:
+    result.content_encoding = trace.content_encoding
+    result.read_marks = trace.marks
+    if trace.first_content is not None:
         result.first_content_t_ns = trace.first_content_t_ns
         # Joined to the stub's write by what the frame says, not where it is: a gateway may drop or add frames,
-        # and drop the stream id (then the chunks' completion id still names the stub's stream).
-        result.first_content = write_seq(trace.first_content_raw)
-        result.audit_key = chunk_id(trace.first_content_raw) or sid
-    integrity = check_body(trace.body, sid, work.model, work.tokens)
+        # and drop the stream id (then an OpenAI chunk's completion id still names the stub's stream).
+        result.first_token = token_number(content_text(cfg.api, trace.first_content))
+        openai_id = chunk_id(trace.first_content.raw) if cfg.api is Api.OPENAI else None
+        result.audit_key = openai_id or sid
+    integrity = check_body(trace.body, sid, work.model, work.tokens, cfg.api)
     result.frames = integrity.received
     result.lost = integrity.lost
     result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact
@@ -276,15 +288,6 @@ async def open_loop(work: Workload) -> WorkerReport:
 def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
     """One context per client process: it carries the TLS session cache."""
     return tls.context()
-
-
-def write_seq(frame: bytes) -> int | None:
-    """The stub's write number of the frame carrying token k: k + 1 (the role delta is write 0)."""
-    text = content_text(frame)
-    if text is None:
-        return None
-    digits = len(text) - len(text.rstrip("0123456789"))
-    return int(text[-digits:]) + 1 if digits else None
 
 
 def run_worker(work: Workload) -> WorkerReport:

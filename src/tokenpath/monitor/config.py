@@ -7,6 +7,9 @@ the first probe, with each target's probe configs built here so the runner never
     max_concurrency = 4            # probes in flight at once, over all targets (one per target at most)
     metrics_listen = "127.0.0.1:9465"
     coalescing_window = 5          # the coalescing gauge is the modal burst of this many latest probes
+    metric_names = "tokenpath"     # or "otel": OpenTelemetry GenAI names for TTFT and time per chunk
+    otlp_endpoint = "http://127.0.0.1:4318"   # optional: also export over OTLP/HTTP (monitor/otlp.py; headers
+    otlp_interval_s = 15           #   from OTEL_EXPORTER_OTLP_HEADERS), every this many seconds and on stop
 
     [defaults]                     # any target key but name/url/direct_url, applied to every target
     model = "gpt-4o-mini"
@@ -29,10 +32,12 @@ from typing import Any
 
 from tokenpath.errors import UsageError
 from tokenpath.hostport import parse_hostport
+from tokenpath.monitor.otel_names import NAMINGS
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
+from tokenpath.wire.apis import parse_api
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a label value a dashboard and a shell both take as-is
@@ -57,6 +62,8 @@ class TargetSpec:
     first_byte_timeout_s: float = 30.0  # a model under load can take this long to its first byte
     idle_timeout_s: float = 30.0
     total_timeout_s: float = 60.0  # the longest one probe may hold a slot (and the longest SIGTERM can wait)
+    api: str = "openai"  # the streaming format (wire/apis.py): its route, body and first content frame
+    accept_encoding: str | None = None  # sent as Accept-Encoding ("browser": a browser's); the answer is decoded
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,9 @@ class MonitorSettings:
     max_concurrency: int = 4
     metrics_listen: str = "127.0.0.1:9465"  # loopback unless told otherwise
     coalescing_window: int = 5
+    metric_names: str = "tokenpath"  # monitor/otel_names.py NAMINGS
+    otlp_endpoint: str | None = None  # monitor/otlp.py: no OTLP export unless set
+    otlp_interval_s: float = 15.0  # the SDK's default is 60 s; this matches interval_s, one export per probe round
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,11 @@ class Overrides:
     insecure: bool = False
     interval_s: float | None = None
     metrics_listen: str | None = None
+    max_concurrency: int | None = None
+    metric_names: str | None = None
+    otlp_endpoint: str | None = None
+    api: str | None = None
+    accept_encoding: str | None = None
 
     def target(self) -> dict[str, object]:
         """The one [[target]] `url` stands for, as a config file would spell it (unset keys: the defaults)."""
@@ -118,7 +133,7 @@ class Overrides:
             "headers": dict(self.headers),
             "body": dict(self.body),
         }
-        for key in ("direct_url", "model", "api_key_env", "max_tokens", "cacert"):
+        for key in ("direct_url", "model", "api_key_env", "max_tokens", "cacert", "api", "accept_encoding"):
             value = getattr(self, key)
             if value is not None:
                 target[key] = value
@@ -129,7 +144,7 @@ class Overrides:
         settings: object = data.get("monitor", {})
         if isinstance(settings, dict):  # a malformed table is from_dict's to name
             settings = dict(settings)
-            for key in ("interval_s", "metrics_listen"):
+            for key in ("interval_s", "metrics_listen", "max_concurrency", "metric_names", "otlp_endpoint"):
                 value = getattr(self, key)
                 if value is not None:
                     settings[key] = value
@@ -190,6 +205,14 @@ def _check_settings(s: MonitorSettings) -> None:
         raise UsageError(f"`max_concurrency` must be between 1 and 256, not {s.max_concurrency}")
     if not 1 <= s.coalescing_window <= 1000:
         raise UsageError(f"`coalescing_window` must be between 1 and 1000 probes, not {s.coalescing_window}")
+    if s.metric_names not in NAMINGS:
+        raise UsageError(f"`metric_names` must be one of {', '.join(NAMINGS)}, not {s.metric_names!r}")
+    if not 0.1 <= s.otlp_interval_s <= 86400:
+        raise UsageError(f"`otlp_interval_s` must be between 0.1 and 86400 seconds, not {s.otlp_interval_s}")
+    if s.otlp_endpoint is not None:
+        from tokenpath.monitor.otlp import endpoint_url  # here: otlp.py builds on this module
+
+        endpoint_url(s.otlp_endpoint)
 
 
 def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
@@ -230,10 +253,15 @@ def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
 
 
 def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
+    try:
+        api = parse_api(spec.api)
+    except ValueError as exc:
+        raise UsageError(f"`api`: {exc}") from None
     return ProbeConfig(
         url=spec.url, model=spec.model, prompt=spec.prompt, max_tokens=spec.max_tokens,
         headers=tuple(spec.headers.items()), api_key=api_key,
         tls=TLSOptions(insecure=spec.insecure, cacert=spec.cacert), connect_timeout_s=spec.connect_timeout_s,
         first_byte_timeout_s=spec.first_byte_timeout_s, idle_timeout_s=spec.idle_timeout_s,
-        total_timeout_s=spec.total_timeout_s, extra_body=tuple(spec.body.items()),
+        total_timeout_s=spec.total_timeout_s, extra_body=tuple(spec.body.items()), api=api,
+        accept_encoding=spec.accept_encoding,
     )  # fmt: skip

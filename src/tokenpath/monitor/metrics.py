@@ -2,6 +2,11 @@
 and `route` (via the path, or direct around it) — never from anything an endpoint returns, so a hostile or
 broken endpoint cannot grow the series count. Memory is fixed per target: histograms, gauges and one bounded
 window of recent bursts.
+
+With `metric_names = "otel"`, TTFT is the OpenTelemetry GenAI histogram
+`gen_ai_client_operation_time_to_first_chunk_seconds` (its buckets, its attributes as labels, plus `tokenpath_hop`
+and `target`; all from the config too) and `gen_ai_client_operation_time_per_output_chunk_seconds` is added;
+everything the conventions lack keeps its tokenpath name and labels (monitor/otel_names.py).
 """
 
 from __future__ import annotations
@@ -11,8 +16,10 @@ from collections import deque
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from tokenpath.monitor import otel_names
 from tokenpath.monitor.config import MonitorConfig
 from tokenpath.monitor.probing import OK, ProbeOutcome
+from tokenpath.monitor.schedule import DROP_REASONS
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 ADDED_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
@@ -50,9 +57,12 @@ class MonitorMetrics:
             buckets=TTFT_BUCKETS,
             registry=r,
         )
-        self.ttft = Histogram(
-            "tokenpath_monitor_ttft_seconds",
-            "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
+        self.otel = config.settings.metric_names == otel_names.OTEL
+        self.ttft, self.chunk_time = ttft_histograms(r, self.otel, by_route)
+        self.first_token = Histogram(
+            "tokenpath_monitor_first_token_seconds",
+            "Last request byte written to the arrival of the first reasoning or content frame (TTFT unless a "
+            "reasoning model thought first)",
             by_route,
             buckets=TTFT_BUCKETS,
             registry=r,
@@ -105,11 +115,24 @@ class MonitorMetrics:
         self.interval = Gauge(
             "tokenpath_monitor_interval_seconds", "Declared time between two probes of a target", ["target"], registry=r
         )
+        self.dropped = Counter(
+            "tokenpath_monitor_probes_dropped",
+            "Scheduled probes that never ran: overrun (the target's previous probe still ran) or concurrency (every "
+            "max_concurrency slot stayed busy)",
+            ["target", "reason"],
+            registry=r,
+        )
         self._windows: dict[tuple[str, str], BurstWindow] = {}
+        self._ttft_labels: dict[tuple[str, str], dict[str, str]] = {}  # the TTFT histograms' labels per route
         for target in config.targets:
             self.interval.labels(target.name).set(target.interval_s)
-            for route in target.routes:
+            for reason in DROP_REASONS:
+                self.dropped.labels(target.name, reason)  # 0 until one is dropped, so rate() has a series
+            for route, cfg in target.routes.items():
                 self._windows[(target.name, route)] = BurstWindow(config.settings.coalescing_window)
+                attributes = otel_names.GenAIAttributes.of(str(cfg.api), cfg.model, cfg.url, route)
+                by_names = attributes.prometheus(target.name) if self.otel else {"target": target.name, "route": route}
+                self._ttft_labels[(target.name, route)] = by_names
                 self.probes.labels(target.name, route, OK)  # the series exists before the first probe ends
 
     def record(self, outcome: ProbeOutcome) -> None:
@@ -131,9 +154,47 @@ class MonitorMetrics:
         if modal is not None:
             self.coalescing.labels(*labels).set(modal)
         if outcome.ok and m.ttft_ms is not None:
-            self.ttft.labels(*labels).observe(m.ttft_ms / 1000, exemplar={"stream_id": outcome.stream_id})
+            ttft_labels = self._ttft_labels[labels]
+            self.ttft.labels(**ttft_labels).observe(m.ttft_ms / 1000, exemplar={"stream_id": outcome.stream_id})
             self.last_success.labels(*labels).set(outcome.started_unix)
+            if self.chunk_time is not None:
+                chunk_time = self.chunk_time.labels(**ttft_labels)
+                for t in otel_names.chunk_times(outcome.gaps_s, m.frames, m.arrivals):
+                    chunk_time.observe(t)
+        if outcome.ok and m.first_token_ms is not None:
+            self.first_token.labels(*labels).observe(m.first_token_ms / 1000)
 
     def record_added(self, target: str, added_s: float) -> None:
         self.added_ttft.labels(target).observe(max(added_s, 0.0))
         self.added_ttft_last.labels(target).set(added_s)
+
+    def record_dropped(self, target: str, reason: str, count: int) -> None:
+        self.dropped.labels(target, reason).inc(count)
+
+
+def ttft_histograms(registry: CollectorRegistry, otel: bool, by_route: list[str]) -> tuple[Histogram, Histogram | None]:
+    """TTFT, and with OpenTelemetry names also the time per output chunk (None otherwise)."""
+    if not otel:
+        ttft = Histogram(
+            "tokenpath_monitor_ttft_seconds",
+            "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
+            by_route,
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        return ttft, None
+    ttft = Histogram(
+        otel_names.prometheus_name(otel_names.TIME_TO_FIRST_CHUNK),
+        "Time to the first content chunk (frame), from the request's last byte (exemplar: the stream id)",
+        otel_names.PROMETHEUS_LABELS,
+        buckets=otel_names.BUCKETS,
+        registry=registry,
+    )
+    chunk = Histogram(
+        otel_names.prometheus_name(otel_names.TIME_PER_OUTPUT_CHUNK),
+        "Time from the previous chunk (frame) to each chunk after the first, by arrival (0 within one read)",
+        otel_names.PROMETHEUS_LABELS,
+        buckets=otel_names.BUCKETS,
+        registry=registry,
+    )
+    return ttft, chunk

@@ -5,8 +5,10 @@ included); nothing here raises for a peer's fault.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ NO_CONTENT = "no_content"  # the stream ended cleanly without a content frame: n
 # ... and its frames were JSON in another API format (Anthropic, Responses): no TTFT until that format is read
 UNSUPPORTED_FORMAT = "unsupported_format"
 INTERNAL = "internal"  # a bug of ours, logged with its traceback; the monitor goes on
+INVALID_UTF8 = "invalid_utf8"  # frames that are not UTF-8: an event stream always is, so the peer is broken
 
 
 def reason_of(exc: BaseException) -> str:
@@ -57,16 +60,33 @@ class ProbeOutcome:
 
 
 class Aborter:
-    """The transports of probes in flight, so a stopping monitor can end them at once instead of waiting out
-    their timeouts. Thread-safe: probes register from worker threads, stop() comes from the main thread."""
+    """The transports of probes in flight, and the sockets of probes still connecting (a TLS handshake a peer never
+    answers), so a stopping monitor can end them at once instead of waiting out their timeouts. Thread-safe: probes
+    register from worker threads, stop() comes from the main thread."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open: set[_Tracked] = set()
+        self._connecting: set[socket.socket] = set()
         self.stopped = threading.Event()
 
     def connect(self, target: Endpoint, cfg: ProbeConfig) -> Transport:
-        transport = _Tracked(open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls), self)
+        mine: list[socket.socket] = []
+
+        def watch(sock: socket.socket) -> None:
+            with self._lock:
+                self._connecting.add(sock)
+                mine.append(sock)
+                if self.stopped.is_set():
+                    _shutdown(sock)
+
+        try:
+            inner = open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls, watch=watch,
+                                    drain_max_bytes=MONITOR_DRAIN_BYTES)  # fmt: skip
+        finally:
+            with self._lock:
+                self._connecting.difference_update(mine)
+        transport = _Tracked(inner, self)
         with self._lock:
             self._open.add(transport)
             if self.stopped.is_set():
@@ -82,11 +102,20 @@ class Aborter:
             self.stopped.set()
             for transport in self._open:
                 transport.abort()
+            for sock in self._connecting:
+                _shutdown(sock)
 
     @property
     def open_count(self) -> int:
         with self._lock:
             return len(self._open)
+
+
+def _shutdown(sock: socket.socket) -> None:
+    """Ends a connect or handshake blocked in another thread (SocketTransport.abort's way: the plain socket's
+    shutdown, which an SSLSocket's own would refuse before its handshake)."""
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 class _Tracked:
@@ -130,7 +159,10 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
     metrics = run_metrics(trace)
     arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS
     gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
-    if metrics.ttft_ms is not None:
+    if trace.invalid_utf8_frames:
+        outcome = INVALID_UTF8
+        message = f"{trace.invalid_utf8_frames} of {metrics.frames} frames were not UTF-8 (an event stream always is)"
+    elif metrics.ttft_ms is not None:
         outcome, message = OK, ""
     elif trace.foreign_frames:
         outcome, message = UNSUPPORTED_FORMAT, metrics.ttft_note
@@ -140,8 +172,15 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
 
 
 # A probe's figures come from the trace's counts; the monitor reads no frame and only the arrivals' times (for the
-# gaps), so each of its probes keeps at most this much of a stream, however much a target sends.
-MONITOR_LIMITS = TraceLimits(reads=4096, frames=0, frame_bytes=0)
+# gaps), so each of its probes keeps at most this much of a stream, however much a target sends. One event may
+# hold 256 KB (a chat chunk is a few hundred bytes, a tool-call delta a few KB): the probe command's 8 MB suits a
+# stream a user reads once, but the monitor holds max_concurrency of them for as long as it runs, and an allocator
+# keeps what a process once held: 100 endless events at 8 MB would be 800 MB.
+MONITOR_LIMITS = TraceLimits(reads=4096, frames=0, frame_bytes=0, event_bytes=256 << 10)
+# The most one TLS wake-up takes (transport.DRAIN_MAX_BYTES, 1 MB, for the probe command). What one read holds is
+# parsed into frames at once, ~200 B of objects per frame whatever its size: 1 MB of a flood's 9-byte frames is
+# ~25 MB per probe, times max_concurrency. A held burst worth measuring is a few KB, so 64 KB loses nothing.
+MONITOR_DRAIN_BYTES = 64 << 10
 
 
 def default_prober(aborter: Aborter) -> Prober:

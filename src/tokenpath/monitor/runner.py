@@ -1,10 +1,11 @@
 """The monitor's two modes on one probe path.
 
-`watch`: probe every target on its schedule until told to stop, record each outcome in the metrics and as one
-JSON log line (with the stream id, so a bad point on a dashboard can be traced to its probe). Probes run in a
-fixed pool of threads (the probe is blocking by design: one raw socket, timestamps at each recv), at most one per
-target and `max_concurrency` in all. Nothing grows with time: the pool, the metrics and the burst windows are
-fixed in size, every probe closes its socket, and a stop aborts the probes in flight.
+`watch`: probe every target on its schedule until told to stop, record each outcome in every sink (the Prometheus
+metrics, and the OTLP export when asked for) and as one JSON log line (with the stream id, so a bad point on a
+dashboard can be traced to its probe). Probes run in a fixed pool of threads (the probe is blocking by design: one
+raw socket, timestamps at each recv), at most one per target and `max_concurrency` in all; a scheduled probe that
+cannot run is dropped and counted (schedule.py), never queued. Nothing grows with time: the pool, the metrics and
+the burst windows are fixed in size, every probe closes its socket, and a stop aborts the probes in flight.
 
 `once`: N cycles of every target, then a summary per target that `--fail-on` rules are checked against.
 """
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tokenpath.monitor.config import MonitorConfig, Target
 from tokenpath.monitor.metrics import BurstWindow, MonitorMetrics
@@ -29,6 +31,15 @@ from tokenpath.stats import median, percentile
 log = logging.getLogger("tokenpath.monitor")
 
 Clock = Callable[[], float]
+
+
+class OutcomeSink(Protocol):
+    """Where the watch's measurements go: MonitorMetrics (Prometheus), OtlpExport (OTLP). Each gets the same
+    outcomes, so the two exports cannot disagree about what was measured."""
+
+    def record(self, outcome: ProbeOutcome) -> None: ...
+    def record_added(self, target: str, added_s: float) -> None: ...
+    def record_dropped(self, target: str, reason: str, count: int) -> None: ...
 
 
 def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
@@ -61,18 +72,21 @@ def _r(value: float | None) -> float | None:
 
 
 class Watch:
-    """Probes on schedule until stop(). `clock`, `sleep` and `prober` are injected so tests can drive it."""
+    """Probes on schedule until stop(). `clock` and `prober` are injected so tests can drive it; `sinks` get every
+    outcome besides `metrics`."""
 
     def __init__(
         self,
         config: MonitorConfig,
         metrics: MonitorMetrics,
         *,
+        sinks: tuple[OutcomeSink, ...] = (),
         prober: Prober | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         self.config = config
         self.metrics = metrics
+        self._sinks: tuple[OutcomeSink, ...] = (metrics, *sinks)
         self.aborter = Aborter()
         self._prober = prober or default_prober(self.aborter)
         self._clock = clock
@@ -95,6 +109,7 @@ class Watch:
         with ThreadPoolExecutor(slots, thread_name_prefix="probe") as pool:
             while not self._stop.is_set() and (max_cycles is None or self.cycles < max_cycles):
                 self._wake.clear()  # before collecting: a probe that ends after this sets it again
+                self._collect(in_flight, schedule)  # first: what ended frees its slot for what is due
                 for name in schedule.due(self._clock()):
                     if len(in_flight) >= slots:
                         break
@@ -103,11 +118,10 @@ class Watch:
                     future = pool.submit(probe_cycle, targets[name], self._prober, turns[name])
                     future.add_done_callback(lambda _f: self._wake.set())
                     in_flight[future] = name
-                self._collect(in_flight, schedule)
-                wait_s = schedule.seconds_to_next(self._clock())
-                if in_flight and len(in_flight) >= slots:
-                    wait_s = None  # every slot is busy: the next event is a probe ending
-                self._wake.wait(wait_s)
+                for name, reason, count in schedule.drop_overdue(self._clock(), slot_free=len(in_flight) < slots):
+                    self._dropped(name, reason, count)
+                # until something is due or must be dropped; a probe ending wakes it sooner
+                self._wake.wait(schedule.seconds_to_next(self._clock(), slot_free=len(in_flight) < slots))
             self.aborter.stop()
             for future in list(in_flight):
                 future.cancel()
@@ -128,10 +142,17 @@ class Watch:
             self.cycles += 1
             added = added_ttft_s(cycle)
             for outcome in cycle:
-                self.metrics.record(outcome)
+                for sink in self._sinks:
+                    sink.record(outcome)
                 log_outcome(outcome, added if outcome.route == "via" else None)
             if added is not None:
-                self.metrics.record_added(name, added)
+                for sink in self._sinks:
+                    sink.record_added(name, added)
+
+    def _dropped(self, name: str, reason: str, count: int) -> None:
+        for sink in self._sinks:
+            sink.record_dropped(name, reason, count)
+        log.warning(json.dumps({"event": "dropped", "target": name, "reason": reason, "count": count}))
 
 
 @dataclass

@@ -1,9 +1,16 @@
-"""When each target is probed next. Pure: the caller passes the time, so tests drive it with a fake clock.
+"""When each target is probed next, and which scheduled probes were dropped. Pure: the caller passes the time, so
+tests drive it with a fake clock.
 
 A target is due every `interval` seconds from the start of its previous probe, +/- `jitter` of the interval (so
-targets with one interval drift apart instead of probing in lockstep). It is never probed twice at once: a probe
-that outlasts its interval makes the next one start as soon as it ends. First probes are spread over the first
-few seconds, not stacked at start.
+targets with one interval drift apart instead of probing in lockstep). First probes are spread over the first few
+seconds, not stacked at start. A scheduled probe that cannot run is dropped, never queued, and said so
+(`drop_overdue`), with one of two reasons:
+
+- OVERRUN: its time came while the target's previous probe still ran (a target is never probed twice at once);
+- CONCURRENCY: every `max_concurrency` slot stayed busy for LATE_SHARE of its interval past its time.
+
+Either way the next probe of that target is scheduled one interval on, so a slow or crowded monitor probes less
+often (and its drop counter climbs) instead of building a backlog that would fire in a burst later.
 """
 
 from __future__ import annotations
@@ -14,6 +21,13 @@ from collections.abc import Sequence
 from tokenpath.monitor.config import MonitorConfig
 
 FIRST_SPREAD_S = 5.0  # first probes of all targets are spread over at most this long
+# How late a due probe may still start when it waits for a free slot, as a share of its interval: past half of it,
+# it would be nearer the next scheduled probe than its own time, so the next one stands in for it.
+LATE_SHARE = 0.5
+
+OVERRUN = "overrun"  # the `reason` label of a probe skipped because the previous one of its target still runs
+CONCURRENCY = "concurrency"  # ... dropped because every slot was busy (max_concurrency)
+DROP_REASONS = (OVERRUN, CONCURRENCY)
 
 
 class Schedule:
@@ -40,16 +54,48 @@ class Schedule:
 
     def start(self, name: str, now: float) -> None:
         self._busy.add(name)
-        spread = self._jitter * self._rng.uniform(-1.0, 1.0)
-        self._due[name] = now + self._intervals[name] * (1.0 + spread)
+        self._due[name] = now + self._next_interval(name)
 
     def finish(self, name: str) -> None:
         self._busy.discard(name)
 
-    def seconds_to_next(self, now: float) -> float | None:
-        """How long until some idle target is due (0 if one is now); None while every target is being probed."""
-        idle = [t for n, t in self._due.items() if n not in self._busy]
-        return max(0.0, min(idle) - now) if idle else None
+    def drop_overdue(self, now: float, slot_free: bool = False) -> list[tuple[str, str, int]]:
+        """The scheduled probes that can no longer run, as (target, reason, how many), each target's next time moved
+        past `now`. Call it after starting what could start: an idle target still due here found no slot, unless
+        `slot_free` (a slot freed meanwhile, or the caller was slow to come back: it starts late, on the next turn)."""
+        dropped = []
+        for name, due in self._due.items():
+            interval = self._intervals[name]
+            if name in self._busy:
+                reason, late_by = OVERRUN, 0.0  # its time came while it runs: skipped at once
+            elif slot_free:
+                continue
+            else:
+                reason, late_by = CONCURRENCY, LATE_SHARE * interval
+            if now < due + late_by:
+                continue
+            missed = int((now - due - late_by) // interval)  # a loop that slept long missed several: skip them
+            due += missed * interval
+            while due + late_by <= now:  # left: less than an interval; a jittered step is at least half of one
+                due += self._next_interval(name)
+                missed += 1
+            self._due[name] = due
+            dropped.append((name, reason, missed))
+        return dropped
+
+    def seconds_to_next(self, now: float, slot_free: bool = True) -> float | None:
+        """How long until something is to be done: an idle target due (when a slot is free), a probe to drop (an idle
+        one past its wait for a slot, a busy one whose next time came); 0 if now. None without targets."""
+        times = []
+        for name, due in self._due.items():
+            if name in self._busy or slot_free:
+                times.append(due)
+            else:
+                times.append(due + LATE_SHARE * self._intervals[name])
+        return max(0.0, min(times) - now) if times else None
+
+    def _next_interval(self, name: str) -> float:
+        return self._intervals[name] * (1.0 + self._jitter * self._rng.uniform(-1.0, 1.0))
 
     @property
     def busy(self) -> Sequence[str]:

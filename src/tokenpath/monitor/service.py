@@ -1,5 +1,5 @@
-"""`tokenpath monitor` as a process: the Exporter (metrics served, the watch run) under serve.runner until
-SIGTERM/SIGINT; and the one-shot gate for pipelines."""
+"""`tokenpath monitor` as a process: the Exporter (metrics served, the watch run, the OTLP export when asked for)
+under serve.runner until SIGTERM/SIGINT; and the one-shot gate for pipelines."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from wsgiref.simple_server import WSGIServer
 
 from tokenpath.errors import RuleBreached, UsageError
 from tokenpath.hostport import join_hostport
+from tokenpath.monitor import otlp
 from tokenpath.monitor.config import MonitorConfig
 from tokenpath.monitor.metrics import MonitorMetrics
 from tokenpath.monitor.rules import Rule
@@ -21,6 +22,8 @@ from tokenpath.serve.runner import Config, Server
 def serve(config: MonitorConfig, announce: Callable[[str], None]) -> None:
     """Probe until SIGTERM or SIGINT (serve.runner's signals). Stopping aborts the probes in flight, so it never
     waits out a timeout."""
+    if config.settings.otlp_endpoint is not None:
+        otlp.require()  # before anything listens: a missing package is a usage error, not a dead export
     host, port = config.metrics_host_port
     server = Server(Config("monitor", host, port, loop="asyncio"), lambda _sock: Exporter(config, server.exit))
     server.run(announce)
@@ -30,12 +33,14 @@ def serve(config: MonitorConfig, announce: Callable[[str], None]) -> None:
 class Exporter:
     """The monitor as the runner's app: /metrics served from threads (serve.exposition), the watch on a thread of
     its own; close() stops the watch, which aborts its probes in flight. `on_end` is told if the watch ends by
-    itself (it raised), so the process stops and the error is seen instead of a silent exporter."""
+    itself (it raised), so the process stops and the error is seen instead of a silent exporter. With
+    `otlp_endpoint`, the watch's outcomes also go to an OtlpExport, flushed once the watch has stopped."""
 
     def __init__(self, config: MonitorConfig, on_end: Callable[[], None]) -> None:
         self.config = config
         self.metrics = MonitorMetrics(config)
-        self.watch = Watch(config, self.metrics)
+        self.otlp = otlp.OtlpExport(config) if config.settings.otlp_endpoint is not None else None
+        self.watch = Watch(config, self.metrics, sinks=(self.otlp,) if self.otlp is not None else ())
         self._on_end = on_end
         self._httpd: WSGIServer | None = None
         self._watching: asyncio.Future[None] | None = None
@@ -46,7 +51,10 @@ class Exporter:
         return f"http://{join_hostport(self.config.metrics_host_port[0], self._httpd.server_address[1])}/metrics"
 
     def note(self) -> str:
-        return f"Prometheus; probing {', '.join(t.name for t in self.config.targets)}"
+        also = ""
+        if self.otlp is not None:
+            also = f"; OTLP to {otlp.shown(self.otlp.endpoint)} every {self.config.settings.otlp_interval_s:g} s"
+        return f"Prometheus{also}; probing {', '.join(t.name for t in self.config.targets)}"
 
     async def start(self) -> None:
         host, port = self.config.metrics_host_port
@@ -60,6 +68,8 @@ class Exporter:
             if self._watching is not None:
                 await self._watching
         finally:
+            if self.otlp is not None:  # after the watch: every outcome it recorded is in the flush
+                await asyncio.get_running_loop().run_in_executor(None, self.otlp.close)
             if self._httpd is not None:
                 threading.Thread(target=self._httpd.shutdown, daemon=True).start()
 

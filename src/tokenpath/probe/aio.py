@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, ConnectTimeout, PeerError, ProtocolError, TLSError
+from tokenpath.errors import ConnectError, ConnectTimeout, PeerError, TLSError
 from tokenpath.hostport import join_hostport
 from tokenpath.probe.trace import Trace, TraceRecorder
 
@@ -64,7 +64,7 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
         assert self._recorder is not None
         try:
             self._recorder.on_read(t, data)
-        except ProtocolError as exc:
+        except PeerError as exc:  # a broken response, a frame past its limit, an encoding it cannot decode
             self._fail(exc)
             return
         if self._recorder.complete and not self._done.done():
@@ -76,7 +76,7 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
         assert self._recorder is not None
         try:
             self._recorder.on_eof(self._clock())
-        except ProtocolError as exc:
+        except PeerError as exc:  # cut short: the response, its last frame or its compressed stream
             self._fail(exc)
             return None
         if not self._done.done():

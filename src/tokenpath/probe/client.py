@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +26,10 @@ from tokenpath.errors import (
 )
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection, parse_target
-from tokenpath.wire.request import DEFAULT_PROMPT, STREAM_HEADER, build_json_request, chat_body
+from tokenpath.wire.apis import SPECS, Api, Framing
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.reader import apis_for_content_type
+from tokenpath.wire.request import DEFAULT_PROMPT, api_headers, build_json_request, endpoint_target, stream_body
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +47,16 @@ class ProbeConfig:
     total_timeout_s: float = 600.0
     keep_alive: bool = False
     extra_body: tuple[tuple[str, Any], ...] = ()  # merged into the JSON body (e.g. the stub's "tokenpath" pacing)
+    api: Api = Api.OPENAI  # the streaming format: its route, request body, Content-Type and frames
+    # The Accept-Encoding header sent (None: none, as curl sends; "browser" expands to BROWSER_ACCEPT_ENCODING). The
+    # response's Content-Encoding is decoded and frames are counted in the decoded stream.
+    accept_encoding: str | None = None
 
     def __post_init__(self) -> None:
+        if self.accept_encoding is not None:
+            object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
+            if any(name.lower() == "accept-encoding" for name, _ in self.headers):
+                raise UsageError("Accept-Encoding is given twice: as `accept_encoding` and as a header; keep one")
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"):
             value = getattr(self, name)
             if not value > 0 or value == float("inf"):
@@ -52,12 +65,30 @@ class ProbeConfig:
 
     @property
     def target(self) -> Target:
-        return parse_target(self.url)
+        """The URL as given when it is a full endpoint; a base URL gets the format's route (wire/apis.py)."""
+        if self.api is Api.OPENAI:
+            return parse_target(self.url)  # a base URL gets /chat/completions, as it always has
+        base = parse_target(self.url, default_path="")  # host and port checked, the path and query as given
+        return dataclasses.replace(base, path=endpoint_target(base.path, self.api, self.model))
 
     @property
     def connect_deadline_s(self) -> float:
         """What connecting (TCP and TLS) may take: --connect-timeout, and never past --total-timeout."""
         return min(self.connect_timeout_s, self.total_timeout_s)
+
+
+# What Chromium sends (and Firefox and Safari the same codings): `--accept-encoding browser`.
+BROWSER_ACCEPT_ENCODING = "gzip, deflate, br, zstd"
+
+
+def expand_accept_encoding(value: str) -> str:
+    """An Accept-Encoding value as given, `browser` as the browsers' header; a line break is refused."""
+    value = value.strip()
+    if value.lower() == "browser":
+        return BROWSER_ACCEPT_ENCODING
+    if "\r" in value or "\n" in value:
+        raise UsageError("`accept_encoding` has a line break in it")
+    return value
 
 
 Connector = Callable[[Target, ProbeConfig], Transport]
@@ -72,12 +103,18 @@ def new_stream_id() -> str:
 
 
 def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
-    body = chat_body(model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream_id=stream_id)
+    """The format's smallest streaming request (wire/request.py), with the stream id and the API key."""
+    api = cfg.api
+    body = stream_body(api, model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream_id=stream_id)
     body.update(cfg.extra_body)
-    headers = [(STREAM_HEADER, stream_id), *cfg.headers]
-    if cfg.api_key:
-        headers.append(("Authorization", f"Bearer {cfg.api_key}"))
-    return build_json_request(target.host_header, target.path, body, headers=headers, keep_alive=cfg.keep_alive)
+    key_headers = api_headers(api, stream_id, cfg.api_key)
+    headers = [key_headers[0], *cfg.headers, *key_headers[1:]]  # the stream id first, the key last, as always
+    if cfg.accept_encoding is not None:
+        headers.insert(1, ("Accept-Encoding", cfg.accept_encoding))
+    accept = SPECS[api].content_type
+    return build_json_request(
+        target.host_header, target.path, body, headers=headers, keep_alive=cfg.keep_alive, accept=accept
+    )
 
 
 def probe_stream(
@@ -103,7 +140,7 @@ def probe_stream(
         raise
     try:
         transport.sendall(payload)
-        recorder = TraceRecorder(stream_id, clock(), limits)
+        recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
         _read_until_done(transport, recorder, cfg, clock, started + int(cfg.total_timeout_s * 1e9))
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError) as exc:
@@ -146,8 +183,9 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
             _check_head(transport, rec, cfg, clock, deadline)
 
 
-# Codings the probe reads as they are: none, and HTTP/1.1's own chunked framing (de-framed by the parser).
-READABLE_CODINGS = frozenset({"", "identity", "chunked"})
+# Transfer codings the probe reads: none, and HTTP/1.1's own chunked framing (de-framed by the parser). Content
+# codings are decoded by the trace (wire/contentcoding.py); one it cannot decode was raised there.
+READABLE_TRANSFER_CODINGS = frozenset({"", "identity", "chunked"})
 
 
 def _check_head(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig, clock: Clock, deadline: int) -> None:
@@ -156,18 +194,42 @@ def _check_head(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig, cloc
     if not 200 <= head.status < 300:
         preview = _body_preview(transport, rec, clock, deadline)
         error = BadRequest if head.status in BAD_REQUEST_STATUSES else HTTPStatusError
-        raise error(f"HTTP {head.status} from {cfg.target.origin}: {preview}")
-    if head.content_type != "text/event-stream":
+        raise error(f"HTTP {head.status} from {cfg.target.origin}{_redirect_note(head)}: {preview}")
+    expected = SPECS[cfg.api].content_type
+    if head.content_type != expected:
         shown = head.content_type or "none"
-        raise ContentTypeError(f"expected Content-Type text/event-stream, got {shown} (is 'stream' honoured?)")
-    for name in ("Content-Encoding", "Transfer-Encoding"):
-        codings = [c.strip().lower() for c in (head.header(name) or "").split(",")]
-        unread = [c for c in codings if c not in READABLE_CODINGS]
-        if unread:
-            raise ContentEncodingError(
-                f"the response is {name}: {', '.join(unread)}, which tokenpath does not decode yet, so its frames "
-                "and arrivals cannot be counted (was Accept-Encoding sent? drop that header)"
-            )
+        raise ContentTypeError(f"expected Content-Type {expected}, got {shown}{_format_hint(cfg.api, shown)}")
+    codings = [c.strip().lower() for c in (head.header("Transfer-Encoding") or "").split(",")]
+    unread = [c for c in codings if c not in READABLE_TRANSFER_CODINGS]
+    if unread:
+        raise ContentEncodingError(
+            f"the response is Transfer-Encoding: {', '.join(unread)}, a transfer coding tokenpath does not decode "
+            "(only chunked), so its frames and arrivals cannot be counted",
+            reason="unsupported",
+        )
+
+
+def _format_hint(api: Api, content_type: str) -> str:
+    """Why the Content-Type may differ: another format's (say which --api reads it), or no stream at all."""
+    others = [a for a in apis_for_content_type(content_type) if a is not api]
+    if not others:
+        return " (is 'stream' honoured?)"
+    if SPECS[others[0]].framing is Framing.SSE:
+        names = " or ".join(a.value for a in others)
+        return f" (an SSE stream, which --api {api.value} does not read: pass --api {names})"
+    return f" (the {others[0].value} format: pass --api {others[0].value})"
+
+
+def _redirect_note(head: ResponseHead) -> str:
+    """A 3xx is never followed (the probe measures the URL it was given; following could also reach an address
+    the user never named): the message says where it pointed, without credentials or query (a signed URL's token)
+    and printable, cut short."""
+    location = head.header("location") if 300 <= head.status < 400 else None
+    if location is None:
+        return ""
+    bare = re.sub(r"//[^/?#]*@", "//", re.split(r"[?#]", location, maxsplit=1)[0])
+    shown = "".join(c if c.isprintable() else "?" for c in bare[:200])
+    return f" (a redirect to {shown!r}, not followed)"
 
 
 PREVIEW_S = 1.0  # how long an error body is read for its first bytes

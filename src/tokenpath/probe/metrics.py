@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from tokenpath.clock import ns_to_ms
 from tokenpath.probe.trace import Trace
 from tokenpath.stats import median, percentile
+from tokenpath.stub.audit import StreamLog, added_ns
+from tokenpath.wire.apis import Api
 
 SCHEMA_VERSION = 1
 
@@ -22,11 +24,20 @@ class RunMetrics:
     arrivals: int  # reads that completed at least one frame
     frames_per_read: float | None  # frames / arrivals; None when nothing arrived
     ttfb_ms: float | None
-    ttft_ms: float | None  # to the first frame that carries content
+    ttft_ms: float | None  # to the first frame that carries content (never reasoning)
     gaps_ms: dict[str, float]  # between consecutive arrivals: p50, p90, max
     bursts: dict[int, int]  # frames completed by one arrival -> how many arrivals did that
     total_ms: float | None
-    ttft_note: str = ""  # why there is no TTFT when the stream ended with frames but none was OpenAI content
+    ttft_note: str = ""  # why there is no TTFT when the stream ended with frames but none was content
+    first_token_ms: float | None = None  # to the first frame that carries reasoning or content
+    # Every read that returned bytes. Above `arrivals` by the reads that completed no frame: under compression the
+    # reads that only fed the decompressor, otherwise the head alone or a frame split across reads.
+    reads: int | None = None
+    content_encoding: str = "identity"  # as decoded: frames and arrivals are counted in the decoded stream
+    # Joined to the stub's write log (probe --stub-url): the first content frame's arrival minus its write, and
+    # p50/p99 of the same for every later frame (after the first token: a path that bunches the rest shows here).
+    added_ttft_ms: float | None = None
+    added_frame_delay_ms: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
@@ -35,37 +46,86 @@ class RunMetrics:
             frames_per_read=obj.get("frames_per_read"), ttfb_ms=obj.get("ttfb_ms"), ttft_ms=obj.get("ttft_ms"),
             gaps_ms=dict(obj.get("gaps_ms") or {}), bursts={int(k): v for k, v in (obj.get("bursts") or {}).items()},
             total_ms=obj.get("total_ms"), ttft_note=obj.get("ttft_note", ""),
+            first_token_ms=obj.get("first_token_ms"), reads=obj.get("reads"),
+            content_encoding=obj.get("content_encoding") or "identity", added_ttft_ms=obj.get("added_ttft_ms"),
+            added_frame_delay_ms=dict(obj.get("added_frame_delay_ms") or {}),
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {
             "stream_id": self.stream_id,
             "status": self.status,
+            "content_encoding": self.content_encoding,
             "frames": self.frames,
+            "reads": self.reads,
             "arrivals": self.arrivals,
             "frames_per_read": self.frames_per_read,
             "ttfb_ms": self.ttfb_ms,
             "ttft_ms": self.ttft_ms,
+            "first_token_ms": self.first_token_ms,
             "gaps_ms": self.gaps_ms,
             "bursts": {str(k): v for k, v in sorted(self.bursts.items())},
             "total_ms": self.total_ms,
+            "added_ttft_ms": self.added_ttft_ms,
+            "added_frame_delay_ms": self.added_frame_delay_ms,
             **({"ttft_note": self.ttft_note} if self.ttft_note else {}),
         }
 
 
+# How a note names each format.
+API_NAMES = {
+    Api.OPENAI: "OpenAI",
+    Api.RESPONSES: "Responses API",
+    Api.ANTHROPIC: "Anthropic",
+    Api.GEMINI: "Gemini",
+    Api.BEDROCK: "Bedrock",
+    Api.OLLAMA: "Ollama",
+}
+
+
 def no_ttft_note(trace: Trace) -> str:
-    """Why a stream with frames has no TTFT: it is in another API format (until those formats are read), or it
-    carried no content at all. "" when it has a TTFT or no frames."""
+    """Why a stream with frames has no TTFT: its frames are in another API format (named, with the --api that reads
+    it, when their shape says which), it carried an error, or only reasoning, or no content at all. "" when it has a
+    TTFT or no frames."""
     if trace.first_content is not None or not trace.frame_count:
         return ""
+    name, frames = API_NAMES[trace.api], trace.frame_count
     if trace.foreign_frames:
-        return (f"no OpenAI content frame: {trace.foreign_frames} of {trace.frame_count} frames are JSON that is not "
-                f"an OpenAI chat chunk (first: {trace.foreign_hint}), another API format (Anthropic, Responses?) "
-                "that tokenpath does not read yet, so no TTFT is reported")  # fmt: skip
-    return f"no content frame in {trace.frame_count} frames, so no TTFT"
+        guess = trace.foreign_api
+        if guess is not None and guess is not trace.api:
+            which = f"the {API_NAMES[guess]} format: pass --api {guess.value}"
+        else:
+            which = "another API format"
+        return (f"no {name} content frame: {trace.foreign_frames} of {frames} frames are not {name} events (first: "
+                f"{trace.foreign_hint}), {which}; so no TTFT is reported")  # fmt: skip
+    if trace.error_hint:
+        return f"no content frame in {frames} frames: the stream carried an error: {trace.error_hint}"
+    if trace.first_token is not None:
+        return f"no content frame in {frames} frames, only reasoning, so no TTFT (the first token is reported)"
+    return f"no content frame in {frames} frames, so no TTFT"
 
 
-def run_metrics(trace: Trace) -> RunMetrics:
+def write_join(trace: Trace, log: StreamLog) -> tuple[float | None, dict[str, float]]:
+    """Added TTFT and the later frames' added delay (p50/p99), in ms, from the stub's write log of this stream
+    (stub.audit.added_ns, the join every runner uses: frame k is write k). Only where that holds: every frame kept
+    and the same size as its write (a path that passes the bytes through); else (None, {})."""
+    frames, writes = trace.frames, log.writes
+    first = trace.first_content
+    aligned = (
+        trace.frame_count == len(frames) == len(writes)
+        and all(len(f.frame.raw) == w.nbytes for f, w in zip(frames, writes, strict=True))
+        and first is not None
+        and log.first_content in (None, first)
+    )
+    if not aligned or first is None:
+        return None, {}
+    added = added_ns(log, first, frames[first].t_ns)
+    later = sorted(ns_to_ms(frames[k].t_ns - writes[k].actual_ns) for k in range(first + 1, len(frames)))
+    delay = {"p50": percentile(later, 50), "p99": percentile(later, 99)} if later else {}
+    return (ns_to_ms(added) if added is not None else None), delay
+
+
+def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
     # Arrivals are counted per read, never per frame: five frames in one recv() are one arrival. Counts cover the
     # whole stream; gaps are over the arrivals the trace kept (all of them, short of TraceLimits.reads reads).
     arrival_times = [r.t_ns for r in trace.reads if r.frames > 0]
@@ -73,6 +133,7 @@ def run_metrics(trace: Trace) -> RunMetrics:
     frames = trace.frame_count
     gaps = sorted(ns_to_ms(b - a) for a, b in pairwise(arrival_times))
     sent = trace.t_sent_ns
+    joined = write_join(trace, log) if log is not None else (None, {})
 
     def since_sent(t: int | None) -> float | None:
         return ns_to_ms(t - sent) if t is not None else None
@@ -85,10 +146,15 @@ def run_metrics(trace: Trace) -> RunMetrics:
         frames_per_read=frames / arrivals if arrivals else None,
         ttfb_ms=since_sent(trace.t_first_byte_ns),
         ttft_ms=since_sent(trace.t_first_content_ns),
+        first_token_ms=since_sent(trace.t_first_token_ns),
         gaps_ms={"p50": percentile(gaps, 50), "p90": percentile(gaps, 90), "max": gaps[-1]} if gaps else {},
         bursts=dict(trace.bursts),
         total_ms=since_sent(trace.t_end_ns),
         ttft_note=no_ttft_note(trace),
+        reads=trace.read_count,
+        content_encoding=trace.content_encoding,
+        added_ttft_ms=joined[0],
+        added_frame_delay_ms=joined[1],
     )
 
 
@@ -98,6 +164,7 @@ class ProbeSummary:
     frames_per_read: float | None
     ttfb_ms: float | None
     ttft_ms: float | None
+    first_token_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +174,8 @@ class ProbeResults:
     url: str
     runs: tuple[RunMetrics, ...]
     summary: ProbeSummary
+    api: Api = Api.OPENAI
+    accept_encoding: str | None = None  # the header sent (None: none)
 
     def to_json(self) -> dict[str, Any]:
         """The probe's --json document (its own SCHEMA_VERSION: a smaller document than results.json)."""
@@ -114,23 +183,35 @@ class ProbeResults:
         return {
             "schema_version": SCHEMA_VERSION,
             "url": self.url,
+            "api": self.api.value,
+            "accept_encoding": self.accept_encoding,
+            # As the runs were answered: one value when they agree, else each run's (a path that varies).
+            "content_encoding": _encodings(self.runs),
             "runs": [r.to_json() for r in self.runs],
             "summary": {
                 "runs": s.runs,
                 "frames_per_read": s.frames_per_read,
                 "ttfb_ms": s.ttfb_ms,
                 "ttft_ms": s.ttft_ms,
+                "first_token_ms": s.first_token_ms,
             },
         }
 
 
-def probe_results(url: str, runs: list[RunMetrics]) -> ProbeResults:
+def _encodings(runs: tuple[RunMetrics, ...]) -> str | None:
+    seen = sorted({r.content_encoding for r in runs})
+    return ", ".join(seen) if seen else None
+
+
+def probe_results(
+    url: str, runs: list[RunMetrics], api: Api = Api.OPENAI, accept_encoding: str | None = None
+) -> ProbeResults:
     def med(key: str) -> float | None:
         values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
         return median(values) if values else None
 
-    summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"))
-    return ProbeResults(url, tuple(runs), summary)
+    summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"), med("first_token_ms"))
+    return ProbeResults(url, tuple(runs), summary, api, accept_encoding)
 
 
 def dumps(results: ProbeResults) -> str:

@@ -12,15 +12,19 @@ def fmt(value: object, digits: int = 1) -> str:
 
 
 def probe_table(results: ProbeResults) -> Table:
-    table = Table(title=f"tokenpath probe {results.url}")
+    sent = f", Accept-Encoding: {results.accept_encoding}" if results.accept_encoding is not None else ""
+    table = Table(title=f"tokenpath probe {results.url} (--api {results.api.value}{sent})")
     for col in (
         "run",
         "status",
+        "encoding",  # the response's Content-Encoding: frames and arrivals are counted in the decoded stream
         "frames",
+        "reads",  # every read; under compression a read that only fed the decompressor is not an arrival
         "arrivals",
         "fpr",
         "TTFB ms",
         "TTFT ms",
+        "first token ms",  # reasoning or content: equal to TTFT unless a reasoning model thought first
         "gap p50",
         "gap p90",
         "gap max",
@@ -28,23 +32,32 @@ def probe_table(results: ProbeResults) -> Table:
         "total ms",
     ):
         table.add_column(col, justify="right")
+    joined = any(r.added_ttft_ms is not None or r.added_frame_delay_ms for r in results.runs)
+    if joined:  # --stub-url: what the path added, from the stub's write log
+        table.add_column("added TTFT ms", justify="right")
+        table.add_column("frame added p50/p99", justify="right")
     for i, r in enumerate(results.runs, 1):
         gaps = r.gaps_ms
+        added = [fmt(r.added_ttft_ms), "/".join(fmt(r.added_frame_delay_ms.get(p)) for p in ("p50", "p99"))]
         table.add_row(
             str(i),
             str(r.status),
+            r.content_encoding,
             str(r.frames),
+            "-" if r.reads is None else str(r.reads),
             str(r.arrivals),
             fmt(r.frames_per_read, 2),
             fmt(r.ttfb_ms),
             fmt(r.ttft_ms),
+            fmt(r.first_token_ms),
             fmt(gaps.get("p50")),
             fmt(gaps.get("p90")),
             fmt(gaps.get("max")),
             " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items())),
             fmt(r.total_ms),
+            *(added if joined else []),
         )
     notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
     if notes:
-        table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, or no content at all)
+        table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, an error, no content)
     return table

@@ -1,5 +1,14 @@
 """What one stream looked like from the client: each read with its timestamp, each frame with its arrival.
 
+Frames are the API format's own units (wire/reader.py: SSE events, event-stream messages, NDJSON lines). TTFT is
+the arrival of the first CONTENT frame; the first token, of the first REASONING or CONTENT frame (a reasoning
+model's thinking comes first and is never TTFT).
+
+Under compression (a Content-Encoding the client asked for) the body is decoded as it arrives
+(wire/contentcoding.py) between the HTTP framing and the frame reader: frames are counted in the decoded stream, an
+arrival is a read that completed at least one decoded frame, and a read that only fed the decompressor is a read,
+not an arrival (so `read_count` and `arrival_count` differ by it).
+
 `TraceRecorder` is sans-IO: whoever owns the socket calls `on_read(t_ns, data)` right as a read returns, so the
 blocking probe and the asyncio load client record exactly the same way.
 
@@ -10,13 +19,17 @@ total) comes from the counts; only the gaps between arrivals and per-frame joins
 
 from __future__ import annotations
 
-import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tokenpath.errors import ContentEncodingError
+from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
-from tokenpath.wire.openai import FrameKind
-from tokenpath.wire.sse import Frame, SSEParser
+from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
+from tokenpath.wire.sse import MAX_EVENT_BYTES
 
 ERROR_BODY_PREVIEW = 300  # body bytes kept verbatim, so a non-2xx answer can be shown in the error
 
@@ -29,6 +42,7 @@ class TraceLimits:
     reads: int = 65_536  # Read records (~130 B each)
     frames: int = 65_536  # FrameArrival records with their Frame (~300 B each plus the frame's bytes)
     frame_bytes: int = 16 << 20  # raw bytes of the kept frames, summed
+    event_bytes: int = MAX_EVENT_BYTES  # one unfinished frame held by the reader: past it, ResponseTooLarge
 
 
 DEFAULT_LIMITS = TraceLimits()
@@ -40,18 +54,14 @@ class Read:
 
     t_ns: int
     nbytes: int
-    frames: int  # SSE frames this read completed
+    frames: int  # frames this read completed (0 bytes: the end of the body, completing a last NDJSON line)
 
 
 @dataclass(slots=True, frozen=True)
 class FrameArrival:
     t_ns: int  # when the read that completed this frame returned
     read_index: int
-    frame: Frame
-
-    @property
-    def kind(self) -> FrameKind:
-        return self.frame.kind
+    frame: WireFrame  # wire/sse.py Frame, wire/eventstream.py EventMessage or wire/ndjson.py JsonLine
 
 
 @dataclass(slots=True)
@@ -63,14 +73,21 @@ class Trace:
     frames: list[FrameArrival] = field(default_factory=list)  # the first frames, within TraceLimits
     t_first_byte_ns: int | None = None
     t_end_ns: int | None = None
-    first_content: int | None = None  # index (among all frames, kept or not) of the first OpenAI content frame
+    api: Api = Api.OPENAI  # the format the body was read as
+    first_content: int | None = None  # index (among all frames, kept or not) of the first content frame
     t_first_content_ns: int | None = None  # when the read that completed it returned
+    first_token: int | None = None  # index of the first reasoning or content frame
+    t_first_token_ns: int | None = None
     trailing_bytes: int = 0  # SSE bytes after the last complete frame when the body ended
     read_count: int = 0  # every read, kept or not
     frame_count: int = 0  # every frame, kept or not
     bursts: Counter[int] = field(default_factory=Counter)  # frames completed by one arrival -> arrivals
-    foreign_frames: int = 0  # data frames before the first content frame that are JSON but not OpenAI chunks
+    foreign_frames: int = 0  # frames before the first content frame that are not events of `api`
     foreign_hint: str = ""  # what the first of them called itself (its `event:` name or JSON "type")
+    foreign_api: Api | None = None  # the format the first of them is in, when its shape says so
+    error_hint: str = ""  # the first error frame before any content (its data, shortened)
+    invalid_utf8_frames: int = 0  # frames that are not UTF-8, which an event stream always is (WHATWG)
+    content_encoding: str = "identity"  # the response's Content-Encoding as decoded ("gzip", "br", "gzip, br"...)
 
     @property
     def arrival_count(self) -> int:
@@ -86,25 +103,38 @@ class Trace:
         return self.frame_count - len(self.frames)
 
 
-def _hint(frame: Frame) -> str:
-    if frame.event:
-        return "event: " + frame.event.decode("utf-8", "replace")[:64]
+ERROR_HINT_CHARS = 200  # of an error frame's data, shown in the note of a stream without content
+
+
+def _is_utf8(raw: bytes) -> bool:
+    if raw.isascii():  # nearly every frame, and much cheaper than a decode
+        return True
     try:
-        kind = json.loads(frame.data or b"").get("type")
-    except (ValueError, AttributeError, RecursionError):
-        kind = None
-    return f'"type": {str(kind)[:64]}' if kind is not None else "JSON without `choices`"
+        raw.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class TraceRecorder:
-    def __init__(self, stream_id: str, t_sent_ns: int, limits: TraceLimits = DEFAULT_LIMITS) -> None:
-        self.trace = Trace(stream_id, t_sent_ns)
+    def __init__(
+        self, stream_id: str, t_sent_ns: int, limits: TraceLimits = DEFAULT_LIMITS, api: Api = Api.OPENAI
+    ) -> None:
+        self.trace = Trace(stream_id, t_sent_ns, api=api)
         self.response = ResponseParser()
-        self._sse = SSEParser()
+        self._reader: FrameReader = frame_reader(api, limits.event_bytes)
+        framing = self._reader.spec.framing
+        # Whether the body goes to the reader: decided on the head. An SSE body always does (the SSE parser reads
+        # anything without failing, as it always has); a binary or NDJSON reader only reads a 2xx answer in its
+        # own Content-Type, so a JSON error body is reported as the status it came with, not as a bad CRC.
+        self._reading: bool | None = True if framing is Framing.SSE else None
+        self._closed = False
+        self._text = framing is not Framing.EVENTSTREAM  # SSE and NDJSON are UTF-8; event-stream is binary
         self.body_preview = bytearray()
         self.limits = limits
         self._frame_bytes_left = limits.frame_bytes
         self._keeping = limits.frames > 0
+        self._decoder: Decoder = IdentityDecoder()  # replaced on the head by its Content-Encoding's
 
     @property
     def complete(self) -> bool:
@@ -116,40 +146,84 @@ class TraceRecorder:
         if trace.t_first_byte_ns is None:
             trace.t_first_byte_ns = t_ns
         body = self.response.feed(data)
-        if trace.head is None and self.response.head is not None:
-            trace.head = self.response.head
+        head = self.response.head
+        if trace.head is None and head is not None:
+            trace.head = head
+            if self._reading is None:
+                self._reading = 200 <= head.status < 300 and head.content_type == self._reader.spec.content_type
+            self._open_decoder(head)
         if body and len(self.body_preview) < ERROR_BODY_PREVIEW:
             self.body_preview += body[: ERROR_BODY_PREVIEW - len(self.body_preview)]
-        frames = self._sse.feed(body) if body else []  # an event past the parser's limit: ResponseTooLarge
+        # A frame past its limit raises ResponseTooLarge; bytes that break the format, StreamFormatError; bytes that
+        # break the coding (or a bomb), ContentEncodingError. A read that only fed the decompressor completes none.
+        frames = list(self._reader.feed(self._decoder.feed(body))) if body and self._reading else []
+        if self.response.complete:
+            frames += self._close()  # the body's end may complete (or cut short) a last frame
+        n = self._record(t_ns, len(data), frames)
+        if self.response.complete:
+            self._finish(t_ns)
+        return n
+
+    def _open_decoder(self, head: ResponseHead) -> None:
+        """The decoder for the head's Content-Encoding. One it cannot decode is raised for a 2xx answer (its frames
+        cannot be counted); an error answer is reported by its status, its body left unread."""
+        try:
+            self._decoder = decoder_for(head.header("content-encoding"))
+        except ContentEncodingError:
+            self._reading = False
+            if 200 <= head.status < 300:
+                raise
+            return
+        self.trace.content_encoding = self._decoder.encoding
+
+    def _record(self, t_ns: int, nbytes: int, frames: Sequence[WireFrame]) -> int:
+        trace = self.trace
         n = len(frames)
         index = trace.read_count
         trace.read_count += 1
         if index < self.limits.reads:
-            trace.reads.append(Read(t_ns, len(data), n))
+            trace.reads.append(Read(t_ns, nbytes, n))
         if n:
             base = trace.frame_count
             trace.frame_count += n
             trace.bursts[n] += 1
+            if self._text:
+                trace.invalid_utf8_frames += sum(1 for f in frames if not _is_utf8(f.raw))
             if self._keeping:
                 self._keep(t_ns, index, frames)
             if trace.first_content is None:
                 # Classified only until the first content frame: it is all TTFT needs, and JSON-decoding
                 # every frame would dominate the client's CPU under load.
-                for offset, f in enumerate(frames):
-                    kind = f.kind
-                    if kind is FrameKind.CONTENT:
-                        trace.first_content = base + offset
-                        trace.t_first_content_ns = t_ns
-                        break
-                    if kind is FrameKind.FOREIGN:
-                        if not trace.foreign_frames:
-                            trace.foreign_hint = _hint(f)
-                        trace.foreign_frames += 1
-        if self.response.complete:
-            self._finish(t_ns)
+                self._classify(t_ns, base, frames)
         return n
 
-    def _keep(self, t_ns: int, index: int, frames: list[Frame]) -> None:
+    def _classify(self, t_ns: int, base: int, frames: Sequence[WireFrame]) -> None:
+        trace, reader = self.trace, self._reader
+        for offset, f in enumerate(frames):
+            kind = reader.kind(f)
+            if kind is FrameKind.CONTENT or kind is FrameKind.REASONING:
+                if trace.first_token is None:
+                    trace.first_token, trace.t_first_token_ns = base + offset, t_ns
+                if kind is FrameKind.CONTENT:
+                    trace.first_content, trace.t_first_content_ns = base + offset, t_ns
+                    return
+            elif kind is FrameKind.FOREIGN:
+                if not trace.foreign_frames:
+                    trace.foreign_hint = reader.hint(f)
+                    trace.foreign_api = reader.recognise(f)
+                trace.foreign_frames += 1
+            elif kind is FrameKind.ERROR and not trace.error_hint:
+                text = " ".join((f.data or b"").decode("utf-8", "replace").split())
+                trace.error_hint = text[:ERROR_HINT_CHARS] or reader.hint(f)
+
+    def _close(self) -> Sequence[WireFrame]:
+        if self._closed or not self._reading:
+            return []
+        self._closed = True
+        self._decoder.end()  # a body that ended inside the compressed stream: ContentEncodingError (truncated)
+        return self._reader.close()
+
+    def _keep(self, t_ns: int, index: int, frames: Sequence[WireFrame]) -> None:
         kept = self.trace.frames
         room = self.limits.frames - len(kept)
         for f in frames:
@@ -161,8 +235,12 @@ class TraceRecorder:
             self._frame_bytes_left -= len(f.raw)
 
     def on_eof(self, t_ns: int) -> None:
-        """The peer closed. Raises ProtocolError if the response was cut short."""
+        """The peer closed. Raises ProtocolError if the response was cut short (StreamFormatError if its last
+        event-stream message or NDJSON line was)."""
         self.response.feed_eof()
+        frames = self._close()
+        if frames:  # a last NDJSON line without a line end: the end of the body is its arrival
+            self._record(t_ns, 0, frames)
         self._finish(t_ns)
 
     def result(self) -> Trace:
@@ -171,4 +249,4 @@ class TraceRecorder:
     def _finish(self, t_ns: int) -> None:
         if self.trace.t_end_ns is None:
             self.trace.t_end_ns = t_ns
-            self.trace.trailing_bytes = self._sse.pending_bytes()
+            self.trace.trailing_bytes = self._reader.pending_bytes()

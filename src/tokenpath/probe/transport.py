@@ -105,8 +105,9 @@ class SocketTransport:
     TLS sockets are non-blocking after the request: each read polls with the time left, so a record trickled in
     byte by byte cannot hold one recv() past its deadline (a blocking SSLSocket's timeout restarts at every byte)."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, drain_max_bytes: int = DRAIN_MAX_BYTES) -> None:
         self._sock = sock
+        self._drain_max = drain_max_bytes
         self._plain = not isinstance(sock, ssl.SSLSocket)
         self._rcvtimeo: float | None = None
 
@@ -164,7 +165,7 @@ class SocketTransport:
         taken = 0
         if sock.gettimeout() != 0.0:
             sock.setblocking(False)
-        while taken < DRAIN_MAX_BYTES:  # a peer flooding records faster than they are read: the rest waits
+        while taken < self._drain_max:  # a peer flooding records faster than they are read: the rest waits
             try:
                 chunk = sock.recv(RECV_BYTES)
             except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError):
@@ -193,6 +194,9 @@ def _wait(sock: socket.socket, for_write: bool, timeout_s: float) -> None:
 
 
 SocketFactory = Callable[[str, int, float], socket.socket]  # (host, port, timeout) -> connected socket
+# Told of each socket while it connects (TCP, then the TLS socket the handshake runs on), so another thread can shut
+# it down to end a connect or handshake at once (a stopping monitor) instead of waiting out the connect timeout.
+SocketWatch = Callable[[socket.socket], None]
 
 
 def tcp_connect(host: str, port: int, timeout_s: float) -> socket.socket:
@@ -201,7 +205,13 @@ def tcp_connect(host: str, port: int, timeout_s: float) -> socket.socket:
 
 
 def open_connection(
-    target: Target, *, connect_timeout_s: float, tls: TLSOptions, socket_factory: SocketFactory | None = None
+    target: Target,
+    *,
+    connect_timeout_s: float,
+    tls: TLSOptions,
+    socket_factory: SocketFactory | None = None,
+    watch: SocketWatch | None = None,
+    drain_max_bytes: int = DRAIN_MAX_BYTES,
 ) -> SocketTransport:
     """A connected TCP_NODELAY socket, TLS-wrapped for https. `socket_factory` connects instead of the resolver
     (e.g. with a socket made inside a network namespace). `connect_timeout_s` is one deadline for all of it: every
@@ -214,8 +224,9 @@ def open_connection(
             raise ConnectError(f"cannot connect to {target.hostport}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if target.scheme == "https":
-            return SocketTransport(wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s))
-        return SocketTransport(sock)
+            return SocketTransport(wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s,
+                                            watch=watch), drain_max_bytes)  # fmt: skip
+        return SocketTransport(sock, drain_max_bytes)
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
@@ -227,6 +238,8 @@ def open_connection(
             last = TimeoutError()
             break
         sock = socket.socket(family, kind, proto)
+        if watch is not None:
+            watch(sock)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(left)
         try:
@@ -236,8 +249,8 @@ def open_connection(
             last = exc
             continue
         if target.scheme == "https":
-            sock = wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s)
-        return SocketTransport(sock)
+            sock = wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s, watch=watch)
+        return SocketTransport(sock, drain_max_bytes)
     if isinstance(last, TimeoutError):
         raise ConnectTimeout(f"connecting to {target.hostport} timed out after {connect_timeout_s} s")
     reason = last.strerror if last is not None and last.strerror else str(last)
@@ -245,7 +258,13 @@ def open_connection(
 
 
 def wrap_tls(
-    sock: socket.socket, target: Target, tls: TLSOptions, *, deadline: float, timeout_s: float
+    sock: socket.socket,
+    target: Target,
+    tls: TLSOptions,
+    *,
+    deadline: float,
+    timeout_s: float,
+    watch: SocketWatch | None = None,
 ) -> socket.socket:
     """The TLS handshake, over by `deadline` (time.monotonic()) however slowly the peer sends its flight: it runs
     non-blocking, each wait bounded by the time left (a blocking socket's timeout restarts at every byte). On any
@@ -254,6 +273,8 @@ def wrap_tls(
     done = False
     try:
         ssock = tls.context().wrap_socket(sock, server_hostname=target.host, do_handshake_on_connect=False)
+        if watch is not None:
+            watch(ssock)  # it took over `sock`'s descriptor
         ssock.setblocking(False)
         while True:
             try:

@@ -5,6 +5,7 @@ from pathlib import Path
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
 MODULES = "/usr/lib/apache2/modules"
+DEFLATE = "AddOutputFilterByType DEFLATE text/event-stream"  # mod_deflate as it is turned on (with mod_filter)
 
 
 class Apache2(Proxy):
@@ -12,7 +13,11 @@ class Apache2(Proxy):
     binaries = ("apache2",)
     package = "apache2"
     image = "httpd:2.4.71-alpine"
-    variants = (STOCK, Variant("flushpackets", "ProxyPass ... flushpackets=on (flush after every chunk)"))
+    variants = (
+        STOCK,
+        Variant("flushpackets", "ProxyPass ... flushpackets=on (flush after every chunk)", "flushpackets=on"),
+        Variant("deflate", "mod_deflate for event streams (compresses what the client accepts)", DEFLATE),
+    )
 
     def version(self) -> str:
         binary = self.binary()
@@ -23,7 +28,10 @@ class Apache2(Proxy):
 
     def write_config(self, site: Site) -> Path:
         ssl = site.tls is not None or site.upstream_tls is not None
+        deflate = site.variant.name == "deflate"
         mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if ssl else [])]
+        mods += ["filter", "deflate"] if deflate else []
+        filters = f"{DEFLATE}\n" if deflate else ""
         loads = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in mods)
         tls = (
             f"SSLEngine on\nSSLCertificateFile {site.tls.cert}\nSSLCertificateKeyFile {site.tls.key}\n"
@@ -43,7 +51,7 @@ User www-data
 Group www-data
 {loads}
 Listen {site.listen.hostport}
-{tls}{_upstream_tls(site)}ProxyPass "/" "{site.upstream_url}/"{flush}
+{filters}{tls}{_upstream_tls(site)}ProxyPass "/" "{site.upstream_url}/"{flush}
 ProxyPassReverse "/" "{site.upstream_url}/"
 """)
         return config

@@ -34,6 +34,7 @@ class Variant:
 
     name: str
     description: str
+    line: str = ""  # the config line(s) that make the variant, as a user would write them (the report shows it)
 
 
 STOCK = Variant("stock", "the distribution's defaults for a plain reverse proxy")

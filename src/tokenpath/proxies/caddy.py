@@ -4,13 +4,19 @@ from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
+ENCODE = "encode gzip zstd"  # compression as it is turned on in a Caddyfile site
+
 
 class Caddy(Proxy):
     name = "caddy"
     binaries = ("caddy",)
     package = "caddy"
     image = "caddy:2.6.2-alpine"
-    variants = (STOCK, Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)"))
+    variants = (
+        STOCK,
+        Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
+        Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
+    )
 
     def version(self) -> str:
         binary = self.binary()
@@ -21,6 +27,7 @@ class Caddy(Proxy):
         lines = ["flush_interval -1"] if site.variant.name == "flush_interval" else []
         lines += _endpoint_lines(site)
         body = " {\n" + "".join(f"    {line}\n" for line in lines) + "  }" if lines else ""
+        encode = f"\n  {ENCODE}" if site.variant.name == "encode" else ""
         config = site.workdir / "Caddyfile"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant block differs from the defaults
 {{
@@ -28,7 +35,7 @@ class Caddy(Proxy):
   auto_https off
 }}
 {"https" if site.tls else "http"}://:{site.listen.port} {{
-  bind {site.listen.host}{tls}
+  bind {site.listen.host}{tls}{encode}
   reverse_proxy {site.upstream_url if site.upstream_tls else site.upstream.hostport}{body}
 }}
 """)

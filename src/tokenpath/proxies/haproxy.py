@@ -4,13 +4,20 @@ from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
+# Compression as it is turned on for an API behind HAProxy (backend lines; the client's Accept-Encoding decides).
+COMPRESSION = "compression algo gzip; compression type text/event-stream"
+
 
 class HAProxy(Proxy):
     name = "haproxy"
     binaries = ("haproxy",)
     package = "haproxy"
     image = "haproxy:2.6.12-alpine"
-    variants = (STOCK, Variant("http_no_delay", "option http-no-delay (send each chunk at once)"))
+    variants = (
+        STOCK,
+        Variant("http_no_delay", "option http-no-delay (send each chunk at once)", "option http-no-delay"),
+        Variant("compression", "gzip for event streams (compresses what the client accepts)", COMPRESSION),
+    )
 
     def version(self) -> str:
         binary = self.binary()
@@ -22,6 +29,8 @@ class HAProxy(Proxy):
     def write_config(self, site: Site) -> Path:
         bind = f"bind {site.listen.hostport}" + (f" ssl crt {site.tls.combined}" if site.tls else "")
         option = "    option http-no-delay\n" if site.variant.name == "http_no_delay" else ""
+        compression = "".join(f"    {line.strip()}\n" for line in COMPRESSION.split(";"))
+        backend = option + (compression if site.variant.name == "compression" else "")
         config = site.workdir / "haproxy.cfg"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant lines differ from the defaults
 global
@@ -35,7 +44,7 @@ frontend tokenpath
     {bind}
 {option}    default_backend upstream
 backend upstream
-{option}{_endpoint_lines(site)}    server stub {site.upstream.hostport}{_server_tls(site)}
+{backend}{_endpoint_lines(site)}    server stub {site.upstream.hostport}{_server_tls(site)}
 """)
         return config
 

@@ -4,10 +4,13 @@ from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
+GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on for an API behind nginx
 VARIANT_DIRECTIVES = {
     "stock": "",
     "proxy_buffering_off": "proxy_buffering off;",
     "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
+    "gzip": GZIP,
+    "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
 }
 
 
@@ -18,8 +21,12 @@ class Nginx(Proxy):
     image = "nginx:1.22.1-alpine"
     variants = (
         STOCK,
-        Variant("proxy_buffering_off", "proxy_buffering off (the advice everyone gives)"),
-        Variant("http_1_1", "proxy_http_version 1.1 with keep-alive to the upstream"),
+        Variant("proxy_buffering_off", "proxy_buffering off (the advice everyone gives)", "proxy_buffering off;"),
+        Variant("http_1_1", "proxy_http_version 1.1 with keep-alive to the upstream", "proxy_http_version 1.1;"),
+        # Compression as it is turned on: gzip compresses for a client whose Accept-Encoding asks for it, and the
+        # gzip filter flushes (Z_SYNC_FLUSH) only what reaches it flushed, i.e. with proxy_buffering off.
+        Variant("gzip", "gzip on for event streams (compresses what the client accepts)", GZIP),
+        Variant("gzip_buffering_off", "gzip on, with proxy_buffering off", f"{GZIP} proxy_buffering off;"),
     )
 
     def version(self) -> str:

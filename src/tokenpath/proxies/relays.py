@@ -44,8 +44,14 @@ class ControlProxy(Proxy):
         return args
 
 
-CONTROLS = (
+BASE_CONTROLS = (
     ControlProxy("pass", "forwards every read at once: must measure at the direct floor"),
     ControlProxy("buffer", "holds the whole response, then writes it: the `await response.text()` shape"),
     ControlProxy("cork", f"holds bytes until {CORK_BYTES} are queued or {CORK_MS:g} ms passed: MSG_MORE"),
 )
+# Certified before a condition that sends Accept-Encoding (controls/compress.py): gzip without and with a flush.
+COMPRESSION_CONTROLS = (
+    ControlProxy("gzip-hold", "gzips for a client that asks, no flush per event: the compressing proxy's mistake"),
+    ControlProxy("gzip-flush", "gzips for a client that asks, Z_SYNC_FLUSH after every read: must stream"),
+)
+CONTROLS = (*BASE_CONTROLS, *COMPRESSION_CONTROLS)

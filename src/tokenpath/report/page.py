@@ -204,7 +204,7 @@ def _targets(targets: Mapping[str, ProxyInfo] | Mapping[str, TargetInfo]) -> lis
     out = ['<h3>Versions and effective configs</h3><table class="versions">']
     for name, info in targets.items():
         if isinstance(info, ProxyInfo):
-            variants = {variant: v.get("config", "") for variant, v in info.variants.items()}
+            variants = {_variant_title(variant, v): v.get("config", "") for variant, v in info.variants.items()}
         else:
             variants = {info.variant: info.config or ""}
         configs = "".join(
@@ -214,6 +214,12 @@ def _targets(targets: Mapping[str, ProxyInfo] | Mapping[str, TargetInfo]) -> lis
         out.append(f"<tr><td><b>{esc(name)}</b></td><td>{esc(info.version or 'unknown')}</td><td>{configs}</td></tr>")
     out.append("</table>")
     return out
+
+
+def _variant_title(variant: str, info: Mapping[str, Any]) -> str:
+    """A variant's name with the config line that makes it (proxies/ Variant.line), when it has one."""
+    line = info.get("line")
+    return f"{variant}: {line}" if line else variant
 
 
 def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], classes: Sequence[str] = ()) -> str:
@@ -278,11 +284,12 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
                 "kept runs; the green band is the direct path's range (noise).",
             )
         )
-        headers = [h for h in tables.HEADERS if h != "condition"]
+        columns = tables.varying_columns(doc.rows)  # the same columns in every condition's table
+        headers = [h for h in tables.headers_for(doc.rows) if h != "condition"]
         out.append(
             _table(
                 [*headers, "excluded because"],
-                [[c for i, c in enumerate(tables.cells(r)) if i != 1] + [_exclusions(r)] for r in rows],
+                [[c for i, c in enumerate(tables.cells_for(r, columns)) if i != 1] + [_exclusions(r)] for r in rows],
                 classes=["unreliable" if r.excluded else "" for r in rows],
             )
         )

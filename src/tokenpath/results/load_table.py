@@ -10,7 +10,7 @@ import io
 
 from rich.table import Table
 
-from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Percentiles
+from tokenpath.results.model import DEFAULT_API, IDENTITY, LoadResults, LoadRow, MedianAndTail, Percentiles
 
 
 def _ms(v: float | None) -> str:
@@ -20,6 +20,8 @@ def _ms(v: float | None) -> str:
 def figures(row: LoadRow) -> list[str]:
     main = row.added_ttft_corrected_ms or row.added_ttft_ms
     cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
+    frames = row.added_frame_delay_ms  # after the first token: a path that bunches the rest shows here
+    cells.append("-" if frames is None else f"{_ms(frames.p50)}/{_ms(frames.p99)}")
     if row.dispatch_lag_ms is not None:
         cells += [_ms(row.added_ttft_ms.p99), _ms(row.dispatch_lag_ms.p99)]
     cells += [
@@ -39,11 +41,13 @@ def kept_cell(row: LoadRow) -> str:
 
 def headers(open_loop: bool) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
-    return ["level", "target", "p50", "p99", "p99.9", *extra, "CPU", "RSS", "kept/total"]
+    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total"]
 
 
 def _notes(row: LoadRow) -> str:
     notes = [w.kind for w in row.warnings]
+    if row.content_encoding != IDENTITY:  # frames were counted in the decoded stream
+        notes.append(f"answered {row.content_encoding}, decoded")
     if row.frames_lost or row.frames_out_of_order:
         notes.append(f"{row.frames_lost} lost/{row.frames_out_of_order} reordered")
     if row.errors:
@@ -53,8 +57,14 @@ def _notes(row: LoadRow) -> str:
 
 def rich_table(results: LoadResults) -> Table:
     open_loop = results.open_loop
-    title = "tokenpath load: TTFT added by the path (ms), proxy CPU (cores) and RSS (MB)"
-    table = Table(title=title + (", from the schedule" if open_loop else ""))
+    title = ("tokenpath load: TTFT added by the path (ms), each later frame's added delay (frame), proxy CPU (cores) "
+             "and RSS (MB)")  # fmt: skip
+    asked = {(r.api, r.accept_encoding) for r in results.levels}
+    conditions = "".join(
+        (f", --api {api}" if api != DEFAULT_API else "") + (f", Accept-Encoding: {enc}" if enc != IDENTITY else "")
+        for api, enc in sorted(asked)
+    )
+    table = Table(title=title + (", from the schedule" if open_loop else "") + conditions)
     for col in [*headers(open_loop), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
     for row in results.levels:
@@ -84,6 +94,7 @@ def markdown(results: LoadResults) -> str:
 CSV_KEYS = (
     "level", "loop", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
     "audit_failed", "unjoined", "frames_lost", "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
+    "api", "accept_encoding", "content_encoding",
 )  # fmt: skip
 
 
@@ -91,7 +102,8 @@ def csv_text(results: LoadResults) -> str:
     """One line per level and target; percentile objects flattened to added_ttft_ms_p50 etc."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    figures = [(k, p) for k in ("added_ttft_ms", "added_ttft_corrected_ms", "floor_ms") for p in ("p50", "p99", "p999")]
+    keys = ("added_ttft_ms", "added_ttft_corrected_ms", "floor_ms", "added_frame_delay_ms")
+    figures = [(k, p) for k in keys for p in ("p50", "p99", "p999")]
     writer.writerow([*CSV_KEYS, *(f"{k}_{p}" for k, p in figures), "warnings"])
     for row in results.levels:
         flat = [_pct(getattr(row, k), p) for k, p in figures]

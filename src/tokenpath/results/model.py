@@ -34,8 +34,13 @@ Kind = Literal["matrix", "sweep", "load"]
 #    apply is null or empty, never absent), and matrix files always carry their exclusion shares.
 # 4: a load row's level is one field, `level` (streams held open, or arrivals per second), with `loop` saying which;
 #    the pair `concurrency` / `rate` (one of them null) is gone.
-SCHEMA_VERSION = 4
-KNOWN_VERSIONS = (1, 2, 3, 4)
+# 5: matrix conditions and rows carry the streaming format (`api`) and the request's `accept_encoding`; rows and runs
+#    the `content_encoding` that came back (older files: openai, no Accept-Encoding, identity). Load rows carry the
+#    same three (`api`, `accept_encoding`, `content_encoding`) and `added_frame_delay_ms` (null before 5).
+SCHEMA_VERSION = 5
+KNOWN_VERSIONS = (1, 2, 3, 4, 5)
+IDENTITY = "identity"  # no Accept-Encoding sent / no Content-Encoding received
+DEFAULT_API = "openai"
 
 T = TypeVar("T")
 
@@ -149,6 +154,7 @@ class MatrixRun:
     writes_ms: tuple[float, ...]  # the stub's write of each frame, ms after its first
     error: str | None
     audited: bool = True  # False against a real endpoint (no write log); path_added_ttft_ms is then vs direct
+    content_encoding: str = IDENTITY  # the response's Content-Encoding, as the probe decoded it (schema 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +172,9 @@ class MatrixRow:
     verdict: str
     stub_headers: Mapping[str, str] = field(default_factory=dict)  # declared per condition (schema 2)
     endpoint: str = ""  # a real endpoint paced this row's streams: no stub audit, added TTFT is vs direct per round
+    api: str = DEFAULT_API  # the streaming format of the condition (schema 5)
+    accept_encoding: str = IDENTITY  # the request's Accept-Encoding ("identity": none sent)
+    content_encoding: str = IDENTITY  # what the path answered with over the runs ("gzip", or "gzip/identity" mixed)
     exclusions: Mapping[str, int] = field(default_factory=dict)
     fpr_median: float | None = None
     fpr_min: float | None = None
@@ -282,8 +291,15 @@ class ConditionLike(Protocol):
 def condition_label(row: ConditionLike) -> str:
     """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
     endpoint = getattr(row, "endpoint", "")
-    paced = endpoint or f"{row.frame_bytes} B @ {row.interval_ms:g} ms"
+    size = f"{row.frame_bytes} B" if row.frame_bytes else "unpadded"  # 0: the format's own frames
+    paced = endpoint or f"{size} @ {row.interval_ms:g} ms"
     label = f"{paced}, {row.link}{', tls' if row.tls else ''}"
+    api = getattr(row, "api", DEFAULT_API)
+    if api != DEFAULT_API:
+        label += f", {api}"
+    accept = getattr(row, "accept_encoding", IDENTITY)
+    if accept != IDENTITY:
+        label += f", Accept-Encoding: {accept}"
     headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
     if headers:
         label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
@@ -360,6 +376,12 @@ class LoadRow:
     histogram_corrected: str | None = None
     # --cluster runs: {"uncertainty_ms": worst over runs, "runs": [[per client worker: node, offset, drift, ...]]}
     clock: Json | None = None
+    api: str = DEFAULT_API  # the streaming format of every stream (schema 5)
+    accept_encoding: str = IDENTITY  # the request's Accept-Encoding ("identity": none sent)
+    content_encoding: str = IDENTITY  # what the target answered with ("gzip", or "gzip/identity" when mixed)
+    # Each frame after the first content frame: its arrival minus the stub's write (load/framedelay.py); None when
+    # no stream's bytes could be mapped to the writes (a path that re-serialises), or in files before schema 5.
+    added_frame_delay_ms: Percentiles | None = None
 
     @property
     def level_label(self) -> str:
@@ -424,7 +446,31 @@ def _v3_to_v4(doc: Json) -> Json:
     return doc
 
 
-MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+def _v4_to_v5(doc: Json) -> Json:
+    """Every matrix condition, row and run before 5 was OpenAI chat, asked with no Accept-Encoding, and read as
+    identity (a compressed answer was refused by the probe, never measured). Load rows the same."""
+    if doc.get("kind") == "load":
+        for level in doc.get("levels") or []:
+            level.setdefault("api", DEFAULT_API)
+            level.setdefault("accept_encoding", IDENTITY)
+            level.setdefault("content_encoding", IDENTITY)
+        return doc
+    if doc.get("kind") not in ("matrix", "sweep"):
+        return doc
+    experiment = doc.get("experiment") or {}
+    for cond in experiment.get("conditions") or []:
+        cond.setdefault("api", DEFAULT_API)
+        cond.setdefault("accept_encoding", IDENTITY)
+    for row in doc.get("rows") or []:
+        row.setdefault("api", DEFAULT_API)
+        row.setdefault("accept_encoding", IDENTITY)
+        row.setdefault("content_encoding", IDENTITY)
+        for run in row.get("raw") or []:
+            run.setdefault("content_encoding", IDENTITY)
+    return doc
+
+
+MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 
 
 def migrate(doc: Json) -> Json:
@@ -503,6 +549,7 @@ def matrix_run(run: Json) -> MatrixRun:
         writes_ms=tuple(run.get("writes_ms") or ()),
         error=run.get("error"),
         audited=run.get("audited", True),
+        content_encoding=run.get("content_encoding", IDENTITY),
     )
 
 
@@ -519,6 +566,7 @@ def load_row(row: Json) -> LoadRow:
         floor_ms=_build(MedianAndTail, floor) if floor else None,
         added_ttft_corrected_ms=pct("added_ttft_corrected_ms"),
         dispatch_lag_ms=pct("dispatch_lag_ms"),
+        added_frame_delay_ms=pct("added_frame_delay_ms"),
         warnings=tuple(_build(ResultWarning, w) for w in row.get("warnings", [])),
         error_samples=tuple(row.get("error_samples") or ()),
         runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),

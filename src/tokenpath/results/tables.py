@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
 from rich.table import Table
 
-from tokenpath.results.model import Drift, ExclusionShare, MatrixResults, MatrixRow, condition_label, exclusion_shares
+from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
+from tokenpath.results.model import (
+    IDENTITY,
+    Drift,
+    ExclusionShare,
+    MatrixResults,
+    MatrixRow,
+    condition_label,
+    exclusion_shares,
+)
 
 __all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
@@ -23,6 +32,9 @@ ROW_KEYS = (
     "tls",
     "stub_headers",
     "endpoint",
+    "api",
+    "accept_encoding",
+    "content_encoding",
     "runs",
     "excluded",
     "fpr_median",
@@ -80,6 +92,34 @@ HEADERS = (
 )
 
 
+Column = tuple[str, Callable[[MatrixRow], str]]
+
+
+def _asked(value: str) -> str:
+    return "browser" if value == BROWSER_ACCEPT_ENCODING else value
+
+
+def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
+    """The format and the encoding as columns of their own, where the rows vary them (or ask for compression):
+    `asked -> answered` puts the request's Accept-Encoding beside the Content-Encoding the path chose."""
+    out: list[Column] = []
+    if len({r.api for r in rows}) > 1:
+        out.append(("api", lambda r: r.api))
+    if any(r.accept_encoding != IDENTITY for r in rows):
+        out.append(("encoding (asked -> answered)", lambda r: f"{_asked(r.accept_encoding)} -> {r.content_encoding}"))
+    return out
+
+
+def headers_for(rows: Sequence[MatrixRow]) -> list[str]:
+    """HEADERS, with the varying columns after the condition."""
+    return [*HEADERS[:2], *(name for name, _ in varying_columns(rows)), *HEADERS[2:]]
+
+
+def cells_for(row: MatrixRow, columns: Sequence[Column]) -> list[str]:
+    base = cells(row)
+    return [*base[:2], *(value(row) for _, value in columns), *base[2:]]
+
+
 def describe_share(share: ExclusionShare) -> str:
     return f"{share.excluded} of {share.runs} runs excluded ({100 * share.share:.1f} %)"
 
@@ -120,16 +160,29 @@ def markdown(results: MatrixResults) -> str:
     lines += ["", "Exclusions per condition:"]
     lines += [f"- {s.condition}: {describe_share(s)}" for s in results.exclusion_shares]
     lines.append("")
-    lines.append("| " + " | ".join(HEADERS) + " |")
-    lines.append("|" + "|".join("---" for _ in HEADERS) + "|")
+    headers, columns = headers_for(results.rows), varying_columns(results.rows)
+    lines.append("| " + " | ".join(headers) + " |")
+    lines.append("|" + "|".join("---" for _ in headers) + "|")
     for row in results.rows:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells(row)) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells_for(row, columns)) + " |")
+    lines += _variant_lines(results)
     if results.skipped:
         lines += ["", "Not measured:"] + [f"- {s.path}: {s.reason}" for s in results.skipped]
     lines += ["", "Versions: " + ", ".join(f"{n} {p.version}" for n, p in results.proxies.items())]
     if results.interrupted:
         lines += ["", "**Interrupted**: rows with fewer runs than planned are partial."]
     return "\n".join(lines) + "\n"
+
+
+def _variant_lines(results: MatrixResults) -> list[str]:
+    """Each measured variant's config line (proxies/ Variant.line), so a row's fix can be copied from the table."""
+    lines = [
+        f"- {name} ({variant}): `{info['line']}`"
+        for name, proxy in results.proxies.items()
+        for variant, info in proxy.variants.items()
+        if info.get("line")
+    ]
+    return ["", "Config lines of the variants:", *lines] if lines else []
 
 
 def csv_text(results: MatrixResults) -> str:
@@ -168,17 +221,21 @@ def rich_table(results: MatrixResults) -> Table:
     certified = results.certification.passed
     note = endpoint_note(results)
     table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=note)
-    for header in ("path", "condition", "fpr", "+TTFT ms", "p90", "kept", "seen as"):
-        table.add_column(header, justify="left" if header in ("path", "condition", "seen as") else "right")
+    columns = varying_columns(results.rows)
+    names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"
+    for header in ("path", "condition", *names, "fpr", "+TTFT ms", "p90", "kept", "seen as"):
+        table.add_column(header, justify="right" if header in ("fpr", "+TTFT ms", "p90", "kept") else "left")
     for row in results.rows:
         style = "green" if row.within_floor else ("yellow" if row.within_floor is False else "red")
         path = row.proxy if row.variant == "stock" else f"{row.proxy} {row.variant}"
         link = {"loopback": "lo", "veth": "veth"}.get(row.link, row.link) + (" tls" if row.tls else "")
         link += " +hdr" if row.stub_headers else ""
-        paced = "endpoint" if row.endpoint else f"{row.frame_bytes}B/{row.interval_ms:g}ms"
+        size = f"{row.frame_bytes}B" if row.frame_bytes else "own"
+        paced = "endpoint" if row.endpoint else f"{size}/{row.interval_ms:g}ms"
         table.add_row(
             path,
             f"{paced} {link}",
+            *(value(row) for _, value in columns),
             _fmt(row.fpr_median, 2),
             _fmt(row.added_ttft_ms_median),
             _fmt(row.added_ttft_ms_p90),

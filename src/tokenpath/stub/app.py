@@ -1,11 +1,11 @@
-"""The stub's routes: OpenAI-compatible completions with paced SSE, the model list, and the audit endpoints."""
+"""The stub's routes: every streaming API format's (stub/formats/), paced, the OpenAI model list, and the audit and
+clock endpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import random
-import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,24 +18,27 @@ from tokenpath.stub.audit import AuditEntry, AuditReply, AuditStore, State, Stre
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
     MAX_STREAM_ID_CHARS,
-    Format,
     Pacing,
     StubConfig,
     response_headers,
     valid_stream_id,
 )
-from tokenpath.stub.frames import StreamRequest, StreamShape, completion_id, render_completion, shape_for
+from tokenpath.stub.formats import FORMATS, ApiFormat, Route, Router
+from tokenpath.stub.formats.base import Ask
+from tokenpath.stub.formats.openai import prompt_stream_id
+from tokenpath.stub.frames import StreamRequest, completion_id
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
+from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.siblings import ask_siblings
+from tokenpath.wire.apis import Api
 from tokenpath.wire.request import STREAM_HEADER
 
+__all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
+
 AUDIT_PREFIX = "/_tokenpath/audit"
-PROMPT_STREAM_ID = re.compile(r"\[tokenpath-stream:([!-Z^-~]{1,128})\]")  # visible ASCII but brackets
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
 
-_ROUTES: dict[str, tuple[str, ...]] = {
-    "/v1/chat/completions": ("POST",),
-    "/v1/completions": ("POST",),
+_ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' routes are found by stub.formats.Router
     "/v1/models": ("GET",),
     "/_tokenpath/health": ("GET",),
     "/_tokenpath/time": ("GET",),  # the stub's CLOCK_MONOTONIC, for a client on another host to estimate its offset
@@ -73,16 +76,26 @@ class PacedStream:
         self._fire_cb = self._fire  # bound once: it is scheduled once per frame
         self.done = False
 
-    def start(self, head: bytes) -> None:
+    def start(self, head: bytes, head_offset_ns: int = 0) -> None:
         """Writes the head now, with every frame due at offset 0 (the role delta) in the same write, as a model
         server does; scheduling those through the pacer would make them wait for every other request that
-        arrived in the same batch and log that wait as drift."""
+        arrived in the same batch and log that wait as drift. With `head_offset_ns` (the head held for the first
+        token) the head and the frames due by then leave at that moment instead, in one write."""
         self._response.on_abort = self.abort
+        if head_offset_ns:
+            due = self._log.started_ns + head_offset_ns
+            self._token = self._pacer.call_at(due, lambda _: self._head(head, head_offset_ns))
+        else:
+            self._head(head, 0)
+
+    def _head(self, head: bytes, due: int) -> None:
+        """The head, and every frame due at its offset `due` with it."""
+        self._token = None
         out = [head]
         started = self._log.started_ns
-        while self._next < self._last and self._offsets[self._next] == 0:
+        while self._next < self._last and self._offsets[self._next] == due:
             out.append(self._wire[self._next])
-            self._log.record(started, self._clock(), self._sizes[self._next])
+            self._log.record(started + due, self._clock(), self._sizes[self._next])
             self._next += 1
         self._response.write(b"".join(out))
         self._schedule()
@@ -125,11 +138,18 @@ class StubApp:
         self.clock = clock
         self._offset_ns = round(cfg.clock_offset_ms * NS_PER_MS)
         self._rng = random.Random(cfg.seed)
+        self._router = Router()
+        self._served = frozenset(cfg.apis)
+        self._default_pacing = cfg.pacing  # built once: every request without a `tokenpath` member uses it
         self.streams: set[PacedStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def __call__(self, request: Request, response: Response) -> None:
         path = request.path
+        found = self._router.find(path)
+        if found is not None:
+            self._format_route(request, response, *found)
+            return
         route = AUDIT_PREFIX if path.startswith(AUDIT_PREFIX + "/") else path
         methods = _ROUTES.get(route)
         if methods is None:
@@ -140,53 +160,85 @@ class StubApp:
             message = f"{request.method} is not allowed on {path}; use {allow}"
             response.send_json(405, error_body(message, "invalid_request_error"), [("Allow", allow)])
             return
-        if route == "/v1/chat/completions":
-            self._completion(request, response, "chat")
-        elif route == "/v1/completions":
-            self._completion(request, response, "completion")
-        elif route == "/v1/models":
+        if route == "/v1/models":
             model = {"id": self.cfg.model, "object": "model", "created": 0, "owned_by": "tokenpath"}
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
-            defaults = self.cfg.pacing  # a property that builds a Pacing: once
-            pacing = {k: getattr(defaults, k) for k in Pacing.OVERRIDABLE}  # what a client must expect
-            response.send_json(200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing})
+            pacing = self._default_pacing.to_json()  # what a client must expect
+            apis = [a.value for a in self.cfg.apis]
+            response.send_json(
+                200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing, "apis": apis}
+            )
         elif route == "/_tokenpath/time":
             response.send_json(200, {"t_ns": self.clock() + self._offset_ns})
         else:
             self._audit_lookup(request, response)
 
-    # completions ------------------------------------------------------------------------------------
-    def _completion(self, request: Request, response: Response, kind: str) -> None:
+    # streaming routes -------------------------------------------------------------------------------
+    def _format_route(self, request: Request, response: Response, fmt: ApiFormat, route: Route) -> None:
+        if fmt.api not in self._served:
+            served = "; ".join(FORMATS[a].describe() for a in self.cfg.apis)
+            message = (
+                f"{request.path} is the {fmt.api.value} API's route, which this stub does not serve "
+                f"(--api {self.cfg.api}: {served}); start it with --api {fmt.api.value} or --api all"
+            )
+            _refuse(response, fmt, 404, message)
+        elif request.method != "POST":
+            message = f"{request.method} is not allowed on {request.path}; use POST"
+            _refuse(response, fmt, 405, message, ("Allow", "POST"))
+        else:
+            self._generate(request, response, fmt, route)
+
+    def _generate(self, request: Request, response: Response, fmt: ApiFormat, route: Route) -> None:
         started = self.clock()
         try:
             body = _json_object(request.body)
-            stream_req, streaming, pacing, extra_headers = self._parse_completion(body, request, kind)
-            shape = _shape(stream_req, pacing.format, pacing.frame_bytes) if streaming else None
-        except BadRequest as exc:
-            response.send_json(400, error_body(str(exc), "invalid_request_error"))
+            ask = fmt.parse(body, request, route, self.cfg.model)
+            pacing, extra_headers = self._pacing(body, fmt)
+            req = self._stream_request(request, body, fmt, route, ask, pacing)
+            shape = fmt.shape(req, pacing) if ask.stream else None
+            if pacing.heartbeat_ms and fmt.heartbeat is None:
+                raise BadRequest(f"'heartbeat_ms': {fmt.no_heartbeat}")
+        except (BadRequest, UsageError) as exc:  # UsageError: a frame size the request asked for cannot hold its frames
+            _refuse(response, fmt, 400, str(exc))
             return
-        headers = [(STREAM_HEADER, stream_req.stream_id), *self.cfg.headers, *extra_headers]
-        log = self.audit.open(stream_req.stream_id, pacing.interval_ms, started)
+        headers = [(STREAM_HEADER, req.stream_id), *self.cfg.headers, *extra_headers]
         if shape is None:
-            self._whole_completion(response, stream_req, log, headers, pacing)
+            log = self.audit.open(req.stream_id, pacing.interval_ms, started, 0)
+            self._whole(response, fmt, req, log, headers, pacing)
             return
-        lead = 1 if kind == "chat" and pacing.format == "openai" else 0
         offsets = schedule_offsets_ns(
             len(shape.sizes),
-            lead_frames=lead,
+            lead_frames=shape.lead,
             ttft_ms=pacing.ttft_ms,
             interval_ms=pacing.interval_ms,
             jitter=self.cfg.jitter,
             rng=self._rng,
+            with_next=shape.with_next,
         )
-        sse_headers = [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"), *headers]
-        head = response.start_stream(200, sse_headers)
-        wire = shape.wire(response.chunked, completion_id(stream_req.stream_id))
+        head = response.start_stream(200, [*fmt.stream_headers, *headers])
+        wire = shape.wire(response.chunked, completion_id(req.stream_id))
+        if pacing.before_first_token:  # what real servers send around the first token (stub/plan.py)
+            beat = fmt.heartbeat
+            plan = plan_writes(
+                shape,
+                wire,
+                offsets,
+                heartbeat=None if beat is None else (response.frame(beat), len(beat)),
+                heartbeat_ms=pacing.heartbeat_ms,
+                head_at_first_token=pacing.head_at == "first-token",
+            )
+            log = self.audit.open(
+                req.stream_id, pacing.interval_ms, started, plan.first_content, plan.reasoning, plan.heartbeats
+            )
+            wire, sizes, offsets, head_offset = plan.wire, plan.sizes, plan.offsets, plan.head_offset_ns
+        else:  # the hot path, as it has always been
+            log = self.audit.open(req.stream_id, pacing.interval_ms, started, shape.first_content)
+            sizes, head_offset = shape.sizes, 0
         stream = PacedStream(
             response,
             wire,
-            shape.sizes,
+            sizes,
             offsets,
             log,
             self.pacer,
@@ -195,18 +247,19 @@ class StubApp:
             self.streams.discard,
         )
         self.streams.add(stream)
-        stream.start(head)
+        stream.start(head, head_offset)
 
-    def _whole_completion(
+    def _whole(
         self,
         response: Response,
+        fmt: ApiFormat,
         req: StreamRequest,
         log: StreamRecorder,
         headers: list[tuple[str, str]],
         pacing: Pacing,
     ) -> None:
         """stream: false: the JSON arrives when the last token would have."""
-        body = json.dumps(render_completion(req), separators=(",", ":")).encode()
+        body = fmt.whole(req)
         offset = round((pacing.ttft_ms + (req.tokens - 1) * pacing.interval_ms) * NS_PER_MS)
 
         def send(deadline_ns: int) -> None:
@@ -222,27 +275,8 @@ class StubApp:
 
         response.on_abort = abort
 
-    def _parse_completion(
-        self, body: dict[str, Any], request: Request, kind: str
-    ) -> tuple[StreamRequest, bool, Pacing, list[tuple[str, str]]]:
-        if kind == "chat":
-            messages = body.get("messages")
-            if not isinstance(messages, list) or not messages:
-                raise BadRequest("'messages' must be a non-empty list")
-            prompt_chars = sum(len(str(m.get("content", ""))) for m in messages if isinstance(m, dict))
-        else:
-            prompt = body.get("prompt")
-            if not isinstance(prompt, str | list):
-                raise BadRequest("'prompt' must be a string or a list")
-            prompt_chars = len(str(prompt))
-        model = body.get("model", self.cfg.model)
-        if not isinstance(model, str) or not model:
-            raise BadRequest("'model' must be a non-empty string")
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise BadRequest("'stream' must be true or false")
-        if len(model) > MAX_MODEL_CHARS:
-            raise BadRequest(f"'model' is longer than {MAX_MODEL_CHARS} characters")
+    def _pacing(self, body: dict[str, Any], fmt: ApiFormat) -> tuple[Pacing, list[tuple[str, str]]]:
+        """The body's `tokenpath` member: this request's own pacing and declared response headers."""
         control = body.get("tokenpath")
         extra_headers: dict[str, str] = {}
         if isinstance(control, dict) and "headers" in control:
@@ -251,33 +285,39 @@ class StubApp:
                 extra_headers = response_headers(control.pop("headers"))
             except UsageError as exc:  # response_headers serves the experiment file too: a usage error there
                 raise BadRequest(f"'tokenpath.headers': {exc}") from None
-        pacing = self.cfg.pacing if control is None else self.cfg.pacing.override(control)
-        limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        tokens = pacing.tokens
-        if limit is not None:
-            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-                raise BadRequest("'max_tokens' must be a positive integer")
-            tokens = min(tokens, limit)
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise BadRequest("'stream_options' must be an object")
-        user = body.get("user")
-        stream_id = (request.header(STREAM_HEADER) or (user if isinstance(user, str) and user else None)
-                     or (prompt_stream_id(body.get("messages")) if kind == "chat" else None))  # fmt: skip
+        if fmt.api is not Api.OPENAI and isinstance(control, dict) and control.get("format", "openai") != "openai":
+            raise BadRequest(
+                f"'tokenpath.format' {control['format']!r} is for the OpenAI routes; "
+                f"the {fmt.api.value} route speaks its own format"
+            )
+        pacing = self._default_pacing if control is None else self._default_pacing.override(control)
+        return pacing, list(extra_headers.items())
+
+    def _stream_request(
+        self, request: Request, body: dict[str, Any], fmt: ApiFormat, route: Route, ask: Ask, pacing: Pacing
+    ) -> StreamRequest:
+        """The rules every format shares: the model's length, the stream id, the token count (the format's max-tokens
+        field can only lower the stub's)."""
+        if len(ask.model) > MAX_MODEL_CHARS:
+            raise BadRequest(f"'model' is longer than {MAX_MODEL_CHARS} characters")
+        stream_id = request.header(STREAM_HEADER) or fmt.body_stream_id(body, route)
         if stream_id is not None and not valid_stream_id(stream_id):
             raise BadRequest(
-                f"the stream id (the {STREAM_HEADER} header, else 'user') must be 1-{MAX_STREAM_ID_CHARS} "
-                "visible ASCII characters: it is echoed in a response header"
+                f"the stream id (the {STREAM_HEADER} header, else the body's user field) must be "
+                f"1-{MAX_STREAM_ID_CHARS} visible ASCII characters: it is echoed in a response header"
             )
-        req = StreamRequest(
-            kind=kind,
-            model=model,
+        tokens = pacing.tokens if ask.max_tokens is None else min(pacing.tokens, ask.max_tokens)
+        return StreamRequest(
+            kind=route.kind,
+            model=ask.model,
             stream_id=stream_id or uuid.uuid4().hex[:16],
             tokens=tokens,
-            include_usage=bool(options.get("include_usage")),
-            prompt_tokens=max(1, prompt_chars // 4),
+            include_usage=ask.include_usage,
+            prompt_tokens=max(1, ask.prompt_chars // 4),
+            truncated=tokens < pacing.tokens,
+            ttft_ms=pacing.ttft_ms,
+            interval_ms=pacing.interval_ms,
         )
-        return req, stream, pacing, list(extra_headers.items())
 
     # audit ------------------------------------------------------------------------------------------
     def _audit_lookup(self, request: Request, response: Response) -> None:
@@ -348,16 +388,6 @@ class StubApp:
             entries.update(self._local_entries([i for i in ids if _unsettled(entries.get(i))], with_log))
 
 
-def prompt_stream_id(messages: Any) -> str | None:
-    """The stream id a client put in its last message (`[tokenpath-stream:ID]`): for gateways that drop the header,
-    the `user` field and the chunk ids, but forward the conversation."""
-    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
-        return None
-    content = messages[-1].get("content")
-    m = PROMPT_STREAM_ID.search(content) if isinstance(content, str) else None
-    return m.group(1) if m else None
-
-
 def _unsettled(entry: AuditEntry | None) -> bool:
     return entry is None or not entry.settled
 
@@ -388,9 +418,7 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return obj
 
 
-def _shape(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> StreamShape:
-    prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
-    try:
-        return shape_for(req.kind, req.model, req.tokens, req.include_usage, prompt_tokens, fmt, frame_bytes)
-    except UsageError as exc:  # a frame size the request asked for that cannot hold its chunks
-        raise BadRequest(str(exc)) from None
+def _refuse(response: Response, fmt: ApiFormat, status: int, message: str, *extra: tuple[str, str]) -> None:
+    """An error in the format's own shape, so its clients raise it as theirs."""
+    reply = fmt.error(status, message)
+    response.send(status, [*reply.headers, *extra], reply.body)

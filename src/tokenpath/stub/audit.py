@@ -58,20 +58,51 @@ class StreamLog:
     started_ns: int
     state: State = "running"
     writes: tuple[Write, ...] = ()
+    first_content: int | None = None  # the write that carried the first content frame (None: an older stub's log)
+    reasoning: tuple[int, ...] = ()  # the writes that carried reasoning deltas (--reasoning-tokens)
+    heartbeats: tuple[int, ...] = ()  # the writes that carried keep-alive comments (--heartbeat-ms)
+
+    @property
+    def first_content_write(self) -> Write | None:
+        """When the first content frame was written: what added TTFT subtracts (None until it has been)."""
+        k = self.first_content
+        return self.writes[k] if k is not None and k < len(self.writes) else None
+
+    @property
+    def first_token(self) -> int | None:
+        """The write of the first reasoning or content frame: what a first-token figure joins with."""
+        return self.reasoning[0] if self.reasoning else self.first_content
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "stream_id": self.stream_id,
             "interval_ms": self.interval_ms,
             "started_ns": self.started_ns,
             "state": self.state,
+            "first_content": self.first_content,
             "writes": [w.to_json() for w in self.writes],
         }
+        # Only when there are any: a log without them reads as every stub's always has.
+        if self.reasoning:
+            out["reasoning"] = list(self.reasoning)
+        if self.heartbeats:
+            out["heartbeats"] = list(self.heartbeats)
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> StreamLog:
         writes = tuple(Write.from_json(w) for w in obj["writes"])
-        return cls(obj["stream_id"], float(obj["interval_ms"]), int(obj["started_ns"]), obj["state"], writes)
+        first = obj.get("first_content")
+        return cls(
+            obj["stream_id"],
+            float(obj["interval_ms"]),
+            int(obj["started_ns"]),
+            obj["state"],
+            writes,
+            None if first is None else int(first),
+            tuple(int(i) for i in obj.get("reasoning") or ()),
+            tuple(int(i) for i in obj.get("heartbeats") or ()),
+        )
 
 
 def added_ns(log: StreamLog, frame: int, arrival_ns: int) -> int | None:
@@ -94,6 +125,9 @@ class StreamRecorder:
     actual_ns: array[int] = field(default_factory=lambda: array("q"))
     nbytes: array[int] = field(default_factory=lambda: array("q"))
     state: State = "running"
+    first_content: int | None = None  # index of the write that carries the first content frame
+    reasoning: tuple[int, ...] = ()  # indices of the writes that carry reasoning deltas
+    heartbeats: tuple[int, ...] = ()  # indices of the keep-alive writes
 
     def record(self, scheduled_ns: int, actual_ns: int, nbytes: int) -> None:
         self.scheduled_ns.append(scheduled_ns)
@@ -106,7 +140,17 @@ class StreamRecorder:
             Write(i, s + offset_ns, a + offset_ns, b)
             for i, (s, a, b) in enumerate(zip(self.scheduled_ns, self.actual_ns, self.nbytes, strict=True))
         )
-        return StreamLog(self.stream_id, self.interval_ms, self.started_ns + offset_ns, self.state, writes)
+        started = self.started_ns + offset_ns
+        return StreamLog(
+            self.stream_id,
+            self.interval_ms,
+            started,
+            self.state,
+            writes,
+            self.first_content,
+            self.reasoning,
+            self.heartbeats,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,8 +287,18 @@ class AuditStore:
         self._by_completion: dict[str, str] = {}
         self._max = max_streams
 
-    def open(self, stream_id: str, interval_ms: float, started_ns: int) -> StreamRecorder:
-        log = StreamRecorder(stream_id, interval_ms, started_ns)
+    def open(
+        self,
+        stream_id: str,
+        interval_ms: float,
+        started_ns: int,
+        first_content: int | None = None,
+        reasoning: tuple[int, ...] = (),
+        heartbeats: tuple[int, ...] = (),
+    ) -> StreamRecorder:
+        log = StreamRecorder(
+            stream_id, interval_ms, started_ns, first_content=first_content, reasoning=reasoning, heartbeats=heartbeats
+        )
         self._logs.pop(stream_id, None)  # a reused id keeps only its newest stream
         self._logs[stream_id] = log
         self._by_completion[completion_id(stream_id)] = stream_id

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.priority import Priority
+from tokenpath.wire.apis import Api, parse_api
 
 Format = Literal["openai", "plain"]
+HeadAt = Literal["start", "first-token"]  # when the response head leaves: at once, or with the first token
+HEAD_AT = ("start", "first-token")
 
 # Named limits (h11/uvicorn style): large enough for any real chat request, small enough that a broken or
 # hostile client cannot make the stub hold unbounded memory.
@@ -26,6 +30,8 @@ MAX_MODEL_CHARS = 256  # model names are short identifiers; echoed in every fram
 MAX_STREAM_SECONDS = 3600.0  # ttft + tokens x interval: a stream that would run longer is a mistake
 MAX_RESPONSE_HEADERS = 16  # declared extra response headers per request
 MAX_STREAM_ID_CHARS = 128
+MAX_FIRST_EVENT_BYTES = 1 << 20  # a large first event: past every proxy buffer (4-64 KB), far below MAX_STREAM_BYTES
+MAX_HEARTBEATS = 100_000  # keep-alive writes per stream (one per heartbeat_ms): as many as the token limit allows
 # Hop-by-hop and framing headers belong to the server that writes the response, never to a declared condition.
 RESERVED_HEADERS = frozenset({
     "connection", "content-length", "transfer-encoding", "keep-alive", "upgrade", "trailer", "te",
@@ -91,15 +97,42 @@ class Jitter:
 class Pacing:
     """How one response is paced. The stub's flags set the default; a request may override any of it with a
     `"tokenpath": {...}` member in its JSON body, so that one stub serves every condition of an experiment
-    (proxies forward bodies untouched, and some drop unknown headers)."""
+    (proxies forward bodies untouched, and some drop unknown headers).
+
+    What real servers send before and around the first token (issue 24 §4), each off by default:
+    `heartbeat_ms` SSE `: ping` comments every N ms from the start until the last frame; `reasoning_tokens` N
+    reasoning deltas, paced like tokens, before the content; `first_event_bytes` the first content frame padded to
+    N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token."""
 
     ttft_ms: float
     interval_ms: float
     tokens: int
     frame_bytes: int | None
     format: Format
+    heartbeat_ms: float | None = None
+    reasoning_tokens: int = 0
+    first_event_bytes: int | None = None
+    head_at: HeadAt = "start"
 
-    OVERRIDABLE = ("ttft_ms", "interval_ms", "tokens", "frame_bytes", "format")
+    OVERRIDABLE = (
+        "ttft_ms", "interval_ms", "tokens", "frame_bytes", "format",
+        "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at",
+    )  # fmt: skip
+    _NULLABLE = frozenset({"frame_bytes", "heartbeat_ms", "first_event_bytes"})
+
+    BEFORE_FIRST_TOKEN = ("heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at")
+
+    def to_json(self) -> dict[str, object]:
+        """The pacing as the stub's health reports it: the options of what comes before the first token only when
+        set, so a stub without them answers as every stub always has (load and the matrix compare it)."""
+        out = {k: getattr(self, k) for k in self.OVERRIDABLE if k not in self.BEFORE_FIRST_TOKEN}
+        out.update((k, getattr(self, k)) for k in self.BEFORE_FIRST_TOKEN if getattr(self, k) != getattr(_PLAIN, k))
+        return out
+
+    @property
+    def before_first_token(self) -> bool:
+        """Whether any option of what comes before and around the first token is set (else the plain fast path)."""
+        return bool(self.heartbeat_ms or self.reasoning_tokens or self.first_event_bytes or self.head_at != "start")
 
     def override(self, values: object) -> Pacing:
         """A request's own pacing (its body's "tokenpath" object): a bad one is that request's BadRequest."""
@@ -113,36 +146,73 @@ class Pacing:
             if key == "format":
                 if value not in ("openai", "plain"):
                     raise BadRequest("'tokenpath.format' must be openai or plain")
-            elif key == "frame_bytes" and value is None:
+            elif key == "head_at":
+                if value not in HEAD_AT:
+                    raise BadRequest("'tokenpath.head_at' must be start or first-token")
+            elif key in self._NULLABLE and value is None:
                 pass
             elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
                 raise BadRequest(f"'tokenpath.{key}' must be a finite number >= 0")
             fields[key] = value
+        if fields["heartbeat_ms"] == 0:
+            fields["heartbeat_ms"] = None  # 0: no keep-alives, as the flag's default
         if not isinstance(fields["tokens"], int) or not 1 <= fields["tokens"] <= MAX_TOKENS:
             raise BadRequest(f"'tokenpath.tokens' must be a whole number from 1 to {MAX_TOKENS}")
         if fields["frame_bytes"] is not None and (
             not isinstance(fields["frame_bytes"], int) or not 1 <= fields["frame_bytes"] <= MAX_FRAME_BYTES
         ):
             raise BadRequest(f"'tokenpath.frame_bytes' must be a whole number from 1 to {MAX_FRAME_BYTES}")
-        pacing = Pacing(**fields)
         try:
+            pacing = Pacing(**fields)
+            pacing.check(lambda k: f"'tokenpath.{k}'")
             pacing.check_bounds("'tokenpath': ")
-        except UsageError as exc:  # the bounds the stub's own flags are held to too
+        except UsageError as exc:  # the rules the stub's own flags are held to too
             raise BadRequest(str(exc)) from None
         return pacing
 
+    def check(self, field_name: Callable[[str], str] = lambda k: f"`{k}`") -> None:
+        """The before-the-first-token options' ranges (UsageError naming each as the caller spells it: a flag or a
+        body member)."""
+        if not isinstance(self.reasoning_tokens, int) or not 0 <= self.reasoning_tokens <= MAX_TOKENS:
+            raise UsageError(f"{field_name('reasoning_tokens')} must be a whole number from 0 to {MAX_TOKENS}")
+        if self.first_event_bytes is not None and (
+            not isinstance(self.first_event_bytes, int) or not 1 <= self.first_event_bytes <= MAX_FIRST_EVENT_BYTES
+        ):
+            raise UsageError(
+                f"{field_name('first_event_bytes')} must be a whole number from 1 to {MAX_FIRST_EVENT_BYTES}"
+            )
+        if self.head_at not in HEAD_AT:
+            raise UsageError(f"{field_name('head_at')} {self.head_at!r}: expected start or first-token")
+        if self.heartbeat_ms is None:
+            return
+        if not (math.isfinite(self.heartbeat_ms) and self.heartbeat_ms > 0):
+            raise UsageError(f"{field_name('heartbeat_ms')} must be a number of ms > 0")
+        if self.stream_ms / self.heartbeat_ms > MAX_HEARTBEATS:
+            raise UsageError(
+                f"{field_name('heartbeat_ms')} {self.heartbeat_ms:g}: a keep-alive every {self.heartbeat_ms:g} ms "
+                f"for {self.stream_ms / 1000:.1f} s is more than {MAX_HEARTBEATS} writes; use a longer interval"
+            )
+
+    @property
+    def stream_ms(self) -> float:
+        """When the last token is due: reasoning deltas are paced like tokens."""
+        return self.ttft_ms + (self.tokens + self.reasoning_tokens) * self.interval_ms
+
     def check_bounds(self, prefix: str) -> None:
         """What one response may cost: its duration and its bytes (frames are rendered before the first write)."""
-        seconds = (self.ttft_ms + self.tokens * self.interval_ms) / 1000
+        seconds = self.stream_ms / 1000
         if seconds > MAX_STREAM_SECONDS:
             raise UsageError(
-                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + tokens x interval_ms); "
+                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms); "
                 f"at most {MAX_STREAM_SECONDS:.0f} s"
             )
         if self.frame_bytes is not None and self.tokens * self.frame_bytes > MAX_STREAM_BYTES:
             raise UsageError(
                 f"{prefix}tokens x frame_bytes is {self.tokens * self.frame_bytes} bytes; at most {MAX_STREAM_BYTES}"
             )
+
+
+_PLAIN = Pacing(0, 0, 1, None, "openai")  # every option of what comes before the first token at its default
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,11 +226,16 @@ class StubConfig:
     jitter: Jitter | None = None
     headers: tuple[tuple[str, str], ...] = ()
     format: Format = "openai"
+    heartbeat_ms: float | None = None
+    reasoning_tokens: int = 0
+    first_event_bytes: int | None = None
+    head_at: HeadAt = "start"
     model: str = "tokenpath-stub"
     workers: int = 1
     seed: int | None = None
     priority: Priority = "auto"
     max_body_bytes: int = MAX_BODY_BYTES
+    api: str = "all"  # one wire.apis.Api value, or "all": every format's route at once
     audit_dir: str | None = field(default=None, compare=False)  # shared by workers; set by the server
     # Test-only: every time the stub reports (its clock endpoint, its audit's write times) is this far ahead, as if
     # it ran on another host's clock: the clock estimate must recover it (tests/load/test_clocksync.py).
@@ -183,7 +258,30 @@ class StubConfig:
             raise UsageError(f"`priority` {self.priority!r}: expected auto, realtime or normal")
         if self.frame_bytes is not None and self.frame_bytes < 1:
             raise UsageError("`frame_bytes` must be >= 1")
+        self.pacing.check()
+        if self.api != "all":
+            try:
+                api = parse_api(self.api)
+            except ValueError as exc:
+                raise UsageError(f"`api`: {exc} (or all)") from None
+            if api is not Api.OPENAI and self.format != "openai":
+                raise UsageError(f"`format` {self.format} is the OpenAI routes'; --api {api.value} speaks its own")
+
+    @property
+    def apis(self) -> tuple[Api, ...]:
+        """The formats this stub serves, each on its own route."""
+        return tuple(Api) if self.api == "all" else (parse_api(self.api),)
 
     @property
     def pacing(self) -> Pacing:
-        return Pacing(self.ttft_ms, self.interval_ms, self.tokens, self.frame_bytes, self.format)
+        return Pacing(
+            self.ttft_ms,
+            self.interval_ms,
+            self.tokens,
+            self.frame_bytes,
+            self.format,
+            self.heartbeat_ms or None,
+            self.reasoning_tokens,
+            self.first_event_bytes,
+            self.head_at,
+        )

@@ -1,4 +1,6 @@
-"""What the stub writes: SSE frames in OpenAI chunk shape or bare `data: <n>` lines, padded to an exact size.
+"""The frame machinery every API format shares: token text, the per-stream label in every id, StreamShape (one
+request shape's frames, rendered once and framed once per transfer coding), the bounded shape cache, exact-size
+padding. What each format writes is in stub/formats/.
 
 Token text varies from token to token because some gateways (LiteLLM) abort a stream whose chunks repeat.
 """
@@ -6,13 +8,13 @@ Token text varies from token to token because some gateways (LiteLLM) abort a st
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from tokenpath.errors import UsageError
-from tokenpath.stub.config import Format, StubConfig
+from tokenpath.stub.config import Format
 from tokenpath.wire.framing import chunks
 
 WORDS = [
@@ -77,7 +79,7 @@ WORDS = [
     "hazel",
 ]
 
-DONE_FRAME = b"data: [DONE]\n\n"
+LABEL_CHARS = 24  # hex digits of a stream's label: the tail of every id the stub writes for it
 
 
 def token_text(index: int) -> str:
@@ -85,89 +87,100 @@ def token_text(index: int) -> str:
     return f" {WORDS[index % len(WORDS)]}{index}"
 
 
+def reasoning_text(index: int) -> str:
+    """A reasoning delta's text: varies like token_text, and never reads as a token (load checks token numbers)."""
+    return f" {WORDS[(index + 7) % len(WORDS)]}-thought{index}"
+
+
+def token_bytes(index: int, frame_bytes: int | None, first_event_bytes: int | None) -> int | None:
+    """The size token `index`'s frame is padded to: the first content frame may be made large on its own."""
+    return first_event_bytes if index == 0 and first_event_bytes is not None else frame_bytes
+
+
+def stream_label(stream_id: str) -> str:
+    """Fixed length, so a frame's natural size does not depend on the stream id."""
+    return hashlib.blake2b(stream_id.encode(), digest_size=LABEL_CHARS // 2).hexdigest()
+
+
+def completion_id(stream_id: str) -> str:
+    """The id in an OpenAI stream's chunks; the audit finds a stream by it too."""
+    return "cmpl-" + stream_label(stream_id)
+
+
+PLACEHOLDER_LABEL = stream_label("")  # what a cached shape carries until a stream swaps in its own
+
+
 @dataclass(frozen=True, slots=True)
 class StreamRequest:
-    """The parts of a completion request that shape the response."""
+    """The parts of a request that shape the response, whatever its format."""
 
-    kind: str  # "chat" or "completion"
+    kind: str  # OpenAI: "chat" or "completion"; every other format: its Api value
     model: str
     stream_id: str
     tokens: int
     include_usage: bool = False
     prompt_tokens: int = 0
-
-
-def completion_id(stream_id: str) -> str:
-    """Fixed length, so a frame's natural size does not depend on the stream id."""
-    return "cmpl-" + hashlib.blake2b(stream_id.encode(), digest_size=12).hexdigest()
-
-
-def render_stream(req: StreamRequest, fmt: Format, frame_bytes: int | None) -> list[bytes]:
-    """All frames of one streamed response, in order. Raises UsageError if a frame cannot fit frame_bytes."""
-    if fmt == "plain":
-        frames = [_plain(i) for i in range(req.tokens)]
-        return [_pad_plain(f, frame_bytes) for f in frames] if frame_bytes else frames
-    chunks = _openai_chunks(req)
-    frames = [_pad_json(c, frame_bytes) for c in chunks]
-    frames.append(DONE_FRAME)
-    return frames
-
-
-def render_completion(req: StreamRequest) -> dict[str, Any]:
-    """The non-streaming JSON body with the same text the stream would carry."""
-    text = "".join(token_text(i) for i in range(req.tokens))
-    base: dict[str, Any] = {"id": completion_id(req.stream_id), "created": 0, "model": req.model}
-    usage = _usage(req)
-    if req.kind == "chat":
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "finish_reason": "length",
-        }
-        return {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
-    choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
-    return {**base, "object": "text_completion", "choices": [choice], "usage": usage}
+    truncated: bool = False  # the request's own max-tokens field ended it early: stop reasons say so
+    ttft_ms: float = 0.0  # the planned pacing, for the formats that report durations (Ollama, Bedrock)
+    interval_ms: float = 0.0
 
 
 class StreamShape:
     """Frames of one request shape, rendered once and framed once for each transfer coding; a stream only
-    swaps in its own completion id (fixed length, so sizes and chunk headers stay valid). The stub writes these;
-    the load client compares what it received against them."""
+    swaps in its own label (fixed length, so sizes and chunk headers stay valid). The stub writes these;
+    the load client compares what it received against them.
 
-    def __init__(self, frames: list[bytes], fmt: Format) -> None:
+    `lead`: frames due at once with the head (OpenAI's role delta, Anthropic's message_start...); `first_content`:
+    the index of the first frame that carries content, which the audit records; `reasoning`: the reasoning deltas'
+    indices (before first_content); `with_next`: frames due at the same moment as the frame after them (the events
+    that close a thinking block and open the text one leave with the first content, not a token interval apart)."""
+
+    def __init__(
+        self,
+        frames: list[bytes],
+        *,
+        lead: int = 0,
+        first_content: int = 0,
+        relabel: bool = False,
+        reasoning: range = range(0),
+        with_next: frozenset[int] = frozenset(),
+    ) -> None:
         self.sizes = [len(f) for f in frames]
-        self._relabel = fmt == "openai"
+        self.lead = lead
+        self.first_content = first_content
+        self.reasoning = reasoning
+        self.with_next = with_next
+        self.first_token = reasoning.start if reasoning else first_content  # what --head-at first-token waits for
+        self._relabel = relabel
         self._plain = frames
         self._chunked = chunks(frames)  # the last also ends the body, so it leaves in the same write
         self.nbytes = 2 * sum(self.sizes) + 8 * len(frames)  # both codings, as held in memory
 
     def wire(self, chunked: bool, cid: str) -> list[bytes]:
+        """The frames as one stream writes them; `cid` is its completion id, whose tail is its label."""
         frames = self._chunked if chunked else self._plain
         if not self._relabel:
             return frames
-        placeholder, real = _PLACEHOLDER_ID.encode(), cid.encode()
+        placeholder, real = PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode()
         return [f.replace(placeholder, real) for f in frames]
 
 
 # Request shapes repeat (an experiment sends the same pacing thousands of times), so their frames are rendered
 # once. The cache is bounded by bytes, not entries: one shape can be up to MAX_STREAM_BYTES x 2.
 SHAPE_CACHE_BYTES = 64 << 20
-_shapes: OrderedDict[tuple[Any, ...], StreamShape] = OrderedDict()
+_shapes: OrderedDict[Hashable, StreamShape] = OrderedDict()
 _shapes_bytes = 0
 
 
-def shape_for(
-    kind: str, model: str, tokens: int, usage: bool, prompt_tokens: int, fmt: Format, frame_bytes: int | None
-) -> StreamShape:
+def cached_shape(key: Hashable, render: Callable[[], StreamShape]) -> StreamShape:
+    """The shape for `key`, rendered by `render` the first time (a huge one-off shape is never kept)."""
     global _shapes_bytes
-    key = (kind, model, tokens, usage, prompt_tokens, fmt, frame_bytes)
     shape = _shapes.get(key)
     if shape is not None:
         _shapes.move_to_end(key)
         return shape
-    req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
-    shape = StreamShape(render_stream(req, fmt, frame_bytes), fmt)
-    if shape.nbytes <= SHAPE_CACHE_BYTES // 4:  # a huge one-off shape is rendered for its request only
+    shape = render()
+    if shape.nbytes <= SHAPE_CACHE_BYTES // 4:
         _shapes[key] = shape
         _shapes_bytes += shape.nbytes
         while _shapes_bytes > SHAPE_CACHE_BYTES:
@@ -180,84 +193,42 @@ def cached_shape_bytes() -> int:
     return _shapes_bytes
 
 
-def check_frame_bytes(cfg: StubConfig) -> None:
-    """Fail at start, not on the first request, when frame_bytes cannot hold this stub's frames."""
-    if cfg.frame_bytes is None:
-        return
-    need = minimum_frame_bytes(StreamRequest("chat", cfg.model, "", cfg.tokens), cfg.format)
-    if cfg.frame_bytes < need:
-        hint = "" if cfg.format == "plain" else "; `format` plain frames can be as small as 8 bytes"
-        raise UsageError(f"`frame_bytes` {cfg.frame_bytes} cannot hold this stub's frames (need >= {need}){hint}")
+def shape_for(
+    kind: str,
+    model: str,
+    tokens: int,
+    usage: bool,
+    prompt_tokens: int,
+    fmt: Format,
+    frame_bytes: int | None,
+    *,
+    reasoning: int = 0,
+    first_event_bytes: int | None = None,
+) -> StreamShape:
+    """The OpenAI routes' frames for one request shape (load's integrity check re-renders what the stub sent).
+    Keep-alives are not in it: they are writes of their own (the audit log's `heartbeats`)."""
+    from tokenpath.stub.formats.openai import openai_shape  # that module builds on this one: imported when used
+
+    return openai_shape(
+        kind,
+        model,
+        tokens,
+        usage,
+        prompt_tokens,
+        fmt,
+        frame_bytes,
+        reasoning=reasoning,
+        first_event_bytes=first_event_bytes,
+    )
 
 
-def minimum_frame_bytes(req: StreamRequest, fmt: Format) -> int:
-    """The largest unpadded frame: --frame-bytes below this cannot be honoured."""
-    frames = render_stream(req, fmt, None)
-    padded = frames if fmt == "plain" else frames[:-1]  # [DONE] is never padded
-    return max(len(f) for f in padded)
-
-
-def _plain(i: int) -> bytes:
-    return f"data: {i}\n\n".encode()
-
-
-def _pad_plain(frame: bytes, size: int) -> bytes:
-    if len(frame) > size:
-        raise UsageError(f"frame_bytes={size} is smaller than the frame {frame!r} ({len(frame)} bytes)")
-    if len(frame) == size:
-        return frame
-    # `data: 7` -> `data: 7 .....`: the padding sits after a space so the number still parses.
-    return frame[:-2] + b" " + b"." * (size - len(frame) - 1) + b"\n\n"
-
-
-def _pad_json(chunk: dict[str, Any], size: int | None) -> bytes:
-    frame = _json_frame(chunk)
+def padded(encode: Callable[[dict[str, Any]], bytes], payload: dict[str, Any], size: int | None, pad_key: str) -> bytes:
+    """`payload` encoded as one frame of exactly `size` bytes: a string member `pad_key` of dots is added after the
+    real ones (clients ignore members they do not know). Raises UsageError when even an empty pad is too big."""
+    frame = encode(payload)
     if size is None or len(frame) == size:
         return frame
-    # The pad member is added after the real ones; OpenAI clients ignore unknown members.
-    empty = _json_frame({**chunk, "pad": ""})
+    empty = encode({**payload, pad_key: ""})
     if len(empty) > size:
-        raise UsageError(
-            f"frame_bytes={size} is smaller than an OpenAI chunk of this request ({len(frame)} bytes); "
-            'use a larger size or "format": "plain"'
-        )
-    return _json_frame({**chunk, "pad": "." * (size - len(empty))})
-
-
-def _json_frame(chunk: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
-
-
-def _openai_chunks(req: StreamRequest) -> list[dict[str, Any]]:
-    cid = completion_id(req.stream_id)
-    chat = req.kind == "chat"
-    obj = "chat.completion.chunk" if chat else "text_completion"
-    base = {"id": cid, "object": obj, "created": 0, "model": req.model}
-
-    def choice(content: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
-        if chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if content is not None:
-                delta["content"] = content
-            return {"index": 0, "delta": delta, "finish_reason": finish}
-        return {"index": 0, "text": content or "", "finish_reason": finish, "logprobs": None}
-
-    chunks: list[dict[str, Any]] = []
-    if chat:
-        chunks.append({**base, "choices": [choice(None, None, role=True)]})
-    chunks.extend({**base, "choices": [choice(token_text(i), None)]} for i in range(req.tokens))
-    chunks.append({**base, "choices": [choice(None, "length")]})
-    if req.include_usage:
-        chunks.append({**base, "choices": [], "usage": _usage(req)})
-    return chunks
-
-
-def _usage(req: StreamRequest) -> dict[str, int]:
-    return {
-        "prompt_tokens": req.prompt_tokens,
-        "completion_tokens": req.tokens,
-        "total_tokens": req.prompt_tokens + req.tokens,
-    }
-
-
-_PLACEHOLDER_ID = completion_id("")  # same length as every completion id, so padding stays exact
+        raise UsageError(f"frame_bytes={size} is smaller than a token frame of this request ({len(frame)} bytes)")
+    return encode({**payload, pad_key: "." * (size - len(empty))})

@@ -19,7 +19,7 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.stub.config import Jitter
@@ -37,25 +37,44 @@ def schedule_offsets_ns(
     interval_ms: float,
     jitter: Jitter | None = None,
     rng: random.Random | None = None,
+    with_next: Collection[int] = (),
 ) -> list[int]:
     """Offset of each frame from the response start, in ns.
 
     The first `lead_frames` (the role delta of a chat stream) go out at once with the headers, as model servers
-    send them; frame lead+k is due at ttft + k x interval. Jitter moves a deadline but never before the one
-    before it.
+    send them; after them each frame takes the next tick, due at ttft + tick x interval, except a frame in
+    `with_next`, which shares the tick of the frame after it. Jitter moves a tick but never before the one before
+    it.
     """
     offsets: list[int] = []
     prev = 0
     rng = rng or random.Random()
+    if not with_next:  # every frame its own tick: the loop every stream without reasoning runs, kept as lean
+        for j in range(n_frames):
+            if j < lead_frames:
+                offsets.append(0)
+                continue
+            at_ms = ttft_ms + (j - lead_frames) * interval_ms
+            if jitter is not None:
+                at_ms += jitter.sample_ms(rng)
+            prev = max(prev, round(at_ms * NS_PER_MS))
+            offsets.append(prev)
+        return offsets
+    tick, at_ms = 0, 0.0
+    timed = -1  # the tick at_ms was computed for: frames sharing a tick share its (jittered) deadline
     for j in range(n_frames):
         if j < lead_frames:
             offsets.append(0)
             continue
-        at_ms = ttft_ms + (j - lead_frames) * interval_ms
-        if jitter is not None:
-            at_ms += jitter.sample_ms(rng)
+        if tick != timed:
+            at_ms = ttft_ms + tick * interval_ms
+            if jitter is not None:
+                at_ms += jitter.sample_ms(rng)
+            timed = tick
         prev = max(prev, round(at_ms * NS_PER_MS))
         offsets.append(prev)
+        if j not in with_next:
+            tick += 1
     return offsets
 
 

@@ -19,7 +19,7 @@ from tokenpath.serve.runner import Config, Server
 from tokenpath.stub.app import StubApp
 from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import StubConfig
-from tokenpath.stub.frames import check_frame_bytes
+from tokenpath.stub.formats import check_start
 from tokenpath.stub.pacing import Pacer
 from tokenpath.stub.siblings import socket_path
 from tokenpath.wire.limits import ServerLimits
@@ -81,7 +81,7 @@ class StubServer:
 
 def run(cfg: StubConfig, announce: Callable[[str], None], loop_name: str = "uvloop") -> None:
     """Serve until SIGINT/SIGTERM. `announce` gets one line once every worker is accepting connections."""
-    check_frame_bytes(cfg)
+    check_start(cfg)
     config = Config("stub", cfg.host, cfg.port, cfg.workers, loop_name)
     if cfg.workers == 1:
         Server(config, partial(_app, cfg)).run(announce)

@@ -7,23 +7,23 @@ content frame" means the same thing to every reader.
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from typing import Any
 
+from tokenpath.wire.kinds import FrameKind
+
+__all__ = ["CHUNK_ID_PREFIX", "FrameKind", "chunk_id", "classify", "content_text"]
+
 CHUNK_ID_PREFIX = b'"id":"cmpl-'
-
-
-class FrameKind(StrEnum):
-    CONTENT = "content"  # carries model output: what TTFT waits for
-    CONTROL = "control"  # role-only delta, empty delta, usage or finish chunk: data, but no content
-    COMMENT = "comment"  # only comment lines (keep-alives)
-    DONE = "done"  # data: [DONE]
-    ERROR = "error"  # a JSON body with an "error" member
-    FOREIGN = "foreign"  # a JSON object that is not an OpenAI chunk (no `choices`): another API format's event
+# Where OpenAI-compatible servers put a reasoning model's thinking: `reasoning_content` (DeepSeek, vLLM before 0.10,
+# LiteLLM), `reasoning` (vLLM 0.10+, OpenRouter, Ollama's OpenAI endpoint).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 
 
 def classify(data: bytes | None) -> FrameKind:
-    """Decide whether a frame carries content, using OpenAI chunk shapes when the data is JSON."""
+    """Decide whether a frame carries content, using OpenAI chunk shapes when the data is JSON.
+
+    A delta with content (or a tool call) is CONTENT; one with only reasoning is REASONING (design.md: reasoning
+    comes before content and is its own first-token figure, never TTFT); a role-only or empty delta is CONTROL."""
     if data is None:
         return FrameKind.COMMENT
     stripped = data.strip()
@@ -44,17 +44,19 @@ def classify(data: bytes | None) -> FrameKind:
         # Another API format (Anthropic's message_start, the Responses API's response.created, ...): until those
         # formats are read, no frame of theirs may start TTFT.
         return FrameKind.FOREIGN
+    kind = FrameKind.CONTROL
     for choice in choices:
         if not isinstance(choice, dict):
             continue
         delta = choice.get("delta")
-        if isinstance(delta, dict) and (
-            delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls")
-        ):
-            return FrameKind.CONTENT
+        if isinstance(delta, dict):
+            if delta.get("content") or delta.get("tool_calls"):
+                return FrameKind.CONTENT
+            if any(delta.get(name) for name in REASONING_FIELDS):
+                kind = FrameKind.REASONING  # unless another choice carries content
         if choice.get("text"):
             return FrameKind.CONTENT
-    return FrameKind.CONTROL
+    return kind
 
 
 def _first_data_json(frame: bytes) -> Any:

@@ -1,0 +1,168 @@
+"""The one interface the stub's app calls for every streaming API it speaks, and the request rules they share.
+
+A format knows its routes, reads a request's own fields into an `Ask` (and the stream id its body names, if any),
+renders a request shape's frames (once; the shape cache keeps them), the body of a non-streamed answer, and its own
+error shape. Everything else (pacing, the stream id's precedence and rules, the audit, max-tokens clamping, the
+`tokenpath` pacing member) is the app's and is the same for all.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from tokenpath.errors import BadRequest
+from tokenpath.serve.http import Request
+from tokenpath.stub.config import Pacing
+from tokenpath.stub.frames import StreamRequest, StreamShape, token_text
+from tokenpath.wire.apis import SPECS, Api, Framing
+
+MAX_PROMPT_PARTS = 10_000  # messages or content parts counted for the prompt size; the body limit bounds it anyway
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A streaming route a request came in on: its format, the kind of request, the model its path names."""
+
+    api: Api
+    kind: str  # OpenAI: "chat" or "completion"; every other format: its Api value
+    model: str | None = None  # Gemini and Bedrock name the model in the path
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What one request asks of the stub, read from its format's own fields."""
+
+    model: str
+    stream: bool
+    max_tokens: int | None  # the format's max-tokens field; None when the request sets none
+    prompt_chars: int
+    include_usage: bool = False  # OpenAI's stream_options.include_usage
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """An error in the format's own shape, as its clients parse it."""
+
+    status: int
+    body: bytes
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+class ApiFormat(ABC):
+    """One streaming API. Subclasses are stateless; the app holds one of each it serves."""
+
+    api: ClassVar[Api]
+    max_tokens_field: ClassVar[str]  # as error messages name it
+    # The keep-alive --heartbeat-ms writes: an SSE comment (it carries no event, so no reader counts it as data).
+    # None for a format that has none; `no_heartbeat` says so in one line.
+    heartbeat: ClassVar[bytes | None] = b": ping\n\n"
+    no_heartbeat: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        spec = SPECS[self.api]
+        self.name = self.api.value  # a plain str: shape-cache keys hash it on every request
+        self.content_type = spec.content_type
+        # The head of a streamed answer, built once: SSE ones are never to be cached by anything on the path.
+        no_cache = (("Cache-Control", "no-cache"),) if spec.framing is Framing.SSE else ()
+        self.stream_headers: tuple[tuple[str, str], ...] = (("Content-Type", spec.content_type), *no_cache)
+
+    def routes(self) -> dict[str, str]:
+        """Exact paths this format streams on -> request kind (Gemini and Bedrock override `match` instead)."""
+        return {SPECS[self.api].route.partition("?")[0]: self.api.value}
+
+    def match(self, path: str) -> Route | None:
+        """The route for a path with a model in it (only Gemini's and Bedrock's have one)."""
+        return None
+
+    def describe(self) -> str:
+        return f"POST {SPECS[self.api].route}"
+
+    @abstractmethod
+    def parse(self, body: dict[str, Any], request: Request, route: Route, default_model: str) -> Ask:
+        """The request's own fields; raises BadRequest naming the field that is wrong."""
+
+    def body_stream_id(self, body: dict[str, Any], route: Route) -> str | None:
+        """The stream id the body names, asked only when no header does (most formats: the header only)."""
+        return None
+
+    @abstractmethod
+    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+        """Every frame of a streamed answer (cached by request shape), with pacing.reasoning_tokens reasoning deltas
+        before the content and the first content frame padded to pacing.first_event_bytes. Raises UsageError when
+        a frame size cannot hold its frame, or the format has no such thing."""
+
+    @abstractmethod
+    def whole(self, req: StreamRequest) -> bytes:
+        """The JSON body of a non-streamed answer with the same text."""
+
+    @abstractmethod
+    def error(self, status: int, message: str) -> ErrorReply:
+        """An error in this format's shape."""
+
+
+# Shared request rules ------------------------------------------------------------------------------------------
+
+
+def model_field(body: dict[str, Any], default: str, name: str = "model") -> str:
+    model = body.get(name, default)
+    if not isinstance(model, str) or not model:
+        raise BadRequest(f"'{name}' must be a non-empty string")
+    return model
+
+
+def stream_field(body: dict[str, Any], default: bool) -> bool:
+    stream = body.get("stream", default)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be true or false")
+    return stream
+
+
+def positive_int(value: Any, name: str) -> int | None:
+    """A max-tokens field: absent (None) or a whole number >= 1."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise BadRequest(f"'{name}' must be a positive integer")
+    return value
+
+
+def object_field(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """An optional nested object (`inferenceConfig`, `options`...): absent is empty."""
+    value = body.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise BadRequest(f"'{name}' must be an object")
+    return value
+
+
+def message_list(body: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """A non-empty list of message objects (`messages`, `contents`)."""
+    messages = body.get(name)
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequest(f"'{name}' must be a non-empty list of message objects")
+    return messages
+
+
+def text_chars(content: Any, text_key: str = "text") -> int:
+    """Characters of prompt text in a content value: a string, or a list of parts carrying `text_key`."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(
+            len(p[text_key])
+            for p in content[:MAX_PROMPT_PARTS]
+            if isinstance(p, dict) and isinstance(p.get(text_key), str)
+        )
+    return 0
+
+
+def full_text(tokens: int) -> str:
+    return "".join(token_text(i) for i in range(tokens))
+
+
+def compact_json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()

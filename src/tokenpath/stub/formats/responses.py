@@ -1,0 +1,251 @@
+"""The OpenAI Responses API (`POST /v1/responses`): SSE events with `event:` names, each carrying its `type` and a
+`sequence_number` that counts from 0; no `[DONE]`.
+
+As documented in the API reference's "Streaming events" (platform.openai.com/docs/api-reference/responses-streaming)
+and the streaming guide (platform.openai.com/docs/guides/streaming-responses): `response.created` and
+`response.in_progress` (the Response object, status in_progress), `response.output_item.added` (a message item),
+`response.content_part.added` (an empty output_text part), one `response.output_text.delta` per token (`item_id`,
+`output_index`, `content_index`, `delta`, `logprobs`), then `response.output_text.done`, `response.content_part.done`,
+`response.output_item.done` and `response.completed` with the whole Response and its usage; when
+`max_output_tokens` ended the answer the last event is `response.incomplete` (status incomplete,
+incomplete_details.reason max_output_tokens). Requests: `model`, `input` (a string or a list of items),
+`max_output_tokens`, `stream`. Errors: the OpenAI error shape.
+
+The four events before the first delta leave with the head; the first output_text.delta is the first content.
+
+With reasoning (the reasoning summary's events, as the same reference documents them): output item 0 is a
+`reasoning` item whose summary part streams as `response.reasoning_summary_text.delta`s; its part.added leads
+with the head in place of the message's, and the events that close it (reasoning_summary_text.done,
+reasoning_summary_part.done, output_item.done) and open the message as output item 1 leave with the first text
+delta; usage counts them as output_tokens_details.reasoning_tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenpath.errors import BadRequest
+from tokenpath.serve.http import Request, error_body
+from tokenpath.stub.config import Pacing
+from tokenpath.stub.formats.base import (
+    MAX_PROMPT_PARTS,
+    ApiFormat,
+    Ask,
+    ErrorReply,
+    Route,
+    compact_json,
+    full_text,
+    model_field,
+    positive_int,
+    stream_field,
+    text_chars,
+)
+from tokenpath.stub.frames import (
+    PLACEHOLDER_LABEL,
+    StreamRequest,
+    StreamShape,
+    cached_shape,
+    padded,
+    reasoning_text,
+    stream_label,
+    token_bytes,
+    token_text,
+)
+from tokenpath.wire.apis import Api
+
+LEAD = 4  # response.created, response.in_progress, response.output_item.added, response.content_part.added
+
+
+class ResponsesFormat(ApiFormat):
+    api = Api.RESPONSES
+    max_tokens_field = "max_output_tokens"
+
+    def parse(self, body: dict[str, Any], request: Request, route: Route, default_model: str) -> Ask:
+        given = body.get("input")
+        if isinstance(given, str) and given:
+            prompt_chars = len(given)
+        elif isinstance(given, list) and given and all(isinstance(i, dict) for i in given):
+            prompt_chars = sum(text_chars(i.get("content")) for i in given[:MAX_PROMPT_PARTS])
+        else:
+            raise BadRequest("'input' must be a non-empty string or a non-empty list of input items")
+        return Ask(
+            model=model_field(body, default_model),
+            stream=stream_field(body, False),
+            max_tokens=positive_int(body.get("max_output_tokens"), "max_output_tokens"),
+            prompt_chars=prompt_chars + text_chars(body.get("instructions")),
+        )
+
+    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+        key = (
+            self.name,
+            req.model,
+            req.tokens,
+            req.prompt_tokens,
+            req.truncated,
+            pacing.frame_bytes,
+            pacing.reasoning_tokens,
+            pacing.first_event_bytes,
+        )
+        return cached_shape(
+            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
+        )
+
+    def whole(self, req: StreamRequest) -> bytes:
+        label = stream_label(req.stream_id)
+        return compact_json(_response(req, label, _status(req), [_item(label, _status(req), req.tokens)]))
+
+    def error(self, status: int, message: str) -> ErrorReply:
+        code = "not_found" if status == 404 else None
+        body = compact_json(error_body(message, "invalid_request_error", code))
+        return ErrorReply(status, body, (("Content-Type", "application/json"),))
+
+
+def render(
+    req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
+) -> StreamShape:
+    label = PLACEHOLDER_LABEL
+    item_id = f"msg_{label}"
+    out = 1 if reasoning else 0  # the message's output index: after the reasoning item when there is one
+    where = {"item_id": item_id, "output_index": out, "content_index": 0}
+    running = _response(req, label, "in_progress", [])
+    status = _status(req)
+    text = full_text(req.tokens)
+    done_part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    opening: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": out, "item": _item(label, "in_progress", 0)},
+        {
+            "type": "response.content_part.added",
+            **where,
+            "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
+        },
+    ]
+    bodies: list[tuple[dict[str, Any], int | None]] = [
+        ({"type": "response.created", "response": running}, None),
+        ({"type": "response.in_progress", "response": running}, None),
+    ]
+    with_next: set[int] = set()
+    if reasoning:
+        summary = {"item_id": f"rs_{label}", "output_index": 0, "summary_index": 0}
+        thought = "".join(reasoning_text(i) for i in range(reasoning))
+        thought_item = _reasoning_item(label, [_summary(thought)])
+        bodies += [
+            ({"type": "response.output_item.added", "output_index": 0, "item": _reasoning_item(label, [])}, None),
+            ({"type": "response.reasoning_summary_part.added", **summary, "part": _summary("")}, None),
+        ]
+        bodies += [
+            ({"type": "response.reasoning_summary_text.delta", **summary, "delta": reasoning_text(i)}, frame_bytes)
+            for i in range(reasoning)
+        ]
+        closing = [
+            {"type": "response.reasoning_summary_text.done", **summary, "text": thought},
+            {"type": "response.reasoning_summary_part.done", **summary, "part": _summary(thought)},
+            {"type": "response.output_item.done", "output_index": 0, "item": thought_item},
+        ]
+        with_next.update(range(len(bodies), len(bodies) + len(closing) + len(opening)))
+        bodies += [(b, None) for b in closing + opening]
+    else:
+        bodies += [(b, None) for b in opening]
+    first_content = len(bodies)
+    bodies += [
+        (
+            {"type": "response.output_text.delta", **where, "delta": token_text(i), "logprobs": []},
+            token_bytes(i, frame_bytes, first_event_bytes),
+        )
+        for i in range(req.tokens)
+    ]
+    items = [_item(label, status, req.tokens)]
+    if reasoning:
+        items.insert(0, _reasoning_item(label, [_summary("".join(reasoning_text(i) for i in range(reasoning)))]))
+    final = _response(req, label, status, items, reasoning)
+    ending = "response.completed" if status == "completed" else "response.incomplete"
+    bodies += [
+        (b, None)
+        for b in (
+            {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
+            {"type": "response.content_part.done", **where, "part": done_part},
+            {"type": "response.output_item.done", "output_index": out, "item": _item(label, status, req.tokens)},
+            {"type": ending, "response": final},
+        )
+    ]
+    frames = [padded(_event_bytes, _numbered(seq, b), size, "pad") for seq, (b, size) in enumerate(bodies)]
+    lead = LEAD
+    return StreamShape(
+        frames,
+        lead=lead,
+        first_content=first_content,
+        relabel=True,
+        reasoning=range(lead, lead + reasoning),
+        with_next=frozenset(with_next),
+    )
+
+
+def _numbered(seq: int, body: dict[str, Any]) -> dict[str, Any]:
+    """sequence_number follows type, as the API writes it."""
+    return {"type": body["type"], "sequence_number": seq, **{k: v for k, v in body.items() if k != "type"}}
+
+
+def _summary(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
+
+
+def _reasoning_item(label: str, summary: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": f"rs_{label}", "type": "reasoning", "summary": summary}
+
+
+def event(seq: int, body: dict[str, Any]) -> bytes:
+    """One event; sequence_number follows type, as the API writes it."""
+    return _event_bytes(_numbered(seq, body))
+
+
+def _event_bytes(data: dict[str, Any]) -> bytes:
+    name: str = data["type"]
+    return b"event: " + name.encode() + b"\ndata: " + compact_json(data) + b"\n\n"
+
+
+def _status(req: StreamRequest) -> str:
+    return "incomplete" if req.truncated else "completed"
+
+
+def _item(label: str, status: str, tokens: int) -> dict[str, Any]:
+    """The message output item; its one output_text part holds the text so far (none while in progress)."""
+    content = [{"type": "output_text", "annotations": [], "logprobs": [], "text": full_text(tokens)}] if tokens else []
+    return {"id": f"msg_{label}", "type": "message", "status": status, "content": content, "role": "assistant"}
+
+
+def _response(
+    req: StreamRequest, label: str, status: str, output: list[dict[str, Any]], reasoning: int = 0
+) -> dict[str, Any]:
+    done = status != "in_progress"
+    usage = {
+        "input_tokens": req.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": req.tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": req.prompt_tokens + req.tokens,
+    }
+    return {
+        "id": f"resp_{label}",
+        "object": "response",
+        "created_at": 0,
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": None,
+        "max_output_tokens": None,
+        "model": req.model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "reasoning": {"effort": None, "summary": None},
+        "store": False,
+        "temperature": 1.0,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "truncation": "disabled",
+        "usage": usage if done else None,
+        "user": None,
+        "metadata": {},
+    }

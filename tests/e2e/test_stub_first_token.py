@@ -1,0 +1,74 @@
+"""`tokenpath probe URL --api X --json` against `tokenpath stub` processes started with the options of what real servers
+send around the first token (issue 24 §4): reasoning deltas make the first token come before the first content;
+keep-alive comments are frames that start neither; a head held for the first token makes TTFB the TTFT."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Start
+from tokenpath.serve.procs import tokenpath_argv
+from tokenpath.wire.apis import Api
+
+pytestmark = pytest.mark.e2e
+
+TOKENS, TTFT_MS, INTERVAL_MS, REASONING = 4, 40, 20, 3
+
+
+def stub(start: Start, *flags: str) -> str:
+    args = ("--tokens", str(TOKENS), "--ttft-ms", str(TTFT_MS), "--interval-ms", str(INTERVAL_MS))
+    url = start("stub", "--port", "0", *args, *flags).url
+    assert url is not None
+    return url
+
+
+def probe(url: str, api: Api) -> dict[str, Any]:
+    out = subprocess.run(
+        tokenpath_argv("probe", url, "--api", api.value, "--json"),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    [run] = doc["runs"]
+    assert run["status"] == 200
+    return dict(run)
+
+
+@pytest.fixture(scope="module")
+def reasoning_stub(module_service: Start) -> str:
+    return stub(module_service, "--reasoning-tokens", str(REASONING))
+
+
+@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+def test_reasoning_tokens_come_first_and_ttft_waits_for_the_content(reasoning_stub: str, api: Api) -> None:
+    run = probe(reasoning_stub, api)
+    assert run["first_token_ms"] >= TTFT_MS - 1
+    assert run["first_token_ms"] < run["ttft_ms"]
+    # the content follows the reasoning deltas, paced like tokens: REASONING intervals after the first of them
+    assert run["ttft_ms"] - run["first_token_ms"] >= REASONING * INTERVAL_MS - 2
+
+
+@pytest.mark.parametrize("api", [Api.OPENAI, Api.ANTHROPIC], ids=lambda a: a.value)
+def test_keep_alive_comments_are_frames_that_start_no_figure(service: Start, api: Api) -> None:
+    url = stub(service, "--heartbeat-ms", "10")
+    run = probe(url, api)
+    plain_frames = {Api.OPENAI: 1 + TOKENS + 2, Api.ANTHROPIC: 3 + TOKENS + 3}[api]
+    assert run["frames"] > plain_frames + 5  # the keep-alives arrived, each its own frame
+    # ... and neither the first token nor the first content started at one (the first is due at 10 ms)
+    assert run["ttft_ms"] >= TTFT_MS - 1
+    assert run["first_token_ms"] == run["ttft_ms"]
+    assert run["ttfb_ms"] < 10  # the head left at once, as by default
+
+
+def test_a_head_held_for_the_first_token_makes_ttfb_the_ttft(service: Start) -> None:
+    url = stub(service, "--head-at", "first-token")
+    run = probe(url, Api.OPENAI)
+    assert run["ttfb_ms"] >= TTFT_MS - 1
+    assert run["ttft_ms"] - run["ttfb_ms"] < 5  # one write: the head, the role delta and the first token
