@@ -28,12 +28,16 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Whole-process tests whose assertions are about timing (certification floors, arrival shapes, load joins) run
-# two at a time and apart from the rest: they wait on paced streams (~0.2 cores each), so two side by side cost
-# each other little, and each certifies its own instrument before it asserts. The functional ones (gateway,
+# three at a time and apart from the rest: they wait on paced streams (~0.3 cores each), so three side by side cost
+# each other little, and each certifies its own instrument before it asserts. One file per worker (loadfile): a
+# module's fixture (a certified matrix, a set of relays) is then started once, not once per worker. The functional ones (gateway,
 # clients, catalogue, endpoints, report) four at a time: they wait on sockets and processes far more than they
 # compute (about half a core each on this 2-core machine).
-E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_certificate.py tests/e2e/test_load.py \
-            tests/e2e/test_compose_services.py
+E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_matrix_veth.py tests/e2e/test_sweep_veth.py \
+            tests/e2e/test_certificate.py tests/e2e/test_load.py \
+            tests/e2e/test_compose_services.py tests/e2e/test_matrix_conditions.py \
+            tests/e2e/test_matrix_first_token.py tests/e2e/test_diagnose.py tests/e2e/test_versions.py \
+            tests/e2e/test_compress_certificate.py tests/e2e/test_probe_compression.py
 
 # The whole suite, both lanes: what CI runs (.ci/run). Under 6 minutes on a 2-core machine.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies
@@ -41,7 +45,7 @@ test: $(BIN)/.installed $(COMPOSE_SPEC) proxies
 	$(BIN)/ruff format --check .
 	@# mypy (one core, ~50 s without a cache) beside the unit lane: less wall time than one after the other
 	$(BIN)/mypy & mypy=$$!; $(BIN)/pytest -m "not e2e" -n 2; unit=$$?; wait $$mypy && exit $$unit
-	$(BIN)/pytest -m e2e -n 2 $(E2E_TIMED)
+	$(BIN)/pytest -m e2e -n 3 --dist loadfile $(E2E_TIMED)
 	$(BIN)/pytest -m e2e -n 4 $(addprefix --ignore=,$(E2E_TIMED))
 
 # The unit lane alone (seconds): sans-IO cores, in-process servers on loopback, no proxies or child processes.

@@ -1,5 +1,7 @@
-"""`make demo`: a quick matrix of every installed proxy in the catalogue, stock and with its fix, plus the
-controls, at the second article's condition (60-byte frames every 50 ms). Certification runs first."""
+"""`make demo`: a quick matrix of every installed proxy in the catalogue, stock, with its fix and with compression
+turned on as people do, plus the controls, at the second article's condition (60-byte frames every 50 ms), asked
+the way a browser asks (`Accept-Encoding: gzip, deflate, br, zstd`): a path that compresses answers compressed, one
+that does not answers as it would to curl. Certification runs first (the compressing controls too)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ from rich.console import Console
 
 from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import Condition, Experiment, PathSpec
+from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.relays import CONTROLS
 from tokenpath.results.model import MatrixResults
 
 
-def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
+def quick_experiment(runs: int = 3, frames: int = 20) -> Experiment:
+    """~55 paths on a machine with the whole catalogue: 20 frames (1 s streams) keep the demo to a few minutes."""
     controls = {c.name for c in CONTROLS}
     paths = [PathSpec("direct")]
     for proxy in catalogue().values():
@@ -22,9 +26,9 @@ def quick_experiment(runs: int = 3, frames: int = 30) -> Experiment:
             paths += [PathSpec(proxy.name, v.name) for v in proxy.variants]
     paths += [PathSpec(name) for name in ("pass", "cork", "buffer")]
     return Experiment(
-        name="demo: every installed proxy, stock and fixed, 60 B frames every 50 ms",
+        name="demo: every installed proxy, stock, fixed and compressing, 60 B frames every 50 ms, asked as a browser",
         paths=paths,
-        conditions=[Condition(50.0, 60, "loopback", False)],
+        conditions=[Condition(50.0, 60, "loopback", False, accept_encoding=BROWSER_ACCEPT_ENCODING)],
         frames=frames,
         runs=runs,
     )

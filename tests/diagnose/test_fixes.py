@@ -1,18 +1,28 @@
-"""The fix table: every one of the six proxies has a line and a source for every hold, the catalogue's measured fix
-variants are the lines it prints, and heads are recognised by what each proxy writes into them."""
+"""The fix table: every one of the six proxies has a line and a source for every hold, the application servers one
+for the compression hold, the catalogue's measured fix variants are the lines it prints, and heads are recognised by
+what each proxy writes into them."""
 
 from __future__ import annotations
 
 import pytest
 
 from tokenpath.diagnose.classify import Cause
-from tokenpath.diagnose.fixes import FIXES, PROXIES, fix_for, likely_proxy, recognise
+from tokenpath.diagnose.fixes import (
+    APPLICATIONS,
+    FIXES,
+    PROXIES,
+    REVERSE_PROXIES,
+    fix_for,
+    likely_proxy,
+    recognise,
+)
+from tokenpath.diagnose.report import check_proxy
 from tokenpath.proxies import lookup
 
 HOLDS = [c for c in Cause if c not in (Cause.STREAMS, Cause.UNSURE)]
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.mark.parametrize("proxy", REVERSE_PROXIES)
 @pytest.mark.parametrize("cause", HOLDS)
 def test_every_proxy_has_a_fix_with_a_source_for_every_hold(proxy: str, cause: Cause) -> None:
     fix = fix_for(proxy, cause)
@@ -28,6 +38,12 @@ def test_no_fix_for_a_path_that_streams_or_an_unsure_verdict() -> None:
 def test_every_proxy_is_a_catalogue_entry() -> None:
     for proxy in PROXIES:
         assert lookup(proxy).name == proxy
+
+
+@pytest.mark.parametrize("app", APPLICATIONS)
+def test_applications_have_a_compression_fix_only_and_can_be_named(app: str) -> None:
+    assert {cause for proxy, cause in FIXES if proxy == app} == {Cause.COMPRESSION_HOLD}
+    check_proxy(app)  # --proxy express / starlette: accepted
 
 
 @pytest.mark.parametrize(
@@ -53,11 +69,46 @@ def test_nginx_names_both_fixes_the_findings_measured() -> None:
     assert "proxy_http_version 1.1" in fix.line
 
 
+def _variant(proxy: str, name: str) -> str:
+    variant = next(v for v in lookup(proxy).variants if v.name == name)
+    return f"{variant.line} {variant.description}"
+
+
+def test_envoy_compression_fix_is_gzip_or_brotli_instead_of_zstd() -> None:
+    # docs/findings.md §10: compressor_zstd held the stream to its end, compressor (gzip) and _brotli streamed.
+    fix = fix_for("envoy", Cause.COMPRESSION_HOLD)
+    assert fix is not None
+    assert "gzip or brotli" in fix.line
+    assert "not zstd" in fix.line
+    assert "zstd" in fix.source
+    assert "gzip or brotli" in _variant("envoy", "compressor_zstd")
+
+
+def test_express_compression_fix_is_res_flush_or_a_filter() -> None:
+    # docs/findings.md §10: express:naive held the stream to its end, express:flush streamed.
+    fix = fix_for("express", Cause.COMPRESSION_HOLD)
+    assert fix is not None
+    assert fix.line.startswith("res.flush()")
+    assert "compression({filter})" in fix.line
+    assert fix.source == "https://github.com/expressjs/compression#server-sent-events"
+    assert "res.flush()" in _variant("express", "flush")
+
+
+def test_starlette_compression_fix_is_the_release_that_skips_event_streams() -> None:
+    # docs/findings.md §10: GZipMiddleware held the stream on 0.45.3 and passed it uncompressed on 0.46.0.
+    fix = fix_for("starlette", Cause.COMPRESSION_HOLD)
+    assert fix is not None
+    assert fix.line.startswith("starlette>=0.46")
+    assert "text/event-stream" in fix.line
+    assert fix.source.endswith("/pull/2871")
+
+
 def test_traefik_compression_fix_excludes_event_streams() -> None:
     fix = fix_for("traefik", Cause.COMPRESSION_HOLD)
     assert fix is not None
     assert "excludedContentTypes" in fix.line
     assert "text/event-stream" in fix.line
+    assert "Traefik 3.7" in fix.line  # docs/findings.md §10: 3.3.2 held br/zstd until 1 KB, 3.7.15 streamed
 
 
 @pytest.mark.parametrize(
@@ -71,6 +122,8 @@ def test_traefik_compression_fix_excludes_event_streams() -> None:
         ([("Via", "1.1 Caddy")], "caddy"),
         ([("Server", "Apache/2.4.62 (Debian)")], "apache2"),
         ([("Via", "1.1 traefik")], "traefik"),
+        ([("X-Powered-By", "Express")], "express"),
+        ([("Server", "nginx/1.22.1"), ("X-Powered-By", "Express")], "nginx"),  # the proxy in front wins
         ([("Content-Type", "text/event-stream")], None),
         ([("Server", "uvicorn")], None),
     ],
@@ -88,3 +141,9 @@ def test_likely_proxy_from_a_stock_signature() -> None:
     assert "--proxy haproxy" in hint
     assert likely_proxy(Cause.TIME_QUANTIZED, 40.0) is None
     assert likely_proxy(Cause.STREAMS, None) is None
+
+
+def test_likely_proxy_for_a_compression_hold_names_the_measured_holders() -> None:
+    hint = likely_proxy(Cause.COMPRESSION_HOLD, None)
+    assert hint is not None
+    assert all(name in hint for name in ("express", "starlette", "envoy"))

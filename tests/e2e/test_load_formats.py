@@ -16,8 +16,10 @@ import pytest
 from tests.e2e.conftest import Start, netloc
 from tokenpath.serve.procs import tokenpath_argv
 
+# The first content is due TTFT_MS after the frames that leave with the head: the gap a wrong join would read.
+TTFT_MS = 100
 SHORT = ("--concurrency", "5", "--warmup", "0.3", "--duration", "2", "--runs", "1", "--tokens", "10",
-         "--ttft-ms", "20", "--interval-ms", "10", "--client-workers", "1")  # fmt: skip
+         "--ttft-ms", str(TTFT_MS), "--interval-ms", "10", "--client-workers", "1")  # fmt: skip
 
 
 def load(tmp_path: Path, *args: str) -> dict[str, dict[str, Any]]:
@@ -35,15 +37,18 @@ def joined_cleanly(row: dict[str, Any]) -> None:
     assert row["unjoined"] == 0
     assert row["frames_lost"] == 0
     assert row["frames_out_of_order"] == 0
-    assert row["kept"] == row["streams_total"]  # every stream joined to its write: an added TTFT each
+    # every stream joined to its write, an added TTFT each, but for those the stub's audit failed: a loaded host's stub
+    # that missed its own schedule (3 of 42 here under CPU load) is excluded by design, and is no join failure
+    assert row["kept"] + row["audit_failed"] == row["streams_total"]
+    assert row["kept"] > 0
     assert row["added_ttft_ms"]["p50"] is not None
     assert row["added_frame_delay_ms"]["p99"] is not None  # every later frame mapped to its write by its bytes
 
 
 def joined_to_the_first_content_write(row: dict[str, Any]) -> None:
-    """Direct on loopback adds well under a millisecond. Joined to a write before the first content (the frames
-    that leave with the head, 20 ms earlier), it would read as ~20 ms."""
-    assert row["added_ttft_ms"]["p50"] < 10
+    """Direct on loopback adds well under a millisecond (a loaded host: some ms). Joined to a write before the first
+    content (the frames that leave with the head, TTFT_MS earlier), it would read as TTFT_MS or more."""
+    assert row["added_ttft_ms"]["p50"] < TTFT_MS / 2
 
 
 def test_bedrock_streams_join_to_the_stub_by_their_first_content_frame(tmp_path: Path) -> None:
@@ -55,8 +60,8 @@ def test_bedrock_streams_join_to_the_stub_by_their_first_content_frame(tmp_path:
 
 
 def test_anthropic_through_the_gzip_flush_relay_is_decoded_and_joined(tmp_path: Path, service: Start) -> None:
-    stub = service("stub", "--port", "0", "--api", "all", "--tokens", "10", "--ttft-ms", "20", "--interval-ms", "10",
-                   name="stub")  # fmt: skip
+    stub = service("stub", "--port", "0", "--api", "all", "--tokens", "10", "--ttft-ms", str(TTFT_MS),
+                   "--interval-ms", "10", name="stub")  # fmt: skip
     relay = service("relay", "--upstream", netloc(stub.url), "--mode", "gzip-flush", name="gzip-flush")
     rows = load(tmp_path, *SHORT, "--api", "anthropic", "--accept-encoding", "gzip", "--target", relay.url or "",
                 "--stub-url", stub.url or "")  # fmt: skip

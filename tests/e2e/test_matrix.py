@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tokenpath.links import netns
 from tokenpath.proxies import lookup
 from tokenpath.serve.procs import tokenpath_argv
 
@@ -124,63 +123,6 @@ def known_facts_hold(doc: dict[str, Any], out: Path) -> None:
     assert "configuration file" in doc["proxies"]["nginx"]["variants"]["stock"]["config"]  # nginx -T output
     assert (out / "table.md").read_text().count("\n| ") >= 6
     assert len((out / "results.csv").read_text().splitlines()) == 1 + 6 * 2  # six paths, two conditions
-
-
-@needs_proxies
-@pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
-def test_veth_shows_the_size_effect_loopback_hides_and_tls_changes_haproxy(tmp_path: Path) -> None:
-    pids: list[int] = []
-    doc, _ = run_matrix(
-        tmp_path,
-        """
-name = "links"
-frames = 16
-runs = 2
-[conditions]
-interval_ms = [50]
-frame_bytes = [1100]
-link = ["loopback", "veth"]
-tls = [false, true]
-[[proxy]]
-name = "haproxy"
-""",
-        pids=pids,
-    )
-    assert doc["certification"]["passed"]
-    loopback = row(doc, "haproxy", link="loopback", tls=False)
-    veth = row(doc, "haproxy", link="veth", tls=False)
-    assert loopback["modal_burst"] >= 4  # a 64 KB loopback segment never fills: held ~200 ms
-    assert veth["modal_burst"] == 2  # two 1.1 KB frames fill a 1,448-byte segment on a 1,500 MTU link
-    assert veth["added_ttft_ms_median"] < loopback["added_ttft_ms_median"] / 2
-    for link in ("loopback", "veth"):  # HAProxy 2.6 does not cork TLS
-        assert row(doc, "haproxy", link=link, tls=True)["within_floor"] is True
-    assert namespaces_of(pids[0]) == set()  # the run removed what it made
-
-
-@needs_proxies
-@pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
-def test_sweep_infers_haproxys_flush_rule_over_veth(tmp_path: Path) -> None:
-    out = subprocess.run(
-        tokenpath_argv(
-            "sweep", "haproxy", "--link", "veth", "--sizes", "60,360,700,1000,2000", "--intervals", "25,50",
-            "--runs", "2", "--frames", "12", "--out", str(tmp_path),
-        ),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    doc = json.loads((tmp_path / "results.json").read_text())
-    assert doc["kind"] == "sweep"
-    assert {(p["frame_bytes"], p["interval_ms"]) for p in doc["points"]} == {
-        (s, i) for s in (60, 360, 700, 1000, 2000) for i in (25.0, 50.0)
-    }
-    inferred = doc["inferred"]
-    # 60-byte frames are released by the timer at both intervals; 360-1,000-byte ones by size.
-    assert inferred["timer_ms"] is not None, inferred
-    assert 120 <= inferred["timer_ms"] <= 260  # Linux's 200 ms cork timer, seen from the first token
-    assert inferred["size_bytes"] is not None, inferred
-    assert 1000 <= inferred["size_bytes"] <= 2100  # one 1,448-byte segment on a 1,500-byte MTU
-    two_k = [p for p in doc["points"] if p["frame_bytes"] == 2000]
-    assert all(p["within_floor"] for p in two_k)  # a frame larger than a segment is never held
 
 
 def a_stub_header_is_a_declared_condition_does_x_accel_buffering_fix_nginx(doc: dict[str, Any]) -> None:

@@ -16,13 +16,16 @@ from tests.e2e.conftest import Start, netloc
 from tokenpath.serve.procs import tokenpath_argv
 
 TTFT_MS = 30
+# Frames far enough apart that a loaded host's scheduling stall (ms) does not put two in one read of the streaming
+# case; held, all 8 still arrive in one.
+INTERVAL_MS = 40
 
 
 @pytest.fixture(scope="module")
 def stub_url(module_service: Start) -> str:
     stub = module_service(
-        "stub", "--port", "0", "--api", "all", "--tokens", "8", "--interval-ms", "10", "--ttft-ms", str(TTFT_MS),
-        name="stub",
+        "stub", "--port", "0", "--api", "all", "--tokens", "8", "--interval-ms", str(INTERVAL_MS),
+        "--ttft-ms", str(TTFT_MS), name="stub",
     )  # fmt: skip
     assert stub.url is not None
     return stub.url

@@ -31,8 +31,9 @@ ROOT = Path(__file__).parents[2]
 EACH = 10  # targets per behaviour: 100 in all, probed at once (max_concurrency 100)
 INTERVAL_S = 2.0  # shorter than a slow probe (total_timeout 3 s): those overrun, and the drops are counted
 ROUNDS = 2  # every target's outcome counted this many times before the run ends
-# ~14 s on a quiet 2-core host; a loaded one gets this long to count every target ROUNDS times.
-MAX_RUN_S = 30.0
+# ~14 s on a quiet 2-core host. A deadline, not a measure: the run ends as soon as every target is counted ROUNDS
+# times, and a host loaded by the other e2e workers gets this long to get there.
+MAX_RUN_S = 120.0
 # Peak RSS: ~110 MB measured here. Before the monitor's own read bounds (probing.MONITOR_LIMITS' 256 KB event,
 # MONITOR_DRAIN_BYTES) this fleet took it to 291 MB in its first round, and on past that (the probe command's
 # 8 MB event, 1 MB TLS drain, times 100).
@@ -123,7 +124,7 @@ def test_a_hundred_hostile_targets_at_once_end_as_counted_failures_in_bounded_me
         assert proc.poll() is None, "the monitor died"
         hwm = _status_mb(proc.pid, "VmHWM:")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(10) == 0
+        assert proc.wait(30) == 0
     finally:
         if proc.stdout is not None:
             proc.stdout.close()
@@ -139,7 +140,14 @@ def test_a_hundred_hostile_targets_at_once_end_as_counted_failures_in_bounded_me
 
     seen = outcomes(final)
     expected = {f"{kind}-{i}": outcome for kind, (_, _, outcome) in FLEET.items() for i in range(EACH)}
-    assert {t: set(o) for t, o in seen.items()} == {t: {o} for t, o in expected.items()}, report
+    assert set(seen) == set(expected), report
+    # Each probe ends with its behaviour's reason, or, on a host whose CPU the other e2e workers hold, with the total
+    # deadline (3 s) that a starved probe of a fast failure (a redirect, invalid UTF-8) can reach first: a correct
+    # count, not the monitor's fault. Never anything else, and each behaviour's own reason is counted.
+    for target, got in seen.items():
+        assert set(got) <= {expected[target], "total_timeout"}, (target, got, report)
+    for kind, (_, _, outcome) in FLEET.items():
+        assert sum(seen[f"{kind}-{i}"].get(outcome, 0) for i in range(EACH)) > 0, (kind, report)
     assert min(sum(o.values()) for o in seen.values()) >= ROUNDS, report
     dropped: dict[str, float] = {}
     for (name, labels), value in final.items():

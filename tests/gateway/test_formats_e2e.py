@@ -50,6 +50,7 @@ FIRST_CONTENT_WAIT_S = 0.3  # the scripted upstream's pause before its first con
 KEY_ENV, POOL_KEY = "TOKENPATH_TEST_POOL_KEY", "pool-key-for-the-broken-pool"
 GZIP = "gzip-model"  # routed to an upstream that gzips its SSE stream, flushing after each event
 GZIP_GAP_S = 0.6  # between its first event and the rest
+BAD_PRELUDE_SILENCE_S = 10.0  # the scripted upstream's silence after a Bedrock message the relay cannot frame
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +183,7 @@ def dies_mid_frame(sock: socket.socket, head: bytes) -> None:
         first = b"".join(SCRIPTS[Api.BEDROCK][0])
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.amazon.eventstream\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n" + chunk(first + bad))  # fmt: skip
-        time.sleep(3)  # the gateway must not wait for more: it cannot frame what comes
+        time.sleep(BAD_PRELUDE_SILENCE_S)  # the gateway must not wait for more: it cannot frame what comes
         return
     api = _api_of(head)
     before, content = SCRIPTS[api]
@@ -314,7 +315,7 @@ def text_of(api: Api, frames: list[WireFrame], kinds: list[FrameKind]) -> str:
     return "".join(out)
 
 
-def settled(read: Callable[[], float], expected: float, timeout_s: float = 3.0) -> float:
+def settled(read: Callable[[], float], expected: float, timeout_s: float = 15.0) -> float:
     """A metric that a stream adds when it ends: give the worker a moment past the client's last read."""
     deadline = time.monotonic() + timeout_s
     value = read()
@@ -400,7 +401,8 @@ def test_a_bedrock_message_the_relay_cannot_frame_ends_the_stream_at_once(setup:
     cannot be framed: the whole messages before it, then the exception message, without waiting for the rest."""
     t0 = time.monotonic()
     got = stream(setup, Api.BEDROCK, model)
-    assert time.monotonic() - t0 < 2.0  # the upstream goes silent for 3 s after the bad prelude
+    # the upstream goes silent after the bad prelude: a gateway that waited for more would end only with it
+    assert time.monotonic() - t0 < BAD_PRELUDE_SILENCE_S / 2
     assert got.inside == []
     assert got.kinds == [FrameKind.CONTROL, FrameKind.ERROR]
     last = got.frames[-1]
@@ -431,7 +433,9 @@ def test_an_encoded_stream_is_relayed_read_by_read_not_cut_at_boundaries_of_its_
     assert b"".join(d for _, d in decoded) == b"".join(GZIP_EVENTS)
     first_at, first = decoded[0]
     assert first == GZIP_EVENTS[0]
-    assert first_at < GZIP_GAP_S  # was: held with the rest, GZIP_GAP_S later
+    # was: held with the rest, GZIP_GAP_S later. Measured between the two arrivals, not from the request (a loaded
+    # host's connect, auth and upstream start are not the relay's holding).
+    assert decoded[-1][0] - first_at > GZIP_GAP_S / 2
 
 
 def test_a_path_outside_the_routes_is_a_404_naming_them(setup: Setup) -> None:

@@ -119,6 +119,14 @@ def gzipped(conn: socket.socket) -> None:
     conn.sendall(SSE_HEAD + b"Content-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
 
 
+def unknown_coding(conn: socket.socket) -> None:
+    """A stream in a Content-Encoding no client decodes (`compress`, LZW, long retired): gzip, br and zstd are
+    decoded now, an unknown coding is still a named failure, not 0 frames."""
+    _read_request(conn)
+    body = gzip.compress(OPENAI_FRAMES)
+    conn.sendall(SSE_HEAD + b"Content-Encoding: compress\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+
+
 def _anthropic_events() -> bytes:
     events: list[tuple[str, dict[str, object]]] = [
         ("message_start", {"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": []}}),
@@ -167,6 +175,7 @@ KINDS: dict[str, Callable[[socket.socket], None]] = {
     "endless_event": endless_event,
     "endless_head": endless_head,
     "gzip": gzipped,
+    "unknown_coding": unknown_coding,
     "anthropic": anthropic,
 }
 RAW_TCP_TLS = {"handshake_trickle"}  # speaks (broken) TLS itself: https URL, no server-side wrap

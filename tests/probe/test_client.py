@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ssl
+
 import pytest
 
 from tokenpath.errors import (
@@ -7,6 +9,7 @@ from tokenpath.errors import (
     FirstByteTimeout,
     HTTPStatusError,
     IdleTimeout,
+    NetworkError,
     PeerError,
     ProtocolError,
     UsageError,
@@ -147,6 +150,24 @@ def test_reset_is_a_peer_error() -> None:
     clock = FakeClock()
     with pytest.raises(PeerError, match="reset"):
         probe_stream(ProbeConfig(url="http://h"), clock=clock, connect=lambda t, c: Resetting(clock, []))
+
+
+@pytest.mark.parametrize("where", ["sendall", "recv"])
+def test_a_tls_session_ended_after_the_handshake_is_a_network_error_not_ours(where: str) -> None:
+    """A monitor stopping mid-probe aborts a TLS socket inside sendall/recv: ssl.SSLEOFError, which must count as
+    the connection's failure (monitor outcome `network`), never as an internal error."""
+
+    class Ended(ScriptedTransport):
+        def sendall(self, data: bytes) -> None:
+            if where == "sendall":
+                raise ssl.SSLEOFError(8, "EOF occurred in violation of protocol")
+
+        def recv(self, timeout_s: float) -> bytes:
+            raise ssl.SSLEOFError(8, "EOF occurred in violation of protocol")
+
+    clock = FakeClock()
+    with pytest.raises(NetworkError, match="TLS connection failed"):
+        probe_stream(ProbeConfig(url="http://h"), clock=clock, connect=lambda t, c: Ended(clock, []))
 
 
 @pytest.mark.parametrize("flag", ["connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"])

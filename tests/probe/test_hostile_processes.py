@@ -100,7 +100,7 @@ HOSTILE = {  # target name -> (kind, TLS, the outcome its probe must end with)
     "handshake_trickle": ("handshake_trickle", False, "total_timeout"),
     "endless_event": ("endless_event", False, "response_too_large"),
     "endless_head": ("endless_head", False, "response_too_large"),
-    "gzip": ("gzip", False, "content_encoding"),
+    "unknown_coding": ("unknown_coding", False, "content_encoding"),
     "anthropic": ("anthropic", False, "unsupported_format"),
 }
 

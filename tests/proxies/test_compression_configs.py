@@ -29,9 +29,21 @@ CASES = [
     ("envoy", "compressor", ["envoy.filters.http.compressor", "content_type: [text/event-stream]",
                              "envoy.extensions.compression.gzip.compressor.v3.Gzip"], ["timeout: 0s"]),
     ("apache2", "deflate", ["AddOutputFilterByType DEFLATE text/event-stream", "mod_deflate.so", "mod_filter.so"],
-     ["flushpackets"]),
+     ["flushpackets", "brotli", "BROTLI"]),
+    ("apache2", "brotli", ["AddOutputFilterByType BROTLI_COMPRESS text/event-stream", "mod_brotli.so",
+                           "mod_filter.so"], ["flushpackets", "deflate", "DEFLATE"]),
+    ("envoy", "compressor_brotli", ["envoy.filters.http.compressor", "content_type: [text/event-stream]",
+                                    "name: brotli", "envoy.extensions.compression.brotli.compressor.v3.Brotli"],
+     ["timeout: 0s", "Gzip", "Zstd"]),
+    ("envoy", "compressor_zstd", ["envoy.filters.http.compressor", "content_type: [text/event-stream]",
+                                  "name: zstd", "envoy.extensions.compression.zstd.compressor.v3.Zstd"],
+     ["timeout: 0s", "Gzip", "Brotli"]),
+    ("starlette", "gzip", ["--gzip-minimum-size 500"], ["--compress-event-streams"]),
+    ("starlette", "gzip_sse", ["--gzip-minimum-size 500", "--compress-event-streams"], []),
+    ("express", "naive", ["--compression"], ["--flush"]),
+    ("express", "flush", ["--compression", "--flush"], []),
 ]  # fmt: skip
-COMPRESSION_WORDS = ("gzip", "compression", "encode", "compressor", "deflate", "DEFLATE")
+COMPRESSION_WORDS = ("gzip", "compression", "encode", "compressor", "deflate", "DEFLATE", "brotli", "BROTLI", "zstd")
 
 
 @pytest.mark.parametrize(("proxy", "variant", "present", "absent"), CASES)

@@ -29,7 +29,7 @@ def diagnose(
         str | None,
         typer.Option(
             help="The proxy in the path, when its headers do not name it: nginx, haproxy, caddy, traefik, "
-            "envoy or apache2 (for its fix line)."
+            "envoy, apache2, express or starlette (for its fix line)."
         ),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the diagnosis document on stdout.")] = False,

@@ -32,7 +32,7 @@ RENAMES = {
 def load(
     proxy: Annotated[
         list[str] | None,
-        typer.Option(help="Catalogue target, e.g. nginx, node, haproxy:http_no_delay; repeatable."),
+        typer.Option(help="Catalogue target, e.g. nginx, haproxy:http_no_delay, traefik@3.3.2; repeatable."),
     ] = None,
     concurrency: Annotated[
         str, typer.Option(help="Open streams per level, comma-separated (closed loop).")
@@ -61,6 +61,19 @@ def load(
         float | None, typer.Option(help="The stub's token interval [default: 14; --stub-url: its own].")
     ] = None,
     tokens: Annotated[int | None, typer.Option(help="Tokens per stream [default: 128; --stub-url: its own].")] = None,
+    heartbeat_ms: Annotated[
+        float | None, typer.Option(help="The stub's `: ping` comments every N ms (SSE APIs) [default: off].")
+    ] = None,
+    reasoning_tokens: Annotated[
+        int | None,
+        typer.Option(help="Reasoning deltas before the content; adds an added-first-token figure [default: 0]."),
+    ] = None,
+    first_event_bytes: Annotated[
+        int | None, typer.Option(help="The stub pads the first content frame to N bytes [default: off].")
+    ] = None,
+    head_at: Annotated[
+        str | None, typer.Option(help="start, or first-token: the stub holds the head until it [default: start].")
+    ] = None,
     rate: Annotated[
         str | None, typer.Option(help="Open loop instead: Poisson arrivals per second per level, e.g. 20,50.")
     ] = None,
@@ -114,7 +127,10 @@ def load(
         rates = tuple(float(x) for x in rate.split(",")) if rate else ()
     except ValueError:
         raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
-    given = {"tokens": tokens, "interval_ms": interval_ms, "ttft_ms": ttft_ms}
+    given = {
+        "tokens": tokens, "interval_ms": interval_ms, "ttft_ms": ttft_ms, "heartbeat_ms": heartbeat_ms,
+        "reasoning_tokens": reasoning_tokens, "first_event_bytes": first_event_bytes, "head_at": head_at,
+    }  # fmt: skip
     pacing: dict[str, Any] = {k: v for k, v in given.items() if v is not None}  # the rest: defaults, or the stub's
     if plan:
         from tokenpath.load import plan as capacity
@@ -126,7 +142,7 @@ def load(
         console.print(
             capacity.plan_table(
                 levels,
-                tokens=default.tokens if tokens is None else tokens,
+                tokens=(default.tokens if tokens is None else tokens) + (reasoning_tokens or 0),  # frames, paced alike
                 interval_ms=default.interval_ms if interval_ms is None else interval_ms,
                 ttft_ms=default.ttft_ms if ttft_ms is None else ttft_ms,
                 proxy=(proxy or ["gateway"])[-1],

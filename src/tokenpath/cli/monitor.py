@@ -72,7 +72,9 @@ def monitor(
     ] = None,
     allow: Annotated[
         list[str] | None,
-        typer.Option(help="--exporter: a target must match one: SCHEME://HOST[:PORT][/PATH], fnmatch globs."),
+        typer.Option(
+            help="--exporter: a target must match one: SCHEME://HOST, an optional :PORT and /PATH; fnmatch globs."
+        ),
     ] = None,
     otlp_endpoint: Annotated[
         str | None,

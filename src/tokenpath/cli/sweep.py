@@ -14,7 +14,7 @@ from tokenpath.experiment.grid import DEFAULT_INTERVALS, DEFAULT_SIZES, as_list
 
 @handles_errors("sweep")
 def sweep(
-    proxy: Annotated[str, typer.Argument(help="Catalogue proxy to sweep, e.g. haproxy.")],
+    proxy: Annotated[str, typer.Argument(help="Catalogue proxy to sweep, e.g. haproxy, or a release: traefik@3.3.2.")],
     variant: Annotated[str, typer.Option(help="Its variant.")] = "stock",
     link: Annotated[str, typer.Option(help="loopback or veth (1,500-byte MTU; needs root).")] = "veth",
     tls: Annotated[bool, typer.Option(help="Terminate TLS at the proxy.")] = False,

@@ -59,8 +59,13 @@ class Measured:
 
 
 def run_series(template: ProbeConfig, runs: Sequence[Run], probe: Probe = probe_stream) -> list[Measured]:
-    """Each run of the series, in order: its pacing in the body (paced runs) and its Accept-Encoding."""
+    """Each run of the series, in order: its pacing in the body (paced runs) and its Accept-Encoding. One stream of
+    the first run goes first and is not classified: a path just started (a Node or Python app's first request,
+    a proxy's first upstream connection) adds tens of ms to every event of its first stream, which would read as
+    a hold that is not there."""
     out = []
+    if runs:
+        probe(config_for(template, runs[0]))  # the warm-up; a failure here fails the series as the run would
     for run in runs:
         cfg = config_for(template, run)
         trace = probe(cfg)

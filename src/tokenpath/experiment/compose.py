@@ -96,7 +96,7 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
         if not proxy.image:  # tokenpath's own relays and custom commands have no image
             skipped.append(f"{path.label}: no container image (run `tokenpath matrix` here)")
             continue
-        name = f"{path.proxy}-{path.variant}".replace("_", "-").replace(".", "-")
+        name = service_name(path.proxy, path.variant)
         services[name] = _proxy_service(proxy, path.variant, out_dir / "configs" / name)
         services[name]["depends_on"] = [RUNNER]  # started after it, so that its name resolves for them
         attached.append((name, f"http://{name}:{PROXY_PORT}", f"{proxy.image} (image)"))
@@ -122,6 +122,12 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
     header += [f"# Not exported: {line}" for line in skipped]
     compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump({"services": services}, sort_keys=False))
     return compose_file, skipped
+
+
+def service_name(proxy: str, variant: str) -> str:
+    """A Compose service name (letters, digits, `-`) for a path: `traefik@3.3.2` (compress) -> traefik-3-3-2-compress.
+    Its image is pinned to the release itself (the entry's `image`: traefik:v3.3.2)."""
+    return f"{proxy}-{variant}".replace("@", "-").replace("_", "-").replace(".", "-")
 
 
 def run_hint(path: Path) -> str:

@@ -79,6 +79,11 @@ def join(record: RunRecord, trace: Trace, log: StreamLog | None) -> None:
     if delays:
         record.frame_delay_ms = {"p50": percentile(delays, 50), "max": delays[-1]}
     i = trace.first_content
+    if i is not None:
+        after = sorted(ns_to_ms(d) for d in added[i + 1 :] if d is not None)
+        if after:
+            record.frame_delay_ms["after_first_p50"] = percentile(after, 50)
+            record.frame_delay_ms["after_first_p99"] = percentile(after, 99)
     first = added[i] if i is not None and i < len(added) else None
     if first is not None:
         record.path_added_ttft_ms = ns_to_ms(first)

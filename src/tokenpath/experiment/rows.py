@@ -62,6 +62,10 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         endpoint=cond.endpoint,
         api=cond.api,
         accept_encoding=cond.accept_encoding,
+        heartbeat_ms=cond.heartbeat_ms,
+        reasoning_tokens=cond.reasoning_tokens,
+        first_event_bytes=cond.first_event_bytes,
+        head_at=cond.head_at,
         content_encoding=_content_encoding(runs),
         runs=len(runs),
         excluded=len(runs) - len(included),
@@ -80,6 +84,8 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         bursts.update(r.metrics.bursts)
     modal = bursts.most_common(1)[0][0] if bursts else 0
     delays = [r.frame_delay_ms["p50"] for r in included if r.frame_delay_ms]
+    after_p50 = [r.frame_delay_ms["after_first_p50"] for r in included if "after_first_p50" in r.frame_delay_ms]
+    after_p99 = [r.frame_delay_ms["after_first_p99"] for r in included if "after_first_p99" in r.frame_delay_ms]
     row = replace(
         row,
         fpr_median=median(fprs),
@@ -88,14 +94,24 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         added_ttft_ms_median=median(added) if added else None,
         added_ttft_ms_p90=percentile(added, 90) if added else None,
         ttft_ms_median=median([r.metrics.ttft_ms for r in included if r.metrics and r.metrics.ttft_ms is not None]),
+        ttfb_ms_median=median([r.metrics.ttfb_ms for r in included if r.metrics and r.metrics.ttfb_ms is not None]),
+        first_token_ms_median=_first_token_ms(included) if cond.reasoning_tokens else None,
         arrivals_median=median([r.metrics.arrivals for r in included if r.metrics]),
         modal_burst=modal,
         modal_burst_gap_ms=_modal_gap(included, modal),
         frame_delay_ms_median=median(delays) if delays else None,
+        after_first_delay_ms_p50=median(after_p50) if after_p50 else None,
+        after_first_delay_ms_p99=median(after_p99) if after_p99 else None,
     )
     lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
     row = replace(row, within_floor=_within_floor(row, lowest, floor))
     return replace(row, verdict=_verdict(row, lowest, floor))
+
+
+def _first_token_ms(runs: list[RunRecord]) -> float | None:
+    """The median time to the first reasoning or content frame: beside TTFT when the stub thinks first."""
+    firsts = [r.metrics.first_token_ms for r in runs if r.metrics and r.metrics.first_token_ms is not None]
+    return median(firsts) if firsts else None
 
 
 def _content_encoding(runs: list[RunRecord]) -> str:

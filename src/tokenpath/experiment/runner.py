@@ -30,7 +30,7 @@ from tokenpath.links import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.progress import progress_bar
-from tokenpath.proxies import ProxyError, RunningProxy
+from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS
@@ -116,6 +116,7 @@ class MatrixRunner:
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
         total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
+        self._install_releases()
         if self.exp.endpoint is not None:
             e = self.exp.endpoint
             self.console.print(
@@ -315,6 +316,15 @@ class MatrixRunner:
             join(record, trace, None)
         return record
 
+    def _install_releases(self) -> None:
+        """The preflight of every NAME@VERSION path: its release installed (or found cached) before the first stub
+        or stream, so that a version the registry lacks is one line and nothing ran (proxies/pinned.py)."""
+        for name in dict.fromkeys(p.proxy for p in self.exp.paths if p.proxy != "direct"):
+            proxy = self.exp.proxy(name)
+            if isinstance(proxy, pinned.OnDemand) and proxy.release is not None:
+                self.console.print(f"preflight: {name}: {proxy.release.label}", markup=False, highlight=False)
+                pinned.prepare(proxy)  # ProxyError "NAME@VERSION: PyPI has no ..." stops the run here
+
     def _preflight(self) -> None:
         """One direct stream before anything starts: a wrong key, model or URL is one line, not a run of errors."""
         assert self.exp.endpoint is not None
@@ -345,7 +355,9 @@ class MatrixRunner:
         api_key = running.proxy.api_key(running.site) if running is not None else None  # e.g. the gateway's JWT
         stream_id = new_stream_id()
         record = RunRecord(label, stream_id)
-        stream_s = (pacing["ttft_ms"] + pacing["tokens"] * pacing["interval_ms"]) / 1000
+        # Reasoning deltas are paced like tokens: the stream runs that much longer.
+        frames = pacing["tokens"] + pacing.get("reasoning_tokens", 0)
+        stream_s = (pacing["ttft_ms"] + frames * pacing["interval_ms"]) / 1000
         model, headers = "tokenpath-stub", ()  # type: tuple[str, tuple[tuple[str, str], ...]]
         if running is not None:  # what the proxy needs of a request (a gateway's model names, routing headers)
             model, headers = running.proxy.request_model(model), running.proxy.request_headers(running.site)
@@ -519,10 +531,16 @@ def _pacing(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, Any]:
     """The stub's pacing for one stream of a condition (its body's `tokenpath` member): OpenAI streams bare frames
     (`format` plain) padded to the size; another format pads its token frames, or sends them as they are (0)."""
     pacing: dict[str, Any] = {"interval_ms": cond.interval_ms, "tokens": tokens, "ttft_ms": ttft_ms}
-    if cond.api == Api.OPENAI.value:
+    if cond.api == Api.OPENAI.value and not cond.reasoning_tokens:
         pacing.update(format="plain", frame_bytes=cond.frame_bytes)
+    elif cond.api == Api.OPENAI.value:  # plain frames have no reasoning field: chunks (spec.py made the size fit)
+        pacing.update(format="openai", frame_bytes=cond.frame_bytes or None)
     elif cond.frame_bytes:
         pacing["frame_bytes"] = cond.frame_bytes
+    # What comes before the first token: only the keys that are on, so a plain condition's body is as it was.
+    on = {"heartbeat_ms": cond.heartbeat_ms, "reasoning_tokens": cond.reasoning_tokens,
+          "first_event_bytes": cond.first_event_bytes, "head_at": cond.head_at != "start" and cond.head_at}  # fmt: skip
+    pacing.update((k, v) for k, v in on.items() if v)
     return pacing
 
 

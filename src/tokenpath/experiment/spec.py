@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,8 +22,8 @@ from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import condition_label
 from tokenpath.stub.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.stub.config import StubConfig, response_headers
-from tokenpath.stub.formats import check_frame_bytes
+from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, StubConfig, response_headers
+from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.wire.apis import Api, parse_api
 
 Link = Literal["loopback", "veth"]
@@ -31,6 +31,9 @@ LINKS: tuple[Link, ...] = ("loopback", "veth")
 IDENTITY = "identity"  # the accept_encoding condition that sends no Accept-Encoding header, as curl does
 MAX_ACCEPT_ENCODING_CHARS = 200  # an Accept-Encoding value in the experiment file; browsers send ~25
 STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token frames' size depends on it)
+# The [conditions] axes of what comes before the first token, and the value that turns each off.
+BEFORE_FIRST_TOKEN_OFF: dict[str, Any] = {"heartbeat_ms": 0.0, "reasoning_tokens": 0, "first_event_bytes": 0,
+                                          "head_at": "start"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,11 @@ class Condition:
     api: str = Api.OPENAI.value  # the streaming format (wire/apis.py): its route on the stub and through each path
     # The request's Accept-Encoding ("identity": no header). frame_bytes 0 = the format's own, unpadded frames.
     accept_encoding: str = IDENTITY
+    # What the stub sends before and around the first token (issue 24 §4; stub/config.py Pacing), each off by default.
+    heartbeat_ms: float = 0.0  # `: ping` comments every N ms (0: none)
+    reasoning_tokens: int = 0  # reasoning deltas before the content (OpenAI: chunks, never `format` plain)
+    first_event_bytes: int = 0  # the first content frame padded to N bytes (0: not)
+    head_at: HeadAt = "start"  # "first-token": the head withheld until the first token
 
     @property
     def label(self) -> str:
@@ -59,6 +67,8 @@ class Condition:
             "interval_ms": self.interval_ms, "frame_bytes": self.frame_bytes, "link": self.link, "tls": self.tls,
             "stub_headers": dict(self.stub_headers), "api": self.api, "accept_encoding": self.accept_encoding,
         }  # fmt: skip
+        # Only when set: a condition without them reads as every file before them did.
+        out.update((k, getattr(self, k)) for k, off in BEFORE_FIRST_TOKEN_OFF.items() if getattr(self, k) != off)
         return {**out, "endpoint": self.endpoint} if self.endpoint else out
 
 
@@ -171,7 +181,8 @@ def parse(data: dict[str, Any]) -> Experiment:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f'{where}: needs name = "..."')
         request_keys = {"model", "headers", "api_key_env", "base_path"}
-        keys = {"name", "variants", "command", "version_command", "url", "version", "cacert", *request_keys}
+        keys = {"name", "variants", "versions", "command", "version_command", "url", "version", "cacert",
+                *request_keys}  # fmt: skip
         _no_unknown(entry, keys, where)
         name = entry["name"]
         if "cacert" in entry and "url" not in entry:
@@ -191,16 +202,19 @@ def parse(data: dict[str, Any]) -> Experiment:
             raise UsageError(f"{where}: model, headers, api_key_env and base_path go with a `command` target")
         else:
             proxy = lookup(name)
+        names = _versions(entry, name, where)
         variants = entry.get("variants", ["stock"])
         if not isinstance(variants, list) or not variants:
             raise UsageError(f"{where}: variants must be a non-empty list")
         for variant in variants:
             proxy.variant(variant)  # raises with the known names
-            paths.append(PathSpec(name, variant))
+            paths.extend(PathSpec(n, variant) for n in names)  # a proxy's versions side by side, per variant
     cond = data.get("conditions", {})
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
-    known_conditions = {"interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding"}
+    known_conditions = {
+        "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding", *BEFORE_FIRST_TOKEN_OFF
+    }  # fmt: skip
     _no_unknown(cond, known_conditions, "[conditions]")
     intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0 and math.isfinite(v))
     sizes = _list(cond, "frame_bytes", [60], (int,), lambda v: v >= 8)
@@ -213,6 +227,12 @@ def parse(data: dict[str, Any]) -> Experiment:
     conditions = [
         Condition(float(i), _frame_size(s, api, "frame_bytes" in cond, frames), link, t, h, "", api.value, enc)
         for api, i, s, link, t, h, enc in itertools.product(apis, intervals, sizes, links, tls, header_sets, encodings)
+    ]
+    ttft_ms = data.get("ttft_ms", 20.0)
+    conditions = [
+        _before_first_token(c, beat, reasoning, first, head, "frame_bytes" in cond, frames, float(ttft_ms))
+        for c in conditions
+        for beat, reasoning, first, head in itertools.product(*_before_first_token_axes(cond))
     ]
     conditions = list(dict.fromkeys(conditions))  # an api's unpadded frames stand for every default size once
     endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
@@ -240,11 +260,28 @@ def parse(data: dict[str, Any]) -> Experiment:
     return experiment
 
 
+def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
+    """`versions = ["3.3.2", "3.7.15"]`: one path per release, labelled NAME@VERSION (each checked by lookup: a
+    release number, of an entry shipped by a versioned package); without it, the entry itself."""
+    if "versions" not in entry:
+        return [name]
+    versions = entry["versions"]
+    if "url" in entry or "command" in entry or "@" in name:
+        raise UsageError(f"{where}: versions go with a catalogue name (e.g. traefik), not a url, command or NAME@V")
+    if not isinstance(versions, list) or not versions or not all(isinstance(v, str) for v in versions):
+        raise UsageError(f'{where}: versions must be a non-empty list of release numbers, e.g. ["3.3.2", "3.7.15"]')
+    names = list(dict.fromkeys(f"{name}@{v}" for v in versions))
+    for label in names:
+        lookup(label)  # raises for a name without versions or a version that is not a release number
+    return names
+
+
 def _endpoint_conditions(
     cond: dict[str, Any], tls: list[bool], links: list[str], endpoint: EndpointSpec
 ) -> list[Condition]:
     """Against a real endpoint the endpoint paces the stream: only the client side's TLS is a condition."""
-    paced = sorted({"interval_ms", "frame_bytes", "stub_headers", "api", "accept_encoding"} & set(cond))
+    paced = sorted({"interval_ms", "frame_bytes", "stub_headers", "api", "accept_encoding", *BEFORE_FIRST_TOKEN_OFF}
+                   & set(cond))  # fmt: skip
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
     if links != ["loopback"]:
@@ -253,6 +290,47 @@ def _endpoint_conditions(
             "are cut off from; only loopback"
         )
     return [Condition(0.0, 0, "loopback", t, (), endpoint.label) for t in tls]
+
+
+def _before_first_token_axes(cond: dict[str, Any]) -> list[list[Any]]:
+    """`heartbeat_ms = [0, 15000]`, `reasoning_tokens = [0, 8]`, `first_event_bytes = [0, 16384]`,
+    `head_at = ["start", "first-token"]`: each off unless declared."""
+    return [
+        [float(v) for v in _list(cond, "heartbeat_ms", [0.0], (int, float), lambda v: v >= 0 and math.isfinite(v))],
+        _list(cond, "reasoning_tokens", [0], (int,), lambda v: 0 <= v <= MAX_TOKENS),
+        _list(cond, "first_event_bytes", [0], (int,), lambda v: 0 <= v <= MAX_FIRST_EVENT_BYTES),
+        _list(cond, "head_at", ["start"], (str,), lambda v: v in HEAD_AT),
+    ]
+
+
+def _before_first_token(
+    cond: Condition, beat: float, reasoning: int, first: int, head: HeadAt, declared: bool, frames: int, ttft_ms: float
+) -> Condition:
+    """`cond` with what the stub sends before the first token, checked here by the stub's own rule (a keep-alive in
+    a format that has none, a first event too small for its frame), so the file fails, not every stream. OpenAI
+    reasoning needs chunks with a reasoning field: such a condition streams `format` openai, unpadded unless a
+    declared frame_bytes holds every chunk."""
+    out = replace(cond, heartbeat_ms=beat, reasoning_tokens=reasoning, first_event_bytes=first, head_at=head)
+    if out == cond:
+        return cond
+    if reasoning and cond.api == Api.OPENAI.value and not declared:
+        out = replace(out, frame_bytes=0)
+    try:
+        check_start(stub_config(out, frames, ttft_ms))
+    except UsageError as exc:
+        raise UsageError(f"[conditions] {out.label}: {exc}") from None
+    return out
+
+
+def stub_config(cond: Condition, frames: int, ttft_ms: float) -> StubConfig:
+    """The stub flags one stream of `cond` amounts to (what the runner sends as the body's `tokenpath` member)."""
+    plain = cond.api == Api.OPENAI.value and not cond.reasoning_tokens
+    return StubConfig(
+        ttft_ms=ttft_ms, interval_ms=cond.interval_ms, tokens=frames, frame_bytes=cond.frame_bytes or None,
+        format="plain" if plain else "openai", api=cond.api, model=STUB_MODEL,
+        heartbeat_ms=cond.heartbeat_ms or None, reasoning_tokens=cond.reasoning_tokens,
+        first_event_bytes=cond.first_event_bytes or None, head_at=cond.head_at,
+    )  # fmt: skip
 
 
 def _apis(cond: dict[str, Any]) -> list[Api]:

@@ -17,17 +17,20 @@ from tokenpath.stub.audit import StreamLog
 
 
 def frame_delays_ns(log: StreamLog, first_content: int, marks: Sequence[int]) -> list[int] | None:
-    """Arrival minus write, in ns, for each write after `first_content` (the first content frame's write).
+    """Arrival minus write, in ns, for each write after `first_content` (the first content frame's write) but the
+    keep-alives (the log's `heartbeats`: a comment, not a frame anyone reads; their bytes still count to the offsets).
     `marks` is flat (t_ns, cumulative bytes) pairs in read order. None when the body is not the writes' bytes."""
     writes = log.writes
+    beats = frozenset(log.heartbeats)
     if not marks or sum(w.nbytes for w in writes) != marks[-1]:
         return None
     delays = []
     end = sum(w.nbytes for w in writes[: first_content + 1])
     m = 0  # index of the mark (pair) being compared: both walks only move forward
-    for write in writes[first_content + 1 :]:
+    for k, write in enumerate(writes[first_content + 1 :], first_content + 1):
         end += write.nbytes
         while marks[2 * m + 1] < end:
             m += 1
-        delays.append(marks[2 * m] - write.actual_ns)
+        if k not in beats:
+            delays.append(marks[2 * m] - write.actual_ns)
     return delays

@@ -17,7 +17,7 @@ from tokenpath.wire.apis import Api
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.openai import content_text
 from tokenpath.wire.reader import frame_reader
-from tokenpath.wire.sse import SSEParser
+from tokenpath.wire.sse import Frame, SSEParser
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,20 +34,48 @@ class Integrity:
         return self.lost == 0 and self.out_of_order == 0 and self.received >= self.expected
 
 
-def expected_frames(stream_id: str, model: str, tokens: int) -> list[bytes]:
+@dataclass(frozen=True, slots=True)
+class BeforeFirstToken:
+    """What the stub sends before and around the first token that changes its bytes (stub/config.py Pacing):
+    reasoning deltas and a padded first event are in its frames; keep-alives are writes of their own, between them
+    (the audit's `heartbeats`), which the comparison skips. `head_at` moves no byte."""
+
+    reasoning: int = 0
+    first_event_bytes: int | None = None
+    keepalives: bool = False
+
+
+PLAIN = BeforeFirstToken()
+
+
+def expected_frames(stream_id: str, model: str, tokens: int, extra: BeforeFirstToken = PLAIN) -> list[bytes]:
     """What the stub sent: its cached frames for this shape, relabelled with this stream's completion id."""
-    return shape_for("chat", model, tokens, False, 0, "openai", None).wire(False, completion_id(stream_id))
+    shape = shape_for(
+        "chat", model, tokens, False, 0, "openai", None,
+        reasoning=extra.reasoning, first_event_bytes=extra.first_event_bytes,
+    )  # fmt: skip
+    return shape.wire(False, completion_id(stream_id))
 
 
-def check_body(body: bytes, stream_id: str, model: str, tokens: int, api: Api = Api.OPENAI) -> Integrity:
+def check_body(
+    body: bytes, stream_id: str, model: str, tokens: int, api: Api = Api.OPENAI, extra: BeforeFirstToken = PLAIN
+) -> Integrity:
     """The same verdict from a whole body: one comparison of bytes when nothing changed them (the usual case,
-    and the load client's), the frames parsed out only when something did."""
+    and the load client's), the frames parsed out only when something did (or keep-alives sit between them)."""
     if api is not Api.OPENAI:
-        return check_content(body, api, tokens)
-    expected = expected_frames(stream_id, model, tokens)
-    if body == b"".join(expected):
+        return check_content(body, api, tokens)  # content texts only: reasoning and keep-alives are not content
+    expected = expected_frames(stream_id, model, tokens, extra)
+    if not extra.keepalives and body == b"".join(expected):
         return Integrity(len(expected), len(expected), True, 0, 0)
-    return check([f.raw for f in SSEParser().feed(body)], stream_id, model, tokens, expected)
+    frames = SSEParser().feed(body)
+    if extra.keepalives:  # the stub's `: ping` writes: comment-only events, never a frame of the stream's own
+        frames = [f for f in frames if not is_keepalive(f)]
+    return check([f.raw for f in frames], stream_id, model, tokens, expected)
+
+
+def is_keepalive(frame: Frame) -> bool:
+    """A comment-only event (`: ping`): what a server writes to keep a connection alive, with no event in it."""
+    return frame.data is None and frame.event is None and frame.id is None and bool(frame.comments)
 
 
 def check(

@@ -45,6 +45,7 @@ class LeanTrace:
     content_encoding: str = "identity"  # the response's Content-Encoding, as decoded
     # Per read that brought body bytes: its time and the (decoded) body's length after it, flat pairs.
     marks: array[int] = field(default_factory=lambda: array("q"))
+    first_token_t_ns: int | None = None  # the read that completed the first reasoning or content frame
 
     @property
     def error_preview(self) -> str:
@@ -64,6 +65,7 @@ class LeanRecorder:
         self._head: ResponseHead | None = None
         self._first_t: int | None = None
         self._first: WireFrame | None = None
+        self._first_token_t: int | None = None  # reasoning or content: the first-token figure's arrival
         self._marks = array("q")  # bounded by the body: one pair per read that added to it
         self._nbytes = 0
 
@@ -91,8 +93,13 @@ class LeanRecorder:
         reader = self._reader
         if reader is not None:
             for frame in reader.feed(body):
-                if reader.kind(frame) is FrameKind.CONTENT:
+                kind = reader.kind(frame)
+                if kind is FrameKind.REASONING and self._first_token_t is None:
+                    self._first_token_t = t_ns
+                elif kind is FrameKind.CONTENT:
                     self._first_t, self._first = t_ns, frame
+                    if self._first_token_t is None:
+                        self._first_token_t = t_ns
                     self._reader = None
                     break
 
@@ -135,4 +142,5 @@ class LeanRecorder:
             first,
             self._decoder.encoding,
             self._marks,
+            self._first_token_t,
         )

@@ -35,14 +35,16 @@ from tokenpath.load.cluster import (
 )
 from tokenpath.load.contention import Contention, schedule_missed
 from tokenpath.load.framedelay import frame_delays_ns
+from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
-from tokenpath.proxies import ProxyError, RunningProxy, lookup
+from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
+from tokenpath.proxies.catalogue import parse_ref
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
 from tokenpath.results.model import (
@@ -58,7 +60,9 @@ from tokenpath.results.model import (
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stub.audit import StreamLog, added_ns
+from tokenpath.stub.config import HeadAt, StubConfig
 from tokenpath.stub.control import fetch_audit
+from tokenpath.stub.formats import check_start
 from tokenpath.wire.apis import Api
 from tokenpath.wire.request import parse_header_arg
 
@@ -109,6 +113,16 @@ class LoadConfig:
     target_tls: TLSOptions = field(default_factory=TLSOptions)  # an https --target: --cacert / --insecure
     api: Api = Api.OPENAI  # the streaming format of every stream (--api)
     accept_encoding: str | None = None  # sent with every stream (--accept-encoding; `browser` expanded)
+    # What the stub sends before and around the first token (issue 24 §4; stub/config.py Pacing): its flags.
+    heartbeat_ms: float | None = None
+    reasoning_tokens: int = 0
+    first_event_bytes: int | None = None
+    head_at: HeadAt = "start"
+
+    @property
+    def before_first_token(self) -> BeforeFirstToken:
+        """What the integrity check must expect besides the tokens."""
+        return BeforeFirstToken(self.reasoning_tokens, self.first_event_bytes, bool(self.heartbeat_ms))
 
     @property
     def open_loop(self) -> bool:
@@ -143,6 +157,15 @@ class LoadConfig:
             )
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise UsageError("`duration_s` must be > 0 and `warmup_s` >= 0")
+        if self.heartbeat_ms == 0:
+            object.__setattr__(self, "heartbeat_ms", None)  # 0: none, as the stub's flag reads it
+        # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
+        # a first event too small for its frame.
+        check_start(
+            StubConfig(ttft_ms=self.ttft_ms, interval_ms=self.interval_ms, tokens=self.tokens, model=self.model,
+                       api=self.api.value, heartbeat_ms=self.heartbeat_ms, reasoning_tokens=self.reasoning_tokens,
+                       first_event_bytes=self.first_event_bytes, head_at=self.head_at)
+        )  # fmt: skip
 
 
 def _on_this_host(url: str) -> bool:
@@ -191,6 +214,7 @@ class Cell:
     stub_cores: list[float] = field(default_factory=list)  # per run: the stub's CPU, the host's steal and run queue
     encodings: Counter[str] = field(default_factory=Counter)  # Content-Encoding of the streams that completed
     frame_delay: HdrHistogram = field(default_factory=new_histogram)  # every frame after the first content's
+    first_token: HdrHistogram = field(default_factory=new_histogram)  # streams whose stub sent reasoning first
     steal: list[float] = field(default_factory=list)
     run_queue: list[float] = field(default_factory=list)
 
@@ -254,10 +278,12 @@ class LoadRunner:
             "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
             "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
             *(["--clock-offset-ms", os.environ[STUB_OFFSET_ENV]] if os.environ.get(STUB_OFFSET_ENV) else []),
+            *_before_first_token_argv(cfg),
         )  # fmt: skip
 
     def _run(self) -> LoadResults:
         cfg = self.cfg
+        self._install_releases()
         if self.cluster is None:
             per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
             ensure_fd_limit(-(-per_process // cfg.client_workers))
@@ -325,6 +351,19 @@ class LoadRunner:
         if failure is not None:
             raise ServiceError(f"{failure} (the rows measured before it are in {self.out_dir / 'results.json'})")
         return results
+
+    def _install_releases(self) -> None:
+        """Every NAME@VERSION[:VARIANT] target's release installed (or found cached) before the stub starts: a
+        version the registry lacks is one ProxyError line and nothing ran (proxies/pinned.py)."""
+        for name in self.cfg.targets:
+            if "{listen" in name or "@" not in name:
+                continue
+            try:
+                proxy = lookup(parse_ref(name).proxy)
+            except ProxyError as exc:
+                raise UsageError(str(exc)) from None
+            if pinned.prepare(proxy) is not None:
+                self.console.print(f"preflight: {name}: {proxy.package} installed", markup=False, highlight=False)
 
     def _start(self, name: str, stub_url: str, stack: contextlib.ExitStack) -> RunningProxy | None:
         """`name` is a catalogue proxy, optionally with a variant (`haproxy:http_no_delay`), or `LABEL=COMMAND` with
@@ -394,7 +433,8 @@ class LoadRunner:
         streams = cfg.max_in_flight if cfg.open_loop else int(cell.level)
         work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
                         rate=cell.level if cfg.open_loop else None, api_key=api_key, api=cfg.api,
-                        accept_encoding=cfg.accept_encoding)  # fmt: skip
+                        accept_encoding=cfg.accept_encoding,
+                        before_first_token=cfg.before_first_token)  # fmt: skip
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
                            tls=cfg.target_tls)  # fmt: skip
@@ -443,6 +483,8 @@ class LoadRunner:
             for r in report.results:
                 if r.first_content_t_ns is not None:
                     r.first_content_t_ns += clock.offset_ns
+                if r.first_token_t_ns is not None:
+                    r.first_token_t_ns += clock.offset_ns
                 if r.read_marks:
                     r.read_marks[::2] = array("q", (t + clock.offset_ns for t in r.read_marks[::2]))
         cell.clocks.append(clocks)
@@ -490,6 +532,8 @@ class LoadRunner:
                     added = added_ns(entry.log, write, r.first_content_t_ns)
                     for delay in frame_delays_ns(entry.log, write, r.read_marks or ()) or ():
                         cell.frame_delay.record_value(max(1, min(delay // 1000, HIST_MAX_US)))
+                if entry.log is not None and r.first_token_t_ns is not None:
+                    self._first_token(cell, entry.log, r.first_token_t_ns)
                 if added is not None:
                     added_us = added // 1000
                     cell.hist.record_value(max(1, min(added_us, HIST_MAX_US)))
@@ -497,6 +541,17 @@ class LoadRunner:
                     lag_us = r.dispatch_lag_ns // 1000
                     cell.corrected.record_value(max(1, min(added_us + lag_us, HIST_MAX_US)))
                     cell.dispatch_lag.record_value(max(1, min(lag_us, HIST_MAX_US)))
+
+    @staticmethod
+    def _first_token(cell: Cell, log: StreamLog, arrival_ns: int) -> None:
+        """Reasoning came first: its first delta's arrival minus the stub's write of it (StreamLog.first_token).
+        Without reasoning the first token is the first content, whose figure is added TTFT."""
+        first = log.first_token
+        if first is None or first == log.first_content:
+            return
+        added = added_ns(log, first, arrival_ns)
+        if added is not None:
+            cell.first_token.record_value(max(1, min(added // 1000, HIST_MAX_US)))
 
     def _summarise(self, cells: dict[tuple[float, str], Cell]) -> list[LoadRow]:
         out = []
@@ -518,11 +573,19 @@ class LoadRunner:
 def content_write(log: StreamLog, token: int | None) -> int | None:
     """The stub's write that carried token `token` of its stream: its first content write (the audit's, per format:
     OpenAI chat's role delta, Anthropic's message_start... come before it) plus the token's number. A log from a
-    stub that did not record its first content write is an OpenAI chat stream's: the role delta is write 0."""
+    stub that did not record its first content write is an OpenAI chat stream's: the role delta is write 0.
+    Keep-alive writes (the log's `heartbeats`) between tokens are not tokens: they are stepped over."""
     if token is None:
         return None
     first = log.first_content if log.first_content is not None else 1
-    return first + token
+    if not log.heartbeats:
+        return first + token
+    beats, k = frozenset(log.heartbeats), first
+    for _ in range(token):  # bounded by the token count the stub was held to (MAX_TOKENS)
+        k += 1
+        while k in beats:
+            k += 1
+    return k
 
 
 def ensure_fd_limit(streams_per_process: int) -> int:
@@ -639,6 +702,7 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         accept_encoding=cfg.accept_encoding or IDENTITY,
         content_encoding="/".join(sorted(cell.encodings)) or IDENTITY,
         added_frame_delay_ms=_percentiles(cell, cell.frame_delay) if cell.frame_delay.get_total_count() else None,
+        added_first_token_ms=_percentiles(cell, cell.first_token) if cell.first_token.get_total_count() else None,
     )
     if not cfg.open_loop:
         return row
@@ -663,5 +727,14 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
         "stub_url": cfg.stub_url, "cluster": cfg.cluster, "stub_node": cfg.stub_node,
         "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert, "api": cfg.api.value,
-        "accept_encoding": cfg.accept_encoding,
+        "accept_encoding": cfg.accept_encoding, "heartbeat_ms": cfg.heartbeat_ms,
+        "reasoning_tokens": cfg.reasoning_tokens, "first_event_bytes": cfg.first_event_bytes, "head_at": cfg.head_at,
     }  # fmt: skip
+
+
+def _before_first_token_argv(cfg: LoadConfig) -> list[str]:
+    """The stub flags of what comes before the first token: only those that are on, so its argv is as it was."""
+    argv = ["--heartbeat-ms", f"{cfg.heartbeat_ms:g}"] if cfg.heartbeat_ms else []
+    argv += ["--reasoning-tokens", str(cfg.reasoning_tokens)] if cfg.reasoning_tokens else []
+    argv += ["--first-event-bytes", str(cfg.first_event_bytes)] if cfg.first_event_bytes else []
+    return argv + (["--head-at", cfg.head_at] if cfg.head_at != "start" else [])

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 10.0
 PACING_FIELDS = ("tokens", "interval_ms", "ttft_ms")  # what load's flags say about the stub
+# What comes before the first token (issue 24 §4), and its value when off: the health lists each only when it is on
+# (stub/config.py Pacing.to_json), so a missing key is the stub's "off" (and an older stub's, which has none of it).
+BEFORE_FIRST_TOKEN: dict[str, Any] = {"heartbeat_ms": None, "reasoning_tokens": 0, "first_event_bytes": None,
+                                      "head_at": "start"}  # fmt: skip
 # A tokenpath stub's chunk id (stub/frames.py completion_id): a stream carrying one was served by some stub.
 STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl-')}}}")
 
@@ -76,12 +80,28 @@ def with_stub_pacing(cfg: LoadConfig, stub_url: str, pacing: dict[str, Any] | No
         if not isinstance(theirs, int | float) or theirs == ours:
             continue
         if key in cfg.pacing_given:
-            raise UsageError(
-                f"`{key}` {ours:g} but the stub at {stub_url} was started with `{key}` {theirs:g}: drop `{key}` "
-                "(load reads the stub's own) or start the stub with the same value"
-            )
+            raise _disagrees(key, ours, theirs, stub_url)
+        changes[key] = theirs
+    for key, off in BEFORE_FIRST_TOKEN.items():
+        theirs, ours = pacing.get(key, off), getattr(cfg, key)
+        if theirs == ours or (not theirs and not ours):  # 0 and None both mean off
+            continue
+        if key in cfg.pacing_given:
+            raise _disagrees(key, ours, theirs, stub_url)
         changes[key] = theirs
     return replace(cfg, **changes) if changes else cfg
+
+
+def _disagrees(key: str, ours: object, theirs: object, stub_url: str) -> UsageError:
+    def show(value: object) -> str:
+        if value is None:
+            return "off"
+        return f"{value:g}" if isinstance(value, int | float) else str(value)
+
+    return UsageError(
+        f"`{key}` {show(ours)} but the stub at {stub_url} was started with `{key}` {show(theirs)}: drop `{key}` "
+        "(load reads the stub's own) or start the stub with the same value"
+    )
 
 
 def served_by_a_stub(chunk_id: str) -> bool:

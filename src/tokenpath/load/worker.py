@@ -20,7 +20,7 @@ from typing import Any
 import jwt
 
 from tokenpath.errors import TokenpathError
-from tokenpath.load.integrity import check_body
+from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
 from tokenpath.probe.aio import stream_with
@@ -55,6 +55,7 @@ class Workload:
     jwt: JWTMinter | None = field(default=None, repr=False)  # a fresh token per stream, for a JWT proxy
     api: Api = Api.OPENAI  # the streaming format: its route, body, and where its first content frame is
     accept_encoding: str | None = None  # sent as Accept-Encoding; the answer is decoded (ProbeConfig's rule)
+    before_first_token: BeforeFirstToken = PLAIN  # what the stub's frames carry besides tokens (integrity re-renders)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +115,7 @@ class StreamResult:
     error: str | None = None
     first_token: int | None = None  # the stub's token number the first content frame carries (0 unless lost)
     first_content_t_ns: int | None = None
+    first_token_t_ns: int | None = None  # the first reasoning or content frame's arrival (the first-token figure)
     audit_key: str = ""  # what to ask the stub's audit for: the chunks' completion id, else the stream id
     dispatch_lag_ns: int = 0  # open loop: how late the stream started against its schedule
     frames: int = 0
@@ -223,12 +225,13 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
     result.read_marks = trace.marks
     if trace.first_content is not None:
         result.first_content_t_ns = trace.first_content_t_ns
+        result.first_token_t_ns = trace.first_token_t_ns
         # Joined to the stub's write by what the frame says, not where it is: a gateway may drop or add frames,
         # and drop the stream id (then an OpenAI chunk's completion id still names the stub's stream).
         result.first_token = token_number(content_text(cfg.api, trace.first_content))
         openai_id = chunk_id(trace.first_content.raw) if cfg.api is Api.OPENAI else None
         result.audit_key = openai_id or sid
-    integrity = check_body(trace.body, sid, work.model, work.tokens, cfg.api)
+    integrity = check_body(trace.body, sid, work.model, work.tokens, cfg.api, work.before_first_token)
     result.frames = integrity.received
     result.lost = integrity.lost
     result.out_of_order, result.byte_exact = integrity.out_of_order, integrity.byte_exact

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -145,6 +146,8 @@ def probe_stream(
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError) as exc:
         raise NetworkError(f"the connection was reset: {exc.strerror}") from None
+    except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
+        raise NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}") from None
     finally:
         transport.close()
 

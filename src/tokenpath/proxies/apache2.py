@@ -6,6 +6,9 @@ from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, r
 
 MODULES = "/usr/lib/apache2/modules"
 DEFLATE = "AddOutputFilterByType DEFLATE text/event-stream"  # mod_deflate as it is turned on (with mod_filter)
+BROTLI = "AddOutputFilterByType BROTLI_COMPRESS text/event-stream"  # mod_brotli (Debian's apache2 has it), the same
+# Variant -> the modules it loads and its filter line.
+COMPRESSION = {"deflate": (("filter", "deflate"), DEFLATE), "brotli": (("filter", "brotli"), BROTLI)}
 
 
 class Apache2(Proxy):
@@ -17,6 +20,7 @@ class Apache2(Proxy):
         STOCK,
         Variant("flushpackets", "ProxyPass ... flushpackets=on (flush after every chunk)", "flushpackets=on"),
         Variant("deflate", "mod_deflate for event streams (compresses what the client accepts)", DEFLATE),
+        Variant("brotli", "mod_brotli for event streams (br for a client that accepts it, else identity)", BROTLI),
     )
 
     def version(self) -> str:
@@ -28,10 +32,9 @@ class Apache2(Proxy):
 
     def write_config(self, site: Site) -> Path:
         ssl = site.tls is not None or site.upstream_tls is not None
-        deflate = site.variant.name == "deflate"
-        mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if ssl else [])]
-        mods += ["filter", "deflate"] if deflate else []
-        filters = f"{DEFLATE}\n" if deflate else ""
+        compression_mods, compression_line = COMPRESSION.get(site.variant.name, ((), ""))
+        mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if ssl else []), *compression_mods]
+        filters = f"{compression_line}\n" if compression_line else ""
         loads = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in mods)
         tls = (
             f"SSLEngine on\nSSLCertificateFile {site.tls.cert}\nSSLCertificateKeyFile {site.tls.key}\n"

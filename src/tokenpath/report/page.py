@@ -253,7 +253,7 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
         chart = charts.sweep_chart(doc.points or (), inferred)
         out.append(_figure(chart, "Points above 1 frame per read, or above 0 ms, are where the proxy held frames."))
     conditions: dict[str, list[MatrixRow]] = {}
-    for row in doc.rows:
+    for row in tables.side_by_side(doc.rows):  # a proxy's versions next to each other
         conditions.setdefault(tables.condition_label(row), []).append(row)
     floors = {f.condition: f for f in doc.floors}
     out.append('<h2 id="results">Results per condition</h2>')

@@ -37,6 +37,10 @@ Kind = Literal["matrix", "sweep", "load"]
 # 5: matrix conditions and rows carry the streaming format (`api`) and the request's `accept_encoding`; rows and runs
 #    the `content_encoding` that came back (older files: openai, no Accept-Encoding, identity). Load rows carry the
 #    same three (`api`, `accept_encoding`, `content_encoding`) and `added_frame_delay_ms` (null before 5).
+#    Later in 5, with defaults and no bump: what comes before the first token (issue 24 §4) on conditions and rows
+#    (`heartbeat_ms`, `reasoning_tokens`, `first_event_bytes`, `head_at`), rows' `ttfb_ms_median` and
+#    `first_token_ms_median`, load rows' `added_first_token_ms`. A file without them measured none of it, which is
+#    exactly what the defaults say (so a migration would be a no-op), and an older reader ignores keys it does not know.
 SCHEMA_VERSION = 5
 KNOWN_VERSIONS = (1, 2, 3, 4, 5)
 IDENTITY = "identity"  # no Accept-Encoding sent / no Content-Encoding received
@@ -175,6 +179,11 @@ class MatrixRow:
     api: str = DEFAULT_API  # the streaming format of the condition (schema 5)
     accept_encoding: str = IDENTITY  # the request's Accept-Encoding ("identity": none sent)
     content_encoding: str = IDENTITY  # what the path answered with over the runs ("gzip", or "gzip/identity" mixed)
+    # What the stub sent before and around the first token (issue 24 §4); the defaults: nothing.
+    heartbeat_ms: float = 0.0  # `: ping` comments every N ms (0: none)
+    reasoning_tokens: int = 0  # reasoning deltas before the content
+    first_event_bytes: int = 0  # the first content frame padded to N bytes (0: not)
+    head_at: str = "start"  # "first-token": the head held until the first token
     exclusions: Mapping[str, int] = field(default_factory=dict)
     fpr_median: float | None = None
     fpr_min: float | None = None
@@ -182,10 +191,16 @@ class MatrixRow:
     added_ttft_ms_median: float | None = None
     added_ttft_ms_p90: float | None = None
     ttft_ms_median: float | None = None
+    ttfb_ms_median: float | None = None
+    first_token_ms_median: float | None = None  # reasoning or content: set when the stub sent reasoning first
     arrivals_median: float | None = None
     modal_burst: int | None = None
     modal_burst_gap_ms: float | None = None
     frame_delay_ms_median: float | None = None
+    # Frames after the first content (issue 24 §6): each one's arrival minus its write, p50 and p99 per run, the
+    # median over runs. A path that delivers the first token on time and bunches the rest shows here.
+    after_first_delay_ms_p50: float | None = None
+    after_first_delay_ms_p99: float | None = None
     within_floor: bool | None = None
     raw: tuple[MatrixRun, ...] = ()
 
@@ -303,7 +318,18 @@ def condition_label(row: ConditionLike) -> str:
     headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
     if headers:
         label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
-    return label
+    return label + before_first_token_label(row)
+
+
+def before_first_token_label(row: object) -> str:
+    """What the stub sent before and around the first token, in words ("" when nothing): part of the label."""
+    beat, reasoning = getattr(row, "heartbeat_ms", 0), getattr(row, "reasoning_tokens", 0)
+    first, head = getattr(row, "first_event_bytes", 0), getattr(row, "head_at", "start")
+    parts = [f"heartbeat {beat:g} ms"] if beat else []
+    parts += [f"{reasoning} reasoning tokens"] if reasoning else []
+    parts += [f"first event {first} B"] if first else []
+    parts += ["head at first token"] if head != "start" else []
+    return "".join(f", {p}" for p in parts)
 
 
 def exclusion_shares(rows: Iterable[MatrixRow]) -> tuple[ExclusionShare, ...]:
@@ -382,6 +408,9 @@ class LoadRow:
     # Each frame after the first content frame: its arrival minus the stub's write (load/framedelay.py); None when
     # no stream's bytes could be mapped to the writes (a path that re-serialises), or in files before schema 5.
     added_frame_delay_ms: Percentiles | None = None
+    # The first reasoning or content frame's arrival minus the stub's write of it (StreamLog.first_token); None
+    # unless the stub sent reasoning first (else it is added TTFT).
+    added_first_token_ms: Percentiles | None = None
 
     @property
     def level_label(self) -> str:
@@ -567,6 +596,7 @@ def load_row(row: Json) -> LoadRow:
         added_ttft_corrected_ms=pct("added_ttft_corrected_ms"),
         dispatch_lag_ms=pct("dispatch_lag_ms"),
         added_frame_delay_ms=pct("added_frame_delay_ms"),
+        added_first_token_ms=pct("added_first_token_ms"),
         warnings=tuple(_build(ResultWarning, w) for w in row.get("warnings", [])),
         error_samples=tuple(row.get("error_samples") or ()),
         runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),

@@ -17,6 +17,7 @@ from tokenpath.results.model import (
     ExclusionShare,
     MatrixResults,
     MatrixRow,
+    before_first_token_label,
     condition_label,
     exclusion_shares,
 )
@@ -48,6 +49,23 @@ ROW_KEYS = (
     "within_floor",
     "verdict",
 )
+
+
+def side_by_side(rows: Sequence[MatrixRow]) -> list[MatrixRow]:
+    """The rows in measured order, except that a proxy's versions (`traefik`, `traefik@3.3.2`, `traefik@3.7.15`)
+    stand next to each other in each condition and variant, oldest release first: a regression between versions
+    is read across adjacent lines."""
+    first: dict[tuple[str, str, str], int] = {}
+    for i, row in enumerate(rows):
+        first.setdefault((condition_label(row), row.proxy.partition("@")[0], row.variant), i)
+
+    def key(item: tuple[int, MatrixRow]) -> tuple[int, tuple[int, ...], int]:
+        i, row = item
+        base, _, version = row.proxy.partition("@")
+        release = tuple(int(part) for part in version.split(".") if part.isdigit())  # () = the catalogue's own
+        return first[(condition_label(row), base, row.variant)], release, i
+
+    return [row for _, row in sorted(enumerate(rows), key=key)]
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -107,7 +125,33 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
         out.append(("api", lambda r: r.api))
     if any(r.accept_encoding != IDENTITY for r in rows):
         out.append(("encoding (asked -> answered)", lambda r: f"{_asked(r.accept_encoding)} -> {r.content_encoding}"))
+    if any(before_first_token_label(r) for r in rows):  # issue 24 §4: what the stub sent around the first token
+        out.append(("pre-token (stub sent before the first token)", _pre_token))
+    if any(r.first_token_ms_median is not None for r in rows):
+        out.append(("first-token ms (reasoning or content; TTFT is content)", lambda r: _fmt(r.first_token_ms_median)))
+    if any((r.after_first_delay_ms_p99 or 0) >= AFTER_FIRST_SHOWN_MS for r in rows):  # issue 24 §6
+        out.append(("added delay after the first token ms (p50 / p99)", _after_first))
     return out
+
+
+# The after-first-token column appears once some path adds this much to a later frame: below it every row reads
+# ~0 on one host and the column would only widen the table.
+AFTER_FIRST_SHOWN_MS = 1.0
+
+
+def _after_first(row: MatrixRow) -> str:
+    if row.after_first_delay_ms_p50 is None or row.after_first_delay_ms_p99 is None:
+        return "-"
+    return f"{row.after_first_delay_ms_p50:.1f} / {row.after_first_delay_ms_p99:.1f}"
+
+
+def _pre_token(row: MatrixRow) -> str:
+    """Compact: `hb 15000ms r8 fe 16384B head@token`, or "-"."""
+    parts = [f"hb {row.heartbeat_ms:g}ms"] if row.heartbeat_ms else []
+    parts += [f"r{row.reasoning_tokens}"] if row.reasoning_tokens else []
+    parts += [f"fe {row.first_event_bytes}B"] if row.first_event_bytes else []
+    parts += ["head@token"] if row.head_at != "start" else []
+    return " ".join(parts) or "-"
 
 
 def headers_for(rows: Sequence[MatrixRow]) -> list[str]:
@@ -163,7 +207,7 @@ def markdown(results: MatrixResults) -> str:
     headers, columns = headers_for(results.rows), varying_columns(results.rows)
     lines.append("| " + " | ".join(headers) + " |")
     lines.append("|" + "|".join("---" for _ in headers) + "|")
-    for row in results.rows:
+    for row in side_by_side(results.rows):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells_for(row, columns)) + " |")
     lines += _variant_lines(results)
     if results.skipped:
@@ -225,7 +269,7 @@ def rich_table(results: MatrixResults) -> Table:
     names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"
     for header in ("path", "condition", *names, "fpr", "+TTFT ms", "p90", "kept", "seen as"):
         table.add_column(header, justify="right" if header in ("fpr", "+TTFT ms", "p90", "kept") else "left")
-    for row in results.rows:
+    for row in side_by_side(results.rows):
         style = "green" if row.within_floor else ("yellow" if row.within_floor is False else "red")
         path = row.proxy if row.variant == "stock" else f"{row.proxy} {row.variant}"
         link = {"loopback": "lo", "veth": "veth"}.get(row.link, row.link) + (" tls" if row.tls else "")
