@@ -39,3 +39,13 @@ def test_queueing_on_one_side_does_not_move_the_estimate() -> None:
                enumerate(range(0, 64 * MS, MS))]  # fmt: skip
     got = estimate(samples)
     assert abs(got.offset_ns) <= got.uncertainty_ns == 100_000
+
+
+def test_the_uncertainty_covers_every_sample_the_estimate_used() -> None:
+    """A loaded host: most of the fastest fifth queued one way (1 ms round trips, all of it on the way up), a few
+    not. The median of the fifth would be 0.4 ms off with 0.1 ms claimed; only round trips near the smallest are
+    used, and the uncertainty is half the largest of those."""
+    fast = [(t, t + 100_000, t + 200_000) for t in range(0, 5 * MS, MS)]
+    queued = [(t, t + 900_000, t + 1_000_000) for t in range(10 * MS, 70 * MS, MS)]
+    got = estimate(fast + queued)
+    assert abs(got.offset_ns) <= got.uncertainty_ns == 100_000

@@ -22,13 +22,14 @@ import zlib
 
 from tokenpath.wire.eventstream import MAX_MESSAGE_BYTES, MIN_MESSAGE_BYTES, PRELUDE_BYTES
 from tokenpath.wire.ndjson import MAX_LINE_BYTES
+from tokenpath.wire.sse import cut_whole
 
 _PRELUDE = struct.Struct("!III")
 _BLANK = b" \t\r"
 
 
 class _Cut:
-    """What both cuts share: the held bytes and the cut itself (the same as EventRelay.cut)."""
+    """What both cuts share: the held bytes and the cut itself (wire.sse.cut_whole, as EventRelay's)."""
 
     __slots__ = ("broken", "held", "max_event_bytes", "tail")
 
@@ -39,20 +40,7 @@ class _Cut:
         self.broken: str | None = None  # why the stream cannot be cut any more (only a bad prelude, so far)
 
     def cut(self, data: bytes) -> bytes:
-        held = self.held
-        tail = self.tail
-        whole = len(data) - tail
-        out = b""
-        if whole:
-            if held:
-                held += memoryview(data)[:whole]
-                out = bytes(held)
-                held.clear()
-            else:
-                out = data[:whole] if tail else data
-        if tail:
-            held += memoryview(data)[whole:]
-        return out
+        return cut_whole(self.held, data, self.tail)
 
     def rest(self) -> bytes:
         rest = bytes(self.held)

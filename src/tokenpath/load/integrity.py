@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from tokenpath.errors import PeerError
 from tokenpath.load.tokens import content_text as format_text
-from tokenpath.stub.frames import completion_id, shape_for, token_text
+from tokenpath.stub.formats.openai import openai_shape
+from tokenpath.stub.frames import completion_id, token_text
 from tokenpath.wire.apis import Api
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.openai import content_text
@@ -50,7 +51,7 @@ PLAIN = BeforeFirstToken()
 
 def expected_frames(stream_id: str, model: str, tokens: int, extra: BeforeFirstToken = PLAIN) -> list[bytes]:
     """What the stub sent: its cached frames for this shape, relabelled with this stream's completion id."""
-    shape = shape_for(
+    shape = openai_shape(
         "chat", model, tokens, False, 0, "openai", None,
         reasoning=extra.reasoning, first_event_bytes=extra.first_event_bytes,
     )  # fmt: skip

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenpath.errors import UsageError
-from tokenpath.stub.config import Format
 from tokenpath.wire.framing import chunks
 
 WORDS = [
@@ -191,35 +190,6 @@ def cached_shape(key: Hashable, render: Callable[[], StreamShape]) -> StreamShap
 
 def cached_shape_bytes() -> int:
     return _shapes_bytes
-
-
-def shape_for(
-    kind: str,
-    model: str,
-    tokens: int,
-    usage: bool,
-    prompt_tokens: int,
-    fmt: Format,
-    frame_bytes: int | None,
-    *,
-    reasoning: int = 0,
-    first_event_bytes: int | None = None,
-) -> StreamShape:
-    """The OpenAI routes' frames for one request shape (load's integrity check re-renders what the stub sent).
-    Keep-alives are not in it: they are writes of their own (the audit log's `heartbeats`)."""
-    from tokenpath.stub.formats.openai import openai_shape  # that module builds on this one: imported when used
-
-    return openai_shape(
-        kind,
-        model,
-        tokens,
-        usage,
-        prompt_tokens,
-        fmt,
-        frame_bytes,
-        reasoning=reasoning,
-        first_event_bytes=first_event_bytes,
-    )
 
 
 def padded(encode: Callable[[dict[str, Any]], bytes], payload: dict[str, Any], size: int | None, pad_key: str) -> bytes:

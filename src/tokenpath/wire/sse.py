@@ -250,6 +250,24 @@ class EventCounter:
         return count
 
 
+def cut_whole(held: bytearray, data: bytes, tail: int) -> bytes:
+    """The relay's cut, for any framing that knows where its last whole frame in `data` ends (`tail` bytes before
+    the end): what to send on (what earlier reads left unfinished, then this read up to that end); the rest is
+    appended to `held`, which grows in place. EventRelay and the gateway's event-stream and NDJSON cuts share it."""
+    whole = len(data) - tail
+    out = b""
+    if whole:
+        if held:
+            held += memoryview(data)[:whole]
+            out = bytes(held)
+            held.clear()
+        else:
+            out = data[:whole] if tail else data
+    if tail:
+        held += memoryview(data)[whole:]
+    return out
+
+
 class EventRelay(EventCounter):
     """The counter plus the relay's cut, for a relay that forwards bytes untouched but only whole events: a reader
     never gets half an event, so a stream that fails mid-event can still end with an error event that parses whole.
@@ -268,20 +286,7 @@ class EventRelay(EventCounter):
         self.max_event_bytes = max_event_bytes
 
     def cut(self, data: bytes) -> bytes:
-        held = self.held
-        tail = self.tail
-        whole = len(data) - tail
-        out = b""
-        if whole:
-            if held:
-                held += memoryview(data)[:whole]
-                out = bytes(held)
-                held.clear()
-            else:
-                out = data[:whole] if tail else data
-        if tail:
-            held += memoryview(data)[whole:]
-        return out
+        return cut_whole(self.held, data, self.tail)
 
     @property
     def too_large(self) -> bool:

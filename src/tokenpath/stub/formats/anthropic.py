@@ -28,6 +28,7 @@ from tokenpath.stub.formats.base import (
     Ask,
     ErrorReply,
     Route,
+    cached_render,
     compact_json,
     full_text,
     message_list,
@@ -41,7 +42,6 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
-    cached_shape,
     padded,
     reasoning_text,
     stream_label,
@@ -78,19 +78,7 @@ class AnthropicFormat(ApiFormat):
         return user if isinstance(user, str) and user else None
 
     def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
-        key = (
-            self.name,
-            req.model,
-            req.tokens,
-            req.prompt_tokens,
-            req.truncated,
-            pacing.frame_bytes,
-            pacing.reasoning_tokens,
-            pacing.first_event_bytes,
-        )
-        return cached_shape(
-            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
-        )
+        return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
         message = _message(req, stream_label(req.stream_id))

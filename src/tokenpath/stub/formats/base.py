@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tokenpath.errors import BadRequest
 from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
-from tokenpath.stub.frames import StreamRequest, StreamShape, token_text
+from tokenpath.stub.frames import StreamRequest, StreamShape, cached_shape, token_text
 from tokenpath.wire.apis import SPECS, Api, Framing
 
 MAX_PROMPT_PARTS = 10_000  # messages or content parts counted for the prompt size; the body limit bounds it anyway
@@ -158,6 +159,16 @@ def text_chars(content: Any, text_key: str = "text") -> int:
             if isinstance(p, dict) and isinstance(p.get(text_key), str)
         )
     return 0
+
+
+Render = Callable[[StreamRequest, int | None, int, int | None], StreamShape]  # (req, frame_bytes, reasoning, first)
+
+
+def cached_render(key: tuple[Hashable, ...], req: StreamRequest, pacing: Pacing, render: Render) -> StreamShape:
+    """A format's shape, cached by its own request-shape `key` plus the pacing that changes frames (frame size,
+    reasoning deltas, first-event size), rendered by `render` on a miss."""
+    fb, reasoning, first = pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes
+    return cached_shape((*key, fb, reasoning, first), lambda: render(req, fb, reasoning, first))
 
 
 def full_text(tokens: int) -> str:

@@ -13,9 +13,9 @@ event, each a string (type 7, u16 length). Requests: `messages` (non-empty), `in
 Errors: the status, `x-amzn-ErrorType` naming the exception, and `{"message": ...}` (what botocore's rest-json
 error parser reads).
 
-Written by hand with zlib.crc32: botocore has only a parser (botocore.eventstream.EventStreamBuffer, which the
-tests decode these with), no encoder, and the stub should not need botocore to run. A padded token message
-(--frame-bytes) pads with a `p` member, the member AWS itself pads its event payloads with.
+Encoded with tokenpath.wire.eventstream's event_message: botocore has only a parser (botocore.eventstream.
+EventStreamBuffer, which the tests decode these with), no encoder, and the stub should not need botocore to run. A
+padded token message (--frame-bytes) pads with a `p` member, the member AWS itself pads its event payloads with.
 
 messageStart leaves with the head; the first contentBlockDelta is the first content. With reasoning
 (API_runtime_ReasoningContentBlockDelta.html): block 0 streams `delta.reasoningContent.text`, closed by a
@@ -26,8 +26,6 @@ block 1.
 from __future__ import annotations
 
 import re
-import struct
-import zlib
 from typing import Any
 from urllib.parse import unquote
 
@@ -38,6 +36,7 @@ from tokenpath.stub.formats.base import (
     Ask,
     ErrorReply,
     Route,
+    cached_render,
     compact_json,
     full_text,
     message_list,
@@ -48,16 +47,15 @@ from tokenpath.stub.formats.base import (
 from tokenpath.stub.frames import (
     StreamRequest,
     StreamShape,
-    cached_shape,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
 from tokenpath.wire.apis import Api
+from tokenpath.wire.eventstream import event_message
 
 ROUTE = re.compile(r"/model/([^/]+)/converse-stream")
-HEADER_STRING = 7  # the header value type of a UTF-8 string with a u16 length
 SIGNATURE = "dG9rZW5wYXRoLXN0dWI="  # the reasoning block's signature (opaque to clients)
 _EXCEPTIONS = {
     400: "ValidationException",
@@ -92,18 +90,8 @@ class BedrockFormat(ApiFormat):
         )
 
     def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
-        key = (
-            self.name,
-            req.tokens,
-            req.prompt_tokens,
-            req.truncated,
-            _latency_ms(req),
-            pacing.frame_bytes,
-            pacing.reasoning_tokens,
-            pacing.first_event_bytes,
-        )
-        return cached_shape(
-            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
+        return cached_render(
+            (self.name, req.tokens, req.prompt_tokens, req.truncated, _latency_ms(req)), req, pacing, render
         )
 
     def whole(self, req: StreamRequest) -> bytes:
@@ -170,22 +158,8 @@ def render(
 
 
 def message(event_type: str, payload: dict[str, Any]) -> bytes:
-    """One event-stream message: prelude + prelude CRC, headers, JSON payload, message CRC."""
-    headers = (
-        _header(":event-type", event_type)
-        + _header(":content-type", "application/json")
-        + _header(":message-type", "event")
-    )
-    data = compact_json(payload)
-    prelude = struct.pack(">II", 12 + len(headers) + len(data) + 4, len(headers))
-    head = prelude + struct.pack(">I", zlib.crc32(prelude))
-    body = head + headers + data
-    return body + struct.pack(">I", zlib.crc32(body))
-
-
-def _header(name: str, value: str) -> bytes:
-    n, v = name.encode(), value.encode()
-    return bytes([len(n)]) + n + bytes([HEADER_STRING]) + struct.pack(">H", len(v)) + v
+    """One event-stream `event` message with a JSON payload (the framing: wire/eventstream.py)."""
+    return event_message(event_type, compact_json(payload))
 
 
 def _delta(payload: dict[str, Any]) -> bytes:

@@ -32,6 +32,7 @@ from tokenpath.stub.formats.base import (
     Ask,
     ErrorReply,
     Route,
+    cached_render,
     full_text,
     message_list,
     object_field,
@@ -42,7 +43,6 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
-    cached_shape,
     padded,
     reasoning_text,
     stream_label,
@@ -81,19 +81,7 @@ class GeminiFormat(ApiFormat):
         )
 
     def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
-        key = (
-            self.name,
-            req.model,
-            req.tokens,
-            req.prompt_tokens,
-            req.truncated,
-            pacing.frame_bytes,
-            pacing.reasoning_tokens,
-            pacing.first_event_bytes,
-        )
-        return cached_shape(
-            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
-        )
+        return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
         response = _response(req, stream_label(req.stream_id), full_text(req.tokens), req.tokens, _finish(req))

@@ -25,6 +25,7 @@ from tokenpath.stub.formats.base import (
     Ask,
     ErrorReply,
     Route,
+    cached_render,
     compact_json,
     full_text,
     message_list,
@@ -36,7 +37,6 @@ from tokenpath.stub.formats.base import (
 from tokenpath.stub.frames import (
     StreamRequest,
     StreamShape,
-    cached_shape,
     padded,
     reasoning_text,
     token_bytes,
@@ -69,20 +69,11 @@ class OllamaFormat(ApiFormat):
         )
 
     def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
-        key = (
-            self.api,
-            req.model,
-            req.tokens,
-            req.prompt_tokens,
-            req.truncated,
-            req.ttft_ms,
-            req.interval_ms,
-            pacing.frame_bytes,
-            pacing.reasoning_tokens,
-            pacing.first_event_bytes,
-        )
-        return cached_shape(
-            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
+        return cached_render(
+            (self.api, req.model, req.tokens, req.prompt_tokens, req.truncated, req.ttft_ms, req.interval_ms),
+            req,
+            pacing,
+            render,
         )
 
     def whole(self, req: StreamRequest) -> bytes:

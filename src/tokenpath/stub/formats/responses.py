@@ -33,6 +33,7 @@ from tokenpath.stub.formats.base import (
     Ask,
     ErrorReply,
     Route,
+    cached_render,
     compact_json,
     full_text,
     model_field,
@@ -44,7 +45,6 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
-    cached_shape,
     padded,
     reasoning_text,
     stream_label,
@@ -76,19 +76,7 @@ class ResponsesFormat(ApiFormat):
         )
 
     def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
-        key = (
-            self.name,
-            req.model,
-            req.tokens,
-            req.prompt_tokens,
-            req.truncated,
-            pacing.frame_bytes,
-            pacing.reasoning_tokens,
-            pacing.first_event_bytes,
-        )
-        return cached_shape(
-            key, lambda: render(req, pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes)
-        )
+        return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
         label = stream_label(req.stream_id)
