@@ -19,6 +19,7 @@ from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 TOKENS, INTERVAL_MS = 20, 14
+OFFSET_MS = 250  # the stub runs this far ahead of the driver
 
 
 def ray_processes() -> list[psutil.Process]:
@@ -39,7 +40,7 @@ def test_a_cluster_run_joins_clocks_across_nodes_and_sees_the_control(tmp_path: 
                        "--proxy", "cork", "--concurrency", "8", "--runs", "1", "--warmup", "0.5", "--duration", "2",
                        "--tokens", str(TOKENS), "--interval-ms", str(INTERVAL_MS), "--ttft-ms", "30",
                        "--out", str(tmp_path)),
-        capture_output=True, text=True, timeout=300, env={**os.environ, STUB_OFFSET_ENV: "250"},
+        capture_output=True, text=True, timeout=300, env={**os.environ, STUB_OFFSET_ENV: str(OFFSET_MS)},
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -52,10 +53,13 @@ def test_a_cluster_run_joins_clocks_across_nodes_and_sees_the_control(tmp_path: 
         assert row["errors"] == 0, row["error_samples"]
         assert row["streams"] > 0
         for clock in row["clock"]["runs"][0]:  # each client worker found the stub's clock 250 ms ahead
-            assert abs(clock["offset_ms"] - 250) <= clock["uncertainty_ms"] + 0.05, clock
+            assert abs(clock["offset_ms"] - OFFSET_MS) <= clock["uncertainty_ms"] + 0.05, clock
             assert clock["uncertainty_ms"] < 5
-    assert rows["direct"]["added_ttft_ms"]["p50"] < 5  # not 250: the offset is taken out
-    assert rows["direct"]["added_frame_delay_ms"]["p50"] < 5  # of every later frame's arrival too
+    # Not +-250: the offset is taken out (half the offset is the line between corrected and not; what is left is this
+    # shared box's scheduling, 12 ms at p50 once in CI with four test workers beside three Ray nodes).
+    assert abs(rows["direct"]["added_ttft_ms"]["p50"]) < OFFSET_MS / 2
+    assert abs(rows["direct"]["added_frame_delay_ms"]["p50"]) < OFFSET_MS / 2  # of every later frame's arrival too
+    assert rows["direct"]["added_ttft_ms"]["p50"] < rows["cork"]["added_ttft_ms"]["p50"]  # side by side, one run
     assert 50 <= rows["cork"]["added_ttft_ms"]["p50"] <= 250  # held to ~1,448 bytes or 200 ms
     assert our_namespaces() == []
     assert len(ray_processes()) <= before  # every raylet and GCS the run started is gone
