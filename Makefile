@@ -28,26 +28,35 @@ lint: $(BIN)/.installed
 	$(BIN)/mypy
 
 # Whole-process tests whose assertions are about timing (certification floors, arrival shapes, load joins) run
-# three at a time and apart from the rest: they wait on paced streams (~0.3 cores each), so three side by side cost
-# each other little, and each certifies its own instrument before it asserts. One file per worker (loadfile): a
-# module's fixture (a certified matrix, a set of relays) is then started once, not once per worker. The functional ones (gateway,
-# clients, catalogue, endpoints, report) four at a time: they wait on sockets and processes far more than they
-# compute (about half a core each on this 2-core machine).
-E2E_TIMED = tests/e2e/test_matrix.py tests/e2e/test_matrix_veth.py tests/e2e/test_sweep_veth.py \
-            tests/e2e/test_certificate.py tests/e2e/test_load.py \
-            tests/e2e/test_compose_services.py tests/e2e/test_matrix_conditions.py \
-            tests/e2e/test_matrix_first_token.py tests/e2e/test_diagnose.py tests/e2e/test_versions.py \
-            tests/e2e/test_compress_certificate.py tests/e2e/test_probe_compression.py
+# three at a time and apart from the rest: they wait on paced streams (~0.15 cores each: 45 CPU-s in a 136 s lane),
+# so three side by side cost each other little, and each certifies its own instrument before it asserts (four at a
+# time failed a 1 ms floor on a busy host). One file per worker (loadfile): a module's fixture (a certified matrix,
+# a set of relays) is then started once, not once per worker. xdist hands each worker two files at once, then one
+# more whenever it finishes one; in this order (--no-loadscope-reorder) the three longest start first, the veth
+# files run one after the other on one worker, and each worker has ~90 s (xdist's own reorder gave one 150 s).
+E2E_TIMED = tests/e2e/test_matrix_veth.py tests/e2e/test_matrix_conditions.py tests/e2e/test_load.py \
+            tests/e2e/test_sweep_veth.py tests/e2e/test_matrix.py tests/e2e/test_diagnose.py \
+            tests/e2e/test_compose_services.py tests/e2e/test_matrix_first_token.py tests/e2e/test_versions.py \
+            tests/e2e/test_certificate.py tests/e2e/test_probe_compression.py tests/e2e/test_compress_certificate.py
 
-# The whole suite, both lanes: what CI runs (.ci/run). The aim is 6 minutes on a 2-core machine; the README says
-# where it stands (over it, with the next cuts named).
+# Bytecode is kept (an environment may set PYTHONDONTWRITEBYTECODE): without it every xdist worker re-compiles src/
+# and re-rewrites every test module's asserts (13 CPU-s to collect the suite, 5 with the caches), and every one of
+# the thousands of `tokenpath` processes the tests start re-compiles what it imports.
+unexport PYTHONDONTWRITEBYTECODE
+
+# The whole suite: what CI runs (.ci/run). The aim is 6 minutes on a 2-core machine; the README says where it stands.
+# No lane is CPU-bound (each waits on sockets, paced streams and processes far more than it computes), so the
+# unit tests run in one xdist run with the functional e2e ones, six at a time, work-stealing (tests/conftest.py hands
+# out the e2e ones first): unit tests fill the cores while e2e tests wait. mypy (one core, ~30 CPU-s cold) runs beside
+# that run, never beside the timed files (a busy core moved a TLS pass relay's certification by 18 ms). One
+# collection first writes the bytecode caches the workers then read.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	@# mypy (one core, ~50 s without a cache) beside the unit lane: less wall time than one after the other
-	$(BIN)/mypy & mypy=$$!; $(BIN)/pytest -m "not e2e" -n 2; unit=$$?; wait $$mypy && exit $$unit
-	$(BIN)/pytest -m e2e -n 3 --dist loadfile $(E2E_TIMED)
-	$(BIN)/pytest -m e2e -n 4 $(addprefix --ignore=,$(E2E_TIMED))
+	$(BIN)/pytest --collect-only -q > /dev/null
+	$(BIN)/pytest -m e2e -n 3 --dist loadfile --no-loadscope-reorder $(E2E_TIMED)
+	$(BIN)/mypy & mypy=$$!; $(BIN)/pytest -n 6 --dist worksteal $(addprefix --ignore=,$(E2E_TIMED)); rest=$$?; \
+	    wait $$mypy && exit $$rest
 
 # The unit lane alone (seconds): sans-IO cores, in-process servers on loopback, no proxies or child processes.
 test-fast: $(BIN)/.installed $(COMPOSE_SPEC)

@@ -1,17 +1,39 @@
-"""Gateway CPU per relayed frame, two source trees side by side: the same stub, one gateway per tree started from
-that tree (PYTHONPATH), the same closed-loop load through each in turn, interleaved over rounds. CPU is the gateway
-process's own user+system time over the measured window (psutil), divided by the frames its clients received.
+"""Gateway CPU per relayed frame, side by side: the same stub, one gateway per source tree started from that tree
+(PYTHONPATH), optionally nginx (`proxy_buffering off`, one worker) as the yardstick, the same closed-loop load
+through each in turn, interleaved over rounds. CPU is the target's process tree's own user+system time over the
+measured window (psutil; nginx's master and worker), divided by the frames its clients received.
 
     .venv/bin/python bench/gateway_cpu.py --src /tmp/base/src --src src [--streams 50] [--seconds 8] [--rounds 3]
+    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --streams 200   # prints gateway/nginx per round
+    .venv/bin/python bench/gateway_cpu.py --src src --profile /tmp/gw.txt            # py-spy on the last gateway
+    .venv/bin/python bench/gateway_cpu.py --src src --workers 1,2 --against nginx    # --workers 1 and 2 side by side
+    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --tls            # TLS upstream: nginx proxy_ssl
+    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --floor          # + a uvloop byte pipe
+
+--floor adds `tokenpath relay --mode pass`: uvloop passing bytes from socket to socket, no HTTP parsing, no
+keep-alive; what any relay in Python on uvloop costs before it does anything (the floor of this design).
+
+With --tls the targets reach the stub over TLS: a TLS front (a second nginx, `listen ssl`, self-signed certificate,
+not measured) before the stub; the gateway's pool verifies it (ca_file), nginx `proxy_pass https://` verifies it
+(`proxy_ssl_verify on`, sessions reused, its default), both over HTTP/1.1 (nginx's default proxy_http_version 1.0).
+
+`--profile` needs py-spy (`.venv/bin/pip install py-spy`; it is not a dependency of tokenpath): it records the last
+--src gateway during its last measurement (`py-spy record --native --format raw`, collapsed stacks); the summary of
+the hottest own-time frames is printed, and the file can be read by speedscope or flamegraph.pl.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,63 +41,173 @@ import psutil
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import Workload, run_worker
-from tokenpath.proxies.base import free_port
+from tokenpath.proxies import base
+from tokenpath.proxies.nginx import Nginx
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
+
+WARMUP_S = 1.0  # the first second of each measurement is not counted: connections open, caches fill
 
 
-def gateway(src: str, upstream: str) -> ServiceProcess:
-    port = free_port()
+class Target:
+    def __init__(self, name: str, url: str, pid: int, stop: Callable[[], None]) -> None:
+        self.name, self.url, self.pid, self.stop = name, url, pid, stop
+
+    def cpu_s(self) -> float:
+        """The process tree's user+system seconds (nginx's work is in its worker, a child of the master)."""
+        total = 0.0
+        proc = psutil.Process(self.pid)
+        for p in [proc, *proc.children(recursive=True)]:
+            t = p.cpu_times()
+            total += t.user + t.system
+        return total
+
+
+def gateway(src: str, upstream: str, workers: int, ca_file: Path | None = None) -> Target:
+    port = base.free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
-    argv = [sys.executable, "-m", "tokenpath", "gateway", "--listen", f"127.0.0.1:{port}", "--upstream", upstream,
-            "--no-auth", "--log-level", "warning"]  # fmt: skip
-    return ServiceProcess(argv, f"gateway ({src})", env=env)
+    argv = [sys.executable, "-m", "tokenpath", "gateway", "--listen", f"127.0.0.1:{port}", "--no-auth",
+            "--log-level", "warning"]  # fmt: skip
+    if ca_file is None:
+        argv += ["--upstream", upstream]
+    else:  # a private CA is a pool setting: a config file with one pool
+        config = base.new_workdir("gateway-cpu") / "gateway.toml"
+        config.write_text(f'[[pool]]\nname = "tls"\nca_file = "{ca_file}"\n[[pool.member]]\nurl = "{upstream}"\n')
+        argv += ["--config", str(config)]
+    if workers != 1:
+        argv += ["--workers", str(workers)]
+    proc = ServiceProcess(argv, f"gateway ({src})", env=env)
+    url = proc.start()
+    assert proc.pid is not None
+    return Target(f"gateway {src}" + (f" x{workers}" if workers != 1 else ""), url, proc.pid, proc.stop)
 
 
-def measure(url: str, pid: int, streams: int, seconds: float) -> tuple[float, int]:
-    proc = psutil.Process(pid)
-    work = Workload(url, "tokenpath-stub", PROMPT, 128, streams, 1.0, seconds)
+def nginx(upstream: str, ca_file: Path | None = None, serve_tls: base.TLSFiles | None = None) -> Target:
+    """nginx proxy_buffering off to `upstream` (https: verified against ca_file); with serve_tls it listens TLS."""
+    up = urlsplit(upstream)
+    assert up.hostname is not None
+    assert up.port is not None
+    proxy = Nginx()
+    # The certificate's name is checked: nginx matches DNS names only (X509_check_host), the front's is localhost.
+    upstream_tls = base.UpstreamTLS("localhost", ca_file) if up.scheme == "https" else None
+    site = base.Site(base.Endpoint("127.0.0.1", base.free_port()), base.Endpoint(up.hostname, up.port),
+                     base.new_workdir("nginx"), proxy.variant("proxy_buffering_off"), tls=serve_tls,
+                     upstream_tls=upstream_tls)  # fmt: skip
+    running = base.start(proxy, site)
+    assert running.process is not None
+    name = "nginx proxy_buffering off" + (", proxy_ssl" if upstream_tls else "")
+    return Target(name, running.url, running.process.pid, running.stop)
+
+
+def byte_pipe(upstream: str) -> Target:
+    up = urlsplit(upstream)
+    proc = ServiceProcess(tokenpath_argv("relay", "--mode", "pass", "--upstream", up.netloc), "relay pass")
+    url = proc.start()
+    assert proc.pid is not None
+    return Target("uvloop byte pipe (tokenpath relay --mode pass)", url, proc.pid, proc.stop)
+
+
+def measure(target: Target, streams: int, seconds: float, profile: Path | None = None) -> tuple[float, int]:
+    """CPU seconds and frames relayed after the warm-up."""
+    work = Workload(target.url, "tokenpath-stub", PROMPT, 128, streams, WARMUP_S, seconds)
     marks: dict[str, float] = {}
+    spy: list[subprocess.Popen[bytes]] = []
 
     def mark_after_warmup() -> None:
-        time.sleep(1.0)
-        t = proc.cpu_times()
-        marks["start"] = t.user + t.system
+        time.sleep(WARMUP_S)
+        marks["start"] = target.cpu_s()
+        if profile is not None:
+            spy.append(py_spy(target.pid, profile, seconds - WARMUP_S))
 
     timer = threading.Thread(target=mark_after_warmup)
     timer.start()
     report = run_worker(work)
-    t = proc.cpu_times()
+    end = target.cpu_s()
     timer.join()
+    for p in spy:
+        p.wait(timeout=seconds + 30)
     frames = sum(r.frames for r in report.results if r.error is None)
-    return t.user + t.system - marks["start"], frames
+    return end - marks["start"], frames
+
+
+def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
+    binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    argv = [binary, "record", "--native", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
+            "--rate", "200", "--format", "raw", "--output", str(out)]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def own_time(raw: Path, top: int = 25) -> list[tuple[float, str]]:
+    """The leaf frames (where the samples were taken) of a py-spy raw file, as shares of all samples."""
+    leaves: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        leaves[stack.rsplit(";", 1)[-1]] += int(count)
+        total += int(count)
+    return [(n / total, frame) for frame, n in leaves.most_common(top)] if total else []
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", action="append", required=True, help="a tokenpath source tree's src/ (repeat)")
+    ap.add_argument("--against", choices=["nginx"], help="also measure nginx proxy_buffering off; print the ratio")
+    ap.add_argument("--workers", default="1", help="the gateways' --workers; a list (1,2) starts one gateway per count")
     ap.add_argument("--streams", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--profile", type=Path, help="py-spy raw output for the last gateway's last measurement")
+    ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
+    ap.add_argument("--floor", action="store_true", help="also measure a uvloop byte pipe (tokenpath relay)")
     args = ap.parse_args()
+    if args.floor and args.tls:
+        ap.error("--floor is a clear-text byte pipe: it cannot stand in front of a TLS upstream")
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
     stub_url = stub.start()
     up = urlsplit(stub_url)
-    gateways = [gateway(src, f"http://{up.hostname}:{up.port}") for src in args.src]
+    upstream = f"http://{up.hostname}:{up.port}"
+    targets: list[Target] = []
+    front: Target | None = None
+    ca_file: Path | None = None
     try:
-        urls = [g.start() for g in gateways]
-        results: dict[str, list[float]] = {src: [] for src in args.src}
-        for _ in range(args.rounds):
-            for src, g, url in zip(args.src, gateways, urls, strict=True):
-                assert g.pid is not None
-                cpu_s, frames = measure(url, g.pid, args.streams, args.seconds)
-                results[src].append(cpu_s / frames * 1e6 if frames else float("nan"))
-        print(f"gateway CPU per relayed frame (us), {args.streams} streams x 128 tokens every 14 ms, "
-              f"{args.seconds:g} s per measurement, {args.rounds} rounds interleaved:")  # fmt: skip
-        for src, values in results.items():
-            print(f"  {src}: " + " / ".join(f"{v:.1f}" for v in values))
+        if args.tls:
+            files = self_signed(base.new_workdir("gateway-cpu-tls"), ["127.0.0.1"])
+            front = nginx(upstream, serve_tls=files)
+            upstream, ca_file = front.url.rstrip("/"), files.cert
+        counts = [int(w) for w in args.workers.split(",")]
+        targets += [gateway(src, upstream, workers, ca_file) for src in args.src for workers in counts]
+        last_gateway = targets[-1]
+        if args.floor:
+            targets.append(byte_pipe(upstream))
+        if args.against == "nginx":
+            targets.append(nginx(upstream, ca_file))
+        results: dict[str, list[float]] = {t.name: [] for t in targets}
+        for r in range(args.rounds):
+            for t in targets:
+                spy = args.profile if t is last_gateway and r == args.rounds - 1 else None
+                cpu_s, frames = measure(t, args.streams, args.seconds, spy)
+                results[t.name].append(cpu_s / frames * 1e6 if frames else float("nan"))
+        print(f"CPU per relayed frame (us){', TLS upstream' if args.tls else ''}, {args.streams} streams x 128 tokens "
+              f"every 14 ms, {args.seconds:g} s "
+              f"per measurement ({WARMUP_S:g} s uncounted), {args.rounds} rounds interleaved:")  # fmt: skip
+        for name, values in results.items():
+            median = statistics.median(values)
+            print(f"  {name}: " + " / ".join(f"{v:.1f}" for v in values) + f"  (median {median:.1f})")
+        if args.against:
+            ref = results[targets[-1].name]
+            for t in targets[:-1]:
+                ratios = [g / n for g, n in zip(results[t.name], ref, strict=True)]
+                print(f"  ratio {t.name} / {args.against}, per round: " + " / ".join(f"{x:.2f}" for x in ratios)
+                      + f"  (median {statistics.median(ratios):.2f})")  # fmt: skip
+        if args.profile is not None and args.profile.exists():
+            print(f"py-spy own time, {last_gateway.name} (the last round), {args.profile}:")
+            for share, frame in own_time(args.profile):
+                print(f"  {share * 100:5.1f} %  {frame}")
     finally:
-        for g in gateways:
-            g.stop()
+        for t in [*targets, *([front] if front else [])]:
+            t.stop()
         stub.stop()
 
 

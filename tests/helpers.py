@@ -11,10 +11,13 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+from tokenpath.proxies.base import Endpoint
 from tokenpath.serve.loops import new_event_loop
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 T = TypeVar("T")
 
@@ -40,6 +43,17 @@ class BackgroundLoop:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()
+
+
+@contextlib.contextmanager
+def stub_upstream() -> Iterator[Endpoint]:
+    """A real stub process (`tokenpath stub --port 0`) as a proxy's upstream: its address while it runs, stopped
+    after (the `stub` fixture of the tests that start real proxies)."""
+    with ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub") as proc:
+        url = urlsplit(proc.url or "")
+        assert url.hostname is not None
+        assert url.port is not None
+        yield Endpoint(url.hostname, url.port)
 
 
 def accept_each(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:

@@ -16,6 +16,7 @@
     │   ├── HTTPStatusError       a non-2xx answer (other than BadRequest's)
     │   ├── ContentTypeError      not the chosen API format's Content-Type (text/event-stream for SSE APIs)
     │   ├── ContentEncodingError  a Content-Encoding (gzip, br...) the client cannot decode
+    │   ├── HTTP2Unavailable      --http2, and the server did not agree to HTTP/2
     │   └── BadRequest            the peer refused the request as malformed or too large (400, 413, 414, 422, 431)
     └── InstrumentError       the measuring setup itself: CertificationError, ServiceError, ProxyError, NetnsError
 
@@ -173,6 +174,15 @@ class BadRequest(PeerError):
 
 
 BAD_REQUEST_STATUSES = frozenset({400, 413, 414, 422, 431})
+
+
+class HTTP2Unavailable(PeerError):
+    """`--http2` was asked for and the server did not agree to it: over TLS its ALPN choice was not `h2`, in clear
+    text (h2c with prior knowledge) its first bytes were not an HTTP/2 SETTINGS frame (an HTTP/1.1-only server
+    answers the preface with a 400 or closes). Never a silent fallback to HTTP/1.1: the condition was HTTP/2."""
+
+    exit_code = 18
+    meaning = "--http2 asked for, and the server did not agree to HTTP/2 (ALPN, or h2c prior knowledge)"
 
 
 class RuleBreached(TokenpathError):

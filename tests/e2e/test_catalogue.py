@@ -4,17 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
+from tests.helpers import stub_upstream
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
-from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import self_signed
 
 FRAMES = 10
@@ -24,12 +23,8 @@ CASES = [(p.name, v.name) for p in catalogue().values() if p.runnable and not p.
 
 @pytest.fixture(scope="module")
 def stub() -> Iterator[Endpoint]:
-    with ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub") as proc:
-        assert proc.url is not None
-        url = urlsplit(proc.url)
-        assert url.hostname is not None
-        assert url.port is not None
-        yield Endpoint(url.hostname, url.port)
+    with stub_upstream() as upstream:
+        yield upstream
 
 
 @pytest.mark.parametrize(("name", "variant"), CASES)
@@ -37,6 +32,8 @@ def test_proxy_relays_a_stream_intact(stub: Endpoint, name: str, variant: str) -
     proxy = catalogue()[name]
     if proxy.missing_reason():
         pytest.skip(f"{name}: {proxy.missing_reason()}")
+    if proxy.client_http_unsupported(proxy.variant(variant), False, "1.1"):  # nginx 1.22's cleartext h2c port
+        pytest.skip(f"{name}:{variant}: {proxy.client_http_unsupported(proxy.variant(variant), False, '1.1')}")
     site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant))
     running = start(proxy, site)
     try:

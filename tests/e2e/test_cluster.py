@@ -33,6 +33,7 @@ def our_namespaces() -> list[str]:
     return [line.split()[0] for line in listing.splitlines() if line.startswith("tp-n")]
 
 
+@pytest.mark.usefixtures("ray_cluster_alone")
 def test_a_cluster_run_joins_clocks_across_nodes_and_sees_the_control(tmp_path: Path) -> None:
     before = len(ray_processes())
     out = subprocess.run(

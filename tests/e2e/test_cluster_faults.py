@@ -19,6 +19,7 @@ from tokenpath.serve.procs import tokenpath_argv
 pytestmark = pytest.mark.skipif(netns.available() is not None, reason=str(netns.available()))
 
 
+@pytest.mark.usefixtures("ray_cluster_alone")
 def test_a_node_that_dies_mid_level_ends_the_run_with_one_line_and_keeps_the_rows(tmp_path: Path) -> None:
     argv = tokenpath_argv("load", "--cluster", "local:2", "--proxy", "pass", "--concurrency", "6,12", "--runs", "2",
                           "--warmup", "0.3", "--duration", "3", "--tokens", str(TOKENS),

@@ -348,3 +348,83 @@ def test_a_trickling_jwks_server_cannot_hold_a_request_past_the_fetch_deadline(
     finally:
         stop.set()
         listener.close()
+
+
+# --- the verified-token cache (auth.VerifiedTokens): revocation semantics as auth.py's docstring states them ---
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_cached_token_is_not_verified_again_until_its_exp_then_refused(
+    secret_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    auth = Authenticator(AuthConfig(secret_env=secret_env, algorithms=("HS256",), leeway_s=5), clock=clock)
+    decodes: list[str] = []
+    decode = auth._decode
+
+    def counting(token: str, key: Any, alg: str) -> dict[str, Any]:
+        decodes.append(token)
+        return decode(token, key, alg)
+
+    monkeypatch.setattr(auth, "_decode", counting)
+    exp = int(clock.now) + 60
+    token = jwt.encode(claims(exp=exp), SECRET, algorithm="HS256")
+    for _ in range(3):
+        assert auth.check(bearer(token)).subject == "alice"
+    assert len(decodes) == 1  # the signature was checked once
+    clock.now = exp + 4.9  # within the leeway: the uncached check would still pass it
+    assert auth.check(bearer(token)).subject == "alice"
+    clock.now = exp + 5  # past exp + leeway: refused from the cache, never decoded again
+    with pytest.raises(AuthError, match="expired"):
+        auth.check(bearer(token))
+    assert len(decodes) == 1
+
+
+def test_only_verified_tokens_are_cached_and_the_cache_is_bounded(secret_env: str) -> None:
+    auth = Authenticator(AuthConfig(secret_env=secret_env, algorithms=("HS256",)), max_verified=8)
+    forged = jwt.encode(claims(), "another-secret-" + "x" * 32, algorithm="HS256")
+    for _ in range(2):
+        with pytest.raises(AuthError, match="bad signature"):
+            auth.check(bearer(forged))
+    assert len(auth.verified) == 0
+    for i in range(20):
+        auth.check(bearer(jwt.encode(claims(n=i), SECRET, algorithm="HS256")))
+    assert len(auth.verified) == 8
+    first = jwt.encode(claims(n=0), SECRET, algorithm="HS256")
+    assert auth.verified.get(first) is None  # least recently used: gone first
+
+
+def test_a_key_removed_from_the_jwks_refuses_the_tokens_it_verified_even_if_cached(jwks_server: JWKSServer) -> None:
+    jwks_server.keys = [jwk(RSA_KEY, "k1", "RS256"), jwk(EC_KEY, "k2", "ES256")]
+
+    async def scenario() -> None:
+        cache = JWKSCache(jwks_server.url, ttl_s=3600, min_refresh_s=3600)
+        auth = Authenticator(AuthConfig(jwks_url=jwks_server.url, algorithms=("RS256", "ES256")), jwks=cache)
+        await cache.start()
+        try:
+            revoked = jwt.encode(claims(), RSA_KEY, algorithm="RS256", headers={"kid": "k1"})
+            kept = jwt.encode(claims(), EC_KEY, algorithm="ES256", headers={"kid": "k2"})
+            for token in (revoked, kept, revoked, kept):
+                assert (await auth.authenticate(bearer(token))).subject == "alice"
+            assert len(auth.verified) == 2
+            jwks_server.keys = [jwk(EC_KEY, "k2", "ES256")]  # the issuer revokes k1
+            await cache.refresh()
+            with pytest.raises(AuthError, match="unknown kid"):
+                auth.check(bearer(revoked))
+            assert auth.check(bearer(kept)).subject == "alice"  # re-verified with the refreshed k2, then cached
+            # a kid whose key is replaced: the old signature no longer verifies
+            jwks_server.keys = [jwk(RSA_KEY, "k2", "RS256")]
+            await cache.refresh()
+            with pytest.raises(AuthError):
+                auth.check(bearer(kept))
+        finally:
+            await cache.close()
+
+    asyncio.run(scenario())

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from tests.helpers import LoopbackHTTP, QuietHandler
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import token_text
 from tokenpath.wire.client import ResponseParser
@@ -540,5 +542,28 @@ def test_head_204_and_a_following_request_on_the_same_connection(svc: Services) 
         assert parser.head is not None
         assert parser.head.status == 204
         assert "Authorization" not in upstream.seen  # the gateway checked the JWT: it is not passed on
+    finally:
+        upstream.close()
+
+
+def test_a_tls_listener_forwards_x_forwarded_proto_https(svc: Services) -> None:
+    upstream = BodilessServer()
+    try:
+        files = self_signed(svc.tmp_path / "tls", ["127.0.0.1"])
+        gw = svc.gateway(f'tls_cert = "{files.cert}"\ntls_key = "{files.key}"\n' + pool(upstream.url))
+        assert gw.url is not None
+        assert gw.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(files.cert))
+        ctx.set_alpn_protocols(["http/1.1"])
+        host, port = gw.url.removeprefix("https://").rsplit(":", 1)
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as raw,
+            ctx.wrap_socket(raw, server_hostname=host) as sock,
+        ):
+            sock.sendall(request({"x": 1}, path="/v1/things", headers="Connection: close\r\n"))
+            parser, _ = read_response(sock)
+        assert parser.head is not None
+        assert parser.head.status == 204
+        assert upstream.seen["X-Forwarded-Proto"] == "https"
     finally:
         upstream.close()

@@ -1,4 +1,4 @@
-"""The HTTP/2 frame guard (gateway/h2upstream.py FrameGuard), without a network: every bound, and the same verdict
+"""The HTTP/2 frame guard (wire/h2guard.py FrameGuard), without a network: every bound, and the same verdict
 and frame boundaries however the member's bytes are split across reads."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from hyperframe.frame import ContinuationFrame, DataFrame, Frame, HeadersFrame, PingFrame, SettingsFrame
 
-from tokenpath.gateway.h2upstream import (
+from tokenpath.wire.h2guard import (
     CONTROL_FRAMES_PER_S,
     MAX_CONTINUATION_FRAMES,
     MAX_CONTROL_BURST,

@@ -26,8 +26,8 @@ Relay = MessageRelay | LineRelay | SSECut
 
 
 def relay_reads(relay: Relay, pieces: list[bytes]) -> tuple[list[bytes], bytes, int]:
-    """What the gateway's relay path (proxy.Exchange.upstream_body) sends on for each upstream read, what it holds
-    at the end and how many frames it counted: the same calls, in the same order."""
+    """What the gateway's relay (gateway.relay.Relay.feed) sends on for each upstream read, what it holds at the end
+    and how many frames it counted: the same calls on the cut, in the same order (test_relay.py feeds Relay itself)."""
     sent = []
     frames = 0
     for piece in pieces:

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
-from tokenpath.errors import ConnectError, DNSError, UsageError
-from tokenpath.probe.transport import TLSOptions, open_connection, parse_target
+from tokenpath.errors import ConnectError, DNSError, NetworkError, UsageError
+from tokenpath.probe.transport import SEND_TIMEOUT_S, SocketTransport, TLSOptions, open_connection, parse_target
 
 
 @pytest.mark.parametrize(
@@ -44,3 +45,25 @@ def test_connection_refused() -> None:
         port = s.getsockname()[1]  # bound, not listening: connect is refused
         with pytest.raises(ConnectError, match="refused"):
             open_connection(parse_target(f"http://127.0.0.1:{port}"), connect_timeout_s=1, tls=TLSOptions())
+
+
+def test_a_server_that_never_reads_ends_the_write_with_a_network_error_not_a_hang() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        transport = SocketTransport(ours)
+        transport.send_timeout_s = 0.2
+        started = time.monotonic()
+        with pytest.raises(NetworkError, match="took nothing we sent"):
+            transport.sendall(b"x" * (64 << 20))  # more than both socket buffers hold: the write must block
+        assert time.monotonic() - started < 10  # bounded by the send timeout, not by the (absent) reader
+
+
+def test_after_a_write_a_read_waits_only_as_long_as_it_asks() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        transport = SocketTransport(ours)
+        transport.sendall(b"request")
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            transport.recv(0.2)  # the socket is back in blocking mode under SO_RCVTIMEO, not the 30 s send timeout
+        assert time.monotonic() - started < SEND_TIMEOUT_S / 2

@@ -19,10 +19,12 @@ from tests.helpers import BackgroundLoop
 from tests.wire.battery import splits
 from tokenpath.errors import LocalProtocolError, RemoteProtocolError
 from tokenpath.gateway.failures import Failure
+from tokenpath.gateway.relay import Relay
+from tokenpath.gateway.streamformat import for_response
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.serve.http import HTTPConnection, Request, Response, listen
 from tokenpath.wire.client import ClientConnection, Data, EndOfMessage, ResponseHead
-from tokenpath.wire.framing import Framing, received_framing, sent_framing
+from tokenpath.wire.framing import Framing, chunk, received_framing, sent_framing
 from tokenpath.wire.limits import ServerLimits
 from tokenpath.wire.server import END_OF_MESSAGE, ResponseStart, ServerConnection
 from tokenpath.wire.sse import EventCounter, EventRelay, Frame, SSEParser
@@ -411,14 +413,23 @@ def test_sent_framing(method: str, status: int, version: str, length: int | None
 
 
 def relay_reads(pieces: list[bytes]) -> tuple[list[bytes], bytes]:
-    """What the gateway's relay (proxy.Exchange.upstream_body) sends on for each upstream read, and what it holds
-    at the end: the same calls, in the same order."""
-    relay = EventRelay()
+    """What the gateway's relay (gateway.relay.Relay, which proxy.Exchange.upstream_body calls) sends on for each
+    upstream read, and what it holds at the end; its plain cut (wire.sse.EventRelay) must agree read by read, and
+    the relay framed for a chunked client sends the same bytes, one chunk per read."""
+    sse = for_response(None, "text/event-stream")
+    relay, chunked, plain = Relay(sse, chunked=False), Relay(sse, chunked=True), EventRelay()
     sent = []
     for piece in pieces:
-        relay.feed(piece)
-        sent.append(relay.cut(piece) if relay.tail or relay.held else piece)
-    return sent, bytes(relay.held)
+        out = relay.feed(piece)
+        plain.feed(piece)
+        assert out == (plain.cut(piece) if plain.tail or plain.held else piece)
+        assert chunked.feed(piece) == chunk(out)
+        sent.append(out)
+    assert relay.frames == chunked.frames
+    assert relay.bytes == len(b"".join(pieces))
+    held = relay.rest()
+    assert chunked.rest() == chunk(held)
+    return sent, held
 
 
 def fields(frames: list[Frame]) -> list[tuple[bytes | None, bytes | None, bytes | None, list[bytes]]]:

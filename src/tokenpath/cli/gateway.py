@@ -26,6 +26,10 @@ def gateway(
     no_auth: Annotated[bool, typer.Option("--no-auth", help="Serve without authentication (logged loudly).")] = False,
     workers: Annotated[int | None, typer.Option(help="Processes sharing the port (SO_REUSEPORT).")] = None,
     metrics_listen: Annotated[str | None, typer.Option(help="HOST:PORT for Prometheus /metrics.")] = None,
+    tls_cert: Annotated[
+        str | None, typer.Option(help="PEM certificate chain: serve TLS (HTTP/1.1 and h2 by ALPN).")
+    ] = None,
+    tls_key: Annotated[str | None, typer.Option(help="PEM private key of --tls-cert (unencrypted).")] = None,
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
 ) -> None:
@@ -45,6 +49,8 @@ def gateway(
         jwks_url=jwks_url,
         audience=audience,
         issuer=issuer,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
     cfg = gwconfig.from_dict(overrides.apply(gwconfig.read_toml(config) if config else {}))
     run_gateway(cfg, announce("gateway"), loop, log_level)

@@ -47,6 +47,16 @@ def load(
         str | None,
         typer.Option(help="Accept-Encoding sent with every stream (`browser` = a browser's); the answer is decoded."),
     ] = None,
+    http2: Annotated[
+        bool, typer.Option("--http2", help="HTTP/2 to every target and the direct path (h2 by ALPN, h2c; no fallback).")
+    ] = False,
+    h2_window: Annotated[
+        str,
+        typer.Option(help="--http2: receive windows: default (65,535), browser (Chromium's), BYTES or STREAM:CONN."),
+    ] = "default",
+    streams_per_connection: Annotated[
+        int, typer.Option(help="--http2: streams at once per connection (more connections if the peer allows fewer).")
+    ] = 1,
     warmup: Annotated[float, typer.Option(help="Seconds per level before measuring.")] = 2.0,
     duration: Annotated[float, typer.Option(help="Seconds measured per level.")] = 10.0,
     runs: Annotated[int, typer.Option(help="Runs per level and target (merged; spread in results.json).")] = 3,
@@ -189,6 +199,9 @@ def load(
         custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
         api=fmt,
         accept_encoding=accept_encoding,
+        http2=http2,
+        h2_window=h2_window,
+        streams_per_connection=streams_per_connection,
     )
     doc = LoadRunner(cfg, Path(out), shown).run()
     if json_out:

@@ -39,6 +39,12 @@ def monitor(
         str | None,
         typer.Option(help="Accept-Encoding to send (--url; `browser` = a browser's); the answer is decoded."),
     ] = None,
+    http2: Annotated[
+        bool, typer.Option("--http2", help="Probe over HTTP/2 (--url): h2 by ALPN, h2c in clear text; no fallback.")
+    ] = False,
+    h2_window: Annotated[
+        str | None, typer.Option(help="With --http2: the client's receive windows: BYTES, `default` or `browser`.")
+    ] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
@@ -115,6 +121,8 @@ def monitor(
         model=model,
         api=api,
         accept_encoding=accept_encoding,
+        http2=http2,
+        h2_window=h2_window,
         api_key_env=api_key_env,
         headers=tuple(parse_header_arg(h) for h in header or []),
         max_tokens=max_tokens,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import TYPE_CHECKING, Annotated
 
@@ -12,6 +13,7 @@ from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
+    from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.metrics import RunMetrics
     from tokenpath.probe.trace import Trace
 
@@ -33,6 +35,21 @@ def probe(
             "The answer is decoded; frames and arrivals are counted in the decoded stream."
         ),
     ] = None,
+    http2: Annotated[
+        bool,
+        typer.Option(
+            "--http2",
+            help="Speak HTTP/2: ALPN h2 over TLS, h2c with prior knowledge in clear text; fails (exit 18) if the "
+            "server does not agree. Reports DATA frames and flow-control stalls per stream.",
+        ),
+    ] = False,
+    h2_window: Annotated[
+        str | None,
+        typer.Option(
+            help="With --http2: the client's receive windows: BYTES (stream; the connection the same, >= 65535), "
+            "STREAM:CONNECTION, `default` (65535) or `browser` (Chromium's 6 MiB / 15 MiB).",
+        ),
+    ] = None,
     stub_url: Annotated[
         str | None,
         typer.Option(
@@ -41,6 +58,13 @@ def probe(
         ),
     ] = None,
     runs: Annotated[int, typer.Option(help="Streams to measure, one after another.")] = 1,
+    client: Annotated[
+        str,
+        typer.Option(
+            help="raw: the probe's own socket; chromium: headless Chromium's fetch + ReadableStream (its own "
+            "Accept-Encoding and h2 by ALPN; needs `tokenpath[browser]` and Debian's chromium)."
+        ),
+    ] = "raw",
     json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
     api_key_env: Annotated[
@@ -66,6 +90,7 @@ def probe(
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.apis import parse_api
+    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
     from tokenpath.wire.request import DEFAULT_PROMPT
 
     target_url = url or os.environ.get("TOKENPATH_URL")
@@ -77,6 +102,8 @@ def probe(
         fmt = parse_api(api)
     except ValueError as exc:
         raise UsageError(f"--api: {exc}") from None
+    if h2_window is not None and not http2:
+        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
     cfg = ProbeConfig(
         url=target_url,
         model=model,
@@ -92,14 +119,37 @@ def probe(
         extra_body=body_json(body_json_text),
         api=fmt,
         accept_encoding=accept_encoding,
+        http2=http2,
+        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
     )
     cfg.target  # noqa: B018 - validates the URL before anything is sent
+    if client not in ("raw", "chromium"):
+        raise UsageError(f"--client {client!r}: choose raw or chromium")
+    if client == "chromium":
+        return _probe_browser(cfg, runs, stub_url, json_out)
     runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
     probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)
     if json_out:
         print(dumps(probed))
     else:
         console.print(probe_table(probed))
+
+
+def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: bool) -> None:
+    """--client chromium: the same figures, table and document, from the browser's chunks (probe/browser.py)."""
+    from tokenpath.probe.browser import browser_document, browser_title, probe_browser
+    from tokenpath.probe.metrics import probe_results
+    from tokenpath.probe.table import probe_table
+
+    done = probe_browser(cfg, runs)
+    sent = done[0].accept_encoding  # the browser's own, the same every run
+    probed = probe_results(cfg.url, [joined_metrics(run.trace, stub_url) for run in done], cfg.api, sent)
+    if json_out:
+        print(json.dumps(browser_document(probed, done), indent=2))
+        return
+    table = probe_table(probed)
+    table.title = f"{table.title} [{browser_title(done)}]"
+    console.print(table)
 
 
 def joined_metrics(trace: Trace, stub_url: str | None) -> RunMetrics:

@@ -6,6 +6,9 @@
           (Linux MSG_MORE / TCP_CORK, the behaviour that makes HAProxy deliver frames in bursts)
 - gzip-hold, gzip-flush: HTTP-aware, the response body gzipped for a client that asked for it, without and with
           a flush per upstream read (controls/compress.py)
+
+Over HTTP/2 (the client's preface decides, controls/relay.py): pass and cork as they are, buffer per stream
+(controls/h2hold.py), the gzip modes refuse the connection.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from tokenpath.errors import InstrumentError
 
 Mode = Literal["pass", "buffer", "cork", "gzip-hold", "gzip-flush"]
 MODES: tuple[Mode, ...] = ("pass", "buffer", "cork", "gzip-hold", "gzip-flush")
+# The modes that relay HTTP/2 (controls/h2hold.py says how); the gzip modes rewrite an HTTP/1.1 response.
+H2_MODES: tuple[Mode, ...] = ("pass", "buffer", "cork")
 
 # The cork control models Linux TCP_CORK / MSG_MORE: a partial segment is held until a full one (1,448 bytes of
 # payload on a 1,500-byte MTU link with timestamps) is queued, or at most 200 ms.

@@ -12,7 +12,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import cast
 
-from tokenpath.controls.policies import CORK_BYTES, CORK_MS, MODES, BufferLimitExceeded, Mode, Policy, make_policy
+from tokenpath.controls.h2hold import H2BufferPolicy, sniff_h2
+from tokenpath.controls.policies import (
+    CORK_BYTES,
+    CORK_MS,
+    H2_MODES,
+    MODES,
+    BufferLimitExceeded,
+    Mode,
+    Policy,
+    make_policy,
+)
 from tokenpath.errors import UsageError
 from tokenpath.hostport import join_hostport
 from tokenpath.serve.flow import ReadGate
@@ -23,6 +33,8 @@ from tokenpath.serve.runner import Config, Server
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
+# What the upstream may send before the client's first bytes chose a policy: an h2 server's SETTINGS (tens of bytes).
+MAX_EARLY_BYTES = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +65,8 @@ class RelayConfig:
             ctx.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as exc:
             raise UsageError(f"`tls_cert`/`tls_key`: cannot load: {exc}") from None
-        ctx.set_alpn_protocols(["http/1.1"])
+        # h2 by ALPN only for the modes that handle it (the relay then sees the client's preface, as over h2c)
+        ctx.set_alpn_protocols(["h2", "http/1.1"] if self.mode in H2_MODES else ["http/1.1"])
         return ctx
 
 
@@ -74,7 +87,7 @@ class _Upstream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self.down.policy.feed(data)
+            self.down.feed(data)
         except BufferLimitExceeded as exc:
             log.warning("relay: %s; closing", exc)
             self.down.abort()
@@ -103,10 +116,11 @@ class _Downstream(asyncio.Protocol):
         self._connect_task: asyncio.Task[None] | None = None
         self.client_gate = ReadGate()  # reading from the client, paused while the upstream's buffer is full
         self.upstream_gate = ReadGate()  # reading from the upstream, paused while the client's buffer is full
-        loop = asyncio.get_running_loop()
-        self.policy: Policy = make_policy(
-            cfg.mode, self._write, loop.call_later, cfg.cork_bytes, cfg.cork_ms, self.response_done
-        )
+        # The policy is chosen by the client's first bytes: HTTP/2's preface (h2c, or h2 after ALPN) or not. Until
+        # then the upstream's bytes wait (an h2 server may send its SETTINGS before the client's preface is complete).
+        self.policy: Policy | None = None
+        self._sniffed = b""  # the client's first bytes, at most the preface's 24
+        self._early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -139,11 +153,51 @@ class _Downstream(asyncio.Protocol):
         self._pending.clear()
 
     def data_received(self, data: bytes) -> None:
-        self.policy.observe_request(data)
+        try:
+            if self.policy is None:
+                self._sniffed += data
+                h2 = sniff_h2(self._sniffed)
+                if h2 is not None and not self._choose(h2):
+                    return
+            else:
+                self.policy.observe_request(data)
+        except BufferLimitExceeded as exc:  # e.g. h2 frames the buffer policy cannot read, or a held body too large
+            log.warning("relay: %s; closing", exc)
+            self.abort()
+            return
         if self.upstream is not None and self.upstream.transport is not None:
             self.upstream.transport.write(data)
         else:
             self._pending.append(data)
+
+    def _choose(self, h2: bool) -> bool:
+        """The policy for this connection's protocol; False (and the connection closed) for a mode with no h2."""
+        if h2 and self.cfg.mode not in H2_MODES:
+            log.warning("relay: an HTTP/2 client, but mode %s reads HTTP/1.1 only; closing", self.cfg.mode)
+            self.abort()
+            return False
+        loop = asyncio.get_running_loop()
+        if h2 and self.cfg.mode == "buffer":
+            self.policy = H2BufferPolicy(self._write)
+        else:  # pass and cork are byte-level: the same over h2 (cork holds frames as TCP_CORK would)
+            self.policy = make_policy(
+                self.cfg.mode, self._write, loop.call_later, self.cfg.cork_bytes, self.cfg.cork_ms, self.response_done
+            )
+        self.policy.observe_request(self._sniffed)
+        self._sniffed = b""
+        early, self._early = self._early, []
+        for chunk in early:
+            self.policy.feed(chunk)
+        return True
+
+    def feed(self, data: bytes) -> None:
+        """Upstream bytes: through the policy, or kept until the client's first bytes chose it."""
+        if self.policy is None:
+            self._early.append(data)
+            if sum(map(len, self._early)) > MAX_EARLY_BYTES:
+                raise BufferLimitExceeded(f"upstream sent over {MAX_EARLY_BYTES} bytes before the client's request")
+        else:
+            self.policy.feed(data)
 
     def eof_received(self) -> bool | None:
         if (
@@ -156,7 +210,8 @@ class _Downstream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
-        self.policy.close()
+        if self.policy is not None:
+            self.policy.close()
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self.upstream is not None and self.upstream.transport is not None:
@@ -171,6 +226,9 @@ class _Downstream(asyncio.Protocol):
     def upstream_finished(self) -> None:
         if self._closed:
             return
+        if self.policy is None and not self._choose(sniff_h2(self._sniffed) is True):
+            return
+        assert self.policy is not None
         self.policy.finish()
         self._closed = True
         if self.transport is not None:
@@ -189,7 +247,8 @@ class _Downstream(asyncio.Protocol):
 
     def abort(self) -> None:
         self._closed = True
-        self.policy.close()
+        if self.policy is not None:
+            self.policy.close()
         if self.transport is not None:
             self.transport.abort()
         if self.upstream is not None and self.upstream.transport is not None:

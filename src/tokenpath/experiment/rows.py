@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import Condition, PathSpec
-from tokenpath.results.model import MatrixRow
+from tokenpath.results.model import MatrixRow, MatrixRun
 from tokenpath.stats import median, percentile
 
 FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
@@ -67,11 +67,13 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         first_event_bytes=cond.first_event_bytes,
         head_at=cond.head_at,
         content_encoding=_content_encoding(runs),
+        http_version=cond.http_version,
+        h2_window=cond.h2_window,
         runs=len(runs),
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
         verdict="no valid runs",
-        raw=tuple(r.to_run() for r in runs),
+        raw=tuple(_run(r, cond) for r in runs),
     )
     if not included:
         return row
@@ -106,6 +108,13 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
     lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
     row = replace(row, within_floor=_within_floor(row, lowest, floor))
     return replace(row, verdict=_verdict(row, lowest, floor))
+
+
+def _run(record: RunRecord, cond: Condition) -> MatrixRun:
+    """A run as the model holds it, in the HTTP version its probe spoke (the condition's when it got no answer:
+    the probe fails a stream rather than fall back, so a row never mixes versions)."""
+    run = record.to_run()
+    return replace(run, http_version=run.metrics.http_version if run.metrics is not None else cond.http_version)
 
 
 def _first_token_ms(runs: list[RunRecord]) -> float | None:

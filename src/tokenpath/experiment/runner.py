@@ -24,7 +24,7 @@ from tokenpath.errors import CertificationError, PeerError, ServiceError, Tokenp
 from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
-from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
+from tokenpath.experiment.spec import HTTP2, Condition, Experiment, Link, PathSpec
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
 from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
@@ -33,9 +33,11 @@ from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
+from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS
 from tokenpath.results import model, tables
 from tokenpath.results.model import (
+    HTTP11,
     Certification,
     Check,
     Drift,
@@ -51,6 +53,7 @@ from tokenpath.serve.tlscert import self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api
+from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
 
 # Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
 CERT_INTERVAL_MS, CERT_FRAME_BYTES, CERT_FRAMES = 50.0, 60, 12
@@ -366,6 +369,8 @@ class MatrixRunner:
         cfg = ProbeConfig(
             url=url, model=model, headers=headers, extra_body=(("tokenpath", pacing),),
             tls=_client_tls(env, running), api_key=api_key, api=api, accept_encoding=accept,
+            http2=cond is not None and cond.http2,
+            h2_window=parse_h2_window(cond.h2_window) if cond is not None else DEFAULT_WINDOW,
             first_byte_timeout_s=10 + 2 * stream_s, idle_timeout_s=10 + 2 * stream_s, total_timeout_s=30 + 3 * stream_s,
         )  # fmt: skip
         try:
@@ -396,35 +401,24 @@ class MatrixRunner:
 
     def _certify(self, env: Environment, conditions: Sequence[Condition] = ()) -> None:
         pacing = {**CERT_CONDITION, "ttft_ms": self.exp.ttft_ms, "format": "plain"}
-        # In a TLS environment the controls terminate TLS too: the cork control then sends what it held as separate
-        # TLS records in one burst (as HAProxy 2.8+ does), and the client must still see one arrival.
-        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in BASE_CONTROLS]
-        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
-        for _ in range(CERT_RUNS):
-            for record in self._round(env, paths, pacing):
-                runs[record.path].append(record)
-        floor = Floor.from_direct(runs["direct"])
-        cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls)
-        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
-        checks = [
-            _check("direct streams cleanly", rows["direct"], lambda r: (r.fpr_median or 99) <= CERT_MAX_DIRECT_FPR),
-            # One late write among the certification runs is what the exclusion rule is for on a shared host;
-            # the instrument is untrustworthy when the stub misses its schedule in most runs.
-            _check("direct's stub audits pass", rows["direct"], lambda r: r.excluded <= r.runs // 3),
-            _check("pass relay within the floor", rows["pass"], lambda r: bool(r.within_floor)),
-            _check("buffer relay seen (one arrival)", rows["buffer"], lambda r: (r.arrivals_median or 0) == 1),
-            _check(
-                "cork relay seen (bursts, late)", rows["cork"],
-                lambda r: (r.fpr_median or 0) >= 2 and (r.added_ttft_ms_median or 0) >= CORK_MS / 2,
-            ),
-        ]  # fmt: skip
+        # The controls are certified over each HTTP version a condition speaks: over HTTP/2 the relays carry the
+        # stub's h2c (buffer holds each stream to its end, controls/h2hold.py), and the probe must see them as over
+        # HTTP/1.1 before an HTTP/2 row is believed. (The default window: 12 small frames never near it.)
+        versions = sorted({c.client_http for c in conditions} | {HTTP11})
+        checks: list[Check] = []
+        direct_runs: list[RunRecord] = []
+        for version in versions:
+            version_checks, version_direct = self._certify_controls(env, pacing, version)
+            checks += version_checks
+            if version == HTTP11:
+                direct_runs = version_direct  # the stub's drift, as every certification has reported it
         if any(c.compressed for c in conditions):
             checks += self._certify_compression(env, pacing)
         for api in dict.fromkeys(Api(c.api) for c in conditions if c.api != Api.OPENAI.value):
             checks.append(self._certify_format(env, api))
         passed = all(c.passed for c in checks)
         where = f"{env.link}{', tls' if env.tls else ''}"
-        drift = emitter_drift(runs["direct"])
+        drift = emitter_drift(direct_runs)
         cert = self.certification
         all_checks = (*cert.checks, *(replace(c, environment=where) for c in checks))
         self.certification = Certification(
@@ -440,6 +434,41 @@ class MatrixRunner:
                 f"certification failed on {where}: the instrument cannot be trusted on this host now "
                 "(see the checks above); `force` measures anyway and marks every table UNCERTIFIED"
             )
+
+    def _certify_controls(
+        self, env: Environment, pacing: dict[str, Any], version: str
+    ) -> tuple[list[Check], list[RunRecord]]:
+        """The base checks over one client HTTP version: direct streams cleanly, pass within the floor, buffer and
+        cork seen for what they are. In a TLS environment the controls terminate TLS too: the cork control then sends
+        what it held as separate TLS records in one burst (as HAProxy 2.8+ does), and the client must still see one
+        arrival. Returns the checks and the direct path's runs."""
+        cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, client_http=version)
+        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in BASE_CONTROLS]
+        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
+        for _ in range(CERT_RUNS):
+            for record in self._round(env, paths, pacing, cond):
+                runs[record.path].append(record)
+        floor = Floor.from_direct(runs["direct"])
+        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+        over = " (HTTP/2)" if version == HTTP2 else ""
+        checks = [
+            _check(f"direct streams cleanly{over}", rows["direct"],
+                   lambda r: (r.fpr_median or 99) <= CERT_MAX_DIRECT_FPR),
+            # One late write among the certification runs is what the exclusion rule is for on a shared host;
+            # the instrument is untrustworthy when the stub misses its schedule in most runs.
+            _check(f"direct's stub audits pass{over}", rows["direct"], lambda r: r.excluded <= r.runs // 3),
+            _check(f"pass relay within the floor{over}", rows["pass"], lambda r: bool(r.within_floor)),
+            _check(f"buffer relay seen (one arrival){over}", rows["buffer"],
+                   lambda r: (r.arrivals_median or 0) == 1),
+            _check(
+                f"cork relay seen (bursts, late){over}", rows["cork"],
+                lambda r: (r.fpr_median or 0) >= 2 and (r.added_ttft_ms_median or 0) >= CORK_MS / 2,
+            ),
+        ]  # fmt: skip
+        if version == HTTP2:  # the rows must have been read over HTTP/2, not fallen back
+            spoke = {r.metrics.http_version for rs in runs.values() for r in rs if r.metrics is not None}
+            checks.append(Check(f"probes spoke HTTP/2{over}", spoke == {HTTP2}, f"versions seen: {sorted(spoke)}"))
+        return checks, runs["direct"]
 
     def _certify_compression(self, env: Environment, pacing: dict[str, Any]) -> list[Check]:
         """Before a condition that asks for a Content-Encoding: the client decodes (both controls answer gzip), sees
@@ -494,6 +523,8 @@ class MatrixRunner:
             running = env.running.get(spec.label)
             if spec.proxy == "direct":
                 paths.append((spec, endpoint.url if endpoint else env.stub_url))
+            elif running is not None and self._skips_http(spec, running, env, cond):
+                continue
             elif running is not None and endpoint is not None:
                 # A proxy with its own API prefix (a gateway's base_path) takes the chat path under it.
                 origin = _origin(running)
@@ -525,6 +556,20 @@ class MatrixRunner:
                 if runs[spec.label]:
                     self.rows.append(build_row(spec, cond, runs[spec.label], floor))
             self.write()
+
+    def _skips_http(self, spec: PathSpec, running: RunningProxy, env: Environment, cond: Condition) -> bool:
+        """A path that cannot speak the condition's HTTP version to the client is skipped in it, with its reason
+        (counted like any skip): a client that fell back to HTTP/1.1 would measure something else under the label."""
+        if isinstance(running.proxy, CustomProxy | AttachedProxy):
+            return False  # the user's own path: it speaks what they say, and a stream that is not h2 fails loudly
+        reason = running.proxy.client_http_unsupported(running.site.variant, env.tls, cond.client_http)
+        if not reason:
+            return False
+        where = f"{spec.label} ({cond.label})"
+        if all(s.path != where for s in self.skipped):
+            self.console.print(f"[yellow]skipping {where}:[/] {reason}")
+            self.skipped.append(PathSkip(where, reason))
+        return True
 
 
 def _pacing(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, Any]:

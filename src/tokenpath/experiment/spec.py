@@ -20,14 +20,17 @@ from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
-from tokenpath.results.model import condition_label
+from tokenpath.results.model import DEFAULT_H2_WINDOW, HTTP11, condition_label
 from tokenpath.stub.audit import AuditVerdict, StreamLog, audit_stream
 from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, StubConfig, response_headers
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.wire.apis import Api, parse_api
+from tokenpath.wire.h2client import parse_h2_window
 
 Link = Literal["loopback", "veth"]
 LINKS: tuple[Link, ...] = ("loopback", "veth")
+HTTP2 = "2"
+CLIENT_HTTP = (HTTP11, HTTP2)  # the values of [conditions] client_http
 IDENTITY = "identity"  # the accept_encoding condition that sends no Accept-Encoding header, as curl does
 MAX_ACCEPT_ENCODING_CHARS = 200  # an Accept-Encoding value in the experiment file; browsers send ~25
 STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token frames' size depends on it)
@@ -52,10 +55,21 @@ class Condition:
     reasoning_tokens: int = 0  # reasoning deltas before the content (OpenAI: chunks, never `format` plain)
     first_event_bytes: int = 0  # the first content frame padded to N bytes (0: not)
     head_at: HeadAt = "start"  # "first-token": the head withheld until the first token
+    client_http: str = HTTP11  # the client's HTTP version: "1.1", or "2" (h2 over TLS by ALPN, h2c by prior knowledge)
+    h2_window: str = DEFAULT_H2_WINDOW  # over HTTP/2: the client's receive windows (wire/h2client.parse_h2_window)
 
     @property
     def label(self) -> str:
         return condition_label(self)
+
+    @property
+    def http_version(self) -> str:
+        """The name rows and runs give it (and condition_label reads)."""
+        return self.client_http
+
+    @property
+    def http2(self) -> bool:
+        return self.client_http == HTTP2
 
     @property
     def compressed(self) -> bool:
@@ -69,6 +83,9 @@ class Condition:
         }  # fmt: skip
         # Only when set: a condition without them reads as every file before them did.
         out.update((k, getattr(self, k)) for k, off in BEFORE_FIRST_TOKEN_OFF.items() if getattr(self, k) != off)
+        out["client_http"] = self.client_http
+        if self.http2:
+            out["h2_window"] = self.h2_window
         return {**out, "endpoint": self.endpoint} if self.endpoint else out
 
 
@@ -213,7 +230,8 @@ def parse(data: dict[str, Any]) -> Experiment:
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
     known_conditions = {
-        "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding", *BEFORE_FIRST_TOKEN_OFF
+        "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding", "client_http",
+        "h2_window", *BEFORE_FIRST_TOKEN_OFF,
     }  # fmt: skip
     _no_unknown(cond, known_conditions, "[conditions]")
     intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0 and math.isfinite(v))
@@ -223,11 +241,16 @@ def parse(data: dict[str, Any]) -> Experiment:
     header_sets = [_header_set(h) for h in _list(cond, "stub_headers", [{}], (dict,), lambda v: True)]
     apis = _apis(cond)
     encodings = _accept_encodings(cond)
+    versions = [(v, w) for v in _client_http(cond) for w in (_h2_windows(cond) if v == HTTP2 else [DEFAULT_H2_WINDOW])]
+    if "h2_window" in cond and all(v != HTTP2 for v, _ in versions):
+        raise UsageError('[conditions] h2_window: the client\'s HTTP/2 windows need client_http = ["2"] (or both)')
     frames = _int(data, "frames", 40, 2)
     conditions = [
-        Condition(float(i), _frame_size(s, api, "frame_bytes" in cond, frames), link, t, h, "", api.value, enc)
-        for api, i, s, link, t, h, enc in itertools.product(apis, intervals, sizes, links, tls, header_sets, encodings)
-    ]
+        Condition(float(i), _frame_size(s, api, "frame_bytes" in cond, frames), link, t, h, "", api.value, enc,
+                  client_http=v, h2_window=w)
+        for api, i, s, link, t, h, enc, (v, w) in itertools.product(apis, intervals, sizes, links, tls, header_sets,
+                                                                     encodings, versions)
+    ]  # fmt: skip
     ttft_ms = data.get("ttft_ms", 20.0)
     conditions = [
         _before_first_token(c, beat, reasoning, first, head, "frame_bytes" in cond, frames, float(ttft_ms))
@@ -284,6 +307,8 @@ def _endpoint_conditions(
                    & set(cond))  # fmt: skip
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
+    if _client_http(cond) != [HTTP11]:
+        raise UsageError("[conditions] client_http: against [upstream] the client speaks HTTP/1.1 only (for now)")
     if links != ["loopback"]:
         raise UsageError(
             "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
@@ -356,6 +381,32 @@ def _accept_encodings(cond: dict[str, Any]) -> list[str]:
             )
         text = value.strip()
         out.append(IDENTITY if text.lower() == IDENTITY else expand_accept_encoding(text))
+    return list(dict.fromkeys(out))
+
+
+def _client_http(cond: dict[str, Any]) -> list[str]:
+    """`client_http = ["1.1", "2"]`: the HTTP version the client speaks to every path (strings, as HTTP names them;
+    2 is h2 by ALPN over TLS and h2c with prior knowledge over cleartext, never a silent fallback)."""
+    values = _list(cond, "client_http", [HTTP11], (str, int, float), lambda v: True)
+    out = []
+    for value in values:
+        text = f"{value:g}" if isinstance(value, int | float) else str(value).strip()
+        text = text.removeprefix("HTTP/").removeprefix("http/")
+        if text not in CLIENT_HTTP:
+            raise UsageError(f'[conditions] client_http: {value!r} is not one of "1.1", "2"')
+        out.append(text)
+    return list(dict.fromkeys(out))
+
+
+def _h2_windows(cond: dict[str, Any]) -> list[str]:
+    """`h2_window = ["default", "browser"]`: the client's HTTP/2 receive windows, each a condition (flow control is
+    measured, never a library's default): "default" (65,535), "browser" (Chromium's), BYTES or STREAM:CONNECTION."""
+    out = []
+    for value in _list(cond, "h2_window", [DEFAULT_H2_WINDOW], (str, int), lambda v: True):
+        try:
+            out.append(str(parse_h2_window(str(value))))
+        except UsageError as exc:
+            raise UsageError(f"[conditions] h2_window: {exc}") from None
     return list(dict.fromkeys(out))
 
 

@@ -37,6 +37,9 @@ class Limits:
     max_streams: int = 2000  # per worker: beyond this, 503 + Retry-After rather than a slower everyone
     write_buffer_bytes: int = WRITE_BUFFER_HIGH  # per client: a slow reader pauses the upstream instead of growing RSS
     drain_s: float = 30.0  # on SIGTERM, open streams get this long to finish
+    # HTTP/2 clients: streams one connection may have open (nginx's http2_max_concurrent_streams); past it a stream
+    # is refused (REFUSED_STREAM), which a client retries on another connection
+    h2_max_concurrent_streams: int = 128
     retry_after_s: int = 1
 
 
@@ -119,6 +122,8 @@ class GatewayConfig:
     limits: Limits = field(default_factory=Limits)
     health: HealthConfig = field(default_factory=HealthConfig)
     request_id_header: str = "X-Request-Id"
+    tls_cert: str | None = None  # PEM certificate (chain): the listener speaks TLS, HTTP/1.1 and h2 by ALPN
+    tls_key: str | None = None  # its PEM private key (unencrypted; never printed or logged)
 
     def validate(self) -> GatewayConfig:
         if not self.pools:
@@ -150,6 +155,13 @@ class GatewayConfig:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
                 if m.weight < 1:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise UsageError("TLS needs both tls_cert and tls_key (--tls-cert, --tls-key)")
+        missing = check_files(self.tls_cert, self.tls_key)
+        if missing:
+            raise UsageError(f"no such file: {', '.join(missing)}")
+        if self.limits.h2_max_concurrent_streams < 1:
+            raise UsageError("limits: h2_max_concurrent_streams must be >= 1")
         if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
             raise UsageError("limits: max_body_bytes_in_flight must be >= max_body_bytes (else a body that size "
                              "could never be admitted)")  # fmt: skip
@@ -200,13 +212,15 @@ class Overrides:
     jwks_url: str | None = None
     audience: str | None = None
     issuer: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def apply(self, data: dict[str, Any]) -> dict[str, Any]:
         data = dict(data)
         if self.upstreams:
             members = [{"url": u} for u in self.upstreams]
             data["pool"] = [{"name": "default", "strategy": self.strategy, "member": members}]
-        for key in ("listen", "metrics_listen", "workers"):
+        for key in ("listen", "metrics_listen", "workers", "tls_cert", "tls_key"):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
@@ -238,7 +252,7 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     if "metrics_listen" in data:
         metrics_listen = data.pop("metrics_listen")
         kwargs["metrics_host"], kwargs["metrics_port"] = parse_hostport(metrics_listen, "gateway config metrics_listen")
-    for key in ("workers", "request_id_header"):
+    for key in ("workers", "request_id_header", "tls_cert", "tls_key"):
         if key in data:
             kwargs[key] = data.pop(key)
     auth = _dataclass_from(AuthConfig, data.pop("auth", {}), "auth")

@@ -51,8 +51,9 @@ from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
 from tokenpath.gateway.tls import TLSClient, describe
 from tokenpath.gateway.upstream import AttemptFailed, Sink
 from tokenpath.hostport import join_hostport
-from tokenpath.wire.client import MAX_RESPONSE_HEAD_BYTES, ResponseHead
-from tokenpath.wire.framing import Framing
+from tokenpath.wire.client import MAX_RESPONSE_HEAD_BYTES
+from tokenpath.wire.h2client import response_head
+from tokenpath.wire.h2guard import FrameGuard  # shared with the probe's and the server's HTTP/2 (floods, frame sizes)
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -64,108 +65,16 @@ MAX_CONNECTIONS_PER_MEMBER = 8
 # The decoded response head we accept (SETTINGS_MAX_HEADER_LIST_SIZE, enforced by h2's HPACK decoder as it
 # decodes): the same bound as an HTTP/1.1 member's head. An LLM API's response head is under 2 KB.
 MAX_HEADER_LIST_SIZE = MAX_RESPONSE_HEAD_BYTES
-# Compressed bytes of one header block (HEADERS + CONTINUATION), counted as its frames arrive: h2 buffers a whole
-# block before decoding it, so without this a member could make us hold up to 64 x 16 KiB per block.
-MAX_HEADER_BLOCK_BYTES = MAX_HEADER_LIST_SIZE
-# CONTINUATION frames in one header block. A 64 KiB block needs 4 frames of the default 16 KiB; 16 leaves room for
-# encoders that split small. Empty ones cost a member 9 bytes each and us a parse each (the CONTINUATION flood,
-# CVE-2024-27316 and kin): h2 4.x stops at 64, this bound does not depend on the h2 version.
-MAX_CONTINUATION_FRAMES = 16
-# PING and SETTINGS frames (the ones we must answer) a member may send in a burst, and the rate the allowance comes
-# back. 1,000 is Envoy's max_outbound_control_frames default (nginx's flood check allows 10,000 queued frames); each
-# costs h2 ~20 us of this worker's one core and 9-17 bytes of answer, queued while the member does not read. A
-# keep-alive PING or a settings change comes a few times a minute, so 100 a second refill is far above any honest use.
-MAX_CONTROL_BURST = 1_000
-CONTROL_FRAMES_PER_S = 100.0
 # HPACK dynamic table we keep for the member's decoder, whatever SETTINGS_HEADER_TABLE_SIZE it advertises (RFC 7541
 # 4.2 lets the encoder use less): RFC 7541's default, and nghttp2's (so Envoy's) deflate cap. Every request carries a
 # fresh request id: an uncapped table keeps them all, and the encoder searches it linearly per field.
 MAX_ENCODER_TABLE_SIZE = 4096
 # Hop-by-hop and HTTP/1.1-only fields: forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-headers instead
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
-BODILESS_STATUS = (204, 304)
 RESPONSE_FLAGS = h2.utilities.HeaderValidationFlags(
     is_client=True, is_trailer=False, is_response_header=True, is_push_promise=False
 )
 TRAILER_FLAGS = RESPONSE_FLAGS._replace(is_trailer=True)
-# frame types and flags the guard reads from frame headers (RFC 9113 6)
-HEADERS, SETTINGS, PUSH_PROMISE, PING, CONTINUATION = 0x1, 0x4, 0x5, 0x6, 0x9
-ACK, END_HEADERS = 0x1, 0x4
-
-
-class FrameGuard:
-    """Reads the member's frame headers (9 bytes each) as bytes arrive, before h2 parses a byte of them, and says
-    when a bound is crossed: the connection is then closed, and h2 never spends a core on the flood. Sans-IO, with
-    the clock injected. `error_code` is the GOAWAY's: FRAME_SIZE_ERROR for an oversized frame, else
-    ENHANCE_YOUR_CALM (RFC 9113 10.5)."""
-
-    def __init__(self, clock: Callable[[], float], max_frame_size: int) -> None:
-        self.clock = clock
-        self.max_frame_size = max_frame_size  # ours (SETTINGS_MAX_FRAME_SIZE): h2 would buffer a larger one first
-        self.head = b""  # a frame header split across reads
-        self.skip = 0  # payload bytes of the current frame still to come
-        self.block: int | None = None  # compressed bytes of the header block being received; None: not in one
-        self.continuations = 0
-        self.allowance = float(MAX_CONTROL_BURST)
-        self.refilled = clock()
-        self.ends: list[int] = []  # where frames end in the last `data` fed
-        self.error_code = h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
-
-    def feed(self, data: bytes) -> str | None:
-        """Why the member is flooding us, or None; `ends` says where in `data` each frame ends."""
-        self.ends = ends = []
-        at, end = 0, len(data)
-        while at < end:
-            if self.skip:
-                step = min(self.skip, end - at)
-                self.skip -= step
-                at += step
-                if not self.skip:
-                    ends.append(at)
-                continue
-            need = 9 - len(self.head)
-            if end - at < need:
-                self.head += data[at:]
-                return None
-            header = self.head + data[at : at + need] if self.head else data[at : at + 9]
-            self.head = b""
-            at += need
-            length = int.from_bytes(header[:3], "big")
-            why = self._frame(length, header[3], header[4])
-            if why is not None:
-                return why
-            self.skip = length
-            if not length:
-                ends.append(at)
-        return None
-
-    def _frame(self, length: int, kind: int, flags: int) -> str | None:
-        if length > self.max_frame_size:
-            self.error_code = h2.errors.ErrorCodes.FRAME_SIZE_ERROR
-            return f"a {length}-byte frame (our SETTINGS_MAX_FRAME_SIZE is {self.max_frame_size})"
-        if kind in (HEADERS, PUSH_PROMISE):
-            self.block = None if flags & END_HEADERS else length
-            self.continuations = 0
-        elif kind == CONTINUATION and self.block is not None:  # (a CONTINUATION outside a block: h2 refuses it)
-            self.continuations += 1
-            self.block += length
-            if self.continuations > MAX_CONTINUATION_FRAMES:
-                return f"more than {MAX_CONTINUATION_FRAMES} CONTINUATION frames in one header block"
-            if self.block > MAX_HEADER_BLOCK_BYTES:
-                return f"a header block over {MAX_HEADER_BLOCK_BYTES} bytes"
-            if flags & END_HEADERS:
-                self.block = None
-        elif kind in (PING, SETTINGS) and not flags & ACK:
-            now = self.clock()
-            self.allowance = min(MAX_CONTROL_BURST, self.allowance + (now - self.refilled) * CONTROL_FRAMES_PER_S)
-            self.refilled = now
-            self.allowance -= 1
-            if self.allowance < 0:
-                return (
-                    f"more than {MAX_CONTROL_BURST} PING/SETTINGS frames in a burst "
-                    f"(allowed: {CONTROL_FRAMES_PER_S:g} a second)"
-                )
-        return None
 
 
 class H2Stream:
@@ -407,7 +316,7 @@ class H2Connection(asyncio.Protocol):
             if stream is not None and stream.sink is not None:
                 stream.got_bytes = True
                 touched[event.stream_id] = stream.sink
-                stream.sink.upstream_head(_head(event.headers, stream.method))
+                stream.sink.upstream_head(response_head(event.headers, stream.method))
         elif isinstance(event, h2.events.DataReceived):
             stream = self.streams.get(event.stream_id)
             size = event.flow_controlled_length
@@ -571,22 +480,6 @@ def _malformed(headers: list[Header], flags: h2.utilities.HeaderValidationFlags,
     if len(status) != 3 or not status.isdigit() or not low <= int(status) <= high:
         return f":status {status.decode('latin-1')!r} is not a status code (three digits, {low}-{high})"
     return None
-
-
-def _head(headers: list[tuple[bytes, bytes]], method: str) -> ResponseHead:
-    status = 0
-    fields = []
-    for name, value in headers:
-        if name == b":status":
-            status = int(value)
-        elif not name.startswith(b":"):
-            fields.append((name.decode("latin-1"), value.decode("latin-1")))
-    has_length = any(n == "content-length" for n, _ in fields)
-    if method == "HEAD" or status in BODILESS_STATUS:
-        framing = Framing.NONE
-    else:
-        framing = Framing.LENGTH if has_length else Framing.CHUNKED  # DATA frames: a stream, whatever the length
-    return ResponseHead(status, "2", tuple(fields), framing, keep_alive=True)
 
 
 class H2Pool:

@@ -45,23 +45,15 @@ from tokenpath.gateway.failures import Failure, FailureKind
 from tokenpath.gateway.h2upstream import H2Pool, H2Stream
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
+from tokenpath.gateway.relay import Relay
 from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
-from tokenpath.gateway.streamformat import (
-    CREDENTIAL_HEADERS,
-    Cut,
-    SSECut,
-    StreamFormat,
-    for_response,
-    upstream_credential,
-)
+from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS, StreamFormat, for_response, upstream_credential
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
 from tokenpath.serve.http import Admission, Admitted, Refusal, Request, Response, error_body
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing, chunk
-from tokenpath.wire.kinds import FrameKind
-from tokenpath.wire.reader import FrameReader
+from tokenpath.wire.framing import Framing
 
 log = logging.getLogger("tokenpath.gateway")
 
@@ -90,8 +82,8 @@ REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
+BODILESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})  # requests that in practice carry no body
 KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
-TTFT_SCAN_BYTES = 64 << 10  # the first content frame is looked for this far into a stream, no further
 
 
 class Entry:
@@ -116,6 +108,7 @@ class GatewayApp:
         self.router = Router(self.pools, cfg.auth.pool_claim)
         self.connections: dict[int, ConnectionPool | H2Pool] = {}
         self.forward_drop = FORWARD_DROP | {cfg.request_id_header.lower()}  # ours replaces the client's
+        self.forwarded_proto = "https" if cfg.tls_cert else "http"  # the scheme the client reached us by
         self.active: set[Exchange] = set()
         self.draining = False
         self.body_bytes = 0  # request body bytes admitted and not yet released (max_body_bytes_in_flight)
@@ -294,10 +287,13 @@ class GatewayApp:
 
 def declared_body_bytes(head: Request, max_body_bytes: int) -> int:
     """What a request's body may take: its Content-Length (the core refused one over max_body_bytes), or
-    max_body_bytes when it is chunked (its length is known only at its end)."""
+    max_body_bytes when its length is known only at its end: chunked, or an HTTP/2 request of a method that carries
+    a body and no Content-Length (its body ends with END_STREAM; serve/h2.py refuses one past max_body_bytes)."""
     if head.header("transfer-encoding") is not None:
         return max_body_bytes
     length = head.header("content-length")
+    if length is None and head.http_version == "2" and head.method not in BODILESS_METHODS:
+        return max_body_bytes
     return int(length) if length is not None and length.isdigit() else 0
 
 
@@ -333,27 +329,21 @@ class Exchange:
         self.committed = False  # the client has the head: no more failover
         self.pending_head: ResponseHead | None = None  # the head the machine is deciding on
         self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
-        self.chunked = True
         self.bodiless = False
         self.stream: StreamFormat | None = None  # the response's stream format (None: not a token stream)
-        self.framed = False  # self.stream is set: the relay cuts at frame boundaries (a bool on the hot path)
-        # Counts the stream's frames and holds the bytes of an unfinished one (each format's limit, 8 MB); replaced
-        # by the format's own cut at the head.
-        self.events: Cut = SSECut()
-        self.last_out = b""  # the last whole frames relayed (a reference, no copy): what an error frame follows
-        self.ttft_scan: FrameReader | None = None  # classifies the first frames until the first content frame
-        self.scanned = 0
+        # The relay rules (gateway.relay: framing, whole frames only, counting, first token), set at the head.
+        self.relay: Relay | None = None
         self.out: list[bytes] = []
-        self.frames = 0
-        self.bytes = 0
         self.status = 0
         self.error: str | None = None
         self.end_counted = False  # an abnormal end is counted in the metrics once (_count_end)
         self.headers: list[tuple[str, str]] = []
         self.t_start = time.perf_counter()
         self.t_sent = 0.0
-        self.t_first_in: float | None = None
+        self.t_first_in: float | None = None  # the first body byte from the upstream
         self.added_observed = False
+        self.ttft_observed = False
+        self.failure_reported = False
         self.timers: dict[Timer, asyncio.TimerHandle] = {}
         self.members: list[MemberState] = []  # connected to, in order (a new one after the first is a failover)
         response.on_abort = self.client_gone
@@ -542,7 +532,7 @@ class Exchange:
         if self.request.peer:
             seen = self.request.header("x-forwarded-for")
             headers.append(("X-Forwarded-For", f"{f'{seen}, ' if seen else ''}{self.request.peer}"))
-            headers.append(("X-Forwarded-Proto", "http"))
+            headers.append(("X-Forwarded-Proto", self.app.forwarded_proto))
         headers.append(("Content-Length", str(len(self.request.body))))
         headers.append((self.app.cfg.request_id_header, self.request_id))
         client_credentials = self.request.header("authorization")
@@ -607,15 +597,11 @@ class Exchange:
             # Frames are in the decoded bytes; the relay passes the encoded ones on untouched, read by read. A cut at
             # "frame boundaries" of gzip bytes would hold a stream until its end (or past the frame limit).
             self.stream = None
-        if self.stream is not None:
-            self.framed = True
-            self.events = self.stream.new_cut()
-            self.ttft_scan = self.stream.reader()
-            if head.framing is Framing.LENGTH:
-                # A token stream is re-framed (chunked; close-delimited for an HTTP/1.0 client), never announced
-                # with the upstream's length: a failure mid-stream ends it with an error frame, which must not make
-                # the client read more bytes than a Content-Length said.
-                length = None
+        if self.stream is not None and head.framing is Framing.LENGTH:
+            # A token stream is re-framed (chunked; close-delimited for an HTTP/1.0 client), never announced with the
+            # upstream's length: a failure mid-stream ends it with an error frame, which must not make the client read
+            # more bytes than a Content-Length said.
+            length = None
         response = self.response
         if head.framing is Framing.NONE:
             if length is not None:  # HEAD: the length of the body a GET would get
@@ -624,53 +610,47 @@ class Exchange:
         else:
             self.out.append(response.start(head.status, out_headers, length))
         self.framing = response.framing or Framing.NONE
-        self.chunked = self.framing is Framing.CHUNKED
         self.bodiless = self.framing is Framing.NONE
+        self.relay = Relay(self.stream, self.framing is Framing.CHUNKED)
 
     def upstream_body(self, data: bytes) -> None:
-        # The hot path: once per upstream read. Framing decided at the head (wire.framing), kept as two bools.
-        if not self.committed or self.bodiless:
+        # The hot path: once per upstream read. The relay decides; news (first byte, first token, a frame it cannot
+        # hold) is one flag, handled off this path.
+        relay = self.relay
+        if relay is None or self.bodiless:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
-        if self.t_first_in is None:
-            self.t_first_in = time.perf_counter()
-            if not self.framed:
-                self._observe_ttft(self.t_first_in)  # not a token stream: its first byte is its first answer
-        self.bytes += len(data)
-        if self.framed:
-            events = self.events
-            self.frames += events.feed(data)
-            if self.ttft_scan is not None:
-                self._scan_for_first_token(data)
-            if events.tail or events.held:  # the read ends inside a frame, or ends one that earlier reads began
-                data = events.cut(data)  # every whole frame; the rest is held, never rescanned
-                if events.too_large or events.broken is not None:
-                    self._unrelayable(data)
-                    return
-                if not data:
-                    return
-            self.last_out = data
-        self.out.append(chunk(data) if self.chunked else data)  # one chunk per upstream read
+        out = relay.feed(data)
+        if out:
+            self.out.append(out)
+        if relay.news:
+            self._relay_news(relay)
 
-    def _unrelayable(self, whole: bytes) -> None:
-        """An upstream frame outgrew what the relay holds, or its framing broke (an event-stream prelude whose CRC
-        fails): the client gets every whole frame before it, then the error frame (it would have had to hold the
-        frame whole too; the gateway will not hold it forever)."""
-        if whole:
-            self.out.append(chunk(whole) if self.chunked else whole)
-            self.last_out = whole
-        events = self.events
-        held = len(events.held)
-        events.held.clear()
-        if self.machine is None:
-            return
-        if events.broken is not None:
-            self._do(self.machine.malformed_frame(events.broken))
-        else:
-            self._do(self.machine.event_too_large(events.max_event_bytes, held))
+    def _relay_news(self, relay: Relay) -> None:
+        relay.news = False
+        now = time.perf_counter()
+        if self.t_first_in is None:
+            self.t_first_in = now
+        if relay.first_token and not self.ttft_observed:
+            self.ttft_observed = True
+            self._observe_ttft(now)
+        failure = relay.failure
+        if failure is not None and self.machine is not None and not self.failure_reported:
+            # An upstream frame outgrew what the relay holds, or its framing broke (an event-stream prelude whose
+            # CRC fails): the client gets every whole frame before it, then the error frame (it would have had to
+            # hold the frame whole too; the gateway will not hold it forever).
+            self.failure_reported = True
+            if failure.broken is not None:
+                self._do(self.machine.malformed_frame(failure.broken))
+            else:
+                self._do(self.machine.event_too_large(failure.max_bytes, failure.held))
 
     def upstream_read_done(self) -> None:
-        if self.out:
-            self._flush()
+        out = self.out
+        if out:
+            if len(out) == 1 and self.added_observed:  # the token-stream read: one piece, nothing to observe
+                self.response.write(out.pop())
+            else:
+                self._flush()
         machine = self.machine
         if machine is not None:
             machine.last_read = self.loop.time()  # ExchangeMachine.read(), inlined: once per read
@@ -680,9 +660,9 @@ class Exchange:
             self._do(self.machine.upstream_ended())
 
     def _complete(self) -> None:
-        if self.events.held:  # a stream that ends without a blank line still gets every byte
-            rest = self.events.rest()
-            self.out.append(chunk(rest) if self.chunked else rest)
+        rest = self.relay.rest() if self.relay is not None else b""
+        if rest:  # a stream that ends without a blank line still gets every byte
+            self.out.append(rest)
         self.out.append(self.response.end_bytes())
         # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
         self.app.metrics.requests.labels(str(self.status)).inc()
@@ -711,16 +691,18 @@ class Exchange:
         bytes of an unfinished frame are dropped, so the error frame is the next thing the client parses, whole."""
         self.error = f"{end.message}: {end.detail}" if end.detail else end.message
         self._abort_upstream()
-        self.events.held.clear()
+        relay = self.relay
+        if relay is not None:
+            relay.drop_held()
         if not self.committed:
             self.app.reply_error(self.response, 502, end.message, end.code)
         elif not self.response.client_gone:
             # The error event only where the body's end is ours to say (chunked, or close-delimited): never past an
             # announced Content-Length. A body of announced length is cut short instead, as nginx does: the client
             # sees fewer bytes than announced, then the close.
-            stream = self.stream
-            if stream is not None and end.client_reads and self.framing in (Framing.CHUNKED, Framing.CLOSE):
-                event = stream.error(end.message, end.code, self.last_out)
+            ours = self.framing in (Framing.CHUNKED, Framing.CLOSE)
+            if relay is not None and relay.stream is not None and end.client_reads and ours:
+                event = relay.error_frame(end.message, end.code)
                 self.out.append(self.response.frame(event) + self.response.end_bytes())
             self._flush()
             self.response.close_connection()
@@ -746,25 +728,6 @@ class Exchange:
             self._resolve_done()
 
     # internals ---------------------------------------------------------------------------------------------
-    def _scan_for_first_token(self, data: bytes) -> None:
-        """Until the first content frame (by the format's classification: not a role-only delta, a comment, a
-        heartbeat, a start or ping event): parse frames and classify them. Runs for the first few reads only."""
-        scan = self.ttft_scan
-        assert scan is not None
-        self.scanned += len(data)
-        try:
-            frames = scan.feed(data)
-        except Exception:  # a frame too large to be a token, or bytes that break the format: stop looking
-            frames = []
-            self.scanned = TTFT_SCAN_BYTES
-        for frame in frames:
-            if scan.kind(frame) is FrameKind.CONTENT:
-                self._observe_ttft(time.perf_counter())
-                self.ttft_scan = None
-                return
-        if self.scanned >= TTFT_SCAN_BYTES:
-            self.ttft_scan = None
-
     def _observe_ttft(self, at: float) -> None:
         seconds = at - self.t_sent
         member = self.machine.member if self.machine is not None else None
@@ -794,12 +757,14 @@ class Exchange:
         self._stop_timers()
         if not self.done.done():
             self.done.set_result(None)
-        metrics = self.app.metrics
-        if self.frames:
-            metrics.frames.inc(self.frames)
-        if self.bytes:
-            metrics.bytes.inc(self.bytes)
-        self.frames = self.bytes = 0
+        relay = self.relay
+        if relay is not None:
+            metrics = self.app.metrics
+            if relay.frames:
+                metrics.frames.inc(relay.frames)
+            if relay.bytes:
+                metrics.bytes.inc(relay.bytes)
+            relay.frames = relay.bytes = 0
 
     def _pause_upstream(self) -> None:
         if self.machine is not None:

@@ -25,8 +25,11 @@ from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.hostport import join_hostport
 from tokenpath.jsonlog import configure_logging
-from tokenpath.serve.http import HTTPConnection, bound_port, listen
+from tokenpath.serve.h2limits import H2Limits
+from tokenpath.serve.http import bound_port, listen
+from tokenpath.serve.listener import serve_factory
 from tokenpath.serve.runner import Config, Server
+from tokenpath.serve.tlsserver import server_context
 from tokenpath.wire.limits import ServerLimits
 
 log = logging.getLogger("tokenpath.gateway")
@@ -52,12 +55,14 @@ class GatewayServer:
 
     @property
     def url(self) -> str:
-        return f"http://{join_hostport(self.cfg.listen_host, self.port)}"
+        scheme = "https" if self.cfg.tls_cert else "http"
+        return f"{scheme}://{join_hostport(self.cfg.listen_host, self.port)}"
 
     def note(self) -> str:
         cfg = self.cfg
         metrics_note = f", metrics on {join_hostport(cfg.metrics_host, cfg.metrics_port)}" if cfg.metrics_port else ""
-        return f"{len(cfg.pools)} pool(s), auth {cfg.auth.mode}{metrics_note}"
+        protocols = "HTTP/1.1 and h2 by ALPN" if cfg.tls_cert else "HTTP/1.1 and h2c"
+        return f"{len(cfg.pools)} pool(s), auth {cfg.auth.mode}, {protocols}{metrics_note}"
 
     async def start(self) -> int:
         if self.auth.jwks is not None:
@@ -72,10 +77,10 @@ class GatewayServer:
             request_timeout_s=limits.header_timeout_s, write_buffer_high=limits.write_buffer_bytes,
         )  # fmt: skip
 
-        def factory() -> HTTPConnection:
-            return HTTPConnection(app, server_limits)
-
-        self._server = await listen(factory, self.cfg.listen_host, self.cfg.listen_port, self._sock)
+        # HTTP/1.1 and HTTP/2 on one port: by ALPN over TLS, by the client's first bytes in clear text (h2c)
+        factory = serve_factory(app, server_limits, H2Limits(max_concurrent_streams=limits.h2_max_concurrent_streams))
+        ctx = server_context(self.cfg.tls_cert, self.cfg.tls_key) if self.cfg.tls_cert and self.cfg.tls_key else None
+        self._server = await listen(factory, self.cfg.listen_host, self.cfg.listen_port, self._sock, ctx)
         health = self.cfg.health
         if health.active_interval_s > 0:
             self._health = loop.create_task(
@@ -113,7 +118,8 @@ def run(
     if cfg.auth.mode == "none":
         log.warning(json.dumps({"event": "auth_disabled", "message": "--no-auth: every request is let through "
                                 "without authentication"}))  # fmt: skip
-    config = Config("gateway", cfg.listen_host, cfg.listen_port, cfg.workers, loop_name, cfg.limits.drain_s)
+    scheme = "https" if cfg.tls_cert else "http"
+    config = Config("gateway", cfg.listen_host, cfg.listen_port, cfg.workers, loop_name, cfg.limits.drain_s, scheme)
     if cfg.workers == 1:
         registry = CollectorRegistry()
         if cfg.metrics_port is not None:

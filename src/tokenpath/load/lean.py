@@ -14,6 +14,10 @@ once the stub's write sizes are known (load/framedelay.py).
 Under compression (a Content-Encoding the client asked for) each read's body is decoded as it arrives
 (wire/contentcoding.py), as the probe does: the first content frame is found in the decoded stream, its arrival
 is the read that decoded it, and the kept body is the decoded one.
+
+Over HTTP/2 (load/h2conn.py) the connection's core has already cut the stream out of the read: H2LeanRecorder
+takes the head, then each read's DATA payload of its stream (an arrival of this stream only if that payload
+completes a frame), then the end; the body's path after that is the same code.
 """
 
 from __future__ import annotations
@@ -78,10 +82,14 @@ class LeanRecorder:
         body = self._response.feed(data)
         if self._head is None and self._response.head is not None:
             self._on_head(self._response.head)
+        self._on_body(t_ns, body, self._response.complete)
+
+    def _on_body(self, t_ns: int, body: bytes, complete: bool) -> None:
+        """One read's (de-framed) body bytes: decoded if coded, kept, marked, and searched for the first frames."""
         if self._coded:
             if body:
                 body = self._decoder.feed(body)  # b"" when the read only fed the decompressor
-            if self._response.complete:
+            if complete:
                 self._decoder.end()  # a compressed stream cut short: ContentEncodingError (truncated)
         if not body:
             return
@@ -129,7 +137,7 @@ class LeanRecorder:
             self._decoder.end()
 
     def result(self) -> LeanTrace:
-        head = self._response.head
+        head = self._head
         first = self._first
         return LeanTrace(
             self._stream_id,
@@ -144,3 +152,32 @@ class LeanRecorder:
             self._marks,
             self._first_token_t,
         )
+
+
+class H2LeanRecorder(LeanRecorder):
+    """The same recorder over HTTP/2: the head, each read's DATA payload of this stream, the end (END_STREAM).
+
+    The connection's core (wire/h2client.py) has de-framed the stream already; what is left is the body's path:
+    decoding, marks, and the first content frame, exactly as over HTTP/1.1."""
+
+    def __init__(self, stream_id: str, t_sent_ns: int, api: Api = Api.OPENAI) -> None:
+        super().__init__(stream_id, t_sent_ns, api)
+        self._ended = False
+
+    @property
+    def complete(self) -> bool:
+        return self._ended
+
+    def on_head(self, head: ResponseHead) -> None:
+        if self._head is None:
+            self._on_head(head)
+
+    def on_data(self, t_ns: int, data: bytes) -> None:
+        """One read's DATA payload of this stream (every DATA frame of it in that read)."""
+        self._on_body(t_ns, data, False)
+
+    def on_end(self, t_ns: int) -> None:
+        """END_STREAM: the response is whole; a compressed stream cut short raises ContentEncodingError."""
+        self._ended = True
+        if self._coded:
+            self._decoder.end()

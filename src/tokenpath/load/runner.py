@@ -43,12 +43,14 @@ from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
-from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, free_port, new_workdir, start
+from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, Variant, free_port, new_workdir, start
 from tokenpath.proxies.catalogue import parse_ref
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
 from tokenpath.results.model import (
+    HTTP11,
     IDENTITY,
+    FlowControlStalls,
     LoadResults,
     LoadRow,
     MedianAndTail,
@@ -59,13 +61,16 @@ from tokenpath.results.model import (
     TargetSkip,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.stats import percentile
 from tokenpath.stub.audit import StreamLog, added_ns
 from tokenpath.stub.config import HeadAt, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
 from tokenpath.wire.apis import Api
+from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.request import parse_header_arg
 
+HTTP2 = "2"
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
 HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0.1 ms at 100 ms
@@ -118,6 +123,11 @@ class LoadConfig:
     reasoning_tokens: int = 0
     first_event_bytes: int | None = None
     head_at: HeadAt = "start"
+    # The client's HTTP version (issue 25): HTTP/2 by ALPN over TLS, h2c with prior knowledge over cleartext, with
+    # these flow-control windows (wire/h2client.parse_h2_window) and streams per connection.
+    http2: bool = False
+    h2_window: str = "default"
+    streams_per_connection: int = 1
 
     @property
     def before_first_token(self) -> BeforeFirstToken:
@@ -159,6 +169,12 @@ class LoadConfig:
             raise UsageError("`duration_s` must be > 0 and `warmup_s` >= 0")
         if self.heartbeat_ms == 0:
             object.__setattr__(self, "heartbeat_ms", None)  # 0: none, as the stub's flag reads it
+        if self.streams_per_connection < 1:
+            raise UsageError("`streams_per_connection` must be >= 1 (1: one connection per stream)")
+        if not self.http2 and (self.streams_per_connection != 1 or self.h2_window != "default"):
+            raise UsageError("`streams_per_connection` and `h2_window` are HTTP/2's: add `http2`")
+        if self.http2:
+            object.__setattr__(self, "h2_window", str(parse_h2_window(self.h2_window)))  # UsageError if not one
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
         check_start(
@@ -217,6 +233,14 @@ class Cell:
     first_token: HdrHistogram = field(default_factory=new_histogram)  # streams whose stub sent reasoning first
     steal: list[float] = field(default_factory=list)
     run_queue: list[float] = field(default_factory=list)
+    # HTTP/2: per stream its stall time (ms) and stalls; DATA frames and the reads that carried them, summed.
+    stall_ms: list[float] = field(default_factory=list)
+    stalls: int = 0
+    stalled: int = 0  # streams with at least one stall
+    data_frames: int = 0
+    data_reads: int = 0
+    connections: int = 0  # the most connections one run opened
+    peer_limit: int | None = None  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS, when below what was asked
 
     def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
         def mean(values: list[float]) -> float | None:
@@ -382,7 +406,7 @@ class LoadRunner:
                 variant = proxy.variant(variant_name or "stock")
         except ProxyError as exc:
             raise UsageError(str(exc)) from None
-        reason = proxy.missing_reason()
+        reason = proxy.missing_reason() or self._http_unsupported(proxy, variant)
         if reason is None:
             up = urlsplit(stub_url)
             assert up.hostname is not None
@@ -401,6 +425,13 @@ class LoadRunner:
         self.console.print(f"[yellow]skipping {name}:[/] {reason}")
         self.skipped.append(TargetSkip(name, reason))
         return None
+
+    def _http_unsupported(self, proxy: Proxy, variant: Variant) -> str | None:
+        """Why a catalogue target cannot speak this run's HTTP version to the client (load listens in cleartext):
+        skipped with the reason, not run into one failure per stream. A command target speaks what the user says."""
+        if isinstance(proxy, CustomProxy):
+            return None
+        return proxy.client_http_unsupported(variant, False, HTTP2 if self.cfg.http2 else HTTP11) or None
 
     def _custom_options(self, label: str) -> dict[str, object]:
         """--custom LABEL.KEY=VALUE flags for one target, as RequestOptions takes them (headers as a table)."""
@@ -433,8 +464,9 @@ class LoadRunner:
         streams = cfg.max_in_flight if cfg.open_loop else int(cell.level)
         work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
                         rate=cell.level if cfg.open_loop else None, api_key=api_key, api=cfg.api,
-                        accept_encoding=cfg.accept_encoding,
-                        before_first_token=cfg.before_first_token)  # fmt: skip
+                        accept_encoding=cfg.accept_encoding, before_first_token=cfg.before_first_token,
+                        http2=cfg.http2, h2_window=cfg.h2_window,
+                        streams_per_connection=cfg.streams_per_connection)  # fmt: skip
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
                            tls=cfg.target_tls)  # fmt: skip
@@ -458,11 +490,22 @@ class LoadRunner:
         cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
         results = [r for report in reports for r in report.results]
         cell.stopped = next((r.stopped for r in reports if r.stopped), None)
+        if cfg.http2:
+            self._connections(cell, reports)
         run_hist = new_histogram()
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
             cell.run_added_ms.append(MedianAndTail(cell.pct_ms(50, run_hist), cell.pct_ms(99, run_hist)))
         return cell.stopped
+
+    def _connections(self, cell: Cell, reports: list[WorkerReport]) -> None:
+        """HTTP/2: the connections this run opened; a peer limit below what was asked is said once per cell."""
+        cell.connections = max(cell.connections, sum(r.connections for r in reports))
+        limits = [r.peer_limit for r in reports if r.peer_limit is not None]
+        if limits and cell.peer_limit is None:
+            cell.peer_limit = min(limits)
+            self.console.print(f"load: {cell.target} @ {cell.level:g}: {connection_split(cell, self.cfg)}",
+                               markup=False, highlight=False)  # fmt: skip
 
     def _clients(self, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
         if self.cluster is not None:
@@ -498,6 +541,13 @@ class LoadRunner:
         if work.rate is not None:  # each client process takes an equal, independent share of the arrivals
             share = max(1, work.max_streams // n)
             return [replace(work, rate=work.rate / n, max_streams=share, seed=work.seed + i) for i in range(n)]
+        if work.http2 and work.streams_per_connection > 1:  # whole connections per process, each as full as asked
+            per = work.streams_per_connection
+            conns = -(-work.max_streams // per)
+            owned = [conns // n + (1 if i < conns % n else 0) for i in range(n)]
+            starts = [per * sum(owned[:i]) for i in range(n)]
+            shares = [max(0, min(per * k, work.max_streams - start)) for k, start in zip(owned, starts, strict=True)]
+            return [replace(work, max_streams=s) for s in shares if s > 0]
         shares = [work.max_streams // n + (1 if i < work.max_streams % n else 0) for i in range(n)]
         return [replace(work, max_streams=s) for s in shares if s > 0]
 
@@ -519,6 +569,12 @@ class LoadRunner:
                 cell.out_of_order += r.out_of_order
                 cell.reserialized += r.byte_exact is False and r.lost == 0 and r.out_of_order == 0
                 cell.encodings[r.content_encoding] += 1
+                if r.flow is not None:
+                    cell.stall_ms.append(r.flow.stall_ns / 1e6)
+                    cell.stalls += r.flow.stalls
+                    cell.stalled += r.flow.stalls > 0
+                    cell.data_frames += r.flow.data_frames
+                    cell.data_reads += r.flow.reads
                 if entry is None:
                     cell.unjoined += 1
                     cell.foreign += served_by_a_stub(r.audit_key)
@@ -704,6 +760,8 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         added_frame_delay_ms=_percentiles(cell, cell.frame_delay) if cell.frame_delay.get_total_count() else None,
         added_first_token_ms=_percentiles(cell, cell.first_token) if cell.first_token.get_total_count() else None,
     )
+    if cfg.http2:
+        row = replace(row, **_http2_fields(cell, cfg))
     if not cfg.open_loop:
         return row
     return replace(
@@ -712,6 +770,29 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         dispatch_lag_ms=_percentiles(cell, cell.dispatch_lag),
         histogram_corrected=cell.corrected.encode().decode() if cell.corrected.get_total_count() else None,
     )
+
+
+def connection_split(cell: Cell, cfg: LoadConfig) -> str:
+    """The line that says a level took more connections than asked: the peer allows fewer streams on one."""
+    return (f"the peer allows {cell.peer_limit} concurrent streams per connection, {cfg.streams_per_connection} "
+            f"were asked: {cell.connections} connections opened")  # fmt: skip
+
+
+def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
+    """A level's HTTP/2 figures: connections, flow-control stalls (per stream), DATA frames per read."""
+    stall = sorted(cell.stall_ms)
+    stalls = FlowControlStalls(
+        streams=len(stall), stalled_streams=cell.stalled, stalls=cell.stalls,
+        stall_ms_p50=percentile(stall, 50) if stall else None, stall_ms_p99=percentile(stall, 99) if stall else None,
+    )  # fmt: skip
+    return {
+        "http_version": HTTP2,
+        "streams_per_connection": cfg.streams_per_connection,
+        "connections": cell.connections or None,
+        "connection_split": connection_split(cell, cfg) if cell.peer_limit is not None else None,
+        "flow_control_stalls": stalls,
+        "data_frames_per_read": cell.data_frames / cell.data_reads if cell.data_reads else None,
+    }
 
 
 def _percentiles(cell: Cell, hist: HdrHistogram) -> Percentiles:
@@ -729,6 +810,8 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert, "api": cfg.api.value,
         "accept_encoding": cfg.accept_encoding, "heartbeat_ms": cfg.heartbeat_ms,
         "reasoning_tokens": cfg.reasoning_tokens, "first_event_bytes": cfg.first_event_bytes, "head_at": cfg.head_at,
+        "http_version": HTTP2 if cfg.http2 else HTTP11, "h2_window": cfg.h2_window if cfg.http2 else None,
+        "streams_per_connection": cfg.streams_per_connection,
     }  # fmt: skip
 
 

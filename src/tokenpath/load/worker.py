@@ -20,8 +20,9 @@ from typing import Any
 import jwt
 
 from tokenpath.errors import TokenpathError
+from tokenpath.load.h2conn import H2Pool, StreamFlow, h2_request
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
-from tokenpath.load.lean import LeanRecorder
+from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
@@ -29,6 +30,7 @@ from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.apis import Api
+from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.openai import chunk_id
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
@@ -56,6 +58,10 @@ class Workload:
     api: Api = Api.OPENAI  # the streaming format: its route, body, and where its first content frame is
     accept_encoding: str | None = None  # sent as Accept-Encoding; the answer is decoded (ProbeConfig's rule)
     before_first_token: BeforeFirstToken = PLAIN  # what the stub's frames carry besides tokens (integrity re-renders)
+    # HTTP/2 (load/h2conn.py): h2 by ALPN over TLS, h2c with prior knowledge over cleartext; never a fallback.
+    http2: bool = False
+    h2_window: str = "default"  # wire/h2client.parse_h2_window: "default", "browser", BYTES or STREAM:CONNECTION
+    streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +130,7 @@ class StreamResult:
     byte_exact: bool | None = False  # None: not compared byte for byte (formats other than OpenAI chat)
     content_encoding: str = "identity"  # the response's Content-Encoding, as decoded
     read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
+    flow: StreamFlow | None = None  # over HTTP/2: DATA frames, reads, flow-control stalls of the stream
 
 
 @dataclass(slots=True)
@@ -133,6 +140,8 @@ class WorkerReport:
     wall_s: float
     lag_p99_ms: float
     stopped: str | None = None  # why the worker ended the level early (FailureTally), else None
+    connections: int = 0  # HTTP/2: connections opened
+    peer_limit: int | None = None  # HTTP/2: the peer's SETTINGS_MAX_CONCURRENT_STREAMS, when below what was asked
 
 
 async def closed_loop(work: Workload) -> WorkerReport:
@@ -144,30 +153,54 @@ async def closed_loop(work: Workload) -> WorkerReport:
     results: list[StreamResult] = []
     lags: list[float] = []
     tally = FailureTally()
+    pool = _h2_pool(work, cfg)
 
     async def user(k: int) -> None:
         await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.max_streams))
         while loop.time() < stop_at and tally.stop_reason is None:
             counted = loop.time() >= measure_from
-            result = await one_stream(cfg, target.host, target.port, work)
+            result = await one_stream(cfg, target.host, target.port, work, pool)
             tally.add(result)
             if counted:
                 results.append(result)
 
     cpu, wall = time.process_time(), time.monotonic()
     lag_task = asyncio.ensure_future(loop_lag(measure_from, stop_at, lags))
-    await asyncio.gather(*(user(k) for k in range(work.max_streams)))
+    try:
+        await asyncio.gather(*(user(k) for k in range(work.max_streams)))
+    finally:
+        if pool is not None:
+            await pool.aclose()
     lag_task.cancel()  # the users may have stopped early (FailureTally): the lag monitor ends with them
     with contextlib.suppress(asyncio.CancelledError):
         await lag_task
     lags.sort()
-    return WorkerReport(
-        results,
-        time.process_time() - cpu,
-        time.monotonic() - wall,
-        percentile(lags, 99) if lags else 0.0,
-        tally.stop_reason,
+    return _with_pool(
+        WorkerReport(
+            results,
+            time.process_time() - cpu,
+            time.monotonic() - wall,
+            percentile(lags, 99) if lags else 0.0,
+            tally.stop_reason,
+        ),
+        pool,
     )
+
+
+def _h2_pool(work: Workload, cfg: ProbeConfig) -> H2Pool | None:
+    """The worker's HTTP/2 connections to its target (None over HTTP/1.1: a connection per stream, as always)."""
+    if not work.http2:
+        return None
+    target = cfg.target
+    ctx = _h2_tls_context(work.tls) if target.scheme == "https" else None
+    return H2Pool(target.host, target.port, per_connection=work.streams_per_connection,
+                  window=parse_h2_window(work.h2_window), ssl_context=ctx)  # fmt: skip
+
+
+def _with_pool(report: WorkerReport, pool: H2Pool | None) -> WorkerReport:
+    if pool is not None:
+        report.connections, report.peer_limit = pool.opened, pool.peer_limit
+    return report
 
 
 async def loop_lag(measure_from: float, stop_at: float, lags: list[float]) -> None:
@@ -196,7 +229,9 @@ def _probe_config(work: Workload) -> ProbeConfig:
     )
 
 
-async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> StreamResult:
+async def one_stream(
+    cfg: ProbeConfig, host: str, port: int, work: Workload, pool: H2Pool | None = None
+) -> StreamResult:
     sid = new_stream_id()
     result = StreamResult(sid)
     if work.jwt is not None:
@@ -204,16 +239,21 @@ async def one_stream(cfg: ProbeConfig, host: str, port: int, work: Workload) -> 
     if work.id_in_prompt:
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
-        ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
-        trace = await stream_with(
-            host,
-            port,
-            request_bytes(cfg, cfg.target, sid),
-            sid,
-            functools.partial(LeanRecorder, api=cfg.api),
-            timeout_s=STREAM_TIMEOUT_S,
-            ssl_context=ctx,
-        )
+        if pool is not None:
+            request = h2_request(request_bytes(cfg, cfg.target, sid))
+            make = functools.partial(H2LeanRecorder, api=cfg.api)
+            trace, result.flow = await pool.stream(request, sid, make, timeout_s=STREAM_TIMEOUT_S)
+        else:
+            ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
+            trace = await stream_with(
+                host,
+                port,
+                request_bytes(cfg, cfg.target, sid),
+                sid,
+                functools.partial(LeanRecorder, api=cfg.api),
+                timeout_s=STREAM_TIMEOUT_S,
+                ssl_context=ctx,
+            )
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
         return result
@@ -255,11 +295,12 @@ async def open_loop(work: Workload) -> WorkerReport:
     results: list[StreamResult] = []
     tasks: set[asyncio.Task[None]] = set()
     tally = FailureTally()
+    pool = _h2_pool(work, cfg)
 
     async def one(scheduled: float, counted: bool) -> None:
         async with slots:
             lag_ns = int(max(0.0, loop.time() - scheduled) * 1e9)
-            result = await one_stream(cfg, target.host, target.port, work)
+            result = await one_stream(cfg, target.host, target.port, work, pool)
             result.dispatch_lag_ns = lag_ns
             tally.add(result)
             if counted:
@@ -282,15 +323,24 @@ async def open_loop(work: Workload) -> WorkerReport:
         task.add_done_callback(tasks.discard)
     if tasks:
         await asyncio.wait(tasks)
+    if pool is not None:
+        await pool.aclose()
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
-    return WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
+    report = WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
+    return _with_pool(report, pool)
 
 
 @functools.lru_cache(maxsize=4)
 def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
     """One context per client process: it carries the TLS session cache."""
     return tls.context()
+
+
+def _h2_tls_context(tls: TLSOptions) -> ssl.SSLContext:
+    """The same, offering h2 by ALPN (TLSOptions.http2): a server that picks anything else fails the connection
+    (load/h2conn.py checks the choice; never a fallback)."""
+    return _tls_context(replace(tls, http2=True))
 
 
 def run_worker(work: Workload) -> WorkerReport:

@@ -20,6 +20,9 @@ the first probe, with each target's probe configs built here so the runner never
     direct_url = "http://10.0.0.5:8000/v1"   # optional: the same model without the path, for added TTFT
     api_key_env = "OPENAI_API_KEY"
     headers = { "X-Team" = "search" }
+    http2 = true                   # optional: probe over HTTP/2 (h2 by ALPN, h2c in clear text); fails if refused
+    h2_window = "browser"          #   with the client's receive windows: BYTES, "default" (65535) or "browser"
+    client = "chromium"            # optional: headless Chromium makes the request (fetch + ReadableStream)
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.apis import parse_api
+from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a label value a dashboard and a shell both take as-is
@@ -64,6 +68,13 @@ class TargetSpec:
     total_timeout_s: float = 60.0  # the longest one probe may hold a slot (and the longest SIGTERM can wait)
     api: str = "openai"  # the streaming format (wire/apis.py): its route, body and first content frame
     accept_encoding: str | None = None  # sent as Accept-Encoding ("browser": a browser's); the answer is decoded
+    # HTTP/2 to this target (ALPN h2 over TLS, h2c with prior knowledge in clear text; no fallback to 1.1), with
+    # the client's receive windows: BYTES, "STREAM:CONNECTION", "default" (65,535) or "browser" (Chromium's)
+    http2: bool = False
+    h2_window: str | int | None = None
+    # Who makes the request: "raw" (the probe's own socket) or "chromium" (headless Chromium's fetch, its own
+    # Accept-Encoding and h2 by ALPN; probe/browser.py); a browser per probe, so a longer interval suits it
+    client: str = "raw"
 
 
 @dataclass(frozen=True)
@@ -123,6 +134,8 @@ class Overrides:
     otlp_endpoint: str | None = None
     api: str | None = None
     accept_encoding: str | None = None
+    http2: bool = False
+    h2_window: str | None = None
 
     def target(self) -> dict[str, object]:
         """The one [[target]] `url` stands for, as a config file would spell it (unset keys: the defaults)."""
@@ -133,10 +146,13 @@ class Overrides:
             "headers": dict(self.headers),
             "body": dict(self.body),
         }
-        for key in ("direct_url", "model", "api_key_env", "max_tokens", "cacert", "api", "accept_encoding"):
+        keys = ("direct_url", "model", "api_key_env", "max_tokens", "cacert", "api", "accept_encoding", "h2_window")
+        for key in keys:
             value = getattr(self, key)
             if value is not None:
                 target[key] = value
+        if self.http2:
+            target["http2"] = True
         return target
 
     def apply(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +255,7 @@ def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
         base = _probe_config(spec, api_key)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc}") from None
+    _check_client(spec, base)
     routes = {"via": base}
     if spec.direct_url:
         routes["direct"] = replace(base, url=spec.direct_url)
@@ -252,16 +269,32 @@ def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
     return Target(spec, interval, routes)
 
 
+def _check_client(spec: TargetSpec, cfg: ProbeConfig) -> None:
+    where = f"target {spec.name!r}"
+    if spec.client not in ("raw", "chromium"):
+        raise UsageError(f"{where}: `client` {spec.client!r}: choose raw or chromium")
+    if spec.client == "chromium":
+        from tokenpath.probe.browser_page import fetch_spec
+
+        try:
+            fetch_spec(cfg, "check")  # what a page cannot send (Accept-Encoding, http2, forbidden headers)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+
+
 def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
     try:
         api = parse_api(spec.api)
     except ValueError as exc:
         raise UsageError(f"`api`: {exc}") from None
+    if spec.h2_window is not None and not spec.http2:
+        raise UsageError("`h2_window` is HTTP/2's: set `http2 = true` with it")
+    window = parse_h2_window(str(spec.h2_window)) if spec.h2_window is not None else DEFAULT_WINDOW
     return ProbeConfig(
         url=spec.url, model=spec.model, prompt=spec.prompt, max_tokens=spec.max_tokens,
         headers=tuple(spec.headers.items()), api_key=api_key,
         tls=TLSOptions(insecure=spec.insecure, cacert=spec.cacert), connect_timeout_s=spec.connect_timeout_s,
         first_byte_timeout_s=spec.first_byte_timeout_s, idle_timeout_s=spec.idle_timeout_s,
         total_timeout_s=spec.total_timeout_s, extra_body=tuple(spec.body.items()), api=api,
-        accept_encoding=spec.accept_encoding,
+        accept_encoding=spec.accept_encoding, http2=spec.http2, h2_window=window,
     )  # fmt: skip

@@ -36,13 +36,22 @@ from tokenpath.monitor import otel_names
 from tokenpath.monitor.allowlist import AllowList
 from tokenpath.monitor.exporter_metrics import ExporterMetrics, ProbeResult, render_probe
 from tokenpath.monitor.modules import Module
-from tokenpath.monitor.probing import MONITOR_LIMITS, Aborter, ProbeOutcome, Prober, added_ttft_s, probe_route
+from tokenpath.monitor.probing import (
+    MONITOR_LIMITS,
+    Aborter,
+    ProbeOutcome,
+    Prober,
+    added_ttft_s,
+    asked_version,
+    probe_route,
+)
 from tokenpath.monitor.runner import log_outcome
 from tokenpath.probe.client import ProbeConfig, probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.serve import exposition
 from tokenpath.serve.runner import Config, Server
+from tokenpath.wire.h2status import H2StatusSniffer
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -185,15 +194,21 @@ def parse_probe_request(query: str, scrape_timeout: str | None, config: Exporter
 
 class _StatusSniffer:
     """A probe's transport that keeps the first bytes of the answer for probe_http_status_code: the probe raises on
-    a non-2xx status, and its exception carries a message, not the status."""
+    a non-2xx status, and its exception carries a message, not the status. Over HTTP/2 the status is in the first
+    HPACK header block, read by wire/h2status.py beside the probe's own connection."""
 
-    def __init__(self, inner: Transport, statuses: list[int]) -> None:
+    def __init__(self, inner: Transport, statuses: list[int], http2: bool = False) -> None:
         self._inner = inner
         self._statuses = statuses
         self._head = b""
+        self._h2 = H2StatusSniffer() if http2 else None
 
     def _see(self, data: bytes) -> bytes:
-        if len(self._head) < STATUS_LINE_BYTES and data:
+        if self._h2 is not None:
+            status = None if self._h2.done else self._h2.feed(data)
+            if status is not None and not self._statuses:
+                self._statuses.append(status)
+        elif len(self._head) < STATUS_LINE_BYTES and data:
             self._head += data[: STATUS_LINE_BYTES - len(self._head)]
             m = _STATUS_LINE.match(self._head)
             if m and not self._statuses:
@@ -222,7 +237,7 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
 
     def factory(statuses: list[int]) -> Prober:
         def connect(target: Target, cfg: ProbeConfig) -> Transport:
-            return _StatusSniffer(aborter.connect(target, cfg), statuses)
+            return _StatusSniffer(aborter.connect(target, cfg), statuses, http2=cfg.http2)
 
         def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
             return probe_stream(cfg, stream_id=stream_id, connect=connect, limits=MONITOR_LIMITS)
@@ -278,7 +293,7 @@ class ProbeExporter:
             left = deadline - self._clock()
             sink: list[int] = statuses if route == "via" else []
             if left <= 0:
-                outcomes[route] = _out_of_time(request.target, route)
+                outcomes[route] = _out_of_time(request.target, route, cfg)
                 continue
             outcomes[route] = probe_route(request.target, route, replace(cfg, total_timeout_s=min(
                 cfg.total_timeout_s, left)), self._probers(sink))  # fmt: skip
@@ -293,9 +308,9 @@ class ProbeExporter:
         return render_probe(result, self.config.metric_names, urls, request.module.request.model)
 
 
-def _out_of_time(target: str, route: str) -> ProbeOutcome:
+def _out_of_time(target: str, route: str, cfg: ProbeConfig) -> ProbeOutcome:
     message = "no time was left of the scrape's deadline for this route"
-    return ProbeOutcome(target, route, "", "total_timeout", message, None, (), time.time())
+    return ProbeOutcome(target, route, "", "total_timeout", message, None, (), time.time(), asked_version(cfg))
 
 
 def wsgi_app(exporter: ProbeExporter) -> Callable[[WSGIEnvironment, StartResponse], list[bytes]]:

@@ -4,6 +4,8 @@ The target comes from Prometheus; everything else about the request comes from h
     [modules.openai]                      # every key optional: these are the defaults
     api = "openai"                        # the API format: openai, responses, anthropic, gemini, bedrock, ollama
     accept_encoding = "gzip"              # sent as Accept-Encoding ("browser": a browser's); the answer is decoded
+    http_version = "1.1"                  # or "2": ALPN h2 over TLS, h2c in clear text; a refusal fails the probe
+    h2_window = "browser"                 # with "2": the client's receive windows (BYTES, "default", "browser")
     model = "tokenpath-stub"
     max_tokens = 32
     prompt = "..."
@@ -40,12 +42,15 @@ DEFAULT_MODULE = "openai"
 MAX_MODULES = 256  # a label value each (the exporter's own probes_total): a bounded set
 _PLACEHOLDER = re.compile(r"\{(scheme|host|port|target)\}")
 _CHECK_URL = "http://module-check.invalid:8000/v1"  # a stand-in target for checking a module at start
+HTTP_VERSIONS = ("1.1", "2")
 
 
 @dataclass(frozen=True)
 class ModuleSpec:
     api: str = "openai"  # wire/apis.py: the format, its route, body and first content frame
     accept_encoding: str | None = None
+    http_version: str = "1.1"  # "2": the probe speaks HTTP/2 (monitor/config.py TargetSpec.http2)
+    h2_window: str | int | None = None
     model: str = "tokenpath-stub"
     prompt: str = DEFAULT_PROMPT
     max_tokens: int | None = 32
@@ -103,8 +108,12 @@ def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Mod
             fill_direct_url(spec.direct_url, _CHECK_URL)
         except UsageError as exc:
             raise UsageError(f"{where}: `direct_url`: {exc}") from None
-    shared = {f.name: getattr(spec, f.name) for f in fields(ModuleSpec) if f.name != "direct_url"}
-    target = moncfg.TargetSpec(name=name, url=_CHECK_URL, **shared)
+    if spec.http_version not in HTTP_VERSIONS:
+        raise UsageError(
+            f"{where}: `http_version` must be one of {', '.join(HTTP_VERSIONS)}, not {spec.http_version!r}"
+        )
+    shared = {f.name: getattr(spec, f.name) for f in fields(ModuleSpec) if f.name not in ("direct_url", "http_version")}
+    target = moncfg.TargetSpec(name=name, url=_CHECK_URL, http2=spec.http_version == "2", **shared)
     try:
         checked = moncfg.build(moncfg.MonitorSettings(), [target], env)
     except UsageError as exc:

@@ -53,6 +53,7 @@ class ProbeOutcome:
     metrics: RunMetrics | None  # None when the probe failed
     gaps_s: tuple[float, ...]  # between consecutive arrivals
     started_unix: float
+    http_version: str = "1.1"  # "2" for an HTTP/2 probe: the trace's, or what was asked when it failed before one
 
     @property
     def ok(self) -> bool:
@@ -155,7 +156,7 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         if outcome == INTERNAL:
             log.exception("probe of %s (%s) failed inside tokenpath", target, route)
         message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started)
+        return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started, asked_version(cfg))
     metrics = run_metrics(trace)
     arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS
     gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
@@ -168,7 +169,12 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         outcome, message = UNSUPPORTED_FORMAT, metrics.ttft_note
     else:
         outcome, message = NO_CONTENT, f"the stream ended after {metrics.frames} frames without a content frame"
-    return ProbeOutcome(target, route, stream_id, outcome, message, metrics, gaps, started)
+    return ProbeOutcome(target, route, stream_id, outcome, message, metrics, gaps, started, trace.http_version)
+
+
+def asked_version(cfg: ProbeConfig) -> str:
+    """The HTTP version a probe speaks (`--http2` never falls back: a refusal fails the probe)."""
+    return "2" if cfg.http2 else "1.1"
 
 
 # A probe's figures come from the trace's counts; the monitor reads no frame and only the arrivals' times (for the
@@ -190,9 +196,19 @@ def default_prober(aborter: Aborter) -> Prober:
     return prober
 
 
+def browser_prober(cfg: ProbeConfig, stream_id: str) -> Trace:
+    """A `client = "chromium"` target's probe: one stream in a headless Chromium of its own (probe/browser.py),
+    bounded by the target's total timeout."""
+    from tokenpath.probe.browser import browser_trace
+
+    return browser_trace(cfg, stream_id, MONITOR_LIMITS)
+
+
 def probe_cycle(target: Target, prober: Prober, direct_first: bool) -> list[ProbeOutcome]:
     """The target's routes one after the other (one stream at a time per target), in the order given: the caller
     alternates it so neither route always probes a warmer upstream."""
+    if target.spec.client == "chromium":
+        prober = browser_prober
     routes = list(target.routes.items())
     if direct_first:
         routes.reverse()

@@ -50,6 +50,7 @@ def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
         "route": outcome.route,
         "stream_id": outcome.stream_id,
         "outcome": outcome.outcome,
+        "http_version": outcome.http_version,
     }
     if m is not None:
         record.update(

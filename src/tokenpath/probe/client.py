@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import (
@@ -29,6 +30,7 @@ from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, Tra
 from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection, parse_target
 from tokenpath.wire.apis import SPECS, Api, Framing
 from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
 from tokenpath.wire.reader import apis_for_content_type
 from tokenpath.wire.request import DEFAULT_PROMPT, api_headers, build_json_request, endpoint_target, stream_body
 
@@ -52,8 +54,14 @@ class ProbeConfig:
     # The Accept-Encoding header sent (None: none, as curl sends; "browser" expands to BROWSER_ACCEPT_ENCODING). The
     # response's Content-Encoding is decoded and frames are counted in the decoded stream.
     accept_encoding: str | None = None
+    # HTTP/2 (probe --http2): ALPN h2 over TLS, h2c with prior knowledge in clear text; never a fallback to 1.1.
+    # `h2_window` is the client's receive windows (wire/h2client.py: default 65,535, `browser` = Chromium's).
+    http2: bool = False
+    h2_window: H2Window = DEFAULT_WINDOW
 
     def __post_init__(self) -> None:
+        if self.tls.http2 is not self.http2:  # every connector's TLS context offers h2 (and insists) or not at all,
+            object.__setattr__(self, "tls", dataclasses.replace(self.tls, http2=self.http2))  # also after replace()
         if self.accept_encoding is not None:
             object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
             if any(name.lower() == "accept-encoding" for name, _ in self.headers):
@@ -103,8 +111,9 @@ def new_stream_id() -> str:
     return "tp-" + uuid.uuid4().hex[:16]
 
 
-def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
-    """The format's smallest streaming request (wire/request.py), with the stream id and the API key."""
+def request_parts(cfg: ProbeConfig, stream_id: str) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The format's smallest streaming request (wire/request.py): its headers, with the stream id and the API key,
+    and its JSON body."""
     api = cfg.api
     body = stream_body(api, model=cfg.model, prompt=cfg.prompt, max_tokens=cfg.max_tokens, stream_id=stream_id)
     body.update(cfg.extra_body)
@@ -112,7 +121,13 @@ def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
     headers = [key_headers[0], *cfg.headers, *key_headers[1:]]  # the stream id first, the key last, as always
     if cfg.accept_encoding is not None:
         headers.insert(1, ("Accept-Encoding", cfg.accept_encoding))
-    accept = SPECS[api].content_type
+    return headers, body
+
+
+def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
+    """The HTTP/1.1 request, written by hand."""
+    headers, body = request_parts(cfg, stream_id)
+    accept = SPECS[cfg.api].content_type
     return build_json_request(
         target.host_header, target.path, body, headers=headers, keep_alive=cfg.keep_alive, accept=accept
     )
@@ -131,18 +146,23 @@ def probe_stream(
     --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
     target = cfg.target
     stream_id = stream_id or new_stream_id()
-    payload = request_bytes(cfg, target, stream_id)
+    payload = b"" if cfg.http2 else request_bytes(cfg, target, stream_id)
     started = clock()
     try:
         transport = connect(target, cfg)
     except ConnectTimeout:
         if cfg.total_timeout_s < cfg.connect_timeout_s:  # the total's deadline was the one that passed
-            _timeout(None, cfg, first=True, total=True)
+            timeout_error(None, cfg, first=True, total=True)
         raise
+    deadline = started + int(cfg.total_timeout_s * 1e9)
     try:
+        if cfg.http2:
+            from tokenpath.probe.h2stream import probe_h2  # (imports this module: its read loop, request, errors)
+
+            return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
         transport.sendall(payload)
         recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
-        _read_until_done(transport, recorder, cfg, clock, started + int(cfg.total_timeout_s * 1e9))
+        read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError) as exc:
         raise NetworkError(f"the connection was reset: {exc.strerror}") from None
@@ -152,9 +172,46 @@ def probe_stream(
         transport.close()
 
 
-def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig, clock: Clock, deadline: int) -> None:
+class StreamReads(Protocol):
+    """What one protocol makes of the probe's reads: HTTP/1.1 (H1Reads, below) or HTTP/2 (probe/h2stream.py).
+    read_until_done and read_body_preview hold the deadlines and the bounds, the same for both."""
+
+    def feed(self, t_ns: int, data: bytes) -> int:
+        """Record one arrival's bytes; returns how many frames of the stream they completed."""
+        ...
+
+    def closed(self, t_ns: int) -> None:
+        """The peer closed the connection: the end of the response, or an error if that cut it short."""
+        ...
+
+    def preview_feed(self, data: bytes) -> tuple[bytes, bool]:
+        """One read of an error response: its body bytes, and whether the response has ended."""
+        ...
+
+
+@dataclass(slots=True)
+class H1Reads:
+    """HTTP/1.1: the recorder parses the bytes itself."""
+
+    rec: TraceRecorder
+
+    def feed(self, t_ns: int, data: bytes) -> int:
+        return self.rec.on_read(t_ns, data)
+
+    def closed(self, t_ns: int) -> None:
+        self.rec.on_eof(t_ns)
+
+    def preview_feed(self, data: bytes) -> tuple[bytes, bool]:
+        parser = self.rec.response
+        return parser.feed(data), parser.complete
+
+
+def read_until_done(
+    transport: Transport, rec: TraceRecorder, reads: StreamReads, cfg: ProbeConfig, clock: Clock, deadline: int
+) -> None:
     """Reads until the response ends. Each read waits at most until the nearest deadline (first byte or idle, and
-    total), so no peer, however it spaces its bytes, keeps the probe past one."""
+    total), so no peer, however it spaces its bytes, keeps the probe past one. A read that completes no frame
+    (over HTTP/2: none of this stream's) is silence."""
     sent = rec.trace.t_sent_ns
     last_frame = sent
     checked_head = False
@@ -165,25 +222,25 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
         phase_by = first_byte_by if first else last_frame + idle_ns
         now = clock()
         if now >= deadline or now >= phase_by:
-            _timeout(rec, cfg, first, total=now >= deadline)
+            timeout_error(rec, cfg, first, total=now >= deadline)
         try:
             data = transport.recv((min(phase_by, deadline) - now) / 1e9)
         except TimeoutError:
             continue  # the loop's head names the deadline that passed (a transport may wake early)
         t = clock()  # the arrival's time: when the first read returned
         if not data:
-            rec.on_eof(t)
+            reads.closed(t)
             break
         data += transport.drain()  # over TLS, the rest of the same wake-up (see SocketTransport.drain)
-        if rec.on_read(t, data):
+        if reads.feed(t, data):
             last_frame = t
         elif not first and t - last_frame > idle_ns:
-            _timeout(rec, cfg, first=False, total=False)  # bytes, but no frame completes: still silence
+            timeout_error(rec, cfg, first=False, total=False)  # bytes, but no frame completes: still silence
         if t >= deadline:
-            _timeout(rec, cfg, first, total=True)
+            timeout_error(rec, cfg, first, total=True)
         if not checked_head and rec.trace.head is not None:
             checked_head = True
-            _check_head(transport, rec, cfg, clock, deadline)
+            check_head(rec, cfg, lambda: read_body_preview(transport, rec, reads, clock, deadline))
 
 
 # Transfer codings the probe reads: none, and HTTP/1.1's own chunked framing (de-framed by the parser). Content
@@ -191,11 +248,13 @@ def _read_until_done(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig,
 READABLE_TRANSFER_CODINGS = frozenset({"", "identity", "chunked"})
 
 
-def _check_head(transport: Transport, rec: TraceRecorder, cfg: ProbeConfig, clock: Clock, deadline: int) -> None:
+def check_head(rec: TraceRecorder, cfg: ProbeConfig, body_preview: Callable[[], str]) -> None:
+    """A 2xx answer in the format's Content-Type and a transfer coding we read, or the error that says which not
+    (a non-2xx with the first bytes of its body: `body_preview` reads them)."""
     head = rec.trace.head
     assert head is not None
     if not 200 <= head.status < 300:
-        preview = _body_preview(transport, rec, clock, deadline)
+        preview = body_preview()
         error = BadRequest if head.status in BAD_REQUEST_STATUSES else HTTPStatusError
         raise error(f"HTTP {head.status} from {cfg.target.origin}{_redirect_note(head)}: {preview}")
     expected = SPECS[cfg.api].content_type
@@ -238,28 +297,27 @@ def _redirect_note(head: ResponseHead) -> str:
 PREVIEW_S = 1.0  # how long an error body is read for its first bytes
 
 
-def _body_preview(transport: Transport, rec: TraceRecorder, clock: Clock, deadline: int) -> str:
+def read_body_preview(transport: Transport, rec: TraceRecorder, reads: StreamReads, clock: Clock, deadline: int) -> str:
     """The first bytes of an error body, read for at most PREVIEW_S in all (and never past --total-timeout):
     enough to show the server's reason, however slowly it sends it."""
-    parser = rec.response
     body = bytearray(rec.body_preview)
+    ended = rec.complete
     until = min(clock() + int(PREVIEW_S * 1e9), deadline)
-    try:
-        while not parser.complete and len(body) < ERROR_BODY_PREVIEW:
+    with contextlib.suppress(TimeoutError, OSError, ProtocolError, NetworkError):
+        while not ended and len(body) < ERROR_BODY_PREVIEW:
             left = until - clock()
             if left <= 0:
                 break
             data = transport.recv(left / 1e9)
             if not data:
                 break
-            body += parser.feed(data)[:ERROR_BODY_PREVIEW]
-    except (TimeoutError, OSError, ProtocolError):
-        pass
+            chunk, ended = reads.preview_feed(data)
+            body += chunk[:ERROR_BODY_PREVIEW]
     text = bytes(body[:ERROR_BODY_PREVIEW]).decode("utf-8", "replace").strip()
     return text or "(empty body)"
 
 
-def _timeout(rec: TraceRecorder | None, cfg: ProbeConfig, first: bool, total: bool) -> NoReturn:
+def timeout_error(rec: TraceRecorder | None, cfg: ProbeConfig, first: bool, total: bool) -> NoReturn:
     frames = rec.trace.frame_count if rec is not None else 0
     if total:
         raise TotalTimeout(f"the stream did not end within `total_timeout` {cfg.total_timeout_s} s ({frames} frames)")

@@ -8,7 +8,7 @@ from itertools import pairwise
 from typing import Any
 
 from tokenpath.clock import ns_to_ms
-from tokenpath.probe.trace import Trace
+from tokenpath.probe.trace import H2Figures, Trace
 from tokenpath.stats import median, percentile
 from tokenpath.stub.audit import StreamLog, added_ns
 from tokenpath.wire.apis import Api
@@ -38,6 +38,9 @@ class RunMetrics:
     # p50/p99 of the same for every later frame (after the first token: a path that bunches the rest shows here).
     added_ttft_ms: float | None = None
     added_frame_delay_ms: dict[str, float] = field(default_factory=dict)
+    # "2" over HTTP/2 (probe --http2), with the stream's DATA frames and flow-control stalls (trace.H2Figures)
+    http_version: str = "1.1"
+    h2: H2Figures | None = None
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
@@ -49,12 +52,15 @@ class RunMetrics:
             first_token_ms=obj.get("first_token_ms"), reads=obj.get("reads"),
             content_encoding=obj.get("content_encoding") or "identity", added_ttft_ms=obj.get("added_ttft_ms"),
             added_frame_delay_ms=dict(obj.get("added_frame_delay_ms") or {}),
+            http_version=str(obj.get("http_version") or "1.1"),
+            h2=H2Figures.from_json(obj["h2"]) if obj.get("h2") else None,
         )  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return {
             "stream_id": self.stream_id,
             "status": self.status,
+            "http_version": self.http_version,
             "content_encoding": self.content_encoding,
             "frames": self.frames,
             "reads": self.reads,
@@ -69,6 +75,7 @@ class RunMetrics:
             "added_ttft_ms": self.added_ttft_ms,
             "added_frame_delay_ms": self.added_frame_delay_ms,
             **({"ttft_note": self.ttft_note} if self.ttft_note else {}),
+            **({"h2": self.h2.to_json()} if self.h2 is not None else {}),
         }
 
 
@@ -155,6 +162,8 @@ def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
         content_encoding=trace.content_encoding,
         added_ttft_ms=joined[0],
         added_frame_delay_ms=joined[1],
+        http_version=trace.http_version,
+        h2=trace.h2,
     )
 
 
@@ -187,6 +196,7 @@ class ProbeResults:
             "accept_encoding": self.accept_encoding,
             # As the runs were answered: one value when they agree, else each run's (a path that varies).
             "content_encoding": _encodings(self.runs),
+            "http_version": ", ".join(sorted({r.http_version for r in self.runs})) or None,
             "runs": [r.to_json() for r in self.runs],
             "summary": {
                 "runs": s.runs,

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tokenpath.errors import ContentEncodingError
 from tokenpath.wire.apis import Api, Framing
@@ -88,6 +89,8 @@ class Trace:
     error_hint: str = ""  # the first error frame before any content (its data, shortened)
     invalid_utf8_frames: int = 0  # frames that are not UTF-8, which an event stream always is (WHATWG)
     content_encoding: str = "identity"  # the response's Content-Encoding as decoded ("gzip", "br", "gzip, br"...)
+    http_version: str = "1.1"  # "2" over HTTP/2 (probe --http2): reads are then the reads that advanced this stream
+    h2: H2Figures | None = None  # flow control and DATA frames, over HTTP/2
 
     @property
     def arrival_count(self) -> int:
@@ -101,6 +104,48 @@ class Trace:
     @property
     def frames_dropped(self) -> int:
         return self.frame_count - len(self.frames)
+
+
+@dataclass(frozen=True, slots=True)
+class H2Figures:
+    """One HTTP/2 stream's transport figures (wire/h2client.py FlowStats, frozen when the stream ended)."""
+
+    window: str  # the client's receive windows as stated: "default", "browser", BYTES or STREAM:CONNECTION
+    data_frames: int  # DATA frames of this stream (an empty one carrying END_STREAM counts)
+    data_reads: int  # reads that brought this stream DATA
+    flow_control_stalls: int  # reads that left its window (or the connection's) below one frame before its end
+    stall_ms: float  # from each such read to the next one that brought it data: as far as the client can tell
+    min_window: int | None  # the lowest receive window a read left it (before our WINDOW_UPDATE)
+    connection_reads: int  # socket reads of the connection while the stream ran (every stream's bytes)
+
+    @property
+    def data_frames_per_read(self) -> float | None:
+        return self.data_frames / self.data_reads if self.data_reads else None
+
+    def to_json(self) -> dict[str, Any]:
+        per_read = self.data_frames_per_read
+        return {
+            "window": self.window,
+            "data_frames": self.data_frames,
+            "data_reads": self.data_reads,
+            "data_frames_per_read": round(per_read, 3) if per_read is not None else None,
+            "flow_control_stalls": self.flow_control_stalls,
+            "stall_ms": self.stall_ms,
+            "min_window": self.min_window,
+            "connection_reads": self.connection_reads,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> H2Figures:
+        return cls(
+            window=str(obj.get("window", "")),
+            data_frames=int(obj.get("data_frames", 0)),
+            data_reads=int(obj.get("data_reads", 0)),
+            flow_control_stalls=int(obj.get("flow_control_stalls", 0)),
+            stall_ms=float(obj.get("stall_ms", 0.0)),
+            min_window=obj.get("min_window"),
+            connection_reads=int(obj.get("connection_reads", 0)),
+        )
 
 
 ERROR_HINT_CHARS = 200  # of an error frame's data, shown in the note of a stream without content
@@ -135,18 +180,31 @@ class TraceRecorder:
         self._frame_bytes_left = limits.frame_bytes
         self._keeping = limits.frames > 0
         self._decoder: Decoder = IdentityDecoder()  # replaced on the head by its Content-Encoding's
+        self._ended = False  # over HTTP/2: the stream's END_STREAM came
 
     @property
     def complete(self) -> bool:
-        return self.response.complete
+        return self.response.complete or self._ended
 
     def on_read(self, t_ns: int, data: bytes) -> int:
         """Record one read; returns how many frames it completed."""
-        trace = self.trace
-        if trace.t_first_byte_ns is None:
-            trace.t_first_byte_ns = t_ns
+        if self.trace.t_first_byte_ns is None:
+            self.trace.t_first_byte_ns = t_ns
         body = self.response.feed(data)
-        head = self.response.head
+        return self._advance(t_ns, len(data), self.response.head, body, self.response.complete)
+
+    def on_h2_read(self, t_ns: int, nbytes: int, head: ResponseHead | None, body: bytes, ended: bool) -> int:
+        """Record one HTTP/2 read that advanced this stream (its head, its DATA payload, its end): the read's
+        `nbytes` are this stream's. HTTP/2 has no HTTP/1.1 framing to parse: the head and the body come as events
+        (wire/h2client.py). Returns how many frames it completed."""
+        if self.trace.t_first_byte_ns is None:
+            self.trace.t_first_byte_ns = t_ns
+        if ended:
+            self._ended = True
+        return self._advance(t_ns, nbytes, head or self.trace.head, body, ended)
+
+    def _advance(self, t_ns: int, nbytes: int, head: ResponseHead | None, body: bytes, complete: bool) -> int:
+        trace = self.trace
         if trace.head is None and head is not None:
             trace.head = head
             if self._reading is None:
@@ -157,10 +215,10 @@ class TraceRecorder:
         # A frame past its limit raises ResponseTooLarge; bytes that break the format, StreamFormatError; bytes that
         # break the coding (or a bomb), ContentEncodingError. A read that only fed the decompressor completes none.
         frames = list(self._reader.feed(self._decoder.feed(body))) if body and self._reading else []
-        if self.response.complete:
+        if complete:
             frames += self._close()  # the body's end may complete (or cut short) a last frame
-        n = self._record(t_ns, len(data), frames)
-        if self.response.complete:
+        n = self._record(t_ns, nbytes, frames)
+        if complete:
             self._finish(t_ns)
         return n
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from tokenpath.errors import ConnectError, ConnectTimeout, DNSError, TLSError, UsageError
+from tokenpath.errors import (
+    ConnectError,
+    ConnectTimeout,
+    DNSError,
+    HTTP2Unavailable,
+    NetworkError,
+    TLSError,
+    UsageError,
+)
 from tokenpath.hostport import join_hostport, url_host
 
 RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segment burst we expect
@@ -24,6 +32,10 @@ RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segm
 # records faster than they are read would otherwise keep one drain() reading, and holding, forever. What is left
 # is the next read's.
 DRAIN_MAX_BYTES = 1 << 20
+# A write the server does not take for this long ends the probe: a request, or the HTTP/2 acknowledgements sent
+# while reading (PING ACKs, WINDOW_UPDATEs) to a server that streams but never reads, would otherwise block past
+# every deadline.
+SEND_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +94,9 @@ class Transport(Protocol):
 class TLSOptions:
     insecure: bool = False
     cacert: str | None = None
+    # Offer h2 (then http/1.1) by ALPN and insist on h2: a server that picks http/1.1, or nothing, fails the
+    # connection with HTTP2Unavailable (--http2 is a condition, never silently HTTP/1.1).
+    http2: bool = False
 
     def context(self) -> ssl.SSLContext:
         try:
@@ -91,7 +106,7 @@ class TLSOptions:
         if self.insecure:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        ctx.set_alpn_protocols(["http/1.1"])
+        ctx.set_alpn_protocols(["h2", "http/1.1"] if self.http2 else ["http/1.1"])
         return ctx
 
 
@@ -110,12 +125,19 @@ class SocketTransport:
         self._drain_max = drain_max_bytes
         self._plain = not isinstance(sock, ssl.SSLSocket)
         self._rcvtimeo: float | None = None
+        self.send_timeout_s = SEND_TIMEOUT_S
 
     def sendall(self, data: bytes) -> None:
-        self._sock.settimeout(None)
-        self._sock.sendall(data)
-        if not self._plain:
-            self._sock.setblocking(False)
+        self._sock.settimeout(self.send_timeout_s)  # for the whole write (sendall's timeout spans all its sends)
+        try:
+            self._sock.sendall(data)
+        except TimeoutError:
+            raise NetworkError(f"the server took nothing we sent for {self.send_timeout_s:g} s") from None
+        finally:  # back to the read mode: blocking under SO_RCVTIMEO (plain), non-blocking polled (TLS)
+            if self._plain:
+                self._sock.settimeout(None)
+            else:
+                self._sock.setblocking(False)
 
     def recv(self, timeout_s: float) -> bytes:
         if not self._plain:
@@ -289,6 +311,9 @@ def wrap_tls(
                 raise ConnectTimeout(f"the TLS handshake with {target.hostport} did not finish within {timeout_s} s")
             _wait(ssock, want_write, left)
         ssock.settimeout(None)
+        if tls.http2 and ssock.selected_alpn_protocol() != "h2":
+            chosen = ssock.selected_alpn_protocol() or "none"
+            raise HTTP2Unavailable(f"{target.hostport} did not agree to HTTP/2 over TLS (ALPN chose {chosen}, not h2)")
         done = True
         return ssock
     except (ssl.SSLError, ssl.CertificateError) as exc:

@@ -2,11 +2,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
 
 MODULES = "/usr/lib/apache2/modules"
 DEFLATE = "AddOutputFilterByType DEFLATE text/event-stream"  # mod_deflate as it is turned on (with mod_filter)
 BROTLI = "AddOutputFilterByType BROTLI_COMPRESS text/event-stream"  # mod_brotli (Debian's apache2 has it), the same
+# mod_http2 as it is turned on: h2 by ALPN over TLS, h2c (prior knowledge: H2Direct is on for cleartext) beside
+# HTTP/1.1. `http2_flushpackets` adds flushpackets=on (mod_proxy_http then flushes after every chunk it relays).
+PROTOCOLS = "Protocols h2 h2c http/1.1"
+H2_VARIANTS = ("http2", "http2_flushpackets")
 # Variant -> the modules it loads and its filter line.
 COMPRESSION = {"deflate": (("filter", "deflate"), DEFLATE), "brotli": (("filter", "brotli"), BROTLI)}
 
@@ -21,7 +25,9 @@ class Apache2(Proxy):
         Variant("flushpackets", "ProxyPass ... flushpackets=on (flush after every chunk)", "flushpackets=on"),
         Variant("deflate", "mod_deflate for event streams (compresses what the client accepts)", DEFLATE),
         Variant("brotli", "mod_brotli for event streams (br for a client that accepts it, else identity)", BROTLI),
-    )
+        Variant("http2", "mod_http2: HTTP/2 to the client (h2 over TLS, h2c on cleartext)", PROTOCOLS),
+        Variant("http2_flushpackets", "mod_http2, with ProxyPass ... flushpackets=on", f"{PROTOCOLS}; flushpackets=on"),
+    )  # fmt: skip
 
     def version(self) -> str:
         binary = self.binary()
@@ -33,15 +39,18 @@ class Apache2(Proxy):
     def write_config(self, site: Site) -> Path:
         ssl = site.tls is not None or site.upstream_tls is not None
         compression_mods, compression_line = COMPRESSION.get(site.variant.name, ((), ""))
+        h2 = site.variant.name in H2_VARIANTS
         mods = ["mpm_event", "authz_core", "proxy", "proxy_http", *(["ssl"] if ssl else []), *compression_mods]
+        mods += ["http2"] if h2 else []
         filters = f"{compression_line}\n" if compression_line else ""
+        filters += f"{PROTOCOLS}\n" if h2 else ""
         loads = "\n".join(f"LoadModule {m}_module {MODULES}/mod_{m}.so" for m in mods)
         tls = (
             f"SSLEngine on\nSSLCertificateFile {site.tls.cert}\nSSLCertificateKeyFile {site.tls.key}\n"
             if site.tls
             else ""
         )
-        flush = " flushpackets=on" if site.variant.name == "flushpackets" else ""
+        flush = " flushpackets=on" if site.variant.name in ("flushpackets", "http2_flushpackets") else ""
         config = site.workdir / "httpd.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy (mod_proxy_http); only the variant flag differs
 ServerRoot "{site.workdir}"
@@ -58,6 +67,9 @@ Listen {site.listen.hostport}
 ProxyPassReverse "/" "{site.upstream_url}/"
 """)
         return config
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return h2_hint(variant, H2_VARIANTS) if http == "2" else ""
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-DFOREGROUND", "-f", str(config)]

@@ -214,6 +214,24 @@ class Proxy:
         """The model name a client must ask this proxy for, to reach the stub's `model` (its naming scheme)."""
         return model
 
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        """Why this path cannot serve HTTP `http` ("1.1" or "2") to the client ("" when it can; HTTP/2 is ALPN h2
+        over TLS, h2c with prior knowledge over cleartext; the upstream stays HTTP/1.1). A runner skips such a
+        condition on the path with this reason: a client that fell back to HTTP/1.1 would measure something else
+        under the h2 label."""
+        return H2_NONE if http == "2" else ""
+
+
+H2_NONE = "no HTTP/2 listener in its catalogue config: HTTP/1.1 to the client only"
+
+
+def h2_hint(variant: Variant, h2_variants: tuple[str, ...]) -> str:
+    """The usual reason: "" when `variant` is one of `h2_variants`, else which variants serve HTTP/2."""
+    if variant.name in h2_variants:
+        return ""
+    names = ", ".join(h2_variants)
+    return f"the {variant.name!r} variant speaks HTTP/1.1 to the client; HTTP/2 is the {names} variant"
+
 
 @dataclass
 class RunningProxy:

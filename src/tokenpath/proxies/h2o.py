@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
 
 class H2O(Proxy):
@@ -30,6 +30,9 @@ hosts:
         proxy.reverse.url: {site.upstream_url}/{_upstream_tls(site)}
 """)
         return config
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return ""  # stock: h2 by ALPN over TLS and h2c prior knowledge on cleartext (measured, 2.2.5)
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-c", str(config)]

@@ -24,6 +24,9 @@ class Lighttpd(Proxy):
         binary = self.binary()
         return run_quiet([binary, "-v"]).splitlines()[0].split(" ")[0] if binary else "not installed"
 
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return ""  # stock 1.4.69: h2 by ALPN over TLS and h2c prior knowledge on cleartext (measured)
+
     def write_config(self, site: Site) -> Path:
         modules = '"mod_proxy"' + (', "mod_openssl"' if site.tls else "")
         tls = (

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
 
 GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on for an API behind nginx
 VARIANT_DIRECTIVES = {
@@ -11,7 +11,13 @@ VARIANT_DIRECTIVES = {
     "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
     "gzip": GZIP,
     "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
+    "http2": "",  # the listen line changes (see write_config); the location is stock
+    "http2_buffering_off": "proxy_buffering off;",
 }
+# HTTP/2 to the client (1.22's syntax; 1.25 moved it to `http2 on;`): ALPN h2 beside http/1.1 over TLS, and on a
+# cleartext port h2c with prior knowledge only (1.22 answers no HTTP/1.1 there: measured). The upstream is stock's.
+H2_VARIANTS = ("http2", "http2_buffering_off")
+H2_LISTEN = "listen ... ssl http2;"
 
 
 class Nginx(Proxy):
@@ -27,7 +33,10 @@ class Nginx(Proxy):
         # gzip filter flushes (Z_SYNC_FLUSH) only what reaches it flushed, i.e. with proxy_buffering off.
         Variant("gzip", "gzip on for event streams (compresses what the client accepts)", GZIP),
         Variant("gzip_buffering_off", "gzip on, with proxy_buffering off", f"{GZIP} proxy_buffering off;"),
-    )
+        Variant("http2", "HTTP/2 to the client (ALPN h2 over TLS, h2c over cleartext); upstream as stock", H2_LISTEN),
+        Variant("http2_buffering_off", "HTTP/2 to the client, with proxy_buffering off",
+                f"{H2_LISTEN} proxy_buffering off;"),
+    )  # fmt: skip
 
     def version(self) -> str:
         binary = self.binary()
@@ -36,7 +45,15 @@ class Nginx(Proxy):
     def write_config(self, site: Site) -> Path:
         tmp = site.workdir / "tmp"
         tmp.mkdir(exist_ok=True)
-        listen = f"{site.listen.hostport}{' ssl' if site.tls else ''}"
+        # Started as root, nginx's workers run as its unprivileged user: they must reach the (mkdtemp, 0700) work
+        # directory and write their temp files, or a response larger than proxy_buffers (a client whose h2 window is
+        # shut, a slow reader) ends in a reset with "Permission denied" in error.log (seen by the h2 probe). The
+        # master creates tmp/proxy... and chowns them to the worker's user itself, so tmp stays root's, 0755: a
+        # world-writable tmp would let a local user plant tmp/proxy as a symlink that the master then chowns.
+        site.workdir.chmod(0o711)
+        tmp.chmod(0o755)
+        h2 = " http2" if site.variant.name in H2_VARIANTS else ""
+        listen = f"{site.listen.hostport}{' ssl' if site.tls else ''}{h2}"
         tls = f"ssl_certificate {site.tls.cert};\n    ssl_certificate_key {site.tls.key};\n    " if site.tls else ""
         config = site.workdir / "nginx.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant line differs from the defaults
@@ -63,6 +80,13 @@ http {{
 }}
 """)
         return config
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        if http == "2":
+            return h2_hint(variant, H2_VARIANTS)
+        if variant.name in H2_VARIANTS and not tls:  # measured: curl --http1.1 gets no response from it
+            return "nginx 1.22's cleartext `listen ... http2` port speaks h2c only (an HTTP/1.1 request gets no reply)"
+        return ""
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-c", str(config), "-p", str(site.workdir), "-e", str(site.workdir / "error.log")]

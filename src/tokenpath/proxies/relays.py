@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from tokenpath import __version__
-from tokenpath.controls.policies import CORK_BYTES, CORK_MS
+from tokenpath.controls.policies import CORK_BYTES, CORK_MS, H2_MODES
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant
 
 
@@ -34,6 +34,11 @@ class ControlProxy(Proxy):
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [sys.executable, "-m", "tokenpath", *self._args(site)]
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        if http == "2" and self.mode not in H2_MODES:
+            return f"the {self.mode} control rewrites an HTTP/1.1 response; over HTTP/2 it refuses the connection"
+        return ""  # pass, buffer (per stream) and cork relay h2 (controls/h2hold.py)
 
     def _args(self, site: Site) -> list[str]:
         args = ["relay", "--listen", site.listen.hostport, "--upstream", site.upstream.hostport, "--mode", self.mode]

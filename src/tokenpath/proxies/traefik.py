@@ -89,6 +89,9 @@ class Traefik(pinned.OnDemand):
         )
         return config
 
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return ""  # stock: h2 by ALPN over TLS and h2c prior knowledge on cleartext (measured, 3.7.15)
+
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         # Static configuration: the listener on the site's address only, the file provider, nothing that calls out.
         return [

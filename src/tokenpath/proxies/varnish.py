@@ -2,7 +2,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, h2_hint, run_quiet
+
+H2_FEATURE = "-p feature=+http2"
 
 
 class Varnish(Proxy):
@@ -12,7 +14,12 @@ class Varnish(Proxy):
     image = "varnish:7.1.1"
     tls_unsupported = "Varnish does not terminate TLS"
     upstream_tls_unsupported = "open-source Varnish has no TLS to its backends"
-    variants = (STOCK, Variant("do_stream", "set beresp.do_stream = true and pass (explicit streaming)"))
+    variants = (
+        STOCK,
+        Variant("do_stream", "set beresp.do_stream = true and pass (explicit streaming)"),
+        # HTTP/2 is off by default in Varnish (and there is no TLS): h2c with prior knowledge once the feature is on.
+        Variant("http2", "h2c (HTTP/2 with prior knowledge) beside HTTP/1.1: the http2 feature on", H2_FEATURE),
+    )
 
     def version(self) -> str:
         binary = self.binary()
@@ -37,8 +44,11 @@ backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [
             binary, "-F", "-j", "none", "-a", site.listen.hostport, "-f", str(config), "-n", str(site.workdir / "n"),
-            "-s", "malloc,64m", "-T", "none",
+            "-s", "malloc,64m", "-T", "none", *(H2_FEATURE.split() if site.variant.name == "http2" else []),
         ]  # fmt: skip
+
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        return h2_hint(variant, ("http2",)) if http == "2" else ""
 
 
 def _host(site: Site) -> str:

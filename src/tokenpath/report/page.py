@@ -118,6 +118,9 @@ def header_block(doc: Results) -> list[str]:
             ),
             ("floor", "the direct path (client → stub), measured at every level in the same run, interleaved"),
         ]
+        if cfg.get("http_version") == "2":  # the client's protocol is a condition: said beside the workload
+            items.append(("client", esc(f"HTTP/2, {cfg.get('streams_per_connection', 1)} streams per connection, "
+                                        f"receive windows {cfg.get('h2_window')}")))  # fmt: skip
         out.append(_dl(items))
         unreliable = [r for r in doc.levels if r.unreliable]
         if unreliable:
@@ -318,11 +321,12 @@ def load_sections(doc: LoadResults) -> list[str]:
             "(see the warnings in the table).",
         )
     )
-    headers = [*load_table.headers(open_loop), "warnings"]
+    http2 = load_table.any_http2(levels)  # the HTTP/2 columns only when some row was measured over it
+    headers = [*load_table.headers(open_loop, http2), "warnings"]
     rows, classes = [], []
     for r in levels:
         warnings = "; ".join(f"{w.kind}: {w.message} (remedy: {w.remedy})" for w in r.warnings)
-        rows.append([r.level_label, r.target, *load_table.figures(r), warnings or "-"])
+        rows.append([r.level_label, r.target, *load_table.figures(r, http2), warnings or "-"])
         classes.append("unreliable" if r.unreliable else "")
     out.append(_table(headers, rows, classes))
     lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]

@@ -7,17 +7,45 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Sequence
 
 from rich.table import Table
 
-from tokenpath.results.model import DEFAULT_API, IDENTITY, LoadResults, LoadRow, MedianAndTail, Percentiles
+from tokenpath.results.model import (
+    DEFAULT_API,
+    HTTP11,
+    IDENTITY,
+    LoadResults,
+    LoadRow,
+    MedianAndTail,
+    Percentiles,
+)
 
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def figures(row: LoadRow) -> list[str]:
+def any_http2(rows: Sequence[LoadRow]) -> bool:
+    """The HTTP/2 columns are shown when any row was measured over HTTP/2."""
+    return any(r.http_version != HTTP11 for r in rows)
+
+
+def http2_cells(row: LoadRow) -> list[str]:
+    """The client's HTTP version (and streams per connection, connections), flow-control stalls (streams stalled
+    of streams, p99 stall ms per stream) and DATA frames per read: '-' where they do not apply (HTTP/1.1)."""
+    if row.http_version == HTTP11:
+        return [HTTP11, "-", "-"]
+    shape = f"{row.http_version}, {row.streams_per_connection or 1}/conn"
+    if row.connections is not None:
+        shape += f", {row.connections} conns"
+    stalls = row.flow_control_stalls
+    stall = "-" if stalls is None else f"{stalls.stalled_streams}/{stalls.streams}, {_ms(stalls.stall_ms_p99)}"
+    dfr = "-" if row.data_frames_per_read is None else f"{row.data_frames_per_read:.2f}"
+    return [shape, stall, dfr]
+
+
+def figures(row: LoadRow, http2: bool = False) -> list[str]:
     main = row.added_ttft_corrected_ms or row.added_ttft_ms
     cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
     frames = row.added_frame_delay_ms  # after the first token: a path that bunches the rest shows here
@@ -29,7 +57,7 @@ def figures(row: LoadRow) -> list[str]:
         "-" if row.rss_mb is None else f"{row.rss_mb:.0f}",
         kept_cell(row),
     ]
-    return cells
+    return cells + (http2_cells(row) if http2 else [])
 
 
 def kept_cell(row: LoadRow) -> str:
@@ -39,9 +67,13 @@ def kept_cell(row: LoadRow) -> str:
     return f"{row.kept}/{row.streams_total} ({100 * (row.exclusion_share or 0.0):.1f} % excl.)"
 
 
-def headers(open_loop: bool) -> list[str]:
+HTTP2_HEADERS = ["HTTP", "stalled streams, stall p99 ms", "DATA frames/read"]
+
+
+def headers(open_loop: bool, http2: bool = False) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
-    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total"]
+    h2 = HTTP2_HEADERS if http2 else []
+    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total", *h2]
 
 
 def _notes(row: LoadRow) -> str:
@@ -65,11 +97,12 @@ def rich_table(results: LoadResults) -> Table:
         for api, enc in sorted(asked)
     )
     table = Table(title=title + (", from the schedule" if open_loop else "") + conditions)
-    for col in [*headers(open_loop), "notes"]:
+    http2 = any_http2(results.levels)
+    for col in [*headers(open_loop, http2), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes") else "right")
     for row in results.levels:
         notes = _notes(row)
-        table.add_row(row.level_label, row.target, *figures(row), f"[yellow]{notes}[/]" if notes else "")
+        table.add_row(row.level_label, row.target, *figures(row, http2), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
@@ -83,19 +116,22 @@ def warning_lines(results: LoadResults) -> list[str]:
 
 
 def markdown(results: LoadResults) -> str:
-    cols = [*headers(results.open_loop), "warnings"]
+    http2 = any_http2(results.levels)
+    cols = [*headers(results.open_loop, http2), "warnings"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in results.levels:
         warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
-        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row), warn]) + " |")
+        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2), warn]) + " |")
     return "\n".join(lines) + "\n"
 
 
 CSV_KEYS = (
     "level", "loop", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
     "audit_failed", "unjoined", "frames_lost", "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
-    "api", "accept_encoding", "content_encoding",
+    "api", "accept_encoding", "content_encoding", "http_version", "streams_per_connection", "connections",
+    "data_frames_per_read",
 )  # fmt: skip
+STALL_KEYS = ("stalled_streams", "stalls", "stall_ms_p50", "stall_ms_p99")  # flow_control_stalls, flattened
 
 
 def csv_text(results: LoadResults) -> str:
@@ -104,10 +140,12 @@ def csv_text(results: LoadResults) -> str:
     writer = csv.writer(buf)
     keys = ("added_ttft_ms", "added_ttft_corrected_ms", "floor_ms", "added_frame_delay_ms")
     figures = [(k, p) for k in keys for p in ("p50", "p99", "p999")]
-    writer.writerow([*CSV_KEYS, *(f"{k}_{p}" for k, p in figures), "warnings"])
+    stall_cols = [f"flow_control_{k}" for k in STALL_KEYS]
+    writer.writerow([*CSV_KEYS, *(f"{k}_{p}" for k, p in figures), *stall_cols, "warnings"])
     for row in results.levels:
         flat = [_pct(getattr(row, k), p) for k, p in figures]
-        writer.writerow([*(getattr(row, k) for k in CSV_KEYS), *flat, ";".join(w.kind for w in row.warnings)])
+        stalls = [getattr(row.flow_control_stalls, k, None) for k in STALL_KEYS]
+        writer.writerow([*(getattr(row, k) for k in CSV_KEYS), *flat, *stalls, ";".join(w.kind for w in row.warnings)])
     return buf.getvalue()
 
 

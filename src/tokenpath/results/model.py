@@ -41,10 +41,16 @@ Kind = Literal["matrix", "sweep", "load"]
 #    (`heartbeat_ms`, `reasoning_tokens`, `first_event_bytes`, `head_at`), rows' `ttfb_ms_median` and
 #    `first_token_ms_median`, load rows' `added_first_token_ms`. A file without them measured none of it, which is
 #    exactly what the defaults say (so a migration would be a no-op), and an older reader ignores keys it does not know.
-SCHEMA_VERSION = 5
-KNOWN_VERSIONS = (1, 2, 3, 4, 5)
+# 6: the client's HTTP version (issue 25): `http_version` ("1.1" or "2") on matrix runs and rows, `client_http` on
+#    matrix conditions (over HTTP/2 also `h2_window` on conditions and rows: "default" when absent), `http_version`
+#    on load rows with, over HTTP/2, `streams_per_connection`, `connections`, `connection_split`,
+#    `flow_control_stalls` and `data_frames_per_read` (null over HTTP/1.1). Every file before 6 was HTTP/1.1.
+SCHEMA_VERSION = 6
+KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6)
 IDENTITY = "identity"  # no Accept-Encoding sent / no Content-Encoding received
 DEFAULT_API = "openai"
+HTTP11 = "1.1"  # the client's HTTP version before schema 6, and the default
+DEFAULT_H2_WINDOW = "default"  # the client's HTTP/2 receive windows unless a condition says otherwise (65,535)
 
 T = TypeVar("T")
 
@@ -159,6 +165,7 @@ class MatrixRun:
     error: str | None
     audited: bool = True  # False against a real endpoint (no write log); path_added_ttft_ms is then vs direct
     content_encoding: str = IDENTITY  # the response's Content-Encoding, as the probe decoded it (schema 5)
+    http_version: str = HTTP11  # what the client spoke to the path: "1.1" or "2" (schema 6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +186,8 @@ class MatrixRow:
     api: str = DEFAULT_API  # the streaming format of the condition (schema 5)
     accept_encoding: str = IDENTITY  # the request's Accept-Encoding ("identity": none sent)
     content_encoding: str = IDENTITY  # what the path answered with over the runs ("gzip", or "gzip/identity" mixed)
+    http_version: str = HTTP11  # the client's HTTP version in this condition (`client_http`; schema 6)
+    h2_window: str = DEFAULT_H2_WINDOW  # over HTTP/2: the client's receive windows in this condition
     # What the stub sent before and around the first token (issue 24 §4); the defaults: nothing.
     heartbeat_ms: float = 0.0  # `: ping` comments every N ms (0: none)
     reasoning_tokens: int = 0  # reasoning deltas before the content
@@ -312,6 +321,10 @@ def condition_label(row: ConditionLike) -> str:
     api = getattr(row, "api", DEFAULT_API)
     if api != DEFAULT_API:
         label += f", {api}"
+    if getattr(row, "http_version", HTTP11) != HTTP11:
+        label += f", HTTP/{row.http_version}"  # type: ignore[attr-defined]
+        window = getattr(row, "h2_window", DEFAULT_H2_WINDOW)
+        label += f" (window {window})" if window != DEFAULT_H2_WINDOW else ""
     accept = getattr(row, "accept_encoding", IDENTITY)
     if accept != IDENTITY:
         label += f", Accept-Encoding: {accept}"
@@ -359,6 +372,18 @@ class MedianAndTail:
 
     p50: float | None = None
     p99: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlowControlStalls:
+    """HTTP/2 flow control as the client saw it over a level: a stall is a stretch in which a stream's receive
+    window sat at 0 (or below one frame) before the stream ended; its time is per stream, summed over its stalls."""
+
+    streams: int = 0  # streams measured
+    stalled_streams: int = 0  # of those, streams with at least one stall
+    stalls: int = 0  # stalls over all streams
+    stall_ms_p50: float | None = None  # per stream, over every stream (0 for one that never stalled)
+    stall_ms_p99: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +436,15 @@ class LoadRow:
     # The first reasoning or content frame's arrival minus the stub's write of it (StreamLog.first_token); None
     # unless the stub sent reasoning first (else it is added TTFT).
     added_first_token_ms: Percentiles | None = None
+    # Over HTTP/2 (schema 6): streams per connection asked for and connections opened (more than the level over
+    # the streams asked for when the peer's SETTINGS_MAX_CONCURRENT_STREAMS is lower: `connection_split` says so),
+    # flow-control stalls (streams stalled, stalls, stall ms per stream p50/p99) and DATA frames per read.
+    http_version: str = HTTP11
+    streams_per_connection: int | None = None
+    connections: int | None = None
+    connection_split: str | None = None
+    flow_control_stalls: FlowControlStalls | None = None
+    data_frames_per_read: float | None = None
 
     @property
     def level_label(self) -> str:
@@ -499,7 +533,27 @@ def _v4_to_v5(doc: Json) -> Json:
     return doc
 
 
-MIGRATIONS: dict[int, Callable[[Json], Json]] = {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
+def _v5_to_v6(doc: Json) -> Json:
+    """Every client before 6 spoke HTTP/1.1: load rows, matrix conditions, rows and runs say so; the HTTP/2-only
+    load figures are null (read with the model's defaults)."""
+    if doc.get("kind") == "load":
+        for level in doc.get("levels") or []:
+            level.setdefault("http_version", HTTP11)
+        return doc
+    if doc.get("kind") not in ("matrix", "sweep"):
+        return doc
+    for cond in (doc.get("experiment") or {}).get("conditions") or []:
+        cond.setdefault("client_http", HTTP11)
+    for row in doc.get("rows") or []:
+        row.setdefault("http_version", HTTP11)
+        for run in row.get("raw") or []:
+            run.setdefault("http_version", HTTP11)
+    return doc
+
+
+MIGRATIONS: dict[int, Callable[[Json], Json]] = {
+    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6
+}  # fmt: skip
 
 
 def migrate(doc: Json) -> Json:
@@ -579,6 +633,7 @@ def matrix_run(run: Json) -> MatrixRun:
         error=run.get("error"),
         audited=run.get("audited", True),
         content_encoding=run.get("content_encoding", IDENTITY),
+        http_version=run.get("http_version", HTTP11),
     )
 
 
@@ -600,6 +655,7 @@ def load_row(row: Json) -> LoadRow:
         warnings=tuple(_build(ResultWarning, w) for w in row.get("warnings", [])),
         error_samples=tuple(row.get("error_samples") or ()),
         runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),
+        flow_control_stalls=_build(FlowControlStalls, stalls) if (stalls := row.get("flow_control_stalls")) else None,
     )
     return LoadRow(**data)
 

@@ -12,6 +12,8 @@ from rich.table import Table
 
 from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
 from tokenpath.results.model import (
+    DEFAULT_H2_WINDOW,
+    HTTP11,
     IDENTITY,
     Drift,
     ExclusionShare,
@@ -36,6 +38,8 @@ ROW_KEYS = (
     "api",
     "accept_encoding",
     "content_encoding",
+    "http_version",
+    "h2_window",
     "runs",
     "excluded",
     "fpr_median",
@@ -123,6 +127,8 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
     out: list[Column] = []
     if len({r.api for r in rows}) > 1:
         out.append(("api", lambda r: r.api))
+    if any(r.http_version != HTTP11 for r in rows):  # issue 25: the client's HTTP version
+        out.append(("HTTP (client)", _http))
     if any(r.accept_encoding != IDENTITY for r in rows):
         out.append(("encoding (asked -> answered)", lambda r: f"{_asked(r.accept_encoding)} -> {r.content_encoding}"))
     if any(before_first_token_label(r) for r in rows):  # issue 24 §4: what the stub sent around the first token
@@ -132,6 +138,13 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
     if any((r.after_first_delay_ms_p99 or 0) >= AFTER_FIRST_SHOWN_MS for r in rows):  # issue 24 §6
         out.append(("added delay after the first token ms (p50 / p99)", _after_first))
     return out
+
+
+def _http(row: MatrixRow) -> str:
+    """The client's HTTP version, and over HTTP/2 its windows when not the default."""
+    if row.http_version == HTTP11 or row.h2_window == DEFAULT_H2_WINDOW:
+        return row.http_version
+    return f"{row.http_version} (window {row.h2_window})"
 
 
 # The after-first-token column appears once some path adds this much to a later frame: below it every row reads

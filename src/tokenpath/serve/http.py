@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -69,6 +70,10 @@ class Response:
 
     def __init__(self, conn: HTTPConnection, request: Request) -> None:
         self._conn = conn
+        self._init_state(request)
+
+    def _init_state(self, request: Request) -> None:
+        """The state every response keeps, whatever carries it (an HTTP/2 stream's too: serve/h2.py)."""
         self.request = request
         self.on_abort: Callable[[], None] | None = None  # called if the client goes away mid-response
         self.on_pause: Callable[[], None] | None = None  # the client's socket buffer is full: stop producing
@@ -144,7 +149,11 @@ class Response:
         if not self.finished:
             self.finished = True
             self.release_admission()
-            self._conn.response_done(self)
+            self._done()
+
+    def _done(self) -> None:
+        """Tells the carrier the response is over (here: the connection may answer its next request)."""
+        self._conn.response_done(self)
 
     def release_admission(self) -> None:
         """Give back what admission reserved for this request (once; the connection calls it if the client
@@ -391,15 +400,22 @@ def _error_kind(status: int) -> str:
 
 
 async def listen(
-    factory: Callable[[], HTTPConnection], host: str, port: int, sock: socket.socket | None = None
+    factory: Callable[[], asyncio.Protocol],
+    host: str,
+    port: int,
+    sock: socket.socket | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> asyncio.Server:
-    """Serve connections on `sock` (a SO_REUSEPORT worker's, already bound) or on host:port. A port that cannot be
-    bound is the user's problem to fix, so it is a UsageError with the reason, not a traceback."""
+    """Serve connections on `sock` (a SO_REUSEPORT worker's, already bound) or on host:port, over TLS with
+    `ssl_context`. A port that cannot be bound is the user's problem to fix, so it is a UsageError with the reason,
+    not a traceback."""
     loop = asyncio.get_running_loop()
     try:
         if sock is not None:
-            return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG)
-        return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True)
+            return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context)
+        return await loop.create_server(
+            factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True, ssl=ssl_context
+        )
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 

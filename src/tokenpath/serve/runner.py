@@ -69,6 +69,7 @@ class Config:
     workers: int = 1
     loop: str = "uvloop"  # serve.loops.new_event_loop
     drain_s: float = 0.0  # how long a worker's close() may take
+    scheme: str = "http"  # what the group's `listening on` line says (https: a TLS listener)
 
 
 class Server:
@@ -124,7 +125,7 @@ class Server:
 
         def ready(notes: list[str]) -> None:
             note = notes[-1].removeprefix("ready ")
-            announce(f"listening on http://{join_hostport(cfg.host, port)} ({cfg.workers} workers, {note})")
+            announce(f"listening on {cfg.scheme}://{join_hostport(cfg.host, port)} ({cfg.workers} workers, {note})")
 
         try:
             worker = replace(cfg, port=port, workers=1)

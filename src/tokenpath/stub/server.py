@@ -14,6 +14,7 @@ from functools import partial
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.hostport import join_hostport
 from tokenpath.serve.http import HTTPConnection, bound_port, listen
+from tokenpath.serve.listener import serve_factory
 from tokenpath.serve.priority import raise_priority, tighten_timer_slack
 from tokenpath.serve.runner import Config, Server
 from tokenpath.stub.app import StubApp
@@ -65,7 +66,8 @@ class StubServer:
         def factory() -> HTTPConnection:
             return HTTPConnection(app, limits)
 
-        self._server = await listen(factory, self.cfg.host, self.cfg.port, self._sock)
+        # HTTP/1.1, and HTTP/2 with prior knowledge (h2c) on the same port, told apart by the client's first bytes
+        self._server = await listen(serve_factory(app, limits), self.cfg.host, self.cfg.port, self._sock)
         if self.cfg.audit_dir:  # one of several workers: siblings ask us for our streams' audits here
             self._peer_server = await loop.create_unix_server(factory, socket_path(self.cfg.audit_dir))
         return self.port

@@ -1,0 +1,159 @@
+"""The relay rules of one response body, sans-IO: each upstream body read in, the bytes to write to the client out.
+No sockets, no clocks, no metrics: proxy.Exchange wires it to the connections and reads what it noticed.
+
+The rules (module docstring of proxy.py has the why):
+
+- Framing: what goes out is framed for the client's connection (one chunk per upstream read when the client's
+  response is chunked, the bytes as they are otherwise); payload bytes are never changed.
+- Whole frames only, for a token stream (an SSE event, an event-stream message, an NDJSON line; the format's cut,
+  gateway.streamformat): the bytes of a frame a read leaves unfinished are held until the read that finishes it,
+  so a client never parses half a frame and an error frame after them parses whole. A frame larger than the cut
+  holds, or framing the cut cannot follow, is `failure` (the whole frames before it still go out).
+- Counting: `frames` (whole frames the upstream sent), `bytes` (body bytes read); summed into the metrics once,
+  when the stream ends, never per read.
+- First token: the first frames are classified (the format's FrameReader) until the first content frame, whose read
+  sets `first_token`: the upstream's true TTFT. A body that is not a token stream has its first byte as first token.
+
+`news` is True after a feed that set `first_byte`, `first_token` or `failure` for the first time: the one flag the
+hot path checks per read. The caller clears it once it has acted.
+"""
+
+from __future__ import annotations
+
+from tokenpath.gateway.streamformat import Cut, StreamFormat
+from tokenpath.wire.framing import chunk
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import FrameReader
+
+TTFT_SCAN_BYTES = 64 << 10  # the first content frame is looked for this far into a stream, no further
+
+
+class RelayFailure:
+    """Why a stream cannot be relayed further: a frame too large to hold, or framing that broke."""
+
+    __slots__ = ("broken", "held", "max_bytes")
+
+    def __init__(self, broken: str | None, held: int, max_bytes: int) -> None:
+        self.broken = broken  # the cut's own reason (an event-stream prelude whose CRC fails), or None: too large
+        self.held = held  # bytes of the unfinished frame dropped
+        self.max_bytes = max_bytes
+
+
+class Relay:
+    __slots__ = (
+        "_chunked",
+        "_cut",
+        "_scan",
+        "_scanned",
+        "bytes",
+        "failure",
+        "first_byte",
+        "first_token",
+        "frames",
+        "last_out",
+        "news",
+        "stream",
+    )
+
+    def __init__(self, stream: StreamFormat | None, chunked: bool, scan_limit: int = TTFT_SCAN_BYTES) -> None:
+        self.stream = stream  # None: not a token stream (or an encoded one): relayed read by read as it comes
+        self._chunked = chunked
+        self._cut: Cut | None = stream.new_cut() if stream is not None else None
+        self._scan: FrameReader | None = stream.reader() if stream is not None else None
+        self._scanned = TTFT_SCAN_BYTES - scan_limit  # counts up to TTFT_SCAN_BYTES
+        self.frames = 0
+        self.bytes = 0
+        self.last_out = b""  # the last whole frames sent (a reference, no copy): what an error frame follows
+        self.first_byte = False
+        self.first_token = False
+        self.failure: RelayFailure | None = None
+        self.news = False
+
+    def feed(self, data: bytes) -> bytes:
+        """One upstream body read; returns the bytes to write to the client now (b"": nothing yet)."""
+        self.bytes += len(data)
+        cut = self._cut
+        if cut is None:
+            if not self.first_byte:
+                self.first_byte = self.first_token = self.news = True
+            return chunk(data) if self._chunked else data
+        if not self.first_byte:
+            self.first_byte = self.news = True
+        self.frames += cut.feed(data)
+        if self._scan is not None:
+            self._scan_for_first_token(data)
+        if cut.tail or cut.held:  # the read ends inside a frame, or ends one that earlier reads began
+            data = cut.cut(data)  # every whole frame; the rest is held, never rescanned
+            if cut.too_large or cut.broken is not None:
+                self.failure = RelayFailure(cut.broken, len(cut.held), cut.max_event_bytes)
+                self.news = True
+                cut.held.clear()
+                self._cut = _STOPPED
+                self._scan = None
+            if not data:
+                return b""
+        self.last_out = data
+        return chunk(data) if self._chunked else data
+
+    def rest(self) -> bytes:
+        """The body ended: the bytes of a last frame it never finished (a stream without its blank line still gets
+        every byte), framed."""
+        cut = self._cut
+        if cut is None or not cut.held:
+            return b""
+        rest = cut.rest()
+        return chunk(rest) if self._chunked else rest
+
+    def drop_held(self) -> None:
+        """The stream ends with an error frame: an unfinished frame's bytes are dropped, so the error frame is the
+        next thing the client parses, whole."""
+        if self._cut is not None:
+            self._cut.held.clear()
+
+    def error_frame(self, message: str, code: str) -> bytes:
+        """The format's own error frame, following the last whole frames sent (unframed: the caller frames it)."""
+        assert self.stream is not None
+        return self.stream.error(message, code, self.last_out)
+
+    def _scan_for_first_token(self, data: bytes) -> None:
+        """Until the first content frame (not a role-only delta, a comment, a heartbeat, a start or ping event):
+        parse frames and classify them. Runs for the first few reads only."""
+        scan = self._scan
+        assert scan is not None
+        self._scanned += len(data)
+        try:
+            frames = scan.feed(data)
+        except Exception:  # a frame too large to be a token, or bytes that break the format: stop looking
+            self._scan = None
+            return
+        for frame in frames:
+            if scan.kind(frame) is FrameKind.CONTENT:
+                self.first_token = self.news = True
+                self._scan = None
+                return
+        if self._scanned >= TTFT_SCAN_BYTES:
+            self._scan = None
+
+
+class _Stopped:
+    """The cut after a failure: nothing more is relayed (the caller ends the stream). Its `tail` is never 0, so
+    every read goes through `cut`, which keeps nothing."""
+
+    __slots__ = ()
+    tail = 1
+    held = bytearray()  # always empty: nothing is ever appended
+    max_event_bytes = 0
+    broken: str | None = None
+    too_large = False
+
+    def feed(self, data: bytes) -> int:
+        return 0
+
+    def cut(self, data: bytes) -> bytes:
+        return b""
+
+    def rest(self) -> bytes:
+        return b""
+
+
+_STOPPED: Cut = _Stopped()

@@ -1,0 +1,67 @@
+"""What one HTTP/2 client connection may do (H2Limits, each default with its reason), and the server's flood guard
+(ServerFrameGuard: wire.h2guard's bounds plus the two a server needs), used by serve/h2.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokenpath.wire.h2guard import CONTINUATION, HEADERS, FrameGuard
+
+
+@dataclass(frozen=True, slots=True)
+class H2Limits:
+    """What one HTTP/2 client connection may do. The defaults, with their reasons:
+
+    - 128 concurrent streams: nginx's http2_max_concurrent_streams; a browser or CDN opens more connections past it.
+    - 1 MiB receive window per connection (request bodies are acknowledged as they are read once admitted, and
+      bounded by the server's body limit, so the window only sets how fast an upload can go).
+    - 16 KiB frames (the RFC default, what every client accepts): a larger frame would have to be buffered whole.
+    - RST_STREAM: 200 in a burst, 50 a second after. An honest client cancels a stream when its user stops one;
+      the rapid-reset attack sends thousands a second. The numbers allow a browser tab cancelling every stream
+      it has open, and end an attacker's connection within a fraction of a second."""
+
+    max_concurrent_streams: int = 128
+    connection_window: int = 1 << 20
+    max_frame_size: int = 16_384
+    max_reset_burst: int = 200
+    resets_per_s: float = 50.0
+
+
+RST_STREAM = 0x3
+
+
+class ServerFrameGuard(FrameGuard):
+    """wire.h2guard's bounds, plus two a server needs: RST_STREAM frames past a burst allowance refilled at a rate
+    (the rapid-reset attack, CVE-2023-44487, opens and cancels streams so fast that the concurrency limit never
+    applies while every stream still costs a request's work), and a header block (HEADERS + CONTINUATION,
+    compressed) over the server's head limit, refused at its frame header rather than buffered by h2."""
+
+    def __init__(self, clock: Callable[[], float], h2limits: H2Limits, max_block_bytes: int) -> None:
+        super().__init__(clock, h2limits.max_frame_size)
+        self.max_block_bytes = max_block_bytes
+        self.max_reset_burst = h2limits.max_reset_burst
+        self.resets_per_s = h2limits.resets_per_s
+        self.reset_allowance = float(h2limits.max_reset_burst)
+        self.reset_refilled = clock()
+        self.block_bytes = 0
+
+    def _frame(self, length: int, kind: int, flags: int) -> str | None:
+        if kind == HEADERS:
+            self.block_bytes = length
+        elif kind == CONTINUATION:
+            self.block_bytes += length
+        if kind in (HEADERS, CONTINUATION) and self.block_bytes > self.max_block_bytes:
+            return f"a header block over {self.max_block_bytes} bytes"
+        if kind == RST_STREAM:
+            now = self.clock()
+            burst = self.max_reset_burst
+            self.reset_allowance = min(burst, self.reset_allowance + (now - self.reset_refilled) * self.resets_per_s)
+            self.reset_refilled = now
+            self.reset_allowance -= 1
+            if self.reset_allowance < 0:
+                return f"more than {burst} RST_STREAM frames in a burst (allowed: {self.resets_per_s:g} a second)"
+        return super()._frame(length, kind, flags)
+
+
+DEFAULT_LIMITS = H2Limits()

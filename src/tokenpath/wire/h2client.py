@@ -1,0 +1,648 @@
+"""The HTTP/2 client connection core: sans-IO, on the `h2` library's state machine (client side).
+
+Whoever owns the socket writes `initiate()` and every `data_to_send()`, and hands each socket read to
+`receive(data, t_ns)` with the time the read returned; it gets the read's events back, per stream:
+
+- `HeadReceived` (the response head, as wire/client.py's ResponseHead with http_version "2"),
+- `DataReceived`: ONE per stream per read, the payload of all of that stream's DATA frames in the read and how many
+  frames it completed (the arrival rule stays: an arrival is a socket read; a read that advanced three streams is an
+  arrival for each of them, decided by their own frame readers). h2 parses whole frames only; the bytes of a DATA
+  frame the read cut go out with that read all the same (as an HTTP/1.1 reader, nghttp2 and Chromium have them),
+  and the rest with the read that completes it, which counts the frame,
+- `StreamEnded`, `StreamReset`, `ConnectionEnded` (GOAWAY).
+
+Flow control is a stated condition, never a library default (`H2Window`): our receive windows are set in our first
+SETTINGS frame (SETTINGS_INITIAL_WINDOW_SIZE, as browsers do) and by a WINDOW_UPDATE on the connection right after
+it. WINDOW_UPDATE is sent as the client consumes the data (`auto_ack`: each read is consumed when it has been
+recorded), batched by the rule nghttp2, Chromium and the h2 library share: a window is given back once half of it
+is consumed (or it is left below one frame). Each stream's `FlowStats` says how often a read left its window (or the
+connection's) below one max frame while it had not ended — the peer could not send a full frame until our
+WINDOW_UPDATE reached it — and for how long, as far as the client can tell: from that read to the next read that
+brought the stream data (or its end).
+
+A hostile server cannot grow our memory without bound (wire/h2guard.py reads frame headers before h2 parses them):
+a frame over our SETTINGS_MAX_FRAME_SIZE, a header block over MAX_HEADER_BLOCK_BYTES or with too many
+CONTINUATIONs, PING/SETTINGS past a burst allowance end the connection (GOAWAY, RemoteProtocolError). h2 holds at most
+one partial frame; the decoded header list is capped (MAX_HEADER_LIST_SIZE); PUSH is disabled in our first SETTINGS.
+
+A server that does not speak HTTP/2 (its first bytes are not a SETTINGS frame: an HTTP/1.1 server answers the
+preface with "HTTP/1.1 400") raises HTTP2Unavailable: h2c with prior knowledge never falls back silently. Over TLS,
+ALPN is checked by the socket's owner (probe/transport.py) and raises the same error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from tokenpath.errors import HTTP2Unavailable, LocalProtocolError, RemoteProtocolError, UsageError
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.framing import Framing
+from tokenpath.wire.h2guard import DATA, MAX_HEADER_LIST_SIZE, PADDED, SETTINGS, FrameGuard
+
+# RFC 9113 6.5.2 / 6.9.2: every window starts at 65,535 until SETTINGS or WINDOW_UPDATE change it.
+RFC_DEFAULT_WINDOW = 65_535
+MAX_WINDOW = 2**31 - 1  # RFC 9113 6.9.1
+# The DATA frame size we accept (SETTINGS_MAX_FRAME_SIZE, RFC 9113 default): a larger frame is refused at its header.
+MAX_FRAME_SIZE = 16_384
+# HPACK dynamic table we keep for the peer's decoder, whatever it advertises (RFC 7541 default; as the gateway's).
+MAX_ENCODER_TABLE_SIZE = 4096
+# Request fields that are HTTP/1.1's own and forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-fields.
+NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
+REFUSED_STREAM = int(h2.errors.ErrorCodes.REFUSED_STREAM)
+PREVIEW_BYTES = 40  # of a non-HTTP/2 answer, shown in the error
+BODILESS_STATUS = (204, 304)  # answers without content, whatever their fields say (RFC 9110 15.3.5, 15.4.5)
+
+
+@dataclass(frozen=True, slots=True)
+class H2Window:
+    """Our receive windows: `stream` for every stream (SETTINGS_INITIAL_WINDOW_SIZE), `connection` for all of them
+    together (never below 65,535: a connection window can only be opened, RFC 9113 6.9.2)."""
+
+    stream: int = RFC_DEFAULT_WINDOW
+    connection: int = RFC_DEFAULT_WINDOW
+    name: str = ""  # "default", "browser", or "" for numbers
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.stream <= MAX_WINDOW:
+            raise UsageError(f"an HTTP/2 stream window must be 1-{MAX_WINDOW} bytes, not {self.stream}")
+        if not RFC_DEFAULT_WINDOW <= self.connection <= MAX_WINDOW:
+            raise UsageError(
+                f"an HTTP/2 connection window must be {RFC_DEFAULT_WINDOW}-{MAX_WINDOW} bytes, not {self.connection}"
+            )
+
+    def __str__(self) -> str:
+        if self.name:
+            return self.name
+        if self.connection == max(self.stream, RFC_DEFAULT_WINDOW):
+            return str(self.stream)
+        return f"{self.stream}:{self.connection}"
+
+
+# What many clients keep (the RFC's initial windows: curl/nghttp2 and the h2 library by default).
+DEFAULT_WINDOW = H2Window(RFC_DEFAULT_WINDOW, RFC_DEFAULT_WINDOW, "default")
+# Chromium's, from net/http/http_network_session.cc: kSpdyStreamMaxRecvWindowSize = 6 * 1024 * 1024 (sent as
+# SETTINGS_INITIAL_WINDOW_SIZE 6291456) and kSpdySessionMaxRecvWindowSize = 15 * 1024 * 1024 (the session's
+# WINDOW_UPDATE of 15728640 - 65535 = 15663105 right after the SETTINGS, SpdySession::SendInitialData).
+BROWSER_WINDOW = H2Window(6 * 1024 * 1024, 15 * 1024 * 1024, "browser")
+
+
+def parse_h2_window(text: str) -> H2Window:
+    """`default`, `browser`, `BYTES` (the stream window; the connection's the same, at least 65,535) or
+    `STREAM:CONNECTION`. str() of the result parses back to it."""
+    value = text.strip().lower()
+    if value in ("default", ""):
+        return DEFAULT_WINDOW
+    if value == "browser":
+        return BROWSER_WINDOW
+    stream_text, sep, conn_text = value.partition(":")
+    try:
+        stream = int(stream_text.replace("_", ""))
+        conn = int(conn_text.replace("_", "")) if sep else max(stream, RFC_DEFAULT_WINDOW)
+    except ValueError:
+        raise UsageError(
+            f"h2 window {text!r}: expected `default`, `browser`, BYTES or STREAM_BYTES:CONNECTION_BYTES"
+        ) from None
+    return H2Window(stream, conn)
+
+
+@dataclass(slots=True)
+class FlowStats:
+    """Flow control as the client saw it, for one stream (or for the connection window)."""
+
+    data_frames: int = 0  # DATA frames received
+    data_bytes: int = 0  # flow-controlled bytes (payload and padding)
+    reads: int = 0  # reads that completed a DATA frame of it (a read that only began one is not counted)
+    stalls: int = 0  # reads that left its window (or the connection's) below one frame while it had not ended
+    stall_ns: int = 0  # from each such read to the next read that brought it DATA or its end
+    min_window: int = MAX_WINDOW  # the lowest receive window seen after a read (before our WINDOW_UPDATE)
+    stalled_since: int | None = field(default=None, repr=False)
+
+    @property
+    def stall_ms(self) -> float:
+        return self.stall_ns / 1e6
+
+    def to_json(self) -> dict[str, int | float | None]:
+        return {
+            "data_frames": self.data_frames,
+            "data_bytes": self.data_bytes,
+            "reads": self.reads,
+            "stalls": self.stalls,
+            "stall_ms": round(self.stall_ms, 3),
+            "min_window": self.min_window if self.data_frames else None,
+        }
+
+
+# events ------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class HeadReceived:
+    stream_id: int
+    head: ResponseHead
+
+
+@dataclass(frozen=True, slots=True)
+class DataReceived:
+    stream_id: int
+    data: bytes  # the payload of this stream's DATA in one read (padding removed), a frame still arriving included
+    frames: int  # how many DATA frames the read completed (an empty DATA frame counts): 0 when `data` is only the
+    # first bytes of a frame cut by the read (its rest comes in a later read's DataReceived, with the frame counted)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEnded:
+    stream_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReset:
+    stream_id: int
+    error_code: int
+    remote: bool  # the peer reset it (or refused it by GOAWAY); False: we did, for its stream error
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionEnded:
+    error_code: int
+    last_stream_id: int
+    reason: str  # the GOAWAY's debug data, printable, shortened
+
+
+H2Event = HeadReceived | DataReceived | StreamEnded | StreamReset | ConnectionEnded
+
+
+@dataclass(slots=True)
+class _ReadData:
+    """One stream's DATA in the read being translated, filled frame by frame."""
+
+    stream_id: int
+    chunks: list[bytes] = field(default_factory=list)
+    frames: int = 0
+
+    def event(self) -> DataReceived:
+        return DataReceived(self.stream_id, b"".join(self.chunks), self.frames)
+
+
+class H2NoRoom(LocalProtocolError):
+    """open_stream() past the peer's SETTINGS_MAX_CONCURRENT_STREAMS (or after GOAWAY): open another connection."""
+
+
+@dataclass(slots=True)
+class _Stream:
+    flow: FlowStats = field(default_factory=FlowStats)
+    window: int = 0  # our receive window as the peer sees it once our last WINDOW_UPDATE arrived
+    unacked: int = 0  # consumed, not yet given back
+    received: int = 0  # received since the last consume (auto_ack: consumed at the end of the read)
+    pending_body: bytes = b""
+    ended: bool = False  # ended, reset or refused: no more data
+    headed: bool = False  # its final head came: DATA may follow
+    method: str = "POST"  # the request's: a HEAD's answer has no content
+
+
+@dataclass(slots=True)
+class _Early:
+    """A DATA frame cut by a read: its payload so far, and how many data bytes of it were delivered before h2 (which
+    parses whole frames only) saw it whole."""
+
+    serial: int  # the guard's frame serial number
+    stream_id: int
+    flags: int
+    length: int
+    payload: bytearray = field(default_factory=bytearray)
+    delivered: int = 0
+
+
+class H2ClientConnection:
+    """One client connection. Not thread-safe; every method may leave bytes for data_to_send()."""
+
+    def __init__(
+        self,
+        *,
+        authority: str,
+        scheme: str = "http",
+        window: H2Window = DEFAULT_WINDOW,
+        auto_ack: bool = True,
+    ) -> None:
+        self.authority = authority
+        self.scheme = scheme
+        self.window = window
+        self.auto_ack = auto_ack
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config)
+        # In our first SETTINGS frame (h2's update_settings would send a second one, in force only once acknowledged)
+        self._h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window.stream,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST_SIZE,
+            },
+        )
+        self._h2.max_inbound_frame_size = MAX_FRAME_SIZE
+        self._h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
+        self._now_s = 0.0  # the guard's clock: the t_ns of the read being parsed
+        self._guard = FrameGuard(lambda: self._now_s, MAX_FRAME_SIZE, peer_is_server=True)
+        self._first = b""  # the peer's first frame header, until it is known to be SETTINGS
+        self._checked_preface = False
+        self._early: _Early | None = None  # the DATA frame the last read cut, if any
+        self._streams: dict[int, _Stream] = {}
+        self._conn = _Stream(window=window.connection)
+        self._initiated = False
+        self.peer_settings_seen = False
+        self.goaway = False
+        self.last_goaway: ConnectionEnded | None = None  # the peer's GOAWAY, for an error message
+        self.dead = False  # a protocol error or a flood ended it
+        self.reads = 0
+
+    # the application's side -------------------------------------------------------------------------------------
+    def initiate(self) -> bytes:
+        """The connection preface, our SETTINGS and the connection's WINDOW_UPDATE (open_stream() queues them too
+        when this was not called)."""
+        self._start()
+        return self.data_to_send()
+
+    def _start(self) -> None:
+        if not self._initiated:
+            self._initiated = True
+            self._h2.initiate_connection()
+            if self.window.connection > RFC_DEFAULT_WINDOW:
+                self._h2.increment_flow_control_window(self.window.connection - RFC_DEFAULT_WINDOW)
+
+    @property
+    def max_concurrent_streams(self) -> int:
+        return int(self._h2.remote_settings.max_concurrent_streams)
+
+    @property
+    def open_streams(self) -> int:
+        return sum(1 for s in self._streams.values() if not s.ended)
+
+    @property
+    def connection_flow(self) -> FlowStats:
+        return self._conn.flow
+
+    def open_stream(self, method: str, path: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"") -> int:
+        """A new stream with this request; returns its id. Fields HTTP/2 forbids (Host, Connection...) are left out:
+        the authority goes in `:authority`. A body is sent as the peer's window allows."""
+        self._start()
+        if self.goaway or self.dead or self.open_streams >= self.max_concurrent_streams:
+            raise H2NoRoom(
+                f"no stream can open here (open {self.open_streams}, peer's limit {self.max_concurrent_streams}"
+                f"{', after GOAWAY' if self.goaway else ''})"
+            )
+        stream_id = self._h2.get_next_available_stream_id()
+        fields = [
+            (b":method", method.encode()),
+            (b":scheme", self.scheme.encode()),
+            (b":authority", self.authority.encode()),
+            (b":path", path.encode()),
+        ]
+        for name, value in headers:
+            lname = name.lower()
+            if lname not in NOT_IN_H2:
+                fields.append((lname.encode(), value.encode("latin-1")))
+        if body and not any(n == b"content-length" for n, _ in fields):
+            fields.append((b"content-length", str(len(body)).encode()))
+        try:
+            self._h2.send_headers(stream_id, fields, end_stream=not body)
+        except h2.exceptions.TooManyStreamsError as exc:
+            raise H2NoRoom(str(exc)) from None
+        stream = _Stream(window=self.window.stream, pending_body=body, method=method)
+        self._streams[stream_id] = stream
+        self._guard.window_updates_owed += 1  # some servers open a new stream's window beyond its initial size
+        self._send_body(stream_id, stream)
+        return stream_id
+
+    def data_to_send(self) -> bytes:
+        return self._h2.data_to_send()
+
+    def consume(self, stream_id: int, nbytes: int) -> None:
+        """The reader consumed nbytes of this stream (auto_ack=False): WINDOW_UPDATE when half a window is due."""
+        stream = self._streams.get(stream_id)
+        if stream is None or nbytes <= 0:
+            return
+        nbytes = min(nbytes, stream.received)
+        stream.received -= nbytes
+        self._conn.received -= nbytes
+        stream.unacked += nbytes
+        self._conn.unacked += nbytes
+        self._give_back(stream_id, stream)
+
+    def cancel(self, stream_id: int) -> None:
+        """RST_STREAM CANCEL (the client gave up on it)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.ended:
+            return
+        stream.ended = True
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+
+    def close(self) -> None:
+        """GOAWAY NO_ERROR (write data_to_send() before closing the socket)."""
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self._h2.close_connection()
+
+    def flow(self, stream_id: int) -> FlowStats:
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            raise KeyError(stream_id)
+        return stream.flow
+
+    def forget(self, stream_id: int) -> None:
+        """Drop an ended stream's figures (a long-lived connection would otherwise keep one per stream)."""
+        stream = self._streams.get(stream_id)
+        if stream is not None and stream.ended:
+            del self._streams[stream_id]
+
+    # the peer's side ---------------------------------------------------------------------------------------------
+    def receive(self, data: bytes, t_ns: int) -> list[H2Event]:
+        """One socket read (with, over TLS, what was already readable). Raises HTTP2Unavailable if the peer is not
+        speaking HTTP/2, RemoteProtocolError for a protocol violation or a flood (then write data_to_send(), which
+        holds our GOAWAY, and close)."""
+        if self.dead:
+            raise LocalProtocolError("receive() after the connection failed")
+        self.reads += 1
+        self._now_s = t_ns / 1e9
+        if not self._checked_preface:
+            self._check_preface(data)
+        flood = self._guard.feed(data)
+        if flood is not None:
+            self._fail(self._guard.error_code)
+            raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+        try:
+            h2_events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self.dead = True  # h2 queued its GOAWAY with the error code
+            raise RemoteProtocolError(f"HTTP/2 protocol error from the server: {exc}") from None
+        return self._translate(h2_events, t_ns)
+
+    def _check_preface(self, data: bytes) -> None:
+        """RFC 9113 3.4: the server's preface is a SETTINGS frame (stream 0, not an ACK), its first frame."""
+        self._first += data[: 9 - len(self._first)]
+        if len(self._first) < 9:
+            if not data:
+                return
+            if self._first[:1] != b"\x00":  # a frame header starts with a 24-bit length < 2**14: "H" is not one
+                self._not_h2()
+            return
+        head = self._first
+        if head[3] != SETTINGS or head[4] & 0x1 or int.from_bytes(head[5:9], "big") & 0x7FFFFFFF:
+            self._not_h2()
+        self._checked_preface = True
+
+    def _not_h2(self) -> None:
+        self.dead = True
+        shown = "".join(c if c.isprintable() else "." for c in self._first.decode("latin-1"))
+        raise HTTP2Unavailable(
+            f"the server did not answer with HTTP/2 (h2c prior knowledge): its first bytes are {shown!r}, "
+            "not a SETTINGS frame; it speaks HTTP/1.1 only?"
+        )
+
+    def _fail(self, code: int) -> None:
+        self.dead = True
+        with contextlib.suppress(h2.exceptions.H2Error):
+            self._h2.close_connection(code)
+
+    def _translate(self, h2_events: Sequence[h2.events.Event], t_ns: int) -> list[H2Event]:
+        out: list[H2Event | _ReadData] = []
+        pending: dict[int, _ReadData] = {}  # stream -> its one DataReceived of this read, being filled
+        touched: dict[int, int] = {}  # streams this read brought DATA or an end -> flow-controlled bytes
+        conn_bytes = 0
+        for event in h2_events:
+            if isinstance(event, h2.events.ResponseReceived):
+                assert event.stream_id is not None
+                assert event.headers is not None
+                if (headed := self._streams.get(event.stream_id)) is not None:
+                    headed.headed = True
+                method = headed.method if headed is not None else "POST"
+                out.append(HeadReceived(event.stream_id, response_head(event.headers, method)))
+            elif isinstance(event, h2.events.InformationalResponseReceived):
+                # 1xx heads carry nothing we read and any number may come (RFC 9113 8.1): a flood of 14-byte
+                # HEADERS costs h2 an HPACK decode each (~25 us). They draw on the control frames' allowance.
+                flood = self._guard.spend("1xx heads")
+                if flood is not None:
+                    self._fail(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                    raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+            elif isinstance(event, h2.events.DataReceived):
+                sid = event.stream_id
+                assert sid is not None
+                size = event.flow_controlled_length or 0
+                conn_bytes += size
+                self._count_data(sid, size)
+                touched[sid] = touched.get(sid, 0) + size
+                part = pending.get(sid)
+                if part is None:
+                    part = pending[sid] = _ReadData(sid)
+                    out.append(part)
+                part.frames += 1
+                data = bytes(event.data or b"")
+                early = self._early
+                if early is not None and early.stream_id == sid and early.delivered >= 0:
+                    data = data[early.delivered :]  # its first bytes went out with an earlier read
+                    early.delivered = -1  # whole now
+                if data:
+                    part.chunks.append(data)
+            elif isinstance(event, h2.events.StreamEnded):
+                assert event.stream_id is not None
+                self._end(event.stream_id)
+                touched.setdefault(event.stream_id, 0)
+                out.append(StreamEnded(event.stream_id))
+            elif isinstance(event, h2.events.StreamReset):
+                # remote_reset=False: h2 reset the stream itself for the peer's stream error (a WINDOW_UPDATE past
+                # 2**31-1, RFC 9113 6.9.1): the stream is over all the same, or its reader would wait forever.
+                sid = event.stream_id
+                assert sid is not None
+                stream = self._streams.get(sid)
+                if event.remote_reset or (stream is not None and not stream.ended):
+                    self._end(sid)
+                    touched.setdefault(sid, 0)
+                    out.append(StreamReset(sid, int(event.error_code or 0), remote=event.remote_reset))
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                out.extend(self._goaway(event, touched))
+            elif isinstance(event, h2.events.RemoteSettingsChanged):
+                self.peer_settings_seen = True
+                if self._h2.encoder.header_table_size > MAX_ENCODER_TABLE_SIZE:
+                    self._h2.encoder.header_table_size = MAX_ENCODER_TABLE_SIZE
+                self._resend_bodies()
+            elif isinstance(event, h2.events.WindowUpdated):
+                self._resend_bodies()
+        cut = self._cut_frame(out, pending)
+        if cut is not None:
+            touched.setdefault(cut, 0)
+        self._account(t_ns, touched, conn_bytes, cut)
+        return [item.event() if isinstance(item, _ReadData) else item for item in out]
+
+    def _cut_frame(self, out: list[H2Event | _ReadData], pending: dict[int, _ReadData]) -> int | None:
+        """A DATA frame the read cut: its data bytes so far go out with this read (an arrival is a socket read,
+        and an HTTP/1.1 reader would have had them now: so do nghttp2's and Chromium's readers), if h2 will take the
+        frame when it is whole: its stream has its head and is open, and it fits our windows. Returns that stream:
+        the peer is sending it data (no stall), whether or not a data byte of the frame came yet."""
+        guard = self._guard
+        early = self._early
+        if guard.skip == 0 or guard.frame[0] != DATA:  # the read ended on a frame boundary (or not in a DATA frame)
+            self._early = None
+            return None
+        if early is None or early.serial != guard.serial:
+            _, flags, sid, length = guard.frame
+            early = self._early = _Early(guard.serial, sid, flags, length)
+        early.payload += guard.tail
+        stream = self._streams.get(early.stream_id)
+        if stream is None or stream.ended or not stream.headed or early.delivered < 0:
+            return None
+        if early.length > min(stream.window, self._h2.inbound_flow_control_window):
+            return None  # h2 will refuse it (FLOW_CONTROL_ERROR): nothing of it is the stream's
+        start, end = 0, early.length
+        if early.flags & PADDED:
+            if not early.payload or early.payload[0] >= early.length:
+                return early.stream_id
+            start, end = 1, early.length - early.payload[0]
+        data = bytes(early.payload[start + early.delivered : min(len(early.payload), end)])
+        if not data:
+            return early.stream_id
+        early.delivered += len(data)
+        part = pending.get(early.stream_id)
+        if part is None:
+            part = pending[early.stream_id] = _ReadData(early.stream_id)
+            out.append(part)
+        part.chunks.append(data)
+        return early.stream_id
+
+    def _count_data(self, sid: int, size: int) -> None:
+        conn = self._conn
+        conn.window -= size
+        conn.flow.data_frames += 1
+        conn.flow.data_bytes += size
+        stream = self._streams.get(sid)
+        if stream is None:  # a stream we forgot: its bytes are consumed at once, the connection window kept open
+            conn.unacked += size
+            return
+        conn.received += size
+        stream.window -= size
+        stream.received += size
+        stream.flow.data_frames += 1
+        stream.flow.data_bytes += size
+
+    def _end(self, sid: int) -> None:
+        stream = self._streams.get(sid)
+        if stream is not None:
+            stream.ended = True
+            stream.pending_body = b""
+
+    def _goaway(self, event: h2.events.ConnectionTerminated, touched: dict[int, int]) -> list[H2Event]:
+        self.goaway = True
+        last = event.last_stream_id or 0
+        debug = bytes(event.additional_data or b"")[:200].decode("utf-8", "replace")
+        reason = "".join(c if c.isprintable() else "?" for c in debug)
+        self.last_goaway = ConnectionEnded(int(event.error_code or 0), last, reason)
+        events: list[H2Event] = [self.last_goaway]
+        if any(sid <= last and not s.ended for sid, s in self._streams.items()):
+            # h2 goes CLOSED on GOAWAY and then refuses every frame (python-hyper/h2#1199), also those of the streams
+            # the server still serves, which RFC 9113 6.8 lets complete: back to open for them (no new stream opens).
+            self._h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
+        for sid, stream in self._streams.items():
+            if sid > last and not stream.ended:
+                stream.ended = True
+                touched.setdefault(sid, 0)
+                events.append(StreamReset(sid, REFUSED_STREAM, remote=True))
+        return events
+
+    def _account(self, t_ns: int, touched: dict[int, int], conn_bytes: int, cut: int | None) -> None:
+        """Stall figures for this read, judged before our WINDOW_UPDATE; then (auto_ack) the read is consumed. A
+        stream whose next DATA frame the read cut is being sent to: its stall (if any) ended with this read, and no
+        new one is judged until that frame is whole."""
+        conn = self._conn
+        # h2's own count: DATA on a stream we reset (cancel) draws on the connection window too, with no event for
+        # it (h2 gives it back itself, half a window at a time).
+        conn.window = self._h2.inbound_flow_control_window
+        conn_shut = conn.window < min(MAX_FRAME_SIZE, self.window.connection)
+        any_open = False
+        for sid, nbytes in touched.items():
+            stream = self._streams.get(sid)
+            if stream is None:
+                continue
+            flow = stream.flow
+            if nbytes:
+                flow.reads += 1
+                flow.min_window = min(flow.min_window, stream.window)
+            if flow.stalled_since is not None:  # data (or the end) came: the stall is over
+                flow.stall_ns += t_ns - flow.stalled_since
+                flow.stalled_since = None
+            if not stream.ended and sid != cut:
+                any_open = True
+                if stream.window < min(MAX_FRAME_SIZE, self.window.stream) or conn_shut:
+                    flow.stalls += 1
+                    flow.stalled_since = t_ns
+        if conn_bytes or cut is not None:
+            if conn_bytes:
+                conn.flow.reads += 1
+                conn.flow.min_window = min(conn.flow.min_window, conn.window)
+            if conn.flow.stalled_since is not None:
+                conn.flow.stall_ns += t_ns - conn.flow.stalled_since
+                conn.flow.stalled_since = None
+            if conn_shut and any_open and cut is None:
+                conn.flow.stalls += 1
+                conn.flow.stalled_since = t_ns
+        if self.auto_ack:
+            for sid in touched:
+                stream = self._streams.get(sid)
+                if stream is not None and stream.received:
+                    self.consume(sid, stream.received)
+        self._give_back(0, None)
+
+    def _give_back(self, sid: int, stream: _Stream | None) -> None:
+        """WINDOW_UPDATE once half a window is consumed, or when the window is below one frame (nghttp2's, Chromium's
+        and h2's rule): fewer frames than one per read, and never a window left shut while data was consumed."""
+        if stream is not None and not stream.ended and stream.unacked:
+            initial = self.window.stream
+            if stream.unacked >= initial // 2 or stream.window < min(MAX_FRAME_SIZE, initial):
+                with contextlib.suppress(h2.exceptions.H2Error):  # closed meanwhile
+                    self._h2.increment_flow_control_window(stream.unacked, sid)
+                stream.window += stream.unacked
+                stream.unacked = 0
+        conn = self._conn
+        initial = self.window.connection
+        if conn.unacked and (conn.unacked >= initial // 2 or conn.window < min(MAX_FRAME_SIZE, initial)):
+            self._h2.increment_flow_control_window(conn.unacked)
+            conn.window += conn.unacked
+            conn.unacked = 0
+
+    def _resend_bodies(self) -> None:
+        for sid, stream in self._streams.items():
+            if stream.pending_body:
+                self._send_body(sid, stream)
+
+    def _send_body(self, sid: int, stream: _Stream) -> None:
+        h2conn = self._h2
+        while stream.pending_body:
+            window = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
+            if window <= 0:
+                return  # resumed on WindowUpdated
+            piece, stream.pending_body = stream.pending_body[:window], stream.pending_body[window:]
+            h2conn.send_data(sid, piece, end_stream=not stream.pending_body)
+            # the peer may give this frame back on the stream and on the connection, even a KiB at a time
+            self._guard.window_updates_owed += 2 * max(1, len(piece) // 1024)
+
+
+def response_head(headers: Sequence[tuple[bytes, bytes]], method: str) -> ResponseHead:
+    """A response's HTTP/2 field block as the HTTP/1.1 core's ResponseHead (shared with gateway/h2upstream.py). No
+    content after HEAD or a 204/304 (RFC 9110 6.4.1); otherwise DATA frames are a stream, whatever Content-Length."""
+    status = 0
+    fields = []
+    for name, value in headers:
+        if name == b":status":
+            status = int(value)
+        elif not name.startswith(b":"):
+            fields.append((name.decode("latin-1"), value.decode("latin-1")))
+    has_length = any(n == "content-length" for n, _ in fields)
+    if method == "HEAD" or status in BODILESS_STATUS:
+        framing = Framing.NONE
+    else:
+        framing = Framing.LENGTH if has_length else Framing.CHUNKED
+    return ResponseHead(status, "2", tuple(fields), framing, keep_alive=True)

@@ -1,0 +1,163 @@
+"""gateway.relay.Relay, the sans-IO relay rules the gateway's hot path calls: fed every format's streams at every
+split (and random LF/CRLF/CR splits), it sends whole frames only, counts them, and flags the read that completes
+the first content frame, whatever the split."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.gateway.test_stream_formats import BEDROCK_STREAM, OLLAMA_LINES
+from tests.wire.battery import splits
+from tokenpath.gateway.relay import TTFT_SCAN_BYTES, Relay
+from tokenpath.gateway.streamformat import StreamFormat, for_response
+from tokenpath.wire.apis import Api
+from tokenpath.wire.eventstream import event_message
+from tokenpath.wire.framing import chunk
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import FrameReader
+
+ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}'
+CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}'
+OPENAI = [ROLE, b": keep-alive", CONTENT, CONTENT, b"data: [DONE]"]
+
+SSE = for_response(Api.OPENAI, "text/event-stream")
+BEDROCK = for_response(Api.BEDROCK, "application/vnd.amazon.eventstream")
+OLLAMA = for_response(Api.OLLAMA, "application/x-ndjson")
+
+
+def first_content_read(stream: StreamFormat, pieces: list[bytes]) -> int | None:
+    """The index of the read that completes the first content frame, by the format's own parser."""
+    reader = FrameReader(stream.api)
+    for i, piece in enumerate(pieces):
+        if any(reader.kind(f) is FrameKind.CONTENT for f in reader.feed(piece)):
+            return i
+    return None
+
+
+def assert_relays(stream: StreamFormat | None, pieces: list[bytes]) -> None:
+    """Whole frames per read (the format's parser, fed what was sent, holds nothing after each read), all of them
+    counted, nothing lost or reordered, and first_token flagged at exactly the read that completed the first content
+    frame (news raised then, cleared by the caller)."""
+    assert stream is not None
+    relay = Relay(stream, chunked=False)
+    upstream, client = FrameReader(stream.api), FrameReader(stream.api)
+    expected_first = first_content_read(stream, pieces)
+    sent, total, first = [], 0, None
+    for i, piece in enumerate(pieces):
+        out = relay.feed(piece)
+        if relay.news:
+            relay.news = False
+            if relay.first_token and first is None:
+                first = i
+        frames = upstream.feed(piece)
+        assert [f.raw for f in client.feed(out)] == [f.raw for f in frames], pieces
+        assert client.pending_bytes() == 0, pieces  # the client never reads half a frame
+        total += len(frames)
+        sent.append(out)
+    assert relay.frames == total
+    assert relay.failure is None
+    assert first == expected_first, pieces
+    assert b"".join(sent) + relay.rest() == b"".join(pieces)
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_openai_sse_at_every_split_with_each_line_end(eol: bytes) -> None:
+    raw = b"".join(line + eol + eol for line in OPENAI)
+    for pieces in splits(raw):
+        assert_relays(SSE, pieces)
+
+
+def test_event_stream_and_ndjson_at_every_split() -> None:
+    for pieces in splits(BEDROCK_STREAM):
+        assert_relays(BEDROCK, pieces)
+    raw = b"\n".join(OLLAMA_LINES) + b"\n"
+    for pieces in splits(raw):
+        assert_relays(OLLAMA, pieces)
+
+
+def test_random_line_ends_and_splits() -> None:
+    rng = random.Random(27)
+    for _ in range(300):
+        lines = [rng.choice(OPENAI) for _ in range(rng.randint(0, 8))]
+        eols = [rng.choice([b"\n", b"\r\n", b"\r"]) for _ in lines]
+        raw = b"".join(line + eol + eol for line, eol in zip(lines, eols, strict=True))
+        raw += rng.choice([b"", CONTENT, CONTENT + b"\n"])  # sometimes a last event unfinished
+        cuts = sorted(rng.sample(range(len(raw) + 1), min(len(raw) + 1, rng.randint(0, 8))))
+        assert_relays(SSE, [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)])
+
+
+def test_chunked_client_gets_one_chunk_per_read_and_the_rest_framed() -> None:
+    relay = Relay(SSE, chunked=True)
+    assert relay.feed(ROLE + b"\n\n" + CONTENT[:10]) == chunk(ROLE + b"\n\n")
+    assert relay.feed(CONTENT[10:]) == b""  # the event is not whole yet: nothing, not an empty chunk (the end)
+    assert relay.rest() == chunk(CONTENT)
+    assert relay.rest() == b""
+
+
+def test_a_body_that_is_no_token_stream_passes_as_it_comes_and_its_first_byte_is_its_first_token() -> None:
+    relay = Relay(None, chunked=True)
+    assert relay.feed(b'{"partial') == chunk(b'{"partial')
+    assert take_news(relay)
+    assert relay.first_byte
+    assert relay.first_token
+    assert relay.feed(b"}") == chunk(b"}")
+    assert not take_news(relay)
+    assert relay.frames == 0
+    assert relay.bytes == 10
+    assert Relay(None, chunked=False).feed(b"x") == b"x"
+
+
+def take_news(relay: Relay) -> bool:
+    """What the gateway does after each feed: read the flag, then clear it."""
+    news, relay.news = relay.news, False
+    return news
+
+
+def test_first_byte_is_news_before_the_first_token() -> None:
+    relay = Relay(SSE, chunked=False)
+    relay.feed(ROLE + b"\n\n")
+    assert take_news(relay)
+    assert relay.first_byte
+    assert not relay.first_token  # a role-only delta is not a token
+    relay.feed(b": keep-alive\n\n")
+    assert not take_news(relay)
+    relay.feed(CONTENT + b"\n\n")
+    assert take_news(relay)
+    assert relay.first_token
+
+
+def test_the_first_token_is_looked_for_only_so_far() -> None:
+    relay = Relay(SSE, chunked=False)
+    relay.feed(b": pad\n\n" * (TTFT_SCAN_BYTES // 7 + 1))
+    relay.feed(CONTENT + b"\n\n")
+    assert not relay.first_token
+    assert relay.frames == TTFT_SCAN_BYTES // 7 + 2
+
+
+def test_a_frame_too_large_sends_the_whole_ones_then_stops() -> None:
+    stream = for_response(Api.OLLAMA, "application/x-ndjson")
+    assert stream is not None
+    relay = Relay(stream, chunked=False)
+    relay._cut.max_event_bytes = 100  # type: ignore[union-attr]  # the format's limit is 8 MB
+    line = OLLAMA_LINES[0] + b"\n"
+    assert relay.feed(line + b"{" + b"x" * 150) == line  # the whole line before it still goes out
+    assert relay.news
+    assert relay.failure is not None
+    assert relay.failure.broken is None
+    assert relay.failure.held == 151
+    assert relay.last_out == line  # what the error frame follows
+    assert relay.feed(b"more\n" + line) == b""  # nothing after the failure, even whole frames
+    assert relay.rest() == b""
+    assert b'"error"' in relay.error_frame("too large", "event_too_large")
+
+
+def test_a_broken_event_stream_is_a_failure_with_its_reason() -> None:
+    bad = bytearray(event_message("contentBlockDelta", b"{}"))
+    bad[2] ^= 0x01  # the prelude CRC no longer matches
+    relay = Relay(BEDROCK, chunked=False)
+    assert relay.feed(BEDROCK_STREAM + bytes(bad)) == BEDROCK_STREAM
+    assert relay.failure is not None
+    assert relay.failure.broken is not None
+    assert "prelude CRC" in relay.failure.broken
