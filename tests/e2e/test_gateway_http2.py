@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
+import signal
 import ssl
 import time
 from collections.abc import Iterator
@@ -315,3 +317,24 @@ def test_floods_end_the_connection_and_the_gateway_stays_healthy(gw: dict[str, A
     models = httpx.get(f"{url}/_tokenpath/health", timeout=10)  # and HTTP/1.1 on the same port
     assert models.status_code == 200
     assert json.loads(models.content)["status"] == "ok"
+
+
+def test_sigterm_lets_an_open_h2_stream_finish_whole_then_says_goaway(gw: dict[str, Any]) -> None:
+    g: Gateways = gw["g"]
+    stub = g.stub("--tokens", "40", "--interval-ms", "20")
+    url = g.gateway(stub)  # its own gateway: this one stops
+    client = RawH2(*hostport(url))
+    try:
+        sid = client.request(token=token())
+        assert client.wait(lambda: b'"content":" ' in client.data.get(sid, b""))
+        os.kill(g.pid(url), signal.SIGTERM)
+        assert client.wait(lambda: client.closed, timeout_s=20)  # the gateway ends the connection once drained
+        body = bytes(client.data[sid])
+        assert sid in client.ended
+        assert sid not in client.resets
+        assert content_tokens(body) == 40
+        assert body.endswith(b"data: [DONE]\n\n")
+        assert client.goaway is not None  # the last GOAWAY read: the final one, naming the stream it took
+        assert (client.goaway.error_code, client.goaway.last_stream_id) == (h2.errors.ErrorCodes.NO_ERROR, sid)
+    finally:
+        client.close()

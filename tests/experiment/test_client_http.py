@@ -34,9 +34,16 @@ def test_a_client_http_that_is_not_1_1_or_2_is_refused(value: object) -> None:
         parse({"conditions": {"client_http": [value]}})
 
 
-def test_client_http_2_against_a_real_upstream_is_refused_before_the_run() -> None:
-    with pytest.raises(UsageError, match="client_http"):
-        parse({"upstream": {"url": "http://127.0.0.1:9/v1", "model": "m"}, "conditions": {"client_http": ["2"]}})
+def test_client_http_against_a_real_upstream_is_a_condition_with_its_windows() -> None:
+    upstream = {"url": "http://127.0.0.1:9/v1", "model": "m"}
+    exp = parse({"upstream": upstream, "conditions": {"client_http": ["1.1", "2"], "h2_window": ["default", "browser"],
+                                                      "tls": [False, True]}})  # fmt: skip
+    assert sorted((c.tls, c.client_http, c.h2_window) for c in exp.conditions) == [
+        (t, v, w) for t in (False, True) for v, w in (("1.1", "default"), ("2", "browser"), ("2", "default"))
+    ]
+    assert all(c.endpoint == "endpoint http://127.0.0.1:9" for c in exp.conditions)
+    with pytest.raises(UsageError, match="need client_http"):  # windows without HTTP/2, as without an upstream
+        parse({"upstream": upstream, "conditions": {"h2_window": ["browser"]}})
 
 
 def test_rows_and_their_runs_carry_the_condition_http_version() -> None:

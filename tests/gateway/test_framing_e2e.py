@@ -270,6 +270,14 @@ class InProcessGateway:
     def sample(self, name: str, **labels: str) -> float:
         return self.registry.get_sample_value(name, labels) or 0.0
 
+    def settled(self, name: str, want: float, timeout_s: float = 5.0) -> float:
+        """The gauge once it reads `want`, or its value after timeout_s: an exchange leaves the active set when its
+        task ends, one loop pass after its last bytes went out, so a client that has read them may look first."""
+        deadline = time.monotonic() + timeout_s
+        while (value := self.sample(name)) != want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return value
+
     def close(self) -> None:
         self.bg.run(self.server.close(0.5))
         self.bg.close()
@@ -325,7 +333,7 @@ def test_a_bug_in_our_code_fails_the_request_as_internal_and_never_counts_agains
         assert gateway.sample("tokenpath_gateway_member_healthy", pool="default", member=upstream.url) == 1
         assert gateway.sample("tokenpath_gateway_errors_total", reason="malformed_response") == 0
         assert gateway.sample("tokenpath_gateway_errors_total", reason="internal") == 1
-        assert gateway.sample("tokenpath_gateway_streams_active") == 0
+        assert gateway.settled("tokenpath_gateway_streams_active", 0) == 0  # and not one leaked
         assert member.outstanding == 0
         assert any(r.exc_info and "planted bug" in str(r.exc_info[1]) for r in caplog.records)  # with traceback
         # and the next request is served by the same member as if nothing had happened

@@ -241,7 +241,7 @@ def parse(data: dict[str, Any]) -> Experiment:
     header_sets = [_header_set(h) for h in _list(cond, "stub_headers", [{}], (dict,), lambda v: True)]
     apis = _apis(cond)
     encodings = _accept_encodings(cond)
-    versions = [(v, w) for v in _client_http(cond) for w in (_h2_windows(cond) if v == HTTP2 else [DEFAULT_H2_WINDOW])]
+    versions = _http_versions(cond)
     if "h2_window" in cond and all(v != HTTP2 for v, _ in versions):
         raise UsageError('[conditions] h2_window: the client\'s HTTP/2 windows need client_http = ["2"] (or both)')
     frames = _int(data, "frames", 40, 2)
@@ -302,19 +302,21 @@ def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
 def _endpoint_conditions(
     cond: dict[str, Any], tls: list[bool], links: list[str], endpoint: EndpointSpec
 ) -> list[Condition]:
-    """Against a real endpoint the endpoint paces the stream: only the client side's TLS is a condition."""
+    """Against a real endpoint the endpoint paces the stream: only the client side's TLS and HTTP version (with its
+    HTTP/2 windows) are conditions. Over HTTP/2 the client speaks h2 to the endpoint and to each path in front of it
+    (ALPN over TLS, prior knowledge in clear text); one that will not fails its runs, never falls back."""
     paced = sorted({"interval_ms", "frame_bytes", "stub_headers", "api", "accept_encoding", *BEFORE_FIRST_TOKEN_OFF}
                    & set(cond))  # fmt: skip
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
-    if _client_http(cond) != [HTTP11]:
-        raise UsageError("[conditions] client_http: against [upstream] the client speaks HTTP/1.1 only (for now)")
     if links != ["loopback"]:
         raise UsageError(
             "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
             "are cut off from; only loopback"
         )
-    return [Condition(0.0, 0, "loopback", t, (), endpoint.label) for t in tls]
+    versions = _http_versions(cond)
+    return [Condition(0.0, 0, "loopback", t, (), endpoint.label, client_http=v, h2_window=w)
+            for t in tls for v, w in versions]  # fmt: skip
 
 
 def _before_first_token_axes(cond: dict[str, Any]) -> list[list[Any]]:
@@ -396,6 +398,11 @@ def _client_http(cond: dict[str, Any]) -> list[str]:
             raise UsageError(f'[conditions] client_http: {value!r} is not one of "1.1", "2"')
         out.append(text)
     return list(dict.fromkeys(out))
+
+
+def _http_versions(cond: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each client HTTP version with its windows: the HTTP/2 ones per `h2_window`, HTTP/1.1 once."""
+    return [(v, w) for v in _client_http(cond) for w in (_h2_windows(cond) if v == HTTP2 else [DEFAULT_H2_WINDOW])]
 
 
 def _h2_windows(cond: dict[str, Any]) -> list[str]:

@@ -25,6 +25,7 @@ from tokenpath.gateway.health import run_checks
 from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.hostport import join_hostport
 from tokenpath.jsonlog import configure_logging
+from tokenpath.serve.h2 import finish_drain, start_drain
 from tokenpath.serve.h2limits import H2Limits
 from tokenpath.serve.http import bound_port, listen
 from tokenpath.serve.listener import serve_factory
@@ -100,7 +101,9 @@ class GatewayServer:
             self._server.close()
         if self._health is not None:
             self._health.cancel()
+        start_drain(self.app)  # HTTP/2: new streams refused, GOAWAY once the open ones end (serve/h2.py)
         cut = await self.app.drain(self.cfg.limits.drain_s if drain_s is None else drain_s)
+        await finish_drain(self.app)
         if self.auth.jwks is not None:
             await self.auth.jwks.close()
         if self._server is not None:

@@ -28,6 +28,15 @@ SETTINGS_MAX_CONCURRENT_STREAMS are refused (RST_STREAM REFUSED_STREAM, which a 
 CONTINUATION floods, PING/SETTINGS floods and RST_STREAM floods (rapid reset) close the connection; a stream whose
 request does not arrive whole within the request timeout is reset; an idle connection is closed after it.
 
+Drain (`start_drain(handler)` when the server stops; RFC 9113 6.8): from then on a connection's new streams are
+refused (REFUSED_STREAM: safe to retry elsewhere, where HTTP/1.1 gets the app's 503) and its open streams run to their
+end. Once none is open it sends a PING and GOAWAY(2^31-1), then, on the PING's ACK (one measured RTT: streams the
+client sent before it saw the first GOAWAY have arrived by then; capped at GOAWAY_RTT_CAP_S, h2o's fixed interval,
+for a client that never answers), GOAWAY(the last stream it took) and closes. The GOAWAYs wait for the open streams to
+end because the `h2` library (httpx, the openai SDK) fails every stream it still reads once a GOAWAY has come
+(python-hyper/h2#1181): an early GOAWAY would cut their streams short, where a deferred one costs RFC clients only
+a refused (and retried) stream.
+
 Which connections get here: serve/listener.py (ALPN over TLS, the preface in clear text).
 """
 
@@ -49,6 +58,7 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+from hyperframe.frame import GoAwayFrame
 
 from tokenpath.serve.h2limits import DEFAULT_LIMITS, H2Limits, ServerFrameGuard
 from tokenpath.serve.http import Admission, Admitted, Handler, Refusal, Response, error_body
@@ -56,7 +66,7 @@ from tokenpath.wire.framing import Framing, bodiless
 from tokenpath.wire.limits import ServerLimits
 from tokenpath.wire.server import Request
 
-__all__ = ["PREFACE", "H2Connection", "H2Response"]
+__all__ = ["PREFACE", "H2Connection", "H2Response", "finish_drain", "start_drain"]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +74,31 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 # Fields that are connection-specific in HTTP/1.1 and forbidden in HTTP/2 (RFC 9113 8.2.2): dropped from responses
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade"})
 ErrorCodes = h2.errors.ErrorCodes
+MAX_STREAM_ID = 2**31 - 1  # the first GOAWAY of a graceful shutdown: no new streams (those in flight: REFUSED_STREAM)
+GOAWAY_RTT_CAP_S = 1.0  # the longest wait for the drain PING's ACK before the final GOAWAY (h2o's fixed 1 s)
+DRAIN_PING = b"tp-drain"  # 8 bytes: tells our drain PING's ACK from any other
+
+
+def start_drain(handler: Handler) -> int:
+    """The server stops: every HTTP/2 connection serving `handler` refuses new streams and says GOAWAY once its open
+    streams have ended (the module docstring). Returns how many connections were told."""
+    conns = _serving(handler)
+    for conn in conns:
+        conn.drain()
+    return len(conns)
+
+
+async def finish_drain(handler: Handler, wait_s: float = GOAWAY_RTT_CAP_S + 0.1) -> int:
+    """After the app's drain: waits up to `wait_s` for `handler`'s connections to end their two-step GOAWAY, then sends
+    the final GOAWAY on those left and closes them. Returns how many were closed so."""
+    for _ in range(max(1, int(wait_s / 0.01))):  # bounded: wait_s at most
+        if not _serving(handler):
+            return 0
+        await asyncio.sleep(0.01)
+    left = _serving(handler)
+    for conn in left:
+        conn.final_goaway(force=True)
+    return len(left)
 
 
 class H2Response(Response):
@@ -211,6 +246,10 @@ class H2Connection(asyncio.Protocol):
         self._transport_paused = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._goaway = False  # the client said it opens no more streams
+        self.draining = False  # the server stops: new streams refused, GOAWAY once the open ones end
+        self.goaways_sent = 0  # of the drain's two: GOAWAY(2^31-1), then GOAWAY(last stream taken)
+        self._last_taken = 0  # the highest stream handed to the app (or answered): the final GOAWAY's last stream id
+        self._goaway_timer: asyncio.TimerHandle | None = None
         self.peer = ""
         self.closed = False
         self.refused_streams = 0  # REFUSED_STREAM resets sent (past the concurrency limit)
@@ -219,6 +258,7 @@ class H2Connection(asyncio.Protocol):
     # asyncio protocol -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        _LIVE.add(self)
         peername = transport.get_extra_info("peername")
         self.peer = str(peername[0]) if isinstance(peername, tuple) else ""
         sock = transport.get_extra_info("socket")
@@ -281,8 +321,11 @@ class H2Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        _LIVE.discard(self)
         if self._idle_timer is not None:
             self._idle_timer.cancel()
+        if self._goaway_timer is not None:
+            self._goaway_timer.cancel()
         streams, self._streams = self._streams, {}
         self._blocked.clear()
         for stream in streams.values():
@@ -371,6 +414,9 @@ class H2Connection(asyncio.Protocol):
         elif isinstance(event, h2.events.RemoteSettingsChanged):
             if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in event.changed_settings:
                 self._window(0)
+        elif isinstance(event, h2.events.PingAckReceived):
+            if event.ping_data == DRAIN_PING and self.goaways_sent == 1:  # ours (an unasked ACK changes nothing)
+                self.final_goaway()
         elif isinstance(event, h2.events.TrailersReceived):
             pass  # request trailers carry nothing a handler reads; StreamEnded follows
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -385,10 +431,11 @@ class H2Connection(asyncio.Protocol):
         assert event.headers is not None
         if sid in self._doomed:
             return
-        if len(self._streams) >= self.h2limits.max_concurrent_streams or self._goaway:
+        if len(self._streams) >= self.h2limits.max_concurrent_streams or self._goaway or self.draining:
             self.refused_streams += 1
             self._rst(sid, ErrorCodes.REFUSED_STREAM)
             return
+        self._last_taken = max(self._last_taken, sid)
         head = self._head(sid, event.headers)
         stream = _Stream(head)
         self._streams[sid] = stream
@@ -636,8 +683,52 @@ class H2Connection(asyncio.Protocol):
             return
         if self._goaway:
             self._close()
+        elif self.draining:
+            if self.goaways_sent == 0:
+                self._first_goaway()
+            elif self.goaways_sent == 2:
+                self._close()
         else:
             self._arm_idle()
+
+    # drain (RFC 9113 6.8) ---------------------------------------------------------------------------
+    def drain(self) -> None:
+        """New streams are refused from now on; the two GOAWAYs follow once no stream is open."""
+        if self.draining or self.closed:
+            return
+        self.draining = True
+        if not self._streams:
+            self._first_goaway()
+
+    def _first_goaway(self) -> None:
+        if self.closed:
+            return
+        self.goaways_sent = 1
+        # the PING first: an h2-library client reads no frame after a GOAWAY (it would fail on the PING)
+        self.h2.ping(DRAIN_PING)
+        self._flush()
+        self._write_goaway(MAX_STREAM_ID)
+        self._goaway_timer = asyncio.get_running_loop().call_later(GOAWAY_RTT_CAP_S, self.final_goaway)
+
+    def final_goaway(self, force: bool = False) -> None:
+        """GOAWAY(the last stream taken), then close once no stream is open (at once with `force`)."""
+        if self.closed or self.goaways_sent == 2:
+            return
+        if self._goaway_timer is not None:
+            self._goaway_timer.cancel()
+            self._goaway_timer = None
+        self.goaways_sent = 2
+        self._flush()  # what h2 holds goes first
+        self._write_goaway(self._last_taken)
+        if force or not self._streams:
+            self._close()
+
+    def _write_goaway(self, last_stream_id: int) -> None:
+        """A GOAWAY(NO_ERROR) written past h2: h2's own close_connection() would move it to CLOSED, after which it
+        neither reads nor sends another frame, and the streams still open need both."""
+        if self._transport is not None and not self.closed:
+            frame = GoAwayFrame(0, last_stream_id=last_stream_id, error_code=ErrorCodes.NO_ERROR)
+            self._transport.write(frame.serialize())
 
     def _rst(self, sid: int, code: ErrorCodes) -> None:
         """RST_STREAM, unless h2 already holds the stream closed (the client's END_STREAM crossed our answer)."""
@@ -674,9 +765,19 @@ class H2Connection(asyncio.Protocol):
         return self.closed
 
     def _close(self) -> None:
+        _LIVE.discard(self)
         if self._transport is not None and not self.closed:
             self.closed = True
             self._transport.close()  # what is queued (a GOAWAY, the last DATA) is written first
+
+
+# The open connections of this process: what start_drain() reaches (one per event loop and thread, as the servers run)
+_LIVE: set[H2Connection] = set()
+
+
+def _serving(handler: Handler) -> list[H2Connection]:
+    # tuple() copies the set in one step: another thread's server may add to it meanwhile (tests run several)
+    return [conn for conn in tuple(_LIVE) if conn._handler is handler and not conn.closed]
 
 
 def _release(admission: Admitted | Admission | None) -> None:
