@@ -18,9 +18,10 @@ from tokenpath.wire.apis import Api
 pytestmark = pytest.mark.e2e
 
 TOKENS, TTFT_MS, INTERVAL_MS = 6, 40, 5
-# TTFT is from the request's last byte as the probe stamped it, the stub paces from its receipt: a probe preempted
-# between the two reads a little short. What is ruled out (TTFT from a frame that left with the head) reads ~0.
-AT_THE_FIRST_CONTENT_MS = TTFT_MS / 2
+# TTFT is from the request's last byte as the probe stamped it and the stub paces from its receipt, so a probe
+# preempted between the two reads short (19 ms of 40 once, in a six-wide test run): the checks that TTFT is the first
+# content's arrival and not the head's are made against the stub's own write times (never before that write), which
+# a stall can only make later.
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +50,12 @@ def test_the_probe_s_first_content_frame_is_the_stub_s_first_content_write(stub_
     assert trace.t_first_content_ns is not None
     assert trace.t_first_content_ns >= first.actual_ns  # one host, one CLOCK_MONOTONIC: never before its write
     assert metrics.ttft_ms is not None
-    assert metrics.ttft_ms >= AT_THE_FIRST_CONTENT_MS
     assert metrics.ttft_note == ""
 
 
 def test_the_cli_takes_api_and_a_base_url(stub_url: str) -> None:
     out = subprocess.run(
-        tokenpath_argv("probe", stub_url, "--api", "bedrock", "--json"),
+        tokenpath_argv("probe", stub_url, "--api", "bedrock", "--json", "--stub-url", stub_url),
         capture_output=True,
         text=True,
         timeout=30,
@@ -66,5 +66,5 @@ def test_the_cli_takes_api_and_a_base_url(stub_url: str) -> None:
     assert doc["api"] == "bedrock"
     [run] = doc["runs"]
     assert run["frames"] == TOKENS + 4  # messageStart, a delta per token, contentBlockStop, messageStop, metadata
-    assert run["ttft_ms"] >= AT_THE_FIRST_CONTENT_MS
+    assert run["added_ttft_ms"] >= 0  # after the stub's first content write (the head's frame would read ~-40 ms)
     assert run["first_token_ms"] == run["ttft_ms"]
