@@ -34,7 +34,7 @@ from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy
-from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS
+from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
 from tokenpath.results import model, tables
 from tokenpath.results.model import (
     HTTP11,
@@ -440,6 +440,19 @@ class MatrixRunner:
                 "(see the checks above); `force` measures anyway and marks every table UNCERTIFIED"
             )
 
+    def _certification_rows(
+        self, env: Environment, controls: Sequence[ControlProxy], pacing: dict[str, Any], cond: Condition
+    ) -> tuple[dict[str, list[RunRecord]], dict[str, MatrixRow]]:
+        """CERT_RUNS rounds over the direct path and these controls in one condition: the runs and their rows
+        (each against the direct floor)."""
+        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in controls]
+        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
+        for _ in range(CERT_RUNS):
+            for record in self._round(env, paths, pacing, cond):
+                runs[record.path].append(record)
+        floor = Floor.from_direct(runs["direct"])
+        return runs, {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+
     def _certify_controls(
         self, env: Environment, pacing: dict[str, Any], version: str
     ) -> tuple[list[Check], list[RunRecord]]:
@@ -448,13 +461,7 @@ class MatrixRunner:
         what it held as separate TLS records in one burst (as HAProxy 2.8+ does), and the client must still see one
         arrival. Returns the checks and the direct path's runs."""
         cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, client_http=version)
-        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in BASE_CONTROLS]
-        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
-        for _ in range(CERT_RUNS):
-            for record in self._round(env, paths, pacing, cond):
-                runs[record.path].append(record)
-        floor = Floor.from_direct(runs["direct"])
-        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+        runs, rows = self._certification_rows(env, BASE_CONTROLS, pacing, cond)
         over = " (HTTP/2)" if version == HTTP2 else ""
         checks = [
             _check(f"direct streams cleanly{over}", rows["direct"],
@@ -462,7 +469,6 @@ class MatrixRunner:
             # One late write among the certification runs is what the exclusion rule is for on a shared host;
             # the instrument is untrustworthy when the stub misses its schedule in most runs.
             _check(f"direct's stub audits pass{over}", rows["direct"], lambda r: r.excluded <= r.runs // 3),
-            _check(f"pass relay within the floor{over}", rows["pass"], lambda r: bool(r.within_floor)),
             _check(f"buffer relay seen (one arrival){over}", rows["buffer"],
                    lambda r: (r.arrivals_median or 0) == 1),
             _check(
@@ -470,12 +476,13 @@ class MatrixRunner:
                 lambda r: (r.fpr_median or 0) >= 2 and (r.added_ttft_ms_median or 0) >= CORK_MS / 2,
             ),
         ]  # fmt: skip
-        if version == HTTP2:
+        if version != HTTP2:
+            checks.insert(2, _check("pass relay within the floor", rows["pass"], lambda r: bool(r.within_floor)))
+        else:
             # The pass relay is the same byte relay whatever the protocol: what it adds is certified over HTTP/1.1 in
             # the same run. Over HTTP/2 what must hold is that the instrument sees the controls' effects; a pass
             # row within a 3-run floor only re-measures this host's scheduling (+3.9 ms once, under load, in CI).
-            checks = [c for c in checks if not c.name.startswith("pass relay")]
-            # the rows must have been read over HTTP/2, not fallen back
+            # And the rows must have been read over HTTP/2, not fallen back.
             spoke = {r.metrics.http_version for rs in runs.values() for r in rs if r.metrics is not None}
             checks.append(Check(f"probes spoke HTTP/2{over}", spoke == {HTTP2}, f"versions seen: {sorted(spoke)}"))
         return checks, runs["direct"]
@@ -484,13 +491,7 @@ class MatrixRunner:
         """Before a condition that asks for a Content-Encoding: the client decodes (both controls answer gzip), sees
         gzip-hold hold the stream (one arrival or bursts, late) and gzip-flush stream within the direct floor."""
         cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, accept_encoding=CERT_ACCEPT_ENCODING)
-        paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in COMPRESSION_CONTROLS]
-        runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
-        for _ in range(CERT_RUNS):
-            for record in self._round(env, paths, pacing, cond):
-                runs[record.path].append(record)
-        floor = Floor.from_direct(runs["direct"])
-        rows = {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+        _, rows = self._certification_rows(env, COMPRESSION_CONTROLS, pacing, cond)
         return [
             _check(
                 "gzip-hold relay seen (held: bursts, late; decoded gzip)", rows["gzip-hold"],
