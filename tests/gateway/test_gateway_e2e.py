@@ -342,8 +342,8 @@ def test_limits_answer_413_431_503_and_close_slow_headers(svc: Services) -> None
     assert parser.head is not None
     assert parser.head.status == 431
     with socket.create_connection(hostport(gw.url), timeout=10) as slow:  # slowloris: half a head, then nothing
+        t0 = time.monotonic()  # before the send: the gateway's head timer cannot start earlier
         slow.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\n")
-        t0 = time.monotonic()
         assert slow.recv(100) == b""
         assert 0.8 < time.monotonic() - t0 < 5
     with socket.create_connection(hostport(gw.url), timeout=10) as first:
