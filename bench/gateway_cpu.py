@@ -8,10 +8,15 @@ measured window (psutil; nginx's master and worker), divided by the frames its c
     .venv/bin/python bench/gateway_cpu.py --src src --profile /tmp/gw.txt            # py-spy on the last gateway
     .venv/bin/python bench/gateway_cpu.py --src src --workers 1,2 --against nginx    # --workers 1 and 2 side by side
     .venv/bin/python bench/gateway_cpu.py --src src --against nginx --tls            # TLS upstream: nginx proxy_ssl
-    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --floor          # + a uvloop byte pipe
+    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --floor          # + two uvloop byte pipes
+    .venv/bin/python bench/gateway_cpu.py --src src --floor --tokens 32              # short streams: per request
 
---floor adds `tokenpath relay --mode pass`: uvloop passing bytes from socket to socket, no HTTP parsing, no
-keep-alive; what any relay in Python on uvloop costs before it does anything (the floor of this design).
+--floor adds two byte pipes on uvloop, no HTTP parsing: bench/uvloop_pipe.py (one Protocol callback and one write
+per read, nothing else: the floor of any relay in Python on uvloop) and `tokenpath relay --mode pass` (the control
+relay: the same plus its policy layer and protocol sniffing).
+
+Each line also splits the CPU per frame into user and system time: the system calls per frame are the same for every
+target here (one read, one write), so the system time is the kernel's share and the user time is each relay's own.
 
 With --tls the targets reach the stub over TLS: a TLS front (a second nginx, `listen ssl`, self-signed certificate,
 not measured) before the stub; the gateway's pool verifies it (ca_file), nginx `proxy_pass https://` verifies it
@@ -53,14 +58,15 @@ class Target:
     def __init__(self, name: str, url: str, pid: int, stop: Callable[[], None]) -> None:
         self.name, self.url, self.pid, self.stop = name, url, pid, stop
 
-    def cpu_s(self) -> float:
-        """The process tree's user+system seconds (nginx's work is in its worker, a child of the master)."""
-        total = 0.0
+    def cpu_s(self) -> tuple[float, float]:
+        """The process tree's user and system seconds (nginx's work is in its worker, a child of the master)."""
+        user = system = 0.0
         proc = psutil.Process(self.pid)
         for p in [proc, *proc.children(recursive=True)]:
             t = p.cpu_times()
-            total += t.user + t.system
-        return total
+            user += t.user
+            system += t.system
+        return user, system
 
 
 def gateway(src: str, upstream: str, workers: int, ca_file: Path | None = None) -> Target:
@@ -104,13 +110,25 @@ def byte_pipe(upstream: str) -> Target:
     proc = ServiceProcess(tokenpath_argv("relay", "--mode", "pass", "--upstream", up.netloc), "relay pass")
     url = proc.start()
     assert proc.pid is not None
-    return Target("uvloop byte pipe (tokenpath relay --mode pass)", url, proc.pid, proc.stop)
+    return Target("tokenpath relay --mode pass", url, proc.pid, proc.stop)
 
 
-def measure(target: Target, streams: int, seconds: float, profile: Path | None = None) -> tuple[float, int]:
-    """CPU seconds and frames relayed after the warm-up."""
-    work = Workload(target.url, "tokenpath-stub", PROMPT, 128, streams, WARMUP_S, seconds)
-    marks: dict[str, float] = {}
+def minimal_pipe(upstream: str) -> Target:
+    up = urlsplit(upstream)
+    assert up.hostname is not None
+    script = Path(__file__).with_name("uvloop_pipe.py")
+    proc = ServiceProcess([sys.executable, str(script), up.hostname, str(up.port)], "uvloop pipe")
+    url = proc.start()
+    assert proc.pid is not None
+    return Target("minimal uvloop pipe (bench/uvloop_pipe.py)", url, proc.pid, proc.stop)
+
+
+def measure(
+    target: Target, streams: int, seconds: float, profile: Path | None = None, tokens: int = 128
+) -> tuple[tuple[float, float], int]:
+    """User and system CPU seconds, and frames relayed, after the warm-up."""
+    work = Workload(target.url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, seconds)
+    marks: dict[str, tuple[float, float]] = {}
     spy: list[subprocess.Popen[bytes]] = []
 
     def mark_after_warmup() -> None:
@@ -127,7 +145,7 @@ def measure(target: Target, streams: int, seconds: float, profile: Path | None =
     for p in spy:
         p.wait(timeout=seconds + 30)
     frames = sum(r.frames for r in report.results if r.error is None)
-    return end - marks["start"], frames
+    return (end[0] - marks["start"][0], end[1] - marks["start"][1]), frames
 
 
 def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
@@ -156,11 +174,12 @@ def main() -> None:
     ap.add_argument("--against", choices=["nginx"], help="also measure nginx proxy_buffering off; print the ratio")
     ap.add_argument("--workers", default="1", help="the gateways' --workers; a list (1,2) starts one gateway per count")
     ap.add_argument("--streams", type=int, default=50)
+    ap.add_argument("--tokens", type=int, default=128, help="tokens per stream: few weigh the per-request work")
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=Path, help="py-spy raw output for the last gateway's last measurement")
     ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
-    ap.add_argument("--floor", action="store_true", help="also measure a uvloop byte pipe (tokenpath relay)")
+    ap.add_argument("--floor", action="store_true", help="also measure two uvloop byte pipes (see above)")
     args = ap.parse_args()
     if args.floor and args.tls:
         ap.error("--floor is a clear-text byte pipe: it cannot stand in front of a TLS upstream")
@@ -180,21 +199,28 @@ def main() -> None:
         targets += [gateway(src, upstream, workers, ca_file) for src in args.src for workers in counts]
         last_gateway = targets[-1]
         if args.floor:
-            targets.append(byte_pipe(upstream))
+            targets += [minimal_pipe(upstream), byte_pipe(upstream)]
         if args.against == "nginx":
             targets.append(nginx(upstream, ca_file))
         results: dict[str, list[float]] = {t.name: [] for t in targets}
+        split: dict[str, list[tuple[float, float]]] = {t.name: [] for t in targets}  # user, system per frame
         for r in range(args.rounds):
             for t in targets:
                 spy = args.profile if t is last_gateway and r == args.rounds - 1 else None
-                cpu_s, frames = measure(t, args.streams, args.seconds, spy)
-                results[t.name].append(cpu_s / frames * 1e6 if frames else float("nan"))
-        print(f"CPU per relayed frame (us){', TLS upstream' if args.tls else ''}, {args.streams} streams x 128 tokens "
+                (user_s, system_s), frames = measure(t, args.streams, args.seconds, spy, args.tokens)
+                per_frame = 1e6 / frames if frames else float("nan")
+                results[t.name].append((user_s + system_s) * per_frame)
+                split[t.name].append((user_s * per_frame, system_s * per_frame))
+        tls = ", TLS upstream" if args.tls else ""
+        print(f"CPU per relayed frame (us){tls}, {args.streams} streams x {args.tokens} tokens "
               f"every 14 ms, {args.seconds:g} s "
               f"per measurement ({WARMUP_S:g} s uncounted), {args.rounds} rounds interleaved:")  # fmt: skip
         for name, values in results.items():
             median = statistics.median(values)
-            print(f"  {name}: " + " / ".join(f"{v:.1f}" for v in values) + f"  (median {median:.1f})")
+            user = statistics.median(u for u, _ in split[name])
+            system = statistics.median(s for _, s in split[name])
+            print(f"  {name}: " + " / ".join(f"{v:.1f}" for v in values) + f"  (median {median:.1f}; "
+                  f"user {user:.1f}, system {system:.1f})")  # fmt: skip
         if args.against:
             ref = results[targets[-1].name]
             for t in targets[:-1]:

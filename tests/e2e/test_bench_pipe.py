@@ -1,0 +1,35 @@
+"""bench/uvloop_pipe.py, the floor bench/gateway_cpu.py --floor measures against: a real stream goes through it
+frame by frame (the probe sees every frame the stub wrote, each in its own read)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.e2e.conftest import Start
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+
+pytestmark = pytest.mark.e2e
+
+PIPE = Path(__file__).parents[2] / "bench" / "uvloop_pipe.py"
+
+
+def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
+    stub = service("stub", "--port", "0", "--tokens", "12", "--interval-ms", "20", name="stub")
+    up = urlsplit(stub.url)
+    pipe = ServiceProcess([sys.executable, str(PIPE), str(up.hostname), str(up.port)], "uvloop pipe")
+    url = pipe.start()
+    try:
+        done = subprocess.run(tokenpath_argv("probe", url, "--json"), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        (run,) = json.loads(done.stdout)["runs"]
+        assert run["status"] == 200
+        assert run["frames"] >= 12
+        assert run["arrivals"] == run["frames"]  # paced 20 ms apart: nothing coalesced on the way
+    finally:
+        pipe.stop()
