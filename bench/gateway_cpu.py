@@ -15,8 +15,9 @@ measured window (psutil; nginx's master and worker), divided by the frames its c
 per read, nothing else: the floor of any relay in Python on uvloop) and `tokenpath relay --mode pass` (the control
 relay: the same plus its policy layer and protocol sniffing).
 
-Each line also splits the CPU per frame into user and system time: the system calls per frame are the same for every
-target here (one read, one write), so the system time is the kernel's share and the user time is each relay's own.
+Each line also splits the CPU per frame into user and system time: in clear text every target here makes the same
+system calls per frame (one read, one write; `strace -c` in bench/RESULTS.md), so the system time is the kernel's
+share and the user time is each relay's own.
 
 With --tls the targets reach the stub over TLS: a TLS front (a second nginx, `listen ssl`, self-signed certificate,
 not measured) before the stub; the gateway's pool verifies it (ca_file), nginx `proxy_pass https://` verifies it
@@ -181,6 +182,8 @@ def main() -> None:
     ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
     ap.add_argument("--floor", action="store_true", help="also measure two uvloop byte pipes (see above)")
     args = ap.parse_args()
+    if args.tokens < 1:
+        ap.error("--tokens must be at least 1")
     if args.floor and args.tls:
         ap.error("--floor is a clear-text byte pipe: it cannot stand in front of a TLS upstream")
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
