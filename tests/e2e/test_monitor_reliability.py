@@ -143,9 +143,13 @@ def test_a_hundred_hostile_targets_at_once_end_as_counted_failures_in_bounded_me
     assert set(seen) == set(expected), report
     # Each probe ends with its behaviour's reason, or, on a host whose CPU the other e2e workers hold, with the total
     # deadline (3 s) that a starved probe of a fast failure (a redirect, invalid UTF-8) can reach first: a correct
-    # count, not the monitor's fault. Never anything else, and each behaviour's own reason is counted.
+    # count, not the monitor's fault. A TLS target's handshake is inside the connect deadline (2 s): with ten floods
+    # holding the fleet process's GIL, a new flood connection's handshake can miss it (seen once with four e2e
+    # files beside this one), also a correct count. Never anything else, and each behaviour's own reason is counted.
     for target, got in seen.items():
-        assert set(got) <= {expected[target], "total_timeout"}, (target, got, report)
+        kind = target.rsplit("-", 1)[0]
+        starved = {"total_timeout", "connect_timeout"} if FLEET[kind][0] else {"total_timeout"}
+        assert set(got) <= {expected[target], *starved}, (target, got, report)
     for kind, (_, _, outcome) in FLEET.items():
         assert sum(seen[f"{kind}-{i}"].get(outcome, 0) for i in range(EACH)) > 0, (kind, report)
     assert min(sum(o.values()) for o in seen.values()) >= ROUNDS, report
