@@ -23,7 +23,7 @@ With --tls the targets reach the stub over TLS: a TLS front (a second nginx, `li
 not measured) before the stub; the gateway's pool verifies it (ca_file), nginx `proxy_pass https://` verifies it
 (`proxy_ssl_verify on`, sessions reused, its default), both over HTTP/1.1 (nginx's default proxy_http_version 1.0).
 
-`--profile` needs py-spy (`.venv/bin/pip install py-spy`; it is not a dependency of tokenpath): it records the last
+`--profile` needs py-spy (the dev extra installs it; `pip install py-spy` elsewhere): it records the last
 --src gateway during its last measurement (`py-spy record --native --format raw`, collapsed stacks); the summary of
 the hottest own-time frames is printed, and the file can be read by speedscope or flamegraph.pl.
 """

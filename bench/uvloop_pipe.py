@@ -48,6 +48,7 @@ class Client(asyncio.Protocol):
         self.host, self.port = host, port
         self.upstream: asyncio.Transport | None = None
         self.early: list[bytes] = []
+        self.closed = False  # the client left (perhaps before the upstream connected)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -61,6 +62,9 @@ class Client(asyncio.Protocol):
         except OSError:
             self.transport.close()
             return
+        if self.closed:
+            upstream.close()
+            return
         self.upstream = upstream
         for data in self.early:
             upstream.write(data)
@@ -73,6 +77,7 @@ class Client(asyncio.Protocol):
             self.upstream.write(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
         if self.upstream is not None:
             self.upstream.close()
 

@@ -9,8 +9,9 @@ from h2.settings import SettingCodes
 from hyperframe.frame import DataFrame
 
 from tests.wire.battery import splits
-from tokenpath.controls.h2hold import PREFACE, FrameCutter, H2BufferPolicy, sniff_h2
+from tokenpath.controls.h2hold import FrameCutter, H2BufferPolicy, sniff_h2
 from tokenpath.controls.policies import BufferLimitExceeded
+from tokenpath.serve.h2 import PREFACE
 
 EVENT = b"data: " + b"x" * 52 + b"\n\n"  # a 60-byte SSE frame
 

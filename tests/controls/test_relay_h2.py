@@ -15,11 +15,11 @@ import pytest
 
 from tests.controls.h2peer import H2Client, PacedH2Server
 from tests.helpers import BackgroundLoop
-from tokenpath.controls.h2hold import PREFACE
 from tokenpath.controls.relay import ControlRelay, RelayConfig
+from tokenpath.serve.h2 import PREFACE
 from tokenpath.serve.tlscert import self_signed
 
-EVENTS, INTERVAL_MS = 12, 20.0
+EVENTS, INTERVAL_MS = 12, 40.0  # apart enough that a busy host's late loop rarely merges two
 
 
 @pytest.fixture(scope="module")

@@ -52,8 +52,10 @@ def test_an_h2_variant_writes_its_listener_line_and_only_it_serves_h2(
 
 
 def test_which_stock_paths_serve_h2_is_what_was_measured() -> None:
-    """Measured here with curl --http2 / --http2-prior-knowledge (the report of issue 25 §3 lists them)."""
-    names = ("caddy", "caddy-2.11", "traefik", "envoy", "haproxy", "h2o", "nginx", "lighttpd", "varnish", "apache2")
+    """Measured here with curl --http2 / --http2-prior-knowledge (the report of issue 25 §3 lists them); the gateway
+    with `tokenpath load --http2 --proxy gateway`."""
+    names = ("caddy", "caddy-2.11", "traefik", "envoy", "haproxy", "h2o", "nginx", "lighttpd", "varnish", "apache2",
+             "gateway")  # fmt: skip
     stock = {name: lookup(name) for name in names}
     served = {
         (name, tls)
@@ -64,6 +66,7 @@ def test_which_stock_paths_serve_h2_is_what_was_measured() -> None:
     assert served == {
         ("caddy", True), ("caddy-2.11", True), ("caddy-2.11", False), ("traefik", True), ("traefik", False),
         ("envoy", False), ("haproxy", False), ("h2o", True), ("h2o", False), ("lighttpd", True), ("lighttpd", False),
+        ("gateway", False),  # h2c beside HTTP/1.1 on its one port (`load --http2 --proxy gateway` joins every stream)
     }  # fmt: skip
     reason = lookup("nginx").client_http_unsupported(lookup("nginx").variants[0], True, "2")
     assert "http2" in reason  # names the variant that does

@@ -62,7 +62,7 @@ def probe(
         str,
         typer.Option(
             help="raw: the probe's own socket; chromium: headless Chromium's fetch + ReadableStream (its own "
-            "Accept-Encoding and h2 by ALPN; needs `tokenpath[browser]` and Debian's chromium)."
+            "Accept-Encoding and h2 by ALPN; needs `tokenpath\\[browser]` and Debian's chromium)."
         ),
     ] = "raw",
     json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,

@@ -29,12 +29,13 @@ from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, SettingsFrame, WindowUpdateFrame
 
 from tokenpath.controls.policies import MAX_BUFFER_BYTES, BufferLimitExceeded, Write
+from tokenpath.serve.h2 import PREFACE  # RFC 9113 §3.4: every h2 client starts with it (h2c and over TLS)
+from tokenpath.wire.h2client import RFC_DEFAULT_WINDOW
 
 log = logging.getLogger(__name__)
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # RFC 9113 §3.4: every h2 client starts with it (h2c and over TLS)
 HEADER = 9  # frame header bytes (RFC 9113 §4.1)
-DEFAULT_WINDOW = 65_535  # RFC 9113 §6.9.2: both windows until SETTINGS / WINDOW_UPDATE say otherwise
+DEFAULT_WINDOW = RFC_DEFAULT_WINDOW  # RFC 9113 §6.9.2: both windows until SETTINGS / WINDOW_UPDATE say otherwise
 
 
 def sniff_h2(prefix: bytes) -> bool | None:

@@ -55,12 +55,12 @@ class Relay:
         "stream",
     )
 
-    def __init__(self, stream: StreamFormat | None, chunked: bool, scan_limit: int = TTFT_SCAN_BYTES) -> None:
+    def __init__(self, stream: StreamFormat | None, chunked: bool) -> None:
         self.stream = stream  # None: not a token stream (or an encoded one): relayed read by read as it comes
         self._chunked = chunked
         self._cut: Cut | None = stream.new_cut() if stream is not None else None
         self._scan: FrameReader | None = stream.reader() if stream is not None else None
-        self._scanned = TTFT_SCAN_BYTES - scan_limit  # counts up to TTFT_SCAN_BYTES
+        self._scanned = 0  # bytes scanned for the first token, up to TTFT_SCAN_BYTES
         self.frames = 0
         self.bytes = 0
         self.last_out = b""  # the last whole frames sent (a reference, no copy): what an error frame follows

@@ -309,22 +309,24 @@ async def open_loop(work: Workload) -> WorkerReport:
     cpu, wall = time.process_time(), time.monotonic()
     scheduled = start
     lags: list[float] = []
-    while True:
-        scheduled += rng.expovariate(work.rate)
-        if scheduled >= stop_at or tally.stop_reason is not None:
-            break
-        delay = scheduled - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if scheduled >= measure_from:  # the measured window only, as in the closed loop
-            lags.append(max(0.0, loop.time() - scheduled) * 1000)
-        task = asyncio.create_task(one(scheduled, scheduled >= measure_from))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.wait(tasks)
-    if pool is not None:
-        await pool.aclose()
+    try:
+        while True:
+            scheduled += rng.expovariate(work.rate)
+            if scheduled >= stop_at or tally.stop_reason is not None:
+                break
+            delay = scheduled - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if scheduled >= measure_from:  # the measured window only, as in the closed loop
+                lags.append(max(0.0, loop.time() - scheduled) * 1000)
+            task = asyncio.create_task(one(scheduled, scheduled >= measure_from))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks)
+    finally:  # as closed_loop: an exception (a cancel) must not leave the HTTP/2 connections open
+        if pool is not None:
+            await pool.aclose()
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
     report = WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)

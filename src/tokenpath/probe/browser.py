@@ -40,7 +40,6 @@ from tokenpath.probe.browser_page import (
     PageResultError,
     check_outcome,
     fetch_spec,
-    http_version,
     parse_result,
     to_trace,
 )
@@ -226,7 +225,6 @@ def browser_document(results: ProbeResults, runs: list[BrowserRun]) -> dict[str,
     doc["client"] = CLIENT
     doc["chromium"] = runs[0].chromium if runs else None
     for run_doc, run in zip(doc["runs"], runs, strict=True):
-        run_doc["http_version"] = http_version(run.protocol)
         run_doc["next_hop_protocol"] = run.protocol
         run_doc["sent_at"] = run.sent_at
     return doc

@@ -30,6 +30,10 @@ class Gateway(Proxy):
         Variant("workers2", "two SO_REUSEPORT workers, no auth"),
     )
 
+    def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
+        # Its listener speaks HTTP/1.1 and h2c (prior knowledge) on one clear-text port.
+        return self.tls_unsupported if tls else ""
+
     def binary(self) -> str | None:
         return sys.executable
 

@@ -61,7 +61,7 @@ import h2.settings
 from hyperframe.frame import GoAwayFrame
 
 from tokenpath.serve.h2limits import DEFAULT_LIMITS, H2Limits, ServerFrameGuard
-from tokenpath.serve.http import Admission, Admitted, Handler, Refusal, Response, error_body
+from tokenpath.serve.http import Admission, Admitted, Handler, Refusal, Response, _error_kind, _release, error_body
 from tokenpath.wire.framing import Framing, bodiless
 from tokenpath.wire.limits import ServerLimits
 from tokenpath.wire.server import Request
@@ -516,8 +516,7 @@ class H2Connection(asyncio.Protocol):
         stream.admission = None
         response = H2Response(self, stream.head.seq, stream.head)
         stream.response = response
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        body = json.dumps(error_body(message, kind, code)).encode()
+        body = json.dumps(error_body(message, _error_kind(status), code)).encode()
         response.send(status, [("content-type", "application/json"), *headers], body)
 
     def _data(self, event: h2.events.DataReceived) -> None:
@@ -778,8 +777,3 @@ _LIVE: set[H2Connection] = set()
 def _serving(handler: Handler) -> list[H2Connection]:
     # tuple() copies the set in one step: another thread's server may add to it meanwhile (tests run several)
     return [conn for conn in tuple(_LIVE) if conn._handler is handler and not conn.closed]
-
-
-def _release(admission: Admitted | Admission | None) -> None:
-    if isinstance(admission, Admitted) and admission.release is not None:
-        admission.release()

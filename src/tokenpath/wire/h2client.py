@@ -130,16 +130,6 @@ class FlowStats:
     def stall_ms(self) -> float:
         return self.stall_ns / 1e6
 
-    def to_json(self) -> dict[str, int | float | None]:
-        return {
-            "data_frames": self.data_frames,
-            "data_bytes": self.data_bytes,
-            "reads": self.reads,
-            "stalls": self.stalls,
-            "stall_ms": round(self.stall_ms, 3),
-            "min_window": self.min_window if self.data_frames else None,
-        }
-
 
 # events ------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -385,21 +375,24 @@ class H2ClientConnection:
 
     def _check_preface(self, data: bytes) -> None:
         """RFC 9113 3.4: the server's preface is a SETTINGS frame (stream 0, not an ACK), its first frame."""
-        self._first += data[: 9 - len(self._first)]
+        taken = 9 - len(self._first)
+        self._first += data[:taken]
         if len(self._first) < 9:
             if not data:
                 return
             if self._first[:1] != b"\x00":  # a frame header starts with a 24-bit length < 2**14: "H" is not one
-                self._not_h2()
+                self._not_h2(data[taken:])
             return
         head = self._first
         if head[3] != SETTINGS or head[4] & 0x1 or int.from_bytes(head[5:9], "big") & 0x7FFFFFFF:
-            self._not_h2()
+            self._not_h2(data[taken:])
         self._checked_preface = True
 
-    def _not_h2(self) -> None:
+    def _not_h2(self, after: bytes) -> None:
+        """`after`: the bytes of this read past the first 9, so the error shows the start of the answer."""
         self.dead = True
-        shown = "".join(c if c.isprintable() else "." for c in self._first.decode("latin-1"))
+        first = (self._first + after)[:PREVIEW_BYTES]
+        shown = "".join(c if c.isprintable() else "." for c in first.decode("latin-1"))
         raise HTTP2Unavailable(
             f"the server did not answer with HTTP/2 (h2c prior knowledge): its first bytes are {shown!r}, "
             "not a SETTINGS frame; it speaks HTTP/1.1 only?"

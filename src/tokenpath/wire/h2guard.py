@@ -2,11 +2,10 @@
 as bytes arrive, before the `h2` library parses a byte of them, and says when a named bound is crossed. Sans-IO,
 with the clock injected.
 
-First written for the gateway's upstream client (gateway/h2upstream.py still has its own copy); here for the
-probe/load client core (wire/h2client.py) and any HTTP/2 endpoint of ours, with bounds more: empty DATA frames
-(the empty-frames flood, padding-only frames included) draw on the same burst allowance as PING and SETTINGS; and
-facing a server (`peer_is_server`), so do GOAWAY, PRIORITY and unknown frames, and WINDOW_UPDATEs are bounded by
-what the client sent."""
+Shared by the gateway's upstream client (gateway/h2upstream.py), the probe/load client core (wire/h2client.py) and
+any HTTP/2 endpoint of ours. Empty DATA frames (the empty-frames flood, padding-only frames included) draw on the same
+burst allowance as PING and SETTINGS; facing a server (`peer_is_server`), so do GOAWAY, PRIORITY and unknown frames,
+and WINDOW_UPDATEs are bounded by what the client sent."""
 
 from __future__ import annotations
 

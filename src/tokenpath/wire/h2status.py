@@ -13,13 +13,20 @@ from __future__ import annotations
 import hpack
 from hpack import HPACKError
 
-from tokenpath.wire.h2guard import CONTINUATION, END_HEADERS, HEADERS, MAX_HEADER_BLOCK_BYTES, MAX_HEADER_LIST_SIZE
+from tokenpath.wire.h2client import MAX_FRAME_SIZE as MAX_FRAME
+from tokenpath.wire.h2guard import (
+    CONTINUATION,
+    END_HEADERS,
+    HEADERS,
+    MAX_HEADER_BLOCK_BYTES,
+    MAX_HEADER_LIST_SIZE,
+    PADDED,
+)
 
 FRAME_HEADER = 9
-MAX_FRAME = 16_384  # the SETTINGS_MAX_FRAME_SIZE our client sends (wire/h2client.py): a larger frame is not read
 # A server's SETTINGS, a WINDOW_UPDATE and the response's HEADERS come first, in well under this.
 MAX_SNIFF_BYTES = MAX_HEADER_BLOCK_BYTES + 4 * (MAX_FRAME + FRAME_HEADER)
-PADDED, PRIORITY = 0x8, 0x20
+PRIORITY = 0x20  # a HEADERS flag (h2guard names the frame types and the flags it needs)
 
 
 class H2StatusSniffer:
