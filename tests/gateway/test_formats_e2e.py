@@ -51,6 +51,7 @@ KEY_ENV, POOL_KEY = "TOKENPATH_TEST_POOL_KEY", "pool-key-for-the-broken-pool"
 GZIP = "gzip-model"  # routed to an upstream that gzips its SSE stream, flushing after each event
 GZIP_GAP_S = 0.6  # between its first event and the rest
 BAD_PRELUDE_SILENCE_S = 10.0  # the scripted upstream's silence after a Bedrock message the relay cannot frame
+CUT_MID_FRAME, CUT_BETWEEN = "cut-mid-frame", "cut-between-frames"  # routed to a close-delimited upstream that closes
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,7 @@ class Setup:
     dying: ScriptedUpstream
     refusing: ScriptedUpstream
     gzipped: ScriptedUpstream
+    closing: ScriptedUpstream
 
     @property
     def url(self) -> str:
@@ -211,6 +213,21 @@ def gzips_its_stream(sock: socket.socket, head: bytes) -> None:
     sock.sendall(chunk(encoder.compress(GZIP_EVENTS[1]) + encoder.flush()) + b"0\r\n\r\n")
 
 
+def closes_early(sock: socket.socket, head: bytes) -> None:
+    """A close-delimited answer (no length, no chunking: its end is a close, as uvicorn's to an HTTP/1.0 request or a
+    hand-written server's): the format's first frames and its first content, then (for CUT_MID_FRAME) half the next
+    frame, then a clean close, before the format's final event."""
+    api = _api_of(head)
+    before, content = SCRIPTS[api]
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + SPECS[api].content_type.encode() +
+                 b"\r\nConnection: close\r\n\r\n" + b"".join(before) + content)  # fmt: skip
+    if CUT_MID_FRAME.encode() in head:
+        time.sleep(0.05)
+        sock.sendall(content[: len(content) // 2])
+    time.sleep(0.05)
+    sock.shutdown(socket.SHUT_WR)  # a FIN: to the gateway, the body's end
+
+
 def answers_503(sock: socket.socket, head: bytes) -> None:
     sock.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
 
@@ -220,6 +237,7 @@ def setup(svc: Services) -> Iterator[Setup]:
     stub = svc.stub("--tokens", str(TOKENS), "--ttft-ms", "20", "--interval-ms", "2")
     dying, refusing = ScriptedUpstream(dies_mid_frame), ScriptedUpstream(answers_503)
     gzipped = ScriptedUpstream(gzips_its_stream)
+    closing = ScriptedUpstream(closes_early)
     metrics_port = free_port()
     config = (
         f'metrics_listen = "127.0.0.1:{metrics_port}"\n[health]\neject_after = 1000\n'
@@ -228,6 +246,9 @@ def setup(svc: Services) -> Iterator[Setup]:
         )
         + pool(refusing.url, stub, extra=f'models = ["{FAILOVER}"]').replace('name = "default"', 'name = "failover"')
         + pool(gzipped.url, extra=f'models = ["{GZIP}"]').replace('name = "default"', 'name = "gzip"')
+        + pool(closing.url, extra=f'models = ["{CUT_MID_FRAME}", "{CUT_BETWEEN}"]').replace(
+            'name = "default"', 'name = "closing"'
+        )
         + pool(stub)
     )
     os.environ[KEY_ENV] = POOL_KEY  # the gateway process inherits it (and only reads it there)
@@ -236,11 +257,12 @@ def setup(svc: Services) -> Iterator[Setup]:
     finally:
         del os.environ[KEY_ENV]
     try:
-        yield Setup(gateway, f"http://127.0.0.1:{metrics_port}/metrics", dying, refusing, gzipped)
+        yield Setup(gateway, f"http://127.0.0.1:{metrics_port}/metrics", dying, refusing, gzipped, closing)
     finally:
         dying.close()
         refusing.close()
         gzipped.close()
+        closing.close()
 
 
 def body_for(api: Api, model: str) -> dict[str, Any]:
@@ -377,6 +399,21 @@ def test_an_upstream_dying_mid_frame_ends_each_format_with_its_own_error_frame(s
     assert ttft >= FIRST_CONTENT_WAIT_S  # was the head's time (or the first control frame's) for every format
     frames = settled(lambda: setup.metric("tokenpath_gateway_frames_relayed_total"), frames_before + len(before) + 1)
     assert frames - frames_before == len(before) + 1  # the whole upstream frames; not the half one, not ours
+
+
+@pytest.mark.parametrize("model", [CUT_MID_FRAME, CUT_BETWEEN])
+@pytest.mark.parametrize("api", APIS, ids=lambda a: a.value)
+def test_a_close_delimited_upstream_closing_before_the_formats_end_is_a_cut(setup: Setup, api: Api, model: str) -> None:
+    """Was (issue 33): in all six formats the client got the whole frames, the half frame, then a clean end with no
+    error frame (the openai SDK returned a short answer as if whole); and an upstream that closed between frames
+    before the format's final event ended cleanly (150 of 150). A close is how such a body ends, so only the
+    format's final event says it is complete."""
+    got = stream(setup, api, model)
+    assert got.status == 200
+    assert got.inside == []  # never half a frame
+    before, _ = SCRIPTS[api]
+    assert got.kinds == [*[FrameKind.CONTROL] * len(before), FrameKind.CONTENT, FrameKind.ERROR]
+    assert b"upstream ended the stream before its end" in (got.frames[-1].data or b"")
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda a: a.value)
@@ -544,6 +581,14 @@ def test_each_sdk_streams_the_whole_text_in_order_through_the_gateway(setup: Set
 
 
 @pytest.mark.parametrize("sdk", list(SDKS))
+def test_each_sdk_raises_when_a_close_delimited_upstream_closes_before_the_end(setup: Setup, sdk: str) -> None:
+    """Was (issue 33): the openai SDK returned normally with a short answer."""
+    with pytest.raises(SDK_ERRORS[sdk]) as info:
+        SDKS[sdk](setup, CUT_BETWEEN)
+    assert "upstream ended the stream before its end" in str(info.value), info.value
+
+
+@pytest.mark.parametrize("sdk", list(SDKS))
 def test_each_sdk_raises_its_own_error_when_the_upstream_dies_mid_stream(setup: Setup, sdk: str) -> None:
     received: list[str] = []
 
@@ -554,3 +599,60 @@ def test_each_sdk_raises_its_own_error_when_the_upstream_dies_mid_stream(setup: 
         run()
     assert "upstream failed mid-response" in str(info.value), info.value
     assert not received  # the SDK raised; it did not return a text cut short as if it were whole
+
+
+# --- errors answered before the head ------------------------------------------------------------------------------
+
+# Each format's kind of error for a 401 and a 413 (wire/errorshape.py, as the providers document them)
+ERROR_KINDS: dict[Api, tuple[str, str]] = {
+    Api.OPENAI: ("invalid_request_error", "invalid_request_error"),
+    Api.RESPONSES: ("invalid_request_error", "invalid_request_error"),
+    Api.ANTHROPIC: ("authentication_error", "request_too_large"),
+    Api.GEMINI: ("UNAUTHENTICATED", "INVALID_ARGUMENT"),
+    Api.BEDROCK: ("UnrecognizedClientException", "ValidationException"),
+    Api.OLLAMA: ("", ""),
+}
+
+
+def error_read(api: Api, doc: Any, headers: dict[str, str]) -> tuple[str, str]:
+    """An error's message and kind, where the format puts them."""
+    if api in (Api.OPENAI, Api.RESPONSES, Api.ANTHROPIC):
+        return doc["error"]["message"], doc["error"]["type"]
+    if api is Api.GEMINI:
+        return doc["error"]["message"], doc["error"]["status"]
+    if api is Api.BEDROCK:
+        return doc["message"], headers["x-amzn-errortype"]
+    return doc["error"], ""
+
+
+def answered(setup: Setup, raw: bytes) -> tuple[int, dict[str, str], Any]:
+    with socket.create_connection(hostport(setup.url), timeout=10) as sock:
+        sock.sendall(raw)
+        parser = ResponseParser()
+        body = b""
+        while not parser.complete:
+            data = sock.recv(65536)
+            if not data:
+                parser.feed_eof()
+                break
+            body += parser.feed(data)
+    assert parser.head is not None
+    return parser.head.status, {k.lower(): v for k, v in parser.head.headers}, json.loads(body)
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda a: a.value)
+def test_errors_before_the_head_are_in_each_formats_own_shape(setup: Setup, api: Api) -> None:
+    """Was (issue 33): every error answered before a response head was OpenAI-shaped, on every route."""
+    unauthorized, too_large = ERROR_KINDS[api]
+    path = path_for(api, MODEL)
+    status, headers, doc = answered(setup, request(body_for(api, MODEL), path=path, headers="Connection: close\r\n"))
+    assert status == 401
+    assert error_read(api, doc, headers) == ("invalid or missing bearer token", unauthorized)
+    # a body over the gateway's limit, refused on its head by the server core (before the handler sees it)
+    raw = (f"POST {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token()}\r\nContent-Length: {9 << 20}\r\n"
+           "Content-Type: application/json\r\n\r\n").encode()  # fmt: skip
+    status, headers, doc = answered(setup, raw)
+    assert status == 413
+    message, kind = error_read(api, doc, headers)
+    assert "larger than" in message
+    assert kind == too_large

@@ -40,6 +40,7 @@ from tests.gateway.test_gateway_e2e import (
 from tests.helpers import accept_each, exchange, post
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.sse import Frame, SSEParser
 
@@ -736,27 +737,92 @@ def test_response_headers_the_upstream_names_in_connection_are_not_forwarded(svc
         upstream.close()
 
 
-def test_request_bodies_in_flight_are_bounded_per_worker(svc: Services, recorder: ScriptedUpstream) -> None:
-    """Was: every authenticated body up to max_body_bytes held whole, however many at once (30 x 8 MiB: 522 MB).
-    Room for each admitted body is held until its response ends (or its client leaves); past the limit, 503."""
-    gw = svc.gateway("[limits]\nmax_body_bytes = 1000\nmax_body_bytes_in_flight = 2000\n" + pool(recorder.url))
+def test_request_bodies_in_flight_count_the_bytes_held_not_the_bytes_announced(
+    svc: Services, recorder: ScriptedUpstream
+) -> None:
+    """Was (issue 33): each admitted body reserved its Content-Length (a chunked or HTTP/2 one max_body_bytes) until
+    its response ended, so heads that announced bodies and never sent them refused everyone else (16 x 8 MiB: 31 of 32
+    refused). The worker now counts body bytes as they arrive: an announced body costs nothing until it is sent."""
+    metrics_port = free_port()
+    limits = "[limits]\nmax_body_bytes = 1000\nmax_body_bytes_in_flight = 2000\n"
+    gw = svc.gateway(f'metrics_listen = "127.0.0.1:{metrics_port}"\n{limits}' + pool(recorder.url))
     port = hostport(gw.url)[1]
     small = post("/v1/chat/completions", CHAT)
-    slow = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    announce = b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n"
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
     try:
-        for sock in slow:  # two 1000-byte bodies that never finish: admitted, the worker's 2000 bytes taken
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{")
+        for sock in idle:  # 4 x 1000 bytes announced, none sent: twice the worker's budget, if announcements counted
+            sock.sendall(announce)
+        time.sleep(0.3)
+        for _ in range(5):
+            assert statuses(exchange(port, small)) == [200]  # was 503
+    finally:
+        for sock in idle:
+            sock.close()
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    try:
+        for sock in held:  # 2 x 975 bytes really sent (of 1000): 1,950 of the 2,000 held
+            sock.sendall(announce + b"{" + b" " * 974)
         time.sleep(0.3)
         out = exchange(port, small)
-        assert statuses(out) == [503]  # was 200: nothing bounded the bodies held across requests
+        assert statuses(out) == [503]  # its own bytes would cross the budget
         assert b"\r\nRetry-After: 1\r\n" in out
         assert statuses(exchange(port, CLOSING_GET)) == [200]  # a request without a body needs no room
     finally:
-        for sock in slow:
+        for sock in held:
             sock.close()
     deadline = time.monotonic() + 5
     while statuses(out := exchange(port, small)) != [200] and time.monotonic() < deadline:
         time.sleep(0.1)  # the gateway sees the two clients leave
     assert statuses(out) == [200]
-    for _ in range(30):  # answered requests give their room back: 30 x 87 bytes would not fit otherwise
+    for _ in range(30):  # answered requests give their bytes back: 30 x 87 bytes would not fit otherwise
         assert statuses(exchange(port, small)) == [200]
+    murl = f"http://127.0.0.1:{metrics_port}/metrics"
+    assert metric(murl, 'tokenpath_gateway_errors_total{reason="bodies_in_flight"}') == 1
+
+
+def _slow_stream(sock: socket.socket, head: bytes) -> None:
+    sock.sendall(sse_head() + chunk(ROLE_EVENT))
+    for text in ("a", "b", "c"):
+        time.sleep(0.4)
+        sock.sendall(chunk(content_event(text)))
+    sock.sendall(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+def test_a_streaming_request_gives_its_body_back_once_the_client_has_the_head(svc: Services) -> None:
+    """Was (issue 33): an authenticated body was held whole (and counted) until its stream ended, so long streams
+    with large bodies refused others (30 x 8 MiB uploads: 316 MB). Once the head is on its way no failover can resend
+    the body: it is given back then."""
+    upstream = ScriptedUpstream(_slow_stream)
+    try:
+        gw = svc.gateway("[limits]\nmax_body_bytes = 2000\nmax_body_bytes_in_flight = 2000\n" + pool(upstream.url))
+        port = hostport(gw.url)[1]
+        body = {**CHAT, "messages": [{"role": "user", "content": "x" * 1500}]}
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as first:
+            first.sendall(request(body))
+            parser, _ = read_response(first, until=lambda got: b"data:" in got)
+            assert parser.head is not None
+            assert parser.head.status == 200
+            # the first stream runs for another ~1.2 s: a second body as large fits only if the first was given back
+            parser, out = roundtrip(gw.url, request(body))
+            assert parser.head is not None
+            assert parser.head.status == 200, out[:300]  # was 503
+    finally:
+        upstream.close()
+
+
+def test_a_tls_handshake_that_never_starts_is_closed_at_the_head_timeout(
+    svc: Services, recorder: ScriptedUpstream
+) -> None:
+    """Was (issue 33): the TLS handshake's deadline was asyncio's 60 s while the gateway's head timeout is 10 s, so
+    300 connections that sent nothing after the TCP handshake stayed open six times longer than a slow head may."""
+    files = self_signed(svc.tmp_path / "tls", ["127.0.0.1"])
+    tls = f'tls_cert = "{files.cert}"\ntls_key = "{files.key}"\n[limits]\nheader_timeout_s = 1.0\n'
+    gw = svc.gateway(tls + pool(recorder.url))
+    assert gw.url is not None
+    host, port = gw.url.removeprefix("https://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as silent:
+        started = time.monotonic()
+        assert silent.recv(1) == b""  # closed by the gateway (a timeout here raises)
+        waited = time.monotonic() - started
+    assert waited < 15  # the head timeout (1 s) on a loaded host; was 60 s

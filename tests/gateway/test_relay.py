@@ -59,7 +59,21 @@ def assert_relays(stream: StreamFormat | None, pieces: list[bytes]) -> None:
     assert relay.frames == total
     assert relay.failure is None
     assert first == expected_first, pieces
-    assert b"".join(sent) + relay.rest() == b"".join(pieces)
+    raw = b"".join(pieces)
+    held = relay.held
+    assert b"".join(sent) + held == raw
+    rest, cut = relay.finish(by_close=True)
+    frames = FrameReader(stream.api).feed(raw)
+    ends = [FrameReader(stream.api).ends(frame) for frame in frames]
+    if held and not rest:
+        assert cut is not None
+        assert "inside a frame" in cut
+    elif not any(ends):
+        assert cut is not None
+        assert "final event" in cut
+    elif ends[-1]:
+        assert cut is None
+        assert b"".join(sent) + rest == raw
 
 
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
@@ -88,12 +102,59 @@ def test_random_line_ends_and_splits() -> None:
         assert_relays(SSE, [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)])
 
 
-def test_chunked_client_gets_one_chunk_per_read_and_the_rest_framed() -> None:
+def test_chunked_client_gets_one_chunk_per_read_and_never_the_unfinished_frame() -> None:
     relay = Relay(SSE, chunked=True)
     assert relay.feed(ROLE + b"\n\n" + CONTENT[:10]) == chunk(ROLE + b"\n\n")
     assert relay.feed(CONTENT[10:]) == b""  # the event is not whole yet: nothing, not an empty chunk (the end)
-    assert relay.rest() == chunk(CONTENT)
-    assert relay.rest() == b""
+    assert relay.held == CONTENT
+    assert relay.finish(by_close=True) == (
+        b"",
+        f"the body ended inside a frame ({len(CONTENT)} bytes of it held, never sent)",
+    )
+
+
+@pytest.mark.parametrize("stream", [SSE, BEDROCK, OLLAMA], ids=["sse", "bedrock", "ollama"])
+def test_a_body_that_ends_before_its_final_event_is_cut_at_every_split(stream: StreamFormat | None) -> None:
+    """Was (issue 33): a close-delimited upstream that closed between frames before the format's final event ended
+    cleanly through the gateway (150 of 150), and one cut inside a frame gave the client the half frame too (any
+    framing: the relay held it, then sent it at the end)."""
+    assert stream is not None
+    whole = {SSE: b"".join(line + b"\n\n" for line in OPENAI), BEDROCK: BEDROCK_STREAM,
+             OLLAMA: b"\n".join(OLLAMA_LINES) + b"\n"}[stream]  # fmt: skip
+    frames = FrameReader(stream.api).feed(whole)
+    last = frames[-1].raw
+    assert FrameReader(stream.api).ends(frames[-1])
+    assert whole.endswith(last)
+    whole_at = len(whole) - (1 if stream is OLLAMA else 0)  # an NDJSON line is whole JSON before its line end
+    start = len(whole) - len(last)
+    for end in {*range(start, whole_at, 5), whole_at - 1}:  # cuts between the last frame's start and its end
+        for pieces in splits(whole[:end]):
+            relay = Relay(stream, chunked=False)
+            sent = b"".join(relay.feed(piece) for piece in pieces)
+            held = relay.held
+            rest, cut = relay.finish(by_close=True)
+            assert cut is not None, (end, pieces)
+            assert rest == b""
+            assert not sent.endswith(last)
+            if not held:  # between frames: a chunked or HTTP/2 body's end is the upstream's own word
+                relay = Relay(stream, chunked=False)
+                for piece in pieces:
+                    relay.feed(piece)
+                assert relay.finish(by_close=False) == (b"", None)
+    relay = Relay(stream, chunked=False)  # the whole stream completes, at every split
+    for pieces in splits(whole):
+        relay = Relay(stream, chunked=False)
+        assert b"".join(relay.feed(p) for p in pieces) + relay.finish(by_close=True)[0] == whole
+        assert relay.finish(by_close=True)[1] is None
+
+
+def test_an_ndjson_last_line_that_the_end_completes_is_sent() -> None:
+    assert OLLAMA is not None
+    relay = Relay(OLLAMA, chunked=True)
+    body = b"\n".join(OLLAMA_LINES)  # the last line without its line end: whole JSON, a line by JSON Lines' rule
+    out = relay.feed(body)
+    assert relay.finish(by_close=True) == (chunk(OLLAMA_LINES[-1]), None)
+    assert out == chunk(b"\n".join(OLLAMA_LINES[:-1]) + b"\n")
 
 
 def test_a_body_that_is_no_token_stream_passes_as_it_comes_and_its_first_byte_is_its_first_token() -> None:
@@ -149,7 +210,7 @@ def test_a_frame_too_large_sends_the_whole_ones_then_stops() -> None:
     assert relay.failure.held == 151
     assert relay.last_out == line  # what the error frame follows
     assert relay.feed(b"more\n" + line) == b""  # nothing after the failure, even whole frames
-    assert relay.rest() == b""
+    assert relay.finish(by_close=True) == (b"", None)  # the failure ended it already
     assert b'"error"' in relay.error_frame("too large", "event_too_large")
 
 

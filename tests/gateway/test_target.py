@@ -30,6 +30,8 @@ def test_origin_form_of_good_targets(target: str, expected: str) -> None:
         "/v1/%2E%2e/internal",
         "/v1/./chat",
         "/v1/.%2e/x",
+        "/v1/..;/internal",  # Tomcat and kin resolve `..;` as `..`
+        "/v1/%2e%2e;x=1/internal",
         "/v1/chat%2fcompletions",
         "/v1/chat%5Ccompletions",
         "/v1/a\\b",

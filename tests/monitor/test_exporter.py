@@ -3,12 +3,15 @@ cap and the per-probe answer (fake probers returning scripted traces); then its 
 
 from __future__ import annotations
 
+import json
+import logging
 import socket
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -95,6 +98,16 @@ def value(answer: ex.Answer, name: str, **labels: str) -> float | None:
         ("&".join(f"x{i}=1" for i in range(40)), 400, "bad_request", "more than 16 query parameters"),
         ("target=http://10.0.0.1:8000/v1", 403, "not_allowed", "not matched by any --allow pattern"),
         ("target=http://127.0.0.1:8000@10.0.0.1/v1", 403, "not_allowed", "not matched"),  # userinfo is not the host
+        # a target is probed as written or not at all: never sent raw into a request line, never re-encoded
+        ("target=http://127.0.0.1:8000/v1/a%20b", 400, "bad_request", "' ', a space or a control character"),
+        ("target=http://127.0.0.1:8000/v1/a%00b", 400, "bad_request", "'\\x00', a space or a control character"),
+        ("target=http://127.0.0.1:8000/v1%0D%0AX-Forged:%201", 400, "bad_request", "'\\r', a space or a control"),
+        ("target=http://127.0.0.1:8000/v1/%E4%B8%AD", 400, "bad_request", "which is not ASCII: percent-encode"),
+        ("target=http://127.0.0.1:8000/v1/%25zz", 400, "bad_request", "'%zz', which is not a %-escape"),
+        ("target=http://127.0.0.1:8000/v1?q=%25", 400, "bad_request", "'%', which is not a %-escape"),
+        # a path a server could resolve to another is refused whatever --allow says
+        ("target=http://127.0.0.1:8000/v1/../internal/v1", 400, "bad_request", "target: URL"),
+        ("target=http://127.0.0.1:8000/v1/%252E%252e/internal", 400, "bad_request", "dot segment"),
     ],
 )
 def test_a_request_it_will_not_probe_gets_one_line_and_is_counted(
@@ -107,6 +120,15 @@ def test_a_request_it_will_not_probe_gets_one_line_and_is_counted(
     assert says in answer.body.decode()
     assert answer.body.count(b"\n") == 1
     assert e.metrics.registry.get_sample_value("tokenpath_exporter_probes_refused_total", {"reason": reason}) == 1
+
+
+def test_a_refusal_is_logged_with_its_reason(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="tokenpath.monitor")
+    answer = probe(exporter(lambda c, s: streamed()), "target=http://127.0.0.1:8000/v1/%E4%B8%AD")
+    records = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    assert records == [{"event": "refused", "status": 400, "reason": "bad_request",
+                        "message": answer.body.decode().strip()}]  # fmt: skip
+    assert "which is not ASCII" in records[0]["message"]
 
 
 def test_without_allow_every_probe_is_refused_and_the_answer_says_to_pass_allow() -> None:
@@ -373,6 +395,26 @@ def test_a_redirect_is_a_failed_probe_with_its_status_and_its_location_is_never_
     assert value(answer, "probe_http_status_code") == 302
     assert value(answer, "tokenpath_probe_failure", route="via", reason="http_status") == 1
     assert (len(hits), elsewhere_hits) == (1, [])
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/v1/../internal/v1", "dot segment"),  # a path-normalising server would serve /internal/v1
+        ("/v1/%2E%2e/internal/v1", "dot segment"),
+        ("/v1/\u4e2d", "not ASCII"),  # was a UnicodeEncodeError in the request line: outcome `internal`
+        ("/v1/a b", "a space"),  # was sent raw: `POST /v1/a b/chat/completions HTTP/1.1`
+    ],
+)
+def test_a_target_outside_what_may_be_sent_is_answered_400_and_never_contacted(
+    served: Callable[[bytes], tuple[str, list[int]]], path: str, says: str
+) -> None:
+    target, hits = served(HEAD + chunk(CONTENT) + b"0\r\n\r\n")
+    base = target.removesuffix("/v1")
+    e = ex.ProbeExporter(config(AllowList.parse([f"{base}/v1/*"])), ex.sniffing_prober(Aborter()))
+    answer = probe(e, "target=" + quote(base + path, safe=":/"), "5")  # the target, as Prometheus would send it
+    assert (answer.status, hits) == (400, [])
+    assert says in answer.body.decode()
 
 
 def test_the_app_serves_probe_and_metrics_over_http(served: Callable[[bytes], tuple[str, list[int]]]) -> None:

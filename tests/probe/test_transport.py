@@ -8,6 +8,9 @@ import pytest
 from tokenpath.errors import ConnectError, DNSError, NetworkError, UsageError
 from tokenpath.probe.transport import SEND_TIMEOUT_S, SocketTransport, TLSOptions, open_connection, parse_target
 
+# every character RFC 3986 allows in a path and a query, and well-formed %-escapes: sent as written
+ALL_RFC3986 = "/a%20b/x;v=1,2/@:!$&'()*+=~_.-/completions?q=a/b?c&d=%2F%c3%a9"
+
 
 @pytest.mark.parametrize(
     ("url", "path", "port", "host_header"),
@@ -17,6 +20,7 @@ from tokenpath.probe.transport import SEND_TIMEOUT_S, SocketTransport, TLSOption
         ("http://h/openai/v1/", "/openai/v1/chat/completions", 80, "h"),
         ("https://h/v1/completions", "/v1/completions", 443, "h"),
         ("http://[::1]:9/v1/chat/completions?x=1", "/v1/chat/completions?x=1", 9, "[::1]:9"),
+        (f"http://h{ALL_RFC3986}", ALL_RFC3986, 80, "h"),
     ],
 )
 def test_parse_target(url: str, path: str, port: int, host_header: str) -> None:
@@ -28,6 +32,35 @@ def test_parse_target(url: str, path: str, port: int, host_header: str) -> None:
 def test_bad_urls(url: str) -> None:
     with pytest.raises(UsageError):
         parse_target(url)
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://h/v1/a b", "' ', a space or a control character"),
+        ("http://h/v1/a\x00b", "'\\x00', a space or a control character"),
+        ("http://h/v1/a\r\nX-Injected: 1", "'\\r', a space or a control character"),  # urlsplit would drop it
+        ("http://h/v1/a\nb", "'\\n', a space"),
+        ("http://h/v1/a\tb", "'\\t', a space"),
+        ("http://h/v1/\u4e2d\u6587", "'\u4e2d', which is not ASCII: percent-encode its UTF-8 bytes (%E4%B8%AD)"),
+        ("http://h/v1/caf\u00e9", "'\u00e9', which is not ASCII"),  # Latin-1 too: sent as one raw byte before
+        ("http://h/v1?q=\u2603", "'\u2603', which is not ASCII"),
+        ("http://b\u00fccher.example/v1", "write a host name in its IDNA form"),
+        ("http://h/v1/%zz", "'%zz', which is not a %-escape"),
+        ("http://h/v1/a%2", "'%2', which is not a %-escape"),
+        ("http://h/v1?q=100%", "'%', which is not a %-escape"),
+        ("http://h/v1/a|b", "'|', which RFC 3986 does not allow in a path or query: percent-encode it (%7C)"),
+        ("http://h/v1/a\\b", "'\\\\', which RFC 3986 does not allow"),
+        ('http://h/v1?q="x"', "'\"', which RFC 3986 does not allow"),
+    ],
+)
+def test_a_url_is_refused_rather_than_sent_otherwise_than_written(url: str, says: str) -> None:
+    """A request line carries the URL's path and query as they are: a space or a line break would forge another
+    request, a non-Latin-1 character failed to encode (a traceback), and re-encoding them would probe another URL."""
+    with pytest.raises(UsageError) as refused:
+        parse_target(url)
+    assert says in str(refused.value)
+    assert str(refused.value).startswith(f"URL {url!r}: it has ")
 
 
 def test_dns_failure_is_its_own_error(monkeypatch: pytest.MonkeyPatch) -> None:

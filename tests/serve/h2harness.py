@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -87,20 +88,28 @@ def client(**settings: int) -> h2.connection.H2Connection:
 
 
 def server(
-    handler: Any, limits: ServerLimits | None = None, h2limits: H2Limits | None = None
+    handler: Any,
+    limits: ServerLimits | None = None,
+    h2limits: H2Limits | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[H2Connection, FakeTransport]:
-    conn = H2Connection(handler, limits or ServerLimits(max_body_bytes=1 << 20), h2limits or H2Limits())
+    conn = H2Connection(handler, limits or ServerLimits(max_body_bytes=1 << 20), h2limits or H2Limits(), clock)
     transport = FakeTransport({"peername": ("127.0.0.1", 5555)})
     conn.connection_made(transport)
     return conn, transport
 
 
 def connected(
-    cli: h2.connection.H2Connection, handler: Any, limits: ServerLimits | None = None, h2limits: H2Limits | None = None
+    cli: h2.connection.H2Connection,
+    handler: Any,
+    limits: ServerLimits | None = None,
+    h2limits: H2Limits | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> tuple[H2Connection, FakeTransport]:
     """A server that has read the client's preface and SETTINGS, and a client that has read the server's (and its
-    ACK): the connection is up, no stream open yet."""
-    srv, transport = server(handler, limits, h2limits)
+    ACK): the connection is up, no stream open yet. `clock` is its flood guard's (a frozen one: no allowance comes
+    back however slowly a loaded host runs the test)."""
+    srv, transport = server(handler, limits, h2limits, clock)
     srv.data_received(cli.data_to_send())
     exchange(cli, transport)
     return srv, transport

@@ -10,6 +10,7 @@ import h2.errors
 import h2.events
 import h2.settings
 import pytest
+from hyperframe.frame import DataFrame, PingFrame, PriorityFrame, SettingsFrame, WindowUpdateFrame
 
 from tests.serve.h2harness import (
     Recorder,
@@ -22,9 +23,11 @@ from tests.serve.h2harness import (
     signalling,
 )
 from tests.wire.battery import splits
+from tokenpath.serve.admission import Admitted, BodyBudget, Refusal
 from tokenpath.serve.h2 import PREFACE, H2Response
 from tokenpath.serve.h2limits import H2Limits
-from tokenpath.serve.http import Admitted, Refusal, Request
+from tokenpath.serve.http import Request
+from tokenpath.wire.apis import Api
 from tokenpath.wire.limits import ServerLimits
 
 
@@ -472,5 +475,163 @@ def test_a_finished_response_whose_tail_the_client_never_takes_is_reset_after_th
                 break
         assert [(e.stream_id, e.error_code) for e in resets] == [(1, h2.errors.ErrorCodes.CANCEL)]
         assert not srv._streams  # the slot is free again
+
+    asyncio.run(main())
+
+
+class Budgeted(Recorder):
+    """A handler with a worker-wide body budget, as the gateway has."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.body_budget = BodyBudget(limit, Refusal(503, "bodies full", "overloaded", (("Retry-After", "1"),)))
+
+
+def test_body_bytes_are_held_against_the_budget_as_they_arrive_and_given_back() -> None:
+    """Was (issue 33): a stream with no content-length reserved the whole body limit on its head, so one connection's
+    requests that never sent a body refused every other client. Now a stream holds what its window let in."""
+
+    async def main() -> None:
+        cli = client()
+        app = Budgeted(1000)
+        srv, transport = connected(cli, app)
+        for sid in (1, 3, 5, 7, 9, 11, 13):  # seven bodies of unknown length, none sent: nothing held
+            cli.send_headers(sid, request_headers())
+        srv.data_received(cli.data_to_send())
+        assert app.body_budget.held == 0
+        cli.send_data(1, b"a" * 600)
+        srv.data_received(cli.data_to_send())
+        assert app.body_budget.held == 600
+        cli.send_data(3, b"b" * 600)  # would take the worker past its 1000: this stream is refused, no other
+        srv.data_received(cli.data_to_send())
+        events = exchange(cli, transport)
+        heads = {e.stream_id: dict(e.headers)[b":status"] for e in events_of(h2.events.ResponseReceived, events)}
+        assert heads == {3: b"503"}
+        assert app.body_budget.held == 600
+        cli.reset_stream(1)  # a client that leaves gives its bytes back
+        srv.data_received(cli.data_to_send())
+        assert app.body_budget.held == 0
+        cli.send_data(5, b'{"x": 1}', end_stream=True)
+        srv.data_received(cli.data_to_send())
+        assert [r.body for r in app.requests] == [b'{"x": 1}']
+        assert app.body_budget.held == 8  # held by the handler's response until it ends (or the handler gives it back)
+        app.responses[0].send(200, [], b"ok")
+        assert app.body_budget.held == 0
+
+    asyncio.run(main())
+
+
+def test_a_refusal_takes_the_shape_of_the_api_the_path_is() -> None:
+    """Was (issue 33): errors before the head were OpenAI-shaped on every route."""
+
+    class Anthropic(Recorder):
+        def admit(self, head: Request) -> object:
+            return Refusal(401, "no key", "invalid_api_key", api=Api.ANTHROPIC)
+
+    async def main() -> None:
+        cli = client()
+        srv, transport = connected(cli, Anthropic())
+        cli.send_headers(1, request_headers("/v1/messages"), end_stream=True)
+        srv.data_received(cli.data_to_send())
+        events = exchange(cli, transport)
+        body = b"".join(e.data for e in events_of(h2.events.DataReceived, events))
+        assert json.loads(body) == {"type": "error", "error": {"type": "authentication_error", "message": "no key"}}
+
+    asyncio.run(main())
+
+
+def _frames(kind: str, i: int) -> bytes:
+    """One flood unit of each kind, as raw frames (an h2 client state machine would refuse to send most of them)."""
+    sid = 1 + 2 * i
+    if kind == "settings_ack":
+        return SettingsFrame(0, flags=["ACK"]).serialize()
+    if kind == "ping_ack":
+        return PingFrame(0, flags=["ACK"], opaque_data=b"\0" * 8).serialize()
+    if kind == "priority":
+        return PriorityFrame(sid, depends_on=0, stream_weight=15).serialize()
+    if kind == "unknown":
+        return b"\x00\x00\x00\x20\x00\x00\x00\x00\x00"  # type 0x20, empty: h2 reads it as UnknownFrameReceived
+    if kind == "connection_window_update":
+        return WindowUpdateFrame(0, window_increment=1).serialize()
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("flood", ["settings_ack", "ping_ack", "priority", "unknown", "connection_window_update"])
+def test_floods_of_every_other_frame_type_end_the_connection(flood: str) -> None:
+    """Was (issue 33): frames the guard did not count cost the worker unbounded CPU (200,000 SETTINGS ACKs 1.6 s,
+    400,000 PRIORITY 2.6 s, 400,000 unknown frames 3.2 s, 400,000 connection WINDOW_UPDATEs 2.6 s) and the connection
+    was never closed."""
+
+    async def main() -> None:
+        cli = client()
+        srv, transport = connected(cli, Recorder(), clock=lambda: 0.0)
+        for i in range(20):
+            srv.data_received(b"".join(_frames(flood, 100 * i + k) for k in range(100)))
+            if transport.closed:
+                break
+        assert transport.closed, f"2,000 {flood} frames and the connection lives"
+        end = goaway(cli.receive_data(transport.take()))
+        assert end is not None
+        assert end.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+
+    asyncio.run(main())
+
+
+def test_browser_priority_frames_and_window_updates_for_its_streams_are_no_flood() -> None:
+    """The bounds grow with what the client does honestly: PRIORITY with each request, WINDOW_UPDATEs as it reads."""
+
+    async def main() -> None:
+        cli = client()
+        app = Recorder(lambda q, r: r.write(r.start_stream(200, []) + b"data: x\n\n" * 50, last=True))
+        srv, transport = connected(cli, app)
+        for i in range(600):
+            sid = 1 + 2 * i
+            cli.send_headers(sid, request_headers(), end_stream=True)
+            cli.prioritize(sid, weight=220)
+            srv.data_received(cli.data_to_send())
+            for event in exchange(cli, transport):
+                if isinstance(event, h2.events.DataReceived) and event.stream_id:
+                    cli.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            srv.data_received(cli.data_to_send())
+        assert not transport.closed
+        assert len(app.requests) == 600
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("provoke", ["window_overflow", "data_after_end_stream", "data_on_closed_stream"])
+def test_resets_the_client_makes_us_send_spend_the_reset_allowance(provoke: str) -> None:
+    """Was (issue 33, MadeYouReset, CVE-2025-8671): a client that made the server reset its streams opened 11,220 in
+    9 s on one connection, 9,657 forwarded upstream, no GOAWAY."""
+
+    async def main() -> None:
+        cli = client()
+        app = Recorder()  # never answers: each request stays open until its stream is reset
+        srv, transport = connected(cli, app, clock=lambda: 0.0)  # no allowance comes back while the test runs
+        if provoke == "data_on_closed_stream":  # one stream, reset once by the client: then only DATA on it
+            cli.send_headers(1, request_headers())
+            cli.reset_stream(1)
+            srv.data_received(cli.data_to_send())
+        for i in range(2_000):
+            sid = 1 + 2 * i
+            if provoke == "data_on_closed_stream":
+                srv.data_received(DataFrame(1, data=b"x").serialize() * 5)
+                if transport.closed:
+                    break
+                continue
+            cli.send_headers(sid, request_headers(), end_stream=True)
+            srv.data_received(cli.data_to_send())  # the request reaches the handler
+            if provoke == "window_overflow":
+                srv.data_received(WindowUpdateFrame(sid, window_increment=2**31 - 1).serialize())
+            else:
+                srv.data_received(DataFrame(sid, data=b"x").serialize())
+            if transport.closed:
+                break
+            exchange(cli, transport)  # the client reads our resets (its count of open streams goes down)
+        assert transport.closed
+        end = goaway(cli.receive_data(transport.take()))
+        assert end is not None
+        assert end.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM
+        assert len(app.requests) <= 201  # the reset burst allowance (200), then the connection ends
 
     asyncio.run(main())

@@ -427,9 +427,8 @@ def relay_reads(pieces: list[bytes]) -> tuple[list[bytes], bytes]:
         sent.append(out)
     assert relay.frames == chunked.frames
     assert relay.bytes == len(b"".join(pieces))
-    held = relay.rest()
-    assert chunked.rest() == chunk(held)
-    return sent, held
+    assert chunked.held == relay.held
+    return sent, relay.held
 
 
 def fields(frames: list[Frame]) -> list[tuple[bytes | None, bytes | None, bytes | None, list[bytes]]]:
@@ -627,12 +626,12 @@ class _Gatekeeper:
 
     def admit(self, head: Request) -> object:
         if head.path == "/deny":
-            from tokenpath.serve.http import Refusal
+            from tokenpath.serve.admission import Refusal
 
             return Refusal(401, "no", "invalid_api_key", (("WWW-Authenticate", "Bearer"),))
 
         async def later() -> object:
-            from tokenpath.serve.http import Admitted
+            from tokenpath.serve.admission import Admitted
 
             await asyncio.sleep(0.01)
             return Admitted(head.path)

@@ -12,6 +12,7 @@ silence was) is decided here, by one table, and unit-tested without a network.
     WAITING        head < 500                     -> STREAMING     Record(ok), Commit, Arm(IDLE)
     WAITING        head >= 500, lost, timeout     -> CONNECTING    as "attempt failed", after Abort
     STREAMING      end                            -> DONE          Complete
+    STREAMING      end, the format's end missing  -> DONE          Record(failure), Abort, End(upstream_truncated)
     STREAMING      lost                           -> DONE          Record(failure), End(upstream_disconnected)
     STREAMING      a frame too large to hold      -> DONE          Abort, End(event_too_large), member not blamed
     STREAMING      a frame's framing broke        -> DONE          Record(failure), Abort, End(upstream_malformed)
@@ -184,6 +185,20 @@ class ExchangeMachine:
         self._finish_member()
         self.phase = Phase.DONE
         return [Complete()]
+
+    def upstream_cut(self, detail: str) -> list[Action]:
+        """The body ended without the format's end (inside a frame, or before its final event): the upstream cut
+        the stream, as a lost connection does, however cleanly its transport ended (a close-delimited body's end
+        is a close). The whole frames went out; the client gets the error frame, never a clean end."""
+        if self.phase is not Phase.STREAMING:
+            return []
+        member = self.member
+        assert member is not None
+        ejected = self.pool.record_failure(member)
+        self._end("upstream_truncated")
+        message = "upstream ended the stream before its end"
+        failure = Failure(FailureKind.UPSTREAM_CLOSED, detail)
+        return [Record(member, failure, ejected), Abort(), End(message, "upstream_truncated", detail)]
 
     def upstream_lost(self, failure: Failure, stale: bool = False) -> list[Action]:
         if failure.kind is FailureKind.INTERNAL:

@@ -144,7 +144,7 @@ class H2Connection(asyncio.Protocol):
         )
         self.h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         loop = asyncio.get_running_loop()
-        self.guard = FrameGuard(loop.time, self.h2.max_inbound_frame_size)
+        self.guard = FrameGuard(loop.time, self.h2.max_inbound_frame_size, peer_is_server=True)
         self.streams: dict[int, H2Stream] = {}
         self.started = False  # our preface is out
         self.closed = False
@@ -256,6 +256,7 @@ class H2Connection(asyncio.Protocol):
             asyncio.get_running_loop().call_soon(self._refuse, stream, f"no stream could be opened: {exc!r}")
             return
         self.streams[stream_id] = stream
+        self.guard.window_updates_owed += 1  # some servers open a new stream's window beyond its initial size
         self.h2.increment_flow_control_window(STREAM_WINDOW - 65535, stream_id)
         if body:
             stream.pending_body = body
@@ -395,6 +396,8 @@ class H2Connection(asyncio.Protocol):
                 return  # resumed on WindowUpdated
             piece, stream.pending_body = stream.pending_body[:window], stream.pending_body[window:]
             h2conn.send_data(stream.stream_id, piece, end_stream=not stream.pending_body)
+            # the member may give this frame back on the stream and on the connection, even a KiB at a time
+            self.guard.window_updates_owed += 2 * max(1, len(piece) // 1024)
 
     def _reset_malformed(self, stream_id: int, why: str, touched: dict[int, Sink]) -> None:
         """RFC 9113 8.1.1: a malformed response is a stream error of type PROTOCOL_ERROR; the connection goes on."""

@@ -1,7 +1,12 @@
 """A JWKS key cache: fetched once, refreshed in the background every TTL, kept when a refresh fails
 (stale-if-error), and refreshed early, at most once per `min_refresh_s`, when a token names an unknown kid (key
 rotation publishes the new key before tokens use it, so one early fetch finds it; a flood of made-up kids cannot
-turn into a flood of fetches)."""
+turn into a flood of fetches).
+
+One fetch thread per cache at most: a fetch runs in a daemon thread and is waited for up to its deadline (plus a
+grace). A thread can outlive that wait (urllib's timeout is per socket operation, so a server that answers its head
+slowly holds the thread past the deadline), and a refresh asked for while it still runs joins it rather than
+starting another thread, so a slow JWKS server costs one thread, however many refreshes it fails."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +27,8 @@ import jwt
 log = logging.getLogger(__name__)
 
 FETCH_DEADLINE_S = 5.0  # one fetch, connect to last byte: a server trickling bytes cannot hold it longer
+FETCH_GRACE_S = 1.0  # how long past the deadline a refresh waits for the fetch thread before it counts as failed
+FETCH_THREAD_NAME = "jwks-fetch"
 MAX_JWKS_BYTES = 1 << 20
 
 
@@ -40,6 +48,7 @@ class JWKSCache:
         self.last_attempt: float = -1e18
         self.errors = 0  # refreshes that failed (stale-if-error kept the old keys)
         self._refreshing: asyncio.Task[None] | None = None
+        self._in_flight: asyncio.Future[bytes] | None = None  # the fetch thread's result, while the thread runs
         self._background: asyncio.Task[None] | None = None
 
     def state(self) -> dict[str, object]:
@@ -93,8 +102,12 @@ class JWKSCache:
 
     async def _fetch(self) -> None:
         self.last_attempt = time.monotonic()
+        if self._in_flight is None or self._in_flight.done():
+            self._in_flight = _in_daemon_thread(self._get)
+        # else: the thread of a refresh that gave up on it still runs; joined, never started twice
         try:
-            raw = await asyncio.wait_for(_in_daemon_thread(self._get), FETCH_DEADLINE_S + 1)
+            # shielded: giving up the wait leaves the thread's result for the next refresh to join
+            raw = await asyncio.wait_for(asyncio.shield(self._in_flight), FETCH_DEADLINE_S + FETCH_GRACE_S)
             keys = parse_jwks(raw)
         except Exception as exc:  # stale-if-error: keep serving with the keys we have
             self.errors += 1
@@ -131,25 +144,29 @@ class JWKSCache:
         return bytes(body)
 
 
-async def _in_daemon_thread(fn: Any) -> Any:
-    """Run a blocking call in a daemon thread: the default executor's threads are joined at interpreter exit, so
-    a fetch stuck in the kernel would hold up the process's shutdown after SIGTERM."""
+def _in_daemon_thread(fn: Callable[[], bytes]) -> asyncio.Future[bytes]:
+    """Start a blocking call in a daemon thread; its result (or exception) settles the future returned. A daemon
+    thread, not the default executor's: those are joined at interpreter exit, so a fetch stuck in the kernel would
+    hold up the process's shutdown after SIGTERM."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+    future: asyncio.Future[bytes] = loop.create_future()
 
     def run() -> None:
+        result = b""
+        exc: BaseException | None = None
         try:
             result = fn()
-        except BaseException as exc:  # handed to the awaiting coroutine
-            loop.call_soon_threadsafe(_settle, future, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, future, result, None)
+        except BaseException as error:  # handed to the awaiting coroutine
+            exc = error
+        # A thread that outlived its loop (the gateway shut down while the fetch ran): no one is waiting for it
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, result, exc)
 
-    threading.Thread(target=run, name="jwks-fetch", daemon=True).start()
-    return await future
+    threading.Thread(target=run, name=FETCH_THREAD_NAME, daemon=True).start()
+    return future
 
 
-def _settle(future: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+def _settle(future: asyncio.Future[bytes], result: bytes, exc: BaseException | None) -> None:
     if future.done():
         return
     if exc is not None:

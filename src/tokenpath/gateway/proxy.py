@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -51,8 +52,11 @@ from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS, StreamFormat, for
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
-from tokenpath.serve.http import Admission, Admitted, Refusal, Request, Response, error_body
+from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
+from tokenpath.serve.http import Request, Response
+from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.framing import Framing
 
 log = logging.getLogger("tokenpath.gateway")
@@ -82,7 +86,6 @@ REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
-BODILESS_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "DELETE"})  # requests that in practice carry no body
 KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
 
 
@@ -111,7 +114,17 @@ class GatewayApp:
         self.forwarded_proto = "https" if cfg.tls_cert else "http"  # the scheme the client reached us by
         self.active: set[Exchange] = set()
         self.draining = False
-        self.body_bytes = 0  # request body bytes admitted and not yet released (max_body_bytes_in_flight)
+        limit = cfg.limits.max_body_bytes_in_flight
+        self.body_budget = BodyBudget(  # the request bodies this worker holds, read by serve/http.py and serve/h2.py
+            limit,
+            Refusal(
+                503,
+                f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
+                "overloaded",
+                (("Retry-After", str(cfg.limits.retry_after_s)),),
+            ),
+            self._body_refused,
+        )
         self._idle = asyncio.Event()  # set whenever no exchange is active (drain waits on it)
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -123,6 +136,19 @@ class GatewayApp:
                 kind = H2Pool if pool.cfg.protocol == "h2" else ConnectionPool
                 self.connections[id(m)] = kind(member.host, member.port, tls if member.tls else None, on_handshake)
                 self.metrics.member_healthy.labels(pool.name, m.url).set(1)
+
+    def _body_refused(self) -> None:
+        self.metrics.errors.labels("bodies_in_flight").inc()
+        self.metrics.requests.labels("503").inc()
+
+    def error_api(self, path: str) -> Api | None:
+        """The API format a path is, for the shape of an error answered before its response head (serve/http.py,
+        serve/h2.py ask it for the errors they answer themselves: a body over its limit, a malformed request)."""
+        try:
+            route = match_route(origin_form(path))
+        except BadTarget:
+            return None
+        return route.api if route is not None else None
 
     def _count_handshake(self, pool: str, resumed: bool) -> None:
         self.metrics.tls_handshakes.labels(pool, "true" if resumed else "false").inc()
@@ -137,6 +163,7 @@ class GatewayApp:
                 f"{head.method} is not allowed",
                 "method_not_allowed",
                 (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),),
+                self.error_api(head.path),
             )
         try:
             target = origin_form(head.target)
@@ -146,12 +173,12 @@ class GatewayApp:
         if route is None:
             return self._refuse(404, f"no route: the gateway serves {SERVED}", "not_found")
         if self.draining or len(self.active) >= self.cfg.limits.max_streams:
-            return self._overloaded()
+            return self._overloaded(route.api)
         authorization = head.header("authorization")
         try:
             principal = self.auth.check(authorization)
         except AuthError as exc:
-            return self._unauthorized(head, str(exc))
+            return self._unauthorized(head, str(exc), route.api)
         except KeyNeeded:
             return self._admit_after_key_fetch(head, authorization, target, route)
         return self._admitted(head, Entry(principal, target, route))
@@ -162,7 +189,7 @@ class GatewayApp:
         try:
             principal = await asyncio.wait_for(self.auth.authenticate(authorization), KEY_WAIT_S)
         except AuthError as exc:
-            return self._unauthorized(head, str(exc))
+            return self._unauthorized(head, str(exc), route.api)
         except TimeoutError:
             self.metrics.errors.labels("jwks_unavailable").inc()
             return self._refuse(
@@ -170,43 +197,40 @@ class GatewayApp:
                 "signing keys are unavailable; retry shortly",
                 "auth_unavailable",
                 (("Retry-After", str(self.cfg.limits.retry_after_s)),),
+                route.api,
             )
         return self._admitted(head, Entry(principal, target, route))
 
     def _admitted(self, head: Request, entry: Entry | None) -> Admission:
-        """Admit a request whose body fits in the worker's max_body_bytes_in_flight, holding room for it until the
-        connection is done with the request (serve.http calls the release); else 503 + Retry-After."""
-        size = declared_body_bytes(head, self.cfg.limits.max_body_bytes)
-        if not size:
-            return Admitted(entry)
-        limit = self.cfg.limits.max_body_bytes_in_flight
-        if self.body_bytes + size > limit:
-            self.metrics.errors.labels("bodies_in_flight").inc()
-            return self._refuse(
-                503,
-                f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
-                "overloaded",
-                (("Retry-After", str(self.cfg.limits.retry_after_s)),),
-            )
-        self.body_bytes += size
-        return Admitted(entry, functools.partial(self._release_body, size))
+        """Admit a request; its body's bytes are held against the worker's body budget as they arrive (serve/http.py,
+        serve/h2.py). One whose Content-Length alone would not fit in what the budget has left is refused now, before
+        its body is sent (a body of unknown length, or one announced and never sent, costs nothing here)."""
+        length = head.header("content-length")
+        if length is not None and length.isdigit() and int(length) > self.body_budget.room():
+            self._body_refused()
+            return dataclasses.replace(self.body_budget.refusal, api=entry.route.api if entry is not None else None)
+        return Admitted(entry)
 
-    def _release_body(self, size: int) -> None:
-        self.body_bytes -= size
-
-    def _refuse(self, status: int, message: str, code: str, headers: tuple[tuple[str, str], ...] = ()) -> Refusal:
+    def _refuse(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        headers: tuple[tuple[str, str], ...] = (),
+        api: Api | None = None,
+    ) -> Refusal:
         self.metrics.requests.labels(str(status)).inc()
-        return Refusal(status, message, code, headers)
+        return Refusal(status, message, code, headers, api)
 
-    def _overloaded(self) -> Refusal:
+    def _overloaded(self, api: Api | None) -> Refusal:
         limits = self.cfg.limits
         reason = "shutting down" if self.draining else f"at its limit of {limits.max_streams} streams"
         self.metrics.errors.labels("overloaded").inc()
         return self._refuse(
-            503, f"gateway {reason}; retry shortly", "overloaded", (("Retry-After", str(limits.retry_after_s)),)
+            503, f"gateway {reason}; retry shortly", "overloaded", (("Retry-After", str(limits.retry_after_s)),), api
         )
 
-    def _unauthorized(self, head: Request, reason: str) -> Refusal:
+    def _unauthorized(self, head: Request, reason: str, api: Api | None) -> Refusal:
         self.metrics.errors.labels("unauthorized").inc()
         rid = head.header(self.cfg.request_id_header)
         log.warning(
@@ -224,7 +248,7 @@ class GatewayApp:
         if head.header("authorization"):
             challenge += ', error="invalid_token"'
         return self._refuse(
-            401, "invalid or missing bearer token", "invalid_api_key", (("WWW-Authenticate", challenge),)
+            401, "invalid or missing bearer token", "invalid_api_key", (("WWW-Authenticate", challenge),), api
         )
 
     # the handler: a request whose head was admitted and whose body is in ------------------------------------
@@ -238,8 +262,8 @@ class GatewayApp:
         entry = response.context
         assert isinstance(entry, Entry), "every request but the health check is admitted with an Entry"
         if self.draining or len(self.active) >= self.cfg.limits.max_streams:  # the body took a while to arrive
-            refusal = self._overloaded()
-            response.send_json(503, error_body(refusal.message, "server_error", refusal.code), list(refusal.headers))
+            refusal = self._overloaded(entry.route.api)
+            response.send_error(error_reply(refusal.api, 503, refusal.message, refusal.code), refusal.headers)
             return
         exchange = Exchange(self, request, response, entry)
         self.active.add(exchange)
@@ -256,14 +280,14 @@ class GatewayApp:
             if not self.active:
                 self._idle.set()
 
-    def reply_error(
-        self, response: Response, status: int, message: str, code: str, headers: list[tuple[str, str]] | None = None
-    ) -> None:
+    def reply_error(self, response: Response, status: int, message: str, code: str) -> None:
+        """An error answered before the response head, in the shape of the request's API format."""
         if response.finished or response.client_gone:
             return
-        kind = "invalid_request_error" if status < 500 else "server_error"
         self.metrics.requests.labels(str(status)).inc()  # before the answer goes out, as in upstream_complete
-        response.send_json(status, error_body(message, kind, code), headers)
+        entry = response.context
+        api = entry.route.api if isinstance(entry, Entry) else None
+        response.send_error(error_reply(api, status, message, code))
 
     def connection_pool(self, member: MemberState) -> ConnectionPool | H2Pool:
         return self.connections[id(member)]
@@ -283,18 +307,6 @@ class GatewayApp:
         for pool in self.connections.values():
             pool.close()
         return cut
-
-
-def declared_body_bytes(head: Request, max_body_bytes: int) -> int:
-    """What a request's body may take: its Content-Length (the core refused one over max_body_bytes), or
-    max_body_bytes when its length is known only at its end: chunked, or an HTTP/2 request of a method that carries
-    a body and no Content-Length (its body ends with END_STREAM; serve/h2.py refuses one past max_body_bytes)."""
-    if head.header("transfer-encoding") is not None:
-        return max_body_bytes
-    length = head.header("content-length")
-    if length is None and head.http_version == "2" and head.method not in BODILESS_METHODS:
-        return max_body_bytes
-    return int(length) if length is not None and length.isdigit() else 0
 
 
 def connection_tokens(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
@@ -329,6 +341,7 @@ class Exchange:
         self.committed = False  # the client has the head: no more failover
         self.pending_head: ResponseHead | None = None  # the head the machine is deciding on
         self.framing = Framing.CHUNKED  # how the body is framed to the client (decided by the server core)
+        self.upstream_framing = Framing.CHUNKED  # how the upstream framed it (HTTP/2: CLOSE never, END_STREAM ends)
         self.bodiless = False
         self.stream: StreamFormat | None = None  # the response's stream format (None: not a token stream)
         # The relay rules (gateway.relay: framing, whole frames only, counting, first token), set at the head.
@@ -577,6 +590,8 @@ class Exchange:
 
     def _forward_head(self, head: ResponseHead) -> None:
         self.committed = True
+        self.upstream_framing = head.framing
+        self._drop_body()
         self.status = head.status
         out_headers: list[tuple[str, str]] = []
         length: int | None = None
@@ -612,6 +627,14 @@ class Exchange:
         self.framing = response.framing or Framing.NONE
         self.bodiless = self.framing is Framing.NONE
         self.relay = Relay(self.stream, self.framing is Framing.CHUNKED)
+
+    def _drop_body(self) -> None:
+        """The client is getting the head: no failover can resend the body now, so its memory and its share of the
+        worker's body budget are given back at once, not when the stream ends (a long stream would hold both)."""
+        if self.request.body:
+            self.request = dataclasses.replace(self.request, body=b"")
+            self.response.request = self.request
+        self.response.release_admission()
 
     def upstream_body(self, data: bytes) -> None:
         # The hot path: once per upstream read. The relay decides; news (first byte, first token, a frame it cannot
@@ -656,13 +679,20 @@ class Exchange:
             machine.last_read = self.loop.time()  # ExchangeMachine.read(), inlined: once per read
 
     def upstream_complete(self) -> None:
-        if self.machine is not None:
-            self._do(self.machine.upstream_ended())
+        machine = self.machine
+        if machine is None:
+            return
+        relay = self.relay
+        if relay is not None and machine.phase is Phase.STREAMING:
+            rest, cut = relay.finish(self.upstream_framing is Framing.CLOSE)
+            if cut is not None:
+                self._do(machine.upstream_cut(cut))
+                return
+            if rest:  # a last NDJSON line the body's end completes
+                self.out.append(rest)
+        self._do(machine.upstream_ended())
 
     def _complete(self) -> None:
-        rest = self.relay.rest() if self.relay is not None else b""
-        if rest:  # a stream that ends without a blank line still gets every byte
-            self.out.append(rest)
         self.out.append(self.response.end_bytes())
         # Counted before the last bytes go out: a client that has read its whole answer finds it in /metrics.
         self.app.metrics.requests.labels(str(self.status)).inc()

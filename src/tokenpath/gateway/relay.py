@@ -13,6 +13,11 @@ The rules (module docstring of proxy.py has the why):
   when the stream ends, never per read.
 - First token: the first frames are classified (the format's FrameReader) until the first content frame, whose read
   sets `first_token`: the upstream's true TTFT. A body that is not a token stream has its first byte as first token.
+- The end (`finish`): a body that ends inside a frame was cut, whatever its framing: the client gets the error
+  frame, never the half frame and a clean end. A close-delimited body's end is a close, which a cut looks the same
+  as: it is complete only after the format's final event (or its own error frame), else cut too. (A chunked or
+  HTTP/2 body's end is the upstream's own word: relayed as it is.) Only the last two reads' frames are looked at,
+  once, at the end: the hot path keeps two references, never parses.
 
 `news` is True after a feed that set `first_byte`, `first_token` or `failure` for the first time: the one flag the
 hot path checks per read. The caller clears it once it has acted.
@@ -52,6 +57,7 @@ class Relay:
         "frames",
         "last_out",
         "news",
+        "prev_out",
         "stream",
     )
 
@@ -64,6 +70,7 @@ class Relay:
         self.frames = 0
         self.bytes = 0
         self.last_out = b""  # the last whole frames sent (a reference, no copy): what an error frame follows
+        self.prev_out = b""  # the whole frames sent before those (Bedrock's metadata may follow its final event)
         self.first_byte = False
         self.first_token = False
         self.failure: RelayFailure | None = None
@@ -92,17 +99,44 @@ class Relay:
                 self._scan = None
             if not data:
                 return b""
+        self.prev_out = self.last_out
         self.last_out = data
         return chunk(data) if self._chunked else data
 
-    def rest(self) -> bytes:
-        """The body ended: the bytes of a last frame it never finished (a stream without its blank line still gets
-        every byte), framed."""
-        cut = self._cut
-        if cut is None or not cut.held:
-            return b""
-        rest = cut.rest()
-        return chunk(rest) if self._chunked else rest
+    @property
+    def held(self) -> bytes:
+        """The bytes of the unfinished frame held now (never sent unless a later read finishes it)."""
+        return bytes(self._cut.held) if self._cut is not None else b""
+
+    def finish(self, by_close: bool) -> tuple[bytes, str | None]:
+        """The body ended (`by_close`: a close-delimited body, ended by a close): the bytes still to send (framed),
+        and why the token stream was cut (None: it was not, or it is no token stream, or a failure already ended it).
+        Held bytes are a frame only when the body's end completes it (an NDJSON line without its line end); otherwise
+        they are the unfinished frame of a cut, and are dropped."""
+        stream, cut = self.stream, self._cut
+        if stream is None or cut is None or cut is _STOPPED:
+            return b"", None
+        reader = stream.reader()
+        rest = b""
+        if cut.held:
+            held = cut.rest()
+            try:
+                whole = [*reader.feed(held), *reader.close()]
+            except Exception:  # bytes that break the format: no frame
+                whole = []
+            if not whole or reader.pending_bytes():
+                return b"", f"the body ended inside a frame ({len(held)} bytes of it held, never sent)"
+            self.frames += len(whole)
+            rest = held
+        if by_close:
+            reader = stream.reader()
+            tail = [*reader.feed(self.prev_out), *reader.feed(self.last_out), *reader.feed(rest), *reader.close()]
+            if not any(reader.ends(frame) for frame in tail):
+                return b"", "the body ended by a close before the format's final event"
+        if rest:
+            self.prev_out, self.last_out = self.last_out, rest
+            return (chunk(rest) if self._chunked else rest), None
+        return b"", None
 
     def drop_held(self) -> None:
         """The stream ends with an error frame: an unfinished frame's bytes are dropped, so the error frame is the

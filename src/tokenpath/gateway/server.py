@@ -81,7 +81,14 @@ class GatewayServer:
         # HTTP/1.1 and HTTP/2 on one port: by ALPN over TLS, by the client's first bytes in clear text (h2c)
         factory = serve_factory(app, server_limits, H2Limits(max_concurrent_streams=limits.h2_max_concurrent_streams))
         ctx = server_context(self.cfg.tls_cert, self.cfg.tls_key) if self.cfg.tls_cert and self.cfg.tls_key else None
-        self._server = await listen(factory, self.cfg.listen_host, self.cfg.listen_port, self._sock, ctx)
+        self._server = await listen(
+            factory,
+            self.cfg.listen_host,
+            self.cfg.listen_port,
+            self._sock,
+            ctx,
+            handshake_timeout_s=limits.header_timeout_s,
+        )
         health = self.cfg.health
         if health.active_interval_s > 0:
             self._health = loop.create_task(

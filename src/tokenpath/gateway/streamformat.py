@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tokenpath.gateway.cuts import LineRelay, MessageRelay
-from tokenpath.serve.http import error_body
 from tokenpath.wire.apis import SPECS, Api, Framing
+from tokenpath.wire.errorshape import error_body
 from tokenpath.wire.eventstream import exception_message
 from tokenpath.wire.reader import FrameReader
 from tokenpath.wire.sse import EventRelay
@@ -116,7 +116,7 @@ def anthropic_error(message: str, code: str, last: bytes) -> bytes:
 def gemini_error(message: str, code: str, last: bytes) -> bytes:
     if code in TIMEOUT_CODES:
         status, name = 504, "DEADLINE_EXCEEDED"
-    elif code in ("upstream_disconnected", "shutdown"):
+    elif code in ("upstream_disconnected", "upstream_truncated", "shutdown"):
         status, name = 503, "UNAVAILABLE"
     else:
         status, name = 500, "INTERNAL"
@@ -126,7 +126,7 @@ def gemini_error(message: str, code: str, last: bytes) -> bytes:
 def bedrock_error(message: str, code: str, last: bytes) -> bytes:
     if code == "shutdown":
         kind = "serviceUnavailableException"
-    elif code in ("upstream_disconnected", *TIMEOUT_CODES):
+    elif code in ("upstream_disconnected", "upstream_truncated", *TIMEOUT_CODES):
         kind = "modelStreamErrorException"  # the model's stream broke: retry (as Bedrock says of it)
     else:
         kind = "internalServerException"

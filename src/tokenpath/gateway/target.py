@@ -7,13 +7,10 @@ server might resolve differently, and the routed form is what goes upstream."""
 
 from __future__ import annotations
 
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from tokenpath.errors import BadRequest
-
-# Decoded, these change which resource a path names on some server (RFC 3986 dot segments, `\` on Windows-minded
-# servers, NUL on C ones); encoded slashes are refused because servers disagree on whether they split segments.
-_FORBIDDEN_DECODED = ("\\", "\x00")
+from tokenpath.wire.requesttarget import resolvable_path_problem
 
 
 class BadTarget(BadRequest):
@@ -37,13 +34,7 @@ def origin_form(target: str) -> str:
         raise BadTarget("the request target has a fragment")
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in target):
         raise BadTarget("the request target has a control character or a space")
-    lowered = path.lower()
-    if "%2f" in lowered or "%5c" in lowered:
-        raise BadTarget("the request path has an encoded slash")
-    for segment in path.split("/"):
-        decoded = unquote(segment)
-        if decoded in (".", ".."):
-            raise BadTarget("the request path has a dot segment ('.' or '..', maybe percent-encoded)")
-        if any(c in decoded for c in _FORBIDDEN_DECODED):
-            raise BadTarget("the request path has a backslash or a NUL")
+    problem = resolvable_path_problem(path)  # shared with the monitor's exporter (monitor/allowlist.py)
+    if problem is not None:
+        raise BadTarget(problem)
     return f"{path}{sep}{query}" if query else path

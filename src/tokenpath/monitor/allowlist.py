@@ -7,9 +7,16 @@ cross from host into path):
 
     SCHEME://HOST[:PORT][/PATH]     e.g.  https://*.llm.example.com   http://10.0.0.5:8000/v1/*   http://127.0.0.1:*
 
-- SCHEME: `http`, `https` or `*`; HOST: a glob over the host name or address (case-insensitive; an IPv6 address
-  in brackets); PORT: digits or `*`, and without one only the scheme's default port; PATH: a glob over the path
-  requested (the chat path a base URL gets appended, and the query), any path when left out.
+- SCHEME: `http`, `https` or `*`; HOST: a glob over the host name or address, label by label (case-insensitive; an
+  IPv6 address in brackets): a `*` matches within one DNS label, as in a TLS wildcard, so `http://127.0.0.*:80`
+  never allows `127.0.0.1.attacker.example`; `*` alone is any host; PORT: digits or `*`, and without one only the
+  scheme's default port; PATH: a glob over the path requested (the chat path a base URL gets appended, and the
+  query), any path when left out.
+
+A target is matched only once its path names one resource on any server: a dot segment (`/v1/../internal`, also
+percent-encoded, in any case, or as Tomcat's `..;`) or an encoded slash or backslash is refused (a UsageError)
+before any pattern is tried, as the gateway's router refuses them (wire/requesttarget.py): the probe sends the
+path as written, and a server that resolves it would serve a path the pattern never named.
 
 Patterns match names as written in the URL, not the addresses they resolve to: a host name under an attacker's DNS
 control can point anywhere, so allow addresses, or names you control.
@@ -24,6 +31,7 @@ from fnmatch import fnmatchcase
 
 from tokenpath.errors import UsageError
 from tokenpath.probe.transport import Target, parse_target
+from tokenpath.wire.requesttarget import resolvable_path_problem
 
 _PATTERN = re.compile(
     r"^(?P<scheme>https?|\*)://(?P<host>\[[0-9A-Fa-f:.*?]+\]|[^/:@]+)(?::(?P<port>\d{1,5}|\*))?(?P<path>/.*)?$"
@@ -60,7 +68,15 @@ class UrlPattern:
         port = DEFAULT_PORTS[target.scheme] if self.port is None else self.port
         if port not in (ANY_PORT, target.port):
             return False
-        return fnmatchcase(target.host.lower(), self.host) and fnmatchcase(target.path, self.path)
+        return _host_matches(target.host.lower(), self.host) and fnmatchcase(target.path, self.path)
+
+
+def _host_matches(host: str, glob: str) -> bool:
+    """Label by label, so that a `*` (or `?`, `[...]`) never crosses a dot into a name someone else controls."""
+    if glob == "*":
+        return True
+    labels, globs = host.split("."), glob.split(".")
+    return len(labels) == len(globs) and all(fnmatchcase(label, g) for label, g in zip(labels, globs, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +91,11 @@ class AllowList:
         return bool(self.patterns)
 
     def allows(self, url: str) -> bool:
-        """Whether the URL (as the probe will request it) matches a pattern. An invalid URL is a UsageError."""
+        """Whether the URL (as the probe will request it) matches a pattern. An invalid URL is a UsageError, and so
+        is one whose path a server could resolve to another (whatever the patterns say)."""
         target = parse_target(url)
+        problem = resolvable_path_problem(target.path.partition("?")[0])
+        if problem is not None:
+            why = "a server could resolve it to a path no --allow pattern names, so it is never probed"
+            raise UsageError(f"URL {url!r}: {problem}; {why}: give the path resolved")
         return any(p.matches(target) for p in self.patterns)

@@ -15,6 +15,7 @@ a redirect: a 3xx is the probe's failure (`http_status`), its Location never con
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import re
@@ -67,8 +68,8 @@ SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 # default `timeout_offset`, or a tenth of a short timeout (writing a probe's answer takes about a millisecond).
 DEADLINE_MARGIN_S = 0.5
 DEADLINE_MARGIN_SHARE = 0.1
-# Connections served beyond the probe slots: /metrics and the 503s stay answerable while every slot is busy. More
-# connections than slots + this are closed at once (serve.exposition's rule).
+# Requests served beyond the probe slots: /metrics and the 503s stay answerable while every slot is busy. A whole
+# request past slots + this is closed at once (serve.exposition's rule; heads still arriving take no thread).
 SPARE_CONNECTIONS = 4
 MAX_QUERY_FIELDS = 16  # target, module and whatever a scrape config adds; parse_qs would otherwise take any number
 MAX_TARGET_CHARS = 2048  # a target URL longer than this is refused (400): no real endpoint needs more
@@ -185,7 +186,12 @@ def parse_probe_request(query: str, scrape_timeout: str | None, config: Exporter
     except UsageError as exc:
         raise Refusal(400, "bad_request", f"target: {exc}") from None
     for route, cfg in routes.items():
-        if not config.allow.allows(cfg.url):
+        try:
+            allowed = config.allow.allows(cfg.url)
+        except UsageError as exc:  # a path a server could resolve to another: never probed, whatever --allow says
+            what = "target" if route == "via" else "the module's direct_url"
+            raise Refusal(400, "bad_request", f"{what}: {exc}") from None
+        if not allowed:
             what = "target" if route == "via" else f"the module's direct_url ({cfg.url})"
             raise Refusal(403, "not_allowed", f"{what} is not matched by any --allow pattern")
     budget = probe_budget_s(scrape_timeout, module.spec.total_timeout_s)
@@ -271,6 +277,7 @@ class ProbeExporter:
             request = parse_probe_request(query, scrape_timeout, self.config)
         except Refusal as refusal:
             self.metrics.refused.labels(refusal.reason).inc()
+            log_refusal(refusal)
             return Answer(refusal.status, f"{refusal}\n".encode())
         if not self._slots.acquire(blocking=False):
             self.metrics.dropped.inc()
@@ -306,6 +313,13 @@ class ProbeExporter:
         result = ProbeResult(request.target, request.module.spec.api, outcomes, self._clock() - started, status, added)
         urls = {route: cfg.url for route, cfg in request.routes.items()}
         return render_probe(result, self.config.metric_names, urls, request.module.request.model)
+
+
+def log_refusal(refusal: Refusal) -> None:
+    """One line per refused /probe, with the reason the scraper was answered: the log is where whoever runs the
+    exporter sees a scrape config (or someone else) asking for what it will not probe."""
+    record = {"event": "refused", "status": refusal.status, "reason": refusal.reason, "message": str(refusal)}
+    log.warning(json.dumps(record))
 
 
 def _out_of_time(target: str, route: str, cfg: ProbeConfig) -> ProbeOutcome:

@@ -26,6 +26,7 @@ from tokenpath.errors import (
     UsageError,
 )
 from tokenpath.hostport import join_hostport, url_host
+from tokenpath.wire.requesttarget import path_character_problem, url_character_problem
 
 RECV_BYTES = 65536  # one recv() may return up to this; larger than any TCP segment burst we expect
 # The most one drain() takes (the rest of one TLS wake-up). A proxy's held burst is a few KB; a peer that floods
@@ -61,7 +62,14 @@ class Target:
 
 
 def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target:
-    """A base URL (`http://h:p`, `http://h:p/v1`) gets the chat path appended; a full endpoint path is kept."""
+    """A base URL (`http://h:p`, `http://h:p/v1`) gets the chat path appended; a full endpoint path is kept.
+
+    A URL whose characters are not RFC 3986's as written (a space, a control character, non-ASCII, a `|`, a `%`
+    that is not %XX) is refused, not percent-encoded here: the probe must request exactly the URL the user wrote
+    (and the exporter's --allow matched), and re-encoding it would silently probe another one."""
+    problem = url_character_problem(url)
+    if problem is not None:
+        raise UsageError(f"URL {url!r}: {problem}")
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # e.g. an unclosed IPv6 bracket: 'http://[::1'
@@ -74,6 +82,9 @@ def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise UsageError(f"URL {url!r} has an invalid port") from None
+    problem = path_character_problem(f"{parts.path}?{parts.query}" if parts.query else parts.path)
+    if problem is not None:
+        raise UsageError(f"URL {url!r}: {problem}")
     path = parts.path.rstrip("/")
     if not path.endswith("completions"):
         path = path + default_path.removeprefix("/v1") if path.endswith("/v1") else path + default_path

@@ -3,52 +3,104 @@ bounded in threads and time."""
 
 from __future__ import annotations
 
+import io
 import socket
 import threading
-from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from tokenpath.errors import UsageError
+from tokenpath.serve.headreader import MAX_WAITING, HeadReader
 
 if TYPE_CHECKING:
     from wsgiref.types import WSGIApplication
 
-SCRAPE_THREADS = 4  # concurrent /metrics requests; more connections are closed at once
-SCRAPE_TIMEOUT_S = 5.0  # a connection that sends no whole request by then is closed
+    from _typeshed import WriteableBuffer
+
+SCRAPE_THREADS = 4  # requests served at once; a whole request head that finds them all busy is closed at once
+# A connection that has not sent its whole request head this long after it was accepted is closed (the whole head's
+# deadline, not each read's: a client dripping a byte a second would otherwise keep its connection forever); each
+# read or write after the head gets as long again.
+SCRAPE_TIMEOUT_S = 5.0
 
 
-class _BoundedServer(ThreadingMixIn, WSGIServer):
+class _BoundedServer(WSGIServer):
     """prometheus-client's own server starts a thread per connection and never times one out, so idle
-    connections cost a thread each, forever. This one serves at most SCRAPE_THREADS at a time and drops the rest."""
+    connections cost a thread each, forever. Here request heads are read on one thread (serve/headreader.py), each
+    by SCRAPE_TIMEOUT_S, and only a whole request takes one of `threads` threads: slow or silent clients cannot
+    keep an honest scrape from being answered, however many of them there are."""
 
-    daemon_threads = True
+    request_queue_size = MAX_WAITING  # the accept queue: a burst of connections waits for accept(), not refused
+    _heads: HeadReader | None = None  # started once the port is bound (a port taken closes the server first)
 
     def __init__(self, *args: Any, threads: int = SCRAPE_THREADS, **kwargs: Any) -> None:
         self._slots = threading.BoundedSemaphore(threads)
         super().__init__(*args, **kwargs)
+        self._heads = HeadReader(self._serve, SCRAPE_TIMEOUT_S)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+        assert self._heads is not None
+        self._heads.add(request, client_address)
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
+    def _serve(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
+        """A whole head arrived (on the head reader's thread): a thread of its own, or closed at once."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(sock)
+            return
+        threading.Thread(target=self._serve_thread, args=(sock, client_address, data), daemon=True).start()
+
+    def _serve_thread(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
         try:
-            super().process_request_thread(request, client_address)
+            _QuietHandler(sock, client_address, self, data)
+        except Exception:
+            self.handle_error(sock, client_address)
         finally:
+            self.shutdown_request(sock)
             self._slots.release()
+
+    def server_close(self) -> None:
+        super().server_close()
+        if self._heads is not None:
+            self._heads.close()
 
 
 class _BoundedServer6(_BoundedServer):
     address_family = socket.AF_INET6
 
 
+class _ReadAhead(io.RawIOBase):
+    """The bytes the head reader took from the socket (the head and whatever followed), then the socket's own."""
+
+    def __init__(self, data: bytes, sock: socket.socket) -> None:
+        self._data = memoryview(data)
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        out = memoryview(buffer).cast("B")
+        if self._data:
+            n = min(len(out), len(self._data))
+            out[:n] = self._data[:n]
+            self._data = self._data[n:]
+            return n
+        return self._sock.recv_into(out)
+
+
 class _QuietHandler(WSGIRequestHandler):
     timeout = SCRAPE_TIMEOUT_S
+
+    def __init__(self, request: Any, client_address: Any, server: Any, data: bytes = b"") -> None:
+        self._read_ahead = data
+        super().__init__(request, client_address, server)
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own file: the head is in what the head reader read
+        self.rfile = io.BufferedReader(_ReadAhead(self._read_ahead, self.connection))
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -60,8 +112,8 @@ def serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
 
 
 def serve_app(host: str, port: int, app: WSGIApplication, threads: int = SCRAPE_THREADS) -> WSGIServer:
-    """Serve a WSGI app the same way: at most `threads` connections at once (more are closed at once), each given
-    SCRAPE_TIMEOUT_S to send its request."""
+    """Serve a WSGI app the same way: at most `threads` requests at once (a whole head past them is closed at
+    once), each connection given SCRAPE_TIMEOUT_S to send its whole request head."""
     server_class = _BoundedServer6 if ":" in host else _BoundedServer
     try:
         httpd = server_class((host, port), _QuietHandler, threads=threads)  # what make_server does, with `threads`

@@ -60,8 +60,11 @@ import h2.exceptions
 import h2.settings
 from hyperframe.frame import GoAwayFrame
 
+from tokenpath.serve.admission import Admission, Admitted, BodyBudget, BodyCharge, Refusal
 from tokenpath.serve.h2limits import DEFAULT_LIMITS, H2Limits, ServerFrameGuard
-from tokenpath.serve.http import Admission, Admitted, Handler, Refusal, Response, _error_kind, _release, error_body
+from tokenpath.serve.http import Handler, Response, _release
+from tokenpath.wire.apis import Api
+from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.framing import Framing, bodiless
 from tokenpath.wire.limits import ServerLimits
 from tokenpath.wire.server import Request
@@ -187,12 +190,24 @@ def _h2_headers(status: int, headers: list[tuple[str, str]], length: int | None)
 class _Stream:
     """A request being received: its head, its body so far, what admission said."""
 
-    __slots__ = ("admission", "admitting", "body", "body_bytes", "ended", "head", "response", "timer", "unacked")
+    __slots__ = (
+        "admission",
+        "admitting",
+        "body",
+        "body_bytes",
+        "charge",
+        "ended",
+        "head",
+        "response",
+        "timer",
+        "unacked",
+    )
 
-    def __init__(self, head: Request) -> None:
+    def __init__(self, head: Request, charge: BodyCharge | None) -> None:
         self.head = head
         self.body: list[bytes] = []
         self.body_bytes = 0
+        self.charge = charge  # the body bytes held, against the handler's BodyBudget
         self.ended = False  # the client's END_STREAM arrived
         self.admitting = False
         self.admission: Admitted | None = None
@@ -206,10 +221,19 @@ class _Conn(h2.connection.H2Connection):
     h2 raises TooManyStreamsError (GOAWAY, and every other stream's events in that read lost); RFC 9113 5.1.2 lets
     us refuse the one stream instead, which H2Connection does (REFUSED_STREAM)."""
 
+    closed_stream_data = 0  # DATA frames on streams already closed, each answered with RST_STREAM (no event)
+
     @property
     def open_inbound_streams(self) -> int:
         count = self._open_streams(1)  # also forgets closed streams, as h2's own count does
         return min(count, self.local_settings.max_concurrent_streams - 1)
+
+    def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
+        # h2 answers DATA on a closed stream with RST_STREAM itself, with an event only the first time (a StreamReset
+        # the connection counts): the rest are counted here, as resets the client made us send (MadeYouReset)
+        if not exc._events:
+            self.closed_stream_data += 1
+        return super()._handle_data_on_closed_stream(events, exc, frame)
 
 
 class H2Connection(asyncio.Protocol):
@@ -224,6 +248,8 @@ class H2Connection(asyncio.Protocol):
     ) -> None:
         self._handler = handler
         self._admit: Callable[[Request], Admission | Awaitable[Admission]] | None = getattr(handler, "admit", None)
+        self._budget: BodyBudget | None = getattr(handler, "body_budget", None)
+        self._error_api: Callable[[str], Api | None] | None = getattr(handler, "error_api", None)
         self.limits = limits
         self.h2limits = h2limits
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
@@ -291,6 +317,10 @@ class H2Connection(asyncio.Protocol):
             self._flush()
             self._close()
             return
+        why = self._provoked_resets(events)
+        if why is not None:
+            self._calm(why, h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            return
         # h2 has read every frame of this read before we see its events: a stream reset later in the read is already
         # closed in h2 when its request event comes (the rapid-reset pattern); it is skipped, not answered
         self._doomed = {e.stream_id for e in events if isinstance(e, h2.events.StreamReset)}
@@ -303,6 +333,19 @@ class H2Connection(asyncio.Protocol):
             if stream.response is None and self._streams.get(stream.head.seq) is stream:
                 self._dispatch(stream)
         self._flush()
+
+    def _provoked_resets(self, events: list[h2.events.Event]) -> str | None:
+        """Spend the reset allowance on each stream this read made h2 reset for the client (MadeYouReset): a stream
+        error of the client's (a WINDOW_UPDATE past 2^31-1, DATA after END_STREAM, DATA on a closed stream)."""
+        provoked, self.h2.closed_stream_data = self.h2.closed_stream_data, 0
+        for event in events:
+            if type(event) is h2.events.StreamReset and not event.remote_reset:
+                provoked += 1
+        for _ in range(provoked):
+            why = self.guard.provoked_reset()
+            if why is not None:
+                return why
+        return None
 
     def eof_received(self) -> bool | None:
         return None
@@ -363,6 +406,8 @@ class H2Connection(asyncio.Protocol):
             except (h2.exceptions.FlowControlError, h2.exceptions.FrameTooLargeError):
                 pass  # split below, as the windows and the peer's frame size allow
             else:
+                # the client may give this frame back on its stream and on the connection, even a KiB at a time
+                self.guard.window_updates_owed += 2 * max(1, len(data) >> 10)
                 if end:
                     self._sent_end(response)
                 return
@@ -437,7 +482,7 @@ class H2Connection(asyncio.Protocol):
             return
         self._last_taken = max(self._last_taken, sid)
         head = self._head(sid, event.headers)
-        stream = _Stream(head)
+        stream = _Stream(head, self._budget.charge() if self._budget is not None else None)
         self._streams[sid] = stream
         if self._idle_timer is not None:
             self._idle_timer.cancel()
@@ -506,18 +551,25 @@ class H2Connection(asyncio.Protocol):
             if stream.ended:
                 self._ready.append(stream)
             return
-        self._refuse(stream, admission.status, admission.message, admission.code, admission.headers)
+        self._refuse(stream, admission)
 
-    def _refuse(
-        self, stream: _Stream, status: int, message: str, code: str, headers: tuple[tuple[str, str], ...] = ()
-    ) -> None:
+    def _refuse(self, stream: _Stream, refusal: Refusal) -> None:
         """Answer on the head (the body, if any, is not read: the stream is reset once the answer is out)."""
         _release(stream.admission)
         stream.admission = None
+        self._release_body(stream)
         response = H2Response(self, stream.head.seq, stream.head)
         stream.response = response
-        body = json.dumps(error_body(message, _error_kind(status), code)).encode()
-        response.send(status, [("content-type", "application/json"), *headers], body)
+        api = refusal.api
+        if api is None and self._error_api is not None:
+            api = self._error_api(stream.head.path)
+        response.send_error(error_reply(api, refusal.status, refusal.message, refusal.code), refusal.headers)
+
+    def _release_body(self, stream: _Stream) -> None:
+        stream.body = []
+        if stream.charge is not None:
+            stream.charge.release()
+            stream.charge = None
 
     def _data(self, event: h2.events.DataReceived) -> None:
         sid = event.stream_id
@@ -535,7 +587,11 @@ class H2Connection(asyncio.Protocol):
         stream.body_bytes += len(event.data)
         if stream.body_bytes > self.limits.max_body_bytes:
             limit = self.limits.max_body_bytes
-            self._refuse(stream, 413, f"request body over {limit} bytes", "request_too_large")
+            self._refuse(stream, Refusal(413, f"request body over {limit} bytes", "request_too_large"))
+            return
+        if stream.charge is not None and not stream.charge.take(len(event.data)):
+            assert self._budget is not None
+            self._refuse(stream, self._budget.refusal)  # its own bytes crossed the worker's budget
             return
         stream.body.append(event.data)
 
@@ -563,13 +619,18 @@ class H2Connection(asyncio.Protocol):
         if admission is not None:
             response.context = admission.context
             response.release = admission.release
+        response.charge, stream.charge = stream.charge, None
         stream.response = response
         try:
             self._handler(request, response)
         except Exception:  # a handler bug must cost one request, never the server
             log.exception("handler failed on %s %s", request.method, request.path)
             if not response.finished and not response.head_sent:
-                response.send_json(500, error_body("internal server error", "server_error"))
+                self._refuse_after_bug(response)
+
+    def _refuse_after_bug(self, response: H2Response) -> None:
+        api = self._error_api(response.request.path) if self._error_api is not None else None
+        response.send_error(error_reply(api, 500, "internal server error"))
 
     def _pump(self, response: H2Response) -> None:
         """Send what the windows admit, in frames of at most the peer's maximum size."""
@@ -588,6 +649,7 @@ class H2Connection(asyncio.Protocol):
                 del pending[:room]
             last = response.end_pending and not pending
             h2c.send_data(sid, chunk, end_stream=last)
+            self.guard.window_updates_owed += 2 * max(1, len(chunk) >> 10)
             if last:
                 self._blocked.pop(sid, None)
                 self._sent_end(response)
@@ -661,6 +723,7 @@ class H2Connection(asyncio.Protocol):
             stream.timer = None
         _release(stream.admission)
         stream.admission = None
+        self._release_body(stream)
         response = stream.response
         if response is None:
             return

@@ -15,16 +15,17 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, cast
 
 from tokenpath.errors import RemoteProtocolError, UsageError
+from tokenpath.serve.admission import Admission, Admitted, BodyBudget, BodyCharge, Refusal
+from tokenpath.wire.apis import Api
+from tokenpath.wire.errorshape import ErrorReply, error_reply
 from tokenpath.wire.framing import Framing, frame_body
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.wire.server import END_OF_MESSAGE, Request, ResponseStart, ServerConnection
 
-__all__ = ["Admitted", "HTTPConnection", "Handler", "Refusal", "Request", "Response", "bound_port", "error_body",
-           "listen"]  # fmt: skip
+__all__ = ["HTTPConnection", "Handler", "Request", "Response", "bound_port", "listen"]
 
 log = logging.getLogger(__name__)
 
@@ -38,30 +39,6 @@ PIPELINE_BUFFER_BYTES = 64 << 10
 LINGER_S = 2.0
 LINGER_BYTES = 16 << 20
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A request refused on its head, before its body is read."""
-
-    status: int
-    message: str
-    code: str
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A request accepted on its head; `context` is handed to the handler as `response.context`. `release` is
-    called once when the connection is done with the request: its response ended, or it never reached the handler
-    (the client left, the header timer fired, its body broke a limit). What admission reserved for it (the gateway:
-    room for its body) is given back there."""
-
-    context: Any = None
-    release: Callable[[], None] | None = None
-
-
-Admission = Refusal | Admitted
 
 
 class Response:
@@ -82,6 +59,7 @@ class Response:
         self.framing: Framing | None = None  # decided by the core when the head is made
         self.context: Any = None  # what the handler's admit() returned for this request
         self.release: Callable[[], None] | None = None  # Admitted.release: called once, when the response ends
+        self.charge: BodyCharge | None = None  # the request body's bytes held against the handler's BodyBudget
 
     @property
     def chunked(self) -> bool:
@@ -100,6 +78,10 @@ class Response:
     def send_json(self, status: int, obj: Any, headers: list[tuple[str, str]] | None = None) -> None:
         body = json.dumps(obj, separators=(",", ":")).encode()
         self.send(status, [("Content-Type", "application/json"), *(headers or [])], body)
+
+    def send_error(self, reply: ErrorReply, headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:
+        """An error answered in an API format's own shape (wire/errorshape.py)."""
+        self.send(reply.status, [*reply.headers, *headers], reply.body)
 
     def start_stream(self, status: int, headers: list[tuple[str, str]]) -> bytes:
         """Returns the encoded head of a streamed body; the caller writes it (alone or with the first frame)."""
@@ -156,17 +138,23 @@ class Response:
         self._conn.response_done(self)
 
     def release_admission(self) -> None:
-        """Give back what admission reserved for this request (once; the connection calls it if the client
-        leaves mid-response)."""
+        """Give back what admission reserved for this request and the bytes its body holds (once; the connection
+        calls it when the response ends or the client leaves; a handler that is done with the body earlier, as the
+        gateway once the client has the response head, calls it then and drops the body)."""
         release, self.release = self.release, None
         if release is not None:
             release()
+        charge, self.charge = self.charge, None
+        if charge is not None:
+            charge.release()
 
 
 class HTTPConnection(asyncio.Protocol):
     def __init__(self, handler: Handler, limits: ServerLimits) -> None:
         self._handler = handler
         self._admit: Callable[[Request], Admission | Awaitable[Admission]] | None = getattr(handler, "admit", None)
+        self._budget: BodyBudget | None = getattr(handler, "body_budget", None)
+        self._error_api: Callable[[str], Api | None] | None = getattr(handler, "error_api", None)
         self.limits = limits
         self.core = ServerConnection(limits)
         self._transport: asyncio.Transport | None = None
@@ -174,6 +162,7 @@ class HTTPConnection(asyncio.Protocol):
         self._request_timer: asyncio.TimerHandle | None = None
         self._admitted_seq = 0  # the request whose head was accepted (its body may still be arriving)
         self._admitted: Admitted | None = None
+        self._charge: BodyCharge | None = None  # the admitted request's body bytes, held against the budget
         self._admitting = False  # an admission is being awaited: the socket is not read
         self._reading = True
         self._error: RemoteProtocolError | None = None  # written once the requests queued before it are answered
@@ -211,6 +200,8 @@ class HTTPConnection(asyncio.Protocol):
             self.core.receive_data(data)
         except RemoteProtocolError as exc:
             self._error = exc
+        if self._charge is not None and not self._charge_body():
+            return
         self._advance()
 
     def eof_received(self) -> bool | None:
@@ -297,6 +288,10 @@ class HTTPConnection(asyncio.Protocol):
         if isinstance(admission, Admitted):
             self._admitted_seq = head.seq
             self._admitted = admission
+            if self._budget is not None:
+                self._charge = self._budget.charge()
+                if not self._charge_body():
+                    return False
             if head.expects_continue and self.core.body_not_started(head):
                 self.write(CONTINUE)  # the client holds its body until told to send it
             return True
@@ -305,11 +300,29 @@ class HTTPConnection(asyncio.Protocol):
             assert request.seq == head.seq
             response = Response(self, request)
             self._current = response
-            body = error_body(admission.message, _error_kind(admission.status), admission.code)
-            response.send_json(admission.status, body, list(admission.headers))  # response_done advances
+            reply = error_reply(admission.api, admission.status, admission.message, admission.code)
+            response.send_error(reply, admission.headers)  # response_done advances
             return False
         # The body has not arrived (or not all of it): answer now, without reading it, and close.
-        self._reject(admission.status, admission.message, admission.code, admission.headers)
+        self._reject(admission.status, admission.message, admission.code, admission.headers, admission.api)
+        return False
+
+    def _charge_body(self) -> bool:
+        """Hold the admitted request's body bytes read so far against the handler's budget. Past it, that request is
+        refused (its own bytes crossed it; a request that sent nothing costs nothing): False."""
+        charge = self._charge
+        assert charge is not None
+        size = self.core.body_bytes(self._admitted_seq)
+        if size <= charge.held or charge.take(size - charge.held):
+            return True
+        assert self._budget is not None
+        refusal = self._budget.refusal
+        head = self.core.next_head()
+        self._abandon_admitted()
+        if head is not None and head.seq == self._admitted_seq:
+            self._apply_admission(head, refusal)
+        else:
+            self._reject(refusal.status, refusal.message, refusal.code, refusal.headers, refusal.api)
         return False
 
     def _dispatch(self, request: Request) -> None:
@@ -318,36 +331,57 @@ class HTTPConnection(asyncio.Protocol):
             self._request_timer = None
         response = Response(self, request)
         admitted, self._admitted = self._admitted, None
+        charge, self._charge = self._charge, None
         if admitted is not None and self._admitted_seq == request.seq:
             response.context = admitted.context
             response.release = admitted.release
+            response.charge = charge
         else:
             _release(admitted)  # admitted for another request: never leave its reservation held
+            if charge is not None:
+                charge.release()
         self._current = response
         try:
             self._handler(request, response)
         except Exception:  # a handler bug must cost one request, never the server
             log.exception("handler failed on %s %s", request.method, request.path)
             if not response.finished and response.framing is None:
-                response.send_json(500, error_body("internal server error", "server_error"))  # details: the log
+                response.send_error(self._error_reply(request.path, 500, "internal server error", None))  # the log
 
     def _reject(
-        self, status: int, message: str, code: str | None = None, headers: tuple[tuple[str, str], ...] = ()
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        api: Api | None = None,
     ) -> None:
         """Answer a request we could not parse or will not accept, then close: unread bytes of it (and its
-        framing) can no longer be trusted. Only between responses, never interleaved with one."""
+        framing) can no longer be trusted. Only between responses, never interleaved with one. The error is in the
+        shape of the API the request's path is (`api`, else the handler's error_api), when its path is known."""
         if self.closed or self._current is not None:
             return
         self._abandon_admitted()  # an admitted request whose body broke a limit never reaches the handler
-        body = json.dumps(error_body(message, _error_kind(status), code)).encode()
-        head = self.core.rejection_head(status, "application/json", len(body), headers)
-        self.write(head + body)
+        if api is not None:
+            reply = error_reply(api, status, message, code)
+        else:
+            reply = self._error_reply(self.core.failed_path, status, message, code)
+        head = self.core.rejection_head(status, reply.headers, len(reply.body), headers)
+        self.write(head + reply.body)
         self._linger()
 
+    def _error_reply(self, path: str | None, status: int, message: str, code: str | None) -> ErrorReply:
+        api = self._error_api(path) if path is not None and self._error_api is not None else None
+        return error_reply(api, status, message, code)
+
     def _abandon_admitted(self) -> None:
-        """The request admitted on its head will never reach the handler: give back what admission reserved."""
+        """The request admitted on its head will never reach the handler: give back what admission reserved and
+        what its body held."""
         admitted, self._admitted = self._admitted, None
         _release(admitted)
+        charge, self._charge = self._charge, None
+        if charge is not None:
+            charge.release()
 
     def _linger(self) -> None:
         """Half-close, then drop what the client still sends for a bounded time (see LINGER_S)."""
@@ -395,27 +429,27 @@ def _release(admission: Admission | None) -> None:
         admission.release()
 
 
-def _error_kind(status: int) -> str:
-    return "invalid_request_error" if status < 500 else "server_error"
-
-
 async def listen(
     factory: Callable[[], asyncio.Protocol],
     host: str,
     port: int,
     sock: socket.socket | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    handshake_timeout_s: float | None = None,
 ) -> asyncio.Server:
     """Serve connections on `sock` (a SO_REUSEPORT worker's, already bound) or on host:port, over TLS with
-    `ssl_context`. A port that cannot be bound is the user's problem to fix, so it is a UsageError with the reason,
-    not a traceback."""
+    `ssl_context`, whose handshake must end within `handshake_timeout_s` (a server's head timeout: asyncio's own
+    default, 60 s, let 300 connections that sent nothing after the TCP handshake hold their sockets six times longer
+    than a slow head may). A port that cannot be bound is the user's problem to fix, so it is a UsageError with the
+    reason, not a traceback."""
     loop = asyncio.get_running_loop()
+    tls: dict[str, Any] = {}
+    if ssl_context is not None:
+        tls = {"ssl": ssl_context, "ssl_handshake_timeout": handshake_timeout_s}
     try:
         if sock is not None:
-            return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, ssl=ssl_context)
-        return await loop.create_server(
-            factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True, ssl=ssl_context
-        )
+            return await loop.create_server(factory, sock=sock, backlog=LISTEN_BACKLOG, **tls)
+        return await loop.create_server(factory, host, port, backlog=LISTEN_BACKLOG, reuse_address=True, **tls)
     except OSError as exc:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
@@ -424,8 +458,3 @@ def bound_port(server: asyncio.Server | None) -> int:
     """The port a started server listens on (port 0 asks the kernel for one)."""
     assert server is not None, "start() first"
     return int(server.sockets[0].getsockname()[1])
-
-
-def error_body(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    """The OpenAI error shape, which OpenAI clients turn into a readable exception."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}

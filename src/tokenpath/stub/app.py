@@ -13,7 +13,7 @@ from urllib.parse import parse_qs
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import BadRequest, UsageError
-from tokenpath.serve.http import Request, Response, error_body
+from tokenpath.serve.http import Request, Response
 from tokenpath.stub.audit import AuditEntry, AuditReply, AuditStore, State, StreamRecorder, audit_stream
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
@@ -31,6 +31,7 @@ from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.apis import Api
+from tokenpath.wire.errorshape import error_body
 from tokenpath.wire.request import STREAM_HEADER
 
 __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]

@@ -147,29 +147,13 @@ class EventStreamParser:
         return messages
 
     def _prelude(self, src: bytes | bytearray, pos: int) -> int:
-        total, headers_length, crc = _PRELUDE.unpack_from(src, pos)
-        computed = zlib.crc32(memoryview(src)[pos : pos + 8])
-        if crc != computed:
-            raise StreamFormatError(
-                f"an event-stream message's prelude CRC is 0x{crc:08x}, its bytes give 0x{computed:08x}: "
-                "the stream is corrupt or not an AWS event stream"
-            )
-        if total < MIN_MESSAGE_BYTES or headers_length > total - MIN_MESSAGE_BYTES:
-            raise StreamFormatError(
-                f"an event-stream message declares {total} bytes with {headers_length} bytes of headers: "
-                f"a message is at least {MIN_MESSAGE_BYTES} bytes plus its headers"
-            )
+        total, _ = check_prelude(src, pos)
         if total > self._max:
             raise ResponseTooLarge(
                 f"an event-stream message declares {total} bytes, past the limit of {self._max}: "
                 "not a token stream this client can measure"
             )
-        if headers_length > MAX_HEADERS_BYTES:
-            raise ResponseTooLarge(
-                f"an event-stream message declares {headers_length} bytes of headers, past the limit of "
-                f"{MAX_HEADERS_BYTES}"
-            )
-        return int(total)
+        return total
 
     def pending_bytes(self) -> int:
         """Bytes held for a message that has not ended yet."""
@@ -187,15 +171,43 @@ class EventStreamParser:
         return []
 
 
-def _message(raw: bytes) -> EventMessage:
-    total = len(raw)
-    (expected,) = _U32.unpack_from(raw, total - CRC_BYTES)
-    computed = zlib.crc32(memoryview(raw)[: total - CRC_BYTES])
+def check_prelude(src: bytes | bytearray, pos: int = 0) -> tuple[int, int]:
+    """The total and headers lengths a message's prelude (at `pos`) declares, once its CRC holds, the lengths fit
+    one message and the headers their limit: StreamFormatError or ResponseTooLarge otherwise. The parser and the
+    gateway's relay (gateway/cuts.py MessageRelay, which checks messages without parsing them) share it."""
+    total, headers_length, crc = _PRELUDE.unpack_from(src, pos)
+    computed = zlib.crc32(src[pos : pos + 8])  # 8 bytes: a slice costs less than a memoryview
+    if crc != computed:
+        raise StreamFormatError(
+            f"an event-stream message's prelude CRC is 0x{crc:08x}, its bytes give 0x{computed:08x}: "
+            "the stream is corrupt or not an AWS event stream"
+        )
+    if total < MIN_MESSAGE_BYTES or headers_length > total - MIN_MESSAGE_BYTES:
+        raise StreamFormatError(
+            f"an event-stream message declares {total} bytes with {headers_length} bytes of headers: "
+            f"a message is at least {MIN_MESSAGE_BYTES} bytes plus its headers"
+        )
+    if headers_length > MAX_HEADERS_BYTES:
+        raise ResponseTooLarge(
+            f"an event-stream message declares {headers_length} bytes of headers, past the limit of {MAX_HEADERS_BYTES}"
+        )
+    return int(total), int(headers_length)
+
+
+def check_message_crc(expected: int, computed: int) -> None:
+    """StreamFormatError unless a message's CRC (its last 4 bytes, `expected`) is `computed`, the CRC32 of every
+    byte before it. The parser and the gateway's relay share it."""
     if expected != computed:
         raise StreamFormatError(
             f"an event-stream message's CRC is 0x{expected:08x}, its bytes give 0x{computed:08x}: the message was "
             "altered on its way (or the stream is not an AWS event stream)"
         )
+
+
+def _message(raw: bytes) -> EventMessage:
+    total = len(raw)
+    (expected,) = _U32.unpack_from(raw, total - CRC_BYTES)
+    check_message_crc(expected, zlib.crc32(memoryview(raw)[: total - CRC_BYTES]))
     (headers_length,) = _U32.unpack_from(raw, 4)
     return EventMessage(raw, _headers(raw, PRELUDE_BYTES, PRELUDE_BYTES + headers_length), headers_length)
 

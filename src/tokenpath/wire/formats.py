@@ -160,6 +160,14 @@ def classify_gemini(frame: Frame) -> FrameKind:
     return kind
 
 
+def gemini_finished(frame: Frame) -> bool:
+    """Gemini has no end event: the stream's last GenerateContentResponse names a candidate's `finishReason`
+    (ai.google.dev/api/generate-content#FinishReason); a stream that stops before one did not finish."""
+    obj = _json(frame.data)
+    candidates = obj.get("candidates") if isinstance(obj, dict) else None
+    return any(isinstance(c, dict) and c.get("finishReason") for c in candidates or () if isinstance(candidates, list))
+
+
 # --- Bedrock (event stream) and Ollama (NDJSON) ----------------------------------------------------------------
 
 
@@ -199,6 +207,12 @@ def classify_ollama(line: JsonLine) -> FrameKind:
     if obj.get("done") is True:
         return FrameKind.DONE
     return FrameKind.CONTROL
+
+
+def ollama_done(line: JsonLine) -> bool:
+    """Ollama's last line says `"done": true`, whatever else it carries."""
+    obj = _json(line.data)
+    return isinstance(obj, dict) and obj.get("done") is True
 
 
 # --- which format a frame belongs to ---------------------------------------------------------------------------

@@ -3,9 +3,12 @@ as bytes arrive, before the `h2` library parses a byte of them, and says when a 
 with the clock injected.
 
 Shared by the gateway's upstream client (gateway/h2upstream.py), the probe/load client core (wire/h2client.py) and
-any HTTP/2 endpoint of ours. Empty DATA frames (the empty-frames flood, padding-only frames included) draw on the same
-burst allowance as PING and SETTINGS; facing a server (`peer_is_server`), so do GOAWAY, PRIORITY and unknown frames,
-and WINDOW_UPDATEs are bounded by what the client sent."""
+any HTTP/2 endpoint of ours (serve/h2limits.py adds a server's own bounds). Every frame type is bounded: PING and
+SETTINGS (their ACKs too) and empty DATA frames (the empty-frames flood, padding-only frames included) draw on one
+burst allowance; WINDOW_UPDATEs on what we sent (the owner of the guard says how much); GOAWAY, PRIORITY and unknown
+frames, facing a server (`peer_is_server`), on the same allowance, and facing a client on an allowance per stream it
+opened (Envoy's `max_inbound_priority_frames_per_stream`); HEADERS and CONTINUATION by their size and count; non-empty
+DATA by the flow-control windows we give."""
 
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ DATA, HEADERS, PRIORITY, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CO
 )  # fmt: skip
 # Frames a server has no reason to send a client more than a few times a connection: GOAWAY (one or two), PRIORITY
 # (a client's signal, RFC 9113 5.3.2), and types h2 does not know (ALTSVC, ORIGIN: once). Each costs h2 ~15 us and
-# an event; 100,000 of them took ~2 s of a core with no bound. A client's guard (`peer_is_server`) counts them too;
-# a server's does not (browsers send PRIORITY and PRIORITY_UPDATE, 0x10, with their requests).
+# an event; 100,000 of them took ~2 s of a core with no bound. A client's guard (`peer_is_server`) spends its burst
+# allowance on them; a server's gives each stream a client opens PRIORITY_PER_STREAM of them (browsers send PRIORITY
+# and PRIORITY_UPDATE, 0x10, with their requests; 400,000 PRIORITY frames with no bound took 2.6 s of the worker).
 SERVER_RARE = "GOAWAY, PRIORITY and unknown frames"
+PRIORITY_PER_STREAM = 100  # Envoy's max_inbound_priority_frames_per_stream default
 ACK, END_STREAM, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
 
 
@@ -51,10 +56,13 @@ class FrameGuard:
     def __init__(self, clock: Callable[[], float], max_frame_size: int, *, peer_is_server: bool = False) -> None:
         self.clock = clock
         self.peer_is_server = peer_is_server
-        # A client's peer owes it at most two WINDOW_UPDATEs (its stream's and its connection's) per DATA frame the
-        # client sent (per KiB of a larger one), and one per stream opened (the client adds them); past those and a
-        # burst it is a flood (~13 us of h2 each).
+        # A peer owes us at most two WINDOW_UPDATEs (its stream's and its connection's) per DATA frame we sent
+        # (the owner adds them as it sends), and a few per stream; past those and a burst it is a flood (~13 us of h2
+        # each: 400,000 connection WINDOW_UPDATEs took 2.6 s of a server with no bound).
         self.window_updates_owed = MAX_CONTROL_BURST
+        # GOAWAY, PRIORITY and unknown frames a client may still send (a server's guard): PRIORITY_PER_STREAM for the
+        # connection and for each stream it opens.
+        self.rare_owed = PRIORITY_PER_STREAM
         self.max_frame_size = max_frame_size  # ours (SETTINGS_MAX_FRAME_SIZE): h2 would buffer a larger one first
         self.head = b""  # a frame header split across reads
         self.skip = 0  # payload bytes of the current frame still to come
@@ -128,11 +136,17 @@ class FrameGuard:
                 return f"a header block over {MAX_HEADER_BLOCK_BYTES} bytes"
             if flags & END_HEADERS:
                 self.block = None
-        elif kind in (PING, SETTINGS) and not flags & ACK:
+        elif kind in (PING, SETTINGS):
+            # ACKs too: we send one SETTINGS and few PINGs, and an ACK nobody asked for costs h2 the same parse and
+            # event (200,000 SETTINGS ACKs took 1.6 s of a server with no bound)
             return self.spend("PING/SETTINGS frames")
-        elif self.peer_is_server and (kind in (GOAWAY, PRIORITY) or kind > CONTINUATION):
-            return self.spend(SERVER_RARE)
-        elif self.peer_is_server and kind == WINDOW_UPDATE:
+        elif kind in (GOAWAY, PRIORITY) or kind > CONTINUATION:
+            if self.peer_is_server:
+                return self.spend(SERVER_RARE)
+            self.rare_owed -= 1
+            if self.rare_owed < 0:
+                return f"more than {PRIORITY_PER_STREAM} {SERVER_RARE} per stream opened"
+        elif kind == WINDOW_UPDATE:
             self.window_updates_owed -= 1
             if self.window_updates_owed < 0:
                 return "more WINDOW_UPDATE frames than the DATA frames we sent call for"

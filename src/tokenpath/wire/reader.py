@@ -48,6 +48,10 @@ _CLASSIFY: dict[Api, Callable[[Any], FrameKind]] = {
     Api.OLLAMA: formats.classify_ollama,
 }
 
+# Final frames that are not DONE frames: Gemini's last response carries content and its finishReason; Ollama's last
+# line may carry content beside "done": true.
+_ENDS_ALSO: dict[Api, Callable[[Any], bool]] = {Api.GEMINI: formats.gemini_finished, Api.OLLAMA: formats.ollama_done}
+
 
 class FrameReader:
     """A format's framer (sans-IO) and its classification, behind one interface."""
@@ -78,6 +82,16 @@ class FrameReader:
 
     def kind(self, frame: WireFrame) -> FrameKind:
         return self._classify(frame)
+
+    def ends(self, frame: WireFrame) -> bool:
+        """The frame is one a stream of this format ends with: its final event (`[DONE]`, `message_stop`,
+        `response.completed`, Bedrock's `messageStop`, Ollama's `"done": true`, a Gemini response with a
+        `finishReason`) or its own error. A body that ends without one was cut."""
+        kind = self._classify(frame)
+        if kind is FrameKind.DONE or kind is FrameKind.ERROR:
+            return True
+        also = _ENDS_ALSO.get(self.api)
+        return also is not None and also(frame)
 
     def close(self) -> Sequence[WireFrame]:
         """The body ended: the frames that only its end completes (an NDJSON line without a line end). Raises

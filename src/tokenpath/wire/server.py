@@ -19,7 +19,7 @@ so a server answers them in order before it writes the error; nothing after the 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httptools
 
@@ -84,6 +84,7 @@ class ServerConnection:
         self._skipped_framing: bytes | None = None  # the framing of an upgrade offer's body llhttp skipped
         self._replaying = False  # feeding the fresh parser the head that resumes that body (callbacks ignored)
         self._seq = 0
+        self._failed_path: str | None = None
         self._pending_body_bytes = 0
         self._headers: list[tuple[str, str]] = []
         self._reset_message()
@@ -144,13 +145,32 @@ class ServerConnection:
     def failed(self) -> bool:
         return self._failed
 
+    @property
+    def failed_path(self) -> str | None:
+        """The path of the request a protocol error was raised in, when its request line was read (for the shape of
+        its error answer)."""
+        return self._failed_path
+
+    def body_bytes(self, seq: int) -> int:
+        """Body bytes held for request `seq` so far: what was read of it, or all of it once it is complete."""
+        incoming = self._incoming
+        if incoming is not None and incoming.seq == seq:
+            return self._body_size
+        for request in self._pending:
+            if request.seq == seq:
+                return len(request.body)
+        return 0
+
     def next_request(self) -> Request | None:
         """The next request to answer, or None while a response is being written or none is complete."""
         if self._current is not None or not self._pending:
             return None
-        self._current = self._pending.popleft()
-        self._pending_body_bytes -= len(self._current.body)
-        return self._current
+        request = self._pending.popleft()
+        self._pending_body_bytes -= len(request.body)
+        # What send() needs of the request being answered, without its body: the handler decides how long that is
+        # held (the gateway drops it once the client has its response head, however long the response runs).
+        self._current = replace(request, body=b"") if request.body else request
+        return request
 
     # output ------------------------------------------------------------------------------------------
     def send(self, event: ResponseStart | Data | EndOfMessage) -> bytes:
@@ -179,11 +199,16 @@ class ServerConnection:
         return response_head(event.status, headers, keep_alive=self.keep_alive)
 
     def rejection_head(
-        self, status: int, content_type: str, body_length: int, extra: tuple[tuple[str, str], ...] = ()
+        self,
+        status: int,
+        typed_by: tuple[tuple[str, str], ...],
+        body_length: int,
+        extra: tuple[tuple[str, str], ...] = (),
     ) -> bytes:
-        """The head of the answer to a request that could not be accepted; the connection closes after it."""
+        """The head of the answer to a request that could not be accepted (`typed_by`: its Content-Type and the
+        headers its error shape adds); the connection closes after it."""
         self.keep_alive = False
-        headers = [("Content-Type", content_type), ("Content-Length", str(body_length)), *extra]
+        headers = [*typed_by, ("Content-Length", str(body_length)), *extra]
         return response_head(status, headers, keep_alive=False)
 
     # httptools callbacks -----------------------------------------------------------------------------
@@ -284,6 +309,7 @@ class ServerConnection:
         self._failed = True
         self.keep_alive = False
         self._incoming = None
+        self._failed_path = _path_of(bytes(self._url))
         raise exc
 
     def _reset_message(self) -> None:
@@ -295,6 +321,14 @@ class ServerConnection:
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
         self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+
+
+def _path_of(url: bytes) -> str | None:
+    try:
+        path = httptools.parse_url(url).path if url else None
+    except httptools.HttpParserInvalidURLError:
+        return None
+    return path.decode("latin-1") if path else None
 
 
 def _body_framing(headers: list[tuple[str, str]], keep_alive: bool) -> bytes | None:

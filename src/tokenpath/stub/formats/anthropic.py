@@ -26,7 +26,6 @@ from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     cached_render,
     compact_json,
@@ -53,7 +52,6 @@ from tokenpath.wire.apis import Api
 LEAD = 3  # message_start, content_block_start, ping
 PING = b'event: ping\ndata: {"type": "ping"}\n\n'
 SIGNATURE = "dG9rZW5wYXRoLXN0dWI="  # the thinking block's signature_delta (opaque base64 to clients)
-_ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large"}
 
 
 class AnthropicFormat(ApiFormat):
@@ -85,11 +83,6 @@ class AnthropicFormat(ApiFormat):
         message.update(content=[{"type": "text", "text": full_text(req.tokens)}], stop_reason=_stop(req))
         message["usage"] = {"input_tokens": req.prompt_tokens, "output_tokens": req.tokens}
         return compact_json(message)
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        kind = _ERROR_TYPES.get(status, "invalid_request_error")
-        body = compact_json({"type": "error", "error": {"type": kind, "message": message}})
-        return ErrorReply(status, body, (("Content-Type", "application/json"),))
 
 
 def render(

@@ -19,6 +19,7 @@ from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.frames import StreamRequest, StreamShape, cached_shape, token_text
 from tokenpath.wire.apis import SPECS, Api, Framing
+from tokenpath.wire.errorshape import ErrorReply, error_reply
 
 MAX_PROMPT_PARTS = 10_000  # messages or content parts counted for the prompt size; the body limit bounds it anyway
 
@@ -41,15 +42,6 @@ class Ask:
     max_tokens: int | None  # the format's max-tokens field; None when the request sets none
     prompt_chars: int
     include_usage: bool = False  # OpenAI's stream_options.include_usage
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorReply:
-    """An error in the format's own shape, as its clients parse it."""
-
-    status: int
-    body: bytes
-    headers: tuple[tuple[str, str], ...] = ()
 
 
 class ApiFormat(ABC):
@@ -99,9 +91,9 @@ class ApiFormat(ABC):
     def whole(self, req: StreamRequest) -> bytes:
         """The JSON body of a non-streamed answer with the same text."""
 
-    @abstractmethod
     def error(self, status: int, message: str) -> ErrorReply:
-        """An error in this format's shape."""
+        """An error in this format's shape (wire/errorshape.py: the gateway answers in the same)."""
+        return error_reply(self.api, status, message, "not_found" if status == 404 else None)
 
 
 # Shared request rules ------------------------------------------------------------------------------------------

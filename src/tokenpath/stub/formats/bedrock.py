@@ -34,7 +34,6 @@ from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     cached_render,
     compact_json,
@@ -57,12 +56,6 @@ from tokenpath.wire.eventstream import event_message
 
 ROUTE = re.compile(r"/model/([^/]+)/converse-stream")
 SIGNATURE = "dG9rZW5wYXRoLXN0dWI="  # the reasoning block's signature (opaque to clients)
-_EXCEPTIONS = {
-    400: "ValidationException",
-    404: "ResourceNotFoundException",
-    405: "UnknownOperationException",
-    413: "ValidationException",
-}
 
 
 class BedrockFormat(ApiFormat):
@@ -105,13 +98,6 @@ class BedrockFormat(ApiFormat):
                 "metrics": {"latencyMs": _latency_ms(req)},
             }
         )
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        headers = (
-            ("Content-Type", "application/json"),
-            ("x-amzn-ErrorType", _EXCEPTIONS.get(status, "ValidationException")),
-        )
-        return ErrorReply(status, compact_json({"message": message}), headers)
 
 
 def render(

@@ -30,7 +30,6 @@ from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     cached_render,
     full_text,
@@ -52,7 +51,6 @@ from tokenpath.stub.frames import (
 from tokenpath.wire.apis import Api
 
 ROUTE = re.compile(r"/v1(?:beta)?/models/([^/]+):streamGenerateContent")  # the API serves both versions
-_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 413: "INVALID_ARGUMENT"}
 
 
 class GeminiFormat(ApiFormat):
@@ -86,10 +84,6 @@ class GeminiFormat(ApiFormat):
     def whole(self, req: StreamRequest) -> bytes:
         response = _response(req, stream_label(req.stream_id), full_text(req.tokens), req.tokens, _finish(req))
         return _json(response)
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        error = {"code": status, "message": message, "status": _STATUS.get(status, "INVALID_ARGUMENT")}
-        return ErrorReply(status, _json({"error": error}), (("Content-Type", "application/json; charset=UTF-8"),))
 
 
 def render(

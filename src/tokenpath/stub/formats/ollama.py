@@ -23,7 +23,6 @@ from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     cached_render,
     compact_json,
@@ -78,9 +77,6 @@ class OllamaFormat(ApiFormat):
 
     def whole(self, req: StreamRequest) -> bytes:
         return compact_json(_final(req, full_text(req.tokens)))
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        return ErrorReply(status, compact_json({"error": message}), (("Content-Type", "application/json"),))
 
 
 def render(

@@ -13,12 +13,11 @@ import re
 from typing import Any
 
 from tokenpath.errors import BadRequest, UsageError
-from tokenpath.serve.http import Request, error_body
+from tokenpath.serve.http import Request
 from tokenpath.stub.config import Format, Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     compact_json,
     model_field,
@@ -92,11 +91,6 @@ class OpenAIFormat(ApiFormat):
 
     def whole(self, req: StreamRequest) -> bytes:
         return compact_json(render_completion(req))
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        code = "not_found" if status == 404 else None
-        body = compact_json(error_body(message, "invalid_request_error", code))
-        return ErrorReply(status, body, (("Content-Type", "application/json"),))
 
 
 def openai_shape(

@@ -25,13 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from tokenpath.errors import BadRequest
-from tokenpath.serve.http import Request, error_body
+from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     MAX_PROMPT_PARTS,
     ApiFormat,
     Ask,
-    ErrorReply,
     Route,
     cached_render,
     compact_json,
@@ -81,11 +80,6 @@ class ResponsesFormat(ApiFormat):
     def whole(self, req: StreamRequest) -> bytes:
         label = stream_label(req.stream_id)
         return compact_json(_response(req, label, _status(req), [_item(label, _status(req), req.tokens)]))
-
-    def error(self, status: int, message: str) -> ErrorReply:
-        code = "not_found" if status == 404 else None
-        body = compact_json(error_body(message, "invalid_request_error", code))
-        return ErrorReply(status, body, (("Content-Type", "application/json"),))
 
 
 def render(

@@ -1,0 +1,167 @@
+"""Request heads read on one thread for a thread-per-request server (serve/exposition.py): a client that sends its
+head slowly costs a socket and a buffer here, never one of the server's few threads. Go's ReadHeaderTimeout, with
+the waiting done by a selector instead of a thread per connection.
+
+    HeadReader(on_head, timeout_s).add(sock, address)
+        -> on_head(sock, address, data) on the reader's thread once `sock` has sent a whole head (request line,
+           headers, the blank line); `data` is every byte read, the head and whatever followed it
+
+A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
+deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
+(431). With max_waiting connections waiting, a new one closes the oldest: a flood of silent sockets then costs
+the oldest ones, not the scrape that just connected and sends its head at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import selectors
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokenpath.wire.limits import MAX_HEAD_BYTES
+
+log = logging.getLogger(__name__)
+
+# Connections waiting for their head at once: a Prometheus or two scrape a metrics port, so 64 is room to spare for
+# honest clients, at most 1 MiB of heads (MAX_HEAD_BYTES each), and 64 file descriptors.
+MAX_WAITING = 64
+READ_BYTES = 4096
+_HEAD_ENDS = (b"\n\r\n", b"\n\n")  # the blank line, as http.client reads it (CRLF or bare LF)
+TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+
+OnHead = Callable[[socket.socket, Any, bytes], None]
+
+
+@dataclass(slots=True)
+class _Waiting:
+    address: Any
+    deadline: float
+    data: bytearray = field(default_factory=bytearray)
+
+
+class HeadReader:
+    def __init__(
+        self,
+        on_head: OnHead,
+        timeout_s: float,
+        max_waiting: int = MAX_WAITING,
+        max_head_bytes: int = MAX_HEAD_BYTES,
+    ) -> None:
+        self._on_head = on_head
+        self._timeout_s = timeout_s
+        self._max_waiting = max_waiting
+        self._max_head_bytes = max_head_bytes
+        self._selector = selectors.DefaultSelector()
+        self._wake_in, self._wake_out = socket.socketpair()  # add() and close() write a byte: select() returns
+        for end in (self._wake_in, self._wake_out):
+            end.setblocking(False)
+        self._selector.register(self._wake_in, selectors.EVENT_READ)
+        self._added: deque[tuple[socket.socket, Any, float]] = deque()  # from the accept thread
+        self._waiting: dict[socket.socket, _Waiting] = {}  # oldest first: the first deadline, the first evicted
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="request-heads", daemon=True)
+        self._thread.start()
+
+    def add(self, sock: socket.socket, address: Any) -> None:
+        """Wait for `sock`'s head (called from any thread; the deadline starts now)."""
+        self._added.append((sock, address, time.monotonic() + self._timeout_s))
+        self._wake()
+
+    def close(self) -> None:
+        """Stop, closing every connection still waiting for its head."""
+        self._closing = True
+        self._wake()
+        self._thread.join(5)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # full (it wakes anyway) or closed (stopped)
+            self._wake_out.send(b"\0")
+
+    def _run(self) -> None:
+        try:
+            while not self._closing:
+                for key, _ in self._selector.select(self._next_timeout()):
+                    if key.data is None:  # the wake-up socket
+                        self._drain_wake()
+                    else:
+                        self._read(key.data)
+                self._take_added()
+                self._expire()
+        finally:
+            for sock in list(self._waiting):
+                self._drop(sock)
+            while self._added:
+                self._added.popleft()[0].close()
+            self._selector.close()
+            self._wake_in.close()
+            self._wake_out.close()
+
+    def _next_timeout(self) -> float | None:
+        oldest = next(iter(self._waiting.values()), None)
+        return None if oldest is None else max(0.0, oldest.deadline - time.monotonic())
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(OSError):  # BlockingIOError once it is empty
+            while self._wake_in.recv(4096):
+                pass
+
+    def _take_added(self) -> None:
+        while self._added:
+            sock, address, deadline = self._added.popleft()
+            if len(self._waiting) >= self._max_waiting:
+                self._drop(next(iter(self._waiting)))
+            sock.setblocking(False)
+            self._selector.register(sock, selectors.EVENT_READ, sock)
+            self._waiting[sock] = _Waiting(address, deadline)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._waiting:
+            sock, waiting = next(iter(self._waiting.items()))
+            if waiting.deadline > now:
+                return
+            self._drop(sock)
+
+    def _read(self, sock: socket.socket) -> None:
+        waiting = self._waiting[sock]
+        try:
+            chunk = sock.recv(READ_BYTES)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:  # it left before its head was whole
+            self._drop(sock)
+            return
+        searched = max(0, len(waiting.data) - 2)
+        waiting.data += chunk
+        if not any(waiting.data.find(end, searched) >= 0 for end in _HEAD_ENDS):
+            if len(waiting.data) > self._max_head_bytes:
+                self._refuse_too_large(sock)
+            return
+        self._selector.unregister(sock)
+        del self._waiting[sock]
+        sock.setblocking(True)
+        try:
+            self._on_head(sock, waiting.address, bytes(waiting.data))
+        except Exception:  # the server's bug, not this connection's: the others still get their heads read
+            log.exception("serving a request head failed")
+            sock.close()
+
+    def _refuse_too_large(self, sock: socket.socket) -> None:
+        reason = b"the request head is longer than %d bytes\n" % self._max_head_bytes
+        with contextlib.suppress(OSError):  # best effort: the client may not read it
+            sock.send(TOO_LARGE % (len(reason), reason))
+        self._drop(sock)
+
+    def _drop(self, sock: socket.socket) -> None:
+        self._selector.unregister(sock)
+        del self._waiting[sock]
+        sock.close()

@@ -1,0 +1,141 @@
+"""The metrics port against slow and silent clients (issue 33, item 5): a connection has until SCRAPE_TIMEOUT_S to
+send its whole request head, and waiting for heads takes no serving thread, so an honest scrape is answered while
+more clients than there are threads drip their heads a byte at a time. Real sockets on loopback; every bound is
+generous (a loaded 2-core machine), and each one is far from what the old server did (never close a dripping
+client, refuse every connection past its 4 threads at once)."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from tokenpath.serve import exposition
+from tokenpath.serve.headreader import MAX_WAITING
+from tokenpath.wire.limits import MAX_HEAD_BYTES
+
+DRIP = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "  # never ends: a byte of the header value at a time
+DRIP_FOR_S = 12.0  # how long a dripping client would keep going: every bound below is well under it
+
+
+@pytest.fixture
+def metrics() -> Iterator[WSGIServer]:
+    registry = CollectorRegistry()
+    Counter("scrapes_test", "a series to scrape", registry=registry).inc()
+    httpd = exposition.serve("127.0.0.1", 0, registry)
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def connect(httpd: WSGIServer) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", httpd.server_address[1]), timeout=10)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (EOF or reset waiting to be read), without blocking."""
+    if not select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        return sock.recv(1) == b""
+    except OSError:
+        return True
+
+
+def scrape(httpd: WSGIServer) -> tuple[int, float]:
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=10) as response:
+        assert b"scrapes_test_total 1.0" in response.read()
+        return response.status, time.monotonic() - started
+
+
+def test_an_honest_scrape_is_answered_while_more_clients_than_threads_drip_their_heads(metrics: WSGIServer) -> None:
+    drippers = [connect(metrics) for _ in range(exposition.SCRAPE_THREADS + 2)]
+    stop = threading.Event()
+
+    def drip() -> None:  # a byte every 0.5 s on each, until the test ends or the server closes them
+        for sock in drippers:
+            sock.sendall(DRIP)
+        deadline = time.monotonic() + DRIP_FOR_S
+        while not stop.wait(0.5) and time.monotonic() < deadline:
+            for sock in drippers:
+                with contextlib.suppress(OSError):  # closed by the server at its deadline
+                    sock.send(b"a")
+
+    dripping = threading.Thread(target=drip, daemon=True)
+    dripping.start()
+    try:
+        time.sleep(1.0)  # every dripper connected and dripping: the old server gave each of its threads to one
+        status, took_s = scrape(metrics)
+        assert status == 200
+        assert took_s < 8.0  # in practice milliseconds; the drippers would have held every thread for 12 s
+    finally:
+        stop.set()
+        dripping.join(5)
+        for sock in drippers:
+            sock.close()
+
+
+def test_a_client_dripping_its_head_is_closed_at_the_whole_heads_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exposition, "SCRAPE_TIMEOUT_S", 1.0)
+    httpd = exposition.serve("127.0.0.1", 0, CollectorRegistry())
+    try:
+        with connect(httpd) as sock:
+            sock.sendall(DRIP)
+            started = time.monotonic()
+            closed_after = None
+            while time.monotonic() - started < DRIP_FOR_S:
+                time.sleep(0.3)  # well inside the deadline: each byte would restart a per-read timeout
+                if closed_by_server(sock):
+                    closed_after = time.monotonic() - started
+                    break
+                try:
+                    sock.send(b"a")
+                except OSError:
+                    closed_after = time.monotonic() - started
+                    break
+            assert closed_after is not None, f"still open after dripping for {DRIP_FOR_S:g} s"
+            assert 0.5 < closed_after < 6.0  # the 1 s deadline, with room for a loaded machine
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_flood_of_silent_connections_closes_the_oldest_not_the_new_scrape(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exposition, "SCRAPE_TIMEOUT_S", 60.0)  # no deadline passes here: only the cap closes
+    registry = CollectorRegistry()
+    Counter("scrapes_test", "a series to scrape", registry=registry).inc()
+    httpd = exposition.serve("127.0.0.1", 0, registry)
+    silent = [connect(httpd) for _ in range(MAX_WAITING)]
+    try:
+        time.sleep(0.2)  # every one of them taken in: the scrape is the newest
+        assert not closed_by_server(silent[0])  # MAX_WAITING may wait, for as long as their deadline
+        status, took_s = scrape(httpd)  # one more than MAX_WAITING wait for their heads now
+        assert (status, took_s < 8.0) == (200, True)
+        oldest, newest = silent[0], silent[-1]
+        oldest.settimeout(10)
+        assert oldest.recv(1) == b""  # made room for the scrape
+        assert not closed_by_server(newest)
+    finally:
+        for sock in silent:
+            sock.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_head_past_16_kib_is_answered_431(metrics: WSGIServer) -> None:
+    with connect(metrics) as sock:
+        sock.sendall(DRIP + b"a" * (MAX_HEAD_BYTES + 1 - len(DRIP)))  # one byte too many, and all of it read
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert answer.endswith(b"the request head is longer than 16384 bytes\n")
