@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, decoder_for
-from tokenpath.wire.request import build_json_request, chat_body
+from tokenpath.wire.formats.openai import chat_body
+from tokenpath.wire.request import build_json_request
 from tokenpath.wire.sse import SSEParser
 
 READ_BYTES = 65536

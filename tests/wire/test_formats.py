@@ -11,9 +11,9 @@ import pytest
 from tests.wire.battery import splits
 from tests.wire.samples import ERRORS, STREAMS, js, sse
 from tokenpath.errors import ResponseTooLarge, StreamFormatError
-from tokenpath.wire import formats
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import Api, recognise
 from tokenpath.wire.eventstream import encode_message, event_message
+from tokenpath.wire.formats.shared import hint
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.ndjson import JsonLine
 from tokenpath.wire.reader import apis_for_content_type, frame_reader
@@ -198,7 +198,7 @@ def test_an_ndjson_line_that_is_not_json_is_foreign() -> None:
 @pytest.mark.parametrize("api", [Api.OPENAI, Api.RESPONSES, Api.ANTHROPIC, Api.GEMINI])
 def test_every_sse_format_s_frames_are_recognised_read_as_any_other(api: Api) -> None:
     frames = SSEParser().feed(STREAMS[api][0])
-    named = {formats.recognise(f.data, f.event) for f in frames}
+    named = {recognise(f) for f in frames}
     assert named == {api}
     for other in {Api.OPENAI, Api.RESPONSES, Api.ANTHROPIC, Api.GEMINI} - {api}:
         reader = frame_reader(other)
@@ -209,17 +209,17 @@ def test_every_sse_format_s_frames_are_recognised_read_as_any_other(api: Api) ->
 
 def test_ollama_and_bedrock_frames_are_recognised() -> None:
     lines = frame_reader(Api.OLLAMA).feed(STREAMS[Api.OLLAMA][0])
-    assert {formats.recognise(line.data) for line in lines} == {Api.OLLAMA}
+    assert {recognise(line) for line in lines} == {Api.OLLAMA}
     reader = frame_reader(Api.BEDROCK)
     assert {reader.recognise(m) for m in reader.feed(STREAMS[Api.BEDROCK][0])} == {Api.BEDROCK}
     assert reader.recognise(reader.feed(event_message("chunk", b"{}"))[0]) is None
 
 
 def test_hints_name_what_a_frame_calls_itself() -> None:
-    assert formats.hint(b'{"type":"message_start"}', b"message_start") == "event: message_start"
-    assert formats.hint(b'{"type":"response.created"}') == '"type": response.created'
-    assert formats.hint(b'{"candidates":[],"usageMetadata":{}}') == "JSON with keys candidates, usageMetadata"
-    assert formats.hint(b"hello") == "not JSON"
+    assert hint(b'{"type":"message_start"}', b"message_start") == "event: message_start"
+    assert hint(b'{"type":"response.created"}') == '"type": response.created'
+    assert hint(b'{"candidates":[],"usageMetadata":{}}') == "JSON with keys candidates, usageMetadata"
+    assert hint(b"hello") == "not JSON"
     reader = frame_reader(Api.BEDROCK)
     [message] = reader.feed(event_message("chunk", b"{}"))
     assert reader.hint(message) == ":event-type chunk, :message-type event"

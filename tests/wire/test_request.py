@@ -5,7 +5,8 @@ import json
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.wire.request import build_json_request, chat_body, parse_header_arg
+from tokenpath.wire.formats.openai import chat_body
+from tokenpath.wire.request import build_json_request, parse_header_arg
 
 
 def test_json_request_is_exact_http11() -> None:

@@ -5,14 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tokenpath.wire.apis import Api
-from tokenpath.wire.request import (
-    ANTHROPIC_DEFAULT_MAX_TOKENS,
-    ANTHROPIC_VERSION,
-    STREAM_HEADER,
-    api_headers,
-    endpoint_target,
-    stream_body,
-)
+from tokenpath.wire.formats import anthropic
+from tokenpath.wire.request import STREAM_HEADER, api_headers, endpoint_target, stream_body
 
 
 def body(api: Api, max_tokens: int | None = 7) -> dict[str, object]:
@@ -36,7 +30,7 @@ def test_anthropic_always_has_max_tokens_and_the_stream_id_in_metadata() -> None
         "model": "m", "max_tokens": 7, "messages": [{"role": "user", "content": "p"}], "stream": True,
         "metadata": {"user_id": "tp-1"},
     }  # fmt: skip
-    assert body(Api.ANTHROPIC, None)["max_tokens"] == ANTHROPIC_DEFAULT_MAX_TOKENS
+    assert body(Api.ANTHROPIC, None)["max_tokens"] == anthropic.DEFAULT_MAX_TOKENS
 
 
 def test_gemini_and_bedrock_have_the_model_in_the_path_not_the_body() -> None:
@@ -72,7 +66,7 @@ def test_headers_the_stream_id_first_and_the_key_where_the_format_wants_it(
     headers = api_headers(api, "tp-1", "k")
     assert headers[0] == (STREAM_HEADER, "tp-1")
     assert headers[-1] == key_header
-    assert (("anthropic-version", ANTHROPIC_VERSION) in headers) is (api is Api.ANTHROPIC)
+    assert (("anthropic-version", anthropic.VERSION) in headers) is (api is Api.ANTHROPIC)
     assert api_headers(api, "tp-1", None)[-1] != key_header
 
 

@@ -12,6 +12,7 @@ import typer
 
 from tokenpath.cli.common import JSON_HELP, api_key, console, handles_errors, render_report, shown_console
 from tokenpath.errors import UsageError
+from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -39,9 +40,7 @@ def load(
     ] = "50,200,500",
     api: Annotated[
         str,
-        typer.Option(
-            help="Streaming API format of every stream: openai, responses, anthropic, gemini, bedrock, ollama."
-        ),
+        typer.Option(help=f"Streaming API format of every stream: {api_names()}."),
     ] = "openai",
     accept_encoding: Annotated[
         str | None,

@@ -10,6 +10,7 @@ import typer
 
 from tokenpath.cli.common import announce, body_json, console, handles_errors
 from tokenpath.errors import UsageError
+from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 FLAGS_ONLY = ("fail_on", "probes", "once", "json_out", "log_level")  # never in a config file
@@ -33,7 +34,7 @@ def monitor(
     model: Annotated[str | None, typer.Option(help="Model to request (--url).")] = None,
     api: Annotated[
         str | None,
-        typer.Option(help="Streaming API format (--url): openai, responses, anthropic, gemini, bedrock, ollama."),
+        typer.Option(help=f"Streaming API format (--url): {api_names()}."),
     ] = None,
     accept_encoding: Annotated[
         str | None,

@@ -10,6 +10,7 @@ import typer
 
 from tokenpath.cli.common import api_key, body_json, console, handles_errors
 from tokenpath.errors import UsageError
+from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -24,8 +25,8 @@ def probe(
     api: Annotated[
         str,
         typer.Option(
-            help="Streaming API format: openai, responses, anthropic, gemini, bedrock, ollama. A base URL gets the "
-            "format's route; its first content frame is TTFT."
+            help=f"Streaming API format: {api_names()}. A base URL gets the format's route; its first content "
+            "frame is TTFT."
         ),
     ] = "openai",
     accept_encoding: Annotated[

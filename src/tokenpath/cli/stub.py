@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tokenpath.cli.common import announce, handles_errors
+from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 
@@ -38,7 +39,7 @@ def stub(
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
     api: Annotated[
         str,
-        typer.Option(help="openai, responses, anthropic, gemini, bedrock, ollama, or all (every route at once)."),
+        typer.Option(help=f"{api_names()}, or all (every route at once)."),
     ] = "all",
     format: Annotated[
         str, typer.Option(help="The OpenAI routes' frames: openai (chunks) or plain (bare `data: <n>` frames).")
@@ -52,8 +53,8 @@ def stub(
     ] = "auto",
     clock_offset_ms: Annotated[float, typer.Option(hidden=True, help="Test only: report times this far ahead.")] = 0.0,
 ) -> None:
-    """Serve a model stub that streams every API format on its route (OpenAI chat and Responses, Anthropic, Gemini,
-    Bedrock ConverseStream, Ollama), with exact pacing and an audit log of every write."""
+    """Serve a model stub that streams every API format (--api) on its route, with exact pacing and an audit log of
+    every write."""
     from tokenpath.stub.config import Jitter, StubConfig
     from tokenpath.stub.server import run
 

@@ -7,10 +7,11 @@ exactly, nothing else beside them (a gateway that forwards any path forwards /ad
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.apis import SPECS, Api, ApiSpec
 
 OPEN_PREFIX = "/v1/"  # forwarded whatever follows (the OpenAI-style API surface)
 # A model in a path is one segment: no '/', so a path cannot name a model and another resource at once.
@@ -30,11 +31,14 @@ def _pattern(route: str) -> re.Pattern[str]:
     return re.compile(body + r"\Z")
 
 
-# The same API on another documented path: Gemini's REST API serves v1 beside v1beta, and google-genai 1.x+ calls v1
-# unless told otherwise (GOOGLE_AI_API_DEFAULT_VERSION).
-ALIASES: tuple[tuple[str, Api], ...] = (("/v1/models/{model}:streamGenerateContent", Api.GEMINI),)
+def routes(specs: Iterable[ApiSpec]) -> tuple[tuple[str, Api], ...]:
+    """Every format's route, then the other documented paths of the same APIs (ApiSpec.aliases)."""
+    specs = tuple(specs)
+    return (*((s.route, s.api) for s in specs), *((alias, s.api) for s in specs for alias in s.aliases))
+
+
 _ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = tuple(
-    (_pattern(route), api) for route, api in (*((s.route, a) for a, s in SPECS.items()), *ALIASES)
+    (_pattern(route), api) for route, api in routes(SPECS.values())
 )
 SERVED = "/v1/*, " + ", ".join(s.route.partition("?")[0] for s in SPECS.values() if not s.route.startswith("/v1/"))
 

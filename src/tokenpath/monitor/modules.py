@@ -2,7 +2,7 @@
 The target comes from Prometheus; everything else about the request comes from here, checked at start.
 
     [modules.openai]                      # every key optional: these are the defaults
-    api = "openai"                        # the API format: openai, responses, anthropic, gemini, bedrock, ollama
+    api = "openai"                        # the API format: any `tokenpath probe --api` value
     accept_encoding = "gzip"              # sent as Accept-Encoding ("browser": a browser's); the answer is decoded
     http_version = "1.1"                  # or "2": ALPN h2 over TLS, h2c in clear text; a refusal fails the probe
     h2_window = "browser"                 # with "2": the client's receive windows (BYTES, "default", "browser")

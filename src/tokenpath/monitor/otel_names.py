@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tokenpath.probe.transport import parse_target
+from tokenpath.wire.apis import spec_named
 
 TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
 TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
@@ -44,18 +45,6 @@ TARGET_LABEL = "target"  # ours, Prometheus form only: the monitor's target name
 # per output chunk) and tokenpath's for what they lack (TTFB, added TTFT, frames per read, coalescing, gaps).
 TOKENPATH, OTEL = "tokenpath", "otel"
 NAMINGS = (TOKENPATH, OTEL)
-
-# The API formats tokenpath probes (wire/apis.py) → (gen_ai.operation.name, gen_ai.provider.name): the conventions'
-# well-known values (Gemini's streamGenerateContent is `generate_content` on `gcp.gemini`, the AI Studio endpoint);
-# Ollama has none, so it is a custom value as the conventions allow, and so is any format added later (its name).
-OPERATIONS: dict[str, tuple[str, str]] = {
-    "openai": ("chat", "openai"),
-    "responses": ("chat", "openai"),
-    "anthropic": ("chat", "anthropic"),
-    "gemini": ("generate_content", "gcp.gemini"),
-    "bedrock": ("chat", "aws.bedrock"),
-    "ollama": ("chat", "ollama"),
-}
 
 # Per probe, time_per_output_chunk observes one value per frame after the first. A stream can hold millions of
 # frames (a hostile one more); past this many the rest are not observed (the figures of a probe are its first
@@ -88,7 +77,10 @@ class GenAIAttributes:
     def of(cls, api: str, model: str, url: str, hop: str) -> GenAIAttributes:
         """`url` is the endpoint the client talks to: on the `via` hop, the path's front door (the conventions'
         "behind any intermediaries" is not knowable from outside, and the difference is what tokenpath measures)."""
-        operation, provider = OPERATIONS.get(api, ("chat", api))
+        spec = spec_named(api)
+        # Each format's spec names the conventions' well-known values (wire/formats/); a format they lack is a custom
+        # value, as the conventions allow: its own name.
+        operation, provider = (spec.otel_operation, spec.otel_provider) if spec is not None else ("chat", api)
         target = parse_target(url)
         return cls(operation, provider, model, target.host, target.port, hop)
 

@@ -11,7 +11,7 @@ from tokenpath.clock import ns_to_ms
 from tokenpath.probe.trace import H2Figures, Trace
 from tokenpath.stats import median, percentile
 from tokenpath.stub.audit import StreamLog, added_ns
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 
 SCHEMA_VERSION = 1
 
@@ -79,28 +79,17 @@ class RunMetrics:
         }
 
 
-# How a note names each format.
-API_NAMES = {
-    Api.OPENAI: "OpenAI",
-    Api.RESPONSES: "Responses API",
-    Api.ANTHROPIC: "Anthropic",
-    Api.GEMINI: "Gemini",
-    Api.BEDROCK: "Bedrock",
-    Api.OLLAMA: "Ollama",
-}
-
-
 def no_ttft_note(trace: Trace) -> str:
     """Why a stream with frames has no TTFT: its frames are in another API format (named, with the --api that reads
     it, when their shape says which), it carried an error, or only reasoning, or no content at all. "" when it has a
     TTFT or no frames."""
     if trace.first_content is not None or not trace.frame_count:
         return ""
-    name, frames = API_NAMES[trace.api], trace.frame_count
+    name, frames = SPECS[trace.api].display_name, trace.frame_count
     if trace.foreign_frames:
         guess = trace.foreign_api
         if guess is not None and guess is not trace.api:
-            which = f"the {API_NAMES[guess]} format: pass --api {guess.value}"
+            which = f"the {SPECS[guess].display_name} format: pass --api {guess.value}"
         else:
             which = "another API format"
         return (f"no {name} content frame: {trace.foreign_frames} of {frames} frames are not {name} events (first: "

@@ -20,7 +20,8 @@ from typing import Any, cast
 from tokenpath.errors import RemoteProtocolError, UsageError
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, BodyCharge, Refusal
 from tokenpath.wire.apis import Api
-from tokenpath.wire.errorshape import ErrorReply, error_reply
+from tokenpath.wire.apispec import ErrorReply
+from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.framing import Framing, frame_body
 from tokenpath.wire.limits import LISTEN_BACKLOG, ServerLimits
 from tokenpath.wire.server import END_OF_MESSAGE, Request, ResponseStart, ServerConnection

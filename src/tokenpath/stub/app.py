@@ -31,7 +31,7 @@ from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.siblings import ask_siblings
 from tokenpath.wire.apis import Api
-from tokenpath.wire.errorshape import error_body
+from tokenpath.wire.formats.openai import error_body
 from tokenpath.wire.request import STREAM_HEADER
 
 __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]

@@ -1,58 +1,69 @@
-"""The streaming API formats tokenpath speaks, and the route each one streams on: one table that the stub (which
-writes them), the probe/load/monitor clients (which read them) and the gateway (which relays them) share.
+"""The registry of the streaming API formats tokenpath speaks: one ApiSpec each (wire/apispec.py), declared in its
+own module under wire/formats/, gathered here. The stub (which writes them), the probe/load/monitor clients (which
+read them), the gateway (which relays them) and every help text ask here; nothing else lists the formats.
 
-Routes are the providers' own documented paths; `{model}` is filled with the request's model.
+Adding a format: its Api member (wire/apispec.py), its module in wire/formats/ with its SPEC, its line below, and
+the stub's writer (stub/formats/). Routes are the providers' own documented paths; `{model}` is filled with the
+request's model.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
+from tokenpath.wire.apispec import Api, ApiSpec, Framing, WireFrame
+from tokenpath.wire.eventstream import EventMessage
+from tokenpath.wire.formats import anthropic, bedrock, gemini, ollama, openai, responses
+from tokenpath.wire.formats.shared import shape_of
 
+__all__ = [
+    "DEFAULT_API",
+    "SPECS",
+    "Api",
+    "ApiSpec",
+    "Framing",
+    "api_names",
+    "parse_api",
+    "recognise",
+    "spec_named",
+    "spec_or_default",
+]
 
-class Api(StrEnum):
-    OPENAI = "openai"  # chat completions, SSE, `data: [DONE]` at the end
-    RESPONSES = "responses"  # OpenAI Responses API, SSE with `event:` names and sequence numbers
-    ANTHROPIC = "anthropic"  # Messages API, SSE with `event:` names, no [DONE]
-    GEMINI = "gemini"  # streamGenerateContent?alt=sse, SSE of GenerateContentResponse objects
-    BEDROCK = "bedrock"  # ConverseStream, binary application/vnd.amazon.eventstream messages with CRCs
-    OLLAMA = "ollama"  # /api/chat, NDJSON: one JSON object per line
-
-
-class Framing(StrEnum):
-    SSE = "sse"
-    EVENTSTREAM = "eventstream"  # AWS event stream: prelude (total length, headers length, CRC), headers, payload, CRC
-    NDJSON = "ndjson"
-
-
-@dataclass(frozen=True)
-class ApiSpec:
-    api: Api
-    framing: Framing
-    route: str  # the path a request streams on; `{model}` is replaced by the model
-    content_type: str  # what a conforming server answers with
-
-    def path(self, model: str) -> str:
-        return self.route.replace("{model}", model)
-
-
+# The order counts: help texts list the formats in it, recognise() tries them in it, and the first format declared
+# with a Content-Type is the one a stream of that type is read as when its path names no format (the gateway).
 SPECS: dict[Api, ApiSpec] = {
-    Api.OPENAI: ApiSpec(Api.OPENAI, Framing.SSE, "/v1/chat/completions", "text/event-stream"),
-    Api.RESPONSES: ApiSpec(Api.RESPONSES, Framing.SSE, "/v1/responses", "text/event-stream"),
-    Api.ANTHROPIC: ApiSpec(Api.ANTHROPIC, Framing.SSE, "/v1/messages", "text/event-stream"),
-    Api.GEMINI: ApiSpec(
-        Api.GEMINI, Framing.SSE, "/v1beta/models/{model}:streamGenerateContent?alt=sse", "text/event-stream"
-    ),
-    Api.BEDROCK: ApiSpec(
-        Api.BEDROCK, Framing.EVENTSTREAM, "/model/{model}/converse-stream", "application/vnd.amazon.eventstream"
-    ),
-    Api.OLLAMA: ApiSpec(Api.OLLAMA, Framing.NDJSON, "/api/chat", "application/x-ndjson"),
+    spec.api: spec for spec in (openai.SPEC, responses.SPEC, anthropic.SPEC, gemini.SPEC, bedrock.SPEC, ollama.SPEC)
 }
+# What a request that names no format (an error on an unknown path, a /v1/ path past the known routes) is in.
+DEFAULT_API = Api.OPENAI
+
+
+def spec_or_default(api: Api | None) -> ApiSpec:
+    return SPECS[DEFAULT_API if api is None else api]
+
+
+def spec_named(name: str) -> ApiSpec | None:
+    """The spec whose Api value is `name` (as a config file or a metric label spells it), or None."""
+    return next((spec for spec in SPECS.values() if spec.api.value == name), None)
+
+
+def api_names() -> str:
+    """The formats' --api values, for a help text or an error: `openai, responses, ...`."""
+    return ", ".join(api.value for api in SPECS)
 
 
 def parse_api(text: str) -> Api:
     """An --api value, or a ValueError that lists the accepted ones."""
-    try:
-        return Api(text.strip().lower())
-    except ValueError:
-        raise ValueError(f"unknown API format {text!r}; expected one of: {', '.join(a.value for a in Api)}") from None
+    spec = spec_named(text.strip().lower())
+    if spec is None:
+        raise ValueError(f"unknown API format {text!r}; expected one of: {api_names()}")
+    return spec.api
+
+
+def recognise(frame: WireFrame) -> Api | None:
+    """The API format a frame read as another one's is in, when its shape says so: tried in registry order against
+    the formats of the same kind of framing (a binary message is never a JSON-text format's, nor the reverse)."""
+    shape = shape_of(frame)
+    binary = isinstance(frame, EventMessage)
+    for spec in SPECS.values():
+        if spec.framing.binary is binary and spec.recognises(shape):
+            return spec.api
+    return None

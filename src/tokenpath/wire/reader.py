@@ -6,9 +6,10 @@ the gateway's TTFT) feeds a response body to, whatever the format.
         reader.kind(frame), len(frame.raw)     # FrameKind (decided lazily, per format), size on the wire
     reader.close()                             # at the body's end: a truncated last frame raises
 
-Frames are each format's own unit: an SSE event (wire/sse.py, for OpenAI chat, Responses, Anthropic, Gemini), an
-event-stream message (wire/eventstream.py, Bedrock), an NDJSON line (wire/ndjson.py, Ollama). Each has `raw` (its
-exact bytes) and `data` (the SSE data lines, the message's payload, the line's JSON text).
+Frames are each format's own unit, as its framing (ApiSpec.framing) makes them: an SSE event (wire/sse.py), an
+event-stream message (wire/eventstream.py), an NDJSON line (wire/ndjson.py). Each has `raw` (its exact bytes) and
+`data` (the SSE data lines, the message's payload, the line's JSON text); what a frame is (its FrameKind) and what
+ends a stream are the format's spec's to say.
 
 At the body's end an SSE event that never ended is dropped, as the event-stream spec says (the trace counts its
 bytes as trailing bytes); an event-stream message or NDJSON line cut short is a StreamFormatError.
@@ -19,38 +20,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from tokenpath.wire import formats
-from tokenpath.wire.apis import SPECS, Api, ApiSpec, Framing
+from tokenpath.wire.apis import SPECS, Api, ApiSpec, Framing, recognise
+from tokenpath.wire.apispec import WireFrame
 from tokenpath.wire.eventstream import MAX_MESSAGE_BYTES, EventMessage, EventStreamParser
+from tokenpath.wire.formats.shared import hint
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.ndjson import MAX_LINE_BYTES, NDJSONParser
 from tokenpath.wire.sse import MAX_EVENT_BYTES, Frame, SSEParser
 
-
-class WireFrame(Protocol):
-    @property
-    def raw(self) -> bytes: ...
-    @property
-    def data(self) -> bytes | None: ...
+__all__ = ["FrameReader", "WireFrame", "apis_for_content_type", "frame_reader"]
 
 
 class _Framer(Protocol):
     def feed(self, data: bytes) -> Sequence[Any]: ...
     def pending_bytes(self) -> int: ...
-
-
-_CLASSIFY: dict[Api, Callable[[Any], FrameKind]] = {
-    Api.OPENAI: formats.classify_openai,
-    Api.RESPONSES: formats.classify_responses,
-    Api.ANTHROPIC: formats.classify_anthropic,
-    Api.GEMINI: formats.classify_gemini,
-    Api.BEDROCK: formats.classify_bedrock,
-    Api.OLLAMA: formats.classify_ollama,
-}
-
-# Final frames that are not DONE frames: Gemini's last response carries content and its finishReason; Ollama's last
-# line may carry content beside "done": true.
-_ENDS_ALSO: dict[Api, Callable[[Any], bool]] = {Api.GEMINI: formats.gemini_finished, Api.OLLAMA: formats.ollama_done}
 
 
 class FrameReader:
@@ -72,7 +55,8 @@ class FrameReader:
         else:
             self._framer = lines = NDJSONParser(max_frame_bytes or MAX_LINE_BYTES)
             self._close = lines.close
-        self._classify = _CLASSIFY[api]
+        self._classify = self.spec.classify
+        self._ends_also = self.spec.ends_also  # a final frame that is not a DONE frame (Gemini's, Ollama's last)
 
     def feed(self, data: bytes) -> Sequence[WireFrame]:
         """The frames this read completed. Raises ResponseTooLarge past a frame's limit, StreamFormatError for
@@ -90,7 +74,7 @@ class FrameReader:
         kind = self._classify(frame)
         if kind is FrameKind.DONE or kind is FrameKind.ERROR:
             return True
-        also = _ENDS_ALSO.get(self.api)
+        also = self._ends_also
         return also is not None and also(frame)
 
     def close(self) -> Sequence[WireFrame]:
@@ -103,15 +87,13 @@ class FrameReader:
 
     def recognise(self, frame: WireFrame) -> Api | None:
         """The API format a (FOREIGN) frame is in, when its shape says so."""
-        if isinstance(frame, EventMessage):
-            return Api.BEDROCK if frame.header(":event-type") in formats.BEDROCK_EVENTS else None
-        return formats.recognise(frame.data, frame.event if isinstance(frame, Frame) else None)
+        return recognise(frame)
 
     def hint(self, frame: WireFrame) -> str:
         """What a (FOREIGN) frame calls itself, for a note."""
         if isinstance(frame, EventMessage):
             return f":event-type {frame.header(':event-type')}, :message-type {frame.header(':message-type')}"
-        return formats.hint(frame.data, frame.event if isinstance(frame, Frame) else None)
+        return hint(frame.data, frame.event if isinstance(frame, Frame) else None)
 
 
 def frame_reader(api: Api, max_frame_bytes: int | None = None) -> FrameReader:

@@ -1,12 +1,7 @@
 """Builds HTTP/1.1 requests by hand, so the probe knows exactly which bytes it wrote and when: the smallest valid
-streaming request of each API format (wire/apis.py), on that format's route.
-
-Each body as its provider documents it: OpenAI chat (`messages`, `stream`, `user`), Responses (`input`, `stream`,
-`user`, `max_output_tokens`), Anthropic Messages (`max_tokens` is required, `metadata.user_id`, and the
-`anthropic-version` header), Gemini (`contents[].parts[].text`, `generationConfig.maxOutputTokens`; the model is in
-the path), Bedrock Converse (`messages[].content[].text`, `inferenceConfig.maxTokens`; the modelId is in the path),
-Ollama /api/chat (`messages`, `stream: true`, `options.num_predict`). The stream id rides in the
-X-Tokenpath-Stream header always, and in the body where the format has a user field.
+streaming request of each API format (its spec's stream_body, headers and key header; wire/formats/ cites each), on
+that format's route. The stream id rides in the X-Tokenpath-Stream header always, and in the body where the format
+has a user field.
 """
 
 from __future__ import annotations
@@ -18,76 +13,24 @@ from urllib.parse import parse_qsl, quote
 
 from tokenpath.errors import UsageError
 from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.apispec import StreamAsk
 from tokenpath.wire.framing import request_head
 
 STREAM_HEADER = "X-Tokenpath-Stream"
 DEFAULT_PROMPT = "Count slowly from one to one hundred and say nothing else."
-ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version header every Anthropic request must carry
-# Anthropic requires max_tokens; without --max-tokens this is sent (a limit, not a request for that many).
-ANTHROPIC_DEFAULT_MAX_TOKENS = 1024
-
-
-def chat_body(
-    *, model: str, prompt: str, max_tokens: int | None, stream_id: str, stream: bool = True
-) -> dict[str, Any]:
-    """An OpenAI chat request. The stream id rides in `user` too, for proxies that drop unknown headers."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "stream": stream,
-        "user": stream_id,
-    }
-    if max_tokens is not None:
-        body["max_tokens"] = max_tokens
-    return body
 
 
 def stream_body(api: Api, *, model: str, prompt: str, max_tokens: int | None, stream_id: str) -> dict[str, Any]:
     """The smallest valid streaming request body of `api`, with the stream id where the format has a user field."""
-    if api is Api.OPENAI:
-        return chat_body(model=model, prompt=prompt, max_tokens=max_tokens, stream_id=stream_id)
-    body: dict[str, Any]
-    if api is Api.RESPONSES:
-        body = {"model": model, "input": prompt, "stream": True, "user": stream_id}
-        if max_tokens is not None:
-            body["max_output_tokens"] = max_tokens
-    elif api is Api.ANTHROPIC:
-        body = {
-            "model": model,
-            "max_tokens": ANTHROPIC_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
-            "messages": [{"role": "user", "content": prompt}],
-            "stream": True,
-            "metadata": {"user_id": stream_id},
-        }
-    elif api is Api.GEMINI:
-        body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}]}
-        if max_tokens is not None:
-            body["generationConfig"] = {"maxOutputTokens": max_tokens}
-    elif api is Api.BEDROCK:
-        body = {"messages": [{"role": "user", "content": [{"text": prompt}]}]}
-        if max_tokens is not None:
-            body["inferenceConfig"] = {"maxTokens": max_tokens}
-    else:
-        body = {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True}
-        if max_tokens is not None:
-            body["options"] = {"num_predict": max_tokens}
-    return body
+    return SPECS[api].stream_body(StreamAsk(model, prompt, max_tokens, stream_id))
 
 
 def api_headers(api: Api, stream_id: str, api_key: str | None) -> list[tuple[str, str]]:
-    """The stream id header, the format's own required headers, and the API key where the format expects it
-    (Anthropic `x-api-key`, Gemini `x-goog-api-key`, the rest a bearer token: Bedrock's API keys are bearer tokens;
-    AWS SigV4 signing is not done here)."""
-    headers = [(STREAM_HEADER, stream_id)]
-    if api is Api.ANTHROPIC:
-        headers.append(("anthropic-version", ANTHROPIC_VERSION))
+    """The stream id header, the format's own required headers, and the API key where the format expects it."""
+    spec = SPECS[api]
+    headers = [(STREAM_HEADER, stream_id), *spec.headers]
     if api_key:
-        if api is Api.ANTHROPIC:
-            headers.append(("x-api-key", api_key))
-        elif api is Api.GEMINI:
-            headers.append(("x-goog-api-key", api_key))
-        else:
-            headers.append(("Authorization", f"Bearer {api_key}"))
+        headers.append(spec.credential(api_key))
     return headers
 
 

@@ -19,7 +19,8 @@ from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.frames import StreamRequest, StreamShape, cached_shape, token_text
 from tokenpath.wire.apis import SPECS, Api, Framing
-from tokenpath.wire.errorshape import ErrorReply, error_reply
+from tokenpath.wire.apispec import ErrorReply
+from tokenpath.wire.errorshape import error_reply
 
 MAX_PROMPT_PARTS = 10_000  # messages or content parts counted for the prompt size; the body limit bounds it anyway
 

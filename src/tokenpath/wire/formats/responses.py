@@ -1,0 +1,94 @@
+"""OpenAI Responses API (platform.openai.com/docs/api-reference/responses-streaming), as tokenpath reads and writes
+it.
+
+- Frames: SSE events named by `type` with a `sequence_number`; `response.output_text.delta` (and, as chat's tool-call
+  deltas and refusals count, `response.function_call_arguments.delta` and `response.refusal.delta`) are content,
+  `response.reasoning_text.delta` / `response.reasoning_summary_text.delta` reasoning; `response.completed` /
+  `response.incomplete` end, `response.failed` and `error` are errors. The token text is an output_text delta's
+  `delta`.
+- The error before a head: OpenAI's (wire/formats/openai.py).
+- The error after the head: the `error` event, `{"type": "error", "code", "message", "param", "sequence_number"}`
+  (responses-streaming/error; ResponseErrorEvent in the SDKs); its sequence number follows the last one relayed.
+- The request: `input`, `stream`, `user`, `max_output_tokens`; the key a bearer token.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tokenpath.wire.apispec import Api, ApiSpec, Framing, Shape, StreamAsk, StreamFailure
+from tokenpath.wire.formats import openai
+from tokenpath.wire.formats.shared import event_name, get_path, json_type, json_value, sse_event
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.sse import Frame
+
+CONTENT = frozenset({"response.output_text.delta", "response.refusal.delta", "response.function_call_arguments.delta"})
+REASONING = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
+DONE = frozenset({"response.completed", "response.incomplete"})
+ERROR = frozenset({"response.failed", "error"})
+_SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
+
+
+def classify(frame: Frame) -> FrameKind:
+    if frame.data is None:
+        return FrameKind.COMMENT
+    obj = json_value(frame.data)
+    kind = json_type(obj) or event_name(frame)
+    delta = obj.get("delta") if isinstance(obj, dict) else None
+    if kind in CONTENT:
+        return FrameKind.CONTENT if delta else FrameKind.CONTROL
+    if kind in REASONING:
+        return FrameKind.REASONING if delta else FrameKind.CONTROL
+    if kind in DONE or frame.data.strip() == b"[DONE]":
+        return FrameKind.DONE
+    if kind in ERROR:
+        return FrameKind.ERROR
+    if kind is not None and kind.startswith("response."):
+        return FrameKind.CONTROL  # created, in_progress, output_item.added, content_part.done, ...
+    return FrameKind.FOREIGN
+
+
+def recognises(shape: Shape) -> bool:
+    return isinstance(shape.obj, dict) and shape.name.startswith("response.")
+
+
+def content_text(obj: Any) -> object:
+    return get_path(obj, "delta") if get_path(obj, "type") == "response.output_text.delta" else None
+
+
+def error_frame(failure: StreamFailure, last: bytes) -> bytes:
+    numbers = _SEQUENCE.findall(last)
+    sequence = int(numbers[-1]) + 1 if numbers else 0
+    event = {
+        "type": "error",
+        "code": failure.code,
+        "message": failure.message,
+        "param": None,
+        "sequence_number": sequence,
+    }
+    return sse_event(event, b"error")
+
+
+def stream_body(ask: StreamAsk) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": ask.model, "input": ask.prompt, "stream": True, "user": ask.stream_id}
+    if ask.max_tokens is not None:
+        body["max_output_tokens"] = ask.max_tokens
+    return body
+
+
+SPEC = ApiSpec(
+    api=Api.RESPONSES,
+    framing=Framing.SSE,
+    route="/v1/responses",
+    content_type="text/event-stream",
+    display_name="Responses API",
+    otel_operation="chat",
+    otel_provider="openai",
+    classify=classify,
+    recognises=recognises,
+    content_text=content_text,
+    error_reply=openai.error_reply,
+    error_frame=error_frame,
+    stream_body=stream_body,
+)
