@@ -33,14 +33,21 @@ def _pattern(route: str) -> re.Pattern[str]:
 
 def routes(specs: Iterable[ApiSpec]) -> tuple[tuple[str, Api], ...]:
     """Every format's route, then the other documented paths of the same APIs (ApiSpec.aliases)."""
-    specs = tuple(specs)
-    return (*((s.route, s.api) for s in specs), *((alias, s.api) for s in specs for alias in s.aliases))
+    listed = tuple(specs)
+    return (*((s.route, s.api) for s in listed), *((alias, s.api) for s in listed for alias in s.aliases))
 
 
 _ROUTES: tuple[tuple[re.Pattern[str], Api], ...] = tuple(
     (_pattern(route), api) for route, api in routes(SPECS.values())
 )
-SERVED = "/v1/*, " + ", ".join(s.route.partition("?")[0] for s in SPECS.values() if not s.route.startswith("/v1/"))
+
+
+def served(specs: Iterable[ApiSpec]) -> str:
+    """The paths the gateway serves, for an error that says so: /v1/*, then each route outside it."""
+    return "/v1/*, " + ", ".join(s.route.partition("?")[0] for s in specs if not s.route.startswith(OPEN_PREFIX))
+
+
+SERVED = served(SPECS.values())
 
 
 def match_route(target: str) -> RouteMatch | None:
