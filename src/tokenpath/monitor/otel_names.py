@@ -100,8 +100,8 @@ class GenAIAttributes:
         return labels
 
 
-PROMETHEUS_LABELS = (*(prometheus_label(a) for a in (OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL, SERVER_ADDRESS,
-                                                      SERVER_PORT, HOP)), TARGET_LABEL)  # fmt: skip
+_ATTRIBUTES = (OPERATION_NAME, PROVIDER_NAME, REQUEST_MODEL, SERVER_ADDRESS, SERVER_PORT, HOP)
+PROMETHEUS_LABELS = (*(prometheus_label(a) for a in _ATTRIBUTES), TARGET_LABEL)
 
 
 def chunk_times(gaps_s: tuple[float, ...], frames: int, arrivals: int) -> Iterator[float]:

@@ -92,8 +92,8 @@ def no_ttft_note(trace: Trace) -> str:
             which = f"the {SPECS[guess].display_name} format: pass --api {guess.value}"
         else:
             which = "another API format"
-        return (f"no {name} content frame: {trace.foreign_frames} of {frames} frames are not {name} events (first: "
-                f"{trace.foreign_hint}), {which}; so no TTFT is reported")  # fmt: skip
+        foreign = f"{trace.foreign_frames} of {frames} frames are not {name} events (first: {trace.foreign_hint})"
+        return f"no {name} content frame: {foreign}, {which}; so no TTFT is reported"
     if trace.error_hint:
         return f"no content frame in {frames} frames: the stream carried an error: {trace.error_hint}"
     if trace.first_token is not None:
