@@ -603,7 +603,7 @@ def test_each_sdk_raises_its_own_error_when_the_upstream_dies_mid_stream(setup: 
 
 # --- errors answered before the head ------------------------------------------------------------------------------
 
-# Each format's kind of error for a 401 and a 413 (wire/errorshape.py, as the providers document them)
+# Each format's kind of error for a 401 and a 413 (its spec's error_reply, as the providers document them)
 ERROR_KINDS: dict[Api, tuple[str, str]] = {
     Api.OPENAI: ("invalid_request_error", "invalid_request_error"),
     Api.RESPONSES: ("invalid_request_error", "invalid_request_error"),

@@ -1,4 +1,4 @@
-"""One stream of each API format, shaped as its provider documents it (wire/formats.py cites each): a reasoning
+"""One stream of each API format, shaped as its provider documents it (wire/formats/ cites each): a reasoning
 delta before the first content, the events around it, and the format's end. `STREAMS[api]` is (the body's bytes,
 the kind of each frame in order); the wire and probe tests share them."""
 

@@ -1,5 +1,5 @@
 """What one frame of a token stream is, in every API format: the words TTFT and the first-token figure are defined
-with. wire/formats.py decides it per format; the probe, the load client and the gateway only read these."""
+with. Each format's spec (wire/formats/) decides it; the probe, the load client and the gateway only read these."""
 
 from __future__ import annotations
 

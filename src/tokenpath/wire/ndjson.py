@@ -2,7 +2,7 @@
 
 Lines end in LF or CRLF (JSON Lines, https://jsonlines.org: "the last character in the file may be a line
 separator, and it will be treated the same as if there was no line separator present"; Ollama ends every line
-with LF). A blank line is no frame. The framer does not decode JSON: what a line says is wire/formats.py's to
+with LF). A blank line is no frame. The framer does not decode JSON: what a line says is its format spec's to
 read, and only until the first content line, as for SSE.
 """
 
