@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tokenpath.audit import AuditVerdict
 from tokenpath.errors import UsageError
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
@@ -15,7 +16,6 @@ from tokenpath.experiment.runner import _pacing
 from tokenpath.experiment.spec import Condition, PathSpec, parse
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.results.model import SCHEMA_VERSION, from_json, matrix_row
-from tokenpath.stub.audit import AuditVerdict
 from tokenpath.stub.config import Pacing
 
 AXES = {"heartbeat_ms": [0, 15000], "reasoning_tokens": [0, 8], "first_event_bytes": [0, 16384],

@@ -32,7 +32,7 @@ from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transpo
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
-from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
+from tokenpath.proxies.base import Endpoint, Proxy, Site, attach, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
 from tokenpath.results import model, tables
@@ -49,7 +49,7 @@ from tokenpath.results.model import (
     ProxyInfo,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
-from tokenpath.serve.tlscert import self_signed
+from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api

@@ -12,10 +12,10 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from tokenpath.audit import completion_id
 from tokenpath.errors import ProtocolError, ServiceError, UsageError
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange
-from tokenpath.stub.frames import completion_id
 
 if TYPE_CHECKING:
     from tokenpath.load.runner import LoadConfig
@@ -27,7 +27,7 @@ PACING_FIELDS = ("tokens", "interval_ms", "ttft_ms")  # what load's flags say ab
 # (stub/config.py Pacing.to_json), so a missing key is the stub's "off" (and an older stub's, which has none of it).
 BEFORE_FIRST_TOKEN: dict[str, Any] = {"heartbeat_ms": None, "reasoning_tokens": 0, "first_event_bytes": None,
                                       "head_at": "start"}  # fmt: skip
-# A tokenpath stub's chunk id (stub/frames.py completion_id): a stream carrying one was served by some stub.
+# A tokenpath stub's chunk id (audit.py's completion_id): a stream carrying one was served by some stub.
 STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl-')}}}")
 
 
