@@ -10,7 +10,7 @@ from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import build_row
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.trace import FrameArrival, Trace
-from tokenpath.results import tables
+from tokenpath.report import tables
 from tokenpath.wire.sse import Frame
 
 MS = 1_000_000

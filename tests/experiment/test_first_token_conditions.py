@@ -121,7 +121,7 @@ def test_older_files_read_with_nothing_sent_before_the_first_token() -> None:
 
 
 def test_the_tables_show_what_the_stub_sent_and_the_first_token_where_rows_vary_them() -> None:
-    from tokenpath.results.tables import headers_for, varying_columns
+    from tokenpath.report.tables import headers_for, varying_columns
 
     cond = replace(Condition(50.0, 0, "loopback", False), reasoning_tokens=4, head_at="first-token")
     runs = [_run(20.5, 20.6, 220.0)]

@@ -35,7 +35,8 @@ from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy, Site, attach, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
-from tokenpath.results import model, tables
+from tokenpath.report import tables
+from tokenpath.results import model
 from tokenpath.results.model import (
     HTTP11,
     Certification,
