@@ -11,8 +11,9 @@ import pytest
 
 from tests.helpers import stub_upstream
 from tokenpath.errors import TokenpathError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start

@@ -27,7 +27,8 @@ from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import HTTP2, Condition, Experiment, Link, PathSpec
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
-from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
+from tokenpath.probe.client import ProbeConfig, new_stream_id
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
