@@ -50,7 +50,7 @@ from tokenpath.load.worker import Workload, run_worker
 from tokenpath.proxies import base
 from tokenpath.proxies.nginx import Nginx
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
-from tokenpath.serve.tlscert import self_signed
+from tokenpath.serve.tlscert import TLSFiles, self_signed
 
 WARMUP_S = 1.0  # the first second of each measurement is not counted: connections open, caches fill
 
@@ -89,7 +89,7 @@ def gateway(src: str, upstream: str, workers: int, ca_file: Path | None = None) 
     return Target(f"gateway {src}" + (f" x{workers}" if workers != 1 else ""), url, proc.pid, proc.stop)
 
 
-def nginx(upstream: str, ca_file: Path | None = None, serve_tls: base.TLSFiles | None = None) -> Target:
+def nginx(upstream: str, ca_file: Path | None = None, serve_tls: TLSFiles | None = None) -> Target:
     """nginx proxy_buffering off to `upstream` (https: verified against ca_file); with serve_tls it listens TLS."""
     up = urlsplit(upstream)
     assert up.hostname is not None

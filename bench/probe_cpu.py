@@ -11,8 +11,9 @@ import asyncio
 import time
 
 from tokenpath.probe.aio import stream_once
-from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream, request_bytes
+from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import median

@@ -78,7 +78,8 @@ def paused_rss_growth_mb(gw: str, pid: int) -> float:
 
 
 def stub_drift(stub: str) -> dict[str, float]:
-    from tokenpath.probe.client import ProbeConfig, probe_stream
+    from tokenpath.probe.client import ProbeConfig
+    from tokenpath.probe.stream import probe_stream
 
     pacing = {"ttft_ms": 20, "interval_ms": 14, "tokens": 40, "format": "plain"}
     trace = probe_stream(ProbeConfig(url=stub, extra_body=(("tokenpath", pacing),)))

@@ -12,11 +12,11 @@ from tests.controls.decoding_client import DecodedStream, stream_decoded
 from tests.helpers import BackgroundLoop
 from tokenpath.controls.relay import ControlRelay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.proxies.base import TLSFiles
-from tokenpath.serve.tlscert import self_signed
+from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
 

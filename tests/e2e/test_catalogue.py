@@ -9,8 +9,9 @@ import psutil
 import pytest
 
 from tests.helpers import stub_upstream
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start

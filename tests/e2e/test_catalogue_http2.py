@@ -11,12 +11,13 @@ import pytest
 
 from tests.helpers import stub_upstream
 from tokenpath.errors import TokenpathError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
-from tokenpath.proxies.base import Endpoint, RunningProxy, Site, TLSFiles, free_port, new_workdir, start
-from tokenpath.serve.tlscert import self_signed
+from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.serve.tlscert import TLSFiles, self_signed
 
 pytestmark = pytest.mark.e2e
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 
 from tests.e2e.conftest import Start
+from tokenpath.audit import AuditVerdict
 from tokenpath.probe.aio import drain_once
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
 from tokenpath.serve.loops import new_event_loop
-from tokenpath.stub.audit import AuditVerdict
 from tokenpath.stub.control import fetch_audit
 
 TOKENS, INTERVAL_MS = 40, 14

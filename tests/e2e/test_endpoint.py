@@ -19,8 +19,9 @@ import pytest
 from tests.gateway.test_tls_upstream_e2e import CA
 from tests.helpers import LoopbackHTTPS, QuietHandler
 from tokenpath.errors import TokenpathError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, UpstreamTLS, free_port, new_workdir, start
 from tokenpath.proxies.relays import CONTROLS

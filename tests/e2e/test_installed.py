@@ -10,8 +10,8 @@ import shutil
 
 import pytest
 
+from tokenpath.chromium import find_chromium
 from tokenpath.proxies import catalogue
-from tokenpath.report import browser
 
 # Catalogue entries `make test` does not install; their tests skip with the entry's missing reason.
 OPT_IN = {
@@ -31,7 +31,7 @@ def test_every_catalogue_entry_make_test_installs_is_installed() -> None:
 
 
 def test_the_tools_make_test_installs_for_the_report_and_monitor_tests_are_installed() -> None:
-    assert browser.find_chromium() is not None  # tests/report/test_browser.py
+    assert find_chromium() is not None  # tests/report/test_browser.py
     assert shutil.which("prometheus") is not None  # tests/e2e/test_monitor.py
     assert shutil.which("promtool") is not None
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Start, netloc
-from tokenpath.report.browser import find_chromium
+from tokenpath.chromium import find_chromium
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
 pytestmark = pytest.mark.e2e

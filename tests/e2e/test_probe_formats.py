@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from tests.e2e.conftest import Start
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.serve.procs import tokenpath_argv
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api

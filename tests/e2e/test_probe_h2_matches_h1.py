@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 

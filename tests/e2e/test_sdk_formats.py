@@ -18,9 +18,9 @@ from google import genai
 from google.genai import types as genai_types
 
 from tests.e2e.conftest import Start
+from tokenpath.audit import StreamLog
 from tokenpath.clock import NS_PER_MS
 from tokenpath.serve.procs import tokenpath_argv
-from tokenpath.stub.audit import StreamLog
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.frames import token_text
 from tokenpath.wire.apis import Api

@@ -9,8 +9,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.proxies import lookup
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv

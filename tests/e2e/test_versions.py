@@ -16,7 +16,7 @@ from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import parse
 from tokenpath.proxies import lookup
 from tokenpath.proxies.traefik import EARLIER, VERSION
-from tokenpath.results.tables import markdown
+from tokenpath.report.tables import markdown
 
 pytestmark = pytest.mark.e2e
 

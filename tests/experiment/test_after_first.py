@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tokenpath.audit import AuditVerdict, StreamLog, Write
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import build_row
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.trace import FrameArrival, Trace
-from tokenpath.results import tables
-from tokenpath.stub.audit import AuditVerdict, StreamLog, Write
+from tokenpath.report import tables
 from tokenpath.wire.sse import Frame
 
 MS = 1_000_000

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from tokenpath.audit import AuditVerdict
 from tokenpath.errors import CertificationError
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.runner import CERT_FRAMES, Environment, MatrixRunner
 from tokenpath.experiment.spec import Condition, parse
 from tokenpath.probe.metrics import RunMetrics
-from tokenpath.stub.audit import AuditVerdict
 
 OPENAI = Condition(50.0, 60, "loopback", False)
 GZIP = Condition(50.0, 60, "loopback", False, accept_encoding="gzip")

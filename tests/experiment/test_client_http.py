@@ -79,7 +79,7 @@ def test_a_window_without_http2_or_that_is_not_one_is_refused(conditions: dict[s
 
 
 def test_rows_carry_the_window_and_the_tables_show_it() -> None:
-    from tokenpath.results.tables import varying_columns
+    from tokenpath.report.tables import varying_columns
 
     cond = Condition(50.0, 60, "loopback", False, client_http="2", h2_window="browser")
     row = build_row(PathSpec("direct"), cond, [RunRecord("direct", "s", error="x")], None)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tokenpath.audit import AuditVerdict
 from tokenpath.errors import UsageError
 from tokenpath.experiment.compose import experiment_toml
 from tokenpath.experiment.measure import RunRecord, join
@@ -18,7 +19,6 @@ from tokenpath.experiment.spec import IDENTITY, Condition, PathSpec, parse
 from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.probe.trace import Trace
-from tokenpath.stub.audit import AuditVerdict
 
 
 def test_defaults_are_openai_without_accept_encoding() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tokenpath.audit import AuditVerdict
 from tokenpath.errors import UsageError
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
@@ -15,7 +16,6 @@ from tokenpath.experiment.runner import _pacing
 from tokenpath.experiment.spec import Condition, PathSpec, parse
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.results.model import SCHEMA_VERSION, from_json, matrix_row
-from tokenpath.stub.audit import AuditVerdict
 from tokenpath.stub.config import Pacing
 
 AXES = {"heartbeat_ms": [0, 15000], "reasoning_tokens": [0, 8], "first_event_bytes": [0, 16384],
@@ -121,7 +121,7 @@ def test_older_files_read_with_nothing_sent_before_the_first_token() -> None:
 
 
 def test_the_tables_show_what_the_stub_sent_and_the_first_token_where_rows_vary_them() -> None:
-    from tokenpath.results.tables import headers_for, varying_columns
+    from tokenpath.report.tables import headers_for, varying_columns
 
     cond = replace(Condition(50.0, 0, "loopback", False), reasoning_tokens=4, head_at="first-token")
     runs = [_run(20.5, 20.6, 220.0)]

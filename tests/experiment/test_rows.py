@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from tokenpath.audit import AuditVerdict
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.metrics import RunMetrics
-from tokenpath.stub.audit import AuditVerdict
 
 COND = Condition(50.0, 60, "loopback", False)
 

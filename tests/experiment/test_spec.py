@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
+from tokenpath.audit import StreamLog
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.experiment.spec import ExclusionRule, load, parse
 from tokenpath.proxies.attached import AttachedProxy
-from tokenpath.stub.audit import StreamLog
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 

@@ -17,8 +17,8 @@ from tokenpath.experiment.compose import emit, service_name
 from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import PathSpec, parse
 from tokenpath.load.runner import LoadConfig, LoadRunner
+from tokenpath.report.tables import markdown, side_by_side
 from tokenpath.results.model import MatrixResults, MatrixRow, Provenance
-from tokenpath.results.tables import markdown, side_by_side
 
 ROOT = Path(__file__).parents[2]
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers import BackgroundLoop
+from tokenpath.audit import StreamLog, Write
 from tokenpath.errors import UsageError
 from tokenpath.load.framedelay import frame_delays_ns
 from tokenpath.load.integrity import BeforeFirstToken, check_body, expected_frames
@@ -17,7 +18,6 @@ from tokenpath.load.lean import LeanRecorder
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _before_first_token_argv, _level_row, content_write
 from tokenpath.load.stubinfo import fetch_pacing, with_stub_pacing
 from tokenpath.results.model import MedianAndTail
-from tokenpath.stub.audit import StreamLog, Write
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api

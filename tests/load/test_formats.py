@@ -9,16 +9,16 @@ import random
 import pytest
 
 from tests.wire.battery import encoded
+from tokenpath.audit import StreamLog, completion_id
 from tokenpath.errors import ContentEncodingError
 from tokenpath.load.integrity import check_body
 from tokenpath.load.lean import LeanRecorder
 from tokenpath.load.runner import content_write
 from tokenpath.load.tokens import content_text, token_number
 from tokenpath.probe.trace import TraceRecorder
-from tokenpath.stub.audit import StreamLog
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats import FORMATS
-from tokenpath.stub.frames import StreamRequest, completion_id
+from tokenpath.stub.frames import StreamRequest
 from tokenpath.wire.apis import SPECS, Api
 
 SID, MODEL, TOKENS = "tp-formats", "tokenpath-stub", 6

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from array import array
 
+from tokenpath.audit import StreamLog, Write
 from tokenpath.load.framedelay import frame_delays_ns
-from tokenpath.stub.audit import StreamLog, Write
 
 # Four writes of 10 bytes at t = 0 (head frame), 100, 200, 300; the first content frame is write 1.
 LOG = StreamLog("s", 100.0, 0, "complete", tuple(Write(i, i * 100, i * 100, 10) for i in range(4)), first_content=1)

@@ -49,9 +49,9 @@ def test_reserialised_chunks_keep_their_content() -> None:
 
 
 def test_first_content_frame_is_joined_to_its_write_by_token_text() -> None:
+    from tokenpath.audit import StreamLog
     from tokenpath.load.runner import content_write
     from tokenpath.load.tokens import content_text, token_number
-    from tokenpath.stub.audit import StreamLog
     from tokenpath.wire.apis import Api
     from tokenpath.wire.sse import SSEParser
 

@@ -42,7 +42,7 @@ def test_a_row_records_the_format_and_the_encodings_it_saw() -> None:
 def test_the_table_says_the_format_and_the_encodings() -> None:
     from rich.console import Console
 
-    from tokenpath.results import load_table
+    from tokenpath.report import load_table
     from tokenpath.results.model import LoadRow, Provenance
 
     row = LoadRow(level=5, target="relay", api="bedrock", accept_encoding="gzip", content_encoding="gzip")

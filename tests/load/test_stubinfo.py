@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import BackgroundLoop
+from tokenpath.audit import completion_id
 from tokenpath.errors import ServiceError, UsageError
 from tokenpath.load.runner import Cell, LoadConfig, _level_row
 from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.results.model import MedianAndTail
 from tokenpath.stub.config import StubConfig
-from tokenpath.stub.frames import completion_id
 from tokenpath.stub.server import StubServer
 
 STUB = "http://127.0.0.1:8000"

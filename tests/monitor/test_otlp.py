@@ -13,7 +13,7 @@ import pytest
 
 from tests.monitor.otlp_receiver import OTLPReceiver, Point, resource_attributes
 from tokenpath.errors import UsageError
-from tokenpath.monitor import otel_names, otlp
+from tokenpath.monitor import otel_names, otlp, otlp_endpoint
 from tokenpath.monitor.config import MonitorConfig, from_dict
 from tokenpath.monitor.metrics import ADDED_BUCKETS, FPR_BUCKETS
 from tokenpath.monitor.probing import ProbeOutcome, probe_route
@@ -188,13 +188,13 @@ def test_headers_come_from_the_environment_and_never_reach_a_log(
 
 
 def test_the_endpoint_is_a_url_with_the_metrics_path_and_is_shown_without_credentials() -> None:
-    assert otlp.endpoint_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/metrics"
-    assert otlp.endpoint_url("https://otel.example:443/") == "https://otel.example:443/v1/metrics"
-    assert otlp.endpoint_url("http://c:4318/custom/metrics") == "http://c:4318/custom/metrics"
-    assert otlp.shown("https://user:pw@otel.example/v1/metrics?token=t") == "https://otel.example/v1/metrics"
+    assert otlp_endpoint.endpoint_url("http://127.0.0.1:4318") == "http://127.0.0.1:4318/v1/metrics"
+    assert otlp_endpoint.endpoint_url("https://otel.example:443/") == "https://otel.example:443/v1/metrics"
+    assert otlp_endpoint.endpoint_url("http://c:4318/custom/metrics") == "http://c:4318/custom/metrics"
+    assert otlp_endpoint.shown("https://user:pw@otel.example/v1/metrics?token=t") == "https://otel.example/v1/metrics"
     for bad in ("otel.example:4318", "ftp://c/v1/metrics", "http://c:99999", "http:///v1/metrics"):
         with pytest.raises(UsageError, match="otlp_endpoint"):
-            otlp.endpoint_url(bad)
+            otlp_endpoint.endpoint_url(bad)
     with pytest.raises(UsageError, match="otlp_endpoint"):
         config("grpc://127.0.0.1:4317")  # checked when the config is read, before any probe
     with pytest.raises(UsageError, match="otlp_interval_s"):

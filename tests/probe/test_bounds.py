@@ -22,8 +22,9 @@ from tests.probe.hostile import (
     status,
 )
 from tokenpath import errors
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import TraceLimits, TraceRecorder
 from tokenpath.probe.transport import DRAIN_MAX_BYTES, TLSOptions, open_connection, parse_target
 from tokenpath.serve.tlscert import self_signed

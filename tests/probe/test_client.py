@@ -14,8 +14,9 @@ from tokenpath.errors import (
     ProtocolError,
     UsageError,
 )
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import Target
 
 MS = 1_000_000

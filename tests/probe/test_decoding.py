@@ -11,8 +11,9 @@ import pytest
 from tests.probe.test_client import MS, FakeClock, ScriptedTransport, chunk
 from tests.wire.battery import CODINGS, encoded
 from tokenpath.errors import ContentEncodingError, HTTPStatusError, UsageError
-from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING, ProbeConfig, probe_stream, request_bytes
+from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING, ProbeConfig, request_bytes
 from tokenpath.probe.metrics import probe_results, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target
 from tokenpath.wire.apis import Api

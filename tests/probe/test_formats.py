@@ -15,8 +15,9 @@ from tests.helpers import accept_each
 from tests.probe.test_client import FakeClock, ScriptedTransport
 from tests.wire.samples import ERRORS, STREAMS, sse
 from tokenpath.errors import ContentTypeError, HTTPStatusError, StreamFormatError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import probe_results, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, TraceRecorder
 from tokenpath.probe.transport import Target
 from tokenpath.wire.apis import SPECS, Api

@@ -13,7 +13,8 @@ import h2.events
 import pytest
 
 from tokenpath.errors import FirstByteTimeout, HTTP2Unavailable, HTTPStatusError, NetworkError, ProtocolError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.h2client import BROWSER_WINDOW

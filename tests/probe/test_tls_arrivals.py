@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers import TLSRecordBurst
 from tokenpath.probe.aio import stream_once
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop

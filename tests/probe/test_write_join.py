@@ -7,8 +7,8 @@ import pytest
 
 from tests.probe.test_client import MS, chunk
 from tests.probe.test_decoding import probe
+from tokenpath.audit import StreamLog, Write
 from tokenpath.probe.metrics import run_metrics
-from tokenpath.stub.audit import StreamLog, Write
 
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
 TOKENS = [b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % i for i in range(4)]

@@ -8,8 +8,9 @@ import pytest
 
 from tokenpath.errors import ProxyError
 from tokenpath.proxies import catalogue, lookup
-from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, UpstreamTLS
+from tokenpath.proxies.base import Endpoint, Proxy, Site, UpstreamTLS
 from tokenpath.proxies.relays import CONTROLS
+from tokenpath.serve.tlscert import TLSFiles
 from tokenpath.tools import TOOLS_ENV
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import stub_upstream
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
 from tokenpath.proxies import lookup
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.wire.h2client import DEFAULT_WINDOW

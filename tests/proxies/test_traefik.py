@@ -16,8 +16,9 @@ from tests.helpers import accept_each
 from tokenpath import routecheck
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies import lookup, pinned
-from tokenpath.proxies.base import Endpoint, Site, TLSFiles, UpstreamTLS
+from tokenpath.proxies.base import Endpoint, Site, UpstreamTLS
 from tokenpath.proxies.traefik import PACKAGE, VERSION, Traefik
+from tokenpath.serve.tlscert import TLSFiles
 from tokenpath.tools import TOOLS_ENV
 
 ROOT = Path(__file__).parents[2]

@@ -9,6 +9,7 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
+from tokenpath.chromium import find_chromium
 from tokenpath.report import browser
 from tokenpath.report.render import write_report
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    exe = browser.find_chromium()
+    exe = find_chromium()
     if exe is None:
         if os.geteuid() == 0:
             pytest.fail("Chromium missing although `make test` installs it as root (scripts/install-proxies --all)")

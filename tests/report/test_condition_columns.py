@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
+from tokenpath.report import tables
 from tokenpath.report.page import page as render_page
-from tokenpath.results import tables
 from tokenpath.results.model import MatrixResults, ProxyInfo, from_json
 
 DATA = Path(__file__).parent / "data"

@@ -86,8 +86,7 @@ def test_write_is_atomic_and_reads_back_equal(tmp_path: Path) -> None:
 
 def test_a_version_3_load_file_gains_one_level_and_still_loads_and_renders(tmp_path: Path) -> None:
     """Schema 4 made a load row's `concurrency` / `rate` pair one `level` with its `loop`."""
-    from tokenpath.report import page
-    from tokenpath.results import load_table
+    from tokenpath.report import load_table, page
 
     raw = json.loads((DATA / "load" / "results.json").read_text())
     closed = migrate(raw)["levels"][0]

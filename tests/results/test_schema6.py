@@ -10,8 +10,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tokenpath.report import page
-from tokenpath.results import load_table, model, tables
+from tokenpath.report import load_table, page, tables
+from tokenpath.results import model
 from tokenpath.results.model import FlowControlStalls, LoadResults, MatrixResults, from_json, migrate
 
 DATA = Path(__file__).parents[1] / "report" / "data"

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpath.stub.audit import AuditStore, StreamLog, StreamRecorder, Write, audit_stream, tolerance_ns
+from tokenpath.audit import StreamLog, Write, audit_stream, tolerance_ns
+from tokenpath.stub.audit import AuditStore, StreamRecorder
 
 MS = 1_000_000
 
@@ -61,3 +62,11 @@ def test_the_log_names_its_first_content_write_and_reads_an_older_stub_s_log() -
     assert again == log
     older = {k: v for k, v in log.to_json().items() if k != "first_content"}
     assert StreamLog.from_json(older).first_content_write is None
+
+
+def test_the_recorder_and_its_answered_log_get_the_same_verdict() -> None:
+    """audit_stream (tokenpath/audit.py) judges the stub's columns directly and a client's StreamLog alike."""
+    for drifts in ([0.1, 0.2], [0.1, 11.0, 0.3], [-0.5], []):
+        recorder = log_with(drifts, interval=50)
+        assert audit_stream(recorder) == audit_stream(recorder.snapshot())
+        assert audit_stream(recorder) == audit_stream(StreamLog.from_json(recorder.snapshot().to_json()))

@@ -10,11 +10,11 @@ import json
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
+from tokenpath.audit import StreamLog, Write, completion_id, stream_label
 from tokenpath.errors import BadRequest, UsageError
-from tokenpath.stub.audit import StreamLog, Write
 from tokenpath.stub.config import MAX_FIRST_EVENT_BYTES, MAX_HEARTBEATS, Pacing, StubConfig
 from tokenpath.stub.formats import FORMATS, check_start
-from tokenpath.stub.frames import StreamRequest, StreamShape, completion_id, reasoning_text, stream_label, token_text
+from tokenpath.stub.frames import StreamRequest, StreamShape, reasoning_text, token_text
 from tokenpath.stub.pacing import schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.wire.apis import Api

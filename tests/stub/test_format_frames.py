@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
+from tokenpath.audit import completion_id, stream_label
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats import FORMATS
 from tokenpath.stub.formats.bedrock import message
-from tokenpath.stub.frames import PLACEHOLDER_LABEL, StreamRequest, completion_id, stream_label, token_text
+from tokenpath.stub.frames import PLACEHOLDER_LABEL, StreamRequest, token_text
 from tokenpath.wire.apis import Api
 from tokenpath.wire.sse import SSEParser
 

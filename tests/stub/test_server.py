@@ -10,9 +10,10 @@ from collections.abc import Callable
 import pytest
 
 from tests.helpers import CHAT, BackgroundLoop, exchange, post, status_and_json
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.audit import audit_stream
+from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
-from tokenpath.stub.audit import audit_stream
+from tokenpath.probe.stream import probe_stream
 from tokenpath.stub.server import StubServer
 
 StartStub = Callable[..., StubServer]

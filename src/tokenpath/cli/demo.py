@@ -18,7 +18,7 @@ def demo(
 ) -> None:
     """A quick certified matrix: every installed proxy, stock and with its fix, plus the controls."""
     from tokenpath.demo import run_demo
-    from tokenpath.results import tables
+    from tokenpath.report import tables
     from tokenpath.results.model import dumps
 
     shown = shown_console(json_out)

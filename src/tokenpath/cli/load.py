@@ -126,7 +126,7 @@ def load(
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
     from tokenpath.probe.transport import TLSOptions
-    from tokenpath.results import load_table
+    from tokenpath.report import load_table
     from tokenpath.results.model import dumps
     from tokenpath.wire.apis import parse_api
 

@@ -24,7 +24,7 @@ def matrix(
     """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
     from tokenpath.experiment import spec
     from tokenpath.experiment.runner import MatrixRunner
-    from tokenpath.results import tables
+    from tokenpath.report import tables
     from tokenpath.results.model import dumps
 
     shown = shown_console(json_out)

@@ -86,8 +86,9 @@ def probe(
     total_timeout: Annotated[float, typer.Option(help="Longest a stream may take, seconds.")] = 600.0,
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
-    from tokenpath.probe.client import ProbeConfig, probe_stream
+    from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.metrics import dumps, probe_results
+    from tokenpath.probe.stream import probe_stream
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.apis import parse_api

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from tokenpath.diagnose.classify import RunFigures
 from tokenpath.diagnose.series import Run
 from tokenpath.errors import ProtocolError, UsageError
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange

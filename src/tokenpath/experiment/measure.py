@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tokenpath.audit import AuditVerdict, StreamLog, added_ns
 from tokenpath.clock import ns_to_ms
 from tokenpath.probe.metrics import RunMetrics, run_metrics
 from tokenpath.probe.trace import Trace
 from tokenpath.results.model import MatrixRun
 from tokenpath.stats import percentile
-from tokenpath.stub.audit import AuditVerdict, StreamLog, added_ns
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ class RunRecord:
 
 
 def join(record: RunRecord, trace: Trace, log: StreamLog | None) -> None:
-    """Client arrivals against the stub's writes (stub/audit.py's `added_ns`: frame k = write k)."""
+    """Client arrivals against the stub's writes (tokenpath/audit.py's `added_ns`: frame k = write k)."""
     record.metrics = run_metrics(trace)
     record.content_encoding = trace.content_encoding
     if log is None or not log.writes:

@@ -7,11 +7,8 @@ from dataclasses import dataclass, replace
 
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import Condition, PathSpec
-from tokenpath.results.model import MatrixRow, MatrixRun
+from tokenpath.results.model import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS, MatrixRow, MatrixRun
 from tokenpath.stats import median, percentile
-
-FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
-FLOOR_MARGIN_TTFT_MS = 1.0  # added TTFT within the direct path's spread plus this is noise
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,15 +27,17 @@ from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import HTTP2, Condition, Experiment, Link, PathSpec
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
-from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
+from tokenpath.probe.client import ProbeConfig, new_stream_id
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
-from tokenpath.proxies.base import Endpoint, Proxy, Site, TLSFiles, attach, free_port, new_workdir, start
+from tokenpath.proxies.base import Endpoint, Proxy, Site, attach, free_port, new_workdir, start
 from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
-from tokenpath.results import model, tables
+from tokenpath.report import tables
+from tokenpath.results import model
 from tokenpath.results.model import (
     HTTP11,
     Certification,
@@ -49,7 +51,7 @@ from tokenpath.results.model import (
     ProxyInfo,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
-from tokenpath.serve.tlscert import self_signed
+from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
@@ -21,7 +22,6 @@ from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results.model import DEFAULT_H2_WINDOW, HTTP11, condition_label
-from tokenpath.stub.audit import AuditVerdict, StreamLog, audit_stream
 from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, StubConfig, response_headers
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.wire.apis import Api, parse_api

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokenpath.stub.audit import StreamLog
+from tokenpath.audit import StreamLog
 
 
 def frame_delays_ns(log: StreamLog, first_content: int, marks: Sequence[int]) -> list[int] | None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from tokenpath.audit import completion_id
 from tokenpath.errors import PeerError
 from tokenpath.load.tokens import content_text as format_text
 from tokenpath.stub.formats.openai import openai_shape
-from tokenpath.stub.frames import completion_id, token_text
+from tokenpath.stub.frames import token_text
 from tokenpath.wire.apis import Api
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.openai import content_text

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from hdrh.histogram import HdrHistogram
 from rich.console import Console
 
+from tokenpath.audit import StreamLog, added_ns
 from tokenpath.errors import PeerError, ServiceError, UsageError
 from tokenpath.load.cluster import (
     ClusterSpec,
@@ -62,7 +63,6 @@ from tokenpath.results.model import (
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
-from tokenpath.stub.audit import StreamLog, added_ns
 from tokenpath.stub.config import HeadAt, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import Field, replace
+from typing import Any, ClassVar, Protocol, TypeVar
 
+from tokenpath.audit import completion_id
 from tokenpath.errors import ProtocolError, ServiceError, UsageError
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange
-from tokenpath.stub.frames import completion_id
-
-if TYPE_CHECKING:
-    from tokenpath.load.runner import LoadConfig
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 10.0
@@ -27,7 +24,7 @@ PACING_FIELDS = ("tokens", "interval_ms", "ttft_ms")  # what load's flags say ab
 # (stub/config.py Pacing.to_json), so a missing key is the stub's "off" (and an older stub's, which has none of it).
 BEFORE_FIRST_TOKEN: dict[str, Any] = {"heartbeat_ms": None, "reasoning_tokens": 0, "first_event_bytes": None,
                                       "head_at": "start"}  # fmt: skip
-# A tokenpath stub's chunk id (stub/frames.py completion_id): a stream carrying one was served by some stub.
+# A tokenpath stub's chunk id (audit.py's completion_id): a stream carrying one was served by some stub.
 STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl-')}}}")
 
 
@@ -64,7 +61,20 @@ def fetch_health(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str
     return doc
 
 
-def with_stub_pacing(cfg: LoadConfig, stub_url: str, pacing: dict[str, Any] | None) -> LoadConfig:
+class PacedConfig(Protocol):
+    """What with_stub_pacing needs of a config (load's LoadConfig): a dataclass with the PACING_FIELDS and
+    BEFORE_FIRST_TOKEN fields, and the names of those the user set."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @property
+    def pacing_given(self) -> tuple[str, ...]: ...
+
+
+Config = TypeVar("Config", bound=PacedConfig)
+
+
+def with_stub_pacing(cfg: Config, stub_url: str, pacing: dict[str, Any] | None) -> Config:
     """`cfg` with the stub's tokens, interval and TTFT; a flag the user gave that disagrees is refused."""
     if pacing is None:
         return cfg

@@ -36,6 +36,7 @@ from typing import Any
 from tokenpath.errors import UsageError
 from tokenpath.hostport import parse_hostport
 from tokenpath.monitor.otel_names import NAMINGS
+from tokenpath.monitor.otlp_endpoint import endpoint_url
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
@@ -226,8 +227,6 @@ def _check_settings(s: MonitorSettings) -> None:
     if not 0.1 <= s.otlp_interval_s <= 86400:
         raise UsageError(f"`otlp_interval_s` must be between 0.1 and 86400 seconds, not {s.otlp_interval_s}")
     if s.otlp_endpoint is not None:
-        from tokenpath.monitor.otlp import endpoint_url  # here: otlp.py builds on this module
-
         endpoint_url(s.otlp_endpoint)
 
 

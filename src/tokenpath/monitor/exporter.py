@@ -47,7 +47,8 @@ from tokenpath.monitor.probing import (
     probe_route,
 )
 from tokenpath.monitor.runner import log_outcome
-from tokenpath.probe.client import ProbeConfig, probe_stream
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.serve import exposition

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from tokenpath import __version__
 from tokenpath.errors import UsageError
 from tokenpath.monitor import otel_names
 from tokenpath.monitor.config import MonitorConfig
 from tokenpath.monitor.metrics import ADDED_BUCKETS, FPR_BUCKETS
+from tokenpath.monitor.otlp_endpoint import endpoint_url
 from tokenpath.monitor.probing import ProbeOutcome
 
 if TYPE_CHECKING:
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokenpath.monitor")
 
-METRICS_PATH = "/v1/metrics"  # OTLP/HTTP's path for metrics, added to an endpoint given without a path
 # One export's POST, retries included. A stop flushes once and waits for it: a collector that does not answer
 # delays the monitor's exit by this much at most.
 EXPORT_TIMEOUT_S = 5.0
@@ -45,31 +44,6 @@ TARGET = "tokenpath.target"  # ours: the monitor's target name (two targets may 
 OUTCOME = "tokenpath.outcome"  # ours: ok, or the failure's reason (as /metrics' `outcome` label)
 DROP_REASON = "tokenpath.reason"  # ours: why a scheduled probe was dropped (schedule.py)
 INSTALL_HINT = "pip install 'tokenpath[otel]'"
-
-
-def endpoint_url(url: str) -> str:
-    """The URL the export POSTs to: `url` as given when it has a path, else `url` + /v1/metrics (a collector's
-    base address, as OTEL_EXPORTER_OTLP_ENDPOINT is spelled)."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a bad port
-    except ValueError as exc:
-        raise UsageError(f"`otlp_endpoint` {shown(url)!r} is not a valid URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"`otlp_endpoint` {shown(url)!r}: expected http(s)://HOST[:PORT][/v1/metrics]")
-    if parts.path in ("", "/"):
-        parts = parts._replace(path=METRICS_PATH)
-    return urlunsplit(parts)
-
-
-def shown(url: str) -> str:
-    """`url` as it may be printed: no user or password, no query (where a token could sit)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.netloc.rpartition("@")[2]
-    except ValueError:
-        return "(an invalid URL)"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def require() -> None:

@@ -18,8 +18,9 @@ from itertools import pairwise
 from tokenpath.clock import ns_to_ms
 from tokenpath.errors import TokenpathError
 from tokenpath.monitor.config import Target
-from tokenpath.probe.client import ProbeConfig, new_stream_id, probe_stream
+from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, TraceLimits
 from tokenpath.probe.transport import SocketTransport, Transport, open_connection
 from tokenpath.probe.transport import Target as Endpoint

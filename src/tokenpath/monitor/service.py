@@ -13,6 +13,7 @@ from tokenpath.hostport import join_hostport
 from tokenpath.monitor import otlp
 from tokenpath.monitor.config import MonitorConfig
 from tokenpath.monitor.metrics import MonitorMetrics
+from tokenpath.monitor.otlp_endpoint import shown
 from tokenpath.monitor.rules import Rule
 from tokenpath.monitor.runner import Breach, TargetSummary, Watch, check_rules, run_once
 from tokenpath.serve import exposition
@@ -53,7 +54,7 @@ class Exporter:
     def note(self) -> str:
         also = ""
         if self.otlp is not None:
-            also = f"; OTLP to {otlp.shown(self.otlp.endpoint)} every {self.config.settings.otlp_interval_s:g} s"
+            also = f"; OTLP to {shown(self.otlp.endpoint)} every {self.config.settings.otlp_interval_s:g} s"
         return f"Prometheus{also}; probing {', '.join(t.name for t in self.config.targets)}"
 
     async def start(self) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tokenpath.chromium import find_chromium
 from tokenpath.errors import ConnectError, InstrumentError, TLSError, TotalTimeout, UsageError
 from tokenpath.probe.browser_page import (
     PAGE_HTML,
@@ -45,7 +46,6 @@ from tokenpath.probe.browser_page import (
 )
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits
-from tokenpath.report.browser import find_chromium
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Request

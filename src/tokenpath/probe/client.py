@@ -1,21 +1,21 @@
-"""The probe: writes one request by hand on a raw socket and timestamps every recv() as it returns."""
+"""What one probe asks and how it reads the answer: ProbeConfig, the request written by hand, and the read loop
+both HTTP versions share (each read waits until the nearest deadline; the head checked; an error body previewed).
+probe/stream.py runs a stream with them (HTTP/1.1 there, HTTP/2 in probe/h2stream.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import re
-import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
-from tokenpath.clock import Clock, monotonic_ns
+from tokenpath.clock import Clock
 from tokenpath.errors import (
     BAD_REQUEST_STATUSES,
     BadRequest,
-    ConnectTimeout,
     ContentEncodingError,
     ContentTypeError,
     FirstByteTimeout,
@@ -26,8 +26,8 @@ from tokenpath.errors import (
     TotalTimeout,
     UsageError,
 )
-from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
-from tokenpath.probe.transport import Target, TLSOptions, Transport, open_connection, parse_target
+from tokenpath.probe.trace import ERROR_BODY_PREVIEW, TraceRecorder
+from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_target
 from tokenpath.wire.apis import SPECS, Api, Framing
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
@@ -100,13 +100,6 @@ def expand_accept_encoding(value: str) -> str:
     return value
 
 
-Connector = Callable[[Target, ProbeConfig], Transport]
-
-
-def _connect(target: Target, cfg: ProbeConfig) -> Transport:
-    return open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls)
-
-
 def new_stream_id() -> str:
     return "tp-" + uuid.uuid4().hex[:16]
 
@@ -133,47 +126,9 @@ def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
     )
 
 
-def probe_stream(
-    cfg: ProbeConfig,
-    *,
-    stream_id: str | None = None,
-    clock: Clock = monotonic_ns,
-    connect: Connector = _connect,
-    limits: TraceLimits = DEFAULT_LIMITS,
-) -> Trace:
-    """Run one streamed request to completion and return its trace. Raises a PeerError subclass on failure.
-
-    --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
-    target = cfg.target
-    stream_id = stream_id or new_stream_id()
-    payload = b"" if cfg.http2 else request_bytes(cfg, target, stream_id)
-    started = clock()
-    try:
-        transport = connect(target, cfg)
-    except ConnectTimeout:
-        if cfg.total_timeout_s < cfg.connect_timeout_s:  # the total's deadline was the one that passed
-            timeout_error(None, cfg, first=True, total=True)
-        raise
-    deadline = started + int(cfg.total_timeout_s * 1e9)
-    try:
-        if cfg.http2:
-            from tokenpath.probe.h2stream import probe_h2  # (imports this module: its read loop, request, errors)
-
-            return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
-        transport.sendall(payload)
-        recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
-        read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
-        return recorder.trace
-    except (ConnectionResetError, BrokenPipeError) as exc:
-        raise NetworkError(f"the connection was reset: {exc.strerror}") from None
-    except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
-        raise NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}") from None
-    finally:
-        transport.close()
-
-
 class StreamReads(Protocol):
-    """What one protocol makes of the probe's reads: HTTP/1.1 (H1Reads, below) or HTTP/2 (probe/h2stream.py).
+    """What one protocol makes of the probe's reads: HTTP/1.1 (probe/stream.py's H1Reads) or HTTP/2
+    (probe/h2stream.py).
     read_until_done and read_body_preview hold the deadlines and the bounds, the same for both."""
 
     def feed(self, t_ns: int, data: bytes) -> int:
@@ -187,23 +142,6 @@ class StreamReads(Protocol):
     def preview_feed(self, data: bytes) -> tuple[bytes, bool]:
         """One read of an error response: its body bytes, and whether the response has ended."""
         ...
-
-
-@dataclass(slots=True)
-class H1Reads:
-    """HTTP/1.1: the recorder parses the bytes itself."""
-
-    rec: TraceRecorder
-
-    def feed(self, t_ns: int, data: bytes) -> int:
-        return self.rec.on_read(t_ns, data)
-
-    def closed(self, t_ns: int) -> None:
-        self.rec.on_eof(t_ns)
-
-    def preview_feed(self, data: bytes) -> tuple[bytes, bool]:
-        parser = self.rec.response
-        return parser.feed(data), parser.complete
 
 
 def read_until_done(

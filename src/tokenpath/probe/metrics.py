@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from tokenpath.audit import StreamLog, added_ns
 from tokenpath.clock import ns_to_ms
 from tokenpath.probe.trace import H2Figures, Trace
 from tokenpath.stats import median, percentile
-from tokenpath.stub.audit import StreamLog, added_ns
 from tokenpath.wire.apis import SPECS, Api
 
 SCHEMA_VERSION = 1
@@ -103,7 +103,7 @@ def no_ttft_note(trace: Trace) -> str:
 
 def write_join(trace: Trace, log: StreamLog) -> tuple[float | None, dict[str, float]]:
     """Added TTFT and the later frames' added delay (p50/p99), in ms, from the stub's write log of this stream
-    (stub.audit.added_ns, the join every runner uses: frame k is write k). Only where that holds: every frame kept
+    (audit.added_ns, the join every runner uses: frame k is write k). Only where that holds: every frame kept
     and the same size as its write (a path that passes the bytes through); else (None, {})."""
     frames, writes = trace.frames, log.writes
     first = trace.first_content

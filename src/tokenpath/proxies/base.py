@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.hostport import join_hostport, parse_hostport
 from tokenpath.serve.procs import stop_process_group
+from tokenpath.serve.tlscert import TLSFiles
 from tokenpath.tools import INSTALL_HINT, tool
 
 START_TIMEOUT_S = 15.0
@@ -48,13 +49,6 @@ class Endpoint:
     @property
     def hostport(self) -> str:
         return join_hostport(self.host, self.port)
-
-
-@dataclass(frozen=True, slots=True)
-class TLSFiles:
-    cert: Path
-    key: Path
-    combined: Path  # cert + key in one PEM (HAProxy's `crt`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
+from tokenpath.chromium import find_chromium
 from tokenpath.errors import PeerError
 
 FLAGS = (
@@ -17,12 +17,7 @@ FLAGS = (
     "--disable-background-networking",
     "--hide-scrollbars",
 )
-CANDIDATES = ("chromium", "chromium-browser", "google-chrome")
 TIMEOUT_S = 120
-
-
-def find_chromium() -> str | None:
-    return next((path for name in CANDIDATES if (path := shutil.which(name))), None)
 
 
 def _run(args: list[str]) -> str:

@@ -10,8 +10,16 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from tokenpath.errors import UsageError
-from tokenpath.experiment.rows import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS
-from tokenpath.results.model import LoadResults, LoadRow, MatrixResults, MatrixRow, Results, condition_label
+from tokenpath.results.model import (
+    FLOOR_MARGIN_FPR,
+    FLOOR_MARGIN_TTFT_MS,
+    LoadResults,
+    LoadRow,
+    MatrixResults,
+    MatrixRow,
+    Results,
+    condition_label,
+)
 from tokenpath.stats import median
 
 NOT_DISTINGUISHABLE = "not distinguishable"

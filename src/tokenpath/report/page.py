@@ -8,9 +8,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from tokenpath.report import charts
+from tokenpath.report import charts, load_table, tables
 from tokenpath.report.compare import Comparison, Figure
-from tokenpath.results import load_table, tables
 from tokenpath.results.model import (
     Certification,
     LoadResults,

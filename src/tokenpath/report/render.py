@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tokenpath.errors import UsageError
-from tokenpath.report import compare, page
-from tokenpath.results import load_table, model, tables
+from tokenpath.report import compare, load_table, page, tables
+from tokenpath.results import model
 from tokenpath.results.model import LoadResults
 
 FORMATS = ("html", "md", "csv")

@@ -1,1 +1,2 @@
-"""One versioned results model (model.py) feeds every rendering: Markdown, CSV, the terminal and the report page."""
+"""One versioned results model (model.py): typed, read and written here, rendered by report/ (the terminal, Markdown,
+CSV and the HTML page)."""

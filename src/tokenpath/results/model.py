@@ -232,6 +232,12 @@ class FloorEntry:
     ttft_spread_ms: float | None = None
 
 
+# The noise around a floor: a row within it is not a proxy effect (experiment/rows.py), and no difference smaller
+# than it is called between two runs (report/compare.py).
+FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
+FLOOR_MARGIN_TTFT_MS = 1.0  # added TTFT within the direct path's spread plus this is noise
+
+
 @dataclass(frozen=True, slots=True)
 class ExclusionShare:
     condition: str  # a condition label, or "all"
@@ -493,7 +499,7 @@ def _v1_to_v2(doc: Json) -> Json:
 
 def _v2_to_v3(doc: Json) -> Json:
     """Keys a version-2 writer left out when they did not apply are read with their model defaults; matrix
-    exclusion shares, when absent, are computed from the rows by the one rule (results.tables)."""
+    exclusion shares, when absent, are computed from the rows by the one rule (exclusion_shares)."""
     if doc.get("kind") in ("matrix", "sweep"):
         doc.setdefault("exclusion_shares", None)
     return doc

@@ -1,9 +1,11 @@
-"""A self-signed certificate made per run (cryptography), for proxies that terminate TLS in an experiment."""
+"""A self-signed certificate made per run (cryptography), for proxies that terminate TLS in an experiment, and the
+files it is written to (TLSFiles: what a proxy's config names and a relay serves with)."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -11,7 +13,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tokenpath.proxies.base import TLSFiles
+
+@dataclass(frozen=True, slots=True)
+class TLSFiles:
+    cert: Path
+    key: Path
+    combined: Path  # cert + key in one PEM (HAProxy's `crt`)
 
 
 def self_signed(directory: Path, addresses: list[str]) -> TLSFiles:
@@ -23,13 +30,17 @@ def self_signed(directory: Path, addresses: list[str]) -> TLSFiles:
     san = x509.SubjectAlternativeName(
         [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses] + [x509.DNSName("localhost")]
     )
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1)).add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
+    builder = x509.CertificateBuilder(
+        issuer_name=name,
+        subject_name=name,
+        public_key=key.public_key(),
+        serial_number=x509.random_serial_number(),
+        not_valid_before=now - datetime.timedelta(minutes=5),
+        not_valid_after=now + datetime.timedelta(hours=1),
+    )
+    builder = builder.add_extension(san, critical=False)
+    builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    cert = builder.sign(key, hashes.SHA256())
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     key_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
 
+from tokenpath.audit import AuditEntry, AuditReply, State, audit_stream, completion_id
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request, Response
-from tokenpath.stub.audit import AuditEntry, AuditReply, AuditStore, State, StreamRecorder, audit_stream
+from tokenpath.stub.audit import AuditStore, StreamRecorder
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
     MAX_STREAM_ID_CHARS,
@@ -26,7 +27,7 @@ from tokenpath.stub.config import (
 from tokenpath.stub.formats import FORMATS, ApiFormat, Route, Router
 from tokenpath.stub.formats.base import Ask
 from tokenpath.stub.formats.openai import prompt_stream_id
-from tokenpath.stub.frames import StreamRequest, completion_id
+from tokenpath.stub.frames import StreamRequest
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.siblings import ask_siblings

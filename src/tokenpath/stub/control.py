@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from tokenpath.audit import AuditReply
 from tokenpath.errors import BadRequest, PeerError, ProtocolError
 from tokenpath.probe.transport import SocketFactory, parse_target, tcp_connect
-from tokenpath.stub.audit import AuditReply
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 

@@ -1,18 +1,18 @@
-"""The frame machinery every API format shares: token text, the per-stream label in every id, StreamShape (one
-request shape's frames, rendered once and framed once per transfer coding), the bounded shape cache, exact-size
-padding. What each format writes is in stub/formats/.
+"""The frame machinery every API format shares: token text, the per-stream label (tokenpath/audit.py) in every id,
+StreamShape (one request shape's frames, rendered once and framed once per transfer coding), the bounded shape
+cache, exact-size padding. What each format writes is in stub/formats/.
 
 Token text varies from token to token because some gateways (LiteLLM) abort a stream whose chunks repeat.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from tokenpath.audit import LABEL_CHARS, stream_label
 from tokenpath.errors import UsageError
 from tokenpath.wire.framing import chunks
 
@@ -78,8 +78,6 @@ WORDS = [
     "hazel",
 ]
 
-LABEL_CHARS = 24  # hex digits of a stream's label: the tail of every id the stub writes for it
-
 
 def token_text(index: int) -> str:
     """Never the same as its neighbour; the index keeps each token unique within a stream."""
@@ -94,16 +92,6 @@ def reasoning_text(index: int) -> str:
 def token_bytes(index: int, frame_bytes: int | None, first_event_bytes: int | None) -> int | None:
     """The size token `index`'s frame is padded to: the first content frame may be made large on its own."""
     return first_event_bytes if index == 0 and first_event_bytes is not None else frame_bytes
-
-
-def stream_label(stream_id: str) -> str:
-    """Fixed length, so a frame's natural size does not depend on the stream id."""
-    return hashlib.blake2b(stream_id.encode(), digest_size=LABEL_CHARS // 2).hexdigest()
-
-
-def completion_id(stream_id: str) -> str:
-    """The id in an OpenAI stream's chunks; the audit finds a stream by it too."""
-    return "cmpl-" + stream_label(stream_id)
 
 
 PLACEHOLDER_LABEL = stream_label("")  # what a cached shape carries until a stream swaps in its own

@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
+from tokenpath.audit import AuditEntry, AuditReply
 from tokenpath.errors import ProtocolError
-from tokenpath.stub.audit import AuditEntry, AuditReply
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenpath.audit import stream_label
 from tokenpath.errors import BadRequest
 from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
@@ -43,7 +44,6 @@ from tokenpath.stub.frames import (
     StreamShape,
     padded,
     reasoning_text,
-    stream_label,
     token_bytes,
     token_text,
 )

@@ -24,6 +24,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from tokenpath.audit import stream_label
 from tokenpath.errors import BadRequest
 from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
@@ -44,7 +45,6 @@ from tokenpath.stub.frames import (
     StreamShape,
     padded,
     reasoning_text,
-    stream_label,
     token_bytes,
     token_text,
 )

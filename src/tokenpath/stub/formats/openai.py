@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from tokenpath.audit import completion_id
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request
 from tokenpath.stub.config import Format, Pacing
@@ -24,15 +25,7 @@ from tokenpath.stub.formats.base import (
     positive_int,
     stream_field,
 )
-from tokenpath.stub.frames import (
-    StreamRequest,
-    StreamShape,
-    cached_shape,
-    completion_id,
-    reasoning_text,
-    token_bytes,
-    token_text,
-)
+from tokenpath.stub.frames import StreamRequest, StreamShape, cached_shape, reasoning_text, token_bytes, token_text
 from tokenpath.wire.apis import Api
 
 DONE_FRAME = b"data: [DONE]\n\n"

@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from tokenpath.errors import UsageError
-from tokenpath.results import model, tables
+from tokenpath.report import tables
+from tokenpath.results import model
 from tokenpath.results.model import Provenance, from_json
 
 
@@ -75,7 +76,7 @@ def test_every_condition_states_its_exclusion_share() -> None:
 
 
 def test_a_load_row_shows_kept_of_total_even_below_one_percent() -> None:
-    from tokenpath.results import load_table
+    from tokenpath.report import load_table
 
     row = model.load_row({
         "level": 50, "target": "nginx", "streams": 999, "streams_total": 1000, "kept": 996, "excluded": 4,

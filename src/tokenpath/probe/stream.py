@@ -1,0 +1,76 @@
+"""The probe: writes one request by hand on a raw socket and timestamps every recv() as it returns. probe_stream
+runs one stream to its end over HTTP/1.1 (here) or HTTP/2 (probe/h2stream.py), with probe/client.py's config,
+request and read loop."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tokenpath.clock import Clock, monotonic_ns
+from tokenpath.errors import ConnectTimeout, NetworkError
+from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
+from tokenpath.probe.h2stream import probe_h2
+from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
+from tokenpath.probe.transport import Target, Transport, open_connection
+
+Connector = Callable[[Target, ProbeConfig], Transport]
+
+
+def _connect(target: Target, cfg: ProbeConfig) -> Transport:
+    return open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls)
+
+
+def probe_stream(
+    cfg: ProbeConfig,
+    *,
+    stream_id: str | None = None,
+    clock: Clock = monotonic_ns,
+    connect: Connector = _connect,
+    limits: TraceLimits = DEFAULT_LIMITS,
+) -> Trace:
+    """Run one streamed request to completion and return its trace. Raises a PeerError subclass on failure.
+
+    --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
+    target = cfg.target
+    stream_id = stream_id or new_stream_id()
+    payload = b"" if cfg.http2 else request_bytes(cfg, target, stream_id)
+    started = clock()
+    try:
+        transport = connect(target, cfg)
+    except ConnectTimeout:
+        if cfg.total_timeout_s < cfg.connect_timeout_s:  # the total's deadline was the one that passed
+            timeout_error(None, cfg, first=True, total=True)
+        raise
+    deadline = started + int(cfg.total_timeout_s * 1e9)
+    try:
+        if cfg.http2:
+            return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
+        transport.sendall(payload)
+        recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
+        read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
+        return recorder.trace
+    except (ConnectionResetError, BrokenPipeError) as exc:
+        raise NetworkError(f"the connection was reset: {exc.strerror}") from None
+    except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
+        raise NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}") from None
+    finally:
+        transport.close()
+
+
+@dataclass(slots=True)
+class H1Reads:
+    """HTTP/1.1: the recorder parses the bytes itself."""
+
+    rec: TraceRecorder
+
+    def feed(self, t_ns: int, data: bytes) -> int:
+        return self.rec.on_read(t_ns, data)
+
+    def closed(self, t_ns: int) -> None:
+        self.rec.on_eof(t_ns)
+
+    def preview_feed(self, data: bytes) -> tuple[bytes, bool]:
+        parser = self.rec.response
+        return parser.feed(data), parser.complete
