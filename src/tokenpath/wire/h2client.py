@@ -554,6 +554,8 @@ class H2ClientConnection:
         elif isinstance(event, h2.events.StreamEnded):
             sid = event.stream_id
             stream = self._streams.get(sid)
+            if stream is not None and stream.ended:  # its trailers were malformed: reset already
+                return
             if stream is not None and stream.body is not None:  # answered before the whole request was sent
                 with contextlib.suppress(h2.exceptions.H2Error):  # RFC 9113 8.1: we may stop sending it
                     self._h2.reset_stream(sid, h2.errors.ErrorCodes.NO_ERROR)
