@@ -140,7 +140,7 @@ class H2UpstreamConnection:
             touched: dict[int, Sink] = {}
             streams = self.streams
             for event in events:
-                if type(event) is DataReceived:  # the relay's path: one per stream per read
+                if event.__class__ is DataReceived:  # the relay's path: one per stream per read
                     stream = streams.get(event.stream_id)
                     if stream is not None and stream.sink is not None:
                         touched[event.stream_id] = stream.sink

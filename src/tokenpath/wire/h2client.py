@@ -42,7 +42,7 @@ ALPN is checked by the socket's owner (probe/transport.py) and raises the same e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import h2.config
@@ -69,6 +69,7 @@ MAX_ENCODER_TABLE_SIZE = 4096
 # Request fields that are HTTP/1.1's own and forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-fields.
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
 REFUSED_STREAM = int(h2.errors.ErrorCodes.REFUSED_STREAM)
+_H2_DATA = h2.events.DataReceived  # the hot event, compared by class
 PROTOCOL_ERROR = int(h2.errors.ErrorCodes.PROTOCOL_ERROR)
 PREVIEW_BYTES = 40  # of a non-HTTP/2 answer, shown in the error
 
@@ -149,7 +150,7 @@ class HeadReceived:
     head: ResponseHead
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: filled as the read's frames are translated (a frozen init costs 3 calls more)
 class DataReceived:
     stream_id: int
     data: bytes  # the payload of this stream's DATA in one read (padding removed), a frame still arriving included
@@ -188,26 +189,33 @@ def error_name(code: int) -> str:
         return f"error code {code}"
 
 
-@dataclass(slots=True)
 class _ReadData:
-    """One stream's DATA in the read being translated, filled frame by frame."""
+    """One stream's DATA in the read being translated, gathered frame by frame into its DataReceived."""
 
-    stream_id: int
-    chunks: list[bytes] = field(default_factory=list)
-    frames: int = 0
-    size: int = 0  # flow-controlled bytes of the frames completed (payload and padding)
+    __slots__ = ("chunks", "event", "size")
 
-    def event(self) -> DataReceived:
-        return DataReceived(self.stream_id, b"".join(self.chunks), self.frames)
+    def __init__(self, event: DataReceived) -> None:
+        self.event = event
+        self.chunks: list[bytes] = []
+        self.size = 0  # flow-controlled bytes of the frames completed (payload and padding)
 
 
-@dataclass(slots=True)
 class _Read:
     """What one read did, gathered while h2's events are translated; its figures are settled once, at its end."""
 
-    out: list[H2Event | _ReadData] = field(default_factory=list)
-    data: dict[int, _ReadData] = field(default_factory=dict)  # stream -> its one DataReceived of this read
-    ended: dict[int, None] = field(default_factory=dict)  # streams this read ended, reset or refused (ordered set)
+    __slots__ = ("data", "ended", "out")
+
+    def __init__(self) -> None:
+        self.out: list[H2Event] = []
+        self.data: dict[int, _ReadData] = {}  # stream -> its one DataReceived of this read, being filled
+        self.ended: dict[int, None] = {}  # streams this read ended, reset or refused (an ordered set)
+
+    def start_data(self, sid: int) -> _ReadData:
+        """The stream's DataReceived of this read, in the read's order at its first DATA."""
+        event = DataReceived(sid, b"", 0)
+        self.out.append(event)
+        part = self.data[sid] = _ReadData(event)
+        return part
 
 
 class H2NoRoom(LocalProtocolError):
@@ -273,6 +281,8 @@ class H2ClientConnection:
             },
         )
         self._h2.max_inbound_frame_size = MAX_FRAME_SIZE
+        # What to write to the peer now (h2's own method: a shell calls it after every read)
+        self.data_to_send: Callable[[], bytes] = self._h2.data_to_send
         self._h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         self._now_s = 0.0  # the guard's clock: the t_ns of the read being parsed
         self._guard = FrameGuard(lambda: self._now_s, MAX_FRAME_SIZE, peer_is_server=True)
@@ -283,6 +293,12 @@ class H2ClientConnection:
         self._sending: dict[int, _Stream] = {}  # streams whose request body waits for the peer's window
         self._open = 0  # streams opened and not ended, reset or refused
         self._conn = _Stream(window=window.connection)
+        # a window below one frame is shut (the peer cannot send a full frame); half a window is given back at once
+        self._low_stream, self._low_connection = (
+            min(MAX_FRAME_SIZE, window.stream),
+            min(MAX_FRAME_SIZE, window.connection),
+        )
+        self._half_stream, self._half_connection = window.stream // 2, window.connection // 2
         self._initiated = False
         self.peer_settings_seen = False
         self.peer_settings = 0  # SETTINGS frames received: a change of the peer's stream limit may make room
@@ -370,9 +386,6 @@ class H2ClientConnection:
             self._sending[stream_id] = stream
             self._send_body(stream_id, stream)
         return stream_id
-
-    def data_to_send(self) -> bytes:
-        return self._h2.data_to_send()
 
     def consume(self, stream_id: int, nbytes: int) -> None:
         """The reader consumed nbytes of this stream (auto_ack=False): WINDOW_UPDATE when half a window is due."""
@@ -509,14 +522,16 @@ class H2ClientConnection:
     def _translate(self, h2_events: Sequence[h2.events.Event], read: _Read) -> None:
         """h2's events of (part of) one read into ours. The DATA path is the hot one: per frame only its payload is
         gathered; windows and figures are settled once per read (_settle)."""
+        pending = read.data
         for event in h2_events:
-            if type(event) is h2.events.DataReceived:
+            if event.__class__ is _H2_DATA:
                 sid = event.stream_id
-                part = read.data.get(sid)
-                if part is None:
-                    part = read.data[sid] = _ReadData(sid)
-                    read.out.append(part)
-                part.frames += 1
+                part = pending.get(sid)
+                if part is None:  # (read.start_data, inlined: the stream's first DATA frame of the read)
+                    out_event = DataReceived(sid, b"", 0)
+                    read.out.append(out_event)
+                    part = pending[sid] = _ReadData(out_event)
+                part.event.frames += 1
                 part.size += event.flow_controlled_length
                 data = event.data
                 early = self._early
@@ -593,29 +608,94 @@ class H2ClientConnection:
             read.out.append(StreamReset(sid, PROTOCOL_ERROR, remote=False, reason=f"malformed response: {why}"))
 
     def _settle(self, read: _Read, t_ns: int) -> list[H2Event]:
-        """The read's figures and windows, once: DATA counted per stream, stalls judged before our WINDOW_UPDATE,
-        then (auto_ack) the read consumed."""
-        cut = self._cut_frame(read)
+        """The read's figures and windows, once per read (never per frame): each stream's DATA counted, its stall
+        judged before our WINDOW_UPDATE, then (auto_ack) the read consumed."""
+        guard = self._guard
+        if guard.skip and guard.frame[0] == DATA:
+            cut = self._cut_frame(read)
+        else:  # the read ended on a frame boundary (or not in a DATA frame)
+            self._early = cut = None
         conn = self._conn
-        frames = conn_bytes = 0
+        # h2's own count: DATA on a stream we reset (cancel) draws on the connection window too, with no event for
+        # it (h2 gives it back itself, half a window at a time).
+        conn.window = self._h2.inbound_flow_control_window
+        conn_shut = conn.window < self._low_connection
         streams = self._streams
+        frames = conn_bytes = 0
+        any_open = False
         for sid, part in read.data.items():
+            event = part.event
+            chunks = part.chunks
+            event.data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             size = part.size
-            frames += part.frames
+            frames += event.frames
             conn_bytes += size
             stream = streams.get(sid)
             if stream is None:  # a stream we forgot: its bytes are consumed at once, the connection window kept open
                 conn.unacked += size
                 continue
-            conn.received += size
-            stream.window -= size
-            stream.received += size
-            stream.flow.data_frames += part.frames
-            stream.flow.data_bytes += size
+            flow = stream.flow
+            flow.data_frames += event.frames
+            if size:
+                conn.received += size
+                stream.window -= size
+                stream.received += size
+                flow.data_bytes += size
+                flow.reads += 1
+                if stream.window < flow.min_window:
+                    flow.min_window = stream.window
+            any_open |= self._judge(sid, stream, cut, conn_shut, t_ns)
+            if self.auto_ack and stream.received:
+                self._consumed(sid, stream)
+        if read.ended or cut is not None:  # streams the read touched without completing a DATA frame of theirs
+            for other in (*read.ended, cut):
+                if other is not None and other not in read.data and (stream := streams.get(other)) is not None:
+                    any_open |= self._judge(other, stream, cut, conn_shut, t_ns)
         conn.flow.data_frames += frames
         conn.flow.data_bytes += conn_bytes
-        self._account(t_ns, read, conn_bytes, cut)
-        return [item.event() if type(item) is _ReadData else item for item in read.out]  # type: ignore[misc]
+        if conn_bytes or cut is not None:
+            if conn_bytes:
+                conn.flow.reads += 1
+                if conn.window < conn.flow.min_window:
+                    conn.flow.min_window = conn.window
+            if conn.flow.stalled_since is not None:
+                conn.flow.stall_ns += t_ns - conn.flow.stalled_since
+                conn.flow.stalled_since = None
+            if conn_shut and any_open and cut is None:
+                conn.flow.stalls += 1
+                conn.flow.stalled_since = t_ns
+        if conn.unacked and (conn.unacked >= self._half_connection or conn.window < self._low_connection):
+            self._give_back(0, None)
+        return read.out
+
+    def _judge(self, sid: int, stream: _Stream, cut: int | None, conn_shut: bool, t_ns: int) -> bool:
+        """A stream this read touched: its stall (if any) is over, since data or its end came; a new one starts if
+        the read left its window (or the connection's) below one frame while it is open. A stream whose next DATA
+        frame the read cut is being sent to: no new stall is judged until that frame is whole. True if it is open."""
+        flow = stream.flow
+        if flow.stalled_since is not None:
+            flow.stall_ns += t_ns - flow.stalled_since
+            flow.stalled_since = None
+        if stream.ended or sid == cut:
+            return False
+        if stream.window < self._low_stream or conn_shut:
+            flow.stalls += 1
+            flow.stalled_since = t_ns
+        return True
+
+    def _consumed(self, sid: int, stream: _Stream) -> None:
+        """(auto_ack) The read's bytes of this stream are consumed: given back by half windows; a paused stream's
+        on the connection only, until it resumes."""
+        nbytes, stream.received = stream.received, 0
+        conn = self._conn
+        conn.received -= nbytes
+        conn.unacked += nbytes
+        if stream.paused:
+            stream.held += nbytes
+            return
+        stream.unacked += nbytes
+        if stream.unacked >= self._half_stream or stream.window < self._low_stream:
+            self._give_back(sid, stream)
 
     def _cut_frame(self, read: _Read) -> int | None:
         """A DATA frame the read cut: its data bytes so far go out with this read (an arrival is a socket read,
@@ -624,9 +704,6 @@ class H2ClientConnection:
         the peer is sending it data (no stall), whether or not a data byte of the frame came yet."""
         guard = self._guard
         early = self._early
-        if guard.skip == 0 or guard.frame[0] != DATA:  # the read ended on a frame boundary (or not in a DATA frame)
-            self._early = None
-            return None
         if early is None or early.serial != guard.serial:
             _, flags, sid, length = guard.frame
             early = self._early = _Early(guard.serial, sid, flags, length)
@@ -645,10 +722,7 @@ class H2ClientConnection:
         if not data:
             return early.stream_id
         early.delivered += len(data)
-        part = read.data.get(early.stream_id)
-        if part is None:
-            part = read.data[early.stream_id] = _ReadData(early.stream_id)
-            read.out.append(part)
+        part = read.data.get(early.stream_id) or read.start_data(early.stream_id)
         part.chunks.append(data)
         return early.stream_id
 
@@ -677,74 +751,22 @@ class H2ClientConnection:
                 read.ended[sid] = None
                 read.out.append(StreamReset(sid, REFUSED_STREAM, remote=True))
 
-    def _account(self, t_ns: int, read: _Read, conn_bytes: int, cut: int | None) -> None:
-        """Stall figures for this read, judged before our WINDOW_UPDATE; then (auto_ack) the read is consumed. A
-        stream whose next DATA frame the read cut is being sent to: its stall (if any) ended with this read, and no
-        new one is judged until that frame is whole."""
-        conn = self._conn
-        # h2's own count: DATA on a stream we reset (cancel) draws on the connection window too, with no event for
-        # it (h2 gives it back itself, half a window at a time).
-        conn.window = self._h2.inbound_flow_control_window
-        conn_shut = conn.window < min(MAX_FRAME_SIZE, self.window.connection)
-        stream_low = min(MAX_FRAME_SIZE, self.window.stream)
-        any_open = False
-        touched = read.data.keys() | read.ended.keys() if read.ended else read.data.keys()
-        if cut is not None:
-            touched = touched | {cut}
-        for sid in touched:
-            stream = self._streams.get(sid)
-            if stream is None:
-                continue
-            flow = stream.flow
-            part = read.data.get(sid)
-            if part is not None and part.size:
-                flow.reads += 1
-                flow.min_window = min(flow.min_window, stream.window)
-            if flow.stalled_since is not None:  # data (or the end) came: the stall is over
-                flow.stall_ns += t_ns - flow.stalled_since
-                flow.stalled_since = None
-            if not stream.ended and sid != cut:
-                any_open = True
-                if stream.window < stream_low or conn_shut:
-                    flow.stalls += 1
-                    flow.stalled_since = t_ns
-        if conn_bytes or cut is not None:
-            if conn_bytes:
-                conn.flow.reads += 1
-                conn.flow.min_window = min(conn.flow.min_window, conn.window)
-            if conn.flow.stalled_since is not None:
-                conn.flow.stall_ns += t_ns - conn.flow.stalled_since
-                conn.flow.stalled_since = None
-            if conn_shut and any_open and cut is None:
-                conn.flow.stalls += 1
-                conn.flow.stalled_since = t_ns
-        if self.auto_ack:
-            for sid in read.data:
-                stream = self._streams.get(sid)
-                if stream is None or not stream.received:
-                    continue
-                if stream.paused:  # the connection's share now, the stream's on resume
-                    nbytes, stream.received = stream.received, 0
-                    stream.held += nbytes
-                    conn.received -= nbytes
-                    conn.unacked += nbytes
-                else:
-                    self.consume(sid, stream.received)
-        self._give_back(0, None)
-
     def _give_back(self, sid: int, stream: _Stream | None) -> None:
         """WINDOW_UPDATE once half a window is consumed, or when the window is below one frame (nghttp2's, Chromium's
-        and h2's rule): fewer frames than one per read, and never a window left shut while data was consumed."""
-        if stream is not None and not stream.ended and stream.unacked:
-            initial = self.window.stream
-            if stream.unacked >= initial // 2 or stream.window < min(MAX_FRAME_SIZE, initial):
-                with contextlib.suppress(h2.exceptions.H2Error):  # closed meanwhile
-                    self._h2.increment_flow_control_window(stream.unacked, sid)
-                stream.window += stream.unacked
-                stream.unacked = 0
+        and h2's rule): fewer frames than one per read, and never a window left shut while data was consumed. The
+        stream's (if given), then the connection's."""
+        if (
+            stream is not None
+            and not stream.ended
+            and stream.unacked
+            and (stream.unacked >= self._half_stream or stream.window < self._low_stream)
+        ):
+            with contextlib.suppress(h2.exceptions.H2Error):  # closed meanwhile
+                self._h2.increment_flow_control_window(stream.unacked, sid)
+            stream.window += stream.unacked
+            stream.unacked = 0
         conn = self._conn
-        initial = self.window.connection
-        if conn.unacked and (conn.unacked >= initial // 2 or conn.window < min(MAX_FRAME_SIZE, initial)):
+        if conn.unacked and (conn.unacked >= self._half_connection or conn.window < self._low_connection):
             self._h2.increment_flow_control_window(conn.unacked)
             conn.window += conn.unacked
             conn.unacked = 0
