@@ -7,7 +7,8 @@ import pytest
 
 from tests.wire.test_h2client import Server
 from tokenpath.wire.framing import Framing
-from tokenpath.wire.h2client import H2ClientConnection, HeadReceived
+from tokenpath.wire.h2client import H2ClientConnection
+from tokenpath.wire.h2events import HeadReceived
 from tokenpath.wire.h2head import response_head
 
 SSE = [(b":status", b"200"), (b"content-type", b"text/event-stream")]

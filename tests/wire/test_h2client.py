@@ -16,17 +16,12 @@ from tokenpath.errors import HTTP2Unavailable, RemoteProtocolError, UsageError
 from tokenpath.wire.h2client import (
     BROWSER_WINDOW,
     DEFAULT_WINDOW,
-    ConnectionEnded,
-    DataReceived,
     H2ClientConnection,
-    H2Event,
     H2NoRoom,
     H2Window,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
     parse_h2_window,
 )
+from tokenpath.wire.h2events import ConnectionEnded, DataReceived, H2Event, HeadReceived, StreamEnded, StreamReset
 from tokenpath.wire.h2guard import MAX_CONTROL_BURST
 
 HEAD = [(b":status", b"200"), (b"content-type", b"text/event-stream")]

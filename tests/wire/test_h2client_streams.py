@@ -13,12 +13,11 @@ from hyperframe.frame import ContinuationFrame, DataFrame, Frame, HeadersFrame
 
 from tests.wire.battery import splits
 from tests.wire.test_h2client import HEAD, Server
-from tokenpath.wire.h2client import (
+from tokenpath.wire.h2client import H2ClientConnection, H2Window
+from tokenpath.wire.h2events import (
     PROTOCOL_ERROR,
     DataReceived,
-    H2ClientConnection,
     H2Event,
-    H2Window,
     HeadReceived,
     StreamEnded,
     StreamReset,

@@ -46,13 +46,12 @@ from tokenpath.errors import LocalProtocolError, PeerError
 from tokenpath.gateway.failures import Failure, FailureKind
 from tokenpath.gateway.link import H2, HTTP1, AttemptFailed, Origin, SpeakerFactory, UpstreamLink, connect
 from tokenpath.gateway.upstream import ConnectionPool, Sink, UpstreamConnection
-from tokenpath.wire.h2client import (
+from tokenpath.wire.h2client import H2ClientConnection, H2Window
+from tokenpath.wire.h2events import (
     REFUSED_STREAM,
     ConnectionEnded,
     DataReceived,
-    H2ClientConnection,
     H2Event,
-    H2Window,
     HeadReceived,
     StreamEnded,
     StreamReset,

@@ -24,17 +24,8 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, HTTP2Unavailable, PeerError, TLSError, TokenpathError
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.wire.h2client import (
-    ConnectionEnded,
-    DataReceived,
-    FlowStats,
-    H2ClientConnection,
-    H2NoRoom,
-    H2Window,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
-)
+from tokenpath.wire.h2client import FlowStats, H2ClientConnection, H2NoRoom, H2Window
+from tokenpath.wire.h2events import ConnectionEnded, DataReceived, HeadReceived, StreamEnded, StreamReset
 
 SETTINGS_WAIT_S = 10.0  # the peer's first SETTINGS after connecting: an HTTP/2 server sends it at once
 MAX_TRIES = 8  # a stream's tries at a connection with room: a lower peer limit or a GOAWAY costs one each

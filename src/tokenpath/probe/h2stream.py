@@ -21,15 +21,8 @@ from tokenpath.probe.trace import H2Figures, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.apis import SPECS
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.h2client import (
-    DataReceived,
-    H2ClientConnection,
-    H2Event,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
-    error_name,
-)
+from tokenpath.wire.h2client import H2ClientConnection
+from tokenpath.wire.h2events import DataReceived, H2Event, HeadReceived, StreamEnded, StreamReset, error_name
 from tokenpath.wire.request import check_header
 
 

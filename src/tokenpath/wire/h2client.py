@@ -53,7 +53,16 @@ import h2.exceptions
 import h2.settings
 
 from tokenpath.errors import HTTP2Unavailable, LocalProtocolError, RemoteProtocolError, UsageError
-from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.h2events import (
+    PROTOCOL_ERROR,
+    REFUSED_STREAM,
+    ConnectionEnded,
+    DataReceived,
+    H2Event,
+    HeadReceived,
+    StreamEnded,
+    StreamReset,
+)
 from tokenpath.wire.h2guard import DATA, MAX_HEADER_LIST_SIZE, PADDED, SETTINGS, FrameGuard
 from tokenpath.wire.h2head import malformed, response_head
 
@@ -68,9 +77,7 @@ MAX_FRAME_SIZE = 16_384
 MAX_ENCODER_TABLE_SIZE = 4096
 # Request fields that are HTTP/1.1's own and forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-fields.
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
-REFUSED_STREAM = int(h2.errors.ErrorCodes.REFUSED_STREAM)
 _H2_DATA = h2.events.DataReceived  # the hot event, compared by class
-PROTOCOL_ERROR = int(h2.errors.ErrorCodes.PROTOCOL_ERROR)
 PREVIEW_BYTES = 40  # of a non-HTTP/2 answer, shown in the error
 
 
@@ -141,52 +148,6 @@ class FlowStats:
     @property
     def stall_ms(self) -> float:
         return self.stall_ns / 1e6
-
-
-# events ------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class HeadReceived:
-    stream_id: int
-    head: ResponseHead
-
-
-@dataclass(slots=True)  # not frozen: filled as the read's frames are translated (a frozen init costs 3 calls more)
-class DataReceived:
-    stream_id: int
-    data: bytes  # the payload of this stream's DATA in one read (padding removed), a frame still arriving included
-    frames: int  # how many DATA frames the read completed (an empty DATA frame counts): 0 when `data` is only the
-    # first bytes of a frame cut by the read (its rest comes in a later read's DataReceived, with the frame counted)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEnded:
-    stream_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReset:
-    stream_id: int
-    error_code: int
-    remote: bool  # the peer reset it (or refused it by GOAWAY); False: we did, for its stream error
-    reason: str = field(default="", compare=False)  # ours: what the stream error was (a malformed head's fault)
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionEnded:
-    error_code: int
-    last_stream_id: int
-    reason: str  # the GOAWAY's debug data, printable, shortened
-
-
-H2Event = HeadReceived | DataReceived | StreamEnded | StreamReset | ConnectionEnded
-
-
-def error_name(code: int) -> str:
-    """An HTTP/2 error code's name (RFC 9113 7), for messages: `REFUSED_STREAM`, or `error code 99` for one unknown."""
-    try:
-        return h2.errors.ErrorCodes(code).name
-    except ValueError:
-        return f"error code {code}"
 
 
 class _ReadData:
