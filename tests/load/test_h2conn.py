@@ -20,7 +20,7 @@ import pytest
 
 from tokenpath.errors import HTTP2Unavailable, PeerError
 from tokenpath.load import h2conn
-from tokenpath.load.h2conn import H2Pool, h2_request
+from tokenpath.load.h2conn import H2LoadPool, h2_request
 from tokenpath.load.lean import H2LeanRecorder
 from tokenpath.probe.client import ProbeConfig, request_bytes
 from tokenpath.probe.transport import TLSOptions
@@ -149,8 +149,8 @@ def request(port: int, sid: str = "tp-1") -> bytes:
 
 async def streams(
     port: int, n: int, per_connection: int, window: H2Window = DEFAULT_WINDOW, tls: ssl.SSLContext | None = None
-) -> tuple[H2Pool, list]:  # type: ignore[type-arg]
-    pool = H2Pool("127.0.0.1", port, per_connection=per_connection, window=window, ssl_context=tls)
+) -> tuple[H2LoadPool, list]:  # type: ignore[type-arg]
+    pool = H2LoadPool("127.0.0.1", port, per_connection=per_connection, window=window, ssl_context=tls)
     make = functools.partial(H2LeanRecorder)
     try:
         out = await asyncio.gather(
@@ -255,8 +255,8 @@ def test_the_h2_request_carries_the_http11_request_fields() -> None:
 
 
 def test_after_goaway_the_next_stream_opens_a_new_connection() -> None:
-    async def one_at_a_time(port: int) -> tuple[H2Pool, list[object]]:
-        pool = H2Pool("127.0.0.1", port, per_connection=10, window=DEFAULT_WINDOW)
+    async def one_at_a_time(port: int) -> tuple[H2LoadPool, list[object]]:
+        pool = H2LoadPool("127.0.0.1", port, per_connection=10, window=DEFAULT_WINDOW)
         out: list[object] = []
         try:
             for i in range(3):
@@ -272,8 +272,8 @@ def test_after_goaway_the_next_stream_opens_a_new_connection() -> None:
 
 
 def test_a_connection_cut_mid_stream_fails_its_streams_and_the_next_ones_reconnect() -> None:
-    async def twice(port: int) -> tuple[list[object], list[object], H2Pool]:
-        pool = H2Pool("127.0.0.1", port, per_connection=10, window=DEFAULT_WINDOW)
+    async def twice(port: int) -> tuple[list[object], list[object], H2LoadPool]:
+        pool = H2LoadPool("127.0.0.1", port, per_connection=10, window=DEFAULT_WINDOW)
         try:
             batch = [pool.stream(h2_request(request(port)), f"tp-{i}", H2LeanRecorder, timeout_s=20) for i in range(2)]
             first: list[object] = list(await asyncio.gather(*batch, return_exceptions=True))

@@ -1,4 +1,5 @@
-"""A scripted transport and an h2 client state machine, to drive serve.h2.H2Connection byte by byte in unit tests."""
+"""A scripted transport and an h2 client state machine, to drive serve.h2.H2ServerConnection byte by byte in unit
+tests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from tokenpath.serve.h2 import H2Connection, H2Response
+from tokenpath.serve.h2 import H2Response, H2ServerConnection
 from tokenpath.serve.h2limits import H2Limits
 from tokenpath.serve.http import Request
 from tokenpath.wire.limits import ServerLimits
@@ -92,8 +93,8 @@ def server(
     limits: ServerLimits | None = None,
     h2limits: H2Limits | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[H2Connection, FakeTransport]:
-    conn = H2Connection(handler, limits or ServerLimits(max_body_bytes=1 << 20), h2limits or H2Limits(), clock)
+) -> tuple[H2ServerConnection, FakeTransport]:
+    conn = H2ServerConnection(handler, limits or ServerLimits(max_body_bytes=1 << 20), h2limits or H2Limits(), clock)
     transport = FakeTransport({"peername": ("127.0.0.1", 5555)})
     conn.connection_made(transport)
     return conn, transport
@@ -105,7 +106,7 @@ def connected(
     limits: ServerLimits | None = None,
     h2limits: H2Limits | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> tuple[H2Connection, FakeTransport]:
+) -> tuple[H2ServerConnection, FakeTransport]:
     """A server that has read the client's preface and SETTINGS, and a client that has read the server's (and its
     ACK): the connection is up, no stream open yet. `clock` is its flood guard's (a frozen one: no allowance comes
     back however slowly a loaded host runs the test)."""
@@ -115,7 +116,7 @@ def connected(
     return srv, transport
 
 
-def send_requests(cli: h2.connection.H2Connection, srv: H2Connection, *stream_ids: int) -> None:
+def send_requests(cli: h2.connection.H2Connection, srv: H2ServerConnection, *stream_ids: int) -> None:
     """Opens each stream with a whole bodiless request, all in one read of the server."""
     for sid in stream_ids:
         cli.send_headers(sid, request_headers(), end_stream=True)

@@ -13,7 +13,7 @@ from tests.serve.h2harness import FakeTransport, Recorder
 from tests.wire.battery import splits
 from tokenpath.errors import UsageError
 from tokenpath.gateway import config as gwconfig
-from tokenpath.serve.h2 import PREFACE, H2Connection
+from tokenpath.serve.h2 import PREFACE, H2ServerConnection
 from tokenpath.serve.http import HTTPConnection
 from tokenpath.serve.listener import Sniffer, serve_factory
 from tokenpath.serve.tlscert import self_signed
@@ -53,7 +53,7 @@ def test_the_preface_at_every_split_picks_http2_and_h2_gets_every_byte() -> None
     raw = PREFACE + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # the preface and an empty SETTINGS frame
     for pieces in splits(raw):
         proto = chosen(pieces)
-        assert isinstance(proto, H2Connection), pieces
+        assert isinstance(proto, H2ServerConnection), pieces
         assert not proto.closed  # h2 accepted the preface it was handed whole
 
 
@@ -64,7 +64,9 @@ def test_anything_else_is_http1(raw: bytes) -> None:
     assert isinstance(proto, HTTPConnection)
 
 
-@pytest.mark.parametrize(("alpn", "kind"), [("h2", H2Connection), ("http/1.1", HTTPConnection), (None, HTTPConnection)])
+@pytest.mark.parametrize(
+    ("alpn", "kind"), [("h2", H2ServerConnection), ("http/1.1", HTTPConnection), (None, HTTPConnection)]
+)
 def test_tls_picks_by_alpn_before_any_byte(alpn: str | None, kind: type) -> None:
     proto = chosen([], {"ssl_object": FakeSSL(alpn)})
     assert isinstance(proto, kind)

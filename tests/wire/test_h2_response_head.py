@@ -1,5 +1,5 @@
-"""wire/h2client.py's response_head: the one mapping of an HTTP/2 response's fields to a ResponseHead, read by the
-client core and by the gateway's HTTP/2 upstream (gateway/h2upstream.py)."""
+"""wire/h2head.py's response_head: the one mapping of an HTTP/2 response's fields to a ResponseHead, read by the
+client core (wire/h2client.py), so by every HTTP/2 client of ours."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pytest
 
 from tests.wire.test_h2client import Server
 from tokenpath.wire.framing import Framing
-from tokenpath.wire.h2client import H2ClientConnection, HeadReceived, response_head
+from tokenpath.wire.h2client import H2ClientConnection
+from tokenpath.wire.h2events import HeadReceived
+from tokenpath.wire.h2head import response_head
 
 SSE = [(b":status", b"200"), (b"content-type", b"text/event-stream")]
 

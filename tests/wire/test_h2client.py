@@ -16,17 +16,12 @@ from tokenpath.errors import HTTP2Unavailable, RemoteProtocolError, UsageError
 from tokenpath.wire.h2client import (
     BROWSER_WINDOW,
     DEFAULT_WINDOW,
-    ConnectionEnded,
-    DataReceived,
     H2ClientConnection,
-    H2Event,
     H2NoRoom,
     H2Window,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
     parse_h2_window,
 )
+from tokenpath.wire.h2events import ConnectionEnded, DataReceived, H2Event, HeadReceived, StreamEnded, StreamReset
 from tokenpath.wire.h2guard import MAX_CONTROL_BURST
 
 HEAD = [(b":status", b"200"), (b"content-type", b"text/event-stream")]
@@ -35,12 +30,15 @@ HEAD = [(b":status", b"200"), (b"content-type", b"text/event-stream")]
 class Server:
     """The h2 library's server side; `take()` returns what it would put on the wire."""
 
-    def __init__(self, max_streams: int | None = None) -> None:
+    def __init__(self, max_streams: int | None = None, initial_window: int | None = None) -> None:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        settings = {}
         if max_streams is not None:
-            self.h2.local_settings = h2.settings.Settings(
-                client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams}
-            )
+            settings[h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS] = max_streams
+        if initial_window is not None:
+            settings[h2.settings.SettingCodes.INITIAL_WINDOW_SIZE] = initial_window
+        if settings:
+            self.h2.local_settings = h2.settings.Settings(client=False, initial_values=settings)
         self.h2.initiate_connection()
         self.events: list[h2.events.Event] = []
         self.bodies: dict[int, bytes] = {}

@@ -14,14 +14,8 @@ from hyperframe.frame import DataFrame, GoAwayFrame, HeadersFrame, PriorityFrame
 from tests.wire.battery import splits
 from tests.wire.test_h2client import HEAD, Server, connect
 from tokenpath.errors import RemoteProtocolError
-from tokenpath.wire.h2client import (
-    DataReceived,
-    H2ClientConnection,
-    H2Event,
-    H2Window,
-    StreamEnded,
-    StreamReset,
-)
+from tokenpath.wire.h2client import H2ClientConnection, H2Window
+from tokenpath.wire.h2events import DataReceived, H2Event, StreamEnded, StreamReset
 from tokenpath.wire.h2guard import MAX_CONTROL_BURST, MAX_HEADER_LIST_SIZE
 
 

@@ -13,9 +13,10 @@ import logging
 from collections.abc import Callable
 
 from tokenpath.gateway.failures import Failure
-from tokenpath.gateway.h2upstream import H2Pool
+from tokenpath.gateway.h2upstream import H2UpstreamPool
+from tokenpath.gateway.link import AttemptFailed
 from tokenpath.gateway.pools import MemberState, Pool
-from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool
+from tokenpath.gateway.upstream import ConnectionPool
 from tokenpath.wire.client import ResponseHead
 
 log = logging.getLogger("tokenpath.gateway")
@@ -47,7 +48,7 @@ class _StatusSink:
 
 
 async def check(
-    member: MemberState, path: str, connections: ConnectionPool | H2Pool, timeout_s: float = CHECK_TIMEOUT_S
+    member: MemberState, path: str, connections: ConnectionPool | H2UpstreamPool, timeout_s: float = CHECK_TIMEOUT_S
 ) -> bool:
     """A member passes when it answers the check's GET with a status below 500."""
     m = member.member
@@ -70,7 +71,7 @@ async def run_checks(
     pools: list[Pool],
     path: str,
     interval_s: float,
-    connections: Callable[[MemberState], ConnectionPool | H2Pool],
+    connections: Callable[[MemberState], ConnectionPool | H2UpstreamPool],
     on_change: Callable[[Pool, MemberState], None] | None = None,
 ) -> None:
     """Runs until cancelled."""

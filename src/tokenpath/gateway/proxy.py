@@ -43,7 +43,8 @@ from tokenpath.gateway.exchange_state import (
     Timer,
 )
 from tokenpath.gateway.failures import Failure, FailureKind
-from tokenpath.gateway.h2upstream import H2Pool, H2Stream
+from tokenpath.gateway.h2upstream import H2UpstreamPool, H2UpstreamStream
+from tokenpath.gateway.link import AttemptFailed
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.relay import Relay
@@ -51,7 +52,7 @@ from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
 from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS, StreamFormat, for_response, upstream_credential
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.tls import client_context
-from tokenpath.gateway.upstream import AttemptFailed, ConnectionPool, UpstreamConnection
+from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
 from tokenpath.serve.http import Request, Response
 from tokenpath.wire.apis import Api
@@ -109,7 +110,7 @@ class GatewayApp:
         self.metrics = Metrics(registry or CollectorRegistry())
         self.pools = [Pool(p, cfg.health) for p in cfg.pools]
         self.router = Router(self.pools, cfg.auth.pool_claim)
-        self.connections: dict[int, ConnectionPool | H2Pool] = {}
+        self.connections: dict[int, ConnectionPool | H2UpstreamPool] = {}
         self.forward_drop = FORWARD_DROP | {cfg.request_id_header.lower()}  # ours replaces the client's
         self.forwarded_proto = "https" if cfg.tls_cert else "http"  # the scheme the client reached us by
         self.active: set[Exchange] = set()
@@ -133,7 +134,7 @@ class GatewayApp:
             on_handshake = functools.partial(self._count_handshake, pool.name)
             for m in pool.members:
                 member = m.member
-                kind = H2Pool if pool.cfg.protocol == "h2" else ConnectionPool
+                kind = H2UpstreamPool if pool.cfg.protocol == "h2" else ConnectionPool
                 self.connections[id(m)] = kind(member.host, member.port, tls if member.tls else None, on_handshake)
                 self.metrics.member_healthy.labels(pool.name, m.url).set(1)
 
@@ -289,7 +290,7 @@ class GatewayApp:
         api = entry.route.api if isinstance(entry, Entry) else None
         response.send_error(error_reply(api, status, message, code))
 
-    def connection_pool(self, member: MemberState) -> ConnectionPool | H2Pool:
+    def connection_pool(self, member: MemberState) -> ConnectionPool | H2UpstreamPool:
         return self.connections[id(member)]
 
     def set_health(self, pool: Pool, member: MemberState) -> None:
@@ -335,7 +336,7 @@ class Exchange:
         rid = request.header(app.cfg.request_id_header)
         self.request_id = rid if rid and REQUEST_ID_OK.match(rid) else secrets.token_hex(8)
         self.machine: ExchangeMachine | None = None
-        self.conn: UpstreamConnection | H2Stream | None = None
+        self.conn: UpstreamConnection | H2UpstreamStream | None = None
         self.pool: Pool | None = None
         self.done: asyncio.Future[None] = self.loop.create_future()
         self.committed = False  # the client has the head: no more failover

@@ -1,9 +1,9 @@
-"""TLS to an upstream, sans-IO over ssl.MemoryBIO: the upstream connection feeds it what the socket read and
-writes what it returns.
+"""TLS to an upstream, sans-IO over ssl.MemoryBIO: the link (gateway/link.py, the one connect path) feeds it what
+the socket read and writes what it returns.
 
 By hand (over the stdlib's SSLObject) because asyncio's and uvloop's TLS transports take no session to resume:
-every keep-alive connection to an https member would pay a full handshake. Here the pool hands the last session
-it saw to each new connection, so a resumed handshake is the norm, and the handshake is part of the attempt (a
+every keep-alive connection to an https member would pay a full handshake. Here the pool's Origin hands the last
+session it saw to each new connection, so a resumed handshake is the norm, and the handshake is part of the attempt (a
 certificate failure is a connect failure, failed over before the first byte)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Upstream side over HTTP/1.1: one keep-alive connection per in-flight request, pooled per member, in clear text
-or TLS (gateway.tls, sessions resumed across connections).
+or TLS (connected by gateway/link.py, the one connect path, which resumes TLS sessions across connections).
 
 Each read goes through the client core (wire.client) and its events go to a Sink inside the same `data_received`
 call: the gateway writes each upstream read downstream before returning to the event loop, so nothing waits on
@@ -10,16 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import socket
 import ssl
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import Protocol
 
-from tokenpath.errors import NetworkError, RemoteProtocolError
-from tokenpath.gateway.failures import Failure, FailureKind, connect_failure
-from tokenpath.gateway.tls import TLSClient, describe
-from tokenpath.hostport import join_hostport
+from tokenpath.errors import RemoteProtocolError
+from tokenpath.gateway.failures import Failure, FailureKind
+from tokenpath.gateway.link import HTTP1, Origin, UpstreamLink, connect
+from tokenpath.gateway.tls import describe
 from tokenpath.serve.flow import ReadGate
 from tokenpath.wire.client import ClientConnection, ResponseHead
 from tokenpath.wire.framing import request_head
@@ -36,95 +35,55 @@ class Sink(Protocol):
     def upstream_lost(self, failure: Failure) -> None: ...
 
 
-class AttemptFailed(NetworkError):
-    """An attempt at a member failed before the request went out (connect, TLS, local resources)."""
+class UpstreamConnection:
+    """HTTP/1.1 over one link: bytes into the client core, its events out to the Sink."""
 
-    def __init__(self, failure: Failure) -> None:
-        super().__init__(str(failure))
-        self.failure = failure
-
-
-class UpstreamConnection(asyncio.Protocol):
-    """The asyncio shell of one upstream connection: bytes into the client core, its events out to the Sink."""
-
-    def __init__(self, pool: ConnectionPool, tls: TLSClient | None = None) -> None:
+    def __init__(self, pool: ConnectionPool, link: UpstreamLink) -> None:
         self.pool = pool
-        self.transport: asyncio.Transport | None = None
+        self.link = link
         self.sink: Sink | None = None
         self.closed = False
         self.reused = False  # served a response before: a failure before any byte may just be a stale keep-alive
         self._session_kept = False  # this connection's TLS session is in the pool (see release)
         self.got_bytes = False
         self.core = self._new_core()
-        self.gate = ReadGate()  # paused while the client's socket buffer is full
-        self.tls = tls
-        self.ready: asyncio.Future[Failure | None] = asyncio.get_running_loop().create_future()
+        self.gate = ReadGate(link.transport)  # paused while the client's socket buffer is full
         self.failure: Failure | None = None  # why the connection was dropped, for a send that comes after
+        link.settle(None)  # ready for a request as soon as it is connected (and TLS-handshaken)
 
-    # asyncio ---------------------------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        self.gate.attach(transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self.tls is None:
-            self.ready.set_result(None)
-        else:
-            self.transport.write(self.tls.start())
-
-    def data_received(self, data: bytes) -> None:
+    # the link's side -------------------------------------------------------------------------------------------
+    def received(self, data: bytes) -> None:
         sink = self.sink  # the exchange this read is for, even if the bug struck after it ended (upstream_complete)
         try:
-            self._received(data)
-        except Exception as exc:  # the member's errors are caught below by type: this one is a bug of ours
+            self.got_bytes = True
+            try:
+                # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
+                # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
+                self.core.receive_data(data)
+            except RemoteProtocolError as exc:  # only the member's; the sink's own exceptions come through as they are
+                self._fail(Failure(FailureKind.MALFORMED, f"malformed response from {self.pool.where}: {exc}"))
+                return
+            if sink is not None:
+                sink.upstream_read_done()
+        except Exception as exc:  # the member's errors are caught above by type: this one is a bug of ours
             self._internal(exc, sink)
 
-    def _received(self, data: bytes) -> None:
-        transport = self.transport
-        if self.tls is not None:
-            try:
-                data, reply = self.tls.receive(data)
-            except ssl.SSLError as exc:
-                self._fail(Failure(FailureKind.TLS, f"TLS with {self.pool.where}: {describe(exc)}"))
-                return
-            if reply and transport is not None:
-                transport.write(reply)
-            if not self.ready.done() and self.tls.handshaken:
-                self.ready.set_result(None)
-            if self.tls.closed_by_peer and transport is not None and not transport.is_closing():
-                # close_notify: the member is done with this connection. Answer it and close now (connection_lost
-                # then ends a close-delimited body, or reports a cut one); an idle one leaves the pool at once.
-                transport.write(self.tls.close_notify())
-                transport.close()
-            if not data:
-                return
-        sink = self.sink
-        self.got_bytes = True
-        try:
-            # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
-            # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
-            self.core.receive_data(data)
-        except RemoteProtocolError as exc:  # only the member's; the sink's own exceptions come through as they are
-            self._fail(Failure(FailureKind.MALFORMED, f"malformed response from {self.pool.where}: {exc}"))
-            return
-        if sink is not None:
-            sink.upstream_read_done()
+    def broken(self, failure: Failure) -> None:
+        self._fail(failure)
 
-    def eof_received(self) -> bool | None:
-        return None
+    def peer_closing(self) -> None:
+        """close_notify (closed by the link): connection_lost then ends a close-delimited body, or reports a cut
+        one; an idle connection leaves the pool at once."""
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.pool.forget(self)
-        if not self.ready.done():
-            self.ready.set_result(Failure(FailureKind.CONNECT, f"{self.pool.where} closed during the TLS handshake"))
         sink = self.sink
         if sink is None:
             return
         closed = f"{self.pool.where} closed the connection{f': {exc}' if exc else ''}"
         try:
-            if self.tls is not None and not self.tls.closed_by_peer:
+            if self.link.tls is not None and not self.link.closed_by_peer:
                 # Over TLS only close_notify ends a close-delimited body: a bare FIN (or a reset) is no proof it is
                 # whole, since anyone on the path can send one (RFC 9112 §9.8). Any other body was cut short anyway.
                 self.sink = None
@@ -157,11 +116,10 @@ class UpstreamConnection(asyncio.Protocol):
     def send_request(
         self, sink: Sink, method: str, authority: str, target: str, headers: list[tuple[str, str]], body: bytes
     ) -> None:
-        """The exchange's one way to send, whatever the protocol (h2upstream.H2Stream has the same)."""
+        """The exchange's one way to send, whatever the protocol (h2upstream.H2UpstreamStream has the same)."""
         self.send(sink, request_head(method, target, [("Host", authority), *headers]) + body, method)
 
     def send(self, sink: Sink, data: bytes, method: str) -> None:
-        assert self.transport is not None
         self.got_bytes = False
         if self.closed:  # lost between the handshake and now (e.g. a TLS alert): the sink hears why, at once
             failure = self.failure or Failure(FailureKind.UPSTREAM_CLOSED, f"{self.pool.where} closed the connection")
@@ -169,11 +127,8 @@ class UpstreamConnection(asyncio.Protocol):
             return
         self.sink = sink
         self.core.start_response(method)
-        if self.tls is None:
-            self.transport.write(data)
-            return
         try:
-            self.transport.write(self.tls.encrypt(data))
+            self.link.write(data)
         except ssl.SSLError as exc:
             self._fail(Failure(FailureKind.TLS, f"TLS with {self.pool.where}: {describe(exc)}"))
 
@@ -186,16 +141,15 @@ class UpstreamConnection(asyncio.Protocol):
     def abort(self) -> None:
         """Drop the connection now: the upstream sees it closed and stops generating."""
         self.sink = None
-        if self.transport is not None and not self.closed:
+        if not self.closed:
             self.closed = True
-            self.transport.abort()
+            self.link.abort()
 
     def _fail(self, failure: Failure, sink: Sink | None = None) -> None:
         """Fail the connection and tell `sink` (by default the one attached now)."""
         self.failure = failure
         sink = sink if sink is not None else self.sink
-        if not self.ready.done():
-            self.ready.set_result(failure)
+        self.link.settle(failure)
         self.abort()
         if sink is not None:
             sink.upstream_lost(failure)
@@ -214,15 +168,12 @@ class UpstreamConnection(asyncio.Protocol):
     def release(self) -> None:
         """The response is complete: back to the idle pool when the core says the connection can be reused."""
         self.sink = None
-        if self.tls is not None and not self._session_kept:
+        if self.link.tls is not None and not self._session_kept:
             # TLS 1.3 tickets arrive after the handshake, so the session is taken once the first response is done,
             # and only then: reading SSLObject.session builds a new session object each time, and doing it per
             # response was 30 % of the gateway's CPU with 200 TLS streams (bench/RESULTS.md).
-            session = self.tls.session
-            if session is not None:
-                self.pool.session = session
-                self._session_kept = True
-        if self.core.reusable and not self.closed and not (self.tls is not None and self.tls.closed_by_peer):
+            self._session_kept = self.link.keep_session()
+        if self.core.reusable and not self.closed and not self.link.closed_by_peer:
             self.core = self._new_core()  # idle: a byte from the server now is a protocol error
             self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
             self.reused = True
@@ -232,7 +183,7 @@ class UpstreamConnection(asyncio.Protocol):
 
 
 class ConnectionPool:
-    """Idle keep-alive connections to one member, and how to open a new one (TLS context, last session)."""
+    """Idle keep-alive connections to one member; new ones through the one connect path (gateway/link.py)."""
 
     def __init__(
         self,
@@ -241,60 +192,48 @@ class ConnectionPool:
         tls: ssl.SSLContext | None = None,
         on_handshake: Callable[[bool], None] | None = None,
     ) -> None:
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.server_hostname = host  # SNI and the name the certificate must carry
-        self.session: ssl.SSLSession | None = None
+        self.origin = Origin(host, port, tls, on_handshake)
         self.idle: deque[UpstreamConnection] = deque()
-        self.on_handshake = on_handshake  # called with whether the session was resumed
+
+    @classmethod
+    def of(cls, origin: Origin) -> ConnectionPool:
+        """A pool for connections to `origin` that another pool opened (its TLS session shared)."""
+        pool = cls(origin.host, origin.port)
+        pool.origin = origin
+        return pool
 
     @property
     def where(self) -> str:
-        return join_hostport(self.host, self.port)
+        return self.origin.where
+
+    def connection(self, link: UpstreamLink) -> UpstreamConnection:
+        """An HTTP/1.1 connection of this pool's over `link` (the SpeakerFactory the connect path calls)."""
+        return UpstreamConnection(self, link)
 
     async def acquire(self, connect_timeout_s: float, fresh: bool = False) -> UpstreamConnection:
         """An idle connection (unless `fresh`), or a new one connected (and TLS-handshaken) within the timeout.
         Raises AttemptFailed with the reason. `fresh` after a stale keep-alive failed: a server that closes idle
         connections lazily (hypercorn: on the next request past its keep-alive) has closed the others too."""
+        conn = self.take_idle(fresh)
+        if conn is not None:
+            return conn
+        speaker = await connect(self.origin, connect_timeout_s, {HTTP1: self.connection})
+        assert isinstance(speaker, UpstreamConnection)
+        return speaker
+
+    def take_idle(self, fresh: bool = False) -> UpstreamConnection | None:
         while self.idle and not fresh:
             conn = self.idle.pop()  # most recently used: the least likely to have been timed out by the server
             if not conn.closed:
                 return conn
-        loop = asyncio.get_running_loop()
-        proto: UpstreamConnection | None = None
+        return None
 
-        def factory() -> UpstreamConnection:
-            nonlocal proto
-            tls = None
-            if self.tls is not None:
-                tls = TLSClient(self.tls, self.server_hostname, self.session)
-            proto = UpstreamConnection(self, tls)
-            return proto
-
-        async def connect() -> Failure | None:
-            await loop.create_connection(factory, self.host, self.port)
-            assert proto is not None
-            return await proto.ready
-
-        try:
-            failure = await asyncio.wait_for(connect(), connect_timeout_s)
-        except TimeoutError:
-            if proto is not None:
-                proto.abort()
-            what = "connect (and TLS handshake)" if self.tls is not None else "connect"
-            raise AttemptFailed(
-                Failure(FailureKind.CONNECT_TIMEOUT, f"{what} to {self.where} timed out after {connect_timeout_s:g} s")
-            ) from None
-        except OSError as exc:
-            raise AttemptFailed(connect_failure(exc, self.where)) from None
-        assert proto is not None
-        if failure is not None:
-            proto.abort()
-            raise AttemptFailed(failure)
-        if proto.tls is not None and self.on_handshake is not None:
-            self.on_handshake(proto.tls.resumed)
-        return proto
+    def claim(self, conn: UpstreamConnection) -> bool:
+        """Take `conn` out of the idle ones for a request; False if another request took it (or it closed)."""
+        if conn.closed or conn not in self.idle:
+            return False
+        self.idle.remove(conn)
+        return True
 
     def put_idle(self, conn: UpstreamConnection) -> None:
         if len(self.idle) >= MAX_IDLE_PER_MEMBER:

@@ -5,7 +5,7 @@ socket read, handed to the core with its time; the core cuts it into per-stream 
 payload of that read goes to its own H2LeanRecorder (load/lean.py). An arrival of a stream is therefore a read that
 advanced that stream (DATA frames of several streams in one read are an arrival for each), as the README defines.
 
-H2Pool hands out streams: a connection takes at most `per_connection` streams at once, or fewer when the peer's
+H2LoadPool hands out streams: a connection takes at most `per_connection` streams at once, or fewer when the peer's
 SETTINGS_MAX_CONCURRENT_STREAMS is lower (then more connections are opened, and `peer_limit` says why). Connections
 are kept for the next stream (a browser's do), closed when the peer sends GOAWAY and its streams are done.
 """
@@ -24,17 +24,8 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, HTTP2Unavailable, PeerError, TLSError, TokenpathError
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.wire.h2client import (
-    ConnectionEnded,
-    DataReceived,
-    FlowStats,
-    H2ClientConnection,
-    H2NoRoom,
-    H2Window,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
-)
+from tokenpath.wire.h2client import FlowStats, H2ClientConnection, H2NoRoom, H2Window
+from tokenpath.wire.h2events import ConnectionEnded, DataReceived, HeadReceived, StreamEnded, StreamReset
 
 SETTINGS_WAIT_S = 10.0  # the peer's first SETTINGS after connecting: an HTTP/2 server sends it at once
 MAX_TRIES = 8  # a stream's tries at a connection with room: a lower peer limit or a GOAWAY costs one each
@@ -91,7 +82,7 @@ class _Stream:
         self.done = done
 
 
-class H2Connection(asyncio.Protocol):
+class H2LoadConnection(asyncio.Protocol):
     """One client connection: writes the preface, feeds every read to the core, routes its events to streams."""
 
     def __init__(self, authority: str, scheme: str, window: H2Window, clock: Clock = monotonic_ns) -> None:
@@ -117,8 +108,8 @@ class H2Connection(asyncio.Protocol):
         tls = transport.get_extra_info("ssl_object")
         if tls is not None and tls.selected_alpn_protocol() != "h2":
             chosen = tls.selected_alpn_protocol() or "none"
-            self.fail(HTTP2Unavailable(f"{self.authority} did not agree to HTTP/2 over TLS (ALPN chose {chosen}); "
-                                        "--http2 never falls back to HTTP/1.1"))  # fmt: skip
+            why = f"{self.authority} did not agree to HTTP/2 over TLS (ALPN chose {chosen}); --http2 never falls back"
+            self.fail(HTTP2Unavailable(f"{why} to HTTP/1.1"))
             return
         self._transport.write(self.core.initiate())
 
@@ -257,7 +248,7 @@ def _retrieve(future: asyncio.Future[None]) -> None:
         future.exception()
 
 
-class H2Pool:
+class H2LoadPool:
     """Streams over HTTP/2 connections to one target, `per_connection` at once on each."""
 
     def __init__(
@@ -278,7 +269,7 @@ class H2Pool:
         self.ssl_context = ssl_context
         self.clock = clock
         self.authority = join_hostport(host, port)
-        self.conns: list[H2Connection] = []
+        self.conns: list[H2LoadConnection] = []
         self.opened = 0  # connections opened over the pool's life
         self.peer_limit: int | None = None  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS, when below per_connection
         self._tasks: set[asyncio.Task[None]] = set()
@@ -313,7 +304,7 @@ class H2Pool:
                 raise
         raise PeerError(f"no HTTP/2 connection to {self.authority} had room for a stream after {MAX_TRIES} tries")
 
-    def _pick(self) -> H2Connection | None:
+    def _pick(self) -> H2LoadConnection | None:
         """The first connection (in opening order) with room: streams pack onto as few connections as allowed."""
         self.conns = [c for c in self.conns if c.usable or c.streams]
         for conn in self.conns:
@@ -321,8 +312,8 @@ class H2Pool:
                 return conn
         return None
 
-    def _new(self, timeout_s: float) -> H2Connection:
-        conn = H2Connection(self.authority, "https" if self.ssl_context else "http", self.window, self.clock)
+    def _new(self, timeout_s: float) -> H2LoadConnection:
+        conn = H2LoadConnection(self.authority, "https" if self.ssl_context else "http", self.window, self.clock)
         self.conns.append(conn)
         self.opened += 1
         task = asyncio.ensure_future(self._connect(conn, timeout_s))
@@ -330,15 +321,15 @@ class H2Pool:
         task.add_done_callback(self._tasks.discard)
         return conn
 
-    async def _connect(self, conn: H2Connection, timeout_s: float) -> None:
+    async def _connect(self, conn: H2LoadConnection, timeout_s: float) -> None:
         loop = asyncio.get_running_loop()
         where = self.authority
         try:
-            await asyncio.wait_for(
-                loop.create_connection(lambda: conn, self.host, self.port, ssl=self.ssl_context,
-                                       server_hostname=self.host if self.ssl_context else None),
-                timeout_s,
-            )  # fmt: skip
+            hostname = self.host if self.ssl_context else None
+            opening = loop.create_connection(
+                lambda: conn, self.host, self.port, ssl=self.ssl_context, server_hostname=hostname
+            )
+            await asyncio.wait_for(opening, timeout_s)
         except ssl.SSLError as exc:
             conn.fail(TLSError(f"TLS handshake with {where} failed: {exc.reason or exc}"))
         except TimeoutError:

@@ -20,7 +20,7 @@ from typing import Any
 import jwt
 
 from tokenpath.errors import TokenpathError
-from tokenpath.load.h2conn import H2Pool, StreamFlow, h2_request
+from tokenpath.load.h2conn import H2LoadPool, StreamFlow, h2_request
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
@@ -187,17 +187,17 @@ async def closed_loop(work: Workload) -> WorkerReport:
     )
 
 
-def _h2_pool(work: Workload, cfg: ProbeConfig) -> H2Pool | None:
+def _h2_pool(work: Workload, cfg: ProbeConfig) -> H2LoadPool | None:
     """The worker's HTTP/2 connections to its target (None over HTTP/1.1: a connection per stream, as always)."""
     if not work.http2:
         return None
     target = cfg.target
     ctx = _h2_tls_context(work.tls) if target.scheme == "https" else None
-    return H2Pool(target.host, target.port, per_connection=work.streams_per_connection,
-                  window=parse_h2_window(work.h2_window), ssl_context=ctx)  # fmt: skip
+    per_connection, window = work.streams_per_connection, parse_h2_window(work.h2_window)
+    return H2LoadPool(target.host, target.port, per_connection=per_connection, window=window, ssl_context=ctx)
 
 
-def _with_pool(report: WorkerReport, pool: H2Pool | None) -> WorkerReport:
+def _with_pool(report: WorkerReport, pool: H2LoadPool | None) -> WorkerReport:
     if pool is not None:
         report.connections, report.peer_limit = pool.opened, pool.peer_limit
     return report
@@ -230,7 +230,7 @@ def _probe_config(work: Workload) -> ProbeConfig:
 
 
 async def one_stream(
-    cfg: ProbeConfig, host: str, port: int, work: Workload, pool: H2Pool | None = None
+    cfg: ProbeConfig, host: str, port: int, work: Workload, pool: H2LoadPool | None = None
 ) -> StreamResult:
     sid = new_stream_id()
     result = StreamResult(sid)

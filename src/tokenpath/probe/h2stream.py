@@ -14,8 +14,6 @@ import contextlib
 import json
 from dataclasses import dataclass
 
-import h2.errors
-
 from tokenpath.clock import Clock
 from tokenpath.errors import HTTP2Unavailable, NetworkError, ProtocolError, RemoteProtocolError
 from tokenpath.probe.client import ProbeConfig, read_until_done, request_parts
@@ -23,14 +21,8 @@ from tokenpath.probe.trace import H2Figures, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.apis import SPECS
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.h2client import (
-    DataReceived,
-    H2ClientConnection,
-    H2Event,
-    HeadReceived,
-    StreamEnded,
-    StreamReset,
-)
+from tokenpath.wire.h2client import H2ClientConnection
+from tokenpath.wire.h2events import DataReceived, H2Event, HeadReceived, StreamEnded, StreamReset, error_name
 from tokenpath.wire.request import check_header
 
 
@@ -112,18 +104,12 @@ def _stream_read(events: list[H2Event], sid: int) -> tuple[bool, int, ResponseHe
         elif isinstance(event, StreamEnded) and event.stream_id == sid:
             advanced, ended = True, True
         elif isinstance(event, StreamReset) and event.stream_id == sid:
+            code = error_name(event.error_code)
             if not event.remote:
-                raise RemoteProtocolError(f"the server broke HTTP/2 on the stream ({_code_name(event.error_code)}); "
-                                          "the client reset it")  # fmt: skip
-            raise NetworkError(f"the server reset the HTTP/2 stream ({_code_name(event.error_code)})")
+                why = f": {event.reason}" if event.reason else ""
+                raise RemoteProtocolError(f"the server broke HTTP/2 on the stream ({code}{why}); the client reset it")
+            raise NetworkError(f"the server reset the HTTP/2 stream ({code})")
     return advanced, len(body), head, body, ended
-
-
-def _code_name(code: int) -> str:
-    try:
-        return h2.errors.ErrorCodes(code).name
-    except ValueError:
-        return f"error code {code}"
 
 
 def _closed(conn: H2ClientConnection, rec: TraceRecorder) -> None:
@@ -136,5 +122,5 @@ def _closed(conn: H2ClientConnection, rec: TraceRecorder) -> None:
     goaway = conn.last_goaway
     said = ""
     if goaway is not None:
-        said = f"; its GOAWAY: {_code_name(goaway.error_code)}{f' ({goaway.reason})' if goaway.reason else ''}"
+        said = f"; its GOAWAY: {error_name(goaway.error_code)}{f' ({goaway.reason})' if goaway.reason else ''}"
     raise ProtocolError(f"the connection closed before the HTTP/2 stream ended ({rec.trace.frame_count} frames{said})")

@@ -69,7 +69,7 @@ from tokenpath.wire.framing import Framing, bodiless
 from tokenpath.wire.limits import ServerLimits
 from tokenpath.wire.server import Request
 
-__all__ = ["PREFACE", "H2Connection", "H2Response", "finish_drain", "start_drain"]
+__all__ = ["PREFACE", "H2Response", "H2ServerConnection", "finish_drain", "start_drain"]
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ async def finish_drain(handler: Handler, wait_s: float = GOAWAY_RTT_CAP_S + 0.1)
 class H2Response(Response):
     """One stream's response, with serve.http.Response's interface (see the module docstring)."""
 
-    def __init__(self, conn: H2Connection, stream_id: int, request: Request) -> None:
+    def __init__(self, conn: H2ServerConnection, stream_id: int, request: Request) -> None:
         # Response.__init__ wants an HTTPConnection; its state is the same.
         self._h2 = conn
         self.stream_id = stream_id
@@ -219,7 +219,7 @@ class _Stream:
 class _Conn(h2.connection.H2Connection):
     """h2's connection, except that a stream past our SETTINGS_MAX_CONCURRENT_STREAMS is not a connection error:
     h2 raises TooManyStreamsError (GOAWAY, and every other stream's events in that read lost); RFC 9113 5.1.2 lets
-    us refuse the one stream instead, which H2Connection does (REFUSED_STREAM)."""
+    us refuse the one stream instead, which H2ServerConnection does (REFUSED_STREAM)."""
 
     closed_stream_data = 0  # DATA frames on streams already closed, each answered with RST_STREAM (no event)
 
@@ -236,7 +236,7 @@ class _Conn(h2.connection.H2Connection):
         return super()._handle_data_on_closed_stream(events, exc, frame)
 
 
-class H2Connection(asyncio.Protocol):
+class H2ServerConnection(asyncio.Protocol):
     """One HTTP/2 client connection (cleartext with prior knowledge, or TLS after ALPN `h2`)."""
 
     def __init__(
@@ -834,9 +834,9 @@ class H2Connection(asyncio.Protocol):
 
 
 # The open connections of this process: what start_drain() reaches (one per event loop and thread, as the servers run)
-_LIVE: set[H2Connection] = set()
+_LIVE: set[H2ServerConnection] = set()
 
 
-def _serving(handler: Handler) -> list[H2Connection]:
+def _serving(handler: Handler) -> list[H2ServerConnection]:
     # tuple() copies the set in one step: another thread's server may add to it meanwhile (tests run several)
     return [conn for conn in tuple(_LIVE) if conn._handler is handler and not conn.closed]

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
-from tokenpath.serve.h2 import PREFACE, H2Connection
+from tokenpath.serve.h2 import PREFACE, H2ServerConnection
 from tokenpath.serve.h2limits import DEFAULT_LIMITS, H2Limits
 from tokenpath.serve.http import Handler, HTTPConnection
 from tokenpath.wire.limits import ServerLimits
@@ -77,6 +77,6 @@ def serve_factory(
         return HTTPConnection(handler, limits)
 
     def http2() -> asyncio.Protocol:
-        return H2Connection(handler, limits, limits_h2)
+        return H2ServerConnection(handler, limits, limits_h2)
 
     return lambda: Sniffer(http1, http2, limits.request_timeout_s)

@@ -9,21 +9,30 @@ Whoever owns the socket writes `initiate()` and every `data_to_send()`, and hand
   arrival for each of them, decided by their own frame readers). h2 parses whole frames only; the bytes of a DATA
   frame the read cut go out with that read all the same (as an HTTP/1.1 reader, nghttp2 and Chromium have them),
   and the rest with the read that completes it, which counts the frame,
-- `StreamEnded`, `StreamReset`, `ConnectionEnded` (GOAWAY).
+- `StreamEnded`, `StreamReset` (the peer's RST_STREAM, a stream GOAWAY refused, or ours for a stream error: a
+  malformed response head, RFC 9113 8.1.1, resets that stream only and the connection goes on), `ConnectionEnded`
+  (GOAWAY).
+
+Every HTTP/2 client of ours drives this core: the probe (probe/h2stream.py), the load client (load/h2conn.py) and the
+gateway's connections to its HTTP/2 members (gateway/h2upstream.py), which also pauses a stream's window while its
+own client is not reading (`pause` / `resume`: the connection's share is still given back, so the other streams go
+on) and learns from `unsent_body` whether the peer's window is what held a request body.
 
 Flow control is a stated condition, never a library default (`H2Window`): our receive windows are set in our first
 SETTINGS frame (SETTINGS_INITIAL_WINDOW_SIZE, as browsers do) and by a WINDOW_UPDATE on the connection right after
 it. WINDOW_UPDATE is sent as the client consumes the data (`auto_ack`: each read is consumed when it has been
-recorded), batched by the rule nghttp2, Chromium and the h2 library share: a window is given back once half of it
-is consumed (or it is left below one frame). Each stream's `FlowStats` says how often a read left its window (or the
-connection's) below one max frame while it had not ended — the peer could not send a full frame until our
-WINDOW_UPDATE reached it — and for how long, as far as the client can tell: from that read to the next read that
-brought the stream data (or its end).
+recorded; a paused stream's share when it resumes), batched by the rule nghttp2, Chromium and the h2 library share:
+a window is given back once half of it is consumed (or it is left below one frame). Each stream's `FlowStats` says
+how often a read left its window (or the connection's) below one max frame while it had not ended — the peer could
+not send a full frame until our WINDOW_UPDATE reached it — and for how long, as far as the client can tell: from that
+read to the next read that brought the stream data (or its end).
 
 A hostile server cannot grow our memory without bound (wire/h2guard.py reads frame headers before h2 parses them):
 a frame over our SETTINGS_MAX_FRAME_SIZE, a header block over MAX_HEADER_BLOCK_BYTES or with too many
 CONTINUATIONs, PING/SETTINGS past a burst allowance end the connection (GOAWAY, RemoteProtocolError). h2 holds at most
-one partial frame; the decoded header list is capped (MAX_HEADER_LIST_SIZE); PUSH is disabled in our first SETTINGS.
+one partial frame; the decoded header list is capped (MAX_HEADER_LIST_SIZE); PUSH is disabled in our first SETTINGS;
+the HPACK table the peer may make us keep is capped (MAX_ENCODER_TABLE_SIZE). A request body goes out as the peer's
+windows allow, each byte copied once.
 
 A server that does not speak HTTP/2 (its first bytes are not a SETTINGS frame: an HTTP/1.1 server answers the
 preface with "HTTP/1.1 400") raises HTTP2Unavailable: h2c with prior knowledge never falls back silently. Over TLS,
@@ -33,7 +42,7 @@ ALPN is checked by the socket's owner (probe/transport.py) and raises the same e
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import h2.config
@@ -44,22 +53,32 @@ import h2.exceptions
 import h2.settings
 
 from tokenpath.errors import HTTP2Unavailable, LocalProtocolError, RemoteProtocolError, UsageError
-from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.framing import Framing
+from tokenpath.wire.h2events import (
+    PROTOCOL_ERROR,
+    REFUSED_STREAM,
+    ConnectionEnded,
+    DataReceived,
+    H2Event,
+    HeadReceived,
+    StreamEnded,
+    StreamReset,
+)
 from tokenpath.wire.h2guard import DATA, MAX_HEADER_LIST_SIZE, PADDED, SETTINGS, FrameGuard
+from tokenpath.wire.h2head import malformed, response_head
 
 # RFC 9113 6.5.2 / 6.9.2: every window starts at 65,535 until SETTINGS or WINDOW_UPDATE change it.
 RFC_DEFAULT_WINDOW = 65_535
 MAX_WINDOW = 2**31 - 1  # RFC 9113 6.9.1
 # The DATA frame size we accept (SETTINGS_MAX_FRAME_SIZE, RFC 9113 default): a larger frame is refused at its header.
 MAX_FRAME_SIZE = 16_384
-# HPACK dynamic table we keep for the peer's decoder, whatever it advertises (RFC 7541 default; as the gateway's).
+# HPACK dynamic table we keep for the peer's decoder, whatever SETTINGS_HEADER_TABLE_SIZE it advertises (RFC 7541 4.2
+# lets the encoder use less): RFC 7541's default, and nghttp2's (so Envoy's) deflate cap. Every gateway request
+# carries a fresh request id: an uncapped table keeps them all, and the encoder searches it linearly per field.
 MAX_ENCODER_TABLE_SIZE = 4096
 # Request fields that are HTTP/1.1's own and forbidden in HTTP/2 (RFC 9113 8.2.2), or carried as pseudo-fields.
 NOT_IN_H2 = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "host", "te"})
-REFUSED_STREAM = int(h2.errors.ErrorCodes.REFUSED_STREAM)
+_H2_DATA = h2.events.DataReceived  # the hot event, compared by class
 PREVIEW_BYTES = 40  # of a non-HTTP/2 answer, shown in the error
-BODILESS_STATUS = (204, 304)  # answers without content, whatever their fields say (RFC 9110 15.3.5, 15.4.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,53 +150,33 @@ class FlowStats:
         return self.stall_ns / 1e6
 
 
-# events ------------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class HeadReceived:
-    stream_id: int
-    head: ResponseHead
-
-
-@dataclass(frozen=True, slots=True)
-class DataReceived:
-    stream_id: int
-    data: bytes  # the payload of this stream's DATA in one read (padding removed), a frame still arriving included
-    frames: int  # how many DATA frames the read completed (an empty DATA frame counts): 0 when `data` is only the
-    # first bytes of a frame cut by the read (its rest comes in a later read's DataReceived, with the frame counted)
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEnded:
-    stream_id: int
-
-
-@dataclass(frozen=True, slots=True)
-class StreamReset:
-    stream_id: int
-    error_code: int
-    remote: bool  # the peer reset it (or refused it by GOAWAY); False: we did, for its stream error
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionEnded:
-    error_code: int
-    last_stream_id: int
-    reason: str  # the GOAWAY's debug data, printable, shortened
-
-
-H2Event = HeadReceived | DataReceived | StreamEnded | StreamReset | ConnectionEnded
-
-
-@dataclass(slots=True)
 class _ReadData:
-    """One stream's DATA in the read being translated, filled frame by frame."""
+    """One stream's DATA in the read being translated, gathered frame by frame into its DataReceived."""
 
-    stream_id: int
-    chunks: list[bytes] = field(default_factory=list)
-    frames: int = 0
+    __slots__ = ("chunks", "event", "size")
 
-    def event(self) -> DataReceived:
-        return DataReceived(self.stream_id, b"".join(self.chunks), self.frames)
+    def __init__(self, event: DataReceived) -> None:
+        self.event = event
+        self.chunks: list[bytes] = []
+        self.size = 0  # flow-controlled bytes of the frames completed (payload and padding)
+
+
+class _Read:
+    """What one read did, gathered while h2's events are translated; its figures are settled once, at its end."""
+
+    __slots__ = ("data", "ended", "out")
+
+    def __init__(self) -> None:
+        self.out: list[H2Event] = []
+        self.data: dict[int, _ReadData] = {}  # stream -> its one DataReceived of this read, being filled
+        self.ended: dict[int, None] = {}  # streams this read ended, reset or refused (an ordered set)
+
+    def start_data(self, sid: int) -> _ReadData:
+        """The stream's DataReceived of this read, in the read's order at its first DATA."""
+        event = DataReceived(sid, b"", 0)
+        self.out.append(event)
+        part = self.data[sid] = _ReadData(event)
+        return part
 
 
 class H2NoRoom(LocalProtocolError):
@@ -190,7 +189,10 @@ class _Stream:
     window: int = 0  # our receive window as the peer sees it once our last WINDOW_UPDATE arrived
     unacked: int = 0  # consumed, not yet given back
     received: int = 0  # received since the last consume (auto_ack: consumed at the end of the read)
-    pending_body: bytes = b""
+    held: int = 0  # received while paused: the connection's share given back, the stream's on resume
+    paused: bool = False
+    body: memoryview | None = None  # the request body, while some of it waits for the peer's window
+    sent: int = 0  # bytes of `body` sent
     ended: bool = False  # ended, reset or refused: no more data
     headed: bool = False  # its final head came: DATA may follow
     method: str = "POST"  # the request's: a HEAD's answer has no content
@@ -224,9 +226,12 @@ class H2ClientConnection:
         self.scheme = scheme
         self.window = window
         self.auto_ack = auto_ack
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # Response heads are checked here, per stream (h2head.malformed), not by h2: h2 makes every malformed head a
+        # connection error, which RFC 9113 8.1.1 makes a stream error.
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None, validate_inbound_headers=False)
         self._h2 = h2.connection.H2Connection(config)
-        # In our first SETTINGS frame (h2's update_settings would send a second one, in force only once acknowledged)
+        # In our first SETTINGS frame (h2's update_settings would send a second one, in force only once acknowledged,
+        # so a peer that never acknowledges could still push, or hold our streams to 65,535 bytes)
         self._h2.local_settings = h2.settings.Settings(
             client=True,
             initial_values={
@@ -237,6 +242,8 @@ class H2ClientConnection:
             },
         )
         self._h2.max_inbound_frame_size = MAX_FRAME_SIZE
+        # What to write to the peer now (h2's own method: a shell calls it after every read)
+        self.data_to_send: Callable[[], bytes] = self._h2.data_to_send
         self._h2.decoder.max_header_list_size = MAX_HEADER_LIST_SIZE
         self._now_s = 0.0  # the guard's clock: the t_ns of the read being parsed
         self._guard = FrameGuard(lambda: self._now_s, MAX_FRAME_SIZE, peer_is_server=True)
@@ -244,9 +251,18 @@ class H2ClientConnection:
         self._checked_preface = False
         self._early: _Early | None = None  # the DATA frame the last read cut, if any
         self._streams: dict[int, _Stream] = {}
+        self._sending: dict[int, _Stream] = {}  # streams whose request body waits for the peer's window
+        self._open = 0  # streams opened and not ended, reset or refused
         self._conn = _Stream(window=window.connection)
+        # a window below one frame is shut (the peer cannot send a full frame); half a window is given back at once
+        self._low_stream, self._low_connection = (
+            min(MAX_FRAME_SIZE, window.stream),
+            min(MAX_FRAME_SIZE, window.connection),
+        )
+        self._half_stream, self._half_connection = window.stream // 2, window.connection // 2
         self._initiated = False
         self.peer_settings_seen = False
+        self.peer_settings = 0  # SETTINGS frames received: a change of the peer's stream limit may make room
         self.goaway = False
         self.last_goaway: ConnectionEnded | None = None  # the peer's GOAWAY, for an error message
         self.dead = False  # a protocol error or a flood ended it
@@ -272,26 +288,42 @@ class H2ClientConnection:
 
     @property
     def open_streams(self) -> int:
-        return sum(1 for s in self._streams.values() if not s.ended)
+        return self._open
+
+    @property
+    def has_room(self) -> bool:
+        """A stream may open here now: the peer's SETTINGS are known, no GOAWAY, below its stream limit."""
+        return (
+            self.peer_settings_seen and not self.goaway and not self.dead and self._open < self.max_concurrent_streams
+        )
 
     @property
     def connection_flow(self) -> FlowStats:
         return self._conn.flow
 
-    def open_stream(self, method: str, path: str, headers: Iterable[tuple[str, str]] = (), body: bytes = b"") -> int:
+    def open_stream(
+        self,
+        method: str,
+        path: str,
+        headers: Iterable[tuple[str, str]] = (),
+        body: bytes = b"",
+        *,
+        authority: str | None = None,
+    ) -> int:
         """A new stream with this request; returns its id. Fields HTTP/2 forbids (Host, Connection...) are left out:
-        the authority goes in `:authority`. A body is sent as the peer's window allows."""
+        the authority (the connection's, unless given) goes in `:authority`. A body is sent as the peer's window
+        allows. H2NoRoom past the peer's limit or after GOAWAY; LocalProtocolError for a request h2 will not send."""
         self._start()
-        if self.goaway or self.dead or self.open_streams >= self.max_concurrent_streams:
+        if self.goaway or self.dead or self._open >= self.max_concurrent_streams:
             raise H2NoRoom(
-                f"no stream can open here (open {self.open_streams}, peer's limit {self.max_concurrent_streams}"
+                f"no stream can open here (open {self._open}, peer's limit {self.max_concurrent_streams}"
                 f"{', after GOAWAY' if self.goaway else ''})"
             )
         stream_id = self._h2.get_next_available_stream_id()
         fields = [
             (b":method", method.encode()),
             (b":scheme", self.scheme.encode()),
-            (b":authority", self.authority.encode()),
+            (b":authority", (authority or self.authority).encode()),
             (b":path", path.encode()),
         ]
         for name, value in headers:
@@ -304,14 +336,17 @@ class H2ClientConnection:
             self._h2.send_headers(stream_id, fields, end_stream=not body)
         except h2.exceptions.TooManyStreamsError as exc:
             raise H2NoRoom(str(exc)) from None
-        stream = _Stream(window=self.window.stream, pending_body=body, method=method)
+        except h2.exceptions.H2Error as exc:  # a field h2 will not send
+            raise LocalProtocolError(f"no stream could be opened: {exc!r}") from None
+        stream = _Stream(window=self.window.stream, method=method)
         self._streams[stream_id] = stream
+        self._open += 1
         self._guard.window_updates_owed += 1  # some servers open a new stream's window beyond its initial size
-        self._send_body(stream_id, stream)
+        if body:
+            stream.body = memoryview(body)
+            self._sending[stream_id] = stream
+            self._send_body(stream_id, stream)
         return stream_id
-
-    def data_to_send(self) -> bytes:
-        return self._h2.data_to_send()
 
     def consume(self, stream_id: int, nbytes: int) -> None:
         """The reader consumed nbytes of this stream (auto_ack=False): WINDOW_UPDATE when half a window is due."""
@@ -325,19 +360,49 @@ class H2ClientConnection:
         self._conn.unacked += nbytes
         self._give_back(stream_id, stream)
 
+    def pause(self, stream_id: int) -> None:
+        """(auto_ack) The stream's reader is full: stop giving its window back, so the peer can send it at most what is
+        left of one window. What arrives meanwhile is still given back on the connection: the other streams go on."""
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.paused = True
+
+    def resume(self, stream_id: int) -> None:
+        """The stream's reader reads again: what arrived while it was paused is consumed."""
+        stream = self._streams.get(stream_id)
+        if stream is None or not stream.paused:
+            return
+        stream.paused = False
+        if stream.held:
+            stream.unacked += stream.held
+            stream.held = 0
+            self._give_back(stream_id, stream)
+
     def cancel(self, stream_id: int) -> None:
         """RST_STREAM CANCEL (the client gave up on it)."""
         stream = self._streams.get(stream_id)
         if stream is None or stream.ended:
             return
-        stream.ended = True
+        self._end(stream_id, stream)
         with contextlib.suppress(h2.exceptions.H2Error):
             self._h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
 
-    def close(self) -> None:
-        """GOAWAY NO_ERROR (write data_to_send() before closing the socket)."""
+    def unsent_body(self, stream_id: int) -> tuple[int, int]:
+        """(bytes of the stream's request body not sent yet, the peer's window for them now: the smaller of the
+        stream's and the connection's)."""
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.body is None:
+            return 0, 0
+        try:
+            window = self._h2.local_flow_control_window(stream_id)
+        except h2.exceptions.H2Error:  # closed meanwhile
+            window = 0
+        return len(stream.body) - stream.sent, window
+
+    def close(self, error_code: int = 0) -> None:
+        """GOAWAY (write data_to_send() before closing the socket)."""
         with contextlib.suppress(h2.exceptions.H2Error):
-            self._h2.close_connection()
+            self._h2.close_connection(error_code)
 
     def flow(self, stream_id: int) -> FlowStats:
         stream = self._streams.get(stream_id)
@@ -362,16 +427,28 @@ class H2ClientConnection:
         self._now_s = t_ns / 1e9
         if not self._checked_preface:
             self._check_preface(data)
-        flood = self._guard.feed(data)
+        guard = self._guard
+        flood = guard.feed(data)
         if flood is not None:
-            self._fail(self._guard.error_code)
+            self._fail(guard.error_code)
             raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+        read = _Read()
         try:
-            h2_events = self._h2.receive_data(data)
+            if not guard.block_ends:  # (a token stream's reads: DATA only)
+                self._translate(self._h2.receive_data(data), read)
+            else:
+                # Up to each header block's end apart: a stream reset for a malformed head is in h2's state before
+                # that stream's next frame is parsed (h2 makes a frame on a stream in the wrong state a connection
+                # error).
+                view, start = memoryview(data), 0
+                for cut in [*guard.block_ends, len(data)]:
+                    if cut > start:
+                        self._translate(self._h2.receive_data(view[start:cut]), read)
+                        start = cut
         except h2.exceptions.ProtocolError as exc:
             self.dead = True  # h2 queued its GOAWAY with the error code
             raise RemoteProtocolError(f"HTTP/2 protocol error from the server: {exc}") from None
-        return self._translate(h2_events, t_ns)
+        return self._settle(read, t_ns)
 
     def _check_preface(self, data: bytes) -> None:
         """RFC 9113 3.4: the server's preface is a SETTINGS frame (stream 0, not an ACK), its first frame."""
@@ -403,85 +480,191 @@ class H2ClientConnection:
         with contextlib.suppress(h2.exceptions.H2Error):
             self._h2.close_connection(code)
 
-    def _translate(self, h2_events: Sequence[h2.events.Event], t_ns: int) -> list[H2Event]:
-        out: list[H2Event | _ReadData] = []
-        pending: dict[int, _ReadData] = {}  # stream -> its one DataReceived of this read, being filled
-        touched: dict[int, int] = {}  # streams this read brought DATA or an end -> flow-controlled bytes
-        conn_bytes = 0
+    def _translate(self, h2_events: Sequence[h2.events.Event], read: _Read) -> None:
+        """h2's events of (part of) one read into ours. The DATA path is the hot one: per frame only its payload is
+        gathered; windows and figures are settled once per read (_settle)."""
+        pending = read.data
         for event in h2_events:
-            if isinstance(event, h2.events.ResponseReceived):
-                assert event.stream_id is not None
-                assert event.headers is not None
-                if (headed := self._streams.get(event.stream_id)) is not None:
-                    headed.headed = True
-                method = headed.method if headed is not None else "POST"
-                out.append(HeadReceived(event.stream_id, response_head(event.headers, method)))
-            elif isinstance(event, h2.events.InformationalResponseReceived):
-                # 1xx heads carry nothing we read and any number may come (RFC 9113 8.1): a flood of 14-byte
-                # HEADERS costs h2 an HPACK decode each (~25 us). They draw on the control frames' allowance.
-                flood = self._guard.spend("1xx heads")
-                if flood is not None:
-                    self._fail(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-                    raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
-            elif isinstance(event, h2.events.DataReceived):
+            if event.__class__ is _H2_DATA:
                 sid = event.stream_id
-                assert sid is not None
-                size = event.flow_controlled_length or 0
-                conn_bytes += size
-                self._count_data(sid, size)
-                touched[sid] = touched.get(sid, 0) + size
                 part = pending.get(sid)
-                if part is None:
-                    part = pending[sid] = _ReadData(sid)
-                    out.append(part)
-                part.frames += 1
-                data = bytes(event.data or b"")
+                if part is None:  # (read.start_data, inlined: the stream's first DATA frame of the read)
+                    out_event = DataReceived(sid, b"", 0)
+                    read.out.append(out_event)
+                    part = pending[sid] = _ReadData(out_event)
+                part.event.frames += 1
+                part.size += event.flow_controlled_length
+                data = event.data
                 early = self._early
                 if early is not None and early.stream_id == sid and early.delivered >= 0:
                     data = data[early.delivered :]  # its first bytes went out with an earlier read
                     early.delivered = -1  # whole now
                 if data:
                     part.chunks.append(data)
-            elif isinstance(event, h2.events.StreamEnded):
-                assert event.stream_id is not None
-                self._end(event.stream_id)
-                touched.setdefault(event.stream_id, 0)
-                out.append(StreamEnded(event.stream_id))
-            elif isinstance(event, h2.events.StreamReset):
-                # remote_reset=False: h2 reset the stream itself for the peer's stream error (a WINDOW_UPDATE past
-                # 2**31-1, RFC 9113 6.9.1): the stream is over all the same, or its reader would wait forever.
-                sid = event.stream_id
-                assert sid is not None
-                stream = self._streams.get(sid)
-                if event.remote_reset or (stream is not None and not stream.ended):
-                    self._end(sid)
-                    touched.setdefault(sid, 0)
-                    out.append(StreamReset(sid, int(event.error_code or 0), remote=event.remote_reset))
-            elif isinstance(event, h2.events.ConnectionTerminated):
-                out.extend(self._goaway(event, touched))
-            elif isinstance(event, h2.events.RemoteSettingsChanged):
-                self.peer_settings_seen = True
-                if self._h2.encoder.header_table_size > MAX_ENCODER_TABLE_SIZE:
-                    self._h2.encoder.header_table_size = MAX_ENCODER_TABLE_SIZE
-                self._resend_bodies()
-            elif isinstance(event, h2.events.WindowUpdated):
-                self._resend_bodies()
-        cut = self._cut_frame(out, pending)
-        if cut is not None:
-            touched.setdefault(cut, 0)
-        self._account(t_ns, touched, conn_bytes, cut)
-        return [item.event() if isinstance(item, _ReadData) else item for item in out]
+            else:
+                self._translate_other(event, read)
 
-    def _cut_frame(self, out: list[H2Event | _ReadData], pending: dict[int, _ReadData]) -> int | None:
+    def _translate_other(self, event: h2.events.Event, read: _Read) -> None:
+        if isinstance(event, h2.events.ResponseReceived | h2.events.InformationalResponseReceived):
+            informational = isinstance(event, h2.events.InformationalResponseReceived)
+            sid = event.stream_id
+            why = malformed(event.headers, informational=informational)
+            if why is not None:
+                self._reset_malformed(sid, why, read)
+            elif informational:
+                # 1xx heads carry nothing we read and any number may come (RFC 9113 8.1): a flood of 14-byte
+                # HEADERS costs h2 an HPACK decode each (~25 us). They draw on the control frames' allowance.
+                flood = self._guard.spend("1xx heads")
+                if flood is not None:
+                    self._fail(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+                    raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+            else:
+                if (headed := self._streams.get(sid)) is not None:
+                    headed.headed = True
+                method = headed.method if headed is not None else "POST"
+                read.out.append(HeadReceived(sid, response_head(event.headers, method)))
+        elif isinstance(event, h2.events.TrailersReceived):
+            why = malformed(event.headers, trailers=True)
+            if why is not None:
+                self._reset_malformed(event.stream_id, why, read)
+        elif isinstance(event, h2.events.StreamEnded):
+            sid = event.stream_id
+            stream = self._streams.get(sid)
+            if stream is not None and stream.ended:  # its trailers were malformed: reset already
+                return
+            if stream is not None and stream.body is not None:  # answered before the whole request was sent
+                with contextlib.suppress(h2.exceptions.H2Error):  # RFC 9113 8.1: we may stop sending it
+                    self._h2.reset_stream(sid, h2.errors.ErrorCodes.NO_ERROR)
+            self._end(sid, stream)
+            read.ended[sid] = None
+            read.out.append(StreamEnded(sid))
+        elif isinstance(event, h2.events.StreamReset):
+            # remote_reset=False: h2 reset the stream itself for the peer's stream error (a WINDOW_UPDATE past
+            # 2**31-1, RFC 9113 6.9.1): the stream is over all the same, or its reader would wait forever.
+            sid = event.stream_id
+            stream = self._streams.get(sid)
+            if event.remote_reset or (stream is not None and not stream.ended):
+                self._end(sid, stream)
+                read.ended[sid] = None
+                read.out.append(StreamReset(sid, int(event.error_code or 0), remote=event.remote_reset))
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._goaway(event, read)
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            self.peer_settings_seen = True
+            self.peer_settings += 1
+            if self._h2.encoder.header_table_size > MAX_ENCODER_TABLE_SIZE:  # h2 took the peer's value as it is
+                self._h2.encoder.header_table_size = MAX_ENCODER_TABLE_SIZE
+            self._resend_bodies()
+        elif isinstance(event, h2.events.WindowUpdated):
+            self._resend_bodies()
+
+    def _reset_malformed(self, sid: int, why: str, read: _Read) -> None:
+        """RFC 9113 8.1.1: a malformed response is a stream error of type PROTOCOL_ERROR; the connection goes on."""
+        stream = self._streams.get(sid)
+        with contextlib.suppress(h2.exceptions.H2Error):  # (already closed, e.g. malformed trailers)
+            self._h2.reset_stream(sid, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+        if stream is not None and not stream.ended:
+            self._end(sid, stream)
+            read.ended[sid] = None
+            read.out.append(StreamReset(sid, PROTOCOL_ERROR, remote=False, reason=f"malformed response: {why}"))
+
+    def _settle(self, read: _Read, t_ns: int) -> list[H2Event]:
+        """The read's figures and windows, once per read (never per frame): each stream's DATA counted, its stall
+        judged before our WINDOW_UPDATE, then (auto_ack) the read consumed."""
+        guard = self._guard
+        if guard.skip and guard.frame[0] == DATA:
+            cut = self._cut_frame(read)
+        else:  # the read ended on a frame boundary (or not in a DATA frame)
+            self._early = cut = None
+        conn = self._conn
+        # h2's own count: DATA on a stream we reset (cancel) draws on the connection window too, with no event for
+        # it (h2 gives it back itself, half a window at a time).
+        conn.window = self._h2.inbound_flow_control_window
+        conn_shut = conn.window < self._low_connection
+        streams = self._streams
+        frames = conn_bytes = 0
+        any_open = False
+        for sid, part in read.data.items():
+            event = part.event
+            chunks = part.chunks
+            event.data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            size = part.size
+            frames += event.frames
+            conn_bytes += size
+            stream = streams.get(sid)
+            if stream is None:  # a stream we forgot: its bytes are consumed at once, the connection window kept open
+                conn.unacked += size
+                continue
+            flow = stream.flow
+            flow.data_frames += event.frames
+            if size:
+                conn.received += size
+                stream.window -= size
+                stream.received += size
+                flow.data_bytes += size
+                flow.reads += 1
+                if stream.window < flow.min_window:
+                    flow.min_window = stream.window
+            any_open |= self._judge(sid, stream, cut, conn_shut, t_ns)
+            if self.auto_ack and stream.received:
+                self._consumed(sid, stream)
+        if read.ended or cut is not None:  # streams the read touched without completing a DATA frame of theirs
+            for other in (*read.ended, cut):
+                if other is not None and other not in read.data and (stream := streams.get(other)) is not None:
+                    any_open |= self._judge(other, stream, cut, conn_shut, t_ns)
+        conn.flow.data_frames += frames
+        conn.flow.data_bytes += conn_bytes
+        if conn_bytes or cut is not None:
+            if conn_bytes:
+                conn.flow.reads += 1
+                if conn.window < conn.flow.min_window:
+                    conn.flow.min_window = conn.window
+            if conn.flow.stalled_since is not None:
+                conn.flow.stall_ns += t_ns - conn.flow.stalled_since
+                conn.flow.stalled_since = None
+            if conn_shut and any_open and cut is None:
+                conn.flow.stalls += 1
+                conn.flow.stalled_since = t_ns
+        if conn.unacked and (conn.unacked >= self._half_connection or conn.window < self._low_connection):
+            self._give_back(0, None)
+        return read.out
+
+    def _judge(self, sid: int, stream: _Stream, cut: int | None, conn_shut: bool, t_ns: int) -> bool:
+        """A stream this read touched: its stall (if any) is over, since data or its end came; a new one starts if
+        the read left its window (or the connection's) below one frame while it is open. A stream whose next DATA
+        frame the read cut is being sent to: no new stall is judged until that frame is whole. True if it is open."""
+        flow = stream.flow
+        if flow.stalled_since is not None:
+            flow.stall_ns += t_ns - flow.stalled_since
+            flow.stalled_since = None
+        if stream.ended or sid == cut:
+            return False
+        if stream.window < self._low_stream or conn_shut:
+            flow.stalls += 1
+            flow.stalled_since = t_ns
+        return True
+
+    def _consumed(self, sid: int, stream: _Stream) -> None:
+        """(auto_ack) The read's bytes of this stream are consumed: given back by half windows; a paused stream's
+        on the connection only, until it resumes."""
+        nbytes, stream.received = stream.received, 0
+        conn = self._conn
+        conn.received -= nbytes
+        conn.unacked += nbytes
+        if stream.paused:
+            stream.held += nbytes
+            return
+        stream.unacked += nbytes
+        if stream.unacked >= self._half_stream or stream.window < self._low_stream:
+            self._give_back(sid, stream)
+
+    def _cut_frame(self, read: _Read) -> int | None:
         """A DATA frame the read cut: its data bytes so far go out with this read (an arrival is a socket read,
         and an HTTP/1.1 reader would have had them now: so do nghttp2's and Chromium's readers), if h2 will take the
         frame when it is whole: its stream has its head and is open, and it fits our windows. Returns that stream:
         the peer is sending it data (no stall), whether or not a data byte of the frame came yet."""
         guard = self._guard
         early = self._early
-        if guard.skip == 0 or guard.frame[0] != DATA:  # the read ended on a frame boundary (or not in a DATA frame)
-            self._early = None
-            return None
         if early is None or early.serial != guard.serial:
             _, flags, sid, length = guard.frame
             early = self._early = _Early(guard.serial, sid, flags, length)
@@ -500,142 +683,79 @@ class H2ClientConnection:
         if not data:
             return early.stream_id
         early.delivered += len(data)
-        part = pending.get(early.stream_id)
-        if part is None:
-            part = pending[early.stream_id] = _ReadData(early.stream_id)
-            out.append(part)
+        part = read.data.get(early.stream_id) or read.start_data(early.stream_id)
         part.chunks.append(data)
         return early.stream_id
 
-    def _count_data(self, sid: int, size: int) -> None:
-        conn = self._conn
-        conn.window -= size
-        conn.flow.data_frames += 1
-        conn.flow.data_bytes += size
-        stream = self._streams.get(sid)
-        if stream is None:  # a stream we forgot: its bytes are consumed at once, the connection window kept open
-            conn.unacked += size
-            return
-        conn.received += size
-        stream.window -= size
-        stream.received += size
-        stream.flow.data_frames += 1
-        stream.flow.data_bytes += size
-
-    def _end(self, sid: int) -> None:
-        stream = self._streams.get(sid)
-        if stream is not None:
+    def _end(self, sid: int, stream: _Stream | None) -> None:
+        if stream is not None and not stream.ended:
             stream.ended = True
-            stream.pending_body = b""
+            self._open -= 1
+            if stream.body is not None:
+                stream.body = None
+                del self._sending[sid]
 
-    def _goaway(self, event: h2.events.ConnectionTerminated, touched: dict[int, int]) -> list[H2Event]:
+    def _goaway(self, event: h2.events.ConnectionTerminated, read: _Read) -> None:
         self.goaway = True
         last = event.last_stream_id or 0
         debug = bytes(event.additional_data or b"")[:200].decode("utf-8", "replace")
         reason = "".join(c if c.isprintable() else "?" for c in debug)
         self.last_goaway = ConnectionEnded(int(event.error_code or 0), last, reason)
-        events: list[H2Event] = [self.last_goaway]
+        read.out.append(self.last_goaway)
         if any(sid <= last and not s.ended for sid, s in self._streams.items()):
             # h2 goes CLOSED on GOAWAY and then refuses every frame (python-hyper/h2#1199), also those of the streams
             # the server still serves, which RFC 9113 6.8 lets complete: back to open for them (no new stream opens).
             self._h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
         for sid, stream in self._streams.items():
             if sid > last and not stream.ended:
-                stream.ended = True
-                touched.setdefault(sid, 0)
-                events.append(StreamReset(sid, REFUSED_STREAM, remote=True))
-        return events
-
-    def _account(self, t_ns: int, touched: dict[int, int], conn_bytes: int, cut: int | None) -> None:
-        """Stall figures for this read, judged before our WINDOW_UPDATE; then (auto_ack) the read is consumed. A
-        stream whose next DATA frame the read cut is being sent to: its stall (if any) ended with this read, and no
-        new one is judged until that frame is whole."""
-        conn = self._conn
-        # h2's own count: DATA on a stream we reset (cancel) draws on the connection window too, with no event for
-        # it (h2 gives it back itself, half a window at a time).
-        conn.window = self._h2.inbound_flow_control_window
-        conn_shut = conn.window < min(MAX_FRAME_SIZE, self.window.connection)
-        any_open = False
-        for sid, nbytes in touched.items():
-            stream = self._streams.get(sid)
-            if stream is None:
-                continue
-            flow = stream.flow
-            if nbytes:
-                flow.reads += 1
-                flow.min_window = min(flow.min_window, stream.window)
-            if flow.stalled_since is not None:  # data (or the end) came: the stall is over
-                flow.stall_ns += t_ns - flow.stalled_since
-                flow.stalled_since = None
-            if not stream.ended and sid != cut:
-                any_open = True
-                if stream.window < min(MAX_FRAME_SIZE, self.window.stream) or conn_shut:
-                    flow.stalls += 1
-                    flow.stalled_since = t_ns
-        if conn_bytes or cut is not None:
-            if conn_bytes:
-                conn.flow.reads += 1
-                conn.flow.min_window = min(conn.flow.min_window, conn.window)
-            if conn.flow.stalled_since is not None:
-                conn.flow.stall_ns += t_ns - conn.flow.stalled_since
-                conn.flow.stalled_since = None
-            if conn_shut and any_open and cut is None:
-                conn.flow.stalls += 1
-                conn.flow.stalled_since = t_ns
-        if self.auto_ack:
-            for sid in touched:
-                stream = self._streams.get(sid)
-                if stream is not None and stream.received:
-                    self.consume(sid, stream.received)
-        self._give_back(0, None)
+                self._end(sid, stream)
+                read.ended[sid] = None
+                read.out.append(StreamReset(sid, REFUSED_STREAM, remote=True))
 
     def _give_back(self, sid: int, stream: _Stream | None) -> None:
         """WINDOW_UPDATE once half a window is consumed, or when the window is below one frame (nghttp2's, Chromium's
-        and h2's rule): fewer frames than one per read, and never a window left shut while data was consumed."""
-        if stream is not None and not stream.ended and stream.unacked:
-            initial = self.window.stream
-            if stream.unacked >= initial // 2 or stream.window < min(MAX_FRAME_SIZE, initial):
-                with contextlib.suppress(h2.exceptions.H2Error):  # closed meanwhile
-                    self._h2.increment_flow_control_window(stream.unacked, sid)
-                stream.window += stream.unacked
-                stream.unacked = 0
+        and h2's rule): fewer frames than one per read, and never a window left shut while data was consumed. The
+        stream's (if given), then the connection's."""
+        if (
+            stream is not None
+            and not stream.ended
+            and stream.unacked
+            and (stream.unacked >= self._half_stream or stream.window < self._low_stream)
+        ):
+            with contextlib.suppress(h2.exceptions.H2Error):  # closed meanwhile
+                self._h2.increment_flow_control_window(stream.unacked, sid)
+            stream.window += stream.unacked
+            stream.unacked = 0
         conn = self._conn
-        initial = self.window.connection
-        if conn.unacked and (conn.unacked >= initial // 2 or conn.window < min(MAX_FRAME_SIZE, initial)):
+        if conn.unacked and (conn.unacked >= self._half_connection or conn.window < self._low_connection):
             self._h2.increment_flow_control_window(conn.unacked)
             conn.window += conn.unacked
             conn.unacked = 0
 
     def _resend_bodies(self) -> None:
-        for sid, stream in self._streams.items():
-            if stream.pending_body:
-                self._send_body(sid, stream)
+        for sid, stream in list(self._sending.items()):
+            self._send_body(sid, stream)
 
     def _send_body(self, sid: int, stream: _Stream) -> None:
+        """As much of the request body as the peer's windows take, a frame at a time; the rest on WindowUpdated.
+        Pieces are views of the body: each byte is copied once (into its frame), however many frames it takes."""
+        body = stream.body
+        if body is None:
+            return
         h2conn = self._h2
-        while stream.pending_body:
+        total = len(body)
+        while True:
             window = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
             if window <= 0:
                 return  # resumed on WindowUpdated
-            piece, stream.pending_body = stream.pending_body[:window], stream.pending_body[window:]
-            h2conn.send_data(sid, piece, end_stream=not stream.pending_body)
+            size = min(window, total - stream.sent)
+            start = stream.sent
+            stream.sent = start + size
+            done = stream.sent == total
+            h2conn.send_data(sid, body[start : stream.sent], end_stream=done)
             # the peer may give this frame back on the stream and on the connection, even a KiB at a time
-            self._guard.window_updates_owed += 2 * max(1, len(piece) // 1024)
-
-
-def response_head(headers: Sequence[tuple[bytes, bytes]], method: str) -> ResponseHead:
-    """A response's HTTP/2 field block as the HTTP/1.1 core's ResponseHead (shared with gateway/h2upstream.py). No
-    content after HEAD or a 204/304 (RFC 9110 6.4.1); otherwise DATA frames are a stream, whatever Content-Length."""
-    status = 0
-    fields = []
-    for name, value in headers:
-        if name == b":status":
-            status = int(value)
-        elif not name.startswith(b":"):
-            fields.append((name.decode("latin-1"), value.decode("latin-1")))
-    has_length = any(n == "content-length" for n, _ in fields)
-    if method == "HEAD" or status in BODILESS_STATUS:
-        framing = Framing.NONE
-    else:
-        framing = Framing.LENGTH if has_length else Framing.CHUNKED
-    return ResponseHead(status, "2", tuple(fields), framing, keep_alive=True)
+            self._guard.window_updates_owed += 2 * max(1, size // 1024)
+            if done:
+                stream.body = None
+                del self._sending[sid]
+                return

@@ -2,8 +2,8 @@
 as bytes arrive, before the `h2` library parses a byte of them, and says when a named bound is crossed. Sans-IO,
 with the clock injected.
 
-Shared by the gateway's upstream client (gateway/h2upstream.py), the probe/load client core (wire/h2client.py) and
-any HTTP/2 endpoint of ours (serve/h2limits.py adds a server's own bounds). Every frame type is bounded: PING and
+Shared by the client core (wire/h2client.py: the probe's, the load client's and the gateway's upstream connections)
+and any HTTP/2 endpoint of ours (serve/h2limits.py adds a server's own bounds). Every frame type is bounded: PING and
 SETTINGS (their ACKs too) and empty DATA frames (the empty-frames flood, padding-only frames included) draw on one
 burst allowance; WINDOW_UPDATEs on what we sent (the owner of the guard says how much); GOAWAY, PRIORITY and unknown
 frames, facing a server (`peer_is_server`), on the same allowance, and facing a client on an allowance per stream it
@@ -34,9 +34,8 @@ MAX_CONTINUATION_FRAMES = 16
 MAX_CONTROL_BURST = 1_000
 CONTROL_FRAMES_PER_S = 100.0
 # frame types and flags the guard reads from frame headers (RFC 9113 6)
-DATA, HEADERS, PRIORITY, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
-    0x0, 0x1, 0x2, 0x4, 0x5, 0x6, 0x7, 0x8, 0x9
-)  # fmt: skip
+DATA, HEADERS, PRIORITY = 0x0, 0x1, 0x2
+SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x4, 0x5, 0x6, 0x7, 0x8, 0x9
 # Frames a server has no reason to send a client more than a few times a connection: GOAWAY (one or two), PRIORITY
 # (a client's signal, RFC 9113 5.3.2), and types h2 does not know (ALTSVC, ORIGIN: once). Each costs h2 ~15 us and
 # an event; 100,000 of them took ~2 s of a core with no bound. A client's guard (`peer_is_server`) spends its burst
@@ -71,6 +70,10 @@ class FrameGuard:
         self.allowance = float(MAX_CONTROL_BURST)
         self.refilled = clock()
         self.ends: list[int] = []  # where frames end in the last `data` fed
+        # where header blocks (HEADERS or PUSH_PROMISE and their CONTINUATIONs) end in it: a client parses up to each
+        # one apart, so that a stream error it finds in a head is in force before that stream's next frame is parsed
+        self.block_ends: list[int] = []
+        self._ends_block = False  # the frame being read ends a header block (END_HEADERS)
         # The frame whose payload is still arriving (type, flags, stream id, length), a serial number per frame
         # header read, and the bytes of its payload the last `data` brought: h2 sees a frame only when it is whole,
         # and a reader may want a DATA frame's bytes as they come (wire/h2client.py).
@@ -83,6 +86,7 @@ class FrameGuard:
     def feed(self, data: bytes) -> str | None:
         """Why the peer is flooding us, or None; `ends` says where in `data` each frame ends."""
         self.ends = ends = []
+        self.block_ends = []
         self.tail = b""
         at, end = 0, len(data)
         while at < end:
@@ -99,6 +103,8 @@ class FrameGuard:
                 at += step
                 if not self.skip:
                     ends.append(at)
+                    if self._ends_block:
+                        self._block_end(at)
                 continue
             need = 9 - len(self.head)
             if end - at < need:
@@ -116,6 +122,8 @@ class FrameGuard:
             self.skip = length
             if not length:
                 ends.append(at)
+                if self._ends_block:
+                    self._block_end(at)
             elif header[3] == DATA and header[4] & PADDED and not header[4] & END_STREAM:
                 self._pad_pending = True  # read at its first payload byte
         return None
@@ -127,6 +135,7 @@ class FrameGuard:
         if kind in (HEADERS, PUSH_PROMISE):
             self.block = None if flags & END_HEADERS else length
             self.continuations = 0
+            self._ends_block = bool(flags & END_HEADERS)
         elif kind == CONTINUATION and self.block is not None:  # (a CONTINUATION outside a block: h2 refuses it)
             self.continuations += 1
             self.block += length
@@ -136,6 +145,7 @@ class FrameGuard:
                 return f"a header block over {MAX_HEADER_BLOCK_BYTES} bytes"
             if flags & END_HEADERS:
                 self.block = None
+                self._ends_block = True
         elif kind in (PING, SETTINGS):
             # ACKs too: we send one SETTINGS and few PINGs, and an ACK nobody asked for costs h2 the same parse and
             # event (200,000 SETTINGS ACKs took 1.6 s of a server with no bound)
@@ -155,6 +165,10 @@ class FrameGuard:
             # (CVE-2019-9518). It draws on the same allowance as the frames that must be answered.
             return self.spend("empty DATA frames")
         return None
+
+    def _block_end(self, at: int) -> None:
+        self._ends_block = False
+        self.block_ends.append(at)
 
     def _padding_only(self, pad: int) -> str | None:
         """A padded DATA frame with no data byte (all padding) is an empty DATA frame with a byte more: the same
