@@ -514,6 +514,7 @@ ROWS = (
 )
 TABLE = {(phase, row.event): Transition(frozenset(row.targets), row.handler) for row in ROWS for phase in row.phases}
 assert len(TABLE) == sum(len(row.phases) for row in ROWS), "a (phase, event) pair listed twice"
+del P, M
 TIMER_EVENTS = {Timer.FIRST_BYTE: Event.FIRST_BYTE_TIMER, Timer.IDLE: Event.IDLE_TIMER, Timer.TOTAL: Event.TOTAL_TIMER}
 
 
