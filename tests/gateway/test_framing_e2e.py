@@ -22,7 +22,7 @@ from tests.gateway.test_hostile_e2e import wait_for_log
 from tests.gateway.test_tls_upstream_e2e import CA, server_context
 from tests.helpers import BackgroundLoop, accept_each
 from tokenpath.gateway import config as gwconfig
-from tokenpath.gateway.proxy import Exchange
+from tokenpath.gateway.downstream import Downstream
 from tokenpath.gateway.server import GatewayServer
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 from tokenpath.proxies.base import free_port
@@ -293,10 +293,10 @@ def test_a_bug_in_our_code_fails_the_request_as_internal_and_never_counts_agains
 
     upstream = ScriptedUpstream(script)
     gateway = InProcessGateway(upstream.url)
-    original: Any = ConnectionPool.acquire if where == "acquire" else getattr(Exchange, where)
+    original: Any = ConnectionPool.acquire if where == "acquire" else getattr(Downstream, where)
     planted: list[str] = []
 
-    def buggy(self: Exchange, *args: Any) -> None:
+    def buggy(self: Downstream, *args: Any) -> None:
         if not planted:
             planted.append(where)
             if where != "upstream_head":
@@ -314,7 +314,7 @@ def test_a_bug_in_our_code_fails_the_request_as_internal_and_never_counts_agains
     if where == "acquire":
         monkeypatch.setattr(ConnectionPool, "acquire", buggy_acquire)
     else:
-        monkeypatch.setattr(Exchange, where, buggy)
+        monkeypatch.setattr(Downstream, where, buggy)
     try:
         head, body = read_all(gateway.url, request(CHAT, headers="Connection: close\r\n"))
         member = gateway.server.app.pools[0].members[0]

@@ -413,7 +413,7 @@ def test_sent_framing(method: str, status: int, version: str, length: int | None
 
 
 def relay_reads(pieces: list[bytes]) -> tuple[list[bytes], bytes]:
-    """What the gateway's relay (gateway.relay.Relay, which proxy.Exchange.upstream_body calls) sends on for each
+    """What the gateway's relay (gateway.relay.Relay, which downstream.Downstream.upstream_body calls) sends on for each
     upstream read, and what it holds at the end; its plain cut (wire.sse.EventRelay) must agree read by read, and
     the relay framed for a chunked client sends the same bytes, one chunk per read."""
     sse = for_response(None, "text/event-stream")

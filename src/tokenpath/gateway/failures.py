@@ -1,5 +1,7 @@
-"""Why an attempt at a member failed, as a kind the exchange decides on (fail over, retry fresh, 502 or 504, blame
-the member or not) and a detail that goes to the log only: member URLs and OS errors never reach a client."""
+"""The gateway's failure vocabulary. FailureKind: why an attempt at a member failed, as a kind the exchange decides on
+(fail over, retry fresh, 502 or 504, blame the member or not), with a detail that goes to the log only: member URLs
+and OS errors never reach a client. Outcome: how a request ended other than normally, the one name for its metric
+label and for the code its client reads. Between them, every `errors_total` reason but `upstream_<status>`."""
 
 from __future__ import annotations
 
@@ -45,6 +47,41 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.detail}"
+
+
+class Outcome(StrEnum):
+    """How a request ended other than normally. The value is its `errors_total{reason}` label; `reply_code` is the
+    code of the error body a client gets before the response head, `end_code` the code of the error frame that ends
+    a stream after it. Where a code is not given it is the label; where they differ, all are written out."""
+
+    reply_code: str
+    end_code: str
+
+    def __new__(cls, label: str, reply_code: str | None = None, end_code: str | None = None) -> Outcome:
+        outcome = str.__new__(cls, label)
+        outcome._value_ = label
+        outcome.reply_code = reply_code or label
+        outcome.end_code = end_code or label
+        return outcome
+
+    # an exchange's end, decided by its machine (exchange_state.py)
+    ALL_MEMBERS_FAILED = "all_members_failed", "upstream_unavailable"
+    LOCAL_RESOURCES = "local_resources", "overloaded"
+    TOTAL_TIMEOUT = "total_timeout", "upstream_unavailable", "total_timeout"
+    IDLE_TIMEOUT = "idle_timeout", "upstream_idle_timeout", "upstream_idle_timeout"
+    CLIENT_STALLED = "client_stalled"
+    UPSTREAM_LOST_MID_STREAM = "upstream_lost_mid_stream", "upstream_disconnected", "upstream_disconnected"
+    UPSTREAM_TRUNCATED = "upstream_truncated"
+    EVENT_TOO_LARGE = "event_too_large"
+    UPSTREAM_MALFORMED = "upstream_malformed"
+    CLIENT_GONE = "client_gone"  # the client never reads a code
+    INTERNAL = "internal", "internal_error", "internal"  # a bug of ours
+    SHUTDOWN = "shutdown"  # the drain deadline passed
+    # a request refused at admission, before it is an exchange (app.py)
+    OVERLOADED = "overloaded"
+    BODIES_IN_FLIGHT = "bodies_in_flight", "overloaded"
+    UNAUTHORIZED = "unauthorized", "invalid_api_key"
+    JWKS_UNAVAILABLE = "jwks_unavailable", "auth_unavailable"
 
 
 def connect_failure(exc: OSError, where: str) -> Failure:

@@ -1,7 +1,7 @@
 """The relay rules of one response body, sans-IO: each upstream body read in, the bytes to write to the client out.
-No sockets, no clocks, no metrics: proxy.Exchange wires it to the connections and reads what it noticed.
+No sockets, no clocks, no metrics: downstream.Downstream wires it to the connections and reads what it noticed.
 
-The rules (module docstring of proxy.py has the why):
+The rules (module docstring of downstream.py has the why):
 
 - Framing: what goes out is framed for the client's connection (one chunk per upstream read when the client's
   response is chunked, the bytes as they are otherwise); payload bytes are never changed.

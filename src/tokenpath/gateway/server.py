@@ -19,10 +19,10 @@ from prometheus_client import CollectorRegistry
 
 from tokenpath.errors import UsageError
 from tokenpath.gateway import metrics
+from tokenpath.gateway.app import GatewayApp
 from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
-from tokenpath.gateway.proxy import GatewayApp
 from tokenpath.hostport import join_hostport
 from tokenpath.jsonlog import configure_logging
 from tokenpath.serve.h2 import finish_drain, start_drain

@@ -1,0 +1,280 @@
+"""The gateway's request path: admit on the head (method, target, limits, credentials), route to a pool, and hand
+the request to an Exchange (exchange.py), which picks a member, forwards, relays and fails over."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded
+from tokenpath.gateway.bookkeeping import health_gauge
+from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.connections import UpstreamPool, open_member_pools
+from tokenpath.gateway.exchange import Entry, Exchange
+from tokenpath.gateway.failures import Outcome
+from tokenpath.gateway.headers import FORWARD_DROP, Forwarding, Headers, client_request_id, upstream_headers
+from tokenpath.gateway.metrics import Metrics
+from tokenpath.gateway.pools import MemberState, Pool, Router
+from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
+from tokenpath.gateway.target import BadTarget, origin_form
+from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
+from tokenpath.serve.http import Request, Response
+from tokenpath.wire.apis import Api
+from tokenpath.wire.errorshape import error_reply
+
+log = logging.getLogger("tokenpath.gateway")
+
+HEALTH_PATH = "/_tokenpath/health"
+REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
+KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
+
+
+class GatewayApp:
+    """The HTTP handler: `app(request, response)` for each request the downstream connection parses. `clock` times
+    every exchange (its timers and the metrics' seconds): a high-resolution monotonic clock."""
+
+    def __init__(
+        self,
+        cfg: GatewayConfig,
+        auth: Authenticator,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.cfg = cfg
+        self.auth = auth
+        self.clock = clock
+        self.metrics = Metrics(registry or CollectorRegistry())
+        self.pools = [Pool(p, cfg.health) for p in cfg.pools]
+        self.router = Router(self.pools, cfg.auth.pool_claim)
+        self.connections = open_member_pools(self.pools, self._count_handshake)
+        self.forwarding = Forwarding(
+            drop=FORWARD_DROP | {cfg.request_id_header.lower()},  # ours replaces the client's
+            request_id_header=cfg.request_id_header,
+            forwarded_proto="https" if cfg.tls_cert else "http",  # the scheme the client reached us by
+            pass_client_credentials=not auth.enabled,
+        )
+        self.active: set[Exchange] = set()
+        self.draining = False
+        limit = cfg.limits.max_body_bytes_in_flight
+        self.body_budget = BodyBudget(  # the request bodies this worker holds, read by serve/http.py and serve/h2.py
+            limit,
+            Refusal(
+                503,
+                f"gateway holds its limit of {limit} bytes of request bodies; retry shortly",
+                Outcome.BODIES_IN_FLIGHT.reply_code,
+                (("Retry-After", str(cfg.limits.retry_after_s)),),
+            ),
+            self._body_refused,
+        )
+        self._idle = asyncio.Event()  # set whenever no exchange is active (drain waits on it)
+        self._idle.set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        for pool in self.pools:
+            for member in pool.members:
+                self.metrics.member_healthy.labels(pool.name, member.url).set(1)
+
+    def _body_refused(self) -> None:
+        self.metrics.errors.labels(Outcome.BODIES_IN_FLIGHT).inc()
+        self.metrics.requests.labels("503").inc()
+
+    def error_api(self, path: str) -> Api | None:
+        """The API format a path is, for the shape of an error answered before its response head (serve/http.py,
+        serve/h2.py ask it for the errors they answer themselves: a body over its limit, a malformed request)."""
+        try:
+            route = match_route(origin_form(path))
+        except BadTarget:
+            return None
+        return route.api if route is not None else None
+
+    def _count_handshake(self, pool: str, resumed: bool) -> None:
+        self.metrics.tls_handshakes.labels(pool, "true" if resumed else "false").inc()
+
+    # admission: on the request's head, before its body is read ---------------------------------------------
+    def admit(self, head: Request) -> Admission | Awaitable[Admission]:
+        if head.path == HEALTH_PATH and head.method == "GET":
+            return self._admitted(head, None)
+        if head.method in REFUSED_METHODS:
+            return self._refuse(
+                405,
+                f"{head.method} is not allowed",
+                "method_not_allowed",
+                (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),),
+                self.error_api(head.path),
+            )
+        try:
+            target = origin_form(head.target)
+        except BadTarget as exc:
+            return self._refuse(400, str(exc), "bad_request_target")
+        route = match_route(target)
+        if route is None:
+            return self._refuse(404, f"no route: the gateway serves {SERVED}", "not_found")
+        if self.draining or len(self.active) >= self.cfg.limits.max_streams:
+            return self._overloaded(route.api)
+        authorization = head.header("authorization")
+        try:
+            principal = self.auth.check(authorization)
+        except AuthError as exc:
+            return self._unauthorized(head, str(exc), route.api)
+        except KeyNeeded:
+            return self._admit_after_key_fetch(head, authorization, target, route)
+        return self._admitted(head, Entry(principal, target, route))
+
+    async def _admit_after_key_fetch(
+        self, head: Request, authorization: str | None, target: str, route: RouteMatch
+    ) -> Admission:
+        try:
+            principal = await asyncio.wait_for(self.auth.authenticate(authorization), KEY_WAIT_S)
+        except AuthError as exc:
+            return self._unauthorized(head, str(exc), route.api)
+        except TimeoutError:
+            self.metrics.errors.labels(Outcome.JWKS_UNAVAILABLE).inc()
+            return self._refuse(
+                503,
+                "signing keys are unavailable; retry shortly",
+                Outcome.JWKS_UNAVAILABLE.reply_code,
+                (("Retry-After", str(self.cfg.limits.retry_after_s)),),
+                route.api,
+            )
+        return self._admitted(head, Entry(principal, target, route))
+
+    def _admitted(self, head: Request, entry: Entry | None) -> Admission:
+        """Admit a request; its body's bytes are held against the worker's body budget as they arrive (serve/http.py,
+        serve/h2.py). One whose Content-Length alone would not fit in what the budget has left is refused now, before
+        its body is sent (a body of unknown length, or one announced and never sent, costs nothing here)."""
+        length = head.header("content-length")
+        if length is not None and length.isdigit() and int(length) > self.body_budget.room():
+            self._body_refused()
+            return dataclasses.replace(self.body_budget.refusal, api=entry.route.api if entry is not None else None)
+        return Admitted(entry)
+
+    def _refuse(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        headers: tuple[tuple[str, str], ...] = (),
+        api: Api | None = None,
+    ) -> Refusal:
+        self.metrics.requests.labels(str(status)).inc()
+        return Refusal(status, message, code, headers, api)
+
+    def _overloaded(self, api: Api | None) -> Refusal:
+        limits = self.cfg.limits
+        reason = "shutting down" if self.draining else f"at its limit of {limits.max_streams} streams"
+        self.metrics.errors.labels(Outcome.OVERLOADED).inc()
+        retry_after = (("Retry-After", str(limits.retry_after_s)),)
+        return self._refuse(503, f"gateway {reason}; retry shortly", Outcome.OVERLOADED.reply_code, retry_after, api)
+
+    def _unauthorized(self, head: Request, reason: str, api: Api | None) -> Refusal:
+        self.metrics.errors.labels(Outcome.UNAUTHORIZED).inc()
+        log.warning(
+            json.dumps(
+                {
+                    "request_id": client_request_id(head.header(self.cfg.request_id_header)),
+                    "method": head.method,
+                    "path": head.path,
+                    "status": 401,
+                    "error": f"unauthorized: {reason}",
+                }
+            )
+        )
+        challenge = 'Bearer realm="tokenpath"'
+        if head.header("authorization"):
+            challenge += ', error="invalid_token"'
+        code = Outcome.UNAUTHORIZED.reply_code
+        return self._refuse(401, "invalid or missing bearer token", code, (("WWW-Authenticate", challenge),), api)
+
+    # the handler: a request whose head was admitted and whose body is in ------------------------------------
+    def __call__(self, request: Request, response: Response) -> None:
+        if request.path == HEALTH_PATH and request.method == "GET":
+            health: dict[str, object] = {"status": "draining" if self.draining else "ok", "active": len(self.active)}
+            if self.auth.jwks is not None:
+                health["jwks"] = self.auth.jwks.state()
+            response.send_json(503 if self.draining else 200, health)  # a load balancer stops sending here
+            return
+        entry = response.context
+        assert isinstance(entry, Entry), "every request but the health check is admitted with an Entry"
+        if self.draining or len(self.active) >= self.cfg.limits.max_streams:  # the body took a while to arrive
+            refusal = self._overloaded(entry.route.api)
+            response.send_error(error_reply(refusal.api, 503, refusal.message, refusal.code), refusal.headers)
+            return
+        exchange = Exchange(self, response, entry)
+        self.active.add(exchange)
+        self._idle.clear()
+        self.metrics.streams_active.inc()
+        self.spawn(exchange.run())
+
+    # what an Exchange asks of its gateway (exchange.Gateway) -------------------------------------------------
+    def route(self, request: Request, entry: Entry) -> Pool:
+        model = request_model(request, entry.route) if self.router.needs_model else None
+        return self.router.route(model, entry.principal.claims)
+
+    def upstream_headers(self, request: Request, request_id: str, entry: Entry, pool: Pool) -> Headers:
+        env = pool.cfg.api_key_env
+        key = (os.environ.get(env) or None) if env else None
+        return upstream_headers(self.forwarding, request, request_id, entry.route.api, key)
+
+    def connection_pool(self, member: MemberState) -> UpstreamPool:
+        return self.connections[id(member)]
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task the app holds until it ends (the loop keeps only weak references)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def reply_error(self, response: Response, status: int, message: str, code: str) -> None:
+        """An error answered before the response head, in the shape of the request's API format."""
+        if response.finished or response.client_gone:
+            return
+        self.metrics.requests.labels(str(status)).inc()  # before the answer goes out, as in upstream_complete
+        entry = response.context
+        api = entry.route.api if isinstance(entry, Entry) else None
+        response.send_error(error_reply(api, status, message, code))
+
+    def set_health(self, pool: Pool, member: MemberState) -> None:
+        """The member's gauge, after an active health check changed its health."""
+        health_gauge(self.metrics, pool, member)
+
+    def finished(self, exchange: Exchange) -> None:
+        if exchange in self.active:
+            self.active.discard(exchange)
+            self.metrics.streams_active.dec()
+            if not self.active:
+                self._idle.set()
+
+    async def drain(self, deadline_s: float) -> int:
+        """Stop taking requests; wait for open streams up to the deadline. Returns how many were cut off."""
+        self.draining = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), deadline_s)
+        cut = len(self.active)
+        for exchange in list(self.active):
+            exchange.shutdown()
+        for pool in self.connections.values():
+            pool.close()
+        return cut
+
+
+def request_model(request: Request, route: RouteMatch) -> str | None:
+    """The model a request names, for routing by model: in its path (Gemini, Bedrock) or its JSON body's `model`."""
+    if route.model is not None:
+        return route.model  # Gemini and Bedrock name it in the path (their bodies do not)
+    if not request.body:
+        return None
+    try:
+        body = json.loads(request.body)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes ([[[[...)
+        return None  # malformed JSON: routed as a request without a model; the upstream answers its own 400
+    model = body.get("model") if isinstance(body, dict) else None
+    return model if isinstance(model, str) else None

@@ -1,0 +1,115 @@
+"""The headers that cross the gateway: which of a client's request headers go upstream (and which the gateway adds),
+and which of a member's response headers go to the client. Pure functions of the headers, no I/O."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS, upstream_credential
+from tokenpath.wire.apis import Api
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.framing import Framing
+from tokenpath.wire.server import Request
+
+Headers = list[tuple[str, str]]
+
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "host",
+        "authorization",
+        "proxy-authorization",
+        "expect",
+    }
+)
+FORWARD_DROP = HOP_BY_HOP | {"x-forwarded-for", "x-forwarded-proto"}  # rewritten: the chain plus this client
+RESPONSE_DROP = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection", "trailer", "upgrade"}
+)
+REQUEST_ID_OK = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# What nginx forwards by default (ignore_invalid_headers on, underscores_in_headers off): other names are dropped.
+HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
+
+
+def connection_tokens(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The header names every Connection header lists (RFC 9110 7.6.1: hop-by-hop, never forwarded)."""
+    return frozenset(t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(","))
+
+
+def client_request_id(value: str | None) -> str | None:
+    """The client's request id, when it is one the gateway passes on (else the gateway makes its own)."""
+    return value if value and REQUEST_ID_OK.match(value) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarding:
+    """What the gateway adds to every request it forwards."""
+
+    drop: frozenset[str]  # FORWARD_DROP and the request id header: ours replaces the client's
+    request_id_header: str
+    forwarded_proto: str  # the scheme the client reached us by
+    pass_client_credentials: bool  # --no-auth: the upstream checks the client's key
+
+
+def upstream_headers(
+    forwarding: Forwarding, request: Request, request_id: str, api: Api | None, key: str | None
+) -> Headers:
+    """Headers sent upstream: the client's, minus hop-by-hop (and those its Connection headers name), names nginx
+    ignores (anything but letters, digits and '-': `X_Forwarded_For` would reach a CGI-style backend as
+    X-Forwarded-For) and (when the gateway checked them) its credentials, plus ours. The pool's `key` goes in the
+    header the route's API takes it in; it replaces every credential header the client sent."""
+    drop = forwarding.drop | connection_tokens(request.headers)
+    if key:
+        drop |= CREDENTIAL_HEADERS  # the client's x-api-key must not ride along beside the pool's own
+    headers = [(k, v) for k, v in request.headers if k.lower() not in drop and HEADER_NAME_OK.match(k)]
+    if request.peer:
+        seen = request.header("x-forwarded-for")
+        headers.append(("X-Forwarded-For", f"{f'{seen}, ' if seen else ''}{request.peer}"))
+        headers.append(("X-Forwarded-Proto", forwarding.forwarded_proto))
+    headers.append(("Content-Length", str(len(request.body))))
+    headers.append((forwarding.request_id_header, request_id))
+    client_credentials = request.header("authorization")
+    if key:
+        headers.append(upstream_credential(api, key))
+    elif client_credentials and forwarding.pass_client_credentials:
+        headers.append(("Authorization", client_credentials))
+    return headers
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedHead:
+    """A member's response head as it goes to the client."""
+
+    headers: Headers  # end-to-end headers, and the request id
+    length: int | None  # the body's Content-Length, when the upstream's framing makes it one
+    content_type: str | None
+    encoded: bool  # a Content-Encoding other than identity: the relay cannot see frames in the bytes
+
+
+def forwarded_head(head: ResponseHead, request_id_header: str, request_id: str) -> ForwardedHead:
+    headers: Headers = []
+    length: int | None = None
+    content_type: str | None = None
+    encoded = False
+    drop = RESPONSE_DROP | connection_tokens(head.headers)  # hop-by-hop, also those the upstream names
+    for name, value in head.headers:
+        lname = name.lower()
+        if lname == "content-length" and head.framing in (Framing.LENGTH, Framing.NONE):  # else not the length
+            length = int(value)
+        elif lname == "content-type":
+            content_type = value
+        elif lname == "content-encoding" and value.strip().lower() != "identity":
+            encoded = True
+        if lname not in drop:
+            headers.append((name, value))
+    headers.append((request_id_header, request_id))
+    return ForwardedHead(headers, length, content_type, encoded)

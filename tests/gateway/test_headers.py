@@ -1,0 +1,80 @@
+"""Which headers cross the gateway (gateway/headers.py), without a network: the client's sent upstream, the
+member's forwarded to the client."""
+
+from __future__ import annotations
+
+from tokenpath.gateway.headers import FORWARD_DROP, Forwarding, client_request_id, forwarded_head, upstream_headers
+from tokenpath.wire.apis import Api
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.framing import Framing
+from tokenpath.wire.server import Request
+
+FORWARDING = Forwarding(FORWARD_DROP | {"x-request-id"}, "X-Request-Id", "https", pass_client_credentials=False)
+
+
+def request(*headers: tuple[str, str], peer: str = "10.0.0.7") -> Request:
+    return Request("POST", "/v1/messages", "/v1/messages", "", "1.1", True, headers, b'{"m":1}', peer)
+
+
+def test_hop_by_hop_connection_listed_and_underscored_names_stay_behind() -> None:
+    sent = upstream_headers(
+        FORWARDING,
+        request(
+            ("Connection", "keep-alive, X-Secret"),
+            ("X-Secret", "s"),
+            ("Transfer-Encoding", "chunked"),
+            ("X_Forwarded_For", "spoofed"),  # nginx ignores underscores: a CGI backend would read X-Forwarded-For
+            ("X-Request-Id", "theirs"),
+            ("Accept", "text/event-stream"),
+        ),
+        "ours",
+        None,
+        None,
+    )
+    assert sent == [
+        ("Accept", "text/event-stream"),
+        ("X-Forwarded-For", "10.0.0.7"),
+        ("X-Forwarded-Proto", "https"),
+        ("Content-Length", "7"),
+        ("X-Request-Id", "ours"),
+    ]
+
+
+def test_the_forwarded_chain_grows_and_the_pools_key_replaces_every_client_credential() -> None:
+    client = request(("X-Forwarded-For", "1.2.3.4"), ("Authorization", "Bearer client"), ("x-api-key", "client"))
+    sent = dict(upstream_headers(FORWARDING, client, "rid", Api.ANTHROPIC, "pool-key"))
+    assert sent["X-Forwarded-For"] == "1.2.3.4, 10.0.0.7"
+    assert sent["x-api-key"] == "pool-key"
+    assert "Authorization" not in sent
+    no_auth = Forwarding(FORWARDING.drop, "X-Request-Id", "http", pass_client_credentials=True)
+    sent = dict(upstream_headers(no_auth, client, "rid", Api.ANTHROPIC, None))
+    assert sent["Authorization"] == "Bearer client"  # --no-auth: the upstream checks the client's key
+    assert sent["x-api-key"] == "client"  # without a pool key the client's own key header rides along
+
+
+def test_a_members_head_loses_its_hop_by_hop_headers_and_says_what_the_relay_needs() -> None:
+    headers = (
+        ("Content-Type", "text/event-stream"),
+        ("Connection", "close, X-Hop"),
+        ("X-Hop", "1"),
+        ("Content-Length", "12"),
+        ("Content-Encoding", "gzip"),
+        ("Cache-Control", "no-cache"),
+    )
+    head = forwarded_head(ResponseHead(200, "1.1", headers, Framing.LENGTH, False), "X-Request-Id", "rid")
+    assert head.headers == [
+        ("Content-Type", "text/event-stream"),
+        ("Content-Encoding", "gzip"),
+        ("Cache-Control", "no-cache"),
+        ("X-Request-Id", "rid"),
+    ]
+    assert (head.length, head.content_type, head.encoded) == (12, "text/event-stream", True)
+    chunked = forwarded_head(ResponseHead(200, "1.1", headers, Framing.CHUNKED, True), "X-Request-Id", "rid")
+    assert chunked.length is None  # a Content-Length beside chunked framing is not the body's length
+
+
+def test_a_client_request_id_is_passed_on_only_when_it_is_a_plain_token() -> None:
+    assert client_request_id("abc-123.x:y_z") == "abc-123.x:y_z"
+    assert client_request_id("a b") is None
+    assert client_request_id("x" * 129) is None
+    assert client_request_id(None) is None
