@@ -1,7 +1,8 @@
 """The relay rule of each streaming API format, as data: its cut (never half a frame), its classifier (where the
 first content is, for the upstream TTFT metric) and its error frame (the stream's last frame when the upstream fails
 after the first byte, in the shape the format's own clients raise on: ApiSpec.error_frame, cited in wire/formats/).
-The gateway has one relay path (downstream.Downstream.upstream_body); a response's StreamFormat is picked once, at its head.
+The gateway has one relay path (downstream.Downstream.upstream_body); a response's StreamFormat is picked once, at
+its head.
 
 Which format: the route says the API (gateway.routes), the response's Content-Type says the framing. When they agree
 the route's API is the format; a stream on a path that names no API (a /v1/ path past the known ones) is read as the
