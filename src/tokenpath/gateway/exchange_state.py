@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from tokenpath.errors import LocalProtocolError
 from tokenpath.gateway.config import Limits
 from tokenpath.gateway.failures import Failure, FailureKind, Outcome
 from tokenpath.gateway.pools import MemberState
@@ -89,7 +90,7 @@ class Timer(Enum):
     TOTAL = "total"
 
 
-class InvalidTransition(RuntimeError):
+class InvalidTransition(LocalProtocolError):
     """An event that cannot arrive late arrived in a phase that does not take it: a bug in the shell."""
 
 
