@@ -165,7 +165,7 @@ class StubApp:
             model = {"id": self.cfg.model, "object": "model", "created": 0, "owned_by": "tokenpath"}
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
-            pacing = self._default_pacing.to_json()  # what a client must expect
+            pacing = self._default_pacing.to_json(with_frame=True)  # what a client must expect
             apis = [a.value for a in self.cfg.apis]
             response.send_json(
                 200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing, "apis": apis}
@@ -219,7 +219,7 @@ class StubApp:
         )
         head = response.start_stream(200, [*fmt.stream_headers, *headers])
         wire = shape.wire(response.chunked, completion_id(req.stream_id))
-        if pacing.before_first_token:  # what real servers send around the first token (stub/plan.py)
+        if pacing.planned:  # what real servers send around the first token (stub/plan.py)
             beat = fmt.heartbeat
             plan = plan_writes(
                 shape,
