@@ -39,6 +39,8 @@ SET: dict[str, Any] = {
     "reasoning_tokens": 8,
     "first_event_bytes": 16384,
     "head_at": "first-token",
+    "pause_ms": 5000.0,
+    "pause_after": 3,
 }
 
 
@@ -51,8 +53,8 @@ def test_the_condition_has_one_field_per_axis_with_the_axis_default() -> None:
 
 def test_each_axis_says_itself_in_the_label() -> None:
     """A label is for people, but it must still tell two conditions apart: every axis moved off its default (where
-    it applies: over HTTP/2) changes it."""
-    base = replace(DEFAULT_CONDITION, http_version=HttpVersion.HTTP2)
+    it applies: over HTTP/2, with a pause) changes it."""
+    base = replace(DEFAULT_CONDITION, http_version=HttpVersion.HTTP2, pause_ms=100.0)
     for axis in AXES:
         moved, unmoved = replace(base, **{axis.field: SET[axis.field]}), replace(base, **{axis.field: axis.default})
         assert moved.label != unmoved.label, axis.key
@@ -63,7 +65,8 @@ def test_the_label_is_the_one_every_condition_has_had() -> None:
     every = replace(DEFAULT_CONDITION, **{k: v for k, v in SET.items() if k != "endpoint"})
     assert every.label == (
         "400 B @ 14 ms, veth, tls, anthropic, HTTP/2 (window browser), Accept-Encoding: gzip, stub sends "
-        "X-Accel-Buffering: no, heartbeat 15000 ms, 8 reasoning tokens, first event 16384 B, head at first token"
+        "X-Accel-Buffering: no, heartbeat 15000 ms, 8 reasoning tokens, first event 16384 B, head at first token, "
+        "pause 5000 ms after token 3"
     )
     assert replace(DEFAULT_CONDITION, endpoint=SET["endpoint"], tls=True).label == (
         "endpoint https://api.example.com, loopback, tls"
@@ -73,7 +76,7 @@ def test_the_label_is_the_one_every_condition_has_had() -> None:
 @pytest.mark.parametrize("row", [False, True])
 def test_a_condition_round_trips_through_either_json_shape(row: bool) -> None:
     every = replace(DEFAULT_CONDITION, **SET)
-    for cond in (DEFAULT_CONDITION, every, replace(every, http_version=HttpVersion.HTTP11)):
+    for cond in (DEFAULT_CONDITION, every, replace(every, pause_ms=0.0, http_version=HttpVersion.HTTP11)):
         doc = cond.to_json(row=row)
         assert Condition.from_json(doc, row=row) == cond
         assert hash(Condition.from_json(doc, row=row)) == hash(cond)  # what floors and shares are joined on
@@ -82,15 +85,16 @@ def test_a_condition_round_trips_through_either_json_shape(row: bool) -> None:
 
 
 def test_an_axis_that_does_not_apply_is_held_at_its_default_and_unsaid() -> None:
-    h1 = replace(DEFAULT_CONDITION, h2_window="browser")
-    assert h1.h2_window == "default"  # a window over HTTP/1.1 is no condition of its own
+    h1 = replace(DEFAULT_CONDITION, pause_ms=0.0)
     assert "h2_window" not in h1.to_json()
-    points = grid(
-        {"client_http": ["1.1", "2"], "h2_window": ["browser", "default"]}, [axes.HTTP_VERSION, axes.H2_WINDOW]
-    )
-    assert [(c.http_version, c.h2_window) for c in points] == [("1.1", "default"), ("2", "browser"), ("2", "default")]
-    with pytest.raises(UsageError, match="h2_window: the client's HTTP/2 windows need client_http"):
-        grid({"h2_window": ["browser"]}, [axes.HTTP_VERSION, axes.H2_WINDOW])
+    assert "pause_after" not in h1.to_json()
+    points = grid({"client_http": ["1.1", "2"], "h2_window": ["browser"], "pause_ms": [0, 10], "pause_after": [2]},
+                  [axes.HTTP_VERSION, axes.H2_WINDOW, axes.PAUSE_MS, axes.PAUSE_AFTER])  # fmt: skip
+    assert [(c.http_version, c.h2_window, c.pause_ms, c.pause_after) for c in points] == [
+        ("1.1", "default", 0.0, 1), ("1.1", "default", 10.0, 2), ("2", "browser", 0.0, 1), ("2", "browser", 10.0, 2)
+    ]  # fmt: skip
+    with pytest.raises(UsageError, match="pause_after: where a pause falls needs pause_ms"):
+        grid({"pause_after": [2]}, [axes.PAUSE_MS, axes.PAUSE_AFTER])
 
 
 def test_every_setting_an_axis_feeds_exists_where_it_says() -> None:
@@ -120,10 +124,11 @@ def test_every_flagged_axis_has_its_one_shared_option() -> None:
 
 
 def test_pacing_is_serialised_one_way_and_read_back() -> None:
-    paced = Pacing(20.0, 50.0, 40, None, "openai", 15.0, 3, 900, "first-token")
+    paced = Pacing(20.0, 50.0, 40, None, "openai", 15.0, 3, 900, "first-token", 500.0, 2)
     assert Pacing.from_json(paced.to_json()) == paced
     assert paced.to_json() == {"ttft_ms": 20.0, "interval_ms": 50.0, "tokens": 40, "heartbeat_ms": 15.0,
-                               "reasoning_tokens": 3, "first_event_bytes": 900, "head_at": "first-token"}  # fmt: skip
+                               "reasoning_tokens": 3, "first_event_bytes": 900, "head_at": "first-token",
+                               "pause_ms": 500.0, "pause_after": 2}  # fmt: skip
     assert set(Pacing().to_json(with_frame=True)) == {"ttft_ms", "interval_ms", "tokens", "frame_bytes", "format"}
     assert StubConfig.paced(paced).pacing == paced
     assert Pacing().to_argv() == []
@@ -138,7 +143,7 @@ def test_the_argv_is_what_the_stub_flags_read_back(monkeypatch: pytest.MonkeyPat
 
     seen: list[StubConfig] = []
     monkeypatch.setattr(tokenpath.stub.server, "run", lambda cfg, announce, loop: seen.append(cfg))
-    paced = Pacing(20.0, 50.0, 40, 60, "plain", 15.0, 0, None, "first-token")
+    paced = Pacing(20.0, 50.0, 40, 60, "plain", 15.0, 0, None, "first-token", 500.0, 2)
     out = CliRunner().invoke(app, ["stub", *paced.to_argv()])
     assert out.exit_code == 0, out.output
     assert seen[0].pacing == paced
@@ -164,14 +169,14 @@ def test_the_default_window_is_the_clients_own() -> None:
 
 
 def test_a_declared_value_s_message_names_where_it_was_declared() -> None:
-    with pytest.raises(UsageError, match=r"^\[conditions\] heartbeat_ms: -1 is not allowed$"):
-        axes.HEARTBEAT_MS.values({"heartbeat_ms": [-1]})
+    with pytest.raises(UsageError, match=r"^\[conditions\] pause_ms: -1 is not allowed$"):
+        axes.PAUSE_MS.values({"pause_ms": [-1]})
     with pytest.raises(UsageError, match=r"^--api: unknown API format 'soap'"):
         axes.API.read("soap", "--api")
     with pytest.raises(UsageError, match="must not be empty"):
-        axes.HEAD_AT_AXIS.values({"head_at": []})
+        axes.PAUSE_AFTER.values({"pause_after": []})
 
 
 def test_the_condition_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        DEFAULT_CONDITION.tls = True  # type: ignore[misc]
+        DEFAULT_CONDITION.pause_ms = 1.0  # type: ignore[misc]

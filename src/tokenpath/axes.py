@@ -197,6 +197,7 @@ def _inline_table(headers: tuple[tuple[str, str], ...]) -> str:
 
 HTTP_COLUMN = Column("HTTP (client)")
 PRE_TOKEN_COLUMN = Column("pre-token (stub sent before the first token)")
+PAUSE_COLUMN = Column("pause (stub silent mid-stream)")
 
 
 # --- the registry, in the order the condition's label reads ------------------------------------------------------
@@ -388,9 +389,40 @@ HEAD_AT_AXIS: Axis[HeadAt] = Axis(
     pacing="head_at",
     stub_paced=True,
 )
+PAUSE_MS: Axis[float] = Axis(
+    key="pause_ms",
+    field="pause_ms",
+    parse=_number(lambda v: v >= 0),
+    default=0.0,
+    label=lambda c: f", pause {c.pause_ms:g} ms" if c.pause_ms else "",
+    help="The stub falls silent for N ms mid-stream, after --pause-after's token: every later frame is that much "
+    "later, keep-alives go on [default: 0, none].",
+    flag="--pause-ms",
+    column=PAUSE_COLUMN,
+    cell=lambda c: f"{c.pause_ms:g}ms" if c.pause_ms else "",
+    pacing="pause_ms",
+    stub_paced=True,
+    load=float,
+)
+PAUSE_AFTER: Axis[int] = Axis(
+    key="pause_after",
+    field="pause_after",
+    parse=_whole(1, MAX_TOKENS),
+    default=1,
+    label=lambda c: f" after token {c.pause_after}",
+    help="With --pause-ms: the content token the silence follows (1: the first; past the last: before the stream's "
+    "end) [default: 1].",
+    flag="--pause-after",
+    column=PAUSE_COLUMN,
+    cell=lambda c: f"after {c.pause_after}",
+    pacing="pause_after",
+    needs=Needs(field="pause_ms", holds=bool, says="where a pause falls needs pause_ms > 0"),
+    stub_paced=True,
+)
+
 AXES: tuple[Axis[Any], ...] = (
     *(ENDPOINT, FRAME_BYTES, INTERVAL_MS, LINK, TLS, API, HTTP_VERSION, H2_WINDOW, ACCEPT_ENCODING, STUB_HEADERS),
-    *(HEARTBEAT_MS, REASONING_TOKENS, FIRST_EVENT_BYTES, HEAD_AT_AXIS),
+    *(HEARTBEAT_MS, REASONING_TOKENS, FIRST_EVENT_BYTES, HEAD_AT_AXIS, PAUSE_MS, PAUSE_AFTER),
 )
 BY_KEY: dict[str, Axis[Any]] = {a.key: a for a in AXES}
 BY_FIELD: dict[str, Axis[Any]] = {a.field: a for a in AXES}
@@ -421,6 +453,8 @@ class Condition:
     head_at: HeadAt = HEAD_AT_AXIS.default
     http_version: HttpVersion = HTTP_VERSION.default
     h2_window: str = H2_WINDOW.default
+    pause_ms: float = PAUSE_MS.default
+    pause_after: int = PAUSE_AFTER.default
 
     def __post_init__(self) -> None:
         for axis in AXES:  # an axis that does not apply here (a window over HTTP/1.1) is at its default: one value

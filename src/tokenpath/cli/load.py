@@ -62,6 +62,8 @@ def load(
     reasoning_tokens: options.ReasoningTokens = None,
     first_event_bytes: options.FirstEventBytes = None,
     head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     rate: Annotated[
         str | None, typer.Option(help="Open loop instead: Poisson arrivals per second per level, e.g. 20,50.")
     ] = None,
@@ -102,7 +104,7 @@ def load(
     out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
 ) -> None:
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor.
-    The stub's options (--interval-ms ... --head-at) start load's stub with them, or are checked against a
+    The stub's options (--interval-ms ... --pause-after) start load's stub with them, or are checked against a
     --stub-url stub's own."""
     from tokenpath.axes import API, DEFAULT_H2_WINDOW
     from tokenpath.load import gate
@@ -128,6 +130,8 @@ def load(
         reasoning_tokens=reasoning_tokens,
         first_event_bytes=first_event_bytes,
         head_at=head_at,
+        pause_ms=pause_ms,
+        pause_after=pause_after,
     )
     pacing = replace(Pacing(), **given)  # the rest: the stub's defaults, or a --stub-url stub's own
     if plan:

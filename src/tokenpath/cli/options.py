@@ -28,6 +28,8 @@ HeartbeatMs = Annotated[float | None, _option(axes.HEARTBEAT_MS)]
 ReasoningTokens = Annotated[int | None, _option(axes.REASONING_TOKENS)]
 FirstEventBytes = Annotated[int | None, _option(axes.FIRST_EVENT_BYTES)]
 HeadAt = Annotated[str | None, _option(axes.HEAD_AT_AXIS)]
+PauseMs = Annotated[float | None, _option(axes.PAUSE_MS)]
+PauseAfter = Annotated[int | None, _option(axes.PAUSE_AFTER)]
 
 
 def given(**values: Any) -> dict[str, Any]:

@@ -32,6 +32,8 @@ def probe(
     reasoning_tokens: options.ReasoningTokens = None,
     first_event_bytes: options.FirstEventBytes = None,
     head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     stub_url: Annotated[
         str | None,
         typer.Option(
@@ -94,6 +96,8 @@ def probe(
         reasoning_tokens=reasoning_tokens,
         first_event_bytes=first_event_bytes,
         head_at=head_at,
+        pause_ms=pause_ms,
+        pause_after=pause_after,
     )
     if h2_window is not None and not http2:
         raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")

@@ -24,6 +24,8 @@ def stub(
     reasoning_tokens: options.ReasoningTokens = None,
     first_event_bytes: options.FirstEventBytes = None,
     head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
     api: Annotated[
         str,
@@ -58,6 +60,8 @@ def stub(
             reasoning_tokens=reasoning_tokens,
             first_event_bytes=first_event_bytes,
             head_at=head_at,
+            pause_ms=pause_ms,
+            pause_after=pause_after,
         ),
     )
     cfg = StubConfig.paced(

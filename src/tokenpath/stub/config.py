@@ -104,7 +104,9 @@ class Pacing:
     What real servers send before and around the first token (issue 24 §4), each off by default:
     `heartbeat_ms` SSE `: ping` comments every N ms from the start until the last frame; `reasoning_tokens` N
     reasoning deltas, paced like tokens, before the content; `first_event_bytes` the first content frame padded to
-    N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token."""
+    N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token. And a silence
+    mid-stream: `pause_ms` N ms after content token `pause_after` (1: the first), which moves every later frame as
+    much (keep-alives go on through it)."""
 
     ttft_ms: float = 90.0
     interval_ms: float = 14.0
@@ -115,6 +117,8 @@ class Pacing:
     reasoning_tokens: int = 0
     first_event_bytes: int | None = None
     head_at: HeadAt = "start"
+    pause_ms: float = 0.0
+    pause_after: int = 1
 
     OVERRIDABLE: ClassVar[tuple[str, ...]]  # every field (set below the class)
     SCHEDULE: ClassVar[tuple[str, ...]] = ("ttft_ms", "interval_ms", "tokens")  # always said: a stream's timing
@@ -155,8 +159,8 @@ class Pacing:
 
     @property
     def planned(self) -> bool:
-        """Whether the writes need a plan beyond the schedule (stub/plan.py): keep-alives, a held head."""
-        return self.before_first_token
+        """Whether the writes need a plan beyond the schedule (stub/plan.py): keep-alives, a held head, a pause."""
+        return self.before_first_token or bool(self.pause_ms)
 
     def override(self, values: object) -> Pacing:
         """A request's own pacing (its body's "tokenpath" object): a bad one is that request's BadRequest."""
@@ -204,6 +208,10 @@ class Pacing:
             )
         if self.head_at not in HEAD_AT:
             raise UsageError(f"{field_name('head_at')} {self.head_at!r}: expected start or first-token")
+        if not (math.isfinite(self.pause_ms) and self.pause_ms >= 0):
+            raise UsageError(f"{field_name('pause_ms')} must be a number of ms >= 0 (0: no pause)")
+        if not isinstance(self.pause_after, int) or not 1 <= self.pause_after <= MAX_TOKENS:
+            raise UsageError(f"{field_name('pause_after')} must be a whole number from 1 to {MAX_TOKENS}")
         if self.heartbeat_ms is None:
             return
         if not (math.isfinite(self.heartbeat_ms) and self.heartbeat_ms > 0):
@@ -216,16 +224,16 @@ class Pacing:
 
     @property
     def stream_ms(self) -> float:
-        """When the last token is due: reasoning deltas are paced like tokens."""
-        return self.ttft_ms + (self.tokens + self.reasoning_tokens) * self.interval_ms
+        """When the last token is due: reasoning deltas are paced like tokens, and a pause moves every later one."""
+        return self.ttft_ms + (self.tokens + self.reasoning_tokens) * self.interval_ms + self.pause_ms
 
     def check_bounds(self, prefix: str) -> None:
         """What one response may cost: its duration and its bytes (frames are rendered before the first write)."""
         seconds = self.stream_ms / 1000
         if seconds > MAX_STREAM_SECONDS:
             raise UsageError(
-                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms); "
-                f"at most {MAX_STREAM_SECONDS:.0f} s"
+                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms "
+                f"+ pause_ms); at most {MAX_STREAM_SECONDS:.0f} s"
             )
         if self.frame_bytes is not None and self.tokens * self.frame_bytes > MAX_STREAM_BYTES:
             raise UsageError(
@@ -260,6 +268,8 @@ class StubConfig:
     reasoning_tokens: int = 0
     first_event_bytes: int | None = None
     head_at: HeadAt = "start"
+    pause_ms: float = 0.0
+    pause_after: int = 1
     model: str = "tokenpath-stub"
     workers: int = 1
     seed: int | None = None
