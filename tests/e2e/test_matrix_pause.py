@@ -49,9 +49,9 @@ def test_the_stub_pauses_as_told_and_its_audit_passes(doc: dict[str, Any]) -> No
             writes = run["writes_ms"]
             gaps = [b - a for a, b in itertools.pairwise(writes)]
             assert (max(gaps) >= PAUSE_MS) == bool(pause), (where, gaps)
-            arrivals = [t for t, _ in run["arrivals"]]
-            silence = max(b - a for a, b in itertools.pairwise(arrivals))
-            assert (silence >= PAUSE_MS - 5) == bool(pause), (where, arrivals)
+            if pause:  # and the client waited through it (an unpaused stream's arrivals a loaded host may delay)
+                arrivals = [t for t, _ in run["arrivals"]]
+                assert max(b - a for a, b in itertools.pairwise(arrivals)) >= PAUSE_MS - 5, (where, arrivals)
         if path == "pass":
             assert row["within_floor"], where
     paused = [c for c in doc["experiment"]["conditions"] if c.get("pause_ms")]
