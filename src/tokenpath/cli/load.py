@@ -122,17 +122,7 @@ def load(
         rates = tuple(float(x) for x in rate.split(",")) if rate else ()
     except ValueError:
         raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
-    given = options.given(
-        tokens=tokens,
-        interval_ms=interval_ms,
-        ttft_ms=ttft_ms,
-        heartbeat_ms=heartbeat_ms,
-        reasoning_tokens=reasoning_tokens,
-        first_event_bytes=first_event_bytes,
-        head_at=head_at,
-        pause_ms=pause_ms,
-        pause_after=pause_after,
-    )
+    given = options.pacing(locals())  # the stub's pacing options the user gave
     pacing = replace(Pacing(), **given)  # the rest: the stub's defaults, or a --stub-url stub's own
     if plan:
         from tokenpath.load import plan as capacity

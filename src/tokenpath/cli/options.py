@@ -4,11 +4,13 @@ offered. None is "not given": the command's default, or a --stub-url stub's own 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
 
 from tokenpath import axes
+from tokenpath.stub.config import Pacing
 
 
 def _option(axis: axes.Axis[Any]) -> Any:
@@ -32,6 +34,7 @@ PauseMs = Annotated[float | None, _option(axes.PAUSE_MS)]
 PauseAfter = Annotated[int | None, _option(axes.PAUSE_AFTER)]
 
 
-def given(**values: Any) -> dict[str, Any]:
-    """The options given (not None), by name: each pacing option's parameter is its Pacing field."""
-    return {k: v for k, v in values.items() if v is not None}
+def pacing(params: Mapping[str, object]) -> dict[str, Any]:
+    """The stub's pacing a command's parameters give (its `locals()`): each of them named as a Pacing field, and
+    given (not None). A pacing option's parameter is its Pacing field, so a new one needs no line here."""
+    return {k: params[k] for k in Pacing.OVERRIDABLE if params.get(k) is not None}

@@ -90,15 +90,7 @@ def probe(
     if runs < 1:
         raise UsageError("--runs must be >= 1")
     fmt = API.read(api, "--api") if api is not None else Api.OPENAI
-    pacing = options.given(
-        interval_ms=interval_ms,
-        heartbeat_ms=heartbeat_ms,
-        reasoning_tokens=reasoning_tokens,
-        first_event_bytes=first_event_bytes,
-        head_at=head_at,
-        pause_ms=pause_ms,
-        pause_after=pause_after,
-    )
+    pacing = options.pacing(locals())  # for a stub behind the path: the body's `tokenpath` member
     if h2_window is not None and not http2:
         raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
     cfg = ProbeConfig(

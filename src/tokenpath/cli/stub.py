@@ -46,24 +46,10 @@ def stub(
     """Serve a model stub that streams every API format on its route (OpenAI chat and Responses, Anthropic, Gemini,
     Bedrock ConverseStream, Ollama), with exact pacing and an audit log of every write. A request's own pacing (its
     body's `tokenpath` member) overrides these flags' for that request."""
-    from dataclasses import replace
-
     from tokenpath.stub.config import Jitter, Pacing, StubConfig
     from tokenpath.stub.server import run
 
-    pacing = replace(
-        Pacing(ttft_ms=ttft_ms, tokens=tokens, format=format),  # type: ignore[arg-type]
-        **options.given(
-            interval_ms=interval_ms,
-            frame_bytes=frame_bytes,
-            heartbeat_ms=heartbeat_ms,
-            reasoning_tokens=reasoning_tokens,
-            first_event_bytes=first_event_bytes,
-            head_at=head_at,
-            pause_ms=pause_ms,
-            pause_after=pause_after,
-        ),
-    )
+    pacing = Pacing(**options.pacing(locals()))  # the flags of its pacing: --ttft-ms, --tokens ... --pause-after
     cfg = StubConfig.paced(
         pacing,
         host=host,
