@@ -18,6 +18,7 @@ from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
 from tokenpath.serve.tlscert import TLSFiles, self_signed
+from tokenpath.wire.httpversion import HttpVersion
 
 pytestmark = pytest.mark.e2e
 
@@ -41,7 +42,11 @@ def started(stub: Endpoint, name: str, variant: str = "stock", tls: TLSFiles | N
 def h2_run(running: RunningProxy, cacert: Path | None = None) -> RunMetrics:
     tls = TLSOptions(cacert=str(cacert)) if cacert else TLSOptions()
     cfg = ProbeConfig(
-        url=running.url, http2=True, tls=tls, first_byte_timeout_s=10, extra_body=(("tokenpath", PACING),)
+        url=running.url,
+        http_version=HttpVersion.HTTP2,
+        tls=tls,
+        first_byte_timeout_s=10,
+        extra_body=(("tokenpath", PACING),),
     )
     trace = probe_stream(cfg)
     assert [(f.frame.data or b"").split(b" ")[0] for f in trace.frames] == [

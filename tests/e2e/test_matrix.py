@@ -132,5 +132,5 @@ def a_stub_header_is_a_declared_condition_does_x_accel_buffering_fix_nginx(doc: 
     assert stock["arrivals_median"] == 1  # stock nginx holds the whole response
     assert fixed["within_floor"] is True  # the header alone makes it stream
     assert row(doc, "haproxy", stub_headers=header)["fpr_median"] >= 3  # HAProxy knows no such header: still held
-    labels = {s["condition"] for s in doc["exclusion_shares"]}
+    labels = {s["label"] for s in doc["exclusion_shares"]}  # schema 7: "condition" is its value, "label" its words
     assert "60 B @ 50 ms, loopback, stub sends X-Accel-Buffering: no" in labels

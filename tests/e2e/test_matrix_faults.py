@@ -100,7 +100,7 @@ def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:
     for run in direct["raw"]:
         assert run["audit"]["tolerance_ms"] == 0.001
         assert run["audit"]["drift_ms"]["max"] > 0.001
-    assert doc["exclusion_shares"][-1] == {"condition": "all", "excluded": 2, "runs": 2, "share": 1.0}
+    assert doc["exclusion_shares"][-1] == {"condition": None, "label": "all", "excluded": 2, "runs": 2, "share": 1.0}
     drift = doc["certification"]["emitter_drift_ms"]["loopback"]
     assert drift["writes"] > 0
     assert drift["p50"] is not None

@@ -13,6 +13,7 @@ from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.wire.httpversion import HttpVersion
 
 # 30 ms apart: each frame is its own write, its own read, on a loaded machine too (the fields compared are counts)
 PACING = {"tokens": 6, "reasoning_tokens": 2, "interval_ms": 30, "ttft_ms": 0, "heartbeat_ms": 1000}
@@ -26,7 +27,9 @@ def stub_url() -> Iterator[str]:
 
 
 def probe(url: str, http2: bool) -> Trace:
-    cfg = ProbeConfig(url=url, http2=http2, first_byte_timeout_s=10, extra_body=(("tokenpath", PACING),))
+    cfg = ProbeConfig(
+        url=url, http_version=HttpVersion.of(http2), first_byte_timeout_s=10, extra_body=(("tokenpath", PACING),)
+    )
     return probe_stream(cfg)
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -17,10 +16,11 @@ from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.runner import CERT_FRAMES, Environment, MatrixRunner
 from tokenpath.experiment.spec import Condition, parse
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.wire.apis import Api
 
 OPENAI = Condition(50.0, 60, "loopback", False)
 GZIP = Condition(50.0, 60, "loopback", False, accept_encoding="gzip")
-ANTHROPIC = Condition(50.0, 0, "loopback", False, api="anthropic")
+ANTHROPIC = Condition(50.0, 0, "loopback", False, api=Api.ANTHROPIC)
 # An Anthropic stream as the stub writes it: three events at once, a token every 50 ms, three at the end.
 ANTHROPIC_WRITES = [0.0, 0.1, 0.2, *(20.0 + 50 * i for i in range(CERT_FRAMES)), 570.1, 570.2]
 
@@ -42,9 +42,7 @@ class Scripted:
         self.anthropic_arrivals = anthropic_arrivals
         self.asked: list[tuple[str, str, str]] = []
 
-    def __call__(self, env: Environment, paths: list[tuple[str, str]], pacing: dict[str, Any],
-                 cond: Condition | None = None) -> list[RunRecord]:  # fmt: skip
-        cond = cond or OPENAI
+    def __call__(self, env: Environment, paths: list[tuple[str, str]], cond: Condition, tokens: int) -> list[RunRecord]:
         out = []
         for label, _ in paths:
             self.asked.append((label, cond.api, cond.accept_encoding))

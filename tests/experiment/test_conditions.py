@@ -14,11 +14,13 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment.compose import experiment_toml
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.rows import Floor, build_row
-from tokenpath.experiment.runner import SAME_MOMENT_MS, _pacing, _write_groups
-from tokenpath.experiment.spec import IDENTITY, Condition, PathSpec, parse
+from tokenpath.experiment.runner import SAME_MOMENT_MS, _write_groups
+from tokenpath.experiment.spec import Condition, PathSpec, parse, stub_member
 from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.probe.trace import Trace
+from tokenpath.wire.acceptencoding import IDENTITY
+from tokenpath.wire.apis import Api
 
 
 def test_defaults_are_openai_without_accept_encoding() -> None:
@@ -75,12 +77,12 @@ def test_against_a_real_endpoint_the_format_and_encoding_are_not_conditions(monk
 
 
 def test_pacing_per_format() -> None:
-    openai = _pacing(Condition(50.0, 60, "loopback", False), 12, 20.0)
+    openai = stub_member(Condition(50.0, 60, "loopback", False), 12, 20.0)
     assert openai == {"interval_ms": 50.0, "tokens": 12, "ttft_ms": 20.0, "format": "plain", "frame_bytes": 60}
     # Another format's route refuses `format` plain: its own frames, padded only when a size was declared.
-    own = _pacing(Condition(50.0, 0, "loopback", False, api="anthropic"), 12, 20.0)
+    own = stub_member(Condition(50.0, 0, "loopback", False, api=Api.ANTHROPIC), 12, 20.0)
     assert own == {"interval_ms": 50.0, "tokens": 12, "ttft_ms": 20.0}
-    padded = _pacing(Condition(50.0, 400, "loopback", False, api="bedrock"), 12, 20.0)
+    padded = stub_member(Condition(50.0, 400, "loopback", False, api=Api.BEDROCK), 12, 20.0)
     assert padded["frame_bytes"] == 400
     assert "format" not in padded
 
@@ -100,10 +102,14 @@ def _record(encoding: str) -> RunRecord:
 
 
 def test_rows_carry_the_format_the_encoding_asked_and_the_one_answered() -> None:
-    cond = Condition(50.0, 0, "loopback", False, api="bedrock", accept_encoding="gzip")
+    cond = Condition(50.0, 0, "loopback", False, api=Api.BEDROCK, accept_encoding="gzip")
     records = [_record("gzip"), _record("gzip"), _record("identity")]
     row = build_row(PathSpec("nginx", "gzip"), cond, records, Floor.from_direct(records))
-    assert (row.api, row.accept_encoding, row.content_encoding) == ("bedrock", "gzip", "gzip/identity")
+    assert (row.condition.api, row.condition.accept_encoding, row.content_encoding) == (
+        "bedrock",
+        "gzip",
+        "gzip/identity",
+    )
     assert [r.to_run().content_encoding for r in records] == ["gzip", "gzip", "identity"]
     same = build_row(PathSpec("direct"), cond, records[2:], None)
     assert same.content_encoding == "identity"
@@ -123,7 +129,7 @@ def test_a_format_that_reads_above_one_direct_is_late_not_coalescing_at_directs_
         audit = AuditVerdict("s", "complete", 14, 10.0, 0.0, 0.0, 0.0, 0, True)
         return RunRecord("p", "s", metrics=metrics, path_added_ttft_ms=added, audit=audit)
 
-    cond = Condition(50.0, 0, "loopback", False, api="responses")
+    cond = Condition(50.0, 0, "loopback", False, api=Api.RESPONSES)
     direct = [run(11, 0.1), run(11, 0.1), run(11, 0.2)]  # fpr 1.27: four events written at once
     floor = Floor.from_direct(direct)
     late = build_row(PathSpec("caddy"), cond, [run(11, 30.0)] * 3, floor)

@@ -15,6 +15,7 @@ from tokenpath.experiment.runner import Environment, MatrixRunner
 from tokenpath.experiment.spec import parse
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.wire.h2client import BROWSER_WINDOW, DEFAULT_WINDOW
+from tokenpath.wire.httpversion import HttpVersion
 
 
 def _runner(tmp_path: Path, conditions: dict[str, Any]) -> MatrixRunner:
@@ -39,12 +40,14 @@ def test_an_upstream_round_over_http2_probes_every_path_over_http2_with_its_wind
     tmp_path: Path, probes: list[ProbeConfig]
 ) -> None:
     runner = _runner(tmp_path, {"client_http": ["1.1", "2"], "h2_window": ["browser"]})
-    by_version = {c.client_http: c for c in runner.exp.conditions}
+    by_version = {c.http_version: c for c in runner.exp.conditions}
     paths = [("direct", "https://127.0.0.1:9/v1"), ("nginx", "https://127.0.0.1:10/v1")]
-    records = runner._endpoint_round(Environment("loopback", True), paths, by_version["2"])
-    assert [(c.url, c.http2, c.h2_window) for c in probes] == [(url, True, BROWSER_WINDOW) for _, url in paths]
+    records = runner._endpoint_round(Environment("loopback", True), paths, by_version[HttpVersion.HTTP2])
+    assert [(c.url, c.http_version is HttpVersion.HTTP2, c.h2_window) for c in probes] == [
+        (url, True, BROWSER_WINDOW) for _, url in paths
+    ]
     # the endpoint's refusal is each run's error, with its reason: no HTTP/1.1 stream was made in its place
     assert all(r.error and "h2" in r.error for r in records)
     probes.clear()
-    runner._endpoint_round(Environment("loopback", True), paths, by_version["1.1"])
-    assert [(c.http2, c.h2_window) for c in probes] == [(False, DEFAULT_WINDOW)] * 2
+    runner._endpoint_round(Environment("loopback", True), paths, by_version[HttpVersion.HTTP11])
+    assert [(c.http_version is HttpVersion.HTTP2, c.h2_window) for c in probes] == [(False, DEFAULT_WINDOW)] * 2

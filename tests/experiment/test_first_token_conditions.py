@@ -12,8 +12,7 @@ from tokenpath.audit import AuditVerdict
 from tokenpath.errors import UsageError
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
-from tokenpath.experiment.runner import _pacing
-from tokenpath.experiment.spec import Condition, PathSpec, parse
+from tokenpath.experiment.spec import Condition, PathSpec, parse, stub_member
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.results.model import SCHEMA_VERSION, from_json, matrix_row
 from tokenpath.stub.config import Pacing
@@ -43,7 +42,7 @@ def test_defaults_are_off_and_leave_a_condition_as_it_was() -> None:
     assert (cond.heartbeat_ms, cond.reasoning_tokens, cond.first_event_bytes, cond.head_at) == (0, 0, 0, "start")
     assert cond.label == "60 B @ 50 ms, loopback"
     assert not {"heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at"} & set(cond.to_json())
-    assert set(_pacing(cond, 40, 20.0)) == {"interval_ms", "tokens", "ttft_ms", "format", "frame_bytes"}
+    assert set(stub_member(cond, 40, 20.0)) == {"interval_ms", "tokens", "ttft_ms", "format", "frame_bytes"}
 
 
 @pytest.mark.parametrize(
@@ -74,7 +73,7 @@ def test_each_option_reaches_the_stub_per_stream_and_the_stub_accepts_it() -> No
     exp = parse({"conditions": AXES})
     base = Pacing(20.0, 50.0, 40, None, "openai")
     for cond in exp.conditions:
-        pacing = _pacing(cond, 40, 20.0)
+        pacing = stub_member(cond, 40, 20.0)
         stub = base.override(pacing)  # what the stub makes of the body's `tokenpath` member
         assert (stub.heartbeat_ms or 0) == cond.heartbeat_ms
         assert stub.reasoning_tokens == cond.reasoning_tokens
@@ -95,7 +94,7 @@ def test_rows_report_first_token_beside_ttft_when_the_stub_reasons_first() -> No
     cond = replace(Condition(50.0, 0, "loopback", False), reasoning_tokens=4, head_at="first-token")
     runs = [_run(20.5, 20.6, 220.0), _run(20.7, 20.8, 221.0), _run(20.9, 21.0, 222.0)]
     row = build_row(PathSpec("direct"), cond, runs, Floor.from_direct(runs))
-    assert (row.reasoning_tokens, row.head_at) == (4, "first-token")
+    assert (row.condition.reasoning_tokens, row.condition.head_at) == (4, "first-token")
     assert row.first_token_ms_median == pytest.approx(20.8)
     assert row.ttft_ms_median == pytest.approx(221.0)
     assert row.ttfb_ms_median == pytest.approx(20.7)
@@ -107,7 +106,8 @@ def test_older_files_read_with_nothing_sent_before_the_first_token() -> None:
     # Schema 5 gained these with defaults (no bump): a row written before them reads as "off".
     row = matrix_row({"proxy": "direct", "variant": "stock", "interval_ms": 50, "frame_bytes": 60,
                       "link": "loopback", "tls": False, "runs": 1, "excluded": 0, "verdict": "x"})  # fmt: skip
-    assert (row.heartbeat_ms, row.reasoning_tokens, row.first_event_bytes, row.head_at) == (0, 0, 0, "start")
+    c = row.condition
+    assert (c.heartbeat_ms, c.reasoning_tokens, c.first_event_bytes, c.head_at) == (0, 0, 0, "start")
     assert row.first_token_ms_median is None
     assert row.ttfb_ms_median is None
     assert SCHEMA_VERSION >= 5
@@ -117,7 +117,7 @@ def test_older_files_read_with_nothing_sent_before_the_first_token() -> None:
                                        "link": "loopback", "tls": False, "runs": 1, "excluded": 0, "verdict": "x",
                                        "reasoning_tokens": 8}]}  # fmt: skip
     (read,) = from_json(doc).rows  # type: ignore[union-attr]
-    assert read.reasoning_tokens == 8
+    assert read.condition.reasoning_tokens == 8
 
 
 def test_the_tables_show_what_the_stub_sent_and_the_first_token_where_rows_vary_them() -> None:

@@ -62,7 +62,7 @@ def test_no_valid_runs() -> None:
     assert row.fpr_median is None
 
 
-ENDPOINT_COND = Condition(0.0, 0, "loopback", False, (), "endpoint https://api.example.com")
+ENDPOINT_COND = Condition(0.0, 0, "loopback", False, endpoint="endpoint https://api.example.com")
 
 
 def endpoint_record(fpr: float, ttft: float, vs_direct: float | None, error: str | None = None) -> RunRecord:
@@ -79,7 +79,7 @@ def test_against_an_endpoint_runs_are_kept_without_an_audit_and_the_floor_is_dir
     assert floor.ttft_spread_ms == 400.0 - 300.0  # the range of the endpoint's own TTFT: its noise
     within = build_row(PathSpec("nginx"), ENDPOINT_COND, [endpoint_record(1.0, 330, 20.0)] * 3, floor)
     assert within.within_floor is True
-    assert within.endpoint == "endpoint https://api.example.com"
+    assert within.condition.endpoint == "endpoint https://api.example.com"
     held = [endpoint_record(6.0, 900, 580.0), endpoint_record(6.0, 910, 600.0), endpoint_record(1, 0, None, "boom")]
     row = build_row(PathSpec("haproxy"), ENDPOINT_COND, held, floor)
     assert (row.runs, row.excluded, row.exclusions) == (3, 1, {"probe failed": 1})

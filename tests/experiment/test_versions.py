@@ -15,7 +15,7 @@ from tokenpath.errors import ProxyError, UsageError
 from tokenpath.experiment import runner as matrix_runner
 from tokenpath.experiment.compose import emit, service_name
 from tokenpath.experiment.runner import MatrixRunner
-from tokenpath.experiment.spec import PathSpec, parse
+from tokenpath.experiment.spec import Condition, PathSpec, parse
 from tokenpath.load.runner import LoadConfig, LoadRunner
 from tokenpath.report.tables import markdown, side_by_side
 from tokenpath.results.model import MatrixResults, MatrixRow, Provenance
@@ -109,7 +109,7 @@ def test_compose_names_a_release_as_a_service_and_pins_its_image(tmp_path: Path)
 
 
 def _row(proxy: str, interval: float = 50.0, variant: str = "stock") -> MatrixRow:
-    return MatrixRow(proxy, variant, interval, 60, "loopback", False, 3, 0, "streams")
+    return MatrixRow(proxy, variant, Condition(interval, 60, "loopback", False), 3, 0, "streams")
 
 
 def test_the_report_puts_a_proxys_versions_side_by_side() -> None:
@@ -118,7 +118,7 @@ def test_the_report_puts_a_proxys_versions_side_by_side() -> None:
         _row("traefik@3.10.0"), _row("traefik@3.3.2", variant="compress"),
         _row("direct", 20), _row("traefik@3.7.15", 20), _row("traefik@3.3.2", 20),
     ]  # fmt: skip
-    ordered = [(r.proxy, r.variant, r.interval_ms) for r in side_by_side(measured)]
+    ordered = [(r.proxy, r.variant, r.condition.interval_ms) for r in side_by_side(measured)]
     assert ordered == [
         ("direct", "stock", 50), ("traefik", "stock", 50), ("traefik@3.3.2", "stock", 50),
         ("traefik@3.7.15", "stock", 50), ("traefik@3.10.0", "stock", 50),  # numeric, not text, order

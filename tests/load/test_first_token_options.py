@@ -15,10 +15,10 @@ from tokenpath.errors import UsageError
 from tokenpath.load.framedelay import frame_delays_ns
 from tokenpath.load.integrity import BeforeFirstToken, check_body, expected_frames
 from tokenpath.load.lean import LeanRecorder
-from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _before_first_token_argv, _level_row, content_write
+from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, content_write
 from tokenpath.load.stubinfo import fetch_pacing, with_stub_pacing
 from tokenpath.results.model import MedianAndTail
-from tokenpath.stub.config import StubConfig
+from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
 
@@ -31,7 +31,9 @@ PING = b": ping\n\n"
 
 
 def _cfg(**kw: Any) -> LoadConfig:
-    return LoadConfig(("direct",), target_url=STUB, stub_url=STUB, client_workers=1, **kw)
+    """A --stub-url run's config; the Pacing fields among `kw` are its pacing."""
+    pacing = Pacing(**{k: kw.pop(k) for k in list(kw) if k in Pacing.OVERRIDABLE})
+    return LoadConfig(("direct",), target_url=STUB, stub_url=STUB, client_workers=1, pacing=pacing, **kw)
 
 
 def test_the_stubs_options_are_read_from_its_health_and_adopted() -> None:
@@ -45,7 +47,8 @@ def test_the_stubs_options_are_read_from_its_health_and_adopted() -> None:
         loop.close()
     assert pacing == {**PACING, **OPTIONS}
     cfg = with_stub_pacing(_cfg(), STUB, pacing)
-    assert (cfg.heartbeat_ms, cfg.reasoning_tokens, cfg.first_event_bytes, cfg.head_at) == (
+    p = cfg.pacing
+    assert (p.heartbeat_ms, p.reasoning_tokens, p.first_event_bytes, p.head_at) == (
         50.0,
         4,
         2048,
@@ -63,22 +66,22 @@ def test_a_flag_the_stub_was_not_started_with_is_refused(key: str, ours: Any, th
     with pytest.raises(UsageError, match=f"`{key}` .* was started with `{key}` {theirs}: drop"):
         with_stub_pacing(_cfg(**{key: ours}, pacing_given=(key,)), STUB, PACING)
     same = with_stub_pacing(_cfg(**{key: ours}, pacing_given=(key,)), STUB, {**PACING, key: ours})
-    assert getattr(same, key) == ours
+    assert getattr(same.pacing, key) == ours
     with pytest.raises(UsageError, match=f"`{key}` off|`{key}` 0|`{key}` start"):
         with_stub_pacing(_cfg(pacing_given=(key,)), STUB, {**PACING, key: ours})
 
 
 def test_the_stub_load_starts_gets_the_flags_and_the_stubs_rules_hold_before_it_starts() -> None:
     cfg = _cfg(**OPTIONS)
-    assert _before_first_token_argv(cfg) == [
+    assert cfg.pacing.to_argv() == [
         "--heartbeat-ms", "50", "--reasoning-tokens", "4", "--first-event-bytes", "2048", "--head-at", "first-token"
     ]  # fmt: skip
-    assert _before_first_token_argv(_cfg()) == []
+    assert _cfg().pacing.to_argv() == []
     with pytest.raises(UsageError, match=r"bedrock.*keep-alive"):
         _cfg(heartbeat_ms=100.0, api=Api.BEDROCK)
     with pytest.raises(UsageError, match="head_at"):
         _cfg(head_at="later")
-    assert _cfg(heartbeat_ms=0.0).heartbeat_ms is None
+    assert _cfg(heartbeat_ms=0.0).pacing.heartbeat_ms is None
 
 
 def _body(extra: BeforeFirstToken, beats_after: tuple[int, ...] = ()) -> bytes:

@@ -1,4 +1,4 @@
-"""The load worker over HTTP/2 (Workload.http2): its streams go through one pool per worker, with the streams per
+"""The load worker over HTTP/2 (Workload.http_version): its streams go through one pool per worker, with the streams per
 connection and the windows asked for; against the in-process server of test_h2conn."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from typing import Any
 from tests.load.test_h2conn import Server, run
 from tokenpath.load.runner import LoadRunner
 from tokenpath.load.worker import WorkerReport, Workload, closed_loop, open_loop
+from tokenpath.wire.httpversion import HttpVersion
 
 
 def work(port: int, **kw: Any) -> Workload:
-    base: dict[str, Any] = {"max_streams": 4, "warmup_s": 0.0, "duration_s": 0.6, "http2": True}
+    base: dict[str, Any] = {"max_streams": 4, "warmup_s": 0.0, "duration_s": 0.6, "http_version": HttpVersion.HTTP2}
     return Workload(f"http://127.0.0.1:{port}/v1", "m", "p", 5, **{**base, **kw})
 
 
@@ -50,8 +51,10 @@ def test_open_loop_over_http2_and_a_peer_limit_reported() -> None:
 
 
 def test_http2_shares_give_each_client_process_whole_connections() -> None:
-    base = Workload("http://127.0.0.1:1/v1", "m", "p", 5, 50, 0.0, 1.0, http2=True, streams_per_connection=20)
+    base = Workload(
+        "http://127.0.0.1:1/v1", "m", "p", 5, 50, 0.0, 1.0, http_version=HttpVersion.HTTP2, streams_per_connection=20
+    )
     assert [w.max_streams for w in LoadRunner._shares(base, 2)] == [40, 10]
     assert [w.max_streams for w in LoadRunner._shares(base, 4)] == [20, 20, 10]
-    one = Workload("http://127.0.0.1:1/v1", "m", "p", 5, 50, 0.0, 1.0, http2=True)
+    one = Workload("http://127.0.0.1:1/v1", "m", "p", 5, 50, 0.0, 1.0, http_version=HttpVersion.HTTP2)
     assert [w.max_streams for w in LoadRunner._shares(one, 2)] == [25, 25]

@@ -10,6 +10,7 @@ from rich.console import Console
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import LoadConfig, LoadRunner, _config_json
 from tokenpath.proxies import lookup
+from tokenpath.wire.httpversion import HttpVersion
 
 
 def test_http2_options_without_http2_are_refused() -> None:
@@ -22,16 +23,16 @@ def test_http2_options_without_http2_are_refused() -> None:
 @pytest.mark.parametrize("window", ["huge", "-1", "0"])
 def test_a_bad_window_is_refused(window: str) -> None:
     with pytest.raises(UsageError):
-        LoadConfig(targets=(), http2=True, h2_window=window)
+        LoadConfig(targets=(), http_version=HttpVersion.HTTP2, h2_window=window)
 
 
 def test_streams_per_connection_must_be_positive() -> None:
     with pytest.raises(UsageError, match="streams_per_connection"):
-        LoadConfig(targets=(), http2=True, streams_per_connection=0)
+        LoadConfig(targets=(), http_version=HttpVersion.HTTP2, streams_per_connection=0)
 
 
 def test_the_config_records_the_http_version_and_the_window() -> None:
-    cfg = LoadConfig(targets=(), http2=True, h2_window="browser", streams_per_connection=50)
+    cfg = LoadConfig(targets=(), http_version=HttpVersion.HTTP2, h2_window="browser", streams_per_connection=50)
     doc = _config_json(cfg)
     assert (doc["http_version"], doc["h2_window"], doc["streams_per_connection"]) == ("2", "browser", 50)
     plain = _config_json(LoadConfig(targets=()))
@@ -42,7 +43,7 @@ def test_a_catalogue_target_that_cannot_speak_the_run_http_version_is_skipped_wi
     from tokenpath.proxies.custom import CustomProxy
 
     nginx = lookup("nginx")
-    h2 = LoadRunner(LoadConfig(targets=(), http2=True), tmp_path, Console())
+    h2 = LoadRunner(LoadConfig(targets=(), http_version=HttpVersion.HTTP2), tmp_path, Console())
     h11 = LoadRunner(LoadConfig(targets=()), tmp_path, Console())
     assert "HTTP/1.1 to the client" in (h2._http_unsupported(nginx, nginx.variant("stock")) or "")
     assert h2._http_unsupported(nginx, nginx.variant("http2")) is None
@@ -56,7 +57,7 @@ def test_a_level_row_over_http2_carries_connections_stalls_and_data_frames_per_r
     from tokenpath.load.runner import Cell, _level_row, connection_split
     from tokenpath.results.model import MedianAndTail
 
-    cfg = LoadConfig(targets=(), http2=True, streams_per_connection=50)
+    cfg = LoadConfig(targets=(), http_version=HttpVersion.HTTP2, streams_per_connection=50)
     cell = Cell("nginx", 50.0, stall_ms=[0.0, 0.0, 4.0, 12.0], stalls=5, stalled=2, data_frames=300, data_reads=200,
                 connections=5, peer_limit=10)  # fmt: skip
     row = _level_row(cell, MedianAndTail(), cfg)

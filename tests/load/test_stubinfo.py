@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.helpers import BackgroundLoop
@@ -10,21 +12,23 @@ from tokenpath.errors import ServiceError, UsageError
 from tokenpath.load.runner import Cell, LoadConfig, _level_row
 from tokenpath.load.stubinfo import fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.results.model import MedianAndTail
-from tokenpath.stub.config import StubConfig
+from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.server import StubServer
 
 STUB = "http://127.0.0.1:8000"
 PACING = {"ttft_ms": 20.0, "interval_ms": 10.0, "tokens": 60, "frame_bytes": None, "format": "openai"}
 
 
-def _cfg(**kw: object) -> LoadConfig:
-    return LoadConfig(("direct",), target_url=STUB, stub_url=STUB, client_workers=1, **kw)  # type: ignore[arg-type]
+def _cfg(**kw: Any) -> LoadConfig:
+    """A --stub-url run's config; the Pacing fields among `kw` are its pacing."""
+    pacing = Pacing(**{k: kw.pop(k) for k in list(kw) if k in Pacing.OVERRIDABLE})
+    return LoadConfig(("direct",), target_url=STUB, stub_url=STUB, client_workers=1, pacing=pacing, **kw)
 
 
 def test_the_stubs_pacing_replaces_loads_defaults() -> None:
     cfg = with_stub_pacing(_cfg(), STUB, PACING)
-    assert (cfg.tokens, cfg.interval_ms, cfg.ttft_ms) == (60, 10.0, 20.0)
-    assert with_stub_pacing(_cfg(), STUB, None).tokens == 128  # a stub too old to say: load's own
+    assert (cfg.pacing.tokens, cfg.pacing.interval_ms, cfg.pacing.ttft_ms) == (60, 10.0, 20.0)
+    assert with_stub_pacing(_cfg(), STUB, None).pacing.tokens == 128  # a stub too old to say: load's own
 
 
 def test_a_flag_that_disagrees_with_the_stub_is_refused_in_one_line() -> None:
@@ -33,7 +37,7 @@ def test_a_flag_that_disagrees_with_the_stub_is_refused_in_one_line() -> None:
     assert str(info.value) == (f"`tokens` 128 but the stub at {STUB} was started with `tokens` 60: drop `tokens` "
                                "(load reads the stub's own) or start the stub with the same value")  # fmt: skip
     same = with_stub_pacing(_cfg(tokens=60, pacing_given=("tokens",)), STUB, PACING)
-    assert same.tokens == 60
+    assert same.pacing.tokens == 60
     with pytest.raises(UsageError, match="sends plain frames"):
         with_stub_pacing(_cfg(), STUB, {**PACING, "format": "plain"})
 

@@ -11,6 +11,7 @@ from tokenpath.errors import UsageError
 from tokenpath.monitor import modules
 from tokenpath.monitor.config import Overrides, from_dict
 from tokenpath.wire.h2client import BROWSER_WINDOW, DEFAULT_WINDOW, H2Window
+from tokenpath.wire.httpversion import HttpVersion
 
 TARGET = {"name": "edge", "url": "https://127.0.0.1:9/v1"}
 
@@ -25,19 +26,19 @@ def test_http2_and_the_window_reach_the_probe_of_every_route() -> None:
     })  # fmt: skip
     edge, small, plain = cfg.targets
     for route in edge.routes.values():
-        assert route.http2
+        assert route.http_version is HttpVersion.HTTP2
         assert route.h2_window == BROWSER_WINDOW
         assert route.tls.http2  # ALPN offers h2 and the handshake insists on it
         assert route.tls.context().get_ciphers()  # a context still builds
     assert small.routes["via"].h2_window == H2Window(100_000, 100_000)
-    assert not plain.routes["via"].http2
+    assert plain.routes["via"].http_version is not HttpVersion.HTTP2
     assert plain.routes["via"].h2_window == DEFAULT_WINDOW
     assert not plain.routes["via"].tls.http2
 
 
 def test_defaults_can_make_every_target_http2() -> None:
     cfg = from_dict({"defaults": {"http2": True}, "target": [TARGET]})
-    assert cfg.targets[0].routes["via"].http2
+    assert cfg.targets[0].routes["via"].http_version is HttpVersion.HTTP2
 
 
 @pytest.mark.parametrize(
@@ -57,9 +58,10 @@ def test_http2_mistakes_are_refused_at_start(target: dict[str, object], says: st
 def test_the_url_flags_make_an_http2_target() -> None:
     data = Overrides(url="http://127.0.0.1:9", http2=True, h2_window="browser").apply({})
     route = from_dict(data).targets[0].routes["via"]
-    assert route.http2
+    assert route.http_version is HttpVersion.HTTP2
     assert route.h2_window == BROWSER_WINDOW
-    assert not from_dict(Overrides(url="http://127.0.0.1:9").apply({})).targets[0].routes["via"].http2
+    plain = from_dict(Overrides(url="http://127.0.0.1:9").apply({})).targets[0].routes["via"]
+    assert plain.http_version is not HttpVersion.HTTP2
 
 
 def test_a_module_with_http_version_2_probes_over_http2() -> None:
@@ -67,11 +69,11 @@ def test_a_module_with_http_version_2_probes_over_http2() -> None:
         "modules": {"h2": {"http_version": "2", "h2_window": "browser"}, "h1": {}, "h1x": {"http_version": "1.1"}}
     })  # fmt: skip
     via = loaded["h2"].routes("https://10.0.0.5:8443/v1")["via"]
-    assert via.http2
+    assert via.http_version is HttpVersion.HTTP2
     assert via.tls.http2
     assert via.h2_window == BROWSER_WINDOW
-    assert not loaded["h1"].routes("http://10.0.0.5:8000/v1")["via"].http2
-    assert not loaded["h1x"].request.http2
+    assert loaded["h1"].routes("http://10.0.0.5:8000/v1")["via"].http_version is not HttpVersion.HTTP2
+    assert loaded["h1x"].request.http_version is not HttpVersion.HTTP2
 
 
 @pytest.mark.parametrize(

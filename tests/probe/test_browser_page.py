@@ -36,6 +36,7 @@ from tokenpath.probe.browser_page import (
 from tokenpath.probe.client import ProbeConfig, request_bytes
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.wire.apis import Api
+from tokenpath.wire.httpversion import HttpVersion
 
 ORIGIN_MS = 1_796_215_566_543.6
 
@@ -104,7 +105,7 @@ def test_accept_encoding_and_http2_are_the_browsers_own() -> None:
     with pytest.raises(UsageError, match="its own Accept-Encoding"):
         fetch_spec(ProbeConfig(url="http://h", accept_encoding="gzip"), "tp")
     with pytest.raises(UsageError, match="negotiates h2 by itself"):
-        fetch_spec(ProbeConfig(url="https://h", http2=True), "tp")
+        fetch_spec(ProbeConfig(url="https://h", http_version=HttpVersion.HTTP2), "tp")
 
 
 # -- the result ----------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""probe_stream(http2=True) over a scripted transport whose peer is the h2 library's server state machine: the
+"""probe_stream(http_version 2) over a scripted transport whose peer is the h2 library's server state machine: the
 arrival rule per stream, the head checks and errors over HTTP/2, and servers that do not speak it."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.h2client import BROWSER_WINDOW
+from tokenpath.wire.httpversion import HttpVersion
 
 SSE = [(b":status", b"200"), (b"content-type", b"text/event-stream")]
 CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
@@ -69,7 +70,9 @@ def run(script: Script, **cfg: Any) -> tuple[Trace, H2Peer]:
     def connect(target: Target, c: ProbeConfig) -> Transport:
         return peer
 
-    config = ProbeConfig(url="http://127.0.0.1:9", http2=True, first_byte_timeout_s=1, idle_timeout_s=1, **cfg)
+    config = ProbeConfig(
+        url="http://127.0.0.1:9", http_version=HttpVersion.HTTP2, first_byte_timeout_s=1, idle_timeout_s=1, **cfg
+    )
     return probe_stream(config, connect=connect, clock=lambda: next(ticks)), peer
 
 
@@ -174,11 +177,11 @@ def test_silence_is_the_first_byte_timeout() -> None:
 
 
 def test_the_tls_context_follows_http2_also_after_replace() -> None:
-    cfg = ProbeConfig(url="https://127.0.0.1:9", http2=True)
+    cfg = ProbeConfig(url="https://127.0.0.1:9", http_version=HttpVersion.HTTP2)
     assert cfg.tls.http2
-    h1 = dataclasses.replace(cfg, http2=False)
+    h1 = dataclasses.replace(cfg, http_version=HttpVersion.HTTP11)
     assert not h1.tls.http2  # an HTTP/1.1 run made from an h2 one must not insist on h2 by ALPN
-    assert dataclasses.replace(h1, http2=True).tls.http2
+    assert dataclasses.replace(h1, http_version=HttpVersion.HTTP2).tls.http2
 
 
 def test_a_goaway_then_close_mid_stream_says_what_the_server_said() -> None:

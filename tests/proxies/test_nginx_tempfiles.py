@@ -17,6 +17,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.proxies import lookup
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.wire.h2client import DEFAULT_WINDOW
+from tokenpath.wire.httpversion import HttpVersion
 
 
 def test_the_workdir_is_reachable_and_tmp_is_not_world_writable() -> None:
@@ -54,8 +55,8 @@ def test_a_shut_h2_window_spills_to_a_temp_file_and_the_stream_completes(stub: E
     running = start(proxy, site)
     try:
         pacing = {"tokens": 40, "interval_ms": 0, "ttft_ms": 0, "frame_bytes": 65_536, "format": "plain"}
-        cfg = ProbeConfig(url=running.url, http2=True, h2_window=DEFAULT_WINDOW, first_byte_timeout_s=10,
-                          extra_body=(("tokenpath", pacing),))  # fmt: skip
+        cfg = ProbeConfig(url=running.url, http_version=HttpVersion.HTTP2, h2_window=DEFAULT_WINDOW,
+                          first_byte_timeout_s=10, extra_body=(("tokenpath", pacing),))  # fmt: skip
         trace = probe_stream(cfg)
         log = (site.workdir / "error.log").read_text()
     finally:

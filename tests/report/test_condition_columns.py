@@ -11,6 +11,7 @@ from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
 from tokenpath.report import tables
 from tokenpath.report.page import page as render_page
 from tokenpath.results.model import MatrixResults, ProxyInfo, from_json
+from tokenpath.wire.apis import Api
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,9 +32,10 @@ def test_no_new_columns_when_nothing_varies() -> None:
 def test_api_and_encoding_columns_when_they_vary() -> None:
     results = _results()
     first, second = results.rows[0], results.rows[1]
+    asked = replace(first.condition, api=Api.ANTHROPIC, accept_encoding=BROWSER_ACCEPT_ENCODING)
     rows = (
-        replace(first, api="anthropic", accept_encoding=BROWSER_ACCEPT_ENCODING, content_encoding="gzip"),
-        replace(second, api="openai"),
+        replace(first, condition=asked, content_encoding="gzip"),
+        replace(second, condition=replace(second.condition, api=Api.OPENAI)),
     )
     varied = replace(results, rows=rows)
     headers = tables.headers_for(varied.rows)

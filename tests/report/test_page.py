@@ -86,7 +86,7 @@ def test_timeline_panels_come_from_the_stub_writes_and_client_arrivals() -> None
     cork = next(r for r in results.rows if r.proxy == "cork")
     run = representative_run(cork)
     assert run is not None
-    writes, arrivals = frame_points(run, cork.interval_ms)
+    writes, arrivals = frame_points(run, cork.condition.interval_ms)
     assert len(writes) == len(arrivals) == 12
     assert all(a >= w for w, a in zip(writes, arrivals, strict=True))  # nothing arrives before it is written
     assert len(set(arrivals)) < len(arrivals)  # cork: several frames share one read

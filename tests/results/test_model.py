@@ -33,8 +33,8 @@ def test_a_version_1_matrix_gains_what_version_2_and_3_added() -> None:
     assert "exclusion_shares" not in raw
     results = from_json(raw)
     assert isinstance(results, MatrixResults)
-    assert results.rows[0].stub_headers == {}
-    assert results.exclusion_shares[-1].condition == "all"  # computed by the one rule for a file without them
+    assert dict(results.rows[0].condition.stub_headers) == {}
+    assert results.exclusion_shares[-1].label == "all"  # computed by the one rule for a file without them
     assert sum(s.runs for s in results.exclusion_shares[:-1]) == results.exclusion_shares[-1].runs
     written = results.to_json()
     for row in written["rows"]:  # version 3: every key of a row is present

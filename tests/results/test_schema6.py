@@ -13,6 +13,7 @@ from typing import Any
 from tokenpath.report import load_table, page, tables
 from tokenpath.results import model
 from tokenpath.results.model import FlowControlStalls, LoadResults, MatrixResults, from_json, migrate
+from tokenpath.wire.httpversion import HttpVersion
 
 DATA = Path(__file__).parents[1] / "report" / "data"
 
@@ -33,7 +34,7 @@ def _as_v5(kind: str) -> dict[str, Any]:
 def test_a_version_5_matrix_reads_as_http_1_1_everywhere() -> None:
     raw = _as_v5("matrix")
     out = migrate(raw)
-    assert out["schema_version"] == model.SCHEMA_VERSION == 6
+    assert out["schema_version"] == model.SCHEMA_VERSION  # and on: 5 -> 6 -> 7
     assert {c["client_http"] for c in out["experiment"]["conditions"]} == {"1.1"}
     assert {r["http_version"] for r in out["rows"]} == {"1.1"}
     assert {run["http_version"] for r in out["rows"] for run in r["raw"]} == {"1.1"}
@@ -57,7 +58,7 @@ def test_http2_load_rows_round_trip_and_show_their_columns(tmp_path: Path) -> No
     results = from_json(json.loads((DATA / "load" / "results.json").read_text()))
     assert isinstance(results, LoadResults)
     stalls = FlowControlStalls(streams=50, stalled_streams=7, stalls=9, stall_ms_p50=0.0, stall_ms_p99=12.5)
-    h2 = replace(results.levels[0], http_version="2", streams_per_connection=50, connections=5,
+    h2 = replace(results.levels[0], http_version=HttpVersion.HTTP2, streams_per_connection=50, connections=5,
                  connection_split="the peer allows 10 streams per connection: 5 connections of 10",
                  flow_control_stalls=stalls, data_frames_per_read=1.25)  # fmt: skip
     config = {**results.config, "http_version": "2", "streams_per_connection": 50, "h2_window": "browser"}
@@ -78,7 +79,8 @@ def test_http2_load_rows_round_trip_and_show_their_columns(tmp_path: Path) -> No
 def test_an_http2_matrix_row_gets_its_column() -> None:
     results = from_json(json.loads((DATA / "matrix" / "results.json").read_text()))
     assert isinstance(results, MatrixResults)
-    rows = [results.rows[0], replace(results.rows[0], http_version="2")]
+    first = results.rows[0]
+    rows = [first, replace(first, condition=replace(first.condition, http_version=HttpVersion.HTTP2))]
     (column,) = [c for c in tables.varying_columns(rows) if c[0].startswith("HTTP")]
     assert [column[1](r) for r in rows] == ["1.1", "2"]
     assert model.condition_label(rows[1]) == model.condition_label(rows[0]) + ", HTTP/2"

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tokenpath.cli import options
 from tokenpath.cli.common import JSON_HELP, api_key, console, handles_errors, render_report, shown_console
 from tokenpath.errors import UsageError
-from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -38,21 +39,10 @@ def load(
     concurrency: Annotated[
         str, typer.Option(help="Open streams per level, comma-separated (closed loop).")
     ] = "50,200,500",
-    api: Annotated[
-        str,
-        typer.Option(help=f"Streaming API format of every stream: {api_names()}."),
-    ] = "openai",
-    accept_encoding: Annotated[
-        str | None,
-        typer.Option(help="Accept-Encoding sent with every stream (`browser` = a browser's); the answer is decoded."),
-    ] = None,
-    http2: Annotated[
-        bool, typer.Option("--http2", help="HTTP/2 to every target and the direct path (h2 by ALPN, h2c; no fallback).")
-    ] = False,
-    h2_window: Annotated[
-        str,
-        typer.Option(help="--http2: receive windows: default (65,535), browser (Chromium's), BYTES or STREAM:CONN."),
-    ] = "default",
+    api: options.Api = None,
+    accept_encoding: options.AcceptEncoding = None,
+    http2: options.Http2 = False,
+    h2_window: options.H2Window = None,
     streams_per_connection: Annotated[
         int, typer.Option(help="--http2: streams at once per connection (more connections if the peer allows fewer).")
     ] = 1,
@@ -66,23 +56,14 @@ def load(
     ttft_ms: Annotated[
         float | None, typer.Option(help="The stub's delay before the first token [default: 90; --stub-url: its own].")
     ] = None,
-    interval_ms: Annotated[
-        float | None, typer.Option(help="The stub's token interval [default: 14; --stub-url: its own].")
-    ] = None,
+    interval_ms: options.IntervalMs = None,
     tokens: Annotated[int | None, typer.Option(help="Tokens per stream [default: 128; --stub-url: its own].")] = None,
-    heartbeat_ms: Annotated[
-        float | None, typer.Option(help="The stub's `: ping` comments every N ms (SSE APIs) [default: off].")
-    ] = None,
-    reasoning_tokens: Annotated[
-        int | None,
-        typer.Option(help="Reasoning deltas before the content; adds an added-first-token figure [default: 0]."),
-    ] = None,
-    first_event_bytes: Annotated[
-        int | None, typer.Option(help="The stub pads the first content frame to N bytes [default: off].")
-    ] = None,
-    head_at: Annotated[
-        str | None, typer.Option(help="start, or first-token: the stub holds the head until it [default: start].")
-    ] = None,
+    heartbeat_ms: options.HeartbeatMs = None,
+    reasoning_tokens: options.ReasoningTokens = None,
+    first_event_bytes: options.FirstEventBytes = None,
+    head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     rate: Annotated[
         str | None, typer.Option(help="Open loop instead: Poisson arrivals per second per level, e.g. 20,50.")
     ] = None,
@@ -122,13 +103,18 @@ def load(
     proxy_us_per_frame: Annotated[float | None, typer.Option(help="--plan: the proxy's CPU per frame (µs).")] = None,
     out: Annotated[str, typer.Option(help="Directory for results.json and table.md.")] = "out/load",
 ) -> None:
-    """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor."""
+    """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor.
+    The stub's options (--interval-ms ... --pause-after) start load's stub with them, or are checked against a
+    --stub-url stub's own."""
+    from tokenpath.axes import API, DEFAULT_H2_WINDOW
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.report import load_table
     from tokenpath.results.model import dumps
-    from tokenpath.wire.apis import parse_api
+    from tokenpath.stub.config import Pacing
+    from tokenpath.wire.apis import Api
+    from tokenpath.wire.httpversion import HttpVersion
 
     shown = shown_console(json_out)
     try:
@@ -136,24 +122,19 @@ def load(
         rates = tuple(float(x) for x in rate.split(",")) if rate else ()
     except ValueError:
         raise UsageError("--concurrency and --rate take comma-separated numbers, e.g. 50,200,500") from None
-    given = {
-        "tokens": tokens, "interval_ms": interval_ms, "ttft_ms": ttft_ms, "heartbeat_ms": heartbeat_ms,
-        "reasoning_tokens": reasoning_tokens, "first_event_bytes": first_event_bytes, "head_at": head_at,
-    }  # fmt: skip
-    pacing: dict[str, Any] = {k: v for k, v in given.items() if v is not None}  # the rest: defaults, or the stub's
+    given = options.pacing(locals())  # the stub's pacing options the user gave
+    pacing = replace(Pacing(), **given)  # the rest: the stub's defaults, or a --stub-url stub's own
     if plan:
         from tokenpath.load import plan as capacity
-        from tokenpath.load.runner import LoadConfig
 
-        default = LoadConfig(targets=())  # a run's defaults, so the plan is of the run these flags would make
         if json_out or fail_on:
             raise UsageError("--json and --fail-on measure a run; --plan only prints the estimate")
         console.print(
             capacity.plan_table(
                 levels,
-                tokens=(default.tokens if tokens is None else tokens) + (reasoning_tokens or 0),  # frames, paced alike
-                interval_ms=default.interval_ms if interval_ms is None else interval_ms,
-                ttft_ms=default.ttft_ms if ttft_ms is None else ttft_ms,
+                tokens=pacing.tokens + pacing.reasoning_tokens,  # frames, paced alike
+                interval_ms=pacing.interval_ms,
+                ttft_ms=pacing.ttft_ms,
                 proxy=(proxy or ["gateway"])[-1],
                 client_us=client_us_per_frame,
                 stub_us=stub_us_per_frame,
@@ -171,10 +152,6 @@ def load(
     if (cacert or insecure) and target and not target.startswith("https:"):
         raise UsageError(f"--cacert and --insecure are for an https --target, not {target}")
     rules = gate.parse_load_rules(fail_on) if fail_on is not None else ()
-    try:
-        fmt = parse_api(api)
-    except ValueError as exc:
-        raise UsageError(f"--api: {exc}") from None
     cfg = LoadConfig(
         targets=("direct", *(proxy or [])),
         levels=levels,
@@ -183,8 +160,8 @@ def load(
         runs=runs,
         client_workers=client_workers,
         stub_workers=stub_workers,
-        **pacing,
-        pacing_given=tuple(pacing),
+        pacing=pacing,
+        pacing_given=tuple(given),
         rates=rates,
         max_in_flight=max_in_flight,
         target_url=target,
@@ -196,10 +173,10 @@ def load(
         cluster=cluster,
         stub_node=stub_node,
         custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
-        api=fmt,
+        api=API.read(api, "--api") if api is not None else Api.OPENAI,
         accept_encoding=accept_encoding,
-        http2=http2,
-        h2_window=h2_window,
+        http_version=HttpVersion.of(http2),
+        h2_window=h2_window or DEFAULT_H2_WINDOW,
         streams_per_connection=streams_per_connection,
     )
     doc = LoadRunner(cfg, Path(out), shown).run()

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
+from tokenpath.cli import options
 from tokenpath.cli.common import announce, body_json, console, handles_errors
 from tokenpath.errors import UsageError
-from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 FLAGS_ONLY = ("fail_on", "probes", "once", "json_out", "log_level")  # never in a config file
@@ -32,20 +32,10 @@ def monitor(
     direct_url: Annotated[str | None, typer.Option(help="The same model around the path, for added TTFT.")] = None,
     name: Annotated[str, typer.Option(help="The target's label with --url.")] = "target",
     model: Annotated[str | None, typer.Option(help="Model to request (--url).")] = None,
-    api: Annotated[
-        str | None,
-        typer.Option(help=f"Streaming API format (--url): {api_names()}."),
-    ] = None,
-    accept_encoding: Annotated[
-        str | None,
-        typer.Option(help="Accept-Encoding to send (--url; `browser` = a browser's); the answer is decoded."),
-    ] = None,
-    http2: Annotated[
-        bool, typer.Option("--http2", help="Probe over HTTP/2 (--url): h2 by ALPN, h2c in clear text; no fallback.")
-    ] = False,
-    h2_window: Annotated[
-        str | None, typer.Option(help="With --http2: the client's receive windows: BYTES, `default` or `browser`.")
-    ] = None,
+    api: options.Api = None,
+    accept_encoding: options.AcceptEncoding = None,
+    http2: options.Http2 = False,
+    h2_window: options.H2Window = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
@@ -88,7 +78,8 @@ def monitor(
         typer.Option(help="Also export over OTLP/HTTP to this URL (headers from OTEL_EXPORTER_OTLP_HEADERS)."),
     ] = None,
 ) -> None:
-    """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus."""
+    """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus. The
+    request's options (--api ... --h2-window) are the one --url target's."""
     from tokenpath.jsonlog import configure_logging
     from tokenpath.monitor import config as moncfg
     from tokenpath.monitor import service

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Annotated
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from tokenpath.cli import options
 from tokenpath.cli.common import api_key, body_json, console, handles_errors
 from tokenpath.errors import UsageError
-from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -22,35 +23,17 @@ if TYPE_CHECKING:
 @handles_errors("probe")
 def probe(
     url: Annotated[str | None, typer.Argument(help="Endpoint or base URL; default $TOKENPATH_URL.")] = None,
-    api: Annotated[
-        str,
-        typer.Option(
-            help=f"Streaming API format: {api_names()}. A base URL gets the format's route; its first content "
-            "frame is TTFT."
-        ),
-    ] = "openai",
-    accept_encoding: Annotated[
-        str | None,
-        typer.Option(
-            help='Accept-Encoding to send (any value; `browser` = "gzip, deflate, br, zstd"; default: none). '
-            "The answer is decoded; frames and arrivals are counted in the decoded stream."
-        ),
-    ] = None,
-    http2: Annotated[
-        bool,
-        typer.Option(
-            "--http2",
-            help="Speak HTTP/2: ALPN h2 over TLS, h2c with prior knowledge in clear text; fails (exit 18) if the "
-            "server does not agree. Reports DATA frames and flow-control stalls per stream.",
-        ),
-    ] = False,
-    h2_window: Annotated[
-        str | None,
-        typer.Option(
-            help="With --http2: the client's receive windows: BYTES (stream; the connection the same, >= 65535), "
-            "STREAM:CONNECTION, `default` (65535) or `browser` (Chromium's 6 MiB / 15 MiB).",
-        ),
-    ] = None,
+    api: options.Api = None,
+    accept_encoding: options.AcceptEncoding = None,
+    http2: options.Http2 = False,
+    h2_window: options.H2Window = None,
+    interval_ms: options.IntervalMs = None,
+    heartbeat_ms: options.HeartbeatMs = None,
+    reasoning_tokens: options.ReasoningTokens = None,
+    first_event_bytes: options.FirstEventBytes = None,
+    head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     stub_url: Annotated[
         str | None,
         typer.Option(
@@ -76,7 +59,11 @@ def probe(
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens in the request.")] = None,
     body_json_text: Annotated[
         str | None,
-        typer.Option("--body-json", help="JSON object merged into the request body (e.g. the stub's pacing)."),
+        typer.Option(
+            "--body-json",
+            help="JSON object merged into the request body (e.g. the stub's pacing: the options above are its "
+            "`tokenpath` member's keys, merged into it).",
+        ),
     ] = None,
     insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
     cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
@@ -85,14 +72,17 @@ def probe(
     idle_timeout: Annotated[float, typer.Option(help="Longest silence between frames, seconds.")] = 30.0,
     total_timeout: Annotated[float, typer.Option(help="Longest a stream may take, seconds.")] = 600.0,
 ) -> None:
-    """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts."""
+    """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts. The
+    stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
+    from tokenpath.axes import API
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.stream import probe_stream
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
-    from tokenpath.wire.apis import parse_api
+    from tokenpath.wire.apis import Api
     from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
+    from tokenpath.wire.httpversion import HttpVersion
     from tokenpath.wire.request import DEFAULT_PROMPT
 
     target_url = url or os.environ.get("TOKENPATH_URL")
@@ -100,10 +90,8 @@ def probe(
         raise UsageError("no URL: pass one or set TOKENPATH_URL")
     if runs < 1:
         raise UsageError("--runs must be >= 1")
-    try:
-        fmt = parse_api(api)
-    except ValueError as exc:
-        raise UsageError(f"--api: {exc}") from None
+    fmt = API.read(api, "--api") if api is not None else Api.OPENAI
+    pacing = options.pacing(locals())  # for a stub behind the path: the body's `tokenpath` member
     if h2_window is not None and not http2:
         raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
     cfg = ProbeConfig(
@@ -118,10 +106,10 @@ def probe(
         first_byte_timeout_s=first_byte_timeout,
         idle_timeout_s=idle_timeout,
         total_timeout_s=total_timeout,
-        extra_body=body_json(body_json_text),
+        extra_body=stub_pacing(body_json(body_json_text), pacing),
         api=fmt,
         accept_encoding=accept_encoding,
-        http2=http2,
+        http_version=HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
     )
     cfg.target  # noqa: B018 - validates the URL before anything is sent
@@ -135,6 +123,24 @@ def probe(
         print(dumps(probed))
     else:
         console.print(probe_table(probed))
+
+
+def stub_pacing(body: tuple[tuple[str, object], ...], given: dict[str, Any]) -> tuple[tuple[str, object], ...]:
+    """The request body's extra members with the pacing options merged into its `tokenpath` member (checked by the
+    stub's own rules, named as the options)."""
+    if not given:
+        return body
+    from tokenpath.stub.config import Pacing
+
+    checked = replace(Pacing(), **given)
+    checked.check()
+    checked.check_bounds("")
+    extra = dict(body)
+    member = extra.get("tokenpath", {})
+    if not isinstance(member, dict):
+        raise UsageError("--body-json: its `tokenpath` member must be an object to take the pacing options")
+    extra["tokenpath"] = {**member, **{k: getattr(checked, k) for k in given}}
+    return tuple(extra.items())
 
 
 def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: bool) -> None:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from tokenpath.cli import options
 from tokenpath.cli.common import announce, handles_errors
 from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
@@ -16,26 +17,16 @@ def stub(
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 8000,
     ttft_ms: Annotated[float, typer.Option(help="Delay before the first token.")] = 90.0,
-    interval_ms: Annotated[float, typer.Option(help="Time between tokens.")] = 14.0,
+    interval_ms: options.IntervalMs = None,
     tokens: Annotated[int, typer.Option(help="Tokens per response (max_tokens can only lower it).")] = 128,
-    frame_bytes: Annotated[
-        int | None,
-        typer.Option(help="Pad every OpenAI frame (other APIs: each token's frame) to exactly this many bytes."),
-    ] = None,
+    frame_bytes: options.FrameBytes = None,
     jitter: Annotated[str | None, typer.Option(help="Random offset per write: uniform:MS, normal:MS, exp:MS.")] = None,
-    heartbeat_ms: Annotated[
-        float | None,
-        typer.Option(help="SSE `: ping` comments every N ms from the start to the last frame (SSE APIs only)."),
-    ] = None,
-    reasoning_tokens: Annotated[
-        int, typer.Option(help="Reasoning deltas before the content, in each API's own shape, paced like tokens.")
-    ] = 0,
-    first_event_bytes: Annotated[
-        int | None, typer.Option(help="Pad the first content frame to exactly this many bytes (a large first event).")
-    ] = None,
-    head_at: Annotated[
-        str, typer.Option(help="When the response head leaves: start (at once) or first-token (held until it).")
-    ] = "start",
+    heartbeat_ms: options.HeartbeatMs = None,
+    reasoning_tokens: options.ReasoningTokens = None,
+    first_event_bytes: options.FirstEventBytes = None,
+    head_at: options.HeadAt = None,
+    pause_ms: options.PauseMs = None,
+    pause_after: options.PauseAfter = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
     api: Annotated[
         str,
@@ -54,29 +45,22 @@ def stub(
     clock_offset_ms: Annotated[float, typer.Option(hidden=True, help="Test only: report times this far ahead.")] = 0.0,
 ) -> None:
     """Serve a model stub that streams every API format (--api) on its route, with exact pacing and an audit log of
-    every write."""
-    from tokenpath.stub.config import Jitter, StubConfig
+    every write. A request's own pacing (its body's `tokenpath` member) overrides these flags' for that request."""
+    from tokenpath.stub.config import Jitter, Pacing, StubConfig
     from tokenpath.stub.server import run
 
-    cfg = StubConfig(
+    pacing = Pacing(**options.pacing(locals()))  # the flags of its pacing: --ttft-ms, --tokens ... --pause-after
+    cfg = StubConfig.paced(
+        pacing,
         host=host,
         port=port,
-        ttft_ms=ttft_ms,
-        interval_ms=interval_ms,
-        tokens=tokens,
-        frame_bytes=frame_bytes,
         jitter=Jitter.parse(jitter) if jitter else None,
         headers=tuple(parse_header_arg(h) for h in header or []),
-        format=format,  # type: ignore[arg-type]
-        heartbeat_ms=heartbeat_ms,
-        reasoning_tokens=reasoning_tokens,
-        first_event_bytes=first_event_bytes,
-        head_at=head_at,  # type: ignore[arg-type]
         api=api,
         model=model,
         workers=workers,
         seed=seed,
-        priority=priority,  # type: ignore[arg-type]
+        priority=priority,
         clock_offset_ms=clock_offset_ms,
     )
     run(cfg, announce("stub"), loop)

@@ -26,8 +26,9 @@ from typing import Any
 import yaml
 
 import tokenpath
+from tokenpath.axes import FRAME_BYTES, Condition
 from tokenpath.errors import UsageError
-from tokenpath.experiment.spec import Condition, Experiment
+from tokenpath.experiment.spec import Experiment, grid_axes
 from tokenpath.proxies.base import Endpoint, Proxy, Site
 
 CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
@@ -150,18 +151,24 @@ def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list
         lines += ["", "[exclusion]", f"tolerance_ms = {exp.exclusion.tolerance_ms!r}"]
     for name, url, version in attached:
         lines += ["", "[[proxy]]", f"name = {_toml(name)}", f"url = {_toml(url)}", f"version = {_toml(version)}"]
-    intervals = sorted({c.interval_ms for c in conditions})
-    sizes = sorted({c.frame_bytes for c in conditions})
-    header_sets = list(dict.fromkeys(c.stub_headers for c in conditions))
-    tables = ", ".join("{" + ", ".join(f"{_toml(k)} = {_toml(v)}" for k, v in h) + "}" for h in header_sets)
-    apis = list(dict.fromkeys(c.api for c in conditions))
-    encodings = list(dict.fromkeys(c.accept_encoding for c in conditions))
-    # 0 is another format's own frame size, what an undeclared frame_bytes gives it: the same file leaves it out.
-    size_line = [] if 0 in sizes else [f"frame_bytes = {sizes!r}"]
-    lines += ["", "[conditions]", f"interval_ms = {intervals!r}", *size_line, 'link = ["loopback"]',
-              "tls = [false]", f"stub_headers = [{tables}]", f"api = {json.dumps(apis)}",
-              f"accept_encoding = {json.dumps(encodings)}"]  # fmt: skip
+    lines += ["", "[conditions]", *_condition_lines(conditions)]
     return "\n".join(lines) + "\n"
+
+
+def _condition_lines(conditions: list[Condition]) -> list[str]:
+    """Each axis's values as they occur (the grid puts them back in the same order): every axis that is always
+    declared, and any other some condition moves off its default; an axis that needs another, only from the
+    conditions where it applies. 0 is another format's own frame size, what an undeclared frame_bytes gives it: the
+    same file leaves it out."""
+    lines = []
+    for axis in grid_axes():
+        values = list(dict.fromkeys(getattr(c, axis.field) for c in conditions if axis.applies(c)))
+        if not values or (not axis.always and values == [axis.default]):
+            continue
+        if axis is FRAME_BYTES and 0 in values:
+            continue
+        lines.append(f"{axis.key} = [{', '.join(axis.to_toml(v) for v in values)}]")
+    return lines
 
 
 def _toml(value: str) -> str:

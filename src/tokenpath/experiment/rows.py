@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from tokenpath.axes import Condition
 from tokenpath.experiment.measure import RunRecord
-from tokenpath.experiment.spec import Condition, PathSpec
+from tokenpath.experiment.spec import PathSpec
 from tokenpath.results.model import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS, MatrixRow, MatrixRun
 from tokenpath.stats import median, percentile
+from tokenpath.wire.httpversion import HttpVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +53,8 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
     row = MatrixRow(
         proxy=path.proxy,
         variant=path.variant,
-        interval_ms=cond.interval_ms,
-        frame_bytes=cond.frame_bytes,
-        link=cond.link,
-        tls=cond.tls,
-        stub_headers=dict(cond.stub_headers),
-        endpoint=cond.endpoint,
-        api=cond.api,
-        accept_encoding=cond.accept_encoding,
-        heartbeat_ms=cond.heartbeat_ms,
-        reasoning_tokens=cond.reasoning_tokens,
-        first_event_bytes=cond.first_event_bytes,
-        head_at=cond.head_at,
+        condition=cond,
         content_encoding=_content_encoding(runs),
-        http_version=cond.http_version,
-        h2_window=cond.h2_window,
         runs=len(runs),
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
@@ -111,7 +100,8 @@ def _run(record: RunRecord, cond: Condition) -> MatrixRun:
     """A run as the model holds it, in the HTTP version its probe spoke (the condition's when it got no answer:
     the probe fails a stream rather than fall back, so a row never mixes versions)."""
     run = record.to_run()
-    return replace(run, http_version=run.metrics.http_version if run.metrics is not None else cond.http_version)
+    spoke = HttpVersion(run.metrics.http_version) if run.metrics is not None else cond.http_version
+    return replace(run, http_version=spoke)
 
 
 def _first_token_ms(runs: list[RunRecord]) -> float | None:
@@ -160,8 +150,10 @@ def _verdict(row: MatrixRow, lowest: float | None, floor: Floor | None = None) -
         added = row.added_ttft_ms_median
         noise = _ttft_noise(floor) if floor is not None else None
         if noise is not None and added is not None and lowest is not None and added > noise:
-            return (f"streams (not distinguishable from the direct floor: first token +{added:.0f} ms median, but "
-                    f"its fastest run, +{lowest:.1f} ms, is within the floor's {noise:.1f} ms)")  # fmt: skip
+            return (
+                f"streams (not distinguishable from the direct floor: first token +{added:.0f} ms median, but "
+                f"its fastest run, +{lowest:.1f} ms, is within the floor's {noise:.1f} ms)"
+            )
         return "streams (within the direct floor)"
     added = row.added_ttft_ms_median
     late = f", first token +{added:.0f} ms" if added is not None else ""

@@ -3,90 +3,41 @@ paths, conditions, runs, and the exclusion rule. Loading validates it all and sa
 
 from __future__ import annotations
 
-import itertools
-import math
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
+from tokenpath.axes import AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
 from tokenpath.hostport import parse_hostport
-from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
-from tokenpath.results.model import DEFAULT_H2_WINDOW, HTTP11, condition_label
-from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, StubConfig, response_headers
+from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
-from tokenpath.wire.apis import Api, parse_api
-from tokenpath.wire.h2client import parse_h2_window
+from tokenpath.wire.apis import Api
 
-Link = Literal["loopback", "veth"]
-LINKS: tuple[Link, ...] = ("loopback", "veth")
-HTTP2 = "2"
-CLIENT_HTTP = (HTTP11, HTTP2)  # the values of [conditions] client_http
-IDENTITY = "identity"  # the accept_encoding condition that sends no Accept-Encoding header, as curl does
-MAX_ACCEPT_ENCODING_CHARS = 200  # an Accept-Encoding value in the experiment file; browsers send ~25
+__all__ = ["Condition", "Experiment", "Link", "PathSpec", "load", "parse", "stub_member", "stub_pacing"]
+
 STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token frames' size depends on it)
-# The [conditions] axes of what comes before the first token, and the value that turns each off.
-BEFORE_FIRST_TOKEN_OFF: dict[str, Any] = {"heartbeat_ms": 0.0, "reasoning_tokens": 0, "first_event_bytes": 0,
-                                          "head_at": "start"}  # fmt: skip
+# The order the grid nests the axes in, the first varying slowest: the order conditions have always been run in.
+# An axis not named here varies inside these, in AXES' order.
+GRID_ORDER = (
+    *("api", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "accept_encoding", "client_http"),
+    *("h2_window", "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at"),
+)
 
 
-@dataclass(frozen=True, slots=True)
-class Condition:
-    interval_ms: float
-    frame_bytes: int
-    link: Link
-    tls: bool
-    stub_headers: tuple[tuple[str, str], ...] = ()  # response headers the stub adds: "does header X fix proxy Y"
-    endpoint: str = ""  # a real endpoint's label (experiment/endpoint.py): it paces the stream, not the stub
-    api: str = Api.OPENAI.value  # the streaming format (wire/apis.py): its route on the stub and through each path
-    # The request's Accept-Encoding ("identity": no header). frame_bytes 0 = the format's own, unpadded frames.
-    accept_encoding: str = IDENTITY
-    # What the stub sends before and around the first token (issue 24 §4; stub/config.py Pacing), each off by default.
-    heartbeat_ms: float = 0.0  # `: ping` comments every N ms (0: none)
-    reasoning_tokens: int = 0  # reasoning deltas before the content (OpenAI: chunks, never `format` plain)
-    first_event_bytes: int = 0  # the first content frame padded to N bytes (0: not)
-    head_at: HeadAt = "start"  # "first-token": the head withheld until the first token
-    client_http: str = HTTP11  # the client's HTTP version: "1.1", or "2" (h2 over TLS by ALPN, h2c by prior knowledge)
-    h2_window: str = DEFAULT_H2_WINDOW  # over HTTP/2: the client's receive windows (wire/h2client.parse_h2_window)
-
-    @property
-    def label(self) -> str:
-        return condition_label(self)
-
-    @property
-    def http_version(self) -> str:
-        """The name rows and runs give it (and condition_label reads)."""
-        return self.client_http
-
-    @property
-    def http2(self) -> bool:
-        return self.client_http == HTTP2
-
-    @property
-    def compressed(self) -> bool:
-        """Whether the client asks for a Content-Encoding: the compression controls are certified first."""
-        return self.accept_encoding != IDENTITY
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "interval_ms": self.interval_ms, "frame_bytes": self.frame_bytes, "link": self.link, "tls": self.tls,
-            "stub_headers": dict(self.stub_headers), "api": self.api, "accept_encoding": self.accept_encoding,
-        }  # fmt: skip
-        # Only when set: a condition without them reads as every file before them did.
-        out.update((k, getattr(self, k)) for k, off in BEFORE_FIRST_TOKEN_OFF.items() if getattr(self, k) != off)
-        out["client_http"] = self.client_http
-        if self.http2:
-            out["h2_window"] = self.h2_window
-        return {**out, "endpoint": self.endpoint} if self.endpoint else out
+def grid_axes() -> list[Axis[Any]]:
+    """The [conditions] axes in GRID_ORDER."""
+    declared = [a for a in AXES if a.declared]
+    return [BY_KEY[k] for k in GRID_ORDER] + [a for a in declared if a.key not in GRID_ORDER]
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,9 +149,8 @@ def parse(data: dict[str, Any]) -> Experiment:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f'{where}: needs name = "..."')
         request_keys = {"model", "headers", "api_key_env", "base_path"}
-        keys = {"name", "variants", "versions", "command", "version_command", "url", "version", "cacert",
-                *request_keys}  # fmt: skip
-        _no_unknown(entry, keys, where)
+        keys = {"name", "variants", "versions", "command", "version_command", "url", "version", "cacert"}
+        _no_unknown(entry, keys | request_keys, where)
         name = entry["name"]
         if "cacert" in entry and "url" not in entry:
             raise UsageError(f"{where}: cacert goes with an https `url` (a path already running)")
@@ -229,38 +179,15 @@ def parse(data: dict[str, Any]) -> Experiment:
     cond = data.get("conditions", {})
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
-    known_conditions = {
-        "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "api", "accept_encoding", "client_http",
-        "h2_window", *BEFORE_FIRST_TOKEN_OFF,
-    }  # fmt: skip
-    _no_unknown(cond, known_conditions, "[conditions]")
-    intervals = _list(cond, "interval_ms", [50.0], (int, float), lambda v: v > 0 and math.isfinite(v))
-    sizes = _list(cond, "frame_bytes", [60], (int,), lambda v: v >= 8)
-    links = _list(cond, "link", ["loopback"], (str,), lambda v: v in LINKS)
-    tls = _list(cond, "tls", [False], (bool,), lambda v: True)
-    header_sets = [_header_set(h) for h in _list(cond, "stub_headers", [{}], (dict,), lambda v: True)]
-    apis = _apis(cond)
-    encodings = _accept_encodings(cond)
-    versions = _http_versions(cond)
-    if "h2_window" in cond and all(v != HTTP2 for v, _ in versions):
-        raise UsageError('[conditions] h2_window: the client\'s HTTP/2 windows need client_http = ["2"] (or both)')
+    _no_unknown(cond, set(KEYS), "[conditions]")
     frames = _int(data, "frames", 40, 2)
-    conditions = [
-        Condition(float(i), _frame_size(s, api, "frame_bytes" in cond, frames), link, t, h, "", api.value, enc,
-                  client_http=v, h2_window=w)
-        for api, i, s, link, t, h, enc, (v, w) in itertools.product(apis, intervals, sizes, links, tls, header_sets,
-                                                                     encodings, versions)
-    ]  # fmt: skip
-    ttft_ms = data.get("ttft_ms", 20.0)
-    conditions = [
-        _before_first_token(c, beat, reasoning, first, head, "frame_bytes" in cond, frames, float(ttft_ms))
-        for c in conditions
-        for beat, reasoning, first, head in itertools.product(*_before_first_token_axes(cond))
-    ]
+    ttft_ms = float(data.get("ttft_ms", 20.0))
+    declared_size = "frame_bytes" in cond
+    conditions = [_honoured(c, declared_size, frames, ttft_ms) for c in grid(cond, grid_axes())]
     conditions = list(dict.fromkeys(conditions))  # an api's unpadded frames stand for every default size once
     endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
     if endpoint is not None:
-        conditions = _endpoint_conditions(cond, tls, links, endpoint)
+        conditions = _endpoint_conditions(cond, endpoint)
         if "frames" in data:
             raise UsageError("frames: the stub's stream length; against [upstream], max_tokens bounds each stream")
     exclusion = data.get("exclusion", {})
@@ -275,7 +202,7 @@ def parse(data: dict[str, Any]) -> Experiment:
         conditions=conditions,
         frames=frames,
         runs=_int(data, "runs", 10, 1),
-        ttft_ms=float(data.get("ttft_ms", 20.0)),
+        ttft_ms=ttft_ms,
         exclusion=ExclusionRule(tolerance),
         custom=custom,
         endpoint=endpoint,
@@ -299,122 +226,53 @@ def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
     return names
 
 
-def _endpoint_conditions(
-    cond: dict[str, Any], tls: list[bool], links: list[str], endpoint: EndpointSpec
-) -> list[Condition]:
+def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[Condition]:
     """Against a real endpoint the endpoint paces the stream: only the client side's TLS and HTTP version (with its
     HTTP/2 windows) are conditions. Over HTTP/2 the client speaks h2 to the endpoint and to each path in front of it
     (ALPN over TLS, prior knowledge in clear text); one that will not fails its runs, never falls back."""
-    paced = sorted({"interval_ms", "frame_bytes", "stub_headers", "api", "accept_encoding", *BEFORE_FIRST_TOKEN_OFF}
-                   & set(cond))  # fmt: skip
+    paced = sorted(a.key for a in AXES if a.stub_paced and a.key in cond)
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
-    if links != ["loopback"]:
+    if LINK.values(cond) != ["loopback"]:
         raise UsageError(
             "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
             "are cut off from; only loopback"
         )
-    versions = _http_versions(cond)
-    return [Condition(0.0, 0, "loopback", t, (), endpoint.label, client_http=v, h2_window=w)
-            for t in tls for v, w in versions]  # fmt: skip
+    client_side = [a for a in grid_axes() if not a.stub_paced]
+    return [replace(c, interval_ms=0.0, frame_bytes=0, endpoint=endpoint.label) for c in grid(cond, client_side)]
 
 
-def _before_first_token_axes(cond: dict[str, Any]) -> list[list[Any]]:
-    """`heartbeat_ms = [0, 15000]`, `reasoning_tokens = [0, 8]`, `first_event_bytes = [0, 16384]`,
-    `head_at = ["start", "first-token"]`: each off unless declared."""
-    return [
-        [float(v) for v in _list(cond, "heartbeat_ms", [0.0], (int, float), lambda v: v >= 0 and math.isfinite(v))],
-        _list(cond, "reasoning_tokens", [0], (int,), lambda v: 0 <= v <= MAX_TOKENS),
-        _list(cond, "first_event_bytes", [0], (int,), lambda v: 0 <= v <= MAX_FIRST_EVENT_BYTES),
-        _list(cond, "head_at", ["start"], (str,), lambda v: v in HEAD_AT),
-    ]
-
-
-def _before_first_token(
-    cond: Condition, beat: float, reasoning: int, first: int, head: HeadAt, declared: bool, frames: int, ttft_ms: float
-) -> Condition:
-    """`cond` with what the stub sends before the first token, checked here by the stub's own rule (a keep-alive in
-    a format that has none, a first event too small for its frame), so the file fails, not every stream. OpenAI
-    reasoning needs chunks with a reasoning field: such a condition streams `format` openai, unpadded unless a
-    declared frame_bytes holds every chunk."""
-    out = replace(cond, heartbeat_ms=beat, reasoning_tokens=reasoning, first_event_bytes=first, head_at=head)
-    if out == cond:
+def _honoured(cond: Condition, declared_size: bool, frames: int, ttft_ms: float) -> Condition:
+    """`cond` as the stub streams it, checked here by the stub's own rules (a frame too small for its format, a
+    keep-alive in a format that has none, a first event too small for its frame, a stream too long), so the file
+    fails, not every stream. OpenAI reasoning needs chunks with a reasoning field: such a condition streams
+    `format` openai, unpadded unless a declared frame_bytes holds every chunk."""
+    cond = replace(cond, frame_bytes=_frame_size(cond.frame_bytes, cond.api, declared_size, frames))
+    if not stub_pacing(cond, frames, ttft_ms).planned:
         return cond
-    if reasoning and cond.api == Api.OPENAI.value and not declared:
-        out = replace(out, frame_bytes=0)
+    if cond.reasoning_tokens and cond.api is Api.OPENAI and not declared_size:
+        cond = replace(cond, frame_bytes=0)
+    pacing = stub_pacing(cond, frames, ttft_ms)
     try:
-        check_start(stub_config(out, frames, ttft_ms))
+        check_start(StubConfig.paced(pacing, api=cond.api.value, model=STUB_MODEL))
+        pacing.check_bounds("")
     except UsageError as exc:
-        raise UsageError(f"[conditions] {out.label}: {exc}") from None
-    return out
+        raise UsageError(f"[conditions] {cond.label}: {exc}") from None
+    return cond
 
 
-def stub_config(cond: Condition, frames: int, ttft_ms: float) -> StubConfig:
-    """The stub flags one stream of `cond` amounts to (what the runner sends as the body's `tokenpath` member)."""
-    plain = cond.api == Api.OPENAI.value and not cond.reasoning_tokens
-    return StubConfig(
-        ttft_ms=ttft_ms, interval_ms=cond.interval_ms, tokens=frames, frame_bytes=cond.frame_bytes or None,
-        format="plain" if plain else "openai", api=cond.api, model=STUB_MODEL,
-        heartbeat_ms=cond.heartbeat_ms or None, reasoning_tokens=cond.reasoning_tokens,
-        first_event_bytes=cond.first_event_bytes or None, head_at=cond.head_at,
-    )  # fmt: skip
+def stub_pacing(cond: Condition, tokens: int, ttft_ms: float) -> Pacing:
+    """The stub's pacing for one stream of `cond`: the axes' own settings (AXES' `pacing`), and the frame format:
+    OpenAI streams bare frames (`format` plain) padded to the size, or chunks when it reasons first; another format
+    pads its token frames, or sends them as they are (0)."""
+    plain = cond.api is Api.OPENAI and not cond.reasoning_tokens
+    return replace(Pacing(ttft_ms, tokens=tokens, format="plain" if plain else "openai"), **cond.pacing_settings())
 
 
-def _apis(cond: dict[str, Any]) -> list[Api]:
-    """`api = ["openai", "anthropic", ...]`: each a format the stub and the probe speak (wire/apis.py)."""
-    out = []
-    for value in _list(cond, "api", [Api.OPENAI.value], (str,), lambda v: True):
-        try:
-            out.append(parse_api(value))
-        except ValueError as exc:
-            raise UsageError(f"[conditions] api: {exc}") from None
-    return list(dict.fromkeys(out))
-
-
-def _accept_encodings(cond: dict[str, Any]) -> list[str]:
-    """`accept_encoding = ["identity", "gzip", "browser"]`: the header as sent ("browser": the browsers' own value,
-    "identity": no header at all)."""
-    out = []
-    for value in _list(cond, "accept_encoding", [IDENTITY], (str,), lambda v: True):
-        if not value.strip() or len(value) > MAX_ACCEPT_ENCODING_CHARS or not value.isprintable():
-            raise UsageError(
-                f"[conditions] accept_encoding: {value!r} is not a header value (printable, 1 to "
-                f'{MAX_ACCEPT_ENCODING_CHARS} characters; "identity" sends none, "browser" what browsers send)'
-            )
-        text = value.strip()
-        out.append(IDENTITY if text.lower() == IDENTITY else expand_accept_encoding(text))
-    return list(dict.fromkeys(out))
-
-
-def _client_http(cond: dict[str, Any]) -> list[str]:
-    """`client_http = ["1.1", "2"]`: the HTTP version the client speaks to every path (strings, as HTTP names them;
-    2 is h2 by ALPN over TLS and h2c with prior knowledge over cleartext, never a silent fallback)."""
-    values = _list(cond, "client_http", [HTTP11], (str, int, float), lambda v: True)
-    out = []
-    for value in values:
-        text = f"{value:g}" if isinstance(value, int | float) else str(value).strip()
-        text = text.removeprefix("HTTP/").removeprefix("http/")
-        if text not in CLIENT_HTTP:
-            raise UsageError(f'[conditions] client_http: {value!r} is not one of "1.1", "2"')
-        out.append(text)
-    return list(dict.fromkeys(out))
-
-
-def _http_versions(cond: dict[str, Any]) -> list[tuple[str, str]]:
-    """Each client HTTP version with its windows: the HTTP/2 ones per `h2_window`, HTTP/1.1 once."""
-    return [(v, w) for v in _client_http(cond) for w in (_h2_windows(cond) if v == HTTP2 else [DEFAULT_H2_WINDOW])]
-
-
-def _h2_windows(cond: dict[str, Any]) -> list[str]:
-    """`h2_window = ["default", "browser"]`: the client's HTTP/2 receive windows, each a condition (flow control is
-    measured, never a library's default): "default" (65,535), "browser" (Chromium's), BYTES or STREAM:CONNECTION."""
-    out = []
-    for value in _list(cond, "h2_window", [DEFAULT_H2_WINDOW], (str, int), lambda v: True):
-        try:
-            out.append(str(parse_h2_window(str(value))))
-        except UsageError as exc:
-            raise UsageError(f"[conditions] h2_window: {exc}") from None
-    return list(dict.fromkeys(out))
+def stub_member(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, object]:
+    """The request body's `tokenpath` member for one stream of `cond`: its pacing, and the headers it declares."""
+    member = stub_pacing(cond, tokens, ttft_ms).to_json()
+    return {**member, "headers": dict(cond.stub_headers)} if cond.stub_headers else member
 
 
 def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
@@ -446,14 +304,6 @@ def _stub_listen(table: Any) -> Endpoint | None:
     return Endpoint(host, port)
 
 
-def _header_set(table: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    """One value of the stub_headers axis: checked here with the stub's own rule, so a bad header fails the file."""
-    try:
-        return tuple(response_headers(table).items())
-    except UsageError as exc:
-        raise UsageError(f"[conditions] stub_headers: {exc}") from None
-
-
 def _no_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
     unknown = set(table) - known
     if unknown:
@@ -465,15 +315,3 @@ def _int(data: dict[str, Any], key: str, default: int, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UsageError(f"{key} must be a whole number >= {minimum}")
     return value
-
-
-def _list(table: dict[str, Any], key: str, default: list[Any], kinds: tuple[type, ...], ok: Any) -> list[Any]:
-    values = table.get(key, default)
-    if not isinstance(values, list):
-        values = [values]
-    if not values:
-        raise UsageError(f"[conditions] {key} must not be empty")
-    for v in values:
-        if not isinstance(v, kinds) or (bool not in kinds and isinstance(v, bool)) or not ok(v):
-            raise UsageError(f"[conditions] {key}: {v!r} is not allowed")
-    return values

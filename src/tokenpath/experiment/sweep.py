@@ -48,10 +48,8 @@ def sweep_table(results: MatrixResults, title: str) -> Table:
     for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
         table.add_column(col, justify="right")
     for p in results.points or ():
-        table.add_row(
-            str(p.frame_bytes), f"{p.interval_ms:g}", fmt(p.fpr_median, 2), fmt(p.added_ttft_ms_median),
-            str(p.modal_burst), "no" if p.within_floor else "yes",
-        )  # fmt: skip
+        figures = (fmt(p.fpr_median, 2), fmt(p.added_ttft_ms_median), str(p.modal_burst))
+        table.add_row(str(p.frame_bytes), f"{p.interval_ms:g}", *figures, "no" if p.within_floor else "yes")
     return table
 
 
@@ -70,7 +68,14 @@ def wire_bytes(frame_bytes: int) -> int:
 
 def points(results: MatrixResults, proxy: str) -> tuple[SweepPoint, ...]:
     return tuple(
-        SweepPoint(r.frame_bytes, r.interval_ms, r.fpr_median, r.added_ttft_ms_median, r.modal_burst, r.within_floor)
+        SweepPoint(
+            r.condition.frame_bytes,
+            r.condition.interval_ms,
+            r.fpr_median,
+            r.added_ttft_ms_median,
+            r.modal_burst,
+            r.within_floor,
+        )
         for r in results.rows
         if r.proxy == proxy and r.fpr_median is not None
     )

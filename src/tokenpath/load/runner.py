@@ -40,7 +40,6 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
-from tokenpath.probe.client import expand_accept_encoding
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
@@ -49,8 +48,6 @@ from tokenpath.proxies.catalogue import parse_ref
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
 from tokenpath.results.model import (
-    HTTP11,
-    IDENTITY,
     FlowControlStalls,
     LoadResults,
     LoadRow,
@@ -63,14 +60,15 @@ from tokenpath.results.model import (
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
-from tokenpath.stub.config import HeadAt, StubConfig
+from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
+from tokenpath.wire.acceptencoding import IDENTITY, expand_accept_encoding
 from tokenpath.wire.apis import Api
 from tokenpath.wire.h2client import parse_h2_window
+from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import parse_header_arg
 
-HTTP2 = "2"
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
 HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0.1 ms at 100 ms
@@ -100,9 +98,8 @@ class LoadConfig:
     runs: int = 3
     client_workers: int = 0  # 0: what the machine can spare (spare_client_workers)
     stub_workers: int = 1
-    ttft_ms: float = 90.0
-    interval_ms: float = 14.0
-    tokens: int = 128
+    # The stub's pacing (its flags, or a --stub-url stub's own): everything stub/config.py's Pacing says of a stream.
+    pacing: Pacing = field(default_factory=Pacing)
     model: str = "tokenpath-stub"
     rates: tuple[float, ...] = ()  # open loop: streams per second per level (replaces `levels`)
     max_in_flight: int = 2000  # open loop: streams in flight before new ones wait (their wait is counted)
@@ -114,25 +111,21 @@ class LoadConfig:
     custom: tuple[tuple[str, str, str], ...] = ()  # (label, option, value): what a LABEL=COMMAND target needs
     cluster: str | None = None  # Ray: auto, HOST:PORT, ray://HOST:PORT or local:N (load/cluster.py)
     stub_node: str | None = None  # with a cluster: the node (its address) the stub runs on
-    pacing_given: tuple[str, ...] = ()  # of tokens/interval_ms/ttft_ms, those the user set (--stub-url: checked)
+    pacing_given: tuple[str, ...] = ()  # the Pacing fields the user set (--stub-url: checked against the stub's)
     target_tls: TLSOptions = field(default_factory=TLSOptions)  # an https --target: --cacert / --insecure
     api: Api = Api.OPENAI  # the streaming format of every stream (--api)
     accept_encoding: str | None = None  # sent with every stream (--accept-encoding; `browser` expanded)
-    # What the stub sends before and around the first token (issue 24 §4; stub/config.py Pacing): its flags.
-    heartbeat_ms: float | None = None
-    reasoning_tokens: int = 0
-    first_event_bytes: int | None = None
-    head_at: HeadAt = "start"
     # The client's HTTP version (issue 25): HTTP/2 by ALPN over TLS, h2c with prior knowledge over cleartext, with
     # these flow-control windows (wire/h2client.parse_h2_window) and streams per connection.
-    http2: bool = False
+    http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"
     streams_per_connection: int = 1
 
     @property
     def before_first_token(self) -> BeforeFirstToken:
         """What the integrity check must expect besides the tokens."""
-        return BeforeFirstToken(self.reasoning_tokens, self.first_event_bytes, bool(self.heartbeat_ms))
+        p = self.pacing
+        return BeforeFirstToken(p.reasoning_tokens, p.first_event_bytes, bool(p.heartbeat_ms))
 
     @property
     def open_loop(self) -> bool:
@@ -167,21 +160,16 @@ class LoadConfig:
             )
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise UsageError("`duration_s` must be > 0 and `warmup_s` >= 0")
-        if self.heartbeat_ms == 0:
-            object.__setattr__(self, "heartbeat_ms", None)  # 0: none, as the stub's flag reads it
         if self.streams_per_connection < 1:
             raise UsageError("`streams_per_connection` must be >= 1 (1: one connection per stream)")
-        if not self.http2 and (self.streams_per_connection != 1 or self.h2_window != "default"):
+        h2 = self.http_version is HttpVersion.HTTP2
+        if not h2 and (self.streams_per_connection != 1 or self.h2_window != "default"):
             raise UsageError("`streams_per_connection` and `h2_window` are HTTP/2's: add `http2`")
-        if self.http2:
+        if h2:
             object.__setattr__(self, "h2_window", str(parse_h2_window(self.h2_window)))  # UsageError if not one
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
-        check_start(
-            StubConfig(ttft_ms=self.ttft_ms, interval_ms=self.interval_ms, tokens=self.tokens, model=self.model,
-                       api=self.api.value, heartbeat_ms=self.heartbeat_ms, reasoning_tokens=self.reasoning_tokens,
-                       first_event_bytes=self.first_event_bytes, head_at=self.head_at)
-        )  # fmt: skip
+        check_start(StubConfig.paced(self.pacing, model=self.model, api=self.api.value))
 
 
 def _on_this_host(url: str) -> bool:
@@ -297,13 +285,11 @@ class LoadRunner:
             clients.close()
 
     def _stub_argv(self) -> list[str]:
+        """The stub load starts: its workers and model, and the pacing as its flags (Pacing.to_argv)."""
         cfg = self.cfg
-        return tokenpath_argv(
-            "stub", "--port", "0", "--workers", str(cfg.stub_workers), "--ttft-ms", str(cfg.ttft_ms),
-            "--interval-ms", str(cfg.interval_ms), "--tokens", str(cfg.tokens), "--model", cfg.model,
-            *(["--clock-offset-ms", os.environ[STUB_OFFSET_ENV]] if os.environ.get(STUB_OFFSET_ENV) else []),
-            *_before_first_token_argv(cfg),
-        )  # fmt: skip
+        offset = ["--clock-offset-ms", os.environ[STUB_OFFSET_ENV]] if os.environ.get(STUB_OFFSET_ENV) else []
+        workers = ["--workers", str(cfg.stub_workers), "--model", cfg.model]
+        return tokenpath_argv("stub", "--port", "0", *workers, *offset, *cfg.pacing.to_argv())
 
     def _run(self) -> LoadResults:
         cfg = self.cfg
@@ -431,7 +417,7 @@ class LoadRunner:
         skipped with the reason, not run into one failure per stream. A command target speaks what the user says."""
         if isinstance(proxy, CustomProxy):
             return None
-        return proxy.client_http_unsupported(variant, False, HTTP2 if self.cfg.http2 else HTTP11) or None
+        return proxy.client_http_unsupported(variant, False, self.cfg.http_version) or None
 
     def _custom_options(self, label: str) -> dict[str, object]:
         """--custom LABEL.KEY=VALUE flags for one target, as RequestOptions takes them (headers as a table)."""
@@ -462,11 +448,23 @@ class LoadRunner:
         """One run of one target at one level, merged into its cell; why the level stopped early, if it did."""
         cfg = self.cfg
         streams = cfg.max_in_flight if cfg.open_loop else int(cell.level)
-        work = Workload(url, cfg.model, PROMPT, cfg.tokens, streams, cfg.warmup_s, cfg.duration_s,
-                        rate=cell.level if cfg.open_loop else None, api_key=api_key, api=cfg.api,
-                        accept_encoding=cfg.accept_encoding, before_first_token=cfg.before_first_token,
-                        http2=cfg.http2, h2_window=cfg.h2_window,
-                        streams_per_connection=cfg.streams_per_connection)  # fmt: skip
+        work = Workload(
+            url,
+            cfg.model,
+            PROMPT,
+            cfg.pacing.tokens,
+            streams,
+            cfg.warmup_s,
+            cfg.duration_s,
+            rate=cell.level if cfg.open_loop else None,
+            api_key=api_key,
+            api=cfg.api,
+            accept_encoding=cfg.accept_encoding,
+            before_first_token=cfg.before_first_token,
+            http_version=cfg.http_version,
+            h2_window=cfg.h2_window,
+            streams_per_connection=cfg.streams_per_connection,
+        )
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
                            tls=cfg.target_tls)  # fmt: skip
@@ -490,7 +488,7 @@ class LoadRunner:
         cell.client_cpu = max([cell.client_cpu, *(r.cpu_s / r.wall_s for r in reports if r.wall_s > 0)])
         results = [r for report in reports for r in report.results]
         cell.stopped = next((r.stopped for r in reports if r.stopped), None)
-        if cfg.http2:
+        if cfg.http_version is HttpVersion.HTTP2:
             self._connections(cell, reports)
         run_hist = new_histogram()
         self._join(cell, results, stub_url, run_hist)
@@ -541,7 +539,9 @@ class LoadRunner:
         if work.rate is not None:  # each client process takes an equal, independent share of the arrivals
             share = max(1, work.max_streams // n)
             return [replace(work, rate=work.rate / n, max_streams=share, seed=work.seed + i) for i in range(n)]
-        if work.http2 and work.streams_per_connection > 1:  # whole connections per process, each as full as asked
+        if (
+            work.http_version is HttpVersion.HTTP2 and work.streams_per_connection > 1
+        ):  # whole connections per process, each as full as asked
             per = work.streams_per_connection
             conns = -(-work.max_streams // per)
             owned = [conns // n + (1 if i < conns % n else 0) for i in range(n)]
@@ -760,7 +760,7 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         added_frame_delay_ms=_percentiles(cell, cell.frame_delay) if cell.frame_delay.get_total_count() else None,
         added_first_token_ms=_percentiles(cell, cell.first_token) if cell.first_token.get_total_count() else None,
     )
-    if cfg.http2:
+    if cfg.http_version is HttpVersion.HTTP2:
         row = replace(row, **_http2_fields(cell, cfg))
     if not cfg.open_loop:
         return row
@@ -786,7 +786,7 @@ def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
         stall_ms_p50=percentile(stall, 50) if stall else None, stall_ms_p99=percentile(stall, 99) if stall else None,
     )  # fmt: skip
     return {
-        "http_version": HTTP2,
+        "http_version": HttpVersion.HTTP2,
         "streams_per_connection": cfg.streams_per_connection,
         "connections": cell.connections or None,
         "connection_split": connection_split(cell, cfg) if cell.peer_limit is not None else None,
@@ -800,24 +800,29 @@ def _percentiles(cell: Cell, hist: HdrHistogram) -> Percentiles:
 
 
 def _config_json(cfg: LoadConfig) -> dict[str, Any]:
+    h2 = cfg.http_version is HttpVersion.HTTP2
     return {
-        "targets": list(cfg.targets), "levels": list(cfg.levels), "warmup_s": cfg.warmup_s,
-        "duration_s": cfg.duration_s, "runs": cfg.runs, "client_workers": cfg.client_workers,
-        "stub_workers": cfg.stub_workers, "ttft_ms": cfg.ttft_ms, "interval_ms": cfg.interval_ms,
-        "tokens": cfg.tokens, "model": cfg.model, "loop": "open" if cfg.open_loop else "closed",
-        "rates": list(cfg.rates), "max_in_flight": cfg.max_in_flight, "target_url": cfg.target_url,
-        "stub_url": cfg.stub_url, "cluster": cfg.cluster, "stub_node": cfg.stub_node,
-        "target_insecure": cfg.target_tls.insecure, "target_cacert": cfg.target_tls.cacert, "api": cfg.api.value,
-        "accept_encoding": cfg.accept_encoding, "heartbeat_ms": cfg.heartbeat_ms,
-        "reasoning_tokens": cfg.reasoning_tokens, "first_event_bytes": cfg.first_event_bytes, "head_at": cfg.head_at,
-        "http_version": HTTP2 if cfg.http2 else HTTP11, "h2_window": cfg.h2_window if cfg.http2 else None,
+        "targets": list(cfg.targets),
+        "levels": list(cfg.levels),
+        "warmup_s": cfg.warmup_s,
+        "duration_s": cfg.duration_s,
+        "runs": cfg.runs,
+        "client_workers": cfg.client_workers,
+        "stub_workers": cfg.stub_workers,
+        "model": cfg.model,
+        "loop": "open" if cfg.open_loop else "closed",
+        "rates": list(cfg.rates),
+        "max_in_flight": cfg.max_in_flight,
+        "target_url": cfg.target_url,
+        "stub_url": cfg.stub_url,
+        "cluster": cfg.cluster,
+        "stub_node": cfg.stub_node,
+        "target_insecure": cfg.target_tls.insecure,
+        "target_cacert": cfg.target_tls.cacert,
+        "api": cfg.api.value,
+        "accept_encoding": cfg.accept_encoding,
+        "http_version": cfg.http_version,
+        "h2_window": cfg.h2_window if h2 else None,
         "streams_per_connection": cfg.streams_per_connection,
-    }  # fmt: skip
-
-
-def _before_first_token_argv(cfg: LoadConfig) -> list[str]:
-    """The stub flags of what comes before the first token: only those that are on, so its argv is as it was."""
-    argv = ["--heartbeat-ms", f"{cfg.heartbeat_ms:g}"] if cfg.heartbeat_ms else []
-    argv += ["--reasoning-tokens", str(cfg.reasoning_tokens)] if cfg.reasoning_tokens else []
-    argv += ["--first-event-bytes", str(cfg.first_event_bytes)] if cfg.first_event_bytes else []
-    return argv + (["--head-at", cfg.head_at] if cfg.head_at != "start" else [])
+        **{k: getattr(cfg.pacing, k) for k in Pacing.OVERRIDABLE if k not in Pacing.FRAME},  # the stream's pacing
+    }

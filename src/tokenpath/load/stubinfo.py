@@ -13,17 +13,13 @@ from dataclasses import Field, replace
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from tokenpath.audit import completion_id
-from tokenpath.errors import ProtocolError, ServiceError, UsageError
+from tokenpath.errors import BadRequest, ProtocolError, ServiceError, UsageError
 from tokenpath.probe.transport import parse_target
+from tokenpath.stub.config import Pacing
 from tokenpath.stub.control import exchange
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 10.0
-PACING_FIELDS = ("tokens", "interval_ms", "ttft_ms")  # what load's flags say about the stub
-# What comes before the first token (issue 24 §4), and its value when off: the health lists each only when it is on
-# (stub/config.py Pacing.to_json), so a missing key is the stub's "off" (and an older stub's, which has none of it).
-BEFORE_FIRST_TOKEN: dict[str, Any] = {"heartbeat_ms": None, "reasoning_tokens": 0, "first_event_bytes": None,
-                                      "head_at": "start"}  # fmt: skip
 # A tokenpath stub's chunk id (audit.py's completion_id): a stream carrying one was served by some stub.
 STUB_CHUNK_ID = re.compile(rf"cmpl-[0-9a-f]{{{len(completion_id('')) - len('cmpl-')}}}")
 
@@ -62,10 +58,13 @@ def fetch_health(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str
 
 
 class PacedConfig(Protocol):
-    """What with_stub_pacing needs of a config (load's LoadConfig): a dataclass with the PACING_FIELDS and
-    BEFORE_FIRST_TOKEN fields, and the names of those the user set."""
+    """What with_stub_pacing needs of a config (load's LoadConfig, which this module must not import: load/runner.py
+    imports it): a dataclass with the stub's pacing and the names of the pacing options the user set."""
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @property
+    def pacing(self) -> Pacing: ...
 
     @property
     def pacing_given(self) -> tuple[str, ...]: ...
@@ -75,7 +74,8 @@ Config = TypeVar("Config", bound=PacedConfig)
 
 
 def with_stub_pacing(cfg: Config, stub_url: str, pacing: dict[str, Any] | None) -> Config:
-    """`cfg` with the stub's tokens, interval and TTFT; a flag the user gave that disagrees is refused."""
+    """`cfg` with the stub's pacing (its health's, read by Pacing: an option it does not list is off, as in an older
+    stub, which has none of them); a flag the user gave that disagrees is refused."""
     if pacing is None:
         return cfg
     if pacing.get("format", "openai") != "openai" or pacing.get("frame_bytes") is not None:
@@ -84,22 +84,19 @@ def with_stub_pacing(cfg: Config, stub_url: str, pacing: dict[str, Any] | None) 
             f"{' padded to ' + str(pacing['frame_bytes']) + ' bytes' if pacing.get('frame_bytes') else ''}: load "
             "checks OpenAI chunks byte for byte; start it without --frame-bytes and with --format openai"
         )
+    try:
+        theirs = Pacing.from_json({k: v for k, v in pacing.items() if k in Pacing.OVERRIDABLE})
+    except BadRequest as exc:
+        raise UsageError(f"`stub_url` {stub_url}: its health reports a pacing load cannot read: {exc}") from None
     changes: dict[str, Any] = {}
-    for key in PACING_FIELDS:
-        theirs, ours = pacing.get(key), getattr(cfg, key)
-        if not isinstance(theirs, int | float) or theirs == ours:
+    for key in Pacing.OVERRIDABLE:
+        ours = getattr(cfg.pacing, key)
+        if getattr(theirs, key) == ours:
             continue
         if key in cfg.pacing_given:
-            raise _disagrees(key, ours, theirs, stub_url)
-        changes[key] = theirs
-    for key, off in BEFORE_FIRST_TOKEN.items():
-        theirs, ours = pacing.get(key, off), getattr(cfg, key)
-        if theirs == ours or (not theirs and not ours):  # 0 and None both mean off
-            continue
-        if key in cfg.pacing_given:
-            raise _disagrees(key, ours, theirs, stub_url)
-        changes[key] = theirs
-    return replace(cfg, **changes) if changes else cfg
+            raise _disagrees(key, ours, getattr(theirs, key), stub_url)
+        changes[key] = getattr(theirs, key)
+    return replace(cfg, pacing=replace(cfg.pacing, **changes)) if changes else cfg
 
 
 def _disagrees(key: str, ours: object, theirs: object, stub_url: str) -> UsageError:

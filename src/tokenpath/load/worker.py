@@ -31,6 +31,7 @@ from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.apis import Api
 from tokenpath.wire.h2client import parse_h2_window
+from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.openai import chunk_id
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
@@ -59,7 +60,7 @@ class Workload:
     accept_encoding: str | None = None  # sent as Accept-Encoding; the answer is decoded (ProbeConfig's rule)
     before_first_token: BeforeFirstToken = PLAIN  # what the stub's frames carry besides tokens (integrity re-renders)
     # HTTP/2 (load/h2conn.py): h2 by ALPN over TLS, h2c with prior knowledge over cleartext; never a fallback.
-    http2: bool = False
+    http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"  # wire/h2client.parse_h2_window: "default", "browser", BYTES or STREAM:CONNECTION
     streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
 
@@ -189,7 +190,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
 
 def _h2_pool(work: Workload, cfg: ProbeConfig) -> H2LoadPool | None:
     """The worker's HTTP/2 connections to its target (None over HTTP/1.1: a connection per stream, as always)."""
-    if not work.http2:
+    if work.http_version is not HttpVersion.HTTP2:
         return None
     target = cfg.target
     ctx = _h2_tls_context(work.tls) if target.scheme == "https" else None

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tokenpath.axes import API, H2_WINDOW
 from tokenpath.errors import UsageError
 from tokenpath.hostport import parse_hostport
 from tokenpath.monitor.otel_names import NAMINGS
@@ -41,8 +42,8 @@ from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
-from tokenpath.wire.apis import parse_api
 from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
+from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a label value a dashboard and a shell both take as-is
@@ -282,18 +283,27 @@ def _check_client(spec: TargetSpec, cfg: ProbeConfig) -> None:
 
 
 def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
-    try:
-        api = parse_api(spec.api)
-    except ValueError as exc:
-        raise UsageError(f"`api`: {exc}") from None
+    """The target's request: its axes read as tokenpath.axes reads them (named as the file's keys)."""
     if spec.h2_window is not None and not spec.http2:
         raise UsageError("`h2_window` is HTTP/2's: set `http2 = true` with it")
-    window = parse_h2_window(str(spec.h2_window)) if spec.h2_window is not None else DEFAULT_WINDOW
+    window = DEFAULT_WINDOW
+    if spec.h2_window is not None:
+        window = parse_h2_window(H2_WINDOW.read(spec.h2_window, "`h2_window`"))
     return ProbeConfig(
-        url=spec.url, model=spec.model, prompt=spec.prompt, max_tokens=spec.max_tokens,
-        headers=tuple(spec.headers.items()), api_key=api_key,
-        tls=TLSOptions(insecure=spec.insecure, cacert=spec.cacert), connect_timeout_s=spec.connect_timeout_s,
-        first_byte_timeout_s=spec.first_byte_timeout_s, idle_timeout_s=spec.idle_timeout_s,
-        total_timeout_s=spec.total_timeout_s, extra_body=tuple(spec.body.items()), api=api,
-        accept_encoding=spec.accept_encoding, http2=spec.http2, h2_window=window,
-    )  # fmt: skip
+        url=spec.url,
+        model=spec.model,
+        prompt=spec.prompt,
+        max_tokens=spec.max_tokens,
+        headers=tuple(spec.headers.items()),
+        api_key=api_key,
+        tls=TLSOptions(insecure=spec.insecure, cacert=spec.cacert),
+        connect_timeout_s=spec.connect_timeout_s,
+        first_byte_timeout_s=spec.first_byte_timeout_s,
+        idle_timeout_s=spec.idle_timeout_s,
+        total_timeout_s=spec.total_timeout_s,
+        extra_body=tuple(spec.body.items()),
+        api=API.read(spec.api, "`api`"),
+        accept_encoding=spec.accept_encoding,
+        http_version=HttpVersion.of(spec.http2),
+        h2_window=window,
+    )

@@ -54,6 +54,7 @@ from tokenpath.probe.transport import Target, Transport
 from tokenpath.serve import exposition
 from tokenpath.serve.runner import Config, Server
 from tokenpath.wire.h2status import H2StatusSniffer
+from tokenpath.wire.httpversion import HttpVersion
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
@@ -244,7 +245,7 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
 
     def factory(statuses: list[int]) -> Prober:
         def connect(target: Target, cfg: ProbeConfig) -> Transport:
-            return _StatusSniffer(aborter.connect(target, cfg), statuses, http2=cfg.http2)
+            return _StatusSniffer(aborter.connect(target, cfg), statuses, http2=cfg.http_version is HttpVersion.HTTP2)
 
         def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
             return probe_stream(cfg, stream_id=stream_id, connect=connect, limits=MONITOR_LIMITS)

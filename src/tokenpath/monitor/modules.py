@@ -36,20 +36,20 @@ from tokenpath.monitor import config as moncfg
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import parse_target
 from tokenpath.tomlconfig import dataclass_from, read_toml
+from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import DEFAULT_PROMPT
 
 DEFAULT_MODULE = "openai"
 MAX_MODULES = 256  # a label value each (the exporter's own probes_total): a bounded set
 _PLACEHOLDER = re.compile(r"\{(scheme|host|port|target)\}")
 _CHECK_URL = "http://module-check.invalid:8000/v1"  # a stand-in target for checking a module at start
-HTTP_VERSIONS = ("1.1", "2")
 
 
 @dataclass(frozen=True)
 class ModuleSpec:
     api: str = "openai"  # wire/apis.py: the format, its route, body and first content frame
     accept_encoding: str | None = None
-    http_version: str = "1.1"  # "2": the probe speaks HTTP/2 (monitor/config.py TargetSpec.http2)
+    http_version: str = HttpVersion.HTTP11.value  # "2": the probe speaks HTTP/2 (monitor/config.py TargetSpec.http2)
     h2_window: str | int | None = None
     model: str = "tokenpath-stub"
     prompt: str = DEFAULT_PROMPT
@@ -108,12 +108,11 @@ def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Mod
             fill_direct_url(spec.direct_url, _CHECK_URL)
         except UsageError as exc:
             raise UsageError(f"{where}: `direct_url`: {exc}") from None
-    if spec.http_version not in HTTP_VERSIONS:
-        raise UsageError(
-            f"{where}: `http_version` must be one of {', '.join(HTTP_VERSIONS)}, not {spec.http_version!r}"
-        )
+    if spec.http_version not in tuple(HttpVersion):
+        raise UsageError(f"{where}: `http_version` must be one of {', '.join(HttpVersion)}, not {spec.http_version!r}")
     shared = {f.name: getattr(spec, f.name) for f in fields(ModuleSpec) if f.name not in ("direct_url", "http_version")}
-    target = moncfg.TargetSpec(name=name, url=_CHECK_URL, http2=spec.http_version == "2", **shared)
+    http2 = HttpVersion(spec.http_version) is HttpVersion.HTTP2
+    target = moncfg.TargetSpec(name=name, url=_CHECK_URL, http2=http2, **shared)
     try:
         checked = moncfg.build(moncfg.MonitorSettings(), [target], env)
     except UsageError as exc:

@@ -175,7 +175,7 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
 
 def asked_version(cfg: ProbeConfig) -> str:
     """The HTTP version a probe speaks (`--http2` never falls back: a refusal fails the probe)."""
-    return "2" if cfg.http2 else "1.1"
+    return cfg.http_version.value
 
 
 # A probe's figures come from the trace's counts; the monitor reads no frame and only the arrivals' times (for the

@@ -42,6 +42,7 @@ from tokenpath.errors import (
 from tokenpath.probe.client import ProbeConfig, request_parts
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.wire.apis import SPECS
+from tokenpath.wire.httpversion import HttpVersion
 
 PAGE_PATH = "/__tokenpath_browser_probe__"  # served by the driver on the target's origin (never sent to it)
 # The page itself: no favicon request (a data: icon), nothing else loaded.
@@ -94,7 +95,7 @@ def fetch_spec(cfg: ProbeConfig, stream_id: str) -> FetchSpec:
     user's headers; Host, Content-Length and Accept-Encoding are the browser's."""
     if cfg.accept_encoding is not None:
         raise UsageError("`accept_encoding` with the chromium client: the browser sends its own Accept-Encoding")
-    if cfg.http2:
+    if cfg.http_version is HttpVersion.HTTP2:
         raise UsageError("`http2` with the chromium client: the browser negotiates h2 by itself (ALPN over TLS)")
     for name, _ in cfg.headers:
         low = name.lower()

@@ -28,9 +28,12 @@ from tokenpath.errors import (
 )
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_target
+from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING as BROWSER_ACCEPT_ENCODING  # re-exported
+from tokenpath.wire.acceptencoding import expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, Framing
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
+from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.reader import apis_for_content_type
 from tokenpath.wire.request import DEFAULT_PROMPT, api_headers, build_json_request, endpoint_target, stream_body
 
@@ -56,12 +59,13 @@ class ProbeConfig:
     accept_encoding: str | None = None
     # HTTP/2 (probe --http2): ALPN h2 over TLS, h2c with prior knowledge in clear text; never a fallback to 1.1.
     # `h2_window` is the client's receive windows (wire/h2client.py: default 65,535, `browser` = Chromium's).
-    http2: bool = False
+    http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: H2Window = DEFAULT_WINDOW
 
     def __post_init__(self) -> None:
-        if self.tls.http2 is not self.http2:  # every connector's TLS context offers h2 (and insists) or not at all,
-            object.__setattr__(self, "tls", dataclasses.replace(self.tls, http2=self.http2))  # also after replace()
+        h2 = self.http_version is HttpVersion.HTTP2
+        if self.tls.http2 is not h2:  # every connector's TLS context offers h2 (and insists) or not at all,
+            object.__setattr__(self, "tls", dataclasses.replace(self.tls, http2=h2))  # also after replace()
         if self.accept_encoding is not None:
             object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
             if any(name.lower() == "accept-encoding" for name, _ in self.headers):
@@ -84,20 +88,6 @@ class ProbeConfig:
     def connect_deadline_s(self) -> float:
         """What connecting (TCP and TLS) may take: --connect-timeout, and never past --total-timeout."""
         return min(self.connect_timeout_s, self.total_timeout_s)
-
-
-# What Chromium sends (and Firefox and Safari the same codings): `--accept-encoding browser`.
-BROWSER_ACCEPT_ENCODING = "gzip, deflate, br, zstd"
-
-
-def expand_accept_encoding(value: str) -> str:
-    """An Accept-Encoding value as given, `browser` as the browsers' header; a line break is refused."""
-    value = value.strip()
-    if value.lower() == "browser":
-        return BROWSER_ACCEPT_ENCODING
-    if "\r" in value or "\n" in value:
-        raise UsageError("`accept_encoding` has a line break in it")
-    return value
 
 
 def new_stream_id() -> str:

@@ -14,6 +14,7 @@ from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, 
 from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
+from tokenpath.wire.httpversion import HttpVersion
 
 Connector = Callable[[Target, ProbeConfig], Transport]
 
@@ -35,7 +36,8 @@ def probe_stream(
     --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
     target = cfg.target
     stream_id = stream_id or new_stream_id()
-    payload = b"" if cfg.http2 else request_bytes(cfg, target, stream_id)
+    h2 = cfg.http_version is HttpVersion.HTTP2
+    payload = b"" if h2 else request_bytes(cfg, target, stream_id)
     started = clock()
     try:
         transport = connect(target, cfg)
@@ -45,7 +47,7 @@ def probe_stream(
         raise
     deadline = started + int(cfg.total_timeout_s * 1e9)
     try:
-        if cfg.http2:
+        if h2:
             return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
         transport.sendall(payload)
         recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)

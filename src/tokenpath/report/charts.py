@@ -90,7 +90,7 @@ def arrival_timeline(rows: Sequence[MatrixRow]) -> str | None:
 
 
 def _timeline_panel(ax: Axes, row: MatrixRow, direct_run: MatrixRun | None) -> None:
-    interval = row.interval_ms
+    interval = row.condition.interval_ms
     top = 0.0
     if direct_run is not None and row.proxy != "direct":
         x, y = frame_points(direct_run, interval)

@@ -5,10 +5,11 @@ medians look: a shared, noisy host makes that the honest answer. A difference no
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from tokenpath.axes import Condition
 from tokenpath.errors import UsageError
 from tokenpath.results.model import (
     FLOOR_MARGIN_FPR,
@@ -18,7 +19,6 @@ from tokenpath.results.model import (
     MatrixResults,
     MatrixRow,
     Results,
-    condition_label,
 )
 from tokenpath.stats import median
 
@@ -69,8 +69,13 @@ class Comparison:
         return NOT_DISTINGUISHABLE
 
 
-def _matrix_key(row: MatrixRow) -> str:
-    return f"{row.path_label}: {condition_label(row)}"
+def _matrix_key(row: MatrixRow) -> tuple[str, Condition]:
+    """A row of one file is the row of the other with the same path in the same condition (its value)."""
+    return row.path_label, row.condition
+
+
+def _matrix_name(row: MatrixRow) -> str:
+    return f"{row.path_label}: {row.condition.label}"
 
 
 def _matrix_floor(metric: str, row: MatrixRow, results: MatrixResults) -> float | None:
@@ -78,8 +83,7 @@ def _matrix_floor(metric: str, row: MatrixRow, results: MatrixResults) -> float 
     row margin (as rows.py decides "within the floor"); for frames per read, the row margin."""
     if metric == "frames per read":
         return FLOOR_MARGIN_FPR
-    label = condition_label(row)
-    floors = [f.ttft_spread_ms for f in results.floors if f.fpr and f.condition == label]
+    floors = [f.ttft_spread_ms for f in results.floors if f.fpr and f.condition == row.condition]
     spread = floors[0] if floors else None
     return spread + FLOOR_MARGIN_TTFT_MS if spread is not None else None
 
@@ -143,23 +147,24 @@ def compare(a: Results, b: Results) -> list[Comparison]:
 
 
 def _compare_matrix(a: MatrixResults, b: MatrixResults) -> list[Comparison]:
-    return _pair(a.rows, b.rows, _matrix_key, _matrix_figures,
+    return _pair(a.rows, b.rows, _matrix_key, _matrix_name, _matrix_figures,
                  lambda m, r: _matrix_floor(m, r, a), lambda m, r: _matrix_floor(m, r, b))  # fmt: skip
 
 
 def _compare_load(a: LoadResults, b: LoadResults) -> list[Comparison]:
-    return _pair(a.levels, b.levels, _load_key, _load_figures, _load_floor, _load_floor)
+    return _pair(a.levels, b.levels, _load_key, _load_key, _load_figures, _load_floor, _load_floor)
 
 
 def _pair(
     rows_a: Sequence[Row],
     rows_b: Sequence[Row],
-    key: Callable[[Row], str],
+    key: Callable[[Row], Hashable],
+    name: Callable[[Row], str],
     figures: Callable[[Row], dict[str, Figure]],
     floor_a: Callable[[str, Row], float | None],
     floor_b: Callable[[str, Row], float | None],
 ) -> list[Comparison]:
-    """Rows matched by key; per figure, the larger of the two floors is what a difference must beat."""
+    """Rows matched by key (shown by name); per figure, the larger of the two floors is what a difference must beat."""
     others = {key(r): r for r in rows_b}
     out = []
     for row in rows_a:
@@ -169,5 +174,5 @@ def _pair(
         fb = figures(match)
         for metric, fa in figures(row).items():
             known = [f for f in (floor_a(metric, row), floor_b(metric, match)) if f is not None]
-            out.append(Comparison(key(row), metric, fa, fb[metric], max(known) if known else None))
+            out.append(Comparison(name(row), metric, fa, fb[metric], max(known) if known else None))
     return out

@@ -8,6 +8,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tokenpath.axes import Condition
 from tokenpath.report import charts, load_table, tables
 from tokenpath.report.compare import Comparison, Figure
 from tokenpath.results.model import (
@@ -254,31 +255,31 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
         out.append(f'<p class="lede">{esc(inferred.explanation if inferred else "")}</p>')
         chart = charts.sweep_chart(doc.points or (), inferred)
         out.append(_figure(chart, "Points above 1 frame per read, or above 0 ms, are where the proxy held frames."))
-    conditions: dict[str, list[MatrixRow]] = {}
+    conditions: dict[Condition, list[MatrixRow]] = {}
     for row in tables.side_by_side(doc.rows):  # a proxy's versions next to each other
-        conditions.setdefault(tables.condition_label(row), []).append(row)
+        conditions.setdefault(row.condition, []).append(row)
     floors = {f.condition: f for f in doc.floors}
     out.append('<h2 id="results">Results per condition</h2>')
     out.append(f'<p class="lede">{esc(TIMELINE_HELP)}</p>')
     shares = {s.condition: s for s in doc.exclusion_shares}
-    overall = shares["all"]
+    overall = shares[None]
     out.append(f'<p class="lede">Exclusions, all conditions: {esc(tables.describe_share(overall))}.</p>')
     note = tables.endpoint_note(doc)
     if note:
         out.append(f'<p class="banner warn">{esc(note)} Certification and the controls ran on the stub.</p>')
     for cond, rows in conditions.items():
-        out.append(f"<h3>{esc(cond)}</h3>")
-        share = shares.get(tables.condition_label(rows[0]))
+        out.append(f"<h3>{esc(cond.label)}</h3>")
+        share = shares.get(cond)
         if share is not None:
             out.append(f"<p>{esc(tables.describe_share(share))} under the declared rule.</p>")
-        if not rows[0].endpoint:  # against a real endpoint there is no stub write to plot arrivals against
+        if not cond.endpoint:  # against a real endpoint there is no stub write to plot arrivals against
             out.append(
                 _figure(
                     charts.arrival_timeline(rows),
                     "One typical stream per path (the kept run with the median added TTFT), the direct path in grey.",
                 )
             )
-        floor = floors.get(tables.condition_label(rows[0]))
+        floor = floors.get(cond)
         out.append(
             _figure(
                 charts.frames_per_read(rows, floor),

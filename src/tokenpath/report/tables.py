@@ -10,36 +10,26 @@ from typing import Any
 
 from rich.table import Table
 
-from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING
+from tokenpath.axes import AXES, BY_FIELD, Axis, Column
 from tokenpath.results.model import (
-    DEFAULT_H2_WINDOW,
-    HTTP11,
-    IDENTITY,
     Drift,
     ExclusionShare,
     MatrixResults,
     MatrixRow,
-    before_first_token_label,
     condition_label,
     exclusion_shares,
 )
 
 __all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
+# The CSV's condition columns: these first, as they always were, then every other axis (tokenpath.axes) in its order.
+CSV_AXES = ("interval_ms", "frame_bytes", "link", "tls", "stub_headers", "endpoint", "api", "accept_encoding")
 ROW_KEYS = (
     "proxy",
     "variant",
-    "interval_ms",
-    "frame_bytes",
-    "link",
-    "tls",
-    "stub_headers",
-    "endpoint",
-    "api",
-    "accept_encoding",
+    *CSV_AXES,
     "content_encoding",
-    "http_version",
-    "h2_window",
+    *(a.field for a in AXES if a.field not in CSV_AXES),
     "runs",
     "excluded",
     "fpr_median",
@@ -59,15 +49,15 @@ def side_by_side(rows: Sequence[MatrixRow]) -> list[MatrixRow]:
     """The rows in measured order, except that a proxy's versions (`traefik`, `traefik@3.3.2`, `traefik@3.7.15`)
     stand next to each other in each condition and variant, oldest release first: a regression between versions
     is read across adjacent lines."""
-    first: dict[tuple[str, str, str], int] = {}
+    first: dict[tuple[object, str, str], int] = {}
     for i, row in enumerate(rows):
-        first.setdefault((condition_label(row), row.proxy.partition("@")[0], row.variant), i)
+        first.setdefault((row.condition, row.proxy.partition("@")[0], row.variant), i)
 
     def key(item: tuple[int, MatrixRow]) -> tuple[int, tuple[int, ...], int]:
         i, row = item
         base, _, version = row.proxy.partition("@")
         release = tuple(int(part) for part in version.split(".") if part.isdigit())  # () = the catalogue's own
-        return first[(condition_label(row), base, row.variant)], release, i
+        return first[(row.condition, base, row.variant)], release, i
 
     return [row for _, row in sorted(enumerate(rows), key=key)]
 
@@ -85,7 +75,7 @@ def _fmt(value: Any, digits: int = 1) -> str:
 def cells(row: MatrixRow) -> list[str]:
     spread = f"{_fmt(row.fpr_min, 2)}-{_fmt(row.fpr_max, 2)}"
     added = f"{_fmt(row.added_ttft_ms_median)} / {_fmt(row.added_ttft_ms_p90)}"
-    if row.endpoint:  # no stub write to compare with: the direct stream of the same round
+    if row.condition.endpoint:  # no stub write to compare with: the direct stream of the same round
         added += " vs direct"
     burst = f"{_fmt(row.modal_burst)} / {_fmt(row.modal_burst_gap_ms)}"
     return [
@@ -114,25 +104,21 @@ HEADERS = (
 )
 
 
-Column = tuple[str, Callable[[MatrixRow], str]]
+TableColumn = tuple[str, Callable[[MatrixRow], str]]
 
 
-def _asked(value: str) -> str:
-    return "browser" if value == BROWSER_ACCEPT_ENCODING else value
-
-
-def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
-    """The format and the encoding as columns of their own, where the rows vary them (or ask for compression):
-    `asked -> answered` puts the request's Accept-Encoding beside the Content-Encoding the path chose."""
-    out: list[Column] = []
-    if len({r.api for r in rows}) > 1:
-        out.append(("api", lambda r: r.api))
-    if any(r.http_version != HTTP11 for r in rows):  # issue 25: the client's HTTP version
-        out.append(("HTTP (client)", _http))
-    if any(r.accept_encoding != IDENTITY for r in rows):
-        out.append(("encoding (asked -> answered)", lambda r: f"{_asked(r.accept_encoding)} -> {r.content_encoding}"))
-    if any(before_first_token_label(r) for r in rows):  # issue 24 §4: what the stub sent around the first token
-        out.append(("pre-token (stub sent before the first token)", _pre_token))
+def varying_columns(rows: Sequence[MatrixRow]) -> list[TableColumn]:
+    """The axes' columns (tokenpath.axes: the format, the client's HTTP version, the encoding, what the stub sent)
+    where the rows move them off their defaults (the format: where the rows differ in it), then the figures only
+    some rows have. `asked -> answered` puts the request's Accept-Encoding beside the
+    Content-Encoding the path chose."""
+    conditions = [r.condition for r in rows]
+    out: list[TableColumn] = []
+    for column, axes in _axis_columns():
+        values = {tuple(getattr(c, a.field) for a in axes) for c in conditions}
+        off = tuple(a.default for a in axes)
+        if (len(values) > 1) if column.varies else any(v != off for v in values):
+            out.append((column.header, _axis_cell(column, axes)))
     if any(r.first_token_ms_median is not None for r in rows):
         out.append(("first-token ms (reasoning or content; TTFT is content)", lambda r: _fmt(r.first_token_ms_median)))
     if any((r.after_first_delay_ms_p99 or 0) >= AFTER_FIRST_SHOWN_MS for r in rows):  # issue 24 §6
@@ -140,11 +126,24 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[Column]:
     return out
 
 
-def _http(row: MatrixRow) -> str:
-    """The client's HTTP version, and over HTTP/2 its windows when not the default."""
-    if row.http_version == HTTP11 or row.h2_window == DEFAULT_H2_WINDOW:
-        return row.http_version
-    return f"{row.http_version} (window {row.h2_window})"
+def _axis_columns() -> list[tuple[Column, list[Axis[Any]]]]:
+    """Each column the axes fill, with its axes, in AXES' order."""
+    columns: dict[Column, list[Axis[Any]]] = {}
+    for axis in AXES:
+        if axis.column is not None:
+            columns.setdefault(axis.column, []).append(axis)
+    return list(columns.items())
+
+
+def _axis_cell(column: Column, axes: list[Axis[Any]]) -> Callable[[MatrixRow], str]:
+    """What each of the column's axes says of a row's condition ("-": nothing), and the row's answer to it."""
+
+    def cell(row: MatrixRow) -> str:
+        cond = row.condition
+        text = " ".join(t for a in axes if a.cell is not None and a.applies(cond) and (t := a.cell(cond))) or "-"
+        return f"{text} -> {getattr(row, column.answered_by)}" if column.answered_by else text
+
+    return cell
 
 
 # The after-first-token column appears once some path adds this much to a later frame: below it every row reads
@@ -158,21 +157,12 @@ def _after_first(row: MatrixRow) -> str:
     return f"{row.after_first_delay_ms_p50:.1f} / {row.after_first_delay_ms_p99:.1f}"
 
 
-def _pre_token(row: MatrixRow) -> str:
-    """Compact: `hb 15000ms r8 fe 16384B head@token`, or "-"."""
-    parts = [f"hb {row.heartbeat_ms:g}ms"] if row.heartbeat_ms else []
-    parts += [f"r{row.reasoning_tokens}"] if row.reasoning_tokens else []
-    parts += [f"fe {row.first_event_bytes}B"] if row.first_event_bytes else []
-    parts += ["head@token"] if row.head_at != "start" else []
-    return " ".join(parts) or "-"
-
-
 def headers_for(rows: Sequence[MatrixRow]) -> list[str]:
     """HEADERS, with the varying columns after the condition."""
     return [*HEADERS[:2], *(name for name, _ in varying_columns(rows)), *HEADERS[2:]]
 
 
-def cells_for(row: MatrixRow, columns: Sequence[Column]) -> list[str]:
+def cells_for(row: MatrixRow, columns: Sequence[TableColumn]) -> list[str]:
     base = cells(row)
     return [*base[:2], *(value(row) for _, value in columns), *base[2:]]
 
@@ -215,7 +205,7 @@ def markdown(results: MatrixResults) -> str:
     for where, drift in results.certification.emitter_drift_ms.items():
         lines.append(f"Emitter drift during certification ({where}): {describe_drift(drift)}.")
     lines += ["", "Exclusions per condition:"]
-    lines += [f"- {s.condition}: {describe_share(s)}" for s in results.exclusion_shares]
+    lines += [f"- {s.label}: {describe_share(s)}" for s in results.exclusion_shares]
     lines.append("")
     headers, columns = headers_for(results.rows), varying_columns(results.rows)
     lines.append("| " + " | ".join(headers) + " |")
@@ -247,11 +237,17 @@ def csv_text(results: MatrixResults) -> str:
     writer = csv.writer(buf)
     writer.writerow(ROW_KEYS)
     for row in results.rows:
-        writer.writerow([_csv_value(getattr(row, k)) for k in ROW_KEYS])
+        writer.writerow([_csv_value(_row_value(row, k)) for k in ROW_KEYS])
     return buf.getvalue()
 
 
-assert set(ROW_KEYS) <= {f.name for f in fields(MatrixRow)}, "a CSV column names a field the row does not have"
+def _row_value(row: MatrixRow, key: str) -> Any:
+    """A row's figure, or its condition's value of an axis (as the row's JSON holds it)."""
+    axis = BY_FIELD.get(key)
+    return axis.to_json(getattr(row.condition, key)) if axis is not None else getattr(row, key)
+
+
+assert set(ROW_KEYS) <= {f.name for f in fields(MatrixRow)} | set(BY_FIELD), "a CSV column names no row field"
 
 
 def _csv_value(value: Any) -> Any:
@@ -285,10 +281,11 @@ def rich_table(results: MatrixResults) -> Table:
     for row in side_by_side(results.rows):
         style = "green" if row.within_floor else ("yellow" if row.within_floor is False else "red")
         path = row.proxy if row.variant == "stock" else f"{row.proxy} {row.variant}"
-        link = {"loopback": "lo", "veth": "veth"}.get(row.link, row.link) + (" tls" if row.tls else "")
-        link += " +hdr" if row.stub_headers else ""
-        size = f"{row.frame_bytes}B" if row.frame_bytes else "own"
-        paced = "endpoint" if row.endpoint else f"{size}/{row.interval_ms:g}ms"
+        cond = row.condition
+        link = {"loopback": "lo", "veth": "veth"}.get(cond.link, cond.link) + (" tls" if cond.tls else "")
+        link += " +hdr" if cond.stub_headers else ""
+        size = f"{cond.frame_bytes}B" if cond.frame_bytes else "own"
+        paced = "endpoint" if cond.endpoint else f"{size}/{cond.interval_ms:g}ms"
         table.add_row(
             path,
             f"{paced} {link}",

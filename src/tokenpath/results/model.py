@@ -17,11 +17,15 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tokenpath import __version__
+from tokenpath.axes import AXES, Condition
 from tokenpath.errors import UsageError
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.wire.acceptencoding import IDENTITY as IDENTITY  # re-exported: what the results say of no coding
+from tokenpath.wire.apis import Api
+from tokenpath.wire.httpversion import HttpVersion
 
 Json = dict[str, Any]  # a JSON object as read or about to be written
 Kind = Literal["matrix", "sweep", "load"]
@@ -45,12 +49,13 @@ Kind = Literal["matrix", "sweep", "load"]
 #    matrix conditions (over HTTP/2 also `h2_window` on conditions and rows: "default" when absent), `http_version`
 #    on load rows with, over HTTP/2, `streams_per_connection`, `connections`, `connection_split`,
 #    `flow_control_stalls` and `data_frames_per_read` (null over HTTP/1.1). Every file before 6 was HTTP/1.1.
-SCHEMA_VERSION = 6
-KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6)
-IDENTITY = "identity"  # no Accept-Encoding sent / no Content-Encoding received
-DEFAULT_API = "openai"
-HTTP11 = "1.1"  # the client's HTTP version before schema 6, and the default
-DEFAULT_H2_WINDOW = "default"  # the client's HTTP/2 receive windows unless a condition says otherwise (65,535)
+# 7: floors and exclusion shares name their condition by its value (`condition`: the object `experiment.conditions`
+#    holds, null for the overall share; `label` beside it for people) instead of by its label; matrix rows carry
+#    every axis of tokenpath.axes (an axis added later reads, in an older file, as its default: nothing done).
+SCHEMA_VERSION = 7
+KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+DEFAULT_API = Api.OPENAI.value
+HTTP11 = HttpVersion.HTTP11.value  # the client's HTTP version before schema 6, and the default
 
 T = TypeVar("T")
 
@@ -75,8 +80,14 @@ class Host:
 
     @classmethod
     def this_machine(cls) -> Host:
-        return cls(socket.gethostname(), platform.release(), platform.platform(), platform.machine(),
-                   os.cpu_count(), platform.python_version())  # fmt: skip
+        return cls(
+            socket.gethostname(),
+            platform.release(),
+            platform.platform(),
+            platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,34 +176,23 @@ class MatrixRun:
     error: str | None
     audited: bool = True  # False against a real endpoint (no write log); path_added_ttft_ms is then vs direct
     content_encoding: str = IDENTITY  # the response's Content-Encoding, as the probe decoded it (schema 5)
-    http_version: str = HTTP11  # what the client spoke to the path: "1.1" or "2" (schema 6)
+    http_version: HttpVersion = HttpVersion.HTTP11  # what the client spoke to the path (schema 6)
 
 
 @dataclass(frozen=True, slots=True)
 class MatrixRow:
-    """One path in one condition, over its runs."""
+    """One path in one condition, over its runs. In the file a row's condition is spelled out in its own keys, one
+    per axis (tokenpath.axes: interval_ms, frame_bytes, link, tls, stub_headers, endpoint, api, accept_encoding,
+    http_version, h2_window, what the stub sends besides its tokens); a row against a real endpoint
+    has no stub audit, and its added TTFT is against direct per round."""
 
     proxy: str
     variant: str
-    interval_ms: float
-    frame_bytes: int
-    link: str
-    tls: bool
+    condition: Condition
     runs: int
     excluded: int
     verdict: str
-    stub_headers: Mapping[str, str] = field(default_factory=dict)  # declared per condition (schema 2)
-    endpoint: str = ""  # a real endpoint paced this row's streams: no stub audit, added TTFT is vs direct per round
-    api: str = DEFAULT_API  # the streaming format of the condition (schema 5)
-    accept_encoding: str = IDENTITY  # the request's Accept-Encoding ("identity": none sent)
     content_encoding: str = IDENTITY  # what the path answered with over the runs ("gzip", or "gzip/identity" mixed)
-    http_version: str = HTTP11  # the client's HTTP version in this condition (`client_http`; schema 6)
-    h2_window: str = DEFAULT_H2_WINDOW  # over HTTP/2: the client's receive windows in this condition
-    # What the stub sent before and around the first token (issue 24 §4); the defaults: nothing.
-    heartbeat_ms: float = 0.0  # `: ping` comments every N ms (0: none)
-    reasoning_tokens: int = 0  # reasoning deltas before the content
-    first_event_bytes: int = 0  # the first content frame padded to N bytes (0: not)
-    head_at: str = "start"  # "first-token": the head held until the first token
     exclusions: Mapping[str, int] = field(default_factory=dict)
     fpr_median: float | None = None
     fpr_min: float | None = None
@@ -221,15 +221,22 @@ class MatrixRow:
     def kept(self) -> int:
         return self.runs - self.excluded
 
+    def to_json(self) -> Json:
+        out = _json_fields(self, exclude={"condition"})
+        return {"proxy": out.pop("proxy"), "variant": out.pop("variant"), **self.condition.to_json(row=True), **out}
+
 
 @dataclass(frozen=True, slots=True)
 class FloorEntry:
     """The direct path's figures in one condition: anything within them is not a proxy effect."""
 
-    condition: str
+    condition: Condition
     fpr: float | None = None
     added_ttft_ms: float | None = None
     ttft_spread_ms: float | None = None
+
+    def to_json(self) -> Json:
+        return _named(self.condition, _json_fields(self, exclude={"condition"}))
 
 
 # The noise around a floor: a row within it is not a proxy effect (experiment/rows.py), and no difference smaller
@@ -240,10 +247,23 @@ FLOOR_MARGIN_TTFT_MS = 1.0  # added TTFT within the direct path's spread plus th
 
 @dataclass(frozen=True, slots=True)
 class ExclusionShare:
-    condition: str  # a condition label, or "all"
+    condition: Condition | None  # None: every condition together
     excluded: int
     runs: int
     share: float
+
+    @property
+    def label(self) -> str:
+        return self.condition.label if self.condition is not None else "all"
+
+    def to_json(self) -> Json:
+        return _named(self.condition, _json_fields(self, exclude={"condition"}))
+
+
+def _named(condition: Condition | None, figures: Json) -> Json:
+    """A floor's or a share's JSON: its condition's value (null: all of them) and, for people, its label."""
+    label = condition.label if condition is not None else "all"
+    return {"condition": condition.to_json() if condition is not None else None, "label": label, **figures}
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,62 +323,19 @@ class MatrixResults:
         return doc
 
 
-# The labels and the one exclusion-share rule, shared by the runners (which compute), the model (which fills in old
-# files) and every rendering.
-class ConditionLike(Protocol):
-    """A Condition, a row or a point: anything that names one condition."""
-
-    @property
-    def frame_bytes(self) -> int: ...
-    @property
-    def interval_ms(self) -> float: ...
-    @property
-    def link(self) -> str: ...
-    @property
-    def tls(self) -> bool: ...
-
-
-def condition_label(row: ConditionLike) -> str:
-    """One condition in words; the same for a Condition, a row and a floor (they are matched by it)."""
-    endpoint = getattr(row, "endpoint", "")
-    size = f"{row.frame_bytes} B" if row.frame_bytes else "unpadded"  # 0: the format's own frames
-    paced = endpoint or f"{size} @ {row.interval_ms:g} ms"
-    label = f"{paced}, {row.link}{', tls' if row.tls else ''}"
-    api = getattr(row, "api", DEFAULT_API)
-    if api != DEFAULT_API:
-        label += f", {api}"
-    if getattr(row, "http_version", HTTP11) != HTTP11:
-        label += f", HTTP/{row.http_version}"  # type: ignore[attr-defined]
-        window = getattr(row, "h2_window", DEFAULT_H2_WINDOW)
-        label += f" (window {window})" if window != DEFAULT_H2_WINDOW else ""
-    accept = getattr(row, "accept_encoding", IDENTITY)
-    if accept != IDENTITY:
-        label += f", Accept-Encoding: {accept}"
-    headers: dict[str, str] = dict(getattr(row, "stub_headers", None) or {})
-    if headers:
-        label += ", stub sends " + "; ".join(f"{k}: {v}" for k, v in headers.items())
-    return label + before_first_token_label(row)
-
-
-def before_first_token_label(row: object) -> str:
-    """What the stub sent before and around the first token, in words ("" when nothing): part of the label."""
-    beat, reasoning = getattr(row, "heartbeat_ms", 0), getattr(row, "reasoning_tokens", 0)
-    first, head = getattr(row, "first_event_bytes", 0), getattr(row, "head_at", "start")
-    parts = [f"heartbeat {beat:g} ms"] if beat else []
-    parts += [f"{reasoning} reasoning tokens"] if reasoning else []
-    parts += [f"first event {first} B"] if first else []
-    parts += ["head at first token"] if head != "start" else []
-    return "".join(f", {p}" for p in parts)
+def condition_label(row: MatrixRow) -> str:
+    """A row's condition in words (tokenpath.axes): for people; rows, floors and shares are joined on the value."""
+    return row.condition.label
 
 
 def exclusion_shares(rows: Iterable[MatrixRow]) -> tuple[ExclusionShare, ...]:
     """Runs kept of runs made, per condition and overall: seed 003 publishes "1.7 % to 11.7 % per condition"."""
-    by_condition: dict[str, list[int]] = {}
+    by_condition: dict[Condition | None, list[int]] = {}
     for row in rows:
-        counts = by_condition.setdefault(condition_label(row), [0, 0])
+        counts = by_condition.setdefault(row.condition, [0, 0])
         counts[0] += row.excluded
         counts[1] += row.runs
-    by_condition["all"] = [sum(e for e, _ in by_condition.values()), sum(n for _, n in by_condition.values())]
+    by_condition[None] = [sum(e for e, _ in by_condition.values()), sum(n for _, n in by_condition.values())]
     return tuple(ExclusionShare(c, e, n, e / n if n else 0.0) for c, (e, n) in by_condition.items())
 
 
@@ -445,7 +422,7 @@ class LoadRow:
     # Over HTTP/2 (schema 6): streams per connection asked for and connections opened (more than the level over
     # the streams asked for when the peer's SETTINGS_MAX_CONCURRENT_STREAMS is lower: `connection_split` says so),
     # flow-control stalls (streams stalled, stalls, stall ms per stream p50/p99) and DATA frames per read.
-    http_version: str = HTTP11
+    http_version: HttpVersion = HttpVersion.HTTP11
     streams_per_connection: int | None = None
     connections: int | None = None
     connection_split: str | None = None
@@ -557,9 +534,46 @@ def _v5_to_v6(doc: Json) -> Json:
     return doc
 
 
+def _v6_to_v7(doc: Json) -> Json:
+    """Floors and exclusion shares named their condition by its label: each is given the condition, once, of the
+    file's own declared conditions or rows that reads the same (the label of every condition there has been is
+    unchanged); the overall share's is null. A floor whose label names none of them is of no row: dropped."""
+    if doc.get("kind") not in ("matrix", "sweep"):
+        return doc
+    known: dict[str, Json | None] = {}
+    for cond in (doc.get("experiment") or {}).get("conditions") or []:
+        value = Condition.from_json(cond)
+        known.setdefault(value.label, value.to_json())
+    for row in doc.get("rows") or []:
+        value = Condition.from_json(row, row=True)
+        known.setdefault(value.label, value.to_json())
+    known["all"] = None  # the overall share's
+
+    def named(entries: list[Json]) -> list[Json]:
+        """Each entry with its condition's value (an entry that already names it by value is kept as it is)."""
+        out = []
+        for entry in entries:
+            label = entry.get("condition")
+            if not isinstance(label, str):
+                out.append(entry)
+            elif label in known:
+                out.append({**entry, "condition": known[label], "label": label})
+        return out
+
+    doc["floors"] = named(doc.get("floors") or [])
+    if doc.get("exclusion_shares"):
+        doc["exclusion_shares"] = named(doc["exclusion_shares"])
+    return doc
+
+
 MIGRATIONS: dict[int, Callable[[Json], Json]] = {
-    1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5, 5: _v5_to_v6
-}  # fmt: skip
+    1: _v1_to_v2,
+    2: _v2_to_v3,
+    3: _v3_to_v4,
+    4: _v4_to_v5,
+    5: _v5_to_v6,
+    6: _v6_to_v7,
+}
 
 
 def migrate(doc: Json) -> Json:
@@ -607,21 +621,31 @@ def from_json(doc: Json) -> Results:
         proxies={k: _build(ProxyInfo, v) for k, v in (doc.get("proxies") or {}).items()},
         skipped=tuple(_build(PathSkip, s) for s in doc.get("skipped", [])),
         rows=rows,
-        floors=tuple(_build(FloorEntry, f) for f in doc.get("floors", [])),
+        floors=tuple(floor_entry(f) for f in doc.get("floors", [])),
         interrupted=bool(doc.get("interrupted")),
         points=tuple(_build(SweepPoint, p) for p in doc["points"]) if doc.get("points") is not None else None,
         inferred=_inferred(doc["inferred"]) if doc.get("inferred") else None,
     )
     shares = doc.get("exclusion_shares")
     if shares:
-        return replace(results, exclusion_shares=tuple(_build(ExclusionShare, s) for s in shares))
+        return replace(results, exclusion_shares=tuple(exclusion_share(s) for s in shares))
     return replace(results, exclusion_shares=exclusion_shares(results.rows))  # a file without them: the one rule
 
 
 def matrix_row(row: Json) -> MatrixRow:
-    data = {k: v for k, v in row.items() if k not in ("raw",)}
-    built = _build(MatrixRow, data)
+    axes = {a.field for a in AXES}
+    data = {k: v for k, v in row.items() if k not in ("raw", "condition") and k not in axes}
+    built = _build(MatrixRow, {**data, "condition": Condition.from_json(row, row=True)})
     return replace(built, raw=tuple(matrix_run(r) for r in row.get("raw", [])))
+
+
+def floor_entry(floor: Json) -> FloorEntry:
+    return _build(FloorEntry, {**floor, "condition": Condition.from_json(floor["condition"])})
+
+
+def exclusion_share(share: Json) -> ExclusionShare:
+    condition = share.get("condition")
+    return _build(ExclusionShare, {**share, "condition": Condition.from_json(condition) if condition else None})
 
 
 def matrix_run(run: Json) -> MatrixRun:
@@ -639,7 +663,7 @@ def matrix_run(run: Json) -> MatrixRun:
         error=run.get("error"),
         audited=run.get("audited", True),
         content_encoding=run.get("content_encoding", IDENTITY),
-        http_version=run.get("http_version", HTTP11),
+        http_version=HttpVersion(run.get("http_version", HTTP11)),
     )
 
 
@@ -662,6 +686,7 @@ def load_row(row: Json) -> LoadRow:
         error_samples=tuple(row.get("error_samples") or ()),
         runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),
         flow_control_stalls=_build(FlowControlStalls, stalls) if (stalls := row.get("flow_control_stalls")) else None,
+        http_version=HttpVersion(row.get("http_version", HTTP11)),
     )
     return LoadRow(**data)
 

@@ -166,7 +166,7 @@ class StubApp:
             model = {"id": self.cfg.model, "object": "model", "created": 0, "owned_by": "tokenpath"}
             response.send_json(200, {"object": "list", "data": [model]})
         elif route == "/_tokenpath/health":
-            pacing = self._default_pacing.to_json()  # what a client must expect
+            pacing = self._default_pacing.to_json(with_frame=True)  # what a client must expect
             apis = [a.value for a in self.cfg.apis]
             response.send_json(
                 200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing, "apis": apis}
@@ -220,7 +220,7 @@ class StubApp:
         )
         head = response.start_stream(200, [*fmt.stream_headers, *headers])
         wire = shape.wire(response.chunked, completion_id(req.stream_id))
-        if pacing.before_first_token:  # what real servers send around the first token (stub/plan.py)
+        if pacing.planned:  # what real servers send around the first token, a pause (stub/plan.py)
             beat = fmt.heartbeat
             plan = plan_writes(
                 shape,
@@ -229,6 +229,8 @@ class StubApp:
                 heartbeat=None if beat is None else (response.frame(beat), len(beat)),
                 heartbeat_ms=pacing.heartbeat_ms,
                 head_at_first_token=pacing.head_at == "first-token",
+                pause_ms=pacing.pause_ms,
+                pause_after=pacing.pause_after,
             )
             log = self.audit.open(
                 req.stream_id, pacing.interval_ms, started, plan.first_content, plan.reasoning, plan.heartbeats
@@ -262,7 +264,7 @@ class StubApp:
     ) -> None:
         """stream: false: the JSON arrives when the last token would have."""
         body = fmt.whole(req)
-        offset = round((pacing.ttft_ms + (req.tokens - 1) * pacing.interval_ms) * NS_PER_MS)
+        offset = round((pacing.ttft_ms + (req.tokens - 1) * pacing.interval_ms + pacing.pause_ms) * NS_PER_MS)
 
         def send(deadline_ns: int) -> None:
             log.record(deadline_ns, self.clock(), len(body))

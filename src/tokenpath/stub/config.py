@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.priority import Priority
@@ -97,42 +98,69 @@ class Jitter:
 class Pacing:
     """How one response is paced. The stub's flags set the default; a request may override any of it with a
     `"tokenpath": {...}` member in its JSON body, so that one stub serves every condition of an experiment
-    (proxies forward bodies untouched, and some drop unknown headers).
+    (proxies forward bodies untouched, and some drop unknown headers). Serialised here only: `to_json` is that
+    member (and the stub's health answer), `override` reads it, `to_argv` is the `tokenpath stub` flags.
 
     What real servers send before and around the first token (issue 24 §4), each off by default:
     `heartbeat_ms` SSE `: ping` comments every N ms from the start until the last frame; `reasoning_tokens` N
     reasoning deltas, paced like tokens, before the content; `first_event_bytes` the first content frame padded to
-    N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token."""
+    N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token. And a silence
+    mid-stream: `pause_ms` N ms after content token `pause_after` (1: the first), which moves every later frame as
+    much (keep-alives go on through it)."""
 
-    ttft_ms: float
-    interval_ms: float
-    tokens: int
-    frame_bytes: int | None
-    format: Format
+    ttft_ms: float = 90.0
+    interval_ms: float = 14.0
+    tokens: int = 128
+    frame_bytes: int | None = None
+    format: Format = "openai"
     heartbeat_ms: float | None = None
     reasoning_tokens: int = 0
     first_event_bytes: int | None = None
     head_at: HeadAt = "start"
+    pause_ms: float = 0.0
+    pause_after: int = 1
 
-    OVERRIDABLE = (
-        "ttft_ms", "interval_ms", "tokens", "frame_bytes", "format",
-        "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at",
-    )  # fmt: skip
-    _NULLABLE = frozenset({"frame_bytes", "heartbeat_ms", "first_event_bytes"})
+    OVERRIDABLE: ClassVar[tuple[str, ...]]  # every field (set below the class)
+    SCHEDULE: ClassVar[tuple[str, ...]] = ("ttft_ms", "interval_ms", "tokens")  # always said: a stream's timing
+    FRAME: ClassVar[tuple[str, ...]] = ("frame_bytes", "format")  # the health says them too (load compares them)
+    _NULLABLE: ClassVar[frozenset[str]] = frozenset({"frame_bytes", "heartbeat_ms", "first_event_bytes"})
 
-    BEFORE_FIRST_TOKEN = ("heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at")
+    def __post_init__(self) -> None:
+        if self.heartbeat_ms == 0:
+            object.__setattr__(self, "heartbeat_ms", None)  # 0: no keep-alives, as the flag's default
 
-    def to_json(self) -> dict[str, object]:
-        """The pacing as the stub's health reports it: the options of what comes before the first token only when
-        set, so a stub without them answers as every stub always has (load and the matrix compare it)."""
-        out = {k: getattr(self, k) for k in self.OVERRIDABLE if k not in self.BEFORE_FIRST_TOKEN}
-        out.update((k, getattr(self, k)) for k in self.BEFORE_FIRST_TOKEN if getattr(self, k) != getattr(_PLAIN, k))
-        return out
+    def to_json(self, *, with_frame: bool = False) -> dict[str, object]:
+        """The request's `tokenpath` member: the schedule, and every other field only where it is not the default,
+        so a plain stream's member is as it always was. `with_frame`: the frame size and format too, as the stub's
+        health has always answered them (load and the matrix compare it)."""
+        said = {*self.SCHEDULE, *(self.FRAME if with_frame else ())}
+        return {k: v for k, v in self._items() if k in said or v != _DEFAULTS[k]}
+
+    @classmethod
+    def from_json(cls, values: object) -> Pacing:
+        """A member (or a health answer) on the defaults; BadRequest names what is wrong."""
+        return _DEFAULT.override(values)
+
+    def to_argv(self) -> list[str]:
+        """The `tokenpath stub` flags for this pacing: one per field not at the stub's default."""
+        argv: list[str] = []
+        for key, value in self._items():
+            if value != _DEFAULTS[key]:
+                argv += [f"--{key.replace('_', '-')}", _flag_value(value)]
+        return argv
+
+    def _items(self) -> list[tuple[str, object]]:
+        return [(k, getattr(self, k)) for k in self.OVERRIDABLE]
 
     @property
     def before_first_token(self) -> bool:
         """Whether any option of what comes before and around the first token is set (else the plain fast path)."""
         return bool(self.heartbeat_ms or self.reasoning_tokens or self.first_event_bytes or self.head_at != "start")
+
+    @property
+    def planned(self) -> bool:
+        """Whether the writes need a plan beyond the schedule (stub/plan.py): keep-alives, a held head, a pause."""
+        return self.before_first_token or bool(self.pause_ms)
 
     def override(self, values: object) -> Pacing:
         """A request's own pacing (its body's "tokenpath" object): a bad one is that request's BadRequest."""
@@ -141,7 +169,7 @@ class Pacing:
         unknown = set(values) - set(self.OVERRIDABLE)
         if unknown:
             raise BadRequest(f"'tokenpath' has unknown keys {sorted(unknown)}; allowed: {', '.join(self.OVERRIDABLE)}")
-        fields = {k: getattr(self, k) for k in self.OVERRIDABLE}
+        fields = dict(self._items())
         for key, value in values.items():
             if key == "format":
                 if value not in ("openai", "plain"):
@@ -154,8 +182,6 @@ class Pacing:
             elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
                 raise BadRequest(f"'tokenpath.{key}' must be a finite number >= 0")
             fields[key] = value
-        if fields["heartbeat_ms"] == 0:
-            fields["heartbeat_ms"] = None  # 0: no keep-alives, as the flag's default
         if not isinstance(fields["tokens"], int) or not 1 <= fields["tokens"] <= MAX_TOKENS:
             raise BadRequest(f"'tokenpath.tokens' must be a whole number from 1 to {MAX_TOKENS}")
         if fields["frame_bytes"] is not None and (
@@ -163,7 +189,7 @@ class Pacing:
         ):
             raise BadRequest(f"'tokenpath.frame_bytes' must be a whole number from 1 to {MAX_FRAME_BYTES}")
         try:
-            pacing = Pacing(**fields)
+            pacing = Pacing(**fields)  # type: ignore[arg-type]
             pacing.check(lambda k: f"'tokenpath.{k}'")
             pacing.check_bounds("'tokenpath': ")
         except UsageError as exc:  # the rules the stub's own flags are held to too
@@ -171,8 +197,7 @@ class Pacing:
         return pacing
 
     def check(self, field_name: Callable[[str], str] = lambda k: f"`{k}`") -> None:
-        """The before-the-first-token options' ranges (UsageError naming each as the caller spells it: a flag or a
-        body member)."""
+        """The options' ranges (UsageError naming each as the caller spells it: a flag or a body member)."""
         if not isinstance(self.reasoning_tokens, int) or not 0 <= self.reasoning_tokens <= MAX_TOKENS:
             raise UsageError(f"{field_name('reasoning_tokens')} must be a whole number from 0 to {MAX_TOKENS}")
         if self.first_event_bytes is not None and (
@@ -183,6 +208,10 @@ class Pacing:
             )
         if self.head_at not in HEAD_AT:
             raise UsageError(f"{field_name('head_at')} {self.head_at!r}: expected start or first-token")
+        if not (math.isfinite(self.pause_ms) and self.pause_ms >= 0):
+            raise UsageError(f"{field_name('pause_ms')} must be a number of ms >= 0 (0: no pause)")
+        if not isinstance(self.pause_after, int) or not 1 <= self.pause_after <= MAX_TOKENS:
+            raise UsageError(f"{field_name('pause_after')} must be a whole number from 1 to {MAX_TOKENS}")
         if self.heartbeat_ms is None:
             return
         if not (math.isfinite(self.heartbeat_ms) and self.heartbeat_ms > 0):
@@ -195,16 +224,16 @@ class Pacing:
 
     @property
     def stream_ms(self) -> float:
-        """When the last token is due: reasoning deltas are paced like tokens."""
-        return self.ttft_ms + (self.tokens + self.reasoning_tokens) * self.interval_ms
+        """When the last token is due: reasoning deltas are paced like tokens, and a pause moves every later one."""
+        return self.ttft_ms + (self.tokens + self.reasoning_tokens) * self.interval_ms + self.pause_ms
 
     def check_bounds(self, prefix: str) -> None:
         """What one response may cost: its duration and its bytes (frames are rendered before the first write)."""
         seconds = self.stream_ms / 1000
         if seconds > MAX_STREAM_SECONDS:
             raise UsageError(
-                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms); "
-                f"at most {MAX_STREAM_SECONDS:.0f} s"
+                f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms "
+                f"+ pause_ms); at most {MAX_STREAM_SECONDS:.0f} s"
             )
         if self.frame_bytes is not None and self.tokens * self.frame_bytes > MAX_STREAM_BYTES:
             raise UsageError(
@@ -212,7 +241,16 @@ class Pacing:
             )
 
 
-_PLAIN = Pacing(0, 0, 1, None, "openai")  # every option of what comes before the first token at its default
+Pacing.OVERRIDABLE = tuple(f.name for f in dataclasses.fields(Pacing))
+_DEFAULT = Pacing()
+_DEFAULTS: dict[str, object] = dict(_DEFAULT._items())
+
+
+def _flag_value(value: object) -> str:
+    """A value as a flag takes it: 50.0 as 50 (the stub reads it back as the same float)."""
+    if isinstance(value, float) and float(f"{value:g}") == value:
+        return f"{value:g}"
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +268,8 @@ class StubConfig:
     reasoning_tokens: int = 0
     first_event_bytes: int | None = None
     head_at: HeadAt = "start"
+    pause_ms: float = 0.0
+    pause_after: int = 1
     model: str = "tokenpath-stub"
     workers: int = 1
     seed: int | None = None
@@ -274,14 +314,10 @@ class StubConfig:
 
     @property
     def pacing(self) -> Pacing:
-        return Pacing(
-            self.ttft_ms,
-            self.interval_ms,
-            self.tokens,
-            self.frame_bytes,
-            self.format,
-            self.heartbeat_ms or None,
-            self.reasoning_tokens,
-            self.first_event_bytes,
-            self.head_at,
-        )
+        """Its flags' pacing: the fields of the same names (every one of Pacing's is a field here)."""
+        return Pacing(**{k: getattr(self, k) for k in Pacing.OVERRIDABLE})
+
+    @classmethod
+    def paced(cls, pacing: Pacing, **settings: Any) -> StubConfig:
+        """A stub whose flags are `pacing` (and `settings` besides): what a stub started with `pacing.to_argv()` is."""
+        return cls(**{k: getattr(pacing, k) for k in Pacing.OVERRIDABLE}, **settings)

@@ -1,6 +1,6 @@
 """What one stream writes when, once the options of what real servers send around the first token are applied
-(issue 24 §4): keep-alive comments merged into the schedule, and the head held until the first token. Sans-IO:
-lists in, lists out; the app writes them (PacedStream) and the audit records them.
+(issue 24 §4): keep-alive comments merged into the schedule, the head held until the first token, and a silence
+mid-stream. Sans-IO: lists in, lists out; the app writes them (PacedStream) and the audit records them.
 
 Why heartbeats are planned, not timed: every write is one audited frame (frame k on the client = write k in the
 audit, the join added TTFT is made by), so a keep-alive must have its own place and deadline in the stream, fixed
@@ -11,6 +11,10 @@ last frame. A keep-alive due at the same moment as a frame goes after it, so it 
 With the head held (`head_at` "first-token", as some gateways do), everything due before the first token (the lead
 frames) is due with it, in the same write as the head; keep-alives start after it (a server that has not sent its
 head has nothing to keep alive).
+
+A pause (`pause_ms` after content token `pause_after`) moves every later frame by as much: it is part of the
+schedule, so the audit holds each write to its paused deadline, and the keep-alive grid, which runs on the clock,
+goes on through it. A pause after the stream's last token falls before its final events.
 """
 
 from __future__ import annotations
@@ -42,10 +46,13 @@ def plan_writes(
     heartbeat: tuple[bytes, int] | None = None,
     heartbeat_ms: float | None = None,
     head_at_first_token: bool = False,
+    pause_ms: float = 0.0,
+    pause_after: int = 1,
 ) -> WritePlan:
     """`shape`'s frames (`wire`, due at `offsets`) with keep-alives every `heartbeat_ms` (`heartbeat`: the comment
-    as framed on the wire, and its SSE bytes) and, with `head_at_first_token`, the head held for the first token."""
-    offsets = list(offsets)
+    as framed on the wire, and its SSE bytes), with `head_at_first_token` the head held for the first token, and
+    `pause_ms` of silence after content token `pause_after`."""
+    offsets = paused(offsets, shape.first_content + pause_after, pause_ms)
     head_ns = 0
     if head_at_first_token:
         head_ns = offsets[shape.first_token]
@@ -83,3 +90,12 @@ def plan_writes(
         tuple(beats),
         head_ns,
     )
+
+
+def paused(offsets: list[int], cut: int, pause_ms: float) -> list[int]:
+    """`offsets` with every frame from index `cut` on (at most the last frame) `pause_ms` later."""
+    pause_ns = round(pause_ms * NS_PER_MS)
+    if not pause_ns or not offsets:
+        return list(offsets)
+    cut = min(cut, len(offsets) - 1)
+    return [at + pause_ns if j >= cut else at for j, at in enumerate(offsets)]

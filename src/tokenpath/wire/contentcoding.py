@@ -36,6 +36,7 @@ from typing import Protocol
 import brotli  # type: ignore[import-untyped]
 
 from tokenpath.errors import ContentEncodingError
+from tokenpath.wire.acceptencoding import IDENTITY
 
 if sys.version_info >= (3, 14):
     from compression import zstd as zstd  # re-exported: the tests' encoder uses the same module
@@ -89,7 +90,7 @@ def parse_codings(header: str | None) -> list[str]:
     for raw in (header or "").split(","):
         coding = raw.strip().lower()
         coding = _ALIASES.get(coding, coding)
-        if coding in ("", "identity"):
+        if coding in ("", IDENTITY):
             continue
         if coding not in SUPPORTED:
             raise ContentEncodingError(
@@ -149,7 +150,7 @@ def decoder_for(
 
 
 class IdentityDecoder:
-    encoding = "identity"
+    encoding = IDENTITY
 
     def feed(self, data: bytes) -> bytes:
         return data
