@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import tokenpath.probe.client
+import tokenpath.probe.stream
 from tokenpath.cli import app
 from tokenpath.cli.probe import stub_pacing
 from tokenpath.errors import UsageError
@@ -30,7 +30,7 @@ def test_the_flags_reach_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.append(cfg)
         raise SystemExit(0)
 
-    monkeypatch.setattr(tokenpath.probe.client, "probe_stream", capture)
+    monkeypatch.setattr(tokenpath.probe.stream, "probe_stream", capture)
     CliRunner().invoke(app, ["probe", "http://127.0.0.1:9", "--pause-ms", "300", "--heartbeat-ms", "50"])
     assert dict(seen[0].extra_body)["tokenpath"] == {"pause_ms": 300.0, "heartbeat_ms": 50.0}
     out = CliRunner().invoke(app, ["probe", "http://127.0.0.1:9", "--head-at", "later"])
