@@ -9,13 +9,13 @@ import io
 import tomllib
 
 import pytest
-from tokenpath.report.tables import csv_text, varying_columns
 
 from tokenpath.errors import UsageError
 from tokenpath.experiment.compose import experiment_toml
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import build_row
 from tokenpath.experiment.spec import PathSpec, parse, stub_member, stub_pacing
+from tokenpath.report.tables import csv_text, varying_columns
 from tokenpath.results.model import MatrixResults, MatrixRow, Provenance, matrix_row
 from tokenpath.stub.config import Pacing
 
