@@ -92,8 +92,9 @@ def monitor(
         from tokenpath.monitor import exporter as monexp
 
         if config is not None or url is not None or once:
-            raise UsageError("--exporter takes its targets from Prometheus (/probe?target=URL): no config file, "
-                             "--url or --once")  # fmt: skip
+            raise UsageError(
+                "--exporter takes its targets from Prometheus (/probe?target=URL): no config file, --url or --once"
+            )
         exporter_cfg = monexp.build_config(modules, allow or [], metrics_listen, max_concurrency, metric_names)
         configure_logging(log_level)
         monexp.serve(exporter_cfg, announce("monitor"))

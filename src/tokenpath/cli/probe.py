@@ -169,6 +169,7 @@ def joined_metrics(trace: Trace, stub_url: str | None) -> RunMetrics:
         return run_metrics(trace)
     entry = fetch_audit(stub_url, [trace.stream_id]).by_id().get(trace.stream_id)
     if entry is None or entry.log is None:
-        raise UsageError(f"--stub-url {stub_url}: its audit has no stream {trace.stream_id}; is it the stub this path "
-                         "streams from?")  # fmt: skip
+        raise UsageError(
+            f"--stub-url {stub_url}: its audit has no stream {trace.stream_id}; is it the stub this path streams from?"
+        )
     return run_metrics(trace, entry.log)

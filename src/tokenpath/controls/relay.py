@@ -300,9 +300,12 @@ class ControlRelay:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: _Downstream(self.cfg), self.cfg.listen_host, self.cfg.listen_port, reuse_address=True,
+                lambda: _Downstream(self.cfg),
+                self.cfg.listen_host,
+                self.cfg.listen_port,
+                reuse_address=True,
                 ssl=self.cfg.ssl_context(),
-            )  # fmt: skip
+            )
         except OSError as exc:
             raise UsageError(
                 f"cannot listen on {join_hostport(self.cfg.listen_host, self.cfg.listen_port)}: {exc.strerror}"

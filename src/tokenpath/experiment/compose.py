@@ -119,7 +119,7 @@ def emit(exp: Experiment, out_dir: Path, source_root: Path | None) -> tuple[Path
         f"#   docker compose up --build --abort-on-container-exit --exit-code-from {RUNNER}",
         "# results.json, table.md and report.html land in ./results. The matrix certifies itself in its container",
         "# first; `direct` is loopback inside that container, each proxy is reached over the Compose network.",
-    ]  # fmt: skip
+    ]
     header += [f"# Not exported: {line}" for line in skipped]
     compose_file.write_text("\n".join(header) + "\n" + yaml.safe_dump({"services": services}, sort_keys=False))
     return compose_file, skipped
@@ -144,9 +144,14 @@ def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list
     proxy as a path already running at its service. (TOML by hand: tomllib reads only, and the shape is fixed.)"""
     lines = [
         f"# From {exp.name!r} by tokenpath matrix --emit-compose: the proxies run as Compose services.",
-        f"name = {_toml(exp.name)}", f"frames = {exp.frames}", f"runs = {exp.runs}", f"ttft_ms = {exp.ttft_ms!r}",
-        "", "[stub]", f'listen = "0.0.0.0:{STUB_PORT}"  # the proxy services reach it as {RUNNER}:{STUB_PORT}',
-    ]  # fmt: skip
+        f"name = {_toml(exp.name)}",
+        f"frames = {exp.frames}",
+        f"runs = {exp.runs}",
+        f"ttft_ms = {exp.ttft_ms!r}",
+        "",
+        "[stub]",
+        f'listen = "0.0.0.0:{STUB_PORT}"  # the proxy services reach it as {RUNNER}:{STUB_PORT}',
+    ]
     if exp.exclusion.tolerance_ms is not None:
         lines += ["", "[exclusion]", f"tolerance_ms = {exp.exclusion.tolerance_ms!r}"]
     for name, url, version in attached:

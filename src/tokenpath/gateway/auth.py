@@ -116,8 +116,10 @@ class Authenticator:
                 raise UsageError(f"`secret_env` {cfg.secret_env}: that environment variable is empty")
             self._key = secret.encode()
             if len(self._key) < MIN_SECRET_BYTES:
-                raise UsageError(f"the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
-                                 f"secrets need at least {MIN_SECRET_BYTES} (RFC 7518 3.2)")  # fmt: skip
+                raise UsageError(
+                    f"the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
+                    f"secrets need at least {MIN_SECRET_BYTES} (RFC 7518 3.2)"
+                )
         elif cfg.public_key_file:
             try:
                 self._key = Path(cfg.public_key_file).read_bytes()
@@ -210,9 +212,14 @@ class Authenticator:
     def _decode(self, token: str, key: Any, alg: str) -> dict[str, Any]:
         try:
             claims: dict[str, Any] = jwt.decode(
-                token, key=key, algorithms=[alg], audience=self.cfg.audience, issuer=self.cfg.issuer,
-                leeway=self.cfg.leeway_s, options=self._options,  # type: ignore[arg-type]
-            )  # fmt: skip
+                token,
+                key=key,
+                algorithms=[alg],
+                audience=self.cfg.audience,
+                issuer=self.cfg.issuer,
+                leeway=self.cfg.leeway_s,
+                options=self._options,  # type: ignore[arg-type]
+            )
         except jwt.ExpiredSignatureError:
             raise AuthError("token expired") from None
         except jwt.ImmatureSignatureError:

@@ -17,8 +17,20 @@ from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
 
 Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
 STRATEGIES = ("round_robin", "least_outstanding", "p2c_ewma")
-ALGORITHMS = ("HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384",
-              "EdDSA")  # fmt: skip
+ALGORITHMS = (
+    "HS256",
+    "HS384",
+    "HS512",
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "EdDSA",
+)
 
 
 @dataclass(frozen=True)
@@ -163,8 +175,10 @@ class GatewayConfig:
         if self.limits.h2_max_concurrent_streams < 1:
             raise UsageError("limits: h2_max_concurrent_streams must be >= 1")
         if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
-            raise UsageError("limits: max_body_bytes_in_flight must be >= max_body_bytes (else a body that size "
-                             "could never be admitted)")  # fmt: skip
+            raise UsageError(
+                "limits: max_body_bytes_in_flight must be >= max_body_bytes (else a body that size "
+                "could never be admitted)"
+            )
         a = self.auth
         if a.mode == "jwt":
             sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]
@@ -178,8 +192,10 @@ class GatewayConfig:
                 raise UsageError(f"auth algorithms {list(a.algorithms)}: choose from {ALGORITHMS}")
             hmac = {alg for alg in a.algorithms if alg.startswith("HS")}
             if hmac and not a.secret_env:
-                raise UsageError("HS* algorithms need a shared secret (secret_env); with a public key or "
-                                 "JWKS they would open the door to algorithm confusion")  # fmt: skip
+                raise UsageError(
+                    "HS* algorithms need a shared secret (secret_env); with a public key or "
+                    "JWKS they would open the door to algorithm confusion"
+                )
             if a.secret_env and set(a.algorithms) - hmac:
                 raise UsageError("a shared secret only verifies HS256/384/512")
         elif a.mode != "none":
@@ -265,8 +281,9 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     for i, raw in enumerate(data.pop("pool", [])):
         raw = dict(raw)
         members = tuple(_dataclass_from(Member, m, f"pool {i} member") for m in raw.pop("member", []))
-        pools.append(_dataclass_from(PoolConfig, {"name": raw.pop("name", f"pool{i}"), **raw, "members": members},
-                                     f"pool {i}"))  # fmt: skip
+        pools.append(
+            _dataclass_from(PoolConfig, {"name": raw.pop("name", f"pool{i}"), **raw, "members": members}, f"pool {i}")
+        )
     kwargs["pools"] = tuple(pools)
     if data:
         raise UsageError(f"gateway config: unknown key(s) {sorted(data)}")

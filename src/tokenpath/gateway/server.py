@@ -74,9 +74,11 @@ class GatewayServer:
         limits = self.cfg.limits
         app = self.app
         server_limits = ServerLimits(
-            max_body_bytes=limits.max_body_bytes, max_head_bytes=limits.max_head_bytes,
-            request_timeout_s=limits.header_timeout_s, write_buffer_high=limits.write_buffer_bytes,
-        )  # fmt: skip
+            max_body_bytes=limits.max_body_bytes,
+            max_head_bytes=limits.max_head_bytes,
+            request_timeout_s=limits.header_timeout_s,
+            write_buffer_high=limits.write_buffer_bytes,
+        )
 
         # HTTP/1.1 and HTTP/2 on one port: by ALPN over TLS, by the client's first bytes in clear text (h2c)
         factory = serve_factory(app, server_limits, H2Limits(max_concurrent_streams=limits.h2_max_concurrent_streams))
@@ -126,8 +128,11 @@ def run(
 ) -> None:
     configure_logging(log_level)
     if cfg.auth.mode == "none":
-        log.warning(json.dumps({"event": "auth_disabled", "message": "--no-auth: every request is let through "
-                                "without authentication"}))  # fmt: skip
+        log.warning(
+            json.dumps(
+                {"event": "auth_disabled", "message": "--no-auth: every request is let through without authentication"}
+            )
+        )
     scheme = "https" if cfg.tls_cert else "http"
     config = Config("gateway", cfg.listen_host, cfg.listen_port, cfg.workers, loop_name, cfg.limits.drain_s, scheme)
     if cfg.workers == 1:

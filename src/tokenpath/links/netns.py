@@ -78,8 +78,20 @@ class VethPair(_Namespaces):
     def _build(self) -> None:
         _ip("netns", "add", self.server)
         _ip("netns", "add", self.client)
-        _ip("link", "add", self._server_if, "netns", self.server, "type", "veth", "peer", "name",
-            self._client_if, "netns", self.client)  # fmt: skip
+        _ip(
+            "link",
+            "add",
+            self._server_if,
+            "netns",
+            self.server,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            self._client_if,
+            "netns",
+            self.client,
+        )
         for ns, dev, addr in (
             (self.server, self._server_if, SERVER_ADDR),
             (self.client, self._client_if, CLIENT_ADDR),

@@ -114,8 +114,14 @@ class RunClock:
         return max(self.start.uncertainty_ns, self.end.uncertainty_ns) + abs(self.drift_ns) // 2
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "offset_ms": self.offset_ns / 1e6, "uncertainty_ms": self.uncertainty_ns / 1e6,
-                "drift_ms": self.drift_ns / 1e6, "start": self.start.to_json(), "end": self.end.to_json()}  # fmt: skip
+        return {
+            "node": self.node,
+            "offset_ms": self.offset_ns / 1e6,
+            "uncertainty_ms": self.uncertainty_ns / 1e6,
+            "drift_ms": self.drift_ns / 1e6,
+            "start": self.start.to_json(),
+            "end": self.end.to_json(),
+        }
 
 
 class RayClients:
@@ -125,8 +131,13 @@ class RayClients:
         self.ray = ray = require_ray()
         _reachable(address)
         try:
-            ray.init(address=address, namespace="tokenpath", log_to_driver=False, logging_level=logging.WARNING,
-                     configure_logging=False)  # fmt: skip
+            ray.init(
+                address=address,
+                namespace="tokenpath",
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                configure_logging=False,
+            )
         except Exception as exc:  # ConnectionError, RuntimeError, ValueError: Ray's own words are the reason
             raise ServiceError(f"`cluster` {address}: cannot join the Ray cluster: {exc}") from None
         self.driver_ip = _node_ip()
@@ -198,12 +209,45 @@ def local_cluster(nodes: int, cpus_per_node: int) -> Iterator[str]:
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
     with netns.Star(nodes) as star:
         head = f"{star.addr(0)}:{RAY_HEAD_PORT}"
-        _ray(star.wrap(0, [ray_bin, "start", "--head", "--node-ip-address", star.addr(0), "--port",
-                           str(RAY_HEAD_PORT), "--num-cpus", "0", "--include-dashboard=false",
-                           "--disable-usage-stats", "--temp-dir", str(temp)]), env)  # fmt: skip
+        _ray(
+            star.wrap(
+                0,
+                [
+                    ray_bin,
+                    "start",
+                    "--head",
+                    "--node-ip-address",
+                    star.addr(0),
+                    "--port",
+                    str(RAY_HEAD_PORT),
+                    "--num-cpus",
+                    "0",
+                    "--include-dashboard=false",
+                    "--disable-usage-stats",
+                    "--temp-dir",
+                    str(temp),
+                ],
+            ),
+            env,
+        )
         for i in range(1, nodes):
-            _ray(star.wrap(i, [ray_bin, "start", "--address", head, "--node-ip-address", star.addr(i),
-                               "--num-cpus", str(cpus_per_node), "--disable-usage-stats"]), env)  # fmt: skip
+            _ray(
+                star.wrap(
+                    i,
+                    [
+                        ray_bin,
+                        "start",
+                        "--address",
+                        head,
+                        "--node-ip-address",
+                        star.addr(i),
+                        "--num-cpus",
+                        str(cpus_per_node),
+                        "--disable-usage-stats",
+                    ],
+                ),
+                env,
+            )
         try:
             with netns.entered(star.names[0]):
                 yield head

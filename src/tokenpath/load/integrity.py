@@ -53,9 +53,16 @@ PLAIN = BeforeFirstToken()
 def expected_frames(stream_id: str, model: str, tokens: int, extra: BeforeFirstToken = PLAIN) -> list[bytes]:
     """What the stub sent: its cached frames for this shape, relabelled with this stream's completion id."""
     shape = openai_shape(
-        "chat", model, tokens, False, 0, "openai", None,
-        reasoning=extra.reasoning, first_event_bytes=extra.first_event_bytes,
-    )  # fmt: skip
+        "chat",
+        model,
+        tokens,
+        False,
+        0,
+        "openai",
+        None,
+        reasoning=extra.reasoning,
+        first_event_bytes=extra.first_event_bytes,
+    )
     return shape.wire(False, completion_id(stream_id))
 
 

@@ -58,8 +58,9 @@ def plan(
 ) -> list[LevelPlan]:
     if proxy_us is None:
         if proxy not in PROXY_US:
-            raise UsageError(f"no measured cost for {proxy!r}: give `proxy_us_per_frame` (known: "
-                             f"{', '.join(sorted(PROXY_US))})")  # fmt: skip
+            raise UsageError(
+                f"no measured cost for {proxy!r}: give `proxy_us_per_frame` (known: {', '.join(sorted(PROXY_US))})"
+            )
         proxy_us = PROXY_US[proxy]
     for name, value in (("client", client_us), ("stub", stub_us), ("proxy", proxy_us)):
         if not value > 0:
@@ -74,14 +75,35 @@ def plan(
         stub = fps * stub_us / 1e6 / UTILISATION
         stub_workers = max(math.ceil(stub), math.ceil(fps / STUB_WRITES_PER_WORKER))
         relay = fps * proxy_us / 1e6 / UTILISATION
-        out.append(LevelPlan(streams, fps, (
-            RolePlan("client", client_us, client, math.ceil(client),
-                     "one --client-workers process per core (a process is one event loop)"),
-            RolePlan("stub", stub_us, stub, stub_workers,
-                     f"--stub-workers; one worker writes at most ~{STUB_WRITES_PER_WORKER:,} frames/s"),
-            RolePlan(f"proxy ({proxy})", proxy_us, relay, math.ceil(relay),
-                     "cores the path under test needs, on its own node (a single-process proxy caps at one)"),
-        )))  # fmt: skip
+        out.append(
+            LevelPlan(
+                streams,
+                fps,
+                (
+                    RolePlan(
+                        "client",
+                        client_us,
+                        client,
+                        math.ceil(client),
+                        "one --client-workers process per core (a process is one event loop)",
+                    ),
+                    RolePlan(
+                        "stub",
+                        stub_us,
+                        stub,
+                        stub_workers,
+                        f"--stub-workers; one worker writes at most ~{STUB_WRITES_PER_WORKER:,} frames/s",
+                    ),
+                    RolePlan(
+                        f"proxy ({proxy})",
+                        proxy_us,
+                        relay,
+                        math.ceil(relay),
+                        "cores the path under test needs, on its own node (a single-process proxy caps at one)",
+                    ),
+                ),
+            )
+        )
     return out
 
 

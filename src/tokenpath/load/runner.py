@@ -234,8 +234,9 @@ class Cell:
         def mean(values: list[float]) -> float | None:
             return sum(values) / len(values) if values else None
 
-        return Contention(mean(self.stub_cores), stub_workers, mean(self.steal), mean(self.run_queue), cores,
-                          direct_missed_share)  # fmt: skip
+        return Contention(
+            mean(self.stub_cores), stub_workers, mean(self.steal), mean(self.run_queue), cores, direct_missed_share
+        )
 
     def pct_ms(self, p: float, hist: HdrHistogram | None = None) -> float | None:
         h = self.hist if hist is None else hist
@@ -274,11 +275,18 @@ class LoadRunner:
         clients = RayClients(address, self.cfg.client_workers or None)
         self.cluster, self.bind = clients, clients.driver_ip
         stub_at = self.cfg.stub_node or clients.driver_ip
-        self.console.print(f"cluster: {len(clients.nodes)} nodes; client workers on {', '.join(clients.ips)}; "
-                           f"stub on {stub_at}, targets on {clients.driver_ip}")  # fmt: skip
-        self.cluster_info = {"address": address, "local_nodes": spec.local_nodes, "driver": clients.driver_ip,
-                             "nodes": clients.nodes, "client_workers": clients.ips,
-                             "stub_node": self.cfg.stub_node or clients.driver_ip}  # fmt: skip
+        self.console.print(
+            f"cluster: {len(clients.nodes)} nodes; client workers on {', '.join(clients.ips)}; "
+            f"stub on {stub_at}, targets on {clients.driver_ip}"
+        )
+        self.cluster_info = {
+            "address": address,
+            "local_nodes": spec.local_nodes,
+            "driver": clients.driver_ip,
+            "nodes": clients.nodes,
+            "client_workers": clients.ips,
+            "stub_node": self.cfg.stub_node or clients.driver_ip,
+        }
         try:
             return self._run()
         finally:
@@ -330,9 +338,13 @@ class LoadRunner:
             progress = progress_bar(self.console)
             if not self.console.is_terminal:  # no bar to watch: say up front how long the run should take
                 step_s = cfg.warmup_s + cfg.duration_s
-                self.console.print(f"load: {len(plan)} steps ({len(cfg.level_values)} levels x {cfg.runs} runs x "
-                                   f"{len(targets)} targets) of about {step_s:g} s each, expected about "
-                                   f"{len(plan) * step_s:.0f} s in all", markup=False, highlight=False)  # fmt: skip
+                self.console.print(
+                    f"load: {len(plan)} steps ({len(cfg.level_values)} levels x {cfg.runs} runs x "
+                    f"{len(targets)} targets) of about {step_s:g} s each, expected about "
+                    f"{len(plan) * step_s:.0f} s in all",
+                    markup=False,
+                    highlight=False,
+                )
             failure: ServiceError | None = None
             try:
                 with progress:
@@ -343,8 +355,9 @@ class LoadRunner:
                         url, pid = targets[name]
                         cell = cells.setdefault((level, name), Cell(name, level))
                         if cell.stopped is None:  # a level that failed one way is not run again
-                            stopped = self._measure(cell, url, pid, stub_url, keys.get(name), name == "target",
-                                                    proxies.get(name))  # fmt: skip
+                            stopped = self._measure(
+                                cell, url, pid, stub_url, keys.get(name), name == "target", proxies.get(name)
+                            )
                             if stopped:
                                 self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]")
                         progress.advance(task)
@@ -353,10 +366,13 @@ class LoadRunner:
             except ServiceError as exc:  # e.g. a cluster node died mid-level: keep what was measured, then say so
                 self.interrupted, failure = True, exc
             results = LoadResults(
-                provenance=self.provenance, targets=dict(self.targets),
+                provenance=self.provenance,
+                targets=dict(self.targets),
                 config={**_config_json(cfg), **({"cluster_nodes": self.cluster_info} if self.cluster_info else {})},
-                skipped=tuple(self.skipped), levels=tuple(self._summarise(cells)), interrupted=self.interrupted,
-            )  # fmt: skip
+                skipped=tuple(self.skipped),
+                levels=tuple(self._summarise(cells)),
+                interrupted=self.interrupted,
+            )
             model.write(results, self.out_dir)
         if failure is not None:
             raise ServiceError(f"{failure} (the rows measured before it are in {self.out_dir / 'results.json'})")
@@ -397,8 +413,12 @@ class LoadRunner:
             up = urlsplit(stub_url)
             assert up.hostname is not None
             assert up.port is not None
-            site = Site(Endpoint(self.bind, free_port(self.bind)), Endpoint(up.hostname, up.port),
-                        new_workdir(proxy_name), variant)  # fmt: skip
+            site = Site(
+                Endpoint(self.bind, free_port(self.bind)),
+                Endpoint(up.hostname, up.port),
+                new_workdir(proxy_name),
+                variant,
+            )
             try:
                 running = start(proxy, site)
             except ProxyError as exc:
@@ -466,12 +486,17 @@ class LoadRunner:
             streams_per_connection=cfg.streams_per_connection,
         )
         if external:  # the credentials and headers the user gave are for their target only
-            work = replace(work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt,
-                           tls=cfg.target_tls)  # fmt: skip
+            work = replace(
+                work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt, tls=cfg.target_tls
+            )
         if running is not None:  # what this proxy needs of a request: its model names, headers, the id's carrier
             proxy = running.proxy
-            work = replace(work, request_model=proxy.request_model(cfg.model), id_in_prompt=proxy.drops_stream_id,
-                           headers=proxy.request_headers(running.site))  # fmt: skip
+            work = replace(
+                work,
+                request_model=proxy.request_model(cfg.model),
+                id_in_prompt=proxy.drops_stream_id,
+                headers=proxy.request_headers(running.site),
+            )
         with ResourceSampler(pid) as sampler, ResourceSampler(self.stub_pid) as stub_cpu, HostSampler() as host:
             reports = self._clients(work, cell, stub_url)
         if stub_cpu.mean_cores is not None:
@@ -502,8 +527,11 @@ class LoadRunner:
         limits = [r.peer_limit for r in reports if r.peer_limit is not None]
         if limits and cell.peer_limit is None:
             cell.peer_limit = min(limits)
-            self.console.print(f"load: {cell.target} @ {cell.level:g}: {connection_split(cell, self.cfg)}",
-                               markup=False, highlight=False)  # fmt: skip
+            self.console.print(
+                f"load: {cell.target} @ {cell.level:g}: {connection_split(cell, self.cfg)}",
+                markup=False,
+                highlight=False,
+            )
 
     def _clients(self, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
         if self.cluster is not None:
@@ -669,62 +697,78 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
     """One target at one level as the model holds it: figures from the merged histograms, warnings with remedies."""
     warnings = []
     if cell.stopped:
-        warnings.append({
-            "kind": "stopped_early", "message": cell.stopped,
-            "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
-                      "--api-key-env, --jwt-secret-env)",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "stopped_early",
+                "message": cell.stopped,
+                "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
+                "--api-key-env, --jwt-secret-env)",
+            }
+        )
     contended = contention is not None and (contention.stolen or contention.queued)
     if cell.lag_p99_ms > LAG_WARN_MS and cell.client_cpu <= CPU_WARN and contention is not None and contended:
-        warnings.append({
-            "kind": "client_lag",
-            "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms at {100 * cell.client_cpu:.0f} % of a core: "
-                       f"{contention.host_figures()}",
-            "remedy": "the client was not busy, the host is: more --client-workers will not help; stop other work "
-                      "on the host, lower the concurrency, or use a machine with more cores",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "client_lag",
+                "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms at {100 * cell.client_cpu:.0f} % of a core: "
+                f"{contention.host_figures()}",
+                "remedy": "the client was not busy, the host is: more --client-workers will not help; stop other work "
+                "on the host, lower the concurrency, or use a machine with more cores",
+            }
+        )
     elif cell.lag_p99_ms > LAG_WARN_MS or cell.client_cpu > CPU_WARN:
-        warnings.append({
-            "kind": "client_saturated",
-            "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms, CPU {100 * cell.client_cpu:.0f} % of a core",
-            "remedy": "add --client-workers (one per free core) or lower the concurrency",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "client_saturated",
+                "message": f"client loop lag p99 {cell.lag_p99_ms:.1f} ms, CPU {100 * cell.client_cpu:.0f} % of a core",
+                "remedy": "add --client-workers (one per free core) or lower the concurrency",
+            }
+        )
     if cell.streams and cell.audit_failed / cell.streams > AUDIT_FAIL_WARN:
         sampled = contention or Contention(None, cfg.stub_workers, None, None, os.cpu_count() or 1)
         warnings.append(schedule_missed(cell.audit_failed, cell.streams, sampled, cell.target == "direct"))
     if cell.foreign:
-        warnings.append({
-            "kind": "other_stub",
-            "message": f"{cell.foreign} of {cell.streams} streams served by a stub that is not --stub-url "
-                       f"{cfg.stub_url or ''} (their chunks carry a stub's id its audit does not know)",
-            "remedy": "point --stub-url at the stub this target streams from, or give the target's pool that one "
-                      "stub only: a stream is joined to the write log of the stub that served it",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "other_stub",
+                "message": f"{cell.foreign} of {cell.streams} streams served by a stub that is not --stub-url "
+                f"{cfg.stub_url or ''} (their chunks carry a stub's id its audit does not know)",
+                "remedy": "point --stub-url at the stub this target streams from, or give the target's pool that one "
+                "stub only: a stream is joined to the write log of the stub that served it",
+            }
+        )
     if cell.unjoined - cell.foreign:
-        warnings.append({
-            "kind": "unjoined",
-            "message": f"{cell.unjoined - cell.foreign} of {cell.streams} streams could not be joined to the "
-                       "stub's log",
-            "remedy": "the path drops the X-Tokenpath-Stream header, the body's user field and the chunk ids",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "unjoined",
+                "message": f"{cell.unjoined - cell.foreign} of {cell.streams} streams could not be joined to the "
+                "stub's log",
+                "remedy": "the path drops the X-Tokenpath-Stream header, the body's user field and the chunk ids",
+            }
+        )
     p50 = cell.pct_ms(50)
     floor_p99 = floor.p99
     if cell.target != "direct" and floor_p99 is not None and p50 is not None and floor_p99 > FLOOR_RATIO_WARN * p50:
-        warnings.append({
-            "kind": "floor_too_high",
-            "message": f"direct p99 {floor_p99:.1f} ms is not small against this p50 {p50:.1f} ms",
-            "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
-        })  # fmt: skip
+        warnings.append(
+            {
+                "kind": "floor_too_high",
+                "message": f"direct p99 {floor_p99:.1f} ms is not small against this p50 {p50:.1f} ms",
+                "remedy": "the figure is within what this host can resolve; use a quieter or larger machine",
+            }
+        )
     clock = None
     if cell.clocks:
         worst_ms = max(c.uncertainty_ns for run in cell.clocks for c in run) / 1e6
         clock = {"uncertainty_ms": worst_ms, "runs": [[c.to_json() for c in run] for run in cell.clocks]}
         if p50 is not None and worst_ms > p50:
-            warnings.append({
-                "kind": "clock_uncertain",
-                "message": f"the client-to-stub clock is known to {worst_ms:.3f} ms, more than this p50 {p50:.3f} ms",
-                "remedy": "a faster link between the client and stub nodes, or read the figure as an upper bound",
-            })  # fmt: skip
+            warnings.append(
+                {
+                    "kind": "clock_uncertain",
+                    "message": f"the client-to-stub clock is known to {worst_ms:.3f} ms, "
+                    f"more than this p50 {p50:.3f} ms",
+                    "remedy": "a faster link between the client and stub nodes, or read the figure as an upper bound",
+                }
+            )
     total = cell.streams + cell.errors  # every stream started in the measured window
     kept = cell.hist.get_total_count()  # the streams the figures are made of
     row = LoadRow(
@@ -774,17 +818,22 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
 
 def connection_split(cell: Cell, cfg: LoadConfig) -> str:
     """The line that says a level took more connections than asked: the peer allows fewer streams on one."""
-    return (f"the peer allows {cell.peer_limit} concurrent streams per connection, {cfg.streams_per_connection} "
-            f"were asked: {cell.connections} connections opened")  # fmt: skip
+    return (
+        f"the peer allows {cell.peer_limit} concurrent streams per connection, {cfg.streams_per_connection} "
+        f"were asked: {cell.connections} connections opened"
+    )
 
 
 def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
     """A level's HTTP/2 figures: connections, flow-control stalls (per stream), DATA frames per read."""
     stall = sorted(cell.stall_ms)
     stalls = FlowControlStalls(
-        streams=len(stall), stalled_streams=cell.stalled, stalls=cell.stalls,
-        stall_ms_p50=percentile(stall, 50) if stall else None, stall_ms_p99=percentile(stall, 99) if stall else None,
-    )  # fmt: skip
+        streams=len(stall),
+        stalled_streams=cell.stalled,
+        stalls=cell.stalls,
+        stall_ms_p50=percentile(stall, 50) if stall else None,
+        stall_ms_p99=percentile(stall, 99) if stall else None,
+    )
     return {
         "http_version": HttpVersion.HTTP2,
         "streams_per_connection": cfg.streams_per_connection,

@@ -92,8 +92,9 @@ class ExporterConfig:
         if not 1 <= self.max_concurrency <= 256:
             raise UsageError(f"`max_concurrency` must be between 1 and 256, not {self.max_concurrency}")
         if self.metric_names not in otel_names.NAMINGS:
-            raise UsageError(f"`metric_names` must be one of {', '.join(otel_names.NAMINGS)}, not "
-                             f"{self.metric_names!r}")  # fmt: skip
+            raise UsageError(
+                f"`metric_names` must be one of {', '.join(otel_names.NAMINGS)}, not {self.metric_names!r}"
+            )
         if not self.modules:
             raise UsageError("the exporter needs at least one module")
         self.host_port  # noqa: B018 - checks `listen`
@@ -181,8 +182,12 @@ def parse_probe_request(query: str, scrape_timeout: str | None, config: Exporter
         known = ", ".join(config.modules)
         raise Refusal(400, "unknown_module", f"unknown module {name[:64]!r}; this exporter has: {known}")
     if not config.allow:
-        raise Refusal(403, "no_allow_list", "no target is allowed: start the exporter with --allow PATTERN "
-                      "(e.g. --allow 'https://*.example.com') naming the endpoints it may probe")  # fmt: skip
+        raise Refusal(
+            403,
+            "no_allow_list",
+            "no target is allowed: start the exporter with --allow PATTERN "
+            "(e.g. --allow 'https://*.example.com') naming the endpoints it may probe",
+        )
     try:
         routes = module.routes(target)
     except UsageError as exc:
@@ -304,8 +309,9 @@ class ProbeExporter:
             if left <= 0:
                 outcomes[route] = _out_of_time(request.target, route, cfg)
                 continue
-            outcomes[route] = probe_route(request.target, route, replace(cfg, total_timeout_s=min(
-                cfg.total_timeout_s, left)), self._probers(sink))  # fmt: skip
+            outcomes[route] = probe_route(
+                request.target, route, replace(cfg, total_timeout_s=min(cfg.total_timeout_s, left)), self._probers(sink)
+            )
         added = added_ttft_s(list(outcomes.values()))
         for outcome in outcomes.values():
             log_outcome(outcome, added if outcome.route == "via" else None)

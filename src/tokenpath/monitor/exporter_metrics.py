@@ -45,27 +45,42 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
     Gauge("probe_duration_seconds", "How long the probe (every route) took", registry=r).set(result.duration_s)
     Gauge("probe_http_status_code", "The target's response status (0: none)", registry=r).set(result.http_status)
     by_route = ["route"]
-    failure = Gauge("tokenpath_probe_failure", "1 for the reason a route's probe failed", [*by_route, "reason"],
-                    registry=r)  # fmt: skip
+    failure = Gauge(
+        "tokenpath_probe_failure", "1 for the reason a route's probe failed", [*by_route, "reason"], registry=r
+    )
     ttfb = Gauge("tokenpath_probe_ttfb_seconds", "Request sent to first response byte", by_route, registry=r)
     fpr = Gauge("tokenpath_probe_frames_per_read", "Frames per read (1 = streamed)", by_route, registry=r)
-    coalescing = Gauge("tokenpath_probe_coalescing", "The burst size most arrivals carried (1 = every frame alone)",
-                       by_route, registry=r)  # fmt: skip
+    coalescing = Gauge(
+        "tokenpath_probe_coalescing",
+        "The burst size most arrivals carried (1 = every frame alone)",
+        by_route,
+        registry=r,
+    )
     frames = Gauge("tokenpath_probe_frames", "Frames (SSE events) received", by_route, registry=r)
     gap_p50 = Gauge("tokenpath_probe_frame_gap_p50_seconds", "Median time between arrivals", by_route, registry=r)
-    gap_max = Gauge("tokenpath_probe_frame_gap_max_seconds", "Longest time between arrivals (the stall)", by_route,
-                    registry=r)  # fmt: skip
+    gap_max = Gauge(
+        "tokenpath_probe_frame_gap_max_seconds", "Longest time between arrivals (the stall)", by_route, registry=r
+    )
     otel = metric_names == otel_names.OTEL
     if otel:
-        ttft = Histogram(otel_names.prometheus_name(otel_names.TIME_TO_FIRST_CHUNK),
-                         "Time to the first content chunk (frame), from the request's last byte",
-                         otel_names.PROMETHEUS_LABELS, buckets=otel_names.BUCKETS, registry=r)  # fmt: skip
-        chunk = Histogram(otel_names.prometheus_name(otel_names.TIME_PER_OUTPUT_CHUNK),
-                          "Time from the previous chunk (frame) to each chunk after the first, by arrival",
-                          otel_names.PROMETHEUS_LABELS, buckets=otel_names.BUCKETS, registry=r)  # fmt: skip
+        ttft = Histogram(
+            otel_names.prometheus_name(otel_names.TIME_TO_FIRST_CHUNK),
+            "Time to the first content chunk (frame), from the request's last byte",
+            otel_names.PROMETHEUS_LABELS,
+            buckets=otel_names.BUCKETS,
+            registry=r,
+        )
+        chunk = Histogram(
+            otel_names.prometheus_name(otel_names.TIME_PER_OUTPUT_CHUNK),
+            "Time from the previous chunk (frame) to each chunk after the first, by arrival",
+            otel_names.PROMETHEUS_LABELS,
+            buckets=otel_names.BUCKETS,
+            registry=r,
+        )
     else:
-        ttft_gauge = Gauge("tokenpath_probe_ttft_seconds", "Request sent to the first content frame", by_route,
-                           registry=r)  # fmt: skip
+        ttft_gauge = Gauge(
+            "tokenpath_probe_ttft_seconds", "Request sent to the first content frame", by_route, registry=r
+        )
     for route, outcome in result.outcomes.items():
         if not outcome.ok:
             failure.labels(route, outcome.outcome).set(1)
@@ -96,8 +111,11 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
         for t in otel_names.chunk_times(outcome.gaps_s, m.frames, m.arrivals):
             chunk_time.observe(t)
     if result.added_ttft_s is not None:
-        Gauge("tokenpath_probe_added_ttft_seconds", "TTFT via the target minus TTFT direct, probed back to back",
-              registry=r).set(result.added_ttft_s)  # fmt: skip
+        Gauge(
+            "tokenpath_probe_added_ttft_seconds",
+            "TTFT via the target minus TTFT direct, probed back to back",
+            registry=r,
+        ).set(result.added_ttft_s)
     return generate_latest(_Measured(r))
 
 
@@ -117,14 +135,24 @@ class ExporterMetrics:
 
     def __init__(self, modules: list[str], registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
-        self.probes = Counter("tokenpath_exporter_probes_total", "Probes run, by module and the via route's outcome",
-                              ["module", "outcome"], registry=r)  # fmt: skip
-        self.dropped = Counter("tokenpath_exporter_probes_dropped_total",
-                               "Probe requests answered 503 at once: every --max-concurrency slot was busy",
-                               registry=r)  # fmt: skip
-        self.refused = Counter("tokenpath_exporter_probes_refused_total",
-                               "Probe requests refused before probing, by reason (not_allowed, no_allow_list, "
-                               "unknown_module, bad_request)", ["reason"], registry=r)  # fmt: skip
+        self.probes = Counter(
+            "tokenpath_exporter_probes_total",
+            "Probes run, by module and the via route's outcome",
+            ["module", "outcome"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "tokenpath_exporter_probes_dropped_total",
+            "Probe requests answered 503 at once: every --max-concurrency slot was busy",
+            registry=r,
+        )
+        self.refused = Counter(
+            "tokenpath_exporter_probes_refused_total",
+            "Probe requests refused before probing, by reason (not_allowed, no_allow_list, "
+            "unknown_module, bad_request)",
+            ["reason"],
+            registry=r,
+        )
         self.in_flight = Gauge("tokenpath_exporter_probes_in_flight", "Probes running now", registry=r)
         for module in modules:
             self.probes.labels(module, "ok")  # the series exists before the first probe ends

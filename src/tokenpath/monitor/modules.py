@@ -102,8 +102,9 @@ def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Mod
     if spec.direct_url is not None:
         leftover = _PLACEHOLDER.sub("", spec.direct_url)
         if "{" in leftover or "}" in leftover:
-            raise UsageError(f"{where}: `direct_url` {spec.direct_url!r}: only {{scheme}} {{host}} {{port}} "
-                             "{target} are filled in")  # fmt: skip
+            raise UsageError(
+                f"{where}: `direct_url` {spec.direct_url!r}: only {{scheme}} {{host}} {{port}} {{target}} are filled in"
+            )
         try:
             fill_direct_url(spec.direct_url, _CHECK_URL)
         except UsageError as exc:

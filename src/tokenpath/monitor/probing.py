@@ -83,8 +83,13 @@ class Aborter:
                     _shutdown(sock)
 
         try:
-            inner = open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls, watch=watch,
-                                    drain_max_bytes=MONITOR_DRAIN_BYTES)  # fmt: skip
+            inner = open_connection(
+                target,
+                connect_timeout_s=cfg.connect_deadline_s,
+                tls=cfg.tls,
+                watch=watch,
+                drain_max_bytes=MONITOR_DRAIN_BYTES,
+            )
         finally:
             with self._lock:
                 self._connecting.difference_update(mine)

@@ -27,8 +27,12 @@ from dataclasses import dataclass
 from tokenpath.errors import UsageError
 
 _RULE = re.compile(r"^\s*([a-z_]+?)(?:_p(\d{1,3}(?:\.\d+)?))?\s*(>=|<=|>|<)\s*([0-9]*\.?[0-9]+)\s*(ms|s|%)?\s*$")
-_OPS: dict[str, Callable[[float, float], bool]] = {">": operator.gt, ">=": operator.ge, "<": operator.lt,
-                                                    "<=": operator.le}  # fmt: skip
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "<": operator.lt,
+    "<=": operator.le,
+}
 TIMED = ("ttft", "ttfb", "added_ttft", "gap")  # take a percentile and a time unit
 PLAIN = ("fpr", "fpr_max", "coalescing")
 SHARE = ("failure_rate",)

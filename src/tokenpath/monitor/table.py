@@ -17,20 +17,40 @@ def _ms(values: list[float], p: float) -> str:
 
 def summary_table(summaries: list[TargetSummary]) -> Table:
     table = Table(title="tokenpath monitor --once")
-    for col in ("target", "route", "probes", "failed", "TTFB p50 ms", "TTFT p50 ms", "TTFT p95 ms", "fpr",
-                "coalescing", "added TTFT p50 ms", "added p95 ms"):  # fmt: skip
+    for col in (
+        "target",
+        "route",
+        "probes",
+        "failed",
+        "TTFB p50 ms",
+        "TTFT p50 ms",
+        "TTFT p95 ms",
+        "fpr",
+        "coalescing",
+        "added TTFT p50 ms",
+        "added p95 ms",
+    ):
         table.add_column(col, justify="right")
     for s in summaries:
         for route, r in s.routes.items():
-            failed = str(r.failures) + (f" ({', '.join(f'{k} {v}' for k, v in sorted(r.reasons.items()))})"
-                                        if r.reasons else "")  # fmt: skip
+            failed = str(r.failures) + (
+                f" ({', '.join(f'{k} {v}' for k, v in sorted(r.reasons.items()))})" if r.reasons else ""
+            )
             modal = r.bursts.modal()
             added = s.added_s if route == "via" and "direct" in s.routes else []
             table.add_row(
-                s.name, route, str(r.probes), failed, _ms(r.ttfb_s, 50), _ms(r.ttft_s, 50), _ms(r.ttft_s, 95),
-                f"{median(r.fpr):.2f}" if r.fpr else "-", "-" if modal is None else str(modal),
-                _ms(added, 50), _ms(added, 95),
-            )  # fmt: skip
+                s.name,
+                route,
+                str(r.probes),
+                failed,
+                _ms(r.ttfb_s, 50),
+                _ms(r.ttft_s, 50),
+                _ms(r.ttft_s, 95),
+                f"{median(r.fpr):.2f}" if r.fpr else "-",
+                "-" if modal is None else str(modal),
+                _ms(added, 50),
+                _ms(added, 95),
+            )
     return table
 
 
@@ -40,11 +60,14 @@ def _ms_or_none(values: list[float], p: float) -> float | None:
 
 def _route_json(r: RouteSamples, added: list[float] | None) -> dict[str, object]:
     out: dict[str, object] = {
-        "probes": r.probes, "failures": r.failures, "failure_reasons": dict(sorted(r.reasons.items())),
+        "probes": r.probes,
+        "failures": r.failures,
+        "failure_reasons": dict(sorted(r.reasons.items())),
         "ttfb_ms": {"p50": _ms_or_none(r.ttfb_s, 50)},
         "ttft_ms": {"p50": _ms_or_none(r.ttft_s, 50), "p95": _ms_or_none(r.ttft_s, 95)},
-        "fpr_median": median(r.fpr) if r.fpr else None, "coalescing": r.bursts.modal(),
-    }  # fmt: skip
+        "fpr_median": median(r.fpr) if r.fpr else None,
+        "coalescing": r.bursts.modal(),
+    }
     if added is not None:
         out["added_ttft_ms"] = {"p50": _ms_or_none(added, 50), "p95": _ms_or_none(added, 95)}
     return out
@@ -54,12 +77,21 @@ def summary_json(summaries: list[TargetSummary], breaches: list[Breach]) -> dict
     """`monitor --once --json`: the table's figures per target and route, and the rules breached (the exit code
     says the same: 14 when any was)."""
     targets = [
-        {"name": s.name, "routes": {route: _route_json(r, s.added_s if route == "via" and "direct" in s.routes
-                                                        else None) for route, r in s.routes.items()}}
+        {
+            "name": s.name,
+            "routes": {
+                route: _route_json(r, s.added_s if route == "via" and "direct" in s.routes else None)
+                for route, r in s.routes.items()
+            },
+        }
         for s in summaries
-    ]  # fmt: skip
-    return {"targets": targets, "breaches": [{"rule": b.rule.text, "target": b.target, "value": b.value,
-                                               "message": b.line()} for b in breaches]}  # fmt: skip
+    ]
+    return {
+        "targets": targets,
+        "breaches": [
+            {"rule": b.rule.text, "target": b.target, "value": b.value, "message": b.line()} for b in breaches
+        ],
+    }
 
 
 def summary_document(summaries: list[TargetSummary], breaches: list[Breach]) -> str:

@@ -84,8 +84,10 @@ class BrowserRun:
 def chromium_path() -> str:
     exe = find_chromium()
     if exe is None:
-        raise InstrumentError("--client chromium: no Chromium found (Debian: apt-get install chromium; "
-                              "`make test` and `make demo` install it as root)")  # fmt: skip
+        raise InstrumentError(
+            "--client chromium: no Chromium found (Debian: apt-get install chromium; "
+            "`make test` and `make demo` install it as root)"
+        )
     return exe
 
 
@@ -138,9 +140,14 @@ def chromium(cfg: ProbeConfig) -> Iterator[Browser]:
     with sync_playwright() as pw:
         try:
             browser = pw.chromium.launch(
-                executable_path=exe, args=args, headless=True, timeout=LAUNCH_TIMEOUT_S * 1000,
-                handle_sigint=True, handle_sigterm=True, handle_sighup=True,
-            )  # fmt: skip
+                executable_path=exe,
+                args=args,
+                headless=True,
+                timeout=LAUNCH_TIMEOUT_S * 1000,
+                handle_sigint=True,
+                handle_sigterm=True,
+                handle_sighup=True,
+            )
         except PlaywrightError as exc:
             raise InstrumentError(f"Chromium ({exe}) did not start: {str(exc).splitlines()[0]}") from None
         try:
@@ -189,8 +196,9 @@ def browser_stream(
             raw = handle.json_value()
         except PlaywrightError as exc:
             if "Timeout" in str(exc):
-                raise TotalTimeout(f"the browser's stream did not end within `total_timeout` {cfg.total_timeout_s} "
-                                   "s") from None  # fmt: skip
+                raise TotalTimeout(
+                    f"the browser's stream did not end within `total_timeout` {cfg.total_timeout_s} s"
+                ) from None
             raise InstrumentError(f"the browser's page failed: {str(exc).splitlines()[0]}") from None
         try:
             result = parse_result(raw)

@@ -51,11 +51,29 @@ PAGE_HTML = '<!doctype html><meta charset="utf-8"><link rel="icon" href="data:,"
 # A page may not set these (the Fetch standard's forbidden request headers): the browser sends its own or drops them.
 FORBIDDEN_HEADERS = frozenset(
     {
-        "accept-charset", "accept-encoding", "access-control-request-headers", "access-control-request-method",
-        "connection", "content-length", "cookie", "cookie2", "date", "dnt", "expect", "host", "keep-alive",
-        "origin", "referer", "set-cookie", "te", "trailer", "transfer-encoding", "upgrade", "via",
+        "accept-charset",
+        "accept-encoding",
+        "access-control-request-headers",
+        "access-control-request-method",
+        "connection",
+        "content-length",
+        "cookie",
+        "cookie2",
+        "date",
+        "dnt",
+        "expect",
+        "host",
+        "keep-alive",
+        "origin",
+        "referer",
+        "set-cookie",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "via",
     }
-)  # fmt: skip
+)
 
 # The most body the page keeps (the trace's own frame_bytes limit): past it the fetch is aborted, ResponseTooLarge.
 MAX_BODY_BYTES = DEFAULT_LIMITS.frame_bytes
@@ -317,8 +335,9 @@ def check_outcome(result: PageResult, cfg: ProbeConfig, failure: str | None = No
     if result.why == "idle":
         raise IdleTimeout(f"no chunk for `idle_timeout` {cfg.idle_timeout_s} s after {len(result.chunks)} chunks")
     if result.why == "too_large":
-        raise ResponseTooLarge(f"the response passed the browser probe's limit ({MAX_BODY_BYTES} bytes or "
-                               f"{MAX_CHUNKS} chunks)")  # fmt: skip
+        raise ResponseTooLarge(
+            f"the response passed the browser probe's limit ({MAX_BODY_BYTES} bytes or {MAX_CHUNKS} chunks)"
+        )
     if result.error is not None:
         raise net_error(failure, result.error, result.status is not None)
     if result.redirected:
@@ -341,8 +360,9 @@ def net_error(failure: str | None, message: str, had_head: bool) -> PeerError:
         return DNSError(said)
     if "ERR_CERT_" in reason or "ERR_SSL_" in reason:
         return TLSError(said)
-    if not had_head and any(s in reason for s in ("ERR_CONNECTION_REFUSED", "ERR_ADDRESS_UNREACHABLE",
-                                                  "ERR_CONNECTION_TIMED_OUT")):  # fmt: skip
+    if not had_head and any(
+        s in reason for s in ("ERR_CONNECTION_REFUSED", "ERR_ADDRESS_UNREACHABLE", "ERR_CONNECTION_TIMED_OUT")
+    ):
         return ConnectError(said)
     return NetworkError(said)
 

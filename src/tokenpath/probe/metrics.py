@@ -45,16 +45,25 @@ class RunMetrics:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
         return cls(
-            stream_id=obj.get("stream_id", ""), status=obj["status"], frames=obj["frames"], arrivals=obj["arrivals"],
-            frames_per_read=obj.get("frames_per_read"), ttfb_ms=obj.get("ttfb_ms"), ttft_ms=obj.get("ttft_ms"),
-            gaps_ms=dict(obj.get("gaps_ms") or {}), bursts={int(k): v for k, v in (obj.get("bursts") or {}).items()},
-            total_ms=obj.get("total_ms"), ttft_note=obj.get("ttft_note", ""),
-            first_token_ms=obj.get("first_token_ms"), reads=obj.get("reads"),
-            content_encoding=obj.get("content_encoding") or "identity", added_ttft_ms=obj.get("added_ttft_ms"),
+            stream_id=obj.get("stream_id", ""),
+            status=obj["status"],
+            frames=obj["frames"],
+            arrivals=obj["arrivals"],
+            frames_per_read=obj.get("frames_per_read"),
+            ttfb_ms=obj.get("ttfb_ms"),
+            ttft_ms=obj.get("ttft_ms"),
+            gaps_ms=dict(obj.get("gaps_ms") or {}),
+            bursts={int(k): v for k, v in (obj.get("bursts") or {}).items()},
+            total_ms=obj.get("total_ms"),
+            ttft_note=obj.get("ttft_note", ""),
+            first_token_ms=obj.get("first_token_ms"),
+            reads=obj.get("reads"),
+            content_encoding=obj.get("content_encoding") or "identity",
+            added_ttft_ms=obj.get("added_ttft_ms"),
             added_frame_delay_ms=dict(obj.get("added_frame_delay_ms") or {}),
             http_version=str(obj.get("http_version") or "1.1"),
             h2=H2Figures.from_json(obj["h2"]) if obj.get("h2") else None,
-        )  # fmt: skip
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -257,8 +257,10 @@ def open_connection(
             raise ConnectError(f"cannot connect to {target.hostport}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if target.scheme == "https":
-            return SocketTransport(wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s,
-                                            watch=watch), drain_max_bytes)  # fmt: skip
+            return SocketTransport(
+                wrap_tls(sock, target, tls, deadline=deadline, timeout_s=connect_timeout_s, watch=watch),
+                drain_max_bytes,
+            )
         return SocketTransport(sock, drain_max_bytes)
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)

@@ -27,7 +27,7 @@ class Apache2(Proxy):
         Variant("brotli", "mod_brotli for event streams (br for a client that accepts it, else identity)", BROTLI),
         Variant("http2", "mod_http2: HTTP/2 to the client (h2 over TLS, h2c on cleartext)", PROTOCOLS),
         Variant("http2_flushpackets", "mod_http2, with ProxyPass ... flushpackets=on", f"{PROTOCOLS}; flushpackets=on"),
-    )  # fmt: skip
+    )
 
     def version(self) -> str:
         binary = self.binary()

@@ -65,19 +65,34 @@ class Envoy(pinned.OnDemand):
     image = "envoyproxy/envoy:v1.40.0"
     variants = (
         STOCK,
-        Variant("long_streams", "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)",
-                "route: {timeout: 0s}; stream_idle_timeout: 0s"),
-        Variant("compressor", "the compressor filter (gzip) for event streams, Envoy's defaults otherwise",
-                "envoy.filters.http.compressor: gzip, content_type [text/event-stream]"),
-        Variant("compressor_brotli", "the compressor filter with brotli for event streams, Envoy's defaults otherwise",
-                "envoy.filters.http.compressor: brotli, content_type [text/event-stream]"),
-        Variant("compressor_zstd", "the compressor filter with zstd for event streams: Envoy's zstd compressor "
-                "never flushes mid-stream (its Flush state runs ZSTD_e_continue; only the end runs ZSTD_e_end), so "
-                "the events arrive at the end (fix: gzip or brotli for text/event-stream)",
-                "envoy.filters.http.compressor: zstd, content_type [text/event-stream]"),
-        Variant("http2", "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
-                f"common_tls_context: {{{ALPN}}}"),
-    )  # fmt: skip
+        Variant(
+            "long_streams",
+            "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)",
+            "route: {timeout: 0s}; stream_idle_timeout: 0s",
+        ),
+        Variant(
+            "compressor",
+            "the compressor filter (gzip) for event streams, Envoy's defaults otherwise",
+            "envoy.filters.http.compressor: gzip, content_type [text/event-stream]",
+        ),
+        Variant(
+            "compressor_brotli",
+            "the compressor filter with brotli for event streams, Envoy's defaults otherwise",
+            "envoy.filters.http.compressor: brotli, content_type [text/event-stream]",
+        ),
+        Variant(
+            "compressor_zstd",
+            "the compressor filter with zstd for event streams: Envoy's zstd compressor "
+            "never flushes mid-stream (its Flush state runs ZSTD_e_continue; only the end runs ZSTD_e_end), so "
+            "the events arrive at the end (fix: gzip or brotli for text/event-stream)",
+            "envoy.filters.http.compressor: zstd, content_type [text/event-stream]",
+        ),
+        Variant(
+            "http2",
+            "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
+            f"common_tls_context: {{{ALPN}}}",
+        ),
+    )
 
     def __init__(self, version: str | None = None) -> None:
         """`version` None: the tools folder's envoy (install-proxies); a version: `envoy@VERSION`, that release."""

@@ -21,7 +21,7 @@ class HAProxy(Proxy):
         Variant("http_no_delay", "option http-no-delay (send each chunk at once)", "option http-no-delay"),
         Variant("compression", "gzip for event streams (compresses what the client accepts)", COMPRESSION),
         Variant("h2", "HTTP/2 to the client over TLS: ALPN h2 on the bind line", f"bind ... ssl crt ... {ALPN}"),
-    )  # fmt: skip
+    )
 
     def version(self) -> str:
         binary = self.binary()

@@ -106,5 +106,14 @@ litellm_settings:
 
     def argv(self, site: Site, config: Path) -> list[str]:
         binary = self.require_binary()
-        return [binary, "--config", str(config), "--host", site.listen.host, "--port", str(site.listen.port),
-                "--num_workers", "1"]  # fmt: skip
+        return [
+            binary,
+            "--config",
+            str(config),
+            "--host",
+            site.listen.host,
+            "--port",
+            str(site.listen.port),
+            "--num_workers",
+            "1",
+        ]

@@ -34,9 +34,10 @@ class Nginx(Proxy):
         Variant("gzip", "gzip on for event streams (compresses what the client accepts)", GZIP),
         Variant("gzip_buffering_off", "gzip on, with proxy_buffering off", f"{GZIP} proxy_buffering off;"),
         Variant("http2", "HTTP/2 to the client (ALPN h2 over TLS, h2c over cleartext); upstream as stock", H2_LISTEN),
-        Variant("http2_buffering_off", "HTTP/2 to the client, with proxy_buffering off",
-                f"{H2_LISTEN} proxy_buffering off;"),
-    )  # fmt: skip
+        Variant(
+            "http2_buffering_off", "HTTP/2 to the client, with proxy_buffering off", f"{H2_LISTEN} proxy_buffering off;"
+        ),
+    )
 
     def version(self) -> str:
         binary = self.binary()

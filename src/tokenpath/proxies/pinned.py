@@ -34,8 +34,14 @@ INSTALL_TIMEOUT_S = 600.0
 PIP: Sequence[str] = (sys.executable, "-m", "pip")
 _NO_SUCH_VERSION = ("No matching distribution found", "Could not find a version that satisfies")
 # pip says "no matching distribution" offline too: these in its output mean it never reached the index.
-_UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
-                "Network is unreachable", "ConnectTimeoutError", "ProxyError(")  # fmt: skip
+_UNREACHABLE = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ProxyError(",
+)
 
 
 def check_version(version: str) -> str:

@@ -43,9 +43,22 @@ backend default {{ .host = "{site.upstream.host}"; .port = "{site.upstream.port}
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [
-            binary, "-F", "-j", "none", "-a", site.listen.hostport, "-f", str(config), "-n", str(site.workdir / "n"),
-            "-s", "malloc,64m", "-T", "none", *(H2_FEATURE.split() if site.variant.name == "http2" else []),
-        ]  # fmt: skip
+            binary,
+            "-F",
+            "-j",
+            "none",
+            "-a",
+            site.listen.hostport,
+            "-f",
+            str(config),
+            "-n",
+            str(site.workdir / "n"),
+            "-s",
+            "malloc,64m",
+            "-T",
+            "none",
+            *(H2_FEATURE.split() if site.variant.name == "http2" else []),
+        ]
 
     def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
         return h2_hint(variant, ("http2",)) if http == "2" else ""

@@ -20,15 +20,17 @@ from matplotlib.figure import Figure
 
 from tokenpath.results.model import FloorEntry, Inferred, LoadRow, MatrixRow, MatrixRun, Percentiles, SweepPoint
 
-plt.rcParams.update({
-    "svg.fonttype": "none",
-    "svg.hashsalt": "tokenpath",  # stable ids: the same results give the same page
-    "font.size": 8,
-    "axes.titlesize": 9,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "figure.dpi": 100,
-})  # fmt: skip
+plt.rcParams.update(
+    {
+        "svg.fonttype": "none",
+        "svg.hashsalt": "tokenpath",  # stable ids: the same results give the same page
+        "font.size": 8,
+        "axes.titlesize": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "figure.dpi": 100,
+    }
+)
 
 DIRECT_COLOUR = "#9a9a9a"
 PATH_COLOUR = "#d1495b"
@@ -278,8 +280,14 @@ def sweep_chart(points: Sequence[SweepPoint], inferred: Inferred | None) -> str 
         ax.set_xlabel("frame size (bytes)")
     if inferred is not None and inferred.timer_ms:
         ttft_ax.axhline(inferred.timer_ms, ls=":", color="#444444", lw=1)
-        ttft_ax.text(0, inferred.timer_ms, f"timer ~{inferred.timer_ms:g} ms", va="bottom", fontsize=7,
-                     transform=ttft_ax.get_yaxis_transform())  # fmt: skip
+        ttft_ax.text(
+            0,
+            inferred.timer_ms,
+            f"timer ~{inferred.timer_ms:g} ms",
+            va="bottom",
+            fontsize=7,
+            transform=ttft_ax.get_yaxis_transform(),
+        )
     fpr_ax.set_ylabel("frames per read")
     ttft_ax.set_ylabel("added TTFT (ms)")
     fpr_ax.legend(fontsize=7, frameon=False)

@@ -147,8 +147,15 @@ def compare(a: Results, b: Results) -> list[Comparison]:
 
 
 def _compare_matrix(a: MatrixResults, b: MatrixResults) -> list[Comparison]:
-    return _pair(a.rows, b.rows, _matrix_key, _matrix_name, _matrix_figures,
-                 lambda m, r: _matrix_floor(m, r, a), lambda m, r: _matrix_floor(m, r, b))  # fmt: skip
+    return _pair(
+        a.rows,
+        b.rows,
+        _matrix_key,
+        _matrix_name,
+        _matrix_figures,
+        lambda m, r: _matrix_floor(m, r, a),
+        lambda m, r: _matrix_floor(m, r, b),
+    )
 
 
 def _compare_load(a: LoadResults, b: LoadResults) -> list[Comparison]:

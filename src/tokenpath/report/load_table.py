@@ -89,8 +89,10 @@ def _notes(row: LoadRow) -> str:
 
 def rich_table(results: LoadResults) -> Table:
     open_loop = results.open_loop
-    title = ("tokenpath load: TTFT added by the path (ms), each later frame's added delay (frame), proxy CPU (cores) "
-             "and RSS (MB)")  # fmt: skip
+    title = (
+        "tokenpath load: TTFT added by the path (ms), each later frame's added delay (frame), proxy CPU (cores) "
+        "and RSS (MB)"
+    )
     asked = {(r.api, r.accept_encoding) for r in results.levels}
     conditions = "".join(
         (f", --api {api}" if api != DEFAULT_API else "") + (f", Accept-Encoding: {enc}" if enc != IDENTITY else "")
@@ -126,11 +128,30 @@ def markdown(results: LoadResults) -> str:
 
 
 CSV_KEYS = (
-    "level", "loop", "target", "streams_total", "kept", "excluded", "exclusion_share", "streams", "errors",
-    "audit_failed", "unjoined", "frames_lost", "frames_out_of_order", "cpu_cores", "rss_mb", "unreliable",
-    "api", "accept_encoding", "content_encoding", "http_version", "streams_per_connection", "connections",
+    "level",
+    "loop",
+    "target",
+    "streams_total",
+    "kept",
+    "excluded",
+    "exclusion_share",
+    "streams",
+    "errors",
+    "audit_failed",
+    "unjoined",
+    "frames_lost",
+    "frames_out_of_order",
+    "cpu_cores",
+    "rss_mb",
+    "unreliable",
+    "api",
+    "accept_encoding",
+    "content_encoding",
+    "http_version",
+    "streams_per_connection",
+    "connections",
     "data_frames_per_read",
-)  # fmt: skip
+)
 STALL_KEYS = ("stalled_streams", "stalls", "stall_ms_p50", "stall_ms_p99")  # flow_control_stalls, flattened
 
 

@@ -119,8 +119,15 @@ def header_block(doc: Results) -> list[str]:
             ("floor", "the direct path (client → stub), measured at every level in the same run, interleaved"),
         ]
         if cfg.get("http_version") == "2":  # the client's protocol is a condition: said beside the workload
-            items.append(("client", esc(f"HTTP/2, {cfg.get('streams_per_connection', 1)} streams per connection, "
-                                        f"receive windows {cfg.get('h2_window')}")))  # fmt: skip
+            items.append(
+                (
+                    "client",
+                    esc(
+                        f"HTTP/2, {cfg.get('streams_per_connection', 1)} streams per connection, "
+                        f"receive windows {cfg.get('h2_window')}"
+                    ),
+                )
+            )
         out.append(_dl(items))
         unreliable = [r for r in doc.levels if r.unreliable]
         if unreliable:

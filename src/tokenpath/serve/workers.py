@@ -61,8 +61,10 @@ def claim_port(host: str, port: int) -> socket.socket:
                 probe.bind((host, port))
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    raise UsageError(f"cannot listen on {host}:{port}: something already listens there (maybe "
-                                     "workers left by an earlier run)") from None  # fmt: skip
+                    raise UsageError(
+                        f"cannot listen on {host}:{port}: something already listens there (maybe "
+                        "workers left by an earlier run)"
+                    ) from None
                 raise UsageError(f"cannot bind {host}:{port}: {exc.strerror}") from None
     return reuseport_socket(host, port)
 

@@ -34,10 +34,20 @@ MAX_STREAM_ID_CHARS = 128
 MAX_FIRST_EVENT_BYTES = 1 << 20  # a large first event: past every proxy buffer (4-64 KB), far below MAX_STREAM_BYTES
 MAX_HEARTBEATS = 100_000  # keep-alive writes per stream (one per heartbeat_ms): as many as the token limit allows
 # Hop-by-hop and framing headers belong to the server that writes the response, never to a declared condition.
-RESERVED_HEADERS = frozenset({
-    "connection", "content-length", "transfer-encoding", "keep-alive", "upgrade", "trailer", "te",
-    "proxy-connection", "content-type", "x-tokenpath-stream",
-})  # fmt: skip
+RESERVED_HEADERS = frozenset(
+    {
+        "connection",
+        "content-length",
+        "transfer-encoding",
+        "keep-alive",
+        "upgrade",
+        "trailer",
+        "te",
+        "proxy-connection",
+        "content-type",
+        "x-tokenpath-stream",
+    }
+)
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 

@@ -52,8 +52,9 @@ def fetch_audit(
     path = f"/_tokenpath/audit?log={int(with_log)}"
     where = f"{parse_target(stub_url).origin}{path}"
     try:
-        status, answer = exchange(stub_url, "POST", path, body=json.dumps({"ids": stream_ids}).encode(),
-                                  timeout_s=timeout_s, connect=connect)  # fmt: skip
+        status, answer = exchange(
+            stub_url, "POST", path, body=json.dumps({"ids": stream_ids}).encode(), timeout_s=timeout_s, connect=connect
+        )
     except (OSError, ProtocolError) as exc:
         raise PeerError(f"cannot read the stub's audit at {where}: {exc}") from None
     if status is None:

@@ -44,8 +44,10 @@ def path_character_problem(path_query: str) -> str | None:
 def _describe(char: str, host_too: bool = False) -> str:
     encoded = quote(char, safe="")
     if char == " " or ord(char) < 0x20 or ord(char) == 0x7F:
-        return (f"it has {char!r}, a space or a control character, which a request line cannot carry: remove it, "
-                f"or percent-encode it ({encoded})")  # fmt: skip
+        return (
+            f"it has {char!r}, a space or a control character, which a request line cannot carry: remove it, "
+            f"or percent-encode it ({encoded})"
+        )
     if ord(char) > 0x7E:
         host = " in a path or query; write a host name in its IDNA form (xn--...)" if host_too else ""
         return f"it has {char!r}, which is not ASCII: percent-encode its UTF-8 bytes ({encoded}){host}"

@@ -109,11 +109,13 @@ def render(
     if reasoning:
         frames.extend(
             padded(
-                _delta, {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": reasoning_text(i)}}},
-                frame_bytes, "p",
+                _delta,
+                {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": reasoning_text(i)}}},
+                frame_bytes,
+                "p",
             )
             for i in range(reasoning)
-        )  # fmt: skip
+        )
         with_next.update((len(frames), len(frames) + 1))
         frames += [
             _delta({"contentBlockIndex": 0, "delta": {"reasoningContent": {"signature": SIGNATURE}}}),
@@ -123,11 +125,13 @@ def render(
     first_content = len(frames)
     frames.extend(
         padded(
-            _delta, {"contentBlockIndex": block, "delta": {"text": token_text(i)}},
-            token_bytes(i, frame_bytes, first_event_bytes), "p",
+            _delta,
+            {"contentBlockIndex": block, "delta": {"text": token_text(i)}},
+            token_bytes(i, frame_bytes, first_event_bytes),
+            "p",
         )
         for i in range(req.tokens)
-    )  # fmt: skip
+    )
     frames += [
         message("contentBlockStop", {"contentBlockIndex": block}),
         message("messageStop", {"stopReason": _stop(req)}),

@@ -137,8 +137,10 @@ def render_stream(
         return [_pad_plain(f, token_bytes(i, frame_bytes, first_event_bytes)) for i, f in enumerate(frames)]
     chunks = _openai_chunks(req, reasoning)
     first = (1 if req.kind == "chat" else 0) + reasoning  # the first content chunk
-    frames = [_pad_json(c, first_event_bytes if i == first and first_event_bytes else frame_bytes)
-              for i, c in enumerate(chunks)]  # fmt: skip
+    frames = [
+        _pad_json(c, first_event_bytes if i == first and first_event_bytes else frame_bytes)
+        for i, c in enumerate(chunks)
+    ]
     frames.append(DONE_FRAME)
     return frames
 
