@@ -152,7 +152,8 @@ class Downstream:
             return
         data = relay.keepalive()
         if data:
-            self.response.write(data)
+            self.out.append(data)  # behind anything not yet written (the head): never ahead of it
+            self.flush()
             self.metrics.keepalives.labels(machine.pool.name, relay.stream.api.value).inc()
 
     def _drop_body(self) -> None:
