@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,16 @@ def test_the_shipped_example_loads() -> None:
     assert cfg.listen_host == "127.0.0.1"
     assert cfg.workers == 2
     assert cfg.metrics_port == 9464
+    assert cfg.limits.keepalive_interval_s < cfg.limits.idle_timeout_s
+
+
+def test_the_readmes_table_of_the_gateways_limits_is_their_defaults() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^  \| `(\w+_s)` \| ([\d.]+) \|", readme, re.MULTILINE)
+    stated = {name: float(value) for name, value in rows}
+    timeouts = {name for name in vars(config.Limits()) if name.endswith("timeout_s") and name != "header_timeout_s"}
+    assert set(stated) == timeouts | {"keepalive_interval_s"}
+    assert stated == {name: getattr(config.Limits(), name) for name in stated}
 
 
 def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
