@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import httpx
 import openai
 import pytest
 from google import genai
@@ -166,6 +167,21 @@ def test_the_openai_and_anthropic_sdks_read_streams_with_keepalives_without_erro
         assert answer.get_final_message().stop_reason == "end_turn"
     for api in ("openai", "responses", "anthropic"):  # each stream got keep-alives through its silence
         assert metric(murl, f'tokenpath_gateway_keepalives_total{{format="{api}",pool="default"}}') >= 2, api
+
+
+def test_an_http2_client_gets_the_keepalives_as_data_of_its_own_stream(svc: Services) -> None:
+    """h2c with prior knowledge: the keep-alive is DATA on the stream the silence is in, the stream ends whole."""
+    stub = svc.stub(*SDK_PAUSE)
+    gw = svc.gateway("[limits]\nkeepalive_interval_s = 0.2\n" + pool(stub))
+    with (
+        httpx.Client(http1=False, http2=True, timeout=20) as client,
+        client.stream("POST", f"{gw.url}/v1/chat/completions", json=CHAT) as response,
+    ):
+        got = response.read()
+        assert response.http_version == "HTTP/2"
+    assert got.count(KEEPALIVE) >= 2
+    assert got.endswith(b"data: [DONE]\n\n")
+    assert count_tokens(got) == 6
 
 
 def gemini_text(url: str) -> str:
