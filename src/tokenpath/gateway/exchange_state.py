@@ -44,7 +44,8 @@ change no phase and decide nothing, they move the clock the idle timer reads (`r
 read, and the shell inlines it). So is `keeps_alive`, which the shell sets when it forwards the head: the keep-alive
 timer reads it. Keep-alives go out only after the head (the upstream's own, forwarded in the read that brought it):
 the gateway never sends a head of its own to keep a client waiting, since that would end failover and hide the
-status the member was about to give.
+status the member was about to give. (The member's head goes out the moment it is in, as the first seed article's
+`flushHeaders` advises: no head is held for the first body byte, so keep-alives may start right after it.)
 """
 
 from __future__ import annotations
