@@ -18,8 +18,17 @@ from tests.gateway.test_stream_formats import BEDROCK_STREAM, OLLAMA_LINES
 from tests.wire.battery import splits
 from tokenpath.gateway.config import HealthConfig, Limits, Member, PoolConfig
 from tokenpath.gateway.downstream import Downstream
-from tokenpath.gateway.exchange_state import Action, Arm, Commit, ExchangeMachine, KeepAlive, Phase, Timer
-from tokenpath.gateway.failures import Failure
+from tokenpath.gateway.exchange_state import (
+    Action,
+    Arm,
+    Commit,
+    End,
+    ExchangeMachine,
+    KeepAlive,
+    Phase,
+    Timer,
+)
+from tokenpath.gateway.failures import Failure, Outcome
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import Pool
 from tokenpath.gateway.relay import Relay, RelayFailure
@@ -122,6 +131,24 @@ def test_after_the_end_a_keepalive_timer_is_late_and_ignored() -> None:
         assert machine.phase is Phase.DONE
         clock.now += EVERY
         assert machine.timer(Timer.KEEPALIVE) == [], end
+
+
+def test_keepalives_never_push_back_the_idle_timeout_of_a_silent_upstream() -> None:
+    """A keep-alive is ours, not the member's: a member silent for idle_timeout_s is ended as idle however many
+    keep-alives filled its silence (a hung member must not hold a stream until the total timeout)."""
+    machine, pool, clock = make(dataclasses.replace(LIMITS, idle_timeout_s=100))
+    stream_to_head(machine, pool)
+    step(pool, machine.head(200))
+    machine.keeps_alive = True
+    keepalives = 0
+    while clock.now + EVERY < 1000 + 100:  # the fake clock starts at 1000
+        clock.now += EVERY
+        keepalives += machine.timer(Timer.KEEPALIVE).count(KeepAlive())
+    assert keepalives == 6
+    clock.now = 1000 + 100
+    (end,) = [a for a in step(pool, machine.timer(Timer.IDLE)) if isinstance(a, End)]
+    assert end.outcome is Outcome.IDLE_TIMEOUT
+    assert machine.phase is Phase.DONE
 
 
 def test_an_upstream_silent_for_the_whole_total_timeout_gets_keepalives_then_the_error_frame() -> None:
