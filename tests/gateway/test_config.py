@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,16 @@ def test_the_shipped_example_loads() -> None:
     assert cfg.listen_host == "127.0.0.1"
     assert cfg.workers == 2
     assert cfg.metrics_port == 9464
+    assert cfg.limits.keepalive_interval_s < cfg.limits.idle_timeout_s
+
+
+def test_the_readmes_table_of_the_gateways_limits_is_their_defaults() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    rows = re.findall(r"^  \| `(\w+_s)` \| ([\d.]+) \|", readme, re.MULTILINE)
+    stated = {name: float(value) for name, value in rows}
+    timeouts = {name for name in vars(config.Limits()) if name.endswith("timeout_s") and name != "header_timeout_s"}
+    assert set(stated) == timeouts | {"keepalive_interval_s"}
+    assert stated == {name: getattr(config.Limits(), name) for name in stated}
 
 
 def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
@@ -67,6 +78,30 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
             },
             "max_body_bytes_in_flight must be >= max_body_bytes",
         ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"keepalive_interval_s": -1},
+                "pool": [{"member": [{"url": "http://h"}]}],
+            },
+            "keepalive_interval_s must be a number of seconds >= 0 (0: no keep-alives)",
+        ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"keepalive_interval_s": float("nan")},
+                "pool": [{"member": [{"url": "http://h"}]}],
+            },
+            "keepalive_interval_s must be a number of seconds >= 0",
+        ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"keepalive_interval_s": 60, "idle_timeout_s": 60},
+                "pool": [{"member": [{"url": "http://h:1"}]}],
+            },
+            "keepalive_interval_s (60) must be below idle_timeout_s (60)",
+        ),
         ({"pool": [{"member": [{"url": "http://h:1"}]}]}, "exactly one key source"),
         (
             {"auth": {"jwks_url": "http://k", "algorithms": ["none"]}, "pool": [{"member": [{"url": "http://h:1"}]}]},
@@ -86,3 +121,26 @@ def test_a_missing_or_broken_file_is_a_usage_error(tmp_path: Path) -> None:
     bad.write_text("listen = ")
     with pytest.raises(UsageError, match=r"bad\.toml"):
         config.load(bad)
+
+
+def test_keepalives_are_on_by_default_and_the_gateways_own_limits_let_a_model_think() -> None:
+    """The defaults' reasons (config.Limits), held: keep-alives reset a 60 s idle timer in front (AWS ALB, nginx)
+    three times or more; the idle limit outlasts minutes of silent thinking yet ends before the openai and
+    anthropic SDKs' own read timeout; 0 turns keep-alives off, and any interval below the idle limit is taken."""
+    import anthropic
+    import openai
+
+    limits = config.Limits()
+    assert 0 < limits.keepalive_interval_s <= 60 / 3
+    assert limits.idle_timeout_s >= 300
+    sdk_read_timeouts = [openai.DEFAULT_TIMEOUT.read, anthropic.DEFAULT_TIMEOUT.read]
+    assert all(t is not None and limits.idle_timeout_s < t for t in sdk_read_timeouts), sdk_read_timeouts
+    assert limits.keepalive_interval_s < limits.idle_timeout_s <= limits.total_timeout_s
+    pool = [{"member": [{"url": "http://h:1"}]}]
+    for every in (0, 0.25, 299.9):
+        cfg = config.from_dict({"auth": {"mode": "none"}, "limits": {"keepalive_interval_s": every}, "pool": pool})
+        assert cfg.limits.keepalive_interval_s == every
+    # An idle limit below the default interval is taken as it was: the gateway is then the shortest idle timer on
+    # the path, and only an interval the file sets is held to being below it.
+    cfg = config.from_dict({"auth": {"mode": "none"}, "limits": {"idle_timeout_s": 4}, "pool": pool})
+    assert cfg.limits.keepalive_interval_s == 15

@@ -35,7 +35,9 @@ from tokenpath.gateway.failures import Failure, FailureKind, Outcome
 from tokenpath.gateway.pools import MemberState, Pool
 from tokenpath.gateway.streamformat import FAULTS
 
-LIMITS = Limits(connect_timeout_s=5, first_byte_timeout_s=60, idle_timeout_s=10, total_timeout_s=900)
+LIMITS = Limits(
+    connect_timeout_s=5, first_byte_timeout_s=60, idle_timeout_s=10, total_timeout_s=900, keepalive_interval_s=5
+)
 
 
 def make(members: int = 2, eject_after: int = 3) -> tuple[ExchangeMachine, Pool, FakeClock]:
@@ -173,7 +175,12 @@ def test_a_5xx_head_fails_over_and_a_good_head_commits() -> None:
     second = connect_target(actions)
     machine.connected()
     actions = step(pool, machine.head(200))
-    assert actions == [RecordSuccess(second), Commit(), Arm(Timer.IDLE, clock.now + 10)]
+    assert actions == [
+        RecordSuccess(second),
+        Commit(),
+        Arm(Timer.IDLE, clock.now + 10),
+        Arm(Timer.KEEPALIVE, clock.now + 5),
+    ]
     assert machine.phase is Phase.STREAMING
     assert machine.head(200) == []  # one head per attempt
     assert first.outstanding == 0

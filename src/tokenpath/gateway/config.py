@@ -3,6 +3,7 @@ has a default with its reason, and is checked on load with a message that says w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -36,9 +37,31 @@ ALGORITHMS = (
 @dataclass(frozen=True)
 class Limits:
     connect_timeout_s: float = 5.0  # a healthy upstream on a LAN accepts in ms; beyond this, fail over
-    first_byte_timeout_s: float = 60.0  # prompt processing of a long context can take tens of seconds
-    idle_timeout_s: float = 60.0  # silence between two upstream reads once streaming
-    total_timeout_s: float = 900.0  # one response, start to end: long generations, bounded
+    # Request sent to the upstream's response head; past it, the next member is tried (so it is also how long a hung
+    # member holds a request before failover: kept at 60 s). A server that sends its head as it accepts the request
+    # (vLLM's OpenAI server: a Starlette StreamingResponse starts before its first chunk) answers in ms however long
+    # the model thinks; one that holds its head until its first token (Ollama writes it with its first line, some
+    # gateways do) needs this above its longest prompt processing plus thinking, or every long think fails over.
+    first_byte_timeout_s: float = 60.0
+    # Silence between two upstream reads once the head is in, before the first body byte too. A reasoning model whose
+    # thinking is not streamed is silent there for minutes: 60 s (nginx's proxy_read_timeout, this default until
+    # issue 36) cut it, and with keep-alives on (below) the path in front no longer does, so the gateway's own limit
+    # must not either. 5 minutes: above minutes of thinking, below the 10-minute read timeout of the openai and
+    # anthropic SDKs (httpx's, between two reads), so a client of a format without keep-alives gets the gateway's
+    # error frame rather than its own timeout. A member hung mid-stream (no failover after the head) holds one stream
+    # slot that long.
+    idle_timeout_s: float = 300.0
+    total_timeout_s: float = 900.0  # one response, start to end: minutes of thinking plus a long answer, bounded
+    # While an upstream is silent this long after the head, the client gets the format's own keep-alive (an SSE
+    # comment line; Anthropic's `ping` event; none for Gemini, Bedrock and Ollama: streamformat.KEEPALIVES says why),
+    # so an idle timer in front of the gateway does not cut a long think. Idle timers in front, as documented: AWS
+    # ALB 60 s, nginx's proxy_read_timeout 60 s (ingress-nginx's too), Cloudflare's proxy read timeout 100-125 s;
+    # 15 s (sse-starlette's ping period) resets each of them three times or more, so one late keep-alive costs
+    # nothing. A timer that counts the whole response (GCP's backend service timeout, 30 s, on its external
+    # Application Load Balancer) is lifted by no keep-alive: only by raising it. On by default: a comment line is
+    # ignored by every conforming SSE parser and `ping` is part of Anthropic's documented stream, a stream that
+    # produces tokens never gets one, and a silent one gets 14 bytes per interval. 0 turns it off.
+    keepalive_interval_s: float = 15.0
     max_body_bytes: int = 8 << 20  # a long chat history with images as URLs fits; a runaway upload does not
     # Request bodies a worker holds at once (each is kept whole until its stream ends, for failover): 16 bodies of
     # max_body_bytes, or max_streams of 64 KiB (a ~16k-token chat history). Thirty authenticated 8 MiB uploads
@@ -172,6 +195,7 @@ class GatewayConfig:
         missing = check_files(self.tls_cert, self.tls_key)
         if missing:
             raise UsageError(f"no such file: {', '.join(missing)}")
+        check_keepalive(self.limits)
         if self.limits.h2_max_concurrent_streams < 1:
             raise UsageError("limits: h2_max_concurrent_streams must be >= 1")
         if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
@@ -201,6 +225,20 @@ class GatewayConfig:
         elif a.mode != "none":
             raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
         return self
+
+
+def check_keepalive(limits: Limits, given: bool = False) -> None:
+    """`given`: the file sets keepalive_interval_s. Then it must be below idle_timeout_s, or it never sends one (the
+    idle timeout ends every silence first). The default is not held to that: with an idle limit of 15 s or less the
+    gateway is the shortest idle timer on the path already, and its keep-alives have nothing to protect."""
+    every = limits.keepalive_interval_s
+    if not (math.isfinite(every) and every >= 0):
+        raise UsageError("limits: keepalive_interval_s must be a number of seconds >= 0 (0: no keep-alives)")
+    if given and every and every >= limits.idle_timeout_s:
+        raise UsageError(
+            f"limits: keepalive_interval_s ({every:g}) must be below idle_timeout_s ({limits.idle_timeout_s:g}): "
+            "the idle timeout would end every silence before its first keep-alive"
+        )
 
 
 def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:
@@ -275,7 +313,9 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     if auth.mode == "jwt" and not auth.algorithms:
         auth = AuthConfig(**{**auth.__dict__, "algorithms": default_algorithms(auth)})
     kwargs["auth"] = auth
-    kwargs["limits"] = _dataclass_from(Limits, data.pop("limits", {}), "limits")
+    raw_limits = data.pop("limits", {})
+    kwargs["limits"] = _dataclass_from(Limits, raw_limits, "limits")
+    check_keepalive(kwargs["limits"], given="keepalive_interval_s" in raw_limits)
     kwargs["health"] = _dataclass_from(HealthConfig, data.pop("health", {}), "health")
     pools = []
     for i, raw in enumerate(data.pop("pool", [])):

@@ -9,7 +9,10 @@ client's connection. Two exceptions, both about the stream format's frames (SSE 
 NDJSON lines; gateway.streamformat picks the format at the head, by route and Content-Type): the bytes of a frame an
 upstream read leaves unfinished wait for the read that finishes it (so a stream cut mid-frame never hands the
 client half a frame, and its error frame parses whole), and the first frames are classified until the first
-content frame, which is the upstream's TTFT."""
+content frame, which is the upstream's TTFT.
+
+While the upstream is silent the exchange's keep-alive timer asks for the format's keep-alive (keep_alive): written
+between whole frames only (the relay's rule), counted in tokenpath_gateway_keepalives_total, never on the hot path."""
 
 from __future__ import annotations
 
@@ -138,6 +141,20 @@ class Downstream:
         self.framing = response.framing or Framing.NONE
         self.bodiless = self.framing is Framing.NONE
         self.relay = Relay(stream, self.framing is Framing.CHUNKED)
+        if self.machine is not None:  # the keep-alive timer armed with this head reads it
+            self.machine.keeps_alive = stream is not None and stream.keepalive is not None and not self.bodiless
+
+    def keep_alive(self) -> None:
+        """The upstream has been silent for the keep-alive interval: the format's keep-alive, if the relay says one
+        may go now (between whole frames), written on its own and counted. The timer's path, never a read's."""
+        relay, machine = self.relay, self.machine
+        if relay is None or machine is None or relay.stream is None or self.response.client_gone:
+            return
+        data = relay.keepalive()
+        if data:
+            self.out.append(data)  # behind anything not yet written (the head): never ahead of it
+            self.flush()
+            self.metrics.keepalives.labels(machine.pool.name, relay.stream.api.value).inc()
 
     def _drop_body(self) -> None:
         """The client is getting the head: no failover can resend the body now, so its memory and its share of the

@@ -29,6 +29,7 @@ from tokenpath.gateway.exchange_state import (
     Connect,
     End,
     ExchangeMachine,
+    KeepAlive,
     Outstanding,
     Phase,
     RecordFailure,
@@ -143,6 +144,8 @@ class Exchange:
                     self._reply(action)
                 case End():
                     self._end_stream(action)
+                case KeepAlive():
+                    self.down.keep_alive()
                 case Complete():
                     self.down.finish_body()
                     conn, self.conn = self.conn, None

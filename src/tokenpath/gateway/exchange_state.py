@@ -15,7 +15,8 @@ cannot be late, raises. This table is rendered from ROWS (render_table(), checke
     DONE                          connected         -> DONE               Abort (it came too late)
     CONNECTING | WAITING          attempt failed    -> CONNECTING | DONE  (Abort), RecordFailure, Connect(same, fresh,
                                                                           once) | Connect(next) | Reply 502/503/504
-    WAITING                       head < 500        -> STREAMING          RecordSuccess, Commit, Arm(IDLE)
+    WAITING                       head < 500        -> STREAMING          RecordSuccess, Commit, Arm(IDLE),
+                                                                          Arm(KEEPALIVE) (unless its interval is 0)
     WAITING                       head >= 500       -> CONNECTING | DONE  as attempt failed
     WAITING                       first-byte timer  -> CONNECTING | DONE  as attempt failed
     WAITING                       lost              -> CONNECTING | DONE  as attempt failed (stale: the same member,
@@ -27,6 +28,9 @@ cannot be late, raises. This table is rendered from ROWS (render_table(), checke
     STREAMING                     framing broke     -> DONE               RecordFailure, Abort, End(upstream_malformed)
     STREAMING                     idle timer        -> STREAMING | DONE   Arm(IDLE) | End(upstream_idle_timeout) |
                                                                           End(client_stalled); member not blamed
+    STREAMING                     keep-alive timer  -> STREAMING          KeepAlive, Arm(KEEPALIVE) (silent for its
+                                                                          interval) | Arm(KEEPALIVE) | none (the format
+                                                                          has no keep-alive)
     CONNECTING | WAITING          total timer       -> DONE               (Abort), Reply 504
     STREAMING                     total timer       -> DONE               Abort, End(total_timeout)
     any but DONE                  client gone       -> DONE               Abort (the member stops generating)
@@ -37,7 +41,11 @@ cannot be late, raises. This table is rendered from ROWS (render_table(), checke
 Leaving a member (a failure, an end) gives back its outstanding stream (Outstanding -1); every Connect to a new
 member comes with Outstanding +1. `read`, `client_paused` and `client_resumed` are notes, not transitions: they
 change no phase and decide nothing, they move the clock the idle timer reads (`read` is called once per relayed
-read, and the shell inlines it).
+read, and the shell inlines it). So is `keeps_alive`, which the shell sets when it forwards the head: the keep-alive
+timer reads it. Keep-alives go out only after the head (the upstream's own, forwarded in the read that brought it):
+the gateway never sends a head of its own to keep a client waiting, since that would end failover and hide the
+status the member was about to give. (The member's head goes out the moment it is in, as the first seed article's
+`flushHeaders` advises: no head is held for the first body byte, so keep-alives may start right after it.)
 """
 
 from __future__ import annotations
@@ -75,6 +83,7 @@ class Event(Enum):
     TOO_LARGE = "frame too large"
     MALFORMED = "framing broke"
     IDLE_TIMER = "idle timer"
+    KEEPALIVE_TIMER = "keep-alive timer"
     TOTAL_TIMER = "total timer"
     CLIENT_GONE = "client gone"
     INTERNAL = "internal error"  # a bug of ours
@@ -87,6 +96,7 @@ NEVER_LATE = frozenset({Event.START})  # unlisted for the phase: a bug, not a ra
 class Timer(Enum):
     FIRST_BYTE = "first_byte"
     IDLE = "idle"
+    KEEPALIVE = "keepalive"
     TOTAL = "total"
 
 
@@ -163,6 +173,12 @@ class End:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """Write the stream format's keep-alive to the client, if it may go now (relay.Relay.keepalive: between whole
+    frames only); counted when written."""
+
+
+@dataclass(frozen=True, slots=True)
 class Complete:
     """The upstream response ended: end the client's response normally."""
 
@@ -174,7 +190,7 @@ class Arm:
 
 
 PoolAction = Outstanding | RecordSuccess | RecordFailure
-Action = Connect | Abort | Commit | Reply | End | Complete | Arm | PoolAction
+Action = Connect | Abort | Commit | Reply | End | Complete | KeepAlive | Arm | PoolAction
 Step = tuple[Phase, list[Action]]  # what a handler decided: the next phase, and the actions to get there
 
 
@@ -200,6 +216,10 @@ class ExchangeMachine:
         self.retried_here = False
         self.last_read = 0.0
         self.paused_at: float | None = None  # the client's buffer is full since then
+        # The committed stream's format has a keep-alive (streamformat.KEEPALIVES): set by the shell when it forwards
+        # the head (the format is the head's Content-Type), before the keep-alive timer armed with it can fire.
+        self.keeps_alive = False
+        self.last_keepalive = 0.0
         self.outcome: Outcome | None = None  # why it ended, when not normally
 
     @property
@@ -322,8 +342,14 @@ class ExchangeMachine:
     def _head_ok(self, status: int) -> Step:
         assert self.member is not None
         self.last_read = self.clock()
-        arm = Arm(Timer.IDLE, self.last_read + self.limits.idle_timeout_s)
-        return Phase.STREAMING, [RecordSuccess(self.member), Commit(), arm]
+        actions: list[Action] = [
+            RecordSuccess(self.member),
+            Commit(),
+            Arm(Timer.IDLE, self.last_read + self.limits.idle_timeout_s),
+        ]
+        if self.limits.keepalive_interval_s:
+            actions.append(Arm(Timer.KEEPALIVE, self.last_read + self.limits.keepalive_interval_s))
+        return Phase.STREAMING, actions
 
     def _head_5xx(self, status: int) -> Step:
         return self._attempt_failed(Failure(FailureKind.UPSTREAM_5XX, f"upstream answered {status}"))
@@ -368,6 +394,22 @@ class ExchangeMachine:
             end = End(f"upstream silent for {idle:g} s (idle timeout)", Outcome.IDLE_TIMEOUT)
             return Phase.DONE, [*self._end(end.outcome), Abort(), end]
         return Phase.STREAMING, [Arm(Timer.IDLE, self.last_read + idle)]
+
+    def _keepalive_timer(self) -> Step:
+        """One keep-alive timer per stream, re-armed only when it fires, from the later of the last read and the last
+        keep-alive (a read costs the assignment `read` makes, nothing more). Due after keepalive_interval_s of silence;
+        not while the client is not reading (it would not read it: the idle timer decides about it), and never again
+        for a stream whose format has none."""
+        if not self.keeps_alive:
+            return Phase.STREAMING, []
+        now, every = self.clock(), self.limits.keepalive_interval_s
+        if self.paused_at is not None:
+            return Phase.STREAMING, [Arm(Timer.KEEPALIVE, now + every)]
+        quiet_since = max(self.last_read, self.last_keepalive)
+        if now - quiet_since >= every:
+            self.last_keepalive = now
+            return Phase.STREAMING, [KeepAlive(), Arm(Timer.KEEPALIVE, now + every)]
+        return Phase.STREAMING, [Arm(Timer.KEEPALIVE, quiet_since + every)]
 
     def _total_before_head(self) -> Step:
         total = self.limits.total_timeout_s
@@ -472,7 +514,13 @@ ROWS = (
         M._attempt_failed,
         "(Abort), RecordFailure, Connect(same, fresh, once) | Connect(next) | Reply 502/503/504",
     ),
-    Row((P.WAITING,), Event.HEAD_OK, (P.STREAMING,), M._head_ok, "RecordSuccess, Commit, Arm(IDLE)"),
+    Row(
+        (P.WAITING,),
+        Event.HEAD_OK,
+        (P.STREAMING,),
+        M._head_ok,
+        "RecordSuccess, Commit, Arm(IDLE), Arm(KEEPALIVE) (unless its interval is 0)",
+    ),
     Row((P.WAITING,), Event.HEAD_5XX, FAILED_OVER, M._head_5xx, "as attempt failed"),
     Row((P.WAITING,), Event.FIRST_BYTE_TIMER, FAILED_OVER, M._first_byte_timeout, "as attempt failed"),
     Row(
@@ -500,6 +548,13 @@ ROWS = (
         M._idle_timer,
         "Arm(IDLE) | End(upstream_idle_timeout) | End(client_stalled); member not blamed",
     ),
+    Row(
+        (P.STREAMING,),
+        Event.KEEPALIVE_TIMER,
+        (P.STREAMING,),
+        M._keepalive_timer,
+        "KeepAlive, Arm(KEEPALIVE) (silent for its interval) | Arm(KEEPALIVE) | none (the format has no keep-alive)",
+    ),
     Row(BEFORE_HEAD, Event.TOTAL_TIMER, (P.DONE,), M._total_before_head, "(Abort), Reply 504"),
     Row((P.STREAMING,), Event.TOTAL_TIMER, (P.DONE,), M._total_mid_stream, "Abort, End(total_timeout)"),
     Row(LIVE, Event.CLIENT_GONE, (P.DONE,), M._client_gone, "Abort (the member stops generating)"),
@@ -516,7 +571,12 @@ ROWS = (
 TABLE = {(phase, row.event): Transition(frozenset(row.targets), row.handler) for row in ROWS for phase in row.phases}
 assert len(TABLE) == sum(len(row.phases) for row in ROWS), "a (phase, event) pair listed twice"
 del P, M
-TIMER_EVENTS = {Timer.FIRST_BYTE: Event.FIRST_BYTE_TIMER, Timer.IDLE: Event.IDLE_TIMER, Timer.TOTAL: Event.TOTAL_TIMER}
+TIMER_EVENTS = {
+    Timer.FIRST_BYTE: Event.FIRST_BYTE_TIMER,
+    Timer.IDLE: Event.IDLE_TIMER,
+    Timer.KEEPALIVE: Event.KEEPALIVE_TIMER,
+    Timer.TOTAL: Event.TOTAL_TIMER,
+}
 
 
 def render_table(rows: Sequence[Row] = ROWS) -> str:

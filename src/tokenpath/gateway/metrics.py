@@ -64,6 +64,13 @@ class Metrics:
         self.bytes = Counter(
             "tokenpath_gateway_bytes_relayed_total", "Response body bytes relayed to clients", registry=r
         )
+        self.keepalives = Counter(
+            "tokenpath_gateway_keepalives_total",
+            "Keep-alives written to clients while their upstream was silent (limits.keepalive_interval_s): the "
+            "format's own (an SSE comment line, Anthropic's ping event), by pool and API format",
+            ["pool", "format"],
+            registry=r,
+        )
         self.errors = Counter(
             "tokenpath_gateway_errors_total",
             "Failures by reason: each failed attempt at a member before the response head, by its kind; each request "

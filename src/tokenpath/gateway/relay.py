@@ -19,6 +19,10 @@ The rules (module docstring of downstream.py has the why):
   HTTP/2 body's end is the upstream's own word: relayed as it is.) Only the last two reads' frames are looked at,
   once, at the end: the hot path keeps two references, never parses.
 
+- Keep-alives (`keepalive`, asked for by the exchange's timer while the upstream is silent): the format's own, only
+  between whole frames (the cut holds nothing: the upstream is not inside a frame), never for a format that has
+  none, a body that is no token stream (or an encoded one) or after a failure; never counted as a frame.
+
 `news` is True after a feed that set `first_byte`, `first_token` or `failure` for the first time: the one flag the
 hot path checks per read. The caller clears it once it has acted.
 """
@@ -107,6 +111,14 @@ class Relay:
     def held(self) -> bytes:
         """The bytes of the unfinished frame held now (never sent unless a later read finishes it)."""
         return bytes(self._cut.held) if self._cut is not None else b""
+
+    def keepalive(self) -> bytes:
+        """The format's keep-alive, framed for the client, if one may go now; b"" if not (see the module's rules).
+        The relay's cut only ever sends whole frames, so the client never holds half of one either."""
+        stream, cut = self.stream, self._cut
+        if stream is None or stream.keepalive is None or cut is None or cut is _STOPPED or cut.held:
+            return b""
+        return chunk(stream.keepalive) if self._chunked else stream.keepalive
 
     def finish(self, by_close: bool) -> tuple[bytes, str | None]:
         """The body ended (`by_close`: a close-delimited body, ended by a close): the bytes still to send (framed),
