@@ -137,7 +137,7 @@ def diagnose(
     with _quiet_if_closed(found.exit_code):
         if json_out:
             print(dumps(found), flush=True)
-            err_console.print(f"tokenpath diagnose: {verdict.summary}", highlight=False, markup=False)
+            err_console.print(f"tokenpath diagnose: {verdict.summary}", highlight=False, markup=False, soft_wrap=True)
         else:
             for line in lines(found):
                 print(line)
