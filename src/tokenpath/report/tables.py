@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from tokenpath.axes import AXES, BY_FIELD, Axis, Column
+from tokenpath.diagnose.shape import Kind, Seen, of_arrivals, typical
 from tokenpath.results.model import (
     Drift,
     ExclusionShare,
@@ -256,12 +257,22 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
+def row_shape(row: MatrixRow) -> Seen | None:
+    """What the row's included runs show together (diagnose/shape.py), None without arrivals."""
+    frame_bytes = row.condition.frame_bytes or None
+    return typical([of_arrivals(r.arrivals, r.writes_ms, frame_bytes) for r in row.raw if r.included and r.arrivals])
+
+
 def seen_as(row: MatrixRow) -> str:
-    """The verdict in two words, for narrow tables."""
+    """The verdict in two words, for narrow tables: the runs' shape as diagnose names it (diagnose/shape.py, one
+    classifier for both), e.g. "holds the first 1020 B" for a held start that then streams."""
     if row.fpr_median is None:
         return row.verdict
     if row.within_floor:
         return "streams"
+    shown = row_shape(row)
+    if shown is not None and shown.kind not in (Kind.TOO_SHORT, Kind.STREAMS):
+        return shown.label()
     if (row.arrivals_median or 0) <= 1:
         return "buffers all"
     if row.fpr_median > 1.05:
