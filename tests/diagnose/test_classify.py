@@ -326,3 +326,17 @@ def test_verdict_json_says_held() -> None:
     assert doc["cause"] == "time_quantized"
     assert doc["held"] is True
     assert doc["period_ms"] == pytest.approx(200, abs=1)
+
+
+def test_a_check_is_asked_first_and_its_verdict_stands() -> None:
+    """The hook another diagnose module names a cause through (classify.Check): asked before the rules."""
+    runs = [streaming(r.name) for r in s.plan(True)]
+    asked: list[int] = []
+
+    def cut(found: object, evidence: tuple[str, ...]) -> Verdict | None:
+        asked.append(len(evidence))
+        return Verdict(Cause.UNSURE, "unsure: cut short", evidence)
+
+    assert classify(runs, [lambda runs, ev: None, cut]).summary == "unsure: cut short"
+    assert asked == [len(runs)]
+    assert classify(runs, [lambda runs, ev: None]).cause is Cause.STREAMS

@@ -18,6 +18,7 @@ from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
+    from tokenpath.diagnose.classify import Check
     from tokenpath.diagnose.measure import Probe
     from tokenpath.probe.client import ProbeConfig
 
@@ -124,7 +125,7 @@ def diagnose(
         notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
     with _client(template, client) as probe:
         audit = stub_audit(stub_url or target_url) if paced else None
-        measured, verdict = diagnose_series(template, first, probe, audit, sent)
+        measured, verdict = diagnose_series(template, first, probe, audit, sent, CHECKS)
     found = diagnosis(
         target_url,
         paced,
@@ -143,6 +144,11 @@ def diagnose(
                 print(line)
             sys.stdout.flush()
     raise typer.Exit(found.exit_code)
+
+
+# Checks classify() asks before its own rules (classify.Check): a diagnose module that names another cause adds its
+# check here.
+CHECKS: tuple[Check, ...] = ()
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ bytes) or bytes (regular bytes, varying gaps); when both are regular, one pacing
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import mean, median, pstdev
@@ -299,12 +299,23 @@ def _timer_candidate(released: Sequence[Facts]) -> float:
 # --- the series -----------------------------------------------------------------------------------------------------
 
 
-def classify(runs: Sequence[RunFigures]) -> Verdict:
-    """The verdict over a diagnosis's runs (series.py's names; only `base` is required)."""
+# A check that names a cause before the rules below (e.g. a stream the path cut short): the runs in, a Verdict that
+# stands (or one with `wants`), or None to leave them to the rules. Another diagnose module defines one; the CLI
+# passes it in, so classify.py imports nothing of it.
+Check = Callable[[Sequence[RunFigures], tuple[str, ...]], "Verdict | None"]
+
+
+def classify(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Verdict:
+    """The verdict over a diagnosis's runs (series.py's names; only `base` is required). Each of `checks` is asked
+    first, in order, with the runs and their evidence lines; the first Verdict it returns is the answer."""
     by = {r.name: r for r in runs}
     if series.BASE not in by:
         raise ValueError("classify() needs the `base` run")
     evidence = tuple(_describe(r) for r in runs)
+    for check in checks:
+        found = check(runs, evidence)
+        if found is not None:
+            return found
     identity = [by[n] for n in series.IDENTITY if n in by]
     verdict = _identity_verdict(identity, evidence) if by[series.BASE].paced else _unpaced(by[series.BASE], evidence)
     compressed = [by[n] for n in series.COMPRESSED if n in by]

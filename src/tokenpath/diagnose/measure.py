@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tokenpath.audit import StreamLog
-from tokenpath.diagnose.classify import RunFigures, Verdict, classify
+from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
 from tokenpath.diagnose.series import Run, paced
 from tokenpath.errors import PeerError, ProtocolError, UsageError
 from tokenpath.probe.client import ProbeConfig
@@ -86,18 +86,20 @@ def diagnose_series(
     probe: Probe = probe_stream,
     audit: Audit | None = None,
     accept_encoding: str | None = None,
+    checks: Sequence[Check] = (),
 ) -> tuple[list[Measured], Verdict]:
     """The series: its first runs, then what classify() wants next, until it wants nothing (or MAX_ROUNDS).
-    Grown runs of a compressing client send `accept_encoding` (the first runs' own when None)."""
+    Grown runs of a compressing client send `accept_encoding` (the first runs' own when None); `checks` go to
+    classify()."""
     measured = run_series(template, first, probe, audit)
     sent = accept_encoding or next((r.accept_encoding for r in first if r.accept_encoding), None)
-    verdict = classify([m.figures for m in measured])
+    verdict = classify([m.figures for m in measured], checks)
     for _ in range(MAX_ROUNDS):
         if not verdict.wants:
             break
         more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
         measured += run_series(template, more, probe, audit, warm=False)
-        verdict = classify([m.figures for m in measured])
+        verdict = classify([m.figures for m in measured], checks)
     return measured, verdict
 
 
