@@ -122,3 +122,11 @@ def test_seen_as_names_a_held_start_as_diagnose_does() -> None:
     assert label == tables.seen_as(row)  # one classifier
     whole = model.MatrixRun("tp-2", True, None, None, 1950.0, {}, None, ((2950.0, 60),), writes, None)
     assert tables.seen_as(dataclasses.replace(row, raw=(whole,))) == "buffers all"
+
+
+def test_the_terminal_table_explains_its_short_headers() -> None:
+    out = io.StringIO()
+    Console(file=out, width=100).print(tables.rich_table(doc(True)))
+    text = " ".join(out.getvalue().split())
+    assert "+TTFT ms: added TTFT, the first token's arrival - the stub's write of it" in text
+    assert "fpr: frames per read" in text

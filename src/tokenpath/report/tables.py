@@ -280,11 +280,19 @@ def seen_as(row: MatrixRow) -> str:
     return "late"
 
 
+# What the terminal table's short headers mean (the README's "Words" section has each word in full).
+COLUMN_WORDS = (
+    "fpr: frames per read (1.00 streams); +TTFT ms: added TTFT, the first token's arrival - the stub's write of it, "
+    "less direct's (median; p90 beside it); kept: runs kept / measured (README: Words)"
+)
+
+
 def rich_table(results: MatrixResults) -> Table:
     """Narrow enough for an 80-column terminal; table.md has every column."""
     certified = results.certification.passed
     note = endpoint_note(results)
-    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=note)
+    caption = "\n".join(filter(None, [note, COLUMN_WORDS]))
+    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=caption)
     columns = varying_columns(results.rows)
     names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"
     for header in ("path", "condition", *names, "fpr", "+TTFT ms", "p90", "kept", "seen as"):
