@@ -65,6 +65,9 @@ def diagnosed(paths: dict[str, str]) -> dict[str, tuple[int, dict[str, Any], str
 
     jobs = {name: (url, *EXTRA.get(name, ())) for name, url in paths.items() if name != "stub"}
     jobs["pass_stub_url"] = (paths["pass"], "--stub-url", paths["stub"])  # named, rather than found behind the path
+    # probe's clients: another API format's own frames, and HTTP/2 (h2c) to the relay
+    jobs["cork_time_anthropic"] = (paths["cork_time"], "--api", "anthropic")
+    jobs["cork_time_h2"] = (paths["cork_time"], "--http2")
 
     def run(name: str) -> tuple[str, tuple[int, dict[str, Any], str]]:
         argv = tokenpath_argv("diagnose", *jobs[name], "--json")
@@ -165,3 +168,13 @@ def test_a_stub_url_that_is_not_a_stub_is_refused_first(paths: dict[str, str]) -
     assert out.returncode == 2, out.stderr
     assert f"--stub-url {not_a_stub} does not answer as a tokenpath stub" in out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize("job", ["cork_time_anthropic", "cork_time_h2"])
+def test_the_same_clients_as_probe_see_the_same_timer(
+    diagnosed: dict[str, tuple[int, dict[str, Any], str]], job: str
+) -> None:
+    """Issue 35: --api and --http2 (Anthropic-only routes, h2-only ingresses) are diagnosed as probe measures them."""
+    v = verdict(diagnosed, job, 16)
+    assert v["cause"] == "time_quantized", v
+    assert 170 <= v["period_ms"] <= 260
