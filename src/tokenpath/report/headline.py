@@ -124,7 +124,11 @@ VERDICT_COLUMNS: tuple[VerdictColumn, ...] = (
 )
 
 
+def worst_first(figures: Sequence[PathFigures]) -> list[PathFigures]:
+    """The verdict table's order: the paths that hold first, the worst (median added TTFT) first."""
+    return sorted(figures, key=lambda f: (not f.holds, -(f.row.added_ttft_ms_median or 0.0)))
+
+
 def verdict_rows(figures: Sequence[PathFigures]) -> list[list[str]]:
-    """The verdict table's cells, the paths that hold first, worst first."""
-    ordered = sorted(figures, key=lambda f: (not f.holds, -(f.row.added_ttft_ms_median or 0.0)))
-    return [[c.cell(f) for c in VERDICT_COLUMNS] for f in ordered]
+    """The verdict table's cells, in worst_first order."""
+    return [[c.cell(f) for c in VERDICT_COLUMNS] for f in worst_first(figures)]

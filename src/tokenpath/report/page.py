@@ -330,7 +330,7 @@ def answer_block(doc: MatrixResults) -> list[str]:
         _table(
             [c.header for c in headline.VERDICT_COLUMNS],
             rows,
-            classes=["unreliable" if f.holds else "" for f in sorted(figures, key=lambda f: not f.holds)],
+            classes=["unreliable" if f.holds else "" for f in headline.worst_first(figures)],
         )
     )
     meanings = "".join(f"<li><b>{esc(c.header)}</b>: {esc(c.meaning)}</li>" for c in headline.VERDICT_COLUMNS)
