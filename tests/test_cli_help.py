@@ -19,8 +19,8 @@ def test_help_renders(command: str) -> None:
 
 
 def test_diagnose_help_names_every_proxy_it_has_a_fix_for() -> None:
-    from tokenpath.diagnose.fixes import PROXIES
+    from tokenpath.diagnose.fixes import FIXES
 
     result = CliRunner().invoke(app, ["diagnose", "--help"], env={"COLUMNS": "400"})
     text = " ".join(result.output.split())
-    assert all(name in text for name in PROXIES), text
+    assert all(fix.proxies[0] in text for fix in FIXES), text

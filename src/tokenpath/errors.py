@@ -194,15 +194,17 @@ class RuleBreached(TokenpathError):
 
 
 class PathHeld(TokenpathError):
-    """`diagnose` named a cause that holds the stream (buffering, bursts, compression without a flush, a held first
-    event or head): the measurement worked, the path holds tokens."""
+    """`diagnose` named a cause that holds the stream (buffering, bursts, compression without a flush, the first
+    bytes held): the measurement worked, the path holds tokens. A finding, not an error: diagnose ends with this
+    exit code and prints no error line."""
 
     exit_code = 16
-    meaning = "diagnose: the path holds the stream (whole response, bursts, compression, first event or head)"
+    meaning = "diagnose: the path holds the stream (whole response, bursts, compression, the first bytes)"
 
 
 class DiagnosisUnsure(TokenpathError):
-    """`diagnose` could not name one cause: its runs disagreed (the message says which signals)."""
+    """`diagnose` could not name one cause: its runs disagreed (the verdict says which signals). A finding, not an
+    error, as PathHeld."""
 
     exit_code = 17
     meaning = "diagnose: the runs disagree, so no cause is named (unsure)"

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.diagnose.test_classify import series, streaming, whole
+from tests.diagnose.test_classify import Model, streaming, whole
 from tokenpath.cli import app
 from tokenpath.diagnose import measure
 from tokenpath.diagnose.classify import RunFigures
@@ -17,13 +18,17 @@ from tokenpath.diagnose.series import Run
 from tokenpath.probe.client import ProbeConfig
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Scripted:
-    """Stands in for the network: whether a stub answers, and the figures each run would measure."""
+    """Stands in for the network: whether a stub answers, and the figures each run would measure (by a model of
+    the path, or a fixed list)."""
 
-    def __init__(self, runs: list[RunFigures], stub: bool = True, head: tuple[tuple[str, str], ...] = ()) -> None:
-        self.runs, self.stub, self.head = runs, stub, head
+    def __init__(
+        self, model: Model | list[RunFigures], stub: bool = True, head: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.model, self.stub, self.head = model, stub, head
         self.template: ProbeConfig | None = None
         self.planned: list[Run] = []
         self.asked: list[str] = []
@@ -32,10 +37,15 @@ class Scripted:
         self.asked.append(url)
         return self.stub
 
-    def run_series(self, template: ProbeConfig, runs: Sequence[Run], probe: object = None) -> list[measure.Measured]:
-        self.template, self.planned = template, list(runs)
-        by = {r.name: r for r in self.runs}
-        return [measure.Measured(by[r.name], self.head) for r in runs]
+    def run_series(
+        self, template: ProbeConfig, runs: Sequence[Run], *_: object, **__: object
+    ) -> list[measure.Measured]:
+        self.template = template
+        self.planned += runs
+        if isinstance(self.model, list):
+            by = {r.name: r for r in self.model}
+            return [measure.Measured(by[r.name], self.head) for r in runs]
+        return [measure.Measured(self.model(r.name), self.head) for r in runs]
 
 
 def invoke(monkeypatch: pytest.MonkeyPatch, scripted: Scripted, *args: str) -> tuple[int, str]:
@@ -52,9 +62,9 @@ def unpaced_runs() -> list[RunFigures]:
 
 def test_flags_reach_the_probe_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEY", "sk-test")
-    s = Scripted(series(streaming))
-    code, _ = invoke(monkeypatch, s, URL, "--header", "X-A:1", "--api-key-env", "MY_KEY", "--model", "m1",
-                     "--max-tokens", "7", "--insecure", "--total-timeout", "9")  # fmt: skip
+    s = Scripted(streaming)
+    flags = ["--header", "X-A:1", "--api-key-env", "MY_KEY", "--model", "m1", "--max-tokens", "7", "--insecure"]
+    code, _ = invoke(monkeypatch, s, URL, *flags, "--total-timeout", "9")
     assert code == 0
     t = s.template
     assert t is not None
@@ -64,7 +74,7 @@ def test_flags_reach_the_probe_config(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cacert_reaches_the_tls_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scripted(series(streaming))
+    s = Scripted(streaming)
     invoke(monkeypatch, s, URL, "--cacert", "/tmp/ca.pem")
     assert s.template is not None
     assert s.template.tls.cacert == "/tmp/ca.pem"
@@ -72,13 +82,13 @@ def test_cacert_reaches_the_tls_options(monkeypatch: pytest.MonkeyPatch) -> None
 
 def test_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKENPATH_URL", URL)
-    s = Scripted(series(streaming))
+    s = Scripted(streaming)
     assert invoke(monkeypatch, s)[0] == 0
     assert s.asked == [URL]
 
 
 def test_a_stub_behind_the_path_is_paced_and_an_endpoint_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scripted(series(streaming), stub=True)
+    s = Scripted(streaming, stub=True)
     invoke(monkeypatch, s, URL)
     assert [r.name for r in s.planned] == ["base", "slow", "large", "browser"]
     s = Scripted(unpaced_runs(), stub=False)
@@ -89,10 +99,10 @@ def test_a_stub_behind_the_path_is_paced_and_an_endpoint_is_not(monkeypatch: pyt
 
 
 def test_stub_url_is_checked_and_paces_the_series(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scripted(series(streaming), stub=False)
+    s = Scripted(streaming, stub=False)
     code, out = invoke(monkeypatch, s, URL, "--stub-url", "http://127.0.0.1:8")
     assert code == 2
-    assert "--stub-url http://127.0.0.1:8 does not answer" in out
+    assert "http://127.0.0.1:8 does not answer" in out
     monkeypatch.setattr(measure, "is_stub", lambda url, timeout_s=2.0: url == "http://127.0.0.1:8")
     monkeypatch.setattr(measure, "run_series", s.run_series)
     assert CliRunner().invoke(app, ["diagnose", URL, "--stub-url", "http://127.0.0.1:8"]).exit_code == 0
@@ -100,10 +110,12 @@ def test_stub_url_is_checked_and_paces_the_series(monkeypatch: pytest.MonkeyPatc
 
 
 def test_held_exits_16_with_the_fix_and_json_keeps_stdout_a_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    s = Scripted(series(whole), head=(("Server", "nginx/1.22.1"),))
+    s = Scripted(whole, head=(("Server", "nginx/1.22.1"),))
     code, out = invoke(monkeypatch, s, URL)
     assert code == 16
+    assert out.startswith(f"{URL}: holds the whole response")  # the verdict first
     assert "fix: proxy_buffering off;" in out
+    assert "error" not in out  # a finding, not an error
     monkeypatch.setattr(measure, "run_series", s.run_series)
     result = CliRunner().invoke(app, ["diagnose", URL, "--json"])
     assert result.exit_code == 16
@@ -111,23 +123,72 @@ def test_held_exits_16_with_the_fix_and_json_keeps_stdout_a_document(monkeypatch
     assert doc["verdict"]["cause"] == "whole_response"
 
 
-def test_proxy_flag_names_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    code, out = invoke(monkeypatch, Scripted(series(whole)), URL, "--proxy", "apache2")
+def test_proxy_flag_names_the_fix_and_takes_every_catalogue_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = invoke(monkeypatch, Scripted(whole), URL, "--proxy", "lighttpd")
     assert code == 16
-    assert "fix: flushpackets=on" in out
-    code, out = invoke(monkeypatch, Scripted(series(whole)), URL, "--proxy", "squid")
+    assert "fix: server.stream-response-body = 2" in out
+    code, out = invoke(monkeypatch, Scripted(whole), URL, "--proxy", "squid")
+    assert code == 16
+    assert "fix: none measured" in out
+    code, out = invoke(monkeypatch, Scripted(whole), URL, "--proxy", "nosuchproxy")
     assert code == 2
-    assert "--proxy 'squid'" in out
+    assert "nosuchproxy" in out
+
+
+def test_an_unnamed_proxy_gets_the_generic_fix_and_no_proxys_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = invoke(monkeypatch, Scripted(whole), URL)
+    assert code == 16
+    assert "in any proxy: turn response buffering off" in out
+    assert "nginx" not in out
 
 
 def test_unsure_exits_17(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = series(streaming)
-    runs[1] = whole("slow", 120.0, 60)
-    code, out = invoke(monkeypatch, Scripted(runs), URL)
+    def model(name: str) -> RunFigures:
+        return whole(name) if name == "slow" else streaming(name)
+
+    code, out = invoke(monkeypatch, Scripted(model), URL)
     assert code == 17
     assert "unsure" in out
+    assert "error" not in out
+
+
+def test_a_closed_stdout_ends_quietly_with_the_verdicts_exit_code(tmp_path: object) -> None:
+    """`diagnose URL | head -1` against a stub that holds nothing: exit 0 (not 1), nothing on stderr."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; from tests.diagnose.test_cli import Scripted; from tests.diagnose.test_classify import whole;"
+        "from tokenpath.diagnose import measure; s = Scripted(whole);"
+        "measure.is_stub = s.is_stub; measure.run_series = s.run_series;"
+        "from tokenpath.cli import app; sys.argv = ['tokenpath', 'diagnose', sys.argv[1]]; app()"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, URL], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(ROOT)
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as head -1 does once it has its line
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 16, err
+    assert b"Error" not in err
+    assert b"Broken pipe" not in err
+
+
+def test_accept_encoding_and_api_and_http2_reach_the_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, URL, "--accept-encoding", "browser", "--api", "anthropic", "--http2")
+    assert code == 0, out
+    assert s.template is not None
+    assert s.template.api.value == "anthropic"
+    assert s.template.http_version.value != "1.1"
+    assert [r.accept_encoding for r in s.planned if r.name == "browser"] == ["gzip, deflate, br, zstd"]
+    s = Scripted(streaming)
+    assert invoke(monkeypatch, s, URL, "--accept-encoding", "identity")[0] == 0
+    assert "browser" not in [r.name for r in s.planned]
+    assert invoke(monkeypatch, Scripted(streaming), URL, "--h2-window", "default")[0] == 2
 
 
 def test_no_url_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TOKENPATH_URL", raising=False)
-    assert invoke(monkeypatch, Scripted(series(streaming)))[0] == 2
+    assert invoke(monkeypatch, Scripted(streaming))[0] == 2

@@ -3,6 +3,7 @@ stub check, against a scripted control plane."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import pytest
@@ -40,7 +41,7 @@ def trace_of(groups: list[list[int]], t_ms: list[float], sent_ns: int = 5 * MS) 
 
 
 def test_figures_per_arrival() -> None:
-    run = plan(controlled=True)[0]
+    run = dataclasses.replace(plan(controlled=True)[0], frames=6)  # the schedule places exactly its own frames
     fig = measure.figures(run, trace_of([[60, 60], [60], [60, 60, 60]], [200.0, 250.0, 400.0]))
     assert fig.bursts == (2, 1, 3)  # the head's read completed no frame: not an arrival
     assert fig.burst_bytes == (120, 60, 180)

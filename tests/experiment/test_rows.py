@@ -115,3 +115,14 @@ def test_a_late_median_whose_runs_overlap_the_floor_is_not_distinguishable() -> 
     late = build_row(PathSpec("nginx"), COND, [record(1.0, 2.5), record(1.0, 2.6), record(1.0, 3.1)], floor)
     assert late.within_floor is False
     assert late.verdict == "streams, but late, first token +2 ms"
+
+
+def test_a_held_start_then_streaming_is_named_as_diagnose_names_it() -> None:
+    """Issue 35: Traefik 3.3.2's compress, the first 17 frames held to +852 ms, then each alone: not "bursts of 1"
+    (diagnose/shape.py, one classifier for the matrix and diagnose)."""
+    floor = Floor.from_direct([record(1.0, 0.1)])
+    held = record(60 / 44, 852.0, frames=60)
+    held.writes_ms = [50.0 * k for k in range(60)]
+    held.arrivals = [(852.0, 17), *((50.0 * k + 0.5, 1) for k in range(17, 60))]
+    row = build_row(PathSpec("traefik", "compress"), COND, [held] * 3, floor)
+    assert row.verdict == "holds the first 1020 B, then streams, first token +852 ms"

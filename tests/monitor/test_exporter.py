@@ -482,3 +482,16 @@ def test_the_otel_provider_is_the_modules_api_format() -> None:
     labels = dict(ttft[0][1])
     assert (labels["gen_ai_provider_name"], labels["gen_ai_request_model"]) == ("anthropic", "claude-x")
     assert seen == ["anthropic"]  # and the probe asked in that format
+
+
+def test_a_direct_url_that_is_the_target_itself_is_refused_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 35: the reason was in the 400's body, never in the exporter's log."""
+    caplog.set_level(logging.WARNING, logger="tokenpath.monitor")
+    seen: list[str] = []
+    e = exporter(lambda c, s: seen.append(c.url) or streamed(), modules=modules_with_direct("{target}"))  # type: ignore[func-returns-value]
+    answer = probe(e, f"target={STUB}&module=m")
+    assert (answer.status, seen) == (400, [])
+    records = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    assert [(r["event"], r["reason"]) for r in records] == [("refused", "bad_request")]
+    assert records[0]["message"] == answer.body.decode().strip()
+    assert "direct_url" in records[0]["message"]

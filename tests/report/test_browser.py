@@ -46,3 +46,26 @@ def test_chromium_renders_the_report_offline(chromium: str, tmp_path: Path) -> N
     assert 0.02 < ink < 0.6, f"page looks blank or broken: {ink:.3f} of the pixels are inked"
     colours = {tuple(p) for p in (pixels[::20, ::20] * 255).astype(int).reshape(-1, 3)}
     assert len(colours) > 20  # text, chart colours, the green certification banner: not a flat page
+
+
+def _has_colour(pixels: object, hex_colour: str, at_least: int) -> bool:
+    import numpy as np
+
+    rgb = np.array([int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]) / 255
+    close = np.abs(np.asarray(pixels)[..., :3] - rgb).max(axis=2) < 0.03
+    return int(close.sum()) >= at_least
+
+
+def test_the_headline_and_the_added_ttft_chart_are_above_the_fold(chromium: str, tmp_path: Path) -> None:
+    """Issue 35: looked at, not only parsed. A 1280 x 800 window is the fold: the headline's background and the
+    chart's p50 bars (colours nothing else on the page uses, the headline's 4 px border aside) are both in it."""
+    from tokenpath.report import charts
+
+    run = tmp_path / "matrix"
+    run.mkdir()
+    shutil.copy(DATA / "matrix" / "results.json", run)
+    html = write_report(run, formats=["html"])["html"]
+    png = browser.screenshot(html, tmp_path / "fold.png", width=1280, height=800)
+    pixels = matplotlib.image.imread(png)
+    assert _has_colour(pixels, "#e8f0fe", 2000), "the headline is not above the fold"
+    assert _has_colour(pixels, charts.ADDED_P50, 2000), "the added-TTFT chart is not above the fold"

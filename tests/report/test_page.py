@@ -61,7 +61,7 @@ def test_matrix_report_has_every_chart_table_and_the_provenance(tmp_path: Path) 
     assert "UNCERTIFIED" not in html
     assert "Arrival timeline" in html
     assert "Frames per read" in html
-    assert len(figures(html)) == 2  # one condition: frames per read + arrival timeline
+    assert len(figures(html)) == 3  # the added-TTFT chart, then one condition: frames per read + arrival timeline
     for path in ("direct", "pass", "cork", "buffer"):
         assert f"<td>{path}</td>" in html
     # provenance: host, kernel, versions, effective configs (collapsible), the exclusion rule, certification checks
@@ -135,7 +135,7 @@ def test_sweep_report_marks_the_inferred_flush_rule(tmp_path: Path) -> None:
     assert "What makes the proxy flush" in html
     assert f"flushes at ~{doc['inferred']['size_bytes']} B" in html
     conditions = {f["condition"] for f in doc["floors"]}
-    assert len(figures(html)) == 1 + 2 * len(conditions)
+    assert len(figures(html)) == 2 + 2 * len(conditions)  # added TTFT, the sweep, two per condition
 
 
 def test_compare_with_itself_finds_nothing_distinguishable(tmp_path: Path) -> None:
@@ -247,3 +247,25 @@ def test_an_endpoint_run_states_what_was_measured_not_the_stubs_defaults(tmp_pat
     assert "https://api.example.com, model gpt-x, at most 64 tokens per stream" in html
     assert "measured on the direct path: 7 frames per stream and 30" in html
     assert f"ms to the first token (medians of {kept} streams)" in html
+
+
+def test_the_page_leads_with_the_headline_the_added_ttft_chart_and_the_verdicts(tmp_path: Path) -> None:
+    """Issue 35: the verdict was the last thing on the page. Now the headline, the chart and the verdict table come
+    before the provenance and the per-condition panels, and every column of the verdict table is explained."""
+    from tokenpath.report import headline
+
+    html = render(tmp_path, "matrix")
+    markers = {
+        "headline": 'class="headline"',
+        "chart": "Added TTFT per path",
+        "verdicts": 'id="verdicts"',
+        "provenance": 'id="provenance"',
+        "panels": "Arrival timeline",
+    }
+    at = {name: html.index(marker) for name, marker in markers.items()}
+    assert at["headline"] < at["chart"] < at["verdicts"] < at["provenance"] < at["panels"]
+    text = html[at["headline"] : html.index("</p>", at["headline"])]
+    assert re.search(r"\d+ of \d+ paths hold the stream; worst \+\d+ ms: ", text), text
+    for column in headline.VERDICT_COLUMNS:
+        assert f"<li><b>{page.esc(column.header)}</b>: {page.esc(column.meaning)}</li>" in html
+    assert "Words" in html

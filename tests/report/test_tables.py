@@ -102,3 +102,31 @@ def test_rows_against_a_real_endpoint_say_there_was_no_stub_audit() -> None:
     console = Console(width=100, record=True)
     console.print(tables.rich_table(results))
     assert "no stub audit" in console.export_text()
+
+
+def test_seen_as_names_a_held_start_as_diagnose_does() -> None:
+    """Issue 35: Traefik 3.3.2's compress as a browser, 60 B frames every 50 ms: the first 17 held (+852 ms), then
+    each alone. The matrix called it "bursts of 1"; diagnose/shape.py, which both read, names it."""
+    import dataclasses
+
+    from tokenpath.diagnose.shape import seen
+
+    writes = tuple(50.0 * k for k in range(60))
+    arrivals = ((852.0, 17), *((50.0 * k + 0.5, 1) for k in range(17, 60)))
+    held = model.MatrixRun("tp-1", True, None, None, 852.0, {}, None, arrivals, writes, None)
+    row = dataclasses.replace(
+        doc(True).rows[0], fpr_median=2.31, arrivals_median=44, modal_burst=1, raw=(held, held, held)
+    )
+    assert tables.seen_as(row) == "holds the first 1020 B"
+    label = seen([n for _, n in arrivals], [t for t, _ in arrivals], writes, [n * 60 for _, n in arrivals]).label()
+    assert label == tables.seen_as(row)  # one classifier
+    whole = model.MatrixRun("tp-2", True, None, None, 1950.0, {}, None, ((2950.0, 60),), writes, None)
+    assert tables.seen_as(dataclasses.replace(row, raw=(whole,))) == "buffers all"
+
+
+def test_the_terminal_table_explains_its_short_headers() -> None:
+    out = io.StringIO()
+    Console(file=out, width=100).print(tables.rich_table(doc(True)))
+    text = " ".join(out.getvalue().split())
+    assert "+TTFT ms: added TTFT, the first token's arrival - the stub's write of it" in text
+    assert "fpr: frames per read" in text

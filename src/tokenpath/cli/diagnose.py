@@ -1,15 +1,26 @@
-"""`tokenpath diagnose`: flags → a ProbeConfig template and a series → the verdict, the proxy and its fix."""
+"""`tokenpath diagnose`: flags → a ProbeConfig template and a series → the verdict, the proxy and its fix. The same
+clients as `probe` (--api, --http2, --accept-encoding, --client chromium, --cacert); a finding is the exit code, not
+an error, and a closed stdout (`| head -1`) ends quietly with that code."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Annotated
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tokenpath.cli.common import api_key, console, handles_errors
+from tokenpath.cli import options
+from tokenpath.cli.common import api_key, err_console, handles_errors
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
+
+if TYPE_CHECKING:
+    from tokenpath.diagnose.classify import Check
+    from tokenpath.diagnose.measure import Probe
+    from tokenpath.probe.client import ProbeConfig
 
 
 @handles_errors("diagnose")
@@ -28,10 +39,29 @@ def diagnose(
     proxy: Annotated[
         str | None,
         typer.Option(
-            help="The proxy in the path, when its headers do not name it: nginx, haproxy, caddy, traefik, "
-            "envoy, apache2, express or starlette (for its fix line)."
+            help="The proxy in the path, when its headers do not name it (HAProxy, Traefik, a Node.js app): any "
+            "catalogue name; those with a measured fix line: nginx, haproxy, lighttpd, traefik, envoy, express, "
+            "starlette."
         ),
     ] = None,
+    api: options.Api = None,
+    accept_encoding: Annotated[
+        str | None,
+        typer.Option(
+            help="The Accept-Encoding of the series' compressing client (default `browser` = \"gzip, deflate, "
+            'br, zstd"; any value; `identity` leaves that run out). The other runs send none.',
+            show_default=False,
+        ),
+    ] = None,
+    http2: options.Http2 = False,
+    h2_window: options.H2Window = None,
+    client: Annotated[
+        str,
+        typer.Option(
+            help="raw: the probe's own socket; chromium: every run from headless Chromium's fetch (its own "
+            "Accept-Encoding, h2 by ALPN; needs `tokenpath\\[browser]`)."
+        ),
+    ] = "raw",
     json_out: Annotated[bool, typer.Option("--json", help="Print the diagnosis document on stdout.")] = False,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
     api_key_env: Annotated[
@@ -45,19 +75,33 @@ def diagnose(
     cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
     total_timeout: Annotated[float, typer.Option(help="Longest one stream may take, seconds.")] = 120.0,
 ) -> None:
-    """Run a short series through a path and name what it does to a token stream, and the line that fixes it.
+    """Run a short series through a path, growing it until it can tell, and name what the path does to a token
+    stream and the line that fixes it.
 
     Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree)."""
-    from tokenpath.diagnose.measure import check_stub, is_stub, run_series
-    from tokenpath.diagnose.report import check_proxy, diagnosis, dumps, lines
+    from tokenpath.axes import ACCEPT_ENCODING, API
+    from tokenpath.diagnose.fixes import check_proxy
+    from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, stub_audit
+    from tokenpath.diagnose.report import diagnosis, dumps, lines
     from tokenpath.diagnose.series import plan
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.transport import TLSOptions
+    from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY
+    from tokenpath.wire.apis import Api
+    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
+    from tokenpath.wire.httpversion import HttpVersion
 
     target_url = url or os.environ.get("TOKENPATH_URL")
     if not target_url:
         raise UsageError("no URL: pass one or set TOKENPATH_URL")
     check_proxy(proxy)
+    if h2_window is not None and not http2:
+        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
+    if client not in ("raw", "chromium"):
+        raise UsageError(f"--client {client!r}: choose raw or chromium")
+    compressing = ACCEPT_ENCODING.read(accept_encoding, "--accept-encoding") if accept_encoding else None
+    if client == "chromium" and compressing is not None:
+        raise UsageError("--accept-encoding with --client chromium: the browser sends its own")
     template = ProbeConfig(
         url=target_url,
         model=model,
@@ -66,18 +110,70 @@ def diagnose(
         api_key=api_key(api_key_env),
         tls=TLSOptions(insecure=insecure, cacert=cacert),
         total_timeout_s=total_timeout,
+        api=API.read(api, "--api") if api is not None else Api.OPENAI,
+        http_version=HttpVersion.of(http2),
+        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
     )
     template.target  # noqa: B018 - validates the URL before anything is sent
     if stub_url is not None:
         check_stub(stub_url)
     paced = stub_url is not None or is_stub(target_url)
-    measured = run_series(template, plan(paced))
-    result = diagnosis(target_url, paced, [m.figures for m in measured], [m.headers for m in measured], proxy)
-    if json_out:
-        print(dumps(result), flush=True)
-    else:
-        for line in lines(result):
-            console.print(line, highlight=False, markup=False, soft_wrap=True)
-    outcome = result.outcome()
-    if outcome is not None:
-        raise outcome
+    sent = compressing or BROWSER_ACCEPT_ENCODING
+    first = plan(paced, encodings=client == "raw" and sent != IDENTITY, accept_encoding=sent)
+    notes = []
+    if client == "chromium":
+        notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
+    with _client(template, client) as probe:
+        audit = stub_audit(stub_url or target_url) if paced else None
+        measured, verdict = diagnose_series(template, first, probe, audit, sent, CHECKS)
+    found = diagnosis(
+        target_url,
+        paced,
+        [m.figures for m in measured],
+        verdict,
+        [m.headers for m in measured],
+        proxy,
+        notes,
+    )
+    with _quiet_if_closed(found.exit_code):
+        if json_out:
+            print(dumps(found), flush=True)
+            err_console.print(f"tokenpath diagnose: {verdict.summary}", highlight=False, markup=False, soft_wrap=True)
+        else:
+            for line in lines(found):
+                print(line)
+            sys.stdout.flush()
+    raise typer.Exit(found.exit_code)
+
+
+# Checks classify() asks before its own rules (classify.Check): a diagnose module that names another cause adds its
+# check here.
+CHECKS: tuple[Check, ...] = ()
+
+
+@contextlib.contextmanager
+def _client(template: ProbeConfig, client: str) -> Iterator[Probe]:
+    """The series' streams: the raw probe's, or one headless Chromium's for the whole series."""
+    from tokenpath.probe.stream import probe_stream
+
+    if client == "raw":
+        yield probe_stream
+        return
+    from tokenpath.probe.browser import browser_stream, chromium
+    from tokenpath.probe.browser_page import fetch_spec
+
+    fetch_spec(template, "check")  # refuses what a page cannot send before a browser starts
+    with chromium(template) as browser:
+        yield lambda cfg: browser_stream(browser, cfg).trace
+
+
+@contextlib.contextmanager
+def _quiet_if_closed(code: int) -> Iterator[None]:
+    """`diagnose URL | head -1`: the reader has what it wanted; the diagnosis still ends with its own exit code,
+    and the interpreter's last flush of the closed pipe is sent to /dev/null rather than failing."""
+    try:
+        yield
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(code) from None

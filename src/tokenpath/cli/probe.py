@@ -50,6 +50,9 @@ def probe(
         ),
     ] = "raw",
     json_out: Annotated[bool, typer.Option("--json", help="Print the machine-readable result.")] = False,
+    wide: Annotated[
+        bool, typer.Option(help="Every column of the table (the default fits 100 columns: TTFT, fpr, gap max...).")
+    ] = False,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header; repeatable.")] = None,
     api_key_env: Annotated[
         str | None, typer.Option(help="Env var holding the API key (default: TOKENPATH_API_KEY if set).")
@@ -116,13 +119,13 @@ def probe(
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     if client == "chromium":
-        return _probe_browser(cfg, runs, stub_url, json_out)
+        return _probe_browser(cfg, runs, stub_url, json_out, wide)
     runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
     probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)
     if json_out:
         print(dumps(probed))
     else:
-        console.print(probe_table(probed))
+        console.print(probe_table(probed, wide))
 
 
 def stub_pacing(body: tuple[tuple[str, object], ...], given: dict[str, Any]) -> tuple[tuple[str, object], ...]:
@@ -143,7 +146,7 @@ def stub_pacing(body: tuple[tuple[str, object], ...], given: dict[str, Any]) -> 
     return tuple(extra.items())
 
 
-def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: bool) -> None:
+def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: bool, wide: bool) -> None:
     """--client chromium: the same figures, table and document, from the browser's chunks (probe/browser.py)."""
     from tokenpath.probe.browser import browser_document, browser_title, probe_browser
     from tokenpath.probe.metrics import probe_results
@@ -155,7 +158,7 @@ def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: 
     if json_out:
         print(json.dumps(browser_document(probed, done), indent=2))
         return
-    table = probe_table(probed)
+    table = probe_table(probed, wide)
     table.title = f"{table.title} [{browser_title(done)}]"
     console.print(table)
 

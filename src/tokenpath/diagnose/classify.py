@@ -1,42 +1,43 @@
 """From the figures of a diagnosis's runs to a verdict: which cause, its size or period or encoding, and the
-evidence. Pure: no I/O, no clock; every threshold is named here.
+evidence; or which runs the series needs next to tell. Pure: no I/O, no clock; every threshold is named here.
 
-Each run gets a shape first:
+Each run gets its shape first (shape.py, the classifier the matrix's "seen as" uses too). Then the identity runs
+(no Accept-Encoding) are read as one rule that releases held frames, the compressed runs add compression, and the
+base run's head adds a note when it waited for the first frame:
 
-| shape       | when                                                                                        |
-|-------------|---------------------------------------------------------------------------------------------|
-| whole       | every frame came in one arrival                                                             |
-| streams     | fpr <= STREAM_FPR, nothing held (paced: frames within HOLD_MS of their writes, typically) |
-| first_event | the first arrival held back with the next (paced: >= HOLD_MS late; else >= FIRST_BURST frames) |
-| held        | bursts (fpr > STREAM_FPR), or every frame alone but each >= HOLD_MS late                      |
+- every run streams: STREAMS (a head held until the first frame, with no token later for it, is a note)
+- the first arrival held back with the frames after it, the rest on time: FIRST_HOLD, its size and time
+- frames released along the stream: a rule that fits every run. A timer keeps its hold across rates, a byte
+  threshold its bytes per release; a run held to its end bounds both (a timer shorter than that wait, or a
+  threshold below those bytes, would have released it), and a run that streamed bounds the threshold below its
+  frame size. TIME_QUANTIZED, BYTE_QUANTIZED, or UNSURE naming what contradicts each
+- every run held to its end: WHOLE_RESPONSE once the series reached its bound (series.MAX_STREAM_BYTES), which
+  the summary states ("at least")
+- identity streams, a compressing client's answer held: COMPRESSION_HOLD, with what the hold looked like
 
-Then the identity runs decide the cause, the browser run adds compression, and the base run's head adds "head
-held". Where the runs do not tell one story the verdict is UNSURE and the evidence says which signals disagreed:
+Where the figures so far cannot tell (held to the end below the bound, two rules that fit alike, a compressed
+answer too short to show its rule), the verdict is UNSURE with `wants`: the series' runs that would tell
+(series.py), which measure.py runs before asking again. A verdict without `wants` stands.
 
-- a timer keeps its hold (first frame of a burst: arrival - write) from the short to the long interval, while the
-  bytes per burst change: TIME_QUANTIZED, the period is that hold
-- a byte threshold keeps its bytes per burst, while the hold grows with the interval: BYTE_QUANTIZED
-- both kept, or neither: UNSURE
-
-Without a paced stub (any endpoint) there are no write times: a run's arrivals alone say time (regular gaps,
-varying bytes) or bytes (regular bytes, varying gaps), and anything less clear is UNSURE.
+Without write times (an endpoint that is not a paced stub) a run's arrivals alone say time (regular gaps, varying
+bytes) or bytes (regular bytes, varying gaps); when both are regular, one pacing cannot tell them apart (UNSURE).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import mean, median, pstdev
 from typing import Any
 
-STREAM_FPR = 1.25  # frames per read at or below this is the noise floor of a streaming path (certified ~1.00)
-HOLD_MS = 20.0  # a frame later than this past its write was held (a streaming path adds ~0.1-3 ms)
-FIRST_BURST = 3  # without write times, a first arrival of this many frames and singles after it is a hold-back
-MIN_FRAMES = 3  # fewer frames than this cannot show a burst
-HEAD_HELD_SHARE = 0.5  # TTFB past this share of the stub's TTFT: the head waited for the first frame
+from tokenpath.diagnose import series
+from tokenpath.diagnose.shape import HOLD_MS, Kind, Seen, holds, seen, size
+
 SAME_SHARE = 0.25  # two holds or two byte counts within 25 % (of the larger) are the same
 SAME_HOLD_MS = 15.0  # ... or holds within this many ms (a timer's phase against the frames moves it a little)
+HEAD_HELD_SHARE = 0.5  # TTFB past this share of the stub's TTFT: the head waited for the first frame
+HEAD_FRAMES = 2  # a first arrival of this many frames, every later one alone: the head's bytes counted to a size
 REGULAR_CV = 0.2  # without write times: a coefficient of variation at or below this is regular
 IRREGULAR_CV = 0.3  # ... and at or above this is not
 
@@ -46,18 +47,9 @@ class Cause(StrEnum):
     WHOLE_RESPONSE = "whole_response"
     BYTE_QUANTIZED = "byte_quantized"
     TIME_QUANTIZED = "time_quantized"
+    FIRST_HOLD = "first_hold"
     COMPRESSION_HOLD = "compression_hold"
-    FIRST_EVENT_HOLD = "first_event_hold"
-    HEAD_HELD = "head_held"
     UNSURE = "unsure"
-
-
-class Shape(StrEnum):
-    TOO_SHORT = "too_short"
-    WHOLE = "whole"
-    STREAMS = "streams"
-    FIRST_EVENT = "first_event"
-    HELD = "held"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +65,16 @@ class RunFigures:
     ttft_ms: float | None = None
     accept_encoding: str | None = None  # the header sent (None: none)
     content_encoding: str = "identity"  # as the answer came
-    # The stub's schedule when it is paced by the diagnosis (frame k written at ttft + k x interval), else None.
+    # The stub's schedule when the diagnosis paced it, else None.
     interval_ms: float | None = None
     frame_bytes: int | None = None
     stub_ttft_ms: float | None = None
+    # Each frame's write (ms since the request was sent): the stub's own log, or its schedule. None: unknown.
+    writes_ms: tuple[float, ...] | None = None
 
     @property
     def paced(self) -> bool:
-        return self.interval_ms is not None and self.stub_ttft_ms is not None
+        return self.writes_ms is not None
 
     @property
     def fpr(self) -> float | None:
@@ -90,25 +84,37 @@ class RunFigures:
     def compressed(self) -> bool:
         return self.content_encoding not in ("", "identity")
 
+    @property
+    def nbytes(self) -> int:
+        return sum(self.burst_bytes)
+
+    @property
+    def mean_frame_bytes(self) -> float:
+        return self.nbytes / self.frames if self.frames else 0.0
+
+    @property
+    def span_ms(self) -> float:
+        """From the first frame's write to the last's (0 unpaced)."""
+        return self.writes_ms[-1] - self.writes_ms[0] if self.writes_ms else 0.0
+
+    def seen(self) -> Seen:
+        return seen(self.bursts, self.arrivals_ms, self.writes_ms, self.burst_bytes)
+
     def holds_ms(self) -> tuple[float, ...]:
-        """Per arrival: how late its oldest frame came (arrival - that frame's scheduled write). () unpaced."""
-        if self.interval_ms is None or self.stub_ttft_ms is None:
-            return ()
-        out, first = [], 0
-        for burst, t in zip(self.bursts, self.arrivals_ms, strict=True):
-            out.append(t - (self.stub_ttft_ms + first * self.interval_ms))
-            first += burst
-        return tuple(out)
+        """Per arrival: how late its oldest frame came (arrival - that frame's write). () unpaced."""
+        return holds(self.bursts, self.arrivals_ms, self.writes_ms) if self.writes_ms else ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "shape": self.seen().kind.value,
             "accept_encoding": self.accept_encoding,
             "content_encoding": self.content_encoding,
             "interval_ms": self.interval_ms,
             "frame_bytes": self.frame_bytes,
             "stub_ttft_ms": self.stub_ttft_ms,
             "frames": self.frames,
+            "bytes": self.nbytes,
             "arrivals": len(self.bursts),
             "frames_per_read": self.fpr,
             "ttfb_ms": self.ttfb_ms,
@@ -125,11 +131,15 @@ class Verdict:
     cause: Cause
     summary: str  # one line a user reads
     evidence: tuple[str, ...] = ()
-    size_bytes: int | None = None  # BYTE_QUANTIZED: bytes per burst
-    period_ms: float | None = None  # TIME_QUANTIZED: the hold (paced) or the gap between bursts (unpaced)
+    size_bytes: int | None = None  # BYTE_QUANTIZED: bytes per release; FIRST_HOLD (and its compression): first bytes
+    period_ms: float | None = None  # TIME_QUANTIZED: the hold; FIRST_HOLD: how late the first token came
     timer: str | None = None  # TIME_QUANTIZED: what a timer of that period usually is
     encoding: str | None = None  # COMPRESSION_HOLD: the Content-Encoding that held
     notes: tuple[str, ...] = field(default=())  # secondary findings (large frames, compression that streams...)
+    held_bytes: int | None = None  # WHOLE_RESPONSE: the longest stream held to its end
+    at_least: bool = False  # WHOLE_RESPONSE: that stream was shorter than the series' bound: it holds at least it
+    shape: Kind | None = None  # COMPRESSION_HOLD: what the compressed answer looked like
+    wants: tuple[str, ...] = ()  # the runs (series names) that would tell; empty when the verdict stands
 
     @property
     def held(self) -> bool:
@@ -145,52 +155,11 @@ class Verdict:
             "period_ms": None if self.period_ms is None else round(self.period_ms, 1),
             "timer": self.timer,
             "encoding": self.encoding,
+            "held_bytes": self.held_bytes,
+            "at_least": self.at_least,
             "evidence": list(self.evidence),
             "notes": list(self.notes),
         }
-
-
-# --- one run ------------------------------------------------------------------------------------------------------
-
-
-def shape(run: RunFigures) -> Shape:
-    if run.frames < MIN_FRAMES or not run.bursts:
-        return Shape.TOO_SHORT
-    if len(run.bursts) == 1:
-        return Shape.WHOLE
-    holds = run.holds_ms()
-    rest_fpr = sum(run.bursts[1:]) / len(run.bursts[1:])
-    if holds:
-        later_held = median(holds[1:]) >= HOLD_MS
-        # A first frame that came late but alone is a hiccup (a busy client or host), not a hold-back: a path that
-        # holds the first event past the interval hands over the next one with it.
-        first_held = holds[0] >= HOLD_MS and run.bursts[0] > 1
-        if run.fpr is not None and run.fpr <= STREAM_FPR and not first_held and not later_held:
-            return Shape.STREAMS
-        if first_held and not later_held and rest_fpr <= STREAM_FPR:
-            return Shape.FIRST_EVENT
-        return Shape.HELD
-    if run.bursts[0] >= FIRST_BURST and rest_fpr <= STREAM_FPR:
-        return Shape.FIRST_EVENT
-    if run.fpr is not None and run.fpr <= STREAM_FPR:
-        return Shape.STREAMS
-    return Shape.HELD
-
-
-def _inner(values: Sequence[float]) -> Sequence[float]:
-    """The bursts a rule released on its own: not the last (the end of the response releases it, whatever the rule)
-    and, when one other remains, not the first (a hold that can start with the head's bytes, before any frame)."""
-    if len(values) >= 3:
-        return values[1:-1]
-    return values[:-1] if len(values) > 1 else values
-
-
-def typical_hold(run: RunFigures) -> float:
-    return median(_inner(run.holds_ms()))
-
-
-def typical_bytes(run: RunFigures) -> float:
-    return median(_inner([float(b) for b in run.burst_bytes]))
 
 
 def _same(a: float, b: float, floor: float = 0.0) -> bool:
@@ -202,7 +171,8 @@ def _cv(values: Sequence[float]) -> float | None:
 
 
 def timer_kind(period_ms: float) -> str:
-    """What a flush timer of this period usually is (docs/findings.md, seed 003)."""
+    """What a flush timer of this period usually is (docs/findings.md, seed 003), named by mechanism, never by a
+    proxy: a path that did not say which proxy it is gets no proxy's name."""
     if period_ms < 25:
         return "a short flush timer"
     if period_ms < 80:
@@ -210,179 +180,350 @@ def timer_kind(period_ms: float) -> str:
     if period_ms < 150:
         return "a ~100 ms flush interval"
     if period_ms <= 300:
-        return "a 200-250 ms flush timer (MSG_MORE / TCP_CORK; stock HAProxy holds ~180-200 ms)"
+        return "a 200-250 ms flush timer (MSG_MORE / TCP_CORK)"
     return "a long flush timer"
 
 
 def _describe(run: RunFigures) -> str:
     fpr = f"{run.fpr:.2f}" if run.fpr is not None else "-"
-    what = f"{run.name}: {run.frames} frames in {len(run.bursts)} arrivals (fpr {fpr}"
-    if run.paced:
-        what += f"; {run.frame_bytes} B every {run.interval_ms:g} ms"
-        holds = run.holds_ms()
-        if holds:
-            what += f"; first held {max(holds[0], 0):.0f} ms, typical {max(typical_hold(run), 0):.0f} ms"
+    what = f"{run.name}: {run.frames} frames ({size(run.nbytes)}) in {len(run.bursts)} arrivals (fpr {fpr}"
+    if run.interval_ms is not None:
+        sized = f"{run.frame_bytes} B" if run.frame_bytes is not None else "own-size"
+        what += f"; {sized} frames every {run.interval_ms:g} ms"
+    late = run.holds_ms()
+    if late:
+        what += f"; first held {max(late[0], 0):.0f} ms, longest {max(max(late), 0):.0f} ms"
     if run.accept_encoding is not None:
         what += f"; Accept-Encoding {run.accept_encoding!r} -> {run.content_encoding}"
-    return what + f"): {shape(run).value}"
+    return what + f"): {run.seen().label()}"
 
 
-# --- the series ---------------------------------------------------------------------------------------------------
+# --- what each run says about the rule ------------------------------------------------------------------------------
 
 
-def classify(runs: Sequence[RunFigures]) -> Verdict:
-    """The verdict over a diagnosis's runs (series.plan's names: base, slow, large, browser; only base is
-    required)."""
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """One run, read as evidence about a rule that holds frames and releases them."""
+
+    run: RunFigures
+    seen: Seen
+    streams: bool  # every frame passed alone and on time (the first may have waited for its next: the head)
+    released: bool  # frames released before the stream's end (bursts, or every frame alone but late)
+    release_bytes: float = 0.0  # mean bytes per release (the first and the end's left out when others remain)
+    release_hold_ms: float = 0.0  # median hold of those releases
+    grouped: bool = False  # those releases carried more than one frame
+    end_bytes: int = 0  # what was held to the stream's end
+    end_hold_ms: float = 0.0  # ... and how long its oldest frame waited
+
+    @property
+    def frame_bytes(self) -> float:
+        return self.run.mean_frame_bytes
+
+
+def facts(run: RunFigures) -> Facts:
+    s = run.seen()
+    late = run.holds_ms()
+    streams = s.kind is Kind.STREAMS or (s.kind is Kind.FIRST_HELD and s.first_frames <= HEAD_FRAMES)
+    if s.kind is Kind.WHOLE:
+        return Facts(run, s, False, False, end_bytes=run.nbytes, end_hold_ms=late[0] if late else 0.0)
+    if s.kind not in (Kind.BURSTS, Kind.LATE) or len(run.bursts) < 2:
+        return Facts(run, s, streams, False)
+    releases = list(range(len(run.bursts) - 1))  # the last arrival is the end's
+    inner = releases[1:] if len(releases) >= 2 else releases  # the first may count the head, or start with it
+    return Facts(
+        run,
+        s,
+        False,
+        True,
+        release_bytes=sum(run.burst_bytes[i] for i in inner) / len(inner),
+        release_hold_ms=median(late[i] for i in inner) if late else 0.0,
+        grouped=median(run.bursts[i] for i in inner) > 1,
+        end_bytes=run.burst_bytes[-1],
+        end_hold_ms=late[-1] if late else 0.0,
+    )
+
+
+def _margin(value: float, floor: float = 0.0) -> float:
+    return value + max(floor, SAME_SHARE * value)
+
+
+def timer_misfit(period: float, runs: Sequence[Facts]) -> str | None:
+    """Why a timer of `period` ms cannot be the rule (None: every run fits it)."""
+    for f in runs:
+        name = f.run.name
+        if f.streams:
+            return f"{name} streamed, which a {period:.0f} ms timer would have held"
+        if f.released and not _same(f.release_hold_ms, period, SAME_HOLD_MS):
+            return f"{name} was held {f.release_hold_ms:.0f} ms per release, not {period:.0f}"
+        if f.end_hold_ms > _margin(period, SAME_HOLD_MS):
+            return f"{name} held frames {f.end_hold_ms:.0f} ms without a release"
+    return None
+
+
+def bytes_misfit(threshold: float, runs: Sequence[Facts]) -> str | None:
+    """Why a threshold of `threshold` bytes cannot be the rule (None: every run fits it)."""
+    for f in runs:
+        name = f.run.name
+        if f.streams and f.frame_bytes < (1 - SAME_SHARE) * threshold:
+            return f"{name}'s {f.frame_bytes:.0f} B frames streamed, which a {size(threshold)} threshold would hold"
+        if f.released and not f.grouped:
+            return f"{name} was held one frame at a time, which no byte threshold does"
+        if f.released and not _same(f.release_bytes, threshold):
+            return f"{name} released {size(f.release_bytes)} at a time, not {size(threshold)}"
+        if f.end_bytes > _margin(threshold):
+            return f"{name} held {size(f.end_bytes)} without a release"
+    return None
+
+
+def both_misfit(period: float, threshold: float, runs: Sequence[Facts]) -> str | None:
+    """A timer of `period` ms with a size that releases sooner (`threshold` bytes): whichever comes first."""
+    for f in runs:
+        name = f.run.name
+        if f.streams and f.frame_bytes < (1 - SAME_SHARE) * threshold:
+            return f"{name} streamed"
+        if f.released and not _same(f.release_hold_ms, period, SAME_HOLD_MS):
+            by_size = f.release_hold_ms < period and _same(f.release_bytes, threshold)
+            if not by_size:
+                return f"{name} was held {f.release_hold_ms:.0f} ms per release of {size(f.release_bytes)}"
+        if f.end_hold_ms > _margin(period, SAME_HOLD_MS) or f.end_bytes > _margin(threshold):
+            return f"{name} held {size(f.end_bytes)} for {f.end_hold_ms:.0f} ms without a release"
+    return None
+
+
+def _timer_candidate(released: Sequence[Facts]) -> float:
+    """The hold of the runs held longest (holds within SAME_SHARE of the longest): a timer's, when there is one."""
+    longest = max(f.release_hold_ms for f in released)
+    return median(f.release_hold_ms for f in released if _same(f.release_hold_ms, longest, SAME_HOLD_MS))
+
+
+# --- the series -----------------------------------------------------------------------------------------------------
+
+
+# A check that names a cause before the rules below (e.g. a stream the path cut short): the runs in, a Verdict that
+# stands (or one with `wants`), or None to leave them to the rules. Another diagnose module defines one; the CLI
+# passes it in, so classify.py imports nothing of it.
+Check = Callable[[Sequence[RunFigures], tuple[str, ...]], "Verdict | None"]
+
+
+def classify(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Verdict:
+    """The verdict over a diagnosis's runs (series.py's names; only `base` is required). Each of `checks` is asked
+    first, in order, with the runs and their evidence lines; the first Verdict it returns is the answer."""
     by = {r.name: r for r in runs}
-    if "base" not in by:
+    if series.BASE not in by:
         raise ValueError("classify() needs the `base` run")
     evidence = tuple(_describe(r) for r in runs)
-    identity = _identity_verdict(by, evidence)
-    browser = by.get("browser")
-    if browser is None:
-        return identity
-    return _with_compression(identity, browser, evidence)
+    for check in checks:
+        found = check(runs, evidence)
+        if found is not None:
+            return found
+    identity = [by[n] for n in series.IDENTITY if n in by]
+    verdict = _identity_verdict(identity, evidence) if by[series.BASE].paced else _unpaced(by[series.BASE], evidence)
+    compressed = [by[n] for n in series.COMPRESSED if n in by]
+    return _with_compression(verdict, compressed, evidence) if compressed else verdict
 
 
-def _unsure(why: str, evidence: tuple[str, ...], notes: tuple[str, ...] = ()) -> Verdict:
-    return Verdict(Cause.UNSURE, f"unsure: {why}", evidence, notes=notes)
+def _wanted(by_name: set[str], *names: str) -> tuple[str, ...]:
+    return tuple(n for n in names if n not in by_name)
 
 
-def _identity_verdict(by: dict[str, RunFigures], evidence: tuple[str, ...]) -> Verdict:
-    base = by["base"]
-    others = [by[n] for n in ("slow", "large") if n in by]
-    shapes = {r.name: shape(r) for r in (base, *others)}
-    if Shape.TOO_SHORT in shapes.values():
-        short = [n for n, s in shapes.items() if s is Shape.TOO_SHORT]
-        return _unsure(f"too few frames to tell ({', '.join(short)}: < {MIN_FRAMES})", evidence)
-    slow = by.get("slow")
-    slow_shape = shapes.get("slow")
-    base_shape = shapes["base"]
-    if base_shape is Shape.WHOLE:
-        if slow_shape not in (None, Shape.WHOLE):
-            return _unsure(f"the short interval was held whole but the long one {slow_shape.value}", evidence)
-        return Verdict(
-            Cause.WHOLE_RESPONSE,
-            "buffers the whole response: every frame in one read, at its end",
-            evidence,
-            notes=_large_notes(by),
-        )
-    if base_shape is Shape.STREAMS:
-        disagree = [n for n, s in shapes.items() if s is not Shape.STREAMS]
-        if disagree:
-            what = ", ".join(f"{n} {shapes[n].value}" for n in disagree)
-            return _unsure(f"small frames at a short interval stream, but {what}", evidence)
-        return _head_or_streams(base, evidence)
-    if base_shape is Shape.FIRST_EVENT:
-        if slow_shape not in (None, Shape.FIRST_EVENT, Shape.STREAMS):
-            return _unsure(f"the first event was held back, but the long interval {slow_shape.value}", evidence)
-        first = base.holds_ms()[0] if base.paced else None
-        late = f" ({first:.0f} ms)" if first is not None else f" ({base.bursts[0]} frames in the first read)"
-        return Verdict(Cause.FIRST_EVENT_HOLD, f"holds back the first event{late}, then streams", evidence)
-    # HELD: bursts. A timer or a byte threshold?
-    if not base.paced:
-        return _unpaced_bursts(base, evidence)
-    if slow is None or slow_shape is None:
-        return _unsure("bursts, but without a second interval time and size cannot be told apart", evidence)
-    if slow_shape is not Shape.HELD:
-        return _unsure(f"bursts at the short interval, but the long interval {slow_shape.value}", evidence)
-    return _paced_bursts(base, slow, by.get("large"), evidence)
+def _unsure(why: str, evidence: tuple[str, ...], wants: tuple[str, ...] = (), notes: tuple[str, ...] = ()) -> Verdict:
+    return Verdict(Cause.UNSURE, f"unsure: {why}", evidence, notes=notes, wants=wants)
 
 
-def _head_or_streams(base: RunFigures, evidence: tuple[str, ...]) -> Verdict:
-    ttft = base.stub_ttft_ms
-    if (
-        base.paced
-        and ttft is not None
-        and base.ttfb_ms is not None
-        and base.ttfb_ms >= max(HOLD_MS, HEAD_HELD_SHARE * ttft)
-    ):
-        return Verdict(
-            Cause.HEAD_HELD,
-            f"holds the response head until the first frame (TTFB "
-            f"{base.ttfb_ms:.0f} ms; the stub sent it at once, the first frame at {ttft:g} ms)",
-            evidence,
-        )
+def _identity_verdict(runs: list[RunFigures], ev: tuple[str, ...]) -> Verdict:
+    measured = {r.name for r in runs}
+    all_facts = [facts(r) for r in runs]
+    short = [f.run.name for f in all_facts if f.seen.kind is Kind.TOO_SHORT]
+    if short:
+        return _unsure(f"too few frames to tell ({', '.join(short)})", ev)
+    if all(f.streams for f in all_facts):
+        held_back = [f for f in all_facts if f.seen.kind is Kind.FIRST_HELD]
+        # The first frame held with its next in one run is the head's bytes counted to a size; in every run, at
+        # every size and interval, it is the first event held back.
+        return _first_hold(held_back, all_facts, ev) if len(held_back) == len(all_facts) else _streams(runs[0], ev)
+    firsts = [f for f in all_facts if f.seen.kind is Kind.FIRST_HELD and not f.streams]
+    released = [f for f in all_facts if f.released]
+    if firsts and not released:
+        return _first_hold(firsts, all_facts, ev)
+    if not released:
+        if all(f.seen.kind is Kind.WHOLE for f in all_facts):
+            wants = _wanted(measured, series.LONG)
+            if wants:
+                return _unsure("every stream so far was held to its end; a longer one tells how much", ev, wants)
+            return _whole(max(runs, key=lambda r: r.nbytes), ev)
+        wants = _wanted(measured, series.BASE_LONG)
+        if wants:
+            return _unsure("small frames were held to the end, larger ones passed; a longer stream tells", ev, wants)
+        return _bounded_threshold(all_facts, ev)
+    return _rule(released, all_facts, measured, ev)
+
+
+def _streams(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
     notes: tuple[str, ...] = ()
-    head_with_first = base.ttfb_ms is not None and base.ttft_ms is not None and base.ttft_ms - base.ttfb_ms < 1.0
-    if not base.paced and head_with_first and base.ttft_ms is not None and base.ttft_ms >= HOLD_MS:
+    ttft = base.stub_ttft_ms
+    if ttft is not None and base.ttfb_ms is not None and base.ttfb_ms >= max(HOLD_MS, HEAD_HELD_SHARE * ttft):
         notes = (
-            "the head came with the first frame (the origin or the path held it: a paced stub behind the "
-            "path would tell which)",
+            f"the response head waited for the first frame (TTFB {base.ttfb_ms:.0f} ms; the stub sent it at once "
+            f"and its first frame at {ttft:g} ms): no token came later for it, but a client that times out "
+            "waiting for the head now waits for the model's first token",
         )
-    return Verdict(Cause.STREAMS, "streams: every frame in its own read, on time", evidence, notes=notes)
+    return Verdict(Cause.STREAMS, "streams: every frame in its own read, on time", ev, notes=notes)
 
 
-def _paced_bursts(base: RunFigures, slow: RunFigures, large: RunFigures | None, ev: tuple[str, ...]) -> Verdict:
-    hold_b, hold_s = typical_hold(base), typical_hold(slow)
-    bytes_b, bytes_s = typical_bytes(base), typical_bytes(slow)
-    time_kept = _same(hold_b, hold_s, SAME_HOLD_MS) and min(hold_b, hold_s) >= HOLD_MS
-    # Frames held one by one cannot be a byte threshold's doing: one below a frame's size would let each go at once.
-    grouped = max(median(_inner([float(b) for b in r.bursts])) for r in (base, slow)) > 1
-    bytes_kept = grouped and _same(bytes_b, bytes_s)
-    seen = (
-        f"hold {hold_b:.0f} ms at {base.interval_ms:g} ms vs {hold_s:.0f} ms at {slow.interval_ms:g} ms; "
-        f"bytes per burst {bytes_b:.0f} vs {bytes_s:.0f}"
-    )
-    if time_kept == bytes_kept:
+def _first_hold(firsts: list[Facts], runs: list[Facts], ev: tuple[str, ...]) -> Verdict:
+    """The first arrival held with the frames after it, then every frame on time: its size (and how late)."""
+    nbytes = median(f.seen.first_bytes or 0 for f in firsts)
+    late = median(f.run.holds_ms()[0] for f in firsts)
+    frames = round(median(f.seen.first_frames for f in firsts))
+    longer = [f.run.name for f in runs if f.seen.kind is Kind.WHOLE and f.end_bytes > _margin(nbytes)]
+    longer += [f.run.name for f in runs if f.streams and f not in firsts and f.frame_bytes < nbytes / 2]
+    if longer:
         return _unsure(
-            f"bursts, and {'both' if time_kept else 'neither'} the hold and the bytes per burst stayed "
-            f"the same across intervals ({seen})",
+            f"the first ~{size(nbytes)} were held back in {', '.join(f.run.name for f in firsts)}, but "
+            f"{', '.join(longer)} did not (held more to its end, or streamed smaller frames)",
             ev,
         )
-    if time_kept:
-        period = median([hold_b, hold_s])
-        notes = _large_time_note(large, period)
-        return Verdict(
-            Cause.TIME_QUANTIZED,
-            f"holds frames on a timer: bursts every ~{period:.0f} ms, whatever the interval ({timer_kind(period)})",
-            (*ev, seen),
-            period_ms=period,
-            timer=timer_kind(period),
-            notes=notes,
-        )
-    size = round(median([bytes_b, bytes_s]))
+    return Verdict(
+        Cause.FIRST_HOLD,
+        f"holds the first ~{size(nbytes)} ({frames} frames; the first token {late:+.0f} ms), then streams",
+        ev,
+        size_bytes=round(nbytes),
+        period_ms=late,
+    )
+
+
+def _whole(longest: RunFigures, ev: tuple[str, ...]) -> Verdict:
+    at_least = longest.nbytes < series.MAX_STREAM_BYTES * (1 - SAME_SHARE)
+    what = (
+        f"holds at least {size(longest.nbytes)}"
+        if at_least
+        else f"holds the whole response, at least {size(longest.nbytes)}"
+    )
+    return Verdict(
+        Cause.WHOLE_RESPONSE,
+        f"{what}: every frame of the longest stream tried ({longest.frames} frames over "
+        f"{longest.span_ms / 1000:.1f} s) came at its end",
+        ev,
+        held_bytes=longest.nbytes,
+        at_least=at_least,
+    )
+
+
+def _bounded_threshold(runs: list[Facts], ev: tuple[str, ...]) -> Verdict:
+    """Small frames held to the end, larger ones passed one by one: a threshold between the two, named by bounds."""
+    held = max(f.end_bytes for f in runs if f.seen.kind is Kind.WHOLE)
+    passed = min(f.frame_bytes for f in runs if f.streams)
+    if held >= passed:
+        return _unsure(f"{size(held)} of small frames were held to the end, yet {size(passed)} frames passed alone", ev)
     return Verdict(
         Cause.BYTE_QUANTIZED,
-        f"holds frames until ~{size} B are queued: bursts of the same size whatever the interval",
-        (*ev, seen),
-        size_bytes=size,
-        notes=_large_byte_note(large, size),
+        f"holds frames until more than {size(held)} are queued (frames of {size(passed)} pass at once)",
+        ev,
+        size_bytes=round(passed),
     )
 
 
-def _large_time_note(large: RunFigures | None, period: float) -> tuple[str, ...]:
-    if large is None:
-        return ()
-    if shape(large) is Shape.STREAMS:
-        return (
-            f"{large.frame_bytes} B frames went through at once: a full segment also releases it (over a real "
-            "link, MSG_MORE/TCP_CORK flush at 1,448 B)",
+def _rule(released: list[Facts], runs: list[Facts], measured: set[str], ev: tuple[str, ...]) -> Verdict:
+    period = _timer_candidate(released)
+    grouped = [f for f in released if f.grouped]
+    threshold = median(f.release_bytes for f in grouped) if grouped else None
+    no_timer = timer_misfit(period, runs)
+    no_bytes = bytes_misfit(threshold, runs) if threshold is not None else "no release carried more than one frame"
+    seen = "; ".join(
+        f"{f.run.name}: {size(f.release_bytes)} per release, held {f.release_hold_ms:.0f} ms" for f in released
+    )
+    if no_timer is None and no_bytes is not None:
+        return _time(period, runs, (*ev, seen))
+    if no_bytes is None and no_timer is not None and threshold is not None:
+        return _bytes(threshold, runs, (*ev, seen))
+    if no_timer is None and threshold is not None:  # both fit: another rate tells them apart
+        wants = _wanted(measured, series.LARGER, series.BASE_LONG)
+        why = f"a {period:.0f} ms timer and a {size(threshold)} threshold fit these rates alike ({seen})"
+        return _unsure(why, ev, wants)
+    sooner = [f for f in released if f.release_hold_ms < (1 - SAME_SHARE) * period and f.grouped]
+    if sooner:
+        cap = median(f.release_bytes for f in sooner)
+        if both_misfit(period, cap, runs) is None:
+            verdict = _time(period, runs, (*ev, seen))
+            note = f"frames were also released once ~{size(cap)} were queued (a size limit, e.g. one full segment)"
+            return replace(verdict, size_bytes=round(cap), notes=(*verdict.notes, note))
+    wants = _wanted(measured, series.LONG) if not any(f.run.name == series.LONG for f in runs) else ()
+    return _unsure(f"no one rule fits: not a timer ({no_timer}); not a size ({no_bytes})", ev, wants)
+
+
+def _time(period: float, runs: list[Facts], ev: tuple[str, ...]) -> Verdict:
+    notes = tuple(
+        f"{f.run.frame_bytes:.0f} B frames went through at once: a size also releases it (over a real link a full "
+        "segment, 1,448 B, does)"
+        for f in runs
+        if f.streams
+    )
+    return Verdict(
+        Cause.TIME_QUANTIZED,
+        f"holds frames on a timer: bursts every ~{period:.0f} ms, whatever the interval ({timer_kind(period)})",
+        ev,
+        period_ms=period,
+        timer=timer_kind(period),
+        notes=notes[:1],
+    )
+
+
+def _bytes(threshold: float, runs: list[Facts], ev: tuple[str, ...]) -> Verdict:
+    passed = [f for f in runs if f.streams]
+    notes = (
+        (f"{passed[0].frame_bytes:.0f} B frames went through one by one: the threshold is below that",)
+        if passed
+        else ()
+    )
+    return Verdict(
+        Cause.BYTE_QUANTIZED,
+        f"holds frames until ~{size(threshold)} are queued, then sends them together, whatever the interval",
+        ev,
+        size_bytes=round(threshold),
+        notes=notes,
+    )
+
+
+# --- without a paced stub -------------------------------------------------------------------------------------------
+
+
+def _unpaced(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
+    s = base.seen()
+    if s.kind is Kind.TOO_SHORT:
+        return _unsure(f"too few frames to tell ({base.name}: {base.frames})", ev)
+    if s.kind is Kind.STREAMS:
+        notes: tuple[str, ...] = ()
+        head_with_first = base.ttfb_ms is not None and base.ttft_ms is not None and base.ttft_ms - base.ttfb_ms < 1.0
+        if head_with_first and base.ttft_ms is not None and base.ttft_ms >= HOLD_MS:
+            notes = (
+                "the head came with the first frame (the origin or the path held it: a paced stub behind the "
+                "path would tell which)",
+            )
+        return Verdict(Cause.STREAMS, "streams: every frame in its own read", ev, notes=notes)
+    if s.kind is Kind.WHOLE:
+        return Verdict(
+            Cause.WHOLE_RESPONSE,
+            f"holds at least {size(base.nbytes)}: the whole answer ({base.frames} frames) came in one read at its "
+            "end; a longer answer, or a tokenpath stub behind the path (--stub-url), tells how much it holds",
+            ev,
+            held_bytes=base.nbytes,
+            at_least=True,
         )
-    if shape(large) is Shape.HELD and _same(typical_hold(large), period, SAME_HOLD_MS):
-        return (f"{large.frame_bytes} B frames were held the same ~{typical_hold(large):.0f} ms",)
-    return ()
+    if s.kind is Kind.FIRST_HELD:
+        return Verdict(
+            Cause.FIRST_HOLD,
+            f"holds the first ~{size(s.first_bytes or 0)} ({s.first_frames} frames in the first read), then streams",
+            ev,
+            size_bytes=s.first_bytes,
+        )
+    return _unpaced_bursts(base, ev)
 
 
-def _large_byte_note(large: RunFigures | None, size: int) -> tuple[str, ...]:
-    if large is None:
-        return ()
-    if shape(large) is Shape.STREAMS:
-        return (f"{large.frame_bytes} B frames went through one by one: the threshold is below {large.frame_bytes} B",)
-    if shape(large) is Shape.HELD:
-        return (f"{large.frame_bytes} B frames came in bursts of ~{typical_bytes(large):.0f} B",)
-    return ()
-
-
-def _large_notes(by: dict[str, RunFigures]) -> tuple[str, ...]:
-    """A whole-response hold that is a buffer of some KB shows its size with large frames (nginx: ~4 KB)."""
-    large = by.get("large")
-    if large is None or shape(large) is not Shape.HELD:
-        return ()
-    return (
-        f"{large.frame_bytes} B frames came in bursts of ~{typical_bytes(large):.0f} B: the buffer holds about "
-        "that much before it lets go",
-    )
+def _inner(values: Sequence[float]) -> Sequence[float]:
+    """The releases a rule made on its own: not the last (the end's) and, when one other remains, not the first."""
+    if len(values) >= 3:
+        return values[1:-1]
+    return values[:-1] if len(values) > 1 else values
 
 
 def _unpaced_bursts(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
@@ -392,9 +533,9 @@ def _unpaced_bursts(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
     gaps_cv, bytes_cv = _cv(inner_gaps), _cv(inner_bytes)
     if gaps_cv is None or bytes_cv is None:
         return _unsure("bursts, but too few of them to tell a timer from a size", ev)
+    period, nbytes = median(inner_gaps), median(inner_bytes)
     seen = f"gaps between bursts vary {gaps_cv:.2f}, bytes per burst {bytes_cv:.2f} (coefficient of variation)"
     if gaps_cv <= REGULAR_CV and bytes_cv >= IRREGULAR_CV:
-        period = median(inner_gaps)
         return Verdict(
             Cause.TIME_QUANTIZED,
             f"holds frames on a timer: bursts every ~{period:.0f} ms ({timer_kind(period)})",
@@ -403,51 +544,91 @@ def _unpaced_bursts(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
             timer=timer_kind(period),
         )
     if bytes_cv <= REGULAR_CV and gaps_cv >= IRREGULAR_CV:
-        size = round(median(inner_bytes))
-        return Verdict(Cause.BYTE_QUANTIZED, f"holds frames until ~{size} B are queued", (*ev, seen), size_bytes=size)
-    return _unsure(
-        f"bursts, but neither their timing nor their size is regular enough to name the rule ({seen}); "
-        "a tokenpath stub behind the path (--stub-url) would vary the pacing and tell",
-        ev,
-    )
-
-
-def _with_compression(identity: Verdict, browser: RunFigures, ev: tuple[str, ...]) -> Verdict:
-    """The browser's Accept-Encoding run: compression without a flush where identity streams."""
-    bshape = shape(browser)
-    enc = browser.content_encoding
-    if bshape is Shape.TOO_SHORT:
-        return _unsure(f"the browser run has too few frames ({browser.frames})", ev, identity.notes)
-    if not browser.compressed:
-        note = "the path did not compress for a browser's Accept-Encoding"
-        if identity.cause in (Cause.STREAMS, Cause.HEAD_HELD) and bshape is not Shape.STREAMS:
-            return _unsure(f"identity streams, but the browser run {bshape.value} without any compression", ev)
-        return _add_note(identity, note)
-    if bshape is Shape.STREAMS:
-        return _add_note(identity, f"compressed ({enc}) and flushed per event: streams")
-    if identity.cause in (Cause.STREAMS, Cause.HEAD_HELD):
-        how = "in one read at its end" if bshape is Shape.WHOLE else f"{bshape.value.replace('_', ' ')}"
         return Verdict(
-            Cause.COMPRESSION_HOLD,
-            f"compresses ({enc}) without a flush per event: a browser gets the "
-            f"stream {how}; without Accept-Encoding it streams",
+            Cause.BYTE_QUANTIZED,
+            f"holds frames until ~{size(nbytes)} are queued",
+            (*ev, seen),
+            size_bytes=round(nbytes),
+        )
+    if gaps_cv <= REGULAR_CV and bytes_cv <= REGULAR_CV:
+        why = (
+            f"bursts of ~{size(nbytes)} every ~{period:.0f} ms, both regular ({seen}): at one pacing a timer and a "
+            "byte threshold look alike"
+        )
+    else:
+        why = f"bursts, but neither their timing nor their size is regular ({seen})"
+    return _unsure(f"{why}; a tokenpath stub behind the path (--stub-url) varies the pacing and tells", ev)
+
+
+# --- compression ------------------------------------------------------------------------------------------------
+
+
+def _with_compression(identity: Verdict, runs: list[RunFigures], ev: tuple[str, ...]) -> Verdict:
+    """The compressing client's runs: compression without a flush where identity streams. A compressed answer held
+    to its end grows (browser_long, then browser_large) until it shows its rule or reaches the bound."""
+    measured = {r.name for r in runs}
+    last = runs[-1]  # series.COMPRESSED order: the longest measured
+    shown = last.seen()
+    enc = last.content_encoding
+    streamlike = shown.kind is Kind.STREAMS or (shown.kind is Kind.FIRST_HELD and shown.first_frames <= HEAD_FRAMES)
+    if shown.kind is Kind.TOO_SHORT:
+        return _unsure(f"the {last.name} run has too few frames ({last.frames})", ev, notes=identity.notes)
+    if identity.cause is not Cause.STREAMS:
+        if identity.cause is Cause.UNSURE:
+            return identity
+        note = (
+            f"compressed ({enc}) answers are held too ({shown.label()})"
+            if last.compressed
+            else "the path did not compress for a compressing client's Accept-Encoding"
+        )
+        return replace(identity, notes=(*identity.notes, note))
+    if streamlike:
+        note = (
+            f"compressed ({enc}) and flushed per event: streams"
+            if last.compressed
+            else "the path did not compress for a compressing client's Accept-Encoding"
+        )
+        return replace(identity, notes=(*identity.notes, note))
+    paced = last.paced
+    if shown.kind is Kind.WHOLE and paced:
+        wants = _wanted(measured, series.BROWSER_LONG, series.BROWSER_LARGE)[:1]
+        if wants:
+            why = f"the {last.name} run ({enc}) was held to its end; a longer one tells how much"
+            return _unsure(why, ev, wants, identity.notes)
+    if not last.compressed:
+        return _unsure(
+            f"identity streams, but a client that accepts compression was held ({shown.label()}) without "
+            "any compression",
             ev,
-            encoding=enc,
             notes=identity.notes,
         )
-    if identity.cause is Cause.UNSURE:
-        return identity
-    return _add_note(identity, f"compressed ({enc}) answers are held too ({bshape.value})")
+    return _compression(identity, last, shown, ev)
 
 
-def _add_note(verdict: Verdict, note: str) -> Verdict:
+def _compression(identity: Verdict, run: RunFigures, shown: Seen, ev: tuple[str, ...]) -> Verdict:
+    enc = run.content_encoding
+    if shown.kind is Kind.WHOLE:
+        at_least = not run.paced or run.nbytes < series.MAX_STREAM_BYTES * (1 - SAME_SHARE)
+        how = f"at least {size(run.nbytes)}" if at_least else f"the whole response, at least {size(run.nbytes)}"
+        what, nbytes = f"without a flush per event: holds {how} to its end", None
+    elif shown.kind is Kind.FIRST_HELD:
+        first = shown.first_bytes or 0
+        late = run.holds_ms()[0] if run.paced else None
+        when = f"; the first token {late:+.0f} ms" if late is not None else ""
+        what = f"only once ~{size(first)} have come: holds the first {shown.first_frames} frames{when}, then streams"
+        nbytes, at_least = first, False
+    else:
+        released = facts(run)
+        nbytes, at_least = round(released.release_bytes) if released.released else None, False
+        what = f"and sends it in bursts of ~{size(nbytes)}" if nbytes else f"and holds it ({shown.label()})"
     return Verdict(
-        verdict.cause,
-        verdict.summary,
-        verdict.evidence,
-        verdict.size_bytes,
-        verdict.period_ms,
-        verdict.timer,
-        verdict.encoding,
-        (*verdict.notes, note),
+        Cause.COMPRESSION_HOLD,
+        f"compresses ({enc}) {what}; without Accept-Encoding it streams",
+        ev,
+        size_bytes=nbytes,
+        encoding=enc,
+        notes=identity.notes,
+        held_bytes=run.nbytes if shown.kind is Kind.WHOLE else None,
+        at_least=at_least,
+        shape=shown.kind,
     )

@@ -1,7 +1,9 @@
-"""Runs a diagnosis's series (series.plan) through the probe and turns each trace into classify.RunFigures.
+"""Runs a diagnosis's series (series.py) through the probe, growing it until classify() can tell, and turns each
+trace into classify.RunFigures.
 
-The only I/O of the diagnosis: one request to the stub's control plane (is a tokenpath stub behind the path?),
-then one probe_stream per run, one after another.
+The only I/O of the diagnosis: one request to the stub's control plane (is a tokenpath stub behind the path?), then
+one stream per run, one after another (the raw probe's, or a browser's: `Probe`), each followed, when paced, by the
+stub's write log of that stream (its audit), so every frame's hold is its arrival minus its own write.
 """
 
 from __future__ import annotations
@@ -11,23 +13,28 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tokenpath.diagnose.classify import RunFigures
-from tokenpath.diagnose.series import Run
-from tokenpath.errors import ProtocolError, UsageError
+from tokenpath.audit import StreamLog
+from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
+from tokenpath.diagnose.series import Run, paced
+from tokenpath.errors import PeerError, ProtocolError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import parse_target
-from tokenpath.stub.control import exchange
+from tokenpath.stub.control import exchange, fetch_audit
+from tokenpath.wire.apis import Api
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
-# A paced run takes ttft + frames x interval (~1.5 s at most): these bound a path that holds it far longer.
+AUDIT_TIMEOUT_S = 5.0  # the stub answers its audit at once too; a slow one leaves that run on its schedule
+# The longest paced run takes ttft + 3 s (series.MAX_STREAM_MS): these bound a path that holds it far longer.
 PACED_FIRST_BYTE_S = 10.0
 PACED_IDLE_S = 10.0
 PACED_TOTAL_S = 30.0
+MAX_ROUNDS = 4  # the series grows at most this many times (each names runs not measured yet, so it ends anyway)
 
 Probe = Callable[[ProbeConfig], Trace]
+Audit = Callable[[str], StreamLog | None]  # a stream id -> the stub's write log of it (None: not known)
 
 
 def is_stub(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
@@ -53,29 +60,72 @@ def check_stub(stub_url: str) -> None:
         raise UsageError(f"`stub_url` {stub_url} does not answer as a tokenpath stub (GET {HEALTH_PATH})")
 
 
+def stub_audit(stub_url: str) -> Audit:
+    """The write log of one stream, read from the stub's audit (None when it cannot be read: that run is then
+    placed on its schedule)."""
+
+    def audit(stream_id: str) -> StreamLog | None:
+        try:
+            entry = fetch_audit(stub_url, [stream_id], timeout_s=AUDIT_TIMEOUT_S).by_id().get(stream_id)
+        except PeerError:
+            return None
+        return entry.log if entry is not None else None
+
+    return audit
+
+
 @dataclass(frozen=True, slots=True)
 class Measured:
     figures: RunFigures
     headers: tuple[tuple[str, str], ...]  # the response head's, for recognising the proxy
 
 
-def run_series(template: ProbeConfig, runs: Sequence[Run], probe: Probe = probe_stream) -> list[Measured]:
-    """Each run of the series, in order: its pacing in the body (paced runs) and its Accept-Encoding. One stream of
-    the first run goes first and is not classified: a path just started (a Node or Python app's first request,
-    a proxy's first upstream connection) adds tens of ms to every event of its first stream, which would read as
-    a hold that is not there."""
+def diagnose_series(
+    template: ProbeConfig,
+    first: Sequence[Run],
+    probe: Probe = probe_stream,
+    audit: Audit | None = None,
+    accept_encoding: str | None = None,
+    checks: Sequence[Check] = (),
+) -> tuple[list[Measured], Verdict]:
+    """The series: its first runs, then what classify() wants next, until it wants nothing (or MAX_ROUNDS).
+    Grown runs of a compressing client send `accept_encoding` (the first runs' own when None); `checks` go to
+    classify()."""
+    measured = run_series(template, first, probe, audit)
+    sent = accept_encoding or next((r.accept_encoding for r in first if r.accept_encoding), None)
+    verdict = classify([m.figures for m in measured], checks)
+    for _ in range(MAX_ROUNDS):
+        if not verdict.wants:
+            break
+        more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
+        measured += run_series(template, more, probe, audit, warm=False)
+        verdict = classify([m.figures for m in measured], checks)
+    return measured, verdict
+
+
+def run_series(
+    template: ProbeConfig,
+    runs: Sequence[Run],
+    probe: Probe = probe_stream,
+    audit: Audit | None = None,
+    warm: bool = True,
+) -> list[Measured]:
+    """Each run, in order: its pacing in the body (paced runs) and its Accept-Encoding. With `warm`, one stream of
+    the first run goes first and is not classified: a path just started (a Node or Python app's first request, a
+    proxy's first upstream connection) adds tens of ms to every event of its first stream, which would read as a
+    hold that is not there."""
     out = []
-    if runs:
+    if runs and warm:
         probe(config_for(template, runs[0]))  # the warm-up; a failure here fails the series as the run would
     for run in runs:
-        cfg = config_for(template, run)
-        trace = probe(cfg)
-        out.append(Measured(figures(run, trace), trace.head.headers if trace.head else ()))
+        trace = probe(config_for(template, run))
+        log = audit(trace.stream_id) if audit is not None and run.controlled else None
+        out.append(Measured(figures(run, trace, log, template.api), trace.head.headers if trace.head else ()))
     return out
 
 
 def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:
-    pacing = run.stub_pacing()
+    pacing = run.stub_pacing(template.api)
     if pacing is None:
         return dataclasses.replace(template, accept_encoding=run.accept_encoding)
     return dataclasses.replace(
@@ -88,8 +138,9 @@ def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:
     )
 
 
-def figures(run: Run, trace: Trace) -> RunFigures:
-    """Per arrival, in order: frames, decoded frame bytes and time since the request was sent."""
+def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api.OPENAI) -> RunFigures:
+    """Per arrival, in order: frames, decoded frame bytes and time since the request was sent; and each frame's
+    write, from the stub's log when it lines up with the frames, else from the run's schedule."""
     arrivals = [(i, r) for i, r in enumerate(trace.reads) if r.frames > 0]
     nbytes: dict[int, int] = {}
     for f in trace.frames:
@@ -112,4 +163,32 @@ def figures(run: Run, trace: Trace) -> RunFigures:
         interval_ms=run.interval_ms,
         frame_bytes=run.frame_bytes,
         stub_ttft_ms=run.ttft_ms,
+        writes_ms=frame_writes(run, trace, log, api),
     )
+
+
+def frame_writes(run: Run, trace: Trace, log: StreamLog | None, api: Api) -> tuple[float, ...] | None:
+    """Each frame's write, in ms since the request was sent: the write that completed it in the stub's log (the
+    frames and the writes hold the same bytes, one frame a write or several), else the run's schedule when its
+    frames are exactly the scheduled ones (OpenAI's bare frames), else None (the frames cannot be placed)."""
+    sent = trace.t_sent_ns
+    frames = [len(f.frame.raw) for f in trace.frames]
+    if log is not None and log.writes and len(frames) == trace.frame_count:
+        ends, total = [], 0
+        for w in log.writes:
+            total += w.nbytes
+            ends.append((total, w.actual_ns))
+        out, k, at = [], 0, 0
+        for n in frames:
+            at += n
+            while k < len(ends) and ends[k][0] < at:
+                k += 1
+            if k == len(ends):
+                break
+            out.append((ends[k][1] - sent) / 1e6)
+        if len(out) == len(frames) and total == at:
+            return tuple(out)
+    if run.controlled and api is Api.OPENAI and run.frames == trace.frame_count and run.ttft_ms is not None:
+        interval = run.interval_ms or 0.0
+        return tuple(run.ttft_ms + k * interval for k in range(trace.frame_count))
+    return None

@@ -1,5 +1,8 @@
 """A diagnosis as a result: the verdict, the proxy that answered and its fix, as the --json document and as lines
-of text. Pure: built from measured figures and heads, nothing sent."""
+of text, the verdict first. Pure: built from measured figures and heads, nothing sent.
+
+A diagnosis is a finding, not an error: it ends with its exit code (0 streams, 16 holds, 17 unsure; errors.py's
+PathHeld and DiagnosisUnsure say so in the README's table) and nothing on stderr but what went wrong."""
 
 from __future__ import annotations
 
@@ -8,11 +11,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tokenpath.diagnose.classify import Cause, RunFigures, Verdict, classify
-from tokenpath.diagnose.fixes import PROXIES, Fix, Recognised, fix_for, likely_proxy, recognise
-from tokenpath.errors import DiagnosisUnsure, PathHeld, UsageError
+from tokenpath.diagnose import series
+from tokenpath.diagnose.classify import Cause, RunFigures, Verdict
+from tokenpath.diagnose.fixes import Fix, Recognised, check_proxy, fix_for, generic_fix, recognise
+from tokenpath.diagnose.shape import size
+from tokenpath.errors import DiagnosisUnsure, PathHeld
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,51 +28,56 @@ class Diagnosis:
     verdict: Verdict
     recognised: Recognised | None
     fix: Fix | None
-    hint: str | None  # a likely proxy when none was recognised
-    notes: tuple[str, ...] = ()  # about the series itself (a run left out, and why)
+    generic: str | None  # what changes the measured rule in any proxy, when no measured line is printed
+    notes: tuple[str, ...] = ()  # about the series itself (its client, a run left out, and why)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
             "url": self.url,
             "paced": self.paced,
+            "bound": {"stream_bytes": series.MAX_STREAM_BYTES, "stream_ms": series.MAX_STREAM_MS},
             "verdict": self.verdict.to_json(),
             "proxy": None if self.recognised is None else {"name": self.recognised.proxy, "by": self.recognised.by},
-            "fix": None if self.fix is None else {"line": self.fix.line, "source": self.fix.source},
-            "hint": self.hint,
+            "fix": None
+            if self.fix is None
+            else {
+                "line": self.fix.line,
+                "context": self.fix.context,
+                "source": self.fix.source,
+                "measured": self.fix.measured,
+            },
+            "generic_fix": self.generic,
             "notes": list(self.notes),
             "runs": [r.to_json() for r in self.runs],
         }
 
-    def outcome(self) -> PathHeld | DiagnosisUnsure | None:
-        """The error that carries the exit code for CI: held (16), unsure (17), or None when it streams."""
+    @property
+    def exit_code(self) -> int:
+        """For CI: 16 held, 17 unsure, 0 streams (errors.py's PathHeld / DiagnosisUnsure carry the codes)."""
         if self.verdict.held:
-            return PathHeld(f"the path holds the stream: {self.verdict.summary}")
+            return PathHeld.exit_code
         if self.verdict.cause is Cause.UNSURE:
-            return DiagnosisUnsure(self.verdict.summary)
-        return None
-
-
-def check_proxy(name: str | None) -> None:
-    if name is not None and name not in PROXIES:
-        raise UsageError(f"`proxy` {name!r}: diagnose knows the fixes of {', '.join(PROXIES)}")
+            return DiagnosisUnsure.exit_code
+        return 0
 
 
 def diagnosis(
     url: str,
     paced: bool,
     runs: Sequence[RunFigures],
+    verdict: Verdict,
     heads: Sequence[Sequence[tuple[str, str]]],
     proxy: str | None = None,
     notes: Sequence[str] = (),
 ) -> Diagnosis:
-    """Classify the runs, recognise the proxy (--proxy, else the first head that names one) and look up its fix."""
+    """Recognise the proxy (--proxy, else the first head that names one) and look up its measured fix; without
+    one, what changes the rule in any proxy."""
     check_proxy(proxy)
-    verdict = classify(runs)
     found = Recognised(proxy, "--proxy") if proxy else next(filter(None, map(recognise, heads)), None)
-    fix = fix_for(found.proxy, verdict.cause) if found is not None and verdict.held else None
-    hint = likely_proxy(verdict.cause, verdict.period_ms) if found is None and verdict.held else None
-    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, hint, tuple(notes))
+    fix = fix_for(found.proxy, verdict) if found is not None and verdict.held else None
+    generic = generic_fix(verdict) if verdict.held and fix is None else None
+    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes))
 
 
 def lines(d: Diagnosis) -> list[str]:
@@ -77,16 +87,21 @@ def lines(d: Diagnosis) -> list[str]:
     if d.recognised is not None:
         out.append(f"proxy: {d.recognised.proxy} (from {d.recognised.by})")
     if d.fix is not None:
-        out.append(f"fix: {d.fix.line}")
+        out.append(f"fix: {d.fix.line}" + (f"  ({d.fix.context})" if d.fix.context else ""))
         out.append(f"     source: {d.fix.source}")
-    elif v.held and d.recognised is not None:
-        out.append(f"fix: none in the catalogue for {v.cause.value} on {d.recognised.proxy}")
+        out.append(f"     measured: {d.fix.measured}")
     elif v.held:
-        out.append("proxy: not recognised (no Server or Via header names one); --proxy NAME prints its fix")
-    if d.hint:
-        out.append(f"hint: {d.hint}")
+        if d.recognised is not None:
+            out.append(f"fix: none measured in the catalogue for this on {d.recognised.proxy}")
+        else:
+            out.append("proxy: not named by its headers; --proxy NAME prints a catalogue proxy's measured line")
+        if d.generic:
+            out.append(f"in any proxy: {d.generic}")
     out += [f"note: {n}" for n in (*v.notes, *d.notes)]
-    out.append("runs:" if d.paced else "runs (no tokenpath stub behind the path: only the client's side varied):")
+    bound = f"grown to at most {size(series.MAX_STREAM_BYTES)} or {series.MAX_STREAM_MS / 1000:g} s a stream"
+    out.append(
+        f"runs ({bound}):" if d.paced else "runs (no tokenpath stub behind the path: only the client's side varied):"
+    )
     out += [f"  {e}" for e in v.evidence]
     return out
 

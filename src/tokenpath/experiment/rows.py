@@ -6,8 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from tokenpath.axes import Condition
+from tokenpath.diagnose.shape import Kind
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import PathSpec
+from tokenpath.report.tables import row_shape
 from tokenpath.results.model import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS, MatrixRow, MatrixRun
 from tokenpath.stats import median, percentile
 from tokenpath.wire.httpversion import HttpVersion
@@ -162,5 +164,8 @@ def _verdict(row: MatrixRow, lowest: float | None, floor: Floor | None = None) -
     # Over the direct path's own frames per read: a format that writes some events together (Anthropic's first
     # three, the Responses API's) reads above 1.0 direct too, which is not coalescing.
     if (row.fpr_median or 0) > (floor.fpr if floor is not None else 1.0) + FLOOR_MARGIN_FPR:
+        shown = row_shape(row)  # diagnose's classifier: a held start, then every frame alone, is not "bursts of 1"
+        if shown is not None and shown.kind is Kind.FIRST_HELD:
+            return f"{shown.label()}, then streams{late}"
         return f"coalesces: bursts of {row.modal_burst}{late}"
     return f"streams, but late{late}"

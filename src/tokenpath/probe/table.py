@@ -1,10 +1,18 @@
-"""The probe's terminal table: one row per stream, from the document `summarize` returns."""
+"""The probe's terminal table: one row per stream, from the document `summarize` returns.
+
+Each column is declared once with its header and the cell it shows (COLUMNS), so a header can never sit over
+another column's cells, whichever options add columns. The default is compact: it fits 100 terminal columns with
+TTFT and frames per read always shown; `--wide` shows every column.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from rich.table import Table
 
-from tokenpath.probe.metrics import ProbeResults
+from tokenpath.probe.metrics import ProbeResults, RunMetrics
 from tokenpath.probe.trace import H2Figures
 
 
@@ -12,67 +20,91 @@ def fmt(value: object, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def probe_table(results: ProbeResults) -> Table:
+def _always(results: ProbeResults) -> bool:
+    return True
+
+
+def _joined(results: ProbeResults) -> bool:
+    """--stub-url: what the path added, from the stub's write log."""
+    return any(r.added_ttft_ms is not None or r.added_frame_delay_ms for r in results.runs)
+
+
+def _h2(results: ProbeResults) -> bool:
+    """--http2: the stream's DATA frames, and how often its flow-control window held it."""
+    return any(r.h2 is not None for r in results.runs)
+
+
+def _h2_cell(cell: Callable[[H2Figures], str]) -> Callable[[RunMetrics], str]:
+    return lambda r: "-" if r.h2 is None else cell(r.h2)
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    header: str
+    cell: Callable[[RunMetrics], str]
+    compact: bool = False  # in the default table, not only with --wide
+    shown: Callable[[ProbeResults], bool] = _always  # whether these results have the column at all
+    meaning: str = ""  # the caption's line for a header a reader cannot guess
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("status", lambda r: str(r.status), compact=True),
+    # The response's Content-Encoding: frames and arrivals are counted in the decoded stream.
+    Column("encoding", lambda r: r.content_encoding, compact=True),
+    Column("frames", lambda r: str(r.frames), compact=True),
+    # Every read; under compression a read that only fed the decompressor is not an arrival.
+    Column("reads", lambda r: "-" if r.reads is None else str(r.reads)),
+    Column("arrivals", lambda r: str(r.arrivals)),
+    Column("fpr", lambda r: fmt(r.frames_per_read, 2), compact=True, meaning="fpr: frames per read (1.00 streams)"),
+    Column("TTFB", lambda r: fmt(r.ttfb_ms), compact=True),
+    Column("TTFT", lambda r: fmt(r.ttft_ms), compact=True),
+    # Reasoning or content: equal to TTFT unless a reasoning model thought first.
+    Column("first token", lambda r: fmt(r.first_token_ms)),
+    Column("gap p50", lambda r: fmt(r.gaps_ms.get("p50"))),
+    Column("gap p90", lambda r: fmt(r.gaps_ms.get("p90"))),
+    Column("gap max", lambda r: fmt(r.gaps_ms.get("max")), compact=True),
+    Column("bursts (size x count)", lambda r: " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items()))),
+    Column("total", lambda r: fmt(r.total_ms)),
+    Column(
+        "added TTFT",
+        lambda r: fmt(r.added_ttft_ms),
+        compact=True,
+        shown=_joined,
+        meaning="added TTFT: the first content frame's arrival less the stub's write of it (what the path added)",
+    ),
+    Column(
+        "frame added p50/p99",
+        lambda r: "/".join(fmt(r.added_frame_delay_ms.get(p)) for p in ("p50", "p99")),
+        shown=_joined,
+        meaning="frame added: each later frame's arrival less its write, p50/p99",
+    ),
+    Column("DATA frames", _h2_cell(lambda h: str(h.data_frames)), compact=True, shown=_h2),
+    Column("DATA/read", _h2_cell(lambda h: fmt(h.data_frames_per_read, 2)), shown=_h2),
+    Column("stalls", _h2_cell(lambda h: str(h.flow_control_stalls)), shown=_h2),
+    Column("stall", _h2_cell(lambda h: fmt(h.stall_ms)), shown=_h2),
+)
+
+
+def columns(results: ProbeResults, wide: bool = False) -> list[Column]:
+    """The columns these results show: the compact ones, or every one with `wide`."""
+    return [c for c in COLUMNS if c.shown(results) and (wide or c.compact)]
+
+
+def probe_table(results: ProbeResults, wide: bool = False) -> Table:
     sent = f", Accept-Encoding: {results.accept_encoding}" if results.accept_encoding is not None else ""
     table = Table(title=f"tokenpath probe {results.url} (--api {results.api.value}{sent})")
-    for col in (
-        "run",
-        "status",
-        "encoding",  # the response's Content-Encoding: frames and arrivals are counted in the decoded stream
-        "frames",
-        "reads",  # every read; under compression a read that only fed the decompressor is not an arrival
-        "arrivals",
-        "fpr",
-        "TTFB ms",
-        "TTFT ms",
-        "first token ms",  # reasoning or content: equal to TTFT unless a reasoning model thought first
-        "gap p50",
-        "gap p90",
-        "gap max",
-        "bursts (size x count)",
-        "total ms",
-    ):
-        table.add_column(col, justify="right")
-    joined = any(r.added_ttft_ms is not None or r.added_frame_delay_ms for r in results.runs)
-    h2 = [r.h2 for r in results.runs if r.h2 is not None]
-    if h2:  # --http2: the stream's DATA frames, and how often its flow-control window held it
-        table.title = f"{table.title} over HTTP/2, --h2-window {h2[0].window}"
-        table.add_column("DATA frames", justify="right")
-        table.add_column("DATA/read", justify="right")
-        table.add_column("stalls", justify="right")
-        table.add_column("stall ms", justify="right")
-    if joined:  # --stub-url: what the path added, from the stub's write log
-        table.add_column("added TTFT ms", justify="right")
-        table.add_column("frame added p50/p99", justify="right")
+    h2 = next((r.h2 for r in results.runs if r.h2 is not None), None)
+    if h2 is not None:
+        table.title = f"{table.title} over HTTP/2, --h2-window {h2.window}"
+    shown = columns(results, wide)
+    table.add_column("run", justify="right", no_wrap=True)
+    for column in shown:
+        table.add_column(column.header, justify="right", no_wrap=True)
     for i, r in enumerate(results.runs, 1):
-        gaps = r.gaps_ms
-        added = [fmt(r.added_ttft_ms), "/".join(fmt(r.added_frame_delay_ms.get(p)) for p in ("p50", "p99"))]
-        table.add_row(
-            str(i),
-            str(r.status),
-            r.content_encoding,
-            str(r.frames),
-            "-" if r.reads is None else str(r.reads),
-            str(r.arrivals),
-            fmt(r.frames_per_read, 2),
-            fmt(r.ttfb_ms),
-            fmt(r.ttft_ms),
-            fmt(r.first_token_ms),
-            fmt(gaps.get("p50")),
-            fmt(gaps.get("p90")),
-            fmt(gaps.get("max")),
-            " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items())),
-            fmt(r.total_ms),
-            *(added if joined else []),
-            *(_h2_cells(r.h2) if h2 else []),
-        )
-    notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
-    if notes:
-        table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, an error, no content)
+        table.add_row(str(i), *(column.cell(r) for column in shown))
+    notes = ["times in ms", *(c.meaning for c in shown if c.meaning)]
+    notes += [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
+    if not wide and len(shown) < len([c for c in COLUMNS if c.shown(results)]):
+        notes.append("--wide: every column (reads, arrivals, first token, gaps, bursts, total)")
+    table.caption = "\n".join(notes)  # what a header means, why a run has no TTFT, what --wide adds
     return table
-
-
-def _h2_cells(h2: H2Figures | None) -> list[str]:
-    if h2 is None:
-        return ["-"] * 4
-    return [str(h2.data_frames), fmt(h2.data_frames_per_read, 2), str(h2.flow_control_stalls), fmt(h2.stall_ms)]

@@ -5,6 +5,7 @@ from pathlib import Path
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 
 MOD_OPENSSL = Path("/usr/lib/lighttpd/mod_openssl.so")
+STREAM_RESPONSE_BODY = "server.stream-response-body = 2"
 
 
 class Lighttpd(Proxy):
@@ -13,7 +14,10 @@ class Lighttpd(Proxy):
     package = "lighttpd"
     image = "sebp/lighttpd:1.4.69"
     upstream_tls_unsupported = "lighttpd's mod_proxy cannot connect to its backend over TLS"
-    variants = (STOCK, Variant("stream_response_body", "server.stream-response-body = 2 (send as it arrives)"))
+    variants = (
+        STOCK,
+        Variant("stream_response_body", "server.stream-response-body = 2 (send as it arrives)", STREAM_RESPONSE_BODY),
+    )
 
     @property
     def tls_unsupported(self) -> str:  # type: ignore[override]
@@ -34,7 +38,7 @@ class Lighttpd(Proxy):
             if site.tls
             else ""
         )
-        variant = "server.stream-response-body = 2\n" if site.variant.name == "stream_response_body" else ""
+        variant = f"{STREAM_RESPONSE_BODY}\n" if site.variant.name == "stream_response_body" else ""
         config = site.workdir / "lighttpd.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant line differs from the defaults
 server.modules = ({modules})

@@ -40,13 +40,21 @@ COMPRESS_LINE = f"middlewares: [{COMPRESS_MIDDLEWARE}]; {COMPRESS_MIDDLEWARE}: {
 COMPRESS = Variant(
     "compress", "the compress middleware on the router, `compress: {}` (the docs' minimal form)", COMPRESS_LINE
 )
+# The same middleware told to leave event streams alone (its `excludedContentTypes` option): what 3.3.2's br and zstd
+# held until 1 KB (docs/findings.md §10) then streams uncompressed, as without the middleware.
+EXCLUDE_SSE = '{excludedContentTypes: ["text/event-stream"]}'
+COMPRESS_NO_SSE = Variant(
+    "compress_no_sse",
+    "the compress middleware with text/event-stream excluded (`excludedContentTypes`)",
+    f"middlewares: [{COMPRESS_MIDDLEWARE}]; {COMPRESS_MIDDLEWARE}: {{compress: {EXCLUDE_SSE}}}",
+)
 
 
 class Traefik(pinned.OnDemand):
     name = "traefik"
     binaries = ("traefik",)
     tools_only = True  # a traefik on PATH is of an unknown version: only the pinned install is measured
-    variants = (STOCK, COMPRESS)
+    variants = (STOCK, COMPRESS, COMPRESS_NO_SSE)
     image = f"traefik:v{VERSION}"
     tool_paths = (pinned_relative(PACKAGE, VERSION, EXECUTABLE),)
     package = f"{PACKAGE}=={VERSION} (PyPI)"
@@ -65,13 +73,14 @@ class Traefik(pinned.OnDemand):
         return found.group(1) if found else "unknown"
 
     def write_config(self, site: Site) -> Path:
-        compress = site.variant.name == COMPRESS.name
+        compress = site.variant.name in (COMPRESS.name, COMPRESS_NO_SSE.name)
         middlewares = [COMPRESS_MIDDLEWARE] if compress else []
         if site.upstream_host:
             middlewares.append("endpoint-host")
         router = [f"middlewares: [{', '.join(middlewares)}]"] if middlewares else []
         router += ["tls: {}"] if site.tls else []
-        definitions = [f"{COMPRESS_MIDDLEWARE}:", "  compress: {}"] if compress else []
+        options = EXCLUDE_SSE if site.variant.name == COMPRESS_NO_SSE.name else "{}"
+        definitions = [f"{COMPRESS_MIDDLEWARE}:", f"  compress: {options}"] if compress else []
         if site.upstream_host:  # a real endpoint expects its own Host; Traefik passes the client's
             definitions += ["endpoint-host:", "  headers:", f"    customRequestHeaders: {{Host: {site.upstream_host}}}"]
         config = site.workdir / "routes.yml"  # not traefik.yml: Traefik reads that name in its cwd as static config

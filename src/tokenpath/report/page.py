@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tokenpath.axes import Condition
-from tokenpath.report import charts, load_table, tables
+from tokenpath.report import charts, headline, load_table, tables
 from tokenpath.report.compare import Comparison, Figure
 from tokenpath.results.model import (
     Certification,
@@ -47,6 +47,9 @@ table.versions td { padding: 1px 10px; border: 0; }
 pre { background: #f7f7f9; padding: 8px; overflow-x: auto; font-size: 12px; }
 figure { margin: 12px 0; } figure svg { max-width: 100%; height: auto; }
 figcaption { color: #555; font-size: 12px; max-width: 900px; }
+p.headline { font-size: 18px; font-weight: 600; background: #e8f0fe; border-left: 4px solid #2e6fba;
+             padding: 10px 14px; margin: 12px 0; }
+ul.words { font-size: 12px; color: #444; margin: 0 0 4px; padding-left: 18px; }
 """
 
 TIMELINE_HELP = (
@@ -64,6 +67,8 @@ def esc(value: Any) -> str:
 def page(doc: Results, comparisons: Sequence[Comparison] = (), other: Results | None = None) -> str:
     title = page_title(doc)
     body = [f'<h1 class="{"uncertified" if title.startswith("UNCERTIFIED") else ""}">{esc(title)}</h1>']
+    if isinstance(doc, MatrixResults):
+        body += answer_block(doc)  # the answer first: the headline, the added-TTFT chart, the verdict table
     body += header_block(doc)
     if isinstance(doc, LoadResults):
         body += load_sections(doc)
@@ -303,6 +308,33 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
                 classes=["unreliable" if r.excluded else "" for r in rows],
             )
         )
+    return out
+
+
+def answer_block(doc: MatrixResults) -> list[str]:
+    """What a reader came for, above the fold: the headline sentence, the added-TTFT chart, the verdict per path
+    with every column explained."""
+    figures = headline.path_figures(doc)
+    out = [f'<p class="headline" id="headline">{esc(headline.headline(doc))}</p>']
+    chart = charts.added_ttft([(f.name, f.added_ms) for f in figures], headline.floor_noise_ms(doc))
+    out.append(
+        _figure(
+            chart,
+            "Dark: p50, light: p99 of each path's added TTFT over its kept runs; the green band is the direct "
+            "path's own noise (nothing inside it is the path's).",
+        )
+    )
+    out.append('<h2 id="verdicts">Verdict per path</h2>')
+    rows = headline.verdict_rows(figures)
+    out.append(
+        _table(
+            [c.header for c in headline.VERDICT_COLUMNS],
+            rows,
+            classes=["unreliable" if f.holds else "" for f in headline.worst_first(figures)],
+        )
+    )
+    meanings = "".join(f"<li><b>{esc(c.header)}</b>: {esc(c.meaning)}</li>" for c in headline.VERDICT_COLUMNS)
+    out.append(f'<ul class="words">{meanings}</ul><p class="note">Every word as {esc(headline.WORDS)} defines it.</p>')
     return out
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from tokenpath.axes import AXES, BY_FIELD, Axis, Column
+from tokenpath.diagnose.shape import Kind, Seen, of_arrivals, typical
 from tokenpath.results.model import (
     Drift,
     ExclusionShare,
@@ -256,12 +257,22 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
+def row_shape(row: MatrixRow) -> Seen | None:
+    """What the row's included runs show together (diagnose/shape.py), None without arrivals."""
+    frame_bytes = row.condition.frame_bytes or None
+    return typical([of_arrivals(r.arrivals, r.writes_ms, frame_bytes) for r in row.raw if r.included and r.arrivals])
+
+
 def seen_as(row: MatrixRow) -> str:
-    """The verdict in two words, for narrow tables."""
+    """The verdict in two words, for narrow tables: the runs' shape as diagnose names it (diagnose/shape.py, one
+    classifier for both), e.g. "holds the first 1020 B" for a held start that then streams."""
     if row.fpr_median is None:
         return row.verdict
     if row.within_floor:
         return "streams"
+    shown = row_shape(row)
+    if shown is not None and shown.kind not in (Kind.TOO_SHORT, Kind.STREAMS):
+        return shown.label()
     if (row.arrivals_median or 0) <= 1:
         return "buffers all"
     if row.fpr_median > 1.05:
@@ -269,11 +280,19 @@ def seen_as(row: MatrixRow) -> str:
     return "late"
 
 
+# What the terminal table's short headers mean (the README's "Words" section has each word in full).
+COLUMN_WORDS = (
+    "fpr: frames per read (1.00 streams); +TTFT ms: added TTFT, the first token's arrival - the stub's write of it, "
+    "less direct's (median; p90 beside it); kept: runs kept / measured (README: Words)"
+)
+
+
 def rich_table(results: MatrixResults) -> Table:
     """Narrow enough for an 80-column terminal; table.md has every column."""
     certified = results.certification.passed
     note = endpoint_note(results)
-    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=note)
+    caption = "\n".join(filter(None, [note, COLUMN_WORDS]))
+    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=caption)
     columns = varying_columns(results.rows)
     names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"
     for header in ("path", "condition", *names, "fpr", "+TTFT ms", "p90", "kept", "seen as"):
