@@ -18,11 +18,20 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent
 
-from tokenpath.errors import ConnectTimeout, IdleTimeout, NetworkError, TLSError, UsageError
+from tokenpath.errors import (
+    ConnectTimeout,
+    HTTPStatusError,
+    IdleTimeout,
+    NetworkError,
+    RemoteProtocolError,
+    TLSError,
+    UsageError,
+)
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.h3figures import BROWSER_H3_WINDOW, DEFAULT_H3_WINDOW, H3Window, parse_h3_window
-from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.metrics import RunMetrics, probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.table import probe_table
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.tlscert import self_signed
 from tokenpath.wire.httpversion import HttpVersion, parse_http_version
@@ -42,6 +51,8 @@ class Behaviour:
     interval_s: float = 0.02
     after: int | None = None
     then: str = "end"
+    heads: list[list[tuple[bytes, bytes]]] = field(default_factory=lambda: [HEAD])  # interim heads first
+    error_body: bytes | None = None  # sent with end_stream right after the heads, instead of the frames
     requests: list[list[tuple[bytes, bytes]]] = field(default_factory=list)
 
 
@@ -62,8 +73,13 @@ class _Server(QuicConnectionProtocol):
 
     async def _respond(self, sid: int) -> None:
         b = self.behaviour
-        self.h3.send_headers(sid, HEAD)
+        for head in b.heads:
+            self.h3.send_headers(sid, head)
+        if b.error_body is not None:
+            self.h3.send_data(sid, b.error_body, end_stream=True)
         self.transmit()
+        if b.error_body is not None:
+            return
         for k in range(b.frames):
             if b.after is not None and k == b.after:
                 if b.then == "reset":
@@ -163,6 +179,15 @@ def test_a_clean_stream_over_http3_reports_its_version_arrivals_and_handshake(h3
     assert request[b"x-tokenpath-stream"].startswith(b"tp-")
 
 
+def test_the_table_shows_the_handshake_and_udp_reads(h3_server: H3Server) -> None:
+    table = probe_table(probe_results(h3_server.url, [_probe(h3_server)]))
+    assert table.title is not None
+    assert "over HTTP/3, --h3-window default" in str(table.title)
+    columns = [str(c.header) for c in table.columns]
+    assert columns[-4:] == ["handshake ms", "UDP reads", "DATA/read", "stalls"]
+    assert all(len(list(c.cells)) == 1 for c in table.columns)
+
+
 def test_frames_paced_apart_arrive_apart(h3_server: H3Server) -> None:
     """Arrivals are counted per UDP read, not per frame: frames 100 ms apart are one arrival each."""
     h3_server.behaviour.frames, h3_server.behaviour.interval_s = 4, 0.1
@@ -187,6 +212,26 @@ def test_a_reset_stream_is_a_cut(h3_server: H3Server) -> None:
 def test_a_closed_connection_is_a_cut(h3_server: H3Server) -> None:
     h3_server.behaviour.after, h3_server.behaviour.then = 2, "close"
     with pytest.raises(NetworkError, match=r"QUIC connection ended before the HTTP/3 stream.*going away"):
+        probe_stream(_cfg(h3_server))
+
+
+def test_an_error_status_is_reported_with_its_body(h3_server: H3Server) -> None:
+    h3_server.behaviour.heads = [[(b":status", b"503"), (b"content-type", b"application/json")]]
+    h3_server.behaviour.error_body = b'{"error":"overloaded"}'
+    with pytest.raises(HTTPStatusError, match=r"HTTP 503 .*overloaded"):
+        probe_stream(_cfg(h3_server))
+
+
+def test_an_interim_head_is_not_the_response(h3_server: H3Server) -> None:
+    h3_server.behaviour.heads = [[(b":status", b"103"), (b"link", b"</a>; rel=preload")], HEAD]
+    m = _probe(h3_server)
+    assert m.status == 200
+    assert m.frames == 6
+
+
+def test_a_malformed_head_is_a_protocol_error(h3_server: H3Server) -> None:
+    h3_server.behaviour.heads = [[(b":status", b"2000"), (b"content-type", b"text/event-stream")]]
+    with pytest.raises(RemoteProtocolError, match=r"broke HTTP/3 .*:status"):
         probe_stream(_cfg(h3_server))
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.connection import QuicConnection
+from aioquic.quic.connection import QuicConnection, QuicConnectionState
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamReset
 
 from tokenpath.clock import Clock, ns_to_ms
@@ -189,8 +189,7 @@ class _H3Client:
             if not checked_head and rec.trace.head is not None:
                 checked_head = True
                 check_head(rec, cfg, lambda: rec.body_preview.decode("utf-8", "replace"))
-            if not got.ended:
-                self._raise_if_ended(rec)
+            self._raise_if_ended(rec)
         trace = rec.trace
         trace.http_version = "3"
         arrivals = [r.t_ns for r in trace.reads if r.frames > 0][:MAX_ARRIVALS_KEPT]
@@ -331,16 +330,19 @@ class _H3Client:
         return min(conn_credit, stream.max_stream_data_local - stream.receiver.highest_offset)
 
     def _raise_if_ended(self, rec: TraceRecorder) -> None:
-        """The connection ended before the stream did: a cut, named by the server's own code and reason."""
-        if self.terminated is None:
-            self._events()
-        term = self.terminated
+        """The connection is ending before the stream did: a cut, named by its code and reason. aioquic reports
+        ConnectionTerminated only after its closing period (3 PTO), so its state is read at once: DRAINING, the
+        server closed it; CLOSING, we did, for a protocol error of the server's (aioquic's H3 layer checks heads)."""
+        self._events()
+        quic = self.quic
+        term = quic._close_event
         if term is None or rec.complete:
             return
         said = f"{term.error_code:#x}{f' {term.reason_phrase!r}' if term.reason_phrase else ''}"
-        raise NetworkError(
-            f"the QUIC connection ended before the HTTP/3 stream did ({rec.trace.frame_count} frames; {said})"
-        )
+        frames = rec.trace.frame_count
+        if quic._state is QuicConnectionState.CLOSING:
+            raise RemoteProtocolError(f"the server broke HTTP/3 ({said}); the client closed the connection")
+        raise NetworkError(f"the QUIC connection ended before the HTTP/3 stream did ({frames} frames; {said})")
 
     def _handshake_error(self, term: ConnectionTerminated) -> ConnectError:
         said = f"{term.error_code:#x} {term.reason_phrase}".strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.metrics import ProbeResults
 from tokenpath.probe.trace import H2Figures
 
@@ -41,6 +42,11 @@ def probe_table(results: ProbeResults) -> Table:
         table.add_column("DATA/read", justify="right")
         table.add_column("stalls", justify="right")
         table.add_column("stall ms", justify="right")
+    h3 = [r.h3 for r in results.runs if r.h3 is not None]
+    if h3:  # --http3: the handshake apart from TTFT, the UDP reads, and how often the QUIC windows held the stream
+        table.title = f"{table.title} over HTTP/3, --h3-window {h3[0].window}"
+        for col in ("handshake ms", "UDP reads", "DATA/read", "stalls"):
+            table.add_column(col, justify="right")
     if joined:  # --stub-url: what the path added, from the stub's write log
         table.add_column("added TTFT ms", justify="right")
         table.add_column("frame added p50/p99", justify="right")
@@ -65,6 +71,7 @@ def probe_table(results: ProbeResults) -> Table:
             fmt(r.total_ms),
             *(added if joined else []),
             *(_h2_cells(r.h2) if h2 else []),
+            *(_h3_cells(r.h3) if h3 else []),
         )
     notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
     if notes:
@@ -76,3 +83,9 @@ def _h2_cells(h2: H2Figures | None) -> list[str]:
     if h2 is None:
         return ["-"] * 4
     return [str(h2.data_frames), fmt(h2.data_frames_per_read, 2), str(h2.flow_control_stalls), fmt(h2.stall_ms)]
+
+
+def _h3_cells(h3: H3Figures | None) -> list[str]:
+    if h3 is None:
+        return ["-"] * 4
+    return [fmt(h3.handshake_ms), str(h3.udp_reads), fmt(h3.data_events_per_read, 2), str(h3.flow_control_stalls)]
