@@ -5,8 +5,9 @@ quic-go#5739; a reset; a closed connection) reported as held or cut, never as a 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent
 
 from tokenpath.errors import (
+    ConnectError,
     ConnectTimeout,
     HTTPStatusError,
     IdleTimeout,
@@ -107,22 +109,35 @@ class H3Server:
         return f"https://127.0.0.1:{self.port}/v1/chat/completions"
 
 
-@pytest.fixture
-def h3_server(tmp_path: Path) -> Iterator[H3Server]:
+@dataclass
+class Running:
+    h3: H3Server
+    stop: Callable[[], None]
+    die: Callable[[], None]  # the UDP socket closed with no CONNECTION_CLOSE: a process killed
+
+
+def _start_server(tmp_path: Path, behaviour: Behaviour, port: int = 0) -> Running:
     tls = self_signed(tmp_path / "tls", ["127.0.0.1"])
-    behaviour = Behaviour()
     protocol = type("Server", (_Server,), {"behaviour": behaviour})
     loop = asyncio.new_event_loop()
     config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN))
     config.load_cert_chain(str(tls.cert), str(tls.key))
-    server = loop.run_until_complete(serve("127.0.0.1", 0, configuration=config, create_protocol=protocol))
+    server = loop.run_until_complete(serve("127.0.0.1", port, configuration=config, create_protocol=protocol))
     assert server._transport is not None
-    port = server._transport.get_extra_info("sockname")[1]
+    bound = server._transport.get_extra_info("sockname")[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    try:
-        yield H3Server(port, str(tls.cert), behaviour)
-    finally:
+    died = threading.Event()
+
+    def stop() -> None:
+        if died.is_set():  # the loop stopped where it was: close what it held, from here
+            assert server._transport is not None
+            server._transport.abort()
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.run_until_complete(asyncio.sleep(0.05))
+            loop.close()
+            return
 
         async def shut() -> None:
             server.close()
@@ -132,6 +147,29 @@ def h3_server(tmp_path: Path) -> Iterator[H3Server]:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+
+    def die() -> None:
+        """The loop stops where it is (no task runs again), then its UDP socket closes: nothing answers any more."""
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        transport = server._transport
+        assert transport is not None
+        raw = transport.get_extra_info("socket")
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, raw.fileno())  # the socket's fd now /dev/null: the port closes, no CONNECTION_CLOSE sent
+        os.close(null)
+        died.set()
+
+    return Running(H3Server(bound, str(tls.cert), behaviour), stop, die)
+
+
+@pytest.fixture
+def h3_server(tmp_path: Path) -> Iterator[H3Server]:
+    running = _start_server(tmp_path, Behaviour())
+    try:
+        yield running.h3
+    finally:
+        running.stop()
 
 
 def _cfg(server: H3Server, **kw: object) -> ProbeConfig:
@@ -233,6 +271,20 @@ def test_a_malformed_head_is_a_protocol_error(h3_server: H3Server) -> None:
     h3_server.behaviour.heads = [[(b":status", b"2000"), (b"content-type", b"text/event-stream")]]
     with pytest.raises(RemoteProtocolError, match=r"broke HTTP/3 .*:status"):
         probe_stream(_cfg(h3_server))
+
+
+def test_a_server_that_dies_mid_stream_is_a_cut(tmp_path: Path) -> None:
+    """The server's process gone mid-stream (no CONNECTION_CLOSE): its port answers ICMP unreachable, or nothing while
+    the client has nothing to send: a cut or a held stream, never a complete one and never a connect failure."""
+    server = _start_server(tmp_path, Behaviour(frames=20, interval_s=0.05))
+    threading.Timer(0.4, server.die).start()
+    try:
+        with pytest.raises((NetworkError, IdleTimeout)) as caught:
+            probe_stream(_cfg(server.h3, idle_timeout_s=2.0))
+    finally:
+        server.stop()
+    assert not isinstance(caught.value, ConnectError), caught.value
+    assert "0 frames" not in str(caught.value)  # it died mid-stream, after frames had arrived
 
 
 def test_the_certificate_is_checked(h3_server: H3Server, tmp_path: Path) -> None:

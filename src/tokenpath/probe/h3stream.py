@@ -266,9 +266,9 @@ class _H3Client:
                 batch.append(self.sock.recv(RECV_BYTES))
             except (BlockingIOError, InterruptedError):
                 break
-            except ConnectionRefusedError:  # ICMP port unreachable: nothing listens on that UDP port
+            except ConnectionRefusedError:  # ICMP port unreachable: nothing listens on that UDP port (any more)
                 if not batch:
-                    raise ConnectError(f"nothing answers on UDP {self.target.hostport} (port unreachable)") from None
+                    raise self._unreachable() from None
                 break
         return batch
 
@@ -279,7 +279,14 @@ class _H3Client:
             except (BlockingIOError, InterruptedError):
                 pass  # a full socket buffer drops it, as the network may: QUIC retransmits
             except ConnectionRefusedError:
-                raise ConnectError(f"nothing answers on UDP {self.target.hostport} (port unreachable)") from None
+                raise self._unreachable() from None
+
+    def _unreachable(self) -> NetworkError:
+        """ICMP port unreachable: before the request, nothing serves HTTP/3 there; after it, the server went away
+        mid-stream (a cut, never a connect failure)."""
+        if self.sid < 0:
+            return ConnectError(f"nothing answers on UDP {self.target.hostport} (port unreachable)")
+        return NetworkError(f"the server's UDP port {self.target.hostport} closed mid-stream (port unreachable)")
 
     def _events(self) -> list[object]:
         """QUIC's events since the last call, each also through H3 (its events appended after it)."""
