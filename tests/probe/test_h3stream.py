@@ -116,13 +116,13 @@ class Running:
     die: Callable[[], None]  # the UDP socket closed with no CONNECTION_CLOSE: a process killed
 
 
-def _start_server(tmp_path: Path, behaviour: Behaviour, port: int = 0) -> Running:
-    tls = self_signed(tmp_path / "tls", ["127.0.0.1"])
+def _start_server(tmp_path: Path, behaviour: Behaviour, addresses: tuple[str, ...] = ("127.0.0.1",)) -> Running:
+    tls = self_signed(tmp_path / "tls", list(addresses))
     protocol = type("Server", (_Server,), {"behaviour": behaviour})
     loop = asyncio.new_event_loop()
     config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN))
     config.load_cert_chain(str(tls.cert), str(tls.key))
-    server = loop.run_until_complete(serve("127.0.0.1", port, configuration=config, create_protocol=protocol))
+    server = loop.run_until_complete(serve("127.0.0.1", 0, configuration=config, create_protocol=protocol))
     assert server._transport is not None
     bound = server._transport.get_extra_info("sockname")[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -292,6 +292,18 @@ def test_the_certificate_is_checked(h3_server: H3Server, tmp_path: Path) -> None
     with pytest.raises(TLSError):
         probe_stream(_cfg(h3_server, tls=TLSOptions(cacert=str(other.cert))))
     assert _probe(h3_server, tls=TLSOptions(insecure=True)).http_version == "3"
+
+
+def test_the_certificate_must_name_the_host(tmp_path: Path) -> None:
+    """The right CA, the wrong name: a certificate for 127.0.0.2 (and localhost) does not serve 127.0.0.1."""
+    server = _start_server(tmp_path, Behaviour(), addresses=("127.0.0.2",))
+    try:
+        with pytest.raises(TLSError):
+            probe_stream(_cfg(server.h3))
+        named = replace(_cfg(server.h3), url=server.h3.url.replace("127.0.0.1", "localhost"))
+        assert run_metrics(probe_stream(named)).http_version == "3"
+    finally:
+        server.stop()
 
 
 def test_the_windows_are_sent_as_stated(h3_server: H3Server) -> None:
