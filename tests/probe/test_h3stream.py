@@ -55,6 +55,7 @@ class Behaviour:
     then: str = "end"
     heads: list[list[tuple[bytes, bytes]]] = field(default_factory=lambda: [HEAD])  # interim heads first
     error_body: bytes | None = None  # sent with end_stream right after the heads, instead of the frames
+    trailers: list[tuple[bytes, bytes]] | None = None  # a field block after [DONE] that ends the stream
     requests: list[list[tuple[bytes, bytes]]] = field(default_factory=list)
 
 
@@ -94,7 +95,11 @@ class _Server(QuicConnectionProtocol):
             await asyncio.sleep(b.interval_s)
             self.h3.send_data(sid, ROLE if k == 0 else CONTENT, end_stream=False)
             self.transmit()
-        self.h3.send_data(sid, DONE, end_stream=True)
+        self.h3.send_data(sid, DONE, end_stream=b.trailers is None)
+        if b.trailers is not None:
+            self.transmit()
+            await asyncio.sleep(b.interval_s)  # the trailers in a read of their own
+            self.h3.send_headers(sid, b.trailers, end_stream=True)
         self.transmit()
 
 
@@ -262,6 +267,13 @@ def test_an_error_status_is_reported_with_its_body(h3_server: H3Server) -> None:
 
 def test_an_interim_head_is_not_the_response(h3_server: H3Server) -> None:
     h3_server.behaviour.heads = [[(b":status", b"103"), (b"link", b"</a>; rel=preload")], HEAD]
+    m = _probe(h3_server)
+    assert m.status == 200
+    assert m.frames == 6
+
+
+def test_trailers_end_the_stream_and_are_no_head(h3_server: H3Server) -> None:
+    h3_server.behaviour.trailers = [(b"x-usage", b"12")]
     m = _probe(h3_server)
     assert m.status == 200
     assert m.frames == 6

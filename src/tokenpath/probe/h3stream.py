@@ -127,6 +127,7 @@ class _H3Client:
     datagrams: int = 0
     terminated: ConnectionTerminated | None = None
     last_read_ns: int = 0  # when the latest read of datagrams returned
+    head_done: bool = False  # the final response head has come
 
     def __post_init__(self) -> None:
         self.quic = QuicConnection(configuration=quic_configuration(self.cfg, self.target, self.cfg.h3_window))
@@ -303,8 +304,9 @@ class _H3Client:
         for event in self._events():
             if isinstance(event, HeadersReceived) and event.stream_id == self.sid:
                 got.advanced = True
-                if got.head is None and not got.body and not got.data_events:
+                if not self.head_done:  # interim heads (1xx) first; after the final head, a field block is trailers
                     got.head = self._head(event)
+                    self.head_done = got.head is not None
                 got.ended = got.ended or event.stream_ended  # trailers end it too
             elif isinstance(event, DataReceived) and event.stream_id == self.sid:
                 got.advanced = True
