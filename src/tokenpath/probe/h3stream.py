@@ -108,7 +108,7 @@ class _StreamRead:
     """What one read did to the stream: its head, its DATA (joined), whether it ended."""
 
     head: ResponseHead | None = None
-    body: bytes = b""
+    chunks: list[bytes] = field(default_factory=list)  # joined once: a batch may hold a thousand packets
     data_events: int = 0
     ended: bool = False
     advanced: bool = False
@@ -185,7 +185,8 @@ class _H3Client:
                 if credit < STALL_CREDIT and not got.ended:
                     stalls += 1
             self._flush()  # ACKs and our MAX_STREAM_DATA / MAX_DATA, after the credit was read
-            if got.advanced and rec.on_h2_read(t, len(got.body), got.head, got.body, got.ended):
+            body = b"".join(got.chunks)
+            if got.advanced and rec.on_h2_read(t, len(body), got.head, body, got.ended):
                 last_frame = t
             if not checked_head and rec.trace.head is not None:
                 checked_head = True
@@ -310,7 +311,7 @@ class _H3Client:
                 got.ended = got.ended or event.stream_ended  # trailers end it too
             elif isinstance(event, DataReceived) and event.stream_id == self.sid:
                 got.advanced = True
-                got.body += event.data
+                got.chunks.append(event.data)
                 got.data_events += 1
                 got.ended = got.ended or event.stream_ended
             elif isinstance(event, StreamReset) and event.stream_id == self.sid:
