@@ -239,6 +239,17 @@ def test_frames_paced_apart_arrive_apart(h3_server: H3Server) -> None:
     assert m.arrivals >= 4
 
 
+def test_a_burst_is_one_arrival_per_wake_up_not_per_datagram(h3_server: H3Server) -> None:
+    """40 frames sent back to back, each in its own packet: the client's wake-ups read several datagrams each, and
+    each wake-up is one arrival (counting per datagram or per DATA would give one arrival per frame)."""
+    h3_server.behaviour.frames, h3_server.behaviour.interval_s = 40, 0.0
+    m = _probe(h3_server)
+    assert m.h3 is not None
+    assert m.frames == 41
+    assert m.h3.datagrams > m.h3.udp_reads
+    assert m.arrivals < m.frames
+
+
 def test_the_head_then_no_body_is_held_not_fast(h3_server: H3Server) -> None:
     """quic-go#5739: the head arrives, then no body byte. The probe waits out --idle-timeout and says so."""
     h3_server.behaviour.after, h3_server.behaviour.then = 0, "stall"
