@@ -362,6 +362,14 @@ def test_nothing_listening_fails_the_connect(tmp_path: Path) -> None:
             probe_stream(cfg)
 
 
+def test_a_bad_cacert_is_a_usage_error(tmp_path: Path) -> None:
+    bad = tmp_path / "not-a-ca.pem"
+    bad.write_text("not a certificate")
+    cfg = ProbeConfig(url="https://127.0.0.1:1/v1", http_version=HttpVersion.HTTP3, tls=TLSOptions(cacert=str(bad)))
+    with pytest.raises(UsageError, match="cacert"):
+        probe_stream(cfg)
+
+
 def test_http3_needs_https() -> None:
     with pytest.raises(UsageError, match="https"):
         probe_stream(ProbeConfig(url="http://127.0.0.1:1/v1/chat/completions", http_version=HttpVersion.HTTP3))

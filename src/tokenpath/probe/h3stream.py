@@ -58,7 +58,8 @@ def probe_h3(cfg: ProbeConfig, stream_id: str, clock: Clock, limits: TraceLimits
     if target.scheme != "https":
         raise UsageError("--http3 needs an https:// URL: QUIC is always TLS")
     deadline = started + int(cfg.total_timeout_s * 1e9)
-    conn = _H3Client(cfg, target, clock, _udp_socket(target))
+    quic = QuicConnection(configuration=quic_configuration(cfg, target, cfg.h3_window))  # a bad --cacert first
+    conn = _H3Client(cfg, target, clock, _udp_socket(target), quic)
     try:
         handshake_ns = conn.handshake(started + int(cfg.connect_deadline_s * 1e9))
         return conn.stream(stream_id, limits, deadline, handshake_ns)
@@ -80,10 +81,8 @@ def quic_configuration(cfg: ProbeConfig, target: Target, window: H3Window) -> Qu
     if cfg.tls.insecure:
         config.verify_mode = ssl.CERT_NONE
     elif cfg.tls.cacert:
-        try:
-            config.load_verify_locations(cafile=cfg.tls.cacert)
-        except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"`cacert` {cfg.tls.cacert}: {exc}") from None
+        cfg.tls.context()  # the bundle read now, as over TCP (aioquic reads it only in the handshake): UsageError
+        config.load_verify_locations(cafile=cfg.tls.cacert)
     return config
 
 
@@ -120,7 +119,7 @@ class _H3Client:
     target: Target
     clock: Clock
     udp: tuple[socket.socket, tuple[str, int]]
-    quic: QuicConnection = field(init=False)
+    quic: QuicConnection
     h3: H3Connection = field(init=False)
     sid: int = -1
     udp_reads: int = 0
@@ -130,7 +129,6 @@ class _H3Client:
     head_done: bool = False  # the final response head has come
 
     def __post_init__(self) -> None:
-        self.quic = QuicConnection(configuration=quic_configuration(self.cfg, self.target, self.cfg.h3_window))
         self.h3 = H3Connection(self.quic)
 
     @property
