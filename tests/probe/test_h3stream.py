@@ -34,7 +34,7 @@ from tokenpath.probe.h3figures import BROWSER_H3_WINDOW, DEFAULT_H3_WINDOW, H3Wi
 from tokenpath.probe.metrics import RunMetrics, probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.table import probe_table
-from tokenpath.probe.transport import TLSOptions
+from tokenpath.probe.transport import TLSOptions, Transport
 from tokenpath.serve.tlscert import self_signed
 from tokenpath.wire.httpversion import HttpVersion, parse_http_version
 
@@ -368,6 +368,16 @@ def test_a_bad_cacert_is_a_usage_error(tmp_path: Path) -> None:
     cfg = ProbeConfig(url="https://127.0.0.1:1/v1", http_version=HttpVersion.HTTP3, tls=TLSOptions(cacert=str(bad)))
     with pytest.raises(UsageError, match="cacert"):
         probe_stream(cfg)
+
+
+def test_http3_refuses_a_connector_it_would_bypass(h3_server: H3Server) -> None:
+    """A link's (or a test's) TCP connector cannot carry QUIC: refused, never silently bypassed from the host."""
+
+    def connect(target: object, cfg: object) -> Transport:
+        raise AssertionError("not called")
+
+    with pytest.raises(UsageError, match="UDP"):
+        probe_stream(_cfg(h3_server), connect=connect)
 
 
 def test_http3_needs_https() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, NetworkError
+from tokenpath.errors import ConnectTimeout, NetworkError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
 from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.h3stream import probe_h3
@@ -41,6 +41,8 @@ def probe_stream(
     payload = b"" if h2 else request_bytes(cfg, target, stream_id)
     started = clock()
     if cfg.http_version is HttpVersion.HTTP3:  # its own UDP socket and handshake: probe/h3stream.py
+        if connect is not _connect:  # a namespace's or a test's TCP connector: HTTP/3 would bypass it unseen
+            raise UsageError("HTTP/3 opens its own UDP socket on the host: no other connector (a link) takes it yet")
         return probe_h3(cfg, stream_id, clock, limits, started)
     try:
         transport = connect(target, cfg)
