@@ -5,11 +5,13 @@ every cell whole, TTFT and frames per read always among them (issue 35: `--http2
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 from rich.console import Console
 
+from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.metrics import RunMetrics, probe_results
 from tokenpath.probe.table import probe_table
 from tokenpath.probe.trace import H2Figures
@@ -115,3 +117,25 @@ def test_probe_wide_flag_reaches_the_table(monkeypatch: pytest.MonkeyPatch, wide
     assert out.exit_code == 0, out.output
     assert ("bursts (size x count)" in out.output) is wide
     assert "TTFT" in out.output
+
+
+H3 = H3Figures("browser", 12.25, 40, 44, 30, 20, 0, None)
+
+
+@pytest.mark.parametrize(("joined", "wide"), list(itertools.product([False, True], repeat=2)))
+def test_http3_columns_stand_over_their_own_cells_and_fit_100_columns(joined: bool, wide: bool) -> None:
+    r = dataclasses.replace(run(joined, False), http_version="3", h3=H3)
+    table = probe_table(probe_results("http://p", [r]), wide=wide)
+    cells = {str(c.header): str(next(iter(c.cells))) for c in table.columns}
+    h3_expected = {"handshake": "12.2", "UDP reads": "40", "DATA/read": "1.50", "stalls": "0"}
+    assert cells == {h: {**EXPECTED, **h3_expected}[h] for h in cells}
+    assert "handshake" in cells
+    assert "DATA frames" not in cells
+    assert ("UDP reads" in cells) is wide
+    assert "over HTTP/3, --h3-window browser" in str(table.title)
+    if not wide:
+        console = Console(width=100, record=True)
+        console.print(table)
+        text = console.export_text()
+        assert max(len(line) for line in text.splitlines()) <= 100
+        assert "…" not in text

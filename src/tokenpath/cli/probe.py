@@ -27,6 +27,21 @@ def probe(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    http3: Annotated[
+        bool,
+        typer.Option(
+            "--http3",
+            help="Speak HTTP/3: QUIC over UDP to the URL's port (https only), TLS verified as over TCP; never a "
+            "fallback. Reports the handshake apart from TTFT, UDP reads, DATA per read and flow-control stalls.",
+        ),
+    ] = False,
+    h3_window: Annotated[
+        str | None,
+        typer.Option(
+            help="With --http3: the client's initial QUIC receive windows: BYTES (stream and connection), "
+            "STREAM:CONNECTION, `default` (aioquic's 1 MiB) or `browser` (Chromium's 6 MiB / 15 MiB)."
+        ),
+    ] = None,
     interval_ms: options.IntervalMs = None,
     heartbeat_ms: options.HeartbeatMs = None,
     reasoning_tokens: options.ReasoningTokens = None,
@@ -79,6 +94,7 @@ def probe(
     stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
     from tokenpath.axes import API
     from tokenpath.probe.client import ProbeConfig
+    from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
     from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.stream import probe_stream
     from tokenpath.probe.table import probe_table
@@ -97,6 +113,12 @@ def probe(
     pacing = options.pacing(locals())  # for a stub behind the path: the body's `tokenpath` member
     if h2_window is not None and not http2:
         raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
+    if h3_window is not None and not http3:
+        raise UsageError("--h3-window is HTTP/3's: pass --http3 with it")
+    if http2 and http3:
+        raise UsageError("--http2 and --http3: pick one HTTP version")
+    if http3 and client != "raw":
+        raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
     cfg = ProbeConfig(
         url=target_url,
         model=model,
@@ -112,8 +134,9 @@ def probe(
         extra_body=stub_pacing(body_json(body_json_text), pacing),
         api=fmt,
         accept_encoding=accept_encoding,
-        http_version=HttpVersion.of(http2),
+        http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
+        h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
     )
     cfg.target  # noqa: B018 - validates the URL before anything is sent
     if client not in ("raw", "chromium"):

@@ -36,7 +36,7 @@ from tokenpath.monitor import config as moncfg
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import parse_target
 from tokenpath.tomlconfig import dataclass_from, read_toml
-from tokenpath.wire.httpversion import HttpVersion
+from tokenpath.wire.httpversion import DECLARED_VERSIONS, HttpVersion
 from tokenpath.wire.request import DEFAULT_PROMPT
 
 DEFAULT_MODULE = "openai"
@@ -109,8 +109,9 @@ def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Mod
             fill_direct_url(spec.direct_url, _CHECK_URL)
         except UsageError as exc:
             raise UsageError(f"{where}: `direct_url`: {exc}") from None
-    if spec.http_version not in tuple(HttpVersion):
-        raise UsageError(f"{where}: `http_version` must be one of {', '.join(HttpVersion)}, not {spec.http_version!r}")
+    if spec.http_version not in DECLARED_VERSIONS:
+        known = ", ".join(DECLARED_VERSIONS)
+        raise UsageError(f"{where}: `http_version` must be one of {known}, not {spec.http_version!r}")
     shared = {f.name: getattr(spec, f.name) for f in fields(ModuleSpec) if f.name not in ("direct_url", "http_version")}
     http2 = HttpVersion(spec.http_version) is HttpVersion.HTTP2
     target = moncfg.TargetSpec(name=name, url=_CHECK_URL, http2=http2, **shared)

@@ -26,6 +26,7 @@ from tokenpath.errors import (
     TotalTimeout,
     UsageError,
 )
+from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, H3Window
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_target
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING as BROWSER_ACCEPT_ENCODING  # re-exported
@@ -61,6 +62,8 @@ class ProbeConfig:
     # `h2_window` is the client's receive windows (wire/h2client.py: default 65,535, `browser` = Chromium's).
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: H2Window = DEFAULT_WINDOW
+    # HTTP/3 (probe --http3, probe/h3stream.py): QUIC over UDP, always TLS; `h3_window` its initial receive windows.
+    h3_window: H3Window = DEFAULT_H3_WINDOW
 
     def __post_init__(self) -> None:
         h2 = self.http_version is HttpVersion.HTTP2

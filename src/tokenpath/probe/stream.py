@@ -1,6 +1,6 @@
 """The probe: writes one request by hand on a raw socket and timestamps every recv() as it returns. probe_stream
-runs one stream to its end over HTTP/1.1 (here) or HTTP/2 (probe/h2stream.py), with probe/client.py's config,
-request and read loop."""
+runs one stream to its end over HTTP/1.1 (here), HTTP/2 (probe/h2stream.py) or HTTP/3 (probe/h3stream.py), with
+probe/client.py's config, request and read loop."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, NetworkError
+from tokenpath.errors import ConnectTimeout, NetworkError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
 from tokenpath.probe.h2stream import probe_h2
+from tokenpath.probe.h3stream import probe_h3
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.wire.httpversion import HttpVersion
@@ -39,6 +40,10 @@ def probe_stream(
     h2 = cfg.http_version is HttpVersion.HTTP2
     payload = b"" if h2 else request_bytes(cfg, target, stream_id)
     started = clock()
+    if cfg.http_version is HttpVersion.HTTP3:  # its own UDP socket and handshake: probe/h3stream.py
+        if connect is not _connect:  # a namespace's or a test's TCP connector: HTTP/3 would bypass it unseen
+            raise UsageError("HTTP/3 opens its own UDP socket on the host: no other connector (a link) takes it yet")
+        return probe_h3(cfg, stream_id, clock, limits, started)
     try:
         transport = connect(target, cfg)
     except ConnectTimeout:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.metrics import ProbeResults, RunMetrics
 from tokenpath.probe.trace import H2Figures
 
@@ -32,6 +33,15 @@ def _joined(results: ProbeResults) -> bool:
 def _h2(results: ProbeResults) -> bool:
     """--http2: the stream's DATA frames, and how often its flow-control window held it."""
     return any(r.h2 is not None for r in results.runs)
+
+
+def _h3(results: ProbeResults) -> bool:
+    """--http3: the handshake apart from TTFT, the UDP reads, and how often the QUIC windows held the stream."""
+    return any(r.h3 is not None for r in results.runs)
+
+
+def _h3_cell(cell: Callable[[H3Figures], str]) -> Callable[[RunMetrics], str]:
+    return lambda r: "-" if r.h3 is None else cell(r.h3)
 
 
 def _h2_cell(cell: Callable[[H2Figures], str]) -> Callable[[RunMetrics], str]:
@@ -82,6 +92,16 @@ COLUMNS: tuple[Column, ...] = (
     Column("DATA/read", _h2_cell(lambda h: fmt(h.data_frames_per_read, 2)), shown=_h2),
     Column("stalls", _h2_cell(lambda h: str(h.flow_control_stalls)), shown=_h2),
     Column("stall", _h2_cell(lambda h: fmt(h.stall_ms)), shown=_h2),
+    Column(
+        "handshake",
+        _h3_cell(lambda h: fmt(h.handshake_ms)),
+        compact=True,
+        shown=_h3,
+        meaning="handshake: QUIC + TLS before the request was sent (not in TTFB or TTFT)",
+    ),
+    Column("UDP reads", _h3_cell(lambda h: str(h.udp_reads)), shown=_h3),
+    Column("DATA/read", _h3_cell(lambda h: fmt(h.data_events_per_read, 2)), shown=_h3),
+    Column("stalls", _h3_cell(lambda h: str(h.flow_control_stalls)), shown=_h3),
 )
 
 
@@ -96,6 +116,9 @@ def probe_table(results: ProbeResults, wide: bool = False) -> Table:
     h2 = next((r.h2 for r in results.runs if r.h2 is not None), None)
     if h2 is not None:
         table.title = f"{table.title} over HTTP/2, --h2-window {h2.window}"
+    h3 = next((r.h3 for r in results.runs if r.h3 is not None), None)
+    if h3 is not None:
+        table.title = f"{table.title} over HTTP/3, --h3-window {h3.window}"
     shown = columns(results, wide)
     table.add_column("run", justify="right", no_wrap=True)
     for column in shown:

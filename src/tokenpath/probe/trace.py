@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenpath.errors import ContentEncodingError
+from tokenpath.probe.h3figures import H3Figures
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
@@ -89,8 +90,9 @@ class Trace:
     error_hint: str = ""  # the first error frame before any content (its data, shortened)
     invalid_utf8_frames: int = 0  # frames that are not UTF-8, which an event stream always is (WHATWG)
     content_encoding: str = "identity"  # the response's Content-Encoding as decoded ("gzip", "br", "gzip, br"...)
-    http_version: str = "1.1"  # "2" over HTTP/2 (probe --http2): reads are then the reads that advanced this stream
+    http_version: str = "1.1"  # "2" (--http2), "3" (--http3): reads are then the reads that advanced this stream
     h2: H2Figures | None = None  # flow control and DATA frames, over HTTP/2
+    h3: H3Figures | None = None  # the handshake, UDP reads, flow control and arrival times, over HTTP/3
 
     @property
     def arrival_count(self) -> int:
