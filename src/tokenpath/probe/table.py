@@ -31,6 +31,7 @@ def probe_table(results: ProbeResults) -> Table:
         "gap max",
         "bursts (size x count)",
         "total ms",
+        "end",  # complete, cut_error or cut_silent (README, "how a stream ends"); a cut's times in the caption
     ):
         table.add_column(col, justify="right")
     joined = any(r.added_ttft_ms is not None or r.added_frame_delay_ms for r in results.runs)
@@ -63,10 +64,12 @@ def probe_table(results: ProbeResults) -> Table:
             fmt(gaps.get("max")),
             " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items())),
             fmt(r.total_ms),
+            r.end.kind.value if r.end is not None else "-",
             *(added if joined else []),
             *(_h2_cells(r.h2) if h2 else []),
         )
     notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
+    notes += [f"run {i}: {r.end.describe()}" for i, r in enumerate(results.runs, 1) if r.end is not None and r.end.cut]
     if notes:
         table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, an error, no content)
     return table
