@@ -231,7 +231,7 @@ class TraceRecorder:
         # break the coding (or a bomb), ContentEncodingError. A read that only fed the decompressor completes none.
         frames = list(self._reader.feed(self._decoder.feed(body))) if body and self._reading else []
         if complete:
-            frames += self._closing(t_ns)  # the body's end may complete (or cut short) a last frame
+            frames += self._closing(t_ns, frames)  # the body's end may complete (or cut short) a last frame
         n = self._record(t_ns, nbytes, frames)
         if complete:
             self._finish(t_ns)
@@ -297,12 +297,14 @@ class TraceRecorder:
         self._decoder.end()  # a body that ended inside the compressed stream: ContentEncodingError (truncated)
         return self._reader.close()
 
-    def _closing(self, t_ns: int) -> Sequence[WireFrame]:
+    def _closing(self, t_ns: int, read: Sequence[WireFrame] = ()) -> Sequence[WireFrame]:
         """_close at the body's normal end: a last event-stream message or NDJSON line cut short raises, as it always
-        has, and is the stream's end: HTTP ended the body normally, inside a frame (cut_silent)."""
+        has, and is the stream's end, read with the frames this last read completed (`read`: a final event before
+        the unfinished frame still ends the stream)."""
         try:
             return self._close()
         except StreamFormatError as exc:
+            self._tail.extend(read)
             self._finish(t_ns, unfinished_detail=str(exc))
             raise attach(exc, self.trace.end) from None
 
