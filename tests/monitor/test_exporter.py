@@ -28,6 +28,7 @@ from tokenpath.probe.trace import Trace, TraceRecorder
 from tokenpath.serve import exposition
 
 MS = 1_000_000
+DONE = b"data: [DONE]\n\n"
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
 STUB = "http://127.0.0.1:8000/v1"
@@ -53,7 +54,7 @@ def streamed(ttft_ms: int = 30) -> Trace:
 
 def coalesced() -> Trace:
     """Ten content frames in two reads of five (what stock HAProxy does)."""
-    return trace_of([(1, HEAD), (200, chunk(CONTENT * 5)), (450, chunk(CONTENT * 5) + b"0\r\n\r\n")])
+    return trace_of([(1, HEAD), (200, chunk(CONTENT * 5)), (450, chunk(CONTENT * 4 + DONE) + b"0\r\n\r\n")])
 
 
 def factory(prober: Prober) -> ex.ProberFactory:
@@ -482,3 +483,19 @@ def test_the_otel_provider_is_the_modules_api_format() -> None:
     labels = dict(ttft[0][1])
     assert (labels["gen_ai_provider_name"], labels["gen_ai_request_model"]) == ("anthropic", "claude-x")
     assert seen == ["anthropic"]  # and the probe asked in that format
+
+
+def test_a_stream_cut_before_its_final_event_is_named_and_never_measured_as_whole() -> None:
+    cut = trace_of([(1, HEAD), (200, chunk(CONTENT * 3)), (450, chunk(CONTENT) + b"0\r\n\r\n")])  # no [DONE]
+    answer = probe(exporter(lambda c, s: cut), f"target={STUB}")
+    assert value(answer, "probe_success") == 0
+    assert value(answer, "tokenpath_probe_stream_end", route="via", end="cut_silent") == 1
+    assert value(answer, "tokenpath_probe_failure", route="via", reason="cut_silent") == 1
+    at = value(answer, "tokenpath_probe_stream_end_seconds", route="via")
+    assert at is not None
+    assert at > 0.4  # the end came with the last read, 450 ms after the request
+    assert value(answer, "tokenpath_probe_frames_per_read", route="via") is None  # a short stream's: not reported
+    assert value(answer, "tokenpath_probe_ttft_seconds", route="via") is None
+    whole = probe(exporter(lambda c, s: coalesced()), f"target={STUB}")
+    assert value(whole, "tokenpath_probe_stream_end", route="via", end="complete") == 1
+    assert value(whole, "probe_success") == 1
