@@ -499,3 +499,19 @@ def test_a_stream_cut_before_its_final_event_is_named_and_never_measured_as_whol
     whole = probe(exporter(lambda c, s: coalesced()), f"target={STUB}")
     assert value(whole, "tokenpath_probe_stream_end", route="via", end="complete") == 1
     assert value(whole, "probe_success") == 1
+
+
+def test_a_real_probe_of_a_stream_ended_by_its_last_chunk_without_done_is_cut_silent(
+    served: Callable[[bytes], tuple[str, list[int]]],
+) -> None:
+    target, _ = served(HEAD + chunk(CONTENT) + b"0\r\n\r\n")  # what a gateway sends when its upstream went away
+    e = ex.ProbeExporter(config(), ex.sniffing_prober(Aborter()))
+    answer = probe(e, f"target={target}", "5")
+    assert value(answer, "probe_success") == 0
+    assert value(answer, "tokenpath_probe_stream_end", route="via", end="cut_silent") == 1
+    assert (
+        e.metrics.registry.get_sample_value(
+            "tokenpath_exporter_probes_total", {"module": "openai", "outcome": "cut_silent"}
+        )
+        == 1
+    )

@@ -1,0 +1,133 @@
+"""How a stream ends, on real sockets (wire/ending.py, issue 36 §2): scripted upstreams that end a stream each way a
+path does — the last chunk or a close without the format's final event (cut_silent), a reset or a body cut short
+(cut_error), the format's error frame (cut_error), whole (complete) — read by the probe (library and `--json`) and
+by the exporter's real prober. A silent cut must never read as complete: every test here fails if it does."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.helpers import accept_each
+from tokenpath.errors import PeerError
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd, end_of
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+CLOSE_DELIMITED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+CONTENT = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+DONE = b"data: [DONE]\n\n"
+ERROR = b'data: {"error":{"message":"overloaded","type":"server_error"}}\n\n'
+SILENCE_S = 0.3  # between the last frame and the end: the end's "since the last byte"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+def _read_request(conn: socket.socket) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
+    )
+    while len(body) < length:
+        body += conn.recv(65536)
+
+
+def script(first: bytes, last: bytes, reset: bool = False) -> Callable[[socket.socket], None]:
+    """Answer with `first`, wait SILENCE_S, send `last`, then close (or reset: SO_LINGER 0)."""
+
+    def handle(conn: socket.socket) -> None:
+        with conn:
+            _read_request(conn)
+            conn.sendall(first)
+            time.sleep(SILENCE_S)
+            if last:
+                conn.sendall(last)
+            if reset:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    return handle
+
+
+CASES: dict[str, tuple[Callable[[socket.socket], None], EndKind, BodyEnd]] = {
+    "whole": (script(CHUNKED + chunk(CONTENT), chunk(DONE) + b"0\r\n\r\n"), EndKind.COMPLETE, BodyEnd.CHUNKED),
+    "last chunk, no final event": (script(CHUNKED + chunk(CONTENT), b"0\r\n\r\n"), EndKind.CUT_SILENT, BodyEnd.CHUNKED),
+    "close, no final event": (script(CLOSE_DELIMITED + CONTENT, b""), EndKind.CUT_SILENT, BodyEnd.CLOSE),
+    "the format's error frame": (
+        script(CHUNKED + chunk(CONTENT), chunk(ERROR) + b"0\r\n\r\n"),
+        EndKind.CUT_ERROR,
+        BodyEnd.CHUNKED,
+    ),
+    "no last chunk": (script(CHUNKED + chunk(CONTENT), b""), EndKind.CUT_ERROR, BodyEnd.TRUNCATED),
+    "reset": (script(CHUNKED + chunk(CONTENT), b"", reset=True), EndKind.CUT_ERROR, BodyEnd.RESET),
+}
+
+
+@pytest.fixture
+def upstream() -> Iterator[Callable[[Callable[[socket.socket], None]], str]]:
+    listeners: list[socket.socket] = []
+
+    def serve(handle: Callable[[socket.socket], None]) -> str:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+        accept_each(listener, handle)
+        return f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+
+    yield serve
+    for listener in listeners:
+        listener.close()
+
+
+def probed(url: str) -> StreamEnd | None:
+    try:
+        trace = probe_stream(ProbeConfig(url=url, total_timeout_s=10))
+    except PeerError as exc:
+        return end_of(exc)
+    return run_metrics(trace).end
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_probe_names_each_end(upstream: Callable[[Callable[[socket.socket], None]], str], case: str) -> None:
+    handle, kind, how = CASES[case]
+    end = probed(upstream(handle))
+    assert end is not None, case
+    assert (end.kind, end.how) == (kind, how), end.describe()
+    assert end.at_ns is not None
+    assert end.at_ns >= SILENCE_S * 1e9  # the end came after the silence
+    assert end.since_last_byte_ns is not None
+    if case in ("close, no final event", "no last chunk", "reset"):  # nothing came after the silence
+        assert end.since_last_byte_ns >= SILENCE_S * 1e9 * 0.9
+
+
+def test_probe_json_says_cut_silent_and_the_summary_leaves_it_out(
+    upstream: Callable[[Callable[[socket.socket], None]], str],
+) -> None:
+    url = upstream(CASES["last chunk, no final event"][0])
+    done = subprocess.run(
+        [sys.executable, "-m", "tokenpath", "probe", url, "--runs", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [run["end"]["kind"] for run in doc["runs"]] == ["cut_silent", "cut_silent"]
+    assert doc["runs"][0]["end"]["how"] == "chunked"
+    assert doc["summary"]["ends"] == {"cut_silent": 2}
+    assert doc["summary"]["ttft_ms"] is None  # never averaged as a whole stream's
