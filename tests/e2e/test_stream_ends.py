@@ -5,6 +5,7 @@ by the exporter's real prober. A silent cut must never read as complete: every t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import struct
@@ -17,6 +18,7 @@ import pytest
 
 from tests.helpers import accept_each
 from tokenpath.errors import PeerError
+from tokenpath.load.worker import Workload, one_stream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
@@ -131,3 +133,20 @@ def test_probe_json_says_cut_silent_and_the_summary_leaves_it_out(
     assert doc["runs"][0]["end"]["how"] == "chunked"
     assert doc["summary"]["ends"] == {"cut_silent": 2}
     assert doc["summary"]["ttft_ms"] is None  # never averaged as a whole stream's
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_load_client_names_each_end_and_counts_a_cut_as_an_error(
+    upstream: Callable[[Callable[[socket.socket], None]], str], case: str
+) -> None:
+    handle, kind, _ = CASES[case]
+    url = upstream(handle)
+    work = Workload(url, "m", "p", 5, 1, 0.0, 1.0)
+    cfg = ProbeConfig(url=url, total_timeout_s=10)
+    result = asyncio.run(one_stream(cfg, "127.0.0.1", cfg.target.port, work))
+    assert result.end is kind, (case, result.error)
+    if kind is EndKind.COMPLETE:
+        assert result.error is None
+    else:
+        assert result.error is not None  # counted as an error, never in the TTFT figures
+        assert result.first_content_t_ns is None  # its TTFT is never joined
