@@ -19,6 +19,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange
+from tokenpath.wire.ending import StreamEnd
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
@@ -57,6 +58,9 @@ def check_stub(stub_url: str) -> None:
 class Measured:
     figures: RunFigures
     headers: tuple[tuple[str, str], ...]  # the response head's, for recognising the proxy
+    # How the run's stream ended (wire/ending.py: complete, cut_error, cut_silent); None: not classified. Exposed
+    # for the verdicts (classify.py) to read; a cut run's figures are a short stream's.
+    end: StreamEnd | None = None
 
 
 def run_series(template: ProbeConfig, runs: Sequence[Run], probe: Probe = probe_stream) -> list[Measured]:
@@ -70,7 +74,7 @@ def run_series(template: ProbeConfig, runs: Sequence[Run], probe: Probe = probe_
     for run in runs:
         cfg = config_for(template, run)
         trace = probe(cfg)
-        out.append(Measured(figures(run, trace), trace.head.headers if trace.head else ()))
+        out.append(Measured(figures(run, trace), trace.head.headers if trace.head else (), trace.end))
     return out
 
 
