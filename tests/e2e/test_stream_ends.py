@@ -13,11 +13,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from tests.helpers import accept_each
 from tokenpath.errors import PeerError
+from tokenpath.experiment.rows import Floor, build_row
+from tokenpath.experiment.runner import Environment, MatrixRunner
+from tokenpath.experiment.spec import PathSpec, parse
 from tokenpath.load.worker import Workload, one_stream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
@@ -150,3 +155,25 @@ def test_the_load_client_names_each_end_and_counts_a_cut_as_an_error(
     else:
         assert result.error is not None  # counted as an error, never in the TTFT figures
         assert result.first_content_t_ns is None  # its TTFT is never joined
+
+
+def test_a_matrix_round_against_an_upstream_excludes_a_cut_run_and_counts_it(
+    upstream: Callable[[Callable[[socket.socket], None]], str], tmp_path: Path
+) -> None:
+    direct = upstream(CASES["whole"][0])
+    cutter = upstream(CASES["last chunk, no final event"][0])
+    runner = MatrixRunner(parse({"upstream": {"url": direct, "model": "m"}}), tmp_path, console=Console(quiet=True))
+    cond = runner.exp.conditions[0]
+    rounds = [runner._endpoint_round(Environment("loopback", True), [("direct", direct), ("cutter", cutter)], cond)]
+    rounds.append(runner._endpoint_round(Environment("loopback", True), [("direct", direct), ("cutter", cutter)], cond))
+    direct_runs = [r for records in rounds for r in records if r.path == "direct"]
+    cut_runs = [r for records in rounds for r in records if r.path == "cutter"]
+    assert all(r.end is not None and r.end.kind is EndKind.COMPLETE and r.included for r in direct_runs)
+    floor = Floor.from_direct(direct_runs)
+    row = build_row(PathSpec("cutter"), cond, cut_runs, floor)
+    assert row.ends == {"cut_silent": 2}
+    assert row.exclusions == {"cut_silent": 2}
+    assert (row.runs, row.excluded) == (2, 2)
+    assert row.ttft_ms_median is None
+    assert row.fpr_median is None  # a short stream's figures are no whole stream's
+    assert [run.end.kind for run in row.raw if run.end is not None] == [EndKind.CUT_SILENT] * 2
