@@ -78,7 +78,8 @@ def classify(said: LastWord, how: BodyEnd) -> StreamEnd:
 def test_rules_cover_every_case_and_say_only_a_final_event_is_complete() -> None:
     assert set(RULES) == {(said, normal) for said in LastWord for normal in (True, False)}
     for (said, normal), kind in RULES.items():
-        assert (kind is EndKind.COMPLETE) == (said is LastWord.FINAL), (said, normal)
+        # complete: the final event, or bare frames (no format: no final event) that HTTP ended normally
+        assert (kind is EndKind.COMPLETE) == (said is LastWord.FINAL or (said is LastWord.UNFRAMED and normal))
         if said is LastWord.NOTHING:
             assert kind is (EndKind.CUT_SILENT if normal else EndKind.CUT_ERROR)
 
@@ -213,3 +214,16 @@ def test_attach_and_end_of() -> None:
     exc = attach(NetworkError("reset"), end)
     assert end_of(exc) is end
     assert end_of(NetworkError("other")) is None
+
+
+def test_bare_frames_have_no_final_event_so_the_body_s_end_ends_them() -> None:
+    plain = b"data: 0 ....\n\ndata: 1\n\n"  # the stub's `format` plain: what the matrix paces by size
+    said = said_by_prefix(Api.OPENAI, plain)
+    assert said is LastWord.UNFRAMED
+    assert classify(said, BodyEnd.CHUNKED).kind is EndKind.COMPLETE
+    assert classify(said, BodyEnd.RESET).kind is EndKind.CUT_ERROR
+    assert said_by_prefix(Api.OPENAI, plain + b": keep-alive\n\n") is LastWord.UNFRAMED  # a comment has no data
+    # A format's own JSON frames are never bare: their stream is cut without its final event.
+    assert said_by_prefix(Api.OPENAI, b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n') is LastWord.NOTHING
+    bedrock, _ = STREAMS[Api.BEDROCK]
+    assert said_by_prefix(Api.BEDROCK, bedrock[:200]) is LastWord.NOTHING  # only SSE data can be bare text

@@ -85,6 +85,9 @@ class LastWord(StrEnum):
     FINAL = "final"  # the format's final event
     ERROR = "error"  # the format's error frame
     NOTHING = "nothing"  # neither: the frames just stopped
+    # Bare text frames in no API's shape (`data: 17`: the stub's `format` plain, which the matrix, sweep and
+    # diagnose pace by size): no format, so no final event to wait for; the body's end is theirs.
+    UNFRAMED = "unframed"
 
 
 # The rule, as data (h11's _state.py shape): (what the format said, whether HTTP saw a normal end) -> the kind.
@@ -99,6 +102,9 @@ RULES: Mapping[tuple[LastWord, bool], EndKind] = {
     (LastWord.NOTHING, True): EndKind.CUT_SILENT,
     # Neither, and HTTP saw the body broken: every HTTP client raises.
     (LastWord.NOTHING, False): EndKind.CUT_ERROR,
+    # Bare frames have no final event: HTTP's end is the stream's, a broken body a cut all the same.
+    (LastWord.UNFRAMED, True): EndKind.COMPLETE,
+    (LastWord.UNFRAMED, False): EndKind.CUT_ERROR,
 }
 
 
@@ -192,6 +198,8 @@ _DETAILS: Mapping[tuple[LastWord, bool], str] = {
     (LastWord.FINAL, False): "after the format's final event",
     (LastWord.NOTHING, True): "the body ended without the format's final event",
     (LastWord.NOTHING, False): "the body broke off before the format's final event",
+    (LastWord.UNFRAMED, True): "bare frames (no API format): the body's end ends them",
+    (LastWord.UNFRAMED, False): "bare frames (no API format), then the body broke off",
 }
 
 

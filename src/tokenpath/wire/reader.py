@@ -87,13 +87,18 @@ class FrameReader:
 
     def last_word(self, frames: Sequence[WireFrame]) -> LastWord:
         """What a body's last frames (in order) said about its end: the last of them that `ends` it decides (its
-        error frame: ERROR, else FINAL); NOTHING when none does. Frames after the final event (a usage chunk, a
-        keep-alive) change nothing. The one rule of a stream's end (wire/ending.py): the gateway's relay and every
-        client ask here."""
+        error frame: ERROR, else FINAL); NOTHING when none does, UNFRAMED when the last frame with data is bare
+        text in no format's shape (the stub's `format` plain: `data: 17`). Frames after the final event (a usage
+        chunk, a keep-alive) change nothing. The one rule of a stream's end (wire/ending.py): the gateway's relay
+        and every client ask here."""
         classify = self._classify
         for frame in reversed(frames):
             if self.ends(frame):
                 return LastWord.ERROR if classify(frame) is FrameKind.ERROR else LastWord.FINAL
+        if self.spec.framing is Framing.SSE:  # every format's SSE data is a JSON object: bare text is no format's
+            data = next((frame.data for frame in reversed(frames) if frame.data), None)
+            if data is not None and not data.lstrip().startswith(b"{"):
+                return LastWord.UNFRAMED
         return LastWord.NOTHING
 
     def tail(self, body: bytes, count: int = TAIL_FRAMES) -> Sequence[WireFrame]:
