@@ -137,3 +137,17 @@ def test_the_formats_error_frame_is_a_cut_error() -> None:
     metrics = run_metrics(record([(1 * MS, HEAD), (3 * MS, content(0) + error)]).trace)
     assert metrics.end is not None
     assert metrics.end.kind is EndKind.CUT_ERROR
+
+
+def test_the_table_names_each_run_s_end_and_a_cut_s_times() -> None:
+    from rich.console import Console
+
+    from tokenpath.probe.table import probe_table
+
+    whole = run_metrics(record([(1 * MS, HEAD), (10 * MS, content(0) + DONE)]).trace)
+    cut = run_metrics(record([(1 * MS, HEAD), (3 * MS, content(0))]).trace)
+    console = Console(width=250, record=True)
+    console.print(probe_table(probe_results("http://x", [whole, cut])))
+    text = console.export_text()
+    assert "complete" in text
+    assert "run 2: cut_silent (close) 4.0 ms after the request, 1.0 ms after the last byte" in text
