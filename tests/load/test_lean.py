@@ -146,3 +146,19 @@ def test_anthropic_s_ping_never_starts_ttft() -> None:
         lean.on_read(t * 1000, data)
     assert lean.result().first_content_t_ns == 3_000
     assert trace.trace.t_first_content_ns == 3_000
+
+
+def test_over_http2_end_stream_without_the_final_event_is_cut_silent() -> None:
+    from tokenpath.load.lean import H2LeanRecorder
+    from tokenpath.wire.client import ResponseHead
+    from tokenpath.wire.framing import Framing
+
+    head = ResponseHead(200, "2", (("content-type", "text/event-stream"),), Framing.LENGTH, True)
+    for frames, kind in ((STUB[:-1], EndKind.CUT_SILENT), (STUB, EndKind.COMPLETE)):
+        lean = H2LeanRecorder(SID, 0)
+        lean.on_head(head)
+        lean.on_data(1_000, b"".join(frames))
+        lean.on_end(2_000)
+        end = lean.result().end
+        assert end is not None
+        assert (end.kind, end.how, end.since_last_byte_ns) == (kind, BodyEnd.END_STREAM, 1_000)
