@@ -8,8 +8,9 @@ each stream it reads, and the words every report uses for it (README, "how a str
 Two facts decide it, and nothing else:
 
 - what the format said at the end (LastWord): its own final event (`[DONE]`, `message_stop`, `response.completed`,
-  Bedrock's `metadata` after `messageStop`, a Gemini response with a `finishReason`, Ollama's `"done": true`), its
-  own error frame, or neither. FrameReader.ends / last_word says which (the gateway's relay asks the same);
+  Bedrock's `messageStop` (its `metadata` follows), a Gemini response with a `finishReason`, Ollama's `"done":
+  true`), its own error frame, neither, or bare frames in no format's shape (the stub's `format` plain).
+  FrameReader.ends / last_word says which (the gateway's relay asks the same);
 - how HTTP ended the body (BodyEnd): normally (a close-delimited body's close, the last chunk, all of its
   Content-Length, HTTP/2's END_STREAM), or broken (a reset, a connection that closed before the framing said the
   body ended, an error status instead of a stream).
