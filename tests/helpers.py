@@ -155,7 +155,8 @@ def _chunk(data: bytes) -> bytes:
 
 class TLSRecordBurst:
     """A TLS peer that answers one streamed response with a known shape: the head, then `burst` SSE frames as
-    separate TLS records sent in one TCP write (TCP_CORK holds them until the last one), then one frame alone.
+    separate TLS records sent in one TCP write (TCP_CORK holds them until the last one), then one frame alone
+    (`[DONE]`, so the stream ends complete).
 
     This is what HAProxy 2.8+ does over TLS. A client that counts one arrival per record read would see
     `burst` arrivals; one that counts wake-ups sees one."""
@@ -186,7 +187,7 @@ class TLSRecordBurst:
                     tls.sendall(_chunk(b"data: %d\n\n" % i))  # one record each
                 tls.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)  # all of them go now, together
                 time.sleep(GAP_S)
-                tls.sendall(_chunk(b"data: last\n\n") + b"0\r\n\r\n")
+                tls.sendall(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")  # the last frame: the final event
                 with contextlib.suppress(OSError):
                     tls.unwrap()
 

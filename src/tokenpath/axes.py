@@ -340,7 +340,11 @@ HEARTBEAT_MS: Axis[float] = Axis(
     parse=_number(lambda v: v >= 0),
     default=0.0,
     label=lambda c: f", heartbeat {c.heartbeat_ms:g} ms" if c.heartbeat_ms else "",
-    help="The stub's SSE `: ping` comments every N ms, from the start to the last frame (SSE APIs) [default: off].",
+    help=(
+        "The stub's keep-alive every N ms, from the start to the last frame, in its format's shape: an SSE `: ping` "
+        "comment (OpenAI chat, Responses, Gemini), Anthropic's `event: ping`; Bedrock's event stream and Ollama's "
+        "NDJSON have none (refused) [default: off]."
+    ),
     flag="--heartbeat-ms",
     column=PRE_TOKEN_COLUMN,
     cell=lambda c: f"hb {c.heartbeat_ms:g}ms" if c.heartbeat_ms else "",

@@ -13,6 +13,7 @@ from tokenpath.diagnose.series import plan
 from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import FrameArrival, Read, Trace
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 from tokenpath.wire.sse import Frame
 
 MS = 1_000_000
@@ -90,3 +91,15 @@ def test_https_is_never_asked_and_check_stub_names_the_flag(monkeypatch: pytest.
     assert measure.is_stub("https://127.0.0.1:9") is False
     with pytest.raises(UsageError, match="`stub_url`"):
         measure.check_stub("https://127.0.0.1:9")
+
+
+def test_run_series_exposes_each_run_s_end() -> None:
+    cut = StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, 60_000 * MS, 60_000 * MS)
+
+    def probe(cfg: ProbeConfig) -> Trace:
+        trace = trace_of([[60]] * 2, [150.0, 200.0])
+        trace.end = cut
+        return trace
+
+    out = measure.run_series(ProbeConfig(url="http://127.0.0.1:9"), plan(controlled=False), probe)
+    assert [m.end for m in out] == [cut, cut]

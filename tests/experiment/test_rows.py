@@ -7,6 +7,7 @@ from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 COND = Condition(50.0, 60, "loopback", False)
 
@@ -126,3 +127,28 @@ def test_a_held_start_then_streaming_is_named_as_diagnose_names_it() -> None:
     held.arrivals = [(852.0, 17), *((50.0 * k + 0.5, 1) for k in range(17, 60))]
     row = build_row(PathSpec("traefik", "compress"), COND, [held] * 3, floor)
     assert row.verdict == "holds the first 1020 B, then streams, first token +852 ms"
+
+
+def cut(r: RunRecord, kind: EndKind) -> RunRecord:
+    r.end = StreamEnd(kind, BodyEnd.CLOSE if kind is EndKind.CUT_SILENT else BodyEnd.RESET, 61_000_000, 60_000_000)
+    return r
+
+
+def test_a_cut_run_is_excluded_by_its_kind_and_counted_never_averaged() -> None:
+    floor = Floor.from_direct([record(1.0, 0.1), cut(record(9.0, 0.0), EndKind.CUT_SILENT)])
+    assert floor is not None
+    assert floor.fpr == 1.0  # the direct run that was cut is no part of the floor
+    whole = record(1.0, 0.2)
+    whole.end = StreamEnd(EndKind.COMPLETE, BodyEnd.CHUNKED, 2_000_000, 0)
+    # A silent cut passes the stub's audit (the stub wrote everything; the path dropped the end): still excluded.
+    runs = [whole, cut(record(3.0, 900.0), EndKind.CUT_SILENT), cut(record(1.0, 0.2), EndKind.CUT_ERROR)]
+    row = build_row(PathSpec("nginx"), COND, runs, floor)
+    assert (row.runs, row.excluded) == (3, 2)
+    assert row.exclusions == {"cut_silent": 1, "cut_error": 1}
+    assert row.ends == {"complete": 1, "cut_silent": 1, "cut_error": 1}
+    assert row.fpr_median == 1.0
+    assert row.added_ttft_ms_median == 0.2 - 0.1  # the cut run's 900 ms never averaged in
+    assert [r.included for r in row.raw] == [True, False, False]
+    assert row.raw[1].end == runs[1].end
+    assert row.raw[1].excluded_because is not None
+    assert row.raw[1].excluded_because.startswith("cut_silent: cut_silent (close)")

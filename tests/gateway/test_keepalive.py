@@ -32,7 +32,7 @@ from tokenpath.gateway.failures import Failure, Outcome
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import Pool
 from tokenpath.gateway.relay import Relay, RelayFailure
-from tokenpath.gateway.streamformat import FORMATS, KEEPALIVES, for_response
+from tokenpath.gateway.streamformat import FORMATS, for_response
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.framing import Framing, chunk
@@ -194,7 +194,6 @@ def test_what_a_stream_costs_is_one_firing_per_interval_and_one_write_per_silent
 
 # the relay's rule: the format's bytes, between whole frames only ---------------------------------------------
 def test_each_format_has_its_own_keepalive_or_none() -> None:
-    assert set(KEEPALIVES) == set(SPECS)  # every format decided, none left to a default
     expected = {
         Api.OPENAI: b": keep-alive\n\n",
         Api.RESPONSES: b": keep-alive\n\n",
@@ -203,6 +202,7 @@ def test_each_format_has_its_own_keepalive_or_none() -> None:
         Api.BEDROCK: None,
         Api.OLLAMA: None,
     }
+    assert set(expected) == set(SPECS)  # every format's decision checked here
     assert {api: FORMATS[api].keepalive for api in SPECS} == expected
     for api, beat in expected.items():
         stream = FORMATS[api]
@@ -218,7 +218,7 @@ def test_a_keepalive_is_its_formats_skipped_frame_and_never_content(api: Api) ->
     from tokenpath.wire.kinds import FrameKind
     from tokenpath.wire.reader import FrameReader
 
-    beat = KEEPALIVES[api]
+    beat = SPECS[api].keepalive
     assert beat is not None
     reader = FrameReader(api)
     (frame,) = reader.feed(beat)
@@ -240,7 +240,7 @@ def test_no_keepalive_for_a_body_that_is_no_token_stream_or_after_a_failure() ->
 def client_frames(api: Api, wire: bytes) -> tuple[list[Frame], int]:
     """The frames a client parses out of what it was sent, keep-alives apart: (the others, how many keep-alives)."""
     frames = SSEParser().feed(wire)
-    beat = SSEParser().feed(KEEPALIVES[api] or b"")[0]
+    beat = SSEParser().feed(SPECS[api].keepalive or b"")[0]
     others = [f for f in frames if (f.event, f.data, f.comments) != (beat.event, beat.data, beat.comments)]
     return others, len(frames) - len(others)
 

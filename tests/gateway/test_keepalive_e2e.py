@@ -190,7 +190,7 @@ def gemini_text(url: str) -> str:
 
 
 def test_gemini_gets_no_keepalive_because_its_sdk_fails_on_a_comment_line(svc: Services) -> None:
-    """Why streamformat.KEEPALIVES has none for Gemini: google-genai, read straight from a stub that sends SSE
+    """Why Gemini's ApiSpec has no keepalive: google-genai, read straight from a stub that sends SSE
     comment keep-alives, raises on the first one. Through the gateway the same silence gets none, and it reads."""
     beating = svc.stub("--api", "gemini", "--heartbeat-ms", "100", *SDK_PAUSE)
     with pytest.raises(genai_errors.UnknownApiResponseError, match="ping"):

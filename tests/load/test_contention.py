@@ -66,3 +66,23 @@ def test_client_lag_on_a_contended_host_is_not_blamed_on_too_few_client_workers(
     quiet = Contention(0.07, 1, 0.0, 0.5, 2)
     (warning,) = _level_row(cell, MedianAndTail(), LoadConfig(("direct",)), quiet).warnings
     assert warning.kind == "client_saturated"
+
+
+def test_a_level_counts_its_streams_by_how_they_ended_and_a_cut_is_an_error(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from tokenpath.load.runner import LoadRunner, new_histogram
+    from tokenpath.load.worker import StreamResult
+    from tokenpath.wire.ending import EndKind
+
+    runner = LoadRunner(LoadConfig(("direct",)), tmp_path, Console(quiet=True))
+    cell = Cell("direct", 3)
+    results = [
+        StreamResult("a", error="cut_silent: the body ended without the format's final event", end=EndKind.CUT_SILENT),
+        StreamResult("b", error="the connection was reset", end=EndKind.CUT_ERROR),
+        StreamResult("c", error="connect refused"),  # no stream began: no end
+    ]
+    runner._join(cell, results, "http://127.0.0.1:9", new_histogram())  # nothing ok: the stub is never asked
+    assert cell.errors == 3
+    row = _level_row(cell, MedianAndTail(), LoadConfig(("direct",)), cell.contention(1, 2, None))
+    assert row.ends == {"cut_silent": 1, "cut_error": 1}

@@ -3,13 +3,19 @@ arrival and the same bytes out, however the response is split; integrity decided
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
 
+from tokenpath.errors import StreamFormatError
 from tokenpath.load.integrity import check_body, expected_frames
 from tokenpath.load.lean import LeanRecorder
 from tokenpath.probe.trace import TraceRecorder
+from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.ending import BodyEnd, EndKind
+
+from ..wire.samples import STREAMS
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 SID, MODEL, TOKENS = "tp-lean", "tokenpath-stub", 12
@@ -89,3 +95,70 @@ def test_integrity_from_the_whole_body() -> None:
     assert (swapped.lost, swapped.out_of_order) == (0, 1)
     respaced = check_body(b"".join(f.replace(b'":"', b'": "') for f in STUB), SID, MODEL, TOKENS)
     assert (respaced.byte_exact, respaced.lost, respaced.out_of_order) == (False, 0, 0)  # re-serialised
+
+
+@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+def test_the_end_is_the_trace_recorders_at_every_cut_from_the_body_s_tail_only(api: Api) -> None:
+    body, _ = STREAMS[api]
+    head = HEAD.replace(b"text/event-stream", SPECS[api].content_type.encode())
+    for cut in range(0, len(body) + 1, 7 if api is Api.RESPONSES else 3):
+        reads = [head + chunked([body[:cut]]) if cut else head + b"0\r\n\r\n"]  # the chunked terminator ends it
+        trace, lean = TraceRecorder(SID, 0, api=api), LeanRecorder(SID, 0, api)
+        for t, data in enumerate(reads, 1):
+            lean.on_read(t * 1000, data)
+            with contextlib.suppress(StreamFormatError):  # an unfinished message or line: the trace raises, lean not
+                trace.on_read(t * 1000, data)
+        got, want = lean.result().end, trace.trace.end
+        assert got is not None
+        assert want is not None
+        assert (got.kind, got.how) == (want.kind, want.how), (api, cut)
+        if cut == len(body):
+            assert got.kind is EndKind.COMPLETE
+        elif cut < len(body) // 2:
+            assert got.kind is EndKind.CUT_SILENT
+
+
+def test_a_stream_that_closed_before_its_final_event_is_cut_silent() -> None:
+    lean = LeanRecorder(SID, 0)
+    lean.on_read(1_000, HEAD.replace(b"Transfer-Encoding: chunked\r\n", b"") + b"".join(STUB[:-1]))
+    lean.on_eof(5_000)  # a close-delimited body: HTTP saw a normal end, [DONE] never came
+    end = lean.result().end
+    assert end is not None
+    assert (end.kind, end.how, end.at_ns, end.since_last_byte_ns) == (EndKind.CUT_SILENT, BodyEnd.CLOSE, 5_000, 4_000)
+    lean = LeanRecorder(SID, 0)
+    lean.on_read(1_000, HEAD + chunked(STUB))
+    end = lean.result().end
+    assert end is not None
+    assert (end.kind, end.how) == (EndKind.COMPLETE, BodyEnd.CHUNKED)
+
+
+def test_anthropic_s_ping_never_starts_ttft() -> None:
+    ping = b'event: ping\ndata: {"type": "ping"}\n\n'
+    delta = (
+        b"event: content_block_delta\n"
+        b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n'
+    )
+    head = HEAD.replace(b"text/event-stream", SPECS[Api.ANTHROPIC].content_type.encode())
+    trace, lean = TraceRecorder(SID, 0, api=Api.ANTHROPIC), LeanRecorder(SID, 0, Api.ANTHROPIC)
+    reads = [head, b"%x\r\n%b\r\n" % (len(ping), ping), b"%x\r\n%b\r\n" % (len(delta), delta)]
+    for t, data in enumerate(reads, 1):
+        trace.on_read(t * 1000, data)
+        lean.on_read(t * 1000, data)
+    assert lean.result().first_content_t_ns == 3_000
+    assert trace.trace.t_first_content_ns == 3_000
+
+
+def test_over_http2_end_stream_without_the_final_event_is_cut_silent() -> None:
+    from tokenpath.load.lean import H2LeanRecorder
+    from tokenpath.wire.client import ResponseHead
+    from tokenpath.wire.framing import Framing
+
+    head = ResponseHead(200, "2", (("content-type", "text/event-stream"),), Framing.LENGTH, True)
+    for frames, kind in ((STUB[:-1], EndKind.CUT_SILENT), (STUB, EndKind.COMPLETE)):
+        lean = H2LeanRecorder(SID, 0)
+        lean.on_head(head)
+        lean.on_data(1_000, b"".join(frames))
+        lean.on_end(2_000)
+        end = lean.result().end
+        assert end is not None
+        assert (end.kind, end.how, end.since_last_byte_ns) == (kind, BodyEnd.END_STREAM, 1_000)

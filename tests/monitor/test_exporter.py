@@ -28,6 +28,7 @@ from tokenpath.probe.trace import Trace, TraceRecorder
 from tokenpath.serve import exposition
 
 MS = 1_000_000
+DONE = b"data: [DONE]\n\n"
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'
 STUB = "http://127.0.0.1:8000/v1"
@@ -53,7 +54,7 @@ def streamed(ttft_ms: int = 30) -> Trace:
 
 def coalesced() -> Trace:
     """Ten content frames in two reads of five (what stock HAProxy does)."""
-    return trace_of([(1, HEAD), (200, chunk(CONTENT * 5)), (450, chunk(CONTENT * 5) + b"0\r\n\r\n")])
+    return trace_of([(1, HEAD), (200, chunk(CONTENT * 5)), (450, chunk(CONTENT * 4 + DONE) + b"0\r\n\r\n")])
 
 
 def factory(prober: Prober) -> ex.ProberFactory:
@@ -495,3 +496,35 @@ def test_a_direct_url_that_is_the_target_itself_is_refused_and_logged(caplog: py
     assert [(r["event"], r["reason"]) for r in records] == [("refused", "bad_request")]
     assert records[0]["message"] == answer.body.decode().strip()
     assert "direct_url" in records[0]["message"]
+
+
+def test_a_stream_cut_before_its_final_event_is_named_and_never_measured_as_whole() -> None:
+    cut = trace_of([(1, HEAD), (200, chunk(CONTENT * 3)), (450, chunk(CONTENT) + b"0\r\n\r\n")])  # no [DONE]
+    answer = probe(exporter(lambda c, s: cut), f"target={STUB}")
+    assert value(answer, "probe_success") == 0
+    assert value(answer, "tokenpath_probe_stream_end", route="via", end="cut_silent") == 1
+    assert value(answer, "tokenpath_probe_failure", route="via", reason="cut_silent") == 1
+    at = value(answer, "tokenpath_probe_stream_end_seconds", route="via")
+    assert at is not None
+    assert at > 0.4  # the end came with the last read, 450 ms after the request
+    assert value(answer, "tokenpath_probe_frames_per_read", route="via") is None  # a short stream's: not reported
+    assert value(answer, "tokenpath_probe_ttft_seconds", route="via") is None
+    whole = probe(exporter(lambda c, s: coalesced()), f"target={STUB}")
+    assert value(whole, "tokenpath_probe_stream_end", route="via", end="complete") == 1
+    assert value(whole, "probe_success") == 1
+
+
+def test_a_real_probe_of_a_stream_ended_by_its_last_chunk_without_done_is_cut_silent(
+    served: Callable[[bytes], tuple[str, list[int]]],
+) -> None:
+    target, _ = served(HEAD + chunk(CONTENT) + b"0\r\n\r\n")  # what a gateway sends when its upstream went away
+    e = ex.ProbeExporter(config(), ex.sniffing_prober(Aborter()))
+    answer = probe(e, f"target={target}", "5")
+    assert value(answer, "probe_success") == 0
+    assert value(answer, "tokenpath_probe_stream_end", route="via", end="cut_silent") == 1
+    assert (
+        e.metrics.registry.get_sample_value(
+            "tokenpath_exporter_probes_total", {"module": "openai", "outcome": "cut_silent"}
+        )
+        == 1
+    )

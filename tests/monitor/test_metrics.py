@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prometheus_client import generate_latest
 
 from tokenpath.monitor.config import from_dict
 from tokenpath.monitor.metrics import BurstWindow, MonitorMetrics
 from tokenpath.monitor.probing import OK, ProbeOutcome
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 
 def test_the_modal_burst_is_what_most_arrivals_carried_over_the_window() -> None:
@@ -64,7 +67,8 @@ def test_outcomes_become_series_labelled_only_by_the_config() -> None:
     text = generate_latest(m.registry).decode()
     labels = {part.split("=")[0] for line in text.splitlines() if "{" in line and not line.startswith("#")
               for part in line[line.index("{") + 1 : line.index("}")].split(",")}  # fmt: skip
-    assert labels <= {"target", "route", "outcome", "reason", "le"}  # reason: a dropped probe's, from the schedule
+    # reason: a dropped probe's, from the schedule; end: a stream's kind of end, three words (wire/ending.py)
+    assert labels <= {"target", "route", "outcome", "reason", "le", "end"}
 
 
 def test_a_failed_probe_leaves_ttft_and_last_success_alone() -> None:
@@ -85,3 +89,22 @@ def test_the_declared_coalescing_window_is_the_one_applied() -> None:
         m.record(outcome("via", run(300, {5: 8}, 5.0)))
         m.record(outcome("via", run(100, {1: 10}, 1.0)))
         assert sample(m, "tokenpath_monitor_coalescing", target="edge", route="via") == expected
+
+
+def test_a_cut_stream_is_counted_by_its_kind_and_never_in_the_stream_figures() -> None:
+    cfg = from_dict({"target": [{"name": "edge", "url": "http://127.0.0.1:9"}]})
+    m = MonitorMetrics(cfg)
+    for kind in EndKind:  # every kind's series exists at 0 before the first probe: increase() has one to read
+        assert sample(m, "tokenpath_monitor_stream_ends_total", target="edge", route="via", end=kind.value) == 0
+    cut = StreamEnd(EndKind.CUT_SILENT, BodyEnd.CHUNKED, 60_000_000_000, 60_000_000_000)
+    short = replace(outcome("via", run(300, {1: 3}, 1.0), "cut_silent"), end=cut)
+    m.record(short)
+    assert sample(m, "tokenpath_monitor_stream_ends_total", target="edge", route="via", end="cut_silent") == 1
+    assert sample(m, "tokenpath_monitor_probes_total", target="edge", route="via", outcome="cut_silent") == 1
+    assert sample(m, "tokenpath_monitor_ttft_seconds_count", target="edge", route="via") in (None, 0)
+    assert sample(m, "tokenpath_monitor_frames_per_read_count", target="edge", route="via") in (None, 0)
+    whole = replace(outcome("via", run(300, {1: 3}, 1.0)), end=replace(cut, kind=EndKind.COMPLETE))
+    m.record(whole)
+    assert sample(m, "tokenpath_monitor_stream_ends_total", target="edge", route="via", end="complete") == 1
+    assert sample(m, "tokenpath_monitor_ttft_seconds_count", target="edge", route="via") == 1
+    assert sample(m, "tokenpath_monitor_frames_per_read_count", target="edge", route="via") == 1

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tokenpath import errors
+from tokenpath.errors import NetworkError
 from tokenpath.monitor.config import from_dict
 from tokenpath.monitor.probing import (
     INTERNAL,
@@ -17,8 +18,10 @@ from tokenpath.monitor.probing import (
 )
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import Trace, TraceRecorder
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd, attach
 
 MS = 1_000_000
+DONE = b"data: [DONE]\n\n"  # the format's final event: a stream without it was cut
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -86,7 +89,7 @@ def test_a_cycle_probes_both_routes_in_the_order_asked_and_subtracts_direct_from
     def prober(c: ProbeConfig, stream_id: str) -> Trace:
         seen.append(c.url)
         late = 250 if c.url.endswith(":9") else 50  # via 250 ms, direct 50 ms
-        return trace_of([(1, HEAD), (late, chunk(CONTENT) + b"0\r\n\r\n")])
+        return trace_of([(1, HEAD), (late, chunk(CONTENT) + chunk(DONE) + b"0\r\n\r\n")])
 
     cycle = probe_cycle(target, prober, direct_first=True)
     assert seen == ["http://127.0.0.1:10", "http://127.0.0.1:9"]
@@ -104,7 +107,7 @@ def test_no_added_ttft_unless_both_routes_measured_one() -> None:
     def prober(c: ProbeConfig, stream_id: str) -> Trace:
         if c.url.endswith(":10"):
             raise errors.ConnectError("refused")
-        return trace_of([(1, HEAD + chunk(CONTENT) + b"0\r\n\r\n")])
+        return trace_of([(1, HEAD + chunk(CONTENT) + chunk(DONE) + b"0\r\n\r\n")])
 
     assert added_ttft_s(probe_cycle(cfg.targets[0], prober, direct_first=False)) is None
 
@@ -150,3 +153,31 @@ def test_the_monitor_keeps_no_frame_and_a_bounded_number_of_reads_but_counts_the
     assert out.metrics.ttft_ms == 2.0
     assert out.metrics.arrivals == MONITOR_LIMITS.reads + 500
     assert len(out.gaps_s) == MONITOR_LIMITS.reads - 2  # between the kept arrivals (the head's read has none)
+
+
+def test_a_stream_ended_without_its_final_event_is_cut_silent_never_ok() -> None:
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    trace = trace_of([(1, HEAD), (40, chunk(CONTENT) + b"0\r\n\r\n")])  # the last chunk, no [DONE]
+    out = probe_route("t", "via", cfg.routes["via"], lambda c, s: trace)
+    assert out.outcome == "cut_silent"
+    assert not out.ok
+    assert out.end is not None
+    assert out.end.kind is EndKind.CUT_SILENT
+    assert "cut_silent (chunked)" in out.message
+    whole = trace_of([(1, HEAD), (40, chunk(CONTENT) + chunk(DONE) + b"0\r\n\r\n")])
+    out = probe_route("t", "via", cfg.routes["via"], lambda c, s: whole)
+    assert out.ok
+    assert out.end is not None
+    assert out.end.kind is EndKind.COMPLETE
+
+
+def test_a_probe_that_raised_on_a_reset_keeps_the_end_it_gave_the_stream() -> None:
+    cfg = from_dict({"target": [{"name": "t", "url": "http://127.0.0.1:9"}]}).targets[0]
+    end = StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, 5_000_000, 1_000_000)
+
+    def prober(c: ProbeConfig, stream_id: str) -> Trace:
+        raise attach(NetworkError("the connection was reset"), end)
+
+    out = probe_route("t", "via", cfg.routes["via"], prober)
+    assert out.outcome == "network"
+    assert out.end == end

@@ -23,6 +23,7 @@ from tokenpath.probe.trace import Trace
 
 FRAMES = 4
 CONTENT = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+DONE = b"data: [DONE]\n\n"
 
 
 class SSEHandler(QuietHandler):
@@ -38,7 +39,7 @@ class SSEHandler(QuietHandler):
             time.sleep(0.005)
             self.wfile.write(b"%x\r\n%b\r\n" % (len(CONTENT), CONTENT))
             self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(DONE), DONE))  # the format's final event, then the last chunk
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
+from tokenpath.wire.ending import BodyEnd, EndKind, end_of
 from tokenpath.wire.h2client import BROWSER_WINDOW
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -204,3 +205,41 @@ def test_a_ping_flood_is_a_protocol_error_and_the_probe_stops_reading() -> None:
 
     with pytest.raises(ProtocolError, match="flood"):
         run(script)
+
+
+def test_end_stream_without_the_final_event_is_cut_silent_and_with_it_complete() -> None:
+    def script(done: bool) -> Script:
+        def send(peer: H2Peer, sid: int) -> list[bytes]:
+            peer.h2.send_headers(sid, SSE)
+            peer.h2.send_data(sid, CONTENT + (b"data: [DONE]\n\n" if done else b""), end_stream=True)
+            return [peer.take()]
+
+        return send
+
+    cut, _ = run(script(False))
+    assert cut.end is not None
+    assert (cut.end.kind, cut.end.how) == (EndKind.CUT_SILENT, BodyEnd.END_STREAM)
+    whole, _ = run(script(True))
+    assert whole.end is not None
+    assert (whole.end.kind, whole.end.how) == (EndKind.COMPLETE, BodyEnd.END_STREAM)
+
+
+def test_a_reset_stream_and_a_lost_connection_carry_their_cut_error() -> None:
+    def reset(peer: H2Peer, sid: int) -> list[bytes]:
+        peer.h2.send_headers(sid, SSE)
+        peer.h2.send_data(sid, ROLE)
+        first = peer.take()
+        peer.h2.reset_stream(sid, 2)
+        return [first, peer.take()]
+
+    def closed(peer: H2Peer, sid: int) -> list[bytes]:
+        peer.h2.send_headers(sid, SSE)
+        peer.h2.send_data(sid, CONTENT)
+        return [peer.take(), b""]
+
+    for script, how in ((reset, BodyEnd.RESET), (closed, BodyEnd.TRUNCATED)):
+        with pytest.raises(ProtocolError if how is BodyEnd.TRUNCATED else NetworkError) as info:
+            run(script)
+        end = end_of(info.value)
+        assert end is not None
+        assert (end.kind, end.how) == (EndKind.CUT_ERROR, how)

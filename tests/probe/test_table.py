@@ -15,6 +15,7 @@ from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.metrics import RunMetrics, probe_results
 from tokenpath.probe.table import probe_table
 from tokenpath.probe.trace import H2Figures
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 H2 = H2Figures("browser", 132, 75, 3, 12.5, 0, 80)
 
@@ -38,6 +39,7 @@ def run(joined: bool, h2: bool) -> RunMetrics:
         added_frame_delay_ms={"p50": 0.25, "p99": 9.5} if joined else {},
         http_version="2" if h2 else "1.1",
         h2=H2 if h2 else None,
+        end=StreamEnd(EndKind.COMPLETE, BodyEnd.CHUNKED, 6_650_500_000, 0),
     )
 
 
@@ -58,6 +60,7 @@ EXPECTED = {
     "gap max": "852.5",
     "bursts (size x count)": "1x70 17x1",
     "total": "6650.5",
+    "end": "complete",
     "added TTFT": "1.8",
     "frame added p50/p99": "0.2/9.5",
     "DATA frames": "132",
@@ -139,3 +142,16 @@ def test_http3_columns_stand_over_their_own_cells_and_fit_100_columns(joined: bo
         text = console.export_text()
         assert max(len(line) for line in text.splitlines()) <= 100
         assert "…" not in text
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_the_default_table_shows_the_end_when_a_stream_was_cut_and_says_so_when_none_was(cut: bool) -> None:
+    r = run(False, False)
+    if cut:
+        r = dataclasses.replace(r, end=StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, 61_000_000_000, 60_000_000_000))
+    table = probe_table(probe_results("http://p", [r]))
+    cells = {str(c.header): str(next(iter(c.cells))) for c in table.columns}
+    assert cells.get("end") == ("cut_silent" if cut else None)
+    assert ("every stream ended complete" in str(table.caption)) is not cut
+    assert ("run 1: cut_silent" in str(table.caption)) is cut
+    assert probe_table(probe_results("http://p", [r]), wide=True).columns[-1].header == "end"

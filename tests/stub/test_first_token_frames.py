@@ -248,11 +248,17 @@ def test_the_held_head_takes_the_lead_frames_with_the_first_token_and_keep_alive
     assert held.first_content == 2
 
 
-@pytest.mark.parametrize("api", SSE_APIS, ids=lambda a: a.value)
+@pytest.mark.parametrize("api", [api for api in SSE_APIS if api is not Api.ANTHROPIC], ids=lambda a: a.value)
 def test_an_sse_keep_alive_is_a_comment_in_the_stream_s_line_ends(api: Api) -> None:
     beat = FORMATS[api].heartbeat
     assert beat == (b": ping\r\n\r\n" if api is Api.GEMINI else b": ping\n\n")
     assert kinds(api, [beat]) == [FrameKind.COMMENT]
+
+
+def test_anthropic_s_keep_alive_is_its_own_ping_event_and_no_content() -> None:
+    beat = FORMATS[Api.ANTHROPIC].heartbeat
+    assert beat == b'event: ping\ndata: {"type": "ping"}\n\n'  # what the API sends ("Event types": ping)
+    assert kinds(Api.ANTHROPIC, [beat]) == [FrameKind.CONTROL]  # a frame, never content: TTFT does not start
 
 
 @pytest.mark.parametrize("api", [Api.BEDROCK, Api.OLLAMA], ids=lambda a: a.value)

@@ -94,7 +94,9 @@ def test_keep_alives_fill_the_silence(start_stub: StartStub, api: Api) -> None:
     got = kinds(api, data)
     after_first = got[log.first_content + 1 :]
     silence = after_first[: after_first.index(FrameKind.CONTENT)]
-    assert silence.count(FrameKind.COMMENT) >= PAUSE_MS // 25 - 1  # a keep-alive every 25 ms through the pause
+    beat = FrameKind.CONTROL if api is Api.ANTHROPIC else FrameKind.COMMENT  # Anthropic's is its `ping` event
+    assert silence.count(beat) >= PAUSE_MS // 25 - 1  # a keep-alive every 25 ms through the pause
+    assert (b"\n: ping" in data) is (api is not Api.ANTHROPIC)  # never an SSE comment in Anthropic's stream
 
 
 def test_the_flags_pause_every_stream_and_a_request_can_say_otherwise(start_stub: StartStub) -> None:

@@ -23,6 +23,7 @@ from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import StreamEnd
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
@@ -78,6 +79,9 @@ def stub_audit(stub_url: str) -> Audit:
 class Measured:
     figures: RunFigures
     headers: tuple[tuple[str, str], ...]  # the response head's, for recognising the proxy
+    # How the run's stream ended (wire/ending.py: complete, cut_error, cut_silent); None: not classified. Exposed
+    # for the verdicts (classify.py) to read; a cut run's figures are a short stream's.
+    end: StreamEnd | None = None
 
 
 def diagnose_series(
@@ -120,7 +124,9 @@ def run_series(
     for run in runs:
         trace = probe(config_for(template, run))
         log = audit(trace.stream_id) if audit is not None and run.controlled else None
-        out.append(Measured(figures(run, trace, log, template.api), trace.head.headers if trace.head else ()))
+        out.append(
+            Measured(figures(run, trace, log, template.api), trace.head.headers if trace.head else (), trace.end)
+        )
     return out
 
 

@@ -10,6 +10,7 @@ from tokenpath.probe.metrics import RunMetrics, run_metrics
 from tokenpath.probe.trace import Trace
 from tokenpath.results.model import MatrixRun
 from tokenpath.stats import percentile
+from tokenpath.wire.ending import StreamEnd
 
 
 @dataclass(slots=True)
@@ -27,17 +28,30 @@ class RunRecord:
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
     audited: bool = True  # False against a real endpoint: no write log exists, so only a failed probe excludes
     content_encoding: str = "identity"  # the response's Content-Encoding as the probe decoded it
+    # How the stream ended (wire/ending.py), also when the probe failed on it (a reset, a body cut short); None
+    # when no stream began. A run whose stream was cut is excluded, by its kind, whatever else it measured.
+    end: StreamEnd | None = None
+
+    @property
+    def cut(self) -> bool:
+        return self.end is not None and self.end.cut
 
     @property
     def included(self) -> bool:
+        if self.cut:
+            return False
         if not self.audited:
             return self.metrics is not None and not self.error
         return self.metrics is not None and self.audit is not None and self.audit.passed
 
     @property
     def exclusion_reason(self) -> str | None:
+        """Why the run is not in the row's figures: its first word (before the colon) is what rows count it as
+        (`probe failed`, `cut_silent`, `cut_error`, `stub audit failed` ...)."""
         if self.error:
             return f"probe failed: {self.error}"
+        if self.end is not None and self.end.cut:  # a short stream is not a whole one: counted, never averaged
+            return f"{self.end.kind.value}: {self.end.describe()}"
         if not self.audited:
             return None if self.metrics is not None else "probe failed: no trace"
         if self.audit is None:
@@ -61,6 +75,7 @@ class RunRecord:
             error=self.error,
             audited=self.audited,
             content_encoding=self.content_encoding,
+            end=self.end,
         )
 
 
@@ -68,6 +83,7 @@ def join(record: RunRecord, trace: Trace, log: StreamLog | None) -> None:
     """Client arrivals against the stub's writes (tokenpath/audit.py's `added_ns`: frame k = write k)."""
     record.metrics = run_metrics(trace)
     record.content_encoding = trace.content_encoding
+    record.end = trace.end
     if log is None or not log.writes:
         return
     first_write = log.writes[0].actual_ns

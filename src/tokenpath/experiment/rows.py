@@ -1,4 +1,8 @@
-"""From runs to rows: medians and spread over included runs, the direct floor, and a verdict in plain words."""
+"""From runs to rows: medians and spread over included runs, the direct floor, and a verdict in plain words.
+
+A run whose stream was cut (wire/ending.py: cut_error or cut_silent) is a short stream, not a whole one: like a run
+the stub's audit failed, it is excluded from every figure (frames per read, TTFT, added TTFT, bursts, the floor) and
+counted, under its kind, in the row's `exclusions`; `ends` counts every run by how it ended, failed probes too."""
 
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         runs=len(runs),
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
+        ends=dict(Counter(r.end.kind.value for r in runs if r.end is not None)),
         verdict="no valid runs",
         raw=tuple(_run(r, cond) for r in runs),
     )

@@ -54,6 +54,7 @@ from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import end_of
 from tokenpath.wire.httpversion import HttpVersion
 
 # Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
@@ -331,7 +332,7 @@ class MatrixRunner:
         except TokenpathError as exc:
             if check:
                 raise
-            record.error = str(exc)
+            record.error, record.end = str(exc), end_of(exc)
         else:
             join(record, trace, None)
         return record
@@ -355,13 +356,15 @@ class MatrixRunner:
             raise  # its own class and exit code: 401 is a status error, a bad name a DNS error
         if probe.metrics is None or probe.metrics.ttft_ms is None:
             raise ServiceError("the endpoint's direct stream carried no content frame: nothing was measured")
+        if probe.end is not None and probe.end.cut:
+            raise ServiceError(f"the endpoint's direct stream was cut ({probe.end.describe()}): nothing was measured")
 
     def _endpoint_round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition) -> list[RunRecord]:
         """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round
         (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much)."""
         records = [self._endpoint_probe(env, url, label, cond=cond) for label, url in paths]
         first = next((r for r in records if r.path == "direct"), None)
-        direct = first.metrics.ttft_ms if first is not None and first.metrics else None
+        direct = first.metrics.ttft_ms if first is not None and first.metrics and not first.cut else None
         for record in records:
             ttft = record.metrics.ttft_ms if record.metrics else None
             if ttft is not None and direct is not None:
@@ -395,7 +398,7 @@ class MatrixRunner:
         try:
             record.trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:
-            record.error = str(exc)
+            record.error, record.end = str(exc), end_of(exc)
         return record
 
     def _round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition, tokens: int) -> list[RunRecord]:

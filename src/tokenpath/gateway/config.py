@@ -53,7 +53,7 @@ class Limits:
     idle_timeout_s: float = 300.0
     total_timeout_s: float = 900.0  # one response, start to end: minutes of thinking plus a long answer, bounded
     # While an upstream is silent this long after the head, the client gets the format's own keep-alive (an SSE
-    # comment line; Anthropic's `ping` event; none for Gemini, Bedrock and Ollama: streamformat.KEEPALIVES says why),
+    # comment line; Anthropic's `ping` event; none for Gemini, Bedrock and Ollama: each ApiSpec.keepalive says why),
     # so an idle timer in front of the gateway does not cut a long think. Idle timers in front, as documented: AWS
     # ALB 60 s, nginx's proxy_read_timeout 60 s (ingress-nginx's too), Cloudflare's proxy read timeout 100-125 s;
     # 15 s (sse-starlette's ping period) resets each of them three times or more, so one late keep-alive costs

@@ -216,7 +216,7 @@ class ExchangeMachine:
         self.retried_here = False
         self.last_read = 0.0
         self.paused_at: float | None = None  # the client's buffer is full since then
-        # The committed stream's format has a keep-alive (streamformat.KEEPALIVES): set by the shell when it forwards
+        # The committed stream's format has a keep-alive (its ApiSpec.keepalive): set by the shell when it forwards
         # the head (the format is the head's Content-Type), before the keep-alive timer armed with it can fire.
         self.keeps_alive = False
         self.last_keepalive = 0.0

@@ -1,7 +1,7 @@
 """The relay rule of each streaming API format, as data: its cut (never half a frame), its classifier (where the
 first content is, for the upstream TTFT metric), its error frame (the stream's last frame when the upstream fails
 after the first byte, in the shape the format's own clients raise on: ApiSpec.error_frame, cited in wire/formats/)
-and its keep-alive (what the gateway writes while the upstream is silent: KEEPALIVES).
+and its keep-alive (what the gateway writes while the upstream is silent: the ApiSpec's keepalive).
 The gateway has one relay path (downstream.Downstream.upstream_body); a response's StreamFormat is picked once, at
 its head.
 
@@ -31,29 +31,6 @@ FAULTS = {
     "upstream_disconnected": Fault.UPSTREAM_BROKE,
     "upstream_truncated": Fault.UPSTREAM_BROKE,
     "shutdown": Fault.SHUTDOWN,
-}
-
-
-# What the gateway writes to a client while its upstream is silent (Limits.keepalive_interval_s): each format's own
-# keep-alive, or None where it has none its clients are known to skip. Never invented: a frame a format's official
-# SDK does not expect turns a silence that a path might cut into a stream that certainly fails.
-KEEPALIVES: dict[Api, bytes | None] = {
-    # An SSE comment line: the WHATWG event-stream rules make every parser ignore it (the openai SDK's does, for chat
-    # and Responses alike; OpenRouter sends `: OPENROUTER PROCESSING` the same way).
-    Api.OPENAI: b": keep-alive\n\n",
-    Api.RESPONSES: b": keep-alive\n\n",
-    # The API's own: "Event streams may also include any number of ping events" (Anthropic's streaming docs), in the
-    # shape it sends them; the anthropic SDK skips them.
-    Api.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n',
-    # None, though Gemini's stream is SSE: Google documents no keep-alive, and its Python SDK (google-genai 3.6.1)
-    # parses every line that is not `data: ` as JSON, so a comment line ends the stream in UnknownApiResponseError
-    # (tests/gateway/test_keepalive_e2e.py holds it to that).
-    Api.GEMINI: None,
-    # None: ConverseStream defines no keep-alive event and AWS sends none. A message of a type the API does not
-    # define would be one invented here (botocore happens to skip unknown event types; other clients need not).
-    Api.BEDROCK: None,
-    # None: NDJSON has no comment, Ollama sends none, and its clients parse every line as JSON (an empty one fails).
-    Api.OLLAMA: None,
 }
 
 
@@ -90,7 +67,7 @@ CUTS: dict[Framing, Callable[[], Cut]] = {
 class StreamFormat:
     spec: ApiSpec
     new_cut: Callable[[], Cut]
-    keepalive: bytes | None = None  # KEEPALIVES: None, the format has none
+    keepalive: bytes | None = None  # ApiSpec.keepalive: None, the format has none
 
     @property
     def api(self) -> Api:
@@ -111,7 +88,7 @@ class StreamFormat:
 
 
 def stream_formats(specs: Iterable[ApiSpec]) -> dict[Api, StreamFormat]:
-    return {spec.api: StreamFormat(spec, CUTS[spec.framing], KEEPALIVES[spec.api]) for spec in specs}
+    return {spec.api: StreamFormat(spec, CUTS[spec.framing], spec.keepalive) for spec in specs}
 
 
 def readers_by_content_type(specs: Iterable[ApiSpec]) -> dict[str, Api]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import socket
 import ssl
 from collections.abc import Callable
@@ -21,9 +22,19 @@ from dataclasses import dataclass
 from typing import cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, ConnectTimeout, HTTP2Unavailable, PeerError, TLSError, TokenpathError
+from tokenpath.errors import (
+    ConnectError,
+    ConnectTimeout,
+    HTTP2Unavailable,
+    NetworkError,
+    PeerError,
+    RemoteProtocolError,
+    TLSError,
+    TokenpathError,
+)
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
+from tokenpath.wire.ending import attach
 from tokenpath.wire.h2client import FlowStats, H2ClientConnection, H2NoRoom, H2Window
 from tokenpath.wire.h2events import ConnectionEnded, DataReceived, HeadReceived, StreamEnded, StreamReset
 
@@ -122,7 +133,8 @@ class H2LoadConnection(asyncio.Protocol):
             return
         for event in events:
             if isinstance(event, StreamReset):
-                self._end(event.stream_id, PeerError(f"the peer reset the stream (HTTP/2 error {event.error_code})"))
+                reset = NetworkError(f"the peer reset the stream (HTTP/2 error {event.error_code})")
+                self._end(event.stream_id, reset)
             elif isinstance(event, ConnectionEnded):
                 self.accepting = False  # streams at or below its last id go on to their end
             elif (stream := self.streams.get(event.stream_id)) is not None:
@@ -133,11 +145,11 @@ class H2LoadConnection(asyncio.Protocol):
         self._close_if_drained()
 
     def eof_received(self) -> bool | None:
-        self.fail(PeerError("the peer closed the HTTP/2 connection before the response ended"))
+        self.fail(RemoteProtocolError("the peer closed the HTTP/2 connection before the response ended"))
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.fail(PeerError(f"HTTP/2 connection lost before the response ended: {exc or 'closed'}"))
+        self.fail(NetworkError(f"HTTP/2 connection lost before the response ended: {exc or 'closed'}"))
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -215,10 +227,13 @@ class H2LoadConnection(asyncio.Protocol):
             stream.done.set_result((stream.recorder.result(), flow))
 
     def _end(self, sid: int, exc: Exception) -> None:
+        """Stream `sid` failed with `exc`: its own copy (a dead connection fails every stream with one error), with
+        the end it gave this stream attached (wire/ending.py)."""
         stream = self.streams.pop(sid, None)
         self.core.forget(sid)
         if stream is not None and not stream.done.done():
-            stream.done.set_exception(exc)
+            end = stream.recorder.cut(exc, self._clock())
+            stream.done.set_exception(attach(copy.copy(exc), end) if end is not None else exc)
 
     def fail(self, exc: Exception) -> None:
         """The connection is dead: every stream on it fails with `exc`, and so does a wait for it to be ready."""

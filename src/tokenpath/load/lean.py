@@ -18,6 +18,9 @@ is the read that decoded it, and the kept body is the decoded one.
 Over HTTP/2 (load/h2conn.py) the connection's core has already cut the stream out of the read: H2LeanRecorder
 takes the head, then each read's DATA payload of its stream (an arrival of this stream only if that payload
 completes a frame), then the end; the body's path after that is the same code.
+
+How the stream ended (wire/ending.py) is read once, at the end, from the body's last frames only (FrameReader.tail
+finds them from the end): per read the hot path adds one time stamp, never a frame parsed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tokenpath.probe.trace import ERROR_BODY_PREVIEW
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
+from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, body_end, broken_by, classify_end
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
 
@@ -50,6 +54,7 @@ class LeanTrace:
     # Per read that brought body bytes: its time and the (decoded) body's length after it, flat pairs.
     marks: array[int] = field(default_factory=lambda: array("q"))
     first_token_t_ns: int | None = None  # the read that completed the first reasoning or content frame
+    end: StreamEnd | None = None  # how the stream ended (wire/ending.py); None: it has not (or had no head)
 
     @property
     def error_preview(self) -> str:
@@ -72,6 +77,10 @@ class LeanRecorder:
         self._first_token_t: int | None = None  # reasoning or content: the first-token figure's arrival
         self._marks = array("q")  # bounded by the body: one pair per read that added to it
         self._nbytes = 0
+        self._framed = False  # the body is a token stream of its format (a 2xx answer in its type): frames read
+        self._t_last = 0  # the last read that brought bytes
+        self._how: BodyEnd | None = None  # how HTTP ended the body, once it has
+        self._t_end = 0
 
     @property
     def complete(self) -> bool:
@@ -79,10 +88,19 @@ class LeanRecorder:
 
     def on_read(self, t_ns: int, data: bytes) -> None:
         # The hot path (once per read per stream): an identity body skips the decoder altogether.
-        body = self._response.feed(data)
-        if self._head is None and self._response.head is not None:
-            self._on_head(self._response.head)
-        self._on_body(t_ns, body, self._response.complete)
+        self._t_last = t_ns
+        response = self._response
+        body = response.feed(data)
+        if self._head is None and response.head is not None:
+            self._on_head(response.head)
+        complete = response.complete
+        if complete:
+            self._ended(t_ns, body_end(response.head.framing) if response.head is not None else BodyEnd.LENGTH)
+        self._on_body(t_ns, body, complete)
+
+    def _ended(self, t_ns: int, how: BodyEnd) -> None:
+        if self._how is None:
+            self._how, self._t_end = how, t_ns
 
     def _on_body(self, t_ns: int, body: bytes, complete: bool) -> None:
         """One read's (de-framed) body bytes: decoded if coded, kept, marked, and searched for the first frames."""
@@ -117,9 +135,10 @@ class LeanRecorder:
         self._head = head
         ok = 200 <= head.status < 300
         reader = self._reader
-        if reader is not None and not (
+        self._framed = reader is not None and (
             ok and (reader.spec.framing is Framing.SSE or head.content_type == reader.spec.content_type)
-        ):
+        )
+        if not self._framed:
             self._reader = None
         try:
             self._decoder = decoder_for(head.header("content-encoding"))
@@ -133,24 +152,49 @@ class LeanRecorder:
         """The peer closed. Raises ProtocolError if the response was cut short, ContentEncodingError if its
         compressed stream was."""
         self._response.feed_eof()
+        self._ended(t_ns, BodyEnd.CLOSE)
         if self._coded:
             self._decoder.end()
+
+    def cut(self, exc: BaseException, t_ns: int) -> StreamEnd | None:
+        """The end `exc` gave the stream (wire/ending.py broken_by), or None when it ends none."""
+        how = broken_by(exc)
+        return self._end(how, t_ns, " ".join(str(exc).split())[:200]) if how is not None else None
+
+    def _end(self, how: BodyEnd, t_ns: int, detail: str = "") -> StreamEnd:
+        """The end from the body's last frames, found from its end (FrameReader.tail): parsed once, here only."""
+        said = LastWord.NOTHING
+        if self._framed and how is not BodyEnd.STATUS:
+            reader = frame_reader(self._api)
+            said = reader.last_word(reader.tail(self._decoded_body()))
+        last = self._t_last or None
+        return classify_end(said, how, sent_ns=self._t_sent_ns, end_ns=t_ns, last_byte_ns=last, detail=detail)
+
+    def _decoded_body(self) -> bytes:
+        pieces = self._pieces
+        if len(pieces) > 1:
+            self._pieces = pieces = [b"".join(pieces)]  # result() joins them anyway: once
+        return pieces[0] if pieces else b""
 
     def result(self) -> LeanTrace:
         head = self._head
         first = self._first
+        end = None
+        if self._how is not None and head is not None:
+            end = self._end(self._how if 200 <= head.status < 300 else BodyEnd.STATUS, self._t_end)
         return LeanTrace(
             self._stream_id,
             self._t_sent_ns,
             head.status if head else None,
             self._first_t,
             first.raw if first is not None else None,
-            b"".join(self._pieces),
+            self._decoded_body(),
             self._api,
             first,
             self._decoder.encoding,
             self._marks,
             self._first_token_t,
+            end,
         )
 
 
@@ -162,11 +206,11 @@ class H2LeanRecorder(LeanRecorder):
 
     def __init__(self, stream_id: str, t_sent_ns: int, api: Api = Api.OPENAI) -> None:
         super().__init__(stream_id, t_sent_ns, api)
-        self._ended = False
+        self._ended_stream = False
 
     @property
     def complete(self) -> bool:
-        return self._ended
+        return self._ended_stream
 
     def on_head(self, head: ResponseHead) -> None:
         if self._head is None:
@@ -174,10 +218,12 @@ class H2LeanRecorder(LeanRecorder):
 
     def on_data(self, t_ns: int, data: bytes) -> None:
         """One read's DATA payload of this stream (every DATA frame of it in that read)."""
+        self._t_last = t_ns
         self._on_body(t_ns, data, False)
 
     def on_end(self, t_ns: int) -> None:
         """END_STREAM: the response is whole; a compressed stream cut short raises ContentEncodingError."""
-        self._ended = True
+        self._ended_stream = True
+        self._ended(t_ns, BodyEnd.END_STREAM)
         if self._coded:
             self._decoder.end()

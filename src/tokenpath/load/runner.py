@@ -229,6 +229,9 @@ class Cell:
     data_reads: int = 0
     connections: int = 0  # the most connections one run opened
     peer_limit: int | None = None  # the peer's SETTINGS_MAX_CONCURRENT_STREAMS, when below what was asked
+    # How every stream started in the measured window ended (wire/ending.py): a cut one is an error above, never
+    # in the figures; a stream that never began (no connection, a timeout of ours) has no end.
+    ends: Counter[str] = field(default_factory=Counter)
 
     def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
         def mean(values: list[float]) -> float | None:
@@ -582,6 +585,7 @@ class LoadRunner:
     def _join(self, cell: Cell, results: list[StreamResult], stub_url: str, run_hist: HdrHistogram) -> None:
         ok = [r for r in results if r.error is None]
         cell.errors += len(results) - len(ok)
+        cell.ends.update(r.end.value for r in results if r.end is not None)
         cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
@@ -781,6 +785,7 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         excluded=total - kept,
         exclusion_share=(total - kept) / total if total else 0.0,
         errors=cell.errors,
+        ends=dict(cell.ends),
         error_samples=tuple(cell.error_samples),
         audit_failed=cell.audit_failed,
         unjoined=cell.unjoined,

@@ -30,6 +30,7 @@ from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import EndKind, end_of
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.openai import chunk_id
@@ -132,6 +133,7 @@ class StreamResult:
     content_encoding: str = "identity"  # the response's Content-Encoding, as decoded
     read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
     flow: StreamFlow | None = None  # over HTTP/2: DATA frames, reads, flow-control stalls of the stream
+    end: EndKind | None = None  # how the stream ended (wire/ending.py); None: it never began (no connection...)
 
 
 @dataclass(slots=True)
@@ -257,10 +259,16 @@ async def one_stream(
             )
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
+        cut = end_of(exc)
+        result.end = cut.kind if cut is not None else None
         return result
+    result.end = trace.end.kind if trace.end is not None else None
     if trace.status != 200:
         preview = " ".join(trace.error_preview.split())[:160]
         result.error = f"HTTP {trace.status or 'no response'}" + (f": {preview}" if preview else "")
+        return result
+    if trace.end is not None and trace.end.cut:  # never a complete stream, never in the TTFT figures
+        result.error = f"{trace.end.kind.value}: {trace.end.detail}"
         return result
     result.content_encoding = trace.content_encoding
     result.read_marks = trace.marks

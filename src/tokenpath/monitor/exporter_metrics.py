@@ -61,6 +61,25 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
     gap_max = Gauge(
         "tokenpath_probe_frame_gap_max_seconds", "Longest time between arrivals (the stall)", by_route, registry=r
     )
+    end = Gauge(
+        "tokenpath_probe_stream_end",
+        "1 for how a route's stream ended: complete, cut_error or cut_silent (the body ended without the format's "
+        "final event)",
+        [*by_route, otel_names.END_LABEL],
+        registry=r,
+    )
+    end_at = Gauge(
+        "tokenpath_probe_stream_end_seconds",
+        "Request sent to the stream's end (a cut's total limit)",
+        by_route,
+        registry=r,
+    )
+    end_idle = Gauge(
+        "tokenpath_probe_stream_end_idle_seconds",
+        "Last response byte to the stream's end (a cut's idle limit)",
+        by_route,
+        registry=r,
+    )
     otel = metric_names == otel_names.OTEL
     if otel:
         ttft = Histogram(
@@ -84,12 +103,21 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
     for route, outcome in result.outcomes.items():
         if not outcome.ok:
             failure.labels(route, outcome.outcome).set(1)
+        cut = outcome.end is not None and outcome.end.cut
+        if outcome.end is not None:
+            end.labels(route, outcome.end.kind.value).set(1)
+            if outcome.end.at_ns is not None:
+                end_at.labels(route).set(outcome.end.at_ns / 1e9)
+            if outcome.end.since_last_byte_ns is not None:
+                end_idle.labels(route).set(outcome.end.since_last_byte_ns / 1e9)
         m = outcome.metrics
         if m is None:
             continue
         frames.labels(route).set(m.frames)
         if m.ttfb_ms is not None:
             ttfb.labels(route).set(m.ttfb_ms / 1000)
+        if cut:
+            continue  # a short stream: its frames per read, gaps and TTFT are no whole stream's
         if m.frames_per_read is not None:
             fpr.labels(route).set(m.frames_per_read)
         window = BurstWindow(1)

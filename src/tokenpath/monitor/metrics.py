@@ -20,6 +20,7 @@ from tokenpath.monitor import otel_names
 from tokenpath.monitor.config import MonitorConfig
 from tokenpath.monitor.probing import OK, ProbeOutcome
 from tokenpath.monitor.schedule import DROP_REASONS
+from tokenpath.wire.ending import EndKind
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
 ADDED_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
@@ -106,6 +107,13 @@ class MonitorMetrics:
             [*by_route, "outcome"],
             registry=r,
         )
+        self.ends = Counter(
+            otel_names.prometheus_name(otel_names.STREAM_ENDS, unit=""),
+            "Probes' streams by how they ended: complete (the format's final event), cut_error (an error status, "
+            "the format's error frame, a reset) or cut_silent (the body ended without the final event)",
+            [*by_route, otel_names.END_LABEL],
+            registry=r,
+        )
         self.last_success = Gauge(
             "tokenpath_monitor_last_success_timestamp_seconds",
             "Unix time the latest successful probe started",
@@ -134,15 +142,21 @@ class MonitorMetrics:
                 by_names = attributes.prometheus(target.name) if self.otel else {"target": target.name, "route": route}
                 self._ttft_labels[(target.name, route)] = by_names
                 self.probes.labels(target.name, route, OK)  # the series exists before the first probe ends
+                for kind in EndKind:
+                    self.ends.labels(target.name, route, kind.value)  # 0 until one ends so: increase() has a series
 
     def record(self, outcome: ProbeOutcome) -> None:
         labels = (outcome.target, outcome.route)
         self.probes.labels(*labels, outcome.outcome).inc()
+        if outcome.end is not None:
+            self.ends.labels(*labels, outcome.end.kind.value).inc()
         m = outcome.metrics
         if m is None:
             return
         if m.ttfb_ms is not None:
             self.ttfb.labels(*labels).observe(m.ttfb_ms / 1000)
+        if outcome.end is not None and outcome.end.cut:
+            return  # a short stream: its TTFB is its own, its frames per read and gaps no whole stream's
         if m.frames_per_read is not None:
             self.fpr.labels(*labels).observe(m.frames_per_read)
         gap = self.gap.labels(*labels)

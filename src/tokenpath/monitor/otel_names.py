@@ -41,6 +41,13 @@ SERVER_PORT = "server.port"
 HOP = "tokenpath.hop"  # ours: `via` the path under watch, or `direct` around it (the monitor's `route`)
 TARGET_LABEL = "target"  # ours, Prometheus form only: the monitor's target name, as on every other series
 
+# How each probe's stream ended (wire/ending.py: complete, cut_error, cut_silent), counted under this name (OTLP;
+# `tokenpath_monitor_stream_ends_total` on /metrics) with the kind as END: the conventions have no word for a cut.
+# A probe that never began a stream (no connection, a timeout of ours) has no end and is not counted here.
+STREAM_ENDS = "tokenpath.monitor.stream_ends"
+END = "tokenpath.end"  # ours: the OTLP attribute naming the kind
+END_LABEL = "end"  # its Prometheus label, beside `target` and `route` as on every tokenpath series
+
 # `metric_names`: tokenpath's own names for everything, or these conventions' where they have one (TTFT, and time
 # per output chunk) and tokenpath's for what they lack (TTFB, added TTFT, frames per read, coalescing, gaps).
 TOKENPATH, OTEL = "tokenpath", "otel"

@@ -8,8 +8,9 @@ What is exported, recorded from the very outcomes the Prometheus metrics record 
   `gen_ai.client.operation.time_per_output_chunk` (unit s, the conventions' buckets, their attributes plus
   `tokenpath.hop` and `tokenpath.target`: monitor/otel_names.py says what a chunk is in tokenpath's words);
 - tokenpath's own, for what the conventions lack: `tokenpath.monitor.added_ttft` (s), `tokenpath.monitor
-  .frames_per_read`, and the counters `tokenpath.monitor.probes` (by outcome) and `tokenpath.monitor.probes_dropped`
-  (by reason), under the same names /metrics uses once converted (dots to underscores, `_seconds`, `_total`).
+  .frames_per_read`, and the counters `tokenpath.monitor.probes` (by outcome), `tokenpath.monitor.stream_ends` (by
+  `tokenpath.end`: complete, cut_error, cut_silent) and `tokenpath.monitor.probes_dropped` (by reason), under the
+  same names /metrics uses once converted (dots to underscores, `_seconds`, `_total`).
 
 Cumulative temporality (what a Prometheus-backed collector wants); every `otlp_interval_s` and once more on stop
 (the flush). Headers (an API key) come from the environment as the SDK reads them, `OTEL_EXPORTER_OTLP_HEADERS`
@@ -115,6 +116,11 @@ class OtlpExport:
         self._probes = meter.create_counter(
             "tokenpath.monitor.probes", unit="{probe}", description="Probes by outcome (ok, or the failure's reason)"
         )
+        self._ends = meter.create_counter(
+            otel_names.STREAM_ENDS,
+            unit="{probe}",
+            description="Probes' streams by how they ended: complete, cut_error or cut_silent (wire/ending.py)",
+        )
         self._dropped = meter.create_counter(
             "tokenpath.monitor.probes_dropped",
             unit="{probe}",
@@ -130,8 +136,11 @@ class OtlpExport:
     def record(self, outcome: ProbeOutcome) -> None:
         attributes = self._attributes[(outcome.target, outcome.route)]
         self._probes.add(1, {TARGET: outcome.target, otel_names.HOP: outcome.route, OUTCOME: outcome.outcome})
+        if outcome.end is not None:
+            where = {TARGET: outcome.target, otel_names.HOP: outcome.route}
+            self._ends.add(1, {**where, otel_names.END: outcome.end.kind.value})
         m = outcome.metrics
-        if m is None:
+        if m is None or (outcome.end is not None and outcome.end.cut):  # as /metrics: a cut is no whole stream
             return
         if m.frames_per_read is not None:
             self._fpr.record(m.frames_per_read, {TARGET: outcome.target, otel_names.HOP: outcome.route})

@@ -24,6 +24,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, TraceLimits
 from tokenpath.probe.transport import SocketTransport, Transport, open_connection
 from tokenpath.probe.transport import Target as Endpoint
+from tokenpath.wire.ending import StreamEnd, end_of
 
 log = logging.getLogger("tokenpath.monitor")
 
@@ -55,6 +56,9 @@ class ProbeOutcome:
     gaps_s: tuple[float, ...]  # between consecutive arrivals
     started_unix: float
     http_version: str = "1.1"  # "2" for an HTTP/2 probe: the trace's, or what was asked when it failed before one
+    # How the stream ended (wire/ending.py), also when the probe failed on it (a reset, a body cut short, an error
+    # status); None when no stream began. A cut stream is never OK: its outcome is its kind (or its error's reason).
+    end: StreamEnd | None = None
 
     @property
     def ok(self) -> bool:
@@ -162,20 +166,25 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         if outcome == INTERNAL:
             log.exception("probe of %s (%s) failed inside tokenpath", target, route)
         message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started, asked_version(cfg))
+        end = end_of(exc)
+        return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started, asked_version(cfg), end)
     metrics = run_metrics(trace)
     arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS
     gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
     if trace.invalid_utf8_frames:
         outcome = INVALID_UTF8
         message = f"{trace.invalid_utf8_frames} of {metrics.frames} frames were not UTF-8 (an event stream always is)"
+    elif metrics.ttft_ms is None and trace.foreign_frames:  # its end is a format's this reader does not know
+        outcome, message = UNSUPPORTED_FORMAT, metrics.ttft_note
+    elif trace.end is not None and trace.end.cut:  # a short stream, whatever it measured: never a whole one
+        outcome, message = trace.end.kind.value, trace.end.describe()
     elif metrics.ttft_ms is not None:
         outcome, message = OK, ""
-    elif trace.foreign_frames:
-        outcome, message = UNSUPPORTED_FORMAT, metrics.ttft_note
     else:
         outcome, message = NO_CONTENT, f"the stream ended after {metrics.frames} frames without a content frame"
-    return ProbeOutcome(target, route, stream_id, outcome, message, metrics, gaps, started, trace.http_version)
+    return ProbeOutcome(
+        target, route, stream_id, outcome, message, metrics, gaps, started, trace.http_version, trace.end
+    )
 
 
 def asked_version(cfg: ProbeConfig) -> str:

@@ -14,9 +14,10 @@ from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, ConnectTimeout, PeerError, TLSError
+from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
 from tokenpath.hostport import join_hostport
 from tokenpath.probe.trace import Trace, TraceRecorder
+from tokenpath.wire.ending import StreamEnd, attach, end_of
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -30,6 +31,7 @@ class Recorder(Protocol[R_co]):
     def complete(self) -> bool: ...
     def on_read(self, t_ns: int, data: bytes) -> object: ...
     def on_eof(self, t_ns: int) -> None: ...
+    def cut(self, exc: BaseException, t_ns: int) -> StreamEnd | None: ...  # the end an error gave the stream
     def result(self) -> R_co: ...
 
 
@@ -85,12 +87,16 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self._done.done():
-            self._fail(PeerError(f"connection lost before the response ended: {exc or 'closed'}"))
+            lost = PeerError(f"connection lost before the response ended: {exc or 'closed'}")
+            self._fail(lost, exc or NetworkError("closed"))  # a reset (or a close with no EOF) under the stream
         if not self.closed.done():
             self.closed.set_result(None)
 
-    def _fail(self, exc: Exception) -> None:
+    def _fail(self, exc: Exception, cause: BaseException | None = None) -> None:
+        """The stream failed with `exc`, which carries the end `cause` (itself by default) gave it."""
         if not self._done.done():
+            if self._recorder is not None and end_of(exc) is None:
+                attach(exc, self._recorder.cut(cause or exc, self._clock()))
             self._done.set_exception(exc)
         if self._transport is not None:
             self._transport.abort()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -13,6 +14,7 @@ from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.trace import H2Figures, Trace
 from tokenpath.stats import median, percentile
 from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.ending import StreamEnd
 
 SCHEMA_VERSION = 1
 
@@ -43,6 +45,14 @@ class RunMetrics:
     http_version: str = "1.1"
     h2: H2Figures | None = None
     h3: H3Figures | None = None  # "3" over HTTP/3 (probe --http3): its handshake apart, UDP reads, arrival times
+    # How the stream ended (wire/ending.py): complete, cut_error or cut_silent, with its time from the request and
+    # from the last byte. None for a trace read before ends were classified.
+    end: StreamEnd | None = None
+
+    @property
+    def complete(self) -> bool:
+        """The stream ended with its format's final event: only such a stream's figures are a whole stream's."""
+        return self.end is not None and self.end.complete
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
@@ -66,6 +76,7 @@ class RunMetrics:
             http_version=str(obj.get("http_version") or "1.1"),
             h2=H2Figures.from_json(obj["h2"]) if obj.get("h2") else None,
             h3=H3Figures.from_json(obj["h3"]) if obj.get("h3") else None,
+            end=StreamEnd.from_json(obj["end"]) if obj.get("end") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -84,6 +95,7 @@ class RunMetrics:
             "gaps_ms": self.gaps_ms,
             "bursts": {str(k): v for k, v in sorted(self.bursts.items())},
             "total_ms": self.total_ms,
+            "end": self.end.to_json() if self.end is not None else None,
             "added_ttft_ms": self.added_ttft_ms,
             "added_frame_delay_ms": self.added_frame_delay_ms,
             **({"ttft_note": self.ttft_note} if self.ttft_note else {}),
@@ -167,16 +179,21 @@ def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
         http_version=trace.http_version,
         h2=trace.h2,
         h3=trace.h3,
+        end=trace.end,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeSummary:
+    """Medians over the runs that ended complete: a cut stream is a short one, never averaged in (its TTFB and
+    TTFT are its own run's, in `runs`). `ends`: runs by how they ended."""
+
     runs: int
     frames_per_read: float | None
     ttfb_ms: float | None
     ttft_ms: float | None
     first_token_ms: float | None = None
+    ends: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +224,7 @@ class ProbeResults:
                 "ttfb_ms": s.ttfb_ms,
                 "ttft_ms": s.ttft_ms,
                 "first_token_ms": s.first_token_ms,
+                "ends": s.ends,
             },
         }
 
@@ -219,11 +237,16 @@ def _encodings(runs: tuple[RunMetrics, ...]) -> str | None:
 def probe_results(
     url: str, runs: list[RunMetrics], api: Api = Api.OPENAI, accept_encoding: str | None = None
 ) -> ProbeResults:
+    whole = [r for r in runs if r.end is None or r.complete]  # a trace without an end predates them: as before
+
     def med(key: str) -> float | None:
-        values = [getattr(r, key) for r in runs if getattr(r, key) is not None]
+        values = [getattr(r, key) for r in whole if getattr(r, key) is not None]
         return median(values) if values else None
 
-    summary = ProbeSummary(len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"), med("first_token_ms"))
+    ends = dict(Counter(r.end.kind.value for r in runs if r.end is not None))
+    summary = ProbeSummary(
+        len(runs), med("frames_per_read"), med("ttfb_ms"), med("ttft_ms"), med("first_token_ms"), ends
+    )
     return ProbeResults(url, tuple(runs), summary, api, accept_encoding)
 
 

@@ -15,6 +15,7 @@ from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.h3stream import probe_h3
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
+from tokenpath.wire.ending import attach, end_of
 from tokenpath.wire.httpversion import HttpVersion
 
 Connector = Callable[[Target, ProbeConfig], Transport]
@@ -58,10 +59,11 @@ def probe_stream(
         recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
         read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
         return recorder.trace
-    except (ConnectionResetError, BrokenPipeError) as exc:
-        raise NetworkError(f"the connection was reset: {exc.strerror}") from None
+    except (ConnectionResetError, BrokenPipeError) as exc:  # the end it gave the stream goes with it (wire/ending.py)
+        raise attach(NetworkError(f"the connection was reset: {exc.strerror}"), end_of(exc)) from None
     except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
-        raise NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}") from None
+        reason = getattr(exc, "reason", None) or exc
+        raise attach(NetworkError(f"the TLS connection failed: {reason}"), end_of(exc)) from None
     finally:
         transport.close()
 

@@ -35,6 +35,11 @@ def _h2(results: ProbeResults) -> bool:
     return any(r.h2 is not None for r in results.runs)
 
 
+def _any_cut(results: ProbeResults) -> bool:
+    """A stream that did not end complete: the default table shows every run's end (all complete: the caption says)."""
+    return any(r.end is None or r.end.cut for r in results.runs)
+
+
 def _h3(results: ProbeResults) -> bool:
     """--http3: the handshake apart from TTFT, the UDP reads, and how often the QUIC windows held the stream."""
     return any(r.h3 is not None for r in results.runs)
@@ -52,7 +57,8 @@ def _h2_cell(cell: Callable[[H2Figures], str]) -> Callable[[RunMetrics], str]:
 class Column:
     header: str
     cell: Callable[[RunMetrics], str]
-    compact: bool = False  # in the default table, not only with --wide
+    # In the default table, not only with --wide (a predicate: only for these results, e.g. the end when one was cut).
+    compact: bool | Callable[[ProbeResults], bool] = False
     shown: Callable[[ProbeResults], bool] = _always  # whether these results have the column at all
     meaning: str = ""  # the caption's line for a header a reader cannot guess
 
@@ -75,6 +81,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("gap max", lambda r: fmt(r.gaps_ms.get("max")), compact=True),
     Column("bursts (size x count)", lambda r: " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items()))),
     Column("total", lambda r: fmt(r.total_ms)),
+    # complete, cut_error or cut_silent (README, "how a stream ends"); a cut's times in the caption
+    Column("end", lambda r: r.end.kind.value if r.end is not None else "-", compact=_any_cut),
     Column(
         "added TTFT",
         lambda r: fmt(r.added_ttft_ms),
@@ -107,7 +115,11 @@ COLUMNS: tuple[Column, ...] = (
 
 def columns(results: ProbeResults, wide: bool = False) -> list[Column]:
     """The columns these results show: the compact ones, or every one with `wide`."""
-    return [c for c in COLUMNS if c.shown(results) and (wide or c.compact)]
+    return [c for c in COLUMNS if c.shown(results) and (wide or _compact(c, results))]
+
+
+def _compact(column: Column, results: ProbeResults) -> bool:
+    return column.compact(results) if callable(column.compact) else column.compact
 
 
 def probe_table(results: ProbeResults, wide: bool = False) -> Table:
@@ -127,7 +139,11 @@ def probe_table(results: ProbeResults, wide: bool = False) -> Table:
         table.add_row(str(i), *(column.cell(r) for column in shown))
     notes = ["times in ms", *(c.meaning for c in shown if c.meaning)]
     notes += [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
+    notes += [f"run {i}: {r.end.describe()}" for i, r in enumerate(results.runs, 1) if r.end is not None and r.end.cut]
+    if results.runs and not _any_cut(results):
+        notes.append("every stream ended complete (its format's final event)")
     if not wide and len(shown) < len([c for c in COLUMNS if c.shown(results)]):
         notes.append("--wide: every column (reads, arrivals, first token, gaps, bursts, total)")
     table.caption = "\n".join(notes)  # what a header means, why a run has no TTFT, what --wide adds
+    table.min_width = len(str(table.title))  # the title on one line where the terminal allows (rich clamps to it)
     return table

@@ -12,6 +12,10 @@ not an arrival (so `read_count` and `arrival_count` differ by it).
 `TraceRecorder` is sans-IO: whoever owns the socket calls `on_read(t_ns, data)` right as a read returns, so the
 blocking probe and the asyncio load client record exactly the same way.
 
+How the stream ended (`Trace.end`, wire/ending.py) is read at its end from its last few frames, kept as they pass
+(TAIL_FRAMES references): the format's final event, its error frame, or neither, and how HTTP ended the body. A
+body that breaks instead (a reset, no last chunk) raises, as it always has, with its end attached (`cut`).
+
 What a trace keeps is bounded (`TraceLimits`): the peer decides how much it sends, so reads and frames beyond the
 limits are counted, never stored. Every figure of a stream (frames, arrivals, frames per read, bursts, TTFB, TTFT,
 total) comes from the counts; only the gaps between arrivals and per-frame joins read the kept lists.
@@ -19,21 +23,25 @@ total) comes from the counts; only the gaps between arrivals and per-frame joins
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenpath.errors import ContentEncodingError
+from tokenpath.errors import ContentEncodingError, StreamFormatError
 from tokenpath.probe.h3figures import H3Figures
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
+from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, attach, body_end, broken_by, classify_end, unfinished
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
 from tokenpath.wire.sse import MAX_EVENT_BYTES
 
 ERROR_BODY_PREVIEW = 300  # body bytes kept verbatim, so a non-2xx answer can be shown in the error
+# The last frames kept (references) for the stream's end: its final event and whatever follows it (a usage chunk,
+# Bedrock's metadata after messageStop) are within them.
+TAIL_FRAMES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,9 @@ class Trace:
     reads: list[Read] = field(default_factory=list)  # the first TraceLimits.reads reads
     frames: list[FrameArrival] = field(default_factory=list)  # the first frames, within TraceLimits
     t_first_byte_ns: int | None = None
+    t_last_byte_ns: int | None = None  # the last read that brought bytes of this response
     t_end_ns: int | None = None
+    end: StreamEnd | None = None  # how the stream ended (wire/ending.py): set once it has
     api: Api = Api.OPENAI  # the format the body was read as
     first_content: int | None = None  # index (among all frames, kept or not) of the first content frame
     t_first_content_ns: int | None = None  # when the read that completed it returned
@@ -183,6 +193,7 @@ class TraceRecorder:
         self._keeping = limits.frames > 0
         self._decoder: Decoder = IdentityDecoder()  # replaced on the head by its Content-Encoding's
         self._ended = False  # over HTTP/2: the stream's END_STREAM came
+        self._tail: deque[WireFrame] = deque(maxlen=TAIL_FRAMES)  # the last frames: what the end is read from
 
     @property
     def complete(self) -> bool:
@@ -192,6 +203,8 @@ class TraceRecorder:
         """Record one read; returns how many frames it completed."""
         if self.trace.t_first_byte_ns is None:
             self.trace.t_first_byte_ns = t_ns
+        if data:
+            self.trace.t_last_byte_ns = t_ns
         body = self.response.feed(data)
         return self._advance(t_ns, len(data), self.response.head, body, self.response.complete)
 
@@ -201,6 +214,8 @@ class TraceRecorder:
         (wire/h2client.py). Returns how many frames it completed."""
         if self.trace.t_first_byte_ns is None:
             self.trace.t_first_byte_ns = t_ns
+        if nbytes:
+            self.trace.t_last_byte_ns = t_ns
         if ended:
             self._ended = True
         return self._advance(t_ns, nbytes, head or self.trace.head, body, ended)
@@ -218,7 +233,7 @@ class TraceRecorder:
         # break the coding (or a bomb), ContentEncodingError. A read that only fed the decompressor completes none.
         frames = list(self._reader.feed(self._decoder.feed(body))) if body and self._reading else []
         if complete:
-            frames += self._close()  # the body's end may complete (or cut short) a last frame
+            frames += self._closing(t_ns, frames)  # the body's end may complete (or cut short) a last frame
         n = self._record(t_ns, nbytes, frames)
         if complete:
             self._finish(t_ns)
@@ -244,6 +259,7 @@ class TraceRecorder:
         if index < self.limits.reads:
             trace.reads.append(Read(t_ns, nbytes, n))
         if n:
+            self._tail.extend(frames)
             base = trace.frame_count
             trace.frame_count += n
             trace.bursts[n] += 1
@@ -283,6 +299,17 @@ class TraceRecorder:
         self._decoder.end()  # a body that ended inside the compressed stream: ContentEncodingError (truncated)
         return self._reader.close()
 
+    def _closing(self, t_ns: int, read: Sequence[WireFrame] = ()) -> Sequence[WireFrame]:
+        """_close at the body's normal end: a last event-stream message or NDJSON line cut short raises, as it always
+        has, and is the stream's end, read with the frames this last read completed (`read`: a final event before
+        the unfinished frame still ends the stream)."""
+        try:
+            return self._close()
+        except StreamFormatError as exc:
+            self._tail.extend(read)
+            self._finish(t_ns, unfinished_detail=str(exc))
+            raise attach(exc, self.trace.end) from None
+
     def _keep(self, t_ns: int, index: int, frames: Sequence[WireFrame]) -> None:
         kept = self.trace.frames
         room = self.limits.frames - len(kept)
@@ -296,9 +323,12 @@ class TraceRecorder:
 
     def on_eof(self, t_ns: int) -> None:
         """The peer closed. Raises ProtocolError if the response was cut short (StreamFormatError if its last
-        event-stream message or NDJSON line was)."""
-        self.response.feed_eof()
-        frames = self._close()
+        event-stream message or NDJSON line was), its end attached."""
+        try:
+            self.response.feed_eof()
+        except Exception as exc:
+            raise attach(exc, self.cut(exc, t_ns)) from None
+        frames = self._closing(t_ns)
         if frames:  # a last NDJSON line without a line end: the end of the body is its arrival
             self._record(t_ns, 0, frames)
         self._finish(t_ns)
@@ -306,7 +336,32 @@ class TraceRecorder:
     def result(self) -> Trace:
         return self.trace
 
-    def _finish(self, t_ns: int) -> None:
-        if self.trace.t_end_ns is None:
-            self.trace.t_end_ns = t_ns
-            self.trace.trailing_bytes = self._reader.pending_bytes()
+    def _finish(self, t_ns: int, unfinished_detail: str = "") -> None:
+        trace = self.trace
+        if trace.t_end_ns is not None:
+            return
+        trace.t_end_ns = t_ns
+        trace.trailing_bytes = self._reader.pending_bytes()
+        if trace.head is None:
+            return
+        how = BodyEnd.END_STREAM if self._ended else body_end(trace.head.framing)
+        said = self._reader.last_word(self._tail) if self._reading else LastWord.NOTHING
+        if said is LastWord.NOTHING and (unfinished_detail or trace.trailing_bytes):
+            unfinished_detail = unfinished_detail or unfinished(trace.trailing_bytes)
+        trace.end = self._end(said, how, t_ns, unfinished_detail)
+
+    def cut(self, exc: BaseException, t_ns: int) -> StreamEnd | None:
+        """The end `exc` gave the stream, raised while reading it (wire/ending.py broken_by: a reset, a body cut
+        short, an error status), or None when it ends no stream (a timeout of ours). Kept as the trace's end."""
+        how = broken_by(exc)
+        if how is None:
+            return None
+        said = self._reader.last_word(self._tail) if self._reading else LastWord.NOTHING
+        self.trace.end = self._end(said, how, t_ns, " ".join(str(exc).split())[:200])
+        return self.trace.end
+
+    def _end(self, said: LastWord, how: BodyEnd, t_ns: int, detail: str) -> StreamEnd:
+        trace = self.trace
+        return classify_end(
+            said, how, sent_ns=trace.t_sent_ns, end_ns=t_ns, last_byte_ns=trace.t_last_byte_ns, detail=detail
+        )

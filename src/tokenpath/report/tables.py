@@ -20,6 +20,7 @@ from tokenpath.results.model import (
     condition_label,
     exclusion_shares,
 )
+from tokenpath.wire.ending import EndKind
 
 __all__ = ["condition_label", "exclusion_shares"]  # the rules live with the model; tables render them
 
@@ -43,6 +44,7 @@ ROW_KEYS = (
     "modal_burst_gap_ms",
     "within_floor",
     "verdict",
+    "ends",  # runs by how their stream ended (complete, cut_error, cut_silent): a cut run is excluded, and counted
 )
 
 
@@ -124,7 +126,19 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[TableColumn]:
         out.append(("first-token ms (reasoning or content; TTFT is content)", lambda r: _fmt(r.first_token_ms_median)))
     if any((r.after_first_delay_ms_p99 or 0) >= AFTER_FIRST_SHOWN_MS for r in rows):  # issue 24 §6
         out.append(("added delay after the first token ms (p50 / p99)", _after_first))
+    if any(kind != EndKind.COMPLETE for r in rows for kind in r.ends):  # issue 36: a path that cuts streams
+        out.append(("ends (runs by how their stream ended; a cut one is excluded)", ends_cell))
     return out
+
+
+def ends_cell(row: MatrixRow) -> str:
+    """`3/3 complete`, or each kind seen: `1 complete, 2 cut_silent` (wire/ending.py's order)."""
+    ends = row.ends
+    if not ends:
+        return "-"
+    if set(ends) == {EndKind.COMPLETE.value}:
+        return f"{ends[EndKind.COMPLETE.value]}/{row.runs} complete"
+    return ", ".join(f"{ends[kind.value]} {kind.value}" for kind in EndKind if ends.get(kind.value))
 
 
 def _axis_columns() -> list[tuple[Column, list[Axis[Any]]]]:

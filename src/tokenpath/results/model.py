@@ -25,6 +25,7 @@ from tokenpath.errors import UsageError
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.wire.acceptencoding import IDENTITY as IDENTITY  # re-exported: what the results say of no coding
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import StreamEnd
 from tokenpath.wire.httpversion import HttpVersion
 
 Json = dict[str, Any]  # a JSON object as read or about to be written
@@ -52,8 +53,12 @@ Kind = Literal["matrix", "sweep", "load"]
 # 7: floors and exclusion shares name their condition by its value (`condition`: the object `experiment.conditions`
 #    holds, null for the overall share; `label` beside it for people) instead of by its label; matrix rows carry
 #    every axis of tokenpath.axes (an axis added later reads, in an older file, as its default: nothing done).
-SCHEMA_VERSION = 7
-KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
+# 8: how each stream ended (issue 36, wire/ending.py): `end` on matrix runs (kind, how, at_ms, since_last_byte_ms,
+#    detail; in their metrics too) and `ends` (kind -> runs or streams) on matrix rows and load levels. A cut stream
+#    is excluded from every figure and counted (a row's `exclusions` by kind, a level's `errors`). Files before 8
+#    classified no end: their runs' `end` is null and `ends` empty (not known, never "complete").
+SCHEMA_VERSION = 8
+KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_API = Api.OPENAI.value
 HTTP11 = HttpVersion.HTTP11.value  # the client's HTTP version before schema 6, and the default
 
@@ -177,6 +182,9 @@ class MatrixRun:
     audited: bool = True  # False against a real endpoint (no write log); path_added_ttft_ms is then vs direct
     content_encoding: str = IDENTITY  # the response's Content-Encoding, as the probe decoded it (schema 5)
     http_version: HttpVersion = HttpVersion.HTTP11  # what the client spoke to the path (schema 6)
+    # How the stream ended (schema 8): also for a run whose probe failed (a reset, a body cut short, an error
+    # status); None when it never began (no connection, a timeout of the probe's own) or in files before 8.
+    end: StreamEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +219,9 @@ class MatrixRow:
     after_first_delay_ms_p50: float | None = None
     after_first_delay_ms_p99: float | None = None
     within_floor: bool | None = None
+    # Runs by how their stream ended (schema 8; wire/ending.py kinds). A cut run is never in the figures above: it
+    # is excluded and counted, by its kind, in `exclusions`.
+    ends: Mapping[str, int] = field(default_factory=dict)
     raw: tuple[MatrixRun, ...] = ()
 
     @property
@@ -404,6 +415,8 @@ class LoadRow:
     excluded: int | None = None
     exclusion_share: float | None = None
     error_samples: tuple[str, ...] = ()
+    # Streams by how they ended (schema 8; wire/ending.py kinds); a cut one is among `errors`, never in the figures.
+    ends: Mapping[str, int] = field(default_factory=dict)
     runs_added_ttft_ms: tuple[MedianAndTail, ...] = ()
     added_ttft_corrected_ms: Percentiles | None = None  # open loop: from the scheduled start
     dispatch_lag_ms: Percentiles | None = None
@@ -566,6 +579,22 @@ def _v6_to_v7(doc: Json) -> Json:
     return doc
 
 
+def _v7_to_v8(doc: Json) -> Json:
+    """No end was classified before 8: every run's `end` is null and every row's and level's `ends` empty (not
+    known: a run of an older file is never taken for a complete stream it was not shown to be)."""
+    if doc.get("kind") == "load":
+        for level in doc.get("levels") or []:
+            level.setdefault("ends", {})
+        return doc
+    if doc.get("kind") not in ("matrix", "sweep"):
+        return doc
+    for row in doc.get("rows") or []:
+        row.setdefault("ends", {})
+        for run in row.get("raw") or []:
+            run.setdefault("end", None)
+    return doc
+
+
 MIGRATIONS: dict[int, Callable[[Json], Json]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -573,6 +602,7 @@ MIGRATIONS: dict[int, Callable[[Json], Json]] = {
     4: _v4_to_v5,
     5: _v5_to_v6,
     6: _v6_to_v7,
+    7: _v7_to_v8,
 }
 
 
@@ -664,6 +694,7 @@ def matrix_run(run: Json) -> MatrixRun:
         audited=run.get("audited", True),
         content_encoding=run.get("content_encoding", IDENTITY),
         http_version=HttpVersion(run.get("http_version", HTTP11)),
+        end=StreamEnd.from_json(run["end"]) if run.get("end") else None,
     )
 
 

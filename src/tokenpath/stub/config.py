@@ -112,7 +112,8 @@ class Pacing:
     member (and the stub's health answer), `override` reads it, `to_argv` is the `tokenpath stub` flags.
 
     What real servers send before and around the first token (issue 24 §4), each off by default:
-    `heartbeat_ms` SSE `: ping` comments every N ms from the start until the last frame; `reasoning_tokens` N
+    `heartbeat_ms` a keep-alive every N ms from the start until the last frame, in the format's shape (an SSE
+    `: ping` comment, Anthropic's `event: ping`; Bedrock and Ollama have none); `reasoning_tokens` N
     reasoning deltas, paced like tokens, before the content; `first_event_bytes` the first content frame padded to
     N bytes; `head_at` "first-token": the head is held and leaves in one write with the first token. And a silence
     mid-stream: `pause_ms` N ms after content token `pause_after` (1: the first), which moves every later frame as

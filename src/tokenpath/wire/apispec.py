@@ -117,6 +117,10 @@ class ApiSpec:
     key_header: str | None = None  # the header an API key goes in; None: `Authorization: Bearer KEY`
     headers: tuple[tuple[str, str], ...] = ()  # request headers the format requires (Anthropic's version)
     aliases: tuple[str, ...] = ()  # other documented paths of the same API (routed as `route` is)
+    # What a server of this format may send while it has nothing to say (the gateway's keep-alive while its upstream
+    # is silent): the format's own, or None where it has none its clients are known to skip. Never invented: a frame
+    # a format's official SDK does not expect turns a silence a path might cut into a stream that certainly fails.
+    keepalive: bytes | None = None
 
     def path(self, model: str) -> str:
         return self.route.replace("{model}", model)

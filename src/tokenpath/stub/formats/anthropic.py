@@ -9,7 +9,8 @@ starts; its data is written `{"type": "ping"}`, with the space, as the API write
 `messages`, `max_tokens` (required), `stream`, `metadata.user_id` (the stream id when no header names one).
 
 message_start, content_block_start and ping leave with the head, as the API sends them before the first token;
-the first content_block_delta is the first content.
+the first content_block_delta is the first content. The keep-alive (--heartbeat-ms) is the same `ping` event, as
+the API sends during a long silence, never an SSE comment.
 
 With reasoning (extended thinking, "Streaming with extended thinking" on the same page): block 0 is a `thinking`
 block of `thinking_delta`s, closed by a `signature_delta` and content_block_stop; the text is block 1. The
@@ -57,6 +58,9 @@ SIGNATURE = "dG9rZW5wYXRoLXN0dWI="  # the thinking block's signature_delta (opaq
 class AnthropicFormat(ApiFormat):
     api = Api.ANTHROPIC
     max_tokens_field = "max_tokens"
+    # The API's own keep-alive: a `ping` event ("Event types": "Event streams may also include any number of ping
+    # events"), which the SDKs read and skip; a reader counts it as a frame without content (wire/formats/).
+    heartbeat = PING
 
     def parse(self, body: dict[str, Any], request: Request, route: Route, default_model: str) -> Ask:
         messages = message_list(body, "messages")

@@ -50,8 +50,10 @@ class ApiFormat(ABC):
 
     api: ClassVar[Api]
     max_tokens_field: ClassVar[str]  # as error messages name it
-    # The keep-alive --heartbeat-ms writes: an SSE comment (it carries no event, so no reader counts it as data).
-    # None for a format that has none; `no_heartbeat` says so in one line.
+    # The keep-alive --heartbeat-ms writes during silences, in the format's own shape: an SSE comment line by
+    # default (the event-stream spec's keep-alive, WHATWG HTML 9.2 "Authoring notes"; every SSE client skips it),
+    # Anthropic's `event: ping` (stub/formats/anthropic.py). Either way a frame with no content: it never starts
+    # TTFT. None for a format that has none (Bedrock's event stream, Ollama's NDJSON); `no_heartbeat` says why.
     heartbeat: ClassVar[bytes | None] = b": ping\n\n"
     no_heartbeat: ClassVar[str] = ""
 

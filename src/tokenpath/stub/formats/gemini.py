@@ -56,7 +56,9 @@ ROUTE = re.compile(r"/v1(?:beta)?/models/([^/]+):streamGenerateContent")  # the 
 class GeminiFormat(ApiFormat):
     api = Api.GEMINI
     max_tokens_field = "generationConfig.maxOutputTokens"
-    heartbeat = b": ping\r\n\r\n"  # in the CRLF line ends the API writes its events with
+    # Keep-alive: an SSE comment, in the CRLF line ends the API writes its events with. Google documents none for
+    # streamGenerateContent; google-genai's reader keeps only `data:` lines, so a comment passes it by.
+    heartbeat = b": ping\r\n\r\n"
 
     def routes(self) -> dict[str, str]:
         return {}

@@ -35,6 +35,9 @@ PROMPT_STREAM_ID = re.compile(r"\[tokenpath-stream:([!-Z^-~]{1,128})\]")  # visi
 class OpenAIFormat(ApiFormat):
     api = Api.OPENAI
     max_tokens_field = "max_tokens"
+    # Keep-alive: an SSE comment line (the default). OpenAI documents none for chat completions; servers of this
+    # format send comments (vLLM's --sse-keep-alive-interval), which openai-python's SSE decoder skips
+    # (openai/_streaming.py: a line starting with ":").
 
     def routes(self) -> dict[str, str]:
         return {"/v1/chat/completions": "chat", "/v1/completions": "completion"}

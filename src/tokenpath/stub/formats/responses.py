@@ -58,6 +58,10 @@ LEAD = 4  # response.created, response.in_progress, response.output_item.added, 
 class ResponsesFormat(ApiFormat):
     api = Api.RESPONSES
     max_tokens_field = "max_output_tokens"
+    # Keep-alive: an SSE comment line (the default), as servers of this format send (vLLM's
+    # --sse-keep-alive-interval); openai-python's SSE decoder skips comment lines (openai/_streaming.py). A typed
+    # `keepalive` event would take a sequence number, which a write planned apart from the frames cannot know
+    # (wire/formats/responses.py reads one as control should a server send it).
 
     def parse(self, body: dict[str, Any], request: Request, route: Route, default_model: str) -> Ask:
         given = body.get("input")

@@ -118,4 +118,7 @@ SPEC = ApiSpec(
     stream_body=stream_body,
     key_header="x-api-key",
     headers=(("anthropic-version", VERSION),),
+    # The API's own: "Event streams may also include any number of ping events" (Anthropic's streaming docs), in the
+    # shape it sends them; the anthropic SDK skips them.
+    keepalive=b'event: ping\ndata: {"type": "ping"}\n\n',
 )

@@ -120,4 +120,7 @@ SPEC = ApiSpec(
     error_reply=error_reply,
     error_frame=error_frame,
     stream_body=stream_body,
+    # None: ConverseStream defines no keep-alive event and AWS sends none. A message of a type the API does not
+    # define would be one invented here (botocore happens to skip unknown event types; other clients need not).
+    keepalive=None,
 )

@@ -127,4 +127,8 @@ SPEC = ApiSpec(
     ends_also=finished,
     key_header="x-goog-api-key",
     aliases=("/v1/models/{model}:streamGenerateContent",),
+    # None, though Gemini's stream is SSE: Google documents no keep-alive, and its Python SDK (google-genai 3.6.1,
+    # _api_client's line iterator) reads every line that is not `data: ` as JSON, so a comment line ends the stream
+    # in an error (tests/gateway/test_keepalive_e2e.py holds it to that).
+    keepalive=None,
 )

@@ -84,4 +84,6 @@ SPEC = ApiSpec(
     error_frame=error_frame,
     stream_body=stream_body,
     ends_also=done,
+    # None: NDJSON has no comment, Ollama sends none, and its clients parse every line as JSON (an empty one fails).
+    keepalive=None,
 )

@@ -85,4 +85,7 @@ SPEC = ApiSpec(
     error_reply=error_reply,
     error_frame=error_frame,
     stream_body=stream_body,
+    # An SSE comment line: the WHATWG event-stream rules make every parser ignore it (the openai SDK's does;
+    # OpenRouter sends `: OPENROUTER PROCESSING` the same way).
+    keepalive=b": keep-alive\n\n",
 )
