@@ -72,7 +72,7 @@ def between(found: dict[str, object], low: float, high: float) -> None:
 
 def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy]) -> None:
     nginx, envoy = paths
-    found, progress, took_s = survey([nginx.url, envoy.url])
+    found, progress, took_s = survey([f"nginx={nginx.url}", envoy.url])
     n, e = found[nginx.url], found[envoy.url]
     # A 1 s idle limit: what survived is below it by the resolution at most, what was cut above it (wide margins).
     between(limit(n, "first_byte"), 0.4, 2.5)
@@ -84,6 +84,9 @@ def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy]) -
     cut = limit(e, "total")["cut"]
     assert isinstance(cut, dict)
     assert cut["kind"] in ("cut_error", "cut_silent")
+    # The cut named, with the catalogue's line that lifts it (the path was named nginx), and without a name.
+    assert any("proxy_read_timeout 3600s;" in cut["fix"] for cut in n["cuts"])  # type: ignore[attr-defined]
+    assert any(cut["limit"] == "total" for cut in e["cuts"])  # type: ignore[attr-defined]
     assert "complete" in progress  # progress on stderr, one line a try
     # Concurrent: both paths, three measures and the keep-alive try in one wait, not their sum (each path alone
     # tries ~10 streams of 1-5 s); a loose bound a loaded machine keeps.

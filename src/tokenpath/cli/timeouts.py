@@ -16,7 +16,10 @@ from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESO
 def timeouts(
     targets: Annotated[
         list[str],
-        typer.Argument(help="Each path's URL (http://HOST:PORT, a /v1 base allowed), a tokenpath stub behind it."),
+        typer.Argument(
+            help="Each path's URL (http://HOST:PORT, a /v1 base allowed), a tokenpath stub behind it; NAME=URL "
+            "names the catalogue proxy in it (nginx=http://...), whose config line then names the fix."
+        ),
     ],
     min_s: Annotated[float, typer.Option("--min", help="Shortest silence or total tried, seconds.")] = DEFAULT_MIN_S,
     max_s: Annotated[
@@ -33,10 +36,14 @@ def timeouts(
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
     once, so a survey takes about twice the longest limit. Progress on stderr."""
+    from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
 
-    cfg = SurveyConfig(tuple(targets), min_s=min_s, max_s=max_s, resolution_s=resolution_s, keepalives=keepalives)
+    named = [split_target(text) for text in targets]
+    proxies = {url: name for name, url in named if name}
+    urls = tuple(url for _, url in named)
+    cfg = SurveyConfig(urls, min_s=min_s, max_s=max_s, resolution_s=resolution_s, keepalives=keepalives)
 
     def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:
         result = outcome.end.describe() if outcome.end else "held past the client's guard"
@@ -44,7 +51,11 @@ def timeouts(
 
     results = asyncio.run(survey(cfg, on_try))
     if json_out:
-        print(json.dumps(to_json(results, cfg), indent=2), flush=True)
+        doc = to_json(results, cfg)
+        for path, entry in zip(results, doc["paths"], strict=True):
+            entry["proxy"] = proxies.get(path.target)
+            entry["cuts"] = cuts_json(path, proxies.get(path.target))
+        print(json.dumps(doc, indent=2), flush=True)
     else:
-        for line in table_lines(results, cfg):
+        for line in [*table_lines(results, cfg), "", *cut_lines(results, proxies)]:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
