@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpath.diagnose.cuts import CLOUD_LIMITS, Limit, lift_line, name_cut, split_target
-from tokenpath.diagnose.limits import LimitFound, Measure
+from tokenpath.diagnose.cuts import CLOUD_LIMITS, Limit, lift_line, name_cut, path_cuts, split_target
+from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
 
@@ -55,6 +55,18 @@ def test_the_cloud_table_cites_a_page_for_each_row() -> None:
     assert all(row.source.startswith("https://") and row.default_s > 0 for row in CLOUD_LIMITS)
 
 
+def test_a_silence_cut_by_the_total_limit_is_the_totals() -> None:
+    idle = LimitFound(Measure.MID_STREAM, 14.0, 16.0, None, 5)
+    total = LimitFound(Measure.TOTAL, 14.5, 15.5, None, 5)
+    named = path_cuts(PathLimits("http://x", (idle, total), None), "envoy")
+    assert [n.limit for n in named] == [Limit.TOTAL]
+    alone = path_cuts(PathLimits("http://x", (idle,), None), "envoy")
+    assert [n.limit for n in alone] == [Limit.IDLE_MID_STREAM]
+
+
 def test_targets_may_name_their_proxy() -> None:
     assert split_target("nginx=http://127.0.0.1:1/v1") == ("nginx", "http://127.0.0.1:1/v1")
     assert split_target("http://127.0.0.1:1/v1?a=b") == (None, "http://127.0.0.1:1/v1?a=b")
+    named = name_cut(LimitFound(Measure.MID_STREAM, 1.0, 1.5, None, 4), "haproxy:stock")
+    assert named is not None
+    assert named.fix.startswith("haproxy: timeout server 3600s")

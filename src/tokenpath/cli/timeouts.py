@@ -47,7 +47,8 @@ def timeouts(
 
     def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:
         result = outcome.end.describe() if outcome.end else "held past the client's guard"
-        err_console.print(f"{target} {what} {value_s:g} s: {result}", highlight=False, markup=False)
+        label = proxies.get(target, target)
+        err_console.print(f"{label} {what} {value_s:g} s: {result}", highlight=False, markup=False)
 
     results = asyncio.run(survey(cfg, on_try))
     if json_out:
@@ -57,5 +58,5 @@ def timeouts(
             entry["cuts"] = cuts_json(path, proxies.get(path.target))
         print(json.dumps(doc, indent=2), flush=True)
     else:
-        for line in [*table_lines(results, cfg), "", *cut_lines(results, proxies)]:
+        for line in [*table_lines(results, cfg, proxies), "", *cut_lines(results, proxies)]:
             console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
-from tokenpath.errors import ProxyError
+from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
 
@@ -100,10 +100,11 @@ class CutName:
 
 
 def lift_line(proxy: str) -> str | None:
-    """The catalogue's line that lifts `proxy`'s stream limits (its long_streams variant), None when it has none."""
+    """The catalogue's line that lifts `proxy`'s stream limits (its long_streams variant), None when it has none.
+    `proxy` as a path is labelled: NAME or NAME:VARIANT."""
     try:
-        return lookup(proxy).variant(LONG_STREAMS).line or None
-    except ProxyError:
+        return lookup(proxy.partition(":")[0]).variant(LONG_STREAMS).line or None
+    except (ProxyError, UsageError):
         return None
 
 
@@ -114,7 +115,7 @@ def name_cut(found: LimitFound, proxy: str | None = None) -> CutName | None:
     limit = LIMIT_OF[found.measure]
     line = lift_line(proxy) if proxy else None
     if line is not None:
-        fix = f"{proxy}: {line}"
+        fix = f"{proxy.partition(':')[0] if proxy else ''}: {line}"
     elif limit.idle:
         every = found.longest_survived_s if found.longest_survived_s is not None else found.shortest_cut_s
         fix = (
@@ -137,8 +138,16 @@ def _near(found: LimitFound, default_s: float) -> bool:
 
 
 def path_cuts(path: PathLimits, proxy: str | None = None) -> list[CutName]:
-    """Every limit the survey found on one path, named."""
-    return [named for found in path.limits if (named := name_cut(found, proxy)) is not None]
+    """Every limit the survey found on one path, named. A silence cut only past what a total limit lets through is
+    the total's cut (Envoy's 15 s route timeout ends a 16 s silence too): not named as an idle limit."""
+    total = path.limit(Measure.TOTAL)
+    total_s = total.longest_survived_s if total is not None and total.limited else None
+    named = []
+    for found in path.limits:
+        explained = found.measure is not Measure.TOTAL and total_s is not None and (found.shortest_cut_s or 0) > total_s
+        if not explained and (name := name_cut(found, proxy)) is not None:
+            named.append(name)
+    return named
 
 
 def cut_lines(results: list[PathLimits], proxies: Mapping[str, str]) -> list[str]:
@@ -159,7 +168,8 @@ def cuts_json(path: PathLimits, proxy: str | None) -> list[dict[str, Any]]:
 
 
 def split_target(text: str) -> tuple[str | None, str]:
-    """`nginx=http://127.0.0.1:8080` -> ("nginx", URL): the catalogue name picks the fix line; a bare URL: None."""
+    """`nginx=http://127.0.0.1:8080` -> ("nginx", URL): the catalogue name (NAME or NAME:VARIANT, the path's label)
+    picks the fix line; a bare URL: None."""
     name, eq, url = text.partition("=")
     if eq and "://" not in name:
         return name, url

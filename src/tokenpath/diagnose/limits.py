@@ -14,7 +14,7 @@ of its longest limit (the first round's cut brackets the limit, the second confi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -210,12 +210,12 @@ async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
     return list(await asyncio.gather(*(survey_path(url, cfg, on_try) for url in cfg.targets)))
 
 
-def table_lines(results: list[PathLimits], cfg: SurveyConfig) -> list[str]:
-    """The survey as a plain table, one row per path."""
+def table_lines(results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None) -> list[str]:
+    """The survey as a plain table, one row per path (labelled `labels[url]` where given)."""
     header = ["path", *(m.words for m in cfg.measures), "keep-alives reset idle"]
     rows = [header]
     for path in results:
-        cells = [path.target]
+        cells = [(labels or {}).get(path.target, path.target)]
         for measure in cfg.measures:
             found = path.limit(measure)
             cells.append(found.describe(cfg.max_s, cfg.min_s) if found else "-")
