@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -42,10 +43,10 @@ def paths() -> Iterator[list[RunningProxy]]:
                 path.stop()
 
 
-def survey(urls: list[str]) -> tuple[dict[str, dict[str, object]], str, float]:
+def survey(urls: list[str], html: Path) -> tuple[dict[str, dict[str, object]], str, float]:
     t0 = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "tokenpath", "timeouts", *urls, *BOUNDS, "--json"],
+        [sys.executable, "-m", "tokenpath", "timeouts", *urls, *BOUNDS, "--json", "--html", str(html)],
         capture_output=True,
         text=True,
         timeout=180,
@@ -70,9 +71,9 @@ def between(found: dict[str, object], low: float, high: float) -> None:
     assert low <= survived < cut <= high, found
 
 
-def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy]) -> None:
+def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy], tmp_path: Path) -> None:
     nginx, envoy = paths
-    found, progress, took_s = survey([f"nginx={nginx.url}", envoy.url])
+    found, progress, took_s = survey([f"nginx={nginx.url}", envoy.url], tmp_path / "timeouts.html")
     n, e = found[nginx.url], found[envoy.url]
     # A 1 s idle limit: what survived is below it by the resolution at most, what was cut above it (wide margins).
     between(limit(n, "first_byte"), 0.4, 2.5)
@@ -87,6 +88,7 @@ def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy]) -
     # The cut named, with the catalogue's line that lifts it (the path was named nginx), and without a name.
     assert any("proxy_read_timeout 3600s;" in cut["fix"] for cut in n["cuts"])  # type: ignore[attr-defined]
     assert any(cut["limit"] == "total" for cut in e["cuts"])  # type: ignore[attr-defined]
+    assert "proxy_read_timeout 3600s;" in (tmp_path / "timeouts.html").read_text()  # the report's section
     assert "complete" in progress  # progress on stderr, one line a try
     # Concurrent: both paths, three measures and the keep-alive try in one wait, not their sum (each path alone
     # tries ~10 streams of 1-5 s); a loose bound a loaded machine keeps.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -32,6 +33,7 @@ def timeouts(
         bool, typer.Option(help="Also try whether keep-alives reset the mid-stream idle timer.")
     ] = True,
     json_out: Annotated[bool, typer.Option("--json", help="Print the survey as JSON on stdout.")] = False,
+    html: Annotated[Path | None, typer.Option(help="Also write the survey as a self-contained HTML page here.")] = None,
 ) -> None:
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
@@ -51,6 +53,10 @@ def timeouts(
         err_console.print(f"{label} {what} {value_s:g} s: {result}", highlight=False, markup=False)
 
     results = asyncio.run(survey(cfg, on_try))
+    if html is not None:
+        from tokenpath.report.timeouts import timeouts_page
+
+        html.write_text(timeouts_page(results, cfg, proxies))
     if json_out:
         doc = to_json(results, cfg)
         for path, entry in zip(results, doc["paths"], strict=True):

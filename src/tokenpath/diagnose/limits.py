@@ -210,10 +210,12 @@ async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
     return list(await asyncio.gather(*(survey_path(url, cfg, on_try) for url in cfg.targets)))
 
 
-def table_lines(results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None) -> list[str]:
-    """The survey as a plain table, one row per path (labelled `labels[url]` where given)."""
+def table_rows(
+    results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """The survey's table, one row per path (labelled `labels[url]` where given): its header and its rows."""
     header = ["path", *(m.words for m in cfg.measures), "keep-alives reset idle"]
-    rows = [header]
+    rows = []
     for path in results:
         cells = [(labels or {}).get(path.target, path.target)]
         for measure in cfg.measures:
@@ -222,6 +224,13 @@ def table_lines(results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[st
         reset = path.keepalives_reset_idle
         cells.append("-" if reset is None else f"{'yes' if reset else 'no'} (every {path.keepalive_every_s:g} s)")
         rows.append(cells)
+    return header, rows
+
+
+def table_lines(results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None) -> list[str]:
+    """The survey as a plain-text table."""
+    header, body = table_rows(results, cfg, labels)
+    rows = [header, *body]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
