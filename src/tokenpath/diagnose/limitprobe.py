@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from tokenpath.errors import RemoteProtocolError, UsageError
+from tokenpath.errors import ConnectError, RemoteProtocolError, UsageError
 from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.ending import BodyEnd, EndKind, LastWord, StreamEnd, body_end, classify_end
@@ -73,7 +73,10 @@ async def run_stream(
 
 
 async def _exchange(target: Target, request: bytes) -> Outcome:
-    reader, writer = await asyncio.open_connection(target.host, target.port)
+    try:
+        reader, writer = await asyncio.open_connection(target.host, target.port)
+    except OSError as exc:
+        raise ConnectError(f"{target.url}: cannot connect: {exc}") from None
     parser = ResponseParser("POST")
     frames = frame_reader(API)
     seen: list[WireFrame] = []

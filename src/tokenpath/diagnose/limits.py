@@ -31,6 +31,7 @@ DEFAULT_RESOLUTION_S = 1.0
 TOTAL_INTERVAL_MS = 250.0  # the `total` streams' pacing at most: steady, never silent long enough for an idle limit
 KEEPALIVE_TOTAL_SHARE = 0.8  # the keep-alive try stays this far inside a total limit, so that it cannot be the cut
 KEEPALIVE_FRACTION = 4  # keep-alives every quarter of the measured idle limit
+PACED_SHARE = 0.9  # a whole stream shorter than this share of what it asked for was not paced by a stub
 GUARD_MARGIN_S = 10.0  # the client waits this much past a stream's own length before it calls it held
 
 
@@ -168,12 +169,24 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
         for value, outcome in zip(values, outcomes, strict=True):
             tries += 1
             on_try(target.url, measure.value, value, outcome)
+            check_paced(target, value, outcome)
             search.record(value, outcome.survived, hint_s(measure, outcome.end))
             if not outcome.survived:
                 cuts[value] = outcome.end
         search.end_round()
     shortest = search.shortest_cut_s
     return LimitFound(measure, search.longest_survived_s, shortest, cuts.get(shortest) if shortest else None, tries)
+
+
+def check_paced(target: Target, value_s: float, outcome: Outcome) -> None:
+    """A stream that came through whole in much less than its silence was not paced by a stub: whatever answers
+    ignored the `tokenpath` keys, and every limit would read as none. Say so rather than report that."""
+    end = outcome.end
+    if outcome.survived and end is not None and end.at_ns is not None and end.at_ns < value_s * PACED_SHARE * 1e9:
+        raise UsageError(
+            f"{target.url}: a stream asked for {value_s:g} s ended whole after {end.at_ns / 1e9:.3g} s: no tokenpath "
+            "stub behind this path paces it (timeouts needs one: `tokenpath stub` as the path's upstream)"
+        )
 
 
 async def survey_path(url: str, cfg: SurveyConfig, on_try: OnTry) -> PathLimits:
