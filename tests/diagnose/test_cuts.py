@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tokenpath.diagnose.cuts import CLOUD_LIMITS, Limit, lift_line, name_cut, path_cuts, split_target
+from tokenpath.diagnose.cuts import CLOUD_LIMITS, Limit, lift_line, name_cut, name_end, path_cuts, split_target
 from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 
 def test_a_known_proxys_fix_is_its_long_streams_line() -> None:
@@ -62,6 +63,33 @@ def test_a_silence_cut_by_the_total_limit_is_the_totals() -> None:
     assert [n.limit for n in named] == [Limit.TOTAL]
     alone = path_cuts(PathLimits("http://x", (idle,), None), "envoy")
     assert [n.limit for n in alone] == [Limit.IDLE_MID_STREAM]
+
+
+def test_one_observed_cut_is_named_from_its_timing() -> None:
+    silent_head = StreamEnd(EndKind.CUT_ERROR, BodyEnd.TRUNCATED, at_ns=60_010_000_000, since_last_byte_ns=None)
+    named = name_end(silent_head, "nginx")
+    assert named is not None
+    assert named.limit is Limit.IDLE_BEFORE_FIRST_BYTE
+    assert named.cut_s == 60.01
+    assert "proxy_read_timeout 3600s;" in named.fix
+    mid = StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, at_ns=75_000_000_000, since_last_byte_ns=60_000_000_000)
+    named = name_end(mid)
+    assert named is not None
+    assert named.limit is Limit.IDLE_MID_STREAM
+    assert "more often than every 60 s" in named.fix
+    assert "AWS Application Load Balancer" in named.fix
+    far = name_end(
+        StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, at_ns=140_000_000_000, since_last_byte_ns=130_000_000_000)
+    )
+    assert far is not None
+    assert "AWS" not in far.fix  # 60 s is no explanation for a cut at 130 s
+    total = StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, at_ns=15_000_000_000, since_last_byte_ns=200_000_000)
+    named = name_end(total, "envoy")
+    assert named is not None
+    assert named.limit is Limit.TOTAL
+    assert named.cut_s == 15.0
+    complete = StreamEnd(EndKind.COMPLETE, BodyEnd.CHUNKED, at_ns=1, since_last_byte_ns=0)
+    assert name_end(complete) is None
 
 
 def test_targets_may_name_their_proxy() -> None:

@@ -18,6 +18,7 @@ from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
+from tokenpath.wire.ending import StreamEnd
 
 
 class Limit(StrEnum):
@@ -131,10 +132,31 @@ def name_cut(found: LimitFound, proxy: str | None = None) -> CutName | None:
 
 
 def _near(found: LimitFound, default_s: float) -> bool:
-    """The default lies between what survived and what was cut, give or take 5 %."""
-    low = (found.longest_survived_s or 0.0) * 0.95
-    high = (found.shortest_cut_s or 0.0) * 1.05
+    """The default lies between what survived and what was cut, give or take 5 % (one cut seen: within 5 % of it)."""
+    cut = found.shortest_cut_s or 0.0
+    low = (found.longest_survived_s if found.longest_survived_s is not None else cut) * 0.95
+    high = cut * 1.05
     return low <= default_s <= high
+
+
+IDLE_SHARE = 0.5  # a cut that came after a silence this large a share of the stream's time was an idle timer's
+
+
+def name_end(end: StreamEnd, proxy: str | None = None) -> CutName | None:
+    """One observed cut named from its own timing (the hook diagnose's verdict calls on a stream it saw cut): no
+    byte before it, an idle limit before the first byte; a long silence before it, an idle limit mid-stream;
+    bytes until the moment it came, a total limit. The value is the one cut seen (nothing is known to survive);
+    `tokenpath timeouts` brackets it. None for a stream that was not cut."""
+    if not end.cut or end.at_ns is None:
+        return None
+    at_s = end.at_ns / 1e9
+    if end.since_last_byte_ns is None:
+        measure, value_s = Measure.FIRST_BYTE, at_s
+    elif end.since_last_byte_ns >= IDLE_SHARE * end.at_ns:
+        measure, value_s = Measure.MID_STREAM, end.since_last_byte_ns / 1e9
+    else:
+        measure, value_s = Measure.TOTAL, at_s
+    return name_cut(LimitFound(measure, None, round(value_s, 3), end, 1), proxy)
 
 
 def path_cuts(path: PathLimits, proxy: str | None = None) -> list[CutName]:
