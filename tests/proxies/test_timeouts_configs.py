@@ -64,6 +64,12 @@ def rendered(tmp_path: Path, proxy: str, variant: str, timeouts: StreamTimeouts 
     return config.read_text() + "\n" + " ".join(entry.command_line("bin", site, config))
 
 
+def test_varnishs_total_limit_is_named_in_its_config_too(tmp_path: Path) -> None:
+    entry = lookup("varnish")
+    site = Site(Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), tmp_path, entry.variant("stock"))
+    assert "-p send_timeout=600" in entry.write_config(site).read_text()  # the report shows the config file
+
+
 def test_every_proxy_with_a_table_row_is_in_the_catalogue() -> None:
     assert set(EXPECTED) <= set(catalogue())
 

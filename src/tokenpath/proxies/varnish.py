@@ -50,6 +50,7 @@ class Varnish(Proxy):
         )
         config = site.workdir / "default.vcl"
         config.write_text(f"""# tokenpath: stock reverse proxy; POST is passed by the built-in VCL
+# varnishd -p send_timeout={self._seconds(site, "total_s")} (a parameter on its command line: the total limit)
 vcl 4.1;
 backend default {{
   .host = "{site.upstream.host}";
