@@ -92,3 +92,10 @@ def test_the_keepalive_try_stays_inside_a_total_limit() -> None:
     assert keepalive_silence_s([idle, total], cfg) == 12.0
     close = LimitFound(Measure.TOTAL, 11.0, 11.5, None, 5)
     assert keepalive_silence_s([idle, close], cfg) is None  # cannot tell the two limits apart
+
+
+def test_the_hint_is_when_the_cut_came_from_the_request_not_from_the_last_byte() -> None:
+    # Stock nginx buffering: the held bytes arrive with the cut, 0.3 ms before it, 60 s into a 70 s silence.
+    end = StreamEnd(EndKind.CUT_ERROR, BodyEnd.TRUNCATED, at_ns=60_003_300_000, since_last_byte_ns=300_000)
+    assert hint_s(end) == pytest.approx(60.0033)
+    assert hint_s(None) is None

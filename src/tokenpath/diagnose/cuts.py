@@ -146,7 +146,9 @@ def name_end(end: StreamEnd, proxy: str | None = None) -> CutName | None:
     """One observed cut named from its own timing (the hook diagnose's verdict calls on a stream it saw cut): no
     byte before it, an idle limit before the first byte; a long silence before it, an idle limit mid-stream;
     bytes until the moment it came, a total limit. The value is the one cut seen (nothing is known to survive);
-    `tokenpath timeouts` brackets it. None for a stream that was not cut."""
+    `tokenpath timeouts` brackets it. None for a stream that was not cut. One observation cannot see through a
+    proxy that buffers: it hands over the held bytes with the cut (stock nginx at 60 s), which reads as a total
+    limit here; the survey's silences of different lengths tell the two apart."""
     if not end.cut or end.at_ns is None:
         return None
     at_s = end.at_ns / 1e9
