@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tokenpath.diagnose.bisect import MAX_ROUNDS, Bisection
-from tokenpath.diagnose.limits import LimitFound, Measure, SurveyConfig, keepalive_silence_s, pacing
+from tokenpath.diagnose.limits import LimitFound, Measure, SurveyConfig, hint_s, keepalive_silence_s, pacing
 from tokenpath.errors import UsageError
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 
 def run(search: Bisection, limit_s: float | None, hints: bool = True) -> int:
