@@ -37,7 +37,7 @@ def timeouts(
 ) -> None:
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
-    once, so a survey takes about twice the longest limit. Progress on stderr."""
+    once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr."""
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json

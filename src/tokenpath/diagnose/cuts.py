@@ -114,9 +114,10 @@ def name_cut(found: LimitFound, proxy: str | None = None) -> CutName | None:
     if found.shortest_cut_s is None:
         return None
     limit = LIMIT_OF[found.measure]
-    line = lift_line(proxy) if proxy else None
+    name = proxy.partition(":")[0] if proxy else None
+    line = lift_line(name) if name else None
     if line is not None:
-        fix = f"{proxy.partition(':')[0] if proxy else ''}: {line}"
+        fix = f"{name}: {line}"
     elif limit.idle:
         every = found.longest_survived_s if found.longest_survived_s is not None else found.shortest_cut_s
         fix = (

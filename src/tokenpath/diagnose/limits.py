@@ -7,8 +7,9 @@ stub behind the path making the silences and the long totals (its per-request ke
 - keep-alives: whether the format's keep-alive (`heartbeat_ms`) during a silence twice the mid-stream limit lets it
   through, i.e. whether they reset the path's idle timer. Measured, never assumed.
 
-Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about two
-of its longest limit (the first round's cut brackets the limit, the second confirms it), not their sum.
+Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about
+--max (the first round tries it: a path without a limit holds it that long) plus its longest limit (the first
+round's cut brackets each limit, the second confirms it), not the sum over paths.
 """
 
 from __future__ import annotations
