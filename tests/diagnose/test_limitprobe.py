@@ -12,7 +12,7 @@ import pytest
 
 from tokenpath.diagnose.limitprobe import Outcome, Target, run_stream
 from tokenpath.diagnose.limits import Measure, check_paced
-from tokenpath.errors import ConnectError, UsageError
+from tokenpath.errors import ConnectError, HTTPStatusError, UsageError
 from tokenpath.proxies.base import free_port
 from tokenpath.wire.ending import BodyEnd, EndKind
 
@@ -124,6 +124,16 @@ def test_a_whole_stream_far_shorter_than_asked_means_no_stub_paces_it() -> None:
         check_paced(target, 30.0, outcome)
     check_paced(target, 0.0001, outcome)  # as long as asked: fine
     assert Measure.TOTAL.words == "total length"
+
+
+def test_an_error_status_long_before_the_silence_ends_is_named_not_read_as_a_limit() -> None:
+    outcome = through(answers_504)
+    assert outcome.end is not None
+    assert "HTTP 504" in outcome.end.detail
+    with pytest.raises(HTTPStatusError, match="HTTP 504 instead of a stream"):
+        check_paced(Target.parse("http://127.0.0.1:1"), 30.0, outcome, min_s=1.0)
+    # Envoy's route timeout answers 504 at its limit, however long the silence asked: a limit, not an error.
+    check_paced(Target.parse("http://127.0.0.1:1"), 30.0, outcome, min_s=0.0001)
 
 
 def test_a_refused_connection_names_the_target() -> None:

@@ -81,6 +81,7 @@ async def _exchange(target: Target, request: bytes) -> Outcome:
     frames = frame_reader(API)
     seen: list[WireFrame] = []
     last_byte_ns: int | None = None
+    detail = ""
     try:
         writer.write(request)
         await writer.drain()
@@ -106,6 +107,7 @@ async def _exchange(target: Target, request: bytes) -> Outcome:
             head = parser.head
             if head is not None and head.status != 200:
                 how = BodyEnd.STATUS
+                detail = f"HTTP {head.status} instead of a stream"
                 break
             if parser.complete:
                 how = _normal_end(parser)
@@ -116,7 +118,8 @@ async def _exchange(target: Target, request: bytes) -> Outcome:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
     said = frames.last_word(seen) if seen else LastWord.NOTHING
-    return Outcome(classify_end(said, how, sent_ns=sent_ns, end_ns=end_ns, last_byte_ns=last_byte_ns))
+    end = classify_end(said, how, sent_ns=sent_ns, end_ns=end_ns, last_byte_ns=last_byte_ns, detail=detail)
+    return Outcome(end)
 
 
 def _normal_end(parser: ResponseParser) -> BodyEnd:

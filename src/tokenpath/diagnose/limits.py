@@ -22,8 +22,8 @@ from typing import Any
 
 from tokenpath.diagnose.bisect import Bisection
 from tokenpath.diagnose.limitprobe import Outcome, Target, run_stream
-from tokenpath.errors import UsageError
-from tokenpath.wire.ending import StreamEnd
+from tokenpath.errors import HTTPStatusError, UsageError
+from tokenpath.wire.ending import BodyEnd, StreamEnd
 
 MAX_TARGETS = 32  # x 3 measures x 3 tries a round: ~300 streams open at once, well inside one process's files
 DEFAULT_MIN_S = 1.0
@@ -169,7 +169,7 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
         for value, outcome in zip(values, outcomes, strict=True):
             tries += 1
             on_try(target.url, measure.value, value, outcome)
-            check_paced(target, value, outcome)
+            check_paced(target, value, outcome, cfg.min_s)
             search.record(value, outcome.survived, hint_s(outcome.end))
             if not outcome.survived:
                 cuts[value] = outcome.end
@@ -178,10 +178,14 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
     return LimitFound(measure, search.longest_survived_s, shortest, cuts.get(shortest) if shortest else None, tries)
 
 
-def check_paced(target: Target, value_s: float, outcome: Outcome) -> None:
+def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float = DEFAULT_MIN_S) -> None:
     """A stream that came through whole in much less than its silence was not paced by a stub: whatever answers
-    ignored the `tokenpath` keys, and every limit would read as none. Say so rather than report that."""
+    ignored the `tokenpath` keys, and every limit would read as none. An error status within half of --min is no
+    timer's either (a 404, a 401; a timer's 504 comes at its limit, which --min is below): every limit would read
+    as below --min. Say so rather than report either."""
     end = outcome.end
+    if end is not None and end.how is BodyEnd.STATUS and end.at_ns is not None and end.at_ns < min_s * 0.5e9:
+        raise HTTPStatusError(f"{target.url}: {end.detail} after {end.at_ns / 1e9:.3g} s, no timer's doing")
     if outcome.survived and end is not None and end.at_ns is not None and end.at_ns < value_s * PACED_SHARE * 1e9:
         raise UsageError(
             f"{target.url}: a stream asked for {value_s:g} s ended whole after {end.at_ns / 1e9:.3g} s: no tokenpath "
