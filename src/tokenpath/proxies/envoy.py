@@ -107,7 +107,7 @@ class Envoy(pinned.OnDemand):
         Variant(
             ENVOY_GATEWAY,
             "Envoy Gateway's defaults for an HTTPRoute: Envoy's 15 s route timeout and 5 min stream idle timeout",
-            "BackendTrafficPolicy: timeout.http.requestTimeout 15s, streamIdleTimeout 5m (unset)",
+            "HTTPRoute timeouts.request unset: route timeout 15s; stream_idle_timeout 5m",
         ),
     )
     stock_timeouts = StreamTimeouts(idle_s=STREAM_IDLE_S, total_s=ROUTE_TIMEOUT_S)
