@@ -41,21 +41,28 @@ def stub() -> Iterator[Endpoint]:
         yield upstream
 
 
-def frames_through(stub: Endpoint, name: str, variant: str) -> int:
-    """Frames a client got through `name:variant` with one-second limits (fewer than FRAMES: the path cut it)."""
+def frames_through(
+    stub: Endpoint,
+    name: str,
+    variant: str,
+    limits: StreamTimeouts = ONE_SECOND,
+    pacing: dict[str, object] = PACING,
+    frames: int = FRAMES,
+) -> int:
+    """Frames a client got through `name:variant` with tiny limits (fewer than asked for: the path cut it)."""
     proxy = catalogue()[name]
     if proxy.missing_reason():
         pytest.skip(f"{name}: {proxy.missing_reason()}")
     site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant))
-    site.timeouts = ONE_SECOND
+    site.timeouts = limits
     running = start(proxy, site)
     try:
-        cfg = ProbeConfig(url=running.url, extra_body=(("tokenpath", PACING),), idle_timeout_s=10)
+        cfg = ProbeConfig(url=running.url, extra_body=(("tokenpath", pacing),), idle_timeout_s=10)
         try:
             metrics = run_metrics(probe_stream(cfg))
         except TokenpathError:  # a reset, or an error the proxy answered in place of the stream
             return 0
-        return metrics.frames if metrics.status == 200 else 0
+        return min(metrics.frames, frames) if metrics.status == 200 else 0
     finally:
         running.stop()
 
@@ -64,3 +71,16 @@ def frames_through(stub: Endpoint, name: str, variant: str) -> int:
 def test_a_silence_longer_than_the_idle_limit_cuts_stock_and_long_streams_survives(stub: Endpoint, name: str) -> None:
     assert frames_through(stub, name, "stock") < FRAMES
     assert frames_through(stub, name, LONG_STREAMS) == FRAMES
+
+
+STEADY_FRAMES = 30
+STEADY = {"interval_ms": 100, "frame_bytes": 60, "tokens": STEADY_FRAMES, "format": "plain", "ttft_ms": 0}  # 3 s
+TOTAL_1_5_S = StreamTimeouts(total_s=1.5)
+TOTAL_LIMITED = ["envoy", "varnish", "traefik"]  # route timeout, send_timeout, the entry point's writeTimeout
+
+
+@pytest.mark.parametrize("name", TOTAL_LIMITED)
+def test_a_stream_longer_than_the_total_limit_cuts_stock_and_long_streams_survives(stub: Endpoint, name: str) -> None:
+    """A steady 3 s stream, never silent for more than 100 ms: only a total limit (1.5 s here) ends it early."""
+    assert frames_through(stub, name, "stock", TOTAL_1_5_S, STEADY, STEADY_FRAMES) < STEADY_FRAMES
+    assert frames_through(stub, name, LONG_STREAMS, TOTAL_1_5_S, STEADY, STEADY_FRAMES) == STEADY_FRAMES
