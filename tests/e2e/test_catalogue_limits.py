@@ -1,5 +1,5 @@
 """Issue 36 item 4: each proxy's stream limit is real, and its long_streams variant lifts it. The limits are made
-tiny through the Site (1 s), never by editing a stock value: a silence of 2.5 s mid-stream cuts the stock variant
+tiny through the Site (1 s), never by editing a stock value: a silence of 4 s mid-stream cuts the stock variant
 and passes through long_streams intact."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tokenpath.proxies.timeouts import LONG_STREAMS, StreamTimeouts
 pytestmark = pytest.mark.e2e
 
 FRAMES = 4
-SILENCE_MS = 2500  # after the first token: longer than the 1 s limit by a margin no loaded machine erases
+SILENCE_MS = 4000  # after the first token: past the 1 s limit by more than lighttpd's once-a-second check (cuts ~3 s)
 PACING = {
     "interval_ms": 20,
     "frame_bytes": 60,

@@ -8,7 +8,8 @@ from tokenpath.proxies.timeouts import LONG_STREAMS, whole_seconds
 MOD_OPENSSL = Path("/usr/lib/lighttpd/mod_openssl.so")
 # lighttpd's documented defaults (redmine.lighttpd.net/projects/lighttpd/wiki/Mod_proxy, host options since
 # 1.4.60): "connect-timeout", "write-timeout" and "read-timeout" 0, i.e. none: stock has no stream limit. A site's
-# own limits (tests) become "read-timeout" (seconds without a read from the backend); long_streams writes 0.
+# own limits (tests) become "read-timeout" (seconds without a read from the backend, checked once a second: a 1 s
+# limit cut a silence at ~3 s here); long_streams writes 0.
 STOCK_LIMITS_COMMENT = '# stock timeouts: none (mod_proxy "read-timeout" => 0, the default)'
 LONG_STREAMS_LINE = '"read-timeout" => 0'
 
