@@ -117,6 +117,9 @@ class ApiSpec:
     key_header: str | None = None  # the header an API key goes in; None: `Authorization: Bearer KEY`
     headers: tuple[tuple[str, str], ...] = ()  # request headers the format requires (Anthropic's version)
     aliases: tuple[str, ...] = ()  # other documented paths of the same API (routed as `route` is)
+    # The route also takes a WebSocket upgrade: a `response.create` message in, the stream's events out, one per
+    # message (OpenAI's Responses WebSocket mode); stub/websocket.py serves it, probe/wsstream.py measures it.
+    websocket: bool = False
 
     def path(self, model: str) -> str:
         return self.route.replace("{model}", model)

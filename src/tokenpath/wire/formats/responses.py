@@ -91,4 +91,7 @@ SPEC = ApiSpec(
     error_reply=openai.error_reply,
     error_frame=error_frame,
     stream_body=stream_body,
+    # developers.openai.com/api/reference/resources/responses/websocket-events: `response.create` carries the POST
+    # body's top-level fields (stream implied, background refused); the server events are the SSE stream's.
+    websocket=True,
 )
