@@ -27,6 +27,7 @@ def probe(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    transport: options.Transport = None,
     interval_ms: options.IntervalMs = None,
     heartbeat_ms: options.HeartbeatMs = None,
     reasoning_tokens: options.ReasoningTokens = None,
@@ -74,7 +75,7 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts. The
     stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
-    from tokenpath.axes import API
+    from tokenpath.axes import API, TRANSPORT
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.stream import probe_stream
@@ -111,11 +112,14 @@ def probe(
         accept_encoding=accept_encoding,
         http_version=HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
+        transport=TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default,
     )
     cfg.target  # noqa: B018 - validates the URL before anything is sent
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     if client == "chromium":
+        if cfg.transport != TRANSPORT.default:
+            raise UsageError("--transport websocket is the raw client's (--client raw)")
         return _probe_browser(cfg, runs, stub_url, json_out)
     runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
     probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)

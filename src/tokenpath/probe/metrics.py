@@ -10,6 +10,7 @@ from typing import Any
 from tokenpath.audit import StreamLog, added_ns
 from tokenpath.clock import ns_to_ms
 from tokenpath.probe.trace import H2Figures, Trace
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.stats import median, percentile
 from tokenpath.wire.apis import SPECS, Api
 
@@ -41,6 +42,7 @@ class RunMetrics:
     # "2" over HTTP/2 (probe --http2), with the stream's DATA frames and flow-control stalls (trace.H2Figures)
     http_version: str = "1.1"
     h2: H2Figures | None = None
+    ws: WsFigures | None = None  # over WebSocket (probe --transport websocket): the upgrade, the close
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
@@ -63,6 +65,7 @@ class RunMetrics:
             added_frame_delay_ms=dict(obj.get("added_frame_delay_ms") or {}),
             http_version=str(obj.get("http_version") or "1.1"),
             h2=H2Figures.from_json(obj["h2"]) if obj.get("h2") else None,
+            ws=WsFigures.from_json(obj["websocket"]) if obj.get("websocket") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -85,6 +88,7 @@ class RunMetrics:
             "added_frame_delay_ms": self.added_frame_delay_ms,
             **({"ttft_note": self.ttft_note} if self.ttft_note else {}),
             **({"h2": self.h2.to_json()} if self.h2 is not None else {}),
+            **({"websocket": self.ws.to_json()} if self.ws is not None else {}),
         }
 
 
@@ -162,6 +166,7 @@ def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
         added_frame_delay_ms=joined[1],
         http_version=trace.http_version,
         h2=trace.h2,
+        ws=trace.ws,
     )
 
 

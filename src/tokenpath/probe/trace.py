@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenpath.errors import ContentEncodingError
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
@@ -91,6 +92,7 @@ class Trace:
     content_encoding: str = "identity"  # the response's Content-Encoding as decoded ("gzip", "br", "gzip, br"...)
     http_version: str = "1.1"  # "2" over HTTP/2 (probe --http2): reads are then the reads that advanced this stream
     h2: H2Figures | None = None  # flow control and DATA frames, over HTTP/2
+    ws: WsFigures | None = None  # the upgrade, messages per read and the close, over WebSocket (probe/wsstream.py)
 
     @property
     def arrival_count(self) -> int:

@@ -40,7 +40,7 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.frame_protocol import CloseReason
-from wsproto.utilities import LocalProtocolError
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from tokenpath.wire.framing import find_header
 
@@ -55,6 +55,7 @@ __all__ = [
     "Upgraded",
     "WebSocketEndpoint",
     "WebSocketLimits",
+    "WsEvent",
     "accept_token",
     "is_websocket_offer",
     "switching_protocols",
@@ -237,19 +238,30 @@ class WebSocketEndpoint:
         """The events these bytes complete; b"" is the socket's end."""
         if self.closed is not None and self._conn.state is ConnectionState.CLOSED:
             return []
+        out: list[WsEvent] = []
         try:
             self._conn.receive_data(data if data else None)
+            for event in self._conn.events():
+                self._handle(event, t_ns, out)
+                if isinstance(event, CloseConnection) or self._limit_closed(out):
+                    break  # nothing after a close is read
         except LocalProtocolError:
-            return []
-        out: list[WsEvent] = []
-        for event in self._conn.events():
-            self._handle(event, t_ns, out)
-            if self._conn.state is ConnectionState.CLOSED or self._limit_closed(out):
-                break
+            return out
+        except RemoteProtocolError as exc:  # a client's handshake: a malformed answer, a 101 with a wrong accept
+            if self.upgraded:
+                raise
+            self.closed = Closed(CLOSE_ABNORMAL, str(exc), by_peer=True)
+            return [*out, UpgradeRefused(0, (), str(exc).encode())]  # 0: no valid answer (wsproto's hint is a guess)
         if not data and self._rejected is not None:
             out.append(UpgradeRefused(*self._rejected, bytes(self._reject_body)))
             self._rejected = None
         return out
+
+    def pending_refusal(self) -> UpgradeRefused | None:
+        """A refused upgrade whose body is still arriving: its head and the body so far (the caller may not wait)."""
+        if self._rejected is None:
+            return None
+        return UpgradeRefused(*self._rejected, bytes(self._reject_body))
 
     def _limit_closed(self, out: list[WsEvent]) -> bool:
         return bool(out) and isinstance(out[-1], Closed) and not out[-1].by_peer
