@@ -1,0 +1,96 @@
+"""The Responses WebSocket mode through real proxies (issue 38 item 1): the real stub behind nginx, the probe's
+WebSocket client in front. Stock nginx does not carry the upgrade (it drops the hop-by-hop Upgrade and Connection
+headers and speaks HTTP/1.0 upstream, so the stub sees a plain GET): the probe reports the status that came instead
+of 101. nginx's documented WebSocket lines carry it, and the stream arrives one event per message, intact."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import stub_upstream
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.metrics import RunMetrics, run_metrics
+from tokenpath.probe.stream import probe_stream
+from tokenpath.proxies import catalogue
+from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.wire.apis import Api
+
+pytestmark = pytest.mark.e2e
+
+TOKENS = 8
+PACING = {"interval_ms": 30, "tokens": TOKENS, "ttft_ms": 20}
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[Endpoint]:
+    with stub_upstream() as upstream:
+        yield upstream
+
+
+def started(stub: Endpoint, name: str, variant: str) -> RunningProxy:
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    return start(proxy, Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant)))
+
+
+def ws_run(url: str) -> RunMetrics:
+    cfg = ProbeConfig(
+        url=url,
+        api=Api.RESPONSES,
+        transport="websocket",
+        first_byte_timeout_s=10,
+        extra_body=(("tokenpath", PACING),),
+    )
+    trace = probe_stream(cfg)
+    deltas = [f for f in trace.frames if b"response.output_text.delta" in f.frame.raw]
+    assert len(deltas) in (0, TOKENS)  # none (not carried) or every one: never a part
+    for f in deltas:
+        assert json.loads(f.frame.data or b"{}")["type"] == "response.output_text.delta"
+    return run_metrics(trace)
+
+
+def test_direct_the_stub_streams_over_websocket(stub: Endpoint) -> None:
+    metrics = ws_run(f"http://{stub.hostport}")
+    assert metrics.ws is not None
+    assert metrics.ws.upgraded
+    assert metrics.ws.final_event
+
+
+def test_stock_nginx_does_not_carry_the_upgrade_and_the_probe_says_so(stub: Endpoint) -> None:
+    running = started(stub, "nginx", "stock")
+    try:
+        metrics = ws_run(running.url)
+    finally:
+        running.stop()
+    ws = metrics.ws
+    assert ws is not None
+    assert not ws.upgraded
+    assert ws.upgrade_status == 405  # the stub saw a plain GET on its POST route
+    assert "not carried" in ws.note
+    assert metrics.ttft_ms is None
+
+
+def test_nginx_with_its_websocket_lines_carries_the_stream(stub: Endpoint) -> None:
+    running = started(stub, "nginx", "websocket")
+    try:
+        metrics = ws_run(running.url)
+        sse = run_metrics(
+            probe_stream(
+                ProbeConfig(
+                    url=running.url, api=Api.RESPONSES, first_byte_timeout_s=10, extra_body=(("tokenpath", PACING),)
+                )
+            )
+        )
+    finally:
+        running.stop()
+    ws = metrics.ws
+    assert ws is not None
+    assert ws.upgraded
+    assert ws.final_event
+    assert ws.close_code == 1000
+    assert metrics.ttft_ms is not None
+    assert metrics.frames == sse.frames  # the same events as the SSE stream through the same variant
