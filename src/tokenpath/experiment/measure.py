@@ -30,14 +30,29 @@ class RunRecord:
 
     @property
     def included(self) -> bool:
+        if self.transport_failure:
+            return False
         if not self.audited:
             return self.metrics is not None and not self.error
         return self.metrics is not None and self.audit is not None and self.audit.passed
 
     @property
+    def transport_failure(self) -> str:
+        """Over WebSocket: the upgrade the path did not carry, or a close that cut the stream ("" otherwise)."""
+        ws = self.metrics.ws if self.metrics is not None else None
+        return ws.note if ws is not None else ""
+
+    @property
+    def upgrade_refused(self) -> bool:
+        ws = self.metrics.ws if self.metrics is not None else None
+        return ws is not None and not ws.upgraded
+
+    @property
     def exclusion_reason(self) -> str | None:
         if self.error:
             return f"probe failed: {self.error}"
+        if self.transport_failure:
+            return self.transport_failure  # before the audit: the stub never saw a WebSocket request
         if not self.audited:
             return None if self.metrics is not None else "probe failed: no trace"
         if self.audit is None:
