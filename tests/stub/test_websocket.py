@@ -215,3 +215,24 @@ def test_an_offer_the_stub_cannot_take_is_an_http_answer(start_stub: StartStub) 
     chat_offer = offer.replace("/v1/responses", "/v1/chat/completions")
     chat = exchange(stub.port, chat_offer.format(key=key, version="13").encode())
     assert chat.startswith(b"HTTP/1.1 405")  # a route without WebSocket mode: its POST-only answer, then closed
+
+
+def test_the_openai_sdk_s_websocket_mode_streams_from_the_stub(start_stub: StartStub) -> None:
+    """The official SDK's `client.responses.connect()` (openai >= 2.22): its parser takes every event the stub sends."""
+    openai = pytest.importorskip("openai")
+    if not hasattr(openai.OpenAI(api_key="x").responses, "connect"):
+        pytest.skip(f"openai {openai.__version__} has no Responses WebSocket mode")
+    stub = start_stub(tokens=4, interval_ms=5, ttft_ms=0)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{stub.port}/v1", api_key="x", timeout=10)
+    with client.responses.connect() as conn:
+        conn.response.create(model="m", input="hi")
+        types, text = [], ""
+        for event in conn:
+            types.append(event.type)
+            if event.type == "response.output_text.delta":
+                text += event.delta
+            if event.type == "response.completed":
+                break
+    assert types[0] == "response.created"
+    assert types.count("response.output_text.delta") == 4
+    assert text.split() == ["alpha0", "bravo1", "charlie2", "delta3"]
