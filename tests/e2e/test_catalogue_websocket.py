@@ -1,7 +1,8 @@
 """The Responses WebSocket mode through real proxies (issue 38 item 1): the real stub behind nginx, the probe's
 WebSocket client in front. Stock nginx does not carry the upgrade (it drops the hop-by-hop Upgrade and Connection
 headers and speaks HTTP/1.0 upstream, so the stub sees a plain GET): the probe reports the status that came instead
-of 101. nginx's documented WebSocket lines carry it, and the stream arrives one event per message, intact."""
+of 101 (stock Envoy refuses it: 403). nginx's and Envoy's documented WebSocket lines carry it, as HAProxy and Caddy
+do on their stock configs, and the stream arrives one event per message, intact."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ def started(stub: Endpoint, name: str, variant: str) -> RunningProxy:
     if proxy.missing_reason():
         pytest.skip(f"{name}: {proxy.missing_reason()}")
     return start(proxy, Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant)))
+
+
+def _sse_cfg(url: str) -> ProbeConfig:
+    return ProbeConfig(url=url, api=Api.RESPONSES, first_byte_timeout_s=10, extra_body=(("tokenpath", PACING),))
 
 
 def ws_run(url: str) -> RunMetrics:
@@ -80,9 +85,13 @@ def test_a_stock_proxy_does_not_carry_the_upgrade_and_the_probe_says_so(stub: En
     assert metrics.ttft_ms is None
 
 
-@pytest.mark.parametrize("name", ["nginx", "envoy"])
-def test_a_proxy_with_its_documented_websocket_lines_carries_the_stream(stub: Endpoint, name: str) -> None:
-    running = started(stub, name, "websocket")
+# nginx and Envoy with their documented lines; HAProxy and Caddy carry an upgrade on their stock configs.
+CARRIED = [("nginx", "websocket"), ("envoy", "websocket"), ("haproxy", "stock"), ("caddy-2.11", "stock")]
+
+
+@pytest.mark.parametrize(("name", "variant"), CARRIED)
+def test_a_path_that_carries_the_upgrade_streams_every_event(stub: Endpoint, name: str, variant: str) -> None:
+    running = started(stub, name, variant)
     try:
         metrics = ws_run(running.url)
         sse = run_metrics(
@@ -101,3 +110,17 @@ def test_a_proxy_with_its_documented_websocket_lines_carries_the_stream(stub: En
     assert ws.close_code == 1000
     assert metrics.ttft_ms is not None
     assert metrics.frames == sse.frames  # the same events as the SSE stream through the same variant
+
+
+def test_stock_haproxy_bursts_the_sse_stream_but_tunnels_the_websocket_one(stub: Endpoint) -> None:
+    """After a 101 HAProxy is a tunnel: its flush rule for HTTP bodies (a full segment or ~200 ms) no longer applies."""
+    running = started(stub, "haproxy", "stock")
+    try:
+        ws = ws_run(running.url)
+        sse = run_metrics(probe_stream(_sse_cfg(running.url)))
+    finally:
+        running.stop()
+    assert sse.frames_per_read is not None
+    assert ws.frames_per_read is not None
+    assert sse.frames_per_read >= 4  # held and released in bursts
+    assert ws.frames_per_read < 2  # each event alone (the lead events leave together, as direct)
