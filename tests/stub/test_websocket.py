@@ -236,3 +236,23 @@ def test_the_openai_sdk_s_websocket_mode_streams_from_the_stub(start_stub: Start
     assert types[0] == "response.created"
     assert types.count("response.output_text.delta") == 4
     assert text.split() == ["alpha0", "bravo1", "charlie2", "delta3"]
+
+
+def test_a_message_sent_with_the_upgrade_request_is_not_lost(start_stub: StartStub) -> None:
+    """A client that does not wait for the 101 (the bytes after the offer, held by the server core, reach the
+    session): the response streams."""
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
+    key = base64.b64encode(os.urandom(16)).decode()
+    offer = (
+        "GET /v1/responses HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=5) as sock:
+        sock.sendall(offer + _frame(1, json.dumps(CREATE).encode()))
+        data = b""
+        while b"response.completed" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 101")
+    assert data.count(b"response.output_text.delta") == 2
