@@ -18,6 +18,7 @@ from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.trace import TraceLimits
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
@@ -204,3 +205,19 @@ def test_a_message_re_framed_is_the_sse_event_it_mirrors() -> None:
     assert sse_event('{"type":"response.created"}') == b'event: response.created\ndata: {"type":"response.created"}\n\n'
     assert sse_event("not json") == b"data: not json\n\n"
     assert sse_event('{"type":"a\\nb"}') == b'data: {"type":"a\\nb"}\n\n'  # a name that would break the event
+
+
+def test_a_message_past_the_trace_s_event_bound_is_closed_1009_and_reported_as_a_cut() -> None:
+    def huge(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept(key))
+        _wait_create(conn)
+        payload = json.dumps({**DELTA, "delta": "x" * 5000}).encode()
+        conn.sendall(bytes([0x81, 126]) + len(payload).to_bytes(2, "big") + payload)
+        conn.recv(64)  # the client's close
+
+    for url in _scripted(huge):
+        ws = run_metrics(probe_stream(_ws_cfg(url), limits=TraceLimits(event_bytes=4096))).ws
+    assert ws is not None
+    assert ws.cut
+    assert ws.close_code == 1009
+    assert ws.closed_by == "client"

@@ -89,7 +89,10 @@ def probe_ws(
     headers, body = request_parts(cfg, stream_id)
     body.pop("stream", None)  # implied over WebSocket (OpenAI: "should not be sent")
     create = json.dumps({"type": CREATE_EVENT, **body}, separators=(",", ":"))
-    ws = WebSocketEndpoint.client(target.host_header, target.path, headers, ws_limits or WebSocketLimits())
+    # One message is one event: the trace's bound on one event is the bound on one message (response.completed
+    # carries the whole answer, larger than a request's 1 MiB).
+    ws_limits = ws_limits or WebSocketLimits(max_message_bytes=limits.event_bytes)
+    ws = WebSocketEndpoint.client(target.host_header, target.path, headers, ws_limits)
     started = clock()
     try:
         transport = connect(target, cfg)
