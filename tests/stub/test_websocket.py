@@ -18,6 +18,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from tests.helpers import exchange, post
 from tokenpath.audit import stream_label
+from tokenpath.stub import websocket as stub_websocket
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.websocket import MAX_MESSAGE_BYTES, PING_BURST
@@ -256,3 +257,11 @@ def test_a_message_sent_with_the_upgrade_request_is_not_lost(start_stub: StartSt
             data += chunk
     assert data.startswith(b"HTTP/1.1 101")
     assert data.count(b"response.output_text.delta") == 2
+
+
+def test_a_silent_session_is_closed_1001(start_stub: StartStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stub_websocket, "IDLE_S", 0.3)
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
+    with _raw_upgrade(stub.port) as sock:
+        sock.settimeout(10)
+        assert _close_code(_read_all(sock)) == 1001

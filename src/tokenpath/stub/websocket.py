@@ -21,6 +21,7 @@ from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request
 from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.websocket import (
+    CLOSE_GOING_AWAY,
     CLOSE_NORMAL,
     Closed,
     MessageReceived,
@@ -31,6 +32,10 @@ from tokenpath.wire.websocket import (
 __all__ = ["FrameWriter", "MessageWriter", "StartResponse", "WebSocketSession", "sse_data"]
 
 CREATE = "response.create"
+# A session with no response streaming and no frame from the client for this long is closed (1001, going away), as
+# an idle HTTP connection is after wire/limits.py's request timeout: a client that upgrades and goes silent does not
+# hold a socket for ever. Any frame (a ping too) is activity: agents keep a socket open between turns with pings.
+IDLE_S = 60.0
 
 
 class FrameWriter(Protocol):
@@ -78,13 +83,16 @@ class WebSocketSession(asyncio.Protocol):
         self._ws = WebSocketEndpoint.server(limits or WebSocketLimits())
         self._transport: asyncio.Transport | None = None
         self._current: MessageWriter | None = None
+        self._idle: asyncio.TimerHandle | None = None
         self.responses = 0
 
     # asyncio protocol -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        self._arm_idle()
 
     def data_received(self, data: bytes) -> None:
+        self._arm_idle()
         events = self._ws.receive(data, self._clock())
         self._flush()
         for event in events:
@@ -98,6 +106,8 @@ class WebSocketSession(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
         current, self._current = self._current, None
         if current is not None and current.on_abort is not None:
             current.on_abort()
@@ -113,6 +123,7 @@ class WebSocketSession(asyncio.Protocol):
     def response_done(self, writer: MessageWriter) -> None:
         if writer is self._current:
             self._current = None
+            self._arm_idle()
 
     # internals --------------------------------------------------------------------------------------
     def _on_message(self, text: str) -> None:
@@ -158,10 +169,22 @@ class WebSocketSession(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
-    def close(self) -> None:
-        """Ours: a going-away close frame, then the socket."""
-        self.write(self._ws.close(CLOSE_NORMAL))
+    def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        """Ours: a close frame, then the socket."""
+        self.write(self._ws.close(code, reason))
         self._close()
+
+    def _arm_idle(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.get_running_loop().call_later(IDLE_S, self._idle_expired)
+
+    def _idle_expired(self) -> None:
+        self._idle = None
+        if self._current is not None:  # a response is streaming: its own pacing bounds it
+            self._arm_idle()
+            return
+        self.close(CLOSE_GOING_AWAY, f"idle for {IDLE_S:g} s")
 
 
 def _without_stream_header(request: Request) -> Request:
