@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +16,10 @@ from tests.helpers import stub_upstream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import RunMetrics, run_metrics
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.transport import TLSOptions
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.serve.tlscert import self_signed
 from tokenpath.wire.apis import Api
 
 pytestmark = pytest.mark.e2e
@@ -124,3 +127,28 @@ def test_stock_haproxy_bursts_the_sse_stream_but_tunnels_the_websocket_one(stub:
     assert ws.frames_per_read is not None
     assert sse.frames_per_read >= 4  # held and released in bursts
     assert ws.frames_per_read < 2  # each event alone (the lead events leave together, as direct)
+
+
+def test_over_tls_the_upgrade_is_carried_the_same_way(stub: Endpoint, tmp_path: Path) -> None:
+    """wss://: the probe's TLS (ALPN http/1.1: an upgrade is HTTP/1.1's), nginx terminating it."""
+    tls = self_signed(tmp_path, ["127.0.0.1"])
+    proxy = catalogue()["nginx"]
+    if proxy.missing_reason():
+        pytest.skip(f"nginx: {proxy.missing_reason()}")
+    site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir("nginx"), proxy.variant("websocket"), tls)
+    running = start(proxy, site)
+    try:
+        cfg = ProbeConfig(
+            url=running.url,
+            api=Api.RESPONSES,
+            transport="websocket",
+            tls=TLSOptions(cacert=str(tls.cert)),
+            extra_body=(("tokenpath", PACING),),
+        )
+        metrics = run_metrics(probe_stream(cfg))
+    finally:
+        running.stop()
+    assert running.url.startswith("https://")
+    assert metrics.ws is not None
+    assert metrics.ws.upgraded
+    assert metrics.ws.final_event
