@@ -9,7 +9,10 @@ import contextlib
 import hashlib
 import json
 import socket
+import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import pytest
 
@@ -221,3 +224,36 @@ def test_a_message_past_the_trace_s_event_bound_is_closed_1009_and_reported_as_a
     assert ws.cut
     assert ws.close_code == 1009
     assert ws.closed_by == "client"
+
+
+def test_a_path_that_closes_on_the_offer_is_a_failed_upgrade() -> None:
+    def hang_up(conn: socket.socket, key: str) -> None:
+        conn.shutdown(socket.SHUT_RDWR)
+
+    for url in _scripted(hang_up):
+        ws = run_metrics(probe_stream(_ws_cfg(url))).ws
+    assert ws is not None
+    assert not ws.upgraded
+    assert ws.upgrade_status == 0
+    assert "closed without an answer" in ws.note
+
+
+def test_a_refusal_whose_body_never_ends_is_reported_without_waiting_for_it() -> None:
+    """A path that answers the GET with a stream of its own: its head is the answer; its body is read for a second
+    (REFUSAL_BODY_S), never to the first-byte timeout."""
+    release = threading.Event()
+
+    def stream_instead(conn: socket.socket, key: str) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conn.sendall(b"9\r\ndata: x\n\n\r\n")
+        release.wait(60)
+
+    for url in _scripted(stream_instead):
+        started = time.monotonic()
+        ws = run_metrics(probe_stream(replace(_ws_cfg(url), first_byte_timeout_s=60))).ws
+        elapsed = time.monotonic() - started
+        release.set()
+    assert ws is not None
+    assert ws.upgrade_status == 200
+    assert "data: x" in ws.refused_body
+    assert elapsed < 30  # about REFUSAL_BODY_S; the bound is the 60 s timeout it must not wait for

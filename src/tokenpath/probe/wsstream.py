@@ -19,7 +19,7 @@ from collections.abc import Callable
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectTimeout, NetworkError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_parts, timeout_error
-from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
+from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.wire.apis import SPECS, Api, api_names
@@ -29,6 +29,7 @@ from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import frame_reader
 from tokenpath.wire.websocket import (
     CLOSE_NORMAL,
+    CLOSED_UNANSWERED,
     Closed,
     MessageReceived,
     PingReceived,
@@ -141,27 +142,17 @@ class _WsRun:
     def run(self, create: str) -> Trace:
         self.transport.sendall(self.ws.data_to_send())
         upgrade_sent = self.clock()
-        answer, after = self._upgrade(upgrade_sent)
-        upgrade_ms = (self.clock() if answer is None else answer[1] - upgrade_sent) / 1e6
+        answer, answered_at, after = self._upgrade(upgrade_sent)
+        upgrade_ms = (answered_at - upgrade_sent) / 1e6
         trace = self.rec.trace
-        if answer is None or isinstance(answer[0], UpgradeRefused):
-            refused = answer[0] if answer is not None else None
-            status = refused.status if isinstance(refused, UpgradeRefused) else 0
-            body = refused.body[:300].decode("utf-8", "replace").strip() if isinstance(refused, UpgradeRefused) else ""
-            headers = refused.headers if isinstance(refused, UpgradeRefused) else ()
-            trace.head = ResponseHead(status, "1.1", headers, Framing.NONE, keep_alive=False)
-            trace.t_sent_ns = upgrade_sent
-            trace.t_end_ns = self.clock()
-            trace.ws = WsFigures(False, status, upgrade_ms, refused_body=body)
-            return trace
-        upgraded = answer[0]
-        assert isinstance(upgraded, Upgraded)
-        trace.head = ResponseHead(101, "1.1", upgraded.headers, Framing.NONE, keep_alive=False)
+        if not isinstance(answer, Upgraded):
+            return self._refused(answer, upgrade_sent, upgrade_ms)
+        trace.head = ResponseHead(101, "1.1", answer.headers, Framing.NONE, keep_alive=False)
         message = self.ws.send_text(create)
         trace.t_sent_ns = self.clock()  # before the write: a stub in this process may answer before it returns
         self.transport.sendall(message)
         if after:
-            self._events(answer[1], 0, after)
+            self._events(answered_at, 0, after)
         self._stream()
         trace.ws = WsFigures(
             upgraded=True,
@@ -176,26 +167,38 @@ class _WsRun:
         )
         return trace
 
-    def _upgrade(self, sent: int) -> tuple[tuple[Upgraded | UpgradeRefused, int] | None, list[WsEvent]]:
-        """Reads until the answer to the offer: (it, when its head's read returned) and the events after it in that
-        read; None when the socket ended first. A refusal's body is read for REFUSAL_BODY_S at most."""
+    def _refused(self, answer: UpgradeRefused | None, sent: int, upgrade_ms: float) -> Trace:
+        """The path answered the offer with something else than a valid 101 (or closed without an answer): the
+        trace carries that answer's status and head, and no frame."""
+        refused = answer or UpgradeRefused(0, (), CLOSED_UNANSWERED)
+        trace = self.rec.trace
+        trace.head = ResponseHead(refused.status, "1.1", refused.headers, Framing.NONE, keep_alive=False)
+        trace.t_sent_ns = sent
+        trace.t_end_ns = self.clock()
+        body = refused.body[:ERROR_BODY_PREVIEW].decode("utf-8", "replace").strip()
+        trace.ws = WsFigures(False, refused.status, upgrade_ms, refused_body=body)
+        return trace
+
+    def _upgrade(self, sent: int) -> tuple[Upgraded | UpgradeRefused | None, int, list[WsEvent]]:
+        """Reads until the answer to the offer: it (None when the socket ended first), when the read that brought
+        its head returned, and the events after it in that read. A refusal's body is read for REFUSAL_BODY_S."""
         phase_by = sent + int(self.cfg.first_byte_timeout_s * 1e9)
         refused_at: int | None = None
         while True:
             try:
                 data, t = self._recv(phase_by, first=refused_at is None)
-            except TimeoutError:
+            except TimeoutError:  # the refusal's body took longer than REFUSAL_BODY_S: what came of it will do
                 data, t = b"", self.clock()
             events = self.ws.receive(data, t) if data or refused_at is None else []
             for i, event in enumerate(events):
                 if isinstance(event, Upgraded | UpgradeRefused):
-                    return (event, refused_at or t), events[i + 1 :]
+                    return event, refused_at or t, events[i + 1 :]
             held = self.ws.pending_refusal()
             if held is not None and refused_at is None:
                 refused_at = t
                 phase_by = min(phase_by, t + int(REFUSAL_BODY_S * 1e9))
             if not data or (held is not None and self.clock() >= phase_by):
-                return ((held, refused_at or t) if held is not None else None), []
+                return held, refused_at or t, []
 
     def _stream(self) -> None:
         idle_ns = int(self.cfg.idle_timeout_s * 1e9)

@@ -76,6 +76,7 @@ MAX_FRAGMENTS = 1024  # frames in one message: a message split into 1-byte frame
 PING_BURST = 100  # pings answered at once ...
 PINGS_PER_S = 10  # ... and refilled at this rate; a flood past them closes with 1008 rather than queue pongs
 MAX_UPGRADE_HEAD_BYTES = 64 << 10  # a refused upgrade's head and the body bytes kept of it
+CLOSED_UNANSWERED = b"the connection closed without an answer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +240,9 @@ class WebSocketEndpoint:
         if self.closed is not None and self._conn.state is ConnectionState.CLOSED:
             return []
         out: list[WsEvent] = []
+        if not data and not self.upgraded and self._rejected is None:  # the peer hung up on the offer
+            self.closed = Closed(CLOSE_ABNORMAL, "", by_peer=True)
+            return [UpgradeRefused(0, (), CLOSED_UNANSWERED)]
         try:
             self._conn.receive_data(data if data else None)
             for event in self._conn.events():
