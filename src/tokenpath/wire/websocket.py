@@ -45,6 +45,7 @@ from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 from tokenpath.wire.framing import find_header
 
 __all__ = [
+    "CLOSED_UNANSWERED",
     "CLOSE_GOING_AWAY",
     "CLOSE_NORMAL",
     "Closed",
