@@ -19,8 +19,9 @@ import pytest
 from tests.helpers import BackgroundLoop, accept_each
 from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
-from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.metrics import probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.table import probe_table
 from tokenpath.probe.trace import TraceLimits
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.stub.config import StubConfig
@@ -72,6 +73,8 @@ def test_a_stream_over_websocket_is_measured_and_joins_the_stub_s_writes(start_s
     assert metrics.ttft_ms >= 39  # TTFT from the response.create, to the first output_text.delta
     assert metrics.added_ttft_ms is not None  # frame k is write k: the join holds over WebSocket too
     assert json.loads(json.dumps(metrics.to_json()))["websocket"]["messages"] == ws.messages
+    table = probe_table(probe_results(stub.url, [metrics], Api.RESPONSES))
+    assert f"run 1: WebSocket: 101 in {ws.upgrade_ms:.1f} ms, {ws.messages} messages" in str(table.caption)
 
 
 def test_the_websocket_needs_a_format_with_a_websocket_mode_and_http_1_1() -> None:

@@ -114,12 +114,12 @@ def probe(
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
         transport=TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default,
     )
+    if client == "chromium" and cfg.transport != TRANSPORT.default:
+        raise UsageError("--transport websocket is the raw client's (--client raw)")
     cfg.target  # noqa: B018 - validates the URL before anything is sent
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     if client == "chromium":
-        if cfg.transport != TRANSPORT.default:
-            raise UsageError("--transport websocket is the raw client's (--client raw)")
         return _probe_browser(cfg, runs, stub_url, json_out)
     runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
     probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)

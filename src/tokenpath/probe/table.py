@@ -6,7 +6,6 @@ from rich.table import Table
 
 from tokenpath.probe.metrics import ProbeResults
 from tokenpath.probe.trace import H2Figures
-from tokenpath.probe.wsfigures import WsFigures
 
 
 def fmt(value: object, digits: int = 1) -> str:
@@ -42,11 +41,6 @@ def probe_table(results: ProbeResults) -> Table:
         table.add_column("DATA/read", justify="right")
         table.add_column("stalls", justify="right")
         table.add_column("stall ms", justify="right")
-    ws = [r.ws for r in results.runs if r.ws is not None]
-    if ws:  # --transport websocket: the upgrade, the coalescing of messages, the close
-        table.title = f"{table.title} over WebSocket"
-        for col in ("upgrade", "upgrade ms", "msgs/read", "final event", "close"):
-            table.add_column(col, justify="right")
     if joined:  # --stub-url: what the path added, from the stub's write log
         table.add_column("added TTFT ms", justify="right")
         table.add_column("frame added p50/p99", justify="right")
@@ -69,23 +63,14 @@ def probe_table(results: ProbeResults) -> Table:
             fmt(gaps.get("max")),
             " ".join(f"{k}x{v}" for k, v in sorted(r.bursts.items())),
             fmt(r.total_ms),
+            *(added if joined else []),
             *(_h2_cells(r.h2) if h2 else []),
-            *(_ws_cells(r.ws) if ws else []),
-            *(added if joined else []),  # in the columns' order
         )
     notes = [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
-    notes += [f"run {i}: {r.ws.note}" for i, r in enumerate(results.runs, 1) if r.ws is not None and r.ws.note]
+    notes += [f"run {i}: {r.ws.summary}" for i, r in enumerate(results.runs, 1) if r.ws is not None]
     if notes:
         table.caption = "\n".join(notes)  # why a run has no TTFT (another API format, an error, no content)
     return table
-
-
-def _ws_cells(ws: WsFigures | None) -> list[str]:
-    if ws is None:
-        return ["-"] * 5
-    close = "-" if ws.close_code is None else f"{ws.close_code} ({ws.closed_by})"
-    final = "yes" if ws.final_event else "no"
-    return [str(ws.upgrade_status), fmt(ws.upgrade_ms), fmt(ws.messages_per_read, 2), final, close]
 
 
 def _h2_cells(h2: H2Figures | None) -> list[str]:

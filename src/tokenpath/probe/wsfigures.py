@@ -47,6 +47,19 @@ class WsFigures:
             return f"WebSocket closed ({self.close_code}) before the final event: cut"
         return ""
 
+    @property
+    def summary(self) -> str:
+        """One line for the probe's table: what WebSocket added to the stream's figures."""
+        if self.note:
+            return self.note
+        per_read = "-" if self.messages_per_read is None else f"{self.messages_per_read:.2f}"
+        final = "the final event" if self.final_event else "no final event"
+        close = "open" if self.close_code is None else f"close {self.close_code} ({self.closed_by})"
+        return (
+            f"WebSocket: 101 in {self.upgrade_ms:.1f} ms, {self.messages} messages, {per_read} per read, "
+            f"{final}, {close}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "upgraded": self.upgraded,
