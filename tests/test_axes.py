@@ -33,6 +33,7 @@ SET: dict[str, Any] = {
     "api": Api.ANTHROPIC,
     "http_version": HttpVersion.HTTP2,
     "h2_window": "browser",
+    "transport": "websocket",
     "accept_encoding": "gzip",
     "stub_headers": (("X-Accel-Buffering", "no"),),
     "heartbeat_ms": 15000.0,
@@ -53,8 +54,8 @@ def test_the_condition_has_one_field_per_axis_with_the_axis_default() -> None:
 
 def test_each_axis_says_itself_in_the_label() -> None:
     """A label is for people, but it must still tell two conditions apart: every axis moved off its default (where
-    it applies: over HTTP/2, with a pause) changes it."""
-    base = replace(DEFAULT_CONDITION, http_version=HttpVersion.HTTP2, pause_ms=100.0)
+    it applies: over HTTP/2, with a pause, in a format with a WebSocket mode) changes it."""
+    base = replace(DEFAULT_CONDITION, http_version=HttpVersion.HTTP2, pause_ms=100.0, api=Api.RESPONSES)
     for axis in AXES:
         moved, unmoved = replace(base, **{axis.field: SET[axis.field]}), replace(base, **{axis.field: axis.default})
         assert moved.label != unmoved.label, axis.key

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, response_headers
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY, expand_accept_encoding
-from tokenpath.wire.apis import Api, parse_api
+from tokenpath.wire.apis import SPECS, Api, parse_api
+from tokenpath.wire.carrier import SSE, TRANSPORTS
 from tokenpath.wire.httpversion import HttpVersion, parse_http_version
 
 if TYPE_CHECKING:
@@ -177,6 +178,12 @@ def _accept_encoding(value: object) -> str:
     return IDENTITY if text.lower() == IDENTITY else expand_accept_encoding(text)
 
 
+def _transport(value: object) -> str:
+    if value not in TRANSPORTS:
+        raise ValueError(f"{value!r}: choose {' or '.join(TRANSPORTS)}")
+    return str(value)
+
+
 def _h2_window(value: object) -> str:
     """The windows as stated ("default", "browser", BYTES, STREAM:CONNECTION), checked and in their one spelling."""
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -305,6 +312,25 @@ H2_WINDOW: Axis[str] = Axis(
         says='the client\'s HTTP/2 windows need client_http = ["2"] (or both)',
     ),
 )
+TRANSPORT: Axis[str] = Axis(
+    key="transport",
+    field="transport",
+    parse=_transport,
+    default=SSE,
+    label=lambda c: f", {c.transport}" if c.transport != SSE else "",
+    help="How the stream is carried: `sse` (the format's HTTP response) or `websocket` (its WebSocket mode: OpenAI "
+    "Responses' GET /v1/responses with Upgrade: websocket, one event per message). Reports the upgrade's status "
+    "and time, messages per read and the close; a path that does not carry the upgrade is reported, not an error.",
+    flag="--transport",
+    column=Column("transport"),
+    cell=lambda c: c.transport,
+    probe="transport",
+    needs=Needs(
+        field="api",
+        holds=lambda v: SPECS[v].websocket,
+        says='transport = "websocket" needs an API with a WebSocket mode: api = ["responses"] (or both)',
+    ),
+)
 ACCEPT_ENCODING: Axis[str] = Axis(
     key="accept_encoding",
     field="accept_encoding",
@@ -425,7 +451,8 @@ PAUSE_AFTER: Axis[int] = Axis(
 )
 
 AXES: tuple[Axis[Any], ...] = (
-    *(ENDPOINT, FRAME_BYTES, INTERVAL_MS, LINK, TLS, API, HTTP_VERSION, H2_WINDOW, ACCEPT_ENCODING, STUB_HEADERS),
+    *(ENDPOINT, FRAME_BYTES, INTERVAL_MS, LINK, TLS, API, HTTP_VERSION, H2_WINDOW, TRANSPORT, ACCEPT_ENCODING),
+    STUB_HEADERS,
     *(HEARTBEAT_MS, REASONING_TOKENS, FIRST_EVENT_BYTES, HEAD_AT_AXIS, PAUSE_MS, PAUSE_AFTER),
 )
 BY_KEY: dict[str, Axis[Any]] = {a.key: a for a in AXES}
@@ -457,6 +484,7 @@ class Condition:
     head_at: HeadAt = HEAD_AT_AXIS.default
     http_version: HttpVersion = HTTP_VERSION.default
     h2_window: str = H2_WINDOW.default
+    transport: str = TRANSPORT.default
     pause_ms: float = PAUSE_MS.default
     pause_after: int = PAUSE_AFTER.default
 

@@ -22,6 +22,7 @@ Api = Annotated[str | None, _option(axes.API)]
 AcceptEncoding = Annotated[str | None, _option(axes.ACCEPT_ENCODING)]
 Http2 = Annotated[bool, _option(axes.HTTP_VERSION)]
 H2Window = Annotated[str | None, _option(axes.H2_WINDOW)]
+Transport = Annotated[str | None, _option(axes.TRANSPORT)]
 # The stub's pacing: `stub` takes them as its flags, `load` for the stub it starts (or checks against a --stub-url
 # stub's), `probe` as the request's `tokenpath` member for a stub behind the path.
 IntervalMs = Annotated[float | None, _option(axes.INTERVAL_MS)]

@@ -42,6 +42,7 @@ def probe(
             "STREAM:CONNECTION, `default` (aioquic's 1 MiB) or `browser` (Chromium's 6 MiB / 15 MiB)."
         ),
     ] = None,
+    transport: options.Transport = None,
     interval_ms: options.IntervalMs = None,
     heartbeat_ms: options.HeartbeatMs = None,
     reasoning_tokens: options.ReasoningTokens = None,
@@ -92,7 +93,7 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts. The
     stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
-    from tokenpath.axes import API
+    from tokenpath.axes import API, TRANSPORT
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
     from tokenpath.probe.metrics import dumps, probe_results
@@ -137,7 +138,10 @@ def probe(
         http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
         h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
+        transport=TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default,
     )
+    if client == "chromium" and cfg.transport != TRANSPORT.default:
+        raise UsageError("--transport websocket is the raw client's (--client raw)")
     cfg.target  # noqa: B018 - validates the URL before anything is sent
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")

@@ -38,11 +38,22 @@ class RunRecord:
 
     @property
     def included(self) -> bool:
-        if self.cut:
+        if self.cut or self.transport_failure:
             return False
         if not self.audited:
             return self.metrics is not None and not self.error
         return self.metrics is not None and self.audit is not None and self.audit.passed
+
+    @property
+    def transport_failure(self) -> str:
+        """Over WebSocket: the upgrade the path did not carry, or a close that cut the stream ("" otherwise)."""
+        ws = self.metrics.ws if self.metrics is not None else None
+        return ws.note if ws is not None else ""
+
+    @property
+    def upgrade_refused(self) -> bool:
+        ws = self.metrics.ws if self.metrics is not None else None
+        return ws is not None and not ws.upgraded
 
     @property
     def exclusion_reason(self) -> str | None:
@@ -50,6 +61,8 @@ class RunRecord:
         (`probe failed`, `cut_silent`, `cut_error`, `stub audit failed` ...)."""
         if self.error:
             return f"probe failed: {self.error}"
+        if self.transport_failure:
+            return self.transport_failure  # before the audit: the stub never saw a WebSocket request
         if self.end is not None and self.end.cut:  # a short stream is not a whole one: counted, never averaged
             return f"{self.end.kind.value}: {self.end.describe()}"
         if not self.audited:

@@ -65,7 +65,7 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
         ends=dict(Counter(r.end.kind.value for r in runs if r.end is not None)),
-        verdict="no valid runs",
+        verdict="WebSocket not carried" if runs and all(r.upgrade_refused for r in runs) else "no valid runs",
         raw=tuple(_run(r, cond) for r in runs),
     )
     if not included:

@@ -33,6 +33,7 @@ from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_targe
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING as BROWSER_ACCEPT_ENCODING  # re-exported
 from tokenpath.wire.acceptencoding import expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, Framing
+from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import attach, end_of
 from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
@@ -66,9 +67,16 @@ class ProbeConfig:
     h2_window: H2Window = DEFAULT_WINDOW
     # HTTP/3 (probe --http3, probe/h3stream.py): QUIC over UDP, always TLS; `h3_window` its initial receive windows.
     h3_window: H3Window = DEFAULT_H3_WINDOW
+    # "websocket" (probe --transport websocket): the format's WebSocket mode over an HTTP/1.1 upgrade
+    # (probe/wsstream.py); "sse": the format's own HTTP stream.
+    transport: str = SSE
 
     def __post_init__(self) -> None:
         h2 = self.http_version is HttpVersion.HTTP2
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
+        if h2 and self.transport == WEBSOCKET:
+            raise UsageError("`transport` websocket is an HTTP/1.1 upgrade: it does not run over HTTP/2")
         if self.tls.http2 is not h2:  # every connector's TLS context offers h2 (and insists) or not at all,
             object.__setattr__(self, "tls", dataclasses.replace(self.tls, http2=h2))  # also after replace()
         if self.accept_encoding is not None:

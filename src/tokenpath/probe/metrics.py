@@ -12,6 +12,7 @@ from tokenpath.audit import StreamLog, added_ns
 from tokenpath.clock import ns_to_ms
 from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.trace import H2Figures, Trace
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.stats import median, percentile
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.ending import StreamEnd
@@ -54,6 +55,8 @@ class RunMetrics:
         """The stream ended with its format's final event: only such a stream's figures are a whole stream's."""
         return self.end is not None and self.end.complete
 
+    ws: WsFigures | None = None  # over WebSocket (probe --transport websocket): the upgrade, the close
+
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
         return cls(
@@ -77,6 +80,7 @@ class RunMetrics:
             h2=H2Figures.from_json(obj["h2"]) if obj.get("h2") else None,
             h3=H3Figures.from_json(obj["h3"]) if obj.get("h3") else None,
             end=StreamEnd.from_json(obj["end"]) if obj.get("end") else None,
+            ws=WsFigures.from_json(obj["websocket"]) if obj.get("websocket") else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -101,6 +105,7 @@ class RunMetrics:
             **({"ttft_note": self.ttft_note} if self.ttft_note else {}),
             **({"h2": self.h2.to_json()} if self.h2 is not None else {}),
             **({"h3": self.h3.to_json()} if self.h3 is not None else {}),
+            **({"websocket": self.ws.to_json()} if self.ws is not None else {}),
         }
 
 
@@ -180,6 +185,7 @@ def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
         h2=trace.h2,
         h3=trace.h3,
         end=trace.end,
+        ws=trace.ws,
     )
 
 

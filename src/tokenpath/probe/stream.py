@@ -15,6 +15,7 @@ from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.h3stream import probe_h3
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
+from tokenpath.wire.carrier import WEBSOCKET
 from tokenpath.wire.ending import attach, end_of
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -36,6 +37,10 @@ def probe_stream(
     """Run one streamed request to completion and return its trace. Raises a PeerError subclass on failure.
 
     --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
+    if cfg.transport == WEBSOCKET:
+        from tokenpath.probe.wsstream import probe_ws  # wsproto is no cost to an HTTP probe
+
+        return probe_ws(cfg, stream_id=stream_id, clock=clock, connect=connect, limits=limits)
     target = cfg.target
     stream_id = stream_id or new_stream_id()
     h2 = cfg.http_version is HttpVersion.HTTP2

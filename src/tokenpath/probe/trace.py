@@ -30,6 +30,7 @@ from typing import Any
 
 from tokenpath.errors import ContentEncodingError, StreamFormatError
 from tokenpath.probe.h3figures import H3Figures
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
@@ -103,6 +104,7 @@ class Trace:
     http_version: str = "1.1"  # "2" (--http2), "3" (--http3): reads are then the reads that advanced this stream
     h2: H2Figures | None = None  # flow control and DATA frames, over HTTP/2
     h3: H3Figures | None = None  # the handshake, UDP reads, flow control and arrival times, over HTTP/3
+    ws: WsFigures | None = None  # the upgrade, messages per read and the close, over WebSocket (probe/wsstream.py)
 
     @property
     def arrival_count(self) -> int:

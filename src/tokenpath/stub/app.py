@@ -8,6 +8,8 @@ import json
 import random
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -27,13 +29,15 @@ from tokenpath.stub.config import (
 from tokenpath.stub.formats import FORMATS, ApiFormat, Route, Router
 from tokenpath.stub.formats.base import Ask
 from tokenpath.stub.formats.openai import prompt_stream_id
-from tokenpath.stub.frames import StreamRequest
+from tokenpath.stub.frames import StreamRequest, StreamShape
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.siblings import ask_siblings
+from tokenpath.stub.websocket import FrameWriter, MessageWriter, WebSocketSession, sse_data
 from tokenpath.wire.apis import Api
 from tokenpath.wire.formats.openai import error_body
 from tokenpath.wire.request import STREAM_HEADER
+from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, switching_protocols, websocket_key
 
 __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
 
@@ -53,7 +57,7 @@ class PacedStream:
 
     def __init__(
         self,
-        response: Response,
+        response: FrameWriter,
         wire: list[bytes],
         sizes: list[int],
         offsets: list[int],
@@ -185,9 +189,11 @@ class StubApp:
                 f"(--api {self.cfg.api}: {served}); start it with --api {fmt.api.value} or --api all"
             )
             _refuse(response, fmt, 404, message)
-        elif request.method != "POST":
+        elif request.method != "POST" and not (fmt.websocket and is_websocket_offer(request.headers)):
             message = f"{request.method} is not allowed on {request.path}; use POST"
             _refuse(response, fmt, 405, message, ("Allow", "POST"))
+        elif fmt.websocket and is_websocket_offer(request.headers):
+            self._websocket(request, response, fmt, route)
         else:
             self._generate(request, response, fmt, route)
 
@@ -209,6 +215,24 @@ class StubApp:
             log = self.audit.open(req.stream_id, pacing.interval_ms, started, 0)
             self._whole(response, fmt, req, log, headers, pacing)
             return
+        head = response.start_stream(200, [*fmt.stream_headers, *headers])
+        wire = shape.wire(response.chunked, completion_id(req.stream_id))
+        beat = fmt.heartbeat
+        heartbeat = None if beat is None else (response.frame(beat), len(beat))
+        self._paced(response, req, pacing, shape, started, head, wire, heartbeat)
+
+    def _paced(
+        self,
+        writer: FrameWriter,
+        req: StreamRequest,
+        pacing: Pacing,
+        shape: StreamShape,
+        started: int,
+        head: bytes,
+        wire: list[bytes],
+        heartbeat: tuple[bytes, int] | None,
+    ) -> None:
+        """One stream's frames (`wire`, as its transport carries them) on the pacer, audited: every transport's."""
         offsets = schedule_offsets_ns(
             len(shape.sizes),
             lead_frames=shape.lead,
@@ -218,15 +242,12 @@ class StubApp:
             rng=self._rng,
             with_next=shape.with_next,
         )
-        head = response.start_stream(200, [*fmt.stream_headers, *headers])
-        wire = shape.wire(response.chunked, completion_id(req.stream_id))
         if pacing.planned:  # what real servers send around the first token, a pause (stub/plan.py)
-            beat = fmt.heartbeat
             plan = plan_writes(
                 shape,
                 wire,
                 offsets,
-                heartbeat=None if beat is None else (response.frame(beat), len(beat)),
+                heartbeat=heartbeat,
                 heartbeat_ms=pacing.heartbeat_ms,
                 head_at_first_token=pacing.head_at == "first-token",
                 pause_ms=pacing.pause_ms,
@@ -240,7 +261,7 @@ class StubApp:
             log = self.audit.open(req.stream_id, pacing.interval_ms, started, shape.first_content)
             sizes, head_offset = shape.sizes, 0
         stream = PacedStream(
-            response,
+            writer,
             wire,
             sizes,
             offsets,
@@ -252,6 +273,34 @@ class StubApp:
         )
         self.streams.add(stream)
         stream.start(head, head_offset)
+
+    # WebSocket mode ---------------------------------------------------------------------------------
+    def _websocket(self, request: Request, response: Response, fmt: ApiFormat, route: Route) -> None:
+        """An upgrade on a route that speaks WebSocket mode (the Responses API's): 101, then a session that turns
+        each response.create into the same events as the SSE stream, one per message."""
+        try:
+            key = websocket_key(request.method, request.headers)
+        except OfferRefused as exc:
+            extra = ("Sec-WebSocket-Version", "13") if exc.status == 426 else ("Connection", "close")
+            _refuse(response, fmt, exc.status, str(exc), extra)
+            return
+        session = WebSocketSession(request, partial(self._ws_response, fmt, route), self.clock)
+        response.switch_protocols(switching_protocols(key), session)
+
+    def _ws_response(
+        self, fmt: ApiFormat, route: Route, request: Request, body: dict[str, Any], writer: MessageWriter
+    ) -> None:
+        """One response.create: parsed as the POST body it mirrors (stream implied), paced as the SSE stream is;
+        raises BadRequest / UsageError for the session to answer as an error event."""
+        started = self.clock()
+        ask = replace(fmt.parse(body, request, route, self.cfg.model), stream=True)
+        pacing, _ = self._pacing(body, fmt)
+        if pacing.heartbeat_ms:
+            raise BadRequest("'heartbeat_ms': keep-alive comments are SSE's; a WebSocket is kept alive by pings")
+        req = self._stream_request(request, body, fmt, route, ask, pacing)
+        shape = fmt.shape(req, pacing)
+        wire = [writer.encode(sse_data(frame)) for frame in shape.wire(False, completion_id(req.stream_id))]
+        self._paced(writer, req, pacing, shape, started, b"", wire, None)
 
     def _whole(
         self,

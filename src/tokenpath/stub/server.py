@@ -61,7 +61,7 @@ class StubServer:
         loop = asyncio.get_running_loop()
         self.app = StubApp(self.cfg, Pacer(loop, self.clock), self.audit, self.clock)
         app = self.app
-        limits = ServerLimits(max_body_bytes=self.cfg.max_body_bytes)
+        limits = ServerLimits(max_body_bytes=self.cfg.max_body_bytes, upgrades=frozenset({"websocket"}))
 
         def factory() -> HTTPConnection:
             return HTTPConnection(app, limits)

@@ -121,6 +121,9 @@ class ApiSpec:
     # is silent): the format's own, or None where it has none its clients are known to skip. Never invented: a frame
     # a format's official SDK does not expect turns a silence a path might cut into a stream that certainly fails.
     keepalive: bytes | None = None
+    # The route also takes a WebSocket upgrade: a `response.create` message in, the stream's events out, one per
+    # message (OpenAI's Responses WebSocket mode); stub/websocket.py serves it, probe/wsstream.py measures it.
+    websocket: bool = False
 
     def path(self, model: str) -> str:
         return self.route.replace("{model}", model)

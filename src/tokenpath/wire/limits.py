@@ -18,3 +18,6 @@ class ServerLimits:
     max_pipelined: int = MAX_PIPELINED
     request_timeout_s: float = REQUEST_TIMEOUT_S
     write_buffer_high: int = WRITE_BUFFER_HIGH
+    # Protocols a request may offer to upgrade to and be handed to the handler (the stub's "websocket"); any other
+    # offer but h2c's (which is ignored) is refused 400, as before.
+    upgrades: frozenset[str] = frozenset()

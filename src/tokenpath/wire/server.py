@@ -83,6 +83,9 @@ class ServerConnection:
         self._failed = False
         self._skipped_framing: bytes | None = None  # the framing of an upgrade offer's body llhttp skipped
         self._replaying = False  # feeding the fresh parser the head that resumes that body (callbacks ignored)
+        self._offered: str | None = None  # the protocol the request being parsed offers (one of limits.upgrades)
+        self.upgrading = False  # an offer of limits.upgrades was parsed: what follows it is not HTTP
+        self._after_upgrade = bytearray()  # bytes that followed that offer, for whoever takes the connection over
         self._seq = 0
         self._failed_path: str | None = None
         self._pending_body_bytes = 0
@@ -92,6 +95,9 @@ class ServerConnection:
     # input -------------------------------------------------------------------------------------------
     def receive_data(self, data: bytes) -> None:
         if self._failed:
+            return
+        if self.upgrading:
+            self._hold_after_upgrade(data)
             return
         if not self._headers_done:
             self._head_bytes += len(data)
@@ -107,6 +113,9 @@ class ServerConnection:
                 if isinstance(cause, RemoteProtocolError)
                 else RemoteProtocolError(f"malformed HTTP request: {exc}", 400)
             )
+        if upgraded_at >= 0 and self._upgrade_taken():
+            self._hold_after_upgrade(data[upgraded_at:])
+            return
         if upgraded_at >= 0:
             # llhttp stops after the head of a request that asked to upgrade (httptools tells it to skip the
             # body). Other upgrades were refused in on_headers_complete; an h2c offer is ignored (RFC 9113 3.1
@@ -121,6 +130,21 @@ class ServerConnection:
             return
         if not self._headers_done and self._head_bytes > self.limits.max_head_bytes:
             self._fail(RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431))
+
+    def _upgrade_taken(self) -> bool:
+        return self.upgrading  # (a call: read after feed_data, whose callbacks may have set it)
+
+    def take_after_upgrade(self) -> bytes:
+        """The bytes that followed an accepted upgrade offer (the handler switched protocols): its protocol's."""
+        data = bytes(self._after_upgrade)
+        self._after_upgrade.clear()
+        return data
+
+    def _hold_after_upgrade(self, data: bytes) -> None:
+        self._after_upgrade += data
+        if len(self._after_upgrade) > self.limits.max_head_bytes:
+            # A client that sends more than a head's worth before the answer to its offer is not waiting for it.
+            self._fail(RemoteProtocolError("too many bytes sent before the upgrade was answered", 400))
 
     def next_head(self) -> Request | None:
         """The next request to answer, once its head is complete: the whole request if it is queued, else a view
@@ -241,7 +265,9 @@ class ServerConnection:
         if version in ("1.0", "0.9") and find_header(self._headers, "transfer-encoding") is not None:
             # RFC 9112 6.1: the framing of an HTTP/1.0 message with Transfer-Encoding is faulty (nginx: 400)
             raise RemoteProtocolError("Transfer-Encoding in an HTTP/1.0 request", 400)
-        self._headers = _without_upgrade_offer(self._headers)
+        self._headers, self._offered = _upgrade_offer(self._headers, self.limits.upgrades)
+        if self._offered is not None and _body_framing(self._headers, True) is not None:
+            raise RemoteProtocolError(f"an offer to upgrade to {self._offered} cannot carry a body", 400)
         length = find_header(self._headers, "content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
@@ -263,6 +289,10 @@ class ServerConnection:
         head = self._incoming
         assert head is not None
         request = self._request(head.method, head.http_version, b"".join(self._body))
+        if self._offered is not None:
+            # Taken over by the offered protocol, or answered in HTTP and closed: what follows it is not HTTP.
+            request = replace(request, keep_alive=False)
+            self.upgrading = True
         self._reset_message()
         if len(self._pending) >= self.limits.max_pipelined:
             raise RemoteProtocolError(f"more than {self.limits.max_pipelined} pipelined requests", 429)
@@ -321,6 +351,7 @@ class ServerConnection:
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
         self._head_size = 0  # bytes of request line and headers as parsed
         self._headers_done = False
+        self._offered = None
 
 
 def _path_of(url: bytes) -> str | None:
@@ -343,13 +374,22 @@ def _body_framing(headers: list[tuple[str, str]], keep_alive: bool) -> bytes | N
     return b"Content-Length: " + length.encode("latin-1") + b"\r\n" + close
 
 
-def _without_upgrade_offer(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """An h2c upgrade offer (`curl --http2 http://...`) is dropped, with the Connection tokens that name its
-    headers, so the request is answered in HTTP/1.1; any other protocol upgrade is refused."""
+def _upgrade_offer(headers: list[tuple[str, str]], allowed: frozenset[str]) -> tuple[list[tuple[str, str]], str | None]:
+    """An offer of one of the `allowed` protocols is kept (the handler answers it: its name is returned); an h2c
+    upgrade offer (`curl --http2 http://...`) is dropped, with the Connection tokens that name its headers, so the
+    request is answered in HTTP/1.1; any other protocol upgrade is refused."""
     upgrade = [v for k, v in headers if k.lower() == "upgrade"]
     if not upgrade:
-        return headers
+        return headers, None
     offered = {p.strip().split("/", 1)[0].lower() for v in upgrade for p in v.split(",") if p.strip()}
+    if len(offered) == 1 and offered <= allowed:
+        return headers, next(iter(offered))
+    return _without_upgrade_offer(headers, upgrade, offered), None
+
+
+def _without_upgrade_offer(
+    headers: list[tuple[str, str]], upgrade: list[str], offered: set[str]
+) -> list[tuple[str, str]]:
     if offered != {"h2c"}:
         raise RemoteProtocolError(f"protocol upgrade to {', '.join(upgrade)} is not supported", 400)
     drop = {"upgrade", "http2-settings"}

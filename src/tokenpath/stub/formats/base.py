@@ -61,6 +61,7 @@ class ApiFormat(ABC):
         spec = SPECS[self.api]
         self.name = self.api.value  # a plain str: shape-cache keys hash it on every request
         self.content_type = spec.content_type
+        self.websocket = spec.websocket  # its route takes a WebSocket upgrade too (stub/websocket.py)
         # The head of a streamed answer, built once: SSE ones are never to be cached by anything on the path.
         no_cache = (("Cache-Control", "no-cache"),) if spec.framing is Framing.SSE else ()
         self.stream_headers: tuple[tuple[str, str], ...] = (("Content-Type", spec.content_type), *no_cache)

@@ -96,4 +96,7 @@ SPEC = ApiSpec(
     stream_body=stream_body,
     # An SSE comment line, which the openai SDK's parser skips for Responses as for chat.
     keepalive=b": keep-alive\n\n",
+    # developers.openai.com/api/reference/resources/responses/websocket-events: `response.create` carries the POST
+    # body's top-level fields (stream implied, background refused); the server events are the SSE stream's.
+    websocket=True,
 )

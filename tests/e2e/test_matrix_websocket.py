@@ -1,0 +1,58 @@
+"""`transport = ["sse", "websocket"]` as a matrix condition, end to end (issue 38): the Responses stream over SSE and
+over its WebSocket mode, direct, through stock nginx (which does not carry the upgrade: its WebSocket row says so,
+with the status that came instead of 101) and through nginx with its documented WebSocket lines (streams)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_matrix import needs_proxies, run_matrix
+
+pytestmark = [pytest.mark.e2e, needs_proxies]
+
+EXPERIMENT = """
+name = "websocket"
+frames = 8
+runs = 2
+ttft_ms = 20
+
+[conditions]
+interval_ms = [30]
+api = "responses"
+transport = ["sse", "websocket"]
+
+[[proxy]]
+name = "nginx"
+variants = ["stock", "websocket"]
+"""
+
+
+def _row(doc: dict[str, Any], variant: str | None, transport: str) -> dict[str, Any]:
+    proxy = "direct" if variant is None else "nginx"
+    return next(
+        r
+        for r in doc["rows"]
+        if r["proxy"] == proxy and (variant is None or r["variant"] == variant) and r["transport"] == transport
+    )
+
+
+def test_the_transport_axis_shows_which_paths_carry_the_websocket_mode(tmp_path: Path) -> None:
+    doc, out = run_matrix(tmp_path, EXPERIMENT)
+    assert {r["transport"] for r in doc["rows"]} == {"sse", "websocket"}
+    direct = _row(doc, None, "websocket")
+    assert direct["excluded"] == 0
+    assert all(run["metrics"]["websocket"]["upgraded"] for run in direct["raw"])
+    assert all(run["metrics"]["websocket"]["final_event"] for run in direct["raw"])
+    stock = _row(doc, "stock", "websocket")
+    assert stock["verdict"] == "WebSocket not carried"
+    assert stock["excluded"] == stock["runs"] == 2
+    assert list(stock["exclusions"]) == ["WebSocket upgrade not carried"]
+    assert all(run["metrics"]["websocket"]["upgrade_status"] == 405 for run in stock["raw"])
+    assert _row(doc, "stock", "sse")["excluded"] == 0  # the same path streams over SSE
+    carried = _row(doc, "websocket", "websocket")
+    assert carried["excluded"] == 0
+    assert carried["added_ttft_ms_median"] is not None  # joined to the stub's writes, as an SSE row is
+    assert "WebSocket not carried" in out
