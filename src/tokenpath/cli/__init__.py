@@ -18,8 +18,9 @@ from tokenpath.cli.relay import relay
 from tokenpath.cli.report import report
 from tokenpath.cli.stub import stub
 from tokenpath.cli.sweep import sweep
+from tokenpath.cli.timeouts import timeouts
 
-for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose):
+for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose, timeouts):
     app.command()(command)
 
 __all__ = ["app", "console", "err_console", "main"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, whole_seconds
 
 MODULES = "/usr/lib/apache2/modules"
 DEFLATE = "AddOutputFilterByType DEFLATE text/event-stream"  # mod_deflate as it is turned on (with mod_filter)
@@ -11,6 +12,11 @@ BROTLI = "AddOutputFilterByType BROTLI_COMPRESS text/event-stream"  # mod_brotli
 # HTTP/1.1. `http2_flushpackets` adds flushpackets=on (mod_proxy_http then flushes after every chunk it relays).
 PROTOCOLS = "Protocols h2 h2c http/1.1"
 H2_VARIANTS = ("http2", "http2_flushpackets")
+# Debian's /etc/apache2/apache2.conf ships `Timeout 300` (httpd's compiled default is 60: httpd.apache.org/docs/2.4/
+# mod/core.html#timeout); mod_proxy's ProxyTimeout defaults to it: the silence a backend may keep before the next
+# read, the response head's wait included. No total limit.
+SHIPPED_TIMEOUT_S = 300.0
+LONG_STREAMS_LINE = f"ProxyTimeout {LIFTED_S:.0f}"
 # Variant -> the modules it loads and its filter line.
 COMPRESSION = {"deflate": (("filter", "deflate"), DEFLATE), "brotli": (("filter", "brotli"), BROTLI)}
 
@@ -27,7 +33,13 @@ class Apache2(Proxy):
         Variant("brotli", "mod_brotli for event streams (br for a client that accepts it, else identity)", BROTLI),
         Variant("http2", "mod_http2: HTTP/2 to the client (h2 over TLS, h2c on cleartext)", PROTOCOLS),
         Variant("http2_flushpackets", "mod_http2, with ProxyPass ... flushpackets=on", f"{PROTOCOLS}; flushpackets=on"),
+        Variant(
+            LONG_STREAMS,
+            "ProxyTimeout an hour (Debian's Timeout 300: 5 min of silence ends a stream)",
+            LONG_STREAMS_LINE,
+        ),
     )
+    stock_timeouts = StreamTimeouts(idle_s=SHIPPED_TIMEOUT_S)
 
     def version(self) -> str:
         binary = self.binary()
@@ -63,10 +75,17 @@ User www-data
 Group www-data
 {loads}
 Listen {site.listen.hostport}
+{self._timeout_lines(site)}
 {filters}{tls}{_upstream_tls(site)}ProxyPass "/" "{site.upstream_url}/"{flush}
 ProxyPassReverse "/" "{site.upstream_url}/"
 """)
         return config
+
+    def _timeout_lines(self, site: Site) -> str:
+        limits = self.timeouts_for(site)
+        if limits is None:
+            return f"Timeout {SHIPPED_TIMEOUT_S:.0f}\n{LONG_STREAMS_LINE}"
+        return f"Timeout {whole_seconds(limits.idle_s or LIFTED_S)}"
 
     def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
         return h2_hint(variant, H2_VARIANTS) if http == "2" else ""

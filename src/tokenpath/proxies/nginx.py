@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, duration
 
 GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on for an API behind nginx
 VARIANT_DIRECTIVES = {
@@ -13,7 +14,22 @@ VARIANT_DIRECTIVES = {
     "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
     "http2": "",  # the listen line changes (see write_config); the location is stock
     "http2_buffering_off": "proxy_buffering off;",
+    LONG_STREAMS: "",  # its proxy_read_timeout is the lifted one (see _read_timeout)
+    # What the two common ingress controllers render into a location from their defaults (their timeouts come
+    # from _read_timeout, 60 s in both). ingress-nginx (kubernetes.github.io/ingress-nginx/user-guide/nginx-
+    # configuration/configmap/): proxy-buffering "off", proxy-http-version "1.1", proxy-connect-timeout 5,
+    # proxy-read-timeout 60. F5 NGINX Ingress Controller (docs.nginx.com/nginx-ingress-controller/configuration/
+    # global-configuration/configmap-resource/): proxy-buffering True, proxy-connect-timeout 60s, proxy-read-timeout
+    # 60s, and its template's proxy_http_version 1.1 with keep-alive to the upstream.
+    "ingress_nginx": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";\n      proxy_buffering off;'
+    "\n      proxy_connect_timeout 5s;",
+    "f5_ingress": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";\n      proxy_buffering on;'
+    "\n      proxy_connect_timeout 60s;",
 }
+# nginx's documented default (nginx.org/en/docs/http/ngx_http_proxy_module.html#proxy_read_timeout): 60 s between
+# two reads from the upstream, the wait for the response head included. It has no total limit and no "off".
+STOCK_READ_TIMEOUT_S = 60.0
+LONG_STREAMS_LINE = f"proxy_read_timeout {LIFTED_S:.0f}s;"
 # HTTP/2 to the client (1.22's syntax; 1.25 moved it to `http2 on;`): ALPN h2 beside http/1.1 over TLS, and on a
 # cleartext port h2c with prior knowledge only (1.22 answers no HTTP/1.1 there: measured). The upstream is stock's.
 H2_VARIANTS = ("http2", "http2_buffering_off")
@@ -37,7 +53,19 @@ class Nginx(Proxy):
         Variant(
             "http2_buffering_off", "HTTP/2 to the client, with proxy_buffering off", f"{H2_LISTEN} proxy_buffering off;"
         ),
+        Variant(LONG_STREAMS, "proxy_read_timeout an hour (stock: 60 s of silence ends a stream)", LONG_STREAMS_LINE),
+        Variant(
+            "ingress_nginx",
+            "what ingress-nginx renders by default: buffering off, HTTP/1.1 upstream, read timeout 60 s",
+            "proxy_buffering off; proxy_http_version 1.1; proxy_read_timeout 60s;",
+        ),
+        Variant(
+            "f5_ingress",
+            "what F5 NGINX Ingress Controller renders by default: buffering on, HTTP/1.1 upstream, read timeout 60 s",
+            "proxy_buffering on; proxy_http_version 1.1; proxy_read_timeout 60s;",
+        ),
     )
+    stock_timeouts = StreamTimeouts(idle_s=STOCK_READ_TIMEOUT_S)
 
     def version(self) -> str:
         binary = self.binary()
@@ -75,12 +103,19 @@ http {{
     listen {listen};
     {tls}location / {{
       proxy_pass {"https" if site.upstream_tls else "http"}://backend;{_endpoint_directives(site)}
+      {self._read_timeout(site)}
       {VARIANT_DIRECTIVES[site.variant.name]}
     }}
   }}
 }}
 """)
         return config
+
+    def _read_timeout(self, site: Site) -> str:
+        limits = self.timeouts_for(site)
+        if limits is None or limits.idle_s is None:
+            return LONG_STREAMS_LINE
+        return f"proxy_read_timeout {duration(limits.idle_s)};"
 
     def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
         if http == "2":

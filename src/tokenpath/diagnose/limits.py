@@ -1,0 +1,260 @@
+"""`tokenpath timeouts`: each path's limits on a token stream, found by bisection (diagnose/bisect.py) with the
+stub behind the path making the silences and the long totals (its per-request keys):
+
+- first_byte: the longest silence before any byte (`head_at: first-token` with a long `ttft_ms`);
+- mid_stream: the longest silence after the first token (`pause_ms` after `pause_after: 1`);
+- total: the longest stream of steady tokens (tokens x `interval_ms`);
+- keep-alives: whether the format's keep-alive (`heartbeat_ms`) during a silence twice the mid-stream limit lets it
+  through, i.e. whether they reset the path's idle timer. Measured, never assumed.
+
+Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about
+--max (the first round tries it: a path without a limit holds it that long) plus its longest limit (the first
+round's cut brackets each limit, the second confirms it), not the sum over paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from tokenpath.diagnose.bisect import Bisection
+from tokenpath.diagnose.limitprobe import Outcome, Target, run_stream
+from tokenpath.errors import HTTPStatusError, UsageError
+from tokenpath.wire.ending import BodyEnd, StreamEnd
+
+MAX_TARGETS = 32  # x 3 measures x 3 tries a round: ~300 streams open at once, well inside one process's files
+DEFAULT_MIN_S = 1.0
+DEFAULT_MAX_S = 300.0  # above every stock idle limit in the catalogue but Squid's 15 min, and Envoy's 5 min idle
+DEFAULT_RESOLUTION_S = 1.0
+TOTAL_INTERVAL_MS = 250.0  # the `total` streams' pacing at most: steady, never silent long enough for an idle limit
+KEEPALIVE_TOTAL_SHARE = 0.8  # the keep-alive try stays this far inside a total limit, so that it cannot be the cut
+KEEPALIVE_FRACTION = 4  # keep-alives every quarter of the measured idle limit
+PACED_SHARE = 0.9  # a whole stream shorter than this share of what it asked for was not paced by a stub
+GUARD_MARGIN_S = 10.0  # the client waits this much past a stream's own length before it calls it held
+
+
+class Measure(StrEnum):
+    FIRST_BYTE = "first_byte"
+    MID_STREAM = "mid_stream"
+    TOTAL = "total"
+
+    @property
+    def words(self) -> str:
+        return _WORDS[self]
+
+
+_WORDS = {
+    Measure.FIRST_BYTE: "silence before the first byte",
+    Measure.MID_STREAM: "silence mid-stream",
+    Measure.TOTAL: "total length",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SurveyConfig:
+    targets: tuple[str, ...]
+    min_s: float = DEFAULT_MIN_S
+    max_s: float = DEFAULT_MAX_S
+    resolution_s: float = DEFAULT_RESOLUTION_S
+    measures: tuple[Measure, ...] = tuple(Measure)
+    keepalives: bool = True
+    model: str = "tokenpath-stub"
+
+    def __post_init__(self) -> None:
+        if not self.targets:
+            raise UsageError("no TARGET: name at least one path's URL")
+        if len(self.targets) > MAX_TARGETS:
+            raise UsageError(f"{len(self.targets)} targets: at most {MAX_TARGETS} in one survey")
+        if not 0 < self.min_s < self.max_s:
+            raise UsageError(f"--min ({self.min_s}) must be above 0 and below --max ({self.max_s})")
+        if not 0 < self.resolution_s < self.max_s - self.min_s:
+            raise UsageError(f"--resolution ({self.resolution_s}) must be above 0 and below --max - --min")
+        for url in self.targets:
+            Target.parse(url)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitFound:
+    measure: Measure
+    longest_survived_s: float | None  # None: not even --min came through
+    shortest_cut_s: float | None  # None: --max came through (no limit up to it)
+    cut: StreamEnd | None  # how the shortest cut ended (None: held past the client's guard, or no cut)
+    tries: int
+
+    @property
+    def limited(self) -> bool:
+        return self.shortest_cut_s is not None
+
+    def describe(self, max_s: float, min_s: float) -> str:
+        if self.shortest_cut_s is None:
+            return f"none up to {max_s:g} s"
+        if self.longest_survived_s is None:
+            return f"below {min_s:g} s"
+        how = f" ({self.cut.kind.value})" if self.cut else " (held)"
+        return f"{self.longest_survived_s:g} s survived, {self.shortest_cut_s:g} s cut{how}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "measure": self.measure.value,
+            "longest_survived_s": self.longest_survived_s,
+            "shortest_cut_s": self.shortest_cut_s,
+            "cut": self.cut.to_json() if self.cut else None,
+            "tries": self.tries,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PathLimits:
+    target: str
+    limits: tuple[LimitFound, ...]
+    keepalives_reset_idle: bool | None  # None: not measured (no mid-stream limit, or --no-keepalives)
+    keepalive_every_s: float | None = None
+
+    def limit(self, measure: Measure) -> LimitFound | None:
+        return next((found for found in self.limits if found.measure is measure), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "limits": [found.to_json() for found in self.limits],
+            "keepalives_reset_idle": self.keepalives_reset_idle,
+            "keepalive_every_s": self.keepalive_every_s,
+        }
+
+
+OnTry = Callable[[str, str, float, Outcome], None]  # target, what was tried, the value, what came of it
+
+
+def pacing(
+    measure: Measure, value_s: float, heartbeat_ms: float | None = None, resolution_s: float = DEFAULT_RESOLUTION_S
+) -> dict[str, Any]:
+    """The stub's per-request keys for one try (a total's pacing fine enough for the resolution)."""
+    ms = round(value_s * 1000)
+    if measure is Measure.FIRST_BYTE:
+        return {"head_at": "first-token", "ttft_ms": ms, "tokens": 2, "interval_ms": 10}
+    if measure is Measure.MID_STREAM:
+        keys: dict[str, Any] = {"ttft_ms": 0, "tokens": 3, "interval_ms": 10, "pause_ms": ms, "pause_after": 1}
+        return keys | ({"heartbeat_ms": heartbeat_ms} if heartbeat_ms else {})
+    interval_ms = min(TOTAL_INTERVAL_MS, max(10.0, resolution_s * 1000 / 4))
+    tokens = max(2, round(ms / interval_ms) - 1)  # the stream lasts (tokens + 1) intervals: [DONE] one after
+    return {"ttft_ms": 0, "tokens": tokens, "interval_ms": interval_ms}
+
+
+def hint_s(end: StreamEnd | None) -> float | None:
+    """Where a cut came, from the request: every measure's silence or stream starts there (the mid-stream pause
+    after one 10 ms token). Not from the last byte: a proxy that buffers hands the client the held bytes with the
+    cut (stock nginx: 0.3 ms before it at 60 s), so the client's own silence says nothing of the proxy's."""
+    return end.at_ns / 1e9 if end is not None and end.at_ns is not None else None
+
+
+def guard_s(value_s: float) -> float:
+    return value_s * 1.25 + GUARD_MARGIN_S
+
+
+async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try: OnTry) -> LimitFound:
+    search = Bisection(cfg.min_s, cfg.max_s, cfg.resolution_s)
+    cuts: dict[float, StreamEnd | None] = {}
+    tries = 0
+    while not search.done:
+        values = search.next_values()
+        outcomes = await asyncio.gather(
+            *(
+                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard_s(v), cfg.model)
+                for v in values
+            )
+        )
+        for value, outcome in zip(values, outcomes, strict=True):
+            tries += 1
+            on_try(target.url, measure.value, value, outcome)
+            check_paced(target, value, outcome, cfg.min_s)
+            search.record(value, outcome.survived, hint_s(outcome.end))
+            if not outcome.survived:
+                cuts[value] = outcome.end
+        search.end_round()
+    shortest = search.shortest_cut_s
+    return LimitFound(measure, search.longest_survived_s, shortest, cuts.get(shortest) if shortest else None, tries)
+
+
+def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float = DEFAULT_MIN_S) -> None:
+    """A stream that came through whole in much less than its silence was not paced by a stub: whatever answers
+    ignored the `tokenpath` keys, and every limit would read as none. An error status within half of --min is no
+    timer's either (a 404, a 401; a timer's 504 comes at its limit, which --min is below): every limit would read
+    as below --min. Say so rather than report either."""
+    end = outcome.end
+    if end is not None and end.how is BodyEnd.STATUS and end.at_ns is not None and end.at_ns < min_s * 0.5e9:
+        raise HTTPStatusError(f"{target.url}: {end.detail} after {end.at_ns / 1e9:.3g} s, no timer's doing")
+    if outcome.survived and end is not None and end.at_ns is not None and end.at_ns < value_s * PACED_SHARE * 1e9:
+        raise UsageError(
+            f"{target.url}: a stream asked for {value_s:g} s ended whole after {end.at_ns / 1e9:.3g} s: no tokenpath "
+            "stub behind this path paces it (timeouts needs one: `tokenpath stub` as the path's upstream)"
+        )
+
+
+async def survey_path(url: str, cfg: SurveyConfig, on_try: OnTry) -> PathLimits:
+    target = Target.parse(url)
+    found = await asyncio.gather(*(find_limit(target, m, cfg, on_try) for m in cfg.measures))
+    silence_s = keepalive_silence_s(found, cfg) if cfg.keepalives else None
+    idle = next((f for f in found if f.measure is Measure.MID_STREAM), None)
+    if silence_s is None or idle is None or idle.longest_survived_s is None:
+        return PathLimits(url, tuple(found), None)
+    every_s = round(idle.longest_survived_s / KEEPALIVE_FRACTION, 3)
+    keys = pacing(Measure.MID_STREAM, silence_s, heartbeat_ms=round(every_s * 1000))
+    outcome = await run_stream(target, keys, guard_s(silence_s), cfg.model)
+    on_try(url, "keepalives", silence_s, outcome)
+    return PathLimits(url, tuple(found), outcome.survived, every_s)
+
+
+def keepalive_silence_s(found: list[LimitFound], cfg: SurveyConfig) -> float | None:
+    """A silence the idle limit cuts without keep-alives (twice its cut) that no total limit can cut, or None when
+    there is none (no idle limit found, or a total limit too close to it to tell the two apart)."""
+    by = {f.measure: f for f in found}
+    idle = by.get(Measure.MID_STREAM)
+    if idle is None or idle.shortest_cut_s is None or idle.longest_survived_s is None:
+        return None
+    ceiling = cfg.max_s
+    total = by.get(Measure.TOTAL)
+    if total is not None and total.shortest_cut_s is not None:
+        ceiling = min(ceiling, (total.longest_survived_s or 0.0) * KEEPALIVE_TOTAL_SHARE)
+    silence = min(2 * idle.shortest_cut_s, ceiling)
+    return round(silence, 3) if silence > idle.shortest_cut_s + cfg.resolution_s else None
+
+
+async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
+    """Every target's limits, all probes waiting at once."""
+    return list(await asyncio.gather(*(survey_path(url, cfg, on_try) for url in cfg.targets)))
+
+
+def table_rows(
+    results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """The survey's table, one row per path (labelled `labels[url]` where given): its header and its rows."""
+    header = ["path", *(m.words for m in cfg.measures), "keep-alives reset idle"]
+    rows = []
+    for path in results:
+        cells = [(labels or {}).get(path.target, path.target)]
+        for measure in cfg.measures:
+            found = path.limit(measure)
+            cells.append(found.describe(cfg.max_s, cfg.min_s) if found else "-")
+        reset = path.keepalives_reset_idle
+        cells.append("-" if reset is None else f"{'yes' if reset else 'no'} (every {path.keepalive_every_s:g} s)")
+        rows.append(cells)
+    return header, rows
+
+
+def table_lines(results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None) -> list[str]:
+    """The survey as a plain-text table."""
+    header, body = table_rows(results, cfg, labels)
+    rows = [header, *body]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def to_json(results: list[PathLimits], cfg: SurveyConfig) -> dict[str, Any]:
+    return {
+        "schema": "tokenpath.timeouts/1",
+        "bounds": {"min_s": cfg.min_s, "max_s": cfg.max_s, "resolution_s": cfg.resolution_s},
+        "paths": [path.to_json() for path in results],
+    }

@@ -1,0 +1,64 @@
+"""diagnose/limits.py's survey with the streams scripted (run_stream replaced): every probe of every path and
+measure waits at once, each path's limits come out bracketed, and the keep-alive try follows the idle limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from tokenpath.diagnose import limits
+from tokenpath.diagnose.limitprobe import Outcome, Target
+from tokenpath.diagnose.limits import Measure, SurveyConfig, survey
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
+
+IDLE_S = {"http://127.0.0.1:1": 6.0, "http://127.0.0.1:2": 11.0, "http://127.0.0.1:3": None}
+
+
+class ScriptedPaths:
+    """Paths with an idle limit (or none) and no total limit; keep-alives reset their timer."""
+
+    def __init__(self) -> None:
+        self.open = 0
+        self.most_open = 0
+
+    async def run_stream(self, target: Target, pacing: Mapping[str, Any], guard_s: float, model: str = "") -> Outcome:
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        await asyncio.sleep(0.01)  # every try of a round is open together here, whatever its length would be
+        self.open -= 1
+        silence_s = (pacing.get("pause_ms") or pacing.get("ttft_ms") or 0) / 1000
+        limit = IDLE_S[target.url]
+        if pacing.get("heartbeat_ms") or limit is None or silence_s <= limit:
+            length = max(silence_s, pacing.get("tokens", 0) * pacing.get("interval_ms", 0) / 1000)
+            return Outcome(StreamEnd(EndKind.COMPLETE, BodyEnd.CHUNKED, round(length * 1e9), 0))
+        return Outcome(StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, round(limit * 1e9), round(limit * 1e9)))
+
+
+def test_every_probe_waits_at_once_and_each_limit_is_bracketed(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = ScriptedPaths()
+    monkeypatch.setattr(limits, "run_stream", paths.run_stream)
+    monkeypatch.setattr(limits, "check_paced", lambda *args: None)  # the scripted lengths are not a stub's
+    cfg = SurveyConfig(tuple(IDLE_S), min_s=1, max_s=60, resolution_s=1)
+    tried: list[str] = []
+    results = asyncio.run(survey(cfg, lambda target, what, value, outcome: tried.append(what)))
+    # Round one of every path and measure in one wait: 3 paths x 3 measures x (max, min).
+    assert paths.most_open >= 3 * 3 * 2
+    by = {r.target: r for r in results}
+    for url, limit in IDLE_S.items():
+        mid = by[url].limit(Measure.MID_STREAM)
+        assert mid is not None
+        if limit is None:
+            assert mid.shortest_cut_s is None
+            assert by[url].keepalives_reset_idle is None
+            continue
+        assert mid.longest_survived_s is not None
+        assert mid.shortest_cut_s is not None
+        assert mid.longest_survived_s <= limit < mid.shortest_cut_s <= mid.longest_survived_s + 1
+        assert by[url].keepalives_reset_idle is True
+        total = by[url].limit(Measure.TOTAL)
+        assert total is not None
+        assert total.shortest_cut_s is None
+    assert tried.count("keepalives") == 2

@@ -1,0 +1,86 @@
+"""Issue 36 item 4: each proxy's stream limit is real, and its long_streams variant lifts it. The limits are made
+tiny through the Site (1 s), never by editing a stock value: a silence of 4 s mid-stream cuts the stock variant
+and passes through long_streams intact."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers import stub_upstream
+from tokenpath.errors import TokenpathError
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.metrics import run_metrics
+from tokenpath.probe.stream import probe_stream
+from tokenpath.proxies import catalogue
+from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
+from tokenpath.proxies.timeouts import LONG_STREAMS, StreamTimeouts
+
+pytestmark = pytest.mark.e2e
+
+FRAMES = 4
+SILENCE_MS = 4000  # after the first token: past the 1 s limit by more than lighttpd's once-a-second check (cuts ~3 s)
+PACING = {
+    "interval_ms": 20,
+    "frame_bytes": 60,
+    "tokens": FRAMES,
+    "format": "plain",
+    "ttft_ms": 0,
+    "pause_ms": SILENCE_MS,
+    "pause_after": 1,
+}
+ONE_SECOND = StreamTimeouts(idle_s=1.0)
+# The entries whose config has an idle timer between two reads from the upstream (Traefik has none).
+IDLE_LIMITED = ["nginx", "haproxy", "envoy", "apache2", "h2o", "lighttpd", "varnish", "squid", "caddy"]
+
+
+@pytest.fixture(scope="module")
+def stub() -> Iterator[Endpoint]:
+    with stub_upstream() as upstream:
+        yield upstream
+
+
+def frames_through(
+    stub: Endpoint,
+    name: str,
+    variant: str,
+    limits: StreamTimeouts = ONE_SECOND,
+    pacing: dict[str, object] = PACING,
+    frames: int = FRAMES,
+) -> int:
+    """Frames a client got through `name:variant` with tiny limits (fewer than asked for: the path cut it)."""
+    proxy = catalogue()[name]
+    if proxy.missing_reason():
+        pytest.skip(f"{name}: {proxy.missing_reason()}")
+    site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir(name), proxy.variant(variant))
+    site.timeouts = limits
+    running = start(proxy, site)
+    try:
+        cfg = ProbeConfig(url=running.url, extra_body=(("tokenpath", pacing),), idle_timeout_s=10)
+        try:
+            metrics = run_metrics(probe_stream(cfg))
+        except TokenpathError:  # a reset, or an error the proxy answered in place of the stream
+            return 0
+        return min(metrics.frames, frames) if metrics.status == 200 else 0
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("name", IDLE_LIMITED)
+def test_a_silence_longer_than_the_idle_limit_cuts_stock_and_long_streams_survives(stub: Endpoint, name: str) -> None:
+    assert frames_through(stub, name, "stock") < FRAMES
+    assert frames_through(stub, name, LONG_STREAMS) == FRAMES
+
+
+STEADY_FRAMES = 30
+STEADY = {"interval_ms": 100, "frame_bytes": 60, "tokens": STEADY_FRAMES, "format": "plain", "ttft_ms": 0}  # 3 s
+TOTAL_1_5_S = StreamTimeouts(total_s=1.5)
+TOTAL_LIMITED = ["envoy", "varnish", "traefik"]  # route timeout, send_timeout, the entry point's writeTimeout
+
+
+@pytest.mark.parametrize("name", TOTAL_LIMITED)
+def test_a_stream_longer_than_the_total_limit_cuts_stock_and_long_streams_survives(stub: Endpoint, name: str) -> None:
+    """A steady 3 s stream, never silent for more than 100 ms: only a total limit (1.5 s here) ends it early."""
+    assert frames_through(stub, name, "stock", TOTAL_1_5_S, STEADY, STEADY_FRAMES) < STEADY_FRAMES
+    assert frames_through(stub, name, LONG_STREAMS, TOTAL_1_5_S, STEADY, STEADY_FRAMES) == STEADY_FRAMES

@@ -1,0 +1,25 @@
+"""The timeouts survey's HTML: the table of limits and each cut with its fix, escaped, in a self-contained page."""
+
+from __future__ import annotations
+
+from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits, SurveyConfig
+from tokenpath.report.timeouts import timeouts_page
+
+
+def test_the_page_shows_each_paths_limits_and_the_line_that_lifts_them() -> None:
+    url = "http://127.0.0.1:8080"
+    cfg = SurveyConfig((url,), min_s=1, max_s=120, resolution_s=1)
+    found = (
+        LimitFound(Measure.FIRST_BYTE, 59.5, 60.5, None, 4),
+        LimitFound(Measure.MID_STREAM, 59.5, 60.5, None, 4),
+        LimitFound(Measure.TOTAL, 120.0, None, None, 2),
+    )
+    html = timeouts_page([PathLimits(url, found, True, 15.0)], cfg, {url: "nginx:stock"})
+    assert html.startswith("<!doctype html>")
+    assert "<script" not in html
+    assert "nginx:stock" in html
+    assert "59.5 s survived, 60.5 s cut (held)" in html
+    assert "none up to 120 s" in html
+    assert "yes (every 15 s)" in html
+    assert "proxy_read_timeout 3600s;" in html
+    assert 'id="timeouts"' in html
