@@ -19,10 +19,12 @@ from tokenpath.diagnose.series import Run, paced
 from tokenpath.errors import PeerError, ProtocolError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace
+from tokenpath.probe.trace import Trace, trace_of
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, broken_by, classify_end
+from tokenpath.wire.reader import frame_reader
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
@@ -116,12 +118,30 @@ def run_series(
     hold that is not there."""
     out = []
     if runs and warm:
-        probe(config_for(template, runs[0]))  # the warm-up; a failure here fails the series as the run would
+        read_stream(probe, config_for(template, runs[0]))  # the warm-up; a failure fails the series as the run would
     for run in runs:
-        trace = probe(config_for(template, run))
+        trace, end = read_stream(probe, config_for(template, run))
         log = audit(trace.stream_id) if audit is not None and run.controlled else None
-        out.append(Measured(figures(run, trace, log, template.api), trace.head.headers if trace.head else ()))
+        found = dataclasses.replace(figures(run, trace, log, template.api), end=end)
+        out.append(Measured(found, trace.head.headers if trace.head else ()))
     return out
+
+
+CUTS = (BodyEnd.RESET, BodyEnd.TRUNCATED)  # how a path's cut breaks a body (an error status stays an error)
+
+
+def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None]:
+    """One stream, and its end when the path cut it (a reset, a body cut short): the probe's error carries the
+    trace so far, and wire/ending.py classifies the end from it. Any other failure is raised."""
+    try:
+        return probe(cfg), None
+    except PeerError as exc:
+        trace, how = trace_of(exc), broken_by(exc)
+        if trace is None or trace.t_end_ns is None or how not in CUTS:
+            raise
+    said = frame_reader(trace.api).last_word([f.frame for f in trace.frames]) if trace.frames else LastWord.NOTHING
+    last_byte = max((r.t_ns for r in trace.reads if r.nbytes), default=None)
+    return trace, classify_end(said, how, sent_ns=trace.t_sent_ns, end_ns=trace.t_end_ns, last_byte_ns=last_byte)
 
 
 def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:

@@ -310,3 +310,21 @@ class TraceRecorder:
         if self.trace.t_end_ns is None:
             self.trace.t_end_ns = t_ns
             self.trace.trailing_bytes = self._reader.pending_bytes()
+
+
+# A stream the peer ended badly (a reset, a body cut short) raises; the trace so far goes with the error, so a reader
+# that names cuts (diagnose) still sees when the last byte came and when the end did.
+_PARTIAL = "partial_trace"
+
+
+def with_trace(exc: BaseException, trace: Trace | None) -> BaseException:
+    """`exc` carrying the stream's trace up to it; returned, so `raise with_trace(exc, trace)` reads as one step."""
+    if trace is not None:
+        setattr(exc, _PARTIAL, trace)
+    return exc
+
+
+def trace_of(exc: BaseException) -> Trace | None:
+    """The trace an error carries (with_trace), or None."""
+    trace = getattr(exc, _PARTIAL, None)
+    return trace if isinstance(trace, Trace) else None
