@@ -16,7 +16,14 @@ from tokenpath.diagnose.classify import Cause, RunFigures, classify
 from tokenpath.diagnose.cuts import Limit
 from tokenpath.diagnose.report import diagnosis, lines
 from tokenpath.diagnose.series import plan
-from tokenpath.errors import IdleTimeout, PathCut, RemoteProtocolError
+from tokenpath.errors import (
+    HTTPStatusError,
+    IdleTimeout,
+    PathCut,
+    PeerError,
+    RemoteProtocolError,
+    StreamFormatError,
+)
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, with_trace
@@ -86,11 +93,17 @@ def test_read_stream_classifies_a_body_cut_short_from_the_trace_the_error_carrie
     assert end.since_last_byte_ns == int(1.2 * S) - 104 * 1_000_000
 
 
-def test_a_client_timeout_is_no_cut_and_is_raised() -> None:
-    def probe(cfg: ProbeConfig) -> Trace:
-        raise with_trace(IdleTimeout("no frame for 10 s"), _cut_trace())
+@pytest.mark.parametrize(
+    "error",
+    [IdleTimeout("no frame for 10 s"), StreamFormatError("a malformed event"), HTTPStatusError("HTTP 502")],
+)
+def test_what_is_no_cut_is_raised(error: PeerError) -> None:
+    """Our own timeout, a malformed frame (a broken body, but not a cut), an error status instead of a stream."""
 
-    with pytest.raises(IdleTimeout):
+    def probe(cfg: ProbeConfig) -> Trace:
+        raise with_trace(error, _cut_trace())
+
+    with pytest.raises(type(error)):
         measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
 
 

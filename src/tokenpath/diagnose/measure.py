@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from tokenpath.audit import StreamLog
 from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
 from tokenpath.diagnose.series import Run, paced
-from tokenpath.errors import PeerError, ProtocolError, UsageError
+from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, trace_of
@@ -137,8 +137,8 @@ def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None
         return probe(cfg), None
     except PeerError as exc:
         trace, how = trace_of(exc), broken_by(exc)
-        if trace is None or trace.t_end_ns is None or how not in CUTS:
-            raise
+        if trace is None or trace.t_end_ns is None or how not in CUTS or isinstance(exc, StreamFormatError):
+            raise  # no stream's end (a timeout of ours, an error status), or a malformed frame: not a cut
     said = frame_reader(trace.api).last_word([f.frame for f in trace.frames]) if trace.frames else LastWord.NOTHING
     last_byte = max((r.t_ns for r in trace.reads if r.nbytes), default=None)
     return trace, classify_end(said, how, sent_ns=trace.t_sent_ns, end_ns=trace.t_end_ns, last_byte_ns=last_byte)
