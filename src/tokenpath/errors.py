@@ -210,6 +210,14 @@ class DiagnosisUnsure(TokenpathError):
     meaning = "diagnose: the runs disagree, so no cause is named (unsure)"
 
 
+class PathCut(TokenpathError):
+    """`diagnose` saw the path end a stream before its end (an idle or total limit, named with its measured value
+    and the line that lifts it). A finding, not an error, as PathHeld."""
+
+    exit_code = 19
+    meaning = "diagnose: the path cut the stream (which limit, its value, the line or keep-alives that lift it)"
+
+
 class InstrumentError(TokenpathError):
     """The measuring setup failed: nothing measured through it can be reported."""
 

@@ -40,7 +40,9 @@ def test_the_plan_flags_are_the_costs_applied(monkeypatch: pytest.MonkeyPatch) -
     from tokenpath.cli import app
 
     # The CLI's console took its width when it was imported (COLUMNS then): a narrow one wraps the table's cells.
-    monkeypatch.setattr(cli.console, "width", 200)
+    # Its private _width, not the width property: undoing a property's setattr would pin the width read then (80)
+    # for every later test in this worker.
+    monkeypatch.setattr(cli.console, "_width", 200)
 
     out = CliRunner().invoke(app, ["load", "--plan", "--concurrency", "1000", "--client-us-per-frame", "19.2",
                                    "--stub-us-per-frame", "77", "--proxy", "node", "--proxy-us-per-frame", "88"],

@@ -109,11 +109,14 @@ def test_the_caption_explains_added_and_fpr() -> None:
 def test_probe_wide_flag_reaches_the_table(monkeypatch: pytest.MonkeyPatch, wide: bool) -> None:
     from typer.testing import CliRunner
 
+    import tokenpath.cli.common
     import tokenpath.probe.stream
     from tests.diagnose.test_measure import trace_of
     from tokenpath.cli import app
 
     monkeypatch.setattr(tokenpath.probe.stream, "probe_stream", lambda cfg: trace_of([[60]] * 4, [1.0, 2.0, 3.0, 4.0]))
+    # The CLI's console took its width when first used (COLUMNS then), and an earlier test may have pinned it.
+    monkeypatch.setattr(tokenpath.cli.common.console, "_width", 300)
     out = CliRunner().invoke(
         app, ["probe", "http://127.0.0.1:9", *(["--wide"] if wide else [])], env={"COLUMNS": "300"}
     )

@@ -78,7 +78,8 @@ def diagnose(
     """Run a short series through a path, growing it until it can tell, and name what the path does to a token
     stream and the line that fixes it.
 
-    Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree)."""
+    Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree); 19: it cut
+    the stream (the limit and its fix are named)."""
     from tokenpath.axes import ACCEPT_ENCODING, API
     from tokenpath.diagnose.fixes import check_proxy
     from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, stub_audit
@@ -125,7 +126,7 @@ def diagnose(
         notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
     with _client(template, client) as probe:
         audit = stub_audit(stub_url or target_url) if paced else None
-        measured, verdict = diagnose_series(template, first, probe, audit, sent, CHECKS)
+        measured, verdict = diagnose_series(template, first, probe, audit, sent, checks())
     found = diagnosis(
         target_url,
         paced,
@@ -146,9 +147,12 @@ def diagnose(
     raise typer.Exit(found.exit_code)
 
 
-# Checks classify() asks before its own rules (classify.Check): a diagnose module that names another cause adds its
-# check here.
-CHECKS: tuple[Check, ...] = ()
+def checks() -> tuple[Check, ...]:
+    """The checks classify() asks before its own rules (classify.Check): a diagnose module that names another
+    cause adds its check here (imported when diagnose runs, not when the CLI starts)."""
+    from tokenpath.diagnose.cuts import cut_check
+
+    return (cut_check,)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ from typing import Any
 
 from tokenpath.diagnose import series
 from tokenpath.diagnose.shape import HOLD_MS, Kind, Seen, holds, seen, size
+from tokenpath.wire.ending import StreamEnd
 
 SAME_SHARE = 0.25  # two holds or two byte counts within 25 % (of the larger) are the same
 SAME_HOLD_MS = 15.0  # ... or holds within this many ms (a timer's phase against the frames moves it a little)
@@ -49,6 +50,7 @@ class Cause(StrEnum):
     TIME_QUANTIZED = "time_quantized"
     FIRST_HOLD = "first_hold"
     COMPRESSION_HOLD = "compression_hold"
+    CUT = "cut"  # the path ended a stream before its end (a check names the limit: diagnose/cuts.py)
     UNSURE = "unsure"
 
 
@@ -71,6 +73,9 @@ class RunFigures:
     stub_ttft_ms: float | None = None
     # Each frame's write (ms since the request was sent): the stub's own log, or its schedule. None: unknown.
     writes_ms: tuple[float, ...] | None = None
+    # How the stream ended when the path cut it (wire/ending.py; measure.py reads it from the probe's error), else
+    # None: a cut run's figures are a short stream's.
+    end: StreamEnd | None = None
 
     @property
     def paced(self) -> bool:
@@ -123,6 +128,7 @@ class RunFigures:
             "burst_bytes": list(self.burst_bytes),
             "arrivals_ms": [round(t, 2) for t in self.arrivals_ms],
             "holds_ms": [round(h, 2) for h in self.holds_ms()],
+            "end": self.end.to_json() if self.end is not None else None,
         }
 
 
@@ -140,11 +146,12 @@ class Verdict:
     at_least: bool = False  # WHOLE_RESPONSE: that stream was shorter than the series' bound: it holds at least it
     shape: Kind | None = None  # COMPRESSION_HOLD: what the compressed answer looked like
     wants: tuple[str, ...] = ()  # the runs (series names) that would tell; empty when the verdict stands
+    end: StreamEnd | None = None  # CUT: the cut stream's end, its timing (report.py names its limit and fix)
 
     @property
     def held(self) -> bool:
-        """The path holds the stream (a cause that is not STREAMS and not UNSURE)."""
-        return self.cause not in (Cause.STREAMS, Cause.UNSURE)
+        """The path holds the stream (a cause that is not STREAMS, CUT or UNSURE: a cut is its own finding)."""
+        return self.cause not in (Cause.STREAMS, Cause.CUT, Cause.UNSURE)
 
     def to_json(self) -> dict[str, Any]:
         return {

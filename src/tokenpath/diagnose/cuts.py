@@ -9,11 +9,12 @@ the same table): a measured limit near one of them points there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from tokenpath.diagnose.classify import Cause, RunFigures, Verdict
 from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies import lookup
@@ -160,6 +161,18 @@ def name_end(end: StreamEnd, proxy: str | None = None) -> CutName | None:
     else:
         measure, value_s = Measure.TOTAL, at_s
     return name_cut(LimitFound(measure, None, round(value_s, 3), end, 1), proxy)
+
+
+def cut_check(runs: Sequence[RunFigures], evidence: tuple[str, ...]) -> Verdict | None:
+    """diagnose's check (classify.Check, cli/diagnose.py CHECKS): the first run the path cut is the verdict, its
+    limit named from its own timing (name_end); the report adds the fix for the proxy it recognised. None when
+    every run came to its end."""
+    for run in runs:
+        named = name_end(run.end) if run.end is not None else None
+        if run.end is not None and named is not None:
+            summary = f"cuts the stream: {named.limit.value} limit, cut at {named.cut_s:g} s ({run.name} run)"
+            return Verdict(Cause.CUT, summary, (*evidence, f"{run.name}: {run.end.describe()}"), end=run.end)
+    return None
 
 
 def path_cuts(path: PathLimits, proxy: str | None = None) -> list[CutName]:

@@ -16,14 +16,15 @@ from dataclasses import dataclass
 from tokenpath.audit import StreamLog
 from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
 from tokenpath.diagnose.series import Run, paced
-from tokenpath.errors import PeerError, ProtocolError, UsageError
+from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace
+from tokenpath.probe.trace import Trace, trace_of
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.wire.apis import Api
-from tokenpath.wire.ending import StreamEnd
+from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, broken_by, classify_end, end_of
+from tokenpath.wire.reader import frame_reader
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
@@ -120,14 +121,41 @@ def run_series(
     hold that is not there."""
     out = []
     if runs and warm:
-        probe(config_for(template, runs[0]))  # the warm-up; a failure here fails the series as the run would
+        read_stream(probe, config_for(template, runs[0]))  # the warm-up; a failure fails the series as the run would
     for run in runs:
-        trace = probe(config_for(template, run))
+        trace, end = read_stream(probe, config_for(template, run))
         log = audit(trace.stream_id) if audit is not None and run.controlled else None
-        out.append(
-            Measured(figures(run, trace, log, template.api), trace.head.headers if trace.head else (), trace.end)
-        )
+        found = dataclasses.replace(figures(run, trace, log, template.api), end=end)
+        out.append(Measured(found, trace.head.headers if trace.head else (), trace.end or end))
     return out
+
+
+CUTS = (BodyEnd.RESET, BodyEnd.TRUNCATED)  # how a path's cut breaks a body (an error status stays an error)
+
+
+def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None]:
+    """One stream, and its end when the path cut it: a reset or a body cut short (the probe's error carries the
+    trace so far and the end wire/ending.py gave it), or a body that ended without its format's final event
+    (cut_silent, on the trace). Any other failure is raised."""
+    try:
+        trace = probe(cfg)
+    except PeerError as exc:
+        partial = trace_of(exc)
+        end = end_of(exc) or (_end_from(partial, exc) if partial is not None else None)
+        if partial is None or end is None or end.how not in CUTS or isinstance(exc, StreamFormatError):
+            raise  # no stream's end (a timeout of ours, an error status), or a malformed frame: not a cut
+        return partial, end
+    return trace, trace.end if trace.end is not None and trace.end.cut else None
+
+
+def _end_from(trace: Trace, exc: BaseException) -> StreamEnd | None:
+    """The end wire/ending.py gives an error that came with no end attached (a prober other than probe_stream)."""
+    how = broken_by(exc)
+    if how is None or trace.t_end_ns is None:
+        return None
+    said = frame_reader(trace.api).last_word([f.frame for f in trace.frames]) if trace.frames else LastWord.NOTHING
+    last_byte = max((r.t_ns for r in trace.reads if r.nbytes), default=None)
+    return classify_end(said, how, sent_ns=trace.t_sent_ns, end_ns=trace.t_end_ns, last_byte_ns=last_byte)
 
 
 def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:

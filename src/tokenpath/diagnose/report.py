@@ -1,8 +1,9 @@
 """A diagnosis as a result: the verdict, the proxy that answered and its fix, as the --json document and as lines
 of text, the verdict first. Pure: built from measured figures and heads, nothing sent.
 
-A diagnosis is a finding, not an error: it ends with its exit code (0 streams, 16 holds, 17 unsure; errors.py's
-PathHeld and DiagnosisUnsure say so in the README's table) and nothing on stderr but what went wrong."""
+A diagnosis is a finding, not an error: it ends with its exit code (0 streams, 16 holds, 17 unsure, 19 cut;
+errors.py's PathHeld, DiagnosisUnsure and PathCut say so in the README's table) and nothing on stderr but what
+went wrong."""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ from typing import Any
 
 from tokenpath.diagnose import series
 from tokenpath.diagnose.classify import Cause, RunFigures, Verdict
+from tokenpath.diagnose.cuts import CutName, name_end
 from tokenpath.diagnose.fixes import Fix, Recognised, check_proxy, fix_for, generic_fix, recognise
 from tokenpath.diagnose.shape import size
-from tokenpath.errors import DiagnosisUnsure, PathHeld
+from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld
 
-SCHEMA_VERSION = 2  # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix
+# 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix; 3: the cut cause, its
+# `cut` (limit, value, fix) and each run's `end`
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,7 @@ class Diagnosis:
     fix: Fix | None
     generic: str | None  # what changes the measured rule in any proxy, when no measured line is printed
     notes: tuple[str, ...] = ()  # about the series itself (its client, a run left out, and why)
+    cut: CutName | None = None  # CUT: which limit, its value, and the line that lifts it on the proxy recognised
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,13 +53,18 @@ class Diagnosis:
                 "measured": self.fix.measured,
             },
             "generic_fix": self.generic,
+            "cut": None
+            if self.cut is None
+            else {"limit": self.cut.limit.value, "cut_s": self.cut.cut_s, "fix": self.cut.fix},
             "notes": list(self.notes),
             "runs": [r.to_json() for r in self.runs],
         }
 
     @property
     def exit_code(self) -> int:
-        """For CI: 16 held, 17 unsure, 0 streams (errors.py's PathHeld / DiagnosisUnsure carry the codes)."""
+        """For CI: 16 held, 17 unsure, 19 cut, 0 streams (errors.py's PathHeld / DiagnosisUnsure / PathCut)."""
+        if self.verdict.cause is Cause.CUT:
+            return PathCut.exit_code
         if self.verdict.held:
             return PathHeld.exit_code
         if self.verdict.cause is Cause.UNSURE:
@@ -77,7 +87,8 @@ def diagnosis(
     found = Recognised(proxy, "--proxy") if proxy else next(filter(None, map(recognise, heads)), None)
     fix = fix_for(found.proxy, verdict) if found is not None and verdict.held else None
     generic = generic_fix(verdict) if verdict.held and fix is None else None
-    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes))
+    cut = name_end(verdict.end, found.proxy if found else None) if verdict.end is not None else None
+    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes), cut)
 
 
 def lines(d: Diagnosis) -> list[str]:
@@ -86,6 +97,10 @@ def lines(d: Diagnosis) -> list[str]:
     out = [f"{d.url}: {v.summary}"]
     if d.recognised is not None:
         out.append(f"proxy: {d.recognised.proxy} (from {d.recognised.by})")
+    if d.cut is not None:
+        survived = f", {d.cut.survived_s:g} s survived" if d.cut.survived_s is not None else ""
+        out.append(f"cut: {d.cut.limit.value} limit at {d.cut.cut_s:g} s{survived}")
+        out.append(f"fix: {d.cut.fix}")
     if d.fix is not None:
         out.append(f"fix: {d.fix.line}" + (f"  ({d.fix.context})" if d.fix.context else ""))
         out.append(f"     source: {d.fix.source}")

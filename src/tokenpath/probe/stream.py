@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, NetworkError, UsageError
+from tokenpath.errors import ConnectTimeout, NetworkError, PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
 from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.h3stream import probe_h3
-from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
+from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder, trace_of, with_trace
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.wire.carrier import WEBSOCKET
 from tokenpath.wire.ending import attach, end_of
@@ -62,13 +62,22 @@ def probe_stream(
             return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
         transport.sendall(payload)
         recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
-        read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
+        try:
+            read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
+        except (PeerError, OSError) as exc:  # the stream so far goes with the error, ended now
+            recorder.trace.t_end_ns = recorder.trace.t_end_ns or clock()
+            with_trace(exc, recorder.trace)
+            raise
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError) as exc:  # the end it gave the stream goes with it (wire/ending.py)
-        raise attach(NetworkError(f"the connection was reset: {exc.strerror}"), end_of(exc)) from None
+        raise with_trace(
+            attach(NetworkError(f"the connection was reset: {exc.strerror}"), end_of(exc)), trace_of(exc)
+        ) from None
     except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
         reason = getattr(exc, "reason", None) or exc
-        raise attach(NetworkError(f"the TLS connection failed: {reason}"), end_of(exc)) from None
+        raise with_trace(
+            attach(NetworkError(f"the TLS connection failed: {reason}"), end_of(exc)), trace_of(exc)
+        ) from None
     finally:
         transport.close()
 

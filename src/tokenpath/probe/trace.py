@@ -367,3 +367,21 @@ class TraceRecorder:
         return classify_end(
             said, how, sent_ns=trace.t_sent_ns, end_ns=t_ns, last_byte_ns=trace.t_last_byte_ns, detail=detail
         )
+
+
+# A stream the peer ended badly (a reset, a body cut short) raises; the trace so far goes with the error, so a reader
+# that names cuts (diagnose) still sees when the last byte came and when the end did.
+_PARTIAL = "partial_trace"
+
+
+def with_trace(exc: BaseException, trace: Trace | None) -> BaseException:
+    """`exc` carrying the stream's trace up to it; returned, so `raise with_trace(exc, trace)` reads as one step."""
+    if trace is not None:
+        setattr(exc, _PARTIAL, trace)
+    return exc
+
+
+def trace_of(exc: BaseException) -> Trace | None:
+    """The trace an error carries (with_trace), or None."""
+    trace = getattr(exc, _PARTIAL, None)
+    return trace if isinstance(trace, Trace) else None
