@@ -13,13 +13,15 @@ from tokenpath.cli.gateway import gateway
 from tokenpath.cli.load import load
 from tokenpath.cli.matrix import matrix
 from tokenpath.cli.monitor import monitor
+from tokenpath.cli.origin import origin
 from tokenpath.cli.probe import probe
+from tokenpath.cli.record import record
 from tokenpath.cli.relay import relay
 from tokenpath.cli.report import report
 from tokenpath.cli.stub import stub
 from tokenpath.cli.sweep import sweep
 
-for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose):
+for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose, origin, record):
     app.command()(command)
 
 __all__ = ["app", "console", "err_console", "main"]
