@@ -18,6 +18,7 @@ k = write k) holds; the audit's tolerance is the stub's rule on the recording's 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -175,6 +176,12 @@ def load(path: str | Path) -> Recording:
     except ValueError as exc:
         raise UsageError(f"recording {path}: not JSON ({exc})") from None
     return Recording.from_json(doc, f"recording {path}")
+
+
+@functools.lru_cache(maxsize=64)
+def load_cached(path: str) -> Recording:
+    """A recording read once per process (an experiment names its file in every condition's label and request)."""
+    return load(path)
 
 
 @dataclass(frozen=True, slots=True)
