@@ -5,9 +5,13 @@ from pathlib import Path
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, h2_hint, no_wrap, run_quiet
 
 GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on for an API behind nginx
+# nginx honours an upstream's `X-Accel-Buffering: no` (buffering off for that response) unless told to ignore it: a
+# site that ignores it holds llama-cpp-python's close-delimited stream, which stock nginx streams (issue 37).
+IGNORE_X_ACCEL = "proxy_ignore_headers X-Accel-Buffering;"
 VARIANT_DIRECTIVES = {
     "stock": "",
     "proxy_buffering_off": "proxy_buffering off;",
+    "ignore_x_accel": IGNORE_X_ACCEL,
     "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
     "gzip": GZIP,
     "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
@@ -28,6 +32,7 @@ class Nginx(Proxy):
     variants = (
         STOCK,
         Variant("proxy_buffering_off", "proxy_buffering off (the advice everyone gives)", "proxy_buffering off;"),
+        Variant("ignore_x_accel", "stock, ignoring the upstream's X-Accel-Buffering", IGNORE_X_ACCEL),
         Variant("http_1_1", "proxy_http_version 1.1 with keep-alive to the upstream", "proxy_http_version 1.1;"),
         # Compression as it is turned on: gzip compresses for a client whose Accept-Encoding asks for it, and the
         # gzip filter flushes (Z_SYNC_FLUSH) only what reaches it flushed, i.e. with proxy_buffering off.
