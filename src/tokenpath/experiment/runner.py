@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.console import Console
 
+from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.endpoint import NO_AUDIT
@@ -198,7 +199,9 @@ class MatrixRunner:
             if link == "loopback" and self.exp.stub_listen is not None:  # attached paths were pointed at it
                 bind, stub_port = self.exp.stub_listen.host, self.exp.stub_listen.port
                 stub_host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-            stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port)))
+            replays = dict.fromkeys(f for c in self.exp.conditions if (f := replay_file(c)) is not None)
+            recordings = [a for f in replays for a in ("--recording", f)]  # each condition's request names its own
+            stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port), *recordings))
             stub = ServiceProcess(stub_argv, "stub")
             stack.callback(stub.stop)
             stub.start()

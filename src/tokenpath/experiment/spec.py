@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.axes import AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid
+from tokenpath.axes import AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid, origin_member, replay_file
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
@@ -21,6 +21,7 @@ from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
+from tokenpath.stub.replay import load_cached as load_recording
 from tokenpath.wire.apis import Api
 
 __all__ = ["Condition", "Experiment", "Link", "PathSpec", "load", "parse", "stub_member", "stub_pacing"]
@@ -30,7 +31,7 @@ STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token fr
 # An axis not named here varies inside these, in AXES' order.
 GRID_ORDER = (
     *("api", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "accept_encoding", "client_http"),
-    *("h2_window", "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at"),
+    *("h2_window", "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at", "origin", "http10_framing"),
 )
 
 
@@ -247,6 +248,10 @@ def _honoured(cond: Condition, declared_size: bool, frames: int, ttft_ms: float)
     keep-alive in a format that has none, a first event too small for its frame, a stream too long), so the file
     fails, not every stream. OpenAI reasoning needs chunks with a reasoning field: such a condition streams
     `format` openai, unpadded unless a declared frame_bytes holds every chunk."""
+    replay = replay_file(cond)
+    if replay is not None and load_recording(replay).api is not cond.api:
+        recorded = load_recording(replay).api.value
+        raise UsageError(f"[conditions] {cond.label}: the recording is of the {recorded} API, not {cond.api.value}")
     cond = replace(cond, frame_bytes=_frame_size(cond.frame_bytes, cond.api, declared_size, frames))
     if not stub_pacing(cond, frames, ttft_ms).planned:
         return cond
@@ -271,8 +276,7 @@ def stub_pacing(cond: Condition, tokens: int, ttft_ms: float) -> Pacing:
 
 def stub_member(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, object]:
     """The request body's `tokenpath` member for one stream of `cond`: its pacing, and the headers it declares."""
-    member = stub_pacing(cond, tokens, ttft_ms).to_json()
-    return {**member, "headers": dict(cond.stub_headers)} if cond.stub_headers else member
+    return {**stub_pacing(cond, tokens, ttft_ms).to_json(), **origin_member(cond)}
 
 
 def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
