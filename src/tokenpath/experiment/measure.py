@@ -27,11 +27,12 @@ class RunRecord:
     trace: Trace | None = field(default=None, repr=False)  # kept until joined with the stub's log
     audited: bool = True  # False against a real endpoint: no write log exists, so only a failed probe excludes
     content_encoding: str = "identity"  # the response's Content-Encoding as the probe decoded it
+    unpaired: str | None = None  # against a started origin: why its direct pair could not be trusted (pairs.py)
 
     @property
     def included(self) -> bool:
         if not self.audited:
-            return self.metrics is not None and not self.error
+            return self.metrics is not None and not self.error and self.unpaired is None
         return self.metrics is not None and self.audit is not None and self.audit.passed
 
     @property
@@ -39,7 +40,7 @@ class RunRecord:
         if self.error:
             return f"probe failed: {self.error}"
         if not self.audited:
-            return None if self.metrics is not None else "probe failed: no trace"
+            return self.unpaired if self.metrics is not None else "probe failed: no trace"
         if self.audit is None:
             return "no audit for this stream"
         if not self.audit.passed:

@@ -24,10 +24,13 @@ from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
+from tokenpath.experiment.pairs import bracketed, pair
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, stub_member, stub_pacing
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
+from tokenpath.origins.catalogue import lookup as lookup_origin
+from tokenpath.origins.process import start as start_origin
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
@@ -121,6 +124,21 @@ class MatrixRunner:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
         total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
         self._install_releases()
+        with contextlib.ExitStack() as origin:
+            if self.exp.endpoint is not None and self.exp.endpoint.kind:
+                self._start_origin(origin, self.exp.endpoint.kind)
+            return self._run(groups, total)
+
+    def _start_origin(self, stack: contextlib.ExitStack, kind: str) -> None:
+        """The real origin of `[upstream] kind`, started for the whole run on a free port and stopped after it."""
+        assert self.exp.endpoint is not None
+        self.console.print(f"starting {kind} (a real inference server; its streams are paired, serially)")
+        running = stack.enter_context(start_origin(lookup_origin(kind)))
+        info = running.info()
+        self.exp.endpoint = self.exp.endpoint.started(running.url, info)
+        self.console.print(f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})")
+
+    def _run(self, groups: dict[tuple[Link, bool], list[Condition]], total: int) -> MatrixResults:
         if self.exp.endpoint is not None:
             e = self.exp.endpoint
             self.console.print(
@@ -320,6 +338,7 @@ class MatrixRunner:
             model=model,
             prompt=endpoint.prompt,
             max_tokens=endpoint.max_tokens,
+            extra_body=endpoint.sampling,
             headers=headers,
             api_key=api_key,
             tls=tls,
@@ -361,7 +380,10 @@ class MatrixRunner:
 
     def _endpoint_round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition) -> list[RunRecord]:
         """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round
-        (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much)."""
+        (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much). A
+        started origin's round brackets every path with direct streams and pairs each with the two around it."""
+        if self.exp.endpoint is not None and self.exp.endpoint.kind:
+            return self._paired_round(env, paths, cond)
         records = [self._endpoint_probe(env, url, label, cond=cond) for label, url in paths]
         first = next((r for r in records if r.path == "direct"), None)
         direct = first.metrics.ttft_ms if first is not None and first.metrics else None
@@ -369,6 +391,20 @@ class MatrixRunner:
             ttft = record.metrics.ttft_ms if record.metrics else None
             if ttft is not None and direct is not None:
                 record.path_added_ttft_ms = ttft - direct
+        return records
+
+    def _paired_round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition) -> list[RunRecord]:
+        """direct, path 1, direct, path 2, ..., direct, serial: each path's added TTFT against the mean of the two
+        directs around it, the run excluded (counted) when they disagree (experiment/pairs.py)."""
+        urls = dict(paths)
+        records = [self._endpoint_probe(env, urls[label], label, cond=cond) for label in bracketed(list(urls))]
+        for k, record in enumerate(records):
+            if record.path == "direct" or record.metrics is None:
+                continue
+            before, after = records[k - 1].metrics, records[k + 1].metrics
+            paired = pair(record.metrics, before, after)
+            record.path_added_ttft_ms = paired.added_ttft_ms
+            record.unpaired = paired.excluded_because
         return records
 
     def _probe(self, env: Environment, url: str, label: str, cond: Condition, tokens: int) -> RunRecord:
