@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.errors import UsageError
+from tokenpath.experiment.pairs import RULE
 from tokenpath.origins.catalogue import MODEL_ALIAS
 from tokenpath.origins.catalogue import lookup as lookup_origin
 from tokenpath.origins.process import PROMPT
@@ -25,6 +26,10 @@ from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 NO_AUDIT = (
     "no stub audit against a real endpoint: no run is excluded for pacing, and added TTFT is each stream's TTFT "
     "minus the direct stream's TTFT in the same round"
+)
+PAIRED = (
+    "a real origin started for the run, no stub audit: rounds run direct, path, direct, ... serially, and a path's "
+    f"added TTFT is its TTFT minus the mean of the two direct streams around it; {RULE}"
 )
 DEFAULT_MAX_TOKENS = 64  # every stream costs tokens: bounded unless the file says otherwise
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -48,6 +53,11 @@ class EndpointSpec:
     cacert: str | None = None  # trust this CA for an https endpoint (a private one); else the system store
     kind: str | None = None  # a real origin the matrix starts (origins/catalogue.py), paired runs; None: a URL
     origin_info: tuple[tuple[str, object], ...] = ()  # its version, model, build flags and settings, once started
+
+    @property
+    def note(self) -> str:
+        """What its rows can and cannot say."""
+        return PAIRED if self.kind else NO_AUDIT
 
     @property
     def sampling(self) -> tuple[tuple[str, object], ...]:
@@ -101,7 +111,7 @@ class EndpointSpec:
             "cacert": self.cacert,
             **({"kind": self.kind, "origin_server": dict(self.origin_info)} if self.kind else {}),
             "audited": False,
-            "note": NO_AUDIT,
+            "note": self.note,
         }
 
 

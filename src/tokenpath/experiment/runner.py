@@ -22,7 +22,6 @@ from rich.console import Console
 from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
-from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.pairs import bracketed, pair
 from tokenpath.experiment.rows import Floor, build_row
@@ -143,7 +142,7 @@ class MatrixRunner:
             e = self.exp.endpoint
             self.console.print(
                 f"upstream: {e.label} ({e.declared}), model {e.model}: {total} streams of at most {e.max_tokens} "
-                f"tokens; {NO_AUDIT}; certification and the controls run on the stub"
+                f"tokens; {e.note}; certification and the controls run on the stub"
             )
             self._preflight()
         progress = progress_bar(self.console)
