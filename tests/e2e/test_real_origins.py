@@ -68,8 +68,9 @@ def test_the_matrix_starts_a_real_origin_and_pairs_its_streams(tmp_path: Path) -
     Whether a run is kept depends on the machine's load (its directs may disagree): the held / streamed shapes are
     read off every run, kept or not."""
     entry = ORIGINS["llama-cpp-python"]
-    if entry.missing_reason() or lookup("nginx").missing_reason():
-        pytest.skip(entry.missing_reason() or lookup("nginx").missing_reason())
+    missing = entry.missing_reason() or lookup("nginx").missing_reason() or ""
+    if missing:
+        pytest.skip(missing)
     exp = tmp_path / "exp.toml"
     exp.write_text(
         'name = "real"\nruns = 2\n[upstream]\nkind = "llama-cpp-python"\nmax_tokens = 8\n'
