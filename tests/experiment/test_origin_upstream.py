@@ -88,3 +88,22 @@ def test_a_round_brackets_each_path_and_excludes_one_whose_directs_disagree(monk
     assert haproxy.exclusion_reason is not None
     assert haproxy.exclusion_reason.startswith(UNSTABLE)
     assert all(r.included for r in records if r.path == "direct")
+
+
+@pytest.mark.skipif(not BUILT, reason="scripts/build-llama has not built the real origins here")
+def test_a_started_origin_streams_each_format_it_speaks_on_its_route() -> None:
+    exp = parse({"upstream": {"kind": "llama-server"}, "conditions": {"api": ["openai", "anthropic", "responses"]}})
+    spec = exp.endpoint
+    assert spec is not None
+    assert [c.api.value for c in exp.conditions] == ["openai", "anthropic", "responses"]
+    started = spec.started("http://127.0.0.1:4567", {})
+    through = "http://127.0.0.1:8080" + started.target.path  # a path in front, as the runner asks it
+    assert [started.for_api(through, c.api) for c in exp.conditions] == [
+        "http://127.0.0.1:8080/v1/chat/completions",
+        "http://127.0.0.1:8080/v1/messages",
+        "http://127.0.0.1:8080/v1/responses",
+    ]
+    with pytest.raises(UsageError, match="llama-cpp-python does not speak it"):
+        parse({"upstream": {"kind": "llama-cpp-python"}, "conditions": {"api": "anthropic"}})
+    with pytest.raises(UsageError, match="api: the stub's pacing"):  # a URL endpoint streams its one format
+        parse({"upstream": {"url": "http://h", "model": "m"}, "conditions": {"api": "anthropic"}})

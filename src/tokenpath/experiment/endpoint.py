@@ -21,6 +21,7 @@ from tokenpath.origins.catalogue import lookup as lookup_origin
 from tokenpath.origins.process import PROMPT
 from tokenpath.probe.transport import Target, parse_target
 from tokenpath.proxies.base import Endpoint, UpstreamTLS
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
 NO_AUDIT = (
@@ -63,6 +64,21 @@ class EndpointSpec:
     def sampling(self) -> tuple[tuple[str, object], ...]:
         """Fixed seed and temperature 0 for a started origin (the token count repeats); a URL's own defaults else."""
         return SAMPLING if self.kind else ()
+
+    def route(self, api: Api) -> str:
+        """The path a stream of `api` takes: a started origin's route for that format (UsageError for one it does
+        not speak); a URL's own path, whatever the format (a URL endpoint streams the default format only)."""
+        if not self.kind:
+            return self.target.path
+        origin = lookup_origin(self.kind)
+        if api not in origin.apis:
+            speaks = ", ".join(a.value for a in origin.apis)
+            raise UsageError(f"[conditions] api {api.value}: {self.kind} does not speak it (it speaks {speaks})")
+        return SPECS[api].path(self.model)
+
+    def for_api(self, url: str, api: Api) -> str:
+        """`url` (this endpoint's, direct or through a path) on the route of `api`; a URL endpoint's as it is."""
+        return url.removesuffix(self.target.path) + self.route(api) if self.kind else url
 
     def started(self, url: str, info: dict[str, object]) -> EndpointSpec:
         """This spec with the started origin's address and what it is."""

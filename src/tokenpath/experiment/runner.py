@@ -345,8 +345,8 @@ class MatrixRunner:
             idle_timeout_s=60,
             total_timeout_s=300,
         )
-        if cond is not None:  # the condition's HTTP version and windows (its api and encoding are the defaults)
-            cfg = replace(cfg, **cond.probe_settings())
+        if cond is not None:  # the condition's HTTP version and windows; a started origin's format on its route
+            cfg = replace(cfg, **cond.probe_settings(), url=endpoint.for_api(url, cond.api))
         try:
             trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.axes import AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid, origin_member, replay_file
+from tokenpath.axes import API, AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid, origin_member, replay_file
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
@@ -229,9 +229,11 @@ def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
 
 def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[Condition]:
     """Against a real endpoint the endpoint paces the stream: only the client side's TLS and HTTP version (with its
-    HTTP/2 windows) are conditions. Over HTTP/2 the client speaks h2 to the endpoint and to each path in front of it
-    (ALPN over TLS, prior knowledge in clear text); one that will not fails its runs, never falls back."""
-    paced = sorted(a.key for a in AXES if a.stub_paced and a.key in cond)
+    HTTP/2 windows) are conditions, and a started origin's formats (`api`: each it speaks, on its own route). Over
+    HTTP/2 the client speaks h2 to the endpoint and to each path in front of it (ALPN over TLS, prior knowledge in
+    clear text); one that will not fails its runs, never falls back."""
+    formats = [API] if endpoint.kind else []
+    paced = sorted(a.key for a in AXES if a.stub_paced and a.key in cond and a not in formats)
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
     if LINK.values(cond) != ["loopback"]:
@@ -239,7 +241,9 @@ def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[C
             "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
             "are cut off from; only loopback"
         )
-    client_side = [a for a in grid_axes() if not a.stub_paced]
+    for api in API.values(cond):
+        endpoint.route(api)  # a UsageError for a format the origin does not speak
+    client_side = [a for a in grid_axes() if not a.stub_paced or a in formats]
     return [replace(c, interval_ms=0.0, frame_bytes=0, endpoint=endpoint.label) for c in grid(cond, client_side)]
 
 
