@@ -107,3 +107,19 @@ def test_a_started_origin_streams_each_format_it_speaks_on_its_route() -> None:
         parse({"upstream": {"kind": "llama-cpp-python"}, "conditions": {"api": "anthropic"}})
     with pytest.raises(UsageError, match="api: the stub's pacing"):  # a URL endpoint streams its one format
         parse({"upstream": {"url": "http://h", "model": "m"}, "conditions": {"api": "anthropic"}})
+
+
+def test_a_started_origins_first_stream_of_a_condition_warms_it_unmeasured(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = parse({"upstream": {"url": "http://127.0.0.1:9", "model": "m"}, "runs": 2})
+    assert exp.endpoint is not None
+    exp.endpoint = replace(exp.endpoint, kind="llama-server")
+    runner = MatrixRunner(exp, Path("/nonexistent"), console=Console(quiet=True))
+    ttfts = iter([1966.0, 21.0, 22.0])  # the prompt's first stream, then cached
+    monkeypatch.setattr(
+        runner, "_endpoint_probe", lambda *a, **k: RunRecord("direct", "s", metrics(next(ttfts)), audited=False)
+    )
+    monkeypatch.setattr(runner, "write", lambda: None)
+    runner._condition(Environment("loopback", False), exp.conditions[0], lambda what: None)
+    (row,) = runner.rows
+    assert row.runs == 2  # the warm-up is not among them
+    assert row.ttft_ms_median == pytest.approx(21.5)
