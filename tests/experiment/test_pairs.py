@@ -16,6 +16,7 @@ from tokenpath.experiment.pairs import (
     pair,
     pair_bound_ms,
     path_figures,
+    summary,
 )
 from tokenpath.probe.metrics import RunMetrics
 
@@ -109,3 +110,14 @@ def test_a_paths_figures_count_only_its_kept_pairs() -> None:
 def test_a_round_brackets_every_path_with_direct_streams() -> None:
     assert bracketed(["direct", "nginx", "haproxy"]) == ["direct", "nginx", "direct", "haproxy", "direct"]
     assert bracketed(["nginx"]) == ["direct", "nginx", "direct"]
+
+
+def test_a_conditions_summary_says_the_origins_pace_apart_from_each_paths() -> None:
+    directs = [run(100.0, gap=10.0), run(110.0, gap=12.0), run(120.0, gap=11.0)]
+    nginx = [pair(run(130.0, gap=12.0), directs[0], directs[1]), pair(run(140.0, gap=12.0), directs[1], directs[2])]
+    held = [pair(run(900.0), directs[0], run(400.0))]
+    assert summary(directs, {"nginx": nginx, "haproxy": held}) == [
+        "the origin itself, over 3 direct streams: TTFT 110.0 ms [100.0, 120.0], gap 11.0 ms",
+        "nginx: 2 pairs kept, 0 excluded; added TTFT +25.0 ms [25.0, 25.0] (50 %), added gap +0.8 ms",
+        "haproxy: 0 pairs kept, 1 excluded",
+    ]

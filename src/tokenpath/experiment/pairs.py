@@ -151,3 +151,28 @@ def bracketed(paths: Sequence[str]) -> list[str]:
     for label in others:
         order += [label, "direct"]
     return order
+
+
+def summary(directs: Sequence[RunMetrics], pairings: dict[str, list[Pairing]]) -> list[str]:
+    """The lines a condition against a real origin ends with: the origin's own pace over its direct streams, then
+    what each path added over its kept pairs, with the median's interval (apart: the origin's jitter is never read as
+    a path's)."""
+    own = origin_jitter(directs)
+    lines = []
+    if "origin_ttft_ms" in own:
+        lines.append(
+            f"the origin itself, over {len(directs)} direct streams: TTFT {own['origin_ttft_ms']:.1f} ms "
+            f"[{own['origin_ttft_ms_low']:.1f}, {own['origin_ttft_ms_high']:.1f}]"
+            + (f", gap {own['origin_gap_ms']:.1f} ms" if "origin_gap_ms" in own else "")
+        )
+    for label, pairs in pairings.items():
+        figures = path_figures(pairs)
+        excluded = len(pairs) - int(figures["pairs"])
+        said = f"{label}: {int(figures['pairs'])} pairs kept, {excluded} excluded"
+        if "added_ttft_ms" in figures:
+            interval = Interval(figures["added_ttft_ms_low"], figures["added_ttft_ms_high"], figures["confidence"])
+            said += f"; added TTFT {figures['added_ttft_ms']:+.1f} ms {interval.describe()}"
+        if "added_gap_ms" in figures:
+            said += f", added gap {figures['added_gap_ms']:+.1f} ms"
+        lines.append(said)
+    return lines

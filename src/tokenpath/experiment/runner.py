@@ -23,7 +23,7 @@ from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.measure import RunRecord, join
-from tokenpath.experiment.pairs import bracketed, pair
+from tokenpath.experiment.pairs import Pairing, bracketed, pair, summary
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, stub_member, stub_pacing
 from tokenpath.hostport import join_hostport
@@ -115,6 +115,7 @@ class MatrixRunner:
         self.rows: list[MatrixRow] = []
         self.floors: list[FloorEntry] = []
         self.interrupted = False
+        self._pairings: dict[str, list[Pairing]] = {}  # a condition's pairs against a started origin, per path
 
     # public ------------------------------------------------------------------------------------------
     def run(self) -> MatrixResults:
@@ -404,6 +405,7 @@ class MatrixRunner:
             paired = pair(record.metrics, before, after)
             record.path_added_ttft_ms = paired.added_ttft_ms
             record.unpaired = paired.excluded_because
+            self._pairings.setdefault(record.path, []).append(paired)
         return records
 
     def _probe(self, env: Environment, url: str, label: str, cond: Condition, tokens: int) -> RunRecord:
@@ -585,6 +587,7 @@ class MatrixRunner:
                 paths.append((spec, _origin(running) + running.proxy.base_path))
         runs: dict[str, list[RunRecord]] = {spec.label: [] for spec, _ in paths}
         dead: set[str] = set()
+        self._pairings = {}
         if endpoint is not None and endpoint.kind and paths:
             # Unmeasured: a started origin's first stream of a prompt processes it (then cached): 1966 ms to the
             # first token against 21 ms for the next, measured on llama-server; every round would pair against it.
@@ -613,6 +616,10 @@ class MatrixRunner:
             for spec, _ in paths:
                 if runs[spec.label]:
                     self.rows.append(build_row(spec, cond, runs[spec.label], floor))
+            if endpoint is not None and endpoint.kind:
+                directs = [r.metrics for r in direct_runs if r.metrics is not None]
+                for line in summary(directs, self._pairings):
+                    self.console.print(f"{cond.label}: {line}", markup=False, highlight=False)
             self.write()
 
     def _skips_http(self, spec: PathSpec, running: RunningProxy, env: Environment, cond: Condition) -> bool:
