@@ -237,8 +237,11 @@ def origin_member(cond: Condition) -> dict[str, object]:
     """What the stub's `tokenpath` member says of the origin for `cond` (stub/app.py reads it): a preset's HTTP/1.0
     framing and headers (the condition's stub_headers on top), the condition's own framing, or a replay's name."""
     replay = replay_file(cond)
-    if replay is not None:
-        return {"replay": load_recording(replay).name}
+    if replay is not None:  # the recording's own head, the condition's declared headers on top
+        return {
+            "replay": load_recording(replay).name,
+            **({"headers": dict(cond.stub_headers)} if cond.stub_headers else {}),
+        }
     behaviour = PRESETS[cond.origin.removeprefix(PRESET_PREFIX)] if cond.origin.startswith(PRESET_PREFIX) else None
     framing = behaviour.http10_framing if behaviour is not None else cond.http10_framing
     declared = {k.lower() for k, _ in cond.stub_headers}

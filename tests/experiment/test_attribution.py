@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from tokenpath.axes import DEFAULT_CONDITION
 from tokenpath.experiment.attribution import behaviour, describe, origin_effects
@@ -59,3 +60,11 @@ def test_a_condition_says_what_its_origin_does() -> None:
     assert behaviour(DEFAULT_CONDITION).plain
     preset = replace(DEFAULT_CONDITION, origin="stub:llama-cpp-python", stub_headers=(("Cache-Control", "no-cache"),))
     assert behaviour(preset).parts() == ("X-Accel-Buffering: no", "Cache-Control: no-cache")
+
+
+def test_a_replays_behaviour_is_its_recordings_with_the_declared_headers_on_top() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "origins" / "llama-server.chat.json"
+    cond = replace(DEFAULT_CONDITION, origin=f"replay:{path}")
+    assert behaviour(cond).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: no")
+    declared = replace(cond, stub_headers=(("X-Accel-Buffering", "yes"),))
+    assert behaviour(declared).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: yes")

@@ -48,7 +48,7 @@ def test_each_origin_is_a_condition_and_the_stub_is_told_what_to_do() -> None:
         ),
         (
             "60 B @ 50 ms, loopback, replay llama-cpp-python.chat, stub sends Cache-Control: no-cache",
-            {"replay": "llama-cpp-python.chat"},
+            {"replay": "llama-cpp-python.chat", "headers": no_cache},  # on top of the recording's own head
         ),
     ]  # http10_framing varies only with the plain stub: a preset or a recording has its own
     assert exp.conditions[4].to_json()["origin"] == f"replay:{CHAT.resolve()}"

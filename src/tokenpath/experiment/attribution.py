@@ -26,13 +26,14 @@ def behaviour(cond: Condition) -> OriginBehaviour:
     headers over it), or the plain stub's own framing and declared headers."""
     replay = replay_file(cond)
     if replay is not None:
-        return load_recording(replay).behaviour
-    if cond.origin.startswith(PRESET_PREFIX):
-        preset = PRESETS[cond.origin.removeprefix(PRESET_PREFIX)]
-        declared = {k.lower() for k, _ in cond.stub_headers}
-        headers = [(k, v) for k, v in preset.headers if k.lower() not in declared] + list(cond.stub_headers)
-        return OriginBehaviour(preset.http10_framing, relevant_headers(headers))
-    return OriginBehaviour(cond.http10_framing, relevant_headers(cond.stub_headers))
+        own = load_recording(replay).behaviour
+    elif cond.origin.startswith(PRESET_PREFIX):
+        own = PRESETS[cond.origin.removeprefix(PRESET_PREFIX)]
+    else:
+        own = OriginBehaviour(cond.http10_framing)
+    declared = {k.lower() for k, _ in cond.stub_headers}
+    headers = [(k, v) for k, v in own.headers if k.lower() not in declared] + list(cond.stub_headers)
+    return OriginBehaviour(own.http10_framing, relevant_headers(headers))
 
 
 def origin_effects(rows: Sequence[MatrixRow]) -> list[tuple[MatrixRow, str]]:
