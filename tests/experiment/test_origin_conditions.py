@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.experiment.spec import parse, stub_member
+from tokenpath.experiment.spec import load, parse, stub_member
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "origins"
 CHAT = EXAMPLES / "llama-cpp-python.chat.json"
@@ -78,3 +78,12 @@ def test_a_replay_in_its_own_api() -> None:
 def test_a_real_upstream_paces_and_frames_its_own_stream() -> None:
     with pytest.raises(UsageError, match="origin: the stub's pacing"):
         parse({"upstream": {"url": "http://127.0.0.1:9", "model": "m"}, "conditions": {"origin": "stub:llama-server"}})
+
+
+def test_a_relative_recording_is_read_beside_the_experiment_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not where the file is
+    exp = load(EXAMPLES / "presets.toml")
+    replays = [c.origin for c in exp.conditions if c.origin.startswith("replay:")]
+    assert replays == [f"replay:{EXAMPLES / 'llama-server.chat.json'}", f"replay:{CHAT}"]

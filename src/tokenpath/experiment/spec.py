@@ -9,7 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.axes import API, AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid, origin_member, replay_file
+from tokenpath.axes import (
+    API,
+    AXES,
+    BY_KEY,
+    KEYS,
+    LINK,
+    REPLAY_PREFIX,
+    Axis,
+    Condition,
+    Link,
+    grid,
+    origin_member,
+    replay_file,
+)
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
@@ -121,11 +134,28 @@ def load(path: str | Path) -> Experiment:
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
     try:
-        experiment = parse(data)
+        experiment = parse(_replays_beside(data, path.parent))
     except (UsageError, ProxyError) as exc:
         raise UsageError(f"{path}: {exc}") from None
     experiment.source = text
     return experiment
+
+
+def _replays_beside(data: dict[str, Any], here: Path) -> dict[str, Any]:
+    """`origin = "replay:FILE"` with a relative FILE read beside the experiment file, as its reader expects (an
+    absolute one, or any other value, as written)."""
+    cond = data.get("conditions")
+    if not isinstance(cond, dict) or "origin" not in cond:
+        return data
+    values = cond["origin"] if isinstance(cond["origin"], list) else [cond["origin"]]
+
+    def beside(value: object) -> object:
+        if not isinstance(value, str) or not value.startswith(REPLAY_PREFIX):
+            return value
+        file = Path(value.removeprefix(REPLAY_PREFIX))
+        return value if file.is_absolute() else REPLAY_PREFIX + str(here / file)
+
+    return {**data, "conditions": {**cond, "origin": [beside(v) for v in values]}}
 
 
 def _cacert(value: object, where: str) -> str | None:
