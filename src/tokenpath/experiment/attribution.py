@@ -19,6 +19,9 @@ from tokenpath.stub.presets import PRESETS, OriginBehaviour, relevant_headers
 from tokenpath.stub.replay import load_cached as load_recording
 
 Seen = list[tuple[frozenset[str], bool]]  # per origin measured: its behaviours, and whether the path streamed
+# Streamed or held by frames per read alone: a verdict on the stream's shape, not on its milliseconds (a path that
+# streams may still add a millisecond over the floor; one held brings 2 frames or more per read).
+HELD_FPR = 2.0
 
 
 def behaviour(cond: Condition) -> OriginBehaviour:
@@ -41,10 +44,10 @@ def origin_effects(rows: Sequence[MatrixRow]) -> list[tuple[MatrixRow, str]]:
     seen: dict[tuple[str, str, Condition], Seen] = {}
     for row in _judged(rows):
         parts = frozenset(behaviour(row.condition).parts())
-        seen.setdefault(_key(row), []).append((parts, bool(row.within_floor)))
+        seen.setdefault(_key(row), []).append((parts, _streams(row)))
     out = []
     for row in _judged(rows):
-        effect = _effect(frozenset(behaviour(row.condition).parts()), bool(row.within_floor), seen[_key(row)])
+        effect = _effect(frozenset(behaviour(row.condition).parts()), _streams(row), seen[_key(row)])
         if effect:
             out.append((row, effect))
     return out
@@ -58,7 +61,11 @@ def describe(row: MatrixRow, effect: str) -> str:
 
 
 def _judged(rows: Iterable[MatrixRow]) -> list[MatrixRow]:
-    return [r for r in rows if r.within_floor is not None and r.proxy != "direct"]
+    return [r for r in rows if r.fpr_median is not None and r.proxy != "direct"]
+
+
+def _streams(row: MatrixRow) -> bool:
+    return row.fpr_median is not None and row.fpr_median < HELD_FPR
 
 
 def _key(row: MatrixRow) -> tuple[str, str, Condition]:
