@@ -28,6 +28,7 @@ LAYERS: tuple[str, ...] = (
     "proxies",  # the catalogue (the controls among its entries)
     "probe",  # the client
     "stub",  # the emitter (its control-plane client connects through probe/transport.py)
+    "origins",  # real inference servers started like proxies, their shapes recorded (the stub replays them)
     "axes",  # the measurement axes (the stub's pacing among what they feed)
     "gateway",
     "monitor",  # the probe on a schedule

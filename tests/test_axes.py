@@ -35,6 +35,8 @@ SET: dict[str, Any] = {
     "h2_window": "browser",
     "transport": "websocket",
     "accept_encoding": "gzip",
+    "origin": "stub:llama-server",
+    "http10_framing": "chunked",
     "stub_headers": (("X-Accel-Buffering", "no"),),
     "heartbeat_ms": 15000.0,
     "reasoning_tokens": 8,
@@ -65,7 +67,8 @@ def test_the_label_is_the_one_every_condition_has_had() -> None:
     assert DEFAULT_CONDITION.label == "60 B @ 50 ms, loopback"
     every = replace(DEFAULT_CONDITION, **{k: v for k, v in SET.items() if k != "endpoint"})
     assert every.label == (
-        "400 B @ 14 ms, veth, tls, anthropic, HTTP/2 (window browser), Accept-Encoding: gzip, stub sends "
+        "400 B @ 14 ms, veth, tls, anthropic, HTTP/2 (window browser), Accept-Encoding: gzip, stub as llama-server, "
+        "stub sends "
         "X-Accel-Buffering: no, heartbeat 15000 ms, 8 reasoning tokens, first event 16384 B, head at first token, "
         "pause 5000 ms after token 3"
     )

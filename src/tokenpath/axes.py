@@ -18,10 +18,13 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import HEAD_AT, MAX_FIRST_EVENT_BYTES, MAX_TOKENS, HeadAt, response_headers
+from tokenpath.stub.presets import HTTP10_FRAMINGS, PRESETS, Http10Framing
+from tokenpath.stub.replay import load_cached as load_recording
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY, expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, parse_api
 from tokenpath.wire.carrier import SSE, TRANSPORTS
@@ -198,6 +201,71 @@ def _windows(stated: str) -> H2Window:
     return parse_h2_window(stated)
 
 
+STUB = "stub"  # the origin every condition has had: the stub, paced as the other axes say
+PRESET_PREFIX = "stub:"  # the stub answering as a real origin does besides pacing (stub/presets.py)
+REPLAY_PREFIX = "replay:"  # the stub replaying a recorded shape (stub/replay.py)
+
+
+def _origin(value: object) -> str:
+    """Who answers: the stub, `stub:PRESET` or `replay:FILE` (read and checked now; kept as an absolute path). A real
+    origin is an `[upstream]` of its own (`kind`): it paces its own stream, no audit."""
+    if not isinstance(value, str):
+        raise _not_allowed(value)
+    if value == STUB:
+        return value
+    if value.startswith(PRESET_PREFIX) and value.removeprefix(PRESET_PREFIX) in PRESETS:
+        return value
+    if value.startswith(REPLAY_PREFIX) and value.removeprefix(REPLAY_PREFIX):
+        path = Path(value.removeprefix(REPLAY_PREFIX)).resolve()
+        load_recording(str(path))  # a UsageError that names the file and what is wrong with it
+        return REPLAY_PREFIX + str(path)
+    presets = ", ".join(PRESET_PREFIX + p for p in PRESETS)
+    raise ValueError(
+        f"{value!r}: expected {STUB}, a stub preset ({presets}) or {REPLAY_PREFIX}FILE (a recording of "
+        "`tokenpath record`)"
+    )
+
+
+def origin_words(origin: str) -> str:
+    """The origin in a label or a cell: "stub as llama-server", "replay llama-server.chat", "llama-server"."""
+    if origin.startswith(PRESET_PREFIX):
+        return "stub as " + origin.removeprefix(PRESET_PREFIX)
+    if origin.startswith(REPLAY_PREFIX):
+        return "replay " + load_recording(origin.removeprefix(REPLAY_PREFIX)).name
+    return origin
+
+
+def replay_file(cond: Condition) -> str | None:
+    """The recording a condition's streams replay (the matrix's stub holds it), or None."""
+    return cond.origin.removeprefix(REPLAY_PREFIX) if cond.origin.startswith(REPLAY_PREFIX) else None
+
+
+def origin_member(cond: Condition) -> dict[str, object]:
+    """What the stub's `tokenpath` member says of the origin for `cond` (stub/app.py reads it): a preset's HTTP/1.0
+    framing and headers (the condition's stub_headers on top), the condition's own framing, or a replay's name."""
+    replay = replay_file(cond)
+    if replay is not None:  # the recording's own head, the condition's declared headers on top
+        return {
+            "replay": load_recording(replay).name,
+            **({"headers": dict(cond.stub_headers)} if cond.stub_headers else {}),
+        }
+    behaviour = PRESETS[cond.origin.removeprefix(PRESET_PREFIX)] if cond.origin.startswith(PRESET_PREFIX) else None
+    framing = behaviour.http10_framing if behaviour is not None else cond.http10_framing
+    declared = {k.lower() for k, _ in cond.stub_headers}
+    headers = [(k, v) for k, v in (behaviour.headers if behaviour else ()) if k.lower() not in declared]
+    headers += cond.stub_headers
+    return {
+        **({"http10_framing": framing} if framing != "close" else {}),
+        **({"headers": dict(headers)} if headers else {}),
+    }
+
+
+def _http10_framing(value: object) -> Http10Framing:
+    if value not in HTTP10_FRAMINGS:
+        raise _not_allowed(value)
+    return "chunked" if value == "chunked" else "close"
+
+
 def _inline_table(headers: tuple[tuple[str, str], ...]) -> str:
     return "{" + ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in headers) + "}"
 
@@ -205,6 +273,7 @@ def _inline_table(headers: tuple[tuple[str, str], ...]) -> str:
 HTTP_COLUMN = Column("HTTP (client)")
 PRE_TOKEN_COLUMN = Column("pre-token (stub sent before the first token)")
 PAUSE_COLUMN = Column("pause (stub silent mid-stream)")
+ORIGIN_COLUMN = Column("origin (what it does a path acts on)")
 
 
 # --- the registry, in the order the condition's label reads ------------------------------------------------------
@@ -347,6 +416,31 @@ ACCEPT_ENCODING: Axis[str] = Axis(
     stub_paced=True,
     always=True,
 )
+ORIGIN: Axis[str] = Axis(
+    key="origin",
+    field="origin",
+    parse=_origin,
+    default=STUB,
+    label=lambda c: "" if c.origin == STUB else f", {origin_words(c.origin)}",
+    help="Who answers: stub, stub:PRESET (the stub framing and heading its answer as that real origin does: "
+    "llama-server, llama-cpp-python) or replay:FILE (a recorded shape, `tokenpath record`, audited).",
+    column=ORIGIN_COLUMN,
+    cell=lambda c: "" if c.origin == STUB else origin_words(c.origin),
+    stub_paced=True,
+)
+HTTP10_FRAMING: Axis[Http10Framing] = Axis(
+    key="http10_framing",
+    field="http10_framing",
+    parse=_http10_framing,
+    default="close",
+    label=lambda c: ", HTTP/1.0 chunked" if c.http10_framing == "chunked" else "",
+    help="The stub's answer to an HTTP/1.0 request (what stock nginx sends upstream): close-delimited, or chunked "
+    "as llama.cpp's server answers.",
+    column=ORIGIN_COLUMN,
+    cell=lambda c: "HTTP/1.0 chunked" if c.http10_framing == "chunked" else "",
+    needs=Needs(field="origin", holds=lambda v: v == STUB, says="http10_framing is the plain stub's (origin stub)"),
+    stub_paced=True,
+)
 STUB_HEADERS: Axis[tuple[tuple[str, str], ...]] = Axis(
     key="stub_headers",
     field="stub_headers",
@@ -354,6 +448,8 @@ STUB_HEADERS: Axis[tuple[tuple[str, str], ...]] = Axis(
     default=(),
     label=lambda c: ", stub sends " + "; ".join(f"{k}: {v}" for k, v in c.stub_headers) if c.stub_headers else "",
     help="Response headers the stub adds (the `tokenpath` member's `headers`): does header X fix proxy Y.",
+    column=ORIGIN_COLUMN,
+    cell=lambda c: "; ".join(f"{k}: {v}" for k, v in c.stub_headers),
     stub_paced=True,
     always=True,
     dump=dict,
@@ -452,8 +548,8 @@ PAUSE_AFTER: Axis[int] = Axis(
 
 AXES: tuple[Axis[Any], ...] = (
     *(ENDPOINT, FRAME_BYTES, INTERVAL_MS, LINK, TLS, API, HTTP_VERSION, H2_WINDOW, TRANSPORT, ACCEPT_ENCODING),
-    STUB_HEADERS,
-    *(HEARTBEAT_MS, REASONING_TOKENS, FIRST_EVENT_BYTES, HEAD_AT_AXIS, PAUSE_MS, PAUSE_AFTER),
+    *(ORIGIN, HTTP10_FRAMING, STUB_HEADERS, HEARTBEAT_MS, REASONING_TOKENS, FIRST_EVENT_BYTES, HEAD_AT_AXIS),
+    *(PAUSE_MS, PAUSE_AFTER),
 )
 BY_KEY: dict[str, Axis[Any]] = {a.key: a for a in AXES}
 BY_FIELD: dict[str, Axis[Any]] = {a.field: a for a in AXES}
@@ -487,6 +583,8 @@ class Condition:
     transport: str = TRANSPORT.default
     pause_ms: float = PAUSE_MS.default
     pause_after: int = PAUSE_AFTER.default
+    origin: str = ORIGIN.default
+    http10_framing: Http10Framing = HTTP10_FRAMING.default
 
     def __post_init__(self) -> None:
         for axis in AXES:  # an axis that does not apply here (a window over HTTP/1.1) is at its default: one value

@@ -31,7 +31,12 @@ def test_nginx_stock_does_not_touch_buffering(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("variant", "line"), [("proxy_buffering_off", "proxy_buffering off;"), ("http_1_1", "proxy_http_version 1.1;")]
+    ("variant", "line"),
+    [
+        ("proxy_buffering_off", "proxy_buffering off;"),
+        ("http_1_1", "proxy_http_version 1.1;"),
+        ("ignore_x_accel", "proxy_ignore_headers X-Accel-Buffering;"),
+    ],
 )
 def test_nginx_variants(tmp_path: Path, variant: str, line: str) -> None:
     assert line in lookup("nginx").write_config(site(tmp_path, "nginx", variant)).read_text()

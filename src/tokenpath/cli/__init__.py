@@ -13,14 +13,18 @@ from tokenpath.cli.gateway import gateway
 from tokenpath.cli.load import load
 from tokenpath.cli.matrix import matrix
 from tokenpath.cli.monitor import monitor
+from tokenpath.cli.origin import origin
 from tokenpath.cli.probe import probe
+from tokenpath.cli.record import record
 from tokenpath.cli.relay import relay
 from tokenpath.cli.report import report
 from tokenpath.cli.stub import stub
 from tokenpath.cli.sweep import sweep
 from tokenpath.cli.timeouts import timeouts
 
-for command in (stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose, timeouts):
+for command in (
+    *(stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose, timeouts, origin, record),
+):
     app.command()(command)
 
 __all__ = ["app", "console", "err_console", "main"]

@@ -8,6 +8,7 @@ import typer
 
 from tokenpath.cli import options
 from tokenpath.cli.common import announce, handles_errors
+from tokenpath.stub.presets import PRESETS
 from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
 
@@ -28,6 +29,29 @@ def stub(
     pause_ms: options.PauseMs = None,
     pause_after: options.PauseAfter = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE added to responses; repeatable.")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Answer as a real origin does besides pacing: its HTTP/1.0 framing and the headers a path acts on "
+            f"({', '.join(PRESETS)}; --header and --http10-framing go on top)."
+        ),
+    ] = None,
+    http10_framing: Annotated[
+        str | None,
+        typer.Option(
+            help="A stream to an HTTP/1.0 request: close (delimited by the close) or chunked (as llama.cpp's)."
+        ),
+    ] = None,
+    replay: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A recorded shape (`tokenpath record`) every streaming request on its API's route gets; repeatable."
+        ),
+    ] = None,
+    recording: Annotated[
+        list[str] | None,
+        typer.Option(help="A recorded shape replayed only to requests whose `tokenpath` member names it (`replay`)."),
+    ] = None,
     api: Annotated[
         str,
         typer.Option(help=f"{api_names()}, or all (every route at once)."),
@@ -46,16 +70,23 @@ def stub(
 ) -> None:
     """Serve a model stub that streams every API format (--api) on its route, with exact pacing and an audit log of
     every write. A request's own pacing (its body's `tokenpath` member) overrides these flags' for that request."""
+    from tokenpath.stub import presets
     from tokenpath.stub.config import Jitter, Pacing, StubConfig
     from tokenpath.stub.server import run
 
     pacing = Pacing(**options.pacing(locals()))  # the flags of its pacing: --ttft-ms, --tokens ... --pause-after
+    behaviour = presets.preset(preset) if preset else presets.OriginBehaviour()
+    declared = dict(parse_header_arg(h) for h in header or [])
+    preset_headers = [(k, v) for k, v in behaviour.headers if k.lower() not in {d.lower() for d in declared}]
     cfg = StubConfig.paced(
         pacing,
         host=host,
         port=port,
         jitter=Jitter.parse(jitter) if jitter else None,
-        headers=tuple(parse_header_arg(h) for h in header or []),
+        headers=(*preset_headers, *declared.items()),
+        http10_framing=http10_framing or behaviour.http10_framing,
+        replays=tuple(replay or ()),
+        recordings=tuple(recording or ()),
         api=api,
         model=model,
         workers=workers,

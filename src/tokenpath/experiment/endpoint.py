@@ -10,22 +10,36 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tokenpath.errors import UsageError
+from tokenpath.experiment.pairs import RULE
+from tokenpath.origins.catalogue import MODEL_ALIAS
+from tokenpath.origins.catalogue import lookup as lookup_origin
+from tokenpath.origins.process import PROMPT
 from tokenpath.probe.transport import Target, parse_target
 from tokenpath.proxies.base import Endpoint, UpstreamTLS
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
 NO_AUDIT = (
     "no stub audit against a real endpoint: no run is excluded for pacing, and added TTFT is each stream's TTFT "
     "minus the direct stream's TTFT in the same round"
 )
+PAIRED = (
+    "a real origin started for the run, no stub audit: rounds run direct, path, direct, ... serially, and a path's "
+    f"added TTFT is its TTFT minus the mean of the two direct streams around it; {RULE}"
+)
 DEFAULT_MAX_TOKENS = 64  # every stream costs tokens: bounded unless the file says otherwise
 _VARIABLE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
-KEYS = {"url", "api_key_env", "model", "prompt", "max_tokens", "headers", "cacert"}
+KEYS = {"url", "api_key_env", "model", "prompt", "max_tokens", "headers", "cacert", "kind"}
+# A real origin started for the run (`kind`, origins/catalogue.py): the matrix starts it, knows its URL and model, and
+# samples deterministically so every stream of a round carries the same tokens (experiment/pairs.py pairs them).
+KIND_KEYS = {"kind", "prompt", "max_tokens"}
+SAMPLING: tuple[tuple[str, object], ...] = (("seed", 1), ("temperature", 0))
+UNSTARTED = "http://127.0.0.1:1"  # a started origin's URL replaces it (EndpointSpec.started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +52,41 @@ class EndpointSpec:
     max_tokens: int | None = DEFAULT_MAX_TOKENS
     headers: tuple[tuple[str, str], ...] = ()
     cacert: str | None = None  # trust this CA for an https endpoint (a private one); else the system store
+    kind: str | None = None  # a real origin the matrix starts (origins/catalogue.py), paired runs; None: a URL
+    origin_info: tuple[tuple[str, object], ...] = ()  # its version, model, build flags and settings, once started
+
+    @property
+    def note(self) -> str:
+        """What its rows can and cannot say."""
+        return PAIRED if self.kind else NO_AUDIT
+
+    @property
+    def sampling(self) -> tuple[tuple[str, object], ...]:
+        """Fixed seed and temperature 0 for a started origin (the token count repeats); a URL's own defaults else."""
+        return SAMPLING if self.kind else ()
+
+    def route(self, api: Api) -> str:
+        """The path a stream of `api` takes: a started origin's route for that format (UsageError for one it does
+        not speak); a URL's own path, whatever the format (a URL endpoint streams the default format only)."""
+        if not self.kind:
+            return self.target.path
+        origin = lookup_origin(self.kind)
+        if api not in origin.apis:
+            speaks = ", ".join(a.value for a in origin.apis)
+            raise UsageError(f"[conditions] api {api.value}: {self.kind} does not speak it (it speaks {speaks})")
+        return SPECS[api].path(self.model)
+
+    def for_api(self, url: str, api: Api) -> str:
+        """`url` (this endpoint's, direct or through a path) on the route of `api`; a URL endpoint's as it is."""
+        return url.removesuffix(self.target.path) + self.route(api) if self.kind else url
+
+    def started(self, url: str, info: dict[str, object]) -> EndpointSpec:
+        """This spec with the started origin's address and what it is."""
+        return replace(self, target=parse_target(url + self.target.path), origin_info=tuple(info.items()))
 
     @property
     def label(self) -> str:
-        return f"endpoint {self.target.origin}"
+        return f"origin {self.kind}" if self.kind else f"endpoint {self.target.origin}"
 
     @property
     def https(self) -> bool:
@@ -80,8 +125,9 @@ class EndpointSpec:
             "max_tokens": self.max_tokens,
             "headers": [k for k, _ in self.headers],
             "cacert": self.cacert,
+            **({"kind": self.kind, "origin_server": dict(self.origin_info)} if self.kind else {}),
             "audited": False,
-            "note": NO_AUDIT,
+            "note": self.note,
         }
 
 
@@ -93,6 +139,8 @@ def parse(value: Any) -> EndpointSpec:
     unknown = set(table) - KEYS
     if unknown:
         raise UsageError(f"[upstream]: unknown keys {sorted(unknown)}; known: {sorted(KEYS)}")
+    if "kind" in table:
+        return _kind(table)
     declared = table.get("url")
     if not isinstance(declared, str) or not declared:
         raise UsageError('[upstream] needs url = "https://..." (or "$TOKENPATH_URL")')
@@ -132,6 +180,29 @@ def parse(value: Any) -> EndpointSpec:
         headers=tuple((str(k), v) for k, v in headers.items()),
         cacert=cacert,
     )
+
+
+def _kind(table: dict[str, Any]) -> EndpointSpec:
+    """`[upstream] kind = "llama-server"`: a real origin started for the run. A missing build is one line that says
+    how to make it, before anything starts."""
+    others = sorted(set(table) - KIND_KEYS)
+    if others:
+        raise UsageError(f"[upstream] kind: the matrix starts it and knows its url and model; not {others}")
+    kind = table["kind"]
+    if not isinstance(kind, str):
+        raise UsageError("[upstream] kind must be a string")
+    origin = lookup_origin(kind)  # a UsageError that lists them
+    missing = origin.missing_reason()
+    if missing:
+        raise UsageError(f"[upstream] kind {kind}: {missing}")
+    max_tokens = table.get("max_tokens", DEFAULT_MAX_TOKENS)
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise UsageError("[upstream] max_tokens must be a whole number >= 1")
+    prompt = table.get("prompt", PROMPT)  # a count: the same answer's length every time at temperature 0
+    if not isinstance(prompt, str):
+        raise UsageError("[upstream] prompt must be a string")
+    target = parse_target(UNSTARTED)
+    return EndpointSpec(f"kind = {kind}", target, MODEL_ALIAS, prompt=prompt, max_tokens=max_tokens, kind=kind)
 
 
 def expand(text: str, where: str) -> str:

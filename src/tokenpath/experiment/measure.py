@@ -36,12 +36,14 @@ class RunRecord:
     def cut(self) -> bool:
         return self.end is not None and self.end.cut
 
+    unpaired: str | None = None  # against a started origin: why its direct pair could not be trusted (pairs.py)
+
     @property
     def included(self) -> bool:
         if self.cut or self.transport_failure:
             return False
         if not self.audited:
-            return self.metrics is not None and not self.error
+            return self.metrics is not None and not self.error and self.unpaired is None
         return self.metrics is not None and self.audit is not None and self.audit.passed
 
     @property
@@ -66,7 +68,7 @@ class RunRecord:
         if self.end is not None and self.end.cut:  # a short stream is not a whole one: counted, never averaged
             return f"{self.end.kind.value}: {self.end.describe()}"
         if not self.audited:
-            return None if self.metrics is not None else "probe failed: no trace"
+            return self.unpaired if self.metrics is not None else "probe failed: no trace"
         if self.audit is None:
             return "no audit for this stream"
         if not self.audit.passed:

@@ -19,14 +19,17 @@ from typing import Any
 
 from rich.console import Console
 
+from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
-from tokenpath.experiment.endpoint import NO_AUDIT
 from tokenpath.experiment.measure import RunRecord, join
+from tokenpath.experiment.pairs import Pairing, bracketed, pair, summary
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, stub_member, stub_pacing
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
+from tokenpath.origins.catalogue import lookup as lookup_origin
+from tokenpath.origins.process import start as start_origin
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
@@ -113,6 +116,7 @@ class MatrixRunner:
         self.rows: list[MatrixRow] = []
         self.floors: list[FloorEntry] = []
         self.interrupted = False
+        self._pairings: dict[str, list[Pairing]] = {}  # a condition's pairs against a started origin, per path
 
     # public ------------------------------------------------------------------------------------------
     def run(self) -> MatrixResults:
@@ -121,11 +125,26 @@ class MatrixRunner:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
         total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
         self._install_releases()
+        with contextlib.ExitStack() as origin:
+            if self.exp.endpoint is not None and self.exp.endpoint.kind:
+                self._start_origin(origin, self.exp.endpoint.kind)
+            return self._run(groups, total)
+
+    def _start_origin(self, stack: contextlib.ExitStack, kind: str) -> None:
+        """The real origin of `[upstream] kind`, started for the whole run on a free port and stopped after it."""
+        assert self.exp.endpoint is not None
+        self.console.print(f"starting {kind} (a real inference server; its streams are paired, serially)")
+        running = stack.enter_context(start_origin(lookup_origin(kind)))
+        info = running.info()
+        self.exp.endpoint = self.exp.endpoint.started(running.url, info)
+        self.console.print(f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})")
+
+    def _run(self, groups: dict[tuple[Link, bool], list[Condition]], total: int) -> MatrixResults:
         if self.exp.endpoint is not None:
             e = self.exp.endpoint
             self.console.print(
                 f"upstream: {e.label} ({e.declared}), model {e.model}: {total} streams of at most {e.max_tokens} "
-                f"tokens; {NO_AUDIT}; certification and the controls run on the stub"
+                f"tokens; {e.note}; certification and the controls run on the stub"
             )
             self._preflight()
         progress = progress_bar(self.console)
@@ -199,7 +218,9 @@ class MatrixRunner:
             if link == "loopback" and self.exp.stub_listen is not None:  # attached paths were pointed at it
                 bind, stub_port = self.exp.stub_listen.host, self.exp.stub_listen.port
                 stub_host = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
-            stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port)))
+            replays = dict.fromkeys(f for c in self.exp.conditions if (f := replay_file(c)) is not None)
+            recordings = [a for f in replays for a in ("--recording", f)]  # each condition's request names its own
+            stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port), *recordings))
             stub = ServiceProcess(stub_argv, "stub")
             stack.callback(stub.stop)
             stub.start()
@@ -318,6 +339,7 @@ class MatrixRunner:
             model=model,
             prompt=endpoint.prompt,
             max_tokens=endpoint.max_tokens,
+            extra_body=endpoint.sampling,
             headers=headers,
             api_key=api_key,
             tls=tls,
@@ -325,8 +347,8 @@ class MatrixRunner:
             idle_timeout_s=60,
             total_timeout_s=300,
         )
-        if cond is not None:  # the condition's HTTP version and windows (its api and encoding are the defaults)
-            cfg = replace(cfg, **cond.probe_settings())
+        if cond is not None:  # the condition's HTTP version and windows; a started origin's format on its route
+            cfg = replace(cfg, **cond.probe_settings(), url=endpoint.for_api(url, cond.api))
         try:
             trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:
@@ -361,7 +383,10 @@ class MatrixRunner:
 
     def _endpoint_round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition) -> list[RunRecord]:
         """One stream per path, direct first; each path's TTFT is compared with the direct stream of its round
-        (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much)."""
+        (an endpoint's TTFT drifts by far more than a proxy adds, so only a same-round difference means much). A
+        started origin's round brackets every path with direct streams and pairs each with the two around it."""
+        if self.exp.endpoint is not None and self.exp.endpoint.kind:
+            return self._paired_round(env, paths, cond)
         records = [self._endpoint_probe(env, url, label, cond=cond) for label, url in paths]
         first = next((r for r in records if r.path == "direct"), None)
         direct = first.metrics.ttft_ms if first is not None and first.metrics and not first.cut else None
@@ -369,6 +394,21 @@ class MatrixRunner:
             ttft = record.metrics.ttft_ms if record.metrics else None
             if ttft is not None and direct is not None:
                 record.path_added_ttft_ms = ttft - direct
+        return records
+
+    def _paired_round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition) -> list[RunRecord]:
+        """direct, path 1, direct, path 2, ..., direct, serial: each path's added TTFT against the mean of the two
+        directs around it, the run excluded (counted) when they disagree (experiment/pairs.py)."""
+        urls = dict(paths)
+        records = [self._endpoint_probe(env, urls[label], label, cond=cond) for label in bracketed(list(urls))]
+        for k, record in enumerate(records):
+            if record.path == "direct" or record.metrics is None:
+                continue
+            before, after = records[k - 1].metrics, records[k + 1].metrics
+            paired = pair(record.metrics, before, after)
+            record.path_added_ttft_ms = paired.added_ttft_ms
+            record.unpaired = paired.excluded_because
+            self._pairings.setdefault(record.path, []).append(paired)
         return records
 
     def _probe(self, env: Environment, url: str, label: str, cond: Condition, tokens: int) -> RunRecord:
@@ -550,6 +590,11 @@ class MatrixRunner:
                 paths.append((spec, _origin(running) + running.proxy.base_path))
         runs: dict[str, list[RunRecord]] = {spec.label: [] for spec, _ in paths}
         dead: set[str] = set()
+        self._pairings = {}
+        if endpoint is not None and endpoint.kind and paths:
+            # Unmeasured: a started origin's first stream of a prompt processes it (then cached): 1966 ms to the
+            # first token against 21 ms for the next, measured on llama-server; every round would pair against it.
+            self._endpoint_probe(env, endpoint.url, "direct", cond=cond)
         try:
             for run in range(self.exp.runs):
                 step = f"{cond.label}, run {run + 1}/{self.exp.runs}"
@@ -574,6 +619,10 @@ class MatrixRunner:
             for spec, _ in paths:
                 if runs[spec.label]:
                     self.rows.append(build_row(spec, cond, runs[spec.label], floor))
+            if endpoint is not None and endpoint.kind:
+                directs = [r.metrics for r in direct_runs if r.metrics is not None]
+                for line in summary(directs, self._pairings):
+                    self.console.print(f"{cond.label}: {line}", markup=False, highlight=False)
             self.write()
 
     def _skips_http(self, spec: PathSpec, running: RunningProxy, env: Environment, cond: Condition) -> bool:

@@ -9,7 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from tokenpath.audit import AuditVerdict, StreamLog, audit_stream
-from tokenpath.axes import AXES, BY_KEY, KEYS, LINK, Axis, Condition, Link, grid
+from tokenpath.axes import (
+    API,
+    AXES,
+    BY_KEY,
+    KEYS,
+    LINK,
+    REPLAY_PREFIX,
+    Axis,
+    Condition,
+    Link,
+    grid,
+    origin_member,
+    replay_file,
+)
 from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
@@ -21,6 +34,7 @@ from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
+from tokenpath.stub.replay import load_cached as load_recording
 from tokenpath.wire.apis import Api
 
 __all__ = ["Condition", "Experiment", "Link", "PathSpec", "load", "parse", "stub_member", "stub_pacing"]
@@ -30,7 +44,7 @@ STUB_MODEL = "tokenpath-stub"  # what the matrix asks the stub for (its token fr
 # An axis not named here varies inside these, in AXES' order.
 GRID_ORDER = (
     *("api", "interval_ms", "frame_bytes", "link", "tls", "stub_headers", "accept_encoding", "client_http"),
-    *("h2_window", "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at"),
+    *("h2_window", "heartbeat_ms", "reasoning_tokens", "first_event_bytes", "head_at", "origin", "http10_framing"),
 )
 
 
@@ -120,11 +134,28 @@ def load(path: str | Path) -> Experiment:
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
     try:
-        experiment = parse(data)
+        experiment = parse(_replays_beside(data, path.parent))
     except (UsageError, ProxyError) as exc:
         raise UsageError(f"{path}: {exc}") from None
     experiment.source = text
     return experiment
+
+
+def _replays_beside(data: dict[str, Any], here: Path) -> dict[str, Any]:
+    """`origin = "replay:FILE"` with a relative FILE read beside the experiment file, as its reader expects (an
+    absolute one, or any other value, as written)."""
+    cond = data.get("conditions")
+    if not isinstance(cond, dict) or "origin" not in cond:
+        return data
+    values = cond["origin"] if isinstance(cond["origin"], list) else [cond["origin"]]
+
+    def beside(value: object) -> object:
+        if not isinstance(value, str) or not value.startswith(REPLAY_PREFIX):
+            return value
+        file = Path(value.removeprefix(REPLAY_PREFIX))
+        return value if file.is_absolute() else REPLAY_PREFIX + str(here / file)
+
+    return {**data, "conditions": {**cond, "origin": [beside(v) for v in values]}}
 
 
 def _cacert(value: object, where: str) -> str | None:
@@ -228,9 +259,11 @@ def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
 
 def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[Condition]:
     """Against a real endpoint the endpoint paces the stream: only the client side's TLS and HTTP version (with its
-    HTTP/2 windows) are conditions. Over HTTP/2 the client speaks h2 to the endpoint and to each path in front of it
-    (ALPN over TLS, prior knowledge in clear text); one that will not fails its runs, never falls back."""
-    paced = sorted(a.key for a in AXES if a.stub_paced and a.key in cond)
+    HTTP/2 windows) are conditions, and a started origin's formats (`api`: each it speaks, on its own route). Over
+    HTTP/2 the client speaks h2 to the endpoint and to each path in front of it (ALPN over TLS, prior knowledge in
+    clear text); one that will not fails its runs, never falls back."""
+    formats = [API] if endpoint.kind else []
+    paced = sorted(a.key for a in AXES if a.stub_paced and a.key in cond and a not in formats)
     if paced:
         raise UsageError(f"[conditions] {', '.join(paced)}: the stub's pacing; a real upstream paces its own stream")
     if LINK.values(cond) != ["loopback"]:
@@ -238,7 +271,9 @@ def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[C
             "[conditions] link: a real upstream is reached from this host's network, which the veth namespaces "
             "are cut off from; only loopback"
         )
-    client_side = [a for a in grid_axes() if not a.stub_paced]
+    for api in API.values(cond):
+        endpoint.route(api)  # a UsageError for a format the origin does not speak
+    client_side = [a for a in grid_axes() if not a.stub_paced or a in formats]
     return [replace(c, interval_ms=0.0, frame_bytes=0, endpoint=endpoint.label) for c in grid(cond, client_side)]
 
 
@@ -247,6 +282,10 @@ def _honoured(cond: Condition, declared_size: bool, frames: int, ttft_ms: float)
     keep-alive in a format that has none, a first event too small for its frame, a stream too long), so the file
     fails, not every stream. OpenAI reasoning needs chunks with a reasoning field: such a condition streams
     `format` openai, unpadded unless a declared frame_bytes holds every chunk."""
+    replay = replay_file(cond)
+    if replay is not None and load_recording(replay).api is not cond.api:
+        recorded = load_recording(replay).api.value
+        raise UsageError(f"[conditions] {cond.label}: the recording is of the {recorded} API, not {cond.api.value}")
     cond = replace(cond, frame_bytes=_frame_size(cond.frame_bytes, cond.api, declared_size, frames))
     if not stub_pacing(cond, frames, ttft_ms).planned:
         return cond
@@ -271,8 +310,7 @@ def stub_pacing(cond: Condition, tokens: int, ttft_ms: float) -> Pacing:
 
 def stub_member(cond: Condition, tokens: int, ttft_ms: float) -> dict[str, object]:
     """The request body's `tokenpath` member for one stream of `cond`: its pacing, and the headers it declares."""
-    member = stub_pacing(cond, tokens, ttft_ms).to_json()
-    return {**member, "headers": dict(cond.stub_headers)} if cond.stub_headers else member
+    return {**stub_pacing(cond, tokens, ttft_ms).to_json(), **origin_member(cond)}
 
 
 def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:

@@ -9,9 +9,13 @@ GZIP = "gzip on; gzip_types text/event-stream;"  # as people turn compression on
 WEBSOCKET = "\n      ".join(
     ("proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;", 'proxy_set_header Connection "upgrade";')
 )
+# nginx honours an upstream's `X-Accel-Buffering: no` (buffering off for that response) unless told to ignore it: a
+# site that ignores it holds llama-cpp-python's close-delimited stream, which stock nginx streams (issue 37).
+IGNORE_X_ACCEL = "proxy_ignore_headers X-Accel-Buffering;"
 VARIANT_DIRECTIVES = {
     "stock": "",
     "proxy_buffering_off": "proxy_buffering off;",
+    "ignore_x_accel": IGNORE_X_ACCEL,
     "http_1_1": 'proxy_http_version 1.1;\n      proxy_set_header Connection "";',
     "gzip": GZIP,
     "gzip_buffering_off": f"{GZIP}\n      proxy_buffering off;",
@@ -50,6 +54,7 @@ class Nginx(Proxy):
     variants = (
         STOCK,
         Variant("proxy_buffering_off", "proxy_buffering off (the advice everyone gives)", "proxy_buffering off;"),
+        Variant("ignore_x_accel", "stock, ignoring the upstream's X-Accel-Buffering", IGNORE_X_ACCEL),
         Variant("http_1_1", "proxy_http_version 1.1 with keep-alive to the upstream", "proxy_http_version 1.1;"),
         # Compression as it is turned on: gzip compresses for a client whose Accept-Encoding asks for it, and the
         # gzip filter flushes (Z_SYNC_FLUSH) only what reaches it flushed, i.e. with proxy_buffering off.

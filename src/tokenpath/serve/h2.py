@@ -141,6 +141,9 @@ class H2Response(Response):
         self.head = _h2_headers(status, headers, None if status in (204, 304) else content_length)
         return b""
 
+    def start_stream(self, status: int, headers: list[tuple[str, str]], *, http10_chunked: bool = False) -> bytes:
+        return self.start(status, headers, None)  # no HTTP/1.0 here: DATA frames whatever the origin's habit
+
     def start_without_body(self, status: int, headers: list[tuple[str, str]]) -> bytes:
         self.framing = Framing.NONE
         self.head = _h2_headers(status, headers, None)

@@ -84,9 +84,14 @@ class Response:
         """An error answered in an API format's own shape (wire/errorshape.py)."""
         self.send(reply.status, [*reply.headers, *headers], reply.body)
 
-    def start_stream(self, status: int, headers: list[tuple[str, str]]) -> bytes:
-        """Returns the encoded head of a streamed body; the caller writes it (alone or with the first frame)."""
-        return self.start(status, headers, None)
+    def start_stream(self, status: int, headers: list[tuple[str, str]], *, http10_chunked: bool = False) -> bytes:
+        """Returns the encoded head of a streamed body; the caller writes it (alone or with the first frame).
+        `http10_chunked`: chunked to an HTTP/1.0 client too (an origin behaviour the stub reproduces)."""
+        if not http10_chunked:
+            return self.start(status, headers, None)
+        head = self._conn.core.send(ResponseStart(status, headers, None, http10_chunked=True))
+        self.framing = self._conn.core.framing
+        return head
 
     def start(self, status: int, headers: list[tuple[str, str]], content_length: int | None) -> bytes:
         """The head of a response whose body the caller writes: Content-Length when known, else streamed."""

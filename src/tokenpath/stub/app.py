@@ -8,7 +8,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
@@ -32,6 +32,10 @@ from tokenpath.stub.formats.openai import prompt_stream_id
 from tokenpath.stub.frames import StreamRequest, StreamShape
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
+from tokenpath.stub.presets import parse_http10_framing
+from tokenpath.stub.replay import Recording
+from tokenpath.stub.replay import load as load_recording
+from tokenpath.stub.replay import plan as replay_plan
 from tokenpath.stub.siblings import ask_siblings
 from tokenpath.stub.websocket import FrameWriter, MessageWriter, WebSocketSession, sse_data
 from tokenpath.wire.apis import Api
@@ -43,6 +47,8 @@ __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
 
 AUDIT_PREFIX = "/_tokenpath/audit"
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
+# The `tokenpath` member's keys that say what the origin does besides pacing (read here, not by Pacing).
+ORIGIN_MEMBERS = frozenset({"headers", "http10_framing", "replay"})
 
 _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' routes are found by stub.formats.Router
     "/v1/models": ("GET",),
@@ -147,6 +153,7 @@ class StubApp:
         self._router = Router()
         self._served = frozenset(cfg.apis)
         self._default_pacing = cfg.pacing  # built once: every request without a `tokenpath` member uses it
+        self._recordings, self._replays = load_recordings(cfg)
         self.streams: set[PacedStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -202,20 +209,26 @@ class StubApp:
         try:
             body = _json_object(request.body)
             ask = fmt.parse(body, request, route, self.cfg.model)
-            pacing, extra_headers = self._pacing(body, fmt)
+            pacing, extra_headers, origin = self._pacing(body, fmt)
             req = self._stream_request(request, body, fmt, route, ask, pacing)
-            shape = fmt.shape(req, pacing) if ask.stream else None
-            if pacing.heartbeat_ms and fmt.heartbeat is None:
+            replay = origin.replay if ask.stream else None
+            shape = fmt.shape(req, pacing) if ask.stream and replay is None else None
+            if pacing.heartbeat_ms and fmt.heartbeat is None and replay is None:
                 raise BadRequest(f"'heartbeat_ms': {fmt.no_heartbeat}")
         except (BadRequest, UsageError) as exc:  # UsageError: a frame size the request asked for cannot hold its frames
             _refuse(response, fmt, 400, str(exc))
             return
         headers = [(STREAM_HEADER, req.stream_id), *self.cfg.headers, *extra_headers]
+        if replay is not None:
+            self._replay(response, req, replay, started, headers)
+            return
         if shape is None:
             log = self.audit.open(req.stream_id, pacing.interval_ms, started, 0)
             self._whole(response, fmt, req, log, headers, pacing)
             return
-        head = response.start_stream(200, [*fmt.stream_headers, *headers])
+        head = response.start_stream(
+            200, _merged(fmt.stream_headers, headers), http10_chunked=origin.http10_framing == "chunked"
+        )
         wire = shape.wire(response.chunked, completion_id(req.stream_id))
         beat = fmt.heartbeat
         heartbeat = None if beat is None else (response.frame(beat), len(beat))
@@ -294,13 +307,29 @@ class StubApp:
         raises BadRequest / UsageError for the session to answer as an error event."""
         started = self.clock()
         ask = replace(fmt.parse(body, request, route, self.cfg.model), stream=True)
-        pacing, _ = self._pacing(body, fmt)
+        pacing, _, _ = self._pacing(body, fmt)  # headers and origin behaviours are HTTP head things
         if pacing.heartbeat_ms:
             raise BadRequest("'heartbeat_ms': keep-alive comments are SSE's; a WebSocket is kept alive by pings")
         req = self._stream_request(request, body, fmt, route, ask, pacing)
         shape = fmt.shape(req, pacing)
         wire = [writer.encode(sse_data(frame)) for frame in shape.wire(False, completion_id(req.stream_id))]
         self._paced(writer, req, pacing, shape, started, b"", wire, None)
+
+    def _replay(
+        self, response: Response, req: StreamRequest, recording: Recording, started: int, headers: list[tuple[str, str]]
+    ) -> None:
+        """A recorded shape (stub/replay.py): its head's headers, its HTTP/1.0 framing, its events written as the
+        origin wrote them and when, every event logged as a frame of the audit."""
+        own = [("Content-Type", recording.content_type), *recording.headers]
+        chunked = recording.http10_framing == "chunked"
+        head = response.start_stream(200, _merged(own, headers), http10_chunked=chunked)
+        plan = replay_plan(recording, response.chunked)
+        log = self.audit.open(req.stream_id, recording.interval_ms, started, plan.first_content)
+        stream = PacedStream(
+            response, plan.wire, plan.sizes, plan.offsets, log, self.pacer, self.audit, self.clock, self.streams.discard
+        )
+        self.streams.add(stream)
+        stream.start(head)
 
     def _whole(
         self,
@@ -328,23 +357,49 @@ class StubApp:
 
         response.on_abort = abort
 
-    def _pacing(self, body: dict[str, Any], fmt: ApiFormat) -> tuple[Pacing, list[tuple[str, str]]]:
-        """The body's `tokenpath` member: this request's own pacing and declared response headers."""
+    def _pacing(self, body: dict[str, Any], fmt: ApiFormat) -> tuple[Pacing, list[tuple[str, str]], RequestOrigin]:
+        """The body's `tokenpath` member: this request's own pacing, its declared response headers, and what else
+        the origin does (its HTTP/1.0 framing, a recording to replay: `replay` names one, "" none)."""
         control = body.get("tokenpath")
         extra_headers: dict[str, str] = {}
-        if isinstance(control, dict) and "headers" in control:
+        origin = RequestOrigin(self.cfg.http10_framing, self._replays.get(fmt.api))
+        if isinstance(control, dict) and ORIGIN_MEMBERS & control.keys():
             control = dict(control)
             try:
-                extra_headers = response_headers(control.pop("headers"))
+                extra_headers = response_headers(control.pop("headers", {}))
             except UsageError as exc:  # response_headers serves the experiment file too: a usage error there
                 raise BadRequest(f"'tokenpath.headers': {exc}") from None
+            origin = self._origin(control, fmt, origin)
         if fmt.api is not Api.OPENAI and isinstance(control, dict) and control.get("format", "openai") != "openai":
             raise BadRequest(
                 f"'tokenpath.format' {control['format']!r} is for the OpenAI routes; "
                 f"the {fmt.api.value} route speaks its own format"
             )
         pacing = self._default_pacing if control is None else self._default_pacing.override(control)
-        return pacing, list(extra_headers.items())
+        return pacing, list(extra_headers.items()), origin
+
+    def _origin(self, control: dict[str, Any], fmt: ApiFormat, origin: RequestOrigin) -> RequestOrigin:
+        """The member's `http10_framing` and `replay` (popped from `control`), over the stub's own."""
+        framing, replay = origin.http10_framing, origin.replay
+        if "http10_framing" in control:
+            try:
+                framing = parse_http10_framing(control.pop("http10_framing"))
+            except UsageError as exc:
+                raise BadRequest(f"'tokenpath.{exc}'") from None
+        if "replay" in control:
+            name = control.pop("replay")
+            if not isinstance(name, str):
+                raise BadRequest("'tokenpath.replay' must be a recording's name (\"\": none)")
+            replay = self._recordings.get(name) if name else None
+            if name and replay is None:
+                known = ", ".join(self._recordings) or "none (start the stub with --recording FILE)"
+                raise BadRequest(f"'tokenpath.replay': no recording {name!r} on this stub; recordings: {known}")
+            if replay is not None and replay.api is not fmt.api:
+                raise BadRequest(
+                    f"'tokenpath.replay': recording {name!r} is of the {replay.api.value} API; "
+                    f"this is the {fmt.api.value} route"
+                )
+        return RequestOrigin(framing, replay)
 
     def _stream_request(
         self, request: Request, body: dict[str, Any], fmt: ApiFormat, route: Route, ask: Ask, pacing: Pacing
@@ -439,6 +494,37 @@ class StubApp:
                 return entries
             await asyncio.sleep(0.02)
             entries.update(self._local_entries([i for i in ids if _unsettled(entries.get(i))], with_log))
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOrigin:
+    """What one request's answer does besides pacing: its HTTP/1.0 framing, and the recording it replays."""
+
+    http10_framing: str
+    replay: Recording | None
+
+
+def load_recordings(cfg: StubConfig) -> tuple[dict[str, Recording], dict[Api, Recording]]:
+    """The stub's recordings by name, and by API the one its `--replay` files make every answer on that route."""
+    named: dict[str, Recording] = {}
+    replays: dict[Api, Recording] = {}
+    for path in (*cfg.replays, *cfg.recordings):
+        recording = load_recording(path)
+        if named.get(recording.name, recording) != recording:
+            raise UsageError(f"two recordings are named {recording.name!r}; rename one (its `name`)")
+        named[recording.name] = recording
+        if path in cfg.replays:
+            replays.setdefault(recording.api, recording)
+    return named, replays
+
+
+def _merged(
+    base: tuple[tuple[str, str], ...] | list[tuple[str, str]], over: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """`base` with `over` after it, a header of `over` replacing any of `base` of the same name (a declared
+    Cache-Control replaces the stub's own)."""
+    names = {name.lower() for name, _ in over}
+    return [*(h for h in base if h[0].lower() not in names), *over]
 
 
 def _unsettled(entry: AuditEntry | None) -> bool:

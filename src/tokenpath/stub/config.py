@@ -287,6 +287,12 @@ class StubConfig:
     priority: Priority = "auto"
     max_body_bytes: int = MAX_BODY_BYTES
     api: str = "all"  # one wire.apis.Api value, or "all": every format's route at once
+    # What a real origin does besides pacing (stub/presets.py): its answer to an HTTP/1.0 request (close-delimited,
+    # or chunked as llama.cpp's server); and recorded shapes (stub/replay.py) it replays: `replays` to every streaming
+    # request on their API's route, `recordings` only to a request whose `tokenpath` member names one (`replay`).
+    http10_framing: str = "close"
+    replays: tuple[str, ...] = ()
+    recordings: tuple[str, ...] = ()
     audit_dir: str | None = field(default=None, compare=False)  # shared by workers; set by the server
     # Test-only: every time the stub reports (its clock endpoint, its audit's write times) is this far ahead, as if
     # it ran on another host's clock: the clock estimate must recover it (tests/load/test_clocksync.py).
@@ -309,6 +315,8 @@ class StubConfig:
             raise UsageError(f"`priority` {self.priority!r}: expected auto, realtime or normal")
         if self.frame_bytes is not None and self.frame_bytes < 1:
             raise UsageError("`frame_bytes` must be >= 1")
+        if self.http10_framing not in ("close", "chunked"):
+            raise UsageError(f"`http10_framing` {self.http10_framing!r}: expected close or chunked")
         self.pacing.check()
         if self.api != "all":
             try:

@@ -17,7 +17,7 @@ from tokenpath.serve.http import HTTPConnection, bound_port, listen
 from tokenpath.serve.listener import serve_factory
 from tokenpath.serve.priority import raise_priority, tighten_timer_slack
 from tokenpath.serve.runner import Config, Server
-from tokenpath.stub.app import StubApp
+from tokenpath.stub.app import StubApp, load_recordings
 from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.formats import check_start
@@ -84,6 +84,7 @@ class StubServer:
 def run(cfg: StubConfig, announce: Callable[[str], None], loop_name: str = "uvloop") -> None:
     """Serve until SIGINT/SIGTERM. `announce` gets one line once every worker is accepting connections."""
     check_start(cfg)
+    load_recordings(cfg)  # a bad recording is one line before anything listens
     config = Config("stub", cfg.host, cfg.port, cfg.workers, loop_name)
     if cfg.workers == 1:
         Server(config, partial(_app, cfg)).run(announce)

@@ -40,14 +40,18 @@ def received_framing(method: str, status: int, headers: Iterable[tuple[bytes | s
     return Framing.LENGTH if length else Framing.CLOSE
 
 
-def sent_framing(method: str, status: int, client_version: str, content_length: int | None) -> Framing:
+def sent_framing(
+    method: str, status: int, client_version: str, content_length: int | None, *, http10_chunked: bool = False
+) -> Framing:
     """How we delimit a response we write: its length when known, else chunks for an HTTP/1.1 client and the
-    connection's end for an HTTP/1.0 one (which cannot read chunks)."""
+    connection's end for an HTTP/1.0 one (which cannot read chunks). `http10_chunked`: chunks to an HTTP/1.0 client
+    too, as llama.cpp's server does (RFC 9112 §6.1 says a server must not): an origin behaviour a proxy's verdict
+    can depend on (nginx asks in HTTP/1.0 and streams a chunked answer whatever it buffers otherwise)."""
     if bodiless(method, status):
         return Framing.NONE
     if content_length is not None:
         return Framing.LENGTH
-    return Framing.CHUNKED if client_version == "1.1" else Framing.CLOSE
+    return Framing.CHUNKED if client_version == "1.1" or http10_chunked else Framing.CLOSE
 
 
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> str | None:

@@ -68,6 +68,7 @@ class ResponseStart:
     headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()
     content_length: int | None = None  # None: the body is streamed (chunked, or close-delimited for HTTP/1.0)
     has_body: bool = True  # False: HEAD-style, the headers describe a body that is not sent (no framing added)
+    http10_chunked: bool = False  # a streamed body chunked to an HTTP/1.0 client too (wire.framing.sent_framing)
 
 
 class ServerConnection:
@@ -216,7 +217,9 @@ class ServerConnection:
         if self.framing is not None:
             raise LocalProtocolError("a second response head for one request")
         method = request.method if event.has_body else "HEAD"
-        framing = sent_framing(method, event.status, request.http_version, event.content_length)
+        framing = sent_framing(
+            method, event.status, request.http_version, event.content_length, http10_chunked=event.http10_chunked
+        )
         self.framing = framing
         self.keep_alive = self.keep_alive and request.keep_alive and framing is not Framing.CLOSE
         headers = [*event.headers, *framing_headers(framing, event.content_length)]

@@ -1,0 +1,153 @@
+"""`tokenpath record URL`: a real server's response shape, into a small file the stub replays (stub/replay.py).
+
+Two requests, both direct to the server (record it on its own host, not through a path: the write times are the
+ones a client sees on loopback, as near to the origin's socket as a client gets): one in HTTP/1.0 for how it frames
+a stream there, and the stream itself in HTTP/1.1 through the probe, whose trace keeps every read's time and every
+frame's bytes. The events a read completed are one write of the origin (on loopback a reader that keeps up wakes
+once per write); an event split across reads belongs to the read that completed it.
+
+Text is redacted by default: every string a format carries the model's words in (content, text, delta, thinking,
+arguments...) becomes filler of the same bytes, so sizes, kinds and JSON stay exact and no answer is kept.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tokenpath import __version__
+from tokenpath.clock import ns_to_ms
+from tokenpath.errors import ServiceError
+from tokenpath.origins.behaviour import Http10Answer, http10_answer
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.trace import Trace
+from tokenpath.stub.config import RESERVED_HEADERS
+from tokenpath.stub.replay import SENT_HEADERS, RecordedEvent, RecordedWrite, Recording
+from tokenpath.wire.apis import Api
+from tokenpath.wire.reader import frame_reader
+
+# JSON members the formats carry model output in (wire/formats/: OpenAI's content, reasoning_content, arguments;
+# Anthropic's text, thinking, partial_json; the Responses API's delta and text); their string values are redacted.
+TEXT_MEMBERS = frozenset(
+    {"content", "text", "delta", "thinking", "reasoning", "reasoning_content", "refusal", "arguments", "partial_json"}
+)
+# Headers not worth replaying: the date changes every time; the rest are the stub's own to set (framing, hop by hop).
+DROPPED_HEADERS = frozenset({"date", *RESERVED_HEADERS})
+FILLER = b"x"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRequest:
+    """What `tokenpath record` asks: the probe's request (URL, format, model, prompt, max tokens, key, headers),
+    sampled deterministically so a second recording has the same token count."""
+
+    probe: ProbeConfig
+    name: str
+    seed: int = 1
+    redact: bool = True
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def config(self) -> ProbeConfig:
+        """The probe's config with fixed sampling: temperature 0 and a seed (both servers honour them)."""
+        sampling = (("seed", self.seed), ("temperature", 0))
+        return replace(self.probe, extra_body=(*self.probe.extra_body, *sampling))
+
+
+def record(request: RecordRequest) -> Recording:
+    """Both requests, then the recording (RemoteProtocolError / PeerError on a server that does not answer)."""
+    cfg = request.config()
+    answer = http10_answer(cfg)
+    trace = probe_stream(cfg)
+    if trace.head is None or trace.head.status != 200:
+        status = trace.head.status if trace.head is not None else "none"
+        raise ServiceError(f"{cfg.target.origin} answered {status} to a streaming request: nothing to record")
+    source = {
+        "url": cfg.target.origin + cfg.target.path,
+        "server": trace.head.header("server") or "",
+        "model": cfg.model,
+        "max_tokens": cfg.max_tokens,
+        "seed": request.seed,
+        "recorded": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "tokenpath": __version__,
+        "http10_status": answer.status,
+        "http10_framing": answer.framing.value,
+        **request.source,
+    }
+    return recording_from(trace, answer, name=request.name, api=cfg.api, source=source, redact=request.redact)
+
+
+def recording_from(
+    trace: Trace, answer: Http10Answer, *, name: str, api: Api, source: dict[str, Any], redact: bool = True
+) -> Recording:
+    """The recording a trace makes (pure): one write per read that completed an event, each event with its kind
+    and its bytes (redacted), the time after the request's last byte; the head's headers a stub may send."""
+    reader = frame_reader(api)
+    writes: list[RecordedWrite] = []
+    kept = 0
+    last_read = -1
+    for arrival in trace.frames:
+        frame = arrival.frame
+        data = frame.raw
+        if redact:
+            data, whole = redacted(data, frame.data)
+            kept += not whole
+        event = RecordedEvent(reader.kind(frame), data)
+        at_ms = ns_to_ms(arrival.t_ns - trace.t_sent_ns)
+        if arrival.read_index == last_read:  # completed by the same read: written together
+            writes[-1] = RecordedWrite(at_ms, (*writes[-1].events, event))
+        else:
+            writes.append(RecordedWrite(at_ms, (event,)))
+        last_read = arrival.read_index
+    head = trace.head
+    headers = [(k, v) for k, v in head.headers if k.lower() not in DROPPED_HEADERS] if head is not None else []
+    content_type = (head.header("content-type") if head is not None else None) or "text/event-stream"
+    head_ms = ns_to_ms(trace.t_first_byte_ns - trace.t_sent_ns) if trace.t_first_byte_ns is not None else 0.0
+    recording = Recording(
+        name=name,
+        api=api,
+        http10_framing=answer.behaviour.http10_framing,
+        content_type=content_type,
+        headers=tuple(headers[:SENT_HEADERS]),
+        head_ms=head_ms,
+        writes=tuple(writes),
+        source={**source, **({"unredacted_events": kept} if kept else {})},
+    )
+    # Through the stub's own check, so a recording that would be refused at replay is refused now.
+    return Recording.from_json(json.loads(recording.dumps()), f"recording {name}")
+
+
+def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
+    """`raw` with every TEXT_MEMBERS string of its JSON `data` replaced by filler of the same length, as it is
+    encoded in `raw` (escaped or not). The second value says whether every such string was found to redact."""
+    if not data:
+        return raw, True
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return raw, True  # not JSON (a comment, [DONE]): no text member to hide
+    out, whole = raw, True
+    for text in _texts(value):
+        for encoded in dict.fromkeys((json.dumps(text), json.dumps(text, ensure_ascii=False))):
+            literal = encoded.encode()
+            # Only as a member's value (after its colon), never a key or another member's text that happens to match.
+            pattern = re.compile(rb"(:\s*)" + re.escape(literal))
+            filler = b'"' + FILLER * (len(literal) - 2) + b'"'
+            hidden = pattern.sub(rb"\g<1>" + filler, out)  # filler: x and quotes, nothing sub() reads
+            if hidden != out:
+                out = hidden
+                break
+        else:
+            whole = False
+    return out, whole
+
+
+def _texts(value: object, key: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in _texts(v, k)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v, key)]
+    return [value] if isinstance(value, str) and value and key in TEXT_MEMBERS else []

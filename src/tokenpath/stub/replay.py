@@ -1,0 +1,246 @@
+"""A real server's response shape, recorded (`tokenpath record`, origins/record.py) and replayed by the stub
+(`tokenpath stub --replay FILE`): its head's headers, how it frames a stream for HTTP/1.0, each event's bytes (the
+model's text redacted to filler of the same size) and kind, grouped as the server wrote them, and when each write
+left. Replayed, a real server's behaviour is a deterministic matrix condition with the stub's audit log.
+
+The file (JSON, `version` 1):
+
+    {"version": 1, "name": "llama-server.chat", "api": "openai", "source": {...},
+     "http10_framing": "chunked", "content_type": "text/event-stream",
+     "headers": [["X-Accel-Buffering", "no"]], "head_ms": 4.8,
+     "writes": [{"at_ms": 437.5, "events": [{"kind": "control", "data": "data: {...}\\n\\n"}, ...]}, ...]}
+
+`at_ms` is after the request's last byte, as the recorder saw it on loopback (a write per read: the origin's socket
+as near as a client can see it). Replayed, write k leaves at its `at_ms` on the stub's pacer (fixed deadlines), its
+events in one socket write (one chunk when chunked), each event logged as its own frame so the audit's join (frame
+k = write k) holds; the audit's tolerance is the stub's rule on the recording's median gap.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenpath.clock import NS_PER_MS
+from tokenpath.errors import UsageError
+from tokenpath.stats import median
+from tokenpath.stub.config import MAX_RESPONSE_HEADERS, MAX_STREAM_BYTES, MAX_STREAM_SECONDS, response_headers
+from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
+from tokenpath.wire.apis import Api, parse_api
+from tokenpath.wire.framing import LAST_CHUNK, chunk
+from tokenpath.wire.kinds import FrameKind
+
+RECORDING_VERSION = 1
+MAX_RECORDING_BYTES = 4 << 20  # a file; one recorded answer of a few hundred events is tens of KB
+MAX_EVENTS = 100_000  # the stub's own token limit
+SENT_HEADERS = 16  # the origin's headers a replay sends (the stub's per-request limit)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    kind: FrameKind
+    data: bytes  # the event exactly as it went on the wire (its text redacted), framing excluded
+
+    def to_json(self) -> dict[str, str]:
+        return {"kind": self.kind.value, "data": self.data.decode("utf-8", "surrogateescape")}
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedWrite:
+    at_ms: float  # after the request's last byte
+    events: tuple[RecordedEvent, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {"at_ms": round(self.at_ms, 3), "events": [e.to_json() for e in self.events]}
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    name: str
+    api: Api
+    http10_framing: str  # close or chunked (a recorder that saw a Content-Length records close)
+    content_type: str
+    headers: tuple[tuple[str, str], ...]  # the origin's own, those a stub may send (framing and hop-by-hop dropped)
+    head_ms: float
+    writes: tuple[RecordedWrite, ...]
+    source: dict[str, Any]  # where and how it was recorded: recorded, never computed on
+
+    @property
+    def events(self) -> list[RecordedEvent]:
+        return [e for w in self.writes for e in w.events]
+
+    @property
+    def first_content(self) -> int | None:
+        """The index of the first content event (what TTFT is joined at)."""
+        return next((i for i, e in enumerate(self.events) if e.kind is FrameKind.CONTENT), None)
+
+    @property
+    def interval_ms(self) -> float:
+        """The median gap between consecutive writes after the first content: what the audit's tolerance rule
+        (max(2 ms, 20 %)) takes as the interval."""
+        first = self.first_content
+        if first is None:
+            return 0.0
+        sizes = [len(w.events) for w in self.writes]
+        start = next(k for k, n in enumerate(_cumulative(sizes)) if n > first)
+        times = [w.at_ms for w in self.writes[start:]]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        return median(gaps) if gaps else 0.0
+
+    @property
+    def behaviour(self) -> OriginBehaviour:
+        framing = parse_http10_framing(self.http10_framing)
+        return OriginBehaviour(framing, relevant_headers(list(self.headers)))
+
+    def describe(self) -> str:
+        n = len(self.events)
+        return f"{self.name} ({self.api.value}, {len(self.writes)} writes, {n} events; {self.behaviour.describe()})"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "version": RECORDING_VERSION,
+            "name": self.name,
+            "api": self.api.value,
+            "source": self.source,
+            "http10_framing": self.http10_framing,
+            "content_type": self.content_type,
+            "headers": [list(h) for h in self.headers],
+            "head_ms": round(self.head_ms, 3),
+            "writes": [w.to_json() for w in self.writes],
+        }
+
+    def dumps(self) -> str:
+        """One write per line: small, and a diff of two recordings reads write by write."""
+        doc = self.to_json()
+        writes, headers = doc.pop("writes"), doc.pop("headers")
+        assert isinstance(writes, list)
+        head = json.dumps(doc, indent=1)[:-2]
+        lines = ",\n  ".join(json.dumps(w, separators=(", ", ": ")) for w in writes)
+        return f'{head},\n "headers": {json.dumps(headers)},\n "writes": [\n  {lines}\n ]\n}}\n'
+
+    @classmethod
+    def from_json(cls, doc: object, where: str = "recording") -> Recording:
+        """A recording checked as the stub will send it: a bad file is one UsageError naming what is wrong."""
+        if not isinstance(doc, dict):
+            raise UsageError(f"{where}: not a recording (a JSON object from `tokenpath record`)")
+        if doc.get("version") != RECORDING_VERSION:
+            raise UsageError(f"{where}: version {doc.get('version')!r}; this tokenpath reads {RECORDING_VERSION}")
+        try:
+            api = parse_api(str(doc["api"]))
+            framing = parse_http10_framing(doc["http10_framing"])
+            headers = _headers(doc.get("headers", []))
+            writes = tuple(_write(w) for w in doc["writes"])
+            name, content_type = str(doc["name"]), str(doc["content_type"])
+            head_ms = float(doc.get("head_ms", 0.0))
+            if not math.isfinite(head_ms):
+                raise ValueError(f"head_ms {head_ms} is not a time")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{where}: malformed recording ({type(exc).__name__}: {exc})") from None
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}") from None
+        recording = cls(name, api, framing, content_type, headers, head_ms, writes, dict(doc.get("source") or {}))
+        recording.check(where)
+        return recording
+
+    def check(self, where: str) -> None:
+        """What the stub holds for one answer, bounded as its own answers are (stub/config.py)."""
+        events = self.events
+        if not events:
+            raise UsageError(f"{where}: no events")
+        if len(events) > MAX_EVENTS or sum(len(e.data) for e in events) > MAX_STREAM_BYTES:
+            raise UsageError(f"{where}: more than {MAX_EVENTS} events or {MAX_STREAM_BYTES} bytes")
+        times = [w.at_ms for w in self.writes]
+        if any(t < 0 for t in times) or times != sorted(times) or times[-1] > MAX_STREAM_SECONDS * 1000:
+            raise UsageError(f"{where}: write times must be >= 0, in order, within {MAX_STREAM_SECONDS:.0f} s")
+        if any(not w.events for w in self.writes):
+            raise UsageError(f"{where}: a write without events")
+        if not self.content_type.isprintable() or "\n" in self.content_type or len(self.content_type) > 200:
+            raise UsageError(f"{where}: content_type must be one printable line")
+
+
+def load(path: str | Path) -> Recording:
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_RECORDING_BYTES:
+            raise UsageError(f"recording {path}: larger than {MAX_RECORDING_BYTES} bytes")
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError as exc:
+        raise UsageError(f"cannot read recording {path}: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"recording {path}: not JSON ({exc})") from None
+    return Recording.from_json(doc, f"recording {path}")
+
+
+@functools.lru_cache(maxsize=64)
+def load_cached(path: str) -> Recording:
+    """A recording read once per process (an experiment names its file in every condition's label and request)."""
+    return load(path)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayPlan:
+    """One replayed answer as the stub's PacedStream writes it: per event its wire bytes (a write's events joined
+    into its first event's element, the rest empty, so each write is one socket write), its size and its offset."""
+
+    wire: list[bytes]
+    sizes: list[int]
+    offsets: list[int]
+    first_content: int | None
+
+
+def plan(recording: Recording, chunked: bool) -> ReplayPlan:
+    """The recording's writes as the stub sends them: chunk-framed when chunked (one chunk per write, the last
+    ending the body in the same write, as the stub ends every answer)."""
+    wire: list[bytes] = []
+    sizes: list[int] = []
+    offsets: list[int] = []
+    last = len(recording.writes) - 1
+    for k, write in enumerate(recording.writes):
+        body = b"".join(e.data for e in write.events)
+        framed = (chunk(body) + (LAST_CHUNK if k == last else b"")) if chunked else body
+        at_ns = round(write.at_ms * NS_PER_MS)
+        for i, event in enumerate(write.events):
+            wire.append(framed if i == 0 else b"")
+            sizes.append(len(event.data))
+            offsets.append(at_ns)
+    return ReplayPlan(wire, sizes, offsets, recording.first_content)
+
+
+def _headers(value: object) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, list) or not all(isinstance(h, list) and len(h) == 2 for h in value):
+        raise ValueError("headers must be a list of [name, value] pairs")
+    pairs = {str(name): str(v) for name, v in value}
+    if len(pairs) > min(SENT_HEADERS, MAX_RESPONSE_HEADERS):
+        raise ValueError(f"at most {MAX_RESPONSE_HEADERS} headers")
+    return tuple(response_headers(pairs).items())  # the stub's own rule: no framing, hop-by-hop or injected lines
+
+
+def _write(value: object) -> RecordedWrite:
+    if not isinstance(value, dict):
+        raise ValueError("a write must be an object with at_ms and events")
+    events = tuple(_event(e) for e in value["events"])
+    at_ms = float(value["at_ms"])
+    if not math.isfinite(at_ms):
+        raise ValueError(f"at_ms {at_ms} is not a time")
+    return RecordedWrite(at_ms, events)
+
+
+def _event(value: object) -> RecordedEvent:
+    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
+        raise ValueError("an event must be an object with kind and data")
+    return RecordedEvent(FrameKind(value["kind"]), value["data"].encode("utf-8", "surrogateescape"))
+
+
+def _cumulative(sizes: list[int]) -> list[int]:
+    out, total = [], 0
+    for n in sizes:
+        total += n
+        out.append(total)
+    return out

@@ -1,0 +1,72 @@
+"""Which origin behaviour made a path's verdict (experiment/attribution.py), on injected rows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from tokenpath.axes import DEFAULT_CONDITION
+from tokenpath.experiment.attribution import behaviour, describe, origin_effects
+from tokenpath.results.model import MatrixRow
+
+XAB = (("X-Accel-Buffering", "no"),)
+PLAIN_HELD = "(held with a plain origin)"
+
+
+def row(proxy: str, variant: str, streams: bool, **cond: object) -> MatrixRow:
+    condition = replace(DEFAULT_CONDITION, **cond)  # type: ignore[arg-type]
+    # Streamed or held by frames per read; within the floor or not says nothing here (a path that streams may add
+    # a millisecond).
+    return MatrixRow(proxy, variant, condition, 3, 0, "v", fpr_median=1.08 if streams else 8.0, within_floor=False)
+
+
+def effects(rows: list[MatrixRow]) -> dict[str, str]:
+    return {describe(r, e).removesuffix(f": {e}"): e for r, e in origin_effects(rows)}
+
+
+def test_a_verdict_is_said_against_the_same_path_with_a_plain_origin() -> None:
+    rows = [
+        row("direct", "stock", True),
+        row("nginx", "stock", False),  # the baseline: held
+        row("nginx", "stock", True, http10_framing="chunked"),
+        row("nginx", "stock", True, stub_headers=XAB),
+        row("nginx", "stock", True, origin="stub:llama-server"),
+        row("nginx", "stock", True, origin="stub:llama-cpp-python", interval_ms=10.0),  # pacing set aside
+        row("nginx", "ignore_x_accel", False),
+        row("nginx", "ignore_x_accel", False, origin="stub:llama-cpp-python"),
+        row("nginx", "ignore_x_accel", True, origin="stub:llama-server"),
+        row("nginx", "proxy_buffering_off", True),
+        row("nginx", "proxy_buffering_off", True, origin="stub:llama-server"),
+    ]
+    assert effects(rows) == {
+        "nginx (stub: HTTP/1.0: chunked)": f"streams because the origin sends HTTP/1.0: chunked {PLAIN_HELD}",
+        "nginx (stub: X-Accel-Buffering: no)": f"streams because the origin sends X-Accel-Buffering: no {PLAIN_HELD}",
+        # both of llama-server's behaviours stream stock nginx alone: both named
+        "nginx (stub as llama-server)": "streams because the origin sends HTTP/1.0: chunked and X-Accel-Buffering: no "
+        "(held with a plain origin)",
+        # only the header was seen to stream it alone: Cache-Control is not named
+        "nginx (stub as llama-cpp-python)": "streams because the origin sends X-Accel-Buffering: no (held with a "
+        "plain origin)",
+        "nginx:ignore_x_accel (stub as llama-cpp-python)": "held although the origin sends Cache-Control: no-store "
+        "and X-Accel-Buffering: no: the path ignores it",
+        "nginx:ignore_x_accel (stub as llama-server)": "streams because the origin sends HTTP/1.0: chunked and "
+        "X-Accel-Buffering: no (held with a plain origin)",
+    }  # proxy_buffering_off streams a plain origin: the path's doing, nothing said
+
+
+def test_no_baseline_no_word() -> None:
+    assert origin_effects([row("nginx", "stock", True, origin="stub:llama-server")]) == []
+
+
+def test_a_condition_says_what_its_origin_does() -> None:
+    assert behaviour(DEFAULT_CONDITION).plain
+    preset = replace(DEFAULT_CONDITION, origin="stub:llama-cpp-python", stub_headers=(("Cache-Control", "no-cache"),))
+    assert behaviour(preset).parts() == ("X-Accel-Buffering: no", "Cache-Control: no-cache")
+
+
+def test_a_replays_behaviour_is_its_recordings_with_the_declared_headers_on_top() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "origins" / "llama-server.chat.json"
+    cond = replace(DEFAULT_CONDITION, origin=f"replay:{path}")
+    assert behaviour(cond).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: no")
+    declared = replace(cond, stub_headers=(("X-Accel-Buffering", "yes"),))
+    assert behaviour(declared).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: yes")

@@ -1,0 +1,139 @@
+"""The recorder (origins/record.py) and the replayer (stub/replay.py), pure: a recorded answer read at every split of
+its bytes, a replayed one parsed at every split, and the file's own checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tokenpath.errors import UsageError
+from tokenpath.origins.behaviour import Http10Answer
+from tokenpath.origins.record import recording_from, redacted
+from tokenpath.probe.trace import TraceRecorder
+from tokenpath.stub.replay import Recording, plan
+from tokenpath.wire.apis import Api
+from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.framing import Framing, chunk
+from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import frame_reader
+
+EVENTS = [
+    b'data: {"choices":[{"delta":{"role":"assistant","content":null}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"One"}}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":", two \\u00e9"}}]}\n\n',
+    b'data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n',
+    b"data: [DONE]\n\n",
+]
+HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Accel-Buffering: no\r\nDate: today\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+BODY = b"".join(chunk(e) for e in EVENTS) + b"0\r\n\r\n"
+ANSWER = Http10Answer(200, Framing.CHUNKED, (("X-Accel-Buffering", "no"),), 0)
+
+
+def recorded(reads: list[bytes]) -> Recording:
+    recorder = TraceRecorder("s", 0, api=Api.OPENAI)
+    for k, data in enumerate(reads):
+        recorder.on_read((k + 1) * 1_000_000, data)
+    return recording_from(recorder.trace, ANSWER, name="t", api=Api.OPENAI, source={})
+
+
+def test_the_recorder_keeps_every_event_exact_at_every_split() -> None:
+    raw = HEAD + BODY
+    whole = recorded([raw])
+    assert [e.kind for e in whole.events] == [
+        FrameKind.CONTROL,
+        FrameKind.CONTENT,
+        FrameKind.CONTENT,
+        FrameKind.CONTROL,
+        FrameKind.DONE,
+    ]
+    sizes = [len(e) for e in EVENTS]
+    assert [len(e.data) for e in whole.events] == sizes  # redacted to the same size
+    assert b"One" not in b"".join(e.data for e in whole.events)
+    assert whole.headers == (("X-Accel-Buffering", "no"),)  # no Date, and no framing or Content-Type among them
+    assert whole.content_type == "text/event-stream"
+    assert whole.http10_framing == "chunked"
+    assert len(whole.writes) == 1  # one read: one write
+    for cut in range(1, len(raw)):
+        split = recorded([raw[:cut], raw[cut:]])
+        assert split.events == whole.events, cut
+        assert sum(len(w.events) for w in split.writes) == len(EVENTS)
+        assert 1 <= len(split.writes) <= 2  # a read that completes events is a write, at its time
+        assert [w.at_ms for w in split.writes] == sorted(w.at_ms for w in split.writes)
+
+
+def test_redaction_keeps_sizes_and_escapes() -> None:
+    raw = EVENTS[2]
+    hidden, whole = redacted(raw, raw.removeprefix(b"data: ").rstrip())
+    assert whole
+    assert len(hidden) == len(raw)
+    assert b"two" not in hidden
+    assert json.loads(hidden.removeprefix(b"data: "))["choices"][0]["delta"]["content"].strip("x") == ""
+
+
+def replayed_events(wire: bytes) -> list[bytes]:
+    parser = ResponseParser("POST")
+    reader = frame_reader(Api.OPENAI)
+    body = parser.feed(wire)
+    return [f.raw for f in reader.feed(body)]
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_the_replayer_writes_the_recording_exactly_at_every_split(chunked: bool) -> None:
+    recording = recorded([HEAD + BODY[:40], BODY[40:100], BODY[100:]])
+    p = plan(recording, chunked)
+    assert p.sizes == [len(e.data) for e in recording.events]
+    assert len(p.offsets) == len(p.wire) == len(recording.events)
+    # One socket write per recorded write, at its time: every event but a write's first is empty, at the same offset.
+    starts = [i for i, w in enumerate(p.wire) if w]
+    assert len(starts) == len(recording.writes)
+    assert sorted(set(p.offsets)) == [round(w.at_ms * 1e6) for w in recording.writes]
+    body = b"".join(p.wire)
+    if chunked:
+        assert body.endswith(b"0\r\n\r\n")
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    else:
+        assert body == b"".join(e.data for e in recording.events)
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)
+    events = [e.data for e in recording.events]
+    for cut in range(1, len(body)):
+        parser = ResponseParser("POST")
+        reader = frame_reader(Api.OPENAI)
+        got = [f.raw for part in (head + body[:cut], body[cut:]) for f in reader.feed(parser.feed(part))]
+        assert got == events, cut
+
+
+def doc(**over: object) -> dict[str, object]:
+    base: dict[str, object] = json.loads(recorded([HEAD + BODY]).dumps())
+    return {**base, **over}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"version": 2}, "version 2"),
+        ({"writes": []}, "no events"),
+        (
+            {"writes": [{"at_ms": 5, "events": []}, {"at_ms": 6, "events": [{"kind": "done", "data": "x"}]}]},
+            "a write without events",
+        ),
+        ({"writes": [{"at_ms": -1, "events": [{"kind": "content", "data": "data: x\n\n"}]}]}, "write times"),
+        ({"writes": [{"at_ms": "NaN", "events": [{"kind": "content", "data": "x"}]}]}, "not a time"),
+        ({"http10_framing": "gzip"}, "http10_framing"),
+        ({"headers": [["Transfer-Encoding", "chunked"]]}, "Transfer-Encoding"),
+        ({"headers": [["X-Bad", "a\r\nInjected: 1"]]}, "X-Bad"),
+        ({"api": "nope"}, "nope"),
+        ({"content_type": "a\nb"}, "content_type"),
+    ],
+)
+def test_a_malformed_recording_is_one_usage_error(change: dict[str, object], says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        Recording.from_json(doc(**change))
+
+
+def test_a_recording_survives_its_own_file() -> None:
+    recording = recorded([HEAD + BODY[:40], BODY[40:]])
+    assert Recording.from_json(json.loads(recording.dumps())) == recording
