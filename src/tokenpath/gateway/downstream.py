@@ -80,17 +80,16 @@ class Downstream:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         out = relay.feed(data)
         if out:
-            self.out.append(out)
+            if self.added_observed and not self.out:  # the steady state: nothing queued before it, nothing to observe
+                self.response.write(out)
+            else:
+                self.out.append(out)
         if relay.news:
             self._relay_news(relay)
 
     def upstream_read_done(self) -> None:
-        out = self.out
-        if out:
-            if len(out) == 1 and self.added_observed:  # the token-stream read: one piece, nothing to observe
-                self.response.write(out.pop())
-            else:
-                self.flush()
+        if self.out:  # the head, or the first frames (their added TTFT observed as they go out)
+            self.flush()
         machine = self.machine
         if machine is not None:
             machine.last_read = self.clock()  # ExchangeMachine.read(), inlined: once per read
