@@ -153,3 +153,70 @@ def count(frames: int = 50) -> Counts:
     stats = pstats.Stats(profile)
     counts.calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
     return counts
+
+
+class _ShortMember(asyncio.Protocol):
+    """Answers every request on its connection at once with a short stream: the role, one token, [DONE]."""
+
+    STREAM = b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in (ROLE, FRAME, b"data: [DONE]\n\n")) + b"0\r\n\r\n"
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, _, rest = self.buffer.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            self.transport.write(head + self.STREAM)
+
+
+def _in_tokenpath(key: tuple[str, int, str]) -> bool:
+    return "/tokenpath/" in key[0].replace("\\", "/")
+
+
+async def _requests(requests: int, profile: cProfile.Profile) -> None:
+    loop = asyncio.get_running_loop()
+    member_server = await loop.create_server(_ShortMember, "127.0.0.1", 0)
+    member_port = member_server.sockets[0].getsockname()[1]
+    pool = PoolConfig("p", (Member(f"http://127.0.0.1:{member_port}"),))
+    gateway = GatewayServer(GatewayConfig((pool,), listen_port=0, auth=AuthConfig(mode="none")))
+    port = await gateway.start()
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(requests + 2):  # two first: the upstream connection opened and pooled, caches warm
+            if i == 2:
+                profile.enable()
+            writer.write(request)
+            seen = bytearray()
+            await _read_until(reader, seen, b"0\r\n\r\n")
+        profile.disable()
+        writer.close()
+    finally:
+        await gateway.close(0.1)
+        member_server.close()
+
+
+def calls_per_request(requests: int = 20) -> tuple[float, float]:
+    """Python calls per short request (3 frames, one keep-alive client connection, a pooled upstream one): those in
+    tokenpath's own functions, and all of them (the client's and member's few in this process included)."""
+    asyncio.run(_requests(requests, cProfile.Profile()))  # imports and first-time caches out of the way
+    profile = cProfile.Profile()
+    asyncio.run(_requests(requests, profile))
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    ours = sum(entry[1] for key, entry in stats.items() if _in_tokenpath(key))
+    every = sum(entry[1] for entry in stats.values())
+    return ours / requests, every / requests
