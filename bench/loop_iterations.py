@@ -13,8 +13,11 @@ the same run, side by side.
     .venv/bin/python bench/loop_iterations.py --src src [--streams 50] [--seconds 3] [--tokens 128] [--tls]
     .venv/bin/python bench/loop_iterations.py --src /tmp/base/src --src src    # before / after, side by side
 
-Python calls per frame and per request (cProfile, deterministic): tests/gateway/test_loop_counts.py's harness,
-`python bench/loop_iterations.py --calls` runs it in process (asyncio, no strace) and prints the counts.
+Python calls per upstream read and per short request, and the callbacks a read hands the event loop (cProfile and
+a counting loop: deterministic, exact on a loaded machine): `--calls` runs tests/gateway/loopcounts.py's harness in
+process (asyncio, no strace, no load, one stream) and prints them; tests/gateway/test_loop_counts.py bounds them.
+
+    PYTHONPATH=src .venv/bin/python bench/loop_iterations.py --calls
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -71,15 +75,36 @@ def count(target: Target, streams: int, seconds: float, tokens: int) -> tuple[di
     return strace_counts(out.read_text()), frames
 
 
+def print_calls() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ holds the harness
+    from tests.gateway.loopcounts import calls_per_request, count
+
+    own, every = calls_per_request(20)
+    print("HTTP/1.1 client, HTTP/1.1 member, asyncio, one stream:")
+    for tls in (False, True):
+        reads = count(50, tls)
+        print(
+            f"  per steady-state upstream read, {'TLS' if tls else 'clear text'}: {reads.scheduled_per_read:g} "
+            f"callbacks handed to the loop, {reads.calls_per_read:g} Python calls"
+        )
+    print(f"  per short request (3 frames, keep-alive both sides): {own:g} calls in tokenpath, {every:g} in all")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--src", action="append", required=True, help="a tokenpath source tree's src/ (repeat)")
+    ap.add_argument("--src", action="append", default=[], help="a tokenpath source tree's src/ (repeat)")
+    ap.add_argument("--calls", action="store_true", help="the in-process counts (PYTHONPATH's tree), then stop")
     ap.add_argument("--streams", type=int, default=50)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--tls", action="store_true", help="the gateway reaches the stub over TLS (a TLS nginx front)")
     ap.add_argument("--no-pipe", action="store_true", help="skip the bare uvloop pipe (the floor)")
     args = ap.parse_args()
+    if args.calls:
+        print_calls()
+        return
+    if not args.src:
+        ap.error("--src is needed (or --calls)")
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
     up = urlsplit(stub.start())
     upstream = f"http://{up.hostname}:{up.port}"

@@ -1,7 +1,7 @@
 """A test-only harness that COUNTS what the gateway does per upstream read (counts, not timings: exact on a loaded
 machine). One gateway in process on asyncio, a member that sends one SSE frame per write in lockstep with the
 client (the next frame only after the client has the previous one, so every frame is its own upstream read), and
-a raw client. While UpstreamConnection.received runs (one upstream read, handled inside data_received):
+a raw client. While the upstream link's data_received runs (one upstream read; over TLS decrypted there too):
 
 - `scheduled`: callbacks it hands the event loop (call_soon, call_later, call_at, a future or task created; a
   future resolved or a task woken goes through call_soon): each one is an extra loop iteration for that read;
@@ -14,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import cProfile
 import pstats
+import ssl
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from tokenpath.gateway import upstream
+from tokenpath.gateway import link
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
 from tokenpath.gateway.server import GatewayServer
+from tokenpath.serve.tlscert import self_signed
 
 SCHEDULERS = ("call_soon", "call_later", "call_at", "create_future", "create_task")
 FRAME = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
@@ -76,12 +80,18 @@ async def _read_until(reader: asyncio.StreamReader, seen: bytearray, marker: byt
         seen += data
 
 
-async def _run(frames: int, counts: Counts, profile: cProfile.Profile) -> None:
+async def _run(frames: int, counts: Counts, profile: cProfile.Profile, tls: Path | None) -> None:
     loop = asyncio.get_running_loop()
     connected: asyncio.Future[_Member] = loop.create_future()
-    member_server = await loop.create_server(lambda: _Member(connected), "127.0.0.1", 0)
+    ctx = None
+    if tls is not None:
+        files = self_signed(tls, ["127.0.0.1"])
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(files.cert, files.key)
+    member_server = await loop.create_server(lambda: _Member(connected), "127.0.0.1", 0, ssl=ctx)
     member_port = member_server.sockets[0].getsockname()[1]
-    pool = PoolConfig("p", (Member(f"http://127.0.0.1:{member_port}"),))
+    scheme, ca_file = ("https", str(files.cert)) if tls is not None else ("http", None)
+    pool = PoolConfig("p", (Member(f"{scheme}://127.0.0.1:{member_port}"),), ca_file=ca_file)
     gateway = GatewayServer(GatewayConfig((pool,), listen_port=0, auth=AuthConfig(mode="none")))
     port = await gateway.start()
     inside = [False]
@@ -96,9 +106,9 @@ async def _run(frames: int, counts: Counts, profile: cProfile.Profile) -> None:
             return _original(*args, **kwargs)
 
         setattr(loop, name, counted)
-    received = upstream.UpstreamConnection.received
+    received = link.UpstreamLink.data_received
 
-    def measured(self: upstream.UpstreamConnection, data: bytes) -> None:
+    def measured(self: link.UpstreamLink, data: bytes) -> None:
         if not measuring[0]:
             received(self, data)
             return
@@ -111,7 +121,7 @@ async def _run(frames: int, counts: Counts, profile: cProfile.Profile) -> None:
             profile.disable()
             inside[0] = False
 
-    upstream.UpstreamConnection.received = measured  # type: ignore[method-assign]
+    link.UpstreamLink.data_received = measured  # type: ignore[method-assign]
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
@@ -136,20 +146,22 @@ async def _run(frames: int, counts: Counts, profile: cProfile.Profile) -> None:
         await _read_until(reader, seen, b"0\r\n\r\n")
         writer.close()
     finally:
-        upstream.UpstreamConnection.received = received  # type: ignore[method-assign]
+        link.UpstreamLink.data_received = received  # type: ignore[method-assign]
         for name, original in originals.items():
             setattr(loop, name, original)
         await gateway.close(0.1)
         member_server.close()
 
 
-def count(frames: int = 50) -> Counts:
-    """Counts for `frames` steady-state upstream reads of one HTTP/1.1 stream (client and member HTTP/1.1)."""
+def count(frames: int = 50, tls: bool = False) -> Counts:
+    """Counts for `frames` steady-state upstream reads of one HTTP/1.1 stream (client and member HTTP/1.1; `tls`:
+    the member over TLS, its certificate self-signed)."""
     counts = Counts()
-    warm = cProfile.Profile()
-    asyncio.run(_run(frames, Counts(), warm))  # imports and first-time caches out of the way
-    profile = cProfile.Profile()
-    asyncio.run(_run(frames, counts, profile))
+    with tempfile.TemporaryDirectory() as directory:
+        where = Path(directory) if tls else None
+        asyncio.run(_run(frames, Counts(), cProfile.Profile(), where))  # imports and first-time caches out of the way
+        profile = cProfile.Profile()
+        asyncio.run(_run(frames, counts, profile, where))
     stats = pstats.Stats(profile)
     counts.calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
     return counts
