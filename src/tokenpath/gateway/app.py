@@ -36,6 +36,8 @@ log = logging.getLogger("tokenpath.gateway")
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
 KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
+ROUTED_TARGETS = 1024  # distinct request targets whose routing is remembered per worker (routed_target)
+ROUTED_TARGET_CHARS = 512  # longer targets are checked each time: the memory stays under ~1 MiB
 
 
 class GatewayApp:
@@ -78,6 +80,7 @@ class GatewayApp:
         self._idle = asyncio.Event()  # set whenever no exchange is active (drain waits on it)
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.routed: dict[str, tuple[str, RouteMatch | None]] = {}  # see routed_target
         for pool in self.pools:
             for member in pool.members:
                 self.metrics.member_healthy.labels(pool.name, member.url).set(1)
@@ -111,10 +114,9 @@ class GatewayApp:
                 self.error_api(head.path),
             )
         try:
-            target = origin_form(head.target)
+            target, route = self.routed_target(head.target)
         except BadTarget as exc:
             return self._refuse(400, str(exc), "bad_request_target")
-        route = match_route(target)
         if route is None:
             return self._refuse(404, f"no route: the gateway serves {SERVED}", "not_found")
         if self.draining or len(self.active) >= self.cfg.limits.max_streams:
@@ -127,6 +129,18 @@ class GatewayApp:
         except KeyNeeded:
             return self._admit_after_key_fetch(head, authorization, target, route)
         return self._admitted(head, Entry(principal, target, route))
+
+    def routed_target(self, raw: str) -> tuple[str, RouteMatch | None]:
+        """The origin-form target and its route (BadTarget if refused), worked out once per distinct target: clients
+        send the same few paths again and again. Only the first ROUTED_TARGETS distinct ones are remembered, so a
+        client sending endless new paths costs the full check each time, never memory."""
+        routed = self.routed.get(raw)
+        if routed is None:
+            target = origin_form(raw)
+            routed = (target, match_route(target))
+            if len(self.routed) < ROUTED_TARGETS and len(raw) <= ROUTED_TARGET_CHARS:
+                self.routed[raw] = routed
+        return routed
 
     async def _admit_after_key_fetch(
         self, head: Request, authorization: str | None, target: str, route: RouteMatch

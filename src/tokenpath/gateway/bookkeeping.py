@@ -45,4 +45,4 @@ def book(pool: Pool, action: PoolAction, metrics: Metrics, before_head: bool) ->
 
 def health_gauge(metrics: Metrics, pool: Pool, member: MemberState) -> None:
     healthy = member.healthy(pool.clock())
-    metrics.member_healthy.labels(pool.name, member.url).set(1 if healthy else 0)
+    metrics.child(metrics.member_healthy, pool.name, member.url).set(1 if healthy else 0)

@@ -69,7 +69,7 @@ class Downstream:
         if machine is not None and self.control is not None:
             if head.status >= 500 and machine.phase is Phase.WAITING:
                 self.metrics.errors.labels(f"upstream_{head.status}").inc()
-            self.metrics.upstream_head.labels(machine.pool.name).observe(self.clock() - self.t_sent)
+            self.metrics.child(self.metrics.upstream_head, machine.pool.name).observe(self.clock() - self.t_sent)
             self.control.upstream_head(head)  # the machine decides: forward it, or fail over before any byte goes out
 
     def upstream_body(self, data: bytes) -> None:
@@ -80,17 +80,16 @@ class Downstream:
             return  # the body of a 5xx we are failing over from, or bytes a bodiless response must not carry
         out = relay.feed(data)
         if out:
-            self.out.append(out)
+            if self.added_observed and not self.out:  # the steady state: nothing queued before it, nothing to observe
+                self.response.write(out)
+            else:
+                self.out.append(out)
         if relay.news:
             self._relay_news(relay)
 
     def upstream_read_done(self) -> None:
-        out = self.out
-        if out:
-            if len(out) == 1 and self.added_observed:  # the token-stream read: one piece, nothing to observe
-                self.response.write(out.pop())
-            else:
-                self.flush()
+        if self.out:  # the head, or the first frames (their added TTFT observed as they go out)
+            self.flush()
         machine = self.machine
         if machine is not None:
             machine.last_read = self.clock()  # ExchangeMachine.read(), inlined: once per read
@@ -113,7 +112,7 @@ class Downstream:
             self.ttft_observed = True
             if machine.member is not None:
                 machine.member.observe_ttft(now - self.t_sent)  # p2c_ewma routes on the time to the first token
-            self.metrics.upstream_ttft.labels(machine.pool.name).observe(now - self.t_sent)
+            self.metrics.child(self.metrics.upstream_ttft, machine.pool.name).observe(now - self.t_sent)
         if relay.failure is not None and self.control is not None and not self.failure_reported:
             self.failure_reported = True
             self.control.relay_failed(relay.failure)
@@ -178,7 +177,7 @@ class Downstream:
         """The response's last bytes, counted before they go out: a client that has read its whole answer finds it
         in /metrics. `close` ends it once the upstream connection is released."""
         self.out.append(self.response.end_bytes())
-        self.metrics.requests.labels(str(self.status)).inc()
+        self.metrics.child(self.metrics.requests, str(self.status)).inc()
         self.flush()
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -20,11 +21,13 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 ADDED_BUCKETS = (1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 MULTIPROC_PREFIX = "tokenpath-gw-metrics-"  # + the parent's pid + "-": a later run can tell whose dir it was
+LabelledMetric = TypeVar("LabelledMetric", Counter, Gauge, Histogram)
 
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self._children: dict[tuple[int, tuple[str, ...]], object] = {}  # see child()
         self.upstream_ttft = Histogram(
             "tokenpath_gateway_upstream_ttft_seconds",
             "Request sent upstream to the upstream's first content frame, by its API format's classification (not a "
@@ -92,6 +95,15 @@ class Metrics:
             multiprocess_mode="min",
             registry=r,
         )
+
+    def child(self, metric: LabelledMetric, *labels: str) -> LabelledMetric:
+        """`metric.labels(*labels)`, looked up once: the request path's labels are few (pools, members, statuses)
+        and prometheus-client's own lookup costs a lock and a dozen calls each time."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found  # type: ignore[return-value]
 
 
 def serve(host: str, port: int, registry: CollectorRegistry | None, multiproc_dir: Path | None = None) -> None:

@@ -130,7 +130,9 @@ class Response:
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         """Pre-framed bytes (the fast path: one frame, one write). With `last`, the bytes include the end of the
         body and the response is over."""
-        self._conn.write(wire_bytes)
+        conn = self._conn  # HttpProtocol.write, inlined: once per relayed read
+        if not conn.closed and conn._transport is not None:
+            conn._transport.write(wire_bytes)
         if last:
             self._end()
 

@@ -1,0 +1,234 @@
+"""A test-only harness that COUNTS what the gateway does per upstream read (counts, not timings: exact on a loaded
+machine). One gateway in process on asyncio, a member that sends one SSE frame per write in lockstep with the
+client (the next frame only after the client has the previous one, so every frame is its own upstream read), and
+a raw client. While the upstream link's data_received runs (one upstream read; over TLS decrypted there too):
+
+- `scheduled`: callbacks it hands the event loop (call_soon, call_later, call_at, a future or task created; a
+  future resolved or a task woken goes through call_soon): each one is an extra loop iteration for that read;
+- `calls`: the Python calls it makes (cProfile, enabled only inside received): the interpreter's work per read.
+
+bench/loop_iterations.py --calls prints them; tests/gateway/test_loop_counts.py holds them to their bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import pstats
+import ssl
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokenpath.gateway import link
+from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
+from tokenpath.gateway.server import GatewayServer
+from tokenpath.serve.tlscert import self_signed
+
+SCHEDULERS = ("call_soon", "call_later", "call_at", "create_future", "create_task")
+FRAME = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
+ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+
+
+@dataclass
+class Counts:
+    reads: int = 0
+    scheduled: int = 0
+    calls: int = 0
+
+    @property
+    def scheduled_per_read(self) -> float:
+        return self.scheduled / self.reads
+
+    @property
+    def calls_per_read(self) -> float:
+        return self.calls / self.reads
+
+
+class _Member(asyncio.Protocol):
+    """Answers one streamed request per connection, a frame each time `send` is called (chunked)."""
+
+    def __init__(self, connected: asyncio.Future[_Member]) -> None:
+        if not connected.done():
+            connected.set_result(self)
+        self.head = b""
+        self.got_request = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.head += data
+        if b"\r\n\r\n" in self.head and not self.got_request.done():
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            self.transport.write(head)
+            self.got_request.set_result(None)
+
+    def send(self, frame: bytes) -> None:
+        self.transport.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+
+    def end(self) -> None:
+        self.transport.write(b"0\r\n\r\n")
+
+
+async def _read_until(reader: asyncio.StreamReader, seen: bytearray, marker: bytes) -> None:
+    while marker not in seen:
+        data = await reader.read(65536)
+        assert data, f"the gateway closed before {marker!r}; got {bytes(seen)!r}"
+        seen += data
+
+
+async def _run(frames: int, counts: Counts, profile: cProfile.Profile, tls: Path | None) -> None:
+    loop = asyncio.get_running_loop()
+    connected: asyncio.Future[_Member] = loop.create_future()
+    ctx = None
+    if tls is not None:
+        files = self_signed(tls, ["127.0.0.1"])
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(files.cert, files.key)
+    member_server = await loop.create_server(lambda: _Member(connected), "127.0.0.1", 0, ssl=ctx)
+    member_port = member_server.sockets[0].getsockname()[1]
+    scheme, ca_file = ("https", str(files.cert)) if tls is not None else ("http", None)
+    pool = PoolConfig("p", (Member(f"{scheme}://127.0.0.1:{member_port}"),), ca_file=ca_file)
+    gateway = GatewayServer(GatewayConfig((pool,), listen_port=0, auth=AuthConfig(mode="none")))
+    port = await gateway.start()
+    inside = [False]
+    measuring = [False]  # the steady state only: the first frames (first byte, first token) are news, off the hot path
+    originals: dict[str, Callable[..., Any]] = {}
+    for name in SCHEDULERS:
+        original = originals[name] = getattr(loop, name)
+
+        def counted(*args: Any, _original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            if inside[0]:
+                counts.scheduled += 1
+            return _original(*args, **kwargs)
+
+        setattr(loop, name, counted)
+    received = link.UpstreamLink.data_received
+
+    def measured(self: link.UpstreamLink, data: bytes) -> None:
+        if not measuring[0]:
+            received(self, data)
+            return
+        counts.reads += 1
+        inside[0] = True
+        profile.enable()
+        try:
+            received(self, data)
+        finally:
+            profile.disable()
+            inside[0] = False
+
+    link.UpstreamLink.data_received = measured  # type: ignore[method-assign]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        member = await connected
+        await member.got_request
+        seen = bytearray()
+        await _read_until(reader, seen, b"\r\n\r\n")
+        member.send(ROLE)  # the first frames: first byte, first token (news, off the hot path)
+        await _read_until(reader, seen, b"assistant")
+        member.send(FRAME)
+        await _read_until(reader, seen, b"tok")
+        measuring[0] = True
+        for i in range(frames):  # the steady state: one frame, one upstream read, one client write
+            member.send(FRAME.replace(b"tok", b"t%05d" % i))
+            await _read_until(reader, seen, b"t%05d" % i)
+        measuring[0] = False
+        member.end()
+        await _read_until(reader, seen, b"0\r\n\r\n")
+        writer.close()
+    finally:
+        link.UpstreamLink.data_received = received  # type: ignore[method-assign]
+        for name, original in originals.items():
+            setattr(loop, name, original)
+        await gateway.close(0.1)
+        member_server.close()
+
+
+def count(frames: int = 50, tls: bool = False) -> Counts:
+    """Counts for `frames` steady-state upstream reads of one HTTP/1.1 stream (client and member HTTP/1.1; `tls`:
+    the member over TLS, its certificate self-signed)."""
+    counts = Counts()
+    with tempfile.TemporaryDirectory() as directory:
+        where = Path(directory) if tls else None
+        asyncio.run(_run(frames, Counts(), cProfile.Profile(), where))  # imports and first-time caches out of the way
+        profile = cProfile.Profile()
+        asyncio.run(_run(frames, counts, profile, where))
+    stats = pstats.Stats(profile)
+    counts.calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
+    return counts
+
+
+class _ShortMember(asyncio.Protocol):
+    """Answers every request on its connection at once with a short stream: the role, one token, [DONE]."""
+
+    STREAM = b"".join(b"%x\r\n%s\r\n" % (len(f), f) for f in (ROLE, FRAME, b"data: [DONE]\n\n")) + b"0\r\n\r\n"
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, _, rest = self.buffer.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(rest) < length:
+                return
+            self.buffer = rest[length:]
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            self.transport.write(head + self.STREAM)
+
+
+def _in_tokenpath(key: tuple[str, int, str]) -> bool:
+    return "/tokenpath/" in key[0].replace("\\", "/")
+
+
+async def _requests(requests: int, profile: cProfile.Profile) -> None:
+    loop = asyncio.get_running_loop()
+    member_server = await loop.create_server(_ShortMember, "127.0.0.1", 0)
+    member_port = member_server.sockets[0].getsockname()[1]
+    pool = PoolConfig("p", (Member(f"http://127.0.0.1:{member_port}"),))
+    gateway = GatewayServer(GatewayConfig((pool,), listen_port=0, auth=AuthConfig(mode="none")))
+    port = await gateway.start()
+    body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for i in range(requests + 2):  # two first: the upstream connection opened and pooled, caches warm
+            if i == 2:
+                profile.enable()
+            writer.write(request)
+            seen = bytearray()
+            await _read_until(reader, seen, b"0\r\n\r\n")
+        profile.disable()
+        writer.close()
+    finally:
+        await gateway.close(0.1)
+        member_server.close()
+
+
+def calls_per_request(requests: int = 20) -> tuple[float, float]:
+    """Python calls per short request (3 frames, one keep-alive client connection, a pooled upstream one): those in
+    tokenpath's own functions, and all of them (the client's and member's few in this process included)."""
+    asyncio.run(_requests(requests, cProfile.Profile()))  # imports and first-time caches out of the way
+    profile = cProfile.Profile()
+    asyncio.run(_requests(requests, profile))
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    ours = sum(entry[1] for key, entry in stats.items() if _in_tokenpath(key))
+    every = sum(entry[1] for entry in stats.values())
+    return ours / requests, every / requests
