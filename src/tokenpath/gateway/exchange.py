@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
@@ -38,7 +37,7 @@ from tokenpath.gateway.exchange_state import (
     Timer,
 )
 from tokenpath.gateway.failures import Failure, FailureKind, Outcome
-from tokenpath.gateway.headers import Headers, client_request_id
+from tokenpath.gateway.headers import Headers, client_request_id, new_request_id
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool
 from tokenpath.gateway.relay import RelayFailure
@@ -86,7 +85,7 @@ class Exchange:
         self.clock = app.clock
         self.t_start = self.clock()
         rid = client_request_id(response.request.header(app.cfg.request_id_header))
-        self.request_id = rid or secrets.token_hex(8)
+        self.request_id = rid or new_request_id()
         self.down = Downstream(self, response, entry.route.api, app.metrics, self.clock)
         self.machine: ExchangeMachine | None = None
         self.conn: UpstreamStream | None = None

@@ -4,6 +4,7 @@ and which of a member's response headers go to the client. Pure functions of the
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -43,6 +44,12 @@ HEADER_NAME_OK = re.compile(r"[A-Za-z0-9-]+\Z")
 def connection_tokens(headers: Iterable[tuple[str, str]]) -> frozenset[str]:
     """The header names every Connection header lists (RFC 9110 7.6.1: hop-by-hop, never forwarded)."""
     return frozenset(t.strip().lower() for k, v in headers if k.lower() == "connection" for t in v.split(","))
+
+
+def new_request_id() -> str:
+    """The gateway's own request id: a UUID, the form servers that check the header expect (llama-cpp-python's
+    server answers an empty 400 to any X-Request-Id that is not one; docs/findings.md §17)."""
+    return str(uuid.uuid4())
 
 
 def client_request_id(value: str | None) -> str | None:
