@@ -24,6 +24,7 @@ from tests.gateway.test_gateway_e2e import CHAT, Services, count_tokens, hostpor
 from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir
 from tokenpath.proxies.base import start as start_proxy
 from tokenpath.proxies.nginx import Nginx
+from tokenpath.proxies.timeouts import StreamTimeouts
 from tokenpath.stub.frames import token_text
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.sse import Frame, SSEParser
@@ -33,19 +34,6 @@ pytestmark = pytest.mark.e2e
 READ_TIMEOUT_S = 2  # nginx's, in front of the gateway
 PAUSE = {"ttft_ms": 5, "interval_ms": 10, "tokens": 6, "pause_ms": 5000, "pause_after": 2}  # 5 s after token 2
 KEEPALIVE = b": keep-alive\n\n"
-
-
-class ShortReadTimeout(Nginx):
-    """The catalogue's nginx, proxy_buffering off (ingress-nginx's profile), with a 2 s proxy_read_timeout: the
-    idle timer between two reads from the gateway that cuts a silent stream."""
-
-    def write_config(self, site: Site) -> Path:
-        config = super().write_config(site)
-        text = config.read_text()
-        line = "proxy_buffering off;"
-        assert line in text
-        config.write_text(text.replace(line, f"{line}\n      proxy_read_timeout {READ_TIMEOUT_S}s;"))
-        return config
 
 
 @pytest.fixture
@@ -64,7 +52,7 @@ def nginx_in_front() -> Iterator[list[RunningProxy]]:
 
 
 def front(started: list[RunningProxy], gateway_url: str | None) -> RunningProxy:
-    proxy = ShortReadTimeout()
+    proxy = Nginx()  # the catalogue's, proxy_buffering off (ingress-nginx's profile), its read timeout 2 s
     if proxy.binary() is None:
         pytest.skip("nginx is not installed (scripts/install-proxies, as root)")
     site = Site(
@@ -73,6 +61,8 @@ def front(started: list[RunningProxy], gateway_url: str | None) -> RunningProxy:
         workdir=new_workdir("nginx-keepalive"),
         variant=proxy.variant("proxy_buffering_off"),
     )
+    # The idle timer between two reads from the gateway that cuts a silent stream: the stock 60 s made 2 s.
+    site.timeouts = StreamTimeouts(idle_s=READ_TIMEOUT_S)
     running = start_proxy(proxy, site)
     started.append(running)
     assert f"proxy_read_timeout {READ_TIMEOUT_S}s;" in running.effective
