@@ -80,7 +80,9 @@ def test_the_matrix_starts_a_real_origin_and_pairs_its_streams(tmp_path: Path) -
         '[[proxy]]\nname = "nginx"\nvariants = ["stock", "ignore_x_accel"]\n'
     )
     out = subprocess.run(
-        tokenpath_argv("matrix", str(exp), "--out", str(tmp_path / "out")),
+        # --force: the mixed lane runs four tests at a time beside a CPU-bound model; what is asserted is the origin
+        # stated and the shapes, not the floor (test_matrix.py, in the timed lane, asserts a certified run).
+        tokenpath_argv("matrix", str(exp), "--out", str(tmp_path / "out"), "--force"),
         capture_output=True,
         text=True,
         timeout=600,

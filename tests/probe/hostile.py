@@ -249,13 +249,16 @@ class Measured:
     rss_samples: tuple[tuple[float, float], ...] = ()  # (seconds since start, VmRSS in MB), every 20 ms
 
     def growth_after(self, fraction: float) -> float:
-        """How much the RSS grew from the sample at `fraction` of the run to its highest after it (MB): a bounded
-        process has reached its plateau by then, an unbounded one keeps growing with what the peer sends."""
+        """How far the RSS rose after `fraction` of the run above its highest before it (MB): a bounded process has
+        reached its plateau by then, an unbounded one keeps growing with what the peer sends. Peak against peak, not
+        against the first later sample: a bounded process's RSS swings within its plateau as buffers are freed and
+        filled again (27 MB under a TLS record flood on a loaded CI host), and a swing is no growth."""
         start = fraction * self.wall_s
+        earlier = [mb for t, mb in self.rss_samples if t < start]
         later = [mb for t, mb in self.rss_samples if t >= start]
-        if not later:
+        if not later or not earlier:
             return 0.0
-        return max(later) - later[0]
+        return max(0.0, max(later) - max(earlier))
 
 
 def run_measured(argv: list[str], *, kill_after_s: float, kill_rss_mb: float, env: dict[str, str]) -> Measured:

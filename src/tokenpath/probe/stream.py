@@ -12,7 +12,6 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectTimeout, NetworkError, PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
 from tokenpath.probe.h2stream import probe_h2
-from tokenpath.probe.h3stream import probe_h3
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder, trace_of, with_trace
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.wire.carrier import WEBSOCKET
@@ -49,6 +48,8 @@ def probe_stream(
     if cfg.http_version is HttpVersion.HTTP3:  # its own UDP socket and handshake: probe/h3stream.py
         if connect is not _connect:  # a namespace's or a test's TCP connector: HTTP/3 would bypass it unseen
             raise UsageError("HTTP/3 opens its own UDP socket on the host: no other connector (a link) takes it yet")
+        from tokenpath.probe.h3stream import probe_h3  # aioquic (~0.3 s, ~10 MB) is no cost to a TCP probe
+
         return probe_h3(cfg, stream_id, clock, limits, started)
     try:
         transport = connect(target, cfg)

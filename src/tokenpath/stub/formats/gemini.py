@@ -56,8 +56,9 @@ ROUTE = re.compile(r"/v1(?:beta)?/models/([^/]+):streamGenerateContent")  # the 
 class GeminiFormat(ApiFormat):
     api = Api.GEMINI
     max_tokens_field = "generationConfig.maxOutputTokens"
-    # Keep-alive: an SSE comment, in the CRLF line ends the API writes its events with. Google documents none for
-    # streamGenerateContent; google-genai's reader keeps only `data:` lines, so a comment passes it by.
+    # Keep-alive: an SSE comment, in the CRLF line ends the API writes its events with, only when asked. Google
+    # documents none for streamGenerateContent, and google-genai (3.6.1) reads a line that is not `data: ` as JSON and
+    # fails on it (tests/gateway/test_keepalive_e2e.py): a Gemini heartbeat shows what a path that injects one does.
     heartbeat = b": ping\r\n\r\n"
 
     def routes(self) -> dict[str, str]:
