@@ -116,7 +116,10 @@ def test_the_probe_names_each_end(upstream: Callable[[Callable[[socket.socket], 
     assert end is not None, case
     assert (end.kind, end.how) == (kind, how), end.describe()
     assert end.at_ns is not None
-    assert end.at_ns >= SILENCE_S * 1e9  # the end came after the silence
+    # The end came after the silence. 0.9 of it: at_ns counts from the probe's stamp after its send returned, and a
+    # loaded host can preempt the probe between the send and the stamp while the server's silence already runs
+    # (CI: 299.0 ms for a 300 ms silence).
+    assert end.at_ns >= SILENCE_S * 1e9 * 0.9
     assert end.since_last_byte_ns is not None
     if case in ("close, no final event", "no last chunk", "reset"):  # nothing came after the silence
         assert end.since_last_byte_ns >= SILENCE_S * 1e9 * 0.9
