@@ -1,7 +1,8 @@
 """diagnose/limitprobe.py against scripted peers: a stream is survived only when the format's final event came; a
 close without it (a close-delimited body, as nginx's idle timer leaves it) is a silent cut, never complete; a chunked
 body cut short, an error status and a reset are cut_error; a peer that holds is not survived; a path without a stub
-behind it is named, not read as "no limit"; a refused connection is a ConnectError naming the target."""
+behind it is named, not read as "no limit"; a refused connection is a ConnectError naming the target; a body whose
+HTTP framing breaks (a garbage chunk size) is that stream's cut_error, never an exception that ends a survey."""
 
 from __future__ import annotations
 
@@ -75,6 +76,12 @@ async def resets(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
     writer.transport.abort()  # RST where the kernel can
 
 
+async def breaks_the_chunking(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(SSE_HEAD_CHUNKED + chunk(CHUNK) + b"zz\r\n<html>timeout</html>")  # not a chunk size
+    await writer.drain()
+    await asyncio.sleep(3)
+
+
 async def holds(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     writer.write(SSE_HEAD_CHUNKED)
     await writer.drain()
@@ -102,6 +109,7 @@ def test_the_final_event_is_survived() -> None:
         (chunked_cut_short, {BodyEnd.TRUNCATED}),
         (answers_504, {BodyEnd.STATUS}),
         (resets, {BodyEnd.RESET, BodyEnd.TRUNCATED}),
+        (breaks_the_chunking, {BodyEnd.TRUNCATED}),  # one path's broken framing never ends a survey of many
     ],
 )
 def test_errors_are_cut_error(script: Script, how: set[BodyEnd]) -> None:

@@ -103,7 +103,12 @@ async def _exchange(target: Target, request: bytes) -> Outcome:
                 how = _normal_end(parser)
                 break
             last_byte_ns = now
-            seen += frames.feed(parser.feed(data))
+            try:
+                seen += frames.feed(parser.feed(data))
+            except RemoteProtocolError as exc:  # a path's broken framing is its stream's end, not the survey's
+                how = BodyEnd.TRUNCATED
+                detail = f"the path broke the body's HTTP framing ({exc})"
+                break
             head = parser.head
             if head is not None and head.status != 200:
                 how = BodyEnd.STATUS
