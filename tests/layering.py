@@ -20,7 +20,8 @@ PACKAGE = SRC / "tokenpath"
 # Lowest first, one layer a line. A unit is a package under src/tokenpath (`wire`), a module of the root package
 # (`errors`) or the root's own __init__.py (`tokenpath`); it imports only from its own layer and the layers below.
 LAYERS: tuple[str, ...] = (
-    "tokenpath errors clock stats hostport tomlconfig jsonlog tools progress audit chromium routecheck",  # root modules
+    # the root modules
+    "tokenpath errors riders clock stats hostport tomlconfig jsonlog tools progress audit chromium routecheck",
     "wire",  # the sans-IO protocol core
     "links",  # network namespaces
     "serve",  # server and process plumbing

@@ -26,8 +26,7 @@ from tokenpath.errors import (
 )
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace, with_trace
-from tokenpath.probe.trace import trace_of as carried
+from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 S = 1_000_000_000
@@ -83,7 +82,7 @@ def _cut_trace() -> Trace:
 
 def test_read_stream_classifies_a_body_cut_short_from_the_trace_the_error_carries() -> None:
     def probe(cfg: ProbeConfig) -> Trace:  # raises as probe_stream does: the trace so far goes with the error
-        raise with_trace(RemoteProtocolError("the body ended before its last chunk"), _cut_trace())
+        raise PARTIAL_TRACE.attach(RemoteProtocolError("the body ended before its last chunk"), _cut_trace())
 
     trace, end = measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
     assert trace.frame_count == 2
@@ -101,7 +100,7 @@ def test_what_is_no_cut_is_raised(error: PeerError) -> None:
     """Our own timeout, a malformed frame (a broken body, but not a cut), an error status instead of a stream."""
 
     def probe(cfg: ProbeConfig) -> Trace:
-        raise with_trace(error, _cut_trace())
+        raise PARTIAL_TRACE.attach(error, _cut_trace())
 
     with pytest.raises(type(error)):
         measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
@@ -109,7 +108,7 @@ def test_what_is_no_cut_is_raised(error: PeerError) -> None:
 
 def test_a_cut_warm_up_and_cut_runs_keep_the_series_going() -> None:
     def probe(cfg: ProbeConfig) -> Trace:
-        raise with_trace(RemoteProtocolError("cut"), _cut_trace())
+        raise PARTIAL_TRACE.attach(RemoteProtocolError("cut"), _cut_trace())
 
     out = measure.run_series(ProbeConfig(url="http://127.0.0.1:9"), plan(controlled=False), probe)
     assert [m.figures.end is not None and m.figures.end.cut for m in out] == [True, True]
@@ -134,7 +133,7 @@ def test_the_probe_hands_over_the_stream_so_far_with_a_cut() -> None:
             probe_stream(ProbeConfig(url=f"http://127.0.0.1:{port}/v1"))
     finally:
         listener.close()
-    trace = carried(caught.value)
+    trace = PARTIAL_TRACE.of(caught.value)
     assert trace is not None
     assert trace.frame_count == 1
     assert trace.t_end_ns is not None

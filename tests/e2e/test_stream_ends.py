@@ -27,7 +27,7 @@ from tokenpath.load.worker import Workload, one_stream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
-from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd, end_of
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, StreamEnd
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 CLOSE_DELIMITED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
@@ -105,7 +105,7 @@ def probed(url: str) -> StreamEnd | None:
     try:
         trace = probe_stream(ProbeConfig(url=url, total_timeout_s=10))
     except PeerError as exc:
-        return end_of(exc)
+        return STREAM_END.of(exc)
     return run_metrics(trace).end
 
 

@@ -18,7 +18,7 @@ from tokenpath.monitor.probing import (
 )
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import Trace, TraceRecorder
-from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd, attach
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, StreamEnd
 
 MS = 1_000_000
 DONE = b"data: [DONE]\n\n"  # the format's final event: a stream without it was cut
@@ -176,7 +176,7 @@ def test_a_probe_that_raised_on_a_reset_keeps_the_end_it_gave_the_stream() -> No
     end = StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, 5_000_000, 1_000_000)
 
     def prober(c: ProbeConfig, stream_id: str) -> Trace:
-        raise attach(NetworkError("the connection was reset"), end)
+        raise STREAM_END.attach(NetworkError("the connection was reset"), end)
 
     out = probe_route("t", "via", cfg.routes["via"], prober)
     assert out.outcome == "network"

@@ -17,7 +17,7 @@ from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
-from tokenpath.wire.ending import BodyEnd, EndKind, end_of
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 from tokenpath.wire.h2client import BROWSER_WINDOW
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -240,6 +240,6 @@ def test_a_reset_stream_and_a_lost_connection_carry_their_cut_error() -> None:
     for script, how in ((reset, BodyEnd.RESET), (closed, BodyEnd.TRUNCATED)):
         with pytest.raises(ProtocolError if how is BodyEnd.TRUNCATED else NetworkError) as info:
             run(script)
-        end = end_of(info.value)
+        end = STREAM_END.of(info.value)
         assert end is not None
         assert (end.kind, end.how) == (EndKind.CUT_ERROR, how)

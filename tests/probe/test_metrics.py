@@ -5,7 +5,7 @@ import pytest
 from tokenpath.errors import RemoteProtocolError
 from tokenpath.probe.metrics import RunMetrics, probe_results, run_metrics
 from tokenpath.probe.trace import TraceRecorder
-from tokenpath.wire.ending import BodyEnd, EndKind, end_of
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant","content":""}}]}\n\n'
@@ -121,7 +121,7 @@ def test_a_chunked_body_broken_off_raises_with_its_end_attached() -> None:
     rec.on_read(1 * MS, head + b"%x\r\n" % len(frame) + frame + b"\r\n")
     with pytest.raises(RemoteProtocolError) as info:
         rec.on_eof(7 * MS)  # no last chunk: every HTTP client raises
-    end = end_of(info.value)
+    end = STREAM_END.of(info.value)
     assert end is not None
     assert (end.kind, end.how, end.at_ns, end.since_last_byte_ns) == (
         EndKind.CUT_ERROR,

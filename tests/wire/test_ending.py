@@ -20,15 +20,14 @@ from tokenpath.errors import (
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import (
     RULES,
+    STREAM_END,
     BodyEnd,
     EndKind,
     LastWord,
     StreamEnd,
-    attach,
     body_end,
     broken_by,
     classify_end,
-    end_of,
 )
 from tokenpath.wire.framing import Framing
 from tokenpath.wire.kinds import FrameKind
@@ -209,11 +208,11 @@ def test_broken_by_each_error() -> None:
     assert broken_by(truncated) is BodyEnd.TRUNCATED
 
 
-def test_attach_and_end_of() -> None:
+def test_an_end_rides_on_the_error() -> None:
     end = classify(LastWord.NOTHING, BodyEnd.RESET)
-    exc = attach(NetworkError("reset"), end)
-    assert end_of(exc) is end
-    assert end_of(NetworkError("other")) is None
+    exc = STREAM_END.attach(NetworkError("reset"), end)
+    assert STREAM_END.of(exc) is end
+    assert STREAM_END.of(NetworkError("other")) is None
 
 
 def test_bare_frames_have_no_final_event_so_the_body_s_end_ends_them() -> None:

@@ -19,11 +19,11 @@ from tokenpath.diagnose.series import Run, paced
 from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace, trace_of
+from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.wire.apis import Api
-from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, broken_by, classify_end, end_of
+from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, StreamEnd, broken_by, classify_end
 from tokenpath.wire.reader import frame_reader
 
 HEALTH_PATH = "/_tokenpath/health"
@@ -140,8 +140,8 @@ def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None
     try:
         trace = probe(cfg)
     except PeerError as exc:
-        partial = trace_of(exc)
-        end = end_of(exc) or (_end_from(partial, exc) if partial is not None else None)
+        partial = PARTIAL_TRACE.of(exc)
+        end = STREAM_END.of(exc) or (_end_from(partial, exc) if partial is not None else None)
         if partial is None or end is None or end.how not in CUTS or isinstance(exc, StreamFormatError):
             raise  # no stream's end (a timeout of ours, an error status), or a malformed frame: not a cut
         return partial, end

@@ -57,7 +57,7 @@ from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api
-from tokenpath.wire.ending import end_of
+from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.httpversion import HttpVersion
 
 # Certification runs at a fixed condition every control is sensitive to: 60-byte frames every 50 ms.
@@ -354,7 +354,7 @@ class MatrixRunner:
         except TokenpathError as exc:
             if check:
                 raise
-            record.error, record.end = str(exc), end_of(exc)
+            record.error, record.end = str(exc), STREAM_END.of(exc)
         else:
             join(record, trace, None)
         return record
@@ -438,7 +438,7 @@ class MatrixRunner:
         try:
             record.trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:
-            record.error, record.end = str(exc), end_of(exc)
+            record.error, record.end = str(exc), STREAM_END.of(exc)
         return record
 
     def _round(self, env: Environment, paths: list[tuple[str, str]], cond: Condition, tokens: int) -> list[RunRecord]:

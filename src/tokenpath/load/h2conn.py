@@ -34,7 +34,7 @@ from tokenpath.errors import (
 )
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.wire.ending import attach
+from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.h2client import FlowStats, H2ClientConnection, H2NoRoom, H2Window
 from tokenpath.wire.h2events import ConnectionEnded, DataReceived, HeadReceived, StreamEnded, StreamReset
 
@@ -233,7 +233,7 @@ class H2LoadConnection(asyncio.Protocol):
         self.core.forget(sid)
         if stream is not None and not stream.done.done():
             end = stream.recorder.cut(exc, self._clock())
-            stream.done.set_exception(attach(copy.copy(exc), end) if end is not None else exc)
+            stream.done.set_exception(STREAM_END.attach(copy.copy(exc), end) if end is not None else exc)
 
     def fail(self, exc: Exception) -> None:
         """The connection is dead: every stream on it fails with `exc`, and so does a wait for it to be ready."""

@@ -30,7 +30,7 @@ from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.apis import Api
-from tokenpath.wire.ending import EndKind, end_of
+from tokenpath.wire.ending import STREAM_END, EndKind
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.openai import chunk_id
@@ -259,7 +259,7 @@ async def one_stream(
             )
     except (TokenpathError, OSError, TimeoutError) as exc:
         result.error = str(exc) or type(exc).__name__
-        cut = end_of(exc)
+        cut = STREAM_END.of(exc)
         result.end = cut.kind if cut is not None else None
         return result
     result.end = trace.end.kind if trace.end is not None else None

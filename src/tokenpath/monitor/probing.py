@@ -24,7 +24,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace, TraceLimits
 from tokenpath.probe.transport import SocketTransport, Transport, open_connection
 from tokenpath.probe.transport import Target as Endpoint
-from tokenpath.wire.ending import StreamEnd, end_of
+from tokenpath.wire.ending import STREAM_END, StreamEnd
 
 log = logging.getLogger("tokenpath.monitor")
 
@@ -166,7 +166,7 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         if outcome == INTERNAL:
             log.exception("probe of %s (%s) failed inside tokenpath", target, route)
         message = " ".join(str(exc).split())[:300] or type(exc).__name__
-        end = end_of(exc)
+        end = STREAM_END.of(exc)
         return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started, asked_version(cfg), end)
     metrics = run_metrics(trace)
     arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS

@@ -17,7 +17,7 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
 from tokenpath.hostport import join_hostport
 from tokenpath.probe.trace import Trace, TraceRecorder
-from tokenpath.wire.ending import StreamEnd, attach, end_of
+from tokenpath.wire.ending import STREAM_END, StreamEnd
 
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
@@ -95,8 +95,8 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
     def _fail(self, exc: Exception, cause: BaseException | None = None) -> None:
         """The stream failed with `exc`, which carries the end `cause` (itself by default) gave it."""
         if not self._done.done():
-            if self._recorder is not None and end_of(exc) is None:
-                attach(exc, self._recorder.cut(cause or exc, self._clock()))
+            if self._recorder is not None and STREAM_END.of(exc) is None:
+                STREAM_END.attach(exc, self._recorder.cut(cause or exc, self._clock()))
             self._done.set_exception(exc)
         if self._transport is not None:
             self._transport.abort()

@@ -35,7 +35,7 @@ from tokenpath.wire.acceptencoding import expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, Framing
 from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
 from tokenpath.wire.client import ResponseHead
-from tokenpath.wire.ending import attach, end_of
+from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.reader import apis_for_content_type
@@ -153,12 +153,12 @@ def read_until_done(
     """Reads until the response ends. Each read waits at most until the nearest deadline (first byte or idle, and
     total), so no peer, however it spaces its bytes, keeps the probe past one. A read that completes no frame
     (over HTTP/2: none of this stream's) is silence. What a stream's end raises (a reset, a body cut short, an
-    error status) carries the end (wire/ending.py `attach`; the trace's `end` too)."""
+    error status) carries the end (wire/ending.py STREAM_END; the trace's `end` too)."""
     try:
         _read_until_done(transport, rec, reads, cfg, clock, deadline)
     except (PeerError, OSError) as exc:
-        if end_of(exc) is None:
-            attach(exc, rec.cut(exc, clock()))
+        if STREAM_END.of(exc) is None:
+            STREAM_END.attach(exc, rec.cut(exc, clock()))
         raise
 
 

@@ -12,10 +12,10 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectTimeout, NetworkError, PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
 from tokenpath.probe.h2stream import probe_h2
-from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder, trace_of, with_trace
+from tokenpath.probe.trace import DEFAULT_LIMITS, PARTIAL_TRACE, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
+from tokenpath.riders import handed_on
 from tokenpath.wire.carrier import WEBSOCKET
-from tokenpath.wire.ending import attach, end_of
 from tokenpath.wire.httpversion import HttpVersion
 
 Connector = Callable[[Target, ProbeConfig], Transport]
@@ -67,18 +67,14 @@ def probe_stream(
             read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
         except (PeerError, OSError) as exc:  # the stream so far goes with the error, ended now
             recorder.trace.t_end_ns = recorder.trace.t_end_ns or clock()
-            with_trace(exc, recorder.trace)
+            PARTIAL_TRACE.attach(exc, recorder.trace)
             raise
         return recorder.trace
-    except (ConnectionResetError, BrokenPipeError) as exc:  # the end it gave the stream goes with it (wire/ending.py)
-        raise with_trace(
-            attach(NetworkError(f"the connection was reset: {exc.strerror}"), end_of(exc)), trace_of(exc)
-        ) from None
+    except (ConnectionResetError, BrokenPipeError) as exc:  # its end and the trace so far go with it (riders.py)
+        raise handed_on(exc, NetworkError(f"the connection was reset: {exc.strerror}")) from None
     except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
         reason = getattr(exc, "reason", None) or exc
-        raise with_trace(
-            attach(NetworkError(f"the TLS connection failed: {reason}"), end_of(exc)), trace_of(exc)
-        ) from None
+        raise handed_on(exc, NetworkError(f"the TLS connection failed: {reason}")) from None
     finally:
         transport.close()
 

@@ -14,7 +14,8 @@ blocking probe and the asyncio load client record exactly the same way.
 
 How the stream ended (`Trace.end`, wire/ending.py) is read at its end from its last few frames, kept as they pass
 (TAIL_FRAMES references): the format's final event, its error frame, or neither, and how HTTP ended the body. A
-body that breaks instead (a reset, no last chunk) raises, as it always has, with its end attached (`cut`).
+body that breaks instead (a reset, no last chunk) raises, as it always has, with its end attached (`cut`;
+wire/ending.py STREAM_END) and, from the read loop, the trace so far (PARTIAL_TRACE).
 
 What a trace keeps is bounded (`TraceLimits`): the peer decides how much it sends, so reads and frames beyond the
 limits are counted, never stored. Every figure of a stream (frames, arrivals, frames per read, bursts, TTFB, TTFT,
@@ -31,10 +32,20 @@ from typing import Any
 from tokenpath.errors import ContentEncodingError, StreamFormatError
 from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.wsfigures import WsFigures
+from tokenpath.riders import Rider
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ResponseHead, ResponseParser
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
-from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, attach, body_end, broken_by, classify_end, unfinished
+from tokenpath.wire.ending import (
+    STREAM_END,
+    BodyEnd,
+    LastWord,
+    StreamEnd,
+    body_end,
+    broken_by,
+    classify_end,
+    unfinished,
+)
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
 from tokenpath.wire.sse import MAX_EVENT_BYTES
@@ -310,7 +321,7 @@ class TraceRecorder:
         except StreamFormatError as exc:
             self._tail.extend(read)
             self._finish(t_ns, unfinished_detail=str(exc))
-            raise attach(exc, self.trace.end) from None
+            raise STREAM_END.attach(exc, self.trace.end) from None
 
     def _keep(self, t_ns: int, index: int, frames: Sequence[WireFrame]) -> None:
         kept = self.trace.frames
@@ -329,7 +340,7 @@ class TraceRecorder:
         try:
             self.response.feed_eof()
         except Exception as exc:
-            raise attach(exc, self.cut(exc, t_ns)) from None
+            raise STREAM_END.attach(exc, self.cut(exc, t_ns)) from None
         frames = self._closing(t_ns)
         if frames:  # a last NDJSON line without a line end: the end of the body is its arrival
             self._record(t_ns, 0, frames)
@@ -371,17 +382,4 @@ class TraceRecorder:
 
 # A stream the peer ended badly (a reset, a body cut short) raises; the trace so far goes with the error, so a reader
 # that names cuts (diagnose) still sees when the last byte came and when the end did.
-_PARTIAL = "partial_trace"
-
-
-def with_trace(exc: BaseException, trace: Trace | None) -> BaseException:
-    """`exc` carrying the stream's trace up to it; returned, so `raise with_trace(exc, trace)` reads as one step."""
-    if trace is not None:
-        setattr(exc, _PARTIAL, trace)
-    return exc
-
-
-def trace_of(exc: BaseException) -> Trace | None:
-    """The trace an error carries (with_trace), or None."""
-    trace = getattr(exc, _PARTIAL, None)
-    return trace if isinstance(trace, Trace) else None
+PARTIAL_TRACE: Rider[Trace] = Rider("partial_trace", Trace)

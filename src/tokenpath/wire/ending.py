@@ -29,7 +29,7 @@ Each end carries when it came, from the request (the last request byte written) 
 (None when no byte came): a path's idle limit is the second, its total limit the first.
 
 A client that raises for a cut (the probe raises PeerError subclasses, as it always has) attaches the end to the
-error (`attach`); whoever catches it reads it back with `end_of`.
+error (`STREAM_END.attach`, tokenpath/riders.py); whoever catches it reads it back with `STREAM_END.of`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from tokenpath.errors import (
     RemoteProtocolError,
     ResponseTooLarge,
 )
+from tokenpath.riders import Rider
 from tokenpath.wire.framing import Framing
 
 
@@ -229,21 +230,9 @@ def broken_by(exc: BaseException) -> BodyEnd | None:
     return None
 
 
-# A client that raises for a cut attaches its end to the error; whoever catches it asks for it back.
-_ATTRIBUTE = "stream_end"
-
-
-def attach(exc: BaseException, end: StreamEnd | None) -> BaseException:
-    """`exc` carrying `end` (the stream it ended); returned, so `raise attach(exc, end)` reads as one step."""
-    if end is not None:
-        setattr(exc, _ATTRIBUTE, end)
-    return exc
-
-
-def end_of(exc: BaseException) -> StreamEnd | None:
-    """The end attached to an error, or None: not a stream's end (a refused connection, a client's own timeout)."""
-    end = getattr(exc, _ATTRIBUTE, None)
-    return end if isinstance(end, StreamEnd) else None
+# A client that raises for a cut attaches its end to the error; whoever catches it asks for it back. No end: not a
+# stream's end (a refused connection, a client's own timeout).
+STREAM_END: Rider[StreamEnd] = Rider("stream_end", StreamEnd)
 
 
 def _ms(ns: int | None) -> float | None:
