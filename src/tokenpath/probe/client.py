@@ -1,12 +1,14 @@
 """What one probe asks and how it reads the answer: ProbeConfig, the request written by hand, and the read loop
-both HTTP versions share (each read waits until the nearest deadline; the head checked; an error body previewed).
-probe/stream.py runs a stream with them (HTTP/1.1 there, HTTP/2 in probe/h2stream.py)."""
+every client shares over one seam (ReadSource: the next read, over TCP, QUIC or WebSocket messages; each read waits
+until the nearest deadline; the head checked; an error body previewed). probe/stream.py runs a stream with them
+(HTTP/1.1 there, HTTP/2 in probe/h2stream.py, HTTP/3 in probe/h3stream.py, WebSocket in probe/wsstream.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import re
+import ssl
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +30,9 @@ from tokenpath.errors import (
     UsageError,
 )
 from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, H3Window
-from tokenpath.probe.trace import ERROR_BODY_PREVIEW, TraceRecorder
+from tokenpath.probe.trace import ERROR_BODY_PREVIEW, PARTIAL_TRACE, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_target
+from tokenpath.riders import handed_on
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING as BROWSER_ACCEPT_ENCODING  # re-exported
 from tokenpath.wire.acceptencoding import expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, Framing
@@ -129,10 +132,34 @@ def request_bytes(cfg: ProbeConfig, target: Target, stream_id: str) -> bytes:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Woke:
+    """One wake-up of the client that read something: when the read returned, how many frames of the stream it
+    completed, and whether the peer ended the connection (the recorder has made of that what it means)."""
+
+    t_ns: int
+    frames: int
+    closed: bool = False
+
+
+class ReadSource(Protocol):
+    """The read loop's transport seam: the next wake-up, whatever carries the bytes (TCP or TLS: SocketReads, for
+    HTTP/1.1 and HTTP/2; QUIC: probe/h3stream.py; WebSocket messages: probe/wsstream.py). A source records what it
+    reads into the stream's TraceRecorder; read_until_done holds the deadlines and the head check, the same for all."""
+
+    def next_read(self, now_ns: int, until_ns: int) -> Woke | None:
+        """Wait from `now_ns` at most until `until_ns` for the next read and record it. None: none came (the wait
+        ran out, or woke for the transport's own timers): the loop checks its deadlines and asks again."""
+        ...
+
+    def error_preview(self, deadline: int) -> str:
+        """The first bytes of an error answer's body (read within PREVIEW_S and `deadline`, or what came)."""
+        ...
+
+
 class StreamReads(Protocol):
-    """What one protocol makes of the probe's reads: HTTP/1.1 (probe/stream.py's H1Reads) or HTTP/2
-    (probe/h2stream.py).
-    read_until_done and read_body_preview hold the deadlines and the bounds, the same for both."""
+    """What one protocol makes of the probe's reads over a Transport: HTTP/1.1 (probe/stream.py's H1Reads) or HTTP/2
+    (probe/h2stream.py). SocketReads and read_body_preview hold the socket and the bounds, the same for both."""
 
     def feed(self, t_ns: int, data: bytes) -> int:
         """Record one arrival's bytes; returns how many frames of the stream they completed."""
@@ -147,27 +174,65 @@ class StreamReads(Protocol):
         ...
 
 
+@dataclass(slots=True)
+class SocketReads:
+    """The ReadSource over a Transport: one recv() and, over TLS, the rest of its wake-up (SocketTransport.drain);
+    `reads` makes the protocol's sense of the bytes."""
+
+    transport: Transport
+    reads: StreamReads
+    rec: TraceRecorder
+    clock: Clock
+
+    def next_read(self, now_ns: int, until_ns: int) -> Woke | None:
+        try:
+            data = self.transport.recv((until_ns - now_ns) / 1e9)
+        except TimeoutError:
+            return None  # the loop names the deadline that passed (a transport may wake early)
+        t = self.clock()  # the arrival's time: when the first read returned
+        if not data:
+            self.reads.closed(t)
+            return Woke(t, 0, closed=True)
+        data += self.transport.drain()
+        return Woke(t, self.reads.feed(t, data))
+
+    def error_preview(self, deadline: int) -> str:
+        return read_body_preview(self.transport, self.rec, self.reads, self.clock, deadline)
+
+
+def network_error(exc: ConnectionResetError | BrokenPipeError | ssl.SSLError) -> NetworkError:
+    """The probe's error for a socket's: a reset, or a TLS session the peer (or a stopping monitor) ended after the
+    handshake; it carries what `exc` carried (the stream's end, the trace so far: riders.py)."""
+    if isinstance(exc, ssl.SSLError):
+        return handed_on(exc, NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}"))
+    return handed_on(exc, NetworkError(f"the connection was reset: {exc.strerror}"))
+
+
 def read_until_done(
-    transport: Transport, rec: TraceRecorder, reads: StreamReads, cfg: ProbeConfig, clock: Clock, deadline: int
+    rec: TraceRecorder, source: ReadSource, cfg: ProbeConfig, clock: Clock, deadline: int, *, head_checked: bool = False
 ) -> None:
-    """Reads until the response ends. Each read waits at most until the nearest deadline (first byte or idle, and
-    total), so no peer, however it spaces its bytes, keeps the probe past one. A read that completes no frame
-    (over HTTP/2: none of this stream's) is silence. What a stream's end raises (a reset, a body cut short, an
-    error status) carries the end (wire/ending.py STREAM_END; the trace's `end` too)."""
+    """Reads until the response ends, every client's loop (HTTP/1.1, HTTP/2, HTTP/3, WebSocket). Each read waits at
+    most until the nearest deadline (first byte or idle, and total), so no peer, however it spaces its bytes, keeps
+    the probe past one. A read that completes no frame (over HTTP/2: none of this stream's) is silence. What a
+    stream's end raises (a reset, a body cut short, an error status) carries the end (wire/ending.py STREAM_END;
+    the trace's `end` too) and the trace so far (probe/trace.py PARTIAL_TRACE). `head_checked`: the head was
+    checked before (a WebSocket's 101)."""
     try:
-        _read_until_done(transport, rec, reads, cfg, clock, deadline)
+        _read_until_done(rec, source, cfg, clock, deadline, head_checked)
     except (PeerError, OSError) as exc:
+        now = clock()
         if STREAM_END.of(exc) is None:
-            STREAM_END.attach(exc, rec.cut(exc, clock()))
+            STREAM_END.attach(exc, rec.cut(exc, now))
+        rec.trace.t_end_ns = rec.trace.t_end_ns or now  # the stream so far goes with the error, ended now
+        PARTIAL_TRACE.attach(exc, rec.trace)
         raise
 
 
 def _read_until_done(
-    transport: Transport, rec: TraceRecorder, reads: StreamReads, cfg: ProbeConfig, clock: Clock, deadline: int
+    rec: TraceRecorder, source: ReadSource, cfg: ProbeConfig, clock: Clock, deadline: int, checked_head: bool
 ) -> None:
     sent = rec.trace.t_sent_ns
     last_frame = sent
-    checked_head = False
     idle_ns = int(cfg.idle_timeout_s * 1e9)
     first_byte_by = sent + int(cfg.first_byte_timeout_s * 1e9)
     while not rec.complete:
@@ -176,16 +241,13 @@ def _read_until_done(
         now = clock()
         if now >= deadline or now >= phase_by:
             timeout_error(rec, cfg, first, total=now >= deadline)
-        try:
-            data = transport.recv((min(phase_by, deadline) - now) / 1e9)
-        except TimeoutError:
-            continue  # the loop's head names the deadline that passed (a transport may wake early)
-        t = clock()  # the arrival's time: when the first read returned
-        if not data:
-            reads.closed(t)
+        woke = source.next_read(now, min(phase_by, deadline))
+        if woke is None:
+            continue
+        if woke.closed:
             break
-        data += transport.drain()  # over TLS, the rest of the same wake-up (see SocketTransport.drain)
-        if reads.feed(t, data):
+        t = woke.t_ns
+        if woke.frames:
             last_frame = t
         elif not first and t - last_frame > idle_ns:
             timeout_error(rec, cfg, first=False, total=False)  # bytes, but no frame completes: still silence
@@ -193,7 +255,7 @@ def _read_until_done(
             timeout_error(rec, cfg, first, total=True)
         if not checked_head and rec.trace.head is not None:
             checked_head = True
-            check_head(rec, cfg, lambda: read_body_preview(transport, rec, reads, clock, deadline))
+            check_head(rec, cfg, lambda: source.error_preview(deadline))
 
 
 # Transfer codings the probe reads: none, and HTTP/1.1's own chunked framing (de-framed by the parser). Content

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tokenpath.clock import Clock
 from tokenpath.errors import HTTP2Unavailable, NetworkError, ProtocolError, RemoteProtocolError
-from tokenpath.probe.client import ProbeConfig, read_until_done, request_parts
+from tokenpath.probe.client import ProbeConfig, SocketReads, read_until_done, request_parts
 from tokenpath.probe.trace import H2Figures, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.apis import SPECS
@@ -44,7 +44,8 @@ def probe_h2(
     sid = conn.open_stream("POST", target.path, fields, json.dumps(body, separators=(",", ":")).encode())
     transport.sendall(conn.data_to_send())  # the preface, our SETTINGS and the request: one write, as browsers do
     rec = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
-    read_until_done(transport, rec, _H2Reads(transport, conn, sid, rec, clock), cfg, clock, deadline)
+    reads = SocketReads(transport, _H2Reads(transport, conn, sid, rec, clock), rec, clock)
+    read_until_done(rec, reads, cfg, clock, deadline)
     conn.close()
     with contextlib.suppress(OSError):
         transport.sendall(conn.data_to_send())  # GOAWAY: the server need not wait for more streams

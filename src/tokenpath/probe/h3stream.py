@@ -1,6 +1,7 @@
 """The probe over HTTP/3 (`probe --http3`): one stream on its own QUIC connection over UDP, TLS verified as for
-HTTP/2 (`--cacert`, `--insecure`), on aioquic's sans-IO QuicConnection + H3Connection driven by a blocking loop of
-our own, so a read is what it is over TCP: one wake-up of the client.
+HTTP/2 (`--cacert`, `--insecure`), on aioquic's sans-IO QuicConnection + H3Connection driven by the probe's own read
+loop (probe/client.py read_until_done, over _H3Reads: the seam's QUIC side), so a read is what it is over TCP: one
+wake-up of the client.
 
 An arrival is one wake-up that read every datagram then readable (a batch) and completed at least one frame of the
 stream; the same TraceRecorder as HTTP/1.1 and HTTP/2 (on_h2_read: a read that advanced this stream). QUIC keeps its
@@ -36,7 +37,7 @@ from tokenpath.errors import (
     TLSError,
     UsageError,
 )
-from tokenpath.probe.client import ProbeConfig, check_head, request_parts, timeout_error
+from tokenpath.probe.client import ProbeConfig, Woke, read_until_done, request_parts
 from tokenpath.probe.h3figures import MAX_ARRIVALS_KEPT, STALL_CREDIT, H3Figures, H3Window
 from tokenpath.probe.trace import Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target
@@ -139,14 +140,14 @@ class _H3Client:
         """Connect; returns the handshake's time (ns). Past `by_ns`, ConnectTimeout; a refused certificate, TLSError."""
         t0 = self.clock()
         self.quic.connect(self.udp[1], now=t0 / 1e9)
-        self._flush()
+        self.flush()
         while True:
             for event in self._events():
                 if isinstance(event, HandshakeCompleted):
                     return self.clock() - t0
             if self.terminated is not None:
                 raise self._handshake_error(self.terminated)
-            if not self._wait_and_read(by_ns) and self.clock() >= by_ns:
+            if not self.wait_and_read(by_ns) and self.clock() >= by_ns:
                 raise ConnectTimeout(
                     f"no QUIC handshake with {self.target.hostport} within `connect_timeout` "
                     f"{self.cfg.connect_deadline_s} s (no HTTP/3 on that UDP port?)"
@@ -157,51 +158,21 @@ class _H3Client:
         self.sid = self._send_request(stream_id)
         rec = TraceRecorder(stream_id, self.clock(), limits, api=cfg.api)
         self.udp_reads = self.datagrams = 0  # the stream's, not the handshake's
-        data_events = data_reads = stalls = 0
-        min_credit: int | None = None
-        sent = rec.trace.t_sent_ns
-        last_frame = sent
-        checked_head = False
-        idle_ns = int(cfg.idle_timeout_s * 1e9)
-        first_byte_by = sent + int(cfg.first_byte_timeout_s * 1e9)
-        while not rec.complete:
-            first = rec.trace.t_first_byte_ns is None
-            phase_by = first_byte_by if first else last_frame + idle_ns
-            now = self.clock()
-            if now >= deadline or now >= phase_by:
-                timeout_error(rec, cfg, first, total=now >= deadline)
-            if not self._wait_and_read(min(phase_by, deadline)):
-                self._raise_if_ended(rec)
-                continue
-            t = self.last_read_ns
-            got = self._stream_read()
-            credit = self._credit()
-            if got.data_events:
-                data_events += got.data_events
-                data_reads += 1
-                min_credit = credit if min_credit is None else min(min_credit, credit)
-                if credit < STALL_CREDIT and not got.ended:
-                    stalls += 1
-            self._flush()  # ACKs and our MAX_STREAM_DATA / MAX_DATA, after the credit was read
-            body = b"".join(got.chunks)
-            if got.advanced and rec.on_h2_read(t, len(body), got.head, body, got.ended):
-                last_frame = t
-            if not checked_head and rec.trace.head is not None:
-                checked_head = True
-                check_head(rec, cfg, lambda: rec.body_preview.decode("utf-8", "replace"))
-            self._raise_if_ended(rec)
+        reads = _H3Reads(self, rec)
+        read_until_done(rec, reads, cfg, self.clock, deadline)  # probe/client.py's loop, over QUIC
         trace = rec.trace
         trace.http_version = "3"
+        sent = trace.t_sent_ns
         arrivals = [r.t_ns for r in trace.reads if r.frames > 0][:MAX_ARRIVALS_KEPT]
         trace.h3 = H3Figures(
             window=str(cfg.h3_window),
             handshake_ms=round(ns_to_ms(handshake_ns), 3),
             udp_reads=self.udp_reads,
             datagrams=self.datagrams,
-            data_events=data_events,
-            data_reads=data_reads,
-            flow_control_stalls=stalls,
-            min_credit=min_credit,
+            data_events=reads.data_events,
+            data_reads=reads.data_reads,
+            flow_control_stalls=reads.stalls,
+            min_credit=reads.min_credit,
             arrivals_ms=tuple(round(ns_to_ms(a - sent), 3) for a in arrivals),
         )
         return trace
@@ -210,7 +181,7 @@ class _H3Client:
         if self.terminated is None:
             self.quic.close(error_code=0x100)  # H3_NO_ERROR: the server need not wait for more streams
             with contextlib.suppress(OSError):
-                self._flush()
+                self.flush()
         self.sock.close()
 
     # --- one request ---
@@ -226,12 +197,12 @@ class _H3Client:
         sid = self.quic.get_next_available_stream_id()
         self.h3.send_headers(sid, [(n.encode(), v.encode()) for n, v in head], end_stream=False)
         self.h3.send_data(sid, json.dumps(body, separators=(",", ":")).encode(), end_stream=True)
-        self._flush()
+        self.flush()
         return sid
 
     # --- the socket and QUIC's timers ---
 
-    def _wait_and_read(self, by_ns: int) -> bool:
+    def wait_and_read(self, by_ns: int) -> bool:
         """Wait for datagrams until `by_ns` or QUIC's next timer (run when it is due); feed a read's batch to QUIC.
         True when datagrams were read (their time in last_read_ns)."""
         while True:
@@ -254,7 +225,7 @@ class _H3Client:
                 return True
             if timer_ns is not None and t >= timer_ns:
                 self.quic.handle_timer(now=t / 1e9)
-                self._flush()
+                self.flush()
                 return False
             if t >= by_ns:
                 return False
@@ -272,7 +243,7 @@ class _H3Client:
                 break
         return batch
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         for data, _ in self.quic.datagrams_to_send(now=self.clock() / 1e9):
             try:
                 self.sock.send(data)
@@ -298,7 +269,7 @@ class _H3Client:
             out.extend(self.h3.handle_event(event))
         return out
 
-    def _stream_read(self) -> _StreamRead:
+    def stream_read(self) -> _StreamRead:
         got = _StreamRead()
         for event in self._events():
             if isinstance(event, HeadersReceived) and event.stream_id == self.sid:
@@ -326,7 +297,7 @@ class _H3Client:
             return None  # an interim response: the final head follows
         return dataclasses.replace(response_head(headers, "POST"), http_version="3")
 
-    def _credit(self) -> int:
+    def credit(self) -> int:
         """The least flow-control credit the stream or the connection has left: what the server may still send
         before our next MAX_STREAM_DATA / MAX_DATA. (aioquic's state: its stream's receiver and _local_max_data.)"""
         quic = self.quic
@@ -337,7 +308,7 @@ class _H3Client:
             return conn_credit
         return min(conn_credit, stream.max_stream_data_local - stream.receiver.highest_offset)
 
-    def _raise_if_ended(self, rec: TraceRecorder) -> None:
+    def raise_if_ended(self, rec: TraceRecorder) -> None:
         """The connection is ending before the stream did: a cut, named by its code and reason. aioquic reports
         ConnectionTerminated only after its closing period (3 PTO), so its state is read at once: DRAINING, the
         server closed it; CLOSING, we did, for a protocol error of the server's (aioquic's H3 layer checks heads)."""
@@ -357,3 +328,40 @@ class _H3Client:
         if term.error_code in _CRYPTO_ERROR:
             return TLSError(f"the QUIC TLS handshake with {self.target.hostport} failed: {said}")
         return ConnectError(f"the QUIC handshake with {self.target.hostport} failed: {said}")
+
+
+@dataclass(slots=True)
+class _H3Reads:
+    """probe/client.py's ReadSource over QUIC: one wake-up's datagrams a read, QUIC's timers run between reads;
+    what a read did to the stream into the recorder, its flow-control figures counted here."""
+
+    conn: _H3Client
+    rec: TraceRecorder
+    data_events: int = 0
+    data_reads: int = 0
+    stalls: int = 0
+    min_credit: int | None = None
+
+    def next_read(self, now_ns: int, until_ns: int) -> Woke | None:
+        conn = self.conn
+        conn.raise_if_ended(self.rec)  # the connection ended after the last read (whose head was checked first)
+        if not conn.wait_and_read(until_ns):
+            conn.raise_if_ended(self.rec)
+            return None
+        t = conn.last_read_ns
+        got = conn.stream_read()
+        credit = conn.credit()
+        if got.data_events:
+            self.data_events += got.data_events
+            self.data_reads += 1
+            self.min_credit = credit if self.min_credit is None else min(self.min_credit, credit)
+            if credit < STALL_CREDIT and not got.ended:
+                self.stalls += 1
+        conn.flush()  # ACKs and our MAX_STREAM_DATA / MAX_DATA, after the credit was read
+        if not got.advanced:
+            return Woke(t, 0)
+        body = b"".join(got.chunks)
+        return Woke(t, self.rec.on_h2_read(t, len(body), got.head, body, got.ended))
+
+    def error_preview(self, deadline: int) -> str:
+        return self.rec.body_preview.decode("utf-8", "replace")  # what the reads brought: QUIC reads on by itself

@@ -9,12 +9,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, NetworkError, PeerError, UsageError
-from tokenpath.probe.client import ProbeConfig, new_stream_id, read_until_done, request_bytes, timeout_error
+from tokenpath.errors import ConnectTimeout, UsageError
+from tokenpath.probe.client import (
+    ProbeConfig,
+    SocketReads,
+    network_error,
+    new_stream_id,
+    read_until_done,
+    request_bytes,
+    timeout_error,
+)
 from tokenpath.probe.h2stream import probe_h2
-from tokenpath.probe.trace import DEFAULT_LIMITS, PARTIAL_TRACE, Trace, TraceLimits, TraceRecorder
+from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
-from tokenpath.riders import handed_on
 from tokenpath.wire.carrier import WEBSOCKET
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -63,18 +70,10 @@ def probe_stream(
             return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
         transport.sendall(payload)
         recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
-        try:
-            read_until_done(transport, recorder, H1Reads(recorder), cfg, clock, deadline)
-        except (PeerError, OSError) as exc:  # the stream so far goes with the error, ended now
-            recorder.trace.t_end_ns = recorder.trace.t_end_ns or clock()
-            PARTIAL_TRACE.attach(exc, recorder.trace)
-            raise
+        read_until_done(recorder, SocketReads(transport, H1Reads(recorder), recorder, clock), cfg, clock, deadline)
         return recorder.trace
-    except (ConnectionResetError, BrokenPipeError) as exc:  # its end and the trace so far go with it (riders.py)
-        raise handed_on(exc, NetworkError(f"the connection was reset: {exc.strerror}")) from None
-    except ssl.SSLError as exc:  # after the handshake: the peer (or a stopping monitor) ended the TLS session
-        reason = getattr(exc, "reason", None) or exc
-        raise handed_on(exc, NetworkError(f"the TLS connection failed: {reason}")) from None
+    except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # its end and the trace so far go with it
+        raise network_error(exc) from None
     finally:
         transport.close()
 

@@ -17,8 +17,16 @@ import ssl
 from collections.abc import Callable
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, NetworkError, UsageError
-from tokenpath.probe.client import ProbeConfig, new_stream_id, request_parts, timeout_error
+from tokenpath.errors import ConnectTimeout, UsageError
+from tokenpath.probe.client import (
+    ProbeConfig,
+    Woke,
+    network_error,
+    new_stream_id,
+    read_until_done,
+    request_parts,
+    timeout_error,
+)
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.probe.wsfigures import WsFigures
@@ -104,10 +112,8 @@ def probe_ws(
     deadline = started + int(cfg.total_timeout_s * 1e9)
     try:
         return _WsRun(transport, ws, cfg, clock, deadline, TraceRecorder(stream_id, 0, limits, api=cfg.api)).run(create)
-    except (ConnectionResetError, BrokenPipeError) as exc:
-        raise NetworkError(f"the connection was reset: {exc.strerror}") from None
-    except ssl.SSLError as exc:
-        raise NetworkError(f"the TLS connection failed: {getattr(exc, 'reason', None) or exc}") from None
+    except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # its end and the trace so far go with it
+        raise network_error(exc) from None
     finally:
         transport.close()
 
@@ -201,18 +207,29 @@ class _WsRun:
                 return held, refused_at or t, []
 
     def _stream(self) -> None:
-        idle_ns = int(self.cfg.idle_timeout_s * 1e9)
-        first_by = self.rec.trace.t_sent_ns + int(self.cfg.first_byte_timeout_s * 1e9)
-        last = self.rec.trace.t_sent_ns
-        while not self.ended:
-            first = self.rec.trace.t_first_byte_ns is None
-            data, t = self._recv(first_by if first else last + idle_ns, first)
-            if self._events(t, len(data), self.ws.receive(data, t)):
-                last = t
-            if not data:
-                self._end(t, "server")
+        """probe/client.py's read loop (deadlines, the end and the trace so far on an error), this run its source."""
+        if not self.ended:  # the final event may have come with the 101
+            read_until_done(self.rec, self, self.cfg, self.clock, self.deadline, head_checked=True)
         if self.closed is None:
             self._close_ours()
+
+    def next_read(self, now_ns: int, until_ns: int) -> Woke | None:
+        """One read of messages (the ReadSource seam): re-framed into the recorder; the socket's end is the server's."""
+        try:
+            data = self.transport.recv((until_ns - now_ns) / 1e9)
+        except TimeoutError:
+            return None
+        t = self.clock()
+        if data:
+            data += self.transport.drain()
+        frames = self._events(t, len(data), self.ws.receive(data, t))
+        if not data:
+            self._end(t, "server")
+            return Woke(t, frames, closed=True)
+        return Woke(t, frames)
+
+    def error_preview(self, deadline: int) -> str:
+        return ""  # never asked: the head was the upgrade's 101
 
     def _events(self, t: int, nbytes: int, events: list[WsEvent]) -> int:
         text = [e for e in events if isinstance(e, MessageReceived)]
