@@ -26,8 +26,8 @@ from tokenpath.errors import (
 )
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import PARTIAL_TRACE, Trace
-from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
+from tokenpath.probe.trace import PARTIAL_TRACE, Trace, TraceRecorder
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, StreamEnd
 
 S = 1_000_000_000
 NGINX = [("Server", "nginx/1.22.1")]
@@ -76,13 +76,24 @@ def test_an_unnamed_path_gets_the_keep_alive_advice() -> None:
 
 def _cut_trace() -> Trace:
     trace = trace_of([[60], [60]], [90.0, 104.0])
+    trace.t_last_byte_ns = trace.t_sent_ns + 104 * 1_000_000
     trace.t_end_ns = trace.t_sent_ns + int(1.2 * S)
     return trace
 
 
-def test_read_stream_classifies_a_body_cut_short_from_the_trace_the_error_carries() -> None:
-    def probe(cfg: ProbeConfig) -> Trace:  # raises as probe_stream does: the trace so far goes with the error
-        raise PARTIAL_TRACE.attach(RemoteProtocolError("the body ended before its last chunk"), _cut_trace())
+def _as_probed(exc: PeerError) -> PeerError:
+    """`exc` as every probe client raises it (probe/client.py's read loop): carrying the trace so far and the end
+    its recorder gave the stream (none for what ends no stream: a timeout of ours)."""
+    trace = _cut_trace()
+    assert trace.t_end_ns is not None
+    recorder = TraceRecorder(trace.stream_id, trace.t_sent_ns)
+    recorder.trace = trace
+    return PARTIAL_TRACE.attach(STREAM_END.attach(exc, recorder.cut(exc, trace.t_end_ns)), trace)
+
+
+def test_read_stream_takes_a_body_cut_short_from_the_end_and_trace_the_error_carries() -> None:
+    def probe(cfg: ProbeConfig) -> Trace:  # raises as probe_stream does: the trace so far and its end go with it
+        raise _as_probed(RemoteProtocolError("the body ended before its last chunk"))
 
     trace, end = measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
     assert trace.frame_count == 2
@@ -100,15 +111,25 @@ def test_what_is_no_cut_is_raised(error: PeerError) -> None:
     """Our own timeout, a malformed frame (a broken body, but not a cut), an error status instead of a stream."""
 
     def probe(cfg: ProbeConfig) -> Trace:
-        raise PARTIAL_TRACE.attach(error, _cut_trace())
+        raise _as_probed(error)
 
     with pytest.raises(type(error)):
         measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
 
 
+def test_an_error_with_no_end_attached_is_raised_never_guessed() -> None:
+    """A stream's end comes from the client that read it; diagnose never guesses one from the trace so far."""
+
+    def probe(cfg: ProbeConfig) -> Trace:
+        raise PARTIAL_TRACE.attach(RemoteProtocolError("the body ended before its last chunk"), _cut_trace())
+
+    with pytest.raises(RemoteProtocolError):
+        measure.read_stream(probe, ProbeConfig(url="http://127.0.0.1:9"))
+
+
 def test_a_cut_warm_up_and_cut_runs_keep_the_series_going() -> None:
     def probe(cfg: ProbeConfig) -> Trace:
-        raise PARTIAL_TRACE.attach(RemoteProtocolError("cut"), _cut_trace())
+        raise _as_probed(RemoteProtocolError("cut"))
 
     out = measure.run_series(ProbeConfig(url="http://127.0.0.1:9"), plan(controlled=False), probe)
     assert [m.figures.end is not None and m.figures.end.cut for m in out] == [True, True]

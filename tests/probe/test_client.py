@@ -17,7 +17,9 @@ from tokenpath.errors import (
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import Target
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 
 MS = 1_000_000
 
@@ -176,3 +178,41 @@ def test_a_tls_session_ended_after_the_handshake_is_a_network_error_not_ours(whe
 def test_timeouts_must_be_positive_and_finite(flag: str, value: float) -> None:
     with pytest.raises(UsageError, match="must be a number of seconds > 0"):
         ProbeConfig(url="http://127.0.0.1:9", **{flag: value})  # type: ignore[arg-type]
+
+
+def test_every_http_1_1_trace_carries_its_end() -> None:
+    """probe/table.py shows a trace without an end as cut: a whole stream's says complete, a short one's cut."""
+    _, whole = run(
+        [(1, HEAD + chunk(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n') + b"0\r\n\r\n")]
+    )
+    _, short = run([(1, HEAD + chunk(b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n') + b"0\r\n\r\n")])
+    assert isinstance(whole, Trace)
+    assert isinstance(short, Trace)
+    assert whole.end is not None
+    assert (whole.end.kind, whole.end.how) == (EndKind.COMPLETE, BodyEnd.CHUNKED)
+    assert short.end is not None
+    assert (short.end.kind, short.end.how) == (EndKind.CUT_SILENT, BodyEnd.CHUNKED)
+
+
+def test_a_cut_raises_with_its_end_and_the_trace_so_far() -> None:
+    with pytest.raises(ProtocolError) as truncated:
+        run([(1, HEAD + chunk(b"data: 1\n\n")), (5, b"")])
+
+    class Resetting(ScriptedTransport):
+        def recv(self, timeout_s: float) -> bytes:
+            if self.steps:
+                return super().recv(timeout_s)
+            raise ConnectionResetError(104, "Connection reset by peer")
+
+    clock = FakeClock()
+    transport = Resetting(clock, [(1, HEAD + chunk(b"data: 1\n\n"))])
+    with pytest.raises(NetworkError, match="reset") as reset:
+        probe_stream(ProbeConfig(url="http://h"), clock=clock, connect=lambda t, c: transport)
+    for caught, how in ((truncated, BodyEnd.TRUNCATED), (reset, BodyEnd.RESET)):
+        end = STREAM_END.of(caught.value)
+        assert end is not None
+        assert (end.kind, end.how) == (EndKind.CUT_ERROR, how)
+        partial = PARTIAL_TRACE.of(caught.value)
+        assert partial is not None
+        assert partial.frame_count == 1
+        assert partial.end == end

@@ -15,7 +15,7 @@ import pytest
 from tokenpath.errors import FirstByteTimeout, HTTP2Unavailable, HTTPStatusError, NetworkError, ProtocolError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace
+from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 from tokenpath.wire.h2client import BROWSER_WINDOW
@@ -243,3 +243,7 @@ def test_a_reset_stream_and_a_lost_connection_carry_their_cut_error() -> None:
         end = STREAM_END.of(info.value)
         assert end is not None
         assert (end.kind, end.how) == (EndKind.CUT_ERROR, how)
+        partial = PARTIAL_TRACE.of(info.value)  # the trace so far, as over HTTP/1.1 (diagnose reads a cut from it)
+        assert partial is not None
+        assert partial.frame_count == 1
+        assert partial.end == end

@@ -34,8 +34,10 @@ from tokenpath.probe.h3figures import BROWSER_H3_WINDOW, DEFAULT_H3_WINDOW, H3Wi
 from tokenpath.probe.metrics import RunMetrics, probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.table import probe_table
+from tokenpath.probe.trace import PARTIAL_TRACE
 from tokenpath.probe.transport import TLSOptions, Transport
 from tokenpath.serve.tlscert import self_signed
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 from tokenpath.wire.httpversion import HttpVersion, parse_http_version
 
 HEAD = [(b":status", b"200"), (b"content-type", b"text/event-stream")]
@@ -47,7 +49,8 @@ DONE = b"data: [DONE]\n\n"
 @dataclass
 class Behaviour:
     """What the server does with each request: `frames` SSE events `interval_s` apart, then [DONE] and the end;
-    or, from `after` frames on, `stall` (nothing more), `reset` (the stream) or `close` (the connection)."""
+    or, from `after` frames on, `stall` (nothing more), `reset` (the stream), `close` (the connection) or `finish`
+    (the stream ended without [DONE])."""
 
     frames: int = 5
     interval_s: float = 0.02
@@ -90,6 +93,9 @@ class _Server(QuicConnectionProtocol):
                     self.transmit()
                 elif b.then == "close":
                     self._quic.close(error_code=0x102, reason_phrase="going away")  # H3_INTERNAL_ERROR
+                    self.transmit()
+                elif b.then == "finish":
+                    self.h3.send_data(sid, b"", end_stream=True)
                     self.transmit()
                 return  # "stall": the head (and what came before) only, then silence
             await asyncio.sleep(b.interval_s)
@@ -259,14 +265,39 @@ def test_the_head_then_no_body_is_held_not_fast(h3_server: H3Server) -> None:
 
 def test_a_reset_stream_is_a_cut(h3_server: H3Server) -> None:
     h3_server.behaviour.after, h3_server.behaviour.then = 2, "reset"
-    with pytest.raises(NetworkError, match="reset the HTTP/3 stream"):
+    with pytest.raises(NetworkError, match="reset the HTTP/3 stream") as caught:
         probe_stream(_cfg(h3_server))
+    _assert_cut(caught.value, frames=2)
 
 
 def test_a_closed_connection_is_a_cut(h3_server: H3Server) -> None:
     h3_server.behaviour.after, h3_server.behaviour.then = 2, "close"
-    with pytest.raises(NetworkError, match=r"QUIC connection ended before the HTTP/3 stream.*going away"):
+    with pytest.raises(NetworkError, match=r"QUIC connection ended before the HTTP/3 stream.*going away") as caught:
         probe_stream(_cfg(h3_server))
+    _assert_cut(caught.value, frames=2)
+
+
+def _assert_cut(exc: BaseException, frames: int) -> None:
+    """A cut over HTTP/3 raises as over TCP: its end (a reset) and the trace so far go with the error."""
+    end = STREAM_END.of(exc)
+    assert end is not None
+    assert (end.kind, end.how) == (EndKind.CUT_ERROR, BodyEnd.RESET)
+    partial = PARTIAL_TRACE.of(exc)
+    assert partial is not None
+    assert 1 <= partial.frame_count <= frames  # a reset in the read that brought the last frame loses it
+    assert partial.end == end
+
+
+def test_every_http3_trace_carries_its_end(h3_server: H3Server) -> None:
+    """probe/table.py shows a trace without an end as cut: a whole stream's says complete, one that ended without
+    its final event cut_silent."""
+    whole = probe_stream(_cfg(h3_server)).end
+    assert whole is not None
+    assert (whole.kind, whole.how) == (EndKind.COMPLETE, BodyEnd.END_STREAM)
+    h3_server.behaviour.after, h3_server.behaviour.then = 2, "finish"
+    short = probe_stream(_cfg(h3_server)).end
+    assert short is not None
+    assert (short.kind, short.how) == (EndKind.CUT_SILENT, BodyEnd.END_STREAM)
 
 
 def test_an_error_status_is_reported_with_its_body(h3_server: H3Server) -> None:

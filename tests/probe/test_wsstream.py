@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,16 +18,17 @@ from dataclasses import replace
 import pytest
 
 from tests.helpers import BackgroundLoop, accept_each
-from tokenpath.errors import UsageError
+from tokenpath.errors import NetworkError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.table import probe_table
-from tokenpath.probe.trace import TraceLimits
+from tokenpath.probe.trace import PARTIAL_TRACE, TraceLimits
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 from tokenpath.wire.httpversion import HttpVersion
 
 StartStub = Callable[..., StubServer]
@@ -260,3 +262,51 @@ def test_a_refusal_whose_body_never_ends_is_reported_without_waiting_for_it() ->
     assert ws.upgrade_status == 200
     assert "data: x" in ws.refused_body
     assert elapsed < 30  # about REFUSAL_BODY_S; the bound is the 60 s timeout it must not wait for
+
+
+def test_every_websocket_trace_carries_its_end(start_stub: StartStub) -> None:
+    """probe/table.py shows a trace without an end as cut: each way a WebSocket stream ends gives it one."""
+    stub = start_stub(tokens=3, interval_ms=5)
+    whole = probe_stream(_ws_cfg(stub.url)).end
+    assert whole is not None
+    assert whole.kind is EndKind.COMPLETE
+
+    def closes(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept(key))
+        _wait_create(conn)
+        conn.sendall(_text(DELTA) + bytes([0x88, 2, 0x03, 0xF3]))  # 1011 before the final event
+
+    def refuses(conn: socket.socket, key: str) -> None:
+        conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
+
+    def hangs_up(conn: socket.socket, key: str) -> None:
+        conn.shutdown(socket.SHUT_RDWR)
+
+    expected = {closes: (EndKind.CUT_SILENT, BodyEnd.END_STREAM), refuses: (EndKind.CUT_ERROR, BodyEnd.STATUS)}
+    expected[hangs_up] = (EndKind.CUT_ERROR, BodyEnd.TRUNCATED)
+    for answer, (kind, how) in expected.items():
+        for url in _scripted(answer):
+            end = probe_stream(_ws_cfg(url)).end
+        assert end is not None, answer.__name__
+        assert (end.kind, end.how) == (kind, how), answer.__name__
+        assert end.at_ns is not None
+
+
+def test_a_reset_mid_stream_raises_with_its_end_and_the_messages_so_far() -> None:
+    def resets(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept(key))
+        _wait_create(conn)
+        conn.sendall(_text(DELTA))
+        time.sleep(0.2)  # the delta read on its own first
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
+
+    for url in _scripted(resets):
+        with pytest.raises(NetworkError, match="reset") as caught:
+            probe_stream(_ws_cfg(url))
+    end = STREAM_END.of(caught.value)
+    assert end is not None
+    assert (end.kind, end.how) == (EndKind.CUT_ERROR, BodyEnd.RESET)
+    partial = PARTIAL_TRACE.of(caught.value)
+    assert partial is not None
+    assert partial.end == end
+    assert partial.frame_count == 1

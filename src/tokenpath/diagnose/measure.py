@@ -23,8 +23,7 @@ from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.wire.apis import Api
-from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, StreamEnd, broken_by, classify_end
-from tokenpath.wire.reader import frame_reader
+from tokenpath.wire.ending import STREAM_END, BodyEnd, StreamEnd
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 2.0  # a stub answers its health at once; anything slower is not one
@@ -141,21 +140,11 @@ def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None
         trace = probe(cfg)
     except PeerError as exc:
         partial = PARTIAL_TRACE.of(exc)
-        end = STREAM_END.of(exc) or (_end_from(partial, exc) if partial is not None else None)
+        end = STREAM_END.of(exc)  # every client attaches the end it gave the stream (probe/client.py)
         if partial is None or end is None or end.how not in CUTS or isinstance(exc, StreamFormatError):
             raise  # no stream's end (a timeout of ours, an error status), or a malformed frame: not a cut
         return partial, end
     return trace, trace.end if trace.end is not None and trace.end.cut else None
-
-
-def _end_from(trace: Trace, exc: BaseException) -> StreamEnd | None:
-    """The end wire/ending.py gives an error that came with no end attached (a prober other than probe_stream)."""
-    how = broken_by(exc)
-    if how is None or trace.t_end_ns is None:
-        return None
-    said = frame_reader(trace.api).last_word([f.frame for f in trace.frames]) if trace.frames else LastWord.NOTHING
-    last_byte = max((r.t_ns for r in trace.reads if r.nbytes), default=None)
-    return classify_end(said, how, sent_ns=trace.t_sent_ns, end_ns=trace.t_end_ns, last_byte_ns=last_byte)
 
 
 def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:

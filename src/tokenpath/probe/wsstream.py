@@ -32,6 +32,7 @@ from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.wire.apis import SPECS, Api, api_names
 from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.ending import BodyEnd, LastWord, classify_end
 from tokenpath.wire.framing import Framing
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import frame_reader
@@ -152,7 +153,7 @@ class _WsRun:
         upgrade_ms = (answered_at - upgrade_sent) / 1e6
         trace = self.rec.trace
         if not isinstance(answer, Upgraded):
-            return self._refused(answer, upgrade_sent, upgrade_ms)
+            return self._refused(answer, upgrade_sent, upgrade_ms, answered_at)
         trace.head = ResponseHead(101, "1.1", answer.headers, Framing.NONE, keep_alive=False)
         message = self.ws.send_text(create)
         trace.t_sent_ns = self.clock()  # before the write: a stub in this process may answer before it returns
@@ -173,14 +174,28 @@ class _WsRun:
         )
         return trace
 
-    def _refused(self, answer: UpgradeRefused | None, sent: int, upgrade_ms: float) -> Trace:
+    def _refused(self, answer: UpgradeRefused | None, sent: int, upgrade_ms: float, answered_at: int) -> Trace:
         """The path answered the offer with something else than a valid 101 (or closed without an answer): the
-        trace carries that answer's status and head, and no frame."""
+        trace carries that answer's status and head, no frame, and its end (an error status: no stream at all; a
+        close without an answer: the stream broke before it began)."""
         refused = answer or UpgradeRefused(0, (), CLOSED_UNANSWERED)
         trace = self.rec.trace
         trace.head = ResponseHead(refused.status, "1.1", refused.headers, Framing.NONE, keep_alive=False)
         trace.t_sent_ns = sent
         trace.t_end_ns = self.clock()
+        how, detail = (
+            (BodyEnd.STATUS, f"no WebSocket: the upgrade was answered HTTP {refused.status}")
+            if refused.status
+            else (BodyEnd.TRUNCATED, "the connection closed before the WebSocket upgrade was answered")
+        )
+        trace.end = classify_end(
+            LastWord.NOTHING,
+            how,
+            sent_ns=sent,
+            end_ns=trace.t_end_ns,
+            last_byte_ns=answered_at if refused.status else None,
+            detail=detail,
+        )
         body = refused.body[:ERROR_BODY_PREVIEW].decode("utf-8", "replace").strip()
         trace.ws = WsFigures(False, refused.status, upgrade_ms, refused_body=body)
         return trace
