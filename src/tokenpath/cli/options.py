@@ -1,6 +1,7 @@
 """The options of the measurement axes (tokenpath.axes), one each, shared by every command that offers the axis
 (probe, load, monitor, stub): the flag and the help are the axis's own, so an axis reads the same wherever it is
-offered. None is "not given": the command's default, or a --stub-url stub's own pacing."""
+offered. None is "not given": the command's default, or a --stub-url stub's own pacing. An option no axis declares
+yet (--http3, --h3-window) is declared here too: one place for every shared option."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ FirstEventBytes = Annotated[int | None, _option(axes.FIRST_EVENT_BYTES)]
 HeadAt = Annotated[str | None, _option(axes.HEAD_AT_AXIS)]
 PauseMs = Annotated[float | None, _option(axes.PAUSE_MS)]
 PauseAfter = Annotated[int | None, _option(axes.PAUSE_AFTER)]
+
+
+# HTTP/3 is the probe's alone and no axis yet (the matrix has no HTTP/3 condition): declared here all the same, so an
+# option is declared in one place whichever command offers it next.
+Http3 = Annotated[
+    bool,
+    typer.Option(
+        "--http3",
+        help="Speak HTTP/3: QUIC over UDP to the URL's port (https only), TLS verified as over TCP; never a "
+        "fallback. Reports the handshake apart from TTFT, UDP reads, DATA per read and flow-control stalls.",
+    ),
+]
+H3Window = Annotated[
+    str | None,
+    typer.Option(
+        "--h3-window",
+        help="With --http3: the client's initial QUIC receive windows: BYTES (stream and connection), "
+        "STREAM:CONNECTION, `default` (aioquic's 1 MiB) or `browser` (Chromium's 6 MiB / 15 MiB).",
+    ),
+]
 
 
 def pacing(params: Mapping[str, object]) -> dict[str, Any]:

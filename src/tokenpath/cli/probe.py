@@ -27,21 +27,8 @@ def probe(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
-    http3: Annotated[
-        bool,
-        typer.Option(
-            "--http3",
-            help="Speak HTTP/3: QUIC over UDP to the URL's port (https only), TLS verified as over TCP; never a "
-            "fallback. Reports the handshake apart from TTFT, UDP reads, DATA per read and flow-control stalls.",
-        ),
-    ] = False,
-    h3_window: Annotated[
-        str | None,
-        typer.Option(
-            help="With --http3: the client's initial QUIC receive windows: BYTES (stream and connection), "
-            "STREAM:CONNECTION, `default` (aioquic's 1 MiB) or `browser` (Chromium's 6 MiB / 15 MiB)."
-        ),
-    ] = None,
+    http3: options.Http3 = False,
+    h3_window: options.H3Window = None,
     transport: options.Transport = None,
     interval_ms: options.IntervalMs = None,
     heartbeat_ms: options.HeartbeatMs = None,
