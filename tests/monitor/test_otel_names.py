@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.monitor.test_exporter import STUB, coalesced, exporter, probe
 from tokenpath.errors import UsageError
 from tokenpath.monitor import otel_names
 from tokenpath.monitor.config import Overrides, from_dict
@@ -84,3 +86,37 @@ def test_metric_names_is_checked_and_the_flag_wins_over_the_file() -> None:
     data = Overrides(metric_names="otel", max_concurrency=2).apply(config("tokenpath"))
     cfg = from_dict(data)
     assert (cfg.settings.metric_names, cfg.settings.max_concurrency) == ("otel", 2)
+
+
+def _otel_families(text: str) -> dict[str, tuple[str, frozenset[str], frozenset[str]]]:
+    """Each gen_ai family in an exposition: its help, its label names (le apart) and its bucket bounds."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("gen_ai_") and not family.name.endswith("_created"):  # the time a series began
+            labels = frozenset(k for s in family.samples for k in s.labels if k != "le")
+            bounds = frozenset(s.labels["le"] for s in family.samples if "le" in s.labels)
+            out[family.name] = (family.documentation, labels, bounds)
+    return out
+
+
+def test_the_monitor_and_the_exporter_build_the_same_conventions_histograms() -> None:
+    """One builder (monitor/metrics.py otel_histograms) for both: the same names, labels, buckets and words; only
+    the monitor's TTFT says it carries the stream id as an exemplar."""
+    m = MonitorMetrics(from_dict(config("otel")))
+    m.record(ProbeOutcome("edge", "via", "tp-1", OK, "", run(300, {5: 2}), (0.25,), 1_700_000_000.0))
+    monitor = _otel_families(generate_latest(m.registry).decode())
+    answer = probe(exporter(lambda c, s: coalesced(), metric_names="otel"), f"target={STUB}")
+    exported = _otel_families(answer.body.decode())
+    assert (
+        set(monitor)
+        == set(exported)
+        == {
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "gen_ai_client_operation_time_per_output_chunk_seconds",
+        }
+    )
+    ttft = "gen_ai_client_operation_time_to_first_chunk_seconds"
+    assert monitor[ttft][1:] == exported[ttft][1:]
+    assert monitor[ttft][0] == exported[ttft][0] + " (exemplar: the stream id)"
+    chunk = "gen_ai_client_operation_time_per_output_chunk_seconds"
+    assert monitor[chunk] == exported[chunk]

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 
 from tokenpath.monitor import otel_names
-from tokenpath.monitor.metrics import BurstWindow
+from tokenpath.monitor.metrics import BurstWindow, otel_histograms
 from tokenpath.monitor.probing import ProbeOutcome
 
 
@@ -82,20 +82,7 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
     )
     otel = metric_names == otel_names.OTEL
     if otel:
-        ttft = Histogram(
-            otel_names.prometheus_name(otel_names.TIME_TO_FIRST_CHUNK),
-            "Time to the first content chunk (frame), from the request's last byte",
-            otel_names.PROMETHEUS_LABELS,
-            buckets=otel_names.BUCKETS,
-            registry=r,
-        )
-        chunk = Histogram(
-            otel_names.prometheus_name(otel_names.TIME_PER_OUTPUT_CHUNK),
-            "Time from the previous chunk (frame) to each chunk after the first, by arrival",
-            otel_names.PROMETHEUS_LABELS,
-            buckets=otel_names.BUCKETS,
-            registry=r,
-        )
+        ttft, chunk = otel_histograms(r)
     else:
         ttft_gauge = Gauge(
             "tokenpath_probe_ttft_seconds", "Request sent to the first content frame", by_route, registry=r

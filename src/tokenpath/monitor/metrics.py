@@ -188,18 +188,26 @@ class MonitorMetrics:
 
 def ttft_histograms(registry: CollectorRegistry, otel: bool, by_route: list[str]) -> tuple[Histogram, Histogram | None]:
     """TTFT, and with OpenTelemetry names also the time per output chunk (None otherwise)."""
-    if not otel:
-        ttft = Histogram(
-            "tokenpath_monitor_ttft_seconds",
-            "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
-            by_route,
-            buckets=TTFT_BUCKETS,
-            registry=registry,
-        )
-        return ttft, None
+    if otel:
+        return otel_histograms(registry, exemplar=True)
+    ttft = Histogram(
+        "tokenpath_monitor_ttft_seconds",
+        "Last request byte written to the arrival of the first content frame (exemplar: the stream id)",
+        by_route,
+        buckets=TTFT_BUCKETS,
+        registry=registry,
+    )
+    return ttft, None
+
+
+def otel_histograms(registry: CollectorRegistry, exemplar: bool = False) -> tuple[Histogram, Histogram]:
+    """The GenAI conventions' two client histograms, time to first chunk and time per output chunk
+    (monitor/otel_names.py: their names, buckets and labels), built here only: the monitor's /metrics and each
+    exporter probe's answer. `exemplar`: the TTFT observations carry the stream id (the monitor's)."""
     ttft = Histogram(
         otel_names.prometheus_name(otel_names.TIME_TO_FIRST_CHUNK),
-        "Time to the first content chunk (frame), from the request's last byte (exemplar: the stream id)",
+        "Time to the first content chunk (frame), from the request's last byte"
+        + (" (exemplar: the stream id)" if exemplar else ""),
         otel_names.PROMETHEUS_LABELS,
         buckets=otel_names.BUCKETS,
         registry=registry,
