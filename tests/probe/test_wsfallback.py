@@ -5,7 +5,9 @@ refused where it would be ignored."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import json
 import socket
 import threading
@@ -48,8 +50,9 @@ class Path:
     """A path that does not carry WebSocket: an upgrade is refused (405, as stock nginx leads to) or never answered
     (`silent`); a POST gets the Responses stream over SSE. Counts what it was asked."""
 
-    def __init__(self, silent: bool = False) -> None:
+    def __init__(self, silent: bool = False, dies_after_101: bool = False) -> None:
         self.silent = silent
+        self.dies_after_101 = dies_after_101
         self.upgrades = 0
         self.posts = 0
         self.lock = threading.Lock()
@@ -72,7 +75,10 @@ class Path:
                 else:
                     self.posts += 1
             with contextlib.suppress(OSError):
-                if upgrade and self.silent:
+                if upgrade and self.dies_after_101:  # upgrades, reads the response.create, then drops the socket
+                    conn.sendall(_accept(data))
+                    conn.recv(65536)
+                elif upgrade and self.silent:
                     conn.recv(65536)  # holds the offer unanswered until the client gives up
                 elif upgrade:
                     body = b'{"error":"GET is not allowed"}'
@@ -83,6 +89,20 @@ class Path:
 
     def close(self) -> None:
         self.listener.close()
+
+
+def _accept(request: bytes) -> bytes:
+    key = next(
+        line.split(b":", 1)[1].strip()
+        for line in request.split(b"\r\n")
+        if line.lower().startswith(b"sec-websocket-key:")
+    )
+    token = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    return (
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
+        + token
+        + b"\r\n\r\n"
+    )
 
 
 @pytest.fixture
@@ -271,3 +291,21 @@ def test_load_refuses_the_websocket_transport_rather_than_ignore_it() -> None:
     out = CliRunner().invoke(app, ["load", "--api", "responses", "--transport", "websocket"])
     assert out.exit_code != 0
     assert "load's lean client streams over SSE only" in " ".join(out.output.split())
+
+
+def test_a_stream_cut_after_its_upgrade_is_surfaced_never_retried_over_sse() -> None:
+    """The peer dies at the worst moment: after its 101 and our response.create. The agents surface that (a retry
+    could run a billed response twice); so does the policy: one upgrade, no SSE request, the cut reported."""
+    path = Path(dies_after_101=True)
+    try:
+        metrics = run_metrics(probe_stream(_cfg(path.url, WsFallback(3, retry_delay_ms=0))))
+    finally:
+        path.close()
+    ws = metrics.ws
+    assert ws is not None
+    assert ws.upgraded
+    assert ws.cut
+    assert ws.close_code == 1006
+    assert ws.attempts == 1
+    assert not ws.fell_back
+    assert (path.upgrades, path.posts) == (1, 0)
