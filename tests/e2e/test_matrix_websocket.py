@@ -1,6 +1,7 @@
 """`transport = ["sse", "websocket"]` as a matrix condition, end to end (issue 38): the Responses stream over SSE and
 over its WebSocket mode, direct, through stock nginx (which does not carry the upgrade: its WebSocket row says so,
-with the status that came instead of 101) and through nginx with its documented WebSocket lines (streams)."""
+with the status that came instead of 101, and what the client's fallback to SSE cost) and through nginx with its
+documented WebSocket lines (streams)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ ttft_ms = 20
 interval_ms = [30]
 api = "responses"
 transport = ["sse", "websocket"]
+
+[websocket]
+fallback = 2
+retry_delay_ms = 50
 
 [[proxy]]
 name = "nginx"
@@ -49,7 +54,12 @@ def test_the_transport_axis_shows_which_paths_carry_the_websocket_mode(tmp_path:
     assert all(run["metrics"]["websocket"]["upgraded"] for run in direct["raw"])
     assert all(run["metrics"]["websocket"]["final_event"] for run in direct["raw"])
     stock = _row(doc, "stock", "websocket")
-    assert stock["verdict"] == "WebSocket not carried"
+    # The client's policy ([websocket]): two refused upgrades, 50 ms between them, then the same request over SSE:
+    # the row says what that cost, from the first upgrade to the first content event (the wait inside it).
+    assert stock["verdict"].startswith("WebSocket not carried: SSE after 2 upgrades, ")
+    assert stock["fallback_ms_median"] >= 50
+    assert all(run["metrics"]["websocket"]["fell_back"] for run in stock["raw"])
+    assert all(run["metrics"]["websocket"]["attempts"] == 2 for run in stock["raw"])
     assert stock["excluded"] == stock["runs"] == 2
     assert list(stock["exclusions"]) == ["WebSocket upgrade not carried"]
     assert all(run["metrics"]["websocket"]["upgrade_status"] == 405 for run in stock["raw"])
@@ -57,4 +67,5 @@ def test_the_transport_axis_shows_which_paths_carry_the_websocket_mode(tmp_path:
     carried = _row(doc, "websocket", "websocket")
     assert carried["excluded"] == 0
     assert carried["added_ttft_ms_median"] is not None  # joined to the stub's writes, as an SSE row is
+    assert carried["fallback_ms_median"] is None  # carried: no fallback ran
     assert "WebSocket not carried" in out

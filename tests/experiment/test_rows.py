@@ -152,3 +152,42 @@ def test_a_cut_run_is_excluded_by_its_kind_and_counted_never_averaged() -> None:
     assert row.raw[1].end == runs[1].end
     assert row.raw[1].excluded_because is not None
     assert row.raw[1].excluded_because.startswith("cut_silent: cut_silent (close)")
+
+
+def _ws_record(fallback_ms: float | None, fell_back: bool = True, upgraded: bool = False) -> RunRecord:
+    from dataclasses import replace
+
+    from tokenpath.probe.wsfigures import WsFigures
+
+    r = record(1.0, 0.2)
+    assert r.metrics is not None
+    ws = WsFigures(upgraded, 101 if upgraded else 405, 0.8, attempts=3, fell_back=fell_back, fallback_ms=fallback_ms)
+    r.metrics = replace(r.metrics, ws=ws)
+    return r
+
+
+def test_a_websocket_row_the_path_did_not_carry_says_what_the_fallback_cost() -> None:
+    """Every run refused and fell back to SSE (probe/wsfallback.py): the row is "not carried", with the median cost
+    from the first upgrade to the first content event; the runs stay out of the figures (they were SSE streams)."""
+    floor = Floor.from_direct([record(1.0, 0.1)])
+    ws_cond = Condition(50.0, 60, "loopback", False, transport="websocket")
+    row = build_row(PathSpec("nginx"), ws_cond, [_ws_record(900.0), _ws_record(1000.0), _ws_record(5000.0)], floor)
+    assert row.fallback_ms_median == 1000.0
+    assert row.verdict == "WebSocket not carried: SSE after 3 upgrades, 1,000 ms to the first token"
+    assert (row.runs, row.excluded) == (3, 3)
+    assert row.exclusions == {"WebSocket upgrade not carried": 3}
+    assert row.to_json()["fallback_ms_median"] == 1000.0
+    no_policy = build_row(PathSpec("nginx"), ws_cond, [_ws_record(None, fell_back=False)] * 2, floor)
+    assert no_policy.verdict == "WebSocket not carried"
+    assert no_policy.fallback_ms_median is None
+    carried = build_row(PathSpec("nginx", "websocket"), ws_cond, [_ws_record(None, False, upgraded=True)] * 2, floor)
+    assert carried.fallback_ms_median is None
+    assert carried.excluded == 0
+    from tokenpath.report.tables import ROW_KEYS, varying_columns
+
+    columns = dict(varying_columns([row, carried]))
+    header = "WebSocket fallback ms (first upgrade -> first token over SSE)"
+    assert columns[header](row) == "1000.0"
+    assert columns[header](carried) == "-"
+    assert header not in dict(varying_columns([carried]))  # shown only where a fallback ran
+    assert "fallback_ms_median" in ROW_KEYS  # and in the CSV

@@ -230,3 +230,18 @@ def test_an_attached_path_may_be_a_tls_ingress_with_its_own_ca() -> None:
     assert not proxy.tls_unsupported  # it terminates TLS itself
     assert "tls = true" in proxy.plain_unsupported  # and is skipped, saying so, where the condition is plain
     assert exp.to_json()["attached_paths"] == {"ingress": "https://127.0.0.1:8443"}
+
+
+def test_the_websocket_table_is_the_client_s_fallback_policy() -> None:
+    """`[websocket]`: Codex's policy by default (6 upgrades, 200 ms doubling, then SSE); `fallback = 0` none."""
+    from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, NO_FALLBACK, WsFallback
+
+    assert parse({}).ws_fallback == WsFallback(CODEX_ATTEMPTS)
+    exp = parse({"websocket": {"fallback": 2, "retry_delay_ms": 50}})
+    assert exp.ws_fallback == WsFallback(2, 50)
+    assert exp.to_json()["websocket"] == {"attempts": 2, "retry_delay_ms": 50, "upgrade_timeout_s": 15.0}
+    assert parse({"websocket": {"fallback": 0}}).ws_fallback == NO_FALLBACK
+    with pytest.raises(UsageError, match=r"\[websocket\]: unknown key"):
+        parse({"websocket": {"attempts": 2}})
+    with pytest.raises(UsageError, match=r"\[websocket\] must be a table"):
+        parse({"websocket": 3})

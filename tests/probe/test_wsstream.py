@@ -310,3 +310,21 @@ def test_a_reset_mid_stream_raises_with_its_end_and_the_messages_so_far() -> Non
     assert partial is not None
     assert partial.end == end
     assert partial.frame_count == 1
+
+
+def test_the_client_s_pings_go_out_while_the_stream_is_silent_and_the_pongs_are_counted(start_stub: StartStub) -> None:
+    """--ws-ping-s: a ping every 0.1 s while the stub pauses 0.6 s mid-stream; the stub answers each (a pong is a
+    read the probe counts, never a frame), and the stream still ends complete."""
+    stub = start_stub(tokens=4, interval_ms=10, ttft_ms=10)
+    pause = (("tokenpath", {"pause_ms": 600, "pause_after": 2}),)
+    metrics = run_metrics(probe_stream(_ws_cfg(stub.url, ws_ping_s=0.1, extra_body=pause)))
+    ws = metrics.ws
+    assert ws is not None
+    assert ws.final_event
+    assert ws.pings_sent >= 2  # the pause alone spans six intervals: a loaded host still sends two
+    assert 1 <= ws.pongs <= ws.pings_sent
+    assert metrics.frames == ws.messages  # no pong became a frame
+    assert f"{ws.pings_sent} pings sent, {ws.pongs} pongs back" in ws.summary
+    quiet = run_metrics(probe_stream(_ws_cfg(stub.url, extra_body=pause))).ws
+    assert quiet is not None
+    assert (quiet.pings_sent, quiet.pongs) == (0, 0)  # none unless asked

@@ -43,6 +43,7 @@ def load(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    transport: options.Transport = None,
     streams_per_connection: Annotated[
         int, typer.Option(help="--http2: streams at once per connection (more connections if the peer allows fewer).")
     ] = 1,
@@ -106,7 +107,7 @@ def load(
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor.
     The stub's options (--interval-ms ... --pause-after) start load's stub with them, or are checked against a
     --stub-url stub's own."""
-    from tokenpath.axes import API, DEFAULT_H2_WINDOW
+    from tokenpath.axes import API, DEFAULT_H2_WINDOW, TRANSPORT
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
     from tokenpath.probe.transport import TLSOptions
@@ -116,6 +117,11 @@ def load(
     from tokenpath.wire.apis import Api
     from tokenpath.wire.httpversion import HttpVersion
 
+    if transport is not None and TRANSPORT.read(transport, "--transport") != TRANSPORT.default:
+        raise UsageError(
+            f"--transport {transport}: load's lean client streams over SSE only (probe, matrix and monitor speak the "
+            "WebSocket mode)"
+        )
     shown = shown_console(json_out)
     try:
         levels = tuple(int(x) for x in concurrency.split(","))

@@ -36,6 +36,7 @@ def monitor(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    transport: options.Transport = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="max_tokens per probe (--url; default 32).")] = None,
@@ -86,6 +87,8 @@ def monitor(
     from tokenpath.monitor.rules import parse_rules
     from tokenpath.monitor.table import summary_document, summary_table
 
+    if transport is not None and url is None:  # never ignored: a file's targets and the exporter's modules say theirs
+        raise UsageError("--transport is the --url target's (a config file's [[target]] says `transport = ...`)")
     if otlp_endpoint and (once or exporter):
         raise UsageError("--otlp-endpoint goes with the long-running monitor (not --once or --exporter)")
     if exporter:
@@ -116,6 +119,7 @@ def monitor(
         accept_encoding=accept_encoding,
         http2=http2,
         h2_window=h2_window,
+        transport=transport,
         api_key_env=api_key_env,
         headers=tuple(parse_header_arg(h) for h in header or []),
         max_tokens=max_tokens,

@@ -11,7 +11,16 @@ from typing import Annotated, Any
 import typer
 
 from tokenpath import axes
+from tokenpath.errors import UsageError
+from tokenpath.probe.wsfallback import (
+    CODEX_ATTEMPTS,
+    CODEX_RETRY_DELAY_MS,
+    CODEX_UPGRADE_TIMEOUT_S,
+    NO_FALLBACK,
+    WsFallback,
+)
 from tokenpath.stub.config import Pacing
+from tokenpath.wire.carrier import WEBSOCKET
 
 
 def _option(axis: axes.Axis[Any]) -> Any:
@@ -54,6 +63,54 @@ H3Window = Annotated[
         "STREAM:CONNECTION, `default` (aioquic's 1 MiB) or `browser` (Chromium's 6 MiB / 15 MiB).",
     ),
 ]
+
+# The WebSocket client's fallback policy (probe/wsfallback.py): probe takes them, the matrix reads `[websocket]`.
+WsFallbackAttempts = Annotated[
+    int | None,
+    typer.Option(
+        "--ws-fallback",
+        metavar="N",
+        help="With --transport websocket: after N failed upgrades (an answer other than 101, or none within "
+        "--ws-upgrade-timeout) send the request over SSE, as coding agents do, and report what the fallback cost "
+        f"(the first upgrade to the first content event) apart from the SSE TTFT. Codex: {CODEX_ATTEMPTS}. "
+        "Default: no fallback (a refused upgrade is the result).",
+        show_default=False,
+    ),
+]
+WsRetryDelayMs = Annotated[
+    float,
+    typer.Option(
+        "--ws-retry-delay-ms",
+        help="With --ws-fallback: the wait after the first failed upgrade, doubled after each next (Codex's backoff).",
+    ),
+]
+WsUpgradeTimeout = Annotated[
+    float,
+    typer.Option("--ws-upgrade-timeout", help="With --ws-fallback: seconds an upgrade may wait for its 101 (Codex's)."),
+]
+
+WsPingS = Annotated[
+    float | None,
+    typer.Option(
+        "--ws-ping-s",
+        help="With --transport websocket: send a ping every this many seconds while the stream runs (an agent's "
+        "keep-alive: does the path's idle timer count it?); the pings sent and the pongs back are reported.",
+        show_default=False,
+    ),
+]
+
+
+def ws_fallback(attempts: int | None, retry_delay_ms: float, upgrade_timeout_s: float, transport: str) -> WsFallback:
+    """The policy the options give; each refused where it would be ignored (no --ws-fallback, or no WebSocket)."""
+    if attempts is None:
+        if retry_delay_ms != CODEX_RETRY_DELAY_MS or upgrade_timeout_s != CODEX_UPGRADE_TIMEOUT_S:
+            raise UsageError("--ws-retry-delay-ms and --ws-upgrade-timeout go with --ws-fallback N")
+        return NO_FALLBACK
+    if transport != WEBSOCKET:
+        raise UsageError("--ws-fallback is the WebSocket client's policy: pass --transport websocket with it")
+    if attempts < 1:
+        raise UsageError(f"--ws-fallback {attempts}: at least 1 upgrade before the fallback")
+    return WsFallback(attempts, retry_delay_ms, upgrade_timeout_s)
 
 
 def pacing(params: Mapping[str, object]) -> dict[str, Any]:

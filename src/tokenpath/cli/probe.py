@@ -12,6 +12,7 @@ import typer
 from tokenpath.cli import options
 from tokenpath.cli.common import api_key, body_json, console, handles_errors
 from tokenpath.errors import UsageError
+from tokenpath.probe.wsfallback import CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -30,6 +31,10 @@ def probe(
     http3: options.Http3 = False,
     h3_window: options.H3Window = None,
     transport: options.Transport = None,
+    ws_fallback: options.WsFallbackAttempts = None,
+    ws_retry_delay_ms: options.WsRetryDelayMs = CODEX_RETRY_DELAY_MS,
+    ws_upgrade_timeout: options.WsUpgradeTimeout = CODEX_UPGRADE_TIMEOUT_S,
+    ws_ping_s: options.WsPingS = None,
     interval_ms: options.IntervalMs = None,
     heartbeat_ms: options.HeartbeatMs = None,
     reasoning_tokens: options.ReasoningTokens = None,
@@ -107,6 +112,7 @@ def probe(
         raise UsageError("--http2 and --http3: pick one HTTP version")
     if http3 and client != "raw":
         raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
+    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
     cfg = ProbeConfig(
         url=target_url,
         model=model,
@@ -125,7 +131,9 @@ def probe(
         http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
         h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
-        transport=TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default,
+        transport=carrier,
+        ws_fallback=options.ws_fallback(ws_fallback, ws_retry_delay_ms, ws_upgrade_timeout, carrier),
+        ws_ping_s=ws_ping_s,
     )
     if client == "chromium" and cfg.transport != TRANSPORT.default:
         raise UsageError("--transport websocket is the raw client's (--client raw)")

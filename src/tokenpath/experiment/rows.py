@@ -65,7 +65,8 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         excluded=len(runs) - len(included),
         exclusions=dict(Counter(r.exclusion_reason.split(":")[0] for r in runs if r.exclusion_reason)),
         ends=dict(Counter(r.end.kind.value for r in runs if r.end is not None)),
-        verdict="WebSocket not carried" if runs and all(r.upgrade_refused for r in runs) else "no valid runs",
+        verdict=_not_carried(runs) if runs and all(r.upgrade_refused for r in runs) else "no valid runs",
+        fallback_ms_median=_fallback_ms(runs),
         raw=tuple(_run(r, cond) for r in runs),
     )
     if not included:
@@ -101,6 +102,23 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
     lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
     row = replace(row, within_floor=_within_floor(row, lowest, floor))
     return replace(row, verdict=_verdict(row, lowest, floor))
+
+
+def _fallback_ms(runs: list[RunRecord]) -> float | None:
+    """The median cost of the client's fallback to SSE (first upgrade -> first content event), over the runs that
+    fell back and got content."""
+    costs = [r.metrics.ws.fallback_ms for r in runs if r.metrics and r.metrics.ws and r.metrics.ws.fell_back]
+    known = [c for c in costs if c is not None]
+    return median(known) if known else None
+
+
+def _not_carried(runs: list[RunRecord]) -> str:
+    """A WebSocket row no run upgraded in; with the fallback policy, what falling back to SSE cost the user."""
+    cost = _fallback_ms(runs)
+    if cost is None:
+        return "WebSocket not carried"
+    tries = max(r.metrics.ws.attempts for r in runs if r.metrics and r.metrics.ws)
+    return f"WebSocket not carried: SSE after {tries} upgrades, {cost:,.0f} ms to the first token"
 
 
 def _run(record: RunRecord, cond: Condition) -> MatrixRun:

@@ -33,6 +33,7 @@ from tokenpath.origins.process import start as start_origin
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
+from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
@@ -57,6 +58,7 @@ from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api
+from tokenpath.wire.carrier import WEBSOCKET
 from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -348,7 +350,9 @@ class MatrixRunner:
             total_timeout_s=300,
         )
         if cond is not None:  # the condition's HTTP version and windows; a started origin's format on its route
-            cfg = replace(cfg, **cond.probe_settings(), url=endpoint.for_api(url, cond.api))
+            cfg = replace(
+                cfg, **cond.probe_settings(), ws_fallback=self._ws_fallback(cond), url=endpoint.for_api(url, cond.api)
+            )
         try:
             trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:
@@ -358,6 +362,11 @@ class MatrixRunner:
         else:
             join(record, trace, None)
         return record
+
+    def _ws_fallback(self, cond: Condition) -> WsFallback:
+        """A WebSocket condition's probes follow the experiment's fallback policy ([websocket]): a path that does
+        not carry the upgrade costs what it costs an agent, and its row says how much."""
+        return self.exp.ws_fallback if cond.transport == WEBSOCKET else NO_FALLBACK
 
     def _install_releases(self) -> None:
         """The preflight of every NAME@VERSION path: its release installed (or found cached) before the first stub
@@ -434,7 +443,7 @@ class MatrixRunner:
             idle_timeout_s=10 + 2 * stream_s,
             total_timeout_s=30 + 3 * stream_s,
         )
-        cfg = replace(cfg, **cond.probe_settings())
+        cfg = replace(cfg, **cond.probe_settings(), ws_fallback=self._ws_fallback(cond))
         try:
             record.trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
         except TokenpathError as exc:

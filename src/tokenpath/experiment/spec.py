@@ -28,6 +28,7 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
 from tokenpath.hostport import parse_hostport
+from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, WsFallback
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
@@ -102,6 +103,9 @@ class Experiment:
     source: str = ""
     endpoint: EndpointSpec | None = None  # every proxy fronts this real endpoint instead of the stub
     stub_listen: Endpoint | None = None  # where the stub listens on loopback conditions, for attached paths
+    # `[websocket]`: the client's policy on a WebSocket condition where a path does not carry the upgrade (Codex's
+    # by default: 6 upgrades, 200 ms doubling, then SSE; `fallback = 0`: none, the row only says "not carried")
+    ws_fallback: WsFallback = field(default_factory=lambda: WsFallback(CODEX_ATTEMPTS))
 
     def proxy(self, name: str) -> Proxy:
         return self.custom[name] if name in self.custom else lookup(name)
@@ -119,6 +123,7 @@ class Experiment:
             "attached_paths": {n: p.url for n, p in self.custom.items() if isinstance(p, AttachedProxy)},
             "stub_listen": self.stub_listen.hostport if self.stub_listen else None,
             "source": self.source,
+            "websocket": self.ws_fallback.to_json(),
             **({"upstream": self.endpoint.to_json()} if self.endpoint else {}),
         }
 
@@ -171,7 +176,7 @@ def _cacert(value: object, where: str) -> str | None:
 
 
 def parse(data: dict[str, Any]) -> Experiment:
-    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream", "stub"}
+    known = {"name", "frames", "runs", "ttft_ms", "conditions", "proxy", "exclusion", "upstream", "stub", "websocket"}
     _no_unknown(data, known, "top level")
     custom: dict[str, Proxy] = {}
     paths = [PathSpec("direct")]
@@ -226,7 +231,11 @@ def parse(data: dict[str, Any]) -> Experiment:
     tolerance = exclusion.get("tolerance_ms")
     if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance <= 0):
         raise UsageError("[exclusion] tolerance_ms must be a positive number (omit it for max(2 ms, 20 %))")
+    websocket = data.get("websocket", {})
+    if not isinstance(websocket, dict):
+        raise UsageError("[websocket] must be a table (fallback, retry_delay_ms, upgrade_timeout_s)")
     experiment = Experiment(
+        ws_fallback=WsFallback.from_table(websocket, "[websocket]"),
         stub_listen=_stub_listen(data.get("stub", {})),
         name=str(data.get("name", "experiment")),
         paths=paths,

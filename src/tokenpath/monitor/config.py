@@ -23,6 +23,8 @@ the first probe, with each target's probe configs built here so the runner never
     http2 = true                   # optional: probe over HTTP/2 (h2 by ALPN, h2c in clear text); fails if refused
     h2_window = "browser"          #   with the client's receive windows: BYTES, "default" (65535) or "browser"
     client = "chromium"            # optional: headless Chromium makes the request (fetch + ReadableStream)
+    transport = "websocket"        # optional: the format's WebSocket mode (api = "responses"); a path that does not
+                                   #   carry the upgrade is the outcome `websocket_not_carried`
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tokenpath.axes import API, H2_WINDOW
+from tokenpath.axes import API, H2_WINDOW, TRANSPORT
 from tokenpath.errors import UsageError
 from tokenpath.hostport import parse_hostport
 from tokenpath.monitor.otel_names import NAMINGS
@@ -77,6 +79,9 @@ class TargetSpec:
     # Who makes the request: "raw" (the probe's own socket) or "chromium" (headless Chromium's fetch, its own
     # Accept-Encoding and h2 by ALPN; probe/browser.py); a browser per probe, so a longer interval suits it
     client: str = "raw"
+    # How the stream is carried (wire/carrier.py): "sse" (the format's HTTP stream) or "websocket" (its WebSocket
+    # mode over an HTTP/1.1 upgrade; the raw client's only)
+    transport: str = "sse"
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,7 @@ class Overrides:
     accept_encoding: str | None = None
     http2: bool = False
     h2_window: str | None = None
+    transport: str | None = None
 
     def target(self) -> dict[str, object]:
         """The one [[target]] `url` stands for, as a config file would spell it (unset keys: the defaults)."""
@@ -148,7 +154,17 @@ class Overrides:
             "headers": dict(self.headers),
             "body": dict(self.body),
         }
-        keys = ("direct_url", "model", "api_key_env", "max_tokens", "cacert", "api", "accept_encoding", "h2_window")
+        keys = (
+            "direct_url",
+            "model",
+            "api_key_env",
+            "max_tokens",
+            "cacert",
+            "api",
+            "accept_encoding",
+            "h2_window",
+            "transport",
+        )
         for key in keys:
             value = getattr(self, key)
             if value is not None:
@@ -273,6 +289,8 @@ def _check_client(spec: TargetSpec, cfg: ProbeConfig) -> None:
     where = f"target {spec.name!r}"
     if spec.client not in ("raw", "chromium"):
         raise UsageError(f"{where}: `client` {spec.client!r}: choose raw or chromium")
+    if spec.client == "chromium" and cfg.transport != TRANSPORT.default:
+        raise UsageError(f"{where}: `transport` {cfg.transport} is the raw client's (`client` raw)")
     if spec.client == "chromium":
         from tokenpath.probe.browser_page import fetch_spec
 
@@ -306,4 +324,5 @@ def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
         accept_encoding=spec.accept_encoding,
         http_version=HttpVersion.of(spec.http2),
         h2_window=window,
+        transport=TRANSPORT.read(spec.transport, "`transport`"),
     )

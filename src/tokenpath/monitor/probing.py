@@ -34,6 +34,7 @@ NO_CONTENT = "no_content"  # the stream ended cleanly without a content frame: n
 UNSUPPORTED_FORMAT = "unsupported_format"
 INTERNAL = "internal"  # a bug of ours, logged with its traceback; the monitor goes on
 INVALID_UTF8 = "invalid_utf8"  # frames that are not UTF-8: an event stream always is, so the peer is broken
+WEBSOCKET_NOT_CARRIED = "websocket_not_carried"  # transport = "websocket": the path answered the upgrade, not 101
 
 
 def reason_of(exc: BaseException) -> str:
@@ -171,7 +172,9 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
     metrics = run_metrics(trace)
     arrivals = [r.t_ns for r in trace.reads if r.frames > 0]  # the kept ones: MONITOR_LIMITS
     gaps = tuple(ns_to_ms(b - a) / 1000 for a, b in pairwise(arrivals))
-    if trace.invalid_utf8_frames:
+    if trace.ws is not None and not trace.ws.upgraded:  # a result of the path, not a stream: no figures
+        outcome, message = WEBSOCKET_NOT_CARRIED, trace.ws.note
+    elif trace.invalid_utf8_frames:
         outcome = INVALID_UTF8
         message = f"{trace.invalid_utf8_frames} of {metrics.frames} frames were not UTF-8 (an event stream always is)"
     elif metrics.ttft_ms is None and trace.foreign_frames:  # its end is a format's this reader does not know

@@ -32,6 +32,7 @@ from tokenpath.errors import (
 from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, H3Window
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW, PARTIAL_TRACE, TraceRecorder
 from tokenpath.probe.transport import Target, TLSOptions, Transport, parse_target
+from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
 from tokenpath.riders import handed_on
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING as BROWSER_ACCEPT_ENCODING  # re-exported
 from tokenpath.wire.acceptencoding import expand_accept_encoding
@@ -73,6 +74,11 @@ class ProbeConfig:
     # "websocket" (probe --transport websocket): the format's WebSocket mode over an HTTP/1.1 upgrade
     # (probe/wsstream.py); "sse": the format's own HTTP stream.
     transport: str = SSE
+    # Over WebSocket: the client's policy when the upgrade fails (probe/wsfallback.py: N failed upgrades, then the
+    # same request over SSE, the cost reported); NO_FALLBACK: a refused upgrade is the result.
+    ws_fallback: WsFallback = NO_FALLBACK
+    # Over WebSocket: a ping every this many seconds while the stream runs (an agent's keep-alive; None: none).
+    ws_ping_s: float | None = None
 
     def __post_init__(self) -> None:
         h2 = self.http_version is HttpVersion.HTTP2
@@ -80,6 +86,17 @@ class ProbeConfig:
             raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
         if h2 and self.transport == WEBSOCKET:
             raise UsageError("`transport` websocket is an HTTP/1.1 upgrade: it does not run over HTTP/2")
+        if self.transport == WEBSOCKET and not SPECS[self.api].websocket:  # refused before anything runs
+            modes = ", ".join(a.value for a, spec in SPECS.items() if spec.websocket)
+            raise UsageError(
+                f"`transport` websocket: the {self.api.value} API has no WebSocket mode (`api` {modes} has)"
+            )
+        if self.ws_ping_s is not None and self.transport != WEBSOCKET:
+            raise UsageError("`ws_ping_s` is the WebSocket client's keep-alive: pass `transport` websocket with it")
+        if self.ws_ping_s is not None and not 0 < self.ws_ping_s < float("inf"):
+            raise UsageError(f"`ws_ping_s` must be a number of seconds > 0, not {self.ws_ping_s}")
+        if self.ws_fallback.enabled and self.transport != WEBSOCKET:
+            raise UsageError("`ws_fallback` is the WebSocket transport's policy: pass `transport` websocket with it")
         if self.tls.http2 is not h2:  # every connector's TLS context offers h2 (and insists) or not at all,
             object.__setattr__(self, "tls", dataclasses.replace(self.tls, http2=h2))  # also after replace()
         if self.accept_encoding is not None:

@@ -1,14 +1,16 @@
 """The probe: writes one request by hand on a raw socket and timestamps every recv() as it returns. probe_stream
 runs one stream to its end over HTTP/1.1 (here), HTTP/2 (probe/h2stream.py) or HTTP/3 (probe/h3stream.py), with
-probe/client.py's config, request and read loop."""
+probe/client.py's config, request and read loop; over WebSocket (probe/wsstream.py) under the client's fallback
+policy (probe/wsfallback.py), here too since its fallback is this module's HTTP/1.1 stream."""
 
 from __future__ import annotations
 
 import ssl
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from tokenpath.clock import Clock, monotonic_ns
+from tokenpath.clock import Clock, monotonic_ns, ns_to_ms
 from tokenpath.errors import ConnectTimeout, UsageError
 from tokenpath.probe.client import (
     ProbeConfig,
@@ -22,7 +24,8 @@ from tokenpath.probe.client import (
 from tokenpath.probe.h2stream import probe_h2
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
-from tokenpath.wire.carrier import WEBSOCKET
+from tokenpath.probe.wsfallback import NO_FALLBACK
+from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.httpversion import HttpVersion
 
 Connector = Callable[[Target, ProbeConfig], Transport]
@@ -44,9 +47,7 @@ def probe_stream(
 
     --total-timeout counts from here: connecting, the TLS handshake, the head and the body all fall inside it."""
     if cfg.transport == WEBSOCKET:
-        from tokenpath.probe.wsstream import probe_ws  # wsproto is no cost to an HTTP probe
-
-        return probe_ws(cfg, stream_id=stream_id, clock=clock, connect=connect, limits=limits)
+        return _websocket(cfg, stream_id or new_stream_id(), clock, connect, limits)
     target = cfg.target
     stream_id = stream_id or new_stream_id()
     h2 = cfg.http_version is HttpVersion.HTTP2
@@ -76,6 +77,54 @@ def probe_stream(
         raise network_error(exc) from None
     finally:
         transport.close()
+
+
+def _websocket(
+    cfg: ProbeConfig,
+    stream_id: str,
+    clock: Clock,
+    connect: Connector,
+    limits: TraceLimits,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Trace:
+    """--transport websocket under the client's fallback policy (probe/wsfallback.py): up to its attempts upgrades,
+    its waits between them; when every one failed, the same request (the same stream id, so the stub's audit joins
+    it) over SSE, whose trace carries the last refusal's WsFigures and the cost: the first attempt -> the SSE
+    stream's first content event. A stream that upgraded and then failed is never retried: the agents surface it."""
+    from tokenpath.probe.wsstream import probe_ws  # wsproto is no cost to an HTTP probe
+
+    policy = cfg.ws_fallback
+    if not policy.enabled:
+        return probe_ws(cfg, stream_id=stream_id, clock=clock, connect=connect, limits=limits)
+    started = clock()
+    for attempt in range(1, policy.attempts + 1):
+        if attempt > 1:
+            sleep(policy.delay_s(attempt - 1))
+        trace = probe_ws(
+            cfg,
+            stream_id=stream_id,
+            clock=clock,
+            connect=connect,
+            limits=limits,
+            upgrade_timeout_s=policy.upgrade_timeout_s,
+        )
+        assert trace.ws is not None
+        if trace.ws.upgraded:
+            trace.ws = replace(trace.ws, attempts=attempt)
+            return trace
+    refused = trace.ws
+    assert refused is not None
+    sse = probe_stream(
+        replace(cfg, transport=SSE, ws_fallback=NO_FALLBACK),
+        stream_id=stream_id,
+        clock=clock,
+        connect=connect,
+        limits=limits,
+    )
+    first = sse.t_first_content_ns
+    cost = ns_to_ms(first - started) if first is not None else None
+    sse.ws = replace(refused, attempts=policy.attempts, fell_back=True, fallback_ms=cost)
+    return sse
 
 
 @dataclass(slots=True)

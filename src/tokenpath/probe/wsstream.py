@@ -17,7 +17,7 @@ import ssl
 from collections.abc import Callable
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectTimeout, UsageError
+from tokenpath.errors import ConnectTimeout, FirstByteTimeout
 from tokenpath.probe.client import (
     ProbeConfig,
     Woke,
@@ -30,7 +30,6 @@ from tokenpath.probe.client import (
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.probe.wsfigures import WsFigures
-from tokenpath.wire.apis import SPECS, Api, api_names
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import BodyEnd, LastWord, classify_end
 from tokenpath.wire.framing import Framing
@@ -49,7 +48,7 @@ from tokenpath.wire.websocket import (
     WsEvent,
 )
 
-__all__ = ["CREATE_EVENT", "probe_ws", "sse_event", "websocket_apis"]
+__all__ = ["CREATE_EVENT", "probe_ws", "sse_event"]
 
 CREATE_EVENT = "response.create"
 CLOSE_WAIT_S = 1.0  # how long our close waits for the server's (the figures are in already)
@@ -60,10 +59,6 @@ Connector = Callable[[Target, ProbeConfig], Transport]
 
 def _connect(target: Target, cfg: ProbeConfig) -> Transport:
     return open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls)
-
-
-def websocket_apis() -> list[Api]:
-    return [api for api, spec in SPECS.items() if spec.websocket]
 
 
 def sse_event(text: str) -> bytes:
@@ -86,14 +81,12 @@ def probe_ws(
     connect: Connector = _connect,
     limits: TraceLimits = DEFAULT_LIMITS,
     ws_limits: WebSocketLimits | None = None,
+    upgrade_timeout_s: float | None = None,
 ) -> Trace:
-    """Upgrade, one response, its end. Raises a PeerError subclass when the network or a deadline fails it."""
-    if not SPECS[cfg.api].websocket:
-        names = ", ".join(a.value for a in websocket_apis())
-        raise UsageError(
-            f"--transport websocket: the {cfg.api.value} API has no WebSocket mode (--api {names} has; "
-            f"every format: {api_names()})"
-        )
+    """Upgrade, one response, its end. Raises a PeerError subclass when the network or a deadline fails it.
+
+    `upgrade_timeout_s` (a fallback policy's): no answer to the offer within it is a failed upgrade (status 0), not
+    a FirstByteTimeout."""
     target = cfg.target
     stream_id = stream_id or new_stream_id()
     headers, body = request_parts(cfg, stream_id)
@@ -112,7 +105,8 @@ def probe_ws(
         raise
     deadline = started + int(cfg.total_timeout_s * 1e9)
     try:
-        return _WsRun(transport, ws, cfg, clock, deadline, TraceRecorder(stream_id, 0, limits, api=cfg.api)).run(create)
+        recorder = TraceRecorder(stream_id, 0, limits, api=cfg.api)
+        return _WsRun(transport, ws, cfg, clock, deadline, recorder, upgrade_timeout_s).run(create)
     except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # its end and the trace so far go with it
         raise network_error(exc) from None
     finally:
@@ -130,8 +124,10 @@ class _WsRun:
         clock: Clock,
         deadline: int,
         rec: TraceRecorder,
+        upgrade_timeout_s: float | None = None,
     ) -> None:
         self.transport = transport
+        self.upgrade_timeout_s = upgrade_timeout_s
         self.ws = ws
         self.cfg = cfg
         self.clock = clock
@@ -141,6 +137,9 @@ class _WsRun:
         self.messages = 0
         self.message_reads = 0
         self.pings = 0
+        self.pings_sent = 0
+        self.ping_ns = int(cfg.ws_ping_s * 1e9) if cfg.ws_ping_s else 0
+        self.next_ping = 0
         self.final = False
         self.ended = False
         self.closed: Closed | None = None
@@ -171,6 +170,8 @@ class _WsRun:
             close_code=self.closed.code if self.closed is not None else None,
             closed_by=self.closed_by,
             pings=self.pings,
+            pings_sent=self.pings_sent,
+            pongs=self.ws.pongs,
         )
         return trace
 
@@ -203,13 +204,18 @@ class _WsRun:
     def _upgrade(self, sent: int) -> tuple[Upgraded | UpgradeRefused | None, int, list[WsEvent]]:
         """Reads until the answer to the offer: it (None when the socket ended first), when the read that brought
         its head returned, and the events after it in that read. A refusal's body is read for REFUSAL_BODY_S."""
-        phase_by = sent + int(self.cfg.first_byte_timeout_s * 1e9)
+        wait_s = self.upgrade_timeout_s or self.cfg.first_byte_timeout_s
+        phase_by = sent + int(wait_s * 1e9)
         refused_at: int | None = None
         while True:
             try:
                 data, t = self._recv(phase_by, first=refused_at is None)
             except TimeoutError:  # the refusal's body took longer than REFUSAL_BODY_S: what came of it will do
                 data, t = b"", self.clock()
+            except FirstByteTimeout:
+                if self.upgrade_timeout_s is None:
+                    raise
+                return UpgradeRefused(0, (), f"no answer within {wait_s:g} s".encode()), self.clock(), []
             events = self.ws.receive(data, t) if data or refused_at is None else []
             for i, event in enumerate(events):
                 if isinstance(event, Upgraded | UpgradeRefused):
@@ -222,14 +228,24 @@ class _WsRun:
                 return held, refused_at or t, []
 
     def _stream(self) -> None:
-        """probe/client.py's read loop (deadlines, the end and the trace so far on an error), this run its source."""
+        """probe/client.py's read loop (deadlines, the end and the trace so far on an error), this run its source;
+        --ws-ping-s's pings go out from it (next_read) while the stream waits."""
+        self.next_ping = self.rec.trace.t_sent_ns + self.ping_ns
         if not self.ended:  # the final event may have come with the 101
             read_until_done(self.rec, self, self.cfg, self.clock, self.deadline, head_checked=True)
         if self.closed is None:
             self._close_ours()
 
     def next_read(self, now_ns: int, until_ns: int) -> Woke | None:
-        """One read of messages (the ReadSource seam): re-framed into the recorder; the socket's end is the server's."""
+        """One read of messages (the ReadSource seam): re-framed into the recorder; the socket's end is the server's.
+        With --ws-ping-s, a ping when one is due (the keep-alive an agent sends while it waits), and no read past
+        the next one."""
+        if self.ping_ns:
+            if now_ns >= self.next_ping:
+                self.transport.sendall(self.ws.ping())
+                self.pings_sent += 1
+                self.next_ping += self.ping_ns * max(1, (now_ns - self.next_ping) // self.ping_ns + 1)  # never a burst
+            until_ns = min(until_ns, self.next_ping)
         try:
             data = self.transport.recv((until_ns - now_ns) / 1e9)
         except TimeoutError:
@@ -296,16 +312,17 @@ class _WsRun:
             self.closed = Closed(CLOSE_NORMAL, "", by_peer=False)
 
     def _recv(self, phase_by: int, first: bool) -> tuple[bytes, int]:
-        """One read by `phase_by` (past it: the phase's timeout error; `first` false while a refusal's body is
-        read: TimeoutError, the caller's to take)."""
+        """One read of the upgrade's answer by `phase_by` (past it: the phase's timeout error; `first` false while
+        a refusal's body is read: TimeoutError, the caller's to take)."""
         while True:
             now = self.clock()
             if now >= self.deadline or now >= phase_by:
                 if self.ws.pending_refusal() is not None and now < self.deadline:
                     raise TimeoutError
                 timeout_error(self.rec, self.cfg, first, total=now >= self.deadline)
+            until = min(phase_by, self.deadline)
             try:
-                data = self.transport.recv((min(phase_by, self.deadline) - now) / 1e9)
+                data = self.transport.recv((until - now) / 1e9)
             except TimeoutError:
                 continue
             t = self.clock()

@@ -17,6 +17,7 @@ H2_VARIANTS = ("http2", "http2_flushpackets")
 # read, the response head's wait included. No total limit.
 SHIPPED_TIMEOUT_S = 300.0
 LONG_STREAMS_LINE = f"ProxyTimeout {LIFTED_S:.0f}"
+UPGRADE_WEBSOCKET = "upgrade=websocket"
 # Variant -> the modules it loads and its filter line.
 COMPRESSION = {"deflate": (("filter", "deflate"), DEFLATE), "brotli": (("filter", "brotli"), BROTLI)}
 
@@ -33,6 +34,9 @@ class Apache2(Proxy):
         Variant("brotli", "mod_brotli for event streams (br for a client that accepts it, else identity)", BROTLI),
         Variant("http2", "mod_http2: HTTP/2 to the client (h2 over TLS, h2c on cleartext)", PROTOCOLS),
         Variant("http2_flushpackets", "mod_http2, with ProxyPass ... flushpackets=on", f"{PROTOCOLS}; flushpackets=on"),
+        # httpd.apache.org/docs/2.4/mod/mod_proxy.html#protoupgrade: mod_proxy_http tunnels an Upgrade (2.4.47+) only
+        # for the protocols ProxyPass's upgrade= names; stock it answers the offer as a plain GET
+        Variant("websocket", "carries a WebSocket upgrade: ProxyPass ... upgrade=websocket", UPGRADE_WEBSOCKET),
         Variant(
             LONG_STREAMS,
             "ProxyTimeout an hour (Debian's Timeout 300: 5 min of silence ends a stream)",
@@ -63,6 +67,7 @@ class Apache2(Proxy):
             else ""
         )
         flush = " flushpackets=on" if site.variant.name in ("flushpackets", "http2_flushpackets") else ""
+        flush += f" {UPGRADE_WEBSOCKET}" if site.variant.name == "websocket" else ""
         config = site.workdir / "httpd.conf"
         config.write_text(f"""# tokenpath: stock reverse proxy (mod_proxy_http); only the variant flag differs
 ServerRoot "{site.workdir}"

@@ -45,6 +45,7 @@ ROW_KEYS = (
     "within_floor",
     "verdict",
     "ends",  # runs by how their stream ended (complete, cut_error, cut_silent): a cut run is excluded, and counted
+    "fallback_ms_median",  # over WebSocket on a path that did not carry it: the client's fallback to SSE, its cost
 )
 
 
@@ -126,6 +127,10 @@ def varying_columns(rows: Sequence[MatrixRow]) -> list[TableColumn]:
         out.append(("first-token ms (reasoning or content; TTFT is content)", lambda r: _fmt(r.first_token_ms_median)))
     if any((r.after_first_delay_ms_p99 or 0) >= AFTER_FIRST_SHOWN_MS for r in rows):  # issue 24 §6
         out.append(("added delay after the first token ms (p50 / p99)", _after_first))
+    if any(r.fallback_ms_median is not None for r in rows):  # issue 38: WebSocket not carried, SSE after N upgrades
+        out.append(
+            ("WebSocket fallback ms (first upgrade -> first token over SSE)", lambda r: _fmt(r.fallback_ms_median))
+        )
     if any(kind != EndKind.COMPLETE for r in rows for kind in r.ends):  # issue 36: a path that cuts streams
         out.append(("ends (runs by how their stream ended; a cut one is excluded)", ends_cell))
     return out

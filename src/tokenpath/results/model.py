@@ -57,6 +57,8 @@ Kind = Literal["matrix", "sweep", "load"]
 #    detail; in their metrics too) and `ends` (kind -> runs or streams) on matrix rows and load levels. A cut stream
 #    is excluded from every figure and counted (a row's `exclusions` by kind, a level's `errors`). Files before 8
 #    classified no end: their runs' `end` is null and `ends` empty (not known, never "complete").
+#    Later in 8, with a default and no bump: `fallback_ms_median` on matrix rows (issue 38: a WebSocket row whose
+#    path did not carry the upgrade, what the client's fallback to SSE cost; null: no fallback ran).
 SCHEMA_VERSION = 8
 KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
 DEFAULT_API = Api.OPENAI.value
@@ -219,6 +221,9 @@ class MatrixRow:
     after_first_delay_ms_p50: float | None = None
     after_first_delay_ms_p99: float | None = None
     within_floor: bool | None = None
+    # Over WebSocket, where the path did not carry the upgrade: the median of what the client's fallback cost (its
+    # first upgrade -> the first content event over SSE, probe/wsfallback.py), over the runs that fell back.
+    fallback_ms_median: float | None = None
     # Runs by how their stream ended (schema 8; wire/ending.py kinds). A cut run is never in the figures above: it
     # is excluded and counted, by its kind, in `exclusions`.
     ends: Mapping[str, int] = field(default_factory=dict)

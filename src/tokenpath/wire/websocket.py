@@ -199,6 +199,7 @@ class WebSocketEndpoint:
         self._rejected: tuple[int, tuple[tuple[str, str], ...]] | None = None
         self._reject_body = bytearray()
         self.closed: Closed | None = None
+        self.pongs = 0  # pongs the peer sent (answers to our pings: a client's keep-alive, probe --ws-ping-s)
 
     @classmethod
     def server(cls, limits: WebSocketLimits) -> WebSocketEndpoint:
@@ -228,6 +229,12 @@ class WebSocketEndpoint:
     def send_text(self, text: str) -> bytes:
         """One whole text message's frame (a server's is unmasked, so the same text is the same bytes)."""
         return self._conn.send(TextMessage(data=text))
+
+    def ping(self, payload: bytes = b"") -> bytes:
+        """A ping frame (a client's is masked); nothing once the connection is closing or closed."""
+        if self._conn.state is not ConnectionState.OPEN:
+            return b""
+        return self._conn.send(Ping(payload=payload))
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> bytes:
         """Our close frame (nothing once the connection is closing or closed)."""
@@ -302,7 +309,7 @@ class WebSocketEndpoint:
             self._out += self._conn.send(event.response())
             out.append(PingReceived(answered=True))
         elif isinstance(event, Pong):
-            pass
+            self.pongs += 1
         elif isinstance(event, CloseConnection):
             self._closed_by_peer(event, out)
 
