@@ -98,3 +98,19 @@ def test_the_rows_carry_it_with_the_plain_row_they_were_judged_against() -> None
     assert chunked.origin == "stub: HTTP/1.0: chunked"
     # An attribution a row carried is decided again over the rows given: without the plain row, none.
     assert all(r.attribution is None for r in attribute([got[2], got[3]]))
+
+
+def test_the_runners_results_carry_it(tmp_path: Path) -> None:
+    """What results.json holds (MatrixRunner.results, written after every condition): decided over every row so far."""
+    from rich.console import Console
+
+    from tokenpath.experiment.runner import MatrixRunner
+    from tokenpath.experiment.spec import parse
+
+    runner = MatrixRunner(parse({"proxy": [{"name": "nginx"}]}), tmp_path, console=Console(quiet=True))
+    runner.rows = [row("nginx", "stock", False), row("nginx", "stock", True, stub_headers=XAB)]
+    plain, header = runner.results().rows
+    assert plain.attribution is None
+    assert header.attribution is not None
+    assert header.attribution.credited == ("X-Accel-Buffering: no",)
+    assert runner.rows[1].attribution is None  # the rows measured stay as measured; the results say it
