@@ -17,6 +17,7 @@ from tokenpath.diagnose import measure
 from tokenpath.diagnose.classify import RunFigures
 from tokenpath.diagnose.origin import PLAIN, OriginRun
 from tokenpath.diagnose.series import Run
+from tokenpath.errors import PeerError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.stub.presets import PRESETS
 
@@ -224,3 +225,20 @@ def test_a_stub_answering_as_a_real_origin_is_measured_again_as_a_plain_one(monk
         "origin: this path streams only because the origin sends X-Accel-Buffering: no; an origin that does not "
         "will be held: add proxy_buffering off;" in out.output
     )
+
+
+def test_origin_runs_that_fail_leave_the_verdict_standing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stub dies (or the path cuts) during the origin's runs: the verdict measured stands, with a note."""
+    s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
+
+    def run_origin(*_: object) -> list[tuple[OriginRun, RunFigures]]:
+        raise PeerError("connection refused")
+
+    monkeypatch.setattr(measure, "is_stub", s.is_stub)
+    monkeypatch.setattr(measure, "run_series", s.run_series)
+    monkeypatch.setattr(measure, "stub_origin", lambda url, timeout_s=2.0: PRESETS["llama-cpp-python"])
+    monkeypatch.setattr(measure, "run_origin", run_origin)
+    out = CliRunner().invoke(app, ["diagnose", URL])
+    assert out.exit_code == 0, out.output
+    assert "note: the origin's runs (a plain origin, each behaviour alone) failed: connection refused" in out.output
+    assert "streams only because" not in out.output

@@ -14,7 +14,7 @@ import typer
 
 from tokenpath.cli import options
 from tokenpath.cli.common import api_key, err_console, handles_errors
-from tokenpath.errors import UsageError
+from tokenpath.errors import TokenpathError, UsageError
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -135,7 +135,11 @@ def diagnose(
         origin: OriginFinding | None = None
         origin_figures: list[RunFigures] = []
         if behaviour is not None and not behaviour.plain and measured and verdict.end is None:
-            varied = run_origin(template, origin_runs(behaviour), probe, audit)
+            try:
+                varied = run_origin(template, origin_runs(behaviour), probe, audit)
+            except TokenpathError as exc:  # the verdict stands; what it rests on is not known
+                notes.append(f"the origin's runs (a plain origin, each behaviour alone) failed: {exc}")
+                varied = []
             origin_figures = [f for _, f in varied]
             origin = judge(behaviour, measured[0].figures, varied)
         elif behaviour is None and not (seen := seen_in_heads(heads)).plain:
