@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ from tests.diagnose.test_classify import Model, streaming, whole
 from tokenpath.cli import app
 from tokenpath.diagnose import measure
 from tokenpath.diagnose.classify import RunFigures
+from tokenpath.diagnose.origin import PLAIN, OriginRun
 from tokenpath.diagnose.series import Run
+from tokenpath.errors import PeerError
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.stub.presets import PRESETS
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +55,7 @@ class Scripted:
 def invoke(monkeypatch: pytest.MonkeyPatch, scripted: Scripted, *args: str) -> tuple[int, str]:
     monkeypatch.setattr(measure, "is_stub", scripted.is_stub)
     monkeypatch.setattr(measure, "run_series", scripted.run_series)
+    monkeypatch.setattr(measure, "stub_origin", lambda url, timeout_s=2.0: None)  # an older stub: it says nothing
     out = CliRunner().invoke(app, ["diagnose", *args])
     return out.exit_code, out.output
 
@@ -192,3 +197,48 @@ def test_accept_encoding_and_api_and_http2_reach_the_series(monkeypatch: pytest.
 def test_no_url_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TOKENPATH_URL", raising=False)
     assert invoke(monkeypatch, Scripted(streaming))[0] == 2
+
+
+def test_a_stub_answering_as_a_real_origin_is_measured_again_as_a_plain_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind stock nginx, llama-cpp-python's preset: streamed by its X-Accel-Buffering alone (diagnose/origin.py);
+    the origin's runs are the base schedule with the stub's `plain_origin` member."""
+    s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
+    varied: list[dict[str, object]] = []
+
+    def run_origin(template: ProbeConfig, runs: Sequence[OriginRun], *_: object) -> list[tuple[OriginRun, RunFigures]]:
+        varied.extend(dict(r.member) for r in runs)
+        model: dict[str, Model] = {PLAIN: whole, "only X-Accel-Buffering: no": streaming}
+        return [(r, replace(model.get(r.name, whole)("base"), name=r.name)) for r in runs]
+
+    monkeypatch.setattr(measure, "is_stub", s.is_stub)
+    monkeypatch.setattr(measure, "run_series", s.run_series)
+    monkeypatch.setattr(measure, "stub_origin", lambda url, timeout_s=2.0: PRESETS["llama-cpp-python"])
+    monkeypatch.setattr(measure, "run_origin", run_origin)
+    out = CliRunner().invoke(app, ["diagnose", URL])
+    assert out.exit_code == 0
+    assert varied == [
+        {"plain_origin": True},
+        {"plain_origin": True, "headers": {"X-Accel-Buffering": "no"}},
+        {"plain_origin": True, "headers": {"Cache-Control": "no-store"}},
+    ]
+    assert (
+        "origin: this path streams only because the origin sends X-Accel-Buffering: no; an origin that does not "
+        "will be held: add proxy_buffering off;" in out.output
+    )
+
+
+def test_origin_runs_that_fail_leave_the_verdict_standing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stub dies (or the path cuts) during the origin's runs: the verdict measured stands, with a note."""
+    s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
+
+    def run_origin(*_: object) -> list[tuple[OriginRun, RunFigures]]:
+        raise PeerError("connection refused")
+
+    monkeypatch.setattr(measure, "is_stub", s.is_stub)
+    monkeypatch.setattr(measure, "run_series", s.run_series)
+    monkeypatch.setattr(measure, "stub_origin", lambda url, timeout_s=2.0: PRESETS["llama-cpp-python"])
+    monkeypatch.setattr(measure, "run_origin", run_origin)
+    out = CliRunner().invoke(app, ["diagnose", URL])
+    assert out.exit_code == 0, out.output
+    assert "note: the origin's runs (a plain origin, each behaviour alone) failed: connection refused" in out.output
+    assert "streams only because" not in out.output

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from tokenpath.axes import DEFAULT_CONDITION
-from tokenpath.experiment.attribution import behaviour, describe, origin_effects
+from tokenpath.experiment.attribution import attribute, behaviour, describe, origin_effects
 from tokenpath.results.model import MatrixRow
 
 XAB = (("X-Accel-Buffering", "no"),)
@@ -70,3 +70,47 @@ def test_a_replays_behaviour_is_its_recordings_with_the_declared_headers_on_top(
     assert behaviour(cond).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: no")
     declared = replace(cond, stub_headers=(("X-Accel-Buffering", "yes"),))
     assert behaviour(declared).parts() == ("HTTP/1.0: chunked", "X-Accel-Buffering: yes")
+
+
+def test_the_rows_carry_it_with_the_plain_row_they_were_judged_against() -> None:
+    plain = row("nginx", "ignore_x_accel", False)
+    rows = [
+        row("direct", "stock", True),
+        plain,
+        row("nginx", "ignore_x_accel", True, origin="stub:llama-server"),
+        row("nginx", "ignore_x_accel", False, origin="stub:llama-cpp-python"),
+        row("nginx", "ignore_x_accel", True, http10_framing="chunked"),
+    ]
+    got = attribute(rows)
+    assert [r.attribution is None for r in got] == [True, True, False, False, False]
+    streams, held, chunked = (r.attribution for r in got[2:])
+    assert streams is not None
+    assert held is not None
+    assert chunked is not None
+    # The chunked answer alone streamed this path: of llama-server's two behaviours only it is credited.
+    assert streams.streams
+    assert streams.credited == ("HTTP/1.0: chunked",)
+    assert streams.baseline == f"nginx:ignore_x_accel ({plain.condition.label})"
+    assert streams.origin == "stub as llama-server"
+    assert streams.words == f"streams because the origin sends HTTP/1.0: chunked {PLAIN_HELD}"
+    assert not held.streams
+    assert held.credited == ("Cache-Control: no-store", "X-Accel-Buffering: no")
+    assert chunked.origin == "stub: HTTP/1.0: chunked"
+    # An attribution a row carried is decided again over the rows given: without the plain row, none.
+    assert all(r.attribution is None for r in attribute([got[2], got[3]]))
+
+
+def test_the_runners_results_carry_it(tmp_path: Path) -> None:
+    """What results.json holds (MatrixRunner.results, written after every condition): decided over every row so far."""
+    from rich.console import Console
+
+    from tokenpath.experiment.runner import MatrixRunner
+    from tokenpath.experiment.spec import parse
+
+    runner = MatrixRunner(parse({"proxy": [{"name": "nginx"}]}), tmp_path, console=Console(quiet=True))
+    runner.rows = [row("nginx", "stock", False), row("nginx", "stock", True, stub_headers=XAB)]
+    plain, header = runner.results().rows
+    assert plain.attribution is None
+    assert header.attribution is not None
+    assert header.attribution.credited == ("X-Accel-Buffering: no",)
+    assert runner.rows[1].attribution is None  # the rows measured stay as measured; the results say it

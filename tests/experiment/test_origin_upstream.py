@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
@@ -123,3 +124,25 @@ def test_a_started_origins_first_stream_of_a_condition_warms_it_unmeasured(monke
     (row,) = runner.rows
     assert row.runs == 2  # the warm-up is not among them
     assert row.ttft_ms_median == pytest.approx(21.5)
+
+
+def test_the_progress_total_counts_every_stream_a_paired_condition_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    exp = parse({"upstream": {"url": "http://127.0.0.1:9", "model": "m"}, "runs": 3, "proxy": [{"name": "nginx"}]})
+    assert exp.endpoint is not None
+    exp.endpoint = replace(exp.endpoint, kind="llama-server")
+    runner = MatrixRunner(exp, Path("/nonexistent"), console=Console(quiet=True))
+    monkeypatch.setattr(
+        runner, "_endpoint_probe", lambda env, url, label, **k: RunRecord(label, "s", metrics(100.0), audited=False)
+    )
+    monkeypatch.setattr(runner, "write", lambda: None)
+    monkeypatch.setattr(runner, "_skips_http", lambda *a: False)
+    env = Environment("loopback", False)
+    proxy = SimpleNamespace(base_path="", url="http://127.0.0.1:1")
+    env.running["nginx"] = SimpleNamespace(proxy=proxy, origin="http://127.0.0.1:1", alive=True)  # type: ignore[assignment]
+    ticks: list[str] = []
+    runner._condition(env, exp.conditions[0], ticks.append)
+    assert len(ticks) == 3 * 3  # direct, nginx, direct per run
+    assert runner._streams_per_condition() == len(ticks)  # the total was 2 * 3: the bar overran it
+    (nginx,) = [r for r in runner.rows if r.proxy == "nginx"]
+    assert nginx.pairing is not None
+    assert (nginx.pairing.kept, nginx.pairing.directs) == (3, 6)

@@ -15,7 +15,9 @@ from tokenpath.experiment.pairs import (
     origin_jitter,
     pair,
     pair_bound_ms,
+    paired,
     path_figures,
+    streams_per_condition,
     summary,
 )
 from tokenpath.probe.metrics import RunMetrics
@@ -121,3 +123,30 @@ def test_a_conditions_summary_says_the_origins_pace_apart_from_each_paths() -> N
         "nginx: 2 pairs kept, 0 excluded; added TTFT +25.0 ms [25.0, 25.0] (50 %), added gap +0.8 ms",
         "haproxy: 0 pairs kept, 1 excluded",
     ]
+
+
+def test_a_paths_pairs_are_stored_with_their_reasons_and_the_origins_own_pace() -> None:
+    directs = [run(100.0, gap=10.0), run(110.0, gap=12.0), run(120.0, gap=11.0), run(400.0, gap=11.0)]
+    pairs = [
+        pair(run(130.0, gap=12.0), directs[0], directs[1]),
+        pair(run(140.0, gap=12.0), directs[1], directs[2]),
+        pair(run(900.0), directs[2], directs[3]),  # the origin's pace moved
+        pair(run(130.0, frames=9), directs[0], directs[1]),  # another number of tokens
+        pair(run(130.0), directs[0], None),  # a direct stream failed
+    ]
+    got = paired(directs, pairs)
+    assert (got.kept, got.excluded, got.directs) == (2, 3, 4)
+    assert got.reasons == {UNSTABLE: 1, OTHER_TOKENS: 1, UNPAIRED: 1}
+    assert got.added_ttft_ms == pytest.approx(25.0)
+    assert (got.origin_ttft_ms, got.origin_ttft_ms_low, got.origin_ttft_ms_high) == (115.0, 100.0, 400.0)
+    assert got.origin_gap_ms == pytest.approx(11.0)
+    nothing = paired([], [])
+    assert (nothing.kept, nothing.excluded, nothing.added_ttft_ms, nothing.origin_ttft_ms) == (0, 0, None, None)
+
+
+def test_a_paired_condition_measures_direct_once_more_per_round_than_every_other_path() -> None:
+    # examples/origins/llama-server.toml: direct + 5 paths, 10 runs, in 2 formats: 220 streams, not the 120 a round
+    # of one stream per path counts ([151/120] was printed).
+    paths = ["direct", "nginx", "nginx (ignore_x_accel)", "nginx (proxy_buffering_off)", "haproxy", "gateway"]
+    assert 2 * streams_per_condition(paths, 10, paired=True) == 220
+    assert streams_per_condition(paths, 10, paired=False) == 60

@@ -130,3 +130,43 @@ def test_the_terminal_table_explains_its_short_headers() -> None:
     text = " ".join(out.getvalue().split())
     assert "+TTFT ms: added TTFT, the first token's arrival - the stub's write of it" in text
     assert "fpr: frames per read" in text
+
+
+def test_the_legend_says_how_added_ttft_was_computed_for_these_rows() -> None:
+    def legend(results: model.MatrixResults) -> str:
+        out = io.StringIO()
+        Console(file=out, width=400).print(tables.rich_table(results))
+        return " ".join(out.getvalue().split())
+
+    stub = doc(True)
+    assert tables.ADDED_TTFT_WORDS["paired"] not in legend(stub)
+    raw = raw_doc(True)
+    raw["experiment"]["upstream"] = {"origin": "http://127.0.0.1:1", "model": "m", "note": "n", "kind": "llama-server"}
+    raw["rows"][0].update(endpoint="origin llama-server")
+    started = from_json(raw)
+    assert isinstance(started, model.MatrixResults)
+    said = legend(started)
+    assert "the mean of the two direct streams' around it" in said
+    assert "the stub's write of it" not in said  # no stub write was joined in a real origin's rows
+    mixed = model.MatrixResults(started.provenance, started.experiment, rows=(*stub.rows, *started.rows))
+    both = legend(mixed)
+    assert f"rows on the stub, {tables.ADDED_TTFT_WORDS['stub']}" in both
+    assert f"rows on the started origin, {tables.ADDED_TTFT_WORDS['paired']}" in both
+    raw["experiment"]["upstream"].pop("kind")
+    endpoint = from_json(raw)
+    assert isinstance(endpoint, model.MatrixResults)
+    assert tables.ADDED_TTFT_WORDS["round"] in legend(endpoint)
+
+
+def test_the_reports_verdict_legend_says_the_same_of_a_started_origins_rows() -> None:
+    from tokenpath.report import headline, page
+
+    raw = raw_doc(True)
+    raw["experiment"]["upstream"] = {"origin": "http://127.0.0.1:1", "model": "m", "note": "n", "kind": "llama-server"}
+    raw["rows"][0].update(endpoint="origin llama-server")
+    started = from_json(raw)
+    assert isinstance(started, model.MatrixResults)
+    said = headline.meaning(headline.TTFT_COLUMN, started)
+    assert said == f"added TTFT: {tables.ADDED_TTFT_WORDS['paired']}, over the kept runs"
+    assert page.esc(said) in "".join(page.answer_block(started))
+    assert headline.meaning(headline.TTFT_COLUMN, doc(True)) == headline.TTFT_COLUMN.meaning

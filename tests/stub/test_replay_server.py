@@ -91,3 +91,38 @@ def test_a_replay_the_stub_does_not_have_is_refused(start_stub: StartStub, tmp_p
     head, _, body = response.partition(b"\r\n\r\n")
     assert b" 400 " in head.split(b"\r\n")[0]
     assert "no recording 'other'" in json.loads(body)["error"]["message"]
+
+
+def test_a_stub_says_what_it_does_besides_pacing_and_answers_as_a_plain_origin_when_asked(
+    start_stub: StartStub,
+) -> None:
+    """diagnose's baseline (diagnose/origin.py): the health names the origin's behaviour; `plain_origin` answers
+    close-delimited to HTTP/1.0 without the headers a path acts on (the stub's other headers kept)."""
+    own = (("X-Accel-Buffering", "no"), ("Cache-Control", "no-store"), ("X-Mine", "1"))
+    stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0, format="plain", http10_framing="chunked", headers=own)
+    health = json.loads(exchange(stub.port, b"GET /_tokenpath/health HTTP/1.0\r\n\r\n").partition(b"\r\n\r\n")[2])
+    assert health["origin"] == {
+        "http10_framing": "chunked",
+        "headers": {"X-Accel-Buffering": "no", "Cache-Control": "no-store"},
+    }
+    plain = {**CHAT, "tokenpath": {"plain_origin": True}}
+    head, _, body = exchange(stub.port, post("/v1/chat/completions", plain, version="1.0")).partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head
+    assert b"X-Accel-Buffering" not in head
+    assert b"no-store" not in head
+    assert b"X-Mine: 1" in head
+    assert body == b"data: 0\n\ndata: 1\n\n"
+    alone = {**CHAT, "tokenpath": {"plain_origin": True, "headers": {"X-Accel-Buffering": "no"}}}
+    head = exchange(stub.port, post("/v1/chat/completions", alone, version="1.0")).partition(b"\r\n\r\n")[0]
+    assert b"X-Accel-Buffering: no" in head
+    assert b"no-store" not in head
+    assert b"Transfer-Encoding" not in head
+    chunked = {**CHAT, "tokenpath": {"plain_origin": True, "http10_framing": "chunked"}}
+    head = exchange(stub.port, post("/v1/chat/completions", chunked, version="1.0")).partition(b"\r\n\r\n")[0]
+    assert b"Transfer-Encoding: chunked" in head
+    assert b"X-Accel-Buffering" not in head
+    as_itself = exchange(stub.port, post("/v1/chat/completions", CHAT, version="1.0")).partition(b"\r\n\r\n")[0]
+    assert b"X-Accel-Buffering: no" in as_itself
+    assert b"Transfer-Encoding: chunked" in as_itself
+    bad = {**CHAT, "tokenpath": {"plain_origin": "yes"}}
+    assert exchange(stub.port, post("/v1/chat/completions", bad)).split(b" ", 2)[1] == b"400"

@@ -14,11 +14,11 @@ import typer
 
 from tokenpath.cli import options
 from tokenpath.cli.common import api_key, err_console, handles_errors
-from tokenpath.errors import UsageError
+from tokenpath.errors import TokenpathError, UsageError
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
-    from tokenpath.diagnose.classify import Check
+    from tokenpath.diagnose.classify import Check, RunFigures
     from tokenpath.diagnose.measure import Probe
     from tokenpath.probe.client import ProbeConfig
 
@@ -82,7 +82,8 @@ def diagnose(
     the stream (the limit and its fix are named)."""
     from tokenpath.axes import ACCEPT_ENCODING, API
     from tokenpath.diagnose.fixes import check_proxy
-    from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, stub_audit
+    from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, run_origin, stub_audit, stub_origin
+    from tokenpath.diagnose.origin import OriginFinding, judge, origin_runs, seen_in_heads
     from tokenpath.diagnose.report import diagnosis, dumps, lines
     from tokenpath.diagnose.series import plan
     from tokenpath.probe.client import ProbeConfig
@@ -127,14 +128,32 @@ def diagnose(
     with _client(template, client) as probe:
         audit = stub_audit(stub_url or target_url) if paced else None
         measured, verdict = diagnose_series(template, first, probe, audit, sent, checks())
+        # What the verdict rests on of the origin's behaviour: a stub answering as a real origin is varied (a plain
+        # origin, each behaviour alone); any other origin's is read off the answers' heads.
+        behaviour = stub_origin(stub_url or target_url) if paced else None
+        heads = [m.headers for m in measured]
+        origin: OriginFinding | None = None
+        origin_figures: list[RunFigures] = []
+        if behaviour is not None and not behaviour.plain and measured and verdict.end is None:
+            try:
+                varied = run_origin(template, origin_runs(behaviour), probe, audit)
+            except TokenpathError as exc:  # the verdict stands; what it rests on is not known
+                notes.append(f"the origin's runs (a plain origin, each behaviour alone) failed: {exc}")
+                varied = []
+            origin_figures = [f for _, f in varied]
+            origin = judge(behaviour, measured[0].figures, varied)
+        elif behaviour is None and not (seen := seen_in_heads(heads)).plain:
+            origin = OriginFinding(seen, None)
     found = diagnosis(
         target_url,
         paced,
         [m.figures for m in measured],
         verdict,
-        [m.headers for m in measured],
+        heads,
         proxy,
         notes,
+        origin,
+        origin_figures,
     )
     with _quiet_if_closed(found.exit_code):
         if json_out:

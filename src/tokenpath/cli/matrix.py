@@ -23,7 +23,6 @@ def matrix(
 ) -> None:
     """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
     from tokenpath.experiment import spec
-    from tokenpath.experiment.attribution import describe, origin_effects
     from tokenpath.experiment.runner import MatrixRunner
     from tokenpath.report import tables
     from tokenpath.results.model import dumps
@@ -42,8 +41,8 @@ def matrix(
     if json_out:
         print(dumps(doc), flush=True)
     shown.print(tables.rich_table(doc))
-    for row, effect in origin_effects(doc.rows):  # which origin behaviour made a verdict (issue 37)
-        shown.print(describe(row, effect), markup=False, highlight=False)
+    for line in tables.attribution_lines(doc.rows):  # which origin behaviour made a verdict (issue 37)
+        shown.print(line, markup=False, highlight=False)
     shown.print(f"results: {Path(out) / 'results.json'}")
     render_report(out, shown)
     if doc.interrupted:

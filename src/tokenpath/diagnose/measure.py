@@ -15,13 +15,15 @@ from dataclasses import dataclass
 
 from tokenpath.audit import StreamLog
 from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
-from tokenpath.diagnose.series import Run, paced
+from tokenpath.diagnose.origin import OriginRun
+from tokenpath.diagnose.series import BASE, Run, paced
 from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
+from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import STREAM_END, BodyEnd, StreamEnd
 
@@ -40,20 +42,38 @@ Audit = Callable[[str], StreamLog | None]  # a stream id -> the stub's write log
 
 def is_stub(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> bool:
     """Whether `url`'s origin answers the stub's health (a stub, or a proxy that forwards every path to one)."""
+    return _health(url, timeout_s) is not None
+
+
+def _health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, object] | None:
     target = parse_target(url)
     if target.scheme != "http":
-        return False  # the control plane is read over plain HTTP; name a stub behind https with --stub-url
+        return None  # the control plane is read over plain HTTP; name a stub behind https with --stub-url
     try:
         status, body = exchange(target.origin, "GET", HEALTH_PATH, timeout_s=timeout_s)
     except (OSError, ProtocolError):
-        return False
+        return None
     if status != 200:
-        return False
+        return None
     try:
         doc = json.loads(body)
     except ValueError:
-        return False
-    return isinstance(doc, dict) and isinstance(doc.get("pacing"), dict)
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("pacing"), dict) else None
+
+
+def stub_origin(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> OriginBehaviour | None:
+    """What the stub at `url` does besides pacing that a path acts on (its health's `origin`: a preset's, or its
+    flags'); None when it does not say (an older stub) or says it malformed."""
+    origin = (_health(url, timeout_s) or {}).get("origin")
+    if not isinstance(origin, dict) or not isinstance(origin.get("headers", {}), dict):
+        return None
+    try:
+        framing = parse_http10_framing(origin.get("http10_framing", "close"))
+    except UsageError:
+        return None
+    headers = [(str(k), str(v)) for k, v in origin.get("headers", {}).items()]
+    return OriginBehaviour(framing, relevant_headers(headers))
 
 
 def check_stub(stub_url: str) -> None:
@@ -126,6 +146,24 @@ def run_series(
         log = audit(trace.stream_id) if audit is not None and run.controlled else None
         found = dataclasses.replace(figures(run, trace, log, template.api), end=end)
         out.append(Measured(found, trace.head.headers if trace.head else (), trace.end or end))
+    return out
+
+
+def run_origin(
+    template: ProbeConfig, runs: Sequence[OriginRun], probe: Probe = probe_stream, audit: Audit | None = None
+) -> list[tuple[OriginRun, RunFigures]]:
+    """The base run again under each origin run's behaviour (diagnose/origin.py): its pacing, with what the run's
+    `tokenpath` member adds (a plain origin, one behaviour alone)."""
+    out = []
+    base = paced(BASE)
+    for origin in runs:
+        cfg = config_for(template, base)
+        member = {**(base.stub_pacing(template.api) or {}), **origin.member}
+        cfg = dataclasses.replace(cfg, extra_body=(*template.extra_body, ("tokenpath", member)))
+        trace, end = read_stream(probe, cfg)
+        log = audit(trace.stream_id) if audit is not None else None
+        found = dataclasses.replace(figures(base, trace, log, template.api), name=origin.name, end=end)
+        out.append((origin, found))
     return out
 
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tokenpath.diagnose import series
-from tokenpath.diagnose.classify import Cause, RunFigures, Verdict
+from tokenpath.diagnose.classify import Cause, RunFigures, Verdict, classify
 from tokenpath.diagnose.cuts import CutName, name_end
 from tokenpath.diagnose.fixes import Fix, Recognised, check_proxy, fix_for, generic_fix, recognise
-from tokenpath.diagnose.shape import size
+from tokenpath.diagnose.origin import PLAIN, OriginFinding
+from tokenpath.diagnose.shape import Kind, size
 from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld
 
 # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix; 3: the cut cause, its
-# `cut` (limit, value, fix) and each run's `end`
-SCHEMA_VERSION = 3
+# `cut` (limit, value, fix) and each run's `end`; 4: `origin` (what the verdict rests on of the origin's behaviour,
+# diagnose/origin.py; null when nothing is known of it)
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,7 @@ class Diagnosis:
     generic: str | None  # what changes the measured rule in any proxy, when no measured line is printed
     notes: tuple[str, ...] = ()  # about the series itself (its client, a run left out, and why)
     cut: CutName | None = None  # CUT: which limit, its value, and the line that lifts it on the proxy recognised
+    origin: OriginFinding | None = None  # whether the verdict rests on what the origin does (issue 37)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class Diagnosis:
             "cut": None
             if self.cut is None
             else {"limit": self.cut.limit.value, "cut_s": self.cut.cut_s, "fix": self.cut.fix},
+            "origin": None if self.origin is None else self.origin.to_json(),
             "notes": list(self.notes),
             "runs": [r.to_json() for r in self.runs],
         }
@@ -80,15 +84,35 @@ def diagnosis(
     heads: Sequence[Sequence[tuple[str, str]]],
     proxy: str | None = None,
     notes: Sequence[str] = (),
+    origin: OriginFinding | None = None,
+    origin_runs: Sequence[RunFigures] = (),
 ) -> Diagnosis:
     """Recognise the proxy (--proxy, else the first head that names one) and look up its measured fix; without
-    one, what changes the rule in any proxy."""
+    one, what changes the rule in any proxy. `origin`: what the verdict rests on of the origin's behaviour; when the
+    path streams only because of it, the plain origin's run (among `origin_runs`) is held, and its fix is named."""
     check_proxy(proxy)
     found = Recognised(proxy, "--proxy") if proxy else next(filter(None, map(recognise, heads)), None)
     fix = fix_for(found.proxy, verdict) if found is not None and verdict.held else None
     generic = generic_fix(verdict) if verdict.held and fix is None else None
     cut = name_end(verdict.end, found.proxy if found else None) if verdict.end is not None else None
-    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes), cut)
+    if origin is not None and origin.credit is not None and origin.credit.streams:
+        origin = replace(origin, fix=_plain_fix(origin_runs, found))
+    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes), cut, origin)
+
+
+def _plain_fix(runs: Sequence[RunFigures], found: Recognised | None) -> str | None:
+    """What makes a plain origin's stream (the held one) stream through the path: the recognised proxy's measured
+    line for the cause its run shows, else what changes that rule in any proxy."""
+    plain = next((r for r in runs if r.name == PLAIN), None)
+    if plain is None:
+        return None
+    held = classify([replace(plain, name=series.BASE)])
+    if not held.held and plain.seen().kind is Kind.WHOLE:  # one short run: classify would grow the series first
+        held = Verdict(Cause.WHOLE_RESPONSE, "holds the whole response")
+    if not held.held:
+        return None
+    fix = fix_for(found.proxy, held) if found is not None else None
+    return f"add {fix.line}" if fix is not None else generic_fix(held)
 
 
 def lines(d: Diagnosis) -> list[str]:
@@ -112,6 +136,9 @@ def lines(d: Diagnosis) -> list[str]:
             out.append("proxy: not named by its headers; --proxy NAME prints a catalogue proxy's measured line")
         if d.generic:
             out.append(f"in any proxy: {d.generic}")
+    said = d.origin.words if d.origin is not None else None
+    if said:
+        out.append(f"origin: {said}")
     out += [f"note: {n}" for n in (*v.notes, *d.notes)]
     bound = f"grown to at most {size(series.MAX_STREAM_BYTES)} or {series.MAX_STREAM_MS / 1000:g} s a stream"
     out.append(

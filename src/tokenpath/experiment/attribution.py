@@ -3,9 +3,9 @@
 Every origin behaviour a path can act on is a condition (stub/presets.py: the HTTP/1.0 framing, the headers), so a
 matrix that measured one path under several origins can say, for each row, what made the verdict: the same path
 and the same client-side axes with a plain origin (the stub: close-delimited to HTTP/1.0, no header a path acts on)
-is the baseline. A row that streams where its baseline is held streams because of what its origin did; of the
-behaviours it did, those that streamed the path alone in another row are named (the smallest such sets), else all.
-A row held in spite of its origin's behaviours says so (the path ignores them).
+is the baseline, and origins/credit.py's rule (diagnose applies the same) names the behaviours. The rows carry it
+(MatrixRow.attribution: the credit in words, and the plain row it was judged against), so every rendering reads it
+from the results.
 """
 
 from __future__ import annotations
@@ -14,14 +14,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from tokenpath.axes import PRESET_PREFIX, STUB, Condition, origin_words, replay_file
-from tokenpath.results.model import MatrixRow
+from tokenpath.origins.credit import Credit, credit, streamed
+from tokenpath.results.model import Attribution, MatrixRow
 from tokenpath.stub.presets import PRESETS, OriginBehaviour, relevant_headers
 from tokenpath.stub.replay import load_cached as load_recording
-
-Seen = list[tuple[frozenset[str], bool]]  # per origin measured: its behaviours, and whether the path streamed
-# Streamed or held by frames per read alone: a verdict on the stream's shape, not on its milliseconds (a path that
-# streams may still add a millisecond over the floor; one held brings 2 frames or more per read).
-HELD_FPR = 2.0
 
 
 def behaviour(cond: Condition) -> OriginBehaviour:
@@ -39,33 +35,59 @@ def behaviour(cond: Condition) -> OriginBehaviour:
     return OriginBehaviour(own.http10_framing, relevant_headers(headers))
 
 
-def origin_effects(rows: Sequence[MatrixRow]) -> list[tuple[MatrixRow, str]]:
-    """Each row whose verdict its origin made (or could not change), with the words that say so."""
-    seen: dict[tuple[str, str, Condition], Seen] = {}
+def attribute(rows: Sequence[MatrixRow]) -> list[MatrixRow]:
+    """The rows, each whose verdict its origin made (or could not change) with its `attribution` set (the others
+    unchanged, an attribution they carried cleared: it is decided here, over these rows)."""
+    by_key: dict[tuple[str, str, Condition], list[tuple[MatrixRow, frozenset[str]]]] = {}
     for row in _judged(rows):
-        parts = frozenset(behaviour(row.condition).parts())
-        seen.setdefault(_key(row), []).append((parts, _streams(row)))
+        by_key.setdefault(_key(row), []).append((row, frozenset(behaviour(row.condition).parts())))
     out = []
-    for row in _judged(rows):
-        effect = _effect(frozenset(behaviour(row.condition).parts()), _streams(row), seen[_key(row)])
-        if effect:
-            out.append((row, effect))
+    for row in rows:
+        found = _credit(row, by_key.get(_key(row), [])) if _is_judged(row) else None
+        out.append(replace(row, attribution=found))
     return out
 
 
+def origin_effects(rows: Sequence[MatrixRow]) -> list[tuple[MatrixRow, str]]:
+    """Each row whose verdict its origin made (or could not change), with the words that say so."""
+    return [(row, got.attribution.words) for row, got in zip(rows, attribute(rows), strict=True) if got.attribution]
+
+
 def describe(row: MatrixRow, effect: str) -> str:
-    path = row.proxy if row.variant == "stock" else f"{row.proxy}:{row.variant}"
-    cond = row.condition
-    origin = origin_words(cond.origin) if cond.origin != STUB else f"stub: {behaviour(cond).describe()}"
-    return f"{path} ({origin}): {effect}"
+    return f"{_path(row)} ({_origin(row.condition)}): {effect}"
+
+
+def _credit(row: MatrixRow, measured: list[tuple[MatrixRow, frozenset[str]]]) -> Attribution | None:
+    plain = [r for r, parts in measured if not parts]
+    if not plain:
+        return None  # no plain origin through this path: nothing to judge against
+    seen = [(parts, _streams(r)) for r, parts in measured]
+    parts = frozenset(behaviour(row.condition).parts())
+    found: Credit | None = credit(parts, _streams(row), _streams(plain[0]), seen)
+    if found is None:
+        return None
+    baseline = f"{_path(plain[0])} ({plain[0].condition.label})"
+    return Attribution(found.streams, tuple(sorted(found.credited)), baseline, found.words, _origin(row.condition))
+
+
+def _path(row: MatrixRow) -> str:
+    return row.proxy if row.variant == "stock" else f"{row.proxy}:{row.variant}"
+
+
+def _origin(cond: Condition) -> str:
+    return origin_words(cond.origin) if cond.origin != STUB else f"stub: {behaviour(cond).describe()}"
 
 
 def _judged(rows: Iterable[MatrixRow]) -> list[MatrixRow]:
-    return [r for r in rows if r.fpr_median is not None and r.proxy != "direct"]
+    return [r for r in rows if _is_judged(r)]
+
+
+def _is_judged(row: MatrixRow) -> bool:
+    return row.fpr_median is not None and row.proxy != "direct"
 
 
 def _streams(row: MatrixRow) -> bool:
-    return row.fpr_median is not None and row.fpr_median < HELD_FPR
+    return row.fpr_median is not None and streamed(row.fpr_median)
 
 
 def _key(row: MatrixRow) -> tuple[str, str, Condition]:
@@ -73,21 +95,3 @@ def _key(row: MatrixRow) -> tuple[str, str, Condition]:
     pacing is its recording's, so the stub's interval and frame size are set aside too)."""
     plain = replace(row.condition, origin=STUB, http10_framing="close", stub_headers=())
     return row.proxy, row.variant, replace(plain, interval_ms=0.0, frame_bytes=0)
-
-
-def _effect(parts: frozenset[str], streamed: bool, seen: Seen) -> str | None:
-    baseline = [ok for p, ok in seen if not p]
-    if not parts or not baseline:
-        return None
-    if baseline[0]:
-        return None  # it streams a plain origin too: the path's doing, whatever the origin sends
-    if not streamed:
-        return f"held although the origin sends {_words(parts)}: the path ignores it"
-    causes = [p for p, ok in seen if ok and p and p <= parts]
-    smallest = [p for p in causes if not any(q < p for q in causes)]
-    named = frozenset(set().union(*smallest)) if smallest else parts
-    return f"streams because the origin sends {_words(named)} (held with a plain origin)"
-
-
-def _words(parts: frozenset[str]) -> str:
-    return " and ".join(sorted(parts))

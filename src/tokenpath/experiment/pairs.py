@@ -13,10 +13,13 @@ apart from what the paths add; each added figure carries a distribution-free int
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.report import tables
+from tokenpath.results.model import Paired
 from tokenpath.stats import median
 
 PAIR_BOUND_MS = 25.0  # the two directs around a run may differ by this much, or PAIR_BOUND_SHARE of their mean
@@ -153,26 +156,26 @@ def bracketed(paths: Sequence[str]) -> list[str]:
     return order
 
 
+def streams_per_condition(paths: Sequence[str], runs: int, paired: bool) -> int:
+    """The streams `runs` rounds of these paths make: one per path a round, or, paired, as bracketed orders them."""
+    return runs * (len(bracketed(paths)) if paired else len(paths))
+
+
+def paired(directs: Sequence[RunMetrics], pairings: Sequence[Pairing]) -> Paired:
+    """A path's paired runs in one condition as the results hold them (MatrixRow.pairing): its kept and excluded
+    pairs (by reason: the exclusion's first words), what it added over the kept ones, and the origin's own pace
+    over the condition's direct streams beside it."""
+    figures = path_figures(pairings)
+    kept = int(figures.pop("pairs"))
+    reasons = Counter(p.excluded_because.split(":")[0] for p in pairings if p.excluded_because is not None)
+    own = origin_jitter(directs)
+    return Paired(kept, len(pairings) - kept, dict(reasons), directs=len(directs), **figures, **own)
+
+
 def summary(directs: Sequence[RunMetrics], pairings: dict[str, list[Pairing]]) -> list[str]:
     """The lines a condition against a real origin ends with: the origin's own pace over its direct streams, then
     what each path added over its kept pairs, with the median's interval (apart: the origin's jitter is never read as
-    a path's)."""
-    own = origin_jitter(directs)
-    lines = []
-    if "origin_ttft_ms" in own:
-        lines.append(
-            f"the origin itself, over {len(directs)} direct streams: TTFT {own['origin_ttft_ms']:.1f} ms "
-            f"[{own['origin_ttft_ms_low']:.1f}, {own['origin_ttft_ms_high']:.1f}]"
-            + (f", gap {own['origin_gap_ms']:.1f} ms" if "origin_gap_ms" in own else "")
-        )
-    for label, pairs in pairings.items():
-        figures = path_figures(pairs)
-        excluded = len(pairs) - int(figures["pairs"])
-        said = f"{label}: {int(figures['pairs'])} pairs kept, {excluded} excluded"
-        if "added_ttft_ms" in figures:
-            interval = Interval(figures["added_ttft_ms_low"], figures["added_ttft_ms_high"], figures["confidence"])
-            said += f"; added TTFT {figures['added_ttft_ms']:+.1f} ms {interval.describe()}"
-        if "added_gap_ms" in figures:
-            said += f", added gap {figures['added_gap_ms']:+.1f} ms"
-        lines.append(said)
-    return lines
+    a path's). The report says the same of the stored rows (report/tables.py)."""
+    own = paired(directs, [])
+    lines = [tables.describe_origin_pace(own)] if own.origin_ttft_ms is not None else []
+    return lines + [tables.describe_pairing(label, paired(directs, pairs)) for label, pairs in pairings.items()]

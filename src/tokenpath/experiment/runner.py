@@ -22,8 +22,9 @@ from rich.console import Console
 from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
+from tokenpath.experiment.attribution import attribute
 from tokenpath.experiment.measure import RunRecord, join
-from tokenpath.experiment.pairs import Pairing, bracketed, pair, summary
+from tokenpath.experiment.pairs import Pairing, bracketed, pair, paired, streams_per_condition, summary
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, stub_member, stub_pacing
 from tokenpath.hostport import join_hostport
@@ -125,7 +126,7 @@ class MatrixRunner:
         groups: dict[tuple[Link, bool], list[Condition]] = {}
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
-        total = sum(len(c) for c in groups.values()) * len(self.exp.paths) * self.exp.runs
+        total = sum(len(c) for c in groups.values()) * self._streams_per_condition()
         self._install_releases()
         with contextlib.ExitStack() as origin:
             if self.exp.endpoint is not None and self.exp.endpoint.kind:
@@ -141,6 +142,12 @@ class MatrixRunner:
         self.exp.endpoint = self.exp.endpoint.started(running.url, info)
         self.console.print(f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})")
 
+    def _streams_per_condition(self) -> int:
+        """The streams one condition measures (the progress bar's unit): against a started origin each round
+        brackets every path with direct streams, so direct is measured once more than every other path."""
+        paired = self.exp.endpoint is not None and bool(self.exp.endpoint.kind)
+        return streams_per_condition([p.label for p in self.exp.paths], self.exp.runs, paired)
+
     def _run(self, groups: dict[tuple[Link, bool], list[Condition]], total: int) -> MatrixResults:
         if self.exp.endpoint is not None:
             e = self.exp.endpoint
@@ -150,6 +157,14 @@ class MatrixRunner:
             )
             self._preflight()
         progress = progress_bar(self.console)
+        ticked = 0  # the streams measured in the current condition
+
+        def tick(what: str) -> None:  # one stream measured: a line off a terminal
+            nonlocal ticked
+            progress.update(task, description=what)
+            progress.advance(task)
+            ticked += 1
+
         try:
             with progress:
                 task = progress.add_task("matrix", total=total)
@@ -157,18 +172,16 @@ class MatrixRunner:
                     compressed = any(c.compressed for c in conditions)
                     with self._environment(link, tls, compressed) as env:
                         if env is None:
-                            progress.advance(task, len(conditions) * len(self.exp.paths) * self.exp.runs)
+                            progress.advance(task, len(conditions) * self._streams_per_condition())
                             continue
                         self._certify(env, conditions)
                         self.write()  # the certification, and what will be measured, are on disk from here on
                         for cond in conditions:
                             progress.update(task, description=cond.label)
-
-                            def tick(what: str) -> None:  # one stream measured: a line off a terminal
-                                progress.update(task, description=what)
-                                progress.advance(task)
-
+                            ticked = 0
                             self._condition(env, cond, tick)
+                            # A path skipped in it (an HTTP version it cannot speak) or exited: its streams are done.
+                            progress.advance(task, max(0, self._streams_per_condition() - ticked))
         except KeyboardInterrupt:
             self.interrupted = True
             self.console.print("[yellow]interrupted: writing the rows measured so far[/]")
@@ -183,7 +196,7 @@ class MatrixRunner:
             certification=self.certification,
             proxies=dict(self.proxies),
             skipped=tuple(self.skipped),
-            rows=tuple(self.rows),
+            rows=tuple(attribute(self.rows)),  # which origin behaviour made each verdict, over every row so far
             floors=tuple(self.floors),
             exclusion_shares=model.exclusion_shares(self.rows),
             interrupted=self.interrupted,
@@ -625,11 +638,14 @@ class MatrixRunner:
             direct_runs = runs.get("direct", [])
             floor = Floor.from_direct_endpoint(direct_runs) if endpoint else Floor.from_direct(direct_runs)
             self.floors.append(FloorEntry(cond, **(floor.to_json() if floor else {})))
+            directs = [r.metrics for r in direct_runs if r.metrics is not None]
             for spec, _ in paths:
                 if runs[spec.label]:
-                    self.rows.append(build_row(spec, cond, runs[spec.label], floor))
+                    row = build_row(spec, cond, runs[spec.label], floor)
+                    if spec.label in self._pairings:  # a started origin's: the pairs are the row's figures too
+                        row = replace(row, pairing=paired(directs, self._pairings[spec.label]))
+                    self.rows.append(row)
             if endpoint is not None and endpoint.kind:
-                directs = [r.metrics for r in direct_runs if r.metrics is not None]
                 for line in summary(directs, self._pairings):
                     self.console.print(f"{cond.label}: {line}", markup=False, highlight=False)
             self.write()

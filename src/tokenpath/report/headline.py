@@ -99,6 +99,12 @@ class VerdictColumn:
     cell: Callable[[PathFigures], str]
 
 
+# Its meaning as on the stub; against a real origin the page says what was computed instead (meaning()).
+TTFT_COLUMN = VerdictColumn(
+    "+TTFT p50 / p99 ms",
+    "added TTFT: the first token's arrival - the stub's write of it, less the direct path's, over the kept runs",
+    _ttft,
+)
 # Each column's header, meaning and cell declared together: a header never sits over another column's cells.
 VERDICT_COLUMNS: tuple[VerdictColumn, ...] = (
     VerdictColumn("path", "the proxy (and its variant), and the condition when there are several", lambda f: f.name),
@@ -108,11 +114,7 @@ VERDICT_COLUMNS: tuple[VerdictColumn, ...] = (
         "the runs' shape: streams, buffers all, bursts of N, holds the first N bytes, late",
         lambda f: tables.seen_as(f.row),
     ),
-    VerdictColumn(
-        "+TTFT p50 / p99 ms",
-        "added TTFT: the first token's arrival - the stub's write of it, less the direct path's, over the kept runs",
-        _ttft,
-    ),
+    TTFT_COLUMN,
     VerdictColumn(
         "fpr",
         "frames per read: 1.00 is every frame on its own; higher is bursts",
@@ -122,6 +124,14 @@ VERDICT_COLUMNS: tuple[VerdictColumn, ...] = (
         "kept", "runs kept under the declared exclusion rule / runs measured", lambda f: f"{f.row.kept}/{f.row.runs}"
     ),
 )
+
+
+def meaning(column: VerdictColumn, doc: MatrixResults) -> str:
+    """The line under the verdict table for `column`: the +TTFT column's as its rows' added TTFT was computed (a
+    real origin keeps no write log: the direct streams measured beside the path's stand in)."""
+    if column is not TTFT_COLUMN or tables.added_ttft_words(doc) == tables.ADDED_TTFT_WORDS["stub"]:
+        return column.meaning
+    return f"added TTFT: {tables.added_ttft_words(doc)}, over the kept runs"
 
 
 def worst_first(figures: Sequence[PathFigures]) -> list[PathFigures]:

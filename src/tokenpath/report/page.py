@@ -308,6 +308,13 @@ def matrix_sections(doc: MatrixResults) -> list[str]:
                 classes=["unreliable" if r.excluded else "" for r in rows],
             )
         )
+    for anchor, title, found in (
+        ("origin-behaviour", tables.ATTRIBUTION_TITLE, tables.attribution_lines(doc.rows)),
+        ("paired", tables.PAIRING_TITLE, tables.pairing_lines(doc.rows)),
+    ):
+        if found:
+            out.append(f'<h2 id="{anchor}">{esc(title)}</h2>')
+            out.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in found) + "</ul>")
     return out
 
 
@@ -333,7 +340,9 @@ def answer_block(doc: MatrixResults) -> list[str]:
             classes=["unreliable" if f.holds else "" for f in headline.worst_first(figures)],
         )
     )
-    meanings = "".join(f"<li><b>{esc(c.header)}</b>: {esc(c.meaning)}</li>" for c in headline.VERDICT_COLUMNS)
+    meanings = "".join(
+        f"<li><b>{esc(c.header)}</b>: {esc(headline.meaning(c, doc))}</li>" for c in headline.VERDICT_COLUMNS
+    )
     out.append(f'<ul class="words">{meanings}</ul><p class="note">Every word as {esc(headline.WORDS)} defines it.</p>')
     return out
 

@@ -17,6 +17,7 @@ from tokenpath.results.model import (
     ExclusionShare,
     MatrixResults,
     MatrixRow,
+    Paired,
     condition_label,
     exclusion_shares,
 )
@@ -47,6 +48,22 @@ ROW_KEYS = (
     "ends",  # runs by how their stream ended (complete, cut_error, cut_silent): a cut run is excluded, and counted
     "fallback_ms_median",  # over WebSocket on a path that did not carry it: the client's fallback to SSE, its cost
 )
+# Against a real origin (issue 37), after the row's own figures: which origin behaviour made the verdict and the
+# plain row it was judged against; a started origin's paired runs and the origin's own pace in the condition.
+ORIGIN_KEYS: dict[str, Callable[[MatrixRow], Any]] = {
+    "attribution": lambda r: r.attribution.words if r.attribution else None,
+    "attribution_credited": lambda r: "; ".join(r.attribution.credited) if r.attribution else None,
+    "attribution_baseline": lambda r: r.attribution.baseline if r.attribution else None,
+    "pairs_kept": lambda r: r.pairing.kept if r.pairing else None,
+    "pairs_excluded": lambda r: r.pairing.excluded if r.pairing else None,
+    "pairs_excluded_because": lambda r: dict(r.pairing.reasons) if r.pairing else None,
+    "paired_added_ttft_ms": lambda r: r.pairing.added_ttft_ms if r.pairing else None,
+    "paired_added_ttft_ms_low": lambda r: r.pairing.added_ttft_ms_low if r.pairing else None,
+    "paired_added_ttft_ms_high": lambda r: r.pairing.added_ttft_ms_high if r.pairing else None,
+    "paired_added_gap_ms": lambda r: r.pairing.added_gap_ms if r.pairing else None,
+    "origin_ttft_ms": lambda r: r.pairing.origin_ttft_ms if r.pairing else None,
+    "origin_gap_ms": lambda r: r.pairing.origin_gap_ms if r.pairing else None,
+}
 
 
 def side_by_side(rows: Sequence[MatrixRow]) -> list[MatrixRow]:
@@ -197,6 +214,60 @@ def describe_drift(drift: Drift) -> str:
     return f"p50 {drift.p50:.3f} / p99 {drift.p99:.3f} / max {drift.max:.3f} ms over {drift.writes} writes"
 
 
+def describe_origin_pace(p: Paired) -> str:
+    """A started origin's own pace over a condition's direct streams (experiment/pairs.py), apart from the paths'."""
+    if p.origin_ttft_ms is None:
+        return f"the origin itself, over {p.directs} direct streams: no first token"
+    said = (
+        f"the origin itself, over {p.directs} direct streams: TTFT {p.origin_ttft_ms:.1f} ms "
+        f"[{p.origin_ttft_ms_low or 0.0:.1f}, {p.origin_ttft_ms_high or 0.0:.1f}]"
+    )
+    return said + (f", gap {p.origin_gap_ms:.1f} ms" if p.origin_gap_ms is not None else "")
+
+
+def describe_pairing(label: str, p: Paired) -> str:
+    """What a path added over its kept pairs, with the median's interval at its own level."""
+    said = f"{label}: {p.kept} pairs kept, {p.excluded} excluded"
+    if p.added_ttft_ms is not None:
+        low, high, level = p.added_ttft_ms_low or 0.0, p.added_ttft_ms_high or 0.0, 100 * (p.confidence or 0.0)
+        said += f"; added TTFT {p.added_ttft_ms:+.1f} ms [{low:.1f}, {high:.1f}] ({level:.0f} %)"
+    if p.added_gap_ms is not None:
+        said += f", added gap {p.added_gap_ms:+.1f} ms"
+    return said
+
+
+def pairing_lines(rows: Sequence[MatrixRow]) -> list[str]:
+    """Per condition against a started origin: its own pace, then each paired path's figures and why pairs were
+    excluded (from the rows: what the run printed as it went)."""
+    by_condition: dict[object, list[MatrixRow]] = {}
+    for row in rows:
+        if row.pairing is not None:
+            by_condition.setdefault(row.condition, []).append(row)
+    lines = []
+    for paired_rows in by_condition.values():
+        first = paired_rows[0]
+        assert first.pairing is not None
+        lines.append(f"{condition_label(first)}: {describe_origin_pace(first.pairing)}")
+        for row in paired_rows:
+            assert row.pairing is not None
+            why = ", ".join(f"{n} x {reason}" for reason, n in row.pairing.reasons.items())
+            lines.append(
+                f"{condition_label(row)}: {describe_pairing(row.path_label, row.pairing)}"
+                + (f" (excluded: {why})" if why else "")
+            )
+    return lines
+
+
+def attribution_lines(rows: Sequence[MatrixRow]) -> list[str]:
+    """Each row whose verdict its origin's behaviour made (experiment/attribution.py decided it), and the plain row
+    it was judged against."""
+    return [
+        f"{row.path_label} ({a.origin}): {a.words}; judged against {a.baseline}"
+        for row in rows
+        if (a := row.attribution) is not None
+    ]
+
+
 def endpoint_note(results: MatrixResults) -> str | None:
     """What rows against a real endpoint can and cannot say (experiment/endpoint.py), when there are any."""
     upstream = results.experiment.get("upstream")
@@ -232,6 +303,7 @@ def markdown(results: MatrixResults) -> str:
     lines.append("|" + "|".join("---" for _ in headers) + "|")
     for row in side_by_side(results.rows):
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells_for(row, columns)) + " |")
+    lines += _origin_sections(results.rows)
     lines += _variant_lines(results)
     if results.skipped:
         lines += ["", "Not measured:"] + [f"- {s.path}: {s.reason}" for s in results.skipped]
@@ -239,6 +311,18 @@ def markdown(results: MatrixResults) -> str:
     if results.interrupted:
         lines += ["", "**Interrupted**: rows with fewer runs than planned are partial."]
     return "\n".join(lines) + "\n"
+
+
+ATTRIBUTION_TITLE = "Which origin behaviour made a verdict (against the same path with a plain origin)"
+PAIRING_TITLE = "Against the started origin: paired runs (each path's run between two direct streams)"
+
+
+def _origin_sections(rows: Sequence[MatrixRow]) -> list[str]:
+    out = []
+    for title_line, found in ((ATTRIBUTION_TITLE, attribution_lines(rows)), (PAIRING_TITLE, pairing_lines(rows))):
+        if found:
+            out += ["", f"{title_line}:", *(f"- {line}" for line in found)]
+    return out
 
 
 def _variant_lines(results: MatrixResults) -> list[str]:
@@ -255,9 +339,10 @@ def _variant_lines(results: MatrixResults) -> list[str]:
 def csv_text(results: MatrixResults) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(ROW_KEYS)
+    writer.writerow((*ROW_KEYS, *ORIGIN_KEYS))
     for row in results.rows:
-        writer.writerow([_csv_value(_row_value(row, k)) for k in ROW_KEYS])
+        origin = [_csv_value(value(row)) for value in ORIGIN_KEYS.values()]
+        writer.writerow([*(_csv_value(_row_value(row, k)) for k in ROW_KEYS), *origin])
     return buf.getvalue()
 
 
@@ -299,18 +384,48 @@ def seen_as(row: MatrixRow) -> str:
     return "late"
 
 
-# What the terminal table's short headers mean (the README's "Words" section has each word in full).
-COLUMN_WORDS = (
-    "fpr: frames per read (1.00 streams); +TTFT ms: added TTFT, the first token's arrival - the stub's write of it, "
-    "less direct's (median; p90 beside it); kept: runs kept / measured (README: Words)"
-)
+# What the terminal table's short headers mean (the README's "Words" section has each word in full). What "+TTFT"
+# subtracts depends on the rows' origin: the stub's write log, or, against a real endpoint that keeps none, the
+# direct streams measured beside the path's.
+ADDED_TTFT_WORDS = {
+    "stub": "the first token's arrival - the stub's write of it, less direct's",
+    "paired": "the path's TTFT - the mean of the two direct streams' around it (a started origin keeps no write log)",
+    "round": "the path's TTFT - the direct stream's of the same round (a real endpoint keeps no write log)",
+}
+ADDED_TTFT_ROWS = {"stub": "rows on the stub", "paired": "rows on the started origin", "round": "rows on the endpoint"}
+
+
+def added_ttft_kind(row: MatrixRow, results: MatrixResults) -> str:
+    """How a row's added TTFT was computed: a key of ADDED_TTFT_WORDS."""
+    if not row.condition.endpoint:
+        return "stub"
+    upstream = results.experiment.get("upstream")
+    started = isinstance(upstream, dict) and bool(upstream.get("kind"))
+    return "paired" if row.pairing is not None or started else "round"
+
+
+def added_ttft_words(results: MatrixResults) -> str:
+    """What these rows' added TTFT is, as it was computed (each kind, when the rows mix them)."""
+    kinds = list(dict.fromkeys(added_ttft_kind(r, results) for r in results.rows)) or ["stub"]
+    if len(kinds) == 1:
+        return ADDED_TTFT_WORDS[kinds[0]]
+    return "; ".join(f"{ADDED_TTFT_ROWS[k]}, {ADDED_TTFT_WORDS[k]}" for k in kinds)
+
+
+def column_words(results: MatrixResults) -> str:
+    """The legend under the terminal table, its +TTFT said as it was computed for these rows."""
+    added = added_ttft_words(results)
+    return (
+        f"fpr: frames per read (1.00 streams); +TTFT ms: added TTFT, {added} (median; p90 beside it); "
+        "kept: runs kept / measured (README: Words)"
+    )
 
 
 def rich_table(results: MatrixResults) -> Table:
     """Narrow enough for an 80-column terminal; table.md has every column."""
     certified = results.certification.passed
     note = endpoint_note(results)
-    caption = "\n".join(filter(None, [note, COLUMN_WORDS]))
+    caption = "\n".join(filter(None, [note, column_words(results)]))
     table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=caption)
     columns = varying_columns(results.rows)
     names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"

@@ -59,8 +59,12 @@ Kind = Literal["matrix", "sweep", "load"]
 #    classified no end: their runs' `end` is null and `ends` empty (not known, never "complete").
 #    Later in 8, with a default and no bump: `fallback_ms_median` on matrix rows (issue 38: a WebSocket row whose
 #    path did not carry the upgrade, what the client's fallback to SSE cost; null: no fallback ran).
-SCHEMA_VERSION = 8
-KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+# 9: against a real origin (issue 37): `attribution` on matrix rows (which origin behaviour made the verdict, against
+#    which plain row: experiment/attribution.py) and `pairing` (a started origin's paired runs: pairs kept and
+#    excluded, by reason, what the path added, the origin's own TTFT and gap over its direct streams). Files before 9
+#    stored neither: both null (the attribution was printed under the terminal table only, the pairing beside it).
+SCHEMA_VERSION = 9
+KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 DEFAULT_API = Api.OPENAI.value
 HTTP11 = HttpVersion.HTTP11.value  # the client's HTTP version before schema 6, and the default
 
@@ -190,6 +194,49 @@ class MatrixRun:
 
 
 @dataclass(frozen=True, slots=True)
+class Attribution:
+    """Which origin behaviour made a row's verdict (experiment/attribution.py decides): judged against the same path
+    and client-side axes with a plain origin (close-delimited to HTTP/1.0, no header a path acts on)."""
+
+    streams: bool  # True: it streams because of `credited`; False: held although the origin sends them
+    credited: tuple[str, ...]  # the origin's behaviours named, in words ("X-Accel-Buffering: no")
+    baseline: str  # the plain row it was judged against: its path and condition, as the tables label them
+    words: str  # what the behaviours did, in words ("streams because the origin sends ...")
+    origin: str = ""  # the row's origin in words ("stub as llama-server", "stub: X-Accel-Buffering: no")
+
+    @classmethod
+    def from_json(cls, data: Json) -> Attribution:
+        credited = data.get("credited") or []
+        if not isinstance(credited, list) or not all(isinstance(c, str) for c in credited):
+            raise ValueError(f"attribution: `credited` is not a list of words: {credited!r}")
+        return cls(bool(data["streams"]), tuple(credited), data["baseline"], data["words"], data.get("origin", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Paired:
+    """A path's paired runs against a started origin in one condition (experiment/pairs.py): each run between two
+    direct streams, what it added against their mean, and the origin's own pace over the condition's direct streams,
+    apart from what the path added (never mixed into it)."""
+
+    kept: int
+    excluded: int
+    reasons: Mapping[str, int] = field(default_factory=dict)  # excluded pairs by reason (pairs.py's first words)
+    added_ttft_ms: float | None = None  # the median over the kept pairs, with its interval
+    added_ttft_ms_low: float | None = None
+    added_ttft_ms_high: float | None = None
+    confidence: float | None = None  # the interval's own level (3 pairs: 75 %)
+    added_gap_ms: float | None = None
+    added_max_gap_ms: float | None = None
+    directs: int = 0  # the origin's direct streams in the condition
+    origin_ttft_ms: float | None = None  # median [low, high] over them
+    origin_ttft_ms_low: float | None = None
+    origin_ttft_ms_high: float | None = None
+    origin_gap_ms: float | None = None  # the median gap between arrivals, median [low, high] over them
+    origin_gap_ms_low: float | None = None
+    origin_gap_ms_high: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MatrixRow:
     """One path in one condition, over its runs. In the file a row's condition is spelled out in its own keys, one
     per axis (tokenpath.axes: interval_ms, frame_bytes, link, tls, stub_headers, endpoint, api, accept_encoding,
@@ -227,6 +274,10 @@ class MatrixRow:
     # Runs by how their stream ended (schema 8; wire/ending.py kinds). A cut run is never in the figures above: it
     # is excluded and counted, by its kind, in `exclusions`.
     ends: Mapping[str, int] = field(default_factory=dict)
+    # Against a real origin (schema 9): which origin behaviour made the verdict (None: none, or none could be told),
+    # and a started origin's paired runs (None: the row was not paired).
+    attribution: Attribution | None = None
+    pairing: Paired | None = None
     raw: tuple[MatrixRun, ...] = ()
 
     @property
@@ -600,6 +651,16 @@ def _v7_to_v8(doc: Json) -> Json:
     return doc
 
 
+def _v8_to_v9(doc: Json) -> Json:
+    """No attribution or pairing was stored before 9: both null on every row (not known, never "none")."""
+    if doc.get("kind") not in ("matrix", "sweep"):
+        return doc
+    for row in doc.get("rows") or []:
+        row.setdefault("attribution", None)
+        row.setdefault("pairing", None)
+    return doc
+
+
 MIGRATIONS: dict[int, Callable[[Json], Json]] = {
     1: _v1_to_v2,
     2: _v2_to_v3,
@@ -608,6 +669,7 @@ MIGRATIONS: dict[int, Callable[[Json], Json]] = {
     5: _v5_to_v6,
     6: _v6_to_v7,
     7: _v7_to_v8,
+    8: _v8_to_v9,
 }
 
 
@@ -671,7 +733,16 @@ def matrix_row(row: Json) -> MatrixRow:
     axes = {a.field for a in AXES}
     data = {k: v for k, v in row.items() if k not in ("raw", "condition") and k not in axes}
     built = _build(MatrixRow, {**data, "condition": Condition.from_json(row, row=True)})
-    return replace(built, raw=tuple(matrix_run(r) for r in row.get("raw", [])))
+    attribution, pairing = row.get("attribution"), row.get("pairing")
+    for name, value in (("attribution", attribution), ("pairing", pairing)):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(f"a row's `{name}` is not an object: {value!r}")
+    return replace(
+        built,
+        attribution=Attribution.from_json(attribution) if attribution else None,
+        pairing=_build(Paired, pairing) if pairing else None,
+        raw=tuple(matrix_run(r) for r in row.get("raw", [])),
+    )
 
 
 def floor_entry(floor: Json) -> FloorEntry:

@@ -32,7 +32,7 @@ from tokenpath.stub.formats.openai import prompt_stream_id
 from tokenpath.stub.frames import StreamRequest, StreamShape
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
-from tokenpath.stub.presets import parse_http10_framing
+from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
 from tokenpath.stub.replay import Recording
 from tokenpath.stub.replay import load as load_recording
 from tokenpath.stub.replay import plan as replay_plan
@@ -48,7 +48,9 @@ __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
 AUDIT_PREFIX = "/_tokenpath/audit"
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
 # The `tokenpath` member's keys that say what the origin does besides pacing (read here, not by Pacing).
-ORIGIN_MEMBERS = frozenset({"headers", "http10_framing", "replay"})
+# `plain_origin`: this answer as a plain origin's (close-delimited to HTTP/1.0, none of the stub's own ORIGIN_HEADERS;
+# the member's `http10_framing` and `headers` still go on top): the baseline diagnose measures a path's verdict against.
+ORIGIN_MEMBERS = frozenset({"headers", "http10_framing", "replay", "plain_origin"})
 
 _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' routes are found by stub.formats.Router
     "/v1/models": ("GET",),
@@ -179,9 +181,11 @@ class StubApp:
         elif route == "/_tokenpath/health":
             pacing = self._default_pacing.to_json(with_frame=True)  # what a client must expect
             apis = [a.value for a in self.cfg.apis]
-            response.send_json(
-                200, {"status": "ok", "active_streams": len(self.streams), "pacing": pacing, "apis": apis}
-            )
+            # What this stub does besides pacing that a path acts on (its preset's, or its flags'): diagnose says
+            # when a path's verdict rests on it.
+            origin = OriginBehaviour(parse_http10_framing(self.cfg.http10_framing), relevant_headers(self.cfg.headers))
+            health = {"status": "ok", "active_streams": len(self.streams), "pacing": pacing, "apis": apis}
+            response.send_json(200, {**health, "origin": origin.to_json()})
         elif route == "/_tokenpath/time":
             response.send_json(200, {"t_ns": self.clock() + self._offset_ns})
         else:
@@ -218,7 +222,8 @@ class StubApp:
         except (BadRequest, UsageError) as exc:  # UsageError: a frame size the request asked for cannot hold its frames
             _refuse(response, fmt, 400, str(exc))
             return
-        headers = [(STREAM_HEADER, req.stream_id), *self.cfg.headers, *extra_headers]
+        own = [h for h in self.cfg.headers if not (origin.plain and relevant_headers([h]))]
+        headers = [(STREAM_HEADER, req.stream_id), *own, *extra_headers]
         if replay is not None:
             self._replay(response, req, replay, started, headers)
             return
@@ -365,6 +370,11 @@ class StubApp:
         origin = RequestOrigin(self.cfg.http10_framing, self._replays.get(fmt.api))
         if isinstance(control, dict) and ORIGIN_MEMBERS & control.keys():
             control = dict(control)
+            plain = control.pop("plain_origin", False)
+            if not isinstance(plain, bool):
+                raise BadRequest("'tokenpath.plain_origin' must be true or false")
+            if plain:
+                origin = RequestOrigin("close", None, plain=True)  # the stub's own stream, not a replay
             try:
                 extra_headers = response_headers(control.pop("headers", {}))
             except UsageError as exc:  # response_headers serves the experiment file too: a usage error there
@@ -399,7 +409,7 @@ class StubApp:
                     f"'tokenpath.replay': recording {name!r} is of the {replay.api.value} API; "
                     f"this is the {fmt.api.value} route"
                 )
-        return RequestOrigin(framing, replay)
+        return RequestOrigin(framing, replay, origin.plain)
 
     def _stream_request(
         self, request: Request, body: dict[str, Any], fmt: ApiFormat, route: Route, ask: Ask, pacing: Pacing
@@ -502,6 +512,7 @@ class RequestOrigin:
 
     http10_framing: str
     replay: Recording | None
+    plain: bool = False  # `plain_origin`: none of the stub's own ORIGIN_HEADERS on this answer
 
 
 def load_recordings(cfg: StubConfig) -> tuple[dict[str, Recording], dict[Api, Recording]]:
