@@ -31,8 +31,21 @@ PACING = {
     "pause_after": 1,
 }
 ONE_SECOND = StreamTimeouts(idle_s=1.0)
-# The entries whose config has an idle timer between two reads from the upstream (Traefik has none).
-IDLE_LIMITED = ["nginx", "haproxy", "envoy", "apache2", "h2o", "lighttpd", "varnish", "squid", "caddy"]
+# The entries whose config has an idle timer between two reads from the upstream (Traefik has none): the Starlette
+# relay's is httpx's read timeout, the gateway's its own [limits] idle_timeout_s.
+IDLE_LIMITED = [
+    "nginx",
+    "haproxy",
+    "envoy",
+    "apache2",
+    "h2o",
+    "lighttpd",
+    "varnish",
+    "squid",
+    "caddy",
+    "starlette",
+    "gateway",
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +89,8 @@ def test_a_silence_longer_than_the_idle_limit_cuts_stock_and_long_streams_surviv
 STEADY_FRAMES = 30
 STEADY = {"interval_ms": 100, "frame_bytes": 60, "tokens": STEADY_FRAMES, "format": "plain", "ttft_ms": 0}  # 3 s
 TOTAL_1_5_S = StreamTimeouts(total_s=1.5)
-TOTAL_LIMITED = ["envoy", "varnish", "traefik"]  # route timeout, send_timeout, the entry point's writeTimeout
+# route timeout, send_timeout, the entry point's writeTimeout, the gateway's total_timeout_s
+TOTAL_LIMITED = ["envoy", "varnish", "traefik", "gateway"]
 
 
 @pytest.mark.parametrize("name", TOTAL_LIMITED)
