@@ -1,6 +1,6 @@
 """`tokenpath load` through a path that cuts (issue 36): the gateway with a 1 s idle limit in front of a stub that
 falls silent for 2 s after the first token. Each level's results hold how its streams ended, and the load table
-shows them (its `ends` column, only because a stream did not end complete); the direct path's all complete."""
+shows them (its `ends` column, only because a stream did not end complete); the direct path's are never cut."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ def test_a_load_run_through_a_path_that_cuts_shows_how_its_streams_ended(tmp_pat
     levels = {r["target"]: r for r in json.loads((tmp_path / "out" / "results.json").read_text())["levels"]}
     cut = levels["target"]["ends"]
     assert cut.get("cut_error", 0) + cut.get("cut_silent", 0) > 0, levels["target"]
-    assert set(levels["direct"]["ends"]) == {"complete"}, levels["direct"]
+    assert not {"cut_error", "cut_silent"} & set(levels["direct"]["ends"]), levels["direct"]  # (2 s streams: few)
     assert " ends " in out.stdout  # the column, shown because a stream was cut
     assert "cut_" in out.stdout
-    report = (tmp_path / "out" / "report.md").read_text() if (tmp_path / "out" / "report.md").exists() else ""
-    assert not report or "cut_" in report
+    out_dir = tmp_path / "out"
+    assert "cut_" in (out_dir / "table.md").read_text()
+    assert "<th>ends</th>" in (out_dir / "report.html").read_text()
