@@ -42,6 +42,7 @@ PROXIES = (
     "traefik",
     "envoy",
     "starlette",  # httpx's 5 s read timeout
+    "node",  # fetch's (undici's) 300 s body and headers timeouts
     "gateway",  # tokenpath's own [limits] (its 900 s total is above the default --max: found with --max 960)
 )
 VARIANTS = ("stock", LONG_STREAMS, "ingress_nginx", "f5_ingress", "envoy_gateway")

@@ -32,7 +32,7 @@ PACING = {
 }
 ONE_SECOND = StreamTimeouts(idle_s=1.0)
 # The entries whose config has an idle timer between two reads from the upstream (Traefik has none): the Starlette
-# relay's is httpx's read timeout, the gateway's its own [limits] idle_timeout_s.
+# relay's is httpx's read timeout, the gateway's its own [limits] idle_timeout_s, the Node peer's fetch's bodyTimeout.
 IDLE_LIMITED = [
     "nginx",
     "haproxy",
@@ -45,6 +45,7 @@ IDLE_LIMITED = [
     "caddy",
     "starlette",
     "gateway",
+    "node",
 ]
 
 

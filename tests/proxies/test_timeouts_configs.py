@@ -56,6 +56,11 @@ EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
         ("first_byte_timeout_s = 1.5\n", "idle_timeout_s = 1.5\n", "total_timeout_s = 2\n"),
         ("first_byte_timeout_s = 3600\n", "idle_timeout_s = 3600\n", "total_timeout_s = 3600\n"),
     ),
+    "node": (
+        ("--body-timeout 300000 --headers-timeout 300000",),
+        ("--body-timeout 1500 --headers-timeout 1500",),
+        ("--body-timeout 0 --headers-timeout 0",),
+    ),
     "litellm": (("request_timeout: 6000\n",), ("request_timeout: 1.5\n",), ("request_timeout: 6000\n",)),
 }
 EXPECTED["haproxy3"] = EXPECTED["haproxy"]
