@@ -2,12 +2,16 @@
 format's route and reads its frames by the format's rule (an Anthropic stream ends whole on `message_stop`, which an
 OpenAI reader would call a silent cut); `--http2` sends the HTTP/2 preface (h2c, prior knowledge) and a path that
 cannot answer it is refused, never read over HTTP/1.1; through a real stub, each format's silence is survived and
-an h2 stream ends by END_STREAM."""
+an h2 stream ends by END_STREAM; an h2 stream cut (END_STREAM without the final event, a reset, a close) is never
+complete."""
 
 from __future__ import annotations
 
 import asyncio
 
+import h2.config
+import h2.connection
+import h2.events
 import pytest
 
 from tokenpath.diagnose.limitprobe import Client, Outcome, Target, run_stream
@@ -114,3 +118,59 @@ def test_keepalives_are_tried_only_where_the_format_has_one() -> None:
         SurveyConfig(url, api=Api.OLLAMA, keepalives=True)
     with pytest.raises(UsageError, match="HTTP/3"):
         SurveyConfig(url, http_version=HttpVersion.HTTP3)
+
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
+
+
+def h2_peer(end: str) -> Outcome:
+    """An h2c server (the h2 library's state machine) that sends a head and one OpenAI chunk, then ends the stream
+    by END_STREAM without [DONE] (`silent`), by RST_STREAM (`reset`), or closes the connection (`close`)."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+        conn.initiate_connection()
+        try:
+            while True:
+                data = await reader.read(65536)
+                if not data:
+                    return
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
+                        sid = event.stream_id
+                        conn.send_headers(sid, [(b":status", b"200"), (b"content-type", b"text/event-stream")])
+                        conn.send_data(sid, CHUNK, end_stream=end == "silent")
+                        if end == "reset":
+                            conn.reset_stream(sid)
+                        writer.write(conn.data_to_send())
+                        await writer.drain()
+                        if end == "close":
+                            return
+                writer.write(conn.data_to_send())
+                await writer.drain()
+        finally:
+            writer.close()
+
+    async def main() -> Outcome:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            client = Client(http_version=HttpVersion.HTTP2)
+            return await run_stream(Target.parse(f"http://127.0.0.1:{port}"), {}, 5.0, client)
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("end", "kind", "how"),
+    [
+        ("silent", EndKind.CUT_SILENT, BodyEnd.END_STREAM),  # END_STREAM without [DONE]: never complete
+        ("reset", EndKind.CUT_ERROR, BodyEnd.RESET),
+        ("close", EndKind.CUT_ERROR, BodyEnd.TRUNCATED),
+    ],
+)
+def test_an_h2_stream_cut_is_classified_never_complete(end: str, kind: EndKind, how: BodyEnd) -> None:
+    outcome = h2_peer(end)
+    assert outcome.end is not None
+    assert (outcome.end.kind, outcome.end.how) == (kind, how)
+    assert not outcome.survived
