@@ -114,3 +114,29 @@ def test_the_survey_asks_in_the_format_and_http_version_given() -> None:
     (path,) = doc["paths"]
     assert all(found["shortest_cut_s"] is None for found in path["limits"]), path
     assert "complete" in done.stderr
+
+
+def test_over_http2_the_gateways_idle_limit_is_found() -> None:
+    """`--http2` through a path that speaks h2c, the gateway with a 1 s idle limit: its HTTP/2 side cuts a silence
+    as its HTTP/1.1 side does, bracketed with wide margins; no total limit up to --max."""
+    proxy = catalogue()["gateway"]
+    with stub_upstream() as stub:
+        site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir("gateway"), proxy.variant("stock"))
+        site.timeouts = StreamTimeouts(idle_s=1.0)
+        running = start(proxy, site)
+        try:
+            asked = ["--http2", "--min", "0.4", "--max", "3", "--resolution", "0.4", "--no-keepalives", "--json"]
+            done = subprocess.run(
+                [sys.executable, "-m", "tokenpath", "timeouts", f"gateway={running.url}", *asked],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            running.stop()
+    assert done.returncode == 0, done.stderr
+    (path,) = json.loads(done.stdout)["paths"]
+    between(limit(path, "mid_stream"), 0.4, 2.5)
+    assert limit(path, "total")["shortest_cut_s"] is None
+    assert "complete (end_stream)" in done.stderr  # each whole stream ended by HTTP/2's END_STREAM: h2c it was
