@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tokenpath.diagnose import limits
-from tokenpath.diagnose.limitprobe import Outcome, Target
+from tokenpath.diagnose.limitprobe import Client, Outcome, Target
 from tokenpath.diagnose.limits import Measure, SurveyConfig, survey
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
@@ -24,7 +24,9 @@ class ScriptedPaths:
         self.open = 0
         self.most_open = 0
 
-    async def run_stream(self, target: Target, pacing: Mapping[str, Any], guard_s: float, model: str = "") -> Outcome:
+    async def run_stream(
+        self, target: Target, pacing: Mapping[str, Any], guard_s: float, client: Client | None = None
+    ) -> Outcome:
         self.open += 1
         self.most_open = max(self.most_open, self.open)
         await asyncio.sleep(0.01)  # every try of a round is open together here, whatever its length would be

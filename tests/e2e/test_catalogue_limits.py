@@ -5,6 +5,7 @@ and passes through long_streams intact."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,6 +17,8 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.proxies import catalogue
 from tokenpath.proxies.base import Endpoint, Site, free_port, new_workdir, start
 from tokenpath.proxies.timeouts import LONG_STREAMS, StreamTimeouts
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.wire.ending import STREAM_END
 
 pytestmark = pytest.mark.e2e
 
@@ -31,8 +34,22 @@ PACING = {
     "pause_after": 1,
 }
 ONE_SECOND = StreamTimeouts(idle_s=1.0)
-# The entries whose config has an idle timer between two reads from the upstream (Traefik has none).
-IDLE_LIMITED = ["nginx", "haproxy", "envoy", "apache2", "h2o", "lighttpd", "varnish", "squid", "caddy"]
+# The entries whose config has an idle timer between two reads from the upstream (Traefik has none): the Starlette
+# relay's is httpx's read timeout, the gateway's its own [limits] idle_timeout_s, the Node peer's fetch's bodyTimeout.
+IDLE_LIMITED = [
+    "nginx",
+    "haproxy",
+    "envoy",
+    "apache2",
+    "h2o",
+    "lighttpd",
+    "varnish",
+    "squid",
+    "caddy",
+    "starlette",
+    "gateway",
+    "node",
+]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +93,8 @@ def test_a_silence_longer_than_the_idle_limit_cuts_stock_and_long_streams_surviv
 STEADY_FRAMES = 30
 STEADY = {"interval_ms": 100, "frame_bytes": 60, "tokens": STEADY_FRAMES, "format": "plain", "ttft_ms": 0}  # 3 s
 TOTAL_1_5_S = StreamTimeouts(total_s=1.5)
-TOTAL_LIMITED = ["envoy", "varnish", "traefik"]  # route timeout, send_timeout, the entry point's writeTimeout
+# route timeout, send_timeout, the entry point's writeTimeout, the gateway's total_timeout_s
+TOTAL_LIMITED = ["envoy", "varnish", "traefik", "gateway"]
 
 
 @pytest.mark.parametrize("name", TOTAL_LIMITED)
@@ -84,3 +102,33 @@ def test_a_stream_longer_than_the_total_limit_cuts_stock_and_long_streams_surviv
     """A steady 3 s stream, never silent for more than 100 ms: only a total limit (1.5 s here) ends it early."""
     assert frames_through(stub, name, "stock", TOTAL_1_5_S, STEADY, STEADY_FRAMES) < STEADY_FRAMES
     assert frames_through(stub, name, LONG_STREAMS, TOTAL_1_5_S, STEADY, STEADY_FRAMES) == STEADY_FRAMES
+
+
+def test_litellms_request_timeout_cuts_a_silence_and_long_streams_survives() -> None:
+    """LiteLLM's one stream limit, `request_timeout` (1 s here), between two chunks of its upstream: a 4 s silence
+    after the first token ends the stream without its [DONE] through stock; long_streams (the default, 6000 s, stated)
+    carries it. The stub is paced by its flags: LiteLLM does not pass the body's `tokenpath` member on."""
+    proxy = catalogue()["litellm"]
+    if proxy.missing_reason():
+        pytest.skip(f"litellm: {proxy.missing_reason()}")
+    paced = ["--tokens", "3", "--interval-ms", "20", "--ttft-ms", "0", "--pause-ms", "4000", "--pause-after", "1"]
+    ends = {}
+    with ServiceProcess(tokenpath_argv("stub", "--port", "0", *paced), "stub") as stub_proc:
+        url = urlsplit(stub_proc.url or "")
+        upstream = Endpoint(url.hostname or "127.0.0.1", url.port or 0)
+        for variant in ("stock", LONG_STREAMS):
+            site = Site(Endpoint("127.0.0.1", free_port()), upstream, new_workdir("litellm"), proxy.variant(variant))
+            site.timeouts = ONE_SECOND
+            running = start(proxy, site)
+            try:
+                cfg = ProbeConfig(url=running.url, api_key=proxy.api_key(site), idle_timeout_s=10)
+                try:
+                    trace = probe_stream(cfg)
+                    ends[variant] = trace.end.kind.value if trace.end else None
+                except TokenpathError as exc:
+                    end = STREAM_END.of(exc)
+                    ends[variant] = end.kind.value if end else type(exc).__name__
+            finally:
+                running.stop()
+    assert ends["stock"] != "complete", ends
+    assert ends[LONG_STREAMS] == "complete", ends

@@ -93,3 +93,50 @@ def test_the_survey_finds_each_paths_limits_at_once(paths: list[RunningProxy], t
     # Concurrent: both paths, three measures and the keep-alive try in one wait, not their sum (each path alone
     # tries ~10 streams of 1-5 s); a loose bound a loaded machine keeps.
     assert took_s < 90
+
+
+def test_the_survey_asks_in_the_format_and_http_version_given() -> None:
+    """`--api anthropic --http2` straight at a stub (no limit to find): every try came through complete, in the
+    Anthropic shape over h2c (a try read as OpenAI's, or over HTTP/1.1, would not: tests/diagnose/
+    test_limitprobe_client.py); Anthropic has a keep-alive, but with no idle limit there is nothing to try it on."""
+    with stub_upstream() as stub:
+        asked = ["--api", "anthropic", "--http2", "--min", "0.3", "--max", "1.2", "--resolution", "0.4", "--json"]
+        done = subprocess.run(
+            [sys.executable, "-m", "tokenpath", "timeouts", f"http://{stub.hostport}", *asked],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert (doc["api"], doc["http_version"]) == ("anthropic", "2")
+    (path,) = doc["paths"]
+    assert all(found["shortest_cut_s"] is None for found in path["limits"]), path
+    assert "complete" in done.stderr
+
+
+def test_over_http2_the_gateways_idle_limit_is_found() -> None:
+    """`--http2` through a path that speaks h2c, the gateway with a 1 s idle limit: its HTTP/2 side cuts a silence
+    as its HTTP/1.1 side does, bracketed with wide margins; no total limit up to --max."""
+    proxy = catalogue()["gateway"]
+    with stub_upstream() as stub:
+        site = Site(Endpoint("127.0.0.1", free_port()), stub, new_workdir("gateway"), proxy.variant("stock"))
+        site.timeouts = StreamTimeouts(idle_s=1.0)
+        running = start(proxy, site)
+        try:
+            asked = ["--http2", "--min", "0.4", "--max", "3", "--resolution", "0.4", "--no-keepalives", "--json"]
+            done = subprocess.run(
+                [sys.executable, "-m", "tokenpath", "timeouts", f"gateway={running.url}", *asked],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+        finally:
+            running.stop()
+    assert done.returncode == 0, done.stderr
+    (path,) = json.loads(done.stdout)["paths"]
+    between(limit(path, "mid_stream"), 0.4, 2.5)
+    assert limit(path, "total")["shortest_cut_s"] is None
+    assert "complete (end_stream)" in done.stderr  # each whole stream ended by HTTP/2's END_STREAM: h2c it was

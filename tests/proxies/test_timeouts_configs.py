@@ -50,6 +50,18 @@ EXPECTED: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = 
         ("respondingTimeouts.writeTimeout=2s",),
         ("respondingTimeouts.writeTimeout=0s",),
     ),
+    "starlette": (("--read-timeout 5",), ("--read-timeout 1.5",), ("--read-timeout none",)),
+    "gateway": (
+        ("first_byte_timeout_s = 60\n", "idle_timeout_s = 300\n", "total_timeout_s = 900\n"),
+        ("first_byte_timeout_s = 1.5\n", "idle_timeout_s = 1.5\n", "total_timeout_s = 2\n"),
+        ("first_byte_timeout_s = 3600\n", "idle_timeout_s = 3600\n", "total_timeout_s = 3600\n"),
+    ),
+    "node": (
+        ("--body-timeout 300000 --headers-timeout 300000",),
+        ("--body-timeout 1500 --headers-timeout 1500",),
+        ("--body-timeout 0 --headers-timeout 0",),
+    ),
+    "litellm": (("request_timeout: 6000\n",), ("request_timeout: 1.5\n",), ("request_timeout: 6000\n",)),
 }
 EXPECTED["haproxy3"] = EXPECTED["haproxy"]
 EXPECTED["caddy-2.11"] = EXPECTED["caddy"]
@@ -61,7 +73,27 @@ def rendered(tmp_path: Path, proxy: str, variant: str, timeouts: StreamTimeouts 
         Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), tmp_path, entry.variant(variant), timeouts=timeouts
     )
     config = entry.write_config(site)
-    return config.read_text() + "\n" + " ".join(entry.command_line("bin", site, config))
+    try:
+        argv = entry.command_line("bin", site, config)
+    except NotImplementedError:  # the gateway and LiteLLM: their config file holds every line
+        argv = []
+    return config.read_text() + "\n" + " ".join(argv)
+
+
+def test_the_gateways_stock_limits_are_its_own_defaults_and_every_rendering_loads(tmp_path: Path) -> None:
+    from tokenpath.gateway.config import Limits, load
+    from tokenpath.proxies.gateway import STOCK_TIMEOUTS
+
+    defaults = Limits()
+    own = StreamTimeouts(
+        idle_s=defaults.idle_timeout_s, first_byte_s=defaults.first_byte_timeout_s, total_s=defaults.total_timeout_s
+    )
+    assert own == STOCK_TIMEOUTS
+    entry = lookup("gateway")
+    for variant, timeouts, idle in (("stock", None, 300.0), ("stock", TINY, 1.5), (LONG_STREAMS, TINY, 3600.0)):
+        site = Site(Endpoint("127.0.0.1", 9001), Endpoint("127.0.0.1", 8000), tmp_path, entry.variant(variant))
+        site.timeouts = timeouts
+        assert load(entry.write_config(site)).limits.idle_timeout_s == idle
 
 
 def test_varnishs_total_limit_is_named_in_its_config_too(tmp_path: Path) -> None:

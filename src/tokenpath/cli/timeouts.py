@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from tokenpath.cli import options
 from tokenpath.cli.common import console, err_console, handles_errors
 from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESOLUTION_S
 
@@ -30,22 +31,40 @@ def timeouts(
         float, typer.Option("--resolution", help="Stop when the limit is bracketed this closely, seconds.")
     ] = DEFAULT_RESOLUTION_S,
     keepalives: Annotated[
-        bool, typer.Option(help="Also try whether keep-alives reset the mid-stream idle timer.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            help="Also try whether keep-alives reset the mid-stream idle timer (default: where the format has one; "
+            "Bedrock and Ollama have none).",
+            show_default=False,
+        ),
+    ] = None,
+    api: options.Api = None,
+    http2: options.Http2 = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the survey as JSON on stdout.")] = False,
     html: Annotated[Path | None, typer.Option(help="Also write the survey as a self-contained HTML page here.")] = None,
 ) -> None:
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
-    once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr."""
+    once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr. In any API format
+    (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); no TLS yet."""
+    from tokenpath.axes import API
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
+    from tokenpath.wire.httpversion import HttpVersion
 
     named = [split_target(text) for text in targets]
     proxies = {url: name for name, url in named if name}
     urls = tuple(url for _, url in named)
-    cfg = SurveyConfig(urls, min_s=min_s, max_s=max_s, resolution_s=resolution_s, keepalives=keepalives)
+    cfg = SurveyConfig(
+        urls,
+        min_s=min_s,
+        max_s=max_s,
+        resolution_s=resolution_s,
+        keepalives=keepalives,
+        api=API.read(api, "--api") if api is not None else API.default,
+        http_version=HttpVersion.of(http2),
+    )
 
     def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:
         result = outcome.end.describe() if outcome.end else "held past the client's guard"

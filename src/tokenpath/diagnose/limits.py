@@ -5,7 +5,11 @@ stub behind the path making the silences and the long totals (its per-request ke
 - mid_stream: the longest silence after the first token (`pause_ms` after `pause_after: 1`);
 - total: the longest stream of steady tokens (tokens x `interval_ms`);
 - keep-alives: whether the format's keep-alive (`heartbeat_ms`) during a silence twice the mid-stream limit lets it
-  through, i.e. whether they reset the path's idle timer. Measured, never assumed.
+  through, i.e. whether they reset the path's idle timer. Measured, never assumed; not tried for a format the stub
+  has no keep-alive for (Bedrock's event stream, Ollama's NDJSON).
+
+In any API format and over HTTP/1.1 or HTTP/2 (h2c) to the path (limitprobe.Client): a silence is the stub's
+silence in that format's shape, and a proxy's HTTP/2 side may time a stream apart from its HTTP/1.1 side.
 
 Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about
 --max (the first round tries it: a path without a limit holds it that long) plus its longest limit (the first
@@ -21,9 +25,12 @@ from enum import StrEnum
 from typing import Any
 
 from tokenpath.diagnose.bisect import Bisection
-from tokenpath.diagnose.limitprobe import Outcome, Target, run_stream
+from tokenpath.diagnose.limitprobe import Client, Outcome, Target, run_stream
 from tokenpath.errors import HTTPStatusError, UsageError
+from tokenpath.stub.formats import FORMATS
+from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import BodyEnd, StreamEnd
+from tokenpath.wire.httpversion import HttpVersion
 
 MAX_TARGETS = 32  # x 3 measures x 3 tries a round: ~300 streams open at once, well inside one process's files
 DEFAULT_MIN_S = 1.0
@@ -60,10 +67,23 @@ class SurveyConfig:
     max_s: float = DEFAULT_MAX_S
     resolution_s: float = DEFAULT_RESOLUTION_S
     measures: tuple[Measure, ...] = tuple(Measure)
-    keepalives: bool = True
+    keepalives: bool | None = None  # None: tried where the format has a keep-alive; True: required
+    api: Api = Api.OPENAI
+    http_version: HttpVersion = HttpVersion.HTTP11
     model: str = "tokenpath-stub"
 
+    @property
+    def client(self) -> Client:
+        return Client(self.api, self.http_version, self.model)
+
+    @property
+    def tries_keepalives(self) -> bool:
+        return self.keepalives is not False and FORMATS[self.api].heartbeat is not None
+
     def __post_init__(self) -> None:
+        self.client  # noqa: B018 - checks the HTTP version
+        if self.keepalives and FORMATS[self.api].heartbeat is None:
+            raise UsageError(f"--keepalives: --api {self.api.value}: {FORMATS[self.api].no_heartbeat}")
         if not self.targets:
             raise UsageError("no TARGET: name at least one path's URL")
         if len(self.targets) > MAX_TARGETS:
@@ -110,7 +130,7 @@ class LimitFound:
 class PathLimits:
     target: str
     limits: tuple[LimitFound, ...]
-    keepalives_reset_idle: bool | None  # None: not measured (no mid-stream limit, or --no-keepalives)
+    keepalives_reset_idle: bool | None  # None: not measured (no mid-stream limit, --no-keepalives, none in the format)
     keepalive_every_s: float | None = None
 
     def limit(self, measure: Measure) -> LimitFound | None:
@@ -162,7 +182,7 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
         values = search.next_values()
         outcomes = await asyncio.gather(
             *(
-                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard_s(v), cfg.model)
+                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard_s(v), cfg.client)
                 for v in values
             )
         )
@@ -196,13 +216,13 @@ def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float =
 async def survey_path(url: str, cfg: SurveyConfig, on_try: OnTry) -> PathLimits:
     target = Target.parse(url)
     found = await asyncio.gather(*(find_limit(target, m, cfg, on_try) for m in cfg.measures))
-    silence_s = keepalive_silence_s(found, cfg) if cfg.keepalives else None
+    silence_s = keepalive_silence_s(found, cfg) if cfg.tries_keepalives else None
     idle = next((f for f in found if f.measure is Measure.MID_STREAM), None)
     if silence_s is None or idle is None or idle.longest_survived_s is None:
         return PathLimits(url, tuple(found), None)
     every_s = round(idle.longest_survived_s / KEEPALIVE_FRACTION, 3)
     keys = pacing(Measure.MID_STREAM, silence_s, heartbeat_ms=round(every_s * 1000))
-    outcome = await run_stream(target, keys, guard_s(silence_s), cfg.model)
+    outcome = await run_stream(target, keys, guard_s(silence_s), cfg.client)
     on_try(url, "keepalives", silence_s, outcome)
     return PathLimits(url, tuple(found), outcome.survived, every_s)
 
@@ -239,7 +259,10 @@ def table_rows(
             found = path.limit(measure)
             cells.append(found.describe(cfg.max_s, cfg.min_s) if found else "-")
         reset = path.keepalives_reset_idle
-        cells.append("-" if reset is None else f"{'yes' if reset else 'no'} (every {path.keepalive_every_s:g} s)")
+        if reset is not None:
+            cells.append(f"{'yes' if reset else 'no'} (every {path.keepalive_every_s:g} s)")
+        else:
+            cells.append("-" if FORMATS[cfg.api].heartbeat is not None else f"- (none in {cfg.api.value})")
         rows.append(cells)
     return header, rows
 
@@ -256,5 +279,7 @@ def to_json(results: list[PathLimits], cfg: SurveyConfig) -> dict[str, Any]:
     return {
         "schema": "tokenpath.timeouts/1",
         "bounds": {"min_s": cfg.min_s, "max_s": cfg.max_s, "resolution_s": cfg.resolution_s},
+        "api": cfg.api.value,
+        "http_version": cfg.http_version.value,
         "paths": [path.to_json() for path in results],
     }

@@ -2,7 +2,13 @@
 
 Variants: `stock` (no auth, one worker: the relay alone), `jwt` (HS256 bearer tokens checked on every request:
 the secret is made per run, kept in the private work directory and given by environment variable; the load
-client gets a signed token as its API key), `workers2` (two SO_REUSEPORT workers)."""
+client gets a signed token as its API key), `workers2` (two SO_REUSEPORT workers), `long_streams` (its own stream
+limits lifted).
+
+Its stream limits are its `[limits]` defaults (gateway/config.py Limits, each justified there and in the README:
+first byte 60 s, idle 300 s, total 900 s), written into every config but long_streams' as a user's file would state
+them; tests/proxies/test_timeouts_configs.py holds the two to the same values (the catalogue sits below the gateway
+and cannot import them)."""
 
 from __future__ import annotations
 
@@ -15,9 +21,16 @@ import jwt
 
 from tokenpath import __version__
 from tokenpath.proxies.base import Proxy, Site, Variant
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts
 
 SECRET_ENV = "TOKENPATH_GATEWAY_JWT_SECRET"
 TOKEN_LIFETIME_S = 24 * 3600
+KEEPALIVE_S = 15.0  # Limits.keepalive_interval_s's default
+# gateway/config.py Limits' defaults: first_byte_timeout_s, idle_timeout_s, total_timeout_s
+STOCK_TIMEOUTS = StreamTimeouts(idle_s=300.0, first_byte_s=60.0, total_s=900.0)
+LONG_STREAMS_LINE = (
+    f"[limits] first_byte_timeout_s = {LIFTED_S:g}, idle_timeout_s = {LIFTED_S:g}, total_timeout_s = {LIFTED_S:g}"
+)
 
 
 class Gateway(Proxy):
@@ -28,7 +41,11 @@ class Gateway(Proxy):
         Variant("stock", "tokenpath gateway, no auth, one worker"),
         Variant("jwt", "HS256 JWT checked on every request"),
         Variant("workers2", "two SO_REUSEPORT workers, no auth"),
+        Variant(
+            LONG_STREAMS, "its first-byte, idle and total limits an hour (stock: 60 s, 300 s, 900 s)", LONG_STREAMS_LINE
+        ),
     )
+    stock_timeouts = STOCK_TIMEOUTS
 
     def client_http_unsupported(self, variant: Variant, tls: bool, http: str) -> str:
         # Its listener speaks HTTP/1.1 and h2c (prior knowledge) on one clear-text port.
@@ -65,11 +82,23 @@ class Gateway(Proxy):
             f'listen = "{site.listen.hostport}"\n'
             f"workers = {2 if site.variant.name == 'workers2' else 1}\n"
             + (auth if site.variant.name == "jwt" else '[auth]\nmode = "none"\n')
+            + self._limits(site)
             + '[[pool]]\nname = "default"\n'
             + _pool_endpoint(site)
             + f'[[pool.member]]\nurl = "{site.upstream_url}"\n'
         )
         return config
+
+    def _limits(self, site: Site) -> str:
+        """The stream limits as `[limits]` keys: stock's (its defaults, stated), a site's own, or lifted. A site's
+        limit that is None is lifted too; its idle limit is also the first-byte one unless it names one."""
+        limits = self.timeouts_for(site) or StreamTimeouts(LIFTED_S, LIFTED_S, LIFTED_S)
+        first_byte = limits.first_byte_s or limits.idle_s or LIFTED_S
+        idle, total = limits.idle_s or LIFTED_S, limits.total_s or LIFTED_S
+        lines = [f"first_byte_timeout_s = {first_byte:g}", f"idle_timeout_s = {idle:g}", f"total_timeout_s = {total:g}"]
+        if idle <= KEEPALIVE_S:  # its idle limit ends a silence before the first keep-alive: off, and said so
+            lines.append("keepalive_interval_s = 0")
+        return "[limits]\n" + "".join(line + "\n" for line in lines)
 
     def argv(self, site: Site, config: Path) -> list[str]:
         return [sys.executable, "-m", "tokenpath", "gateway", "--config", str(config), "--log-level", "warning"]

@@ -5,6 +5,12 @@ $XDG_DATA_HOME/tokenpath/litellm-venv (~/.local/share/tokenpath/litellm-venv), w
 
 It needs a master key: one is made per run, kept in the private work directory (0600), given to LiteLLM by
 environment variable and to the load client as its API key; it never appears on a command line or in a log.
+
+Its stream limit is `litellm_settings.request_timeout`, "the proxy-wide default when no router or deployment
+timeout is set", which on a stream "bounds each wait for the next chunk" (docs.litellm.ai/docs/proxy/timeout): an
+idle limit, 6000 s by default (litellm's `request_timeout: float = 6000  # time in seconds`, its httpx clients'
+timeout). Every config states it; `long_streams` writes the default out, already above any generation (a router
+`timeout` or a deployment's `stream_timeout`, which it leaves unset, would lower it).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ import shlex
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts
 
 VENV_ENV = "TOKENPATH_LITELLM_VENV"
 ANTHROPIC_UPSTREAM = "anthropic_upstream"  # the variant whose upstream speaks the Anthropic Messages API
+REQUEST_TIMEOUT_S = 6000.0  # litellm.request_timeout's default (docs.litellm.ai/docs/proxy/timeout)
+LIFTED_TIMEOUT_S = max(LIFTED_S, REQUEST_TIMEOUT_S)  # long_streams never lowers it
 
 
 def venv_dir() -> Path:
@@ -48,7 +57,13 @@ class LiteLLM(Proxy):
         # The same proxy with its one deployment an Anthropic model at the stub: /v1/messages then reaches the
         # stub's own Anthropic route (the shape of BerriAI/litellm#28384) instead of being translated to OpenAI's.
         Variant(ANTHROPIC_UPSTREAM, "one deployment `anthropic/<model>` at the stub's origin (Messages API upstream)"),
+        Variant(
+            LONG_STREAMS,
+            "request_timeout stated at its default, 6000 s (no router or deployment timeout below it)",
+            f"litellm_settings: request_timeout: {LIFTED_TIMEOUT_S:g}",
+        ),
     )
+    stock_timeouts = StreamTimeouts(idle_s=REQUEST_TIMEOUT_S)
 
     def binary(self) -> str | None:
         path = venv_dir() / "bin" / "litellm"
@@ -93,8 +108,16 @@ general_settings:
   master_key: os.environ/LITELLM_MASTER_KEY
 litellm_settings:
   telemetry: false
+  request_timeout: {self._request_timeout(site):g}
 """)
         return config
+
+    def _request_timeout(self, site: Site) -> float:
+        """Its one stream limit (an idle one): stock's, a site's own (its idle limit, else its total), or lifted."""
+        limits = self.timeouts_for(site)
+        if limits is None:
+            return LIFTED_TIMEOUT_S
+        return limits.idle_s or limits.first_byte_s or limits.total_s or LIFTED_TIMEOUT_S
 
     def env(self, site: Site) -> dict[str, str]:
         return {

@@ -10,6 +10,11 @@ changelog, Kludex/starlette):
   Z_SYNC_FLUSH (#3419): the `gzip_sse` variant is compressed and timely.
 When it compresses, the middleware holds the response head until the first body chunk (it decides Content-Encoding
 there): a server that sends its head before the first token loses that early head behind GZipMiddleware.
+
+Its stream limit is httpx's: `httpx.AsyncClient()` enforces a 5 s timeout on every read unless told otherwise
+(python-httpx.org/advanced/timeouts: "the default behavior is to raise a TimeoutException after 5 seconds of network
+inactivity"), so a relay written the plain way cuts a silence longer than 5 s, before the first token or mid-stream.
+`long_streams` lifts the read timeout (`read=None`).
 """
 
 from __future__ import annotations
@@ -21,12 +26,16 @@ from importlib.resources import files
 from pathlib import Path
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, run_quiet
+from tokenpath.proxies.timeouts import LONG_STREAMS, StreamTimeouts
 
 SCRIPT = Path(str(files("tokenpath.proxies") / "peers" / "starlette_proxy.py"))  # installed with the package
 MODULES = ("starlette", "uvicorn", "httpx")
 MINIMUM_SIZE = 500  # GZipMiddleware's default, written out as users do
 GZIP_LINE = f"app.add_middleware(GZipMiddleware, minimum_size={MINIMUM_SIZE})"
 GZIP_SSE_LINE = f"app.add_middleware(GZipMiddleware, minimum_size={MINIMUM_SIZE}, exclude_content_types=())"
+# httpx's default timeout, 5 s on each read (python-httpx.org/advanced/timeouts; its DEFAULT_TIMEOUT_CONFIG)
+HTTPX_READ_TIMEOUT_S = 5.0
+LONG_STREAMS_LINE = "httpx.AsyncClient(timeout=httpx.Timeout(5.0, read=None))"
 
 
 class StarletteApp(Proxy):
@@ -48,7 +57,9 @@ class StarletteApp(Proxy):
             "(Z_SYNC_FLUSH), but the head now waits for the first chunk",
             GZIP_SSE_LINE,
         ),
+        Variant(LONG_STREAMS, "httpx's read timeout lifted (stock: 5 s, httpx's default)", LONG_STREAMS_LINE),
     )
+    stock_timeouts = StreamTimeouts(idle_s=HTTPX_READ_TIMEOUT_S)
 
     def binary(self) -> str | None:
         found = all(importlib.util.find_spec(m) is not None for m in MODULES)
@@ -83,4 +94,6 @@ class StarletteApp(Proxy):
             argv += ["--gzip-minimum-size", str(MINIMUM_SIZE)]
         if site.variant.name == "gzip_sse":
             argv.append("--compress-event-streams")
-        return argv
+        limits = self.timeouts_for(site)  # None: long_streams
+        idle = None if limits is None else limits.idle_s or limits.first_byte_s
+        return [*argv, "--read-timeout", "none" if idle is None else f"{idle:g}"]

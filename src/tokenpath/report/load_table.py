@@ -20,6 +20,7 @@ from tokenpath.results.model import (
     MedianAndTail,
     Percentiles,
 )
+from tokenpath.wire.ending import EndKind
 
 
 def _ms(v: float | None) -> str:
@@ -45,7 +46,20 @@ def http2_cells(row: LoadRow) -> list[str]:
     return [shape, stall, dfr]
 
 
-def figures(row: LoadRow, http2: bool = False) -> list[str]:
+def any_cut(rows: Sequence[LoadRow]) -> bool:
+    """The ends column is shown when a stream of any level did not end complete (issue 36: a path that cuts)."""
+    return any(kind != EndKind.COMPLETE for r in rows for kind in r.ends)
+
+
+def ends_cell(row: LoadRow) -> str:
+    """Streams by how they ended (wire/ending.py: complete, cut_error, cut_silent), as the results hold them; "-"
+    for results that classified no end (before schema 8)."""
+    if not row.ends:
+        return "-"
+    return ", ".join(f"{row.ends[kind.value]} {kind.value}" for kind in EndKind if row.ends.get(kind.value))
+
+
+def figures(row: LoadRow, http2: bool = False, cut: bool = False) -> list[str]:
     main = row.added_ttft_corrected_ms or row.added_ttft_ms
     cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
     frames = row.added_frame_delay_ms  # after the first token: a path that bunches the rest shows here
@@ -57,7 +71,7 @@ def figures(row: LoadRow, http2: bool = False) -> list[str]:
         "-" if row.rss_mb is None else f"{row.rss_mb:.0f}",
         kept_cell(row),
     ]
-    return cells + (http2_cells(row) if http2 else [])
+    return cells + (http2_cells(row) if http2 else []) + ([ends_cell(row)] if cut else [])
 
 
 def kept_cell(row: LoadRow) -> str:
@@ -68,12 +82,14 @@ def kept_cell(row: LoadRow) -> str:
 
 
 HTTP2_HEADERS = ["HTTP", "stalled streams, stall p99 ms", "DATA frames/read"]
+ENDS_HEADER = "ends"  # streams by how they ended: shown only when one did not end complete
 
 
-def headers(open_loop: bool, http2: bool = False) -> list[str]:
+def headers(open_loop: bool, http2: bool = False, cut: bool = False) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
     h2 = HTTP2_HEADERS if http2 else []
-    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total", *h2]
+    ends = [ENDS_HEADER] if cut else []
+    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total", *h2, *ends]
 
 
 def _notes(row: LoadRow) -> str:
@@ -100,11 +116,12 @@ def rich_table(results: LoadResults) -> Table:
     )
     table = Table(title=title + (", from the schedule" if open_loop else "") + conditions)
     http2 = any_http2(results.levels)
-    for col in [*headers(open_loop, http2), "notes"]:
-        table.add_column(col, justify="left" if col in ("target", "notes") else "right")
+    cut = any_cut(results.levels)
+    for col in [*headers(open_loop, http2, cut), "notes"]:
+        table.add_column(col, justify="left" if col in ("target", "notes", ENDS_HEADER) else "right")
     for row in results.levels:
         notes = _notes(row)
-        table.add_row(row.level_label, row.target, *figures(row, http2), f"[yellow]{notes}[/]" if notes else "")
+        table.add_row(row.level_label, row.target, *figures(row, http2, cut), f"[yellow]{notes}[/]" if notes else "")
     return table
 
 
@@ -119,11 +136,12 @@ def warning_lines(results: LoadResults) -> list[str]:
 
 def markdown(results: LoadResults) -> str:
     http2 = any_http2(results.levels)
-    cols = [*headers(results.open_loop, http2), "warnings"]
+    cut = any_cut(results.levels)
+    cols = [*headers(results.open_loop, http2, cut), "warnings"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in results.levels:
         warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
-        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2), warn]) + " |")
+        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2, cut), warn]) + " |")
     return "\n".join(lines) + "\n"
 
 

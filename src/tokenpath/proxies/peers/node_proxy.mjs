@@ -3,6 +3,10 @@
 //   node node_proxy.mjs --listen 127.0.0.1:8081 --upstream http://127.0.0.1:8000 [--naive] [--workers N]
 // --naive is the shape the article measured losing half a second: `await response.text()`, then write it all.
 // --workers N runs it under node:cluster with N worker processes sharing the port (the article's "cluster x 4").
+// --body-timeout MS / --headers-timeout MS: fetch's (undici's) limits on the upstream response, a silence between
+// two body reads and the wait for the head; undici's defaults are 300 s each (its Client docs), 0 turns one off.
+// Node's fetch takes them from undici's global dispatcher, which undici shares through a global symbol
+// (nodejs/undici#1373): replaced here by an Agent with these limits, as `setGlobalDispatcher` would.
 import cluster from "node:cluster";
 import http from "node:http";
 import { parseArgs } from "node:util";
@@ -13,6 +17,8 @@ const { values: args } = parseArgs({
     upstream: { type: "string", default: "http://127.0.0.1:8000" },
     naive: { type: "boolean", default: false },
     workers: { type: "string", default: "1" },
+    "body-timeout": { type: "string" },
+    "headers-timeout": { type: "string" },
   },
 });
 const workers = Number(args.workers);
@@ -27,7 +33,19 @@ if (workers > 1 && cluster.isPrimary) {
   serve();
 }
 
-function serve() {
+async function setFetchTimeouts() {
+  if (args["body-timeout"] === undefined && args["headers-timeout"] === undefined) return;
+  const DISPATCHER = Symbol.for("undici.globalDispatcher.1");
+  await fetch("data:,"); // loads Node's bundled undici, which sets its global dispatcher (an Agent)
+  const Agent = globalThis[DISPATCHER].constructor;
+  const limits = {};
+  if (args["body-timeout"] !== undefined) limits.bodyTimeout = Number(args["body-timeout"]);
+  if (args["headers-timeout"] !== undefined) limits.headersTimeout = Number(args["headers-timeout"]);
+  globalThis[DISPATCHER] = new Agent(limits);
+}
+
+async function serve() {
+  await setFetchTimeouts();
   const sep = args.listen.lastIndexOf(":");
   const host = args.listen.slice(0, sep);
   const port = Number(args.listen.slice(sep + 1));

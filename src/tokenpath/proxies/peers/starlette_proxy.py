@@ -3,7 +3,10 @@
 (the `peers` extra installs starlette, uvicorn and httpx):
 
     python starlette_proxy.py --listen 127.0.0.1:8081 --upstream http://127.0.0.1:8000 \
-        [--gzip-minimum-size 500 [--compress-event-streams]]
+        [--read-timeout S|none] [--gzip-minimum-size 500 [--compress-event-streams]]
+
+--read-timeout S   httpx's read timeout, a silence between two reads from the upstream (the head's wait included);
+                   `none` lifts it. Unset: httpx's default, 5 s, as `httpx.AsyncClient()` users get it
 
 --gzip-minimum-size N   app.add_middleware(GZipMiddleware, minimum_size=N)
 --compress-event-streams   ... and exclude_content_types=() (Starlette >= 1.5): compress text/event-stream too,
@@ -38,9 +41,11 @@ def build_app(
     gzip_minimum_size: int | None = None,
     compress_event_streams: bool = False,
     transport: httpx.AsyncBaseTransport | None = None,  # tests script the upstream; None: the network
+    timeout: httpx.Timeout = httpx.Timeout(5.0),  # noqa: B008 - httpx's default (DEFAULT_TIMEOUT_CONFIG), frozen
 ) -> Starlette:
-    # No timeout: a generation may run for minutes (the client's own deadline ends it).
-    client = httpx.AsyncClient(base_url=upstream, timeout=httpx.Timeout(None), transport=transport)
+    # httpx's timeouts as users get them unless told (5 s, its read timeout a silence between two reads): a silence
+    # longer than that ends the stream. `--read-timeout none` is the line that lifts it (the long_streams variant).
+    client = httpx.AsyncClient(base_url=upstream, timeout=timeout, transport=transport)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -84,9 +89,13 @@ def main() -> None:
     ap.add_argument("--upstream", default="http://127.0.0.1:8000")
     ap.add_argument("--gzip-minimum-size", type=int, default=None)
     ap.add_argument("--compress-event-streams", action="store_true")
+    ap.add_argument("--read-timeout", default=None, help="seconds, or none (default: httpx's 5 s)")
     args = ap.parse_args()
     host, _, port = args.listen.rpartition(":")
-    app = build_app(args.upstream, args.gzip_minimum_size, args.compress_event_streams)
+    timeout = httpx.Timeout(5.0)
+    if args.read_timeout is not None:
+        timeout = httpx.Timeout(5.0, read=None if args.read_timeout == "none" else float(args.read_timeout))
+    app = build_app(args.upstream, args.gzip_minimum_size, args.compress_event_streams, timeout=timeout)
     uvicorn.run(app, host=host.strip("[]"), port=int(port), log_level="warning")
 
 
