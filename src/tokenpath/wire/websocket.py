@@ -53,6 +53,7 @@ __all__ = [
     "MessageReceived",
     "OfferRefused",
     "PingReceived",
+    "PongReceived",
     "UpgradeRefused",
     "Upgraded",
     "WebSocketEndpoint",
@@ -128,6 +129,13 @@ class PingReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class PongReceived:
+    """The answer to a ping of ours (ping()): the peer is alive and reading."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Closed:
     """The connection's end as WebSocket saw it: `by_peer` (the peer's close frame, or its protocol error that we
     answered), the code and reason; 1006 when the socket ended without a close frame."""
@@ -137,7 +145,7 @@ class Closed:
     by_peer: bool
 
 
-WsEvent = Upgraded | UpgradeRefused | MessageReceived | PingReceived | Closed
+WsEvent = Upgraded | UpgradeRefused | MessageReceived | PingReceived | PongReceived | Closed
 
 
 def is_websocket_offer(headers: Iterable[tuple[str, str]]) -> bool:
@@ -229,6 +237,12 @@ class WebSocketEndpoint:
         """One whole text message's frame (a server's is unmasked, so the same text is the same bytes)."""
         return self._conn.send(TextMessage(data=text))
 
+    def ping(self, payload: bytes = b"") -> bytes:
+        """Our ping (a PongReceived comes back); nothing once the connection is closing."""
+        if self._conn.state is not ConnectionState.OPEN:
+            return b""
+        return self._conn.send(Ping(payload=payload))
+
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> bytes:
         """Our close frame (nothing once the connection is closing or closed)."""
         if self._conn.state is not ConnectionState.OPEN and self._conn.state is not ConnectionState.REMOTE_CLOSING:
@@ -302,7 +316,7 @@ class WebSocketEndpoint:
             self._out += self._conn.send(event.response())
             out.append(PingReceived(answered=True))
         elif isinstance(event, Pong):
-            pass
+            out.append(PongReceived(bytes(event.payload)))
         elif isinstance(event, CloseConnection):
             self._closed_by_peer(event, out)
 
