@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
+from tests.e2e.h2raw import RawH2
 from tests.gateway.test_gateway_e2e import Services, hostport, pool, token
 from tests.gateway.test_tls_upstream_e2e import CA, server_context
 from tests.gateway.wspeer import (
@@ -259,3 +260,30 @@ def test_an_https_member_carries_the_websocket_mode(svc: Services, tmp_path: Pat
         assert echoed.is_set()
     finally:
         member.close()
+
+
+def test_http2_extended_connect_is_refused_and_says_where_websocket_is(svc: Services) -> None:
+    """RFC 8441 is out of scope: the listener never offers SETTINGS_ENABLE_CONNECT_PROTOCOL, and a client that tries
+    an extended CONNECT anyway gets a 405 that names the HTTP/1.1 upgrade, not a reset or a silence."""
+    stub = svc.stub("--tokens", "2", "--ttft-ms", "0", "--interval-ms", "1")
+    gw = svc.gateway(pool(stub))
+    host, port = hostport(gw.url)
+    h2 = RawH2(host, port)
+    try:
+        assert not h2.conn.remote_settings.enable_connect_protocol
+        sid = h2.conn.get_next_available_stream_id()
+        headers = [
+            (b":method", b"CONNECT"),
+            (b":protocol", b"websocket"),
+            (b":scheme", b"http"),
+            (b":path", b"/v1/responses"),
+            (b":authority", h2.authority),
+            (b"sec-websocket-version", b"13"),
+        ]
+        h2.conn.send_headers(sid, headers)
+        h2.flush()
+        assert h2.wait(lambda: sid in h2.ended)
+        assert h2.heads[sid][b":status"] == b"405"
+        assert b"HTTP/1.1 only" in bytes(h2.data.get(sid, b""))
+    finally:
+        h2.close()

@@ -81,8 +81,8 @@ def test_a_client_message_over_ws_max_message_bytes_closes_1009(svc: Services) -
             sock.sendall(text({"type": "response.create", "input": "x" * 1500}))
             got = reader.until_close()
         assert got[-1].close_code == 1009
-        assert [f.opcode for f in member.frames if f.opcode == TEXT] == [TEXT]  # the first only
         assert _member_close(member).close_code == 1001  # the member hears the client is gone
+        assert [f.opcode for f in member.frames if f.opcode == TEXT] == [TEXT]  # the first only
     finally:
         member.close()
 
@@ -112,6 +112,7 @@ def test_a_message_in_more_than_ws_max_fragments_frames_closes_1008(svc: Service
             sock.sendall(data + frame(CONTINUATION, pieces[-1]))
             got = reader.until_close()
         assert got[-1].close_code == 1008
+        assert _member_close(member).close_code == 1001
         assert not [f for f in member.frames if f.opcode == TEXT]
     finally:
         member.close()
@@ -125,6 +126,7 @@ def test_an_unmasked_client_frame_closes_1002(svc: Services) -> None:
             sock.sendall(text(CREATE, mask=False))
             got = reader.until_close()
         assert got[-1].close_code == 1002
+        assert _member_close(member).close_code == 1001
         assert not [f for f in member.frames if f.opcode == TEXT]
     finally:
         member.close()
@@ -197,6 +199,7 @@ def test_permessage_deflate_is_never_agreed_so_a_compressed_frame_closes_1002(sv
             sock.sendall(frame(TEXT, bomb, rsv1=True))
             got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
         assert got[-1].close_code == 1002
+        assert _member_close(member).close_code == 1001
         assert not [f for f in member.frames if f.opcode == TEXT]
     finally:
         member.close()

@@ -107,6 +107,7 @@ class WsUpgrade:
         self.failures: list[Failure] = []
         self.status = 0
         self.error: str | None = None
+        self.upstream: UpstreamWs | None = None  # the attempt in flight, then the member's side of the session
         self.relay: WsRelay | None = None
         self.tally: WsTally | None = None
         self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -118,7 +119,6 @@ class WsUpgrade:
         self.task = self.app.spawn(self.run())
 
     async def run(self) -> None:
-        upstream: UpstreamWs | None = None
         try:
             upstream = await self._upgrade()
             if upstream is not None:
@@ -138,8 +138,8 @@ class WsUpgrade:
             else:
                 self._reply(500, "internal gateway error", Outcome.INTERNAL.reply_code)
         finally:
-            if self.relay is None and upstream is not None:
-                upstream.abort()
+            if self.relay is None and self.upstream is not None:
+                self.upstream.abort()  # an attempt the client left (or the drain cut) before its 101
             if self.member is not None and self.pool is not None and self.relay is not None:
                 book(self.pool, Outstanding(self.member, -1), self.app.metrics, before_head=False)
             self.response.on_abort = None
@@ -195,7 +195,7 @@ class WsUpgrade:
         except AttemptFailed as exc:
             return exc.failure
         assert isinstance(speaker_, UpstreamWs)
-        upstream = speaker_
+        self.upstream = upstream = speaker_
         if upstream.link.transport is not None:
             upstream.link.transport.set_write_buffer_limits(high=limits.write_buffer_bytes)
         m = member.member
