@@ -290,6 +290,7 @@ class WsRelay(asyncio.Protocol):
             return
         self._cancel_timers()
         self._cancel(self._upstream_wait)
+        self._cancel(self._client_wait)
         on_end, self.on_end = self.on_end, None
         if on_end is not None:
             on_end(self.tally)
