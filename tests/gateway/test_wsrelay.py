@@ -148,13 +148,15 @@ def test_a_client_close_goes_to_the_member_and_its_reply_ends_the_session() -> N
 def test_each_side_s_full_buffer_stops_reading_the_other() -> None:
     def body() -> None:
         relay, client, link, _ = session()
+        seen = []
         relay.pause_writing()  # the client's buffer is over the write buffer limit
-        assert not link.transport.reading
+        seen.append(link.transport.reading)
         relay.resume_writing()
-        assert link.transport.reading
+        seen.append(link.transport.reading)
         relay.upstream.writing_paused()  # the member's
-        assert not client.reading
+        seen.append(client.reading)
         relay.upstream.writing_resumed()
-        assert client.reading
+        seen.append(client.reading)
+        assert seen == [False, True, False, True]
 
     run(body)
