@@ -287,3 +287,21 @@ def test_http2_extended_connect_is_refused_and_says_where_websocket_is(svc: Serv
         assert b"HTTP/1.1 only" in bytes(h2.data.get(sid, b""))
     finally:
         h2.close()
+
+
+def test_a_member_s_101_with_a_wrong_accept_is_a_502_not_a_101(svc: Services) -> None:
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        conn.sendall(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Accept: bm90IHRoZSByaWdodCBvbmU=\r\n\r\n"
+        )
+        reader.frames()
+
+    member = WsMember(script)
+    try:
+        gw = svc.gateway(pool(member.url))
+        status, _, sock = upgrade(hostport(gw.url)[1])
+        sock.close()
+        assert status == 502
+    finally:
+        member.close()

@@ -32,7 +32,7 @@ from tokenpath.gateway.upstream import ConnectionPool
 from tokenpath.gateway.wsrelay import WsRelay, WsSettings, WsTally
 from tokenpath.gateway.wsupstream import UpstreamWs
 from tokenpath.serve.http import Request, Response
-from tokenpath.wire.websocket import Upgraded, UpgradeRefused, switching_protocols
+from tokenpath.wire.websocket import CLOSED_UNANSWERED, Upgraded, UpgradeRefused, switching_protocols
 
 __all__ = ["WsGateway", "WsUpgrade", "refusal_message", "ws_forward_headers"]
 
@@ -216,7 +216,8 @@ class WsUpgrade:
             return Failure(FailureKind.UPSTREAM_5XX, f"{where} answered the WebSocket upgrade with {answer.status}")
         if answer.status < 400:
             detail = answer.body[:REFUSAL_PREVIEW_CHARS].decode("utf-8", "replace") or f"status {answer.status}"
-            kind = FailureKind.UPSTREAM_CLOSED if answer.status == 0 else FailureKind.MALFORMED
+            closed = answer.status == 0 and answer.body == CLOSED_UNANSWERED  # else a 101 wsproto refused, or a 1xx-3xx
+            kind = FailureKind.UPSTREAM_CLOSED if closed else FailureKind.MALFORMED
             return Failure(kind, f"{where} answered the WebSocket upgrade without a valid 101: {detail}")
         return answer
 
