@@ -124,10 +124,6 @@ class GatewayApp:
             return self._refuse(400, str(exc), "bad_request_target")
         if route is None:
             return self._refuse(404, f"no route: the gateway serves {SERVED}", "not_found")
-        if is_websocket_offer(head.headers) and (route.api is None or not SPECS[route.api].websocket):
-            routes = ", ".join(s.route for s in SPECS.values() if s.websocket)
-            message = f"protocol upgrade to websocket is not supported on {head.path}; WebSocket mode is on {routes}"
-            return self._refuse(400, message, "websocket_unsupported", api=route.api)
         if self.draining or len(self.active) >= self.cfg.limits.max_streams:
             return self._overloaded(route.api)
         authorization = head.header("authorization")
@@ -230,7 +226,8 @@ class GatewayApp:
             refusal = self._overloaded(entry.route.api)
             response.send_error(error_reply(refusal.api, 503, refusal.message, refusal.code), refusal.headers)
             return
-        if is_websocket_offer(request.headers):
+        # (An offer is never kept alive, wire/server.py: the common request pays no header scan for it.)
+        if not request.keep_alive and is_websocket_offer(request.headers):
             self._websocket(request, response, entry)
             return
         exchange = Exchange(self, response, entry)
@@ -241,7 +238,14 @@ class GatewayApp:
 
     def _websocket(self, request: Request, response: Response, entry: Entry) -> None:
         """An upgrade on a route with a WebSocket mode (admitted as a POST is): its offer checked, then a WsUpgrade
-        (gateway/wsupgrade.py) makes the gateway's own upgrade to a member before the client gets its 101."""
+        (gateway/wsupgrade.py) makes the gateway's own upgrade to a member before the client gets its 101. Off a
+        route with a WebSocket mode, the offer is a 400 in the route's shape (as every other upgrade is)."""
+        api = entry.route.api
+        if api is None or not SPECS[api].websocket:
+            routes = ", ".join(s.route for s in SPECS.values() if s.websocket)
+            message = f"protocol upgrade to websocket is not supported on {request.path}; WebSocket mode is on {routes}"
+            self.reply_error(response, 400, message, "websocket_unsupported")
+            return
         try:
             key = websocket_key(request.method, request.headers)
         except OfferRefused as exc:
