@@ -6,6 +6,8 @@ message in is one message out, a refused upgrade is an HTTP error and never a 10
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -305,3 +307,16 @@ def test_a_member_s_101_with_a_wrong_accept_is_a_502_not_a_101(svc: Services) ->
         assert status == 502
     finally:
         member.close()
+
+
+def test_sigterm_closes_an_open_session_1001_at_the_drain_deadline(svc: Services) -> None:
+    stub = svc.stub("--tokens", "2", "--ttft-ms", "0", "--interval-ms", "1")
+    gw = svc.gateway("[limits]\ndrain_s = 1\n" + pool(stub))
+    status, raw, sock = upgrade(hostport(gw.url)[1])
+    assert status == 101
+    assert gw.pid is not None
+    with sock:
+        os.kill(gw.pid, signal.SIGTERM)  # the gateway this test started
+        got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+    assert got[-1].opcode == CLOSE
+    assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")
