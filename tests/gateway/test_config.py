@@ -102,6 +102,22 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
             },
             "keepalive_interval_s (60) must be below idle_timeout_s (60)",
         ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"ws_ping_interval_s": 0},
+                "pool": [{"member": [{"url": "http://h:1"}]}],
+            },
+            "ws_ping_interval_s must be a number > 0",
+        ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"ws_max_fragments": 0},
+                "pool": [{"member": [{"url": "http://h:1"}]}],
+            },
+            "ws_max_fragments must be >= 1",
+        ),
         ({"pool": [{"member": [{"url": "http://h:1"}]}]}, "exactly one key source"),
         (
             {"auth": {"jwks_url": "http://k", "algorithms": ["none"]}, "pool": [{"member": [{"url": "http://h:1"}]}]},

@@ -26,15 +26,20 @@ from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
 from tokenpath.gateway.target import BadTarget, origin_form
+from tokenpath.gateway.wsupgrade import WsUpgrade
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
 from tokenpath.serve.http import Request, Response
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.errorshape import error_reply
+from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, websocket_key
 
 log = logging.getLogger("tokenpath.gateway")
 
 HEALTH_PATH = "/_tokenpath/health"
 REFUSED_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})  # TRACE echoes credentials back (cross-site tracing)
+# HTTP/2's WebSocket (RFC 8441 extended CONNECT) is not carried: the listener never offers it (no
+# SETTINGS_ENABLE_CONNECT_PROTOCOL), and a CONNECT that tries it anyway is told where WebSocket mode is
+CONNECT_NOTE = "; WebSocket is carried over HTTP/1.1 only (GET with Upgrade: websocket), not HTTP/2's extended CONNECT"
 KEY_WAIT_S = 7.0  # a request waiting on a JWKS fetch gets its answer by then (the fetch's own deadline is 5 s)
 ROUTED_TARGETS = 1024  # distinct request targets whose routing is remembered per worker (routed_target)
 ROUTED_TARGET_CHARS = 512  # longer targets are checked each time: the memory stays under ~1 MiB
@@ -64,7 +69,7 @@ class GatewayApp:
             forwarded_proto="https" if cfg.tls_cert else "http",  # the scheme the client reached us by
             pass_client_credentials=not auth.enabled,
         )
-        self.active: set[Exchange] = set()
+        self.active: set[Exchange | WsUpgrade] = set()  # streams and WebSocket sessions
         self.draining = False
         limit = cfg.limits.max_body_bytes_in_flight
         self.body_budget = BodyBudget(  # the request bodies this worker holds, read by serve/http.py and serve/h2.py
@@ -108,7 +113,7 @@ class GatewayApp:
         if head.method in REFUSED_METHODS:
             return self._refuse(
                 405,
-                f"{head.method} is not allowed",
+                f"{head.method} is not allowed{CONNECT_NOTE if head.method == 'CONNECT' else ''}",
                 "method_not_allowed",
                 (("Allow", "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),),
                 self.error_api(head.path),
@@ -221,11 +226,38 @@ class GatewayApp:
             refusal = self._overloaded(entry.route.api)
             response.send_error(error_reply(refusal.api, 503, refusal.message, refusal.code), refusal.headers)
             return
+        # (An offer is never kept alive, wire/server.py: the common request pays no header scan for it.)
+        if not request.keep_alive and is_websocket_offer(request.headers):
+            self._websocket(request, response, entry)
+            return
         exchange = Exchange(self, response, entry)
         self.active.add(exchange)
         self._idle.clear()
         self.metrics.streams_active.inc()
         self.spawn(exchange.run())
+
+    def _websocket(self, request: Request, response: Response, entry: Entry) -> None:
+        """An upgrade on a route with a WebSocket mode (admitted as a POST is): its offer checked, then a WsUpgrade
+        (gateway/wsupgrade.py) makes the gateway's own upgrade to a member before the client gets its 101. Off a
+        route with a WebSocket mode, the offer is a 400 in the route's shape (as every other upgrade is)."""
+        api = entry.route.api
+        if api is None or not SPECS[api].websocket:
+            routes = ", ".join(s.route for s in SPECS.values() if s.websocket)
+            message = f"protocol upgrade to websocket is not supported on {request.path}; WebSocket mode is on {routes}"
+            self.reply_error(response, 400, message, "websocket_unsupported")
+            return
+        try:
+            key = websocket_key(request.method, request.headers)
+        except OfferRefused as exc:
+            self.metrics.requests.labels(str(exc.status)).inc()
+            extra = [("Sec-WebSocket-Version", "13")] if exc.status == 426 else []
+            response.send_error(error_reply(entry.route.api, exc.status, str(exc), "bad_websocket_offer"), extra)
+            return
+        session = WsUpgrade(self, response, entry, key)
+        self.active.add(session)
+        self._idle.clear()
+        self.metrics.streams_active.inc()
+        session.start()
 
     # what an Exchange asks of its gateway (exchange.Gateway) -------------------------------------------------
     def route(self, request: Request, entry: Entry) -> Pool:
@@ -260,7 +292,7 @@ class GatewayApp:
         """The member's gauge, after an active health check changed its health."""
         health_gauge(self.metrics, pool, member)
 
-    def finished(self, exchange: Exchange) -> None:
+    def finished(self, exchange: Exchange | WsUpgrade) -> None:
         if exchange in self.active:
             self.active.discard(exchange)
             self.metrics.streams_active.dec()

@@ -76,6 +76,19 @@ class Limits:
     # is refused (REFUSED_STREAM), which a client retries on another connection
     h2_max_concurrent_streams: int = 128
     retry_after_s: int = 1
+    # WebSocket sessions (the Responses WebSocket mode, gateway/wsrelay.py). A client's message is a response.create,
+    # a POST body's twin: the stub's 1 MiB. A member's message is one event, and response.completed carries the whole
+    # answer: 8 MiB, what the SSE relay holds of one event (wire/sse.py MAX_EVENT_BYTES). Past either, close 1009.
+    ws_max_message_bytes: int = 1 << 20
+    ws_max_upstream_message_bytes: int = 8 << 20
+    ws_max_fragments: int = 1024  # frames in one message, either side (1-byte frames cost a header each) → 1008
+    # A client silent this long is pinged (the member too: its own idle timer, the stub's 60 s, sees only what the
+    # gateway forwards, and client pings are answered here); no pong within ws_pong_timeout_s → close 1001. Under
+    # the 60 s idle timers in front (ALB, nginx's proxy_read_timeout) as keepalive_interval_s is.
+    ws_ping_interval_s: float = 30.0
+    ws_pong_timeout_s: float = 15.0
+    ws_ping_burst: int = 100  # a client's pings answered at once, then ws_pings_per_s: past them close 1008 ...
+    ws_pings_per_s: float = 10.0  # ... (pongs owed are capped, never queued behind a slow reader)
 
 
 @dataclass(frozen=True)
@@ -196,6 +209,7 @@ class GatewayConfig:
         if missing:
             raise UsageError(f"no such file: {', '.join(missing)}")
         check_keepalive(self.limits)
+        check_websocket(self.limits)
         if self.limits.h2_max_concurrent_streams < 1:
             raise UsageError("limits: h2_max_concurrent_streams must be >= 1")
         if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
@@ -239,6 +253,26 @@ def check_keepalive(limits: Limits, given: bool = False) -> None:
             f"limits: keepalive_interval_s ({every:g}) must be below idle_timeout_s ({limits.idle_timeout_s:g}): "
             "the idle timeout would end every silence before its first keep-alive"
         )
+
+
+def check_websocket(limits: Limits) -> None:
+    sizes = {
+        "ws_max_message_bytes": limits.ws_max_message_bytes,
+        "ws_max_upstream_message_bytes": limits.ws_max_upstream_message_bytes,
+        "ws_max_fragments": limits.ws_max_fragments,
+        "ws_ping_burst": limits.ws_ping_burst,
+    }
+    for name, value in sizes.items():
+        if value < 1:
+            raise UsageError(f"limits: {name} must be >= 1")
+    times = {
+        "ws_ping_interval_s": limits.ws_ping_interval_s,
+        "ws_pong_timeout_s": limits.ws_pong_timeout_s,
+        "ws_pings_per_s": limits.ws_pings_per_s,
+    }
+    for name, seconds in times.items():
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise UsageError(f"limits: {name} must be a number > 0")
 
 
 def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:

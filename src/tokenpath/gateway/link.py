@@ -168,6 +168,18 @@ class UpstreamLink(asyncio.Protocol):
         if data:
             speaker.received(data)
 
+    def pause_writing(self) -> None:
+        """The member reads slower than we write: a speaker that relays a client's bytes (gateway/wsupstream.py)
+        stops reading that client; the HTTP speakers send only a request, whose body is already held."""
+        paused = getattr(self.speaker, "writing_paused", None)
+        if paused is not None:
+            paused()
+
+    def resume_writing(self) -> None:
+        resumed = getattr(self.speaker, "writing_resumed", None)
+        if resumed is not None:
+            resumed()
+
     def connection_lost(self, exc: Exception | None) -> None:
         if self.speaker is None:
             self.settle(Failure(FailureKind.CONNECT, f"{self.origin.where} closed during the TLS handshake"))

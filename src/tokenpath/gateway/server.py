@@ -78,6 +78,7 @@ class GatewayServer:
             max_head_bytes=limits.max_head_bytes,
             request_timeout_s=limits.header_timeout_s,
             write_buffer_high=limits.write_buffer_bytes,
+            upgrades=frozenset({"websocket"}),  # to the handler: app.py carries it where the route has a WebSocket mode
         )
 
         # HTTP/1.1 and HTTP/2 on one port: by ALPN over TLS, by the client's first bytes in clear text (h2c)

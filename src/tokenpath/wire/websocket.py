@@ -53,6 +53,7 @@ __all__ = [
     "MessageReceived",
     "OfferRefused",
     "PingReceived",
+    "PongReceived",
     "UpgradeRefused",
     "Upgraded",
     "WebSocketEndpoint",
@@ -128,6 +129,13 @@ class PingReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class PongReceived:
+    """The answer to a ping of ours (ping()): the peer is alive and reading."""
+
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Closed:
     """The connection's end as WebSocket saw it: `by_peer` (the peer's close frame, or its protocol error that we
     answered), the code and reason; 1006 when the socket ended without a close frame."""
@@ -137,7 +145,7 @@ class Closed:
     by_peer: bool
 
 
-WsEvent = Upgraded | UpgradeRefused | MessageReceived | PingReceived | Closed
+WsEvent = Upgraded | UpgradeRefused | MessageReceived | PingReceived | PongReceived | Closed
 
 
 def is_websocket_offer(headers: Iterable[tuple[str, str]]) -> bool:
@@ -231,7 +239,8 @@ class WebSocketEndpoint:
         return self._conn.send(TextMessage(data=text))
 
     def ping(self, payload: bytes = b"") -> bytes:
-        """A ping frame (a client's is masked); nothing once the connection is closing or closed."""
+        """Our ping (a client's is masked; a PongReceived comes back, counted in `pongs`); nothing once the connection
+        is closing or closed."""
         if self._conn.state is not ConnectionState.OPEN:
             return b""
         return self._conn.send(Ping(payload=payload))
@@ -310,6 +319,7 @@ class WebSocketEndpoint:
             out.append(PingReceived(answered=True))
         elif isinstance(event, Pong):
             self.pongs += 1
+            out.append(PongReceived(bytes(event.payload)))
         elif isinstance(event, CloseConnection):
             self._closed_by_peer(event, out)
 

@@ -1,0 +1,41 @@
+"""The gateway's rows with `transport = "websocket"` (issue 38): the matrix's own WebSocket probe through the stock
+gateway and the `jwt` variant (the token checked on the upgrade) streams the Responses events, joined to the stub's
+writes as an SSE row is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_matrix import run_matrix
+
+pytestmark = [pytest.mark.e2e]
+
+EXPERIMENT = """
+name = "websocket-gateway"
+frames = 6
+runs = 2
+ttft_ms = 20
+
+[conditions]
+interval_ms = [30]
+api = "responses"
+transport = ["sse", "websocket"]
+
+[[proxy]]
+name = "gateway"
+variants = ["stock", "jwt"]
+"""
+
+
+def test_the_gateway_carries_the_websocket_mode_in_the_matrix(tmp_path: Path) -> None:
+    # --force: what is asserted is that the gateway carries the upgrade, not the floor (test_matrix.py's lane)
+    doc, _ = run_matrix(tmp_path, EXPERIMENT, "--force")
+    rows = [r for r in doc["rows"] if r["proxy"] == "gateway" and r["transport"] == "websocket"]
+    assert {r["variant"] for r in rows} == {"stock", "jwt"}
+    for row in rows:
+        assert row["excluded"] == 0, row
+        assert all(run["metrics"]["websocket"]["upgraded"] for run in row["raw"])
+        assert all(run["metrics"]["websocket"]["final_event"] for run in row["raw"])
+        assert row["added_ttft_ms_median"] is not None

@@ -1,0 +1,236 @@
+"""The gateway's WebSocket limits against hostile clients and members (issue 38), each with the [limits] key that
+sets it, on a real gateway process: every test fails when its limit is ignored (the defaults would let the same bytes
+through, or nothing would ever close)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.test_gateway_e2e import Services, hostport, pool
+from tests.gateway.wspeer import (
+    CLOSE,
+    CONTINUATION,
+    CREATE,
+    PING,
+    PONG,
+    TEXT,
+    Frame,
+    FrameReader,
+    WsMember,
+    answer_101,
+    close,
+    frame,
+    offer,
+    text,
+    upgrade,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def svc(tmp_path: Path) -> Iterator[Services]:
+    services = Services(tmp_path)
+    yield services
+    services.stop()
+
+
+def _member(first: bytes = b"") -> WsMember:
+    """Answers 101, writes `first`, answers pings, records frames until the close, which it answers."""
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        answer_101(conn, head)
+        if first:
+            conn.sendall(first)
+        for f in iter(reader.next, None):
+            if f.opcode == PING:
+                conn.sendall(frame(PONG, f.payload, mask=False))
+            if f.opcode == CLOSE:
+                conn.sendall(close(f.close_code, mask=False))
+                return
+
+    return WsMember(script)
+
+
+def _session(svc: Services, member: WsMember, limits: str) -> tuple[socket.socket, FrameReader]:
+    gw = svc.gateway(f"[limits]\n{limits}\n" + pool(member.url))
+    status, raw, sock = upgrade(hostport(gw.url)[1])
+    assert status == 101
+    return sock, FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
+
+
+def _member_close(member: WsMember) -> Frame:
+    assert member.done.wait(10)
+    return next(f for f in member.frames if f.opcode == CLOSE)
+
+
+def test_a_client_message_over_ws_max_message_bytes_closes_1009(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_max_message_bytes = 1000")
+        with sock:
+            sock.sendall(text({"type": "response.create", "input": "x" * 600}))  # under: relayed
+            sock.sendall(text({"type": "response.create", "input": "x" * 1500}))
+            got = reader.until_close()
+        assert got[-1].close_code == 1009
+        assert _member_close(member).close_code == 1001  # the member hears the client is gone
+        assert [f.opcode for f in member.frames if f.opcode == TEXT] == [TEXT]  # the first only
+    finally:
+        member.close()
+
+
+def test_a_member_message_over_ws_max_upstream_message_bytes_closes_both_sides(svc: Services) -> None:
+    member = _member(text({"type": "response.completed", "pad": "x" * 3000}, mask=False))
+    try:
+        sock, reader = _session(svc, member, "ws_max_upstream_message_bytes = 2000")
+        with sock:
+            got = reader.until_close()
+        assert [f.opcode for f in got] == [CLOSE]  # nothing of the message: it was never whole within the limit
+        assert got[0].close_code == 1011
+        assert "upstream" in got[0].close_reason
+        assert _member_close(member).close_code == 1009
+    finally:
+        member.close()
+
+
+def test_a_message_in_more_than_ws_max_fragments_frames_closes_1008(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_max_fragments = 4")
+        pieces = [b'{"type"', b': "resp', b"onse.cr", b'eate", ', b'"a": 1', b"}"]
+        with sock:
+            data = frame(TEXT, pieces[0], fin=False)
+            data += b"".join(frame(CONTINUATION, p, fin=False) for p in pieces[1:-1])
+            sock.sendall(data + frame(CONTINUATION, pieces[-1]))
+            got = reader.until_close()
+        assert got[-1].close_code == 1008
+        assert _member_close(member).close_code == 1001
+        assert not [f for f in member.frames if f.opcode == TEXT]
+    finally:
+        member.close()
+
+
+def test_an_unmasked_client_frame_closes_1002(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "")
+        with sock:
+            sock.sendall(text(CREATE, mask=False))
+            got = reader.until_close()
+        assert got[-1].close_code == 1002
+        assert _member_close(member).close_code == 1001
+        assert not [f for f in member.frames if f.opcode == TEXT]
+    finally:
+        member.close()
+
+
+def test_a_ping_flood_past_ws_ping_burst_closes_1008_and_pongs_owed_are_capped(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_ping_burst = 5\nws_pings_per_s = 0.1")
+        with sock:
+            sock.sendall(frame(PING, b"p") * 50)
+            got = reader.until_close()
+        pongs = [f for f in got if f.opcode == PONG]
+        assert len(pongs) == 5
+        assert got[-1].close_code == 1008
+    finally:
+        member.close()
+
+
+def test_an_idle_client_is_pinged_and_closed_1001_without_a_pong(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_ping_interval_s = 0.3\nws_pong_timeout_s = 0.5")
+        with sock:
+            sock.settimeout(20)
+            got = reader.until_close()  # never answers the ping
+        assert [f.opcode for f in got] == [PING, CLOSE]
+        assert got[-1].close_code == 1001
+        assert "no pong" in got[-1].close_reason
+        assert PING in [f.opcode for f in member.frames]  # the member was kept alive too
+        assert _member_close(member).close_code == 1001
+    finally:
+        member.close()
+
+
+def test_a_client_that_answers_pings_stays(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_ping_interval_s = 0.3\nws_pong_timeout_s = 0.5")
+        with sock:
+            pings = 0
+            deadline = time.monotonic() + 2.5
+            while time.monotonic() < deadline:
+                f = reader.next()
+                assert f is not None
+                assert f.opcode == PING, f
+                pings += 1
+                sock.sendall(frame(PONG, f.payload))
+            assert pings >= 2
+            sock.sendall(close(1000))
+            assert reader.until_close()[-1].close_code == 1000
+    finally:
+        member.close()
+
+
+def test_permessage_deflate_is_never_agreed_so_a_compressed_frame_closes_1002(svc: Services) -> None:
+    """No extension is negotiated either side: a deflate bomb cannot be sent, a compressed (RSV1) frame is a
+    protocol error."""
+    member = _member()
+    try:
+        gw = svc.gateway(pool(member.url))
+        deflate = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+        status, raw, sock = upgrade(hostport(gw.url)[1], extra=deflate)
+        assert status == 101
+        assert b"sec-websocket-extensions" not in raw.lower()
+        assert b"sec-websocket-extensions" not in member.heads[0].lower()
+        with sock:
+            deflate_raw = zlib.compressobj(wbits=-15)
+            bomb = (deflate_raw.compress(b"0" * (64 << 20)) + deflate_raw.flush(zlib.Z_SYNC_FLUSH))[:-4]  # 64 MiB
+            sock.sendall(frame(TEXT, bomb, rsv1=True))
+            got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+        assert got[-1].close_code == 1002
+        assert _member_close(member).close_code == 1001
+        assert not [f for f in member.frames if f.opcode == TEXT]
+    finally:
+        member.close()
+
+
+def test_a_slow_reader_pauses_the_member_instead_of_queueing_its_messages(svc: Services) -> None:
+    """The client reads nothing: the gateway stops reading the member once the client's buffer is full (the write
+    buffer limit), so the member's writes block; queued in the gateway, the member would send all 64 MiB."""
+    sent = [0]
+    message = frame(TEXT, json.dumps({"type": "x", "pad": "y" * (64 << 10)}).encode(), mask=False)
+    total = 64 << 20
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        answer_101(conn, head)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+        conn.settimeout(3)
+        with contextlib.suppress(OSError):
+            while sent[0] < total:
+                conn.sendall(message)
+                sent[0] += len(message)
+
+    member = WsMember(script)
+    try:
+        gw = svc.gateway(pool(member.url))
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.settimeout(10)
+        sock.connect(hostport(gw.url))
+        sock.sendall(offer())
+        assert member.done.wait(30)  # its send timed out: blocked
+        assert sent[0] < 40 << 20, sent[0]  # the kernel's buffers and the gateway's 64 KiB, not all 64 MiB
+        sock.close()
+    finally:
+        member.close()
