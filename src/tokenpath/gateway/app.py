@@ -28,6 +28,7 @@ from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
 from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
 from tokenpath.serve.http import Request, Response
+from tokenpath.serve.timerwheel import LoopWheel, TimerWheel
 from tokenpath.wire.apis import Api
 from tokenpath.wire.errorshape import error_reply
 
@@ -42,7 +43,8 @@ ROUTED_TARGET_CHARS = 512  # longer targets are checked each time: the memory st
 
 class GatewayApp:
     """The HTTP handler: `app(request, response)` for each request the downstream connection parses. `clock` times
-    every exchange (its timers and the metrics' seconds): a high-resolution monotonic clock."""
+    every exchange (its timers, on the worker's one timer wheel, and the metrics' seconds): a high-resolution
+    monotonic clock."""
 
     def __init__(
         self,
@@ -54,6 +56,7 @@ class GatewayApp:
         self.cfg = cfg
         self.auth = auth
         self.clock = clock
+        self.timer_wheel: TimerWheel = LoopWheel(clock)  # exchanges' timers, connections' head timers
         self.metrics = Metrics(registry or CollectorRegistry())
         self.pools = [Pool(p, cfg.health) for p in cfg.pools]
         self.router = Router(self.pools, cfg.auth.pool_claim)
@@ -225,7 +228,7 @@ class GatewayApp:
         self.active.add(exchange)
         self._idle.clear()
         self.metrics.streams_active.inc()
-        self.spawn(exchange.run())
+        exchange.start()
 
     # what an Exchange asks of its gateway (exchange.Gateway) -------------------------------------------------
     def route(self, request: Request, entry: Entry) -> Pool:
