@@ -9,8 +9,8 @@ from tests.load.clientcounts import count
 # Python calls per frame the client received (builtins included; cProfile counts them all): its reads' (from
 # data_received on, the head and the first frames' search included) and its end-of-stream check's. Before (main at
 # 4a9746e, the recorder on ResponseParser's event queue, `complete` a property chain read twice per read, the body
-# through _on_body and the decoder check every read): 23.3-25.2 per frame, 27.4-28.9 per read; after 15.5-16.7 and
-# 18.8-20.4. Per frame, not per read: how many frames a read brings depends on the loop's load (more per read when
+# through _on_body and the decoder check every read): 20.0-25.2 per frame, 27.4-32.8 per read; after 13.3-16.7 and
+# 18.8-28.3. Per frame, not per read: how many frames a read brings depends on the loop's load (more per read when
 # it is busy, which lowers the count per frame), so the bound holds on a loaded host too.
 MAX_CALLS_PER_FRAME = 19.0
 
