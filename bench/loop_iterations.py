@@ -18,6 +18,11 @@ a counting loop: deterministic, exact on a loaded machine): `--calls` runs tests
 process (asyncio, no strace, no load, one stream) and prints them; tests/gateway/test_loop_counts.py bounds them.
 
     PYTHONPATH=src .venv/bin/python bench/loop_iterations.py --calls
+
+The load client's Python calls per read and per frame (HTTP/1.1, against an in-process stub: tests/load/
+clientcounts.py's harness; tests/load/test_client_counts.py bounds them):
+
+    PYTHONPATH=src .venv/bin/python bench/loop_iterations.py --client-calls
 """
 
 from __future__ import annotations
@@ -79,7 +84,7 @@ def print_calls() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ holds the harness
     from tests.gateway.loopcounts import calls_per_request, count
 
-    own, every = calls_per_request(20)
+    plain, logged = calls_per_request(20), calls_per_request(20, logged=True)
     print("HTTP/1.1 client, HTTP/1.1 member, asyncio, one stream:")
     for tls in (False, True):
         reads = count(50, tls)
@@ -87,21 +92,38 @@ def print_calls() -> None:
             f"  per steady-state upstream read, {'TLS' if tls else 'clear text'}: {reads.scheduled_per_read:g} "
             f"callbacks handed to the loop, {reads.calls_per_read:g} Python calls"
         )
-    print(f"  per short request (3 frames, keep-alive both sides): {own:g} calls in tokenpath, {every:g} in all")
+    print(
+        f"  per short request (3 frames, keep-alive both sides): {plain.own:g} calls in tokenpath, {plain.every:g} in"
+        f" all; {logged.every:g} in all with the access log on (as `tokenpath gateway` runs); event-loop timers"
+        f" armed {plain.loop_timers:g}"
+    )
+
+
+def print_client_calls() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ holds the harness
+    from tests.load.clientcounts import count
+
+    c = count()
+    print(
+        f"load client, HTTP/1.1, in-process stub: {c.streams} streams, {c.reads} reads, {c.frames} frames;"
+        f" {c.calls_per_read:.2f} Python calls per read (data_received on), {c.check_calls / c.frames:.2f} per"
+        f" frame in the end-of-stream check; {c.calls_per_frame:.2f} per frame in all"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--src", action="append", default=[], help="a tokenpath source tree's src/ (repeat)")
     ap.add_argument("--calls", action="store_true", help="the in-process counts (PYTHONPATH's tree), then stop")
+    ap.add_argument("--client-calls", action="store_true", help="the load client's in-process counts, then stop")
     ap.add_argument("--streams", type=int, default=50)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--tls", action="store_true", help="the gateway reaches the stub over TLS (a TLS nginx front)")
     ap.add_argument("--no-pipe", action="store_true", help="skip the bare uvloop pipe (the floor)")
     args = ap.parse_args()
-    if args.calls:
-        print_calls()
+    if args.calls or args.client_calls:
+        print_calls() if args.calls else print_client_calls()
         return
     if not args.src:
         ap.error("--src is needed (or --calls)")

@@ -12,11 +12,15 @@ bench/loop_iterations.py --calls prints them; tests/gateway/test_loop_counts.py 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import cProfile
+import io
+import logging
 import pstats
 import ssl
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,7 @@ from typing import Any
 from tokenpath.gateway import link
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
 from tokenpath.gateway.server import GatewayServer
+from tokenpath.jsonlog import configure_logging
 from tokenpath.serve.tlscert import self_signed
 
 SCHEDULERS = ("call_soon", "call_later", "call_at", "create_future", "create_task")
@@ -195,8 +200,53 @@ def _in_tokenpath(key: tuple[str, int, str]) -> bool:
     return "/tokenpath/" in key[0].replace("\\", "/")
 
 
-async def _requests(requests: int, profile: cProfile.Profile) -> None:
+@dataclass
+class RequestCounts:
+    own: float  # Python calls per request in tokenpath's own functions
+    every: float  # all of them (prometheus-client's, asyncio's, logging's, the harness's few)
+    loop_timers: float  # event-loop timers armed per request (call_later, call_at), the timer wheel's ticks apart
+    lines: list[str]  # the access log's lines, when logged
+
+
+def _is_wheel_tick(callback: Callable[..., Any]) -> bool:
+    return type(getattr(callback, "__self__", None)).__name__ == "LoopWheel"
+
+
+@contextlib.contextmanager
+def _production_logging(lines: io.StringIO) -> Iterator[None]:
+    """The gateway's logging as `tokenpath gateway` sets it up (jsonlog.configure_logging at info: the access log
+    line per request), into `lines`; logging's state as it was afterwards (pytest's caplog needs it)."""
+    logger = logging.getLogger("tokenpath")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved_flags = {name: getattr(logging, name) for name in flags}
+    stderr, sys.stderr = sys.stderr, lines
+    try:
+        configure_logging("info")
+    finally:
+        sys.stderr = stderr
+    try:
+        yield
+    finally:
+        logger.handlers[:], logger.level, logger.propagate = saved
+        for name, value in saved_flags.items():
+            setattr(logging, name, value)
+
+
+async def _requests(requests: int, profile: cProfile.Profile | None, timers: list[int] | None = None) -> None:
+    """`requests` short requests on one keep-alive connection after two warm-ups: profiled (`profile`), or with the
+    event-loop timers they arm counted into `timers` (a wrapper cProfile would count too: never both at once)."""
     loop = asyncio.get_running_loop()
+    measuring = [False]
+    call_at = loop.call_at  # asyncio's call_later arms through it
+
+    def counted(when: float, callback: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if timers is not None and measuring[0] and not _is_wheel_tick(callback):
+            timers[0] += 1
+        return call_at(when, callback, *args, **kwargs)
+
+    if timers is not None:
+        loop.call_at = counted  # type: ignore[method-assign,assignment]
     member_server = await loop.create_server(_ShortMember, "127.0.0.1", 0)
     member_port = member_server.sockets[0].getsockname()[1]
     pool = PoolConfig("p", (Member(f"http://127.0.0.1:{member_port}"),))
@@ -211,24 +261,33 @@ async def _requests(requests: int, profile: cProfile.Profile) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for i in range(requests + 2):  # two first: the upstream connection opened and pooled, caches warm
             if i == 2:
-                profile.enable()
+                measuring[0] = True
+                if profile is not None:
+                    profile.enable()
             writer.write(request)
             seen = bytearray()
             await _read_until(reader, seen, b"0\r\n\r\n")
-        profile.disable()
+        if profile is not None:
+            profile.disable()
+        measuring[0] = False
         writer.close()
     finally:
+        loop.call_at = call_at  # type: ignore[method-assign]
         await gateway.close(0.1)
         member_server.close()
 
 
-def calls_per_request(requests: int = 20) -> tuple[float, float]:
-    """Python calls per short request (3 frames, one keep-alive client connection, a pooled upstream one): those in
-    tokenpath's own functions, and all of them (the client's and member's few in this process included)."""
-    asyncio.run(_requests(requests, cProfile.Profile()))  # imports and first-time caches out of the way
+def calls_per_request(requests: int = 20, logged: bool = False) -> RequestCounts:
+    """Python calls and event-loop timers per short request (3 frames, one keep-alive client connection, a pooled
+    upstream one). `logged`: with the access log on, as `tokenpath gateway` runs (its lines kept, to check)."""
+    asyncio.run(_requests(requests, None))  # imports and first-time caches out of the way
     profile = cProfile.Profile()
-    asyncio.run(_requests(requests, profile))
+    timers = [0]
+    lines = io.StringIO()
+    with _production_logging(lines) if logged else contextlib.nullcontext():
+        asyncio.run(_requests(requests, profile))
+    asyncio.run(_requests(requests, None, timers))
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     ours = sum(entry[1] for key, entry in stats.items() if _in_tokenpath(key))
     every = sum(entry[1] for entry in stats.values())
-    return ours / requests, every / requests
+    return RequestCounts(ours / requests, every / requests, timers[0] / requests, lines.getvalue().splitlines())

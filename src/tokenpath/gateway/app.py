@@ -29,6 +29,7 @@ from tokenpath.gateway.target import BadTarget, origin_form
 from tokenpath.gateway.wsupgrade import WsUpgrade
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
 from tokenpath.serve.http import Request, Response
+from tokenpath.serve.timerwheel import LoopWheel, TimerWheel
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, websocket_key
@@ -47,7 +48,8 @@ ROUTED_TARGET_CHARS = 512  # longer targets are checked each time: the memory st
 
 class GatewayApp:
     """The HTTP handler: `app(request, response)` for each request the downstream connection parses. `clock` times
-    every exchange (its timers and the metrics' seconds): a high-resolution monotonic clock."""
+    every exchange (its timers, on the worker's one timer wheel, and the metrics' seconds): a high-resolution
+    monotonic clock."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class GatewayApp:
         self.cfg = cfg
         self.auth = auth
         self.clock = clock
+        self.timer_wheel: TimerWheel = LoopWheel(clock)  # exchanges' timers, connections' head timers
         self.metrics = Metrics(registry or CollectorRegistry())
         self.pools = [Pool(p, cfg.health) for p in cfg.pools]
         self.router = Router(self.pools, cfg.auth.pool_claim)
@@ -234,7 +237,7 @@ class GatewayApp:
         self.active.add(exchange)
         self._idle.clear()
         self.metrics.streams_active.inc()
-        self.spawn(exchange.run())
+        exchange.start()
 
     def _websocket(self, request: Request, response: Response, entry: Entry) -> None:
         """An upgrade on a route with a WebSocket mode (admitted as a POST is): its offer checked, then a WsUpgrade

@@ -15,7 +15,14 @@ from tokenpath.gateway.pools import Pool
 from tokenpath.gateway.tls import client_context
 from tokenpath.gateway.upstream import ConnectionPool, UpstreamConnection
 
-__all__ = ["AttemptFailed", "MemberConnections", "UpstreamPool", "UpstreamStream", "open_member_pools"]
+__all__ = [
+    "AttemptFailed",
+    "ConnectionPool",
+    "MemberConnections",
+    "UpstreamPool",
+    "UpstreamStream",
+    "open_member_pools",
+]
 
 UpstreamPool = ConnectionPool | H2UpstreamPool  # a member's connections
 # one request's: a connection of its own, or a stream on a shared one

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tokenpath.gateway.exchange_state import End, ExchangeMachine, Phase
-from tokenpath.gateway.failures import Failure, Outcome
+from tokenpath.gateway.failures import Failure, FailureKind, Outcome
 from tokenpath.gateway.headers import forwarded_head
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.relay import Relay, RelayFailure
@@ -101,6 +101,10 @@ class Downstream:
     def upstream_lost(self, failure: Failure) -> None:
         if self.control is not None:
             self.control.upstream_lost(failure)
+        elif failure.kind is FailureKind.INTERNAL:
+            # A bug of ours struck in a Sink call that had ended the exchange (and let go of it, in that call):
+            # still counted once as the gateway's error, as the exchange counts one after its machine is done.
+            self.metrics.errors.labels(Outcome.INTERNAL).inc()
 
     def _relay_news(self, relay: Relay) -> None:
         relay.news = False

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from tokenpath.gateway.auth import Principal
 from tokenpath.gateway.bookkeeping import book
 from tokenpath.gateway.config import GatewayConfig
-from tokenpath.gateway.connections import AttemptFailed, UpstreamPool, UpstreamStream
+from tokenpath.gateway.connections import AttemptFailed, ConnectionPool, UpstreamPool, UpstreamStream
 from tokenpath.gateway.downstream import Downstream
 from tokenpath.gateway.exchange_state import (
     Abort,
@@ -42,7 +42,9 @@ from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool
 from tokenpath.gateway.relay import RelayFailure
 from tokenpath.gateway.routes import RouteMatch
+from tokenpath.jsonlog import JSONObject
 from tokenpath.serve.http import Request, Response
+from tokenpath.serve.timerwheel import TimerWheel, WheelTimer
 from tokenpath.wire.client import ResponseHead
 
 log = logging.getLogger("tokenpath.gateway")
@@ -65,6 +67,7 @@ class Gateway(Protocol):
     cfg: GatewayConfig
     metrics: Metrics
     clock: Callable[[], float]
+    timer_wheel: TimerWheel  # on `clock`: every exchange's timers, and the client connections' head timers
 
     def route(self, request: Request, entry: Entry) -> Pool: ...
     def upstream_headers(self, request: Request, request_id: str, entry: Entry, pool: Pool) -> Headers: ...
@@ -81,7 +84,6 @@ class Exchange:
         self.app = app
         self.response = response  # response.request is the request (its body dropped once the head is forwarded)
         self.entry = entry
-        self.loop = asyncio.get_running_loop()
         self.clock = app.clock
         self.t_start = self.clock()
         rid = client_request_id(response.request.header(app.cfg.request_id_header))
@@ -91,39 +93,43 @@ class Exchange:
         self.conn: UpstreamStream | None = None
         self.pool: Pool | None = None
         self.headers: Headers = []
-        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.over = False  # the machine is done with it (or it failed as ours): finished once (_finish)
         self.pending_head: ResponseHead | None = None  # the head the machine is deciding on
         self.error: str | None = None
-        self.timers = Timers(self.loop, self.clock)
+        self.timers = Timers(app.timer_wheel)
         self.members: list[MemberState] = []  # connected to, in order (a new one after the first is a failover)
         response.on_abort = self.client_gone
         response.on_pause = self._pause_upstream
         response.on_resume = self._resume_upstream
 
-    async def run(self) -> None:
+    def start(self) -> None:
+        """Route, build the upstream request and start the machine, in the call that dispatched the request: the
+        rest happens in callbacks (connection, upstream, timers, the client), with no task of its own, so a request
+        costs the event loop no iteration to start or to end."""
         app = self.app  # (no local for the request: its body is let go of once the head is forwarded)
         try:
             self.pool = pool = app.route(self.response.request, self.entry)
             self.headers = app.upstream_headers(self.response.request, self.request_id, self.entry, pool)
             self.machine = self.down.machine = ExchangeMachine(pool, app.cfg.limits, self.clock)
             self._do(self.machine.start())
-            await self.done
         except Exception as exc:  # a bug costs this request, never the worker, and never counts against a member
             log.exception("request %s failed", self.request_id)
             self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
-        finally:
-            self.timers.stop()
-            app.finished(self)
-            self._log()
-            # Exchange, Downstream, Response and the connection refer to each other through callbacks: cut, so that
-            # reference counting frees them at once, not the cyclic collector (whose full passes a p99 would show).
-            self.response.on_abort = self.response.on_pause = self.response.on_resume = None
-            self.conn = self.pending_head = self.down.control = None
+            self._resolve_done()
+
+    def _finish(self) -> None:
+        """Once, when the exchange is over: its books closed, its log line, its reference cycles cut."""
+        self.app.finished(self)
+        self._log()
+        # Exchange, Downstream, Response and the connection refer to each other through callbacks: cut, so that
+        # reference counting frees them at once, not the cyclic collector (whose full passes a p99 would show).
+        self.response.on_abort = self.response.on_pause = self.response.on_resume = None
+        self.conn = self.pending_head = self.down.control = None
 
     def _do(self, actions: list[Action]) -> None:
         """Perform what the machine decided, in order."""
         machine = self.machine
-        if machine is not None and machine.phase is Phase.DONE and not self.done.done():
+        if machine is not None and machine.phase is Phase.DONE and not self.over:
             self.down.count_end(machine.outcome)  # before these actions write the last bytes
         for action in actions:
             match action:
@@ -151,7 +157,7 @@ class Exchange:
                     if conn is not None:
                         conn.release()  # before the last write, which may start the connection's next request
                     self.down.close()
-        if machine is not None and machine.phase is Phase.DONE and not self.done.done():
+        if machine is not None and machine.phase is Phase.DONE and not self.over:
             self.down.count_end(machine.outcome)  # when these actions were the ones that ended it
             if machine.outcome is not None:
                 self.error = self.error or machine.outcome.replace("_", " ")
@@ -162,16 +168,29 @@ class Exchange:
         if self.members and member not in self.members and self.pool is not None:
             self.app.metrics.failovers.labels(self.pool.name).inc()
         self.members.append(member)
-        self.app.spawn(self._connect(member, fresh)).add_done_callback(self._connect_done)
+        pool = self.app.connection_pool(member)
+        idle = pool.take_idle(fresh) if isinstance(pool, ConnectionPool) else None
+        if idle is not None:  # a keep-alive connection: used now, no task and no loop iteration to connect
+            try:
+                self._connected(member, idle)
+            except Exception as exc:  # a bug of ours, as _connect_done handles it for a task
+                self._internal_error(exc)
+            return
+        self.app.spawn(self._connect(pool, member, fresh)).add_done_callback(self._connect_done)
 
-    async def _connect(self, member: MemberState, fresh: bool) -> None:
+    async def _connect(self, pool: UpstreamPool, member: MemberState, fresh: bool) -> None:
         machine = self.machine
         assert machine is not None
         try:
-            conn = await self.app.connection_pool(member).acquire(self.app.cfg.limits.connect_timeout_s, fresh)
+            conn = await pool.acquire(self.app.cfg.limits.connect_timeout_s, fresh)
         except AttemptFailed as exc:
             self._do(machine.attempt_failed(exc.failure))
             return
+        self._connected(member, conn)
+
+    def _connected(self, member: MemberState, conn: UpstreamStream) -> None:
+        machine = self.machine
+        assert machine is not None
         actions = machine.connected()
         if machine.phase is not Phase.WAITING:  # the client left, or time ran out, while we connected
             conn.abort()
@@ -188,9 +207,12 @@ class Exchange:
         would otherwise leave the request waiting for its total timeout."""
         exc = None if task.cancelled() else task.exception()
         if exc is not None:
-            event = {"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}
-            log.error(json.dumps(event), exc_info=exc)
-            self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
+            self._internal_error(exc)
+
+    def _internal_error(self, exc: BaseException) -> None:
+        event = {"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}
+        log.error(json.dumps(event), exc_info=exc)
+        self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
 
     def _fail_internally(self, failure: Failure) -> None:
         """A bug in our own code (here, or raised by a Sink method inside the upstream connection's callbacks):
@@ -208,7 +230,7 @@ class Exchange:
         elif not self.response.finished:
             self._end_stream(End("internal gateway error", Outcome.INTERNAL))
         self._abort_upstream()
-        if not self.done.done():
+        if not self.over:
             self._resolve_done()
 
     def _reply(self, reply: Reply) -> None:
@@ -276,7 +298,7 @@ class Exchange:
 
     def shutdown(self) -> None:
         """The gateway's drain deadline passed: end what is still open."""
-        if self.done.done():
+        if self.over:
             return
         actions = self.machine.shutdown() if self.machine is not None else []
         if actions:
@@ -306,9 +328,10 @@ class Exchange:
 
     def _resolve_done(self) -> None:
         self.timers.stop()
-        if not self.done.done():
-            self.done.set_result(None)
+        first, self.over = not self.over, True
         self.down.count_relayed()
+        if first:
+            self._finish()
 
     def _log(self) -> None:
         ms = (self.clock() - self.t_start) * 1000
@@ -317,30 +340,33 @@ class Exchange:
 
 
 class Timers:
-    """The machine's timers (its Arm actions) on the event loop: one of each kind at a time, `at` on the exchange's
-    clock. Only a pending handle refers to the callback (cancelled, it lets go of it)."""
+    """The machine's timers (its Arm actions) on the worker's timer wheel: one of each kind at a time, `at` on the
+    exchange's clock (the wheel's). Only an armed timer refers to the callback (cancelled, it lets go of it)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, clock: Callable[[], float]) -> None:
-        self.loop = loop
-        self.clock = clock
-        self.handles: dict[Timer, asyncio.TimerHandle] = {}
+    __slots__ = ("armed", "wheel")
+
+    def __init__(self, wheel: TimerWheel) -> None:
+        self.wheel = wheel
+        self.armed: dict[Timer, WheelTimer] = {}
 
     def arm(self, which: Timer, at: float, fire: Callable[[Timer], None]) -> None:
-        self.cancel(which)
-        self.handles[which] = self.loop.call_later(max(0.0, at - self.clock()), fire, which)
+        old = self.armed.get(which)
+        if old is not None:
+            self.wheel.cancel(old)
+        self.armed[which] = self.wheel.arm(at, fire, which)
 
     def fired(self, which: Timer) -> None:
-        self.handles.pop(which, None)
+        self.armed.pop(which, None)
 
     def cancel(self, which: Timer) -> None:
-        handle = self.handles.pop(which, None)
-        if handle is not None:
-            handle.cancel()
+        timer = self.armed.pop(which, None)
+        if timer is not None:
+            self.wheel.cancel(timer)
 
     def stop(self) -> None:
-        for handle in self.handles.values():
-            handle.cancel()
-        self.handles.clear()
+        for timer in self.armed.values():
+            self.wheel.cancel(timer)
+        self.armed.clear()
 
 
 def log_request(
@@ -370,6 +396,6 @@ def log_request(
     if error or failures:
         if error:
             record["error"] = error
-        log.warning(json.dumps(record))
+        log.warning(JSONObject(json.dumps(record)))
     elif log.isEnabledFor(logging.INFO):
-        log.info(json.dumps(record))
+        log.info(JSONObject(json.dumps(record)))  # its one serialisation: the formatter puts it in the line as it is

@@ -62,7 +62,14 @@ from tokenpath.gateway.failures import Failure, FailureKind, Outcome
 from tokenpath.gateway.pools import MemberState
 
 
-class Phase(Enum):
+class FastHashEnum(Enum):
+    """An enum hashed by identity (its members are singletons, compared by identity anyway): Enum's own __hash__ is a
+    Python call, and the machine's tables, keyed by phase, event and timer, are looked up a few times per request."""
+
+    __hash__ = object.__hash__
+
+
+class Phase(FastHashEnum):
     ROUTED = "routed"
     CONNECTING = "connecting"  # acquiring a connection (and TLS handshake) to a member
     WAITING = "waiting"  # the request is sent; no head yet
@@ -70,7 +77,7 @@ class Phase(Enum):
     DONE = "done"
 
 
-class Event(Enum):
+class Event(FastHashEnum):
     START = "start"
     CONNECTED = "connected"
     ATTEMPT_FAILED = "attempt failed"
@@ -93,7 +100,7 @@ class Event(Enum):
 NEVER_LATE = frozenset({Event.START})  # unlisted for the phase: a bug, not a race
 
 
-class Timer(Enum):
+class Timer(FastHashEnum):
     FIRST_BYTE = "first_byte"
     IDLE = "idle"
     KEEPALIVE = "keepalive"

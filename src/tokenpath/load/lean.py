@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from tokenpath.errors import ContentEncodingError
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW
 from tokenpath.wire.apis import Api, Framing
-from tokenpath.wire.client import ResponseHead, ResponseParser
+from tokenpath.wire.client import ClientConnection, ResponseHead
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
 from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, body_end, broken_by, classify_end
 from tokenpath.wire.kinds import FrameKind
@@ -66,11 +66,14 @@ class LeanRecorder:
         self._stream_id = stream_id
         self._t_sent_ns = t_sent_ns
         self._api = api
-        self._response = ResponseParser()
-        self._pieces: list[bytes] = []
+        self._pieces: list[bytes] = []  # the body's pieces as llhttp hands them (decoded in place when coded)
+        # The client core's callbacks, not its events: a body piece goes straight into the list, the head and the
+        # end set a field; per read nothing else is called (no event queue, no property).
+        self._conn = ClientConnection("GET", on_head=self._on_head, on_body=self._pieces.append, on_end=self._on_end)
         self._reader: FrameReader | None = frame_reader(api)  # None once the first content frame is found
         self._decoder: Decoder = IdentityDecoder()
         self._coded = False  # a Content-Encoding other than identity: each read goes through the decoder
+        self._watching = True  # a read's body needs more than a mark: it is decoded, or searched for the first frames
         self._head: ResponseHead | None = None
         self._first_t: int | None = None
         self._first: WireFrame | None = None
@@ -81,37 +84,52 @@ class LeanRecorder:
         self._t_last = 0  # the last read that brought bytes
         self._how: BodyEnd | None = None  # how HTTP ended the body, once it has
         self._t_end = 0
-
-    @property
-    def complete(self) -> bool:
-        return self._response.complete
+        self.complete = False  # the response is whole (a plain field: the protocol reads it after every read)
 
     def on_read(self, t_ns: int, data: bytes) -> None:
-        # The hot path (once per read per stream): an identity body skips the decoder altogether.
+        # The hot path (once per read per stream). Past the first content frame, an identity body costs llhttp's
+        # feed, its callback appending the piece, and the read's mark.
         self._t_last = t_ns
-        response = self._response
-        body = response.feed(data)
-        if self._head is None and response.head is not None:
-            self._on_head(response.head)
-        complete = response.complete
-        if complete:
-            self._ended(t_ns, body_end(response.head.framing) if response.head is not None else BodyEnd.LENGTH)
-        self._on_body(t_ns, body, complete)
+        pieces = self._pieces
+        before = len(pieces)
+        self._conn.receive_data(data)
+        if self.complete and self._how is None:
+            self._ended(t_ns, body_end(self._head.framing) if self._head is not None else BodyEnd.LENGTH)
+        after = len(pieces)
+        if self._watching:
+            self._watch(t_ns, before)
+            return
+        if after != before:
+            self._nbytes += len(pieces[-1]) if after == before + 1 else sum(map(len, pieces[before:]))
+            marks = self._marks
+            marks.append(t_ns)
+            marks.append(self._nbytes)
+
+    def _on_end(self) -> None:
+        self.complete = True
 
     def _ended(self, t_ns: int, how: BodyEnd) -> None:
         if self._how is None:
             self._how, self._t_end = how, t_ns
 
-    def _on_body(self, t_ns: int, body: bytes, complete: bool) -> None:
-        """One read's (de-framed) body bytes: decoded if coded, kept, marked, and searched for the first frames."""
+    def _watch(self, t_ns: int, before: int) -> None:
+        """One read's body pieces (from `before` on) while they need more than a mark: decoded in place if coded,
+        then marked and searched for the first frames."""
+        pieces = self._pieces
+        new = pieces[before:]
+        body = new[0] if len(new) == 1 else b"".join(new)
         if self._coded:
             if body:
                 body = self._decoder.feed(body)  # b"" when the read only fed the decompressor
-            if complete:
+            del pieces[before:]
+            if body:
+                pieces.append(body)
+            if self.complete:
                 self._decoder.end()  # a compressed stream cut short: ContentEncodingError (truncated)
+        elif len(pieces) > before + 1:
+            pieces[before:] = [body]
         if not body:
             return
-        self._pieces.append(body)
         self._nbytes += len(body)
         marks = self._marks
         marks.append(t_ns)
@@ -128,6 +146,7 @@ class LeanRecorder:
                         self._first_token_t = t_ns
                     self._reader = None
                     break
+        self._watching = self._coded or self._reader is not None
 
     def _on_head(self, head: ResponseHead) -> None:
         """The decoder for its Content-Encoding; frames are read from a 2xx answer in the format's Content-Type
@@ -147,11 +166,12 @@ class LeanRecorder:
             if ok:
                 raise
             self._reader = None  # an error answer in a coding it cannot read: kept as it came, for the preview
+        self._watching = self._coded or self._reader is not None
 
     def on_eof(self, t_ns: int) -> None:
         """The peer closed. Raises ProtocolError if the response was cut short, ContentEncodingError if its
         compressed stream was."""
-        self._response.feed_eof()
+        self._conn.receive_eof()
         self._ended(t_ns, BodyEnd.CLOSE)
         if self._coded:
             self._decoder.end()
@@ -204,14 +224,6 @@ class H2LeanRecorder(LeanRecorder):
     The connection's core (wire/h2client.py) has de-framed the stream already; what is left is the body's path:
     decoding, marks, and the first content frame, exactly as over HTTP/1.1."""
 
-    def __init__(self, stream_id: str, t_sent_ns: int, api: Api = Api.OPENAI) -> None:
-        super().__init__(stream_id, t_sent_ns, api)
-        self._ended_stream = False
-
-    @property
-    def complete(self) -> bool:
-        return self._ended_stream
-
     def on_head(self, head: ResponseHead) -> None:
         if self._head is None:
             self._on_head(head)
@@ -219,11 +231,21 @@ class H2LeanRecorder(LeanRecorder):
     def on_data(self, t_ns: int, data: bytes) -> None:
         """One read's DATA payload of this stream (every DATA frame of it in that read)."""
         self._t_last = t_ns
-        self._on_body(t_ns, data, False)
+        pieces = self._pieces
+        before = len(pieces)
+        if data:
+            pieces.append(data)
+        if self._watching:
+            self._watch(t_ns, before)
+        elif data:
+            self._nbytes += len(data)
+            marks = self._marks
+            marks.append(t_ns)
+            marks.append(self._nbytes)
 
     def on_end(self, t_ns: int) -> None:
         """END_STREAM: the response is whole; a compressed stream cut short raises ContentEncodingError."""
-        self._ended_stream = True
+        self.complete = True
         self._ended(t_ns, BodyEnd.END_STREAM)
         if self._coded:
             self._decoder.end()

@@ -63,6 +63,7 @@ from hyperframe.frame import GoAwayFrame
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, BodyCharge, Refusal
 from tokenpath.serve.h2limits import DEFAULT_LIMITS, H2Limits, ServerFrameGuard
 from tokenpath.serve.http import Handler, Response, _release
+from tokenpath.serve.timerwheel import TimerWheel, WheelTimer, loop_wheel
 from tokenpath.wire.apis import Api
 from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.framing import Framing, bodiless
@@ -215,7 +216,7 @@ class _Stream:
         self.admitting = False
         self.admission: Admitted | None = None
         self.response: H2Response | None = None  # once dispatched (or refused)
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: WheelTimer | None = None  # the request (head and body) is due within the request timeout
         self.unacked = 0  # body bytes received before admission said yes: the stream's window stays shut on them
 
 
@@ -253,6 +254,7 @@ class H2ServerConnection(asyncio.Protocol):
         self._admit: Callable[[Request], Admission | Awaitable[Admission]] | None = getattr(handler, "admit", None)
         self._budget: BodyBudget | None = getattr(handler, "body_budget", None)
         self._error_api: Callable[[str], Api | None] | None = getattr(handler, "error_api", None)
+        self._wheel: TimerWheel | None = getattr(handler, "timer_wheel", None)  # else the loop's (loop_wheel)
         self.limits = limits
         self.h2limits = h2limits
         config = h2.config.H2Configuration(client_side=False, header_encoding=None)
@@ -273,7 +275,7 @@ class H2ServerConnection(asyncio.Protocol):
         self._blocked: dict[int, H2Response] = {}  # streams with DATA waiting for a window
         self._ready: list[_Stream] = []  # requests complete in this read, dispatched once the read is processed
         self._transport_paused = False
-        self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: WheelTimer | None = None
         self._goaway = False  # the client said it opens no more streams
         self.draining = False  # the server stops: new streams refused, GOAWAY once the open ones end
         self.goaways_sent = 0  # of the drain's two: GOAWAY(2^31-1), then GOAWAY(last stream taken)
@@ -368,8 +370,8 @@ class H2ServerConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         _LIVE.discard(self)
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
+        self._cancel(self._idle_timer)
+        self._idle_timer = None
         if self._goaway_timer is not None:
             self._goaway_timer.cancel()
         streams, self._streams = self._streams, {}
@@ -487,10 +489,10 @@ class H2ServerConnection(asyncio.Protocol):
         head = self._head(sid, event.headers)
         stream = _Stream(head, self._budget.charge() if self._budget is not None else None)
         self._streams[sid] = stream
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-            self._idle_timer = None
-        stream.timer = asyncio.get_running_loop().call_later(self.limits.request_timeout_s, self._request_timeout, sid)
+        self._cancel(self._idle_timer)
+        self._idle_timer = None
+        wheel = self._timer_wheel()
+        stream.timer = wheel.arm(wheel.clock() + self.limits.request_timeout_s, self._request_timeout, sid)
         admission: Admission | Awaitable[Admission] = Admitted() if self._admit is None else self._admit(head)
         if isinstance(admission, (Admitted, Refusal)):
             self._apply(stream, admission)
@@ -603,9 +605,8 @@ class H2ServerConnection(asyncio.Protocol):
         if stream is None:
             return
         stream.ended = True
-        if stream.timer is not None:
-            stream.timer.cancel()
-            stream.timer = None
+        self._cancel(stream.timer)
+        stream.timer = None
         response = stream.response
         if response is not None:
             if response.out_closed:
@@ -721,9 +722,8 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _drop(self, stream: _Stream) -> None:
         """The stream ended without its response finishing: tell the app, give back what admission reserved."""
-        if stream.timer is not None:
-            stream.timer.cancel()
-            stream.timer = None
+        self._cancel(stream.timer)
+        stream.timer = None
         _release(stream.admission)
         stream.admission = None
         self._release_body(stream)
@@ -738,8 +738,8 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _forget(self, sid: int) -> None:
         stream = self._streams.pop(sid, None)
-        if stream is not None and stream.timer is not None:
-            stream.timer.cancel()
+        if stream is not None:
+            self._cancel(stream.timer)
             stream.timer = None
         self._after_stream()
 
@@ -814,11 +814,24 @@ class H2ServerConnection(asyncio.Protocol):
     def _arm_idle(self) -> None:
         if self.closed:
             return
-        if self._idle_timer is not None:
-            self._idle_timer.cancel()
-        self._idle_timer = asyncio.get_running_loop().call_later(self.limits.request_timeout_s, self._idle)
+        wheel = self._timer_wheel()
+        self._cancel(self._idle_timer)
+        self._idle_timer = wheel.arm(wheel.clock() + self.limits.request_timeout_s, self._idle)
 
-    def _idle(self) -> None:
+    def _timer_wheel(self) -> TimerWheel:
+        """The handler's timer wheel (the gateway's, one per worker), else the running loop's: a stream's request
+        timer and the connection's idle timer fire within its resolution after they are due, never before."""
+        wheel = self._wheel
+        if wheel is None:
+            wheel = self._wheel = loop_wheel()
+        return wheel
+
+    def _cancel(self, timer: WheelTimer | None) -> None:
+        """Cancel `timer` if armed (the caller forgets it)."""
+        if timer is not None and self._wheel is not None:
+            self._wheel.cancel(timer)
+
+    def _idle(self, _: object = None) -> None:
         self._idle_timer = None
         if self._streams or self.closed:
             return

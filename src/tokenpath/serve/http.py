@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from tokenpath.errors import RemoteProtocolError, UsageError
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, BodyCharge, Refusal
+from tokenpath.serve.timerwheel import TimerWheel, WheelTimer, loop_wheel
 from tokenpath.wire.apis import Api
 from tokenpath.wire.apispec import ErrorReply
 from tokenpath.wire.errorshape import error_reply
@@ -170,11 +171,12 @@ class HTTPConnection(asyncio.Protocol):
         self._admit: Callable[[Request], Admission | Awaitable[Admission]] | None = getattr(handler, "admit", None)
         self._budget: BodyBudget | None = getattr(handler, "body_budget", None)
         self._error_api: Callable[[str], Api | None] | None = getattr(handler, "error_api", None)
+        self._wheel: TimerWheel | None = getattr(handler, "timer_wheel", None)  # else the loop's (loop_wheel)
         self.limits = limits
         self.core = ServerConnection(limits)
         self._transport: asyncio.Transport | None = None
         self._current: Response | None = None
-        self._request_timer: asyncio.TimerHandle | None = None
+        self._request_timer: WheelTimer | None = None
         self._admitted_seq = 0  # the request whose head was accepted (its body may still be arriving)
         self._admitted: Admitted | None = None
         self._charge: BodyCharge | None = None  # the admitted request's body bytes, held against the budget
@@ -235,8 +237,7 @@ class HTTPConnection(asyncio.Protocol):
         if self._upgraded is not None:
             self._upgraded.connection_lost(exc)
             return
-        if self._request_timer is not None:
-            self._request_timer.cancel()
+        self._cancel_request_timer()
         current, self._current = self._current, None
         if current is not None and not current.finished and current.on_abort is not None:
             current.on_abort()
@@ -253,9 +254,7 @@ class HTTPConnection(asyncio.Protocol):
         """The rest of the connection is `protocol`'s (see Response.switch_protocols)."""
         if self.closed or self._transport is None:
             return
-        if self._request_timer is not None:
-            self._request_timer.cancel()
-            self._request_timer = None
+        self._cancel_request_timer()
         self._current = None
         self._upgraded = protocol
         self._transport.write(head)
@@ -368,9 +367,7 @@ class HTTPConnection(asyncio.Protocol):
         return False
 
     def _dispatch(self, request: Request) -> None:
-        if self._request_timer is not None:
-            self._request_timer.cancel()
-            self._request_timer = None
+        self._cancel_request_timer()
         response = Response(self, request)
         admitted, self._admitted = self._admitted, None
         charge, self._charge = self._charge, None
@@ -431,8 +428,7 @@ class HTTPConnection(asyncio.Protocol):
         if transport is None or self.closed:
             return
         self.closed = True
-        if self._request_timer is not None:
-            self._request_timer.cancel()
+        self._cancel_request_timer()
         if not transport.can_write_eof():
             transport.close()
             return
@@ -460,10 +456,23 @@ class HTTPConnection(asyncio.Protocol):
             self._transport.close()
 
     def _arm_request_timer(self) -> None:
+        """The head timer: the next request's head and body are due within request_timeout_s (also the keep-alive
+        idle time), on the worker's timer wheel (within its resolution after that, never before)."""
+        wheel = self._wheel
+        if wheel is None:
+            wheel = self._wheel = loop_wheel()
         if self._request_timer is not None:
-            self._request_timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._request_timer = loop.call_later(self.limits.request_timeout_s, self._close)
+            wheel.cancel(self._request_timer)
+        self._request_timer = wheel.arm(wheel.clock() + self.limits.request_timeout_s, self._timed_out)
+
+    def _cancel_request_timer(self) -> None:
+        timer, self._request_timer = self._request_timer, None
+        if timer is not None and self._wheel is not None:
+            self._wheel.cancel(timer)
+
+    def _timed_out(self, _: object) -> None:
+        self._request_timer = None
+        self._close()
 
 
 def _release(admission: Admission | None) -> None:
