@@ -195,6 +195,7 @@ class Hostile:
         self.url = f"{scheme}://127.0.0.1:{self.port}/v1"
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+        self.first_accept: float | None = None  # time.monotonic() of the first connection: the probe's work begins
         # Its own accept loop, not tests.helpers.accept_each: bench/hostile_rss.py runs this module beside trees
         # (--src) that predate what tests.helpers imports.
         threading.Thread(target=self._accept, daemon=True).start()
@@ -207,6 +208,8 @@ class Hostile:
                 return
             with self._lock:
                 self._conns.append(conn)
+                if self.first_accept is None:
+                    self.first_accept = time.monotonic()
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
@@ -247,13 +250,21 @@ class Measured:
     stderr: str
     killed: str  # why it was killed ("" if it ended by itself)
     rss_samples: tuple[tuple[float, float], ...] = ()  # (seconds since start, VmRSS in MB), every 20 ms
+    started_at: float = 0.0  # time.monotonic() when the child was started
 
-    def growth_after(self, fraction: float) -> float:
+    def since(self, peer: Hostile) -> float:
+        """Seconds from the child's start to its first connection to `peer` (0 if it never connected)."""
+        return max(0.0, peer.first_accept - self.started_at) if peer.first_accept is not None else 0.0
+
+    def growth_after(self, fraction: float, since_s: float = 0.0) -> float:
         """How far the RSS rose after `fraction` of the run above its highest before it (MB): a bounded process has
         reached its plateau by then, an unbounded one keeps growing with what the peer sends. Peak against peak, not
         against the first later sample: a bounded process's RSS swings within its plateau as buffers are freed and
-        filled again (27 MB under a TLS record flood on a loaded CI host), and a swing is no growth."""
-        start = fraction * self.wall_s
+        filled again (27 MB under a TLS record flood on a loaded CI host), and a swing is no growth. `since_s`: where
+        the run being judged begins (the child's first connection to the peer): before it the interpreter starts and
+        imports, which grows the RSS too, and on a loaded host takes half the wall time (a probe read as growing 30 MB
+        at load 10 was still importing at mid-run)."""
+        start = since_s + fraction * (self.wall_s - since_s)
         earlier = [mb for t, mb in self.rss_samples if t < start]
         later = [mb for t, mb in self.rss_samples if t >= start]
         if not later or not earlier:
@@ -302,7 +313,7 @@ def run_measured(argv: list[str], *, kill_after_s: float, kill_rss_mb: float, en
         err.seek(0)
         return Measured(round(peak[0], 1), round(wall, 2), child.returncode,
                         out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                        killed[0] if killed else "", tuple(samples))  # fmt: skip
+                        killed[0] if killed else "", tuple(samples), t0)  # fmt: skip
 
 
 def _status_mb(pid: int, field: str) -> float | None:

@@ -62,7 +62,7 @@ def test_probe_against_a_tls_record_flood_is_bounded_and_ends_at_total_timeout(t
     assert m.returncode == 13, m.stderr
     assert "--total-timeout" in m.stderr
     assert m.peak_rss_mb < PROBE_MB
-    assert m.growth_after(0.5) < PLATEAU_GROWTH_MB, m.rss_samples[::25]
+    assert m.growth_after(0.5, m.since(h)) < PLATEAU_GROWTH_MB, m.rss_samples[::25]
     assert m.wall_s < TOTAL_S + START_S
 
 
@@ -72,7 +72,7 @@ def test_probe_against_a_huge_body_keeps_a_bounded_trace() -> None:
     assert not m.killed, m
     assert m.returncode == 13, m.stderr
     assert m.peak_rss_mb < PROBE_MB
-    assert m.growth_after(0.5) < PLATEAU_GROWTH_MB, m.rss_samples[::25]
+    assert m.growth_after(0.5, m.since(h)) < PLATEAU_GROWTH_MB, m.rss_samples[::25]
 
 
 def test_probe_against_a_trickled_error_body_ends_within_its_deadlines() -> None:
