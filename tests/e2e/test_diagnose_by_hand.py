@@ -303,14 +303,12 @@ def diagnosed(module_service: Start, tmp_path_factory: pytest.TempPathFactory) -
     root = tmp_path_factory.mktemp("by_hand")
     root.chmod(0o755)
     running: list[Running] = []
-    jobs = [(c, fixed) for c in CONFIGS for fixed in ((False, True) if c.has_fix else (False,))]
     try:
-        with ThreadPoolExecutor(len(jobs)) as starting:  # start-ups side by side: one wait, not fourteen
-            launched = [starting.submit(launch, config, stub_port, fixed, root) for config, fixed in jobs]
-            failed = [e for f in launched if (e := f.exception()) is not None]
-            running += [r for f in launched if f.exception() is None and (r := f.result()) is not None]
-        if failed:
-            raise failed[0]
+        for config in CONFIGS:
+            for fixed in (False, True) if config.has_fix else (False,):
+                started = launch(config, stub_port, fixed, root)
+                if started is not None:
+                    running.append(started)
         flags = {c.name: c.proxy_flag for c in CONFIGS}
 
         def run(r: Running) -> tuple[tuple[str, bool], tuple[int, dict[str, Any], str]]:
