@@ -42,6 +42,8 @@ class HandWritten:
     binary: str | None
     write: Callable[[Path, int, int, bool], list[str]]
     proxy_flag: tuple[str, ...] = ()  # --proxy for a proxy whose headers do not name it
+    # False for a configuration that already streams: diagnose prints no fix, so there is no second one to diagnose
+    has_fix: bool = True
 
 
 # --- the configurations -------------------------------------------------------------------------------------------
@@ -109,7 +111,7 @@ proxy.server = ("" => (("host" => "127.0.0.1", "port" => {stub})))
 
 def apache_deflate(workdir: Path, port: int, stub: int, fixed: bool) -> list[str]:
     """mod_proxy's ProxyPass and mod_deflate's "compress only a few types" (AddOutputFilterByType): it streams, so
-    there is no fix to apply and `fixed` is the same."""
+    there is no fix to apply (has_fix False: it is diagnosed once)."""
     modules = ("mpm_event", "authz_core", "proxy", "proxy_http", "filter", "deflate")
     loads = "\n".join(f"LoadModule {m}_module {APACHE_MODULES}/mod_{m}.so" for m in modules)
     conf = workdir / "httpd.conf"
@@ -236,6 +238,7 @@ CONFIGS = (
         "nginx_gzip_buffering_off",
         "nginx",
         nginx("gzip on; gzip_types text/event-stream; proxy_buffering off;", ""),
+        has_fix=False,
     ),
     HandWritten(
         "nginx_small_buffers",
@@ -244,7 +247,7 @@ CONFIGS = (
     ),
     HandWritten("haproxy_stock", "haproxy", haproxy),
     HandWritten("lighttpd_stock", "lighttpd", lighttpd),
-    HandWritten("apache_deflate", "apache2", apache_deflate),
+    HandWritten("apache_deflate", "apache2", apache_deflate, has_fix=False),
     HandWritten("traefik_compress", "traefik@3.3.2", traefik, ("--proxy", "traefik@3.3.2")),
     HandWritten("envoy_zstd", "envoy", envoy),
     HandWritten("node_16k", "node22", node),
@@ -302,7 +305,7 @@ def diagnosed(module_service: Start, tmp_path_factory: pytest.TempPathFactory) -
     running: list[Running] = []
     try:
         for config in CONFIGS:
-            for fixed in (False, True):
+            for fixed in (False, True) if config.has_fix else (False,):
                 started = launch(config, stub_port, fixed, root)
                 if started is not None:
                     running.append(started)
@@ -314,8 +317,10 @@ def diagnosed(module_service: Start, tmp_path_factory: pytest.TempPathFactory) -
             doc: dict[str, Any] = json.loads(out.stdout) if out.stdout.strip() else {}
             return (r.name, r.fixed), (out.returncode, doc, out.stderr)
 
+        # The unfixed paths first: a held path grows its series to 3-second streams, a fixed one streams in a few
+        # seconds, so the long diagnoses start at once and the short ones fill in behind them.
         with ThreadPoolExecutor(PARALLEL) as pool:
-            yield dict(pool.map(run, running))
+            yield dict(pool.map(run, sorted(running, key=lambda r: r.fixed)))
     finally:
         for r in running:
             r.process.kill()
