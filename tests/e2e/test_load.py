@@ -25,7 +25,7 @@ def test_load_joins_streams_to_the_stub_and_sees_the_controls(tmp_path: Path) ->
     doc = json.loads((tmp_path / "results.json").read_text())
     assert (tmp_path / "report.html").exists()
     assert "report: " in out.stdout
-    assert doc["schema_version"] == 8  # 8: how each stream ended (issue 36)
+    assert doc["schema_version"] == 9  # 8: how each stream ended (issue 36); 9: attribution and pairing (issue 37)
     rows: dict[tuple[int, str], dict[str, Any]] = {(r["level"], r["target"]): r for r in doc["levels"]}
     assert set(rows) == {(c, t) for c in (4, 12) for t in ("direct", "pass", "buffer", "cork")}
     stream_ms = (TOKENS + 1) * INTERVAL_MS  # role frame first, then the tokens, finish and [DONE] frames

@@ -77,7 +77,7 @@ def connections(access_log: Path) -> set[str]:
 def test_fifty_streams_on_one_connection_join_to_the_stub_with_the_direct_floor(tmp_path: Path) -> None:
     target, access_log = nginx_target(tmp_path, 128)
     doc, _ = run_load(tmp_path, target, "--streams-per-connection", str(LEVEL))
-    assert doc["schema_version"] == 8  # 8: how each stream ended (issue 36)
+    assert doc["schema_version"] == 9  # 8: how each stream ended (issue 36); 9: attribution and pairing (issue 37)
     assert doc["config"]["http_version"] == "2"
     rows = {r["target"]: r for r in doc["levels"]}
     assert set(rows) == {"direct", "nginxh2"}

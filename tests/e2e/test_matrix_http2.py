@@ -32,7 +32,7 @@ variants = ["stock", "http2_buffering_off"]
 
 def test_rows_are_measured_in_each_client_http_version_and_a_path_that_cannot_is_skipped(tmp_path: Any) -> None:
     doc, _ = run_matrix(tmp_path, EXPERIMENT, timeout=150)
-    assert doc["schema_version"] == 8  # 8: how each stream ended (issue 36)
+    assert doc["schema_version"] == 9  # 8: how each stream ended (issue 36); 9: attribution and pairing (issue 37)
     assert {c["client_http"] for c in doc["experiment"]["conditions"]} == {"1.1", "2"}
     rows = {(r["proxy"], r["variant"], r["http_version"], r["h2_window"]): r for r in doc["rows"]}
     assert set(rows) == {
