@@ -126,9 +126,17 @@ def test_every_flagged_axis_has_its_one_shared_option() -> None:
         option = next((m for m in getattr(value, "__metadata__", ()) if isinstance(m, OptionInfo)), None)
         if option is not None and typing.get_origin(value) is typing.Annotated:
             flags[option.param_decls[0] if option.param_decls else option.default] = name  # Annotated: the default
-    # Besides the axes, the WebSocket client's policy (probe/wsfallback.py, issue 38): not an axis, declared once here
-    client = {f for f in flags if str(f).startswith("--ws-")}
-    assert client == {"--ws-fallback", "--ws-retry-delay-ms", "--ws-upgrade-timeout", "--ws-ping-s"}
+    # Besides the axes, the WebSocket client's policy (probe/wsfallback.py, issue 38) and the probe's HTTP/3 (no
+    # matrix condition yet): not axes, declared once here all the same
+    client = {f for f in flags if str(f).startswith(("--ws-", "--http3", "--h3-"))}
+    assert client == {
+        "--ws-fallback",
+        "--ws-retry-delay-ms",
+        "--ws-upgrade-timeout",
+        "--ws-ping-s",
+        "--http3",
+        "--h3-window",
+    }
     assert {a.flag for a in AXES if a.flag} == set(flags) - client
 
 

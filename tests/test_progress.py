@@ -25,6 +25,7 @@ def test_off_a_terminal_each_step_is_a_line_with_elapsed_and_expected_time() -> 
         bar.advance(task)
         now[0] = 3700.0
         bar.advance(task, 3)
+        bar.advance(task, 0)  # a condition with nothing left to count (the runner's catch-up): no second line
     assert out.getvalue().splitlines() == [
         "[1/4] 60 B @ 50 ms, loopback, run 1/2, direct: 0:10 elapsed, about 0:30 to go",
         "[4/4] 60 B @ 50 ms, loopback, run 1/2, direct: 1:00:00 elapsed, about 0:00 to go",

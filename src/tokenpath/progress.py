@@ -59,6 +59,8 @@ class LineProgress:
             self._tasks[task_id].description = description
 
     def advance(self, task_id: TaskID, advance: float = 1) -> None:
+        if not advance:  # nothing moved (a condition whose every stream was already counted): no line says it twice
+            return
         task = self._tasks[task_id]
         task.completed += advance
         self.console.print(self.line(task), markup=False, highlight=False, soft_wrap=True)
