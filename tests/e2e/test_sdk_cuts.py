@@ -84,31 +84,34 @@ def upstream() -> Iterator[Callable[[Api, str], int]]:
         listener.close()
 
 
+# Each SDK's client is closed when its stream ends, whole or cut: a pooled connection left to the garbage collector
+# is a ResourceWarning raised inside whichever test runs next on the worker (CI saw it in a Bedrock case).
 def openai_chat(port: int) -> list[Any]:
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
-    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
-    return [chunk.choices[0].delta.content if chunk.choices else None for chunk in stream]
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0) as client:
+        stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+        return [chunk.choices[0].delta.content if chunk.choices else None for chunk in stream]
 
 
 def openai_responses(port: int) -> list[Any]:
     openai = pytest.importorskip("openai")
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
-    return [event.type for event in client.responses.create(model="m", input="hi", stream=True)]
+    with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0) as client:
+        return [event.type for event in client.responses.create(model="m", input="hi", stream=True)]
 
 
 def anthropic_messages(port: int) -> list[Any]:
     anthropic = pytest.importorskip("anthropic")
-    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="x", max_retries=0)
     messages = [{"role": "user", "content": "hi"}]
-    return [event.type for event in client.messages.create(model="m", max_tokens=5, messages=messages, stream=True)]
+    with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="x", max_retries=0) as client:
+        stream = client.messages.create(model="m", max_tokens=5, messages=messages, stream=True)
+        return [event.type for event in stream]
 
 
 def gemini(port: int) -> list[Any]:
     genai = pytest.importorskip("google.genai")
     options = genai.types.HttpOptions(base_url=f"http://127.0.0.1:{port}")
-    client = genai.Client(api_key="x", http_options=options)
-    return [r.text for r in client.models.generate_content_stream(model="m", contents="hi")]
+    with genai.Client(api_key="x", http_options=options) as client:
+        return [r.text for r in client.models.generate_content_stream(model="m", contents="hi")]
 
 
 def bedrock(port: int) -> list[Any]:
@@ -123,8 +126,11 @@ def bedrock(port: int) -> list[Any]:
         aws_secret_access_key="b",
         config=Config(retries={"max_attempts": 1}),
     )
-    answer = client.converse_stream(modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}])
-    return [next(iter(event)) for event in answer["stream"]]
+    try:
+        answer = client.converse_stream(modelId="m", messages=[{"role": "user", "content": [{"text": "hi"}]}])
+        return [next(iter(event)) for event in answer["stream"]]
+    finally:
+        client.close()
 
 
 SDKS: dict[Api, Callable[[int], list[Any]]] = {
