@@ -27,8 +27,8 @@ from tokenpath.stub.presets import HTTP10_FRAMINGS, PRESETS, Http10Framing
 from tokenpath.stub.replay import load_cached as load_recording
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY, expand_accept_encoding
 from tokenpath.wire.apis import SPECS, Api, parse_api
-from tokenpath.wire.carrier import SSE, TRANSPORTS
-from tokenpath.wire.httpversion import HttpVersion, parse_http_version
+from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
+from tokenpath.wire.httpversion import HttpVersion, parse_matrix_version
 
 if TYPE_CHECKING:
     from tokenpath.wire.h2client import H2Window
@@ -48,6 +48,18 @@ class Needs:
     field: str  # the Condition field it depends on
     holds: Callable[[Any], bool]  # ... on that field's value
     says: str  # why a file that declares it where it never holds is refused
+
+
+@dataclass(frozen=True, slots=True)
+class ValueNeeds:
+    """One value of an axis that can be measured only where another axis holds (HTTP/3: over TLS, on loopback): a
+    grid point with it elsewhere is left out, not moved to the default (it would measure another version under the
+    label), and declaring it where that one never holds is refused with `says`."""
+
+    value: object  # the axis's value that needs it
+    field: str  # the Condition field it depends on (an axis earlier in AXES)
+    holds: Callable[[Any], bool]  # ... on that field's value
+    says: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +89,7 @@ class Axis(Generic[T]):
     probe: str | None = None  # the probe's ProbeConfig field it sets, through `to_probe`
     to_probe: Callable[[Any], object] = lambda v: v
     needs: Needs | None = None
+    value_needs: tuple[ValueNeeds, ...] = ()  # a value measured only where another axis holds
     stub_paced: bool = False  # the stub's pacing: against a real [upstream], which paces its own stream, refused
     declared: bool = True  # a [conditions] key (the endpoint comes from [upstream])
     always: bool = False  # in the condition's JSON and label even at its default
@@ -104,6 +117,11 @@ class Axis(Generic[T]):
 
     def applies(self, cond: Condition) -> bool:
         return self.needs is None or self.needs.holds(getattr(cond, self.needs.field))
+
+    def measurable(self, point: Mapping[str, Any]) -> bool:
+        """Whether a grid point's value of this axis has what its `value_needs` ask (the other fields: defaults)."""
+        value = point.get(self.field, self.default)
+        return all(n.holds(point.get(n.field, BY_FIELD[n.field].default)) for n in self.value_needs if n.value == value)
 
     def from_json(self, value: Any) -> T:
         return self.load(value) if self.load is not None else value
@@ -350,7 +368,7 @@ API: Axis[Api] = Axis(
 HTTP_VERSION: Axis[HttpVersion] = Axis(
     key="client_http",  # the experiment file's name for it; `http_version` everywhere else
     field="http_version",
-    parse=parse_http_version,
+    parse=parse_matrix_version,  # "3" too: the matrix's rows over HTTP/3 run through the probe's h3 client
     default=HttpVersion.HTTP11,
     label=lambda c: f", {c.http_version.label}" if c.http_version != HttpVersion.HTTP11 else "",
     help="Speak HTTP/2: ALPN h2 over TLS, h2c with prior knowledge in clear text; never a fallback to HTTP/1.1 (a "
@@ -359,6 +377,21 @@ HTTP_VERSION: Axis[HttpVersion] = Axis(
     column=HTTP_COLUMN,
     cell=lambda c: c.http_version.value,
     probe="http_version",
+    value_needs=(
+        ValueNeeds(
+            HttpVersion.HTTP3,
+            "tls",
+            holds=bool,
+            says='client_http = ["3"] needs tls = [true]: HTTP/3 is QUIC, TLS only; no clear-text path speaks it',
+        ),
+        ValueNeeds(
+            HttpVersion.HTTP3,
+            "link",
+            holds=lambda v: v == "loopback",
+            says='client_http = ["3"] needs link = ["loopback"]: the h3 client opens its own UDP socket on the host, '
+            "which no veth namespace carries yet",
+        ),
+    ),
     always=True,
     load=HttpVersion,
 )
@@ -398,6 +431,14 @@ TRANSPORT: Axis[str] = Axis(
         field="api",
         holds=lambda v: SPECS[v].websocket,
         says='transport = "websocket" needs an API with a WebSocket mode: api = ["responses"] (or both)',
+    ),
+    value_needs=(  # the probe's WebSocket is an HTTP/1.1 upgrade; over QUIC it would be RFC 9220, not spoken
+        ValueNeeds(
+            WEBSOCKET,
+            "http_version",
+            holds=lambda v: v != HttpVersion.HTTP3,
+            says='transport = "websocket" is an HTTP/1.1 upgrade: it needs client_http "1.1" or "2" beside "3"',
+        ),
     ),
 )
 ACCEPT_ENCODING: Axis[str] = Axis(
@@ -644,6 +685,11 @@ def grid(table: Mapping[str, Any], axes: Iterable[Axis[Any]], where: str = "[con
             dependency = BY_FIELD[axis.needs.field]
             if not any(axis.needs.holds(v) for v in dependency.values(table, where)):
                 raise UsageError(f"{where} {axis.key}: {axis.needs.says}")
+        declared = axis.values(table, where) if axis.value_needs and axis.key in table else []
+        for value_needs in axis.value_needs:
+            dependency = BY_FIELD[value_needs.field]
+            if value_needs.value in declared and not any(value_needs.holds(v) for v in dependency.values(table)):
+                raise UsageError(f"{where} {axis.key}: {value_needs.says}")
     points: list[dict[str, Any]] = [{}]
     for axis in axes:
         values = axis.values(table, where)
@@ -653,6 +699,6 @@ def grid(table: Mapping[str, Any], axes: Iterable[Axis[Any]], where: str = "[con
             if needs is not None and not needs.holds(point.get(needs.field, BY_FIELD[needs.field].default)):
                 out.append({**point, axis.field: axis.default})
                 continue
-            out += [{**point, axis.field: v} for v in values]
+            out += [p for v in values if axis.measurable(p := {**point, axis.field: v})]
         points = out
     return [replace(DEFAULT_CONDITION, **p) for p in points]

@@ -23,6 +23,7 @@ from tokenpath.axes import replay_file
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.attribution import attribute
+from tokenpath.experiment.h3controls import H3_CONTROLS, H3_DIRECT, H3_FRONT, not_run_checks, start_h3_control
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.pairs import Pairing, bracketed, pair, paired, streams_per_condition, summary
 from tokenpath.experiment.rows import Floor, build_row
@@ -33,6 +34,7 @@ from tokenpath.origins.catalogue import lookup as lookup_origin
 from tokenpath.origins.process import start as start_origin
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.stream import probe_stream
+from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
 from tokenpath.progress import progress_bar
@@ -170,7 +172,8 @@ class MatrixRunner:
                 task = progress.add_task("matrix", total=total)
                 for (link, tls), conditions in groups.items():
                     compressed = any(c.compressed for c in conditions)
-                    with self._environment(link, tls, compressed) as env:
+                    h3 = any(c.http_version is HttpVersion.HTTP3 for c in conditions)
+                    with self._environment(link, tls, compressed, h3) as env:
                         if env is None:
                             progress.advance(task, len(conditions) * self._streams_per_condition())
                             continue
@@ -209,7 +212,9 @@ class MatrixRunner:
 
     # environments ------------------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _environment(self, link: Link, tls: bool, compressed: bool = False) -> Iterator[Environment | None]:
+    def _environment(
+        self, link: Link, tls: bool, compressed: bool = False, h3: bool = False
+    ) -> Iterator[Environment | None]:
         env = Environment(link, tls)
         with contextlib.ExitStack() as stack:
             if link == "veth":
@@ -254,7 +259,27 @@ class MatrixRunner:
                 if running is None:
                     raise CertificationError(f"control {control.name} did not start: {env.skipped[control.name]}")
                 env.controls[control.name] = running
+            if h3:  # a condition over HTTP/3 (TLS, loopback: axes.HTTP_VERSION's value_needs): its controls
+                assert files is not None
+                self._start_h3_controls(env, files, stack)
             yield env
+
+    def _start_h3_controls(self, env: Environment, files: TLSFiles, stack: contextlib.ExitStack) -> None:
+        """Caddy 2.11's clean h3 site in front of the stub and of clear-text buffer and cork relays
+        (experiment/h3controls.py); one that does not start fails certification with its reason."""
+        front = self.exp.proxy(H3_FRONT)
+        reason = front.missing_reason()
+        if reason:
+            raise CertificationError(f"HTTP/3 conditions need {H3_FRONT} for their controls: {reason}")
+        for control in H3_CONTROLS:
+            listen, relay_listen = Endpoint(env.listen_host, env.next_port()), Endpoint("127.0.0.1", env.next_port())
+            try:
+                started = start_h3_control(control, front, env.upstream, listen, relay_listen, files)
+            except ProxyError as exc:
+                raise CertificationError(f"control {control.name} did not start: {exc}") from None
+            for running in started:
+                stack.callback(running.stop)
+            env.controls[control.name] = started[-1]
 
     def _start(
         self,
@@ -367,7 +392,7 @@ class MatrixRunner:
                 cfg, **cond.probe_settings(), ws_fallback=self._ws_fallback(cond), url=endpoint.for_api(url, cond.api)
             )
         try:
-            trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
+            trace = _stream(env, cfg, stream_id)
         except TokenpathError as exc:
             if check:
                 raise
@@ -458,7 +483,7 @@ class MatrixRunner:
         )
         cfg = replace(cfg, **cond.probe_settings(), ws_fallback=self._ws_fallback(cond))
         try:
-            record.trace = probe_stream(cfg, stream_id=stream_id, connect=env.connector())
+            record.trace = _stream(env, cfg, stream_id)
         except TokenpathError as exc:
             record.error, record.end = str(exc), STREAM_END.of(exc)
         return record
@@ -489,6 +514,9 @@ class MatrixRunner:
         checks: list[Check] = []
         direct_runs: list[RunRecord] = []
         for version in versions:
+            if version is HttpVersion.HTTP3:
+                checks += self._certify_h3(env)
+                continue
             version_checks, version_direct = self._certify_controls(env, version)
             checks += version_checks
             if version == HttpVersion.HTTP11:
@@ -524,12 +552,37 @@ class MatrixRunner:
         """CERT_RUNS rounds over the direct path and these controls in one condition: the runs and their rows
         (each against the direct floor)."""
         paths = [("direct", env.stub_url)] + [(c.name, env.controls[c.name].url) for c in controls]
+        return self._rounds_against(env, paths, cond)
+
+    def _rounds_against(
+        self, env: Environment, paths: list[tuple[str, str]], cond: Condition
+    ) -> tuple[dict[str, list[RunRecord]], dict[str, MatrixRow]]:
+        """CERT_RUNS rounds over `paths`, the first of them the direct one: the runs and the rows against it."""
         runs: dict[str, list[RunRecord]] = {label: [] for label, _ in paths}
         for _ in range(CERT_RUNS):
             for record in self._round(env, paths, cond, CERT_FRAMES):
                 runs[record.path].append(record)
-        floor = Floor.from_direct(runs["direct"])
+        floor = Floor.from_direct(runs[paths[0][0]])
         return runs, {label: build_row(PathSpec(label), cond, rs, floor) for label, rs in runs.items()}
+
+    def _certify_h3(self, env: Environment) -> list[Check]:
+        """The checks over HTTP/3, through Caddy 2.11's clean h3 site (experiment/h3controls.py): h3-direct streams
+        cleanly (the floor of every HTTP/3 row), the buffer behind it is seen held and the cork in bursts, and every
+        probe spoke HTTP/3; the controls that cannot speak it are named in the certificate with why."""
+        cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, http_version=HttpVersion.HTTP3)
+        runs, rows = self._rounds_against(env, [(c.name, env.controls[c.name].url) for c in H3_CONTROLS], cond)
+        spoke = {r.metrics.http_version for rs in runs.values() for r in rs if r.metrics is not None}
+        return [
+            *not_run_checks(),
+            _check(
+                f"{H3_DIRECT} streams cleanly (HTTP/3)",
+                rows[H3_DIRECT],
+                lambda r: (r.fpr_median or 99) <= CERT_MAX_DIRECT_FPR and r.excluded <= r.runs // 3,
+            ),
+            _check("Caddy response_buffers seen held (HTTP/3)", rows["h3-buffer"], _held),
+            _check("cork relay behind Caddy seen (bursts, late) (HTTP/3)", rows["h3-cork"], _corked),
+            Check("probes spoke HTTP/3", spoke == {HttpVersion.HTTP3}, f"versions seen: {sorted(spoke)}"),
+        ]
 
     def _certify_controls(self, env: Environment, version: HttpVersion) -> tuple[list[Check], list[RunRecord]]:
         """The base checks over one client HTTP version: direct streams cleanly, pass within the floor, buffer and
@@ -600,7 +653,7 @@ class MatrixRunner:
         for spec in self.exp.paths:
             running = env.running.get(spec.label)
             if spec.proxy == "direct":
-                paths.append((spec, endpoint.url if endpoint else env.stub_url))
+                paths.append((spec, endpoint.url if endpoint else _direct_url(env, cond)))
             elif running is not None and self._skips_http(spec, running, env, cond):
                 continue
             elif running is not None and endpoint is not None:
@@ -655,7 +708,10 @@ class MatrixRunner:
         (counted like any skip): a client that fell back to HTTP/1.1 would measure something else under the label."""
         if isinstance(running.proxy, CustomProxy | AttachedProxy):
             return False  # the user's own path: it speaks what they say, and a stream that is not h2 fails loudly
-        reason = running.proxy.client_http_unsupported(running.site.variant, env.tls, cond.http_version)
+        if cond.http_version is HttpVersion.HTTP3:
+            reason = running.proxy.client_h3_unsupported(running.site.variant, env.tls)
+        else:
+            reason = running.proxy.client_http_unsupported(running.site.variant, env.tls, cond.http_version)
         if not reason:
             return False
         where = f"{spec.label} ({cond.label})"
@@ -668,6 +724,24 @@ class MatrixRunner:
 def _corked(row: MatrixRow) -> bool:
     """The cork control as certification must see it: bursts, and the first token at least half its hold late."""
     return (row.fpr_median or 0) >= 2 and (row.added_ttft_ms_median or 0) >= CORK_MS / 2
+
+
+def _held(row: MatrixRow) -> bool:
+    """A holding control as certification must see it: one arrival or bursts, and the first token late."""
+    held = (row.arrivals_median or 0) <= 1 or (row.fpr_median or 0) >= 2
+    return held and (row.added_ttft_ms_median or 0) >= CERT_STREAM_MS / 2
+
+
+def _direct_url(env: Environment, cond: Condition) -> str:
+    """The direct path: the stub; over HTTP/3, which it does not speak, Caddy 2.11's clean h3 site in front of it."""
+    return env.controls[H3_DIRECT].url if cond.http_version is HttpVersion.HTTP3 else env.stub_url
+
+
+def _stream(env: Environment, cfg: ProbeConfig, stream_id: str) -> Trace:
+    """One probe over the environment's TCP connector; over HTTP/3 without it (the h3 client's own UDP socket)."""
+    if cfg.http_version is HttpVersion.HTTP3:
+        return probe_stream(cfg, stream_id=stream_id)
+    return probe_stream(cfg, stream_id=stream_id, connect=env.connector())
 
 
 def _gzip_held(row: MatrixRow) -> bool:

@@ -227,8 +227,14 @@ class Proxy:
         under the h2 label."""
         return H2_NONE if http == "2" else ""
 
+    def client_h3_unsupported(self, variant: Variant, tls: bool) -> str:
+        """Why this path cannot serve HTTP/3 to the client ("" when it can: a QUIC listener on the port's UDP twin,
+        with TLS). A runner skips an HTTP/3 condition on the path with this reason, as for HTTP/2."""
+        return H3_NONE
+
 
 H2_NONE = "no HTTP/2 listener in its catalogue config: HTTP/1.1 to the client only"
+H3_NONE = "no HTTP/3 (QUIC) listener in its catalogue config"
 
 
 def h2_hint(variant: Variant, h2_variants: tuple[str, ...]) -> str:

