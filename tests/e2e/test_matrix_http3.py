@@ -1,7 +1,8 @@
 """`client_http = ["2", "3"]` as a matrix condition over Caddy 2.11's stock TLS site (issue 38 item 2): certified
 over HTTP/3 first (the stub speaks no QUIC: Caddy's clean h3 site in front of it is the HTTP/3 direct path, and the
 buffer and cork relays behind Caddy must be seen held over h3), then both rows measured, each in its own version,
-within the floor of each other on a clean path; a path with no QUIC listener (stock nginx) skipped with its reason."""
+within the floor of each other on a clean path; Envoy's http3 variant (its QUIC listener) streams over HTTP/3 too; a
+path with no QUIC listener (stock nginx) skipped with its reason."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ client_http = ["2", "3"]
 name = "caddy-2.11"
 
 [[proxy]]
+name = "envoy"
+variants = ["http3"]
+
+[[proxy]]
 name = "nginx"
 """
 
@@ -58,7 +63,11 @@ def test_http3_rows_are_certified_first_and_agree_with_http2_on_a_clean_path(tmp
     assert doc["certification"]["passed"] is True
 
     rows = {(r["proxy"], r["http_version"]): r for r in doc["rows"]}
-    assert set(rows) == {("direct", "2"), ("direct", "3"), ("caddy-2.11", "2"), ("caddy-2.11", "3")}
+    assert set(rows) == {
+        *(("direct", v) for v in ("2", "3")),
+        *(("caddy-2.11", v) for v in ("2", "3")),
+        *(("envoy", v) for v in ("2", "3")),  # its http3 variant: a QUIC listener beside ALPN h2
+    }
     for (_, version), row in rows.items():
         assert all(run["error"] is None for run in row["raw"]), [run["error"] for run in row["raw"]]
         assert {run["http_version"] for run in row["raw"]} == {version}  # as the probe spoke it
@@ -73,6 +82,7 @@ def test_http3_rows_are_certified_first_and_agree_with_http2_on_a_clean_path(tmp
     ttft = Comparison("caddy-2.11", "added TTFT ms", _figure(over_h2), _figure(over_h3), noise)
     assert ttft.verdict == SAME or ttft.verdict.startswith(NOT_DISTINGUISHABLE), (ttft, over_h2, over_h3)
     assert abs(over_h3["fpr_median"] - over_h2["fpr_median"]) <= FLOOR_MARGIN_FPR
+    assert rows[("envoy", "3")]["within_floor"] is True, rows[("envoy", "3")]["verdict"]
     skipped = {s["path"]: s["reason"] for s in doc["skipped"]}
     assert any(path.startswith("nginx (") and "HTTP/3" in path for path in skipped), skipped
     assert all("QUIC" in reason for path, reason in skipped.items() if "HTTP/3" in path)

@@ -15,11 +15,12 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tokenpath.errors import ConnectError, InstrumentError, TLSError
+from tokenpath.errors import ConnectError, InstrumentError, TLSError, UsageError
 from tokenpath.probe import browser
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.tlscert import self_signed
+from tokenpath.wire.httpversion import HttpVersion
 
 
 @pytest.fixture
@@ -103,3 +104,22 @@ def test_no_chromium_is_an_instrument_error(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(browser, "find_chromium", lambda: None)
     with pytest.raises(InstrumentError, match="no Chromium found"):
         browser.chromium_path()
+
+
+def test_http3_turns_quic_on_and_forces_it_for_the_targets_origin(tls_server: tuple[int, Path]) -> None:
+    port, cert = tls_server
+    cfg = ProbeConfig(url=f"https://127.0.0.1:{port}", tls=TLSOptions(cacert=str(cert)), http_version=HttpVersion.HTTP3)
+    args = browser.launch_args(cfg)
+    assert "--disable-quic" not in args
+    assert "--enable-quic" in args
+    assert f"--origin-to-force-quic-on=127.0.0.1:{port}" in args  # no Alt-Svc discovery, no race with TCP
+    assert f"--ignore-certificate-errors-spki-list={spki_of(cert)}" in args  # the same pin trusts the QUIC session
+    insecure = ProbeConfig(
+        url=f"https://127.0.0.1:{port}", tls=TLSOptions(insecure=True), http_version=HttpVersion.HTTP3
+    )
+    assert "--ignore-certificate-errors" in browser.launch_args(insecure)
+
+
+def test_http3_over_clear_text_is_refused_before_any_browser() -> None:
+    with pytest.raises(UsageError, match="https URL"):
+        browser.launch_args(ProbeConfig(url="http://127.0.0.1:9", http_version=HttpVersion.HTTP3))

@@ -110,8 +110,6 @@ def probe(
         raise UsageError("--h3-window is HTTP/3's: pass --http3 with it")
     if http2 and http3:
         raise UsageError("--http2 and --http3: pick one HTTP version")
-    if http3 and client != "raw":
-        raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
     carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
     cfg = ProbeConfig(
         url=target_url,

@@ -16,6 +16,11 @@ otherwise exactly as a user's (its own Accept-Encoding, its own h2 by ALPN over 
 TLS: `--insecure` ignores certificate errors in the context; `--cacert` is honoured by verifying the server in
 Python against that CA (hostname included) and passing the leaf's public-key hash to Chromium
 (--ignore-certificate-errors-spki-list), so the browser trusts that key and nothing else.
+
+HTTP/3 (`--http3`): QUIC is off by default here (the stream must be the TCP one the path serves); over HTTP/3 it is
+on and forced for the target's origin (--origin-to-force-quic-on: no Alt-Svc discovery, no TCP race), trusted by the
+same public-key pin, and the DevTools Network events must say `h3` for the measured response (`response.protocol`),
+else the run fails: a stream Chromium carried over TCP is not an HTTP/3 figure.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokenpath.chromium import find_chromium
-from tokenpath.errors import ConnectError, InstrumentError, TLSError, TotalTimeout, UsageError
+from tokenpath.errors import ConnectError, InstrumentError, NetworkError, TLSError, TotalTimeout, UsageError
 from tokenpath.probe.browser_page import (
     PAGE_HTML,
     PAGE_PATH,
@@ -46,9 +51,10 @@ from tokenpath.probe.browser_page import (
 )
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits
+from tokenpath.wire.httpversion import HttpVersion
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page, Request
+    from playwright.sync_api import Browser, BrowserContext, Page, Request
 
     from tokenpath.probe.metrics import ProbeResults
 
@@ -123,6 +129,13 @@ def launch_args(cfg: ProbeConfig) -> list[str]:
     args = list(CHROMIUM_ARGS)
     if cfg.target.scheme == "https" and cfg.tls.cacert and not cfg.tls.insecure:
         args.append(f"--ignore-certificate-errors-spki-list={spki_pin(cfg)}")
+    if cfg.http_version is HttpVersion.HTTP3:
+        if cfg.target.scheme != "https":
+            raise UsageError("--http3 with the chromium client needs an https URL: QUIC is TLS only")
+        args = [a for a in args if a != "--disable-quic"]
+        args += ["--enable-quic", f"--origin-to-force-quic-on={cfg.target.hostport}"]
+        if cfg.tls.insecure:  # the context's ignore_https_errors does not reach the QUIC session's verification
+            args.append("--ignore-certificate-errors")
     return args
 
 
@@ -182,6 +195,7 @@ def browser_stream(
     context = browser.new_context(ignore_https_errors=cfg.tls.insecure, service_workers="block")
     try:
         page = context.new_page()
+        protocols = _response_protocols(context, page, spec.url) if cfg.http_version is HttpVersion.HTTP3 else None
         failures: list[str] = []
         sent: list[Request] = []  # the measured request, to read back the headers the browser added
         page.on("request", lambda req: sent.append(req) if req.url == spec.url else None)
@@ -205,12 +219,31 @@ def browser_stream(
         except PageResultError as exc:
             raise InstrumentError(f"the browser's page returned something else: {exc}") from None
         check_outcome(result, cfg, failures[0] if failures else None)
+        if protocols is not None and protocols != ["h3"]:
+            said = ", ".join(protocols) or "no response"
+            raise NetworkError(f"--http3: Chromium's DevTools say the response came over {said}, not h3")
         trace = to_trace(result, stream_id, cfg, wall_minus_mono, limits)
         accept = sent[0].all_headers().get("accept-encoding") if sent else None
         return BrowserRun(trace, result.protocol, accept, result.sent_at, browser.version)
     finally:
         with contextlib.suppress(PlaywrightError):
             context.close()
+
+
+def _response_protocols(context: BrowserContext, page: Page, url: str) -> list[str]:
+    """The protocol of each response to `url` as DevTools' Network.responseReceived reports it ("h3", "h2",
+    "http/1.1"), filled in as they arrive."""
+    seen: list[str] = []
+    session = context.new_cdp_session(page)
+    session.send("Network.enable")
+
+    def received(params: dict[str, Any]) -> None:
+        response = params.get("response", {})
+        if response.get("url") == url:
+            seen.append(str(response.get("protocol")))
+
+    session.on("Network.responseReceived", received)
+    return seen
 
 
 def _open_page(page: Page, url: str) -> None:
