@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tokenpath.proxies import catalogue, lookup
-from tokenpath.proxies.base import H3_NONE, Endpoint, Site
+from tokenpath.proxies.base import H3_NONE, Endpoint, Site, client_version_unsupported
 from tokenpath.proxies.envoy import QUIC
 from tokenpath.serve.tlscert import self_signed
 
@@ -84,3 +84,11 @@ def test_the_proxy_itself_accepts_the_config(tmp_path: Path, proxy: str, variant
         check=False,
     )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+
+
+def test_one_question_answers_every_version() -> None:
+    nginx, envoy = lookup("nginx"), lookup("envoy")
+    assert client_version_unsupported(nginx, nginx.variant("stock"), True, "3") == H3_NONE
+    assert client_version_unsupported(envoy, envoy.variant("http3"), True, "3") == ""
+    assert client_version_unsupported(nginx, nginx.variant("stock"), True, "2") != ""  # HTTP/2: its own answer
+    assert client_version_unsupported(nginx, nginx.variant("stock"), True, "1.1") == ""

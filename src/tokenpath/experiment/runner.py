@@ -40,7 +40,16 @@ from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
-from tokenpath.proxies.base import Endpoint, Proxy, Site, attach, free_port, new_workdir, start
+from tokenpath.proxies.base import (
+    Endpoint,
+    Proxy,
+    Site,
+    attach,
+    client_version_unsupported,
+    free_port,
+    new_workdir,
+    start,
+)
 from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
 from tokenpath.report import tables
@@ -708,10 +717,7 @@ class MatrixRunner:
         (counted like any skip): a client that fell back to HTTP/1.1 would measure something else under the label."""
         if isinstance(running.proxy, CustomProxy | AttachedProxy):
             return False  # the user's own path: it speaks what they say, and a stream that is not h2 fails loudly
-        if cond.http_version is HttpVersion.HTTP3:
-            reason = running.proxy.client_h3_unsupported(running.site.variant, env.tls)
-        else:
-            reason = running.proxy.client_http_unsupported(running.site.variant, env.tls, cond.http_version)
+        reason = client_version_unsupported(running.proxy, running.site.variant, env.tls, cond.http_version)
         if not reason:
             return False
         where = f"{spec.label} ({cond.label})"

@@ -237,6 +237,15 @@ H2_NONE = "no HTTP/2 listener in its catalogue config: HTTP/1.1 to the client on
 H3_NONE = "no HTTP/3 (QUIC) listener in its catalogue config"
 
 
+def client_version_unsupported(proxy: Proxy, variant: Variant, tls: bool, http: str) -> str:
+    """Why `proxy` cannot serve HTTP `http` ("1.1", "2" or "3") to the client ("" when it can): the one question
+    for every runner; HTTP/3 is answered by its QUIC listener (client_h3_unsupported), the others by
+    client_http_unsupported."""
+    return (
+        proxy.client_h3_unsupported(variant, tls) if http == "3" else proxy.client_http_unsupported(variant, tls, http)
+    )
+
+
 def h2_hint(variant: Variant, h2_variants: tuple[str, ...]) -> str:
     """The usual reason: "" when `variant` is one of `h2_variants`, else which variants serve HTTP/2."""
     if variant.name in h2_variants:
