@@ -1,9 +1,10 @@
 """`tokenpath matrix`: the buffering experiment end to end.
 
 For each link/TLS environment: start one stub and every path's proxy, certify (direct streams cleanly and the
-controls are seen), then run every condition: rounds of one stream per path, interleaved so that drift on the host
-hits every path alike, each stream audited by the stub and excluded when its pacing failed. Rows, floors and
-verdicts come from the runs; everything, raw runs included, goes to results.json.
+controls are seen; over HTTP/3 through Caddy 2.11's clean h3 site, experiment/h3controls.py), then run every
+condition: rounds of one stream per path, interleaved so that drift on the host hits every path alike, each stream
+audited by the stub and excluded when its pacing failed. Rows, floors and verdicts come from the runs; everything,
+raw runs included, goes to results.json.
 """
 
 from __future__ import annotations
@@ -274,8 +275,9 @@ class MatrixRunner:
             yield env
 
     def _start_h3_controls(self, env: Environment, files: TLSFiles, stack: contextlib.ExitStack) -> None:
-        """Caddy 2.11's clean h3 site in front of the stub and of clear-text buffer and cork relays
-        (experiment/h3controls.py); one that does not start fails certification with its reason."""
+        """Caddy 2.11's clean h3 site in front of the stub, its response_buffers variant, and Caddy in front of a
+        clear-text cork relay (experiment/h3controls.py); one that does not start fails certification with its
+        reason."""
         front = self.exp.proxy(H3_FRONT)
         reason = front.missing_reason()
         if reason:
@@ -576,8 +578,9 @@ class MatrixRunner:
 
     def _certify_h3(self, env: Environment) -> list[Check]:
         """The checks over HTTP/3, through Caddy 2.11's clean h3 site (experiment/h3controls.py): h3-direct streams
-        cleanly (the floor of every HTTP/3 row), the buffer behind it is seen held and the cork in bursts, and every
-        probe spoke HTTP/3; the controls that cannot speak it are named in the certificate with why."""
+        cleanly (the floor of every HTTP/3 row), its response_buffers variant is seen held and the cork relay behind
+        it in bursts, and every probe spoke HTTP/3; the controls that cannot speak it are named in the certificate
+        with why."""
         cond = Condition(CERT_INTERVAL_MS, CERT_FRAME_BYTES, env.link, env.tls, http_version=HttpVersion.HTTP3)
         runs, rows = self._rounds_against(env, [(c.name, env.controls[c.name].url) for c in H3_CONTROLS], cond)
         spoke = {r.metrics.http_version for rs in runs.values() for r in rs if r.metrics is not None}
@@ -752,8 +755,7 @@ def _stream(env: Environment, cfg: ProbeConfig, stream_id: str) -> Trace:
 
 def _gzip_held(row: MatrixRow) -> bool:
     """The gzip-hold control, decoded, as held: one arrival or bursts, and late."""
-    held = (row.arrivals_median or 0) <= 1 or (row.fpr_median or 0) >= 2
-    return row.content_encoding == "gzip" and held and (row.added_ttft_ms_median or 0) >= CERT_STREAM_MS / 2
+    return row.content_encoding == "gzip" and _held(row)
 
 
 def _write_groups(writes_ms: list[float] | tuple[float, ...], gap_ms: float) -> int:
