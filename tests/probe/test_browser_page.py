@@ -34,6 +34,7 @@ from tokenpath.probe.browser_page import (
     to_trace,
 )
 from tokenpath.probe.client import ProbeConfig, request_bytes
+from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.wire.apis import Api
 from tokenpath.wire.httpversion import HttpVersion
@@ -101,11 +102,15 @@ def test_headers_a_page_cannot_set_are_refused(name: str) -> None:
         fetch_spec(ProbeConfig(url="http://h", headers=((name, "x"),)), "tp")
 
 
-def test_accept_encoding_and_http2_are_the_browsers_own() -> None:
+def test_accept_encoding_http2_and_quic_windows_are_the_browsers_own() -> None:
     with pytest.raises(UsageError, match="its own Accept-Encoding"):
         fetch_spec(ProbeConfig(url="http://h", accept_encoding="gzip"), "tp")
     with pytest.raises(UsageError, match="negotiates h2 by itself"):
         fetch_spec(ProbeConfig(url="https://h", http_version=HttpVersion.HTTP2), "tp")
+    window = parse_h3_window("browser")
+    with pytest.raises(UsageError, match="its own QUIC windows"):
+        fetch_spec(ProbeConfig(url="https://h", http_version=HttpVersion.HTTP3, h3_window=window), "tp")
+    fetch_spec(ProbeConfig(url="https://h", http_version=HttpVersion.HTTP3), "tp")  # HTTP/3 itself: QUIC forced
 
 
 # -- the result ----------------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from tokenpath.errors import (
     UsageError,
 )
 from tokenpath.probe.client import ProbeConfig, request_parts
+from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.wire.apis import SPECS
 from tokenpath.wire.httpversion import HttpVersion
@@ -115,6 +116,8 @@ def fetch_spec(cfg: ProbeConfig, stream_id: str) -> FetchSpec:
         raise UsageError("`accept_encoding` with the chromium client: the browser sends its own Accept-Encoding")
     if cfg.http_version is HttpVersion.HTTP2:
         raise UsageError("`http2` with the chromium client: the browser negotiates h2 by itself (ALPN over TLS)")
+    if cfg.h3_window != DEFAULT_H3_WINDOW:
+        raise UsageError("`h3_window` with the chromium client: the browser keeps its own QUIC windows")
     for name, _ in cfg.headers:
         low = name.lower()
         if low in FORBIDDEN_HEADERS or low.startswith(("proxy-", "sec-")):
