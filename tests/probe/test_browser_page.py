@@ -102,7 +102,7 @@ def test_headers_a_page_cannot_set_are_refused(name: str) -> None:
         fetch_spec(ProbeConfig(url="http://h", headers=((name, "x"),)), "tp")
 
 
-def test_accept_encoding_http2_and_quic_windows_are_the_browsers_own() -> None:
+def test_accept_encoding_and_http2_are_the_browsers_own() -> None:
     with pytest.raises(UsageError, match="its own Accept-Encoding"):
         fetch_spec(ProbeConfig(url="http://h", accept_encoding="gzip"), "tp")
     with pytest.raises(UsageError, match="negotiates h2 by itself"):
