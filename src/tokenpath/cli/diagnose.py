@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, err_console, handles_errors
+from tokenpath.cli.common import api_key, err_console, handles_errors, target_url
 from tokenpath.errors import TokenpathError, UsageError
 from tokenpath.wire.request import parse_header_arg
 
@@ -80,7 +80,7 @@ def diagnose(
 
     Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree); 19: it cut
     the stream (the limit and its fix are named)."""
-    from tokenpath.axes import ACCEPT_ENCODING, API
+    from tokenpath.axes import ACCEPT_ENCODING
     from tokenpath.diagnose.fixes import check_proxy
     from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, run_origin, stub_audit, stub_origin
     from tokenpath.diagnose.origin import OriginFinding, judge, origin_runs, seen_in_heads
@@ -89,48 +89,42 @@ def diagnose(
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY
-    from tokenpath.wire.apis import Api
-    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
-    from tokenpath.wire.httpversion import HttpVersion
 
-    target_url = url or os.environ.get("TOKENPATH_URL")
-    if not target_url:
-        raise UsageError("no URL: pass one or set TOKENPATH_URL")
+    target = target_url(url)
     check_proxy(proxy)
-    if h2_window is not None and not http2:
-        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
+    chosen = options.stream_choice(api, http2, h2_window)
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     compressing = ACCEPT_ENCODING.read(accept_encoding, "--accept-encoding") if accept_encoding else None
     if client == "chromium" and compressing is not None:
         raise UsageError("--accept-encoding with --client chromium: the browser sends its own")
     template = ProbeConfig(
-        url=target_url,
+        url=target,
         model=model,
         max_tokens=max_tokens,
         headers=tuple(parse_header_arg(h) for h in header or []),
         api_key=api_key(api_key_env),
         tls=TLSOptions(insecure=insecure, cacert=cacert),
         total_timeout_s=total_timeout,
-        api=API.read(api, "--api") if api is not None else Api.OPENAI,
-        http_version=HttpVersion.of(http2),
-        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
+        api=chosen.api,
+        http_version=chosen.http_version,
+        h2_window=chosen.h2_window,
     )
     template.target  # noqa: B018 - validates the URL before anything is sent
     if stub_url is not None:
         check_stub(stub_url)
-    paced = stub_url is not None or is_stub(target_url)
+    paced = stub_url is not None or is_stub(target)
     sent = compressing or BROWSER_ACCEPT_ENCODING
     first = plan(paced, encodings=client == "raw" and sent != IDENTITY, accept_encoding=sent)
     notes = []
     if client == "chromium":
         notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
     with _client(template, client) as probe:
-        audit = stub_audit(stub_url or target_url) if paced else None
+        audit = stub_audit(stub_url or target) if paced else None
         measured, verdict = diagnose_series(template, first, probe, audit, sent, checks())
         # What the verdict rests on of the origin's behaviour: a stub answering as a real origin is varied (a plain
         # origin, each behaviour alone); any other origin's is read off the answers' heads.
-        behaviour = stub_origin(stub_url or target_url) if paced else None
+        behaviour = stub_origin(stub_url or target) if paced else None
         heads = [m.headers for m in measured]
         origin: OriginFinding | None = None
         origin_figures: list[RunFigures] = []
@@ -145,7 +139,7 @@ def diagnose(
         elif behaviour is None and not (seen := seen_in_heads(heads)).plain:
             origin = OriginFinding(seen, None)
     found = diagnosis(
-        target_url,
+        target,
         paced,
         [m.figures for m in measured],
         verdict,
