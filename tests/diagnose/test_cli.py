@@ -13,12 +13,15 @@ from typer.testing import CliRunner
 
 from tests.diagnose.test_classify import Model, streaming, whole
 from tokenpath.cli import app
-from tokenpath.diagnose import measure
+from tokenpath.diagnose import measure, upgrade
 from tokenpath.diagnose.classify import RunFigures
 from tokenpath.diagnose.origin import PLAIN, OriginRun
 from tokenpath.diagnose.series import Run
+from tokenpath.diagnose.upgrade import UpgradeTried
 from tokenpath.errors import PeerError
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, WsFallback
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.stub.presets import PRESETS
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
@@ -242,3 +245,67 @@ def test_origin_runs_that_fail_leave_the_verdict_standing(monkeypatch: pytest.Mo
     assert out.exit_code == 0, out.output
     assert "note: the origin's runs (a plain origin, each behaviour alone) failed: connection refused" in out.output
     assert "streams only because" not in out.output
+
+
+def ws_invoke(
+    monkeypatch: pytest.MonkeyPatch, scripted: Scripted, upgraded: bool, *args: str
+) -> tuple[int, str, list[WsFallback]]:
+    """diagnose with the upgrade scripted: carried (101) or refused (405, the fallback measured)."""
+    policies: list[WsFallback] = []
+
+    def tried(template: ProbeConfig, run: Run, probe: object, policy: WsFallback) -> UpgradeTried:
+        assert template.transport == "websocket"
+        policies.append(policy)
+        if upgraded:
+            return UpgradeTried(WsFigures(True, 101, 1.0), policy)
+        fell = WsFigures(False, 405, 1.0, attempts=policy.attempts, fell_back=True, fallback_ms=700.0)
+        return UpgradeTried(WsFigures(False, 405, 1.0), policy, fell)
+
+    monkeypatch.setattr(upgrade, "try_upgrade", tried)
+    code, out = invoke(monkeypatch, scripted, URL, "--api", "responses", "--transport", "websocket", *args)
+    return code, out, policies
+
+
+def test_transport_websocket_runs_the_series_over_websocket_where_the_upgrade_is_carried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Scripted(streaming)
+    code, out, policies = ws_invoke(monkeypatch, s, True, "--json")
+    assert code == 0, out
+    assert s.template is not None
+    assert s.template.transport == "websocket"
+    assert "browser" not in [r.name for r in s.planned]  # no compressing client over WebSocket
+    assert policies == [WsFallback(CODEX_ATTEMPTS)]  # Codex's policy unless told
+    assert json.loads(out[: out.rindex("}") + 1])["websocket"]["carried"] is True
+
+
+def test_a_refused_upgrade_exits_21_with_the_fallbacks_cost_and_the_series_over_sse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
+    code, out, policies = ws_invoke(monkeypatch, s, False, "--ws-fallback", "2", "--ws-retry-delay-ms", "10")
+    assert code == 21, out
+    assert s.template is not None
+    assert s.template.transport == "sse"
+    assert "browser" in [r.name for r in s.planned]  # the SSE series keeps its compressing client
+    assert policies == [WsFallback(2, 10.0)]  # --ws-fallback and --ws-retry-delay-ms reach the policy
+    assert "websocket: not carried" in out
+    assert "proxy_set_header Upgrade $http_upgrade" in out  # nginx's own line, from its head
+    assert "fallback: 2 failed upgrades" in out
+
+
+def test_what_websocket_cannot_do_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = invoke(monkeypatch, Scripted(streaming), URL, "--transport", "websocket")
+    assert code == 2
+    assert "--transport" in out
+    assert "--api" in out
+    code, out = invoke(monkeypatch, Scripted(streaming), URL, "--ws-fallback", "2")
+    assert code == 2
+    assert "--transport websocket" in out
+    argv = (URL, "--api", "responses", "--transport", "websocket")
+    code, out = invoke(monkeypatch, Scripted(streaming), *argv, "--client", "chromium")
+    assert code == 2
+    assert "raw client" in out
+    code, out = invoke(monkeypatch, Scripted(streaming), *argv, "--http2")
+    assert code == 2
+    assert "HTTP/1.1 upgrade" in out
