@@ -20,9 +20,11 @@ from tokenpath.diagnose.series import Run
 from tokenpath.diagnose.upgrade import UpgradeTried
 from tokenpath.errors import PeerError
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.h3figures import BROWSER_H3_WINDOW
 from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, WsFallback
 from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.stub.presets import PRESETS
+from tokenpath.wire.httpversion import HttpVersion
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,3 +311,36 @@ def test_what_websocket_cannot_do_is_refused_by_name(monkeypatch: pytest.MonkeyP
     code, out = invoke(monkeypatch, Scripted(streaming), *argv, "--http2")
     assert code == 2
     assert "HTTP/1.1 upgrade" in out
+
+
+def test_http3_and_its_window_reach_the_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    https = "https://127.0.0.1:9/v1/chat/completions"
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, https, "--http3", "--h3-window", "browser")
+    assert code == 0, out
+    assert s.template is not None
+    assert s.template.http_version is HttpVersion.HTTP3
+    assert s.template.h3_window == BROWSER_H3_WINDOW
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("https://127.0.0.1:9/v1", "--h3-window", "browser"), "--h3-window is HTTP/3's"),
+        (("https://127.0.0.1:9/v1", "--http3", "--http2"), "pick one HTTP version"),
+        ((URL, "--http3"), "--http3 needs an https:// URL"),
+        (("https://127.0.0.1:9/v1", "--http3", "--client", "chromium"), "--http3 is the raw client's"),
+        (
+            ("https://127.0.0.1:9/v1", "--http3", "--api", "responses", "--transport", "websocket"),
+            "does not run over HTTP/3",
+        ),
+    ],
+)
+def test_what_http3_cannot_do_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], says: str
+) -> None:
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, *args)
+    assert code == 2, out
+    assert says in " ".join(out.split())
+    assert s.template is None  # nothing ran

@@ -57,6 +57,8 @@ def diagnose(
     ] = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    http3: options.Http3 = False,
+    h3_window: options.H3Window = None,
     transport: options.Transport = None,
     ws_fallback: Annotated[
         int | None,
@@ -95,7 +97,8 @@ def diagnose(
 
     --transport websocket (the Responses WebSocket mode, --api responses): first whether the path carries the
     upgrade; carried, the series runs over WebSocket; refused, the line that carries it and what the client's
-    fallback to SSE costs are named, and the series runs over SSE.
+    fallback to SSE costs are named, and the series runs over SSE. --http3: every run over QUIC (https only; a stub
+    behind the path is named by --stub-url, its control plane being plain HTTP).
 
     Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree); 19: it cut
     the stream (the limit and its fix are named); 21: the WebSocket upgrade is not carried."""
@@ -113,12 +116,14 @@ def diagnose(
 
     target = target_url(url)
     check_proxy(proxy)
-    chosen = options.stream_choice(api, http2, h2_window, transport=transport)
+    chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
     websocket = chosen.transport == WEBSOCKET
     attempts = CODEX_ATTEMPTS if ws_fallback is None and websocket else ws_fallback
     policy = options.ws_fallback(attempts, ws_retry_delay_ms, ws_upgrade_timeout, chosen.transport)
     if websocket and client != "raw":
         raise UsageError("--transport websocket is the raw client's (--client raw)")
+    if http3 and client != "raw":
+        raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     compressing = ACCEPT_ENCODING.read(accept_encoding, "--accept-encoding") if accept_encoding else None
@@ -135,9 +140,11 @@ def diagnose(
         api=chosen.api,
         http_version=chosen.http_version,
         h2_window=chosen.h2_window,
+        h3_window=chosen.h3_window,
         transport=chosen.transport,
     )
-    template.target  # noqa: B018 - validates the URL before anything is sent
+    if template.target.scheme != "https" and http3:  # validates the URL before anything is sent
+        raise UsageError("--http3 needs an https:// URL: QUIC is always TLS")
     if stub_url is not None:
         check_stub(stub_url)
     paced = stub_url is not None or is_stub(target)
