@@ -70,6 +70,7 @@ def test_stock_nginx_does_not_carry_the_upgrade_and_diagnose_names_its_line_and_
     # the series ran over SSE, the stream the client falls back to (its compressing client too): stock nginx's
     # proxy_buffering holds it, named as without --transport
     assert "browser" in [r["name"] for r in doc["runs"]]
+    assert {r["transport"] for r in doc["runs"]} == {"sse"}
     assert doc["verdict"]["held"] is True
 
 
@@ -84,6 +85,7 @@ def test_nginx_with_the_upgrade_lines_carries_it_and_the_series_runs_over_websoc
     assert doc["verdict"]["cause"] == "streams"
     assert doc["paced"] is True
     assert "browser" not in [r["name"] for r in doc["runs"]]
+    assert {r["transport"] for r in doc["runs"]} == {"websocket"}  # each run's trace: messages, not SSE events
     # one event a message, one message a read mostly: a WebSocket tunnel does not buffer
     base = next(r for r in doc["runs"] if r["name"] == "base")
     assert base["frames"] > 0

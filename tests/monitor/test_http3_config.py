@@ -22,13 +22,15 @@ TARGET = {"name": "edge", "url": "https://127.0.0.1:9/v1"}
 
 
 def test_http3_and_its_window_reach_the_probe_of_every_route() -> None:
-    cfg = from_dict({
-        "target": [
-            {**TARGET, "http3": True, "h3_window": "browser", "direct_url": "https://127.0.0.1:10/v1"},
-            {"name": "small", "url": "https://127.0.0.1:11", "http3": True, "h3_window": 100_000},
-            {"name": "plain", "url": "https://127.0.0.1:12"},
-        ]
-    })  # fmt: skip
+    cfg = from_dict(
+        {
+            "target": [
+                {**TARGET, "http3": True, "h3_window": "browser", "direct_url": "https://127.0.0.1:10/v1"},
+                {"name": "small", "url": "https://127.0.0.1:11", "http3": True, "h3_window": 100_000},
+                {"name": "plain", "url": "https://127.0.0.1:12"},
+            ]
+        }
+    )
     edge, small, plain = cfg.targets
     for route in edge.routes.values():
         assert route.http_version is HttpVersion.HTTP3
