@@ -49,7 +49,7 @@ def test_a_carried_upgrade_is_tried_once_without_a_fallback() -> None:
     tried = try_upgrade(TEMPLATE, paced(BASE), probe, POLICY)
     assert tried.first.upgraded
     assert tried.fallback is None
-    assert [c.ws_fallback for c in probe.seen] == [NO_FALLBACK]
+    assert [c.ws_fallback for c in probe.seen] == [WsFallback(1, POLICY.retry_delay_ms, POLICY.upgrade_timeout_s)]
     assert probe.seen[0].transport == "websocket"
     assert ("tokenpath", paced(BASE).stub_pacing(Api.RESPONSES)) in probe.seen[0].extra_body  # the run's request
 
@@ -58,7 +58,8 @@ def test_a_refused_upgrade_is_tried_again_under_the_clients_policy() -> None:
     fell = replace(REFUSED, attempts=3, fell_back=True, fallback_ms=850.0)
     probe = ScriptedProbe(REFUSED, fell)
     tried = try_upgrade(TEMPLATE, paced(BASE), probe, POLICY)
-    assert [c.ws_fallback for c in probe.seen] == [NO_FALLBACK, POLICY]  # the policy reaches the second probe
+    # the first upgrade waits the policy's upgrade timeout for its 101; the whole policy reaches the second probe
+    assert [c.ws_fallback for c in probe.seen] == [WsFallback(1, 10.0, 1.0), POLICY]
     found = finding(tried, "nginx")
     assert not found.carried
     assert (found.status, found.fix, found.proxy, found.generic) == (405, nginx_line(), "nginx", None)

@@ -39,10 +39,13 @@ class UpgradeTried:
 
 
 def try_upgrade(template: ProbeConfig, run: Run, probe: Probe, policy: WsFallback) -> UpgradeTried:
-    """Before a series over WebSocket: one upgrade (no fallback) with `run`'s request. Refused, the same request
-    again under the client's fallback `policy` (its failed upgrades, its waits, then SSE), for what it costs; a
-    failure of that stream is said, not raised (the refusal is the finding)."""
-    cfg = dataclasses.replace(config_for(template, run), transport=WEBSOCKET, ws_fallback=NO_FALLBACK)
+    """Before a series over WebSocket: one upgrade with `run`'s request, given the policy's upgrade timeout (a path
+    that holds an upgrade unanswered refuses it, as a client sees it, rather than failing the diagnosis; the request
+    then goes out over SSE once). Refused, the same request again under the client's fallback `policy` (its failed
+    upgrades, its waits, then SSE), for what it costs; a failure of that stream is said, not raised (the refusal is
+    the finding)."""
+    once = WsFallback(1, policy.retry_delay_ms, policy.upgrade_timeout_s) if policy.enabled else NO_FALLBACK
+    cfg = dataclasses.replace(config_for(template, run), transport=WEBSOCKET, ws_fallback=once)
     first = probe(cfg).ws
     assert first is not None, "a WebSocket probe's trace carries its WsFigures"
     if first.upgraded or not policy.enabled:
@@ -139,7 +142,7 @@ def finding(tried: UpgradeTried, proxy: str | None) -> UpgradeFinding:
         carried=False,
         status=first.upgrade_status,
         upgrade_ms=first.upgrade_ms,
-        refusal=first.note,
+        refusal=dataclasses.replace(first, fell_back=False).note,  # the refusal alone: the cost is said apart
         proxy=parse_ref(proxy).name if fix is not None and proxy is not None else None,
         fix=fix,
         generic=None if fix is not None else generic_upgrade_fix(),
