@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tokenpath.cli import app
 from tokenpath.errors import ConnectError, UsageError
-from tokenpath.monitor import probing
+from tokenpath.monitor import modules, probing
 from tokenpath.monitor.config import Overrides, from_dict
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.h3figures import BROWSER_H3_WINDOW, DEFAULT_H3_WINDOW, H3Window
@@ -92,3 +92,15 @@ def test_an_http3_probe_opens_its_own_socket_and_none_after_the_stop(monkeypatch
     with pytest.raises(ConnectError, match="stopping"):
         prober(h3, "tp-3")
     assert len(calls) == 2
+
+
+def test_a_module_with_http_version_3_probes_over_http3_and_only_https_targets() -> None:
+    loaded = modules.from_dict({"modules": {"h3": {"http_version": "3", "h3_window": "browser"}, "h1": {}}})
+    via = loaded["h3"].routes("https://10.0.0.5:8443/v1")["via"]
+    assert via.http_version is HttpVersion.HTTP3
+    assert via.h3_window == BROWSER_H3_WINDOW
+    assert loaded["h1"].request.http_version is HttpVersion.HTTP11
+    with pytest.raises(UsageError, match="speaks HTTP/3: the via URL must be https://"):
+        loaded["h3"].routes("http://10.0.0.5:8000/v1")  # the /probe's 400, before anything is sent
+    with pytest.raises(UsageError, match="`h3_window` is HTTP/3's"):
+        modules.from_dict({"modules": {"a": {"http_version": "2", "h3_window": "browser"}}})
