@@ -285,12 +285,13 @@ def test_a_refused_upgrade_exits_21_with_the_fallbacks_cost_and_the_series_over_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
-    code, out, policies = ws_invoke(monkeypatch, s, False, "--ws-fallback", "2", "--ws-retry-delay-ms", "10")
+    flags = ("--ws-fallback", "2", "--ws-retry-delay-ms", "10", "--ws-upgrade-timeout", "3")
+    code, out, policies = ws_invoke(monkeypatch, s, False, *flags)
     assert code == 21, out
     assert s.template is not None
     assert s.template.transport == "sse"
     assert "browser" in [r.name for r in s.planned]  # the SSE series keeps its compressing client
-    assert policies == [WsFallback(2, 10.0)]  # --ws-fallback and --ws-retry-delay-ms reach the policy
+    assert policies == [WsFallback(2, 10.0, 3.0)]  # --ws-fallback, --ws-retry-delay-ms, --ws-upgrade-timeout
     assert "websocket: not carried" in out
     assert "proxy_set_header Upgrade $http_upgrade" in out  # nginx's own line, from its head
     assert "fallback: 2 failed upgrades" in out

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from tokenpath.cli import app
 from tokenpath.errors import ConnectError, UsageError
-from tokenpath.monitor import modules, probing
-from tokenpath.monitor.config import Overrides, from_dict
+from tokenpath.monitor import modules, probing, service
+from tokenpath.monitor.config import MonitorConfig, Overrides, from_dict
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.h3figures import BROWSER_H3_WINDOW, DEFAULT_H3_WINDOW, H3Window
 from tokenpath.probe.trace import Trace
@@ -59,6 +59,17 @@ def test_what_http3_cannot_do_is_refused_by_name(target: dict[str, Any], says: s
 def test_the_flags_make_the_url_target_http3() -> None:
     data = Overrides(url="https://127.0.0.1:9/v1", http3=True, h3_window="browser").apply({})
     via = from_dict(data).targets[0].routes["via"]
+    assert via.http_version is HttpVersion.HTTP3
+    assert via.h3_window == BROWSER_H3_WINDOW
+
+
+def test_the_cli_flags_reach_the_url_targets_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs: list[MonitorConfig] = []
+    monkeypatch.setattr(service, "serve", lambda cfg, announce: configs.append(cfg))
+    argv = ["monitor", "--url", "https://127.0.0.1:9/v1", "--http3", "--h3-window", "browser"]
+    out = CliRunner().invoke(app, argv)
+    assert out.exit_code == 0, out.output
+    via = configs[0].targets[0].routes["via"]
     assert via.http_version is HttpVersion.HTTP3
     assert via.h3_window == BROWSER_H3_WINDOW
 
