@@ -36,7 +36,7 @@ lint: $(BIN)/.installed
 # files run one after the other on one worker, and each worker has ~90 s (xdist's own reorder gave one 150 s).
 E2E_TIMED = tests/e2e/test_matrix_veth.py tests/e2e/test_matrix_conditions.py tests/e2e/test_load.py \
             tests/e2e/test_sweep_veth.py tests/e2e/test_matrix.py tests/e2e/test_diagnose.py \
-            tests/e2e/test_diagnose_by_hand.py tests/e2e/test_diagnose_origin.py \
+            tests/e2e/test_diagnose_by_hand.py tests/e2e/test_diagnose_origin.py tests/e2e/test_diagnose_websocket.py \
             tests/e2e/test_compose_services.py tests/e2e/test_matrix_first_token.py tests/e2e/test_versions.py \
             tests/e2e/test_certificate.py tests/e2e/test_probe_compression.py tests/e2e/test_compress_certificate.py \
             tests/e2e/test_matrix_http2.py tests/e2e/test_matrix_pause.py

@@ -218,6 +218,15 @@ class PathCut(TokenpathError):
     meaning = "diagnose: the path cut the stream (which limit, its value, the line or keep-alives that lift it)"
 
 
+class UpgradeNotCarried(TokenpathError):
+    """`diagnose --transport websocket` saw the path answer the WebSocket upgrade with something other than 101: a
+    client of the WebSocket mode falls back to SSE after its retries (the cost and the line that carries the upgrade
+    are named). A finding, not an error, as PathHeld."""
+
+    exit_code = 21
+    meaning = "diagnose --transport websocket: the path does not carry the upgrade (its fix line, the fallback's cost)"
+
+
 class InstrumentError(TokenpathError):
     """The measuring setup failed: nothing measured through it can be reported."""
 

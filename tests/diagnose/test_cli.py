@@ -13,13 +13,18 @@ from typer.testing import CliRunner
 
 from tests.diagnose.test_classify import Model, streaming, whole
 from tokenpath.cli import app
-from tokenpath.diagnose import measure
+from tokenpath.diagnose import measure, upgrade
 from tokenpath.diagnose.classify import RunFigures
 from tokenpath.diagnose.origin import PLAIN, OriginRun
 from tokenpath.diagnose.series import Run
+from tokenpath.diagnose.upgrade import UpgradeTried
 from tokenpath.errors import PeerError
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.h3figures import BROWSER_H3_WINDOW
+from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, WsFallback
+from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.stub.presets import PRESETS
+from tokenpath.wire.httpversion import HttpVersion
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
 ROOT = Path(__file__).resolve().parents[2]
@@ -242,3 +247,101 @@ def test_origin_runs_that_fail_leave_the_verdict_standing(monkeypatch: pytest.Mo
     assert out.exit_code == 0, out.output
     assert "note: the origin's runs (a plain origin, each behaviour alone) failed: connection refused" in out.output
     assert "streams only because" not in out.output
+
+
+def ws_invoke(
+    monkeypatch: pytest.MonkeyPatch, scripted: Scripted, upgraded: bool, *args: str
+) -> tuple[int, str, list[WsFallback]]:
+    """diagnose with the upgrade scripted: carried (101) or refused (405, the fallback measured)."""
+    policies: list[WsFallback] = []
+
+    def tried(template: ProbeConfig, run: Run, probe: object, policy: WsFallback) -> UpgradeTried:
+        assert template.transport == "websocket"
+        policies.append(policy)
+        if upgraded:
+            return UpgradeTried(WsFigures(True, 101, 1.0), policy)
+        fell = WsFigures(False, 405, 1.0, attempts=policy.attempts, fell_back=True, fallback_ms=700.0)
+        return UpgradeTried(WsFigures(False, 405, 1.0), policy, fell)
+
+    monkeypatch.setattr(upgrade, "try_upgrade", tried)
+    code, out = invoke(monkeypatch, scripted, URL, "--api", "responses", "--transport", "websocket", *args)
+    return code, out, policies
+
+
+def test_transport_websocket_runs_the_series_over_websocket_where_the_upgrade_is_carried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Scripted(streaming)
+    code, out, policies = ws_invoke(monkeypatch, s, True, "--json")
+    assert code == 0, out
+    assert s.template is not None
+    assert s.template.transport == "websocket"
+    assert "browser" not in [r.name for r in s.planned]  # no compressing client over WebSocket
+    assert policies == [WsFallback(CODEX_ATTEMPTS)]  # Codex's policy unless told
+    assert json.loads(out[: out.rindex("}") + 1])["websocket"]["carried"] is True
+
+
+def test_a_refused_upgrade_exits_21_with_the_fallbacks_cost_and_the_series_over_sse(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Scripted(streaming, head=(("Server", "nginx/1.22.1"),))
+    flags = ("--ws-fallback", "2", "--ws-retry-delay-ms", "10", "--ws-upgrade-timeout", "3")
+    code, out, policies = ws_invoke(monkeypatch, s, False, *flags)
+    assert code == 21, out
+    assert s.template is not None
+    assert s.template.transport == "sse"
+    assert "browser" in [r.name for r in s.planned]  # the SSE series keeps its compressing client
+    assert policies == [WsFallback(2, 10.0, 3.0)]  # --ws-fallback, --ws-retry-delay-ms, --ws-upgrade-timeout
+    assert "websocket: not carried" in out
+    assert "proxy_set_header Upgrade $http_upgrade" in out  # nginx's own line, from its head
+    assert "fallback: 2 failed upgrades" in out
+
+
+def test_what_websocket_cannot_do_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out = invoke(monkeypatch, Scripted(streaming), URL, "--transport", "websocket")
+    assert code == 2
+    assert "--transport" in out
+    assert "--api" in out
+    code, out = invoke(monkeypatch, Scripted(streaming), URL, "--ws-fallback", "2")
+    assert code == 2
+    assert "--transport websocket" in out
+    argv = (URL, "--api", "responses", "--transport", "websocket")
+    code, out = invoke(monkeypatch, Scripted(streaming), *argv, "--client", "chromium")
+    assert code == 2
+    assert "raw client" in out
+    code, out = invoke(monkeypatch, Scripted(streaming), *argv, "--http2")
+    assert code == 2
+    assert "HTTP/1.1 upgrade" in out
+
+
+def test_http3_and_its_window_reach_the_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    https = "https://127.0.0.1:9/v1/chat/completions"
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, https, "--http3", "--h3-window", "browser")
+    assert code == 0, out
+    assert s.template is not None
+    assert s.template.http_version is HttpVersion.HTTP3
+    assert s.template.h3_window == BROWSER_H3_WINDOW
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("https://127.0.0.1:9/v1", "--h3-window", "browser"), "--h3-window is HTTP/3's"),
+        (("https://127.0.0.1:9/v1", "--http3", "--http2"), "pick one HTTP version"),
+        ((URL, "--http3"), "--http3 needs an https:// URL"),
+        (("https://127.0.0.1:9/v1", "--http3", "--client", "chromium"), "--http3 is the raw client's"),
+        (
+            ("https://127.0.0.1:9/v1", "--http3", "--api", "responses", "--transport", "websocket"),
+            "does not run over HTTP/3",
+        ),
+    ],
+)
+def test_what_http3_cannot_do_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], says: str
+) -> None:
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, *args)
+    assert code == 2, out
+    assert says in " ".join(out.split())
+    assert s.template is None  # nothing ran

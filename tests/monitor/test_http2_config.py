@@ -79,7 +79,7 @@ def test_a_module_with_http_version_2_probes_over_http2() -> None:
 @pytest.mark.parametrize(
     ("table", "says"),
     [
-        ({"http_version": "3"}, "`http_version` must be one of 1.1, 2"),
+        ({"http_version": "4"}, "`http_version` must be one of 1.1, 2, 3"),  # "3": tests/monitor/test_http3_config
         ({"http_version": "1.1", "h2_window": "browser"}, "`h2_window` is HTTP/2's"),
     ],
 )

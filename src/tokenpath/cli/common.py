@@ -123,6 +123,14 @@ def announce(command: str) -> Callable[[str], None]:
     return say
 
 
+def target_url(url: str | None) -> str:
+    """The URL a client command measures: its argument, else $TOKENPATH_URL."""
+    target = url or os.environ.get("TOKENPATH_URL")
+    if not target:
+        raise UsageError("no URL: pass one or set TOKENPATH_URL")
+    return target
+
+
 def api_key(env_name: str | None) -> str | None:
     if env_name:
         value = os.environ.get(env_name)

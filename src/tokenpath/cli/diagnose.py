@@ -8,13 +8,15 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, err_console, handles_errors
+from tokenpath.cli.common import api_key, err_console, handles_errors, target_url
 from tokenpath.errors import TokenpathError, UsageError
+from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
@@ -55,6 +57,21 @@ def diagnose(
     ] = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    http3: options.Http3 = False,
+    h3_window: options.H3Window = None,
+    transport: options.Transport = None,
+    ws_fallback: Annotated[
+        int | None,
+        typer.Option(
+            "--ws-fallback",
+            metavar="N",
+            help="With --transport websocket, where the path refuses the upgrade: the client's failed upgrades "
+            f"before it falls back to SSE, the fallback's cost measured with them (default Codex's {CODEX_ATTEMPTS}).",
+            show_default=False,
+        ),
+    ] = None,
+    ws_retry_delay_ms: options.WsRetryDelayMs = CODEX_RETRY_DELAY_MS,
+    ws_upgrade_timeout: options.WsUpgradeTimeout = CODEX_UPGRADE_TIMEOUT_S,
     client: Annotated[
         str,
         typer.Option(
@@ -78,59 +95,80 @@ def diagnose(
     """Run a short series through a path, growing it until it can tell, and name what the path does to a token
     stream and the line that fixes it.
 
+    --transport websocket (the Responses WebSocket mode, --api responses): first whether the path carries the
+    upgrade; carried, the series runs over WebSocket; refused, the line that carries it and what the client's
+    fallback to SSE costs are named, and the series runs over SSE. --http3: every run over QUIC (https only; a stub
+    behind the path is named by --stub-url, its control plane being plain HTTP).
+
     Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree); 19: it cut
-    the stream (the limit and its fix are named)."""
-    from tokenpath.axes import ACCEPT_ENCODING, API
+    the stream (the limit and its fix are named); 21: the WebSocket upgrade is not carried."""
+    from tokenpath.axes import ACCEPT_ENCODING
     from tokenpath.diagnose.fixes import check_proxy
     from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, run_origin, stub_audit, stub_origin
     from tokenpath.diagnose.origin import OriginFinding, judge, origin_runs, seen_in_heads
     from tokenpath.diagnose.report import diagnosis, dumps, lines
     from tokenpath.diagnose.series import plan
+    from tokenpath.diagnose.upgrade import UpgradeTried, try_upgrade
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY
-    from tokenpath.wire.apis import Api
-    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
-    from tokenpath.wire.httpversion import HttpVersion
+    from tokenpath.wire.carrier import SSE, WEBSOCKET
 
-    target_url = url or os.environ.get("TOKENPATH_URL")
-    if not target_url:
-        raise UsageError("no URL: pass one or set TOKENPATH_URL")
+    target = target_url(url)
     check_proxy(proxy)
-    if h2_window is not None and not http2:
-        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
+    chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
+    websocket = chosen.transport == WEBSOCKET
+    attempts = CODEX_ATTEMPTS if ws_fallback is None and websocket else ws_fallback
+    policy = options.ws_fallback(attempts, ws_retry_delay_ms, ws_upgrade_timeout, chosen.transport)
+    if websocket and client != "raw":
+        raise UsageError("--transport websocket is the raw client's (--client raw)")
+    if http3 and client != "raw":
+        raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     compressing = ACCEPT_ENCODING.read(accept_encoding, "--accept-encoding") if accept_encoding else None
     if client == "chromium" and compressing is not None:
         raise UsageError("--accept-encoding with --client chromium: the browser sends its own")
     template = ProbeConfig(
-        url=target_url,
+        url=target,
         model=model,
         max_tokens=max_tokens,
         headers=tuple(parse_header_arg(h) for h in header or []),
         api_key=api_key(api_key_env),
         tls=TLSOptions(insecure=insecure, cacert=cacert),
         total_timeout_s=total_timeout,
-        api=API.read(api, "--api") if api is not None else Api.OPENAI,
-        http_version=HttpVersion.of(http2),
-        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
+        api=chosen.api,
+        http_version=chosen.http_version,
+        h2_window=chosen.h2_window,
+        h3_window=chosen.h3_window,
+        transport=chosen.transport,
     )
-    template.target  # noqa: B018 - validates the URL before anything is sent
+    if template.target.scheme != "https" and http3:  # validates the URL before anything is sent
+        raise UsageError("--http3 needs an https:// URL: QUIC is always TLS")
     if stub_url is not None:
         check_stub(stub_url)
-    paced = stub_url is not None or is_stub(target_url)
+    paced = stub_url is not None or is_stub(target)
     sent = compressing or BROWSER_ACCEPT_ENCODING
-    first = plan(paced, encodings=client == "raw" and sent != IDENTITY, accept_encoding=sent)
     notes = []
     if client == "chromium":
         notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
+    upgrade: UpgradeTried | None = None
     with _client(template, client) as probe:
-        audit = stub_audit(stub_url or target_url) if paced else None
+        if websocket:
+            upgrade = try_upgrade(template, plan(paced, encodings=False)[0], probe, policy)
+            if not upgrade.first.upgraded:  # the client's stream is the SSE one it falls back to
+                template = replace(template, transport=SSE)
+        # Over WebSocket no run sends an Accept-Encoding: its messages are not HTTP bodies (no permessage-deflate)
+        over_ws = template.transport == WEBSOCKET
+        if over_ws:
+            notes.append("over WebSocket no compressing client is run: the messages are not HTTP bodies")
+        encodings = client == "raw" and sent != IDENTITY and not over_ws
+        first = plan(paced, encodings=encodings, accept_encoding=sent)
+        audit = stub_audit(stub_url or target) if paced else None
         measured, verdict = diagnose_series(template, first, probe, audit, sent, checks())
         # What the verdict rests on of the origin's behaviour: a stub answering as a real origin is varied (a plain
         # origin, each behaviour alone); any other origin's is read off the answers' heads.
-        behaviour = stub_origin(stub_url or target_url) if paced else None
+        behaviour = stub_origin(stub_url or target) if paced else None
         heads = [m.headers for m in measured]
         origin: OriginFinding | None = None
         origin_figures: list[RunFigures] = []
@@ -145,7 +183,7 @@ def diagnose(
         elif behaviour is None and not (seen := seen_in_heads(heads)).plain:
             origin = OriginFinding(seen, None)
     found = diagnosis(
-        target_url,
+        target,
         paced,
         [m.figures for m in measured],
         verdict,
@@ -154,6 +192,7 @@ def diagnose(
         notes,
         origin,
         origin_figures,
+        upgrade,
     )
     with _quiet_if_closed(found.exit_code):
         if json_out:

@@ -36,6 +36,8 @@ def monitor(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    http3: options.Http3 = False,
+    h3_window: options.H3Window = None,
     transport: options.Transport = None,
     api_key_env: Annotated[str | None, typer.Option(help="Env var holding the API key (--url).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE request header (--url); repeatable.")] = None,
@@ -89,6 +91,10 @@ def monitor(
 
     if transport is not None and url is None:  # never ignored: a file's targets and the exporter's modules say theirs
         raise UsageError("--transport is the --url target's (a config file's [[target]] says `transport = ...`)")
+    if (http3 or h3_window is not None) and url is None:
+        raise UsageError(
+            "--http3 and --h3-window are the --url target's (a config file's [[target]] says `http3 = true`)"
+        )
     if otlp_endpoint and (once or exporter):
         raise UsageError("--otlp-endpoint goes with the long-running monitor (not --once or --exporter)")
     if exporter:
@@ -119,6 +125,8 @@ def monitor(
         accept_encoding=accept_encoding,
         http2=http2,
         h2_window=h2_window,
+        http3=http3,
+        h3_window=h3_window,
         transport=transport,
         api_key_env=api_key_env,
         headers=tuple(parse_header_arg(h) for h in header or []),

@@ -6,7 +6,8 @@ yet (--http3, --h3-window) is declared here too: one place for every shared opti
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,6 +22,11 @@ from tokenpath.probe.wsfallback import (
 )
 from tokenpath.stub.config import Pacing
 from tokenpath.wire.carrier import WEBSOCKET
+from tokenpath.wire.httpversion import HttpVersion
+
+if TYPE_CHECKING:  # the modules: Api, H2Window and H3Window here are the options
+    from tokenpath.probe import h3figures
+    from tokenpath.wire import apis, h2client
 
 
 def _option(axis: axes.Axis[Any]) -> Any:
@@ -117,3 +123,42 @@ def pacing(params: Mapping[str, object]) -> dict[str, Any]:
     """The stub's pacing a command's parameters give (its `locals()`): each of them named as a Pacing field, and
     given (not None). A pacing option's parameter is its Pacing field, so a new one needs no line here."""
     return {k: params[k] for k in Pacing.OVERRIDABLE if params.get(k) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChoice:
+    """What the request options every client command shares choose (--api, --http2 / --h2-window, --http3 /
+    --h3-window, --transport): read and checked once, here, for probe, diagnose and timeouts alike."""
+
+    api: apis.Api
+    http_version: HttpVersion
+    h2_window: h2client.H2Window
+    h3_window: h3figures.H3Window
+    transport: str
+
+
+def stream_choice(
+    api: str | None,
+    http2: bool,
+    h2_window: str | None = None,
+    http3: bool = False,
+    h3_window: str | None = None,
+    transport: str | None = None,
+) -> StreamChoice:
+    """The shared options' values (None: not given, the default), each refused where it would be ignored."""
+    from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
+    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
+
+    if h2_window is not None and not http2:
+        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
+    if h3_window is not None and not http3:
+        raise UsageError("--h3-window is HTTP/3's: pass --http3 with it")
+    if http2 and http3:
+        raise UsageError("--http2 and --http3: pick one HTTP version")
+    return StreamChoice(
+        api=axes.API.read(api, "--api") if api is not None else axes.API.default,
+        http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
+        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
+        h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
+        transport=axes.TRANSPORT.read(transport, "--transport") if transport is not None else axes.TRANSPORT.default,
+    )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, body_json, console, handles_errors
+from tokenpath.cli.common import api_key, body_json, console, handles_errors, target_url
 from tokenpath.errors import UsageError
 from tokenpath.probe.wsfallback import CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
@@ -85,34 +84,23 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts. The
     stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
-    from tokenpath.axes import API, TRANSPORT
+    from tokenpath.axes import TRANSPORT
     from tokenpath.probe.client import ProbeConfig
-    from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
     from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.stream import probe_stream
     from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
-    from tokenpath.wire.apis import Api
-    from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
-    from tokenpath.wire.httpversion import HttpVersion
     from tokenpath.wire.request import DEFAULT_PROMPT
 
-    target_url = url or os.environ.get("TOKENPATH_URL")
-    if not target_url:
-        raise UsageError("no URL: pass one or set TOKENPATH_URL")
+    target = target_url(url)
     if runs < 1:
         raise UsageError("--runs must be >= 1")
-    fmt = API.read(api, "--api") if api is not None else Api.OPENAI
     pacing = options.pacing(locals())  # for a stub behind the path: the body's `tokenpath` member
-    if h2_window is not None and not http2:
-        raise UsageError("--h2-window is HTTP/2's: pass --http2 with it")
-    if h3_window is not None and not http3:
-        raise UsageError("--h3-window is HTTP/3's: pass --http3 with it")
-    if http2 and http3:
-        raise UsageError("--http2 and --http3: pick one HTTP version")
-    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
+    chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
+    fmt = chosen.api
+    carrier = chosen.transport
     cfg = ProbeConfig(
-        url=target_url,
+        url=target,
         model=model,
         prompt=prompt or DEFAULT_PROMPT,
         max_tokens=max_tokens,
@@ -126,9 +114,9 @@ def probe(
         extra_body=stub_pacing(body_json(body_json_text), pacing),
         api=fmt,
         accept_encoding=accept_encoding,
-        http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
-        h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
-        h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
+        http_version=chosen.http_version,
+        h2_window=chosen.h2_window,
+        h3_window=chosen.h3_window,
         transport=carrier,
         ws_fallback=options.ws_fallback(ws_fallback, ws_retry_delay_ms, ws_upgrade_timeout, carrier),
         ws_ping_s=ws_ping_s,
@@ -141,7 +129,7 @@ def probe(
     if client == "chromium":
         return _probe_browser(cfg, runs, stub_url, json_out, wide)
     runs_done = [joined_metrics(probe_stream(cfg), stub_url) for _ in range(runs)]
-    probed = probe_results(target_url, runs_done, fmt, cfg.accept_encoding)
+    probed = probe_results(target, runs_done, fmt, cfg.accept_encoding)
     if json_out:
         print(dumps(probed))
     else:

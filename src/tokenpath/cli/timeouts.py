@@ -47,12 +47,11 @@ def timeouts(
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
     once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr. In any API format
     (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); no TLS yet."""
-    from tokenpath.axes import API
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
-    from tokenpath.wire.httpversion import HttpVersion
 
+    chosen = options.stream_choice(api, http2)
     named = [split_target(text) for text in targets]
     proxies = {url: name for name, url in named if name}
     urls = tuple(url for _, url in named)
@@ -62,8 +61,8 @@ def timeouts(
         max_s=max_s,
         resolution_s=resolution_s,
         keepalives=keepalives,
-        api=API.read(api, "--api") if api is not None else API.default,
-        http_version=HttpVersion.of(http2),
+        api=chosen.api,
+        http_version=chosen.http_version,
     )
 
     def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:

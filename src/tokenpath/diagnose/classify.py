@@ -76,6 +76,9 @@ class RunFigures:
     # How the stream ended when the path cut it (wire/ending.py; measure.py reads it from the probe's error), else
     # None: a cut run's figures are a short stream's.
     end: StreamEnd | None = None
+    # What carried the run, as the trace says (not as asked): its HTTP version ("1.1", "2", "3") and transport.
+    http_version: str = "1.1"
+    transport: str = "sse"
 
     @property
     def paced(self) -> bool:
@@ -129,6 +132,8 @@ class RunFigures:
             "arrivals_ms": [round(t, 2) for t in self.arrivals_ms],
             "holds_ms": [round(h, 2) for h in self.holds_ms()],
             "end": self.end.to_json() if self.end is not None else None,
+            "http_version": self.http_version,
+            "transport": self.transport,
         }
 
 

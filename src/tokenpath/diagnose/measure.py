@@ -25,6 +25,7 @@ from tokenpath.probe.transport import parse_target
 from tokenpath.stub.control import exchange, fetch_audit
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
 from tokenpath.wire.apis import Api
+from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.ending import STREAM_END, BodyEnd, StreamEnd
 
 HEALTH_PATH = "/_tokenpath/health"
@@ -225,6 +226,8 @@ def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api
         frame_bytes=run.frame_bytes,
         stub_ttft_ms=run.ttft_ms,
         writes_ms=frame_writes(run, trace, log, api),
+        http_version=trace.http_version,
+        transport=WEBSOCKET if trace.ws is not None and not trace.ws.fell_back else SSE,
     )
 
 

@@ -18,12 +18,14 @@ from tokenpath.diagnose.cuts import CutName, name_end
 from tokenpath.diagnose.fixes import Fix, Recognised, check_proxy, fix_for, generic_fix, recognise
 from tokenpath.diagnose.origin import PLAIN, OriginFinding
 from tokenpath.diagnose.shape import Kind, size
-from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld
+from tokenpath.diagnose.upgrade import UpgradeFinding, UpgradeTried, finding
+from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld, UpgradeNotCarried
 
 # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix; 3: the cut cause, its
 # `cut` (limit, value, fix) and each run's `end`; 4: `origin` (what the verdict rests on of the origin's behaviour,
-# diagnose/origin.py; null when nothing is known of it)
-SCHEMA_VERSION = 4
+# diagnose/origin.py; null when nothing is known of it); 5: `websocket` (--transport websocket: the upgrade carried
+# or not, its fix line, the fallback's cost; null over SSE), each run's `http_version` and `transport` (the trace's)
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class Diagnosis:
     notes: tuple[str, ...] = ()  # about the series itself (its client, a run left out, and why)
     cut: CutName | None = None  # CUT: which limit, its value, and the line that lifts it on the proxy recognised
     origin: OriginFinding | None = None  # whether the verdict rests on what the origin does (issue 37)
+    upgrade: UpgradeFinding | None = None  # --transport websocket: whether the path carries the upgrade (issue 38)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,13 +63,18 @@ class Diagnosis:
             if self.cut is None
             else {"limit": self.cut.limit.value, "cut_s": self.cut.cut_s, "fix": self.cut.fix},
             "origin": None if self.origin is None else self.origin.to_json(),
+            "websocket": None if self.upgrade is None else self.upgrade.to_json(),
             "notes": list(self.notes),
             "runs": [r.to_json() for r in self.runs],
         }
 
     @property
     def exit_code(self) -> int:
-        """For CI: 16 held, 17 unsure, 19 cut, 0 streams (errors.py's PathHeld / DiagnosisUnsure / PathCut)."""
+        """For CI: 21 the WebSocket upgrade not carried (the first thing to fix: the client never gets the stream
+        it asked for), 16 held, 17 unsure, 19 cut, 0 streams (errors.py's PathHeld / DiagnosisUnsure / PathCut /
+        UpgradeNotCarried)."""
+        if self.upgrade is not None and not self.upgrade.carried:
+            return UpgradeNotCarried.exit_code
         if self.verdict.cause is Cause.CUT:
             return PathCut.exit_code
         if self.verdict.held:
@@ -86,10 +94,12 @@ def diagnosis(
     notes: Sequence[str] = (),
     origin: OriginFinding | None = None,
     origin_runs: Sequence[RunFigures] = (),
+    upgrade: UpgradeTried | None = None,
 ) -> Diagnosis:
     """Recognise the proxy (--proxy, else the first head that names one) and look up its measured fix; without
     one, what changes the rule in any proxy. `origin`: what the verdict rests on of the origin's behaviour; when the
-    path streams only because of it, the plain origin's run (among `origin_runs`) is held, and its fix is named."""
+    path streams only because of it, the plain origin's run (among `origin_runs`) is held, and its fix is named.
+    `upgrade`: the WebSocket upgrade tried before the series (--transport websocket), its fix the proxy's line."""
     check_proxy(proxy)
     found = Recognised(proxy, "--proxy") if proxy else next(filter(None, map(recognise, heads)), None)
     fix = fix_for(found.proxy, verdict) if found is not None and verdict.held else None
@@ -97,7 +107,8 @@ def diagnosis(
     cut = name_end(verdict.end, found.proxy if found else None) if verdict.end is not None else None
     if origin is not None and origin.credit is not None and origin.credit.streams:
         origin = replace(origin, fix=_plain_fix(origin_runs, found))
-    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes), cut, origin)
+    carried = finding(upgrade, found.proxy if found else None) if upgrade is not None else None
+    return Diagnosis(url, paced, tuple(runs), verdict, found, fix, generic, tuple(notes), cut, origin, carried)
 
 
 def _plain_fix(runs: Sequence[RunFigures], found: Recognised | None) -> str | None:
@@ -121,6 +132,8 @@ def lines(d: Diagnosis) -> list[str]:
     out = [f"{d.url}: {v.summary}"]
     if d.recognised is not None:
         out.append(f"proxy: {d.recognised.proxy} (from {d.recognised.by})")
+    if d.upgrade is not None:
+        out += d.upgrade.lines()
     if d.cut is not None:
         survived = f", {d.cut.survived_s:g} s survived" if d.cut.survived_s is not None else ""
         out.append(f"cut: {d.cut.limit.value} limit at {d.cut.cut_s:g} s{survived}")

@@ -22,6 +22,8 @@ the first probe, with each target's probe configs built here so the runner never
     headers = { "X-Team" = "search" }
     http2 = true                   # optional: probe over HTTP/2 (h2 by ALPN, h2c in clear text); fails if refused
     h2_window = "browser"          #   with the client's receive windows: BYTES, "default" (65535) or "browser"
+    http3 = true                   # or HTTP/3 (QUIC over UDP, https only; never a fallback; the raw client's)
+    h3_window = "browser"          #   with its initial QUIC windows: BYTES, "default" (1 MiB) or "browser"
     client = "chromium"            # optional: headless Chromium makes the request (fetch + ReadableStream)
     transport = "websocket"        # optional: the format's WebSocket mode (api = "responses"); a path that does not
                                    #   carry the upgrade is the outcome `websocket_not_carried`
@@ -41,6 +43,7 @@ from tokenpath.hostport import parse_hostport
 from tokenpath.monitor.otel_names import NAMINGS
 from tokenpath.monitor.otlp_endpoint import endpoint_url
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
@@ -76,6 +79,10 @@ class TargetSpec:
     # the client's receive windows: BYTES, "STREAM:CONNECTION", "default" (65,535) or "browser" (Chromium's)
     http2: bool = False
     h2_window: str | int | None = None
+    # HTTP/3 to this target (QUIC over UDP to the URL's port, https only; never a fallback), with the client's
+    # initial QUIC windows: BYTES, "STREAM:CONNECTION", "default" (aioquic's 1 MiB) or "browser" (Chromium's)
+    http3: bool = False
+    h3_window: str | int | None = None
     # Who makes the request: "raw" (the probe's own socket) or "chromium" (headless Chromium's fetch, its own
     # Accept-Encoding and h2 by ALPN; probe/browser.py); a browser per probe, so a longer interval suits it
     client: str = "raw"
@@ -143,6 +150,8 @@ class Overrides:
     accept_encoding: str | None = None
     http2: bool = False
     h2_window: str | None = None
+    http3: bool = False
+    h3_window: str | None = None
     transport: str | None = None
 
     def target(self) -> dict[str, object]:
@@ -163,6 +172,7 @@ class Overrides:
             "api",
             "accept_encoding",
             "h2_window",
+            "h3_window",
             "transport",
         )
         for key in keys:
@@ -171,6 +181,8 @@ class Overrides:
                 target[key] = value
         if self.http2:
             target["http2"] = True
+        if self.http3:
+            target["http3"] = True
         return target
 
     def apply(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -291,6 +303,8 @@ def _check_client(spec: TargetSpec, cfg: ProbeConfig) -> None:
         raise UsageError(f"{where}: `client` {spec.client!r}: choose raw or chromium")
     if spec.client == "chromium" and cfg.transport != TRANSPORT.default:
         raise UsageError(f"{where}: `transport` {cfg.transport} is the raw client's (`client` raw)")
+    if spec.client == "chromium" and spec.http3:
+        raise UsageError(f"{where}: `http3` is the raw client's (`client` raw): Chromium over HTTP/3 is not measured")
     if spec.client == "chromium":
         from tokenpath.probe.browser_page import fetch_spec
 
@@ -307,6 +321,13 @@ def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
     window = DEFAULT_WINDOW
     if spec.h2_window is not None:
         window = parse_h2_window(H2_WINDOW.read(spec.h2_window, "`h2_window`"))
+    if spec.h3_window is not None and not spec.http3:
+        raise UsageError("`h3_window` is HTTP/3's: set `http3 = true` with it")
+    if spec.http2 and spec.http3:
+        raise UsageError("`http2` and `http3`: pick one HTTP version")
+    if spec.http3 and parse_target(spec.url).scheme != "https":
+        raise UsageError("`http3` needs an https:// `url`: QUIC is always TLS")
+    h3_window = DEFAULT_H3_WINDOW if spec.h3_window is None else parse_h3_window(str(spec.h3_window))
     return ProbeConfig(
         url=spec.url,
         model=spec.model,
@@ -322,7 +343,8 @@ def _probe_config(spec: TargetSpec, api_key: str | None) -> ProbeConfig:
         extra_body=tuple(spec.body.items()),
         api=API.read(spec.api, "`api`"),
         accept_encoding=spec.accept_encoding,
-        http_version=HttpVersion.of(spec.http2),
+        http_version=HttpVersion.HTTP3 if spec.http3 else HttpVersion.of(spec.http2),
         h2_window=window,
+        h3_window=h3_window,
         transport=TRANSPORT.read(spec.transport, "`transport`"),
     )

@@ -45,6 +45,7 @@ from tokenpath.monitor.probing import (
     added_ttft_s,
     asked_version,
     probe_route,
+    quic_probe,
 )
 from tokenpath.monitor.runner import log_outcome
 from tokenpath.probe.client import ProbeConfig
@@ -253,6 +254,8 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
             return _StatusSniffer(aborter.connect(target, cfg), statuses, http2=cfg.http_version is HttpVersion.HTTP2)
 
         def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
+            if cfg.http_version is HttpVersion.HTTP3:  # its own UDP socket, no TCP transport to sniff: a failed
+                return quic_probe(cfg, stream_id, aborter)  # probe's status is 0, a streamed one's its trace's
             return probe_stream(cfg, stream_id=stream_id, connect=connect, limits=MONITOR_LIMITS)
 
         return prober

@@ -6,6 +6,8 @@ The target comes from Prometheus; everything else about the request comes from h
     accept_encoding = "gzip"              # sent as Accept-Encoding ("browser": a browser's); the answer is decoded
     http_version = "1.1"                  # or "2": ALPN h2 over TLS, h2c in clear text; a refusal fails the probe
     h2_window = "browser"                 # with "2": the client's receive windows (BYTES, "default", "browser")
+                                          # or "3": QUIC (https targets only; any other is the /probe's 400)
+    h3_window = "browser"                 # with "3": the initial QUIC windows (BYTES, "default", "browser")
     model = "tokenpath-stub"
     max_tokens = 32
     prompt = "..."
@@ -43,14 +45,18 @@ DEFAULT_MODULE = "openai"
 MAX_MODULES = 256  # a label value each (the exporter's own probes_total): a bounded set
 _PLACEHOLDER = re.compile(r"\{(scheme|host|port|target)\}")
 _CHECK_URL = "http://module-check.invalid:8000/v1"  # a stand-in target for checking a module at start
+_CHECK_URL_TLS = "https://module-check.invalid:8443/v1"  # the same for an HTTP/3 module (QUIC is always TLS)
+# The versions a module may speak: every client's (DECLARED_VERSIONS), and HTTP/3, which the monitor's probe speaks
+MODULE_VERSIONS = (*DECLARED_VERSIONS, HttpVersion.HTTP3)
 
 
 @dataclass(frozen=True)
 class ModuleSpec:
     api: str = "openai"  # wire/apis.py: the format, its route, body and first content frame
     accept_encoding: str | None = None
-    http_version: str = HttpVersion.HTTP11.value  # "2": the probe speaks HTTP/2 (monitor/config.py TargetSpec.http2)
+    http_version: str = HttpVersion.HTTP11.value  # "2" / "3": the probe speaks HTTP/2 / HTTP/3 (TargetSpec.http2/3)
     h2_window: str | int | None = None
+    h3_window: str | int | None = None
     model: str = "tokenpath-stub"
     prompt: str = DEFAULT_PROMPT
     max_tokens: int | None = 32
@@ -82,6 +88,10 @@ class Module:
             if parse_target(direct) == target:
                 raise UsageError(f"module {self.name!r}: `direct_url` {direct} is the target itself")
             routes["direct"] = replace(self.request, url=direct)
+        if self.request.http_version is HttpVersion.HTTP3:
+            for route, cfg in routes.items():
+                if parse_target(cfg.url).scheme != "https":
+                    raise UsageError(f"module {self.name!r} speaks HTTP/3: the {route} URL must be https://")
         return routes
 
 
@@ -109,12 +119,14 @@ def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Mod
             fill_direct_url(spec.direct_url, _CHECK_URL)
         except UsageError as exc:
             raise UsageError(f"{where}: `direct_url`: {exc}") from None
-    if spec.http_version not in DECLARED_VERSIONS:
-        known = ", ".join(DECLARED_VERSIONS)
+    if spec.http_version not in MODULE_VERSIONS:
+        known = ", ".join(MODULE_VERSIONS)
         raise UsageError(f"{where}: `http_version` must be one of {known}, not {spec.http_version!r}")
     shared = {f.name: getattr(spec, f.name) for f in fields(ModuleSpec) if f.name not in ("direct_url", "http_version")}
-    http2 = HttpVersion(spec.http_version) is HttpVersion.HTTP2
-    target = moncfg.TargetSpec(name=name, url=_CHECK_URL, http2=http2, **shared)
+    version = HttpVersion(spec.http_version)
+    http2, http3 = version is HttpVersion.HTTP2, version is HttpVersion.HTTP3
+    check_url = _CHECK_URL_TLS if http3 else _CHECK_URL
+    target = moncfg.TargetSpec(name=name, url=check_url, http2=http2, http3=http3, **shared)
     try:
         checked = moncfg.build(moncfg.MonitorSettings(), [target], env)
     except UsageError as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from tokenpath.clock import ns_to_ms
-from tokenpath.errors import TokenpathError
+from tokenpath.errors import ConnectError, TokenpathError
 from tokenpath.monitor.config import Target
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.metrics import RunMetrics, run_metrics
@@ -25,6 +25,7 @@ from tokenpath.probe.trace import Trace, TraceLimits
 from tokenpath.probe.transport import SocketTransport, Transport, open_connection
 from tokenpath.probe.transport import Target as Endpoint
 from tokenpath.wire.ending import STREAM_END, StreamEnd
+from tokenpath.wire.httpversion import HttpVersion
 
 log = logging.getLogger("tokenpath.monitor")
 
@@ -56,7 +57,7 @@ class ProbeOutcome:
     metrics: RunMetrics | None  # None when the probe failed
     gaps_s: tuple[float, ...]  # between consecutive arrivals
     started_unix: float
-    http_version: str = "1.1"  # "2" for an HTTP/2 probe: the trace's, or what was asked when it failed before one
+    http_version: str = "1.1"  # "2" / "3" for an HTTP/2 / HTTP/3 probe: the trace's, or what was asked if it failed
     # How the stream ended (wire/ending.py), also when the probe failed on it (a reset, a body cut short, an error
     # status); None when no stream began. A cut stream is never OK: its outcome is its kind (or its error's reason).
     end: StreamEnd | None = None
@@ -191,7 +192,7 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
 
 
 def asked_version(cfg: ProbeConfig) -> str:
-    """The HTTP version a probe speaks (`--http2` never falls back: a refusal fails the probe)."""
+    """The HTTP version a probe speaks (`--http2` and `--http3` never fall back: a refusal fails the probe)."""
     return cfg.http_version.value
 
 
@@ -209,9 +210,20 @@ MONITOR_DRAIN_BYTES = 64 << 10
 
 def default_prober(aborter: Aborter) -> Prober:
     def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
+        if cfg.http_version is HttpVersion.HTTP3:
+            return quic_probe(cfg, stream_id, aborter)
         return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect, limits=MONITOR_LIMITS)
 
     return prober
+
+
+def quic_probe(cfg: ProbeConfig, stream_id: str, aborter: Aborter) -> Trace:
+    """An HTTP/3 target's probe: QUIC opens its own UDP socket (probe/h3stream.py), which the aborter's TCP
+    connector cannot hand it, so a stopping monitor cannot end it early: it ends within the target's own total
+    timeout (the probe's deadline). A probe asked for after the stop is not started."""
+    if aborter.stopped.is_set():
+        raise ConnectError("the monitor is stopping: probe not started")
+    return probe_stream(cfg, stream_id=stream_id, limits=MONITOR_LIMITS)
 
 
 def browser_prober(cfg: ProbeConfig, stream_id: str) -> Trace:

@@ -84,8 +84,10 @@ class ProbeConfig:
         h2 = self.http_version is HttpVersion.HTTP2
         if self.transport not in TRANSPORTS:
             raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
-        if h2 and self.transport == WEBSOCKET:
-            raise UsageError("`transport` websocket is an HTTP/1.1 upgrade: it does not run over HTTP/2")
+        if self.http_version is not HttpVersion.HTTP11 and self.transport == WEBSOCKET:  # never ignored for h2 or h3
+            raise UsageError(
+                f"`transport` websocket is an HTTP/1.1 upgrade: it does not run over {self.http_version.label}"
+            )
         if self.transport == WEBSOCKET and not SPECS[self.api].websocket:  # refused before anything runs
             modes = ", ".join(a.value for a, spec in SPECS.items() if spec.websocket)
             raise UsageError(

@@ -1,0 +1,121 @@
+"""diagnose --transport websocket, without a network: the upgrade tried through a scripted probe (refused, then the
+client's fallback policy), the finding (the recognised proxy's catalogue line, or what carries it anywhere), its
+exit code, its JSON and its lines. The real paths: tests/e2e/test_diagnose_websocket.py."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from tests.diagnose.test_classify import grown, streaming
+from tokenpath.diagnose import upgrade
+from tokenpath.diagnose.report import diagnosis, dumps, lines
+from tokenpath.diagnose.series import BASE, paced
+from tokenpath.diagnose.upgrade import UpgradeTried, finding, try_upgrade
+from tokenpath.errors import UpgradeNotCarried
+from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.trace import Trace
+from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
+from tokenpath.probe.wsfigures import WsFigures
+from tokenpath.proxies.catalogue import catalogue
+from tokenpath.wire.apis import Api
+
+REFUSED = WsFigures(False, 405, 2.0)
+CARRIED = WsFigures(True, 101, 1.5, messages=12, message_reads=12, final_event=True)
+POLICY = WsFallback(3, 10.0, 1.0)
+TEMPLATE = ProbeConfig(url="http://127.0.0.1:9/v1/responses", api=Api.RESPONSES, transport="websocket")
+
+
+def nginx_line() -> str:
+    return catalogue()["nginx"].variant("websocket").line
+
+
+class ScriptedProbe:
+    """Answers each probe with the next WsFigures, and keeps the configs it was given."""
+
+    def __init__(self, *answers: WsFigures) -> None:
+        self.answers = list(answers)
+        self.seen: list[ProbeConfig] = []
+
+    def __call__(self, cfg: ProbeConfig) -> Trace:
+        self.seen.append(cfg)
+        trace = Trace(stream_id="tp-test", t_sent_ns=0)
+        trace.ws = self.answers.pop(0)
+        return trace
+
+
+def test_a_carried_upgrade_is_tried_once_without_a_fallback() -> None:
+    probe = ScriptedProbe(CARRIED)
+    tried = try_upgrade(TEMPLATE, paced(BASE), probe, POLICY)
+    assert tried.first.upgraded
+    assert tried.fallback is None
+    assert [c.ws_fallback for c in probe.seen] == [WsFallback(1, POLICY.retry_delay_ms, POLICY.upgrade_timeout_s)]
+    assert probe.seen[0].transport == "websocket"
+    assert ("tokenpath", paced(BASE).stub_pacing(Api.RESPONSES)) in probe.seen[0].extra_body  # the run's request
+
+
+def test_a_refused_upgrade_is_tried_again_under_the_clients_policy() -> None:
+    fell = replace(REFUSED, attempts=3, fell_back=True, fallback_ms=850.0)
+    probe = ScriptedProbe(REFUSED, fell)
+    tried = try_upgrade(TEMPLATE, paced(BASE), probe, POLICY)
+    # the first upgrade waits the policy's upgrade timeout for its 101; the whole policy reaches the second probe
+    assert [c.ws_fallback for c in probe.seen] == [WsFallback(1, 10.0, 1.0), POLICY]
+    found = finding(tried, "nginx")
+    assert not found.carried
+    assert (found.status, found.fix, found.proxy, found.generic) == (405, nginx_line(), "nginx", None)
+    assert (found.fallback_attempts, found.fallback_ms) == (3, 850.0)
+
+
+def test_no_policy_measures_no_fallback() -> None:
+    probe = ScriptedProbe(REFUSED)
+    tried = try_upgrade(TEMPLATE, paced(BASE), probe, NO_FALLBACK)
+    assert len(probe.seen) == 1
+    assert tried.fallback is None
+
+
+def test_each_stock_refuser_gets_its_own_catalogue_line_and_an_unnamed_path_all_of_them() -> None:
+    tried = UpgradeTried(REFUSED, POLICY)
+    for name in ("nginx", "envoy", "apache2"):
+        assert finding(tried, name).fix == catalogue()[name].variant("websocket").line
+    unnamed = finding(tried, None)
+    assert unnamed.fix is None
+    assert unnamed.generic is not None
+    for name in ("nginx", "envoy", "apache2"):
+        assert catalogue()[name].variant("websocket").line in unnamed.generic
+    # HAProxy carries an upgrade stock: it has no such line, so the generic one is said
+    assert finding(tried, "haproxy").fix is None
+
+
+def test_a_later_upgrade_that_was_carried_is_said_not_counted_as_a_fallback() -> None:
+    tried = UpgradeTried(REFUSED, POLICY, replace(CARRIED, attempts=2))
+    found = finding(tried, "nginx")
+    assert found.fallback_ms is None
+    assert found.fallback_error is not None
+    assert "at times" in found.fallback_error
+
+
+def test_the_diagnosis_exits_21_and_says_the_line_and_the_cost() -> None:
+    verdict, runs = grown(streaming)
+    fell = replace(REFUSED, attempts=3, fell_back=True, fallback_ms=850.0)
+    d = diagnosis("http://p", True, runs, verdict, [[("Server", "nginx/1.22.1")]], None, (), None, (), upgrade=None)
+    assert d.exit_code == 0
+    assert d.upgrade is None
+    d = diagnosis(
+        "http://p", True, runs, verdict, [[("Server", "nginx/1.22.1")]], upgrade=UpgradeTried(REFUSED, POLICY, fell)
+    )
+    assert d.exit_code == UpgradeNotCarried.exit_code == 21
+    text = "\n".join(lines(d))
+    assert "websocket: not carried: WebSocket upgrade not carried: HTTP 405" in text
+    assert f"fix: {nginx_line()}" in text
+    assert "fallback: 3 failed upgrades" in text
+    assert "850 ms" in text
+    doc = json.loads(dumps(d))["websocket"]
+    assert doc["carried"] is False
+    assert doc["upgrade_status"] == 405
+    assert doc["fix"] == {"proxy": "nginx", "line": nginx_line()}
+    assert doc["fallback"]["policy"]["attempts"] == 3
+    assert doc["fallback"]["cost_ms"] == 850.0
+    carried = diagnosis("http://p", True, runs, verdict, [], upgrade=UpgradeTried(CARRIED, POLICY))
+    assert carried.exit_code == 0
+    assert json.loads(dumps(carried))["websocket"]["carried"] is True
+    assert upgrade.finding(UpgradeTried(CARRIED, POLICY), None).fix is None
