@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,18 +28,12 @@ from tests.gateway.wspeer import (
     answer_101,
     close,
     frame,
+    session,
     text,
     upgrade,
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Services]:
-    services = Services(tmp_path)
-    yield services
-    services.stop()
 
 
 def ws_url(gw_url: str | None) -> str:
@@ -168,11 +161,10 @@ def test_the_member_gone_mid_stream_closes_the_client_1011_with_a_reason(svc: Se
     member = WsMember(script)
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
             sock.sendall(text(CREATE))
-            got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+            got = reader.until_close()
         assert [f.opcode for f in got] == [TEXT, CLOSE]
         assert json.loads(got[0].payload)["type"] == "response.created"
         assert got[-1].close_code == 1011
@@ -200,11 +192,10 @@ def test_a_client_close_reaches_the_member_with_its_code(svc: Services) -> None:
     member = _recording_member()
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
             sock.sendall(close(4001, "done here"))
-            got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+            got = reader.until_close()
         assert got[-1].close_code == 4001  # the close handshake's reply
         assert member.done.wait(10)
         closes = [f for f in member.frames if f.opcode == CLOSE]
@@ -218,10 +209,8 @@ def test_one_message_in_is_one_message_out_and_a_fragmented_one_is_passed_on_who
     member = _recording_member(three)  # three messages in one write: the client must get three, not one
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
-            reader = FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
             got = [reader.next() for _ in range(3)]
             assert all(f is not None and f.opcode == TEXT and f.fin for f in got)
             assert [json.loads(f.payload)["delta"] for f in got if f is not None] == ["d0", "d1", "d2"]
@@ -312,11 +301,10 @@ def test_a_member_s_101_with_a_wrong_accept_is_a_502_not_a_101(svc: Services) ->
 def test_sigterm_closes_an_open_session_1001_at_the_drain_deadline(svc: Services) -> None:
     stub = svc.stub("--tokens", "2", "--ttft-ms", "0", "--interval-ms", "1")
     gw = svc.gateway("[limits]\ndrain_s = 1\n" + pool(stub))
-    status, raw, sock = upgrade(hostport(gw.url)[1])
-    assert status == 101
+    sock, reader = session(hostport(gw.url)[1])
     assert gw.pid is not None
     with sock:
         os.kill(gw.pid, signal.SIGTERM)  # the gateway this test started
-        got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+        got = reader.until_close()
     assert got[-1].opcode == CLOSE
     assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")

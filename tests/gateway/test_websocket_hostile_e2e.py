@@ -9,8 +9,6 @@ import json
 import socket
 import time
 import zlib
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -29,18 +27,12 @@ from tests.gateway.wspeer import (
     close,
     frame,
     offer,
+    session,
     text,
     upgrade,
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Services]:
-    services = Services(tmp_path)
-    yield services
-    services.stop()
 
 
 def _member(first: bytes = b"") -> WsMember:
@@ -62,9 +54,7 @@ def _member(first: bytes = b"") -> WsMember:
 
 def _session(svc: Services, member: WsMember, limits: str) -> tuple[socket.socket, FrameReader]:
     gw = svc.gateway(f"[limits]\n{limits}\n" + pool(member.url))
-    status, raw, sock = upgrade(hostport(gw.url)[1])
-    assert status == 101
-    return sock, FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
+    return session(hostport(gw.url)[1])
 
 
 def _member_close(member: WsMember) -> Frame:

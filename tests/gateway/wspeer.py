@@ -159,6 +159,13 @@ def upgrade(
     return status, head + b"\r\n\r\n" + rest, sock
 
 
+def session(port: int, extra: str = "") -> tuple[socket.socket, FrameReader]:
+    """A raw client's upgrade that must be a 101: its socket, and a reader of the frames that follow the head."""
+    status, raw, sock = upgrade(port, extra=extra)
+    assert status == 101, raw[:300]
+    return sock, FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
+
+
 def accept_token(head: bytes) -> str:
     lines = head.split(b"\r\n")
     key = next(line.split(b":", 1)[1].strip() for line in lines if line.lower().startswith(b"sec-websocket-key:"))
