@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import threading
 import time
 import zlib
 
+import psutil
 import pytest
 
 from tests.gateway.test_gateway_e2e import Services, hostport, pool
@@ -142,7 +144,7 @@ def test_an_idle_client_is_pinged_and_closed_1001_without_a_pong(svc: Services) 
         sock, reader = _session(svc, member, "ws_ping_interval_s = 0.3\nws_pong_timeout_s = 0.5")
         with sock:
             sock.settimeout(20)
-            got = reader.until_close()  # never answers the ping
+            got = reader.until_close(within_s=20)  # never answers the ping; without the limit, pinged forever
         assert [f.opcode for f in got] == [PING, CLOSE]
         assert got[-1].close_code == 1001
         assert "no pong" in got[-1].close_reason
@@ -223,4 +225,37 @@ def test_a_slow_reader_pauses_the_member_instead_of_queueing_its_messages(svc: S
         assert sent[0] < 40 << 20, sent[0]  # the kernel's buffers and the gateway's 64 KiB, not all 64 MiB
         sock.close()
     finally:
+        member.close()
+
+
+def test_a_member_that_stops_reading_pauses_the_client_instead_of_queueing_its_messages(svc: Services) -> None:
+    """The member reads nothing after its 101 while the client floods messages: the gateway stops reading the client
+    once the member's socket buffer is full (the write buffer limit), so the client's writes block and the
+    gateway's memory stays flat; queued in the gateway, the client would send all 64 MiB and the gateway hold them."""
+    release = threading.Event()
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        answer_101(conn, head)
+        release.wait(60)  # reads nothing until the test is over
+
+    member = WsMember(script)
+    message = frame(TEXT, json.dumps({"type": "response.create", "input": "y" * (64 << 10)}).encode())
+    total, sent = 64 << 20, 0
+    try:
+        gw = svc.gateway(pool(member.url))
+        assert gw.pid is not None
+        rss_before = psutil.Process(gw.pid).memory_info().rss
+        sock, _ = session(hostport(gw.url)[1])
+        with sock, contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+            sock.settimeout(3)
+            while sent < total:
+                sock.sendall(message)
+                sent += len(message)
+        grown = psutil.Process(gw.pid).memory_info().rss - rss_before
+        assert sent < 40 << 20, sent  # the kernel's buffers and the gateway's 64 KiB, not all 64 MiB
+        assert grown < 32 << 20, grown
+    finally:
+        release.set()
         member.close()

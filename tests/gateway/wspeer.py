@@ -13,6 +13,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,12 +120,15 @@ class FrameReader:
                 out.append(f)
         return out
 
-    def until_close(self) -> list[Frame]:
+    def until_close(self, within_s: float | None = None) -> list[Frame]:
+        """Every frame up to the close (or the socket's end, or its timeout); with `within_s`, also up to that many
+        seconds: a peer that keeps sending without ever closing (pings) cannot hold the test forever."""
         out: list[Frame] = []
+        deadline = None if within_s is None else time.monotonic() + within_s
         with contextlib.suppress(OSError):
             while (f := self.next()) is not None:
                 out.append(f)
-                if f.opcode == CLOSE:
+                if f.opcode == CLOSE or (deadline is not None and time.monotonic() > deadline):
                     break
         return out
 
