@@ -174,6 +174,26 @@ def test_a_client_that_answers_pings_stays(svc: Services) -> None:
         member.close()
 
 
+def test_a_session_past_ws_session_s_is_closed_1001_both_ways(svc: Services) -> None:
+    member = _member()
+    try:
+        sock, reader = _session(svc, member, "ws_session_s = 1")
+        opened = time.monotonic()
+        with sock:
+            sock.settimeout(15)
+            sock.sendall(text(CREATE))  # a live session: the limit is on its age, not its silence
+            got = reader.until_close(within_s=15)
+        lasted = time.monotonic() - opened
+        assert [f.opcode for f in got] == [CLOSE]
+        assert got[-1].close_code == 1001
+        assert "ws_session_s" in got[-1].close_reason
+        assert lasted >= 0.9  # never before the limit (a timer is late under load, never early)
+        assert _member_close(member).close_code == 1001
+        assert [f.opcode for f in member.frames if f.opcode == TEXT] == [TEXT]
+    finally:
+        member.close()
+
+
 def test_permessage_deflate_is_never_agreed_so_a_compressed_frame_closes_1002(svc: Services) -> None:
     """No extension is negotiated either side: a deflate bomb cannot be sent, a compressed (RSV1) frame is a
     protocol error."""

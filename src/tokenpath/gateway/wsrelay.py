@@ -11,7 +11,8 @@ agree no extension; a compressed frame is a protocol error, 1002), so no deflate
 
 Pings are each hop's own: the endpoints answer them (within their bucket: a flood closes 1008); the gateway pings a
 client silent for `ws_ping_interval_s` (and the member, whose idle timer sees only what the gateway sends) and closes
-1001 when no pong comes in `ws_pong_timeout_s`. Backpressure both ways, as the SSE relay's: while one side's socket
+1001 when no pong comes in `ws_pong_timeout_s`; a session past `ws_session_s` (when set) is closed 1001 both ways.
+Backpressure both ways, as the SSE relay's: while one side's socket
 buffer is over the write buffer limit, the other side is not read. A close crosses as gateway/wsclose.py maps it."""
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class WsSettings:
     upstream: WebSocketLimits
     ping_interval_s: float
     pong_timeout_s: float
+    session_s: float  # 0: no limit
 
     @classmethod
     def of(cls, limits: Limits) -> WsSettings:
@@ -67,6 +69,7 @@ class WsSettings:
             ),
             ping_interval_s=limits.ws_ping_interval_s,
             pong_timeout_s=limits.ws_pong_timeout_s,
+            session_s=limits.ws_session_s,
         )
 
 
@@ -101,6 +104,7 @@ class WsRelay(asyncio.Protocol):
         self.heard_at = self.loop.time()  # the client's last bytes
         self._idle: asyncio.TimerHandle | None = None
         self._pong: asyncio.TimerHandle | None = None
+        self._session: asyncio.TimerHandle | None = None
         self._client_wait: asyncio.TimerHandle | None = None
         self._upstream_wait: asyncio.TimerHandle | None = None
 
@@ -109,6 +113,8 @@ class WsRelay(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.client_gate.attach(transport)
         self._idle = self.loop.call_later(self.settings.ping_interval_s, self._idle_check)
+        if self.settings.session_s > 0:
+            self._session = self.loop.call_later(self.settings.session_s, self._session_over)
         self.upstream.listen(self)  # and the messages that came with the member's 101
 
     def data_received(self, data: bytes) -> None:
@@ -268,6 +274,12 @@ class WsRelay(asyncio.Protocol):
         self._close_client(GOING_AWAY, reason)
         self._close_upstream(*to_upstream(GOING_AWAY, reason, by_client=False))
 
+    def _session_over(self) -> None:
+        self._session = None
+        reason = f"the session reached its {self.settings.session_s:g} s limit (ws_session_s)"
+        self._close_client(GOING_AWAY, reason)
+        self._close_upstream(*to_upstream(GOING_AWAY, reason, by_client=False))
+
     def _flush_client(self) -> None:
         self._write_client(self.client.data_to_send())
 
@@ -279,7 +291,8 @@ class WsRelay(asyncio.Protocol):
     def _cancel_timers(self) -> None:
         self._cancel(self._idle)
         self._cancel(self._pong)
-        self._idle = self._pong = None
+        self._cancel(self._session)
+        self._idle = self._pong = self._session = None
 
     def _cancel(self, handle: asyncio.TimerHandle | None) -> None:
         if handle is not None:
