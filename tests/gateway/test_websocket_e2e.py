@@ -10,13 +10,14 @@ import os
 import signal
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from tests.e2e.h2raw import RawH2
-from tests.gateway.test_gateway_e2e import Services, hostport, pool, token
+from tests.gateway.test_gateway_e2e import Services, hostport, pool, read_response, token
 from tests.gateway.test_tls_upstream_e2e import CA, server_context
 from tests.gateway.wspeer import (
     CLOSE,
@@ -28,6 +29,8 @@ from tests.gateway.wspeer import (
     answer_101,
     close,
     frame,
+    offer,
+    read_head,
     session,
     text,
     upgrade,
@@ -308,3 +311,67 @@ def test_sigterm_closes_an_open_session_1001_at_the_drain_deadline(svc: Services
         got = reader.until_close()
     assert got[-1].opcode == CLOSE
     assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")
+
+
+def _echo_member() -> WsMember:
+    """Answers 101, echoes each text message, answers the close."""
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        answer_101(conn, head)
+        for f in iter(reader.next, None):
+            if f.opcode == TEXT:
+                conn.sendall(frame(TEXT, f.payload, mask=False))
+            elif f.opcode == CLOSE:
+                conn.sendall(close(f.close_code, mask=False))
+                return
+
+    return WsMember(script)
+
+
+HEALTH = b"GET /_tokenpath/health HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+def _status(sock: socket.socket, data: bytes) -> int:
+    sock.sendall(data)
+    parser, _ = read_response(sock)
+    assert parser.head is not None
+    return parser.head.status
+
+
+def test_a_drain_holds_open_sessions_until_drain_s_refuses_new_upgrades_then_closes_1001(svc: Services) -> None:
+    """SIGTERM: the open session still relays both ways through the drain, an upgrade offered meanwhile (on a kept
+    connection: the listener is closed) is a 503, never a 101, and at drain_s the session is closed 1001 both ways."""
+    member = _echo_member()
+    try:
+        gw = svc.gateway("[limits]\ndrain_s = 4\n" + pool(member.url))
+        assert gw.pid is not None
+        address = hostport(gw.url)
+        with (
+            socket.create_connection(address, timeout=20) as watch,
+            socket.create_connection(address, timeout=20) as kept,
+        ):
+            assert _status(watch, HEALTH) == 200
+            assert _status(kept, HEALTH) == 200
+            sock, reader = session(address[1])
+            with sock:
+                sock.settimeout(20)
+                os.kill(gw.pid, signal.SIGTERM)  # the gateway this test started
+                signalled = time.monotonic()
+                while _status(watch, HEALTH) != 503:  # draining from here
+                    time.sleep(0.05)
+                kept.sendall(offer())
+                assert read_head(kept)[0].split(b" ", 2)[1] == b"503"  # not a 101
+                sock.sendall(text(CREATE))
+                echoed = reader.next()
+                assert echoed is not None
+                assert echoed.opcode == TEXT, echoed  # held: still relayed, not closed
+                assert json.loads(echoed.payload) == CREATE
+                got = reader.until_close(within_s=20)
+            drained = time.monotonic() - signalled
+        assert [f.opcode for f in got] == [CLOSE]
+        assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")
+        assert drained >= 3.5  # not before drain_s (a timer is late under load, never early)
+        assert member.done.wait(10)
+        assert [f.close_code for f in member.frames if f.opcode == CLOSE] == [1001]
+    finally:
+        member.close()
