@@ -90,8 +90,8 @@ class Limits:
     ws_ping_burst: int = 100  # a client's pings answered at once, then ws_pings_per_s: past them close 1008 ...
     ws_pings_per_s: float = 10.0  # ... (pongs owed are capped, never queued behind a slow reader)
     # One WebSocket session's whole life, from its 101: past it, closed 1001 both sides with a reason. Off (0) by
-    # default, as an SSE stream's is bounded only by total_timeout_s per response: a session carries many responses,
-    # and a client that reconnects on 1001 (the openai SDK's agents do) gets a new one.
+    # default, as HTTP streams have no such limit: a session carries many responses, each as long as the model takes,
+    # and an idle one is already ended by the ping limits above.
     ws_session_s: float = 0.0
 
 
