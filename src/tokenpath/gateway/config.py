@@ -91,7 +91,7 @@ class Limits:
     ws_pings_per_s: float = 10.0  # ... (pongs owed are capped, never queued behind a slow reader)
     # One WebSocket session's whole life, from its 101: past it, closed 1001 both sides with a reason. Off (0) by
     # default, as HTTP streams have no such limit: a session carries many responses, each as long as the model takes,
-    # and an idle one is already ended by the ping limits above.
+    # and a client gone silently is already ended by the ping limits above.
     ws_session_s: float = 0.0
 
 
