@@ -118,6 +118,14 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
             },
             "ws_max_fragments must be >= 1",
         ),
+        (
+            {
+                "auth": {"mode": "none"},
+                "limits": {"ws_session_s": -1},
+                "pool": [{"member": [{"url": "http://h:1"}]}],
+            },
+            "ws_session_s must be a number of seconds >= 0",
+        ),
         ({"pool": [{"member": [{"url": "http://h:1"}]}]}, "exactly one key source"),
         (
             {"auth": {"jwks_url": "http://k", "algorithms": ["none"]}, "pool": [{"member": [{"url": "http://h:1"}]}]},

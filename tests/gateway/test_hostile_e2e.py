@@ -47,13 +47,6 @@ from tokenpath.wire.sse import Frame, SSEParser
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Services]:
-    services = Services(tmp_path)
-    yield services
-    services.stop()
-
-
 class ScriptedUpstream:
     """A raw-socket upstream: records every request head it gets and answers with `script(sock, head)`."""
 

@@ -10,14 +10,14 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from tests.e2e.h2raw import RawH2
-from tests.gateway.test_gateway_e2e import Services, hostport, pool, token
+from tests.gateway.test_gateway_e2e import Services, hostport, pool, read_response, token
 from tests.gateway.test_tls_upstream_e2e import CA, server_context
 from tests.gateway.wspeer import (
     CLOSE,
@@ -29,18 +29,14 @@ from tests.gateway.wspeer import (
     answer_101,
     close,
     frame,
+    offer,
+    read_head,
+    session,
     text,
     upgrade,
 )
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def svc(tmp_path: Path) -> Iterator[Services]:
-    services = Services(tmp_path)
-    yield services
-    services.stop()
 
 
 def ws_url(gw_url: str | None) -> str:
@@ -168,11 +164,10 @@ def test_the_member_gone_mid_stream_closes_the_client_1011_with_a_reason(svc: Se
     member = WsMember(script)
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
             sock.sendall(text(CREATE))
-            got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+            got = reader.until_close()
         assert [f.opcode for f in got] == [TEXT, CLOSE]
         assert json.loads(got[0].payload)["type"] == "response.created"
         assert got[-1].close_code == 1011
@@ -200,11 +195,10 @@ def test_a_client_close_reaches_the_member_with_its_code(svc: Services) -> None:
     member = _recording_member()
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
             sock.sendall(close(4001, "done here"))
-            got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+            got = reader.until_close()
         assert got[-1].close_code == 4001  # the close handshake's reply
         assert member.done.wait(10)
         closes = [f for f in member.frames if f.opcode == CLOSE]
@@ -218,10 +212,8 @@ def test_one_message_in_is_one_message_out_and_a_fragmented_one_is_passed_on_who
     member = _recording_member(three)  # three messages in one write: the client must get three, not one
     try:
         gw = svc.gateway(pool(member.url))
-        status, raw, sock = upgrade(hostport(gw.url)[1])
-        assert status == 101
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
-            reader = FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
             got = [reader.next() for _ in range(3)]
             assert all(f is not None and f.opcode == TEXT and f.fin for f in got)
             assert [json.loads(f.payload)["delta"] for f in got if f is not None] == ["d0", "d1", "d2"]
@@ -312,11 +304,74 @@ def test_a_member_s_101_with_a_wrong_accept_is_a_502_not_a_101(svc: Services) ->
 def test_sigterm_closes_an_open_session_1001_at_the_drain_deadline(svc: Services) -> None:
     stub = svc.stub("--tokens", "2", "--ttft-ms", "0", "--interval-ms", "1")
     gw = svc.gateway("[limits]\ndrain_s = 1\n" + pool(stub))
-    status, raw, sock = upgrade(hostport(gw.url)[1])
-    assert status == 101
+    sock, reader = session(hostport(gw.url)[1])
     assert gw.pid is not None
     with sock:
         os.kill(gw.pid, signal.SIGTERM)  # the gateway this test started
-        got = FrameReader(sock, raw.partition(b"\r\n\r\n")[2]).until_close()
+        got = reader.until_close()
     assert got[-1].opcode == CLOSE
     assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")
+
+
+def _echo_member() -> WsMember:
+    """Answers 101, echoes each text message, answers the close."""
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        answer_101(conn, head)
+        for f in iter(reader.next, None):
+            if f.opcode == TEXT:
+                conn.sendall(frame(TEXT, f.payload, mask=False))
+            elif f.opcode == CLOSE:
+                conn.sendall(close(f.close_code, mask=False))
+                return
+
+    return WsMember(script)
+
+
+HEALTH = b"GET /_tokenpath/health HTTP/1.1\r\nHost: t\r\n\r\n"
+
+
+def _status(sock: socket.socket, data: bytes) -> int:
+    sock.sendall(data)
+    parser, _ = read_response(sock)
+    assert parser.head is not None
+    return parser.head.status
+
+
+def test_a_drain_holds_open_sessions_until_drain_s_refuses_new_upgrades_then_closes_1001(svc: Services) -> None:
+    """SIGTERM: the open session still relays both ways through the drain, an upgrade offered meanwhile (on a kept
+    connection: the listener is closed) is a 503, never a 101, and at drain_s the session is closed 1001 both ways."""
+    member = _echo_member()
+    try:
+        gw = svc.gateway("[limits]\ndrain_s = 4\n" + pool(member.url))
+        assert gw.pid is not None
+        address = hostport(gw.url)
+        with (
+            socket.create_connection(address, timeout=20) as watch,
+            socket.create_connection(address, timeout=20) as kept,
+        ):
+            assert _status(watch, HEALTH) == 200
+            assert _status(kept, HEALTH) == 200
+            sock, reader = session(address[1])
+            with sock:
+                sock.settimeout(20)
+                os.kill(gw.pid, signal.SIGTERM)  # the gateway this test started
+                signalled = time.monotonic()
+                while _status(watch, HEALTH) != 503:  # draining from here
+                    time.sleep(0.05)
+                kept.sendall(offer())
+                assert read_head(kept)[0].split(b" ", 2)[1] == b"503"  # not a 101
+                sock.sendall(text(CREATE))
+                echoed = reader.next()
+                assert echoed is not None
+                assert echoed.opcode == TEXT, echoed  # held: still relayed, not closed
+                assert json.loads(echoed.payload) == CREATE
+                got = reader.until_close(within_s=20)
+            drained = time.monotonic() - signalled
+        assert [f.opcode for f in got] == [CLOSE]
+        assert (got[-1].close_code, got[-1].close_reason) == (1001, "the gateway is shutting down")
+        assert drained >= 3.5  # not before drain_s (a timer is late under load, never early)
+        assert member.done.wait(10)
+        assert [f.close_code for f in member.frames if f.opcode == CLOSE] == [1001]
+    finally:
+        member.close()

@@ -160,3 +160,20 @@ def test_each_side_s_full_buffer_stops_reading_the_other() -> None:
         assert seen == [False, True, False, True]
 
     run(body)
+
+
+def test_a_session_past_ws_session_s_is_closed_1001_both_ways_and_none_is_by_default() -> None:
+    async def main() -> None:
+        relay, client, link, _ = session(Limits(ws_session_s=0.05))
+        unlimited, unlimited_client, _, _ = session()
+        link.transport.out.clear()
+        await asyncio.sleep(0.5)
+        got = client.frames()
+        assert [(f.opcode, f.close_code) for f in got] == [(CLOSE, 1001)]
+        assert "ws_session_s" in got[0].close_reason
+        assert [f.close_code for f in link.transport.frames()] == [1001]
+        assert relay.tally.closed_by == "gateway"
+        assert unlimited_client.frames() == []  # off by default: still open
+        assert unlimited.client_open
+
+    asyncio.run(main())

@@ -13,6 +13,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,12 +120,15 @@ class FrameReader:
                 out.append(f)
         return out
 
-    def until_close(self) -> list[Frame]:
+    def until_close(self, within_s: float | None = None) -> list[Frame]:
+        """Every frame up to the close (or the socket's end, or its timeout); with `within_s`, also up to that many
+        seconds: a peer that keeps sending without ever closing (pings) cannot hold the test forever."""
         out: list[Frame] = []
+        deadline = None if within_s is None else time.monotonic() + within_s
         with contextlib.suppress(OSError):
             while (f := self.next()) is not None:
                 out.append(f)
-                if f.opcode == CLOSE:
+                if f.opcode == CLOSE or (deadline is not None and time.monotonic() > deadline):
                     break
         return out
 
@@ -157,6 +161,13 @@ def upgrade(
     head, rest = read_head(sock)
     status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else 0
     return status, head + b"\r\n\r\n" + rest, sock
+
+
+def session(port: int, extra: str = "") -> tuple[socket.socket, FrameReader]:
+    """A raw client's upgrade that must be a 101: its socket, and a reader of the frames that follow the head."""
+    status, raw, sock = upgrade(port, extra=extra)
+    assert status == 101, raw[:300]
+    return sock, FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
 
 
 def accept_token(head: bytes) -> str:

@@ -89,6 +89,10 @@ class Limits:
     ws_pong_timeout_s: float = 15.0
     ws_ping_burst: int = 100  # a client's pings answered at once, then ws_pings_per_s: past them close 1008 ...
     ws_pings_per_s: float = 10.0  # ... (pongs owed are capped, never queued behind a slow reader)
+    # One WebSocket session's whole life, from its 101: past it, closed 1001 both sides with a reason. Off (0) by
+    # default, as HTTP streams have no such limit: a session carries many responses, each as long as the model takes,
+    # and a client gone silently is already ended by the ping limits above.
+    ws_session_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,8 @@ def check_websocket(limits: Limits) -> None:
     for name, seconds in times.items():
         if not (math.isfinite(seconds) and seconds > 0):
             raise UsageError(f"limits: {name} must be a number > 0")
+    if not (math.isfinite(limits.ws_session_s) and limits.ws_session_s >= 0):
+        raise UsageError("limits: ws_session_s must be a number of seconds >= 0 (0: no limit)")
 
 
 def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:

@@ -7,6 +7,9 @@ not the other side's; application codes (3000-4999) pass as they are."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 NORMAL = 1000
 GOING_AWAY = 1001
 NO_STATUS = 1005
@@ -42,31 +45,42 @@ def reason_text(reason: str) -> str:
     return data[:MAX_REASON_BYTES].decode("utf-8", "ignore")
 
 
-def to_client(code: int, reason: str, by_member: bool) -> tuple[int, str]:
-    """The client's close for the member's end: its close frame (`by_member`), or the gateway's own close of the
-    member's connection (a limit the member broke): 1011 with the reason."""
-    if not by_member:
-        return INTERNAL, reason_text(f"upstream: {reason}")
+@dataclass(frozen=True, slots=True)
+class Side:
+    """What one direction makes of a close: the peer's codes passed on (`codes`), the code of every other end
+    (`default`), and the words its reasons name the peer with."""
+
+    codes: Mapping[int, int]
+    default: int
+    peer: str  # "upstream", "client": the prefix of the gateway's own close, and who "closed with" a code
+    went_away: str  # the reason when the peer's connection ended without a close frame
+
+
+# The gateway's own close of a member is its failure to the client (1011); of a client, a client gone to the member.
+MEMBER_SIDE = Side(UPSTREAM_TO_CLIENT, INTERNAL, "upstream", "the upstream closed the connection without a close frame")
+CLIENT_SIDE = Side(CLIENT_TO_UPSTREAM, GOING_AWAY, "client", "the client went away")
+
+
+def crossed(side: Side, code: int, reason: str, by_peer: bool) -> tuple[int, str]:
+    """The close the other side gets for `side`'s peer's end: its close frame (`by_peer`), or the gateway's own
+    close of that peer (a limit it broke, no pong): the side's default code with the reason."""
+    if not by_peer:
+        return side.default, reason_text(f"{side.peer}: {reason}")
     if code == ABNORMAL:
-        return INTERNAL, "the upstream closed the connection without a close frame"
+        return side.default, side.went_away
     if 3000 <= code <= 4999:
         return code, reason_text(reason)
-    mapped = UPSTREAM_TO_CLIENT.get(code)
+    mapped = side.codes.get(code)
     if mapped is None:
-        return INTERNAL, reason_text(f"the upstream closed with {code}{f': {reason}' if reason else ''}")
+        return side.default, reason_text(f"the {side.peer} closed with {code}{f': {reason}' if reason else ''}")
     return mapped, reason_text(reason)
+
+
+def to_client(code: int, reason: str, by_member: bool) -> tuple[int, str]:
+    """The client's close for the member's end."""
+    return crossed(MEMBER_SIDE, code, reason, by_member)
 
 
 def to_upstream(code: int, reason: str, by_client: bool) -> tuple[int, str]:
-    """The member's close for the client's end: its close frame (`by_client`), or the gateway's close of the
-    client's connection (a limit it broke, no pong): 1001 with the reason."""
-    if not by_client:
-        return GOING_AWAY, reason_text(f"client: {reason}")
-    if code == ABNORMAL:
-        return GOING_AWAY, "the client went away"
-    if 3000 <= code <= 4999:
-        return code, reason_text(reason)
-    mapped = CLIENT_TO_UPSTREAM.get(code)
-    if mapped is None:
-        return GOING_AWAY, reason_text(f"the client closed with {code}{f': {reason}' if reason else ''}")
-    return mapped, reason_text(reason)
+    """The member's close for the client's end."""
+    return crossed(CLIENT_SIDE, code, reason, by_client)

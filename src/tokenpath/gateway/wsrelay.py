@@ -11,8 +11,10 @@ agree no extension; a compressed frame is a protocol error, 1002), so no deflate
 
 Pings are each hop's own: the endpoints answer them (within their bucket: a flood closes 1008); the gateway pings a
 client silent for `ws_ping_interval_s` (and the member, whose idle timer sees only what the gateway sends) and closes
-1001 when no pong comes in `ws_pong_timeout_s`. Backpressure both ways, as the SSE relay's: while one side's socket
-buffer is over the write buffer limit, the other side is not read. A close crosses as gateway/wsclose.py maps it."""
+1001 when no pong comes in `ws_pong_timeout_s`; a session past `ws_session_s` (when set) is closed 1001 both ways.
+Backpressure both ways, as the SSE relay's: while one side's socket buffer is over the write buffer limit, the other
+side is not read. A close crosses as gateway/wsclose.py maps it; a side's socket is dropped CLOSE_WAIT_S after its
+close, read or not (a peer that never reads would hold it forever)."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ class WsSettings:
     upstream: WebSocketLimits
     ping_interval_s: float
     pong_timeout_s: float
+    session_s: float  # 0: no limit
 
     @classmethod
     def of(cls, limits: Limits) -> WsSettings:
@@ -67,6 +70,7 @@ class WsSettings:
             ),
             ping_interval_s=limits.ws_ping_interval_s,
             pong_timeout_s=limits.ws_pong_timeout_s,
+            session_s=limits.ws_session_s,
         )
 
 
@@ -101,6 +105,7 @@ class WsRelay(asyncio.Protocol):
         self.heard_at = self.loop.time()  # the client's last bytes
         self._idle: asyncio.TimerHandle | None = None
         self._pong: asyncio.TimerHandle | None = None
+        self._session: asyncio.TimerHandle | None = None
         self._client_wait: asyncio.TimerHandle | None = None
         self._upstream_wait: asyncio.TimerHandle | None = None
 
@@ -109,6 +114,8 @@ class WsRelay(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         self.client_gate.attach(transport)
         self._idle = self.loop.call_later(self.settings.ping_interval_s, self._idle_check)
+        if self.settings.session_s > 0:
+            self._session = self.loop.call_later(self.settings.session_s, self._session_over)
         self.upstream.listen(self)  # and the messages that came with the member's 101
 
     def data_received(self, data: bytes) -> None:
@@ -188,7 +195,8 @@ class WsRelay(asyncio.Protocol):
         self.client_open = False
         self._cancel_timers()
         if self.transport is not None:
-            self.transport.close()  # the server ends the TCP connection (RFC 6455 7.1.1)
+            self.transport.close()  # the server ends the TCP connection (RFC 6455 7.1.1) ...
+            self.loop.call_later(CLOSE_WAIT_S, self.transport.abort)  # ... even if the client never reads it
         if self.upstream_open:
             code, reason = to_upstream(closed.code, closed.reason, closed.by_peer)
             self._close_upstream(code, reason)
@@ -204,7 +212,8 @@ class WsRelay(asyncio.Protocol):
             tally.reason = closed.reason
         self.upstream_open = False
         self._cancel(self._upstream_wait)
-        self.upstream.close()  # its close reply (or our close) is written: the member's end is done
+        self.upstream.close()  # its close reply (or our close) is written: the member's end is done ...
+        self.loop.call_later(CLOSE_WAIT_S, self.upstream.abort)  # ... even if the member never reads it
         if self.client_open:
             code, reason = to_client(closed.code, closed.reason, closed.by_peer)
             self._close_client(code, reason)
@@ -233,9 +242,11 @@ class WsRelay(asyncio.Protocol):
         self._upstream_wait = self.loop.call_later(CLOSE_WAIT_S, self._upstream_timed_out)
 
     def _client_timed_out(self) -> None:
+        """No close reply in CLOSE_WAIT_S: dropped. Not close(), which waits for the socket buffer to empty, and a
+        client that reads nothing never empties it (the session, its slot and its sockets would be held forever)."""
         self._client_wait = None
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
     def _upstream_timed_out(self) -> None:
         self._upstream_wait = None
@@ -268,6 +279,12 @@ class WsRelay(asyncio.Protocol):
         self._close_client(GOING_AWAY, reason)
         self._close_upstream(*to_upstream(GOING_AWAY, reason, by_client=False))
 
+    def _session_over(self) -> None:
+        self._session = None
+        reason = f"the session reached its {self.settings.session_s:g} s limit (ws_session_s)"
+        self._close_client(GOING_AWAY, reason)
+        self._close_upstream(*to_upstream(GOING_AWAY, reason, by_client=False))
+
     def _flush_client(self) -> None:
         self._write_client(self.client.data_to_send())
 
@@ -279,7 +296,8 @@ class WsRelay(asyncio.Protocol):
     def _cancel_timers(self) -> None:
         self._cancel(self._idle)
         self._cancel(self._pong)
-        self._idle = self._pong = None
+        self._cancel(self._session)
+        self._idle = self._pong = self._session = None
 
     def _cancel(self, handle: asyncio.TimerHandle | None) -> None:
         if handle is not None:
