@@ -66,7 +66,9 @@ def test_the_watch_probes_every_target_on_real_sockets_and_records_it(sse: Loopb
     ok_b = get("tokenpath_monitor_probes_total", {"target": "b", "route": "direct", "outcome": "ok"}) or 0
     assert ok_a >= 2
     assert ok_b >= 2
-    assert get("tokenpath_monitor_coalescing", {"target": "a", "route": "via"}) == 1
+    # Frames 5 ms apart may share a read on a loaded host: the gauge is set and in range; its value is
+    # test_metrics.py's (injected arrivals), never a timing here.
+    assert 1 <= (get("tokenpath_monitor_coalescing", {"target": "a", "route": "via"}) or 0) <= FRAMES + 1
     assert (get("tokenpath_monitor_added_ttft_seconds_count", {"target": "b"}) or 0) >= 2
     assert watch.aborter.open_count == 0
 
@@ -163,11 +165,14 @@ def test_once_checks_every_rule_on_every_target_it_applies_to(sse: LoopbackHTTP)
     assert up.routes["direct"].probes == 2
     assert up.routes["via"].failures == 0
     assert down.routes["via"].reasons == {"connect": 2}
-    breaches = check_rules(parse_rules("ttft_p95>60s,failure_rate>0,added_ttft_p50>60s,fpr>1.5"), summaries)
+    # fpr above FRAMES + 1 (every frame and the final one in a single read) cannot happen on "up", however loaded
+    # the host: only "down", with nothing measured, breaches it.
+    most = FRAMES + 1
+    breaches = check_rules(parse_rules(f"ttft_p95>60s,failure_rate>0,added_ttft_p50>60s,fpr>{most}"), summaries)
     assert [(b.rule.text, b.target) for b in breaches] == [
         ("ttft_p95>60s", "down"),  # nothing measured: breached
         ("failure_rate>0", "down"),
-        ("fpr>1.5", "down"),
+        (f"fpr>{most}", "down"),
     ]  # added_ttft does not apply to a target without direct_url
     assert "nothing measured" in breaches[0].line()
     assert check_rules(parse_rules("ttft_p50>0ms"), summaries)[0].value is not None
