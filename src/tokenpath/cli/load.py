@@ -117,11 +117,7 @@ def load(
     from tokenpath.wire.apis import Api
     from tokenpath.wire.httpversion import HttpVersion
 
-    if transport is not None and TRANSPORT.read(transport, "--transport") != TRANSPORT.default:
-        raise UsageError(
-            f"--transport {transport}: load's lean client streams over SSE only (probe, matrix and monitor speak the "
-            "WebSocket mode)"
-        )
+    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
     shown = shown_console(json_out)
     try:
         levels = tuple(int(x) for x in concurrency.split(","))
@@ -184,6 +180,7 @@ def load(
         http_version=HttpVersion.of(http2),
         h2_window=h2_window or DEFAULT_H2_WINDOW,
         streams_per_connection=streams_per_connection,
+        transport=carrier,
     )
     doc = LoadRunner(cfg, Path(out), shown).run()
     if json_out:

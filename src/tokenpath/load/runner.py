@@ -40,6 +40,7 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.load.wsconn import WsStreamFigures
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
@@ -57,6 +58,7 @@ from tokenpath.results.model import (
     ResultWarning,
     TargetInfo,
     TargetSkip,
+    WebSocketLoad,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
@@ -64,7 +66,8 @@ from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
 from tokenpath.wire.acceptencoding import IDENTITY, expand_accept_encoding
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import parse_header_arg
@@ -120,6 +123,9 @@ class LoadConfig:
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"
     streams_per_connection: int = 1
+    # How each stream is carried (wire/carrier.py): `websocket` is the format's WebSocket mode, an upgrade per stream
+    # (load/wsconn.py), over HTTP/1.1 only.
+    transport: str = SSE
 
     @property
     def before_first_token(self) -> BeforeFirstToken:
@@ -167,9 +173,24 @@ class LoadConfig:
             raise UsageError("`streams_per_connection` and `h2_window` are HTTP/2's: add `http2`")
         if h2:
             object.__setattr__(self, "h2_window", str(parse_h2_window(self.h2_window)))  # UsageError if not one
+        self._check_transport()
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
         check_start(StubConfig.paced(self.pacing, model=self.model, api=self.api.value))
+
+    def _check_transport(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
+        if self.transport != WEBSOCKET:
+            return
+        if self.http_version is not HttpVersion.HTTP11:
+            raise UsageError(
+                f"`transport` websocket is an HTTP/1.1 upgrade: it does not run over HTTP/{self.http_version}"
+            )
+        if not SPECS[self.api].websocket:
+            modes = ", ".join(a.value for a, spec in SPECS.items() if spec.websocket)
+            api = self.api.value
+            raise UsageError(f"`transport` websocket: the {api} API has no WebSocket mode (`api` {modes} has)")
 
 
 def _on_this_host(url: str) -> bool:
@@ -232,6 +253,13 @@ class Cell:
     # How every stream started in the measured window ended (wire/ending.py): a cut one is an error above, never
     # in the figures; a stream that never began (no connection, a timeout of ours) has no end.
     ends: Counter[str] = field(default_factory=Counter)
+    # Over WebSocket: every stream's upgrade (its time when upgraded; the status that came instead when not), the
+    # messages and the reads that completed them, the peers' closes before the final event by code.
+    upgrade_ms: list[float] = field(default_factory=list)
+    not_upgraded: Counter[int] = field(default_factory=Counter)
+    messages: int = 0
+    message_reads: int = 0
+    ws_closes: Counter[int] = field(default_factory=Counter)
 
     def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
         def mean(values: list[float]) -> float | None:
@@ -487,6 +515,7 @@ class LoadRunner:
             http_version=cfg.http_version,
             h2_window=cfg.h2_window,
             streams_per_connection=cfg.streams_per_connection,
+            transport=cfg.transport,
         )
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(
@@ -586,6 +615,9 @@ class LoadRunner:
         ok = [r for r in results if r.error is None]
         cell.errors += len(results) - len(ok)
         cell.ends.update(r.end.value for r in results if r.end is not None)
+        for r in results:
+            if r.ws is not None:
+                _websocket_stream(cell, r.ws)
         cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
@@ -656,6 +688,18 @@ class LoadRunner:
                 contention = cell.contention(self.cfg.stub_workers, self.cores, direct_missed)
                 out.append(_level_row(cell, floor, self.cfg, contention))
         return out
+
+
+def _websocket_stream(cell: Cell, ws: WsStreamFigures) -> None:
+    """One stream's WebSocket figures into its cell: every stream started in the window, kept or not."""
+    if not ws.upgraded:
+        cell.not_upgraded[ws.upgrade_status] += 1
+        return
+    cell.upgrade_ms.append(ws.upgrade_ns / 1e6)
+    cell.messages += ws.messages
+    cell.message_reads += ws.message_reads
+    if ws.close_code is not None:
+        cell.ws_closes[ws.close_code] += 1
 
 
 def content_write(log: StreamLog, token: int | None) -> int | None:
@@ -811,6 +855,8 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
     )
     if cfg.http_version is HttpVersion.HTTP2:
         row = replace(row, **_http2_fields(cell, cfg))
+    if cfg.transport == WEBSOCKET:
+        row = replace(row, transport=WEBSOCKET, websocket=_websocket_figures(cell))
     if not cfg.open_loop:
         return row
     return replace(
@@ -849,6 +895,20 @@ def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
     }
 
 
+def _websocket_figures(cell: Cell) -> WebSocketLoad:
+    """A level's upgrades (how many, their time, what came instead of 101) and messages per read."""
+    upgrades = sorted(cell.upgrade_ms)
+    return WebSocketLoad(
+        upgraded=len(upgrades),
+        not_upgraded={str(status): n for status, n in sorted(cell.not_upgraded.items())},
+        upgrade_ms_p50=percentile(upgrades, 50) if upgrades else None,
+        upgrade_ms_p99=percentile(upgrades, 99) if upgrades else None,
+        messages=cell.messages,
+        messages_per_read=cell.messages / cell.message_reads if cell.message_reads else None,
+        closes_before_final={str(code): n for code, n in sorted(cell.ws_closes.items())},
+    )
+
+
 def _percentiles(cell: Cell, hist: HdrHistogram) -> Percentiles:
     return Percentiles(*(cell.pct_ms(q, hist) for _, q in PCTS))
 
@@ -878,5 +938,6 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "http_version": cfg.http_version,
         "h2_window": cfg.h2_window if h2 else None,
         "streams_per_connection": cfg.streams_per_connection,
+        "transport": cfg.transport,
         **{k: getattr(cfg.pacing, k) for k in Pacing.OVERRIDABLE if k not in Pacing.FRAME},  # the stream's pacing
     }

@@ -24,12 +24,14 @@ from tokenpath.load.h2conn import H2LoadPool, StreamFlow, h2_request
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
+from tokenpath.load.wsconn import WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
 from tokenpath.probe.aio import stream_with
-from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
 from tokenpath.wire.apis import Api
+from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.ending import STREAM_END, EndKind
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
@@ -64,6 +66,7 @@ class Workload:
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"  # wire/h2client.parse_h2_window: "default", "browser", BYTES or STREAM:CONNECTION
     streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
+    transport: str = SSE  # wire/carrier.py: `websocket` is the format's WebSocket mode (load/wsconn.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +137,7 @@ class StreamResult:
     read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
     flow: StreamFlow | None = None  # over HTTP/2: DATA frames, reads, flow-control stalls of the stream
     end: EndKind | None = None  # how the stream ended (wire/ending.py); None: it never began (no connection...)
+    ws: WsStreamFigures | None = None  # over WebSocket: the upgrade (status, time), messages per read, the close
 
 
 @dataclass(slots=True)
@@ -242,7 +246,15 @@ async def one_stream(
     if work.id_in_prompt:
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
-        if pool is not None:
+        if work.transport == WEBSOCKET:
+            ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
+            headers, body = request_parts(cfg, sid)
+            offer = ws_request(cfg.target.host_header, cfg.target.path, headers, body)
+            make_ws = functools.partial(WsLeanRecorder, api=cfg.api)
+            trace, result.ws = await ws_stream(
+                host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
+            )
+        elif pool is not None:
             request = h2_request(request_bytes(cfg, cfg.target, sid))
             make = functools.partial(H2LeanRecorder, api=cfg.api)
             trace, result.flow = await pool.stream(request, sid, make, timeout_s=STREAM_TIMEOUT_S)
@@ -263,7 +275,13 @@ async def one_stream(
         result.end = cut.kind if cut is not None else None
         return result
     result.end = trace.end.kind if trace.end is not None else None
-    if trace.status != 200:
+    if result.ws is not None and not result.ws.upgraded:  # a path that did not carry the upgrade: never a stream
+        status = result.ws.upgrade_status
+        said = f"HTTP {status} instead of 101" if status else "no valid answer"
+        preview = " ".join(trace.error_preview.split())[:160]
+        result.error = f"WebSocket upgrade not carried: {said}" + (f": {preview}" if preview else "")
+        return result
+    if trace.status != (101 if result.ws is not None else 200):
         preview = " ".join(trace.error_preview.split())[:160]
         result.error = f"HTTP {trace.status or 'no response'}" + (f": {preview}" if preview else "")
         return result
