@@ -41,6 +41,7 @@ from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
 from tokenpath.load.wsconn import WsStreamFigures
+from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
@@ -126,6 +127,9 @@ class LoadConfig:
     # How each stream is carried (wire/carrier.py): `websocket` is the format's WebSocket mode, an upgrade per stream
     # (load/wsconn.py), over HTTP/1.1 only.
     transport: str = SSE
+    # HTTP/3 (load/h3conn.py): one QUIC connection per stream to an https `target_url`, with these initial receive
+    # windows (probe/h3figures.parse_h3_window); the direct floor (the stub serves no QUIC) over HTTP/1.1.
+    h3_window: str = "default"
 
     @property
     def before_first_token(self) -> BeforeFirstToken:
@@ -173,10 +177,30 @@ class LoadConfig:
             raise UsageError("`streams_per_connection` and `h2_window` are HTTP/2's: add `http2`")
         if h2:
             object.__setattr__(self, "h2_window", str(parse_h2_window(self.h2_window)))  # UsageError if not one
+        self._check_http3()
         self._check_transport()
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
         check_start(StubConfig.paced(self.pacing, model=self.model, api=self.api.value))
+
+    def _check_http3(self) -> None:
+        h3 = self.http_version is HttpVersion.HTTP3
+        if not h3:
+            if self.h3_window != "default":
+                raise UsageError("`h3_window` is HTTP/3's: add `http3`")
+            return
+        object.__setattr__(self, "h3_window", str(parse_h3_window(self.h3_window)))  # UsageError if not one
+        if self.target_url is None or not self.target_url.startswith("https:"):
+            raise UsageError(
+                "`http3` needs an https `target_url` (QUIC is always TLS; the stub and the catalogue's targets listen "
+                "in clear text): --target https://... --stub-url ..."
+            )
+        if any(t != "direct" for t in self.targets):
+            raise UsageError(
+                "`http3` measures the https `target_url` only: the catalogue's `targets` listen in clear text"
+            )
+        if self.cluster is not None:
+            raise UsageError("`http3` is not run on a `cluster` yet (its client workers' UDP path is untried)")
 
     def _check_transport(self) -> None:
         if self.transport not in TRANSPORTS:
@@ -260,6 +284,9 @@ class Cell:
     messages: int = 0
     message_reads: int = 0
     ws_closes: Counter[int] = field(default_factory=Counter)
+    # Over HTTP/3: the version this cell's streams spoke (the direct floor's is HTTP/1.1), each stream's handshake.
+    http_version: HttpVersion = HttpVersion.HTTP11
+    handshake_ms: list[float] = field(default_factory=list)
 
     def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
         def mean(values: list[float]) -> float | None:
@@ -516,7 +543,11 @@ class LoadRunner:
             h2_window=cfg.h2_window,
             streams_per_connection=cfg.streams_per_connection,
             transport=cfg.transport,
+            h3_window=cfg.h3_window,
         )
+        if cfg.http_version is HttpVersion.HTTP3 and not external:  # the stub serves no QUIC: the floor over 1.1
+            work = replace(work, http_version=HttpVersion.HTTP11, h3_window="default")
+        cell.http_version = work.http_version
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(
                 work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt, tls=cfg.target_tls
@@ -618,6 +649,8 @@ class LoadRunner:
         for r in results:
             if r.ws is not None:
                 _websocket_stream(cell, r.ws)
+            if r.h3 is not None:
+                cell.handshake_ms.append(r.h3.handshake_ns / 1e6)
         cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
@@ -633,6 +666,9 @@ class LoadRunner:
                 cell.out_of_order += r.out_of_order
                 cell.reserialized += r.byte_exact is False and r.lost == 0 and r.out_of_order == 0
                 cell.encodings[r.content_encoding] += 1
+                if r.h3 is not None:
+                    cell.data_frames += r.h3.data_events
+                    cell.data_reads += r.h3.data_reads
                 if r.flow is not None:
                     cell.stall_ms.append(r.flow.stall_ns / 1e6)
                     cell.stalls += r.flow.stalls
@@ -857,6 +893,8 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
         row = replace(row, **_http2_fields(cell, cfg))
     if cfg.transport == WEBSOCKET:
         row = replace(row, transport=WEBSOCKET, websocket=_websocket_figures(cell))
+    if cell.http_version is HttpVersion.HTTP3:
+        row = replace(row, **_http3_fields(cell))
     if not cfg.open_loop:
         return row
     return replace(
@@ -891,6 +929,18 @@ def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
         "connections": cell.connections or None,
         "connection_split": connection_split(cell, cfg) if cell.peer_limit is not None else None,
         "flow_control_stalls": stalls,
+        "data_frames_per_read": cell.data_frames / cell.data_reads if cell.data_reads else None,
+    }
+
+
+def _http3_fields(cell: Cell) -> dict[str, Any]:
+    """A level's HTTP/3 figures: one connection per stream, each one's handshake (apart from TTFT), DATA per read."""
+    handshakes = sorted(cell.handshake_ms)
+    return {
+        "http_version": HttpVersion.HTTP3,
+        "streams_per_connection": 1,
+        "connections": len(handshakes) or None,
+        "handshake_ms": MedianAndTail(percentile(handshakes, 50), percentile(handshakes, 99)) if handshakes else None,
         "data_frames_per_read": cell.data_frames / cell.data_reads if cell.data_reads else None,
     }
 
@@ -939,5 +989,6 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "h2_window": cfg.h2_window if h2 else None,
         "streams_per_connection": cfg.streams_per_connection,
         "transport": cfg.transport,
+        "h3_window": cfg.h3_window if cfg.http_version is HttpVersion.HTTP3 else None,
         **{k: getattr(cfg.pacing, k) for k in Pacing.OVERRIDABLE if k not in Pacing.FRAME},  # the stream's pacing
     }

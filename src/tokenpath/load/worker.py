@@ -18,19 +18,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jwt
+from aioquic.quic.configuration import QuicConfiguration
 
 from tokenpath.errors import TokenpathError
 from tokenpath.load.h2conn import H2LoadPool, StreamFlow, h2_request
+from tokenpath.load.h3conn import H3StreamFigures, h3_request, h3_stream
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
 from tokenpath.load.wsconn import WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
+from tokenpath.probe.h3figures import parse_h3_window
+from tokenpath.probe.h3stream import quic_configuration
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.ending import STREAM_END, EndKind
 from tokenpath.wire.h2client import parse_h2_window
@@ -66,6 +70,7 @@ class Workload:
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"  # wire/h2client.parse_h2_window: "default", "browser", BYTES or STREAM:CONNECTION
     streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
+    h3_window: str = "default"  # HTTP/3 (load/h3conn.py): probe/h3figures.parse_h3_window's spelling
     transport: str = SSE  # wire/carrier.py: `websocket` is the format's WebSocket mode (load/wsconn.py)
 
 
@@ -137,6 +142,7 @@ class StreamResult:
     read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
     flow: StreamFlow | None = None  # over HTTP/2: DATA frames, reads, flow-control stalls of the stream
     end: EndKind | None = None  # how the stream ended (wire/ending.py); None: it never began (no connection...)
+    h3: H3StreamFigures | None = None  # over HTTP/3: the handshake (apart from TTFT), datagrams, DATA reads
     ws: WsStreamFigures | None = None  # over WebSocket: the upgrade (status, time), messages per read, the close
 
 
@@ -254,6 +260,20 @@ async def one_stream(
             trace, result.ws = await ws_stream(
                 host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
             )
+        elif work.http_version is HttpVersion.HTTP3:
+            headers, body = request_parts(cfg, sid)
+            target = cfg.target
+            request3 = h3_request(target.host_header, target.path, headers, body, SPECS[cfg.api].content_type)
+            trace, result.h3 = await h3_stream(
+                host,
+                port,
+                _quic_config(work.tls, work.url, work.h3_window),
+                request3,
+                sid,
+                functools.partial(H2LeanRecorder, api=cfg.api),
+                connect_timeout_s=cfg.connect_deadline_s,
+                timeout_s=STREAM_TIMEOUT_S,
+            )
         elif pool is not None:
             request = h2_request(request_bytes(cfg, cfg.target, sid))
             make = functools.partial(H2LeanRecorder, api=cfg.api)
@@ -358,6 +378,13 @@ async def open_loop(work: Workload) -> WorkerReport:
     lag_p99 = percentile(lags, 99) if lags else 0.0
     report = WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
     return _with_pool(report, pool)
+
+
+@functools.lru_cache(maxsize=4)
+def _quic_config(tls: TLSOptions, url: str, window: str) -> QuicConfiguration:
+    """One QUIC configuration per client process (the CA bundle read once), shared by its connections."""
+    cfg = ProbeConfig(url=url, tls=tls)
+    return quic_configuration(cfg, cfg.target, parse_h3_window(window))
 
 
 @functools.lru_cache(maxsize=4)

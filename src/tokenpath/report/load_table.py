@@ -37,12 +37,15 @@ def http2_cells(row: LoadRow) -> list[str]:
     of streams, p99 stall ms per stream) and DATA frames per read: '-' where they do not apply (HTTP/1.1)."""
     if row.http_version == HTTP11:
         return [HTTP11, "-", "-"]
+    dfr = "-" if row.data_frames_per_read is None else f"{row.data_frames_per_read:.2f}"
+    if row.handshake_ms is not None:  # HTTP/3: a QUIC connection per stream, its handshake apart from TTFT
+        hs = row.handshake_ms
+        return [f"{row.http_version}, 1/conn, handshake {_ms(hs.p50)}/{_ms(hs.p99)} ms", "-", dfr]
     shape = f"{row.http_version}, {row.streams_per_connection or 1}/conn"
     if row.connections is not None:
         shape += f", {row.connections} conns"
     stalls = row.flow_control_stalls
     stall = "-" if stalls is None else f"{stalls.stalled_streams}/{stalls.streams}, {_ms(stalls.stall_ms_p99)}"
-    dfr = "-" if row.data_frames_per_read is None else f"{row.data_frames_per_read:.2f}"
     return [shape, stall, dfr]
 
 

@@ -64,7 +64,8 @@ Kind = Literal["matrix", "sweep", "load"]
 #    excluded, by reason, what the path added, the origin's own TTFT and gap over its direct streams). Files before 9
 #    stored neither: both null (the attribution was printed under the terminal table only, the pairing beside it).
 #    Later in 9, with defaults and no bump: `transport` ("sse" before it) and `websocket` on load rows (issue 38:
-#    `load --transport websocket`: upgrades, their time, what came instead of 101, messages per read; null over SSE).
+#    `load --transport websocket`: upgrades, their time, what came instead of 101, messages per read; null over SSE);
+#    `http_version` "3" and `handshake_ms` (p50/p99 of each stream's QUIC handshake) on load rows over HTTP/3.
 SCHEMA_VERSION = 9
 KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 DEFAULT_API = Api.OPENAI.value
@@ -512,6 +513,8 @@ class LoadRow:
     connection_split: str | None = None
     flow_control_stalls: FlowControlStalls | None = None
     data_frames_per_read: float | None = None
+    # Over HTTP/3 (later in 9, no bump): each stream's QUIC handshake, p50/p99 (its connection's; apart from TTFT).
+    handshake_ms: MedianAndTail | None = None
     transport: str = "sse"  # how each stream was carried (wire/carrier.py)
     websocket: WebSocketLoad | None = None  # over WebSocket: its upgrades and messages
 
@@ -812,6 +815,7 @@ def load_row(row: Json) -> LoadRow:
         flow_control_stalls=_build(FlowControlStalls, stalls) if (stalls := row.get("flow_control_stalls")) else None,
         http_version=HttpVersion(row.get("http_version", HTTP11)),
         websocket=_build(WebSocketLoad, ws) if (ws := row.get("websocket")) else None,
+        handshake_ms=_build(MedianAndTail, hs) if (hs := row.get("handshake_ms")) else None,
     )
     return LoadRow(**data)
 
