@@ -4,6 +4,7 @@ process; the direct floor is measured over HTTP/1.1 (the stub serves no QUIC).""
 
 from __future__ import annotations
 
+import socket
 from dataclasses import replace
 
 import pytest
@@ -12,9 +13,10 @@ from typer.testing import CliRunner
 from tokenpath.cli import app
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _http3_fields
-from tokenpath.load.worker import Workload
+from tokenpath.load.worker import Workload, _probe_config, one_stream
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, Provenance
+from tokenpath.serve.loops import new_event_loop
 from tokenpath.wire.apis import Api
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -71,3 +73,21 @@ def test_a_level_over_http3_carries_its_handshakes_to_the_table() -> None:
     text = load_table.markdown(LoadResults(provenance=Provenance.now("load"), config={}, levels=(row,)))
     assert "3, 1/conn, handshake 2.0/4.0 ms" in text
     assert "| 1.50 |" in text
+
+
+def test_a_udp_port_with_nothing_on_it_is_a_connect_error_not_a_stream() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now: ICMP port unreachable
+    work = Workload(f"https://127.0.0.1:{port}/v1", "m", "p", 5, 1, 0.0, 1.0, http_version=H3)
+    cfg = _probe_config(work)
+    loop = new_event_loop("uvloop")
+    try:
+        result = loop.run_until_complete(one_stream(cfg, "127.0.0.1", port, work))
+    finally:
+        loop.close()
+    assert result.error is not None
+    assert "nothing answers on UDP" in result.error or "no QUIC handshake" in result.error
+    assert result.h3 is None
+    assert result.first_content_t_ns is None

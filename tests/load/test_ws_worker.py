@@ -254,3 +254,47 @@ def test_the_option_reaches_every_client_process_and_ray_actor() -> None:
     for n in (1, 2, 3):
         assert {w.transport for w in LoadRunner._shares(base, n)} == {"websocket"}
     assert {w.transport for w in LoadRunner._shares(replace(base, rate=10.0), 2)} == {"websocket"}
+
+
+def test_a_101_with_a_wrong_accept_is_not_upgraded() -> None:
+    def wrong(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept("not-the-key"))
+
+    for url in _scripted(wrong):
+        r = stream(url)
+    assert r.ws is not None
+    assert not r.ws.upgraded
+    assert r.ws.upgrade_status == 0
+    assert r.error is not None
+    assert r.first_content_t_ns is None
+
+
+def test_a_peer_that_dies_right_after_its_101_is_a_cut_never_a_stream() -> None:
+    def dies(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept(key))
+        conn.recv(65536)
+        conn.shutdown(socket.SHUT_RDWR)
+
+    for url in _scripted(dies):
+        r = stream(url)
+    assert r.ws is not None
+    assert r.ws.upgraded
+    assert r.ws.messages == 0
+    assert r.ws.close_code == 1006
+    assert r.end is EndKind.CUT_ERROR
+    assert r.error is not None
+
+
+def test_a_binary_message_is_closed_1003_by_us_and_reported_as_a_cut() -> None:
+    def binary(conn: socket.socket, key: str) -> None:
+        conn.sendall(_accept(key))
+        conn.recv(65536)
+        conn.sendall(_text(DELTA) + bytes([0x82, 3]) + b"abc")
+        conn.recv(64)  # our close
+
+    for url in _scripted(binary):
+        r = stream(url)
+    assert r.ws is not None
+    assert r.ws.messages == 1
+    assert r.ws.close_code == 1003
+    assert r.end is EndKind.CUT_ERROR

@@ -84,7 +84,7 @@ class WsStreamFigures:
     messages: int = 0  # text messages received
     message_reads: int = 0  # reads that completed at least one
     final_event: bool = False  # the format's final event arrived
-    close_code: int | None = None  # the peer's close before the final event (1006: no close frame), else None
+    close_code: int | None = None  # a close before the final event (the peer's, 1006, or ours for a limit), else None
 
 
 class WsLeanRecorder(H2LeanRecorder):

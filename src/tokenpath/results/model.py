@@ -449,7 +449,9 @@ class WebSocketLoad:
     upgrade_ms_p99: float | None = None
     messages: int = 0
     messages_per_read: float | None = None  # coalescing: messages completed per read that completed any
-    closes_before_final: Mapping[str, int] = field(default_factory=dict)  # the peer's close codes (cuts)
+    # Closes before the final event (cuts), by code: the peer's, 1006 for a socket that ended without one, or ours
+    # for a limit (1003 binary, 1009 too big).
+    closes_before_final: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
