@@ -17,12 +17,12 @@ import pytest
 
 from tests.helpers import BackgroundLoop, accept_each
 from tokenpath.errors import UsageError
-from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _websocket_figures, _websocket_stream
+from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, _websocket_figures, _websocket_stream
 from tokenpath.load.worker import StreamResult, WorkerReport, Workload, _probe_config, closed_loop, one_stream
 from tokenpath.load.wsconn import WsStreamFigures, message_event
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.report import load_table
-from tokenpath.results.model import LoadResults, LoadRow, Provenance, load_row
+from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
@@ -298,3 +298,12 @@ def test_a_binary_message_is_closed_1003_by_us_and_reported_as_a_cut() -> None:
     assert r.ws.messages == 1
     assert r.ws.close_code == 1003
     assert r.end is EndKind.CUT_ERROR
+
+
+def test_a_level_stopped_by_refused_upgrades_names_the_upgrade_not_credentials() -> None:
+    cell = Cell("nginx", 3, stopped="52 of 52 streams failed the same way (WebSocket upgrade not carried): ...")
+    cfg = LoadConfig(("direct", "nginx"), api=Api.RESPONSES, transport="websocket", client_workers=1)
+    row = _level_row(cell, MedianAndTail(), cfg)
+    (warning,) = [w for w in row.warnings if w.kind == "stopped_early"]
+    assert "does not carry the WebSocket upgrade" in warning.remedy
+    assert "credentials" not in warning.remedy

@@ -40,7 +40,7 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
-from tokenpath.load.wsconn import WsStreamFigures
+from tokenpath.load.wsconn import NOT_CARRIED, WsStreamFigures
 from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
@@ -775,20 +775,23 @@ def ensure_fd_limit(streams_per_process: int) -> int:
 
 
 PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
+WS_NOT_CARRIED_REMEDY = (
+    "the path does not carry the WebSocket upgrade: configure it to (nginx: proxy_http_version 1.1 and "
+    "proxy_set_header Upgrade/Connection; Envoy: upgrade_configs; Apache: upgrade=websocket), or measure it over SSE"
+)
 
 
 def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Contention | None = None) -> LoadRow:
     """One target at one level as the model holds it: figures from the merged histograms, warnings with remedies."""
     warnings = []
     if cell.stopped:
-        warnings.append(
-            {
-                "kind": "stopped_early",
-                "message": cell.stopped,
-                "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
-                "--api-key-env, --jwt-secret-env)",
-            }
+        remedy = (
+            WS_NOT_CARRIED_REMEDY
+            if NOT_CARRIED in cell.stopped
+            else "the target fails every stream: its log, its URL, the credentials it needs (--header, "
+            "--api-key-env, --jwt-secret-env)"
         )
+        warnings.append({"kind": "stopped_early", "message": cell.stopped, "remedy": remedy})
     contended = contention is not None and (contention.stolen or contention.queued)
     if cell.lag_p99_ms > LAG_WARN_MS and cell.client_cpu <= CPU_WARN and contention is not None and contended:
         warnings.append(

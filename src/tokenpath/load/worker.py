@@ -26,7 +26,7 @@ from tokenpath.load.h3conn import H3StreamFigures, h3_request, h3_stream
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
-from tokenpath.load.wsconn import WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
+from tokenpath.load.wsconn import NOT_CARRIED, WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
 from tokenpath.probe.h3figures import parse_h3_window
@@ -299,7 +299,7 @@ async def one_stream(
         status = result.ws.upgrade_status
         said = f"HTTP {status} instead of 101" if status else "no valid answer"
         preview = " ".join(trace.error_preview.split())[:160]
-        result.error = f"WebSocket upgrade not carried: {said}" + (f": {preview}" if preview else "")
+        result.error = f"{NOT_CARRIED}: {said}" + (f": {preview}" if preview else "")
         return result
     if trace.status != (101 if result.ws is not None else 200):
         preview = " ".join(trace.error_preview.split())[:160]

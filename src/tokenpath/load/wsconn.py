@@ -50,6 +50,7 @@ from tokenpath.wire.websocket import (
     WsEvent,
 )
 
+NOT_CARRIED = "WebSocket upgrade not carried"  # how a stream whose upgrade was refused is reported (its error)
 CLOSE_WAIT_S = 1.0  # how long a finished stream waits for the peer's close (or TLS close_notify) before aborting
 NORMAL_CLOSES = frozenset({CLOSE_NORMAL, CLOSE_GOING_AWAY})  # a close before the final event with these: cut_silent
 # One message is one event: the SSE client's bound on one event (wire/sse.py MAX_EVENT_BYTES) is the bound here
