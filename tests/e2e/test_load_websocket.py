@@ -2,7 +2,8 @@
 and through real nginx, stock (it drops Upgrade/Connection: the stub answers the plain GET 405) and with its
 upgrade lines (the catalogue's `websocket` variant). The direct and carried paths are joined to the stub's writes
 with their upgrade figures; every stream of the stock path is reported not upgraded, with its status, and none of
-them is in the figures (no warm-up: the level stops after 50 refusals, all of them counted)."""
+them is in the figures (no warm-up: the level stops after 50 refusals, all of them counted). And through the
+gateway, which carries the mode."""
 
 from __future__ import annotations
 
@@ -14,19 +15,24 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import Start
 from tokenpath.proxies import lookup
-from tokenpath.serve.procs import tokenpath_argv
+from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(lookup("nginx").binary() is None, reason="nginx: not installed (scripts/install-proxies)"),
-]
+pytestmark = pytest.mark.e2e
+needs_nginx = pytest.mark.skipif(
+    lookup("nginx").binary() is None, reason="nginx: not installed (scripts/install-proxies)"
+)
+
+
+PACING = ["--tokens", "8", "--interval-ms", "20", "--ttft-ms", "20"]
 
 
 def _row(doc: dict[str, Any], target: str) -> dict[str, Any]:
     return next(r for r in doc["levels"] if r["target"] == target)
 
 
+@needs_nginx
 def test_load_over_websocket_direct_and_through_nginx_with_and_without_its_upgrade_lines(tmp_path: Path) -> None:
     argv = [
         *("load", "--api", "responses", "--transport", "websocket", "--proxy", "nginx", "--proxy", "nginx:websocket"),
@@ -62,3 +68,31 @@ def test_load_over_websocket_direct_and_through_nginx_with_and_without_its_upgra
     table = " ".join(out.stderr.split())  # --json: the table goes to stderr
     assert "WebSocket upgrades" in table
     assert f"0/{stock['streams_total']} 101, not upgraded: {stock['streams_total']} x HTTP 405" in table
+
+
+def test_load_over_websocket_through_the_gateway(tmp_path: Path, service: Start) -> None:
+    """The gateway carries the WebSocket mode on the Responses route (--no-auth: no JWT on the upgrade here)."""
+    stub = service("stub", "--port", "0", *PACING, name="stub")
+    argv = ["gateway", "--listen", "127.0.0.1:0", "--upstream", stub.url or "", "--no-auth"]
+    gateway = ServiceProcess(tokenpath_argv(*argv), "gateway")
+    gateway.start()
+    try:
+        load = [
+            *("load", "--api", "responses", "--transport", "websocket"),
+            *("--target", gateway.url or "", "--stub-url", stub.url or ""),
+            *("--concurrency", "3", "--client-workers", "1", "--warmup", "0.3", "--duration", "1.0", "--runs", "1"),
+            *("--out", str(tmp_path / "out")),
+        ]
+        out = subprocess.run(
+            tokenpath_argv(*load), capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"}
+        )
+    finally:
+        gateway.stop()
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    row = _row(doc, "target")
+    assert row["errors"] == 0, row["error_samples"]
+    assert row["kept"] == row["streams_total"] > 0
+    assert row["websocket"]["upgraded"] == row["streams_total"]
+    assert row["added_ttft_ms"]["p50"] is not None
+    assert row["ends"] == {"complete": row["streams_total"]}
