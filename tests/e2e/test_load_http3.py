@@ -66,7 +66,7 @@ def test_load_over_http3_through_caddy_joins_each_stream_with_its_handshake_apar
     assert h3["http_version"] == "3"
     assert direct["http_version"] == "1.1"  # the floor: the stub serves no QUIC
     assert h3["errors"] == 0, h3["error_samples"]
-    assert h3["kept"] == h3["streams_total"] > 0
+    assert 0 < h3["kept"] == h3["streams_total"] - h3["audit_failed"]  # a stub late on a loaded host: excluded
     assert h3["connections"] == h3["streams_total"]  # a QUIC connection per stream
     assert 0 < h3["handshake_ms"]["p50"] <= h3["handshake_ms"]["p99"]
     assert h3["added_ttft_ms"]["p50"] is not None  # joined to the stub's writes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import hashlib
 import json
 import socket
@@ -18,8 +19,16 @@ import pytest
 from tests.helpers import BackgroundLoop, accept_each
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, _websocket_figures, _websocket_stream
-from tokenpath.load.worker import StreamResult, WorkerReport, Workload, _probe_config, closed_loop, one_stream
-from tokenpath.load.wsconn import WsStreamFigures, message_event
+from tokenpath.load.worker import (
+    SAME_FAILURE_MIN,
+    StreamResult,
+    WorkerReport,
+    Workload,
+    _probe_config,
+    closed_loop,
+    one_stream,
+)
+from tokenpath.load.wsconn import NOT_CARRIED, WsStreamFigures, message_event
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
@@ -307,3 +316,19 @@ def test_a_level_stopped_by_refused_upgrades_names_the_upgrade_not_credentials()
     (warning,) = [w for w in row.warnings if w.kind == "stopped_early"]
     assert "does not carry the WebSocket upgrade" in warning.remedy
     assert "credentials" not in warning.remedy
+
+
+def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
+    """A path that never carries the upgrade stops the level after SAME_FAILURE_MIN refusals, long before a warm-up
+    ends: those refusals are reported (not upgraded, with their status), never a level of no streams."""
+
+    def refuse(conn: socket.socket, key: str) -> None:
+        conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
+
+    for url in _scripted(refuse):
+        long_warm_up = work(url, warmup_s=60.0, duration_s=1.0)
+        report: WorkerReport = run(functools.partial(closed_loop, long_warm_up))
+    assert report.stopped is not None
+    assert len(report.results) == SAME_FAILURE_MIN
+    assert all(r.ws is not None and r.ws.upgrade_status == 426 for r in report.results)
+    assert all(r.error is not None and r.error.startswith(NOT_CARRIED) for r in report.results)

@@ -101,9 +101,12 @@ class FailureTally:
         self.seen = 0
         self.errors: Counter[str] = Counter()
         self.examples: dict[str, str] = {}  # the first full message of each kind
+        self.refused: list[StreamResult] = []  # streams whose WebSocket upgrade the path did not carry
 
     def add(self, result: StreamResult) -> None:
         self.seen += 1
+        if result.ws is not None and not result.ws.upgraded and len(self.refused) < SAME_FAILURE_MIN:
+            self.refused.append(result)
         if result.error is not None:
             kind = _error_kind(result.error)
             self.errors[kind] += 1
@@ -119,6 +122,14 @@ class FailureTally:
         example = self.examples[kind]
         detail = f"; e.g. {example}" if example != kind else ""
         return f"{count} of {self.seen} streams failed the same way ({kind}): level stopped early{detail}"
+
+    def counted(self, results: list[StreamResult]) -> list[StreamResult]:
+        """The level's streams: those started in its measured window; or, when refused WebSocket upgrades stopped
+        it before that window began, those refusals (up to SAME_FAILURE_MIN): each is reported not upgraded, with
+        its status, rather than a level of no streams at all."""
+        if results or self.stop_reason is None:
+            return results
+        return list(self.refused)
 
 
 def _error_kind(error: str) -> str:
@@ -190,7 +201,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
     lags.sort()
     return _with_pool(
         WorkerReport(
-            results,
+            tally.counted(results),
             time.process_time() - cpu,
             time.monotonic() - wall,
             percentile(lags, 99) if lags else 0.0,
@@ -376,7 +387,8 @@ async def open_loop(work: Workload) -> WorkerReport:
             await pool.aclose()
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
-    report = WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
+    wall_s = time.monotonic() - wall
+    report = WorkerReport(tally.counted(results), time.process_time() - cpu, wall_s, lag_p99, tally.stop_reason)
     return _with_pool(report, pool)
 
 
