@@ -8,12 +8,15 @@ import socket
 from dataclasses import replace
 
 import pytest
+from aioquic.quic.configuration import QuicConfiguration
 from typer.testing import CliRunner
 
 from tokenpath.cli import app
 from tokenpath.errors import UsageError
+from tokenpath.load import worker
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _http3_fields
 from tokenpath.load.worker import Workload, _probe_config, one_stream
+from tokenpath.probe.transport import TLSOptions
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, Provenance
 from tokenpath.serve.loops import new_event_loop
@@ -91,3 +94,27 @@ def test_a_udp_port_with_nothing_on_it_is_a_connect_error_not_a_stream() -> None
     assert "nothing answers on UDP" in result.error or "no QUIC handshake" in result.error
     assert result.h3 is None
     assert result.first_content_t_ns is None
+
+
+def test_the_window_asked_for_reaches_each_stream_s_quic_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    real = worker._quic_config
+
+    def spy(tls: TLSOptions, url: str, window: str) -> QuicConfiguration:
+        asked.append(window)
+        return real(tls, url, window)
+
+    monkeypatch.setattr(worker, "_quic_config", spy)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    work = Workload(f"https://127.0.0.1:{port}/v1", "m", "p", 5, 1, 0.0, 1.0, http_version=H3, h3_window="browser")
+    loop = new_event_loop("uvloop")
+    try:
+        loop.run_until_complete(one_stream(_probe_config(work), "127.0.0.1", port, work))
+    finally:
+        loop.close()
+    assert asked == ["browser"]
+    config = real(TLSOptions(), work.url, "browser")
+    assert (config.max_stream_data, config.max_data) == (6 << 20, 15 << 20)  # Chromium's, as probe --h3-window
