@@ -28,7 +28,7 @@ from tokenpath.load.worker import (
     closed_loop,
     one_stream,
 )
-from tokenpath.load.wsconn import NOT_CARRIED, WsStreamFigures, message_event
+from tokenpath.load.wsconn import MAX_TYPES_KNOWN, NOT_CARRIED, FinalTypes, WsStreamFigures, message_event
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
@@ -332,3 +332,13 @@ def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
     assert len(report.results) == SAME_FAILURE_MIN
     assert all(r.ws is not None and r.ws.upgrade_status == 426 for r in report.results)
     assert all(r.error is not None and r.error.startswith(NOT_CARRIED) for r in report.results)
+
+
+def test_the_types_a_peer_names_are_remembered_within_a_bound() -> None:
+    final = FinalTypes(Api.RESPONSES)
+    for i in range(MAX_TYPES_KNOWN + 50):
+        sse, kind = message_event(json.dumps({"type": f"response.made_up_{i}"}))
+        assert not final.ends(kind, sse)
+    sse, kind = message_event('{"type":"response.completed","response":{}}')
+    assert final.ends(kind, sse)  # asked of the reader, past the bound too
+    assert len(final._known) == MAX_TYPES_KNOWN

@@ -56,6 +56,7 @@ NORMAL_CLOSES = frozenset({CLOSE_NORMAL, CLOSE_GOING_AWAY})  # a close before th
 # One message is one event: the SSE client's bound on one event (wire/sse.py MAX_EVENT_BYTES) is the bound here
 # (`response.completed` carries the whole answer, larger than a request's 1 MiB).
 MAX_MESSAGE_BYTES = 8 << 20
+MAX_TYPES_KNOWN = 256  # message types remembered per format (Responses has ~50); past it, asked each time
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ class FinalTypes:
         if known is None:
             frames = SSEParser().feed(sse)
             known = bool(frames) and self._reader.ends(frames[0])
-            if kind is not None:
+            if kind is not None and len(self._known) < MAX_TYPES_KNOWN:  # a peer's names: bounded
                 self._known[kind] = known
         return known
 
