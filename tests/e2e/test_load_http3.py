@@ -76,3 +76,21 @@ def test_load_over_http3_through_caddy_joins_each_stream_with_its_handshake_apar
     assert doc["config"]["h3_window"] == "default"
     table = " ".join(out.stderr.split())
     assert "3, 1/conn, handshake" in table
+
+
+def test_a_certificate_not_verified_fails_every_stream_as_tls_never_a_stream(
+    tmp_path: Path, stub_and_caddy: tuple[str, RunningProxy]
+) -> None:
+    stub_url, caddy = stub_and_caddy
+    argv = [
+        *("load", "--http3", "--target", caddy.url, "--stub-url", stub_url),  # no --cacert: self-signed, refused
+        *("--concurrency", "2", "--client-workers", "1", "--warmup", "0", "--duration", "1.0", "--runs", "1"),
+        *("--out", str(tmp_path / "out")),
+    ]
+    out = subprocess.run(tokenpath_argv(*argv), capture_output=True, text=True, timeout=180, env=os.environ.copy())
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    row = next(r for r in doc["levels"] if r["target"] == "target")
+    assert row["kept"] == 0
+    assert row["errors"] == row["streams_total"] > 0
+    assert "QUIC TLS handshake" in row["error_samples"][0]

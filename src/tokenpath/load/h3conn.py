@@ -31,13 +31,23 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, HandshakeCompleted, StreamReset
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, ConnectTimeout, DNSError, NetworkError, PeerError, RemoteProtocolError
+from tokenpath.errors import (
+    ConnectError,
+    ConnectTimeout,
+    DNSError,
+    NetworkError,
+    PeerError,
+    RemoteProtocolError,
+    TLSError,
+)
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.h2head import malformed, response_head
 
+# QUIC's TLS alerts are CRYPTO_ERROR 0x100 + alert (RFC 9001 4.8): a certificate not verified is one of them.
+CRYPTO_ERRORS = range(0x100, 0x200)
 H3_NO_ERROR = 0x100  # our close once the stream is done: the server need not wait for more streams
 RecorderFactory = Callable[[str, int], H2LeanRecorder]
 
@@ -230,7 +240,9 @@ class H3LoadStream(asyncio.DatagramProtocol):
 
     def _terminated(self, event: ConnectionTerminated) -> None:
         said = f"{event.error_code:#x} {event.reason_phrase}".strip()
-        if self._recorder is None:
+        if self._recorder is None and event.error_code in CRYPTO_ERRORS:
+            self._fail(TLSError(f"the QUIC TLS handshake with {self._where} failed: {said}"))
+        elif self._recorder is None:
             self._fail(ConnectError(f"the QUIC handshake with {self._where} failed: {said}"))
         else:
             self._fail(NetworkError(f"the QUIC connection ended before the HTTP/3 stream did ({said})"))
