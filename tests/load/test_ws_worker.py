@@ -244,7 +244,7 @@ def test_a_level_carries_the_upgrade_figures_to_the_table_and_json() -> None:
     assert back.transport == "websocket"
     text = load_table.markdown(doc)
     assert "WebSocket upgrades" in text
-    assert "2/4 101, 2.0/4.0, not upgraded: 2 x HTTP 400" in text
+    assert "2/4 101, 2.00/4.00, not upgraded: 2 x HTTP 400" in text
     assert "| 1.33 |" in text
 
 

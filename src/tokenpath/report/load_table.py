@@ -27,6 +27,10 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _ms2(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def any_http2(rows: Sequence[LoadRow]) -> bool:
     """The HTTP/2 columns are shown when any row was measured over HTTP/2."""
     return any(r.http_version != HTTP11 for r in rows)
@@ -62,7 +66,7 @@ def websocket_cells(row: LoadRow) -> list[str]:
     tried = ws.upgraded + sum(ws.not_upgraded.values())
     cell = f"{ws.upgraded}/{tried} 101"
     if ws.upgraded:
-        cell += f", {_ms(ws.upgrade_ms_p50)}/{_ms(ws.upgrade_ms_p99)}"
+        cell += f", {_ms2(ws.upgrade_ms_p50)}/{_ms2(ws.upgrade_ms_p99)}"  # a local upgrade takes tens of µs
     if ws.not_upgraded:
         cell += ", not upgraded: " + ", ".join(
             f"{n} x {'no answer' if status == '0' else 'HTTP ' + status}" for status, n in ws.not_upgraded.items()
