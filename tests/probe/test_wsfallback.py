@@ -287,10 +287,14 @@ def test_the_config_refuses_a_policy_off_websocket() -> None:
         ProbeConfig(url="http://127.0.0.1:9", ws_ping_s=1.0)
 
 
-def test_load_refuses_the_websocket_transport_rather_than_ignore_it() -> None:
-    out = CliRunner().invoke(app, ["load", "--api", "responses", "--transport", "websocket"])
+def test_load_refuses_the_websocket_transport_where_it_cannot_run_rather_than_ignore_it() -> None:
+    """load speaks the WebSocket mode (load/wsconn.py, issue 38), over HTTP/1.1 only, in a format that has it."""
+    out = CliRunner().invoke(app, ["load", "--api", "responses", "--transport", "websocket", "--http2"])
     assert out.exit_code != 0
-    assert "load's lean client streams over SSE only" in " ".join(out.output.split())
+    assert "--transport websocket is an HTTP/1.1 upgrade" in " ".join(out.output.split())
+    out = CliRunner().invoke(app, ["load", "--transport", "websocket"])
+    assert out.exit_code != 0
+    assert "no WebSocket mode" in " ".join(out.output.split())
 
 
 def test_a_stream_cut_after_its_upgrade_is_surfaced_never_retried_over_sse() -> None:

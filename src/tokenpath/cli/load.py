@@ -18,6 +18,7 @@ from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
     from tokenpath.load.worker import JWTMinter
+    from tokenpath.wire.httpversion import HttpVersion
 
 # LoadConfig's fields whose flag has another name
 RENAMES = {
@@ -43,6 +44,8 @@ def load(
     accept_encoding: options.AcceptEncoding = None,
     http2: options.Http2 = False,
     h2_window: options.H2Window = None,
+    http3: options.Http3 = False,
+    h3_window: options.H3Window = None,
     transport: options.Transport = None,
     streams_per_connection: Annotated[
         int, typer.Option(help="--http2: streams at once per connection (more connections if the peer allows fewer).")
@@ -115,13 +118,8 @@ def load(
     from tokenpath.results.model import dumps
     from tokenpath.stub.config import Pacing
     from tokenpath.wire.apis import Api
-    from tokenpath.wire.httpversion import HttpVersion
 
-    if transport is not None and TRANSPORT.read(transport, "--transport") != TRANSPORT.default:
-        raise UsageError(
-            f"--transport {transport}: load's lean client streams over SSE only (probe, matrix and monitor speak the "
-            "WebSocket mode)"
-        )
+    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
     shown = shown_console(json_out)
     try:
         levels = tuple(int(x) for x in concurrency.split(","))
@@ -181,9 +179,11 @@ def load(
         custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
         api=API.read(api, "--api") if api is not None else Api.OPENAI,
         accept_encoding=accept_encoding,
-        http_version=HttpVersion.of(http2),
+        http_version=_http_version(http2, http3),
         h2_window=h2_window or DEFAULT_H2_WINDOW,
         streams_per_connection=streams_per_connection,
+        transport=carrier,
+        h3_window=h3_window or "default",
     )
     doc = LoadRunner(cfg, Path(out), shown).run()
     if json_out:
@@ -194,6 +194,14 @@ def load(
     shown.print(f"results: {Path(out) / 'results.json'}")
     render_report(out, shown)
     gate.finish(gate.check(rules, doc))
+
+
+def _http_version(http2: bool, http3: bool) -> HttpVersion:
+    from tokenpath.wire.httpversion import HttpVersion
+
+    if http2 and http3:
+        raise UsageError("--http2 and --http3: choose one")
+    return HttpVersion.HTTP3 if http3 else HttpVersion.of(http2)
 
 
 def _custom_option(text: str, proxies: list[str]) -> tuple[str, str, str]:

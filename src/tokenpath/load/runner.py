@@ -40,6 +40,8 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.load.wsconn import NOT_CARRIED, WsStreamFigures
+from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
@@ -57,6 +59,7 @@ from tokenpath.results.model import (
     ResultWarning,
     TargetInfo,
     TargetSkip,
+    WebSocketLoad,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
@@ -64,7 +67,8 @@ from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
 from tokenpath.wire.acceptencoding import IDENTITY, expand_accept_encoding
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import parse_header_arg
@@ -120,6 +124,12 @@ class LoadConfig:
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"
     streams_per_connection: int = 1
+    # How each stream is carried (wire/carrier.py): `websocket` is the format's WebSocket mode, an upgrade per stream
+    # (load/wsconn.py), over HTTP/1.1 only.
+    transport: str = SSE
+    # HTTP/3 (load/h3conn.py): one QUIC connection per stream to an https `target_url`, with these initial receive
+    # windows (probe/h3figures.parse_h3_window); the direct floor (the stub serves no QUIC) over HTTP/1.1.
+    h3_window: str = "default"
 
     @property
     def before_first_token(self) -> BeforeFirstToken:
@@ -167,9 +177,44 @@ class LoadConfig:
             raise UsageError("`streams_per_connection` and `h2_window` are HTTP/2's: add `http2`")
         if h2:
             object.__setattr__(self, "h2_window", str(parse_h2_window(self.h2_window)))  # UsageError if not one
+        self._check_http3()
+        self._check_transport()
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
         check_start(StubConfig.paced(self.pacing, model=self.model, api=self.api.value))
+
+    def _check_http3(self) -> None:
+        h3 = self.http_version is HttpVersion.HTTP3
+        if not h3:
+            if self.h3_window != "default":
+                raise UsageError("`h3_window` is HTTP/3's: add `http3`")
+            return
+        object.__setattr__(self, "h3_window", str(parse_h3_window(self.h3_window)))  # UsageError if not one
+        if self.target_url is None or not self.target_url.startswith("https:"):
+            raise UsageError(
+                "`http3` needs an https `target_url` (QUIC is always TLS; the stub and the catalogue's targets listen "
+                "in clear text): --target https://... --stub-url ..."
+            )
+        if any(t != "direct" for t in self.targets):
+            raise UsageError(
+                "`http3` measures the https `target_url` only: the catalogue's `targets` listen in clear text"
+            )
+        if self.cluster is not None:
+            raise UsageError("`http3` is not run on a `cluster` yet (its client workers' UDP path is untried)")
+
+    def _check_transport(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
+        if self.transport != WEBSOCKET:
+            return
+        if self.http_version is not HttpVersion.HTTP11:
+            raise UsageError(
+                f"`transport` websocket is an HTTP/1.1 upgrade: it does not run over HTTP/{self.http_version}"
+            )
+        if not SPECS[self.api].websocket:
+            modes = ", ".join(a.value for a, spec in SPECS.items() if spec.websocket)
+            api = self.api.value
+            raise UsageError(f"`transport` websocket: the {api} API has no WebSocket mode (`api` {modes} has)")
 
 
 def _on_this_host(url: str) -> bool:
@@ -232,6 +277,16 @@ class Cell:
     # How every stream started in the measured window ended (wire/ending.py): a cut one is an error above, never
     # in the figures; a stream that never began (no connection, a timeout of ours) has no end.
     ends: Counter[str] = field(default_factory=Counter)
+    # Over WebSocket: every stream's upgrade (its time when upgraded; the status that came instead when not), the
+    # messages and the reads that completed them, the peers' closes before the final event by code.
+    upgrade_ms: list[float] = field(default_factory=list)
+    not_upgraded: Counter[int] = field(default_factory=Counter)
+    messages: int = 0
+    message_reads: int = 0
+    ws_closes: Counter[int] = field(default_factory=Counter)
+    # Over HTTP/3: the version this cell's streams spoke (the direct floor's is HTTP/1.1), each stream's handshake.
+    http_version: HttpVersion = HttpVersion.HTTP11
+    handshake_ms: list[float] = field(default_factory=list)
 
     def contention(self, stub_workers: int, cores: int, direct_missed_share: float | None) -> Contention:
         def mean(values: list[float]) -> float | None:
@@ -487,7 +542,12 @@ class LoadRunner:
             http_version=cfg.http_version,
             h2_window=cfg.h2_window,
             streams_per_connection=cfg.streams_per_connection,
+            transport=cfg.transport,
+            h3_window=cfg.h3_window,
         )
+        if cfg.http_version is HttpVersion.HTTP3 and not external:  # the stub serves no QUIC: the floor over 1.1
+            work = replace(work, http_version=HttpVersion.HTTP11, h3_window="default")
+        cell.http_version = work.http_version
         if external:  # the credentials and headers the user gave are for their target only
             work = replace(
                 work, api_key=cfg.target_api_key, headers=cfg.target_headers, jwt=cfg.target_jwt, tls=cfg.target_tls
@@ -586,6 +646,11 @@ class LoadRunner:
         ok = [r for r in results if r.error is None]
         cell.errors += len(results) - len(ok)
         cell.ends.update(r.end.value for r in results if r.end is not None)
+        for r in results:
+            if r.ws is not None:
+                _websocket_stream(cell, r.ws)
+            if r.h3 is not None:
+                cell.handshake_ms.append(r.h3.handshake_ns / 1e6)
         cell.error_samples += [r.error for r in results if r.error][: 3 - len(cell.error_samples)]
         for i in range(0, len(ok), AUDIT_BATCH):
             batch = ok[i : i + AUDIT_BATCH]
@@ -601,6 +666,9 @@ class LoadRunner:
                 cell.out_of_order += r.out_of_order
                 cell.reserialized += r.byte_exact is False and r.lost == 0 and r.out_of_order == 0
                 cell.encodings[r.content_encoding] += 1
+                if r.h3 is not None:
+                    cell.data_frames += r.h3.data_events
+                    cell.data_reads += r.h3.data_reads
                 if r.flow is not None:
                     cell.stall_ms.append(r.flow.stall_ns / 1e6)
                     cell.stalls += r.flow.stalls
@@ -658,6 +726,18 @@ class LoadRunner:
         return out
 
 
+def _websocket_stream(cell: Cell, ws: WsStreamFigures) -> None:
+    """One stream's WebSocket figures into its cell: every stream started in the window, kept or not."""
+    if not ws.upgraded:
+        cell.not_upgraded[ws.upgrade_status] += 1
+        return
+    cell.upgrade_ms.append(ws.upgrade_ns / 1e6)
+    cell.messages += ws.messages
+    cell.message_reads += ws.message_reads
+    if ws.close_code is not None:
+        cell.ws_closes[ws.close_code] += 1
+
+
 def content_write(log: StreamLog, token: int | None) -> int | None:
     """The stub's write that carried token `token` of its stream: its first content write (the audit's, per format:
     OpenAI chat's role delta, Anthropic's message_start... come before it) plus the token's number. A log from a
@@ -695,20 +775,23 @@ def ensure_fd_limit(streams_per_process: int) -> int:
 
 
 PCTS = (("p50", 50.0), ("p99", 99.0), ("p999", 99.9))
+WS_NOT_CARRIED_REMEDY = (
+    "the path does not carry the WebSocket upgrade: configure it to (nginx: proxy_http_version 1.1 and "
+    "proxy_set_header Upgrade/Connection; Envoy: upgrade_configs; Apache: upgrade=websocket), or measure it over SSE"
+)
 
 
 def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Contention | None = None) -> LoadRow:
     """One target at one level as the model holds it: figures from the merged histograms, warnings with remedies."""
     warnings = []
     if cell.stopped:
-        warnings.append(
-            {
-                "kind": "stopped_early",
-                "message": cell.stopped,
-                "remedy": "the target fails every stream: its log, its URL, the credentials it needs (--header, "
-                "--api-key-env, --jwt-secret-env)",
-            }
+        remedy = (
+            WS_NOT_CARRIED_REMEDY
+            if NOT_CARRIED in cell.stopped
+            else "the target fails every stream: its log, its URL, the credentials it needs (--header, "
+            "--api-key-env, --jwt-secret-env)"
         )
+        warnings.append({"kind": "stopped_early", "message": cell.stopped, "remedy": remedy})
     contended = contention is not None and (contention.stolen or contention.queued)
     if cell.lag_p99_ms > LAG_WARN_MS and cell.client_cpu <= CPU_WARN and contention is not None and contended:
         warnings.append(
@@ -811,6 +894,10 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
     )
     if cfg.http_version is HttpVersion.HTTP2:
         row = replace(row, **_http2_fields(cell, cfg))
+    if cfg.transport == WEBSOCKET:
+        row = replace(row, transport=WEBSOCKET, websocket=_websocket_figures(cell))
+    if cell.http_version is HttpVersion.HTTP3:
+        row = replace(row, **_http3_fields(cell))
     if not cfg.open_loop:
         return row
     return replace(
@@ -849,6 +936,32 @@ def _http2_fields(cell: Cell, cfg: LoadConfig) -> dict[str, Any]:
     }
 
 
+def _http3_fields(cell: Cell) -> dict[str, Any]:
+    """A level's HTTP/3 figures: one connection per stream, each one's handshake (apart from TTFT), DATA per read."""
+    handshakes = sorted(cell.handshake_ms)
+    return {
+        "http_version": HttpVersion.HTTP3,
+        "streams_per_connection": 1,
+        "connections": len(handshakes) or None,
+        "handshake_ms": MedianAndTail(percentile(handshakes, 50), percentile(handshakes, 99)) if handshakes else None,
+        "data_frames_per_read": cell.data_frames / cell.data_reads if cell.data_reads else None,
+    }
+
+
+def _websocket_figures(cell: Cell) -> WebSocketLoad:
+    """A level's upgrades (how many, their time, what came instead of 101) and messages per read."""
+    upgrades = sorted(cell.upgrade_ms)
+    return WebSocketLoad(
+        upgraded=len(upgrades),
+        not_upgraded={str(status): n for status, n in sorted(cell.not_upgraded.items())},
+        upgrade_ms_p50=percentile(upgrades, 50) if upgrades else None,
+        upgrade_ms_p99=percentile(upgrades, 99) if upgrades else None,
+        messages=cell.messages,
+        messages_per_read=cell.messages / cell.message_reads if cell.message_reads else None,
+        closes_before_final={str(code): n for code, n in sorted(cell.ws_closes.items())},
+    )
+
+
 def _percentiles(cell: Cell, hist: HdrHistogram) -> Percentiles:
     return Percentiles(*(cell.pct_ms(q, hist) for _, q in PCTS))
 
@@ -878,5 +991,7 @@ def _config_json(cfg: LoadConfig) -> dict[str, Any]:
         "http_version": cfg.http_version,
         "h2_window": cfg.h2_window if h2 else None,
         "streams_per_connection": cfg.streams_per_connection,
+        "transport": cfg.transport,
+        "h3_window": cfg.h3_window if cfg.http_version is HttpVersion.HTTP3 else None,
         **{k: getattr(cfg.pacing, k) for k in Pacing.OVERRIDABLE if k not in Pacing.FRAME},  # the stream's pacing
     }

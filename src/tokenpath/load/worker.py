@@ -18,18 +18,24 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jwt
+from aioquic.quic.configuration import QuicConfiguration
 
 from tokenpath.errors import TokenpathError
 from tokenpath.load.h2conn import H2LoadPool, StreamFlow, h2_request
+from tokenpath.load.h3conn import H3StreamFigures, h3_request, h3_stream
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
+from tokenpath.load.wsconn import NOT_CARRIED, WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
 from tokenpath.probe.aio import stream_with
-from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
+from tokenpath.probe.h3figures import parse_h3_window
+from tokenpath.probe.h3stream import quic_configuration
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.ending import STREAM_END, EndKind
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
@@ -64,6 +70,8 @@ class Workload:
     http_version: HttpVersion = HttpVersion.HTTP11
     h2_window: str = "default"  # wire/h2client.parse_h2_window: "default", "browser", BYTES or STREAM:CONNECTION
     streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
+    h3_window: str = "default"  # HTTP/3 (load/h3conn.py): probe/h3figures.parse_h3_window's spelling
+    transport: str = SSE  # wire/carrier.py: `websocket` is the format's WebSocket mode (load/wsconn.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +101,12 @@ class FailureTally:
         self.seen = 0
         self.errors: Counter[str] = Counter()
         self.examples: dict[str, str] = {}  # the first full message of each kind
+        self.refused: list[StreamResult] = []  # streams whose WebSocket upgrade the path did not carry
 
     def add(self, result: StreamResult) -> None:
         self.seen += 1
+        if result.ws is not None and not result.ws.upgraded and len(self.refused) < SAME_FAILURE_MIN:
+            self.refused.append(result)
         if result.error is not None:
             kind = _error_kind(result.error)
             self.errors[kind] += 1
@@ -111,6 +122,14 @@ class FailureTally:
         example = self.examples[kind]
         detail = f"; e.g. {example}" if example != kind else ""
         return f"{count} of {self.seen} streams failed the same way ({kind}): level stopped early{detail}"
+
+    def counted(self, results: list[StreamResult]) -> list[StreamResult]:
+        """The level's streams: those started in its measured window; or, when refused WebSocket upgrades stopped
+        it before that window began, those refusals (up to SAME_FAILURE_MIN): each is reported not upgraded, with
+        its status, rather than a level of no streams at all."""
+        if results or self.stop_reason is None:
+            return results
+        return list(self.refused)
 
 
 def _error_kind(error: str) -> str:
@@ -134,6 +153,8 @@ class StreamResult:
     read_marks: array[int] | None = None  # LeanTrace.marks: each frame's arrival, once joined to the write sizes
     flow: StreamFlow | None = None  # over HTTP/2: DATA frames, reads, flow-control stalls of the stream
     end: EndKind | None = None  # how the stream ended (wire/ending.py); None: it never began (no connection...)
+    h3: H3StreamFigures | None = None  # over HTTP/3: the handshake (apart from TTFT), datagrams, DATA reads
+    ws: WsStreamFigures | None = None  # over WebSocket: the upgrade (status, time), messages per read, the close
 
 
 @dataclass(slots=True)
@@ -180,7 +201,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
     lags.sort()
     return _with_pool(
         WorkerReport(
-            results,
+            tally.counted(results),
             time.process_time() - cpu,
             time.monotonic() - wall,
             percentile(lags, 99) if lags else 0.0,
@@ -242,7 +263,29 @@ async def one_stream(
     if work.id_in_prompt:
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
-        if pool is not None:
+        if work.transport == WEBSOCKET:
+            ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
+            headers, body = request_parts(cfg, sid)
+            offer = ws_request(cfg.target.host_header, cfg.target.path, headers, body)
+            make_ws = functools.partial(WsLeanRecorder, api=cfg.api)
+            trace, result.ws = await ws_stream(
+                host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
+            )
+        elif work.http_version is HttpVersion.HTTP3:
+            headers, body = request_parts(cfg, sid)
+            target = cfg.target
+            request3 = h3_request(target.host_header, target.path, headers, body, SPECS[cfg.api].content_type)
+            trace, result.h3 = await h3_stream(
+                host,
+                port,
+                _quic_config(work.tls, work.url, work.h3_window),
+                request3,
+                sid,
+                functools.partial(H2LeanRecorder, api=cfg.api),
+                connect_timeout_s=cfg.connect_deadline_s,
+                timeout_s=STREAM_TIMEOUT_S,
+            )
+        elif pool is not None:
             request = h2_request(request_bytes(cfg, cfg.target, sid))
             make = functools.partial(H2LeanRecorder, api=cfg.api)
             trace, result.flow = await pool.stream(request, sid, make, timeout_s=STREAM_TIMEOUT_S)
@@ -263,7 +306,13 @@ async def one_stream(
         result.end = cut.kind if cut is not None else None
         return result
     result.end = trace.end.kind if trace.end is not None else None
-    if trace.status != 200:
+    if result.ws is not None and not result.ws.upgraded:  # a path that did not carry the upgrade: never a stream
+        status = result.ws.upgrade_status
+        said = f"HTTP {status} instead of 101" if status else "no valid answer"
+        preview = " ".join(trace.error_preview.split())[:160]
+        result.error = f"{NOT_CARRIED}: {said}" + (f": {preview}" if preview else "")
+        return result
+    if trace.status != (101 if result.ws is not None else 200):
         preview = " ".join(trace.error_preview.split())[:160]
         result.error = f"HTTP {trace.status or 'no response'}" + (f": {preview}" if preview else "")
         return result
@@ -338,8 +387,16 @@ async def open_loop(work: Workload) -> WorkerReport:
             await pool.aclose()
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
-    report = WorkerReport(results, time.process_time() - cpu, time.monotonic() - wall, lag_p99, tally.stop_reason)
+    wall_s = time.monotonic() - wall
+    report = WorkerReport(tally.counted(results), time.process_time() - cpu, wall_s, lag_p99, tally.stop_reason)
     return _with_pool(report, pool)
+
+
+@functools.lru_cache(maxsize=4)
+def _quic_config(tls: TLSOptions, url: str, window: str) -> QuicConfiguration:
+    """One QUIC configuration per client process (the CA bundle read once), shared by its connections."""
+    cfg = ProbeConfig(url=url, tls=tls)
+    return quic_configuration(cfg, cfg.target, parse_h3_window(window))
 
 
 @functools.lru_cache(maxsize=4)

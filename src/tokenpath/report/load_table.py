@@ -27,6 +27,10 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
+def _ms2(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def any_http2(rows: Sequence[LoadRow]) -> bool:
     """The HTTP/2 columns are shown when any row was measured over HTTP/2."""
     return any(r.http_version != HTTP11 for r in rows)
@@ -37,13 +41,38 @@ def http2_cells(row: LoadRow) -> list[str]:
     of streams, p99 stall ms per stream) and DATA frames per read: '-' where they do not apply (HTTP/1.1)."""
     if row.http_version == HTTP11:
         return [HTTP11, "-", "-"]
+    dfr = "-" if row.data_frames_per_read is None else f"{row.data_frames_per_read:.2f}"
+    if row.handshake_ms is not None:  # HTTP/3: a QUIC connection per stream, its handshake apart from TTFT
+        hs = row.handshake_ms
+        return [f"{row.http_version}, 1/conn, handshake {_ms(hs.p50)}/{_ms(hs.p99)} ms", "-", dfr]
     shape = f"{row.http_version}, {row.streams_per_connection or 1}/conn"
     if row.connections is not None:
         shape += f", {row.connections} conns"
     stalls = row.flow_control_stalls
     stall = "-" if stalls is None else f"{stalls.stalled_streams}/{stalls.streams}, {_ms(stalls.stall_ms_p99)}"
-    dfr = "-" if row.data_frames_per_read is None else f"{row.data_frames_per_read:.2f}"
     return [shape, stall, dfr]
+
+
+def any_websocket(rows: Sequence[LoadRow]) -> bool:
+    """The WebSocket columns are shown when any row was carried over WebSocket (load --transport websocket)."""
+    return any(r.websocket is not None for r in rows)
+
+
+def websocket_cells(row: LoadRow) -> list[str]:
+    """Upgrades: 101s of streams, their time p50/p99 and what came instead of 101; messages per read."""
+    ws = row.websocket
+    if ws is None:
+        return ["-", "-"]
+    tried = ws.upgraded + sum(ws.not_upgraded.values())
+    cell = f"{ws.upgraded}/{tried} 101"
+    if ws.upgraded:
+        cell += f", {_ms2(ws.upgrade_ms_p50)}/{_ms2(ws.upgrade_ms_p99)}"  # a local upgrade takes tens of µs
+    if ws.not_upgraded:
+        cell += ", not upgraded: " + ", ".join(
+            f"{n} x {'no answer' if status == '0' else 'HTTP ' + status}" for status, n in ws.not_upgraded.items()
+        )
+    per_read = "-" if ws.messages_per_read is None else f"{ws.messages_per_read:.2f}"
+    return [cell, per_read]
 
 
 def any_cut(rows: Sequence[LoadRow]) -> bool:
@@ -59,7 +88,7 @@ def ends_cell(row: LoadRow) -> str:
     return ", ".join(f"{row.ends[kind.value]} {kind.value}" for kind in EndKind if row.ends.get(kind.value))
 
 
-def figures(row: LoadRow, http2: bool = False, cut: bool = False) -> list[str]:
+def figures(row: LoadRow, http2: bool = False, cut: bool = False, websocket: bool = False) -> list[str]:
     main = row.added_ttft_corrected_ms or row.added_ttft_ms
     cells = [_ms(main.p50), _ms(main.p99), _ms(main.p999)]
     frames = row.added_frame_delay_ms  # after the first token: a path that bunches the rest shows here
@@ -71,7 +100,9 @@ def figures(row: LoadRow, http2: bool = False, cut: bool = False) -> list[str]:
         "-" if row.rss_mb is None else f"{row.rss_mb:.0f}",
         kept_cell(row),
     ]
-    return cells + (http2_cells(row) if http2 else []) + ([ends_cell(row)] if cut else [])
+    cells += http2_cells(row) if http2 else []
+    cells += websocket_cells(row) if websocket else []
+    return cells + ([ends_cell(row)] if cut else [])
 
 
 def kept_cell(row: LoadRow) -> str:
@@ -83,13 +114,16 @@ def kept_cell(row: LoadRow) -> str:
 
 HTTP2_HEADERS = ["HTTP", "stalled streams, stall p99 ms", "DATA frames/read"]
 ENDS_HEADER = "ends"  # streams by how they ended: shown only when one did not end complete
+WEBSOCKET_HEADERS = ["WebSocket upgrades, p50/p99 ms", "messages/read"]
 
 
-def headers(open_loop: bool, http2: bool = False, cut: bool = False) -> list[str]:
+def headers(open_loop: bool, http2: bool = False, cut: bool = False, websocket: bool = False) -> list[str]:
     extra = ["uncorrected p99", "dispatch lag p99"] if open_loop else []
     h2 = HTTP2_HEADERS if http2 else []
+    ws = WEBSOCKET_HEADERS if websocket else []
     ends = [ENDS_HEADER] if cut else []
-    return ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total", *h2, *ends]
+    front = ["level", "target", "p50", "p99", "p99.9", "frame p50/p99", *extra, "CPU", "RSS", "kept/total"]
+    return [*front, *h2, *ws, *ends]
 
 
 def _notes(row: LoadRow) -> str:
@@ -117,11 +151,13 @@ def rich_table(results: LoadResults) -> Table:
     table = Table(title=title + (", from the schedule" if open_loop else "") + conditions)
     http2 = any_http2(results.levels)
     cut = any_cut(results.levels)
-    for col in [*headers(open_loop, http2, cut), "notes"]:
+    ws = any_websocket(results.levels)
+    for col in [*headers(open_loop, http2, cut, ws), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes", ENDS_HEADER) else "right")
     for row in results.levels:
         notes = _notes(row)
-        table.add_row(row.level_label, row.target, *figures(row, http2, cut), f"[yellow]{notes}[/]" if notes else "")
+        shown = f"[yellow]{notes}[/]" if notes else ""
+        table.add_row(row.level_label, row.target, *figures(row, http2, cut, ws), shown)
     return table
 
 
@@ -137,11 +173,12 @@ def warning_lines(results: LoadResults) -> list[str]:
 def markdown(results: LoadResults) -> str:
     http2 = any_http2(results.levels)
     cut = any_cut(results.levels)
-    cols = [*headers(results.open_loop, http2, cut), "warnings"]
+    ws = any_websocket(results.levels)
+    cols = [*headers(results.open_loop, http2, cut, ws), "warnings"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in results.levels:
         warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
-        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2, cut), warn]) + " |")
+        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2, cut, ws), warn]) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -169,6 +206,7 @@ CSV_KEYS = (
     "streams_per_connection",
     "connections",
     "data_frames_per_read",
+    "transport",
 )
 STALL_KEYS = ("stalled_streams", "stalls", "stall_ms_p50", "stall_ms_p99")  # flow_control_stalls, flattened
 

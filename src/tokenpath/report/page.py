@@ -371,11 +371,12 @@ def load_sections(doc: LoadResults) -> list[str]:
     )
     http2 = load_table.any_http2(levels)  # the HTTP/2 columns only when some row was measured over it
     cut = load_table.any_cut(levels)  # how streams ended only when one did not end complete
-    headers = [*load_table.headers(open_loop, http2, cut), "warnings"]
+    ws = load_table.any_websocket(levels)  # the upgrades only when some row was carried over WebSocket
+    headers = [*load_table.headers(open_loop, http2, cut, ws), "warnings"]
     rows, classes = [], []
     for r in levels:
         warnings = "; ".join(f"{w.kind}: {w.message} (remedy: {w.remedy})" for w in r.warnings)
-        rows.append([r.level_label, r.target, *load_table.figures(r, http2, cut), warnings or "-"])
+        rows.append([r.level_label, r.target, *load_table.figures(r, http2, cut, ws), warnings or "-"])
         classes.append("unreliable" if r.unreliable else "")
     out.append(_table(headers, rows, classes))
     lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]

@@ -63,6 +63,9 @@ Kind = Literal["matrix", "sweep", "load"]
 #    which plain row: experiment/attribution.py) and `pairing` (a started origin's paired runs: pairs kept and
 #    excluded, by reason, what the path added, the origin's own TTFT and gap over its direct streams). Files before 9
 #    stored neither: both null (the attribution was printed under the terminal table only, the pairing beside it).
+#    Later in 9, with defaults and no bump: `transport` ("sse" before it) and `websocket` on load rows (issue 38:
+#    `load --transport websocket`: upgrades, their time, what came instead of 101, messages per read; null over SSE);
+#    `http_version` "3" and `handshake_ms` (p50/p99 of each stream's QUIC handshake) on load rows over HTTP/3.
 SCHEMA_VERSION = 9
 KNOWN_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 DEFAULT_API = Api.OPENAI.value
@@ -437,6 +440,21 @@ class FlowControlStalls:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSocketLoad:
+    """A level's streams over WebSocket (load --transport websocket): the upgrades, and what came after them."""
+
+    upgraded: int = 0  # streams answered 101
+    not_upgraded: Mapping[str, int] = field(default_factory=dict)  # the status that came instead ("0": none valid)
+    upgrade_ms_p50: float | None = None  # the offer written -> the 101's head, over the upgraded streams
+    upgrade_ms_p99: float | None = None
+    messages: int = 0
+    messages_per_read: float | None = None  # coalescing: messages completed per read that completed any
+    # Closes before the final event (cuts), by code: the peer's, 1006 for a socket that ended without one, or ours
+    # for a limit (1003 binary, 1009 too big).
+    closes_before_final: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class TargetInfo:
     version: str
     variant: str
@@ -497,6 +515,10 @@ class LoadRow:
     connection_split: str | None = None
     flow_control_stalls: FlowControlStalls | None = None
     data_frames_per_read: float | None = None
+    # Over HTTP/3 (later in 9, no bump): each stream's QUIC handshake, p50/p99 (its connection's; apart from TTFT).
+    handshake_ms: MedianAndTail | None = None
+    transport: str = "sse"  # how each stream was carried (wire/carrier.py)
+    websocket: WebSocketLoad | None = None  # over WebSocket: its upgrades and messages
 
     @property
     def level_label(self) -> str:
@@ -794,6 +816,8 @@ def load_row(row: Json) -> LoadRow:
         runs_added_ttft_ms=tuple(_build(MedianAndTail, r) for r in row.get("runs_added_ttft_ms") or ()),
         flow_control_stalls=_build(FlowControlStalls, stalls) if (stalls := row.get("flow_control_stalls")) else None,
         http_version=HttpVersion(row.get("http_version", HTTP11)),
+        websocket=_build(WebSocketLoad, ws) if (ws := row.get("websocket")) else None,
+        handshake_ms=_build(MedianAndTail, hs) if (hs := row.get("handshake_ms")) else None,
     )
     return LoadRow(**data)
 

@@ -1,0 +1,357 @@
+"""WebSocket for the load client (`load --transport websocket`): one upgrade per stream, then one `response.create`,
+each message recorded as the lean recorder records an SSE stream's bytes.
+
+One asyncio protocol per stream drives a sans-IO endpoint (wire/websocket.py over wsproto): every `data_received` is
+one socket read, handed to the endpoint with its time, in that call (no task per read, no stream reader). The
+upgrade is timed apart (request written -> the answer's head); an answer other than a valid 101 is a result (the
+status, `upgraded` false), never a stream. After the 101 the read's whole messages, re-framed as the SSE events they
+mirror (probe/wsstream.py's sse_event: the same bytes the SSE stream carries, so the integrity check and the join
+to the stub's writes hold), go to the recorder as one read's body: an arrival is a read that completed a message,
+and the messages per read are counted (the coalescing of WebSocket frames), never merged. The format's final event
+(Responses: `response.completed`) ends the stream (we close 1000); a close before it is a cut: a normal close (1000,
+1001) ends the body as HTTP's normal end would (cut_silent), any other code or a socket that ends without a close
+frame (1006) as a reset (cut_error).
+
+Each message is parsed once (json, for its `type`: the event name of its SSE mirror, and whether it ends the
+stream); whether a type ends the stream is asked of the format's reader once per type and kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import cast
+
+from tokenpath.clock import Clock, monotonic_ns
+from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
+from tokenpath.hostport import join_hostport
+from tokenpath.load.lean import H2LeanRecorder, LeanTrace
+from tokenpath.probe.wsstream import CREATE_EVENT
+from tokenpath.wire.apis import Api
+from tokenpath.wire.client import ResponseHead
+from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
+from tokenpath.wire.framing import Framing
+from tokenpath.wire.reader import FrameReader, frame_reader
+from tokenpath.wire.sse import SSEParser
+from tokenpath.wire.websocket import (
+    CLOSE_GOING_AWAY,
+    CLOSE_NORMAL,
+    Closed,
+    MessageReceived,
+    Upgraded,
+    UpgradeRefused,
+    WebSocketEndpoint,
+    WebSocketLimits,
+    WsEvent,
+)
+
+NOT_CARRIED = "WebSocket upgrade not carried"  # how a stream whose upgrade was refused is reported (its error)
+CLOSE_WAIT_S = 1.0  # how long a finished stream waits for the peer's close (or TLS close_notify) before aborting
+NORMAL_CLOSES = frozenset({CLOSE_NORMAL, CLOSE_GOING_AWAY})  # a close before the final event with these: cut_silent
+# One message is one event: the SSE client's bound on one event (wire/sse.py MAX_EVENT_BYTES) is the bound here
+# (`response.completed` carries the whole answer, larger than a request's 1 MiB).
+MAX_MESSAGE_BYTES = 8 << 20
+MAX_TYPES_KNOWN = 256  # message types remembered per format (Responses has ~50); past it, asked each time
+
+
+@dataclass(frozen=True, slots=True)
+class WsRequest:
+    """One stream's upgrade offer and the message sent once it is answered."""
+
+    host: str  # the Host header
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    create: str  # the `response.create` message: the format's streaming body with its type
+
+
+def ws_request(host: str, path: str, headers: list[tuple[str, str]], body: dict[str, object]) -> WsRequest:
+    """The request as probe/wsstream.py sends it: `stream` is implied over WebSocket (OpenAI: "should not be sent")."""
+    fields = {k: v for k, v in body.items() if k != "stream"}
+    create = json.dumps({"type": CREATE_EVENT, **fields}, separators=(",", ":"))
+    return WsRequest(host, path, tuple(headers), create)
+
+
+@dataclass(frozen=True, slots=True)
+class WsStreamFigures:
+    """A stream's WebSocket figures, as plain data (they cross a process boundary in the worker's report)."""
+
+    upgraded: bool  # answered 101 with the right Sec-WebSocket-Accept
+    upgrade_status: int  # 101, what came instead (404, 426, 200 ...), or 0: no valid answer
+    upgrade_ns: int  # the offer written -> the read that brought the answer's head
+    messages: int = 0  # text messages received
+    message_reads: int = 0  # reads that completed at least one
+    final_event: bool = False  # the format's final event arrived
+    close_code: int | None = None  # a close before the final event (the peer's, 1006, or ours for a limit), else None
+
+
+class WsLeanRecorder(H2LeanRecorder):
+    """H2LeanRecorder fed with a WebSocket stream's messages as SSE bytes, one call per read. Its trace's status is
+    the upgrade's 101; its body is framed as the format's SSE stream (the head it is given says so)."""
+
+    def on_upgraded(self, headers: tuple[tuple[str, str], ...]) -> None:
+        # 200 in the format's event-stream type: the frames are read as the SSE stream's would be (LeanRecorder
+        # reads frames from a 2xx answer only); the trace says 101 (result()).
+        self.on_head(ResponseHead(200, "1.1", (*headers, ("content-type", "text/event-stream")), Framing.NONE, False))
+
+    def on_closed(self, t_ns: int, code: int) -> None:
+        """The peer closed (or the socket ended: 1006) before the final event: a normal close ends the body as
+        HTTP's normal end would, any other as a reset."""
+        self.complete = True
+        self._ended(t_ns, BodyEnd.END_STREAM if code in NORMAL_CLOSES else BodyEnd.RESET)
+
+    def result(self) -> LeanTrace:
+        trace = super().result()
+        return replace(trace, status=101) if trace.status == 200 else trace
+
+
+RecorderFactory = Callable[[str, int], WsLeanRecorder]
+StreamDone = asyncio.Future[tuple[LeanTrace, WsStreamFigures]]
+
+
+class FinalTypes:
+    """Whether a message's `type` ends the stream (the format's final event or its error), asked of the format's
+    reader once per type: a type decides it (wire/formats/responses.py)."""
+
+    def __init__(self, api: Api) -> None:
+        self._reader: FrameReader = frame_reader(api)
+        self._known: dict[str | None, bool] = {}
+
+    def ends(self, kind: str | None, sse: bytes) -> bool:
+        known = self._known.get(kind)
+        if known is None:
+            frames = SSEParser().feed(sse)
+            known = bool(frames) and self._reader.ends(frames[0])
+            if kind is not None and len(self._known) < MAX_TYPES_KNOWN:  # a peer's names: bounded
+                self._known[kind] = known
+        return known
+
+
+@functools.lru_cache(maxsize=8)
+def final_types(api: Api) -> FinalTypes:
+    """One per format and process: every stream of a worker shares what it has learnt."""
+    return FinalTypes(api)
+
+
+def message_event(text: str) -> tuple[bytes, str | None]:
+    """A message as the SSE event it mirrors (probe/wsstream.py sse_event's bytes) and its `type`."""
+    kind = None
+    try:
+        obj = json.loads(text)
+        kind = obj.get("type") if isinstance(obj, dict) else None
+    except (ValueError, RecursionError):
+        pass
+    if not isinstance(kind, str) or "\n" in kind:
+        kind = None
+    head = f"event: {kind}\n" if kind is not None else ""
+    return (head + "data: " + text.replace("\n", "\ndata: ") + "\n\n").encode("utf-8"), kind
+
+
+class WsLoadStream(asyncio.Protocol):
+    """One stream: the offer on connect, its answer timed, then each read's messages into the recorder."""
+
+    def __init__(
+        self,
+        request: WsRequest,
+        stream_id: str,
+        make: RecorderFactory,
+        done: StreamDone,
+        final: FinalTypes,
+        clock: Clock = monotonic_ns,
+    ) -> None:
+        self._request = request
+        self._stream_id = stream_id
+        self._make = make
+        self._done = done
+        self._final = final
+        self._clock = clock
+        self._ws = WebSocketEndpoint.client(
+            request.host, request.path, request.headers, WebSocketLimits(max_message_bytes=MAX_MESSAGE_BYTES)
+        )
+        self._transport: asyncio.Transport | None = None
+        self._recorder: WsLeanRecorder | None = None  # made when the 101 arrives
+        self._offered_ns = 0
+        self._upgrade_ns = 0
+        self._messages = 0
+        self._message_reads = 0
+        self.closed: asyncio.Future[None] = done.get_loop().create_future()  # set when the transport is gone
+
+    # --- asyncio.Protocol -----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._transport.write(self._ws.data_to_send())
+        self._offered_ns = self._clock()
+
+    def data_received(self, data: bytes) -> None:
+        t = self._clock()
+        try:
+            events = self._ws.receive(data, t)
+        except PeerError as exc:  # a malformed frame after the 101
+            self._fail(exc)
+            return
+        self._flush()  # pongs, our answer to a close, our close for a limit
+        if self._recorder is None:
+            events = self._upgrade(t, events)
+            if self._recorder is None:
+                return
+        self._read(t, events)
+
+    def eof_received(self) -> bool | None:
+        if not self._done.done():
+            self.data_received(b"")  # the endpoint's end: a refusal's answer, or a close 1006
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._fail(NetworkError(f"WebSocket connection lost before the response ended: {exc or 'closed'}"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    # --- the stream -----------------------------------------------------------------------------------------
+
+    def _upgrade(self, t: int, events: list[WsEvent]) -> list[WsEvent]:
+        """The answer to the offer, when this read brought it: the events after it (the stream's first)."""
+        for i, event in enumerate(events):
+            if isinstance(event, Upgraded):
+                self._upgrade_ns = t - self._offered_ns
+                message = self._ws.send_text(self._request.create)
+                recorder = self._make(self._stream_id, self._clock())  # before the write, as probe/wsstream.py
+                recorder.on_upgraded(event.headers)
+                self._recorder = recorder
+                assert self._transport is not None
+                self._transport.write(message)
+                return events[i + 1 :]
+            if isinstance(event, UpgradeRefused):
+                self._refused(t, event)
+                return []
+        held = self._ws.pending_refusal()  # a refusal whose body is still coming: its head is the answer
+        if held is not None:
+            self._refused(t, held)
+        return []
+
+    def _read(self, t: int, events: list[WsEvent]) -> None:
+        recorder = self._recorder
+        assert recorder is not None
+        body: list[bytes] = []
+        final = False
+        closed: Closed | None = None
+        for event in events:
+            if type(event) is MessageReceived:
+                sse, kind = message_event(event.text)
+                body.append(sse)
+                if self._final.ends(kind, sse):
+                    final = True
+                    break  # the stream's end: what follows is not of it
+            elif isinstance(event, Closed):
+                closed = event
+                break
+        if body:
+            self._messages += len(body)
+            self._message_reads += 1
+            try:
+                recorder.on_data(t, body[0] if len(body) == 1 else b"".join(body))
+            except PeerError as exc:
+                self._fail(exc)
+                return
+        if final:
+            recorder.on_end(t)
+            self._finish(recorder, None)
+        elif closed is not None:
+            recorder.on_closed(t, closed.code)
+            self._finish(recorder, closed.code)
+
+    def _finish(self, recorder: WsLeanRecorder, close_code: int | None) -> None:
+        if not self._done.done():
+            figures = WsStreamFigures(
+                True, 101, self._upgrade_ns, self._messages, self._message_reads, close_code is None, close_code
+            )
+            self._done.set_result((recorder.result(), figures))
+        assert self._transport is not None
+        self._transport.write(self._ws.close(CLOSE_NORMAL))  # nothing when the peer's close was answered already
+        self._transport.close()
+
+    def _refused(self, t: int, refused: UpgradeRefused) -> None:
+        """Not upgraded: the answer's status as the trace's, no frame, ended by its status (or, with no valid
+        answer, as a body that broke before it began)."""
+        recorder = H2LeanRecorder(self._stream_id, self._offered_ns)
+        status = refused.status
+        how = BodyEnd.STATUS if status else BodyEnd.TRUNCATED
+        detail = (
+            f"no WebSocket: the upgrade was answered HTTP {status}"
+            if status
+            else f"no WebSocket: {refused.body.decode('utf-8', 'replace')[:160]}"
+        )
+        end = classify_end(LastWord.NOTHING, how, sent_ns=self._offered_ns, end_ns=t, last_byte_ns=t, detail=detail)
+        trace = replace(recorder.result(), status=status or None, body=refused.body, end=end)
+        if not self._done.done():
+            self._done.set_result((trace, WsStreamFigures(False, status, t - self._offered_ns)))
+        assert self._transport is not None
+        self._transport.close()
+
+    def _fail(self, exc: Exception) -> None:
+        if not self._done.done():
+            if self._recorder is not None and STREAM_END.of(exc) is None:
+                STREAM_END.attach(exc, self._recorder.cut(exc, self._clock()))
+            self._done.set_exception(exc)
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _flush(self) -> None:
+        out = self._ws.data_to_send()
+        if out and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(out)
+
+
+async def ws_stream(
+    host: str,
+    port: int,
+    request: WsRequest,
+    stream_id: str,
+    make: RecorderFactory,
+    *,
+    api: Api,
+    clock: Clock = monotonic_ns,
+    timeout_s: float = 600.0,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[LeanTrace, WsStreamFigures]:
+    """One stream over a new connection (TLS with `ssl_context`): its trace and WebSocket figures. `timeout_s`
+    covers all of it, connecting too (TimeoutError past it)."""
+    loop = asyncio.get_running_loop()
+    done: StreamDone = loop.create_future()
+    deadline = loop.time() + timeout_s
+    where = join_hostport(host, port)
+    try:
+        transport, protocol = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
+                host,
+                port,
+                ssl=ssl_context,
+                server_hostname=host if ssl_context is not None else None,
+            ),
+            timeout_s,
+        )
+    except ssl.SSLError as exc:
+        raise TLSError(f"TLS handshake with {where} failed: {exc.reason or exc}") from None
+    except TimeoutError:
+        raise ConnectTimeout(f"connecting to {where} (and TLS) took longer than {timeout_s} s") from None
+    except OSError as exc:
+        raise ConnectError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+    try:
+        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
+    finally:
+        transport.close()
+        if not protocol.closed.done():
+            abort = loop.call_later(CLOSE_WAIT_S, transport.abort)
+            try:
+                await protocol.closed
+            finally:
+                abort.cancel()
