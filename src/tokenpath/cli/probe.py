@@ -85,7 +85,7 @@ def probe(
 ) -> None:
     """Measure one stream at a time through a raw socket: reads, frames, frames per read, TTFB, TTFT, bursts. The
     stub's pacing options ask a tokenpath stub behind the path for that pacing (the body's `tokenpath` member)."""
-    from tokenpath.axes import API, TRANSPORT
+    from tokenpath.axes import API, TRANSPORT, transport_for
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.h3figures import DEFAULT_H3_WINDOW, parse_h3_window
     from tokenpath.probe.metrics import dumps, probe_results
@@ -112,7 +112,7 @@ def probe(
         raise UsageError("--http2 and --http3: pick one HTTP version")
     if http3 and client != "raw":
         raise UsageError("--http3 is the raw client's (Chromium over HTTP/3 is not measured yet)")
-    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
+    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else transport_for(fmt)
     cfg = ProbeConfig(
         url=target_url,
         model=model,

@@ -131,6 +131,9 @@ class ApiSpec:
     # Over WebSocket: the client events that ask for one response, from the smallest streaming body (stream_body):
     # Responses' one `response.create`, Realtime's `conversation.item.create` + `response.create`.
     ws_request: Callable[[dict[str, Any]], tuple[dict[str, Any], ...]] | None = None
+    # Over WebSocket: the `type` prefixes of the session's own events (Realtime's session.created, the conversation's
+    # items): messages on the socket, but no part of a response's stream (never its frames, nor the write join's).
+    ws_session_events: tuple[str, ...] = ()
 
     def path(self, model: str) -> str:
         return self.route.replace("{model}", model)

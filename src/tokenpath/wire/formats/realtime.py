@@ -109,4 +109,5 @@ SPEC = ApiSpec(
     websocket=True,
     websocket_only=True,
     ws_request=ws_request,
+    ws_session_events=("session.", "conversation.", "rate_limits.", "input_audio_buffer."),
 )
