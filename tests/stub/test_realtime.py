@@ -5,6 +5,8 @@ response.create, several responses per session, and hostile client events answer
 from __future__ import annotations
 
 import json
+import socket
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -167,3 +169,24 @@ def test_the_openai_sdk_s_realtime_connect_streams_from_the_stub(start_stub: Sta
     assert types[0] == "session.created"
     assert types.count("response.output_text.delta") == 4
     assert text.split() == ["alpha0", "bravo1", "charlie2", "delta3"]
+
+
+def test_a_client_gone_mid_response_ends_its_audit_and_the_stub_goes_on(start_stub: StartStub) -> None:
+    stub = start_stub(tokens=50, interval_ms=20, ttft_ms=0)
+    with _ws(stub, "rt-gone") as ws:
+        _recv(ws)
+        ws.send(json.dumps(CREATE))  # no conversation item: an empty conversation still gets a response
+        while _recv(ws)["type"] != "response.output_text.delta":
+            pass
+        ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the peer vanished mid-response
+    log = stub.audit.get("rt-gone")
+    assert log is not None
+    for _ in range(100):
+        if log.state != "running":
+            break
+        time.sleep(0.05)
+    assert log.state == "client_gone"
+    with _ws(stub) as again:
+        assert _recv(again)["type"] == "session.created"
+        again.send(json.dumps(CREATE))
+        assert _until_done(again)[-1]["response"]["status"] == "completed"
