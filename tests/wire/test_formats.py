@@ -114,7 +114,7 @@ def test_responses_events(obj: dict[str, object], kind: FrameKind) -> None:
         ({"type": "response.output_text.delta", "delta": "hi"}, FrameKind.CONTENT),
         ({"type": "response.output_text.delta", "delta": ""}, FrameKind.CONTROL),
         ({"type": "response.output_audio_transcript.delta", "delta": "hi"}, FrameKind.CONTENT),
-        ({"type": "response.text.delta", "delta": "hi"}, FrameKind.CONTROL),  # the beta's name: not GA content
+        ({"type": "response.text.delta", "delta": "hi"}, FrameKind.CONTENT),  # the beta's name for the same
         ({"type": "response.done", "response": {"status": "completed"}}, FrameKind.DONE),
         ({"type": "response.done", "response": {"status": "incomplete"}}, FrameKind.DONE),
         ({"type": "response.done", "response": {"status": "cancelled"}}, FrameKind.ERROR),

@@ -11,7 +11,8 @@ type, response_id, item_id, output_index, content_index, delta}`, ResponseDoneEv
 
 - Frames: the session's events, read as SSE events named by their type (probe/wsstream.py re-frames each message).
   Content: `response.output_text.delta` (and `response.output_audio_transcript.delta`, the text of a spoken answer,
-  and `response.function_call_arguments.delta`, as tool-call deltas count elsewhere); the end: `response.done`
+  `response.function_call_arguments.delta`, as tool-call deltas count elsewhere, and the beta's `response.text.delta`
+  / `response.audio_transcript.delta`); the end: `response.done`
   (status completed or incomplete; cancelled or failed is an error); `error` an error. Every other known event
   (`session.*`, `conversation.*`, `response.*`, `rate_limits.updated`, `input_audio_buffer.*`) is control.
 - The error before a WebSocket: OpenAI's (wire/formats/openai.py).
@@ -30,8 +31,16 @@ from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.sse import Frame
 
 CONTENT = frozenset(
-    {"response.output_text.delta", "response.output_audio_transcript.delta", "response.function_call_arguments.delta"}
+    {
+        "response.output_text.delta",
+        "response.output_audio_transcript.delta",
+        "response.function_call_arguments.delta",
+        # The beta's names (a server still speaking it, `OpenAI-Beta: realtime=v1`): the same content, read as such.
+        "response.text.delta",
+        "response.audio_transcript.delta",
+    }
 )
+TEXT_DELTAS = frozenset({"response.output_text.delta", "response.text.delta"})
 DONE = "response.done"
 ENDED_WELL = frozenset({"completed", "incomplete"})  # response.done's status; cancelled / failed say it broke
 ERROR = "error"
@@ -61,7 +70,7 @@ def recognises(shape: Shape) -> bool:
 
 
 def content_text(obj: Any) -> object:
-    return get_path(obj, "delta") if get_path(obj, "type") == "response.output_text.delta" else None
+    return get_path(obj, "delta") if get_path(obj, "type") in TEXT_DELTAS else None
 
 
 def error_event(code: str | None, message: str, event_id: str, client_event_id: str | None = None) -> dict[str, Any]:
