@@ -7,7 +7,9 @@ openai-python 3.63 SDK's types (openai/types/realtime/: SessionCreatedEvent, Res
 type, response_id, item_id, output_index, content_index, delta}`, ResponseDoneEvent `{event_id, type, response}`
 "always emitted, no matter the final state": completed / incomplete / cancelled / failed, RealtimeErrorEvent
 `{event_id, type: error, error: {type, code, message, param, event_id}}`); its `realtime.connect()`
-(resources/realtime/realtime.py) builds the URL as base_url + `/realtime?model=`.
+(resources/realtime/realtime.py) builds the URL as base_url + `/realtime?model=`. The OpenAPI document (2.3.0, as
+docs.rs/openai-client-base renders it: RealtimeServerEventResponseDone, "always emitted, no matter the final state")
+agrees; so does the `error` payload clients log for a second response.create (openai/openai-agents-python#1466).
 
 - Frames: the session's events, read as SSE events named by their type (probe/wsstream.py re-frames each message).
   Content: `response.output_text.delta` (and `response.output_audio_transcript.delta`, the text of a spoken answer,
