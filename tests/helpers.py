@@ -18,8 +18,12 @@ from urllib.parse import urlsplit
 from tokenpath.proxies.base import Endpoint
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
+from tokenpath.wire.apis import SPECS, Api
 
 T = TypeVar("T")
+
+# The formats with an HTTP stream (a POST answered with it): every one but a WebSocket-only API (Realtime).
+HTTP_APIS = [api for api in Api if not SPECS[api].websocket_only]
 
 
 class BackgroundLoop:

@@ -103,6 +103,19 @@ def test_an_axis_that_does_not_apply_is_held_at_its_default_and_unsaid() -> None
         grid({"pause_after": [2]}, [axes.PAUSE_MS, axes.PAUSE_AFTER])
 
 
+def test_sse_on_a_websocket_only_api_is_left_out_of_the_grid_and_refused_when_nothing_is_left() -> None:
+    both = grid({"api": ["responses", "realtime"], "transport": ["sse", "websocket"]}, [axes.API, axes.TRANSPORT])
+    got = [(c.api, c.transport) for c in both]
+    assert got == [(Api.RESPONSES, "sse"), (Api.RESPONSES, "websocket"), (Api.REALTIME, "websocket")]
+    only = grid({"api": ["realtime"], "transport": ["websocket"]}, [axes.API, axes.TRANSPORT])
+    assert [(c.api, c.transport) for c in only] == [(Api.REALTIME, "websocket")]
+    for table in ({"api": ["realtime"]}, {"api": ["realtime"], "transport": ["sse"]}):
+        with pytest.raises(UsageError, match=r"transport: a WebSocket-only API \(realtime\) has no SSE stream"):
+            grid(table, [axes.API, axes.TRANSPORT])
+    assert axes.transport_for(Api.REALTIME) == "websocket"
+    assert axes.transport_for(Api.RESPONSES) == "sse"
+
+
 def test_every_setting_an_axis_feeds_exists_where_it_says() -> None:
     pacing = {f.name for f in fields(Pacing)}
     probe = {f.name for f in fields(ProbeConfig)}

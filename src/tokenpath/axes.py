@@ -63,6 +63,16 @@ class ValueNeeds:
 
 
 @dataclass(frozen=True, slots=True)
+class Excludes:
+    """Values of an axis that cannot go with another's (SSE on a WebSocket-only API): those points are left out of
+    the grid, and a file in which a declared value of that other axis is left with no point at all is refused."""
+
+    field: str  # the Condition field it is checked against
+    excluded: Callable[[Any, Any], bool]  # (this axis's value, that field's value): the pair cannot be measured
+    says: str  # why, and what to declare instead
+
+
+@dataclass(frozen=True, slots=True)
 class Column:
     """A table column one axis or more fill (report/tables.py): shown where some row's value is not the default,
     or, with `varies`, only where the rows differ. `answered_by` names the row's figure that answers the axis
@@ -90,6 +100,7 @@ class Axis(Generic[T]):
     to_probe: Callable[[Any], object] = lambda v: v
     needs: Needs | None = None
     value_needs: tuple[ValueNeeds, ...] = ()  # a value measured only where another axis holds
+    excludes: Excludes | None = None
     stub_paced: bool = False  # the stub's pacing: against a real [upstream], which paces its own stream, refused
     declared: bool = True  # a [conditions] key (the endpoint comes from [upstream])
     always: bool = False  # in the condition's JSON and label even at its default
@@ -440,7 +451,20 @@ TRANSPORT: Axis[str] = Axis(
             says='transport = "websocket" is an HTTP/1.1 upgrade: it needs client_http "1.1" or "2" beside "3"',
         ),
     ),
+    excludes=Excludes(
+        field="api",
+        excluded=lambda transport, api: transport != WEBSOCKET and SPECS[api].websocket_only,
+        says=f"a WebSocket-only API ({', '.join(a.value for a, s in SPECS.items() if s.websocket_only)}) has no SSE "
+        'stream: declare transport = ["websocket"] with it',
+    ),
 )
+
+
+def transport_for(api: Api) -> str:
+    """The transport a client takes when none is named: a WebSocket-only API's is WebSocket, every other's SSE."""
+    return WEBSOCKET if SPECS[api].websocket_only else TRANSPORT.default
+
+
 ACCEPT_ENCODING: Axis[str] = Axis(
     key="accept_encoding",
     field="accept_encoding",
@@ -701,4 +725,22 @@ def grid(table: Mapping[str, Any], axes: Iterable[Axis[Any]], where: str = "[con
                 continue
             out += [p for v in values if axis.measurable(p := {**point, axis.field: v})]
         points = out
+    for axis in axes:
+        points = _without_excluded(points, axis, where)
     return [replace(DEFAULT_CONDITION, **p) for p in points]
+
+
+def _without_excluded(points: list[dict[str, Any]], axis: Axis[Any], where: str) -> list[dict[str, Any]]:
+    """The points `axis.excludes` allows; refused when a value of the other axis is left with none."""
+    rule = axis.excludes
+    if rule is None:
+        return points
+    other = BY_FIELD[rule.field].default
+
+    def excluded(point: dict[str, Any]) -> bool:
+        return rule.excluded(point.get(axis.field, axis.default), point.get(rule.field, other))
+
+    kept = [p for p in points if not excluded(p)]
+    if {p.get(rule.field, other) for p in points} - {p.get(rule.field, other) for p in kept}:
+        raise UsageError(f"{where} {axis.key}: {rule.says}")
+    return kept

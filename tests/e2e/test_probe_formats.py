@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from tests.e2e.conftest import Start
+from tests.helpers import HTTP_APIS
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
@@ -35,7 +36,7 @@ def stub_url(module_service: Start) -> str:
     return url
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_probe_s_first_content_frame_is_the_stub_s_first_content_write(stub_url: str, api: Api) -> None:
     sid = f"probe-{api.value}"
     trace = probe_stream(ProbeConfig(url=stub_url, api=api, total_timeout_s=10), stream_id=sid)

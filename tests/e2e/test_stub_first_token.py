@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Start
+from tests.helpers import HTTP_APIS
 from tokenpath.serve.procs import tokenpath_argv
 from tokenpath.wire.apis import Api
 
@@ -52,7 +53,7 @@ def reasoning_stub(module_service: Start) -> str:
     return stub(module_service, "--reasoning-tokens", str(REASONING))
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_reasoning_tokens_come_first_and_ttft_waits_for_the_content(reasoning_stub: str, api: Api) -> None:
     run = probe(reasoning_stub, api)
     assert run["first_token_ms"] >= AT_THE_FIRST_TOKEN_MS

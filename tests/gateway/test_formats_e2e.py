@@ -29,6 +29,7 @@ from google.genai import types as genai_types
 
 from tests.gateway.test_gateway_e2e import Services, hostport, metric, pool, request, token
 from tests.gateway.test_hostile_e2e import ScriptedUpstream, chunk
+from tests.helpers import HTTP_APIS
 from tokenpath.gateway.routes import match_route
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import ServiceProcess
@@ -347,7 +348,7 @@ def settled(read: Callable[[], float], expected: float, timeout_s: float = 15.0)
     return value
 
 
-APIS = list(Api)
+APIS = HTTP_APIS
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda a: a.value)

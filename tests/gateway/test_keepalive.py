@@ -197,6 +197,7 @@ def test_each_format_has_its_own_keepalive_or_none() -> None:
     expected = {
         Api.OPENAI: b": keep-alive\n\n",
         Api.RESPONSES: b": keep-alive\n\n",
+        Api.REALTIME: None,  # WebSocket only: kept alive by pings
         Api.ANTHROPIC: b'event: ping\ndata: {"type": "ping"}\n\n',
         Api.GEMINI: None,
         Api.BEDROCK: None,

@@ -9,6 +9,7 @@ import contextlib
 
 import pytest
 
+from tests.helpers import HTTP_APIS
 from tests.wire.samples import STREAMS
 from tokenpath.errors import StreamFormatError
 from tokenpath.gateway.relay import Relay
@@ -26,7 +27,7 @@ def client_end(api: Api, body: bytes) -> EndKind:
     return classify_end(reader.last_word(frames), BodyEnd.CLOSE, sent_ns=0, end_ns=1, last_byte_ns=0).kind
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_relay_cuts_by_a_close_exactly_what_a_client_would_not_call_complete(api: Api) -> None:
     stream = for_response(api, SPECS[api].content_type)
     assert stream is not None

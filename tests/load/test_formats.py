@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from tests.helpers import HTTP_APIS
 from tests.wire.battery import encoded
 from tokenpath.audit import StreamLog, completion_id
 from tokenpath.errors import ContentEncodingError
@@ -49,7 +50,7 @@ def replay(api: Api, reads: list[bytes]) -> tuple[TraceRecorder, LeanRecorder]:
     return trace, lean
 
 
-@pytest.mark.parametrize("api", list(Api))
+@pytest.mark.parametrize("api", HTTP_APIS)
 def test_the_first_content_arrival_and_its_write_in_each_format(api: Api) -> None:
     frames, first_write = stub_frames(api)
     response = head(api) + b"".join(chunked(frames)) + b"0\r\n\r\n"

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from tests.helpers import HTTP_APIS
 from tokenpath.errors import StreamFormatError
 from tokenpath.load.integrity import check_body, expected_frames
 from tokenpath.load.lean import LeanRecorder
@@ -97,7 +98,7 @@ def test_integrity_from_the_whole_body() -> None:
     assert (respaced.byte_exact, respaced.lost, respaced.out_of_order) == (False, 0, 0)  # re-serialised
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_end_is_the_trace_recorders_at_every_cut_from_the_body_s_tail_only(api: Api) -> None:
     body, _ = STREAMS[api]
     head = HEAD.replace(b"text/event-stream", SPECS[api].content_type.encode())

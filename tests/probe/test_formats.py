@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers import accept_each
+from tests.helpers import HTTP_APIS, accept_each
 from tests.probe.test_client import FakeClock, ScriptedTransport
 from tests.wire.samples import ERRORS, STREAMS, sse
 from tokenpath.errors import ContentTypeError, HTTPStatusError, StreamFormatError
@@ -25,7 +25,7 @@ from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import frame_reader
 
 MS = 1_000_000
-APIS = list(Api)
+APIS = HTTP_APIS
 
 
 def head(api: Api, content_type: str | None = None, status: str = "200 OK") -> bytes:
@@ -242,7 +242,7 @@ def test_the_cli_refuses_an_unknown_format_with_the_list() -> None:
 
     out = CliRunner().invoke(app, ["probe", "http://127.0.0.1:9", "--api", "grpc"])
     assert out.exit_code == 2
-    assert "openai, responses, anthropic, gemini, bedrock, ollama" in out.output
+    assert "openai, responses, realtime, anthropic, gemini, bedrock, ollama" in out.output
 
 
 # --- real loopback servers writing each format's bytes ------------------------------------------------------------

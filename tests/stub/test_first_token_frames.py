@@ -10,6 +10,7 @@ import json
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
+from tests.helpers import HTTP_APIS
 from tokenpath.audit import StreamLog, Write, completion_id, stream_label
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.stub.config import MAX_FIRST_EVENT_BYTES, MAX_HEARTBEATS, Pacing, StubConfig
@@ -78,7 +79,7 @@ REASONING_KINDS = {
 }
 
 
-@pytest.mark.parametrize("api", [a for a in Api if a is not Api.BEDROCK], ids=lambda a: a.value)
+@pytest.mark.parametrize("api", [a for a in HTTP_APIS if a is not Api.BEDROCK], ids=lambda a: a.value)
 def test_a_reasoning_delta_is_written_as_the_api_writes_it(api: Api) -> None:
     s = shape(api, reasoning_tokens=2)
     assert wire(api, reasoning_tokens=2)[s.reasoning.start] == REASONING_FRAME[api]
@@ -104,7 +105,7 @@ def test_bedrock_reasoning_is_a_reasoning_content_delta_then_its_signature_and_b
     assert s.with_next == {3, 4}
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_reasoning_comes_before_content_and_the_shape_says_where(api: Api) -> None:
     s = shape(api, reasoning_tokens=2)
     got = kinds(api, wire(api, reasoning_tokens=2))
@@ -174,7 +175,7 @@ def test_openai_frames_without_a_reasoning_field_refuse_reasoning(where: str) ->
 # --- the first event padded ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_first_content_frame_alone_is_padded_to_first_event_bytes(api: Api) -> None:
     plain, big = wire(api), wire(api, first_event_bytes=3000)
     s = shape(api)
@@ -185,7 +186,7 @@ def test_the_first_content_frame_alone_is_padded_to_first_event_bytes(api: Api) 
     assert kinds(api, big)[first] is FrameKind.CONTENT
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_first_event_bytes_pads_the_first_content_after_reasoning_too(api: Api) -> None:
     s = shape(api, reasoning_tokens=1, first_event_bytes=2000)
     sizes = dict(enumerate(s.sizes))
@@ -200,7 +201,7 @@ def test_a_plain_first_event_is_padded_after_a_space() -> None:
     assert frames.wire(False, "x") == [b"data: 0 ..........\n\n", b"data: 1 ..\n\n"]
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_a_first_event_smaller_than_its_frame_is_refused(api: Api) -> None:
     with pytest.raises(UsageError, match="smaller than"):
         shape(api, first_event_bytes=10)

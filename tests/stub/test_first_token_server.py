@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import exchange, post
+from tests.helpers import HTTP_APIS, exchange, post
 from tests.stub.test_formats import BODIES, PATHS, call
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
@@ -43,7 +43,7 @@ def keepalives(api: Api, data: bytes) -> list[int]:
     return [i for i, f in enumerate(frames) if reader.kind(f) is FrameKind.COMMENT]
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_every_write_is_the_frame_the_reader_reads_there(start_stub: StartStub, api: Api) -> None:
     """Reasoning and keep-alives (SSE formats) in one stream: the audit marks each where the reader finds it."""
     stub = start_stub(tokens=3, ttft_ms=20, interval_ms=10)
@@ -90,7 +90,7 @@ def test_a_request_s_heartbeat_0_is_none(start_stub: StartStub) -> None:
     assert not keepalives(Api.ANTHROPIC, data)
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_first_event_is_as_large_as_asked(start_stub: StartStub, api: Api) -> None:
     stub = start_stub(tokens=3, ttft_ms=0, interval_ms=1)
     sid = f"big-{api.value}"
@@ -120,7 +120,7 @@ def first_read(port: int, raw: bytes) -> tuple[float, bytes, bytes]:
 HELD_TTFT_MS = 150
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_held_head_leaves_with_the_first_token(start_stub: StartStub, api: Api) -> None:
     stub = start_stub(tokens=2, ttft_ms=HELD_TTFT_MS, interval_ms=60)  # the content: far enough behind to be apart
     raw = post(PATHS[api], body(api, head_at="first-token", reasoning_tokens=1), extra=f"{STREAM_HEADER}: held\r\n")

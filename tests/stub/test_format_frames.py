@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from botocore.eventstream import ChecksumMismatch, EventStreamBuffer
 
+from tests.helpers import HTTP_APIS
 from tokenpath.audit import completion_id, stream_label
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import Pacing
@@ -19,7 +20,7 @@ from tokenpath.stub.frames import PLACEHOLDER_LABEL, StreamRequest, token_text
 from tokenpath.wire.apis import Api
 from tokenpath.wire.sse import SSEParser
 
-OTHER_APIS = [a for a in Api if a is not Api.OPENAI]
+OTHER_APIS = [a for a in HTTP_APIS if a is not Api.OPENAI]
 PACING = Pacing(ttft_ms=10, interval_ms=5, tokens=2, frame_bytes=None, format="openai")
 
 

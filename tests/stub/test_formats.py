@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from botocore.eventstream import EventStreamBuffer
 
-from tests.helpers import exchange, post
+from tests.helpers import HTTP_APIS, exchange, post
 from tokenpath.errors import UsageError
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.formats import check_frame_bytes
@@ -24,7 +24,7 @@ from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.sse import SSEParser
 
 StartStub = Callable[..., StubServer]
-OTHER_APIS = [a for a in Api if a is not Api.OPENAI]
+OTHER_APIS = [a for a in HTTP_APIS if a is not Api.OPENAI]
 PATHS = {
     Api.OPENAI: "/v1/chat/completions",
     Api.RESPONSES: "/v1/responses",
@@ -105,7 +105,7 @@ def error_message(api: Api, body: bytes) -> str:
     return str(doc["error"]["message"])
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_each_route_streams_its_format_and_the_audit_has_the_first_content_at_the_ttft(
     start_stub: StartStub, api: Api
 ) -> None:
@@ -140,7 +140,7 @@ def test_gemini_and_bedrock_take_the_model_from_the_path(start_stub: StartStub) 
     assert status == 200
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_format_s_max_tokens_field_lowers_the_count_and_never_raises_it(start_stub: StartStub, api: Api) -> None:
     stub = start_stub(tokens=5, ttft_ms=0, interval_ms=0)
     _, _, body = call(stub.port, api, {**BODIES[api], **LIMITS[api](2)})
@@ -214,7 +214,7 @@ def test_api_serves_only_its_route_and_the_others_say_so_in_their_shape(start_st
     status, _, body = call(stub.port, served, BODIES[served])
     assert status == 200
     assert len(texts(served, body)) == 2
-    for api in Api:
+    for api in HTTP_APIS:
         if api is served:
             continue
         status, _, body = call(stub.port, api, BODIES[api])
@@ -224,7 +224,7 @@ def test_api_serves_only_its_route_and_the_others_say_so_in_their_shape(start_st
         assert f"start it with --api {api.value} or --api all" in message
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_the_stream_id_header_names_the_stream_and_a_bad_one_is_refused(start_stub: StartStub, api: Api) -> None:
     stub = start_stub(tokens=1, ttft_ms=0, interval_ms=0)
     status, head, _ = call(stub.port, api, BODIES[api], sid="hdr-1")

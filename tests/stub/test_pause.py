@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import HTTP_APIS
 from tests.stub.test_first_token_frames import MS, plan_shape
 from tests.stub.test_first_token_server import SSE_APIS, body, kinds
 from tests.stub.test_formats import BODIES, call
@@ -58,7 +59,7 @@ def test_the_pause_is_part_of_the_stream_s_time() -> None:
         Pacing(pause_ms=4_000_000).check_bounds("")  # past the longest stream
 
 
-@pytest.mark.parametrize("api", list(Api), ids=lambda a: a.value)
+@pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_a_stub_that_pauses_as_told_passes_its_audit(start_stub: StartStub, api: Api) -> None:
     stub = start_stub(tokens=4, ttft_ms=10, interval_ms=INTERVAL_MS)  # the audit's tolerance: 20 % of it
     sid = f"pause-{api.value}"

@@ -53,6 +53,21 @@ def _responses() -> tuple[bytes, list[FrameKind]]:
     return body, [kind for _, kind in events]
 
 
+def _realtime() -> tuple[bytes, list[FrameKind]]:
+    """As probe/wsstream.py re-frames the session's messages: each its type as the event name."""
+    where = {"response_id": "resp_1", "item_id": "item_1", "output_index": 0, "content_index": 0}
+    events: list[tuple[dict[str, Any], FrameKind]] = [
+        ({"type": "session.created", "session": {"id": "sess_1"}}, C),
+        ({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress"}}, C),
+        ({"type": "response.content_part.added", **where, "part": {"type": "text", "text": ""}}, C),
+        ({"type": "response.output_text.delta", **where, "delta": "Hello"}, X),
+        ({"type": "response.output_text.done", **where, "text": "Hello"}, C),
+        ({"type": "response.done", "response": {"id": "resp_1", "status": "completed"}}, D),
+    ]
+    body = b"".join(sse({"event_id": f"event_{i}", **obj}, obj["type"]) for i, (obj, _) in enumerate(events))
+    return body, [kind for _, kind in events]
+
+
 def _anthropic() -> tuple[bytes, list[FrameKind]]:
     events: list[tuple[dict[str, Any], FrameKind]] = [
         ({"type": "message_start", "message": {"id": "msg_1", "role": "assistant", "content": []}}, C),
@@ -110,6 +125,7 @@ def _ollama() -> tuple[bytes, list[FrameKind]]:
 STREAMS: dict[Api, tuple[bytes, list[FrameKind]]] = {
     Api.OPENAI: _openai(),
     Api.RESPONSES: _responses(),
+    Api.REALTIME: _realtime(),
     Api.ANTHROPIC: _anthropic(),
     Api.GEMINI: _gemini(),
     Api.BEDROCK: _bedrock(),
@@ -125,6 +141,10 @@ ERRORS: dict[Api, list[bytes]] = {
             "response.failed",
         ),
         sse({"type": "error", "code": "ERR_SOMETHING", "message": "boom", "sequence_number": 1}, "error"),
+    ],
+    Api.REALTIME: [
+        sse({"type": "error", "event_id": "e1", "error": {"type": "server_error", "message": "boom"}}, "error"),
+        sse({"type": "response.done", "event_id": "e2", "response": {"status": "failed"}}, "response.done"),
     ],
     Api.ANTHROPIC: [sse({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, "error")],
     Api.GEMINI: [sse({"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})],

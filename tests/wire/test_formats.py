@@ -45,7 +45,7 @@ def test_each_format_reads_the_same_at_every_split_and_byte_by_byte(api: Api) ->
         assert read(api, pieces) == whole
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", [api for api in APIS if api is not Api.REALTIME])  # Realtime streams no reasoning
 def test_reasoning_comes_first_and_is_not_content(api: Api) -> None:
     kinds = [kind for _, kind in read(api, [STREAMS[api][0]])]
     assert kinds.index(FrameKind.REASONING) < kinds.index(FrameKind.CONTENT)
@@ -106,6 +106,29 @@ def test_openai_content_in_a_later_choice_wins_over_reasoning_in_an_earlier_one(
 )
 def test_responses_events(obj: dict[str, object], kind: FrameKind) -> None:
     assert kind_of(Api.RESPONSES, sse(obj)) is kind
+
+
+@pytest.mark.parametrize(
+    ("obj", "kind"),
+    [
+        ({"type": "response.output_text.delta", "delta": "hi"}, FrameKind.CONTENT),
+        ({"type": "response.output_text.delta", "delta": ""}, FrameKind.CONTROL),
+        ({"type": "response.output_audio_transcript.delta", "delta": "hi"}, FrameKind.CONTENT),
+        ({"type": "response.text.delta", "delta": "hi"}, FrameKind.CONTENT),  # the beta's name for the same
+        ({"type": "response.done", "response": {"status": "completed"}}, FrameKind.DONE),
+        ({"type": "response.done", "response": {"status": "incomplete"}}, FrameKind.DONE),
+        ({"type": "response.done", "response": {"status": "cancelled"}}, FrameKind.ERROR),
+        ({"type": "response.done", "response": {"status": "failed"}}, FrameKind.ERROR),
+        ({"type": "error", "error": {"message": "x"}}, FrameKind.ERROR),
+        ({"type": "session.created", "session": {}}, FrameKind.CONTROL),
+        ({"type": "conversation.item.added", "item": {}}, FrameKind.CONTROL),
+        ({"type": "rate_limits.updated", "rate_limits": []}, FrameKind.CONTROL),
+        ({"type": "response.completed", "response": {}}, FrameKind.CONTROL),  # Responses' end is not Realtime's
+        ({"type": "message_start"}, FrameKind.FOREIGN),
+    ],
+)
+def test_realtime_events(obj: dict[str, object], kind: FrameKind) -> None:
+    assert kind_of(Api.REALTIME, sse(obj)) is kind
 
 
 def test_responses_events_are_named_by_type_or_by_event_name() -> None:
@@ -228,7 +251,8 @@ def test_hints_name_what_a_frame_calls_itself() -> None:
 def test_content_types_name_their_formats() -> None:
     assert apis_for_content_type("application/vnd.amazon.eventstream") == [Api.BEDROCK]
     assert apis_for_content_type("application/x-ndjson") == [Api.OLLAMA]
-    assert set(apis_for_content_type("text/event-stream")) == {Api.OPENAI, Api.RESPONSES, Api.ANTHROPIC, Api.GEMINI}
+    sse_apis = {Api.OPENAI, Api.RESPONSES, Api.ANTHROPIC, Api.GEMINI}  # never Realtime's: it has no HTTP stream
+    assert set(apis_for_content_type("text/event-stream")) == sse_apis
     assert apis_for_content_type("application/json") == []
 
 

@@ -155,10 +155,12 @@ def stream_choice(
         raise UsageError("--h3-window is HTTP/3's: pass --http3 with it")
     if http2 and http3:
         raise UsageError("--http2 and --http3: pick one HTTP version")
+    fmt = axes.API.read(api, "--api") if api is not None else axes.API.default
     return StreamChoice(
-        api=axes.API.read(api, "--api") if api is not None else axes.API.default,
+        api=fmt,
         http_version=HttpVersion.HTTP3 if http3 else HttpVersion.of(http2),
         h2_window=parse_h2_window(h2_window) if h2_window is not None else DEFAULT_WINDOW,
         h3_window=parse_h3_window(h3_window) if h3_window is not None else DEFAULT_H3_WINDOW,
-        transport=axes.TRANSPORT.read(transport, "--transport") if transport is not None else axes.TRANSPORT.default,
+        # a WebSocket-only API (realtime) is carried over WebSocket when no transport is named
+        transport=axes.TRANSPORT.read(transport, "--transport") if transport is not None else axes.transport_for(fmt),
     )

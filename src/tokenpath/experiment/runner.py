@@ -20,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from tokenpath.axes import replay_file
+from tokenpath.axes import replay_file, transport_for
 from tokenpath.controls.policies import CORK_MS
 from tokenpath.errors import CertificationError, PeerError, ServiceError, TokenpathError
 from tokenpath.experiment.attribution import attribute
@@ -70,7 +70,7 @@ from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.carrier import WEBSOCKET
 from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.httpversion import HttpVersion
@@ -414,8 +414,10 @@ class MatrixRunner:
 
     def _ws_fallback(self, cond: Condition) -> WsFallback:
         """A WebSocket condition's probes follow the experiment's fallback policy ([websocket]): a path that does
-        not carry the upgrade costs what it costs an agent, and its row says how much."""
-        return self.exp.ws_fallback if cond.transport == WEBSOCKET else NO_FALLBACK
+        not carry the upgrade costs what it costs an agent, and its row says how much. A WebSocket-only API's client
+        has no SSE to fall back to (the Realtime API's): a refused upgrade is its result."""
+        fallback = cond.transport == WEBSOCKET and not SPECS[cond.api].websocket_only
+        return self.exp.ws_fallback if fallback else NO_FALLBACK
 
     def _install_releases(self) -> None:
         """The preflight of every NAME@VERSION path: its release installed (or found cached) before the first stub
@@ -646,7 +648,8 @@ class MatrixRunner:
         writes some events together (Anthropic's message_start, content_block_start and ping), so clean is: every
         write the stub made at its own moment arrived in its own read, the frames are the writes, and the first
         content was found (TTFT), in most runs."""
-        cond = Condition(CERT_INTERVAL_MS, 0, env.link, env.tls, api=api)
+        # In the format's own transport: a WebSocket-only API (Realtime) has no SSE stream to certify.
+        cond = Condition(CERT_INTERVAL_MS, 0, env.link, env.tls, api=api, transport=transport_for(api))
         runs = [r for _ in range(CERT_RUNS) for r in self._round(env, [("direct", env.stub_url)], cond, CERT_FRAMES)]
         row = build_row(PathSpec("direct"), cond, runs, Floor.from_direct(runs))
         clean = [

@@ -266,7 +266,7 @@ async def one_stream(
         if work.transport == WEBSOCKET:
             ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
             headers, body = request_parts(cfg, sid)
-            offer = ws_request(cfg.target.host_header, cfg.target.path, headers, body)
+            offer = ws_request(cfg.api, cfg.target.host_header, cfg.target.path, headers, body)
             make_ws = functools.partial(WsLeanRecorder, api=cfg.api)
             trace, result.ws = await ws_stream(
                 host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx

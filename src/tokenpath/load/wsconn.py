@@ -25,14 +25,13 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.probe.wsstream import CREATE_EVENT
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
 from tokenpath.wire.framing import Framing
@@ -66,14 +65,17 @@ class WsRequest:
     host: str  # the Host header
     path: str
     headers: tuple[tuple[str, str], ...]
-    create: str  # the `response.create` message: the format's streaming body with its type
+    create: tuple[str, ...]  # the format's client events for one response (ApiSpec.ws_request), sent in one write
+    session_events: tuple[str, ...] = ()  # the `type` prefixes of the session's own events (never a frame)
 
 
-def ws_request(host: str, path: str, headers: list[tuple[str, str]], body: dict[str, object]) -> WsRequest:
-    """The request as probe/wsstream.py sends it: `stream` is implied over WebSocket (OpenAI: "should not be sent")."""
-    fields = {k: v for k, v in body.items() if k != "stream"}
-    create = json.dumps({"type": CREATE_EVENT, **fields}, separators=(",", ":"))
-    return WsRequest(host, path, tuple(headers), create)
+def ws_request(api: Api, host: str, path: str, headers: list[tuple[str, str]], body: dict[str, Any]) -> WsRequest:
+    """The request as probe/wsstream.py sends it: the format's client events (Responses' `response.create`, `stream`
+    implied; Realtime's user item and `response.create`)."""
+    spec = SPECS[api]
+    assert spec.ws_request is not None, "the load options refuse a format without a WebSocket mode"
+    create = tuple(json.dumps(event, separators=(",", ":")) for event in spec.ws_request(body))
+    return WsRequest(host, path, tuple(headers), create, spec.ws_session_events)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +224,7 @@ class WsLoadStream(asyncio.Protocol):
         for i, event in enumerate(events):
             if isinstance(event, Upgraded):
                 self._upgrade_ns = t - self._offered_ns
-                message = self._ws.send_text(self._request.create)
+                message = b"".join(self._ws.send_text(text) for text in self._request.create)
                 recorder = self._make(self._stream_id, self._clock())  # before the write, as probe/wsstream.py
                 recorder.on_upgraded(event.headers)
                 self._recorder = recorder
@@ -243,9 +245,13 @@ class WsLoadStream(asyncio.Protocol):
         body: list[bytes] = []
         final = False
         closed: Closed | None = None
+        session = self._request.session_events
         for event in events:
             if type(event) is MessageReceived:
                 sse, kind = message_event(event.text)
+                if session and kind is not None and kind.startswith(session):
+                    self._messages += 1  # the session's own event (Realtime's session.created): not the stream's
+                    continue
                 body.append(sse)
                 if self._final.ends(kind, sse):
                     final = True

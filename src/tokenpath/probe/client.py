@@ -93,6 +93,15 @@ class ProbeConfig:
             raise UsageError(
                 f"`transport` websocket: the {self.api.value} API has no WebSocket mode (`api` {modes} has)"
             )
+        if self.transport != WEBSOCKET and SPECS[self.api].websocket_only:
+            raise UsageError(
+                f"`transport` {self.transport}: the {self.api.value} API is WebSocket only (no HTTP stream); "
+                "pass `transport` websocket"
+            )
+        if self.ws_fallback.enabled and SPECS[self.api].websocket_only:
+            raise UsageError(
+                f"`ws_fallback`: the {self.api.value} API is WebSocket only: there is no SSE to fall back to"
+            )
         if self.ws_ping_s is not None and self.transport != WEBSOCKET:
             raise UsageError("`ws_ping_s` is the WebSocket client's keep-alive: pass `transport` websocket with it")
         if self.ws_ping_s is not None and not 0 < self.ws_ping_s < float("inf"):

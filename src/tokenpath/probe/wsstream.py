@@ -2,7 +2,9 @@
 the probe's own socket, every recv() timestamped as it returns.
 
 The upgrade is timed apart (its status and time; a path that answers anything but 101 is a result, WsFigures with
-`upgraded` false, not an error), then one `response.create` goes out and TTFT counts from its last byte. Each text
+`upgraded` false, not an error), then the format's client events for one response go out in one write (its spec's
+ws_request: Responses' `response.create`; the Realtime API's `conversation.item.create` + `response.create`, its
+`session.created` a control frame before them) and TTFT counts from their last byte. Each text
 message is handed to the same TraceRecorder as the SSE stream's events would be, re-framed as the SSE event it
 mirrors (`event: TYPE` / `data: JSON`: the Responses stream names its events by their type), so frames, first
 content, frames per read (here: messages per read, the coalescing of WebSocket frames), gaps and the join to the
@@ -30,6 +32,7 @@ from tokenpath.probe.client import (
 from tokenpath.probe.trace import DEFAULT_LIMITS, ERROR_BODY_PREVIEW, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport, open_connection
 from tokenpath.probe.wsfigures import WsFigures
+from tokenpath.wire.apis import SPECS
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import BodyEnd, LastWord, classify_end
 from tokenpath.wire.framing import Framing
@@ -48,9 +51,8 @@ from tokenpath.wire.websocket import (
     WsEvent,
 )
 
-__all__ = ["CREATE_EVENT", "probe_ws", "sse_event"]
+__all__ = ["probe_ws", "sse_event"]
 
-CREATE_EVENT = "response.create"
 CLOSE_WAIT_S = 1.0  # how long our close waits for the server's (the figures are in already)
 REFUSAL_BODY_S = 1.0  # how long a refused upgrade's body is read for its first bytes
 
@@ -61,15 +63,20 @@ def _connect(target: Target, cfg: ProbeConfig) -> Transport:
     return open_connection(target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls)
 
 
-def sse_event(text: str) -> bytes:
-    """A message as the SSE event it mirrors: its JSON `type` as the event name, the message as its data."""
-    kind = None
+def event_type(text: str) -> str | None:
+    """A message's JSON `type`, or None."""
     try:
         obj = json.loads(text)
-        kind = obj.get("type") if isinstance(obj, dict) else None
     except (ValueError, RecursionError):
-        pass
-    head = f"event: {kind}\n" if isinstance(kind, str) and "\n" not in kind else ""
+        return None
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def sse_event(text: str) -> bytes:
+    """A message as the SSE event it mirrors: its JSON `type` as the event name, the message as its data."""
+    kind = event_type(text)
+    head = f"event: {kind}\n" if kind is not None and "\n" not in kind else ""
     return (head + "data: " + text.replace("\n", "\ndata: ") + "\n\n").encode("utf-8")
 
 
@@ -90,8 +97,10 @@ def probe_ws(
     target = cfg.target
     stream_id = stream_id or new_stream_id()
     headers, body = request_parts(cfg, stream_id)
-    body.pop("stream", None)  # implied over WebSocket (OpenAI: "should not be sent")
-    create = json.dumps({"type": CREATE_EVENT, **body}, separators=(",", ":"))
+    ask = SPECS[cfg.api].ws_request
+    assert ask is not None, "ProbeConfig refuses a format without a WebSocket mode"
+    # The client events that ask for one response (Responses: response.create; Realtime: a user item, then it).
+    create = [json.dumps(event, separators=(",", ":")) for event in ask(body)]
     # One message is one event: the trace's bound on one event is the bound on one message (response.completed
     # carries the whole answer, larger than a request's 1 MiB).
     ws_limits = ws_limits or WebSocketLimits(max_message_bytes=limits.event_bytes)
@@ -134,6 +143,7 @@ class _WsRun:
         self.deadline = deadline
         self.rec = rec
         self.reader = frame_reader(cfg.api)  # the format's own rule for its final event
+        self.session_events = SPECS[cfg.api].ws_session_events
         self.messages = 0
         self.message_reads = 0
         self.pings = 0
@@ -145,7 +155,7 @@ class _WsRun:
         self.closed: Closed | None = None
         self.closed_by = ""
 
-    def run(self, create: str) -> Trace:
+    def run(self, create: list[str]) -> Trace:
         self.transport.sendall(self.ws.data_to_send())
         upgrade_sent = self.clock()
         answer, answered_at, after = self._upgrade(upgrade_sent)
@@ -154,7 +164,7 @@ class _WsRun:
         if not isinstance(answer, Upgraded):
             return self._refused(answer, upgrade_sent, upgrade_ms, answered_at)
         trace.head = ResponseHead(101, "1.1", answer.headers, Framing.NONE, keep_alive=False)
-        message = self.ws.send_text(create)
+        message = b"".join(self.ws.send_text(event) for event in create)
         trace.t_sent_ns = self.clock()  # before the write: a stub in this process may answer before it returns
         self.transport.sendall(message)
         if after:
@@ -264,7 +274,7 @@ class _WsRun:
 
     def _events(self, t: int, nbytes: int, events: list[WsEvent]) -> int:
         text = [e for e in events if isinstance(e, MessageReceived)]
-        body = b"".join(sse_event(m.text) for m in text)
+        body = b"".join(sse_event(m.text) for m in text if not self._session_event(m.text))
         ends = False
         for frame in self.reader.feed(body):
             if self.reader.ends(frame):
@@ -284,6 +294,11 @@ class _WsRun:
         elif ends:
             self._end(t, "client")
         return frames
+
+    def _session_event(self, text: str) -> bool:
+        """The session's own event (ApiSpec.ws_session_events): a message, but none of the response's frames."""
+        prefixes = self.session_events
+        return bool(prefixes) and (event_type(text) or "").startswith(prefixes)
 
     def _end(self, t: int, by: str) -> None:
         if not self.ended:

@@ -33,6 +33,7 @@ from tokenpath.stub.frames import StreamRequest, StreamShape
 from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
 from tokenpath.stub.plan import plan_writes
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
+from tokenpath.stub.realtime import RealtimeSession
 from tokenpath.stub.replay import Recording
 from tokenpath.stub.replay import load as load_recording
 from tokenpath.stub.replay import plan as replay_plan
@@ -44,6 +45,9 @@ from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, switching_protocols, websocket_key
 
 __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
+
+# A WebSocket session by the client events it takes (ApiFormat.ws_dialect).
+SESSIONS: dict[str, type[WebSocketSession]] = {"response.create": WebSocketSession, "conversation": RealtimeSession}
 
 AUDIT_PREFIX = "/_tokenpath/audit"
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
@@ -200,6 +204,10 @@ class StubApp:
                 f"(--api {self.cfg.api}: {served}); start it with --api {fmt.api.value} or --api all"
             )
             _refuse(response, fmt, 404, message)
+        elif fmt.websocket_only and not is_websocket_offer(request.headers):
+            # RFC 9110 15.5.22: a 426 names the protocol to upgrade to.
+            message = f"{request.path} is the {fmt.api.value} API's, WebSocket only: GET with Upgrade: websocket"
+            _refuse(response, fmt, 426, message, ("Upgrade", "websocket"))
         elif request.method != "POST" and not (fmt.websocket and is_websocket_offer(request.headers)):
             message = f"{request.method} is not allowed on {request.path}; use POST"
             _refuse(response, fmt, 405, message, ("Allow", "POST"))
@@ -302,7 +310,7 @@ class StubApp:
             extra = ("Sec-WebSocket-Version", "13") if exc.status == 426 else ("Connection", "close")
             _refuse(response, fmt, exc.status, str(exc), extra)
             return
-        session = WebSocketSession(request, partial(self._ws_response, fmt, route), self.clock)
+        session = SESSIONS[fmt.ws_dialect](request, partial(self._ws_response, fmt, route), self.clock)
         response.switch_protocols(switching_protocols(key), session)
 
     def _ws_response(

@@ -74,6 +74,8 @@ StartResponse = Callable[[Request, dict[str, Any], MessageWriter], None]
 
 
 class WebSocketSession(asyncio.Protocol):
+    bad_request_code: str | None = None  # the error event's code for a response the request's fields refuse
+
     def __init__(
         self, request: Request, start: StartResponse, clock: Clock, limits: WebSocketLimits | None = None
     ) -> None:
@@ -142,7 +144,10 @@ class WebSocketSession(asyncio.Protocol):
         if event.get("background"):
             self._error("'background' is not supported over WebSocket")
             return
-        body = {k: v for k, v in event.items() if k not in ("type", "stream")}
+        self._begin({k: v for k, v in event.items() if k not in ("type", "stream")})
+
+    def _begin(self, body: dict[str, Any], client_id: str | None = None) -> None:
+        """One response on this session (none is streaming): its body handed to the app's StartResponse."""
         # The upgrade's stream id names the first response; later ones name theirs in the body, or get a fresh one.
         request = self._request if self.responses == 0 else _without_stream_header(self._request)
         writer = MessageWriter(self)
@@ -152,9 +157,10 @@ class WebSocketSession(asyncio.Protocol):
             self._start(request, body, writer)
         except (BadRequest, UsageError) as exc:
             self._current = None
-            self._error(str(exc))
+            self._error(str(exc), self.bad_request_code, client_id)
 
-    def _error(self, message: str, code: str | None = None) -> None:
+    def _error(self, message: str, code: str | None = None, client_id: str | None = None) -> None:
+        """An `error` event in the Responses WebSocket mode's shape (`client_id`: the Realtime API's, unused here)."""
         error = {"type": "invalid_request_error", "code": code, "message": message, "param": None}
         self.write(self._ws.send_text(json.dumps({"type": "error", "status": 400, "error": error})))
 

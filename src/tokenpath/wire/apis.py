@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tokenpath.wire.apispec import Api, ApiSpec, Framing, WireFrame
 from tokenpath.wire.eventstream import EventMessage
-from tokenpath.wire.formats import anthropic, bedrock, gemini, ollama, openai, responses
+from tokenpath.wire.formats import anthropic, bedrock, gemini, ollama, openai, realtime, responses
 from tokenpath.wire.formats.shared import shape_of
 
 __all__ = [
@@ -30,7 +30,16 @@ __all__ = [
 # The order counts: help texts list the formats in it, recognise() tries them in it, and the first format declared
 # with a Content-Type is the one a stream of that type is read as when its path names no format (the gateway).
 SPECS: dict[Api, ApiSpec] = {
-    spec.api: spec for spec in (openai.SPEC, responses.SPEC, anthropic.SPEC, gemini.SPEC, bedrock.SPEC, ollama.SPEC)
+    spec.api: spec
+    for spec in (
+        openai.SPEC,
+        responses.SPEC,
+        realtime.SPEC,
+        anthropic.SPEC,
+        gemini.SPEC,
+        bedrock.SPEC,
+        ollama.SPEC,
+    )
 }
 # What a request that names no format (an error on an unknown path, a /v1/ path past the known routes) is in.
 DEFAULT_API = Api.OPENAI

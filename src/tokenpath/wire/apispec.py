@@ -18,6 +18,7 @@ from tokenpath.wire.kinds import FrameKind
 class Api(StrEnum):
     OPENAI = "openai"  # chat completions, SSE, `data: [DONE]` at the end
     RESPONSES = "responses"  # OpenAI Responses API, SSE with `event:` names and sequence numbers
+    REALTIME = "realtime"  # OpenAI Realtime API, WebSocket only: JSON events, one per message
     ANTHROPIC = "anthropic"  # Messages API, SSE with `event:` names, no [DONE]
     GEMINI = "gemini"  # streamGenerateContent?alt=sse, SSE of GenerateContentResponse objects
     BEDROCK = "bedrock"  # ConverseStream, binary application/vnd.amazon.eventstream messages with CRCs
@@ -124,6 +125,15 @@ class ApiSpec:
     # The route also takes a WebSocket upgrade: a `response.create` message in, the stream's events out, one per
     # message (OpenAI's Responses WebSocket mode); stub/websocket.py serves it, probe/wsstream.py measures it.
     websocket: bool = False
+    # The format has no HTTP stream at all, only its WebSocket session (OpenAI's Realtime API): SSE on it is refused
+    # by name (probe, matrix); its events are read re-framed as SSE events, as a WebSocket mode's are.
+    websocket_only: bool = False
+    # Over WebSocket: the client events that ask for one response, from the smallest streaming body (stream_body):
+    # Responses' one `response.create`, Realtime's `conversation.item.create` + `response.create`.
+    ws_request: Callable[[dict[str, Any]], tuple[dict[str, Any], ...]] | None = None
+    # Over WebSocket: the `type` prefixes of the session's own events (Realtime's session.created, the conversation's
+    # items): messages on the socket, but no part of a response's stream (never its frames, nor the write join's).
+    ws_session_events: tuple[str, ...] = ()
 
     def path(self, model: str) -> str:
         return self.route.replace("{model}", model)

@@ -154,8 +154,9 @@ def frame_reader(api: Api, max_frame_bytes: int | None = None) -> FrameReader:
 
 
 def apis_for_content_type(content_type: str) -> list[Api]:
-    """The formats a response's Content-Type (lower case, no parameters) is the one of."""
-    return [api for api, spec in SPECS.items() if spec.content_type == content_type]
+    """The formats a response's Content-Type (lower case, no parameters) is the one of (never a WebSocket-only
+    format's: it has no HTTP response)."""
+    return [api for api, spec in SPECS.items() if spec.content_type == content_type and not spec.websocket_only]
 
 
 def _whole_last_line(lines: NDJSONParser) -> Sequence[WireFrame]:

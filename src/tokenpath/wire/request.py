@@ -49,6 +49,7 @@ def endpoint_target(base: str, api: Api, model: str) -> str:
         first = "/" + route_path.split("/")[1]
         filled = route_path.replace("{model}", quote(model, safe=""))
         path += filled.removeprefix(first) if path.endswith(first) else filled
+    route_query = route_query.replace("{model}", quote(model, safe=""))  # Realtime's ?model=
     have = {name for name, _ in parse_qsl(query, keep_blank_values=True)}
     extra = [pair for pair in route_query.split("&") if pair and pair.split("=", 1)[0] not in have]
     query = "&".join(q for q in (*extra, query) if q)

@@ -11,13 +11,22 @@ from tokenpath.stub.formats.bedrock import BedrockFormat
 from tokenpath.stub.formats.gemini import GeminiFormat
 from tokenpath.stub.formats.ollama import OllamaFormat
 from tokenpath.stub.formats.openai import OpenAIFormat, minimum_frame_bytes
+from tokenpath.stub.formats.realtime import RealtimeFormat
 from tokenpath.stub.formats.responses import ResponsesFormat
 from tokenpath.stub.frames import StreamRequest
 from tokenpath.wire.apis import Api
 
 FORMATS: dict[Api, ApiFormat] = {
     f.api: f
-    for f in (OpenAIFormat(), ResponsesFormat(), AnthropicFormat(), GeminiFormat(), BedrockFormat(), OllamaFormat())
+    for f in (
+        OpenAIFormat(),
+        ResponsesFormat(),
+        RealtimeFormat(),
+        AnthropicFormat(),
+        GeminiFormat(),
+        BedrockFormat(),
+        OllamaFormat(),
+    )
 }
 
 __all__ = ["FORMATS", "ApiFormat", "Route", "Router", "check_frame_bytes", "check_start"]

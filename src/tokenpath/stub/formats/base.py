@@ -56,12 +56,16 @@ class ApiFormat(ABC):
     # TTFT. None for a format that has none (Bedrock's event stream, Ollama's NDJSON); `no_heartbeat` says why.
     heartbeat: ClassVar[bytes | None] = b": ping\n\n"
     no_heartbeat: ClassVar[str] = ""
+    # Over WebSocket, the client events a session takes (stub/app.py picks the session by it): the Responses
+    # WebSocket mode's `response.create` alone, or the Realtime API's `conversation` (items, then response.create).
+    ws_dialect: ClassVar[str] = "response.create"
 
     def __init__(self) -> None:
         spec = SPECS[self.api]
         self.name = self.api.value  # a plain str: shape-cache keys hash it on every request
         self.content_type = spec.content_type
         self.websocket = spec.websocket  # its route takes a WebSocket upgrade too (stub/websocket.py)
+        self.websocket_only = spec.websocket_only  # ... and nothing else (the Realtime API)
         # The head of a streamed answer, built once: SSE ones are never to be cached by anything on the path.
         no_cache = (("Cache-Control", "no-cache"),) if spec.framing is Framing.SSE else ()
         self.stream_headers: tuple[tuple[str, str], ...] = (("Content-Type", spec.content_type), *no_cache)

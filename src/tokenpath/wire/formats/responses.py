@@ -73,6 +73,12 @@ def error_frame(failure: StreamFailure, last: bytes) -> bytes:
     return sse_event(event, b"error")
 
 
+def ws_request(body: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The WebSocket mode's one client event: `response.create` with the POST body's fields, `stream` implied (OpenAI:
+    "should not be sent")."""
+    return ({"type": "response.create", **{k: v for k, v in body.items() if k != "stream"}},)
+
+
 def stream_body(ask: StreamAsk) -> dict[str, Any]:
     body: dict[str, Any] = {"model": ask.model, "input": ask.prompt, "stream": True, "user": ask.stream_id}
     if ask.max_tokens is not None:
@@ -99,4 +105,5 @@ SPEC = ApiSpec(
     # developers.openai.com/api/reference/resources/responses/websocket-events: `response.create` carries the POST
     # body's top-level fields (stream implied, background refused); the server events are the SSE stream's.
     websocket=True,
+    ws_request=ws_request,
 )
