@@ -96,3 +96,21 @@ def test_load_over_websocket_through_the_gateway(tmp_path: Path, service: Start)
     assert row["websocket"]["upgraded"] == row["streams_total"]
     assert row["added_ttft_ms"]["p50"] is not None
     assert row["ends"] == {"complete": row["streams_total"]}
+
+
+def test_load_over_a_realtime_session_sends_its_client_events(tmp_path: Path) -> None:
+    """The Realtime API's client events for a response (a user item, then response.create: ApiSpec.ws_request) go
+    out, and the level's request parts are the WebSocket transport's (a Realtime request over SSE is refused): every
+    stream is upgraded, complete, joined to the stub's writes and passes the integrity check."""
+    argv = [
+        *("load", "--api", "realtime", "--transport", "websocket", "--concurrency", "2", "--client-workers", "1"),
+        *("--warmup", "0.3", "--duration", "0.8", "--runs", "1", *PACING, "--out", str(tmp_path / "out"), "--json"),
+    ]
+    out = subprocess.run(tokenpath_argv(*argv), capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    row = _row(json.loads((tmp_path / "out" / "results.json").read_text()), "direct")
+    assert row["errors"] == 0, row["error_samples"]
+    assert row["audit_failed"] == 0
+    assert row["ends"] == {"complete": row["streams_total"]}
+    assert row["websocket"]["upgraded"] == row["streams_total"] > 0
+    assert row["added_ttft_ms"]["p50"] is not None

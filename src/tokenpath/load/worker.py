@@ -250,6 +250,7 @@ def _probe_config(work: Workload) -> ProbeConfig:
         headers=work.headers,
         api=work.api,
         accept_encoding=work.accept_encoding,
+        transport=work.transport,  # the request's parts only: the streams go through this module's own clients
     )
 
 
