@@ -1,8 +1,8 @@
 """Issue 38's done-when, without the gateway: `transport = ["sse", "websocket"]` over nginx (stock and with its
-upgrade lines), HAProxy, Caddy, Envoy (stock and with `upgrade_configs`) and Apache (stock and with
-`upgrade=websocket`), each installed one: the matrix shows which paths carry the WebSocket mode, and on the ones
-that do not, what the client's fallback to SSE cost (two refused upgrades 50 ms apart, then SSE: the first upgrade
-to the first content event)."""
+upgrade lines), HAProxy, Caddy, Envoy (stock and with `upgrade_configs`), Apache (stock and with
+`upgrade=websocket`) and Varnish (stock and with `return (pipe)` on an upgrade), each installed one: the matrix
+shows which paths carry the WebSocket mode, and on the ones that do not, what the client's fallback to SSE cost
+(two refused upgrades 50 ms apart, then SSE: the first upgrade to the first content event)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from tokenpath.proxies import lookup
 pytestmark = [pytest.mark.e2e, needs_proxies]
 
 # (proxy, variant, carries the upgrade): stock nginx drops Upgrade/Connection (the stub answers the GET 405), stock
-# Envoy refuses an upgrade type its connection manager does not list (403), stock Apache forwards a plain GET (405);
-# HAProxy and Caddy tunnel it stock.
+# Envoy refuses an upgrade type its connection manager does not list (403), stock Apache forwards a plain GET (405),
+# stock Varnish fetches it as a GET without the hop-by-hop headers (405); HAProxy and Caddy tunnel it stock.
 PATHS = [
     ("nginx", "stock", False),
     ("nginx", "websocket", True),
@@ -28,6 +28,8 @@ PATHS = [
     ("envoy", "websocket", True),
     ("apache2", "stock", False),
     ("apache2", "websocket", True),
+    ("varnish", "stock", False),
+    ("varnish", "websocket", True),
 ]
 RETRY_DELAY_MS = 50
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,24 @@ def test_a_custom_command_reaches_https_only_through_upstream_url(tmp_path: Path
     endpoint = Site(Endpoint("127.0.0.1", 9001), Endpoint("api.example.com", 443), tmp_path,
                     upstream_tls=UpstreamTLS("api.example.com"))  # fmt: skip
     assert full.argv(endpoint, tmp_path) == ["gw", "--listen", "127.0.0.1:9001", "--to", "https://api.example.com:443"]
+
+
+def test_varnish_websocket_variant_pipes_the_upgrade_with_its_hop_by_hop_headers(tmp_path: Path) -> None:
+    """Varnish carries a WebSocket only through pipe, with Upgrade/Connection copied onto the backend request (its
+    users' guide); stock has neither, and the VCL compiles (`varnishd -C`) where Varnish is installed."""
+    varnish = lookup("varnish")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "w").mkdir()
+    stock = varnish.write_config(site(tmp_path / "s", "varnish")).read_text()
+    vcl = varnish.write_config(site(tmp_path / "w", "varnish", "websocket"))
+    text = vcl.read_text()
+    assert "return (pipe);" in text
+    assert "return (pipe);" not in stock
+    assert "set bereq.http.upgrade = req.http.upgrade;" in text
+    assert "set bereq.http.connection = req.http.connection;" in text
+    binary = varnish.binary()
+    if binary is not None:
+        compiled = subprocess.run(
+            [binary, "-C", "-j", "none", "-f", str(vcl), "-n", str(tmp_path / "n")], capture_output=True
+        )
+        assert compiled.returncode == 0, compiled.stderr.decode()[-2000:]

@@ -10,6 +10,22 @@ H2_FEATURE = "-p feature=+http2"
 # between_bytes_timeout 60 s (a silence mid-body), send_timeout 600 s (the whole response to the client: the
 # session is closed at the first write after it). The two backend ones are per-backend attributes in the VCL.
 STOCK_TIMEOUTS = StreamTimeouts(first_byte_s=60.0, idle_s=60.0, total_s=600.0)
+# Varnish's documented way to carry a WebSocket (users-guide/vcl-example-websockets): pipe the upgrade, copying the
+# hop-by-hop Upgrade and Connection headers onto the backend request. Stock, the upgrade is a GET looked up and
+# fetched without them.
+WEBSOCKET_VCL = """
+sub vcl_recv {
+  if (req.http.upgrade ~ "(?i)websocket") {
+    return (pipe);
+  }
+}
+sub vcl_pipe {
+  if (req.http.upgrade) {
+    set bereq.http.upgrade = req.http.upgrade;
+    set bereq.http.connection = req.http.connection;
+  }
+}
+"""
 LONG_STREAMS_LINE = (
     f".first_byte_timeout = {LIFTED_S:.0f}s; .between_bytes_timeout = {LIFTED_S:.0f}s; -p send_timeout={LIFTED_S:.0f}"
 )
@@ -27,6 +43,11 @@ class Varnish(Proxy):
         Variant("do_stream", "set beresp.do_stream = true and pass (explicit streaming)"),
         # HTTP/2 is off by default in Varnish (and there is no TLS): h2c with prior knowledge once the feature is on.
         Variant("http2", "h2c (HTTP/2 with prior knowledge) beside HTTP/1.1: the http2 feature on", H2_FEATURE),
+        Variant(
+            "websocket",
+            "carries a WebSocket upgrade: return (pipe) on Upgrade: websocket, Upgrade/Connection copied in vcl_pipe",
+            'if (req.http.upgrade ~ "(?i)websocket") { return (pipe); }',
+        ),
         Variant(
             LONG_STREAMS,
             "backend timeouts and send_timeout an hour (stock: 60 s silences, 600 s total)",
@@ -46,6 +67,8 @@ class Varnish(Proxy):
         variant = (
             "\nsub vcl_backend_response {\n  set beresp.do_stream = true;\n  set beresp.uncacheable = true;\n}\n"
             if site.variant.name == "do_stream"
+            else WEBSOCKET_VCL
+            if site.variant.name == "websocket"
             else ""
         )
         config = site.workdir / "default.vcl"
