@@ -7,6 +7,7 @@ from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.rows import Evidence, Floor, build_row, ttft_evidence, undecided
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.report.tables import seen_as
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 COND = Condition(50.0, 60, "loopback", False)
@@ -238,3 +239,9 @@ def test_a_real_delay_is_beyond_however_loaded_one_of_its_rounds() -> None:
     assert ttft_evidence([0.9, 6.0, 12.0], floor) is Evidence.WITHIN  # a fastest run inside the noise
     assert ttft_evidence([3.0, 9.0, 12.0], floor) is Evidence.AMBIGUOUS  # 3 ms past it, its runs 6 ms apart
     assert ttft_evidence([3.0, 3.2, 12.0], floor) is Evidence.BEYOND  # two runs agree: the third was the load
+
+
+def test_an_undecided_row_is_never_shown_as_late() -> None:
+    floor = Floor.from_direct([record(1.0, a) for a in QUIET_DIRECT])
+    row = build_row(PathSpec("nginx", "proxy_buffering_off"), COND, [record(1.0, a) for a in LOADED_PATH], floor)
+    assert seen_as(row) == "streams, TTFT undecided"

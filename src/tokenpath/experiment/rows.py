@@ -16,7 +16,13 @@ from tokenpath.diagnose.shape import Kind
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import PathSpec
 from tokenpath.report.tables import row_shape
-from tokenpath.results.model import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS, MatrixRow, MatrixRun
+from tokenpath.results.model import (
+    FLOOR_MARGIN_FPR,
+    FLOOR_MARGIN_TTFT_MS,
+    UNDECIDED_VERDICT,
+    MatrixRow,
+    MatrixRun,
+)
 from tokenpath.stats import median, percentile
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -217,7 +223,7 @@ def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = 
     lowest = added_runs[0] if added_runs else None
     if floor is not None and undecided(row, floor) and lowest is not None:
         return (
-            f"streams; its first token not told apart from the direct floor (fastest run +{lowest:.1f} ms, beyond "
+            f"{UNDECIDED_VERDICT} (fastest run +{lowest:.1f} ms, beyond "
             f"the floor's {_ttft_noise(floor):.1f} ms by less than this host moved the streams)"
         )
     if row.within_floor:
