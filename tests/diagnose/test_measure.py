@@ -141,6 +141,7 @@ def test_an_unsure_answer_is_measured_again_and_a_delay_the_load_made_is_no_evid
     assert first.cause == "unsure", first  # what the loaded stream alone made of the series
     measured, verdict = measure.diagnose_series(TEMPLATE, identity, probe)
     assert verdict.cause == "streams", verdict
+    assert any("measured 2 times" in note for note in verdict.notes)  # said, not hidden
     names = [m.figures.name for m in measured]
     assert names == ["base", "slow", "large", "long"]  # one of each, in the series' order (it grew by `long` first)
     assert len(asked) == 1 + len(identity) + 1 + len(names)  # the warm-up, the series, `long`, one repeat of all
@@ -158,6 +159,7 @@ def test_a_hold_that_repeats_stays_unsure_and_the_repeats_are_bounded() -> None:
     identity = plan(controlled=True, encodings=False)
     _, verdict = measure.diagnose_series(TEMPLATE, identity, probe)
     assert verdict.cause == "unsure"
+    assert any(f"measured {1 + measure.MAX_REPEATS} times" in note for note in verdict.notes)
     assert asked == 1 + len(identity) + 1 + measure.MAX_REPEATS * (len(identity) + 1)  # grown by `long`, repeated
 
 

@@ -134,9 +134,20 @@ def diagnose_series(
             repeats += 1
             pool = pool + run_series(template, list(asked.values()), probe, audit, warm=False)
         else:
-            return measured, verdict
+            return measured, _measured_again(verdict, repeats)
         measured = least_held(pool, lambda m: m.figures)
         verdict = classify([m.figures for m in measured], checks)
+
+
+def _measured_again(verdict: Verdict, repeats: int) -> Verdict:
+    """The verdict, with a note when it rests on repeats (the runs disagreed: a busy host, or the path)."""
+    if not repeats:
+        return verdict
+    note = (
+        f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by its repeat held "
+        "least (a busy host only delays a stream, a path's hold is in every repeat)"
+    )
+    return dataclasses.replace(verdict, notes=(*verdict.notes, note))
 
 
 def run_series(
