@@ -4,13 +4,15 @@ schedules (series.SCHEDULES), each frame's write known as a paced stub's audit g
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
 
 from tokenpath.diagnose import series as s
-from tokenpath.diagnose.classify import Cause, RunFigures, Verdict, classify, timer_kind
+from tokenpath.diagnose.classify import Cause, RunFigures, Verdict, classify, least_held, timer_kind
 from tokenpath.diagnose.shape import Kind
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 BROWSER = "gzip, deflate, br, zstd"
 Model = Callable[..., RunFigures]
@@ -340,3 +342,18 @@ def test_a_check_is_asked_first_and_its_verdict_stands() -> None:
     assert classify(runs, [lambda runs, ev: None, cut]).summary == "unsure: cut short"
     assert asked == [len(runs)]
     assert classify(runs, [lambda runs, ev: None]).cause is Cause.STREAMS
+
+
+def test_least_held_keeps_one_repeat_of_each_run_the_one_a_busy_host_delayed_least() -> None:
+    """Load only adds delay: of a run's repeats, streaming beats late beats whole, a shorter hold beats a longer
+    one; a cut or too-short repeat is kept only when nothing better came. The names keep their first order."""
+    late = streaming(s.SLOW, late=25.0)  # every frame 25 ms late: LATE, as a loaded client reads them
+    cut = dataclasses.replace(streaming(s.BASE), end=StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, 1, 1))
+    short = run_of(s.LARGE, [[0]], [200.0])
+    runs = [whole(s.BASE), late, cut, streaming(s.SLOW, late=3.0), streaming(s.SLOW, late=1.0), short]
+    assert late.seen().kind is Kind.LATE
+    kept = least_held(runs, lambda r: r)
+    assert [r.name for r in kept] == [s.BASE, s.SLOW, s.LARGE]
+    assert kept[0] is runs[0]  # the cut repeat streamed, but a cut is no better evidence than a whole stream
+    assert kept[1] is runs[4]
+    assert kept[2] is short  # nothing better came

@@ -123,7 +123,7 @@ def test_keepalives_are_tried_only_where_the_format_has_one() -> None:
 CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n'
 
 
-def h2_peer(end: str) -> Outcome:
+def h2_peer(end: str, data: bytes = CHUNK, api: Api = Api.OPENAI) -> Outcome:
     """An h2c server (the h2 library's state machine) that sends a head and one OpenAI chunk, then ends the stream
     by END_STREAM without [DONE] (`silent`), by RST_STREAM (`reset`), or closes the connection (`close`)."""
 
@@ -139,7 +139,7 @@ def h2_peer(end: str) -> Outcome:
                     if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
                         sid = event.stream_id
                         conn.send_headers(sid, [(b":status", b"200"), (b"content-type", b"text/event-stream")])
-                        conn.send_data(sid, CHUNK, end_stream=end == "silent")
+                        conn.send_data(sid, data, end_stream=end == "silent")
                         if end == "reset":
                             conn.reset_stream(sid)
                         writer.write(conn.data_to_send())
@@ -155,7 +155,7 @@ def h2_peer(end: str) -> Outcome:
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            client = Client(http_version=HttpVersion.HTTP2)
+            client = Client(api=api, http_version=HttpVersion.HTTP2)
             return await run_stream(Target.parse(f"http://127.0.0.1:{port}"), {}, 5.0, client)
 
     return asyncio.run(main())
@@ -174,3 +174,21 @@ def test_an_h2_stream_cut_is_classified_never_complete(end: str, kind: EndKind, 
     assert outcome.end is not None
     assert (outcome.end.kind, outcome.end.how) == (kind, how)
     assert not outcome.survived
+
+
+# An event-stream message whose prelude CRC is wrong (Bedrock's framing): a path that broke the stream's frames.
+BROKEN_EVENT = b"\x00\x00\x00\x20\x00\x00\x00\x00\xde\xad\xbe\xef" + b"\x00" * 20
+
+
+@pytest.mark.parametrize("version", [HttpVersion.HTTP11, HttpVersion.HTTP2])
+def test_a_stream_whose_frames_break_is_its_cut_error_in_either_version(version: HttpVersion) -> None:
+    """The one read loop's rule for both versions: broken frames end that stream (cut_error, truncated), never the
+    survey (an exception out of run_stream)."""
+    if version is HttpVersion.HTTP2:
+        outcome = h2_peer("close", BROKEN_EVENT, Api.BEDROCK)
+    else:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.amazon.eventstream\r\nConnection: close\r\n\r\n"
+        outcome = Recorded(head + BROKEN_EVENT).run(Client(api=Api.BEDROCK))
+    assert outcome.end is not None
+    assert (outcome.end.kind, outcome.end.how) == (EndKind.CUT_ERROR, BodyEnd.TRUNCATED)
+    assert "frames" in outcome.end.detail

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from tokenpath.diagnose import measure
+from tokenpath.diagnose.classify import classify
 from tokenpath.diagnose.series import plan
 from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
@@ -103,3 +104,63 @@ def test_run_series_exposes_each_run_s_end() -> None:
 
     out = measure.run_series(ProbeConfig(url="http://127.0.0.1:9"), plan(controlled=False), probe)
     assert [m.end for m in out] == [cut, cut]
+
+
+def paced_trace(cfg: ProbeConfig, loaded: bool) -> Trace:
+    """The stub's schedule of the run `cfg` asks for (its `tokenpath` member), each frame alone 1 ms after its write;
+    `loaded`: a busy host kept the client off the CPU for frames 4-8, read at once 30 ms after the last's write."""
+    pacing = dict(cfg.extra_body)["tokenpath"]
+    size, interval, ttft, n = pacing["frame_bytes"], pacing["interval_ms"], pacing["ttft_ms"], pacing["tokens"]
+    if pacing["format"] != "plain":
+        raise AssertionError(pacing)
+    writes = [ttft + k * interval for k in range(n)]
+    groups, at = [[size] for _ in writes], [w + 1.0 for w in writes]
+    if loaded:
+        groups = [*groups[:4], [size] * 5, *groups[9:]]
+        at = [*at[:4], writes[8] + 30.0, *at[9:]]
+    return trace_of(groups, at)
+
+
+def test_an_unsure_answer_is_measured_again_and_a_delay_the_load_made_is_no_evidence() -> None:
+    """Under load one stream's frames came together (the client was off the CPU), the other runs streamed: the
+    first answer is unsure. The series is measured again, each run read by its repeat held least: it streams."""
+    base_streams = 0
+    asked: list[str] = []
+
+    def probe(cfg: ProbeConfig) -> Trace:
+        nonlocal base_streams
+        pacing = dict(cfg.extra_body)["tokenpath"]
+        name = "base" if (pacing["interval_ms"], pacing["frame_bytes"]) == (50.0, 60) else "other"
+        asked.append(name)
+        base_streams += name == "base"
+        return paced_trace(cfg, loaded=name == "base" and base_streams == 2)  # the first after the warm-up
+
+    identity = plan(controlled=True, encodings=False)
+    loaded_once = [measure.figures(r, paced_trace(measure.config_for(TEMPLATE, r), r.name == "base")) for r in identity]
+    first = classify(loaded_once)
+    assert first.cause == "unsure", first  # what the loaded stream alone made of the series
+    measured, verdict = measure.diagnose_series(TEMPLATE, identity, probe)
+    assert verdict.cause == "streams", verdict
+    assert any("measured 2 times" in note for note in verdict.notes)  # said, not hidden
+    names = [m.figures.name for m in measured]
+    assert names == ["base", "slow", "large", "long"]  # one of each, in the series' order (it grew by `long` first)
+    assert len(asked) == 1 + len(identity) + 1 + len(names)  # the warm-up, the series, `long`, one repeat of all
+
+
+def test_a_hold_that_repeats_stays_unsure_and_the_repeats_are_bounded() -> None:
+    asked = 0
+
+    def probe(cfg: ProbeConfig) -> Trace:
+        nonlocal asked
+        asked += 1
+        pacing = dict(cfg.extra_body)["tokenpath"]
+        return paced_trace(cfg, loaded=(pacing["interval_ms"], pacing["frame_bytes"]) == (50.0, 60))
+
+    identity = plan(controlled=True, encodings=False)
+    _, verdict = measure.diagnose_series(TEMPLATE, identity, probe)
+    assert verdict.cause == "unsure"
+    assert any(f"measured {1 + measure.MAX_REPEATS} times" in note for note in verdict.notes)
+    assert asked == 1 + len(identity) + 1 + measure.MAX_REPEATS * (len(identity) + 1)  # grown by `long`, repeated
+
+
+TEMPLATE = ProbeConfig(url="http://127.0.0.1:9")

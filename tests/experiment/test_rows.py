@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from tokenpath.audit import AuditVerdict
 from tokenpath.experiment.measure import RunRecord
-from tokenpath.experiment.rows import Floor, build_row
+from tokenpath.experiment.rows import Evidence, Floor, build_row, ttft_evidence, undecided
 from tokenpath.experiment.spec import Condition, PathSpec
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.report.tables import seen_as
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 COND = Condition(50.0, 60, "loopback", False)
@@ -191,3 +192,56 @@ def test_a_websocket_row_the_path_did_not_carry_says_what_the_fallback_cost() ->
     assert columns[header](carried) == "-"
     assert header not in dict(varying_columns([carried]))  # shown only where a fallback ran
     assert "fallback_ms_median" in ROW_KEYS  # and in the CSV
+
+
+# Figures measured with two CPU burners beside the known-facts matrix (tests/e2e/test_matrix.py): a streaming
+# path's added TTFT on a loaded 2-core host is ~0.2 ms in a quiet moment and 6-14 ms in a loaded one.
+QUIET_DIRECT = (0.16, 0.2, 0.21)
+LOADED_PATH = (6.42, 11.21, 13.95)
+
+
+def test_a_streaming_path_hit_by_load_in_every_round_is_never_called_late() -> None:
+    """The defect: direct's three runs fell in quiet moments, the proxy's three in loaded ones (it has one more
+    process to be scheduled), and the row read "streams, but late". The path's own spread (median over fastest,
+    4.8 ms) is larger than its fastest run's distance past the floor: the rounds cannot tell load from a delay."""
+    floor = Floor.from_direct([record(1.0, a) for a in QUIET_DIRECT])
+    assert floor is not None
+    row = build_row(PathSpec("nginx", "proxy_buffering_off"), COND, [record(1.0, a) for a in LOADED_PATH], floor)
+    assert row.within_floor is None  # undecided: the runner measures more rounds (runner.MAX_EXTRA_ROUNDS)
+    assert undecided(row, floor)
+    assert "not told apart from the direct floor" in row.verdict
+    assert "late" not in row.verdict
+
+
+def test_the_host_moving_the_direct_path_widens_what_a_path_must_exceed() -> None:
+    """Direct's own runs 0.2 and 7.5 ms apart (one round loaded): a path +9.5 ms in every round, 1 ms past the
+    floor's noise, is within what the host did to a stream with no proxy in it: undecided, never late. On a quiet
+    host the same path is late."""
+    loaded = Floor.from_direct([record(1.0, a) for a in (0.2, 0.2, 7.5)])
+    quiet = Floor.from_direct([record(1.0, a) for a in (0.2, 0.2, 0.25)])
+    assert loaded is not None
+    assert quiet is not None
+    assert abs(loaded.ttft_range_ms - 7.3) < 1e-9
+    runs = [record(1.0, a) for a in (9.5, 9.6, 9.8)]
+    assert ttft_evidence([a - loaded.added_ttft_ms for a in (9.5, 9.6, 9.8)], loaded) is Evidence.AMBIGUOUS
+    assert build_row(PathSpec("nginx"), COND, runs, loaded).within_floor is None
+    late = build_row(PathSpec("nginx"), COND, runs, quiet)
+    assert late.within_floor is False
+    assert late.verdict.startswith("streams, but late")
+
+
+def test_a_real_delay_is_beyond_however_loaded_one_of_its_rounds() -> None:
+    """A path that adds 40 ms adds it to every run, its fastest too: one loaded round (+15 ms more) widens its
+    spread, not enough to hide the delay. The rule's three answers on injected figures."""
+    floor = Floor.from_direct([record(1.0, a) for a in (0.2, 0.2, 0.3)])
+    assert floor is not None
+    assert ttft_evidence([40.0, 40.5, 55.0], floor) is Evidence.BEYOND
+    assert ttft_evidence([0.9, 6.0, 12.0], floor) is Evidence.WITHIN  # a fastest run inside the noise
+    assert ttft_evidence([3.0, 9.0, 12.0], floor) is Evidence.AMBIGUOUS  # 3 ms past it, its runs 6 ms apart
+    assert ttft_evidence([3.0, 3.2, 12.0], floor) is Evidence.BEYOND  # two runs agree: the third was the load
+
+
+def test_an_undecided_row_is_never_shown_as_late() -> None:
+    floor = Floor.from_direct([record(1.0, a) for a in QUIET_DIRECT])
+    row = build_row(PathSpec("nginx", "proxy_buffering_off"), COND, [record(1.0, a) for a in LOADED_PATH], floor)
+    assert seen_as(row) == "streams, TTFT undecided"

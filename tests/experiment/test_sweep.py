@@ -24,3 +24,9 @@ def test_two_intervals_name_the_rule() -> None:
     assert inferred.timer_ms == 182.5
     assert inferred.size_bytes is not None
     assert inferred.caveat is None
+
+
+def test_a_point_not_placed_is_neither_held_nor_streaming() -> None:
+    from tokenpath.experiment.sweep import _held
+
+    assert [_held(True), _held(False), _held(None)] == ["no", "yes", "?"]  # None: undecided under load, or no floor

@@ -29,10 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import mean, median, pstdev
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenpath.diagnose import series
-from tokenpath.diagnose.shape import HOLD_MS, Kind, Seen, holds, seen, size
+from tokenpath.diagnose.shape import HOLD_MS, SEVERITY, Kind, Seen, holds, seen, size
 from tokenpath.wire.ending import StreamEnd
 
 SAME_SHARE = 0.25  # two holds or two byte counts within 25 % (of the larger) are the same
@@ -208,6 +208,31 @@ def _describe(run: RunFigures) -> str:
     if run.accept_encoding is not None:
         what += f"; Accept-Encoding {run.accept_encoding!r} -> {run.content_encoding}"
     return what + f"): {run.seen().label()}"
+
+
+# --- repeats of a run: the one a loaded host hit least ---------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def least_held(runs: Sequence[T], figures: Callable[[T], RunFigures]) -> list[T]:
+    """One of each run name, in the order the names first came: of its repeats, the one held least (its shape
+    nearest streaming, then its longest hold shortest). A busy host only ever adds delay, never takes a path's hold
+    away: a hold the path makes is in every repeat, one the load made is gone from a quiet one. A run the path cut,
+    or too short to show a shape, is kept only when no repeat is better."""
+
+    def held(run: T) -> tuple[bool, int, float]:
+        f = figures(run)
+        kind = f.seen().kind
+        rank = -1 if kind is Kind.TOO_SHORT else SEVERITY.index(kind)  # SEVERITY: the most held first
+        return (f.end is None, rank, -max(f.holds_ms(), default=0.0))
+
+    best: dict[str, T] = {}
+    for run in runs:
+        name = figures(run).name
+        if name not in best or held(run) > held(best[name]):
+            best[name] = run
+    return list(best.values())
 
 
 # --- what each run says about the rule ------------------------------------------------------------------------------

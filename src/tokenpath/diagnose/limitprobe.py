@@ -5,7 +5,9 @@ or it came through complete.
 Plain HTTP to the path: HTTP/1.1, or HTTP/2 with prior knowledge (h2c) through the probe's HTTP/2 client core
 (wire/h2client.py); in any API format (`Client.api`: the request on the format's route, its frames read by its own
 rule, so a silence is held in that format's shape by the stub), the stub's pacing keys in the body's `tokenpath`
-object.
+object. One async read loop for both versions (_exchange) over a per-version source (_H1Reads, _H2Reads: the
+sans-IO core's sense of the bytes). The probe's ReadSource seam (probe/client.py) is blocking, with its deadlines and
+its trace recorder; here asyncio's reads and one guard per stream, so the seam is this module's own.
 """
 
 from __future__ import annotations
@@ -17,10 +19,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from tokenpath.errors import ConnectError, HTTP2Unavailable, PeerError, RemoteProtocolError, UsageError
+from tokenpath.errors import (
+    ConnectError,
+    HTTP2Unavailable,
+    PeerError,
+    RemoteProtocolError,
+    StreamFormatError,
+    UsageError,
+)
 from tokenpath.hostport import join_hostport
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseParser
@@ -107,9 +116,9 @@ async def run_stream(
 ) -> Outcome:
     """One stream with `pacing` (the stub's per-request keys), read to its end or for `guard_s` at most."""
     ask = _ask(target, pacing, client)
-    exchange = _exchange_h2 if client.http_version is HttpVersion.HTTP2 else _exchange
+    source = _H2Reads(target, ask) if client.http_version is HttpVersion.HTTP2 else _H1Reads(target, ask)
     try:
-        return await asyncio.wait_for(exchange(target, ask, frame_reader(client.api)), guard_s)
+        return await asyncio.wait_for(_exchange(target, source, frame_reader(client.api)), guard_s)
     except TimeoutError:
         return Outcome(None)
 
@@ -121,22 +130,120 @@ async def _connect(target: Target) -> tuple[asyncio.StreamReader, asyncio.Stream
         raise ConnectError(f"{target.url}: cannot connect: {exc}") from None
 
 
-async def _exchange(target: Target, ask: _Ask, frames: FrameReader) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What one read brought the stream: its body bytes (the frames' to parse), whether any of its bytes came
+    (head or body: the last byte's time), and its end if the read ended it (with why, for the message)."""
+
+    body: bytes = b""
+    stream_bytes: bool = False
+    end: BodyEnd | None = None
+    detail: str = ""
+
+
+class _StreamSource(Protocol):
+    """The read loop's per-version seam: HTTP/1.1 (_H1Reads) or h2c (_H2Reads) makes its sense of the bytes the one
+    loop (_exchange) reads; the loop holds the socket, the times and the frames, the same for both."""
+
+    def data_to_send(self) -> bytes:
+        """Bytes to write now (the request first; HTTP/2's acknowledgements and window updates after a read)."""
+        ...
+
+    def feed(self, data: bytes, t_ns: int) -> _Read:
+        """One read's bytes, arrived at `t_ns`. A RemoteProtocolError: the path broke the HTTP framing."""
+        ...
+
+    def closed(self) -> BodyEnd:
+        """The path closed the connection: how that ended the body."""
+        ...
+
+
+class _H1Reads:
     """HTTP/1.1: one request on its own connection, read to the body's end."""
-    request = build_request(
-        "POST", join_hostport(target.host, target.port), ask.path, body=ask.body, headers=ask.headers
-    )
+
+    def __init__(self, target: Target, ask: _Ask) -> None:
+        host = join_hostport(target.host, target.port)
+        self._request = build_request("POST", host, ask.path, body=ask.body, headers=ask.headers)
+        self._parser = ResponseParser("POST")
+
+    def data_to_send(self) -> bytes:
+        request, self._request = self._request, b""
+        return request
+
+    def feed(self, data: bytes, t_ns: int) -> _Read:
+        body = self._parser.feed(data)
+        head = self._parser.head
+        if head is not None and head.status != 200:
+            return _Read(body, True, BodyEnd.STATUS, f"HTTP {head.status} instead of a stream")
+        return _Read(body, True, self._normal_end() if self._parser.complete else None)
+
+    def closed(self) -> BodyEnd:
+        try:
+            self._parser.feed_eof()
+        except RemoteProtocolError:
+            return BodyEnd.TRUNCATED
+        return self._normal_end()
+
+    def _normal_end(self) -> BodyEnd:
+        """How a body HTTP saw end normally ended (a close before any head: truncated)."""
+        head = self._parser.head
+        return body_end(head.framing) if head is not None else BodyEnd.TRUNCATED
+
+
+class _H2Reads:
+    """HTTP/2 with prior knowledge (h2c): one stream on its own connection, through the probe's client core. A path
+    that answers the preface in HTTP/1.1 (or closes on it) is HTTP2Unavailable: refused, never a silent 1.1."""
+
+    def __init__(self, target: Target, ask: _Ask) -> None:
+        self._url = target.url
+        self._conn = H2ClientConnection(authority=join_hostport(target.host, target.port))
+        self._sid = self._conn.open_stream("POST", ask.path, ask.headers, ask.body)
+
+    def data_to_send(self) -> bytes:
+        return self._conn.data_to_send()
+
+    def feed(self, data: bytes, t_ns: int) -> _Read:
+        events = self._conn.receive(data, t_ns)  # HTTP2Unavailable for an HTTP/1.1 answer to the preface
+        body = bytearray()
+        stream_bytes = False
+        end: BodyEnd | None = None
+        detail = ""
+        for event in events:  # other streams' and the connection's events: none of this stream's bytes
+            if isinstance(event, HeadReceived) and event.stream_id == self._sid:
+                stream_bytes = True
+                if event.head.status != 200:
+                    end, detail = BodyEnd.STATUS, f"HTTP {event.head.status} instead of a stream"
+            elif isinstance(event, DataReceived) and event.stream_id == self._sid:
+                stream_bytes = True
+                body += event.data
+            elif isinstance(event, StreamEnded) and event.stream_id == self._sid:
+                end = end or BodyEnd.END_STREAM
+            elif isinstance(event, StreamReset) and event.stream_id == self._sid:
+                end = end or BodyEnd.RESET
+        return _Read(bytes(body), stream_bytes, end, detail)
+
+    def closed(self) -> BodyEnd:
+        if self._conn.reads == 0:
+            raise HTTP2Unavailable(
+                f"{self._url}: the path closed the connection on the HTTP/2 preface (h2c prior knowledge): "
+                "it speaks HTTP/1.1 only? (drop --http2)"
+            )
+        return BodyEnd.TRUNCATED  # the connection closed under the stream: no END_STREAM
+
+
+async def _exchange(target: Target, source: _StreamSource, frames: FrameReader) -> Outcome:
+    """The one read loop, either HTTP version: write what the source has to send, read until it says the body
+    ended (or the path closed or reset the connection), each read's body bytes through the format's frames."""
     reader, writer = await _connect(target)
-    parser = ResponseParser("POST")
     seen: list[WireFrame] = []
     last_byte_ns: int | None = None
     detail = ""
     try:
-        writer.write(request)
+        writer.write(source.data_to_send())
         await writer.drain()
         sent_ns = time.monotonic_ns()
-        how: BodyEnd
-        while True:
+        how: BodyEnd | None = None
+        while how is None:
             try:
                 data = await reader.read(READ_BYTES)
             except (ConnectionResetError, BrokenPipeError):
@@ -144,33 +251,29 @@ async def _exchange(target: Target, ask: _Ask, frames: FrameReader) -> Outcome:
                 break
             now = time.monotonic_ns()
             if not data:
-                try:
-                    parser.feed_eof()
-                except RemoteProtocolError:
-                    how = BodyEnd.TRUNCATED
-                    break
-                how = _normal_end(parser)
+                how = source.closed()
                 break
-            last_byte_ns = now
             try:
-                seen += frames.feed(parser.feed(data))
-            except RemoteProtocolError as exc:  # a path's broken framing is its stream's end, not the survey's
-                how = BodyEnd.TRUNCATED
-                detail = f"the path broke the body's HTTP framing ({exc})"
+                read = source.feed(data, now)
+                seen += frames.feed(read.body)
+            except StreamFormatError as exc:  # a path's broken frames are its stream's end, not the survey's
+                how, detail = BodyEnd.TRUNCATED, f"the path broke the stream's frames ({exc})"
                 break
-            head = parser.head
-            if head is not None and head.status != 200:
-                how = BodyEnd.STATUS
-                detail = f"HTTP {head.status} instead of a stream"
+            except RemoteProtocolError as exc:  # so is a broken HTTP framing (h2o's garbage chunk size)
+                how, detail = BodyEnd.TRUNCATED, f"the path broke the body's HTTP framing ({exc})"
                 break
-            if parser.complete:
-                how = _normal_end(parser)
-                break
+            if read.stream_bytes:
+                last_byte_ns = now
+            how, detail = read.end, read.detail
+            out = source.data_to_send()
+            if out:
+                writer.write(out)
         end_ns = time.monotonic_ns()
     finally:
         writer.close()
         with contextlib.suppress(OSError):
             await writer.wait_closed()
+    assert how is not None  # the loop ends only once it is set
     return _outcome(frames, seen, how, sent_ns, end_ns, last_byte_ns, detail)
 
 
@@ -189,62 +292,3 @@ def _outcome(
     said = frames.last_word(seen) if seen else LastWord.NOTHING
     end = classify_end(said, how, sent_ns=sent_ns, end_ns=end_ns, last_byte_ns=last_byte_ns, detail=detail)
     return Outcome(end)
-
-
-async def _exchange_h2(target: Target, ask: _Ask, frames: FrameReader) -> Outcome:
-    """HTTP/2 with prior knowledge (h2c): one stream on its own connection, through the probe's client core. A path
-    that answers the preface in HTTP/1.1 (or closes on it) is HTTP2Unavailable: refused, never a silent 1.1."""
-    conn = H2ClientConnection(authority=join_hostport(target.host, target.port))
-    sid = conn.open_stream("POST", ask.path, ask.headers, ask.body)
-    reader, writer = await _connect(target)
-    seen: list[WireFrame] = []
-    last_byte_ns: int | None = None
-    detail = ""
-    try:
-        writer.write(conn.data_to_send())
-        await writer.drain()
-        sent_ns = time.monotonic_ns()
-        how: BodyEnd | None = None
-        while how is None:
-            try:
-                data = await reader.read(READ_BYTES)
-            except (ConnectionResetError, BrokenPipeError):
-                how = BodyEnd.RESET
-                break
-            now = time.monotonic_ns()
-            if not data:
-                if conn.reads == 0:
-                    raise HTTP2Unavailable(
-                        f"{target.url}: the path closed the connection on the HTTP/2 preface (h2c prior knowledge): "
-                        "it speaks HTTP/1.1 only? (drop --http2)"
-                    )
-                how = BodyEnd.TRUNCATED  # the connection closed under the stream: no END_STREAM
-                break
-            events = conn.receive(data, now)  # HTTP2Unavailable for an HTTP/1.1 answer to the preface
-            out = conn.data_to_send()
-            if out:
-                writer.write(out)
-            for event in events:
-                if isinstance(event, HeadReceived) and event.stream_id == sid:
-                    last_byte_ns = now
-                    if event.head.status != 200:
-                        how, detail = BodyEnd.STATUS, f"HTTP {event.head.status} instead of a stream"
-                elif isinstance(event, DataReceived) and event.stream_id == sid:
-                    last_byte_ns = now
-                    seen += frames.feed(event.data)
-                elif isinstance(event, StreamEnded) and event.stream_id == sid:
-                    how = how or BodyEnd.END_STREAM
-                elif isinstance(event, StreamReset) and event.stream_id == sid:
-                    how = how or BodyEnd.RESET
-        end_ns = time.monotonic_ns()
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-    assert how is not None  # the loop ends only once it is set
-    return _outcome(frames, seen, how, sent_ns, end_ns, last_byte_ns, detail)
-
-
-def _normal_end(parser: ResponseParser) -> BodyEnd:
-    """How a body HTTP saw end normally ended (a close before any head: truncated)."""
-    return body_end(parser.head.framing) if parser.head is not None else BodyEnd.TRUNCATED

@@ -250,11 +250,13 @@ async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
 def table_rows(
     results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """The survey's table, one row per path (labelled `labels[url]` where given): its header and its rows."""
-    header = ["path", *(m.words for m in cfg.measures), "keep-alives reset idle"]
+    """The survey's table, one row per path (labelled `labels[url]` where given): its header and its rows. Each row
+    says the API format and the HTTP version it was asked in: a proxy may time each apart (its HTTP/2 side, a
+    format's route), so a limit read without them is half a fact, wherever the table is shown (terminal, HTML)."""
+    header = ["path", "API", "HTTP", *(m.words for m in cfg.measures), "keep-alives reset idle"]
     rows = []
     for path in results:
-        cells = [(labels or {}).get(path.target, path.target)]
+        cells = [(labels or {}).get(path.target, path.target), cfg.api.value, cfg.http_version.label]
         for measure in cfg.measures:
             found = path.limit(measure)
             cells.append(found.describe(cfg.max_s, cfg.min_s) if found else "-")

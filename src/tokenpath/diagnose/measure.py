@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tokenpath.audit import StreamLog
-from tokenpath.diagnose.classify import Check, RunFigures, Verdict, classify
+from tokenpath.diagnose.classify import Cause, Check, RunFigures, Verdict, classify, least_held
 from tokenpath.diagnose.origin import OriginRun
 from tokenpath.diagnose.series import BASE, Run, paced
 from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
@@ -36,6 +36,7 @@ PACED_FIRST_BYTE_S = 10.0
 PACED_IDLE_S = 10.0
 PACED_TOTAL_S = 30.0
 MAX_ROUNDS = 4  # the series grows at most this many times (each names runs not measured yet, so it ends anyway)
+MAX_REPEATS = 2  # an unsure answer's series is measured again at most this many times (a busy host's delays pass)
 
 Probe = Callable[[ProbeConfig], Trace]
 Audit = Callable[[str], StreamLog | None]  # a stream id -> the stub's write log of it (None: not known)
@@ -113,19 +114,41 @@ def diagnose_series(
     accept_encoding: str | None = None,
     checks: Sequence[Check] = (),
 ) -> tuple[list[Measured], Verdict]:
-    """The series: its first runs, then what classify() wants next, until it wants nothing (or MAX_ROUNDS).
-    Grown runs of a compressing client send `accept_encoding` (the first runs' own when None); `checks` go to
-    classify()."""
-    measured = run_series(template, first, probe, audit)
+    """The series: its first runs, then what classify() wants next, until it wants nothing (or MAX_ROUNDS). An
+    answer still unsure is measured again: every run of the series repeated (up to MAX_REPEATS times), each run
+    read by its repeat held least (classify.least_held), so a stream a busy host delayed is no evidence against the
+    others. Unsure after that is the runs' own ambiguity. Grown runs of a compressing client send `accept_encoding`
+    (the first runs' own when None); `checks` go to classify()."""
+    pool = run_series(template, first, probe, audit)
+    asked = {run.name: run for run in first}
     sent = accept_encoding or next((r.accept_encoding for r in first if r.accept_encoding), None)
+    measured = pool
     verdict = classify([m.figures for m in measured], checks)
-    for _ in range(MAX_ROUNDS):
-        if not verdict.wants:
-            break
-        more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
-        measured += run_series(template, more, probe, audit, warm=False)
+    rounds = repeats = 0
+    while True:
+        if verdict.wants and rounds < MAX_ROUNDS:
+            rounds += 1
+            more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
+            asked |= {run.name: run for run in more}
+            pool = pool + run_series(template, more, probe, audit, warm=False)
+        elif verdict.cause is Cause.UNSURE and repeats < MAX_REPEATS:
+            repeats += 1
+            pool = pool + run_series(template, list(asked.values()), probe, audit, warm=False)
+        else:
+            return measured, _measured_again(verdict, repeats)
+        measured = least_held(pool, lambda m: m.figures)
         verdict = classify([m.figures for m in measured], checks)
-    return measured, verdict
+
+
+def _measured_again(verdict: Verdict, repeats: int) -> Verdict:
+    """The verdict, with a note when it rests on repeats (the runs disagreed: a busy host, or the path)."""
+    if not repeats:
+        return verdict
+    note = (
+        f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by its repeat held "
+        "least (a busy host only delays a stream, a path's hold is in every repeat)"
+    )
+    return dataclasses.replace(verdict, notes=(*verdict.notes, note))
 
 
 def run_series(

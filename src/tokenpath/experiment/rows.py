@@ -7,14 +7,22 @@ counted, under its kind, in the row's `exclusions`; `ends` counts every run by h
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from tokenpath.axes import Condition
 from tokenpath.diagnose.shape import Kind
 from tokenpath.experiment.measure import RunRecord
 from tokenpath.experiment.spec import PathSpec
 from tokenpath.report.tables import row_shape
-from tokenpath.results.model import FLOOR_MARGIN_FPR, FLOOR_MARGIN_TTFT_MS, MatrixRow, MatrixRun
+from tokenpath.results.model import (
+    FLOOR_MARGIN_FPR,
+    FLOOR_MARGIN_TTFT_MS,
+    UNDECIDED_VERDICT,
+    MatrixRow,
+    MatrixRun,
+)
 from tokenpath.stats import median, percentile
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -26,6 +34,9 @@ class Floor:
     fpr: float
     added_ttft_ms: float  # median of the direct path's (arrival - write) for the first content frame
     ttft_spread_ms: float  # p90 - p50 of the same; against an endpoint, the range of direct's own TTFT
+    # max - min of the same: how much this host moved the direct path's first token while it was measured (load
+    # on a shared host comes and goes; p90 - p50 of three runs is 0 whenever the top two agree). Not in to_json.
+    ttft_range_ms: float = 0.0
 
     @classmethod
     def from_direct(cls, runs: list[RunRecord]) -> Floor | None:
@@ -34,7 +45,8 @@ class Floor:
             return None
         added = sorted(r.path_added_ttft_ms for r in ok if r.path_added_ttft_ms is not None) or [0.0]
         fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
-        return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=percentile(added, 90) - median(added))
+        spread = percentile(added, 90) - median(added)
+        return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=spread, ttft_range_ms=added[-1] - added[0])
 
     @classmethod
     def from_direct_endpoint(cls, runs: list[RunRecord]) -> Floor | None:
@@ -47,7 +59,8 @@ class Floor:
         if not ok or not ttfts:
             return None
         fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
-        return cls(fpr=fpr, added_ttft_ms=0.0, ttft_spread_ms=ttfts[-1] - ttfts[0])
+        spread = ttfts[-1] - ttfts[0]
+        return cls(fpr=fpr, added_ttft_ms=0.0, ttft_spread_ms=spread, ttft_range_ms=spread)
 
     def to_json(self) -> dict[str, float]:
         return {"fpr": self.fpr, "added_ttft_ms": self.added_ttft_ms, "ttft_spread_ms": self.ttft_spread_ms}
@@ -99,9 +112,44 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         after_first_delay_ms_p50=median(after_p50) if after_p50 else None,
         after_first_delay_ms_p99=median(after_p99) if after_p99 else None,
     )
-    lowest = added[0] if added else None  # the verdict's; the raw runs hold it for any other reader
-    row = replace(row, within_floor=_within_floor(row, lowest, floor))
-    return replace(row, verdict=_verdict(row, lowest, floor))
+    # The verdict's: every kept run's added TTFT, fastest first (the raw runs hold them for any other reader).
+    row = replace(row, within_floor=_within_floor(row, added, floor))
+    return replace(row, verdict=_verdict(row, added, floor))
+
+
+REPEAT_SHARE = 0.25  # a path's delay repeats: its median run within this share of its fastest run's excess
+
+
+class Evidence(StrEnum):
+    """What a path's added first-token times say against the direct floor."""
+
+    WITHIN = "within"  # its fastest run is inside the floor's noise: no proxy effect
+    BEYOND = "beyond"  # its fastest run is beyond the noise by more than the host moved either path: a proxy effect
+    AMBIGUOUS = "ambiguous"  # beyond the noise, but by less than the measured spread: a loaded round, or a delay
+
+
+def ttft_evidence(added: Sequence[float], floor: Floor) -> Evidence:
+    """The rule a row's first token is judged by, on a shared host whose load comes and goes. `added`: the path's
+    runs' added TTFT over the floor's median. Load only ever delays a stream, and a path with a proxy in it has one
+    more process to be scheduled, so its runs can all be hit while direct's are not; a delay the path makes is in
+    every run, its fastest too. So:
+    - within: the fastest run is inside the floor's noise (the ranges overlap, as `report --compare` decides);
+    - beyond: the fastest run is past that noise (its excess) by more than the host moved the direct path in the
+      same rounds (its range), and the delay repeats: the path's median run within REPEAT_SHARE of the excess of
+      its fastest (runs scattered across the excess are a loaded host's, not a path's delay);
+    - ambiguous otherwise: the runner measures more rounds of the path beside the direct one (bounded)."""
+    ordered = sorted(added)
+    excess = ordered[0] - _ttft_noise(floor)
+    if excess <= 0:
+        return Evidence.WITHIN
+    repeats = median(ordered) - ordered[0] <= REPEAT_SHARE * excess
+    return Evidence.BEYOND if repeats and excess > floor.ttft_range_ms else Evidence.AMBIGUOUS
+
+
+def undecided(row: MatrixRow, floor: Floor | None) -> bool:
+    """A row whose first token the rounds so far could not place against the floor (Evidence.AMBIGUOUS): more
+    rounds of it, with the direct path, are what tells."""
+    return floor is not None and row.fpr_median is not None and row.within_floor is None
 
 
 def _fallback_ms(runs: list[RunRecord]) -> float | None:
@@ -158,19 +206,26 @@ def _ttft_noise(floor: Floor) -> float:
     return floor.ttft_spread_ms + FLOOR_MARGIN_TTFT_MS
 
 
-def _within_floor(row: MatrixRow, lowest: float | None, floor: Floor | None) -> bool | None:
-    """Frames per read at direct's, and added TTFT not distinguishable from direct's: as `report --compare`
-    decides, a difference counts only where the ranges do not overlap, so the path's fastest kept run must be
-    beyond the floor's spread too, not only its median."""
+def _within_floor(row: MatrixRow, added: Sequence[float], floor: Floor | None) -> bool | None:
+    """Frames per read at direct's, and added TTFT not distinguishable from direct's (ttft_evidence). None: no
+    floor, or a first token the rounds could not place (ambiguous: more rounds tell)."""
     if floor is None or row.fpr_median is None:
         return None
-    fpr_ok = row.fpr_median <= floor.fpr + FLOOR_MARGIN_FPR
-    added = row.added_ttft_ms_median
-    ttft_ok = added is None or added <= _ttft_noise(floor) or (lowest is not None and lowest <= _ttft_noise(floor))
-    return bool(fpr_ok and ttft_ok)
+    if row.fpr_median > floor.fpr + FLOOR_MARGIN_FPR:
+        return False
+    if not added:
+        return True
+    evidence = ttft_evidence(added, floor)
+    return None if evidence is Evidence.AMBIGUOUS else evidence is Evidence.WITHIN
 
 
-def _verdict(row: MatrixRow, lowest: float | None, floor: Floor | None = None) -> str:
+def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = None) -> str:
+    lowest = added_runs[0] if added_runs else None
+    if floor is not None and undecided(row, floor) and lowest is not None:
+        return (
+            f"{UNDECIDED_VERDICT} (fastest run +{lowest:.1f} ms, beyond "
+            f"the floor's {_ttft_noise(floor):.1f} ms by less than this host moved the streams)"
+        )
     if row.within_floor:
         added = row.added_ttft_ms_median
         noise = _ttft_noise(floor) if floor is not None else None

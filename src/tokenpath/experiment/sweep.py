@@ -43,13 +43,18 @@ def sweep_experiment(
     )
 
 
+def _held(within_floor: bool | None) -> str:
+    """The held? column: None is a point not placed (no floor, or a first token undecided under load)."""
+    return "?" if within_floor is None else ("no" if within_floor else "yes")
+
+
 def sweep_table(results: MatrixResults, title: str) -> Table:
     table = Table(title=f"tokenpath sweep: {title}")
     for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
         table.add_column(col, justify="right")
     for p in results.points or ():
         figures = (fmt(p.fpr_median, 2), fmt(p.added_ttft_ms_median), str(p.modal_burst))
-        table.add_row(str(p.frame_bytes), f"{p.interval_ms:g}", *figures, "no" if p.within_floor else "yes")
+        table.add_row(str(p.frame_bytes), f"{p.interval_ms:g}", *figures, _held(p.within_floor))
     return table
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from tokenpath.axes import AXES, BY_FIELD, Axis, Column
 from tokenpath.diagnose.shape import Kind, Seen, of_arrivals, typical
 from tokenpath.results.model import (
+    UNDECIDED_VERDICT,
     Drift,
     ExclusionShare,
     MatrixResults,
@@ -374,6 +375,8 @@ def seen_as(row: MatrixRow) -> str:
         return row.verdict
     if row.within_floor:
         return "streams"
+    if row.within_floor is None and row.verdict.startswith(UNDECIDED_VERDICT):
+        return "streams, TTFT undecided"  # never "late": the host's load could not be told from a delay
     shown = row_shape(row)
     if shown is not None and shown.kind not in (Kind.TOO_SHORT, Kind.STREAMS):
         return shown.label()

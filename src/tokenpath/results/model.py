@@ -313,6 +313,9 @@ class FloorEntry:
 # than it is called between two runs (report/compare.py).
 FLOOR_MARGIN_FPR = 0.05  # frames per read within this of the direct path's worst run is noise
 FLOOR_MARGIN_TTFT_MS = 1.0  # added TTFT within the direct path's spread plus this is noise
+# How an undecided row's verdict begins (within_floor None beside a floor: experiment/rows.py's ttft_evidence could
+# not place its first token on a loaded host): every rendering says so rather than read it as late.
+UNDECIDED_VERDICT = "streams; its first token not told apart from the direct floor"
 
 
 @dataclass(frozen=True, slots=True)
