@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -17,7 +18,7 @@ from tokenpath.cli.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "src" / "tokenpath" / "cli"
-NOT_COMMANDS = {"__init__", "common", "options", "commands", "lazygroup"}
+NOT_COMMANDS = {"__init__", "coercion", "common", "options", "commands", "lazygroup"}
 
 # Run the CLI as `python -m tokenpath ARGS` does, then print the modules it imported (as JSON, on stderr's last line).
 STARTED = (
@@ -62,7 +63,7 @@ def test_each_summary_is_its_docstrings_first_paragraph(command: object) -> None
 def test_a_command_imports_no_other_command(command: str, own: set[str]) -> None:
     _, imported = started(command, "--help")
     cli = {m.removeprefix("tokenpath.cli.") for m in imported if m.startswith("tokenpath.cli.")}
-    assert cli == {"commands", "common", "lazygroup"} | own
+    assert cli == {"commands", "coercion", "common", "lazygroup"} | own
 
 
 def test_the_command_list_imports_no_command_and_shows_what_the_eager_app_shows() -> None:
@@ -83,3 +84,48 @@ def test_a_mistyped_command_is_still_told_its_name() -> None:
     )
     assert out.returncode == 2
     assert "No such command 'prob'. Did you mean 'probe'?" in out.stderr
+
+
+# --- coercion.py: Typer's per-option coercion, spared where it is plain -----------------------------------------
+
+SAMPLES = ["0", "7", "-3", "8000", "-0", "007", "+5", "1_000", " 5", "5 ", "", "2.5", "-0.25", "1.50", "1.", ".5",
+           "1e3", "0x10", "nan", "inf", "abc", "ñ", "\udcff", "9" * 40, "1." + "0" * 40]  # fmt: skip
+
+
+def test_a_start_builds_no_adapter_for_plain_values() -> None:
+    """`tokenpath stub --port 0 --tokens 3 --interval-ms 1.5 ...` reaches the command without pydantic."""
+    _, imported = started("stub", "--port", "0", "--tokens", "3", "--interval-ms", "1.5", "--jitter", "bogus")
+    assert "tokenpath.cli.stub" in imported
+    assert not {m for m in imported if m.startswith("pydantic")}
+    _, imported = started("report", "/nonexistent", "--format", "html")  # a list: Typer's adapter, as before
+    assert "pydantic" in imported
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_a_spared_value_is_what_typers_adapter_gives(command: str) -> None:
+    """Every option of every command, its default and SAMPLES: the spared coercion's value (or error) is Typer's."""
+    import typer
+    from typer import _click
+    from typer._coercion import build_runtime_param
+    from typer.core import _TyperParameter
+
+    from tokenpath.cli import app
+    from tokenpath.cli.coercion import SparedRuntimeParam, has_plain_values
+
+    def outcome(runtime: Any, param: Any, value: object) -> tuple[str, str]:
+        try:
+            result = runtime.coerce(value, param=param, ctx=ctx)
+        except typer.BadParameter as exc:
+            return "error", exc.format_message()
+        return type(result).__name__, repr(result)
+
+    group: Any = typer.main.get_command(app)
+    cmd = group.commands[command]
+    ctx = _click.Context(cmd)
+    plain = [p for p in cmd.params if isinstance(p, _TyperParameter) and has_plain_values(p.type_descriptor)]
+    assert plain
+    for param in plain:
+        d = param.type_descriptor
+        spared, typers = SparedRuntimeParam(d.parameter_info, d.annotation, d, True), build_runtime_param(d)
+        for value in [param.default, *SAMPLES]:
+            assert outcome(spared, param, value) == outcome(typers, param, value), (param.name, value)

@@ -1,7 +1,7 @@
 """The app's command group, lazy (click's LazyGroup pattern on Typer's group): a process imports and builds only the
 command it runs. Typer otherwise imports every command module and builds every command's parameters on each start,
 about 1 CPU-second before `tokenpath probe` reads its first flag; `tokenpath --help` lists the commands from
-commands.py's summaries without importing one."""
+commands.py's summaries without importing one. Each command's parameters coerce as coercion.py spares them."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typer.core import MarkupMode, TyperCommand, TyperGroup
 from typer.main import get_command_from_info
 from typer.models import CommandInfo
 
+from tokenpath.cli.coercion import spare
 from tokenpath.cli.commands import BY_NAME, COMMANDS
 
 
@@ -60,6 +61,19 @@ class LazyGroup(TyperGroup):
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         self.commands = LazyCommands(self.commands, self.rich_markup_mode)
+
+    def get_params(self, ctx: _click.Context) -> list[_click.Parameter]:
+        params = super().get_params(ctx)
+        spare(params)
+        return params
+
+    def resolve_command(
+        self, ctx: _click.Context, args: list[str]
+    ) -> tuple[str | None, _click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            spare(command.get_params(ctx))  # its --help among them, which click makes on first use
+        return name, command, rest
 
     def format_help(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
         commands = self.commands
