@@ -88,8 +88,10 @@ def test_a_mistyped_command_is_still_told_its_name() -> None:
 
 # --- coercion.py: Typer's per-option coercion, spared where it is plain -----------------------------------------
 
-SAMPLES = ["0", "7", "-3", "8000", "-0", "007", "+5", "1_000", " 5", "5 ", "", "2.5", "-0.25", "1.50", "1.", ".5",
-           "1e3", "0x10", "nan", "inf", "abc", "ñ", "\udcff", "9" * 40, "1." + "0" * 40]  # fmt: skip
+PLAIN_SAMPLES = ["0", "7", "-3", "8000", "-0", "2.5", "-0.25", "1.50", "abc", "", "ñ", "\udcff", "9" * 40]
+ODD_SAMPLES = ["007", "+5", "1_000", " 5", "5 ", "1.", ".5", "1e3", "0x10", "nan", "inf", "1." + "0" * 40]
+LIST_SAMPLES = [(), ("a", "7"), ["-3", "2.5"], ("1e3",), ("7", None)]
+SAMPLES = [*PLAIN_SAMPLES, *ODD_SAMPLES, *LIST_SAMPLES]
 
 
 def test_a_start_builds_no_adapter_for_plain_values() -> None:
@@ -97,7 +99,10 @@ def test_a_start_builds_no_adapter_for_plain_values() -> None:
     _, imported = started("stub", "--port", "0", "--tokens", "3", "--interval-ms", "1.5", "--jitter", "bogus")
     assert "tokenpath.cli.stub" in imported
     assert not {m for m in imported if m.startswith("pydantic")}
-    _, imported = started("report", "/nonexistent", "--format", "html")  # a list: Typer's adapter, as before
+    _, imported = started("gateway", "--listen", "127.0.0.1:0", "--upstream", "http://a:1", "--upstream", "http://b:2")
+    assert "tokenpath.cli.gateway" in imported
+    assert not {m for m in imported if m.startswith("pydantic")}
+    _, imported = started("stub", "--port", "1e3")  # not plain: Typer's adapter, as before
     assert "pydantic" in imported
 
 

@@ -4,16 +4,16 @@ default included. That is pydantic's import (~0.2 CPU-s) and an adapter per opti
 
 Here a Typer parameter coerces None as Typer does (None, or () for a multiple) without an adapter, and a value whose
 coercion is plain without one: a str as it is, an int or a float that is one already or is written plainly in
-decimal ("8000", "-1.5"). Every other value (a choice, a path, a range, a list, "1e3", " 5") goes to the adapter Typer
-builds, as before. tests/test_cli_startup.py holds the results (and the errors) to Typer's own for every option of
-every command."""
+decimal ("8000", "-1.5"), and a repeatable option's values when each is plain. Every other value (a choice, a path, a
+range, "1e3", " 5") goes to the adapter Typer builds, as before. tests/test_cli_startup.py holds the results (and the
+errors) to Typer's own for every option of every command."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_origin
 
 from typer import _click
 from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
@@ -23,10 +23,14 @@ from typer.core import _TyperParameter
 PLAIN_INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
 PLAIN_FLOAT = re.compile(r"-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,15})?")
 NOT_PLAIN = object()
+PLAIN = (str, int, float)
 
 
 def plain_value(annotation: Any, value: Any) -> Any:
     """`value` coerced to `annotation` where that is plain, else NOT_PLAIN."""
+    if get_origin(annotation) is list:  # a repeatable option: its values as they came, each plain
+        items = [plain_value(get_args(annotation)[0], v) for v in value] if type(value) in (list, tuple) else []
+        return items if type(value) in (list, tuple) and NOT_PLAIN not in items else NOT_PLAIN
     if annotation is str and type(value) is str:
         return value
     if annotation is int and (type(value) is int or (type(value) is str and PLAIN_INT.fullmatch(value))):
@@ -37,11 +41,13 @@ def plain_value(annotation: Any, value: Any) -> Any:
 
 
 def has_plain_values(descriptor: TypeDescriptor) -> bool:
-    """A str, int or float option with nothing of Typer's on top (no range, parser, path, choice, file, list)."""
+    """A str, int or float option (or a repeatable one of them) with nothing of Typer's on top (no range, parser,
+    path, choice, file, tuple)."""
     info = descriptor.parameter_info
+    annotation: Any = descriptor.annotation
     return (
-        descriptor.annotation in (str, int, float)
-        and not (descriptor.is_list or descriptor.is_tuple or descriptor.is_file or descriptor.is_path)
+        (annotation in PLAIN or (get_origin(annotation) is list and get_args(annotation)[0] in PLAIN))
+        and not (descriptor.is_tuple or descriptor.is_file or descriptor.is_path)
         and not descriptor.is_choice
         and info.parser is None
         and info.min is None
