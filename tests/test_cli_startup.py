@@ -99,6 +99,7 @@ def test_a_start_builds_no_adapter_for_plain_values() -> None:
     _, imported = started("stub", "--port", "0", "--tokens", "3", "--interval-ms", "1.5", "--jitter", "bogus")
     assert "tokenpath.cli.stub" in imported
     assert not {m for m in imported if m.startswith("pydantic")}
+    assert not {"rich.markdown", "rich.traceback", "matplotlib"} & imported  # help's and reports' alone
     _, imported = started("gateway", "--listen", "127.0.0.1:0", "--upstream", "http://a:1", "--upstream", "http://b:2")
     assert "tokenpath.cli.gateway" in imported
     assert not {m for m in imported if m.startswith("pydantic")}
