@@ -1,37 +1,37 @@
 """The `tokenpath` command. Thin: each command (one module here) turns its flags into config objects and calls the
 library; one decorator (common.handles_errors) maps errors to exit codes and the config fields that library
-messages name to the command's flags."""
+messages name to the command's flags. main() builds only the command it runs (lazygroup.py); `app`, asked for,
+has every command of commands.py on it."""
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
-from tokenpath.cli.common import app, console, err_console
-from tokenpath.cli.demo import demo
-from tokenpath.cli.diagnose import diagnose
-from tokenpath.cli.gateway import gateway
-from tokenpath.cli.load import load
-from tokenpath.cli.matrix import matrix
-from tokenpath.cli.monitor import monitor
-from tokenpath.cli.origin import origin
-from tokenpath.cli.probe import probe
-from tokenpath.cli.record import record
-from tokenpath.cli.relay import relay
-from tokenpath.cli.report import report
-from tokenpath.cli.stub import stub
-from tokenpath.cli.sweep import sweep
-from tokenpath.cli.timeouts import timeouts
+from tokenpath.cli import common
+from tokenpath.cli.commands import COMMANDS
+from tokenpath.cli.common import console, err_console
 
-for command in (
-    *(stub, probe, relay, matrix, sweep, load, demo, gateway, monitor, report, diagnose, timeouts, origin, record),
-):
-    app.command()(command)
+if TYPE_CHECKING:
+    from tokenpath.cli.common import app
 
 __all__ = ["app", "console", "err_console", "main"]
 
 
+def __getattr__(name: str) -> object:
+    """`tokenpath.cli.app` for those that read its commands (tests, in-process callers): every command registered on
+    first access, as Typer builds them eagerly. The CLI's own start (main) leaves them to the lazy group."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not common.app.registered_commands:
+        for command in COMMANDS:
+            common.app.command()(command.load())
+    globals()["app"] = common.app
+    return common.app
+
+
 def main() -> None:
     try:
-        app()
+        common.app()
     except KeyboardInterrupt:
         sys.exit(130)

@@ -18,9 +18,11 @@ from rich.console import Console
 from typer.models import OptionInfo
 
 from tokenpath import __version__
+from tokenpath.cli.lazygroup import LazyGroup
 from tokenpath.errors import TokenpathError, UsageError
 
 app = typer.Typer(
+    cls=LazyGroup,
     add_completion=False,
     no_args_is_help=True,
     help="Measure what a proxy does to an LLM token stream.",
