@@ -34,6 +34,7 @@ from tokenpath.errors import (
 )
 from tokenpath.hostport import join_hostport
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
+from tokenpath.probe.aio import connect_protocol
 from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.h2client import FlowStats, H2ClientConnection, H2NoRoom, H2Window
 from tokenpath.wire.h2events import ConnectionEnded, DataReceived, HeadReceived, StreamEnded, StreamReset
@@ -337,20 +338,11 @@ class H2LoadPool:
         return conn
 
     async def _connect(self, conn: H2LoadConnection, timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
         where = self.authority
         try:
-            hostname = self.host if self.ssl_context else None
-            opening = loop.create_connection(
-                lambda: conn, self.host, self.port, ssl=self.ssl_context, server_hostname=hostname
-            )
-            await asyncio.wait_for(opening, timeout_s)
-        except ssl.SSLError as exc:
-            conn.fail(TLSError(f"TLS handshake with {where} failed: {exc.reason or exc}"))
-        except TimeoutError:
-            conn.fail(ConnectTimeout(f"connecting to {where} (and TLS) took longer than {timeout_s} s"))
-        except OSError as exc:
-            conn.fail(ConnectError(f"cannot connect to {where}: {exc.strerror or exc}"))
+            await connect_protocol(lambda: conn, self.host, self.port, timeout_s, self.ssl_context)
+        except (TLSError, ConnectTimeout, ConnectError) as exc:
+            conn.fail(exc)
         else:
             # A server that says nothing holds every stream waiting on this connection: bounded here.
             with contextlib.suppress(Exception):  # failed already: the waiters have its error

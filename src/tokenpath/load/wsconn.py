@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from tokenpath.clock import Clock, monotonic_ns
-from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
-from tokenpath.hostport import join_hostport
+from tokenpath.errors import NetworkError, PeerError
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
+from tokenpath.probe.aio import close_and_wait, connect_protocol
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
@@ -333,31 +333,14 @@ async def ws_stream(
     loop = asyncio.get_running_loop()
     done: StreamDone = loop.create_future()
     deadline = loop.time() + timeout_s
-    where = join_hostport(host, port)
-    try:
-        transport, protocol = await asyncio.wait_for(
-            loop.create_connection(
-                lambda: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
-                host,
-                port,
-                ssl=ssl_context,
-                server_hostname=host if ssl_context is not None else None,
-            ),
-            timeout_s,
-        )
-    except ssl.SSLError as exc:
-        raise TLSError(f"TLS handshake with {where} failed: {exc.reason or exc}") from None
-    except TimeoutError:
-        raise ConnectTimeout(f"connecting to {where} (and TLS) took longer than {timeout_s} s") from None
-    except OSError as exc:
-        raise ConnectError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+    transport, protocol = await connect_protocol(
+        lambda: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
+        host,
+        port,
+        timeout_s,
+        ssl_context,
+    )
     try:
         return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
     finally:
-        transport.close()
-        if not protocol.closed.done():
-            abort = loop.call_later(CLOSE_WAIT_S, transport.abort)
-            try:
-                await protocol.closed
-            finally:
-                abort.cancel()
+        await close_and_wait(transport, protocol.closed)

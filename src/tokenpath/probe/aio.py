@@ -20,6 +20,7 @@ from tokenpath.probe.trace import Trace, TraceRecorder
 from tokenpath.wire.ending import STREAM_END, StreamEnd
 
 R = TypeVar("R")
+P = TypeVar("P", bound=asyncio.BaseProtocol)
 R_co = TypeVar("R_co", covariant=True)
 
 
@@ -135,17 +136,27 @@ async def stream_with(
     loop = asyncio.get_running_loop()
     done: asyncio.Future[R] = loop.create_future()
     deadline = loop.time() + timeout_s
+    transport, protocol = await connect_protocol(
+        lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, timeout_s, ssl_context
+    )
     try:
-        transport, protocol = await asyncio.wait_for(
-            loop.create_connection(
-                lambda: _StreamProtocol(stream_id, request, clock, done, make),
-                host,
-                port,
-                ssl=ssl_context,
-                server_hostname=host if ssl_context is not None else None,
-            ),
-            timeout_s,
+        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
+    finally:
+        await close_and_wait(transport, protocol.closed)
+
+
+async def connect_protocol(
+    factory: Callable[[], P], host: str, port: int, timeout_s: float, ssl_context: ssl.SSLContext | None = None
+) -> tuple[asyncio.Transport, P]:
+    """A new connection to host:port with `factory`'s protocol (TLS with `ssl_context`, the host its server name),
+    within `timeout_s`, the handshake included; the network's failures as tokenpath's errors (the load client's
+    HTTP/1.1, HTTP/2 and WebSocket connections all open here)."""
+    loop = asyncio.get_running_loop()
+    try:
+        opening = loop.create_connection(
+            factory, host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
         )
+        transport, protocol = await asyncio.wait_for(opening, timeout_s)
     except ssl.SSLError as exc:
         raise TLSError(f"TLS handshake with {join_hostport(host, port)} failed: {exc.reason or exc}") from None
     except TimeoutError:
@@ -154,13 +165,10 @@ async def stream_with(
         ) from None
     except OSError as exc:
         raise ConnectError(f"cannot connect to {join_hostport(host, port)}: {exc.strerror or exc}") from None
-    try:
-        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
-    finally:
-        await _close(transport, protocol.closed)
+    return transport, protocol
 
 
-async def _close(transport: asyncio.Transport, closed: asyncio.Future[None]) -> None:
+async def close_and_wait(transport: asyncio.Transport, closed: asyncio.Future[None]) -> None:
     """Close, and return once the transport is gone: over TLS a close is a close_notify exchange that takes loop
     iterations, and a caller that closes its loop right after a stream would otherwise strand the transport (uvloop
     then refuses to close the loop: EBUSY). A peer that never answers the close_notify gets an abort (which ends
