@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.e2e.caddyh3 import caddy_h3
 from tests.helpers import stub_upstream
 from tokenpath.monitor import exporter as ex
 from tokenpath.monitor.allowlist import AllowList
 from tokenpath.monitor.modules import ModuleSpec, build
 from tokenpath.monitor.probing import Aborter
-from tokenpath.proxies import catalogue
-from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.proxies.base import Endpoint, RunningProxy
 from tokenpath.serve.procs import tokenpath_argv
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 
@@ -38,18 +38,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 @pytest.fixture(scope="module")
 def caddy(tls_files: TLSFiles) -> Iterator[tuple[RunningProxy, Endpoint]]:
-    proxy = catalogue()["caddy-2.11"]
-    if proxy.missing_reason():
-        pytest.skip(f"caddy-2.11: {proxy.missing_reason()}")
-    with stub_upstream() as stub:
-        site = Site(
-            Endpoint("127.0.0.1", free_port()), stub, new_workdir("caddy-h3"), proxy.variant("stock"), tls_files
-        )
-        running = start(proxy, site)
-        try:
-            yield running, stub
-        finally:
-            running.stop()
+    with stub_upstream() as stub, caddy_h3(stub, tls_files) as running:
+        yield running, stub
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

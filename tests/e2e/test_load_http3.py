@@ -13,8 +13,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tokenpath.proxies import catalogue
-from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tests.e2e.caddyh3 import caddy_h3
+from tokenpath.proxies.base import Endpoint, RunningProxy
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 
@@ -30,21 +30,12 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 @pytest.fixture(scope="module")
 def stub_and_caddy(tls_files: TLSFiles) -> Iterator[tuple[str, RunningProxy]]:
-    proxy = catalogue()["caddy-2.11"]
-    if proxy.missing_reason():
-        pytest.skip(f"caddy-2.11: {proxy.missing_reason()}")
     with ServiceProcess(tokenpath_argv("stub", "--port", "0", *PACING), "stub") as stub:
         url = urlsplit(stub.url or "")
         assert url.hostname is not None
         assert url.port is not None
-        listen = Endpoint("127.0.0.1", free_port())
-        upstream = Endpoint(url.hostname, url.port)
-        site = Site(listen, upstream, new_workdir("caddy-h3-load"), proxy.variant("stock"), tls_files)
-        running = start(proxy, site)
-        try:
+        with caddy_h3(Endpoint(url.hostname, url.port), tls_files, "caddy-h3-load") as running:
             yield stub.url or "", running
-        finally:
-            running.stop()
 
 
 def test_load_over_http3_through_caddy_joins_each_stream_with_its_handshake_apart(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.caddyh3 import caddy_h3
 from tests.helpers import stub_upstream
 from tokenpath.chromium import find_chromium
 from tokenpath.proxies import catalogue
@@ -39,18 +40,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 @pytest.fixture(scope="module")
 def caddy(tls_files: TLSFiles) -> Iterator[RunningProxy]:
-    proxy = catalogue()["caddy-2.11"]
-    if proxy.missing_reason():
-        pytest.skip(f"caddy-2.11: {proxy.missing_reason()}")
-    with stub_upstream() as stub:
-        site = Site(
-            Endpoint("127.0.0.1", free_port()), stub, new_workdir("caddy-ch3"), proxy.variant("stock"), tls_files
-        )
-        running = start(proxy, site)
-        try:
-            yield running
-        finally:
-            running.stop()
+    with stub_upstream() as stub, caddy_h3(stub, tls_files, "caddy-ch3") as running:
+        yield running
 
 
 def probe(url: str, cacert: str, *args: str) -> subprocess.CompletedProcess[str]:

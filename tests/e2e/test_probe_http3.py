@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.caddyh3 import caddy_h3
 from tests.helpers import stub_upstream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import RunMetrics, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.proxies import catalogue
-from tokenpath.proxies.base import Endpoint, RunningProxy, Site, free_port, new_workdir, start
+from tokenpath.proxies.base import RunningProxy
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -37,17 +37,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
 
 @pytest.fixture(scope="module")
 def caddy(tls_files: TLSFiles) -> Iterator[RunningProxy]:
-    proxy = catalogue()["caddy-2.11"]
-    if proxy.missing_reason():
-        pytest.skip(f"caddy-2.11: {proxy.missing_reason()}")
-    with stub_upstream() as stub:
-        listen = Endpoint("127.0.0.1", free_port())
-        site = Site(listen, stub, new_workdir("caddy-h3"), proxy.variant("stock"), tls_files)
-        running = start(proxy, site)
-        try:
-            yield running
-        finally:
-            running.stop()
+    with stub_upstream() as stub, caddy_h3(stub, tls_files) as running:
+        yield running
 
 
 def run(running: RunningProxy, cacert: Path, version: HttpVersion) -> RunMetrics:
