@@ -138,8 +138,9 @@ def test_a_line_longer_than_the_limit_is_too_large() -> None:
 @pytest.mark.parametrize("new_relay", [MessageRelay, LineRelay])
 def test_a_long_frame_fed_in_small_pieces_costs_what_holding_it_costs(new_relay: Callable[[], Relay]) -> None:
     """A relay that rescanned or re-copied what it holds on every read costs the square of the frame: 8 MiB in 512 B
-    reads is 16384 reads and ~64 GiB of copying. Measured beside the floor (the same pieces appended to one
-    bytearray, best of 3 each), so the allocator's own costs and a loaded machine cannot decide it."""
+    reads is 16384 reads and ~64 GiB of copying: seconds at the least. Measured beside the floor (the same pieces
+    appended to one bytearray, best of 3 each), with a bound far from both: a linear relay costs a few floors
+    (~0.03 s here; 0.3 s seen on a loaded host), the square never less than several seconds."""
     n_bytes = 8 << 20
     data = event_message("contentBlockDelta", b"x" * (n_bytes - 100)) if new_relay is MessageRelay else b"x" * n_bytes
     data += b"" if new_relay is MessageRelay else b"\n"
@@ -165,7 +166,7 @@ def test_a_long_frame_fed_in_small_pieces_costs_what_holding_it_costs(new_relay:
             times.append(time.perf_counter() - t0)
         return min(times)
 
-    assert best(relay) < 10 * best(floor) + 0.1
+    assert best(relay) < 20 * best(floor) + 1.5
 
 
 # --- each format's error frame -----------------------------------------------------------------------------------

