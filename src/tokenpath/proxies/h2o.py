@@ -10,7 +10,7 @@ from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, m
 IO_TIMEOUT_S = 30.0
 LONG_STREAMS_LINE = f"proxy.timeout.io: {milliseconds(LIFTED_S)}"
 # h2o's documented way to carry a WebSocket in 2.2 (h2o.examp1e.net/configure/proxy_directives.html#proxy.websocket,
-# "experimental", default OFF; 2.3 replaced it with proxy.tunnel, which 2.2.5 rejects): stock, the upgrade reaches the
+# "experimental", default OFF; later h2o documents proxy.tunnel, which 2.2.5 rejects): stock, the upgrade reaches the
 # upstream as a plain GET without its Upgrade header. The tunnel's idle limit is then proxy.websocket.timeout, 300 s by
 # default (the same page; documented, not measured here), not proxy.timeout.io.
 WEBSOCKET_LINE = "proxy.websocket: ON"
