@@ -86,6 +86,21 @@ def test_each_stock_refuser_gets_its_own_catalogue_line_and_an_unnamed_path_all_
     assert finding(tried, "haproxy").fix is None
 
 
+def test_h2o_lighttpd_and_squid_refused_get_their_own_catalogue_line() -> None:
+    """Stock, each drops the Upgrade header (405 from the stub); each has a measured `websocket` variant now, so
+    diagnose names its line, not the generic advice."""
+    tried = UpgradeTried(REFUSED, POLICY)
+    expected = {
+        "h2o": "proxy.websocket: ON",
+        "lighttpd": '"upgrade" => "enable"',
+        "squid": "http_upgrade_request_protocols websocket allow all",
+    }
+    for name, line in expected.items():
+        found = finding(tried, name)
+        assert (found.proxy, found.fix, found.generic) == (name, catalogue()[name].variant("websocket").line, None)
+        assert line in (found.fix or "")
+
+
 def test_a_later_upgrade_that_was_carried_is_said_not_counted_as_a_fallback() -> None:
     tried = UpgradeTried(REFUSED, POLICY, replace(CARRIED, attempts=2))
     found = finding(tried, "nginx")

@@ -70,8 +70,9 @@ def test_direct_the_stub_streams_over_websocket(stub: Endpoint) -> None:
 
 # What each stock proxy answers instead of 101: nginx drops the Upgrade and Connection headers, so the stub sees a
 # plain GET on its POST route (405); Envoy refuses an upgrade type its connection manager does not list (403);
-# Apache without `upgrade=websocket` forwards the plain GET (405).
-STOCK_ANSWERS = [("nginx", 405), ("envoy", 403), ("apache2", 405)]
+# Apache without `upgrade=websocket` forwards the plain GET (405); h2o, lighttpd and Squid drop the Upgrade header
+# (405).
+STOCK_ANSWERS = [("nginx", 405), ("envoy", 403), ("apache2", 405), ("h2o", 405), ("lighttpd", 405), ("squid", 405)]
 
 
 @pytest.mark.parametrize(("name", "status"), STOCK_ANSWERS)
@@ -89,13 +90,17 @@ def test_a_stock_proxy_does_not_carry_the_upgrade_and_the_probe_says_so(stub: En
     assert metrics.ttft_ms is None
 
 
-# nginx, Envoy and Apache with their documented lines; HAProxy and Caddy carry an upgrade on their stock configs.
+# nginx, Envoy, Apache, h2o, lighttpd and Squid with their documented lines; HAProxy and Caddy carry an upgrade on
+# their stock configs.
 CARRIED = [
     ("nginx", "websocket"),
     ("envoy", "websocket"),
     ("haproxy", "stock"),
     ("caddy-2.11", "stock"),
     ("apache2", "websocket"),
+    ("h2o", "websocket"),
+    ("lighttpd", "websocket"),
+    ("squid", "websocket"),
 ]
 
 

@@ -1,6 +1,8 @@
 """Issue 38's done-when, without the gateway: `transport = ["sse", "websocket"]` over nginx (stock and with its
 upgrade lines), HAProxy, Caddy, Envoy (stock and with `upgrade_configs`), Apache (stock and with
-`upgrade=websocket`) and Varnish (stock and with `return (pipe)` on an upgrade), each installed one: the matrix
+`upgrade=websocket`), Varnish (stock and with `return (pipe)` on an upgrade), h2o (stock and with `proxy.websocket:
+ON`), lighttpd (stock and with proxy.header's `"upgrade" => "enable"`) and Squid (stock and with
+`http_upgrade_request_protocols websocket allow all`), each installed one: the matrix
 shows which paths carry the WebSocket mode, and on the ones that do not, what the client's fallback to SSE cost
 (two refused upgrades 50 ms apart, then SSE: the first upgrade to the first content event)."""
 
@@ -18,7 +20,8 @@ pytestmark = [pytest.mark.e2e, needs_proxies]
 
 # (proxy, variant, carries the upgrade): stock nginx drops Upgrade/Connection (the stub answers the GET 405), stock
 # Envoy refuses an upgrade type its connection manager does not list (403), stock Apache forwards a plain GET (405),
-# stock Varnish fetches it as a GET without the hop-by-hop headers (405); HAProxy and Caddy tunnel it stock.
+# stock Varnish fetches it as a GET without the hop-by-hop headers (405), stock h2o, lighttpd and Squid drop Upgrade
+# (405); HAProxy and Caddy tunnel it stock.
 PATHS = [
     ("nginx", "stock", False),
     ("nginx", "websocket", True),
@@ -30,6 +33,12 @@ PATHS = [
     ("apache2", "websocket", True),
     ("varnish", "stock", False),
     ("varnish", "websocket", True),
+    ("h2o", "stock", False),
+    ("h2o", "websocket", True),
+    ("lighttpd", "stock", False),
+    ("lighttpd", "websocket", True),
+    ("squid", "stock", False),
+    ("squid", "websocket", True),
 ]
 RETRY_DELAY_MS = 50
 

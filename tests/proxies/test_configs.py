@@ -161,3 +161,67 @@ def test_varnish_websocket_variant_pipes_the_upgrade_with_its_hop_by_hop_headers
             [binary, "-C", "-j", "none", "-f", str(vcl), "-n", str(tmp_path / "n")], capture_output=True
         )
         assert compiled.returncode == 0, compiled.stderr.decode()[-2000:]
+
+
+def _config_check(argv: list[str]) -> None:
+    """The proxy's own config check accepts the file (skipped where the proxy is not installed)."""
+    checked = subprocess.run(argv, capture_output=True, text=True)
+    assert checked.returncode == 0, (checked.stdout + checked.stderr)[-2000:]
+
+
+def test_h2o_websocket_variant_turns_proxy_websocket_on(tmp_path: Path) -> None:
+    """h2o 2.2 carries a WebSocket only with proxy.websocket ON (its proxy directives; stock: a 405 from the stub,
+    which sees a plain GET); `h2o -t` accepts it where h2o is installed."""
+    h2o = lookup("h2o")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "w").mkdir()
+    stock = h2o.write_config(site(tmp_path / "s", "h2o")).read_text()
+    config = h2o.write_config(site(tmp_path / "w", "h2o", "websocket"))
+    text = config.read_text()
+    assert "\n        proxy.websocket: ON\n" in text  # in the proxied path's own mapping
+    assert "proxy.websocket" not in stock
+    binary = h2o.binary()
+    if binary is not None:
+        _config_check([binary, "-t", "-c", str(config)])
+
+
+def test_lighttpd_websocket_variant_enables_the_upgrade_in_proxy_header(tmp_path: Path) -> None:
+    """lighttpd's mod_proxy carries a WebSocket only with proxy.header's "upgrade" => "enable" (1.4.46+); with a real
+    endpoint's Host it shares the one proxy.header (a second assignment would replace the first); `lighttpd -tt`
+    (which loads mod_proxy and checks the value) accepts it where lighttpd is installed."""
+    lighttpd = lookup("lighttpd")
+    for sub in ("s", "w", "h"):
+        (tmp_path / sub).mkdir()
+    stock = lighttpd.write_config(site(tmp_path / "s", "lighttpd")).read_text()
+    config = lighttpd.write_config(site(tmp_path / "w", "lighttpd", "websocket"))
+    assert 'proxy.header = ("upgrade" => "enable")\n' in config.read_text()
+    assert "upgrade" not in stock
+    endpoint = Site(
+        Endpoint("127.0.0.1", 9001),
+        Endpoint("api.example.com", 80),
+        tmp_path / "h",
+        lighttpd.variant("websocket"),
+        upstream_host="api.example.com",
+    )
+    both = lighttpd.write_config(endpoint).read_text()
+    assert both.count("proxy.header") == 1
+    assert 'proxy.header = ("map-host-request" => ("-" => "api.example.com"), "upgrade" => "enable")' in both
+    binary = lighttpd.binary()
+    if binary is not None:
+        _config_check([binary, "-tt", "-f", str(config)])
+
+
+def test_squid_websocket_variant_allows_the_upgrade_as_clients_spell_it(tmp_path: Path) -> None:
+    """Squid 5+ drops Upgrade unless http_upgrade_request_protocols allows it; its protocol names are case sensitive
+    and clients send `Upgrade: websocket` (the docs' `WebSocket` left this Squid 5.7 answering 405, measured):
+    `squid -k parse` accepts the line where Squid is installed."""
+    squid = lookup("squid")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "w").mkdir()
+    stock = squid.write_config(site(tmp_path / "s", "squid")).read_text()
+    config = squid.write_config(site(tmp_path / "w", "squid", "websocket"))
+    assert "\nhttp_upgrade_request_protocols websocket allow all\n" in config.read_text()
+    assert "http_upgrade_request_protocols" not in stock
+    binary = squid.binary()
+    if binary is not None:
+        _config_check([binary, "-k", "parse", "-f", str(config)])

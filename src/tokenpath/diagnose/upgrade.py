@@ -2,9 +2,10 @@
 makes the recognised proxy carry it, and what the client's fallback costs where it does not. Pure: built from the
 probe's WsFigures (probe/wsfigures.py); the one exchange, try_upgrade, through the series' injected probe.
 
-The lines are the catalogue's own `websocket` variants (proxies/nginx.py, envoy.py, apache2.py: measured carrying
-the upgrade in tests/e2e/test_catalogue_websocket.py), never a copy of them; a proxy without one, or a path that
-names no proxy, gets what changes it in any proxy with those lines as examples.
+The lines are the catalogue's own `websocket` variants (proxies/nginx.py, envoy.py, apache2.py, varnish.py, h2o.py,
+lighttpd.py, squid.py: measured carrying the upgrade in tests/e2e/test_catalogue_websocket.py and
+test_matrix_websocket_paths.py), never a copy of them; a proxy without one, or a path that names no proxy, gets what
+changes it in any proxy with nginx's, Envoy's and Apache's lines as examples.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, m
 # 30000 ms, the silence on the upstream connection it waits out, the response head's wait included. No total limit.
 IO_TIMEOUT_S = 30.0
 LONG_STREAMS_LINE = f"proxy.timeout.io: {milliseconds(LIFTED_S)}"
+# h2o's documented way to carry a WebSocket in 2.2 (h2o.examp1e.net/configure/proxy_directives.html#proxy.websocket,
+# "experimental", default OFF; later h2o documents proxy.tunnel, which 2.2.5 rejects): stock, the upgrade reaches the
+# upstream as a plain GET without its Upgrade header. The tunnel's idle limit is then proxy.websocket.timeout, 300 s by
+# default (the same page; documented, not measured here), not proxy.timeout.io.
+WEBSOCKET_LINE = "proxy.websocket: ON"
 
 
 class H2O(Proxy):
@@ -18,6 +23,7 @@ class H2O(Proxy):
     image = "lkwg82/h2o-http2-server:v2.2.5"
     variants = (
         STOCK,
+        Variant("websocket", "carries a WebSocket upgrade: proxy.websocket ON (h2o 2.2's directive)", WEBSOCKET_LINE),
         Variant(LONG_STREAMS, "proxy.timeout.io an hour (stock: 30 s of silence ends a stream)", LONG_STREAMS_LINE),
     )
     stock_timeouts = StreamTimeouts(idle_s=IO_TIMEOUT_S)
@@ -38,7 +44,7 @@ hosts:
     paths:
       /:
         proxy.reverse.url: {site.upstream_url}/{_upstream_tls(site)}
-        proxy.timeout.io: {self._io_timeout_ms(site)}
+        proxy.timeout.io: {self._io_timeout_ms(site)}{_websocket(site)}
 """)
         return config
 
@@ -62,3 +68,7 @@ def _upstream_tls(site: Site) -> str:
     if site.upstream_tls is None:
         return ""
     return f"\n        proxy.ssl.verify-peer: ON\n        proxy.ssl.cafile: {site.upstream_tls.ca_bundle}"
+
+
+def _websocket(site: Site) -> str:
+    return f"\n        {WEBSOCKET_LINE}" if site.variant.name == "websocket" else ""

@@ -13,6 +13,10 @@ STREAM_RESPONSE_BODY = "server.stream-response-body = 2"
 # limit cut a silence at ~3 s here); long_streams writes 0.
 STOCK_LIMITS_COMMENT = '# stock timeouts: none (mod_proxy "read-timeout" => 0, the default)'
 LONG_STREAMS_LINE = '"read-timeout" => 0'
+# lighttpd's documented way to carry a WebSocket (redmine.lighttpd.net/projects/lighttpd/wiki/Docs_ModProxy,
+# proxy.header since 1.4.46): "upgrade" => "enable" lets mod_proxy pass Upgrade on and tunnel after the backend's 101.
+# Stock, it drops the Upgrade header and the backend sees a plain GET.
+WEBSOCKET_HEADER = '"upgrade" => "enable"'
 
 
 class Lighttpd(Proxy):
@@ -24,6 +28,7 @@ class Lighttpd(Proxy):
     variants = (
         STOCK,
         Variant("stream_response_body", "server.stream-response-body = 2 (send as it arrives)", STREAM_RESPONSE_BODY),
+        Variant("websocket", 'carries a WebSocket upgrade: proxy.header = ("upgrade" => "enable")', WEBSOCKET_HEADER),
         Variant(LONG_STREAMS, "no backend read timeout, explicitly (also lighttpd's default)", LONG_STREAMS_LINE),
     )
 
@@ -76,5 +81,8 @@ server.errorlog = "{site.workdir}/error.log"
 
 
 def _host(site: Site) -> str:
-    """A real endpoint's own Host (mod_proxy passes the client's); nothing for the stub."""
-    return f'proxy.header = ("map-host-request" => ("-" => "{site.upstream_host}"))\n' if site.upstream_host else ""
+    """proxy.header's options: a real endpoint's own Host (mod_proxy passes the client's; nothing for the stub) and
+    the WebSocket variant's upgrade (one proxy.header holds both: a second assignment would replace the first)."""
+    options = [f'"map-host-request" => ("-" => "{site.upstream_host}")'] if site.upstream_host else []
+    options += [WEBSOCKET_HEADER] if site.variant.name == "websocket" else []
+    return f"proxy.header = ({', '.join(options)})\n" if options else ""

@@ -9,6 +9,10 @@ from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, w
 # Squid waits for the next read from the server, the reply's head included. No total limit on a reply.
 READ_TIMEOUT_S = 900.0
 LONG_STREAMS_LINE = f"read_timeout {LIFTED_S:.0f} seconds"
+# Squid's documented way to carry a WebSocket (squid-cache.org/Doc/config/http_upgrade_request_protocols, Squid 5+):
+# stock, "Upgrade header dropped, effectively blocking an upgrade attempt"; allowed, Squid relays the 101 and then
+# the bytes as a dumb TCP tunnel. Protocol names are case sensitive: this rule matches `Upgrade: websocket` only.
+WEBSOCKET_LINE = "http_upgrade_request_protocols websocket allow all"
 
 
 class Squid(Proxy):
@@ -20,6 +24,7 @@ class Squid(Proxy):
     upstream_tls_unsupported = "Debian's squid is built without TLS (an https cache_peer needs squid-openssl)"
     variants = (
         STOCK,
+        Variant("websocket", "carries a WebSocket upgrade: http_upgrade_request_protocols allows it", WEBSOCKET_LINE),
         Variant(LONG_STREAMS, "read_timeout an hour (stock: 15 min of silence ends a reply)", LONG_STREAMS_LINE),
     )
     stock_timeouts = StreamTimeouts(idle_s=READ_TIMEOUT_S)
@@ -44,6 +49,7 @@ coredump_dir {site.workdir}
 shutdown_lifetime 1 seconds
 read_timeout {self._read_timeout(site)} seconds
 pinger_enable off
+{WEBSOCKET_LINE if site.variant.name == "websocket" else ""}
 """)
         return config
 
