@@ -110,8 +110,9 @@ class Relay:
             size = len(data)
         self.prev_out = self.last_out
         self.last_out = data
-        # wire.framing.chunk inlined (once per read; data is never empty here, so never the last chunk)
-        return b"%x\r\n%b\r\n" % (size, data) if self._chunked else data
+        # wire.framing.chunk inlined (once per read), its rule too: an empty read frames to nothing, never to the
+        # last chunk
+        return b"%x\r\n%b\r\n" % (size, data) if self._chunked and size else data
 
     @property
     def held(self) -> bytes:
