@@ -23,7 +23,11 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import h2.config
+import h2.connection
+import h2.events
 
 from tokenpath.gateway import link
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
@@ -34,6 +38,8 @@ from tokenpath.serve.tlscert import self_signed
 SCHEDULERS = ("call_soon", "call_later", "call_at", "create_future", "create_task")
 FRAME = b'data: {"choices":[{"delta":{"content":"tok"}}]}\n\n'
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}\n\n'
+Protocol = Literal["http1", "h2"]
+BODY = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
 
 
 @dataclass
@@ -85,18 +91,122 @@ async def _read_until(reader: asyncio.StreamReader, seen: bytearray, marker: byt
         seen += data
 
 
-async def _run(frames: int, counts: Counts, profile: cProfile.Profile, tls: Path | None) -> None:
+class _H2Member(asyncio.Protocol):
+    """The same member over h2c (prior knowledge, the h2 library's server side): a DATA frame per `send`."""
+
+    def __init__(self, connected: asyncio.Future[_H2Member]) -> None:
+        if not connected.done():
+            connected.set_result(self)
+        self.stream_id = 0
+        self.got_request = asyncio.get_running_loop().create_future()
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding=None))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+        self.conn.initiate_connection()
+        transport.write(self.conn.data_to_send())
+
+    def data_received(self, data: bytes) -> None:
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.StreamEnded) and not self.got_request.done():
+                self.stream_id = event.stream_id
+                self.conn.send_headers(event.stream_id, [(b":status", b"200"), (b"content-type", b"text/event-stream")])
+                self.got_request.set_result(None)
+        self.transport.write(self.conn.data_to_send())
+
+    def send(self, frame: bytes) -> None:
+        self.conn.send_data(self.stream_id, frame)
+        self.transport.write(self.conn.data_to_send())
+
+    def end(self) -> None:
+        self.conn.end_stream(self.stream_id)
+        self.transport.write(self.conn.data_to_send())
+
+
+class _H1Client:
+    """The client over HTTP/1.1: the body as it comes on the wire (chunk framing included)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.seen = bytearray()
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+        )
+
+    async def read_until(self, marker: bytes) -> None:
+        await _read_until(self.reader, self.seen, marker)
+
+    async def read_to_end(self) -> None:
+        await self.read_until(b"0\r\n\r\n")
+
+
+class _H2Client:
+    """The client over h2c with prior knowledge: the DATA it gets, each acknowledged at once (window kept open)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.seen = bytearray()
+        self.ended = False
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        self.conn.initiate_connection()
+        self.stream_id = self.conn.get_next_available_stream_id()
+        headers = [
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":authority", b"gw"),
+            (b":path", b"/v1/chat/completions"),
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(BODY)),
+        ]
+        self.conn.send_headers(self.stream_id, headers)
+        self.conn.send_data(self.stream_id, BODY, end_stream=True)
+        writer.write(self.conn.data_to_send())
+
+    async def _read(self) -> None:
+        data = await self.reader.read(65536)
+        assert data, f"the gateway closed; got {bytes(self.seen)!r}"
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.DataReceived):
+                self.seen += event.data
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.StreamEnded):
+                self.ended = True
+            elif isinstance(event, h2.events.StreamReset):
+                raise AssertionError(f"the gateway reset the stream: {event}")
+        self.writer.write(self.conn.data_to_send())
+
+    async def read_until(self, marker: bytes) -> None:
+        while marker not in self.seen:
+            await self._read()
+
+    async def read_to_end(self) -> None:
+        while not self.ended:
+            await self._read()
+
+
+async def _run(
+    frames: int,
+    counts: Counts,
+    profile: cProfile.Profile,
+    tls: Path | None,
+    downstream: Protocol = "http1",
+    upstream: Protocol = "http1",
+) -> None:
     loop = asyncio.get_running_loop()
-    connected: asyncio.Future[_Member] = loop.create_future()
+    connected: asyncio.Future[Any] = loop.create_future()
     ctx = None
     if tls is not None:
         files = self_signed(tls, ["127.0.0.1"])
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(files.cert, files.key)
-    member_server = await loop.create_server(lambda: _Member(connected), "127.0.0.1", 0, ssl=ctx)
+        ctx.set_alpn_protocols(["h2"] if upstream == "h2" else ["http/1.1"])
+    member_type = _H2Member if upstream == "h2" else _Member
+    member_server = await loop.create_server(lambda: member_type(connected), "127.0.0.1", 0, ssl=ctx)
     member_port = member_server.sockets[0].getsockname()[1]
     scheme, ca_file = ("https", str(files.cert)) if tls is not None else ("http", None)
-    pool = PoolConfig("p", (Member(f"{scheme}://127.0.0.1:{member_port}"),), ca_file=ca_file)
+    pool = PoolConfig("p", (Member(f"{scheme}://127.0.0.1:{member_port}"),), protocol=upstream, ca_file=ca_file)
     gateway = GatewayServer(GatewayConfig((pool,), listen_port=0, auth=AuthConfig(mode="none")))
     port = await gateway.start()
     inside = [False]
@@ -129,26 +239,20 @@ async def _run(frames: int, counts: Counts, profile: cProfile.Profile, tls: Path
     link.UpstreamLink.data_received = measured  # type: ignore[method-assign]
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
-        writer.write(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
+        client = _H2Client(reader, writer) if downstream == "h2" else _H1Client(reader, writer)
         member = await connected
         await member.got_request
-        seen = bytearray()
-        await _read_until(reader, seen, b"\r\n\r\n")
         member.send(ROLE)  # the first frames: first byte, first token (news, off the hot path)
-        await _read_until(reader, seen, b"assistant")
+        await client.read_until(b"assistant")
         member.send(FRAME)
-        await _read_until(reader, seen, b"tok")
+        await client.read_until(b"tok")
         measuring[0] = True
         for i in range(frames):  # the steady state: one frame, one upstream read, one client write
             member.send(FRAME.replace(b"tok", b"t%05d" % i))
-            await _read_until(reader, seen, b"t%05d" % i)
+            await client.read_until(b"t%05d" % i)
         measuring[0] = False
         member.end()
-        await _read_until(reader, seen, b"0\r\n\r\n")
+        await client.read_to_end()
         writer.close()
     finally:
         link.UpstreamLink.data_received = received  # type: ignore[method-assign]
@@ -158,15 +262,17 @@ async def _run(frames: int, counts: Counts, profile: cProfile.Profile, tls: Path
         member_server.close()
 
 
-def count(frames: int = 50, tls: bool = False) -> Counts:
-    """Counts for `frames` steady-state upstream reads of one HTTP/1.1 stream (client and member HTTP/1.1; `tls`:
-    the member over TLS, its certificate self-signed)."""
+def count(frames: int = 50, tls: bool = False, downstream: Protocol = "http1", upstream: Protocol = "http1") -> Counts:
+    """Counts for `frames` steady-state upstream reads of one stream: the client speaks `downstream` (h2: h2c with
+    prior knowledge), the member `upstream` (h2: h2c, or h2 by ALPN with `tls`); `tls`: the member over TLS, its
+    certificate self-signed."""
     counts = Counts()
     with tempfile.TemporaryDirectory() as directory:
         where = Path(directory) if tls else None
-        asyncio.run(_run(frames, Counts(), cProfile.Profile(), where))  # imports and first-time caches out of the way
+        warm = Counts()  # imports and first-time caches out of the way
+        asyncio.run(_run(frames, warm, cProfile.Profile(), where, downstream, upstream))
         profile = cProfile.Profile()
-        asyncio.run(_run(frames, counts, profile, where))
+        asyncio.run(_run(frames, counts, profile, where, downstream, upstream))
     stats = pstats.Stats(profile)
     counts.calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
     return counts

@@ -222,3 +222,10 @@ def test_a_broken_event_stream_is_a_failure_with_its_reason() -> None:
     assert relay.failure is not None
     assert relay.failure.broken is not None
     assert "prelude CRC" in relay.failure.broken
+
+
+@pytest.mark.parametrize("stream", [SSE, None], ids=["sse", "not-a-token-stream"])
+def test_an_empty_read_is_framed_to_nothing_never_to_the_last_chunk(stream: StreamFormat | None) -> None:
+    relay = Relay(stream, chunked=True)
+    assert relay.feed(b'data: {"a":1}\n\n') == chunk(b'data: {"a":1}\n\n')
+    assert relay.feed(b"") == b""  # b"0\r\n\r\n" would end the client's body mid-stream

@@ -149,7 +149,9 @@ class H2UpstreamConnection:
                     self._handle(event, touched)
             if self.core.peer_settings != self._settings:
                 self._settings_received()
-            self._flush()
+            out = self.core.data_to_send()  # _flush inlined (once per read): a WINDOW_UPDATE, a SETTINGS ACK
+            if out and not self.closed:
+                self.link.write(out)
             for sink in touched.values():
                 sink.upstream_read_done()
         except Exception as exc:  # the member's errors are caught by type above: this one is a bug of ours

@@ -85,7 +85,8 @@ class Relay:
 
     def feed(self, data: bytes) -> bytes:
         """One upstream body read; returns the bytes to write to the client now (b"": nothing yet)."""
-        self.bytes += len(data)
+        size = len(data)
+        self.bytes += size
         cut = self._cut
         if cut is None:
             if not self.first_byte:
@@ -106,9 +107,12 @@ class Relay:
                 self._scan = None
             if not data:
                 return b""
+            size = len(data)
         self.prev_out = self.last_out
         self.last_out = data
-        return chunk(data) if self._chunked else data
+        # wire.framing.chunk inlined (once per read), its rule too: an empty read frames to nothing, never to the
+        # last chunk
+        return b"%x\r\n%b\r\n" % (size, data) if self._chunked and size else data
 
     @property
     def held(self) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 READ_SIZE = 256 << 10
@@ -38,6 +39,9 @@ class TLSClient:
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self.obj = ctx.wrap_bio(self._in, self._out, server_hostname=server_hostname, session=session)
+        # SSLObject.read only forwards to its _ssl object's read (same arguments, same exceptions): that one is
+        # called directly, once per record, where CPython has it; the public method otherwise.
+        self._read: Callable[[int], bytes] = getattr(self.obj, "_sslobj", self.obj).read
         self.handshaken = False
         # close_notify received: the peer ended the connection on purpose. A TCP FIN without it is no end at all
         # for a close-delimited body (RFC 9112 §9.8: a truncation anyone on the path can cause).
@@ -52,14 +56,33 @@ class TLSClient:
         """Ciphertext in; (plaintext, bytes to send back) out. Raises ssl.SSLError on a failed handshake or a
         broken record. A close_notify sets `closed_by_peer` (SSLObject.read() returns b"" for it: with a memory BIO,
         "no data yet" is SSLWantReadError, so an empty read is the peer's close_notify and nothing else)."""
-        self._in.write(data)
+        incoming = self._in
+        incoming.write(data)
         if not self.handshaken and not self._step():
             return b"", self._out.read()
-        chunks = []
-        obj = self.obj
+        # The relay's read: one record in, all of it read. Each read takes one record whole (READ_SIZE is past a
+        # record's 16 KiB), so with no ciphertext left in the BIO there is nothing more to read: no second read to
+        # raise SSLWantReadError, no list.
+        try:
+            plain = self._read(READ_SIZE)
+        except ssl.SSLWantReadError:
+            plain = b""
+        except ssl.SSLZeroReturnError:
+            self.closed_by_peer = True
+            plain = b""
+        else:
+            if not plain:
+                self.closed_by_peer = True
+            elif incoming.pending:  # more records (or part of one) came in the same socket read
+                plain = self._read_rest(plain)
+        outgoing = self._out
+        return plain, outgoing.read() if outgoing.pending else b""
+
+    def _read_rest(self, first: bytes) -> bytes:
+        chunks = [first]
         while True:
             try:
-                chunk = obj.read(READ_SIZE)
+                chunk = self._read(READ_SIZE)
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError:
@@ -69,8 +92,7 @@ class TLSClient:
                 self.closed_by_peer = True
                 break
             chunks.append(chunk)
-        plain = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return plain, self._out.read()
+        return b"".join(chunks)
 
     def close_notify(self) -> bytes:
         """Our close_notify, to send before closing (the answer a peer that sent its own may wait for); b"" when

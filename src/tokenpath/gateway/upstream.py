@@ -57,8 +57,9 @@ class UpstreamConnection:
         try:
             self.got_bytes = True
             try:
-                # The core calls _head, _body and _end as llhttp finds them: this read goes downstream before
-                # data_received returns. Bytes while idle raise: the server broke the protocol; never reuse it.
+                # The core calls _head, the sink's upstream_body and _end as llhttp finds them: this read goes
+                # downstream before data_received returns. Bytes while idle raise: the server broke the protocol;
+                # never reuse it.
                 self.core.receive_data(data)
             except RemoteProtocolError as exc:  # only the member's; the sink's own exceptions come through as they are
                 self._fail(Failure(FailureKind.MALFORMED, f"malformed response from {self.pool.where}: {exc}"))
@@ -102,11 +103,6 @@ class UpstreamConnection:
         if self.sink is not None:
             self.sink.upstream_head(head)
 
-    def _body(self, data: bytes) -> None:
-        sink = self.sink
-        if sink is not None:
-            sink.upstream_body(data)
-
     def _end(self) -> None:
         sink, self.sink = self.sink, None
         if sink is not None:
@@ -126,7 +122,7 @@ class UpstreamConnection:
             asyncio.get_running_loop().call_soon(sink.upstream_lost, failure)
             return
         self.sink = sink
-        self.core.start_response(method)
+        self.core.start_response(method, sink.upstream_body)  # the body straight to the sink: no call between
         try:
             self.link.write(data)
         except ssl.SSLError as exc:
@@ -141,6 +137,7 @@ class UpstreamConnection:
     def abort(self) -> None:
         """Drop the connection now: the upstream sees it closed and stops generating."""
         self.sink = None
+        self.core.cancel()  # the rest of a read being parsed now reaches no sink (the body goes to it directly)
         if not self.closed:
             self.closed = True
             self.link.abort()
@@ -163,7 +160,8 @@ class UpstreamConnection:
         self._fail(Failure(FailureKind.INTERNAL, detail), sink)
 
     def _new_core(self) -> ClientConnection:
-        return ClientConnection(on_head=self._head, on_body=self._body, on_end=self._end)
+        # No on_body here: send hands each response the sink's own upstream_body (no forwarding call per read).
+        return ClientConnection(on_head=self._head, on_end=self._end)
 
     def release(self) -> None:
         """The response is complete: back to the idle pool when the core says the connection can be reused."""

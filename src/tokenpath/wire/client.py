@@ -109,8 +109,12 @@ class ClientConnection:
         """The response ended cleanly and the server keeps the connection open for another request."""
         return self.state is State.DONE and self.head is not None and self.head.keep_alive
 
-    def start_response(self, method: str) -> None:
-        """A request with `method` was sent: read its response (HEAD responses carry no body)."""
+    def start_response(self, method: str, on_body: Callable[[bytes], object] | None = None) -> None:
+        """A request with `method` was sent: read its response (HEAD responses carry no body). `on_body`: this
+        response's body callable, in place of the one given at construction (a relay hands its sink's own method,
+        looked up once per response: no forwarding call per read)."""
+        if on_body is not None:
+            self._on_body = on_body
         self.state = State.WAITING
         self._waiting = True
         self.head = None
@@ -147,6 +151,11 @@ class ClientConnection:
         if self.head is None and self._head_bytes > self.max_head_bytes:
             self._set(State.ERROR)
             raise ResponseTooLarge(f"response head larger than {self.max_head_bytes} bytes")
+
+    def cancel(self) -> None:
+        """Stop reading the outstanding response (its reader dropped the connection): later bytes, even the rest of
+        the read being parsed now, reach no callable."""
+        self._set(State.ERROR)
 
     def receive_eof(self) -> None:
         """The connection closed. Raises RemoteProtocolError if that cut the response short."""

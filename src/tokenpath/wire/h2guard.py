@@ -116,9 +116,10 @@ class FrameGuard:
             length = int.from_bytes(header[:3], "big")
             self.frame = (header[3], header[4], int.from_bytes(header[5:9], "big") & 0x7FFFFFFF, length)
             self.serial += 1
-            why = self._frame(length, header[3], header[4])
-            if why is not None:
-                return why
+            if header[3] != DATA or not length or length > self.max_frame_size:  # a DATA frame with data: nothing to
+                why = self._frame(length, header[3], header[4])  # check but its size (a token stream's every read)
+                if why is not None:
+                    return why
             self.skip = length
             if not length:
                 ends.append(at)
