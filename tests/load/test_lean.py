@@ -163,3 +163,34 @@ def test_over_http2_end_stream_without_the_final_event_is_cut_silent() -> None:
         end = lean.result().end
         assert end is not None
         assert (end.kind, end.how, end.since_last_byte_ns) == (kind, BodyEnd.END_STREAM, 1_000)
+
+
+def test_each_read_s_mark_is_the_body_s_bytes_after_it_however_the_response_is_split() -> None:
+    """The marks are kept as piece counts per read and turned into bytes once, at the end: the same figures as
+    counting each read's de-chunked bytes as it comes (wire/client.py ResponseParser, one read at a time)."""
+    from tokenpath.wire.client import ResponseParser
+
+    response = HEAD + chunked(STUB)
+    rng = random.Random("marks")
+    cases = [[response], [response[i : i + 1] for i in range(len(response))]]
+    for reads in [*cases, *(splits(response, rng) for _ in range(100))]:
+        _, lean = replay(reads)
+        parser, want, nbytes = ResponseParser(), list[int](), 0
+        for i, data in enumerate(reads, 1):
+            nbytes += len(parser.feed(data))
+            if want[-1:] != [nbytes] and nbytes:
+                want += [i * 1000, nbytes]
+        assert list(lean.result().marks) == want
+
+
+def test_a_second_response_in_the_read_that_ended_the_first_is_not_its_body() -> None:
+    """llhttp hands the recorder each body piece itself (direct_body), a second response's too: cut at the end."""
+    first = HEAD + chunked(STUB)
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra"
+    lean = LeanRecorder(SID, 0)
+    lean.on_read(1_000, first[:100])
+    lean.on_read(2_000, first[100:] + second)
+    assert lean.complete
+    got = lean.result()
+    assert got.body == b"".join(STUB)
+    assert list(got.marks[-2:]) == [2_000, len(got.body)]

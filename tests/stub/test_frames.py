@@ -61,3 +61,23 @@ def test_frame_bytes_too_small_is_a_clear_error() -> None:
     with pytest.raises(UsageError, match='"format": "plain"'):
         render_stream(chat(), "openai", need - 1)
     render_stream(chat(), "openai", need)
+
+
+def test_a_shape_s_whole_body_is_its_frames_relabelled_and_joined() -> None:
+    """StreamShape.wire_body (the load client's integrity check: one replace per body) is `wire` joined, in both
+    codings, for every stream; where the placeholder spans two frames it falls back to relabelling each frame."""
+    from tokenpath.audit import completion_id
+    from tokenpath.stub.formats.openai import openai_shape
+    from tokenpath.stub.frames import PLACEHOLDER_LABEL, StreamShape
+
+    shape = openai_shape("chat", "m", 6, False, 0, "openai", None)
+    for chunked in (False, True):
+        for sid in ("s1", "s2", "s1"):
+            cid = completion_id(sid)
+            assert shape.wire_body(chunked, cid) == b"".join(shape.wire(chunked, cid))
+    label = PLACEHOLDER_LABEL.encode()
+    half = len(label) // 2
+    spanning = StreamShape([b"a" + label[:half], label[half:] + b"b", b"c" + label + b"d"], relabel=True)
+    cid = completion_id("s3")
+    assert spanning.wire_body(False, cid) == b"".join(spanning.wire(False, cid))
+    assert label in spanning.wire_body(False, cid)  # the spanning one is not a label: the stub leaves it

@@ -14,7 +14,7 @@ from tokenpath.audit import completion_id
 from tokenpath.errors import PeerError
 from tokenpath.load.tokens import content_text as format_text
 from tokenpath.stub.formats.openai import openai_shape
-from tokenpath.stub.frames import token_text
+from tokenpath.stub.frames import StreamShape, token_text
 from tokenpath.wire.apis import Api
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.openai import content_text
@@ -52,7 +52,11 @@ PLAIN = BeforeFirstToken()
 
 def expected_frames(stream_id: str, model: str, tokens: int, extra: BeforeFirstToken = PLAIN) -> list[bytes]:
     """What the stub sent: its cached frames for this shape, relabelled with this stream's completion id."""
-    shape = openai_shape(
+    return _shape(model, tokens, extra).wire(False, completion_id(stream_id))
+
+
+def _shape(model: str, tokens: int, extra: BeforeFirstToken) -> StreamShape:
+    return openai_shape(
         "chat",
         model,
         tokens,
@@ -63,19 +67,20 @@ def expected_frames(stream_id: str, model: str, tokens: int, extra: BeforeFirstT
         reasoning=extra.reasoning,
         first_event_bytes=extra.first_event_bytes,
     )
-    return shape.wire(False, completion_id(stream_id))
 
 
 def check_body(
     body: bytes, stream_id: str, model: str, tokens: int, api: Api = Api.OPENAI, extra: BeforeFirstToken = PLAIN
 ) -> Integrity:
     """The same verdict from a whole body: one comparison of bytes when nothing changed them (the usual case,
-    and the load client's), the frames parsed out only when something did (or keep-alives sit between them)."""
+    and the load client's, against the stub's frames joined and relabelled at once), the frames parsed out only
+    when something did (or keep-alives sit between them)."""
     if api is not Api.OPENAI:
         return check_content(body, api, tokens)  # content texts only: reasoning and keep-alives are not content
-    expected = expected_frames(stream_id, model, tokens, extra)
-    if not extra.keepalives and body == b"".join(expected):
-        return Integrity(len(expected), len(expected), True, 0, 0)
+    shape, cid = _shape(model, tokens, extra), completion_id(stream_id)
+    if not extra.keepalives and body == shape.wire_body(False, cid):
+        return Integrity(len(shape.sizes), len(shape.sizes), True, 0, 0)
+    expected = shape.wire(False, cid)
     frames = SSEParser().feed(body)
     if extra.keepalives:  # the stub's `: ping` writes: comment-only events, never a frame of the stream's own
         frames = [f for f in frames if not is_keepalive(f)]

@@ -7,9 +7,10 @@ completed the first content frame (TTFT, added TTFT), and at the end whether eve
 for byte (integrity). So each read is de-chunked by llhttp and kept as bytes; the format's frame reader
 (wire/reader.py) runs only until the first content frame is found (the same reader and the same per-read timestamp
 as TraceRecorder, so the arrival is the same: tests/load/test_lean.py replays traces through both); the body is
-compared once, whole, with what the stub sent. Per read that leaves one llhttp feed and one list append (~0.7 µs),
-and one mark (when the read returned, the body's bytes so far) from which every later frame's arrival is found
-once the stub's write sizes are known (load/framedelay.py).
+compared once, whole, with what the stub sent. Per read that leaves one llhttp feed, llhttp's own append of the
+piece (wire/client.py direct_body: no Python call between), and one mark (when the read returned, the body's pieces
+so far; turned into bytes so far once, at the end) from which every later frame's arrival is found once the stub's
+write sizes are known (load/framedelay.py).
 
 Under compression (a Content-Encoding the client asked for) each read's body is decoded as it arrives
 (wire/contentcoding.py), as the probe does: the first content frame is found in the decoded stream, its arrival
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from tokenpath.errors import ContentEncodingError
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW
@@ -69,7 +71,11 @@ class LeanRecorder:
         self._pieces: list[bytes] = []  # the body's pieces as llhttp hands them (decoded in place when coded)
         # The client core's callbacks, not its events: a body piece goes straight into the list, the head and the
         # end set a field; per read nothing else is called (no event queue, no property).
-        self._conn = ClientConnection("GET", on_head=self._on_head, on_body=self._pieces.append, on_end=self._on_end)
+        # llhttp appends each piece itself (direct_body); what follows the end in the same read is cut at the end.
+        self._conn = ClientConnection(
+            "GET", on_head=self._on_head, on_body=self._pieces.append, on_end=self._on_end, direct_body=True
+        )
+        self._receive = self._conn.receive_data  # bound once: the per-read call
         self._reader: FrameReader | None = frame_reader(api)  # None once the first content frame is found
         self._decoder: Decoder = IdentityDecoder()
         self._coded = False  # a Content-Encoding other than identity: each read goes through the decoder
@@ -78,8 +84,12 @@ class LeanRecorder:
         self._first_t: int | None = None
         self._first: WireFrame | None = None
         self._first_token_t: int | None = None  # reasoning or content: the first-token figure's arrival
-        self._marks = array("q")  # bounded by the body: one pair per read that added to it
-        self._nbytes = 0
+        # Bounded by the body: one pair per read that added to it, (time, pieces so far) until the end turns the
+        # counts into bytes so far (_settle_marks): per read a len() of the list, not of the piece.
+        self._marks = array("q")
+        self._npieces = 0  # the pieces the last mark counted
+        self._counted = True  # the marks' second halves are piece counts, not yet bytes
+        self._end_at = 0  # the pieces when the response ended: any after are another response's
         self._framed = False  # the body is a token stream of its format (a 2xx answer in its type): frames read
         self._t_last = 0  # the last read that brought bytes
         self._how: BodyEnd | None = None  # how HTTP ended the body, once it has
@@ -90,32 +100,31 @@ class LeanRecorder:
         # The hot path (once per read per stream). Past the first content frame, an identity body costs llhttp's
         # feed, its callback appending the piece, and the read's mark.
         self._t_last = t_ns
-        pieces = self._pieces
-        before = len(pieces)
-        self._conn.receive_data(data)
+        self._receive(data)
         if self.complete and self._how is None:
+            del self._pieces[self._end_at :]  # a second response's body in the same read (direct_body)
             self._ended(t_ns, body_end(self._head.framing) if self._head is not None else BodyEnd.LENGTH)
-        after = len(pieces)
         if self._watching:
-            self._watch(t_ns, before)
+            self._watch(t_ns)
             return
-        if after != before:
-            self._nbytes += len(pieces[-1]) if after == before + 1 else sum(map(len, pieces[before:]))
-            marks = self._marks
-            marks.append(t_ns)
-            marks.append(self._nbytes)
+        n = len(self._pieces)
+        if n != self._npieces:
+            self._npieces = n
+            self._marks.extend((t_ns, n))
 
     def _on_end(self) -> None:
         self.complete = True
+        self._end_at = len(self._pieces)
 
     def _ended(self, t_ns: int, how: BodyEnd) -> None:
         if self._how is None:
             self._how, self._t_end = how, t_ns
 
-    def _watch(self, t_ns: int, before: int) -> None:
-        """One read's body pieces (from `before` on) while they need more than a mark: decoded in place if coded,
-        then marked and searched for the first frames."""
+    def _watch(self, t_ns: int) -> None:
+        """One read's body pieces (those past the last mark) while they need more than a mark: decoded in place if
+        coded, then marked and searched for the first frames."""
         pieces = self._pieces
+        before = self._npieces
         new = pieces[before:]
         body = new[0] if len(new) == 1 else b"".join(new)
         if self._coded:
@@ -130,10 +139,8 @@ class LeanRecorder:
             pieces[before:] = [body]
         if not body:
             return
-        self._nbytes += len(body)
-        marks = self._marks
-        marks.append(t_ns)
-        marks.append(self._nbytes)
+        self._npieces = len(pieces)
+        self._marks.extend((t_ns, self._npieces))
         reader = self._reader
         if reader is not None:
             for frame in reader.feed(body):
@@ -190,7 +197,17 @@ class LeanRecorder:
         last = self._t_last or None
         return classify_end(said, how, sent_ns=self._t_sent_ns, end_ns=t_ns, last_byte_ns=last, detail=detail)
 
+    def _settle_marks(self) -> None:
+        """The marks' piece counts as the body's bytes so far (before the pieces are joined): once."""
+        if self._counted:
+            self._counted = False
+            marks = self._marks
+            if marks:
+                ends = [0, *accumulate(map(len, self._pieces))]
+                marks[1::2] = array("q", [ends[n] for n in marks[1::2]])
+
     def _decoded_body(self) -> bytes:
+        self._settle_marks()
         pieces = self._pieces
         if len(pieces) > 1:
             self._pieces = pieces = [b"".join(pieces)]  # result() joins them anyway: once
@@ -232,16 +249,13 @@ class H2LeanRecorder(LeanRecorder):
         """One read's DATA payload of this stream (every DATA frame of it in that read)."""
         self._t_last = t_ns
         pieces = self._pieces
-        before = len(pieces)
         if data:
             pieces.append(data)
         if self._watching:
-            self._watch(t_ns, before)
+            self._watch(t_ns)
         elif data:
-            self._nbytes += len(data)
-            marks = self._marks
-            marks.append(t_ns)
-            marks.append(self._nbytes)
+            self._npieces = n = len(pieces)
+            self._marks.extend((t_ns, n))
 
     def on_end(self, t_ns: int) -> None:
         """END_STREAM: the response is whole; a compressed stream cut short raises ContentEncodingError."""

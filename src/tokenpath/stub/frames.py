@@ -142,6 +142,8 @@ class StreamShape:
         self._plain = frames
         self._chunked = chunks(frames)  # the last also ends the body, so it leaves in the same write
         self.nbytes = 2 * sum(self.sizes) + 8 * len(frames)  # both codings, as held in memory
+        self._joined: dict[bool, bytes] = {}  # wire_body's templates, per coding, joined on first use
+        self._whole_relabel: dict[bool, bool] = {}  # per coding: no placeholder spans two frames
 
     def wire(self, chunked: bool, cid: str) -> list[bytes]:
         """The frames as one stream writes them; `cid` is its completion id, whose tail is its label."""
@@ -150,6 +152,22 @@ class StreamShape:
             return frames
         placeholder, real = PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode()
         return [f.replace(placeholder, real) for f in frames]
+
+    def wire_body(self, chunked: bool, cid: str) -> bytes:
+        """`wire(chunked, cid)` joined: the frames joined once per shape, so a stream's body is one replace, not one
+        per frame (the load client's integrity check). Where the placeholder would span two frames (never, with a
+        fixed label inside each frame's JSON), the frames are relabelled one by one."""
+        joined = self._joined.get(chunked)
+        if joined is None:
+            frames = self._chunked if chunked else self._plain
+            joined = self._joined[chunked] = b"".join(frames)
+            placeholder = PLACEHOLDER_LABEL.encode()
+            self._whole_relabel[chunked] = joined.count(placeholder) == sum(f.count(placeholder) for f in frames)
+        if not self._relabel:
+            return joined
+        if not self._whole_relabel[chunked]:
+            return b"".join(self.wire(chunked, cid))
+        return joined.replace(PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode())
 
 
 # Request shapes repeat (an experiment sends the same pacing thousands of times), so their frames are rendered

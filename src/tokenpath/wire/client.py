@@ -73,7 +73,11 @@ class State(Enum):
 class ClientConnection:
     """Events by default. A relay or reader on a hot path may instead pass callables for any kind (`on_head`,
     `on_body`, `on_end`): each is then called in stream order as llhttp finds it, inside `receive_data` /
-    `receive_eof`, with no object per read. Kinds without a callable stay events (`pending` says if any wait)."""
+    `receive_eof`, with no object per read. Kinds without a callable stay events (`pending` says if any wait).
+
+    `direct_body`: llhttp calls `on_body` itself, one Python call less per read. It then also hands over the body
+    bytes of anything that follows the response's end in the same read (a second response): the caller drops what
+    came after `on_end` (load/lean.py does)."""
 
     def __init__(
         self,
@@ -83,6 +87,7 @@ class ClientConnection:
         on_body: Callable[[bytes], object] | None = None,
         on_end: Callable[[], object] | None = None,
         max_head_bytes: int = MAX_RESPONSE_HEAD_BYTES,
+        direct_body: bool = False,
     ) -> None:
         self.state = State.IDLE
         self.max_head_bytes = max_head_bytes
@@ -91,6 +96,9 @@ class ClientConnection:
         self._on_head = on_head
         self._on_body = on_body
         self._on_end = on_end
+        if direct_body and on_body is not None:
+            # httptools looks its callbacks up on this object when a parser is made: the instance's wins.
+            self.on_body = on_body  # type: ignore[method-assign,assignment]
         self._waiting = False  # == (state is WAITING), as a plain bool for the per-read callbacks
         self._events: deque[ResponseEvent] = deque()
         self._method = "GET"
