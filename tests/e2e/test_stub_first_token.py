@@ -69,16 +69,14 @@ def test_reasoning_tokens_come_first_and_ttft_waits_for_the_content(reasoning_st
     assert run["first_token_ms"] >= AT_THE_FIRST_TOKEN_MS
     assert run["first_token_ms"] < run["ttft_ms"]
     # the content follows the reasoning deltas, paced like tokens: REASONING intervals after the first of them, in the
-    # stub's schedule exactly (one interval fewer, an off-by-one in the pacing, fails). The arrivals only bound it:
-    # a first delta read late shortens their gap (by 25 ms with the host loaded: past the half interval of slack
-    # once allowed), so what an unpaced stub reads (~0) is ruled out with 100 ms of margin.
+    # stub's schedule exactly (one interval fewer, an off-by-one in the pacing, fails). The arrivals give only the
+    # order above: a first delta read late shortens their gap (by 25 and 80 ms of 120 with the host loaded).
     log = write_log(reasoning_stub, run["stream_id"])
     assert log.first_content is not None
     assert len(log.reasoning) == REASONING
     assert log.reasoning[0] < log.first_content
     due = log.writes[log.first_content].scheduled_ns - log.writes[log.reasoning[0]].scheduled_ns
     assert due == REASONING * INTERVAL_MS * NS_PER_MS
-    assert run["ttft_ms"] - run["first_token_ms"] >= INTERVAL_MS / 2
 
 
 @pytest.mark.parametrize("api", [Api.OPENAI, Api.ANTHROPIC], ids=lambda a: a.value)
