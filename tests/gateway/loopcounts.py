@@ -7,6 +7,11 @@ a raw client. While the upstream link's data_received runs (one upstream read; o
   future resolved or a task woken goes through call_soon): each one is an extra loop iteration for that read;
 - `calls`: the Python calls it makes (cProfile, enabled only inside received): the interpreter's work per read.
 
+The measured runs go without the cyclic garbage collector (_no_cyclic_collector): a collection that happens to start
+inside a measured call runs the finalizers of whatever garbage is pending (an earlier event loop and its transports,
+an earlier test's objects), and cProfile counts their calls as the gateway's. When it starts depends on allocations
+since the last one, so on what ran before in the process and on how many loop iterations a loaded host takes.
+
 bench/loop_iterations.py --calls prints them; tests/gateway/test_loop_counts.py holds them to their bounds."""
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import gc
 import io
 import logging
 import pstats
@@ -47,6 +53,7 @@ class Counts:
     reads: int = 0
     scheduled: int = 0
     calls: int = 0
+    collections: int = 0  # cyclic garbage collections started inside a measured read (their finalizers' calls counted)
 
     @property
     def scheduled_per_read(self) -> float:
@@ -236,7 +243,12 @@ async def _run(
             profile.disable()
             inside[0] = False
 
+    def collecting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and inside[0]:
+            counts.collections += 1
+
     link.UpstreamLink.data_received = measured  # type: ignore[method-assign]
+    gc.callbacks.append(collecting)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         client = _H2Client(reader, writer) if downstream == "h2" else _H1Client(reader, writer)
@@ -255,11 +267,25 @@ async def _run(
         await client.read_to_end()
         writer.close()
     finally:
+        gc.callbacks.remove(collecting)
         link.UpstreamLink.data_received = received  # type: ignore[method-assign]
         for name, original in originals.items():
             setattr(loop, name, original)
         await gateway.close(0.1)
         member_server.close()
+
+
+@contextlib.contextmanager
+def _no_cyclic_collector() -> Iterator[None]:
+    """Pending garbage collected now, and no collection until the block ends (none starting in a measured call)."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def count(frames: int = 50, tls: bool = False, downstream: Protocol = "http1", upstream: Protocol = "http1") -> Counts:
@@ -272,7 +298,8 @@ def count(frames: int = 50, tls: bool = False, downstream: Protocol = "http1", u
         warm = Counts()  # imports and first-time caches out of the way
         asyncio.run(_run(frames, warm, cProfile.Profile(), where, downstream, upstream))
         profile = cProfile.Profile()
-        asyncio.run(_run(frames, counts, profile, where, downstream, upstream))
+        with _no_cyclic_collector():
+            asyncio.run(_run(frames, counts, profile, where, downstream, upstream))
     stats = pstats.Stats(profile)
     counts.calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
     return counts
@@ -390,7 +417,7 @@ def calls_per_request(requests: int = 20, logged: bool = False) -> RequestCounts
     profile = cProfile.Profile()
     timers = [0]
     lines = io.StringIO()
-    with _production_logging(lines) if logged else contextlib.nullcontext():
+    with _production_logging(lines) if logged else contextlib.nullcontext(), _no_cyclic_collector():
         asyncio.run(_requests(requests, profile))
     asyncio.run(_requests(requests, None, timers))
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]

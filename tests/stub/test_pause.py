@@ -71,10 +71,11 @@ def test_a_stub_that_pauses_as_told_passes_its_audit(start_stub: StartStub, api:
     assert log is not None
     assert log.state == "complete"
     # Each write is held to its paused deadline: were the pause outside the schedule, the write after it would be a
-    # whole pause late. (One late write on a busy host is what the exclusion rule is for; a pause is never one.)
+    # whole pause late. How many writes a loaded host delays past the audit's tolerance (8 ms here) is the host's:
+    # three and five of ten were seen with the CPUs busy, each write its own stall, 40 ms and more apart (what the
+    # exclusion rule is for). So a bound on the drift with half a pause of margin, not a count of late writes.
     verdict = audit_stream(log)
     assert verdict.drift_max_ms < PAUSE_MS / 2, verdict
-    assert verdict.late_writes <= 1, verdict
     second = log.first_content + 1 if log.first_content is not None else 0
     scheduled = [s - log.started_ns for s in log.scheduled_ns]
     assert scheduled[second + 1] - scheduled[second] == (INTERVAL_MS + PAUSE_MS) * MS  # token 3: the pause late

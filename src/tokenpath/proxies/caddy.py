@@ -30,7 +30,7 @@ class Caddy(pinned.OnDemand):
     binaries = ("caddy",)
     package = "caddy"
     image = "caddy:2.6.2-alpine"
-    variants = (
+    variants: tuple[Variant, ...] = (
         STOCK,
         Variant("flush_interval", "reverse_proxy flush_interval -1 (flush every write)", "flush_interval -1"),
         Variant("encode", "encode gzip zstd in the site (compresses what the client accepts)", ENCODE),
@@ -115,7 +115,7 @@ class Caddy211(Caddy):
     image = "caddy:2.11.7-alpine"
     stock_h2c = True
     # response_buffers came with Caddy 2.7 (2.6.2 refuses it: "unrecognized subdirective response_buffers").
-    variants = (
+    variants: tuple[Variant, ...] = (
         *Caddy.variants,
         Variant(
             "response_buffers",
