@@ -89,3 +89,26 @@ def test_nginx_with_the_upgrade_lines_carries_it_and_the_series_runs_over_websoc
     # one event a message, one message a read mostly: a WebSocket tunnel does not buffer
     base = next(r for r in doc["runs"] if r["name"] == "base")
     assert base["frames"] > 0
+
+
+def diagnose_realtime(url: str) -> subprocess.CompletedProcess[str]:
+    """The Realtime API, no --transport: WebSocket is implied, and no fallback policy (it has no SSE to fall to)."""
+    argv = tokenpath_argv("diagnose", url, "--api", "realtime", "--json")
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_a_realtime_session_is_diagnosed_over_websocket(stub: Endpoint) -> None:
+    out = diagnose_realtime(f"http://{stub.hostport}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["websocket"]["carried"] is True
+    assert {r["transport"] for r in doc["runs"]} == {"websocket"}
+    assert doc["verdict"]["cause"] == "streams"
+
+
+@pytest.mark.parametrize("nginx", ["stock"], indirect=True)
+def test_a_refused_realtime_upgrade_is_the_whole_finding_with_the_line_that_carries_it(nginx: RunningProxy) -> None:
+    out = diagnose_realtime(nginx.url)
+    assert out.returncode == 21, out.stderr[-2000:]
+    assert "WebSocket only" in out.stderr
+    assert catalogue()["nginx"].variant("websocket").line in out.stderr.replace("\n", " ")

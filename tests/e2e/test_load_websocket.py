@@ -100,10 +100,11 @@ def test_load_over_websocket_through_the_gateway(tmp_path: Path, service: Start)
 
 def test_load_over_a_realtime_session_sends_its_client_events(tmp_path: Path) -> None:
     """The Realtime API's client events for a response (a user item, then response.create: ApiSpec.ws_request) go
-    out, and the level's request parts are the WebSocket transport's (a Realtime request over SSE is refused): every
+    out, over the WebSocket a Realtime API implies (as in probe and diagnose), its request parts the WebSocket
+    transport's (a Realtime request over SSE is refused): every
     stream is upgraded, complete, joined to the stub's writes and passes the integrity check."""
     argv = [
-        *("load", "--api", "realtime", "--transport", "websocket", "--concurrency", "2", "--client-workers", "1"),
+        *("load", "--api", "realtime", "--concurrency", "2", "--client-workers", "1"),  # WebSocket implied
         *("--warmup", "0.3", "--duration", "0.8", "--runs", "1", *PACING, "--out", str(tmp_path / "out"), "--json"),
     ]
     out = subprocess.run(tokenpath_argv(*argv), capture_output=True, text=True, timeout=180)

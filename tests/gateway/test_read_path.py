@@ -55,8 +55,16 @@ def _handshaken(tmp_path: Path) -> tuple[TLSClient, _Server]:
     return client, server
 
 
-def test_a_tls_read_of_one_record_is_read_whole_and_of_several_records_is_read_whole_too(tmp_path: Path) -> None:
+@pytest.mark.parametrize("private", [True, False], ids=["sslobj", "public-read"])
+def test_a_tls_read_of_one_record_is_read_whole_and_of_several_records_is_read_whole_too(
+    tmp_path: Path, private: bool
+) -> None:
+    """Both ways TLSClient reads a record: the _ssl object's read where CPython has it, SSLObject.read otherwise (the
+    fallback, forced here)."""
     client, server = _handshaken(tmp_path)
+    if not private:
+        client._read = client.obj.read  # as where SSLObject has no _sslobj
+    assert (getattr(client._read, "__self__", None) is client.obj) is not private
     assert client.receive(server.records(b"data: 1\n\n")) == (b"data: 1\n\n", b"")
     three = server.records(b"data: 2\n\n", b"data: 3\n\n", b"data: 4\n\n")  # one socket read, three records
     assert client.receive(three)[0] == b"data: 2\n\ndata: 3\n\ndata: 4\n\n"

@@ -179,8 +179,9 @@ def test_a_client_that_answers_pings_stays(svc: Services) -> None:
 def test_a_session_past_ws_session_s_is_closed_1001_both_ways(svc: Services) -> None:
     member = _member()
     try:
-        sock, reader = _session(svc, member, "ws_session_s = 1")
-        opened = time.monotonic()
+        gw = svc.gateway("[limits]\nws_session_s = 1\n" + pool(member.url))
+        opened = time.monotonic()  # before the offer: the gateway's timer starts at its 101, never before this
+        sock, reader = session(hostport(gw.url)[1])
         with sock:
             sock.settimeout(15)
             sock.sendall(text(CREATE))  # a live session: the limit is on its age, not its silence

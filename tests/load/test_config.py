@@ -53,3 +53,11 @@ def test_each_stream_gets_its_own_valid_jwt() -> None:
     assert claims["tier"] == "gold"
     assert claims["exp"] > claims["iat"]
     assert "k" * 32 not in repr(minter)
+
+
+def test_a_websocket_only_api_over_sse_is_refused_before_anything_starts() -> None:
+    from tokenpath.wire.apis import Api
+
+    with pytest.raises(UsageError, match="WebSocket only"):
+        LoadConfig(targets=("direct",), api=Api.REALTIME, transport="sse")
+    assert LoadConfig(targets=("direct",), api=Api.REALTIME, transport="websocket").transport == "websocket"

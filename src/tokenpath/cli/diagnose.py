@@ -15,7 +15,7 @@ import typer
 
 from tokenpath.cli import options
 from tokenpath.cli.common import api_key, err_console, handles_errors, target_url
-from tokenpath.errors import TokenpathError, UsageError
+from tokenpath.errors import TokenpathError, UpgradeNotCarried, UsageError
 from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
 
@@ -108,17 +108,19 @@ def diagnose(
     from tokenpath.diagnose.origin import OriginFinding, judge, origin_runs, seen_in_heads
     from tokenpath.diagnose.report import diagnosis, dumps, lines
     from tokenpath.diagnose.series import plan
-    from tokenpath.diagnose.upgrade import UpgradeTried, try_upgrade
+    from tokenpath.diagnose.upgrade import UpgradeTried, finding, try_upgrade
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY
+    from tokenpath.wire.apis import SPECS
     from tokenpath.wire.carrier import SSE, WEBSOCKET
 
     target = target_url(url)
     check_proxy(proxy)
     chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
     websocket = chosen.transport == WEBSOCKET
-    attempts = CODEX_ATTEMPTS if ws_fallback is None and websocket else ws_fallback
+    websocket_only = SPECS[chosen.api].websocket_only  # Realtime: no SSE stream for a client to fall back to
+    attempts = CODEX_ATTEMPTS if ws_fallback is None and websocket and not websocket_only else ws_fallback
     policy = options.ws_fallback(attempts, ws_retry_delay_ms, ws_upgrade_timeout, chosen.transport)
     if websocket and client != "raw":
         raise UsageError("--transport websocket is the raw client's (--client raw)")
@@ -156,6 +158,12 @@ def diagnose(
     with _client(template, client) as probe:
         if websocket:
             upgrade = try_upgrade(template, plan(paced, encodings=False)[0], probe, policy)
+            if not upgrade.first.upgraded and websocket_only:  # the refusal is the whole finding: nothing to run
+                said = finding(upgrade, proxy).lines()[:2]  # what came instead of 101, and the line that carries it
+                raise UpgradeNotCarried(
+                    f"{'; '.join(said)}; the {chosen.api.value} API is WebSocket only: a client has no SSE stream "
+                    "to fall back to, so its session never starts"
+                )
             if not upgrade.first.upgraded:  # the client's stream is the SSE one it falls back to
                 template = replace(template, transport=SSE)
         # Over WebSocket no run sends an Accept-Encoding: its messages are not HTTP bodies (no permessage-deflate)

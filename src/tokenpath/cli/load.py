@@ -110,7 +110,7 @@ def load(
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor.
     The stub's options (--interval-ms ... --pause-after) start load's stub with them, or are checked against a
     --stub-url stub's own."""
-    from tokenpath.axes import API, DEFAULT_H2_WINDOW, TRANSPORT
+    from tokenpath.axes import API, DEFAULT_H2_WINDOW, TRANSPORT, transport_for
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
     from tokenpath.probe.transport import TLSOptions
@@ -119,7 +119,9 @@ def load(
     from tokenpath.stub.config import Pacing
     from tokenpath.wire.apis import Api
 
-    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else TRANSPORT.default
+    fmt = API.read(api, "--api") if api is not None else Api.OPENAI
+    # as probe and diagnose: a WebSocket-only API (realtime) is carried over WebSocket when no transport is named
+    carrier = TRANSPORT.read(transport, "--transport") if transport is not None else transport_for(fmt)
     shown = shown_console(json_out)
     try:
         levels = tuple(int(x) for x in concurrency.split(","))
@@ -177,7 +179,7 @@ def load(
         cluster=cluster,
         stub_node=stub_node,
         custom=tuple(_custom_option(c, proxy or []) for c in custom or []),
-        api=API.read(api, "--api") if api is not None else Api.OPENAI,
+        api=fmt,
         accept_encoding=accept_encoding,
         http_version=_http_version(http2, http3),
         h2_window=h2_window or DEFAULT_H2_WINDOW,

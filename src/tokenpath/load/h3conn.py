@@ -316,10 +316,11 @@ async def h3_stream(
         raise ConnectError(f"cannot reach {where} over UDP: {exc.strerror or exc}") from None
     try:
         try:
-            await asyncio.wait_for(asyncio.shield(protocol.handshaken), min(connect_timeout_s, timeout_s))
+            bound = min(connect_timeout_s, timeout_s)
+            await asyncio.wait_for(asyncio.shield(protocol.handshaken), bound)
         except TimeoutError:
             raise ConnectTimeout(
-                f"no QUIC handshake with {where} within {connect_timeout_s:g} s (no HTTP/3 on that UDP port?)"
+                f"no QUIC handshake with {where} within {bound:g} s (no HTTP/3 on that UDP port?)"
             ) from None
         return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
     finally:

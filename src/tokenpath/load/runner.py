@@ -206,6 +206,11 @@ class LoadConfig:
         if self.transport not in TRANSPORTS:
             raise UsageError(f"`transport` {self.transport!r}: choose {' or '.join(TRANSPORTS)}")
         if self.transport != WEBSOCKET:
+            if SPECS[self.api].websocket_only:  # refused here, before a stub, a proxy or a worker is started
+                raise UsageError(
+                    f"`transport` {self.transport}: the {self.api.value} API is WebSocket only (no HTTP stream): "
+                    "pass --transport websocket"
+                )
             return
         if self.http_version is not HttpVersion.HTTP11:
             raise UsageError(

@@ -50,7 +50,6 @@ from tokenpath.wire.websocket import (
 )
 
 NOT_CARRIED = "WebSocket upgrade not carried"  # how a stream whose upgrade was refused is reported (its error)
-CLOSE_WAIT_S = 1.0  # how long a finished stream waits for the peer's close (or TLS close_notify) before aborting
 NORMAL_CLOSES = frozenset({CLOSE_NORMAL, CLOSE_GOING_AWAY})  # a close before the final event with these: cut_silent
 # One message is one event: the SSE client's bound on one event (wire/sse.py MAX_EVENT_BYTES) is the bound here
 # (`response.completed` carries the whole answer, larger than a request's 1 MiB).
@@ -246,11 +245,12 @@ class WsLoadStream(asyncio.Protocol):
         final = False
         closed: Closed | None = None
         session = self._request.session_events
+        session_messages = 0
         for event in events:
             if type(event) is MessageReceived:
                 sse, kind = message_event(event.text)
                 if session and kind is not None and kind.startswith(session):
-                    self._messages += 1  # the session's own event (Realtime's session.created): not the stream's
+                    session_messages += 1  # the session's own event (Realtime's session.created): not the stream's
                     continue
                 body.append(sse)
                 if self._final.ends(kind, sse):
@@ -259,9 +259,10 @@ class WsLoadStream(asyncio.Protocol):
             elif isinstance(event, Closed):
                 closed = event
                 break
-        if body:
-            self._messages += len(body)
+        if body or session_messages:  # a read of messages, as the probe counts it (probe/wsstream.py)
+            self._messages += len(body) + session_messages
             self._message_reads += 1
+        if body:
             try:
                 recorder.on_data(t, body[0] if len(body) == 1 else b"".join(body))
             except PeerError as exc:

@@ -46,7 +46,9 @@ class Varnish(Proxy):
         Variant(
             "websocket",
             "carries a WebSocket upgrade: return (pipe) on Upgrade: websocket, Upgrade/Connection copied in vcl_pipe",
-            'if (req.http.upgrade ~ "(?i)websocket") { return (pipe); }',
+            'sub vcl_recv { if (req.http.upgrade ~ "(?i)websocket") { return (pipe); } } sub vcl_pipe { if '
+            "(req.http.upgrade) { set bereq.http.upgrade = req.http.upgrade; set bereq.http.connection = "
+            "req.http.connection; } }",
         ),
         Variant(
             LONG_STREAMS,
