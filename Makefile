@@ -39,7 +39,8 @@ E2E_TIMED = tests/e2e/test_matrix_veth.py tests/e2e/test_matrix_conditions.py te
             tests/e2e/test_diagnose_by_hand.py tests/e2e/test_diagnose_origin.py tests/e2e/test_diagnose_websocket.py \
             tests/e2e/test_compose_services.py tests/e2e/test_matrix_first_token.py tests/e2e/test_versions.py \
             tests/e2e/test_certificate.py tests/e2e/test_probe_compression.py tests/e2e/test_compress_certificate.py \
-            tests/e2e/test_matrix_http2.py tests/e2e/test_matrix_http3.py tests/e2e/test_matrix_pause.py
+            tests/e2e/test_matrix_http2.py tests/e2e/test_matrix_http3.py tests/e2e/test_matrix_pause.py \
+            tests/e2e/test_probe_http3.py
 
 # Bytecode is kept (an environment may set PYTHONDONTWRITEBYTECODE): without it every xdist worker re-compiles src/
 # and re-rewrites every test module's asserts (13 CPU-s to collect the suite, 5 with the caches), and every one of
