@@ -58,6 +58,14 @@ class RunRecord:
         return ws is not None and not ws.upgraded
 
     @property
+    def host_delay_ms(self) -> float:
+        """The most this host delayed the stub's own timers during the run (its worst write's lateness, 0.0 without
+        a write log): a measure, in the same run, of how late a waiting process was given the CPU. A proxy in the
+        path is one more waiting process, so up to this much of its added first token can be the host's, not the
+        proxy's (rows.py judges each run net of it)."""
+        return max(0.0, *self.drift_ms) if self.drift_ms else 0.0
+
+    @property
     def exclusion_reason(self) -> str | None:
         """Why the run is not in the row's figures: its first word (before the colon) is what rows count it as
         (`probe failed`, `cut_silent`, `cut_error`, `stub audit failed` ...)."""

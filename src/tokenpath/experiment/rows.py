@@ -46,7 +46,10 @@ class Floor:
         added = sorted(r.path_added_ttft_ms for r in ok if r.path_added_ttft_ms is not None) or [0.0]
         fpr = max(r.metrics.frames_per_read or 1.0 for r in ok if r.metrics)
         spread = percentile(added, 90) - median(added)
-        return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=spread, ttft_range_ms=added[-1] - added[0])
+        # The range net of each run's own host delay: a direct round the host slowed shows it in the stub's timers
+        # too, so it no longer widens, for every later round, what a path must exceed.
+        net = sorted(r.path_added_ttft_ms - r.host_delay_ms for r in ok if r.path_added_ttft_ms is not None) or [0.0]
+        return cls(fpr=fpr, added_ttft_ms=median(added), ttft_spread_ms=spread, ttft_range_ms=net[-1] - net[0])
 
     @classmethod
     def from_direct_endpoint(cls, runs: list[RunRecord]) -> Floor | None:
@@ -112,9 +115,11 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         after_first_delay_ms_p50=median(after_p50) if after_p50 else None,
         after_first_delay_ms_p99=median(after_p99) if after_p99 else None,
     )
-    # The verdict's: every kept run's added TTFT, fastest first (the raw runs hold them for any other reader).
-    row = replace(row, within_floor=_within_floor(row, added, floor))
-    return replace(row, verdict=_verdict(row, added, floor))
+    # The verdict's: every kept run's added TTFT net of the host's delay in that run (RunRecord.host_delay_ms),
+    # fastest first; the row's figures above stay as measured (the raw runs hold each run's for any other reader).
+    judged = sorted(r.path_added_ttft_ms - base - r.host_delay_ms for r in included if r.path_added_ttft_ms is not None)
+    row = replace(row, within_floor=_within_floor(row, judged, floor))
+    return replace(row, verdict=_verdict(row, judged, floor, netted=judged != added))
 
 
 REPEAT_SHARE = 0.25  # a path's delay repeats: its median run within this share of its fastest run's excess
@@ -130,9 +135,11 @@ class Evidence(StrEnum):
 
 def ttft_evidence(added: Sequence[float], floor: Floor) -> Evidence:
     """The rule a row's first token is judged by, on a shared host whose load comes and goes. `added`: the path's
-    runs' added TTFT over the floor's median. Load only ever delays a stream, and a path with a proxy in it has one
-    more process to be scheduled, so its runs can all be hit while direct's are not; a delay the path makes is in
-    every run, its fastest too. So:
+    runs' added TTFT over the floor's median, each net of the host's delay in its own run (the most the stub's
+    timers were late in it, RunRecord.host_delay_ms). Load only ever delays a stream, and a path with a proxy in it
+    has one more process to be scheduled, so its runs can all be hit while direct's are not; the stub's timers are
+    hit by the same load in the same run, so that much of a run's delay is the host's. A delay the path makes is in
+    every run, its fastest too, and is no smaller on a quiet host. So:
     - within: the fastest run is inside the floor's noise (the ranges overlap, as `report --compare` decides);
     - beyond: the fastest run is past that noise (its excess) by more than the host moved the direct path in the
       same rounds (its range), and the delay repeats: the path's median run within REPEAT_SHARE of the excess of
@@ -219,11 +226,14 @@ def _within_floor(row: MatrixRow, added: Sequence[float], floor: Floor | None) -
     return None if evidence is Evidence.AMBIGUOUS else evidence is Evidence.WITHIN
 
 
-def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = None) -> str:
+def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = None, netted: bool = False) -> str:
+    """`added_runs`: as the rule judged them (ttft_evidence); `netted`: some were net of the host's delay, which
+    the words then say, since the raw runs show more."""
     lowest = added_runs[0] if added_runs else None
+    net = " net of the host's delay in it" if netted else ""
     if floor is not None and undecided(row, floor) and lowest is not None:
         return (
-            f"{UNDECIDED_VERDICT} (fastest run +{lowest:.1f} ms, beyond "
+            f"{UNDECIDED_VERDICT} (fastest run +{lowest:.1f} ms{net}, beyond "
             f"the floor's {_ttft_noise(floor):.1f} ms by less than this host moved the streams)"
         )
     if row.within_floor:
@@ -232,7 +242,7 @@ def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = 
         if noise is not None and added is not None and lowest is not None and added > noise:
             return (
                 f"streams (not distinguishable from the direct floor: first token +{added:.0f} ms median, but "
-                f"its fastest run, +{lowest:.1f} ms, is within the floor's {noise:.1f} ms)"
+                f"its fastest run, +{lowest:.1f} ms{net}, is within the floor's {noise:.1f} ms)"
             )
         return "streams (within the direct floor)"
     added = row.added_ttft_ms_median
