@@ -66,6 +66,25 @@ class RunRecord:
         return max(0.0, *self.drift_ms) if self.drift_ms else 0.0
 
     @property
+    def frames_per_read_net(self) -> float | None:
+        """Frames per read, an arrival's frames counted as read apart when the stub wrote them all within the host's
+        delay in this run (host_delay_ms) of each other: one late wake-up of a process on the path joins those
+        without any proxy holding them. A hold joins frames written further apart than the host ever delayed a
+        timer, and is counted as measured. As measured when the arrivals cannot be matched to the writes."""
+        fpr = self.metrics.frames_per_read if self.metrics is not None else None
+        delay = self.host_delay_ms
+        if fpr is None or delay <= 0.0 or not self.arrivals:
+            return fpr
+        frames = reads = 0
+        for _, count in self.arrivals:
+            if frames + count > len(self.writes_ms):
+                return fpr
+            joined_by_a_late_wake = self.writes_ms[frames + count - 1] - self.writes_ms[frames] <= delay
+            reads += count if joined_by_a_late_wake else 1
+            frames += count
+        return frames / reads
+
+    @property
     def exclusion_reason(self) -> str | None:
         """Why the run is not in the row's figures: its first word (before the colon) is what rows count it as
         (`probe failed`, `cut_silent`, `cut_error`, `stub audit failed` ...)."""

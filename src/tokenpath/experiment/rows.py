@@ -116,10 +116,13 @@ def build_row(path: PathSpec, cond: Condition, runs: list[RunRecord], floor: Flo
         after_first_delay_ms_p99=median(after_p99) if after_p99 else None,
     )
     # The verdict's: every kept run's added TTFT net of the host's delay in that run (RunRecord.host_delay_ms),
-    # fastest first; the row's figures above stay as measured (the raw runs hold each run's for any other reader).
+    # fastest first, and its frames per read net of the joins that delay explains (frames_per_read_net); the row's
+    # figures above stay as measured (the raw runs hold each run's for any other reader).
     judged = sorted(r.path_added_ttft_ms - base - r.host_delay_ms for r in included if r.path_added_ttft_ms is not None)
-    row = replace(row, within_floor=_within_floor(row, judged, floor))
-    return replace(row, verdict=_verdict(row, judged, floor, netted=judged != added))
+    net_fprs = [r.frames_per_read_net for r in included]
+    judged_fpr = median([f for f in net_fprs if f is not None]) if any(f is not None for f in net_fprs) else None
+    row = replace(row, within_floor=_within_floor(row, judged, floor, judged_fpr))
+    return replace(row, verdict=_verdict(row, judged, floor, netted=judged != added, fpr=judged_fpr))
 
 
 REPEAT_SHARE = 0.25  # a path's delay repeats: its median run within this share of its fastest run's excess
@@ -213,12 +216,13 @@ def _ttft_noise(floor: Floor) -> float:
     return floor.ttft_spread_ms + FLOOR_MARGIN_TTFT_MS
 
 
-def _within_floor(row: MatrixRow, added: Sequence[float], floor: Floor | None) -> bool | None:
-    """Frames per read at direct's, and added TTFT not distinguishable from direct's (ttft_evidence). None: no
-    floor, or a first token the rounds could not place (ambiguous: more rounds tell)."""
-    if floor is None or row.fpr_median is None:
+def _within_floor(row: MatrixRow, added: Sequence[float], floor: Floor | None, fpr: float | None) -> bool | None:
+    """Frames per read (`fpr`: the median net of the host's delay) at direct's, and added TTFT not distinguishable
+    from direct's (ttft_evidence). None: no floor, or a first token the rounds could not place (ambiguous: more
+    rounds tell)."""
+    if floor is None or row.fpr_median is None or fpr is None:
         return None
-    if row.fpr_median > floor.fpr + FLOOR_MARGIN_FPR:
+    if fpr > floor.fpr + FLOOR_MARGIN_FPR:
         return False
     if not added:
         return True
@@ -226,9 +230,15 @@ def _within_floor(row: MatrixRow, added: Sequence[float], floor: Floor | None) -
     return None if evidence is Evidence.AMBIGUOUS else evidence is Evidence.WITHIN
 
 
-def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = None, netted: bool = False) -> str:
+def _verdict(
+    row: MatrixRow,
+    added_runs: Sequence[float],
+    floor: Floor | None = None,
+    netted: bool = False,
+    fpr: float | None = None,
+) -> str:
     """`added_runs`: as the rule judged them (ttft_evidence); `netted`: some were net of the host's delay, which
-    the words then say, since the raw runs show more."""
+    the words then say, since the raw runs show more; `fpr`: frames per read as _within_floor judged it."""
     lowest = added_runs[0] if added_runs else None
     net = " net of the host's delay in it" if netted else ""
     if floor is not None and undecided(row, floor) and lowest is not None:
@@ -251,7 +261,7 @@ def _verdict(row: MatrixRow, added_runs: Sequence[float], floor: Floor | None = 
         return f"buffers the whole response{late}"
     # Over the direct path's own frames per read: a format that writes some events together (Anthropic's first
     # three, the Responses API's) reads above 1.0 direct too, which is not coalescing.
-    if (row.fpr_median or 0) > (floor.fpr if floor is not None else 1.0) + FLOOR_MARGIN_FPR:
+    if (fpr if fpr is not None else row.fpr_median or 0) > (floor.fpr if floor is not None else 1.0) + FLOOR_MARGIN_FPR:
         shown = row_shape(row)  # diagnose's classifier: a held start, then every frame alone, is not "bursts of 1"
         if shown is not None and shown.kind is Kind.FIRST_HELD:
             return f"{shown.label()}, then streams{late}"
