@@ -342,7 +342,7 @@ def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Ve
     return replace(
         found,
         summary=f"intermittent: {share}; {found.summary}",
-        evidence=(*found.evidence, per_run),
+        evidence=(*(_describe(r) for r in heaviest), per_run),  # every run, whichever of them named the cause
         notes=(*found.notes, note),
         wants=(),
         held_runs=(clearest.held, clearest.runs),

@@ -171,11 +171,12 @@ def _measured_again(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) 
     naming a run held in too few of its repeats to count (one loaded-host outlier, or a hold too rare to tell)."""
     if not repeats:
         return verdict
-    read = "its repeat held most" if verdict.held_runs is not None else "its repeat held least"
-    notes = [
-        f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by {read} (a busy "
-        "host only delays a stream, a path's hold is in every repeat)"
-    ]
+    read = (
+        "its repeat held most (a hold seen in a clear share of repeats is the path's)"
+        if verdict.held_runs is not None
+        else "its repeat held least (a busy host only delays a stream, a path's steady hold is in every repeat)"
+    )
+    notes = [f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by {read}"]
     outliers = [s for s in shares(runs) if s.held > 0 and not s.clear]
     if outliers and verdict.held_runs is None:
         notes.append(
