@@ -495,3 +495,15 @@ def test_two_held_repeats_of_five_are_not_a_clear_share() -> None:
     runs = passes(timer, streaming, streaming, timer, streaming)
     assert intermittent(runs) is None
     assert intermittent(passes(timer, streaming, streaming, timer, timer)) is not None  # 3 of 5
+
+
+def test_every_frame_late_in_two_of_three_repeats_is_not_counted_as_a_hold() -> None:
+    """Each frame alone but 25 ms late is what a busy host makes of a streaming path: not an intermittent hold."""
+
+    def base_late(name: str) -> RunFigures:
+        return streaming(name, late=25.0) if name == s.BASE else streaming(name)
+
+    assert base_late(s.BASE).seen().kind is Kind.LATE
+    runs = passes(base_late, streaming, base_late)
+    assert not disagree(runs)
+    assert intermittent(runs) is None

@@ -21,8 +21,9 @@ answer too short to show its rule), the verdict is UNSURE with `wants`: the seri
 
 Repeats (measure.py measures an unsure series again): each run is read by its repeat held least (least_held), as a
 busy host only ever delays a stream, never un-holds one; so a held repeat is evidence and a streaming one is not
-proof. A run held in a clear share of its repeats (at least CLEAR_HELD of them and at least CLEAR_SHARE) but not
-in all is an intermittent hold (intermittent()): a user feels it whenever it happens, so it is named with its share
+proof. A run held (its frames held together: whole, bursts, the first frames; every frame alone but late is what a
+busy host makes) in a clear share of its repeats (at least CLEAR_HELD of them and at least CLEAR_SHARE) but not in
+all is an intermittent hold (intermittent()): a user feels it whenever it happens, so it is named with its share
 ("intermittent: holds in 2 of 3 runs (base); ...") and the cause, fix and exit code (16) of a steady hold, read from
 the most-held repeats. One held repeat (1 of 3, or 1 of 2) is a busy host's outlier: the least-held runs tell, with
 a note naming it. Repeats that agree (every one held, or none) read as one pass does.
@@ -268,9 +269,10 @@ def most_held(runs: Sequence[T], figures: Callable[[T], RunFigures]) -> list[T]:
 
 
 def repeat_held(run: RunFigures) -> bool:
-    """The path held this stream: uncut, long enough to show a shape, and not streaming (a head that waited for
-    its first frame, with one frame after it, streams)."""
-    return run.end is None and run.seen().kind is not Kind.TOO_SHORT and not facts(run).streams
+    """The path held this stream's frames together: uncut, and its shape whole, bursts, or the first frames held
+    (more than a head waiting for its first frame). Every frame alone but late is not counted: that is what a busy
+    host makes of a streaming path, stream after stream (a path's steady short timer is still named: least_held)."""
+    return run.end is None and run.seen().kind in (Kind.WHOLE, Kind.BURSTS, Kind.FIRST_HELD) and not facts(run).streams
 
 
 @dataclass(frozen=True, slots=True)
