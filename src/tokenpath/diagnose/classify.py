@@ -339,12 +339,13 @@ def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Ve
         found = classify([replace(alone, name=series.BASE)])
         if not found.held and alone.seen().kind is Kind.WHOLE:  # one run held to its end: at least its bytes
             found = _whole(alone, found.evidence)
+    evidence = (*(_describe(r) for r in heaviest), per_run)  # every run, whichever of them named the cause
     if not found.held:
-        return _unsure(f"{share}, but its held runs name no one rule", (*found.evidence, per_run), notes=(note,))
+        return _unsure(f"{share}, but its held runs name no one rule", evidence, notes=(note,))
     return replace(
         found,
         summary=f"intermittent: {share}; {found.summary}",
-        evidence=(*(_describe(r) for r in heaviest), per_run),  # every run, whichever of them named the cause
+        evidence=evidence,
         notes=(*found.notes, note),
         wants=(),
         held_runs=(clearest.held, clearest.runs),
