@@ -10,7 +10,19 @@ from collections.abc import Callable
 import pytest
 
 from tokenpath.diagnose import series as s
-from tokenpath.diagnose.classify import Cause, RunFigures, Verdict, classify, least_held, timer_kind
+from tokenpath.diagnose.classify import (
+    Cause,
+    RunFigures,
+    Verdict,
+    classify,
+    disagree,
+    intermittent,
+    least_held,
+    most_held,
+    timer_kind,
+)
+from tokenpath.diagnose.fixes import generic_fix
+from tokenpath.diagnose.report import diagnosis
 from tokenpath.diagnose.shape import Kind
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
@@ -357,3 +369,141 @@ def test_least_held_keeps_one_repeat_of_each_run_the_one_a_busy_host_delayed_lea
     assert kept[0] is runs[0]  # the cut repeat streamed, but a cut is no better evidence than a whole stream
     assert kept[1] is runs[4]
     assert kept[2] is short  # nothing better came
+
+
+# --- repeats: a hold in some of them ------------------------------------------------------------------------------
+
+
+def passes(*models: Model, grown_by: Model = timer) -> list[RunFigures]:
+    """The series measured once per model, in order (as measure.diagnose_series repeats it): every run name a
+    steady `grown_by` series grows to, each pass's runs made by its model."""
+    _, runs = grown(grown_by)
+    return [model(r.name) for model in models for r in runs]
+
+
+def loaded(name: str) -> RunFigures:
+    """A streaming run a busy host hit once: frames 4-8 read together 30 ms after the last one's write (the client
+    was off the CPU), every other frame alone and on time: a modest burst."""
+    w = writes(name)
+    groups = [[0], [1], [2], [3], [4, 5, 6, 7, 8], *[[k] for k in range(9, len(w))]]
+    at = [w[0] + 1, w[1] + 1, w[2] + 1, w[3] + 1, w[8] + 30.0, *[w[k] + 1 for k in range(9, len(w))]]
+    return run_of(name, groups, at)
+
+
+def loaded_base(name: str) -> RunFigures:
+    return loaded(name) if name == s.BASE else streaming(name)
+
+
+def exit_code(verdict: Verdict, runs: list[RunFigures]) -> int:
+    return diagnosis("http://127.0.0.1:9/v1", True, runs, verdict, []).exit_code
+
+
+def test_repeats_that_all_stream_stream() -> None:
+    runs = passes(streaming, streaming, streaming)
+    assert not disagree(runs)
+    assert intermittent(runs) is None
+    assert classify(least_held(runs, lambda r: r)).cause is Cause.STREAMS
+
+
+def test_repeats_that_all_hold_stay_the_steady_hold() -> None:
+    runs = passes(timer, timer, timer)
+    assert not disagree(runs)
+    assert intermittent(runs) is None  # the run set agrees: the least-held runs tell, as with one pass
+    steady = classify(least_held(runs, lambda r: r))
+    assert steady.cause is Cause.TIME_QUANTIZED
+    assert steady.held_runs is None
+
+
+def test_one_held_repeat_of_three_with_a_modest_burst_is_a_busy_host_not_a_hold() -> None:
+    runs = passes(loaded_base, streaming, streaming)
+    assert loaded(s.BASE).seen().kind is Kind.BURSTS  # held, as one repeat: the outlier is read as a hold
+    assert disagree(runs)  # measure.py measures again while this is so (bounded)
+    assert intermittent(runs) is None
+    assert classify(least_held(runs, lambda r: r)).cause is Cause.STREAMS
+
+
+@pytest.mark.parametrize("order", [(timer, streaming, timer), (streaming, timer, timer), (timer, timer, streaming)])
+def test_a_hold_in_two_of_three_repeats_is_named_intermittent_with_its_cause_and_exit_16(
+    order: tuple[Model, Model, Model],
+) -> None:
+    runs = passes(*order)
+    assert classify(least_held(runs, lambda r: r)).cause is Cause.STREAMS  # what the least-held rule alone said
+    verdict = intermittent(runs)
+    assert verdict is not None
+    assert verdict.cause is Cause.TIME_QUANTIZED
+    assert verdict.held
+    assert verdict.summary.startswith("intermittent: holds in 2 of 3 runs (base); holds frames on a timer")
+    assert verdict.held_runs == (2, 3)
+    assert verdict.to_json()["intermittent"] == {"held_runs": 2, "runs": 3}
+    assert verdict.period_ms == pytest.approx(200.0, abs=20)
+    assert generic_fix(verdict) is not None  # the fix line, as for a steady hold
+    assert exit_code(verdict, most_held(runs, lambda r: r)) == 16
+    assert any("base 2 of 3" in line for line in verdict.evidence)
+
+
+def test_a_path_that_buffers_only_sometimes_is_an_intermittent_whole_response_hold() -> None:
+    runs = passes(whole, streaming, whole, grown_by=whole)
+    verdict = intermittent(runs)
+    assert verdict is not None
+    assert verdict.cause is Cause.WHOLE_RESPONSE
+    assert "holds in 2 of 3 runs" in verdict.summary
+    assert exit_code(verdict, runs) == 16
+
+
+def test_an_intermittent_hold_in_one_run_name_only_names_its_cause_from_that_run() -> None:
+    """base held in 2 of 3 repeats, every other run always streamed (no proof against it): base's held repeat
+    alone names the cause, or, where one run cannot tell a rule, the answer is unsure naming the share (exit 17)."""
+
+    def base_whole(name: str) -> RunFigures:
+        return whole(name) if name == s.BASE else streaming(name)
+
+    runs = passes(base_whole, streaming, base_whole)
+    verdict = intermittent(runs)
+    assert verdict is not None
+    assert verdict.cause is Cause.WHOLE_RESPONSE
+    assert verdict.at_least
+    assert verdict.summary.startswith("intermittent: holds in 2 of 3 runs (base); holds at least")
+
+    def base_timer(name: str) -> RunFigures:
+        return timer(name) if name == s.BASE else streaming(name)
+
+    unsure = intermittent(passes(base_timer, streaming, base_timer))
+    assert unsure is not None
+    assert unsure.cause is Cause.UNSURE
+    assert unsure.summary.startswith("unsure: holds in 2 of 3 runs (base)")
+
+
+def test_most_held_keeps_the_most_held_uncut_repeat_of_each_run() -> None:
+    cut = dataclasses.replace(whole(s.BASE), end=StreamEnd(EndKind.CUT_SILENT, BodyEnd.CLOSE, 1, 1))
+    short = run_of(s.SLOW, [[0]], [200.0])
+    runs = [streaming(s.BASE), cut, timer(s.BASE), short, streaming(s.SLOW)]
+    kept = most_held(runs, lambda r: r)
+    assert [r.name for r in kept] == [s.BASE, s.SLOW]
+    assert kept[0] is runs[2]  # bursts beat streaming; a cut stream is its own finding, not a hold
+    assert kept[1] is runs[4]  # a too-short repeat shows no shape
+
+
+def test_one_held_repeat_of_two_is_not_yet_a_share() -> None:
+    """Half the repeats, but one stream: measure.py measures again before it counts (CLEAR_HELD)."""
+    runs = passes(timer, streaming)
+    assert disagree(runs)
+    assert intermittent(runs) is None
+
+
+def test_two_held_repeats_of_five_are_not_a_clear_share() -> None:
+    """Twice, but under half the repeats (CLEAR_SHARE): a host loaded twice is no share a user feels as a path's."""
+    runs = passes(timer, streaming, streaming, timer, streaming)
+    assert intermittent(runs) is None
+    assert intermittent(passes(timer, streaming, streaming, timer, timer)) is not None  # 3 of 5
+
+
+def test_every_frame_late_in_two_of_three_repeats_is_not_counted_as_a_hold() -> None:
+    """Each frame alone but 25 ms late is what a busy host makes of a streaming path: not an intermittent hold."""
+
+    def base_late(name: str) -> RunFigures:
+        return streaming(name, late=25.0) if name == s.BASE else streaming(name)
+
+    assert base_late(s.BASE).seen().kind is Kind.LATE
+    runs = passes(base_late, streaming, base_late)
+    assert not disagree(runs)
+    assert intermittent(runs) is None

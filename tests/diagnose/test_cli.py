@@ -162,6 +162,25 @@ def test_unsure_exits_17(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "error" not in out
 
 
+def test_a_hold_in_two_of_three_repeats_is_reported_intermittent_and_exits_16(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path that buffers base's stream the first and third time it is asked, every other stream never: the
+    series disagrees, is measured again (base streams: still disagreeing), and again; base held in 2 of 3 is the
+    verdict, with its fix line, not hidden behind the repeat that streamed."""
+    calls: dict[str, int] = {}
+
+    def model(name: str) -> RunFigures:
+        calls[name] = calls.get(name, 0) + 1
+        return whole(name) if name == "base" and calls[name] != 2 else streaming(name)
+
+    code, out = invoke(monkeypatch, Scripted(model), URL, "--proxy", "nginx")
+    assert code == 16, out
+    first = out.splitlines()[0]
+    assert "intermittent: holds in 2 of 3 runs (base); holds at least" in first
+    assert "fix: " in out
+    assert calls["base"] == 3
+    assert "held repeats per run: base 2 of 3" in out
+
+
 def test_a_closed_stdout_ends_quietly_with_the_verdicts_exit_code(tmp_path: object) -> None:
     """`diagnose URL | head -1` against a stub that holds nothing: exit 0 (not 1), nothing on stderr."""
     import subprocess

@@ -80,7 +80,7 @@ def test_a_streaming_path_gets_no_fix_even_when_recognised() -> None:
 
 def test_json_document() -> None:
     doc = json.loads(dumps(of(whole, [NGINX])))
-    assert doc["schema_version"] == 5
+    assert doc["schema_version"] == 6
     assert doc["websocket"] is None  # over SSE: no upgrade tried
     assert doc["paced"] is True
     assert doc["bound"]["stream_bytes"] == 64 * 1024

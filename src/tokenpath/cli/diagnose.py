@@ -100,8 +100,9 @@ def diagnose(
     fallback to SSE costs are named, and the series runs over SSE. --http3: every run over QUIC (https only; a stub
     behind the path is named by --stub-url, its control plane being plain HTTP).
 
-    Exit 0: it streams; 16: it holds the stream (the cause is named); 17: unsure (the runs disagree); 19: it cut
-    the stream (the limit and its fix are named); 21: the WebSocket upgrade is not carried."""
+    Exit 0: it streams; 16: it holds the stream (the cause is named), every time or in a clear share of repeated
+    runs ("intermittent: holds in 2 of 3 runs"); 17: unsure (the runs disagree); 19: it cut the stream (the limit
+    and its fix are named); 21: the WebSocket upgrade is not carried."""
     from tokenpath.axes import ACCEPT_ENCODING
     from tokenpath.diagnose.fixes import check_proxy
     from tokenpath.diagnose.measure import check_stub, diagnose_series, is_stub, run_origin, stub_audit, stub_origin

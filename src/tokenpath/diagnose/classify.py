@@ -19,6 +19,15 @@ Where the figures so far cannot tell (held to the end below the bound, two rules
 answer too short to show its rule), the verdict is UNSURE with `wants`: the series' runs that would tell
 (series.py), which measure.py runs before asking again. A verdict without `wants` stands.
 
+Repeats (measure.py measures an unsure series again): each run is read by its repeat held least (least_held), as a
+busy host only ever delays a stream, never un-holds one; so a held repeat is evidence and a streaming one is not
+proof. A run held (its frames held together: whole, bursts, the first frames; every frame alone but late is what a
+busy host makes) in a clear share of its repeats (at least CLEAR_HELD of them and at least CLEAR_SHARE) but not in
+all is an intermittent hold (intermittent()): a user feels it whenever it happens, so it is named with its share
+("intermittent: holds in 2 of 3 runs (base); ...") and the cause, fix and exit code (16) of a steady hold, read from
+the most-held repeats. One held repeat (1 of 3, or 1 of 2) is a busy host's outlier: the least-held runs tell, with
+a note naming it. Repeats that agree (every one held, or none) read as one pass does.
+
 Without write times (an endpoint that is not a paced stub) a run's arrivals alone say time (regular gaps, varying
 bytes) or bytes (regular bytes, varying gaps); when both are regular, one pacing cannot tell them apart (UNSURE).
 """
@@ -152,6 +161,8 @@ class Verdict:
     shape: Kind | None = None  # COMPRESSION_HOLD: what the compressed answer looked like
     wants: tuple[str, ...] = ()  # the runs (series names) that would tell; empty when the verdict stands
     end: StreamEnd | None = None  # CUT: the cut stream's end, its timing (report.py names its limit and fix)
+    # An intermittent hold (intermittent()): of the clearest run's repeats, (held, measured); None: steady or none.
+    held_runs: tuple[int, int] | None = None
 
     @property
     def held(self) -> bool:
@@ -169,6 +180,9 @@ class Verdict:
             "encoding": self.encoding,
             "held_bytes": self.held_bytes,
             "at_least": self.at_least,
+            "intermittent": None
+            if self.held_runs is None
+            else {"held_runs": self.held_runs[0], "runs": self.held_runs[1]},
             "evidence": list(self.evidence),
             "notes": list(self.notes),
         }
@@ -210,29 +224,132 @@ def _describe(run: RunFigures) -> str:
     return what + f"): {run.seen().label()}"
 
 
-# --- repeats of a run: the one a loaded host hit least ---------------------------------------------------------------
+# --- repeats of a run: the one a loaded host hit least, and a hold that comes and goes ---------------------------
 
 T = TypeVar("T")
+
+CLEAR_HELD = 2  # a hold in at least this many repeats of one run ...
+CLEAR_SHARE = 0.5  # ... and in at least this share of them is the path's (intermittent); one alone is a busy host's
+
+
+def _rank(f: RunFigures) -> tuple[bool, int, float]:
+    """How little a run was held: uncut first, then its shape nearest streaming, then its longest hold shortest."""
+    kind = f.seen().kind
+    rank = -1 if kind is Kind.TOO_SHORT else SEVERITY.index(kind)  # SEVERITY: the most held first
+    return (f.end is None, rank, -max(f.holds_ms(), default=0.0))
 
 
 def least_held(runs: Sequence[T], figures: Callable[[T], RunFigures]) -> list[T]:
     """One of each run name, in the order the names first came: of its repeats, the one held least (its shape
     nearest streaming, then its longest hold shortest). A busy host only ever adds delay, never takes a path's hold
-    away: a hold the path makes is in every repeat, one the load made is gone from a quiet one. A run the path cut,
-    or too short to show a shape, is kept only when no repeat is better."""
+    away: a hold the path makes in every repeat is in this one, one the load made is gone from a quiet one. A run
+    the path cut, or too short to show a shape, is kept only when no repeat is better."""
+    best: dict[str, T] = {}
+    for run in runs:
+        name = figures(run).name
+        if name not in best or _rank(figures(run)) > _rank(figures(best[name])):
+            best[name] = run
+    return list(best.values())
 
-    def held(run: T) -> tuple[bool, int, float]:
-        f = figures(run)
-        kind = f.seen().kind
-        rank = -1 if kind is Kind.TOO_SHORT else SEVERITY.index(kind)  # SEVERITY: the most held first
-        return (f.end is None, rank, -max(f.holds_ms(), default=0.0))
+
+def most_held(runs: Sequence[T], figures: Callable[[T], RunFigures]) -> list[T]:
+    """One of each run name, in the order the names first came: of its repeats, the one held most (uncut and long
+    enough to show a shape first, then its shape the most held, then its longest hold longest)."""
+
+    def held(f: RunFigures) -> tuple[bool, int, float]:
+        uncut, rank, hold = _rank(f)
+        return (uncut and rank >= 0, -rank if rank >= 0 else -len(SEVERITY), -hold)
 
     best: dict[str, T] = {}
     for run in runs:
         name = figures(run).name
-        if name not in best or held(run) > held(best[name]):
+        if name not in best or held(figures(run)) > held(figures(best[name])):
             best[name] = run
     return list(best.values())
+
+
+def repeat_held(run: RunFigures) -> bool:
+    """The path held this stream's frames together: uncut, and its shape whole, bursts, or the first frames held
+    (more than a head waiting for its first frame). Every frame alone but late is not counted: that is what a busy
+    host makes of a streaming path, stream after stream (a path's steady short timer is still named: least_held)."""
+    return run.end is None and run.seen().kind in (Kind.WHOLE, Kind.BURSTS, Kind.FIRST_HELD) and not facts(run).streams
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """Of one run name's repeats, how many the path held."""
+
+    name: str
+    held: int
+    runs: int
+
+    @property
+    def clear(self) -> bool:
+        """Held in a clear share of its repeats: not one loaded-host outlier."""
+        return self.held >= CLEAR_HELD and self.held >= CLEAR_SHARE * self.runs
+
+    def words(self) -> str:
+        return f"{self.name} {self.held} of {self.runs}"
+
+
+def shares(runs: Sequence[RunFigures]) -> list[Share]:
+    """Per run name, in the order the names first came: how many of its repeats were held."""
+    held: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for run in runs:
+        held[run.name] = held.get(run.name, 0) + repeat_held(run)
+        count[run.name] = count.get(run.name, 0) + 1
+    return [Share(name, held[name], count[name]) for name in count]
+
+
+def disagree(runs: Sequence[RunFigures]) -> bool:
+    """Some run's repeats disagree: held in some, not in others (another repeat tells noise from a share)."""
+    return any(0 < s.held < s.runs for s in shares(runs))
+
+
+def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Verdict | None:
+    """The verdict over repeats of the series (several figures per run name) when the path held a stream in a
+    clear share of some run's repeats, else None (the least-held runs tell). A busy host only delays, never
+    un-holds a stream: a held repeat is evidence, a streaming one is not proof, and a user feels the hold whenever
+    it happens. The cause is classify()'s over each run's most-held repeat; when those runs name no rule, over
+    those of the runs held at least once (with base), then the clearest run's held repeat alone (as base). Its
+    summary says the share ("holds in 2 of 3 runs (base)"); it is held (exit 16) like a steady hold, with the same
+    fix. When none of these names a rule: UNSURE naming the share. A run held in every repeat is a steady hold:
+    the least-held runs tell, as before."""
+    counted = shares(runs)
+    clear = [s for s in counted if s.clear and s.held < s.runs]  # held in every repeat: steady, as the least-held
+    if not clear:
+        return None
+    clearest = max(clear, key=lambda s: s.held / s.runs)  # the first of the clearest, in the series' order
+    held = sum(s.held for s in counted)
+    total = sum(s.runs for s in counted)
+    share = f"holds in {clearest.held} of {clearest.runs} runs ({clearest.name})"
+    per_run = f"held repeats per run: {', '.join(s.words() for s in counted)} ({held} of {total} streams)"
+    note = (
+        "intermittent: the path held some repeats and not others; a busy host only delays a stream, never "
+        "un-holds one, so each held repeat is the path's"
+    )
+    heaviest = most_held(runs, lambda r: r)
+    found = classify(heaviest, checks)
+    ever = {s.name for s in counted if s.held}
+    if not found.held and series.BASE in ever and len(ever) < len(counted):  # a run never held is no proof
+        found = classify([r for r in heaviest if r.name in ever], checks)
+    if not found.held:
+        alone = next(r for r in heaviest if r.name == clearest.name)
+        found = classify([replace(alone, name=series.BASE)])
+        if not found.held and alone.seen().kind is Kind.WHOLE:  # one run held to its end: at least its bytes
+            found = _whole(alone, found.evidence)
+    evidence = (*(_describe(r) for r in heaviest), per_run)  # every run, whichever of them named the cause
+    if not found.held:
+        return _unsure(f"{share}, but its held runs name no one rule", evidence, notes=(note,))
+    return replace(
+        found,
+        summary=f"intermittent: {share}; {found.summary}",
+        evidence=evidence,
+        notes=(*found.notes, note),
+        wants=(),
+        held_runs=(clearest.held, clearest.runs),
+    )
 
 
 # --- what each run says about the rule ------------------------------------------------------------------------------

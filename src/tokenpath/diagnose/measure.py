@@ -14,7 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tokenpath.audit import StreamLog
-from tokenpath.diagnose.classify import Cause, Check, RunFigures, Verdict, classify, least_held
+from tokenpath.diagnose.classify import (
+    CLEAR_HELD,
+    Cause,
+    Check,
+    RunFigures,
+    Verdict,
+    classify,
+    disagree,
+    intermittent,
+    least_held,
+    most_held,
+    shares,
+)
 from tokenpath.diagnose.origin import OriginRun
 from tokenpath.diagnose.series import BASE, Run, paced
 from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
@@ -117,8 +129,11 @@ def diagnose_series(
     """The series: its first runs, then what classify() wants next, until it wants nothing (or MAX_ROUNDS). An
     answer still unsure is measured again: every run of the series repeated (up to MAX_REPEATS times), each run
     read by its repeat held least (classify.least_held), so a stream a busy host delayed is no evidence against the
-    others. Unsure after that is the runs' own ambiguity. Grown runs of a compressing client send `accept_encoding`
-    (the first runs' own when None); `checks` go to classify()."""
+    others; while some run's repeats still disagree (held in some, not in others) the series is measured again, to
+    tell one loaded-host outlier from a hold the path makes only sometimes. A hold in a clear share of a run's
+    repeats is the answer (classify.intermittent: "holds in 2 of 3 runs", exit 16), its runs the most-held repeats;
+    unsure after that is the runs' own ambiguity. Grown runs of a compressing client send `accept_encoding` (the
+    first runs' own when None); `checks` go to classify()."""
     pool = run_series(template, first, probe, audit)
     asked = {run.name: run for run in first}
     sent = accept_encoding or next((r.accept_encoding for r in first if r.accept_encoding), None)
@@ -126,29 +141,49 @@ def diagnose_series(
     verdict = classify([m.figures for m in measured], checks)
     rounds = repeats = 0
     while True:
+        every = [m.figures for m in pool]
         if verdict.wants and rounds < MAX_ROUNDS:
             rounds += 1
             more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
             asked |= {run.name: run for run in more}
             pool = pool + run_series(template, more, probe, audit, warm=False)
-        elif verdict.cause is Cause.UNSURE and repeats < MAX_REPEATS:
+        elif repeats < MAX_REPEATS and (verdict.cause is Cause.UNSURE or _undecided(verdict, repeats, every)):
             repeats += 1
             pool = pool + run_series(template, list(asked.values()), probe, audit, warm=False)
         else:
-            return measured, _measured_again(verdict, repeats)
+            break
         measured = least_held(pool, lambda m: m.figures)
         verdict = classify([m.figures for m in measured], checks)
+    found = intermittent(every, checks) if repeats and not verdict.held and verdict.cause is not Cause.CUT else None
+    if found is not None:
+        return most_held(pool, lambda m: m.figures), _measured_again(found, repeats, every)
+    return measured, _measured_again(verdict, repeats, every)
 
 
-def _measured_again(verdict: Verdict, repeats: int) -> Verdict:
-    """The verdict, with a note when it rests on repeats (the runs disagreed: a busy host, or the path)."""
+def _undecided(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) -> bool:
+    """The repeats read as streaming, but some run was held in some of them: another repeat tells one busy-host
+    outlier from a hold the path makes only sometimes."""
+    return repeats > 0 and verdict.cause is Cause.STREAMS and disagree(runs)
+
+
+def _measured_again(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) -> Verdict:
+    """The verdict, with a note when it rests on repeats (the runs disagreed: a busy host, or the path), and one
+    naming a run held in too few of its repeats to count (one loaded-host outlier, or a hold too rare to tell)."""
     if not repeats:
         return verdict
-    note = (
-        f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by its repeat held "
-        "least (a busy host only delays a stream, a path's hold is in every repeat)"
+    read = (
+        "its repeat held most (a hold seen in a clear share of repeats is the path's)"
+        if verdict.held_runs is not None
+        else "its repeat held least (a busy host only delays a stream, a path's steady hold is in every repeat)"
     )
-    return dataclasses.replace(verdict, notes=(*verdict.notes, note))
+    notes = [f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by {read}"]
+    outliers = [s for s in shares(runs) if s.held > 0 and not s.clear]
+    if outliers and verdict.held_runs is None:
+        notes.append(
+            f"held in too few repeats to count ({', '.join(s.words() for s in outliers)}): one busy-host delay, or a "
+            f"hold rarer than {CLEAR_HELD} in {1 + MAX_REPEATS} runs"
+        )
+    return dataclasses.replace(verdict, notes=(*verdict.notes, *notes))
 
 
 def run_series(

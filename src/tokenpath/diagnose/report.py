@@ -24,8 +24,9 @@ from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld, UpgradeNotCarri
 # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix; 3: the cut cause, its
 # `cut` (limit, value, fix) and each run's `end`; 4: `origin` (what the verdict rests on of the origin's behaviour,
 # diagnose/origin.py; null when nothing is known of it); 5: `websocket` (--transport websocket: the upgrade carried
-# or not, its fix line, the fallback's cost; null over SSE), each run's `http_version` and `transport` (the trace's)
-SCHEMA_VERSION = 5
+# or not, its fix line, the fallback's cost; null over SSE), each run's `http_version` and `transport` (the trace's);
+# 6: the verdict's `intermittent` ({held_runs, runs}: a hold in a clear share of repeats; else null)
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True, slots=True)
