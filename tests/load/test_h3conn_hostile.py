@@ -7,6 +7,7 @@ test bounded in time by the load's own timeouts."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -195,11 +196,16 @@ def test_a_stream_that_never_ends_is_ended_by_the_load_s_own_timeout(
     hostile: Callable[[str], Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Guard: h3_stream's bound on the whole stream (timeout_s, the worker's STREAM_TIMEOUT_S). Content forever,
-    within the windows: the stream ends at the timeout by itself, reported, never complete; without the bound the
-    test's own outer bound (60 s) fails it."""
+    within the windows: the stream ends at the timeout by itself, reported with how much it sent, never complete;
+    without the bound the test's own outer bound (60 s) fails it, without the words it is a bare "TimeoutError"."""
     monkeypatch.setattr(worker, "STREAM_TIMEOUT_S", 3.0)
     result, took = _one_stream(hostile("forever"))
     assert result.error is not None
-    assert "TimeoutError" in result.error or "did not end within" in result.error
+    assert "the HTTP/3 stream did not end within 3 s" in result.error
+    assert worker._error_kind(result.error) == "the HTTP/3 stream did not end within 3 s"  # one kind, any count
+    body_bytes = re.search(r": (\d+) body bytes by then", result.error)
+    assert body_bytes is not None
+    assert int(body_bytes.group(1)) > 0  # it did stream: content, not silence
     assert result.end is not EndKind.COMPLETE
+    assert result.first_content_t_ns is None  # a stream the load did not count as one: no TTFT from it
     assert 2.5 < took < 45
