@@ -206,6 +206,23 @@ def test_a_clean_close_leaves_no_timer_on_the_loop() -> None:
     run(body)
 
 
+def test_a_member_gone_without_a_close_leaves_no_timer_either() -> None:
+    """The member's connection ends first (no close frame): its drop is never scheduled (nothing left to drop), and
+    the client's is cancelled by its end."""
+
+    def body() -> None:
+        before = len(_live_timers())
+        relay, client, _, ended = session()
+        relay.upstream.lost(None)  # 1011 to the client
+        relay.data_received(close(1011))  # its reply
+        assert client.closed
+        relay.connection_lost(None)
+        assert len(ended) == 1
+        assert len(_live_timers()) == before
+
+    run(body)
+
+
 def test_a_side_that_never_ends_after_the_close_is_dropped(monkeypatch: Any) -> None:
     """The other half of the above: sockets that never end after the close are aborted CLOSE_WAIT_S later."""
     monkeypatch.setattr(wsrelay, "CLOSE_WAIT_S", 0.01)
