@@ -8,6 +8,7 @@ import re
 from typing import Any, cast
 
 from tests.gateway.wspeer import CLOSE, CONTINUATION, TEXT, Frame, FrameReader, close, frame
+from tokenpath.gateway import wsrelay
 from tokenpath.gateway.config import Limits
 from tokenpath.gateway.link import UpstreamLink
 from tokenpath.gateway.wsrelay import WsRelay, WsSettings, WsTally
@@ -177,3 +178,63 @@ def test_a_session_past_ws_session_s_is_closed_1001_both_ways_and_none_is_by_def
         assert unlimited.client_open
 
     asyncio.run(main())
+
+
+def _live_timers() -> list[asyncio.TimerHandle]:
+    """The timers the running loop still holds and will fire (a cancelled one stays in the heap until it is due)."""
+    loop = asyncio.get_running_loop()
+    return [h for h in cast(Any, loop)._scheduled if not h.cancelled()]
+
+
+def test_a_clean_close_leaves_no_timer_on_the_loop() -> None:
+    """Both sides' close handshakes done and both sockets ended by their peers: the drop-after-close timers (one a
+    side) are cancelled, so a session that ended cleanly holds nothing on the loop for CLOSE_WAIT_S more."""
+
+    def body() -> None:
+        before = len(_live_timers())
+        relay, client, link, ended = session()
+        relay.data_received(close(1000))
+        relay.upstream.received(close(1000, mask=False))  # the member's reply
+        assert client.closed
+        assert link.transport.closed
+        assert len(_live_timers()) == before + 2  # each side dropped CLOSE_WAIT_S from now if it never ends
+        relay.upstream.lost(None)
+        relay.connection_lost(None)
+        assert len(ended) == 1
+        assert len(_live_timers()) == before
+
+    run(body)
+
+
+def test_a_member_gone_without_a_close_leaves_no_timer_either() -> None:
+    """The member's connection ends first (no close frame): its drop is never scheduled (nothing left to drop), and
+    the client's is cancelled by its end."""
+
+    def body() -> None:
+        before = len(_live_timers())
+        relay, client, _, ended = session()
+        relay.upstream.lost(None)  # 1011 to the client
+        relay.data_received(close(1011))  # its reply
+        assert client.closed
+        relay.connection_lost(None)
+        assert len(ended) == 1
+        assert len(_live_timers()) == before
+
+    run(body)
+
+
+def test_a_side_that_never_ends_after_the_close_is_dropped(monkeypatch: Any) -> None:
+    """The other half of the above: sockets that never end after the close are aborted CLOSE_WAIT_S later."""
+    monkeypatch.setattr(wsrelay, "CLOSE_WAIT_S", 0.01)
+    aborted: list[str] = []
+
+    async def main() -> None:
+        relay, client, link, _ = session()
+        client.abort = lambda: aborted.append("client")  # type: ignore[method-assign]
+        link.abort = lambda: aborted.append("member")  # type: ignore[method-assign]
+        relay.data_received(close(1000))
+        relay.upstream.received(close(1000, mask=False))
+        await asyncio.sleep(0.5)  # far past the wait; neither socket ever ended
+
+    asyncio.run(main())
+    assert sorted(aborted) == ["client", "member"]

@@ -14,7 +14,8 @@ client silent for `ws_ping_interval_s` (and the member, whose idle timer sees on
 1001 when no pong comes in `ws_pong_timeout_s`; a session past `ws_session_s` (when set) is closed 1001 both ways.
 Backpressure both ways, as the SSE relay's: while one side's socket buffer is over the write buffer limit, the other
 side is not read. A close crosses as gateway/wsclose.py maps it; a side's socket is dropped CLOSE_WAIT_S after its
-close, read or not (a peer that never reads would hold it forever)."""
+close, read or not (a peer that never reads would hold it forever), unless it ends first: its end cancels the drop, so
+a clean session leaves no timer on the loop."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ class WsRelay(asyncio.Protocol):
         self._session: asyncio.TimerHandle | None = None
         self._client_wait: asyncio.TimerHandle | None = None
         self._upstream_wait: asyncio.TimerHandle | None = None
+        self._client_drop: asyncio.TimerHandle | None = None  # the client's socket dropped CLOSE_WAIT_S after close
 
     # the client's connection (asyncio) -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -142,6 +144,8 @@ class WsRelay(asyncio.Protocol):
         if self.client_open:
             self._client_closed(Closed(1006, "", by_peer=True))
         self._cancel(self._client_wait)
+        self._cancel(self._client_drop)  # the socket ended by itself: nothing left to drop
+        self._client_wait = self._client_drop = None
         self.client_open = False
         self._maybe_end()
 
@@ -196,7 +200,8 @@ class WsRelay(asyncio.Protocol):
         self._cancel_timers()
         if self.transport is not None:
             self.transport.close()  # the server ends the TCP connection (RFC 6455 7.1.1) ...
-            self.loop.call_later(CLOSE_WAIT_S, self.transport.abort)  # ... even if the client never reads it
+            if self._client_drop is None:  # ... even if the client never reads it (connection_lost cancels it)
+                self._client_drop = self.loop.call_later(CLOSE_WAIT_S, self.transport.abort)
         if self.upstream_open:
             code, reason = to_upstream(closed.code, closed.reason, closed.by_peer)
             self._close_upstream(code, reason)
@@ -212,8 +217,7 @@ class WsRelay(asyncio.Protocol):
             tally.reason = closed.reason
         self.upstream_open = False
         self._cancel(self._upstream_wait)
-        self.upstream.close()  # its close reply (or our close) is written: the member's end is done ...
-        self.loop.call_later(CLOSE_WAIT_S, self.upstream.abort)  # ... even if the member never reads it
+        self.upstream.close(CLOSE_WAIT_S)  # its close reply (or ours) is written: the member's end is done
         if self.client_open:
             code, reason = to_client(closed.code, closed.reason, closed.by_peer)
             self._close_client(code, reason)

@@ -49,6 +49,8 @@ class UpstreamWs:
         self.gate = ReadGate(link.transport)
         self.failure: Failure | None = None  # why the link broke (TLS), for the log
         self.closed = False
+        self.gone = False  # the connection has ended (connection_lost)
+        self._drop: asyncio.TimerHandle | None = None  # close()'s abort, for a member that never reads
         link.settle(None)  # ready for the offer once connected (and TLS-handshaken)
 
     # use -----------------------------------------------------------------------------------------------------
@@ -68,12 +70,17 @@ class UpstreamWs:
 
     def abort(self) -> None:
         self.closed = True
+        self._cancel_drop()
         self.link.abort()
 
-    def close(self) -> None:
-        """After the close handshake (or our close frame, written): the TCP connection ends."""
+    def close(self, drop_after_s: float) -> None:
+        """After the close handshake (or our close frame, written): the TCP connection ends, and is dropped
+        `drop_after_s` later if it has not (close() waits for the socket buffer to empty, and a member that reads
+        nothing never empties it). Its end cancels the drop: a clean session leaves no timer behind."""
         self.closed = True
         self.link.close()
+        if not self.gone and self._drop is None:
+            self._drop = asyncio.get_running_loop().call_later(drop_after_s, self.abort)
 
     # the link's side (gateway/link.py Speaker) ---------------------------------------------------------------
     def received(self, data: bytes) -> None:
@@ -89,7 +96,8 @@ class UpstreamWs:
         """close_notify: connection_lost follows (the link closed the connection)."""
 
     def lost(self, exc: Exception | None) -> None:
-        self.closed = True
+        self.closed = self.gone = True
+        self._cancel_drop()
         ws = self.ws
         if ws is None:
             self._answered(UpgradeRefused(0, (), CLOSED_UNANSWERED))
@@ -120,6 +128,11 @@ class UpstreamWs:
             self.listener.upstream_events(rest)
         else:
             self.early.extend(rest)
+
+    def _cancel_drop(self) -> None:
+        if self._drop is not None:
+            self._drop.cancel()
+            self._drop = None
 
     def _answered(self, event: Upgraded | UpgradeRefused) -> None:
         if not self.answer.done():

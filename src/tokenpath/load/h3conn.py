@@ -113,6 +113,7 @@ class H3LoadStream(asyncio.DatagramProtocol):
         self._datagrams = 0
         self._data_reads = 0
         self._data_events = 0
+        self.body_bytes = 0  # the stream's DATA bytes so far (a stream that never ends says how much it sent)
         self.handshaken: asyncio.Future[None] = self._loop.create_future()  # for the connect timeout's bound
         self.closed: asyncio.Future[None] = self._loop.create_future()
 
@@ -199,6 +200,7 @@ class H3LoadStream(asyncio.DatagramProtocol):
                 elif isinstance(h3, DataReceived):
                     got_data.append(h3.data)
                     self._data_events += 1
+                    self.body_bytes += len(h3.data)
                     ended = ended or h3.stream_ended
             if isinstance(event, StreamReset) and event.stream_id == self._sid:
                 self._fail(NetworkError(f"the server reset the HTTP/3 stream (error code {event.error_code:#x})"))
@@ -296,7 +298,7 @@ async def h3_stream(
     timeout_s: float,
 ) -> tuple[LeanTrace, H3StreamFigures]:
     """One stream on a new QUIC connection: its trace and QUIC figures. The handshake within `connect_timeout_s`
-    (ConnectTimeout), all of it within `timeout_s` (TimeoutError past it)."""
+    (ConnectTimeout), all of it within `timeout_s` (TimeoutError past it, saying so and how many body bytes came)."""
     loop = asyncio.get_running_loop()
     done: StreamDone = loop.create_future()
     done.add_done_callback(_retrieve)  # failed while the handshake was awaited: its error is raised from there
@@ -322,7 +324,13 @@ async def h3_stream(
             raise ConnectTimeout(
                 f"no QUIC handshake with {where} within {bound:g} s (no HTTP/3 on that UDP port?)"
             ) from None
-        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
+        try:
+            return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
+        except TimeoutError:  # a stream that never ends (a flood within the windows, a head then nothing): said so,
+            # the count after the colon (the worker's FailureTally groups errors by what comes before it)
+            raise TimeoutError(
+                f"the HTTP/3 stream did not end within {timeout_s:g} s: {protocol.body_bytes} body bytes by then"
+            ) from None
     finally:
         protocol.close()
         transport.close()
