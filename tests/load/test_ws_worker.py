@@ -4,6 +4,7 @@ scripted peers that refuse the upgrade, coalesce messages, or close before the f
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import BackgroundLoop, accept_each
+from tests.serve.h2harness import FakeTransport
+from tokenpath.clock import monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, _websocket_figures, _websocket_stream
 from tokenpath.load.worker import (
@@ -28,7 +31,18 @@ from tokenpath.load.worker import (
     closed_loop,
     one_stream,
 )
-from tokenpath.load.wsconn import MAX_TYPES_KNOWN, NOT_CARRIED, FinalTypes, WsStreamFigures, message_event
+from tokenpath.load.wsconn import (
+    MAX_TYPES_KNOWN,
+    NOT_CARRIED,
+    FinalTypes,
+    WsLeanRecorder,
+    WsLoadStream,
+    WsStreamFigures,
+    message_event,
+    ws_request,
+)
+from tokenpath.probe.aio import _StreamProtocol
+from tokenpath.probe.trace import TraceRecorder
 from tokenpath.probe.wsstream import sse_event
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
@@ -342,3 +356,36 @@ def test_the_types_a_peer_names_are_remembered_within_a_bound() -> None:
     sse, kind = message_event('{"type":"response.completed","response":{}}')
     assert final.ends(kind, sse)  # asked of the reader, past the bound too
     assert len(final._known) == MAX_TYPES_KNOWN
+
+
+class _Sock:
+    """A socket's setsockopt, recorded."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[int, int, int]] = []
+
+    def setsockopt(self, level: int, name: int, value: int) -> None:
+        self.options.append((level, name, value))
+
+
+def test_both_client_protocols_open_a_stream_the_same_way() -> None:
+    """Nagle off, then the first bytes (the request; the upgrade offer), on the load client's WebSocket protocol as
+    on the probe's asyncio one: one helper, probe/aio.py open_stream."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        request = ws_request(Api.RESPONSES, "h.test", "/v1/responses", [], {"model": "m"})
+        protocols: list[asyncio.Protocol] = [
+            WsLoadStream(request, "s", WsLeanRecorder, loop.create_future(), FinalTypes(Api.RESPONSES)),
+            _StreamProtocol("s", b"GET / HTTP/1.1\r\n\r\n", monotonic_ns, loop.create_future(), TraceRecorder),
+        ]
+        for protocol in protocols:
+            sock = _Sock()
+            transport = FakeTransport({"socket": sock})
+            protocol.connection_made(transport)
+            assert sock.options == [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            assert len(transport.writes) == 1
+            assert transport.writes[0].startswith(b"GET /")
+            protocol.connection_made(FakeTransport())  # no socket (a test's transport): the write alone
+
+    asyncio.run(main())

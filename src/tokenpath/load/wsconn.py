@@ -21,16 +21,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import NetworkError, PeerError
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.probe.aio import close_and_wait, connect_protocol
+from tokenpath.probe.aio import close_and_wait, connect_protocol, open_stream
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
@@ -184,11 +183,7 @@ class WsLoadStream(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._transport.write(self._ws.data_to_send())
+        self._transport = open_stream(transport, self._ws.data_to_send())
         self._offered_ns = self._clock()
 
     def data_received(self, data: bytes) -> None:

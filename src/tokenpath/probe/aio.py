@@ -40,6 +40,18 @@ CLOSE_WAIT_S = 1.0  # how long a finished stream waits for its TLS close_notify 
 RecorderFactory = Callable[[str, int], Recorder[R]]  # (stream id, time the request was written) -> recorder
 
 
+def open_stream(transport: asyncio.BaseTransport, first: bytes) -> asyncio.Transport:
+    """A stream's connection, just made: Nagle off (a client's small writes, its request, a WebSocket's pongs and
+    close, go at once), then its first bytes written (the request, the upgrade offer). Every client protocol that
+    opens a connection here starts so (this module's and load/wsconn.py's)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = cast(asyncio.Transport, transport)
+    stream.write(first)
+    return stream
+
+
 class _StreamProtocol(asyncio.Protocol, Generic[R]):
     def __init__(
         self, stream_id: str, request: bytes, clock: Clock, done: asyncio.Future[R], make: RecorderFactory[R]
@@ -54,11 +66,7 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
         self.closed: asyncio.Future[None] = done.get_loop().create_future()  # set when the transport is gone
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._transport.write(self._request)
+        self._transport = open_stream(transport, self._request)
         # asyncio writes what the kernel takes at once; a chat request is far below one socket buffer.
         self._recorder = self._make(self._stream_id, self._clock())
 
