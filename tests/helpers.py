@@ -198,3 +198,17 @@ class TLSRecordBurst:
     def close(self) -> None:
         self._listener.close()
         self._thread.join(5)
+
+
+class CountingJson:
+    """The json module, counting its parses: put in a module's `json` (monkeypatch) to count what that module parses."""
+
+    def __init__(self) -> None:
+        self.loads_calls = 0
+
+    def loads(self, text: str | bytes, **kw: Any) -> Any:
+        self.loads_calls += 1
+        return json.loads(text, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json, name)

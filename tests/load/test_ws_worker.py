@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import BackgroundLoop, accept_each
+from tests.helpers import BackgroundLoop, CountingJson, accept_each
 from tests.serve.h2harness import FakeTransport
 from tokenpath.clock import monotonic_ns
 from tokenpath.errors import UsageError
@@ -38,12 +38,12 @@ from tokenpath.load.wsconn import (
     WsLeanRecorder,
     WsLoadStream,
     WsStreamFigures,
-    message_event,
     ws_request,
 )
+from tokenpath.probe import wsstream
 from tokenpath.probe.aio import _StreamProtocol
 from tokenpath.probe.trace import TraceRecorder
-from tokenpath.probe.wsstream import sse_event
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
 from tokenpath.serve.loops import new_event_loop
@@ -188,14 +188,16 @@ def test_a_path_that_hangs_up_on_the_offer_is_not_upgraded() -> None:
     assert "not carried: no valid answer" in r.error
 
 
-def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
-    def burst(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
-        conn.recv(65536)  # the response.create
-        conn.sendall(_text(DELTA) * 3 + _text({"type": "response.completed", "response": {}}))
-        conn.recv(64)  # our close
+def _burst(conn: socket.socket, key: str) -> None:
+    """Three deltas and the final event in one write."""
+    conn.sendall(_accept(key))
+    conn.recv(65536)  # the response.create
+    conn.sendall(_text(DELTA) * 3 + _text({"type": "response.completed", "response": {}}))
+    conn.recv(64)  # our close
 
-    for url in _scripted(burst):
+
+def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
+    for url in _scripted(_burst):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -229,10 +231,17 @@ def test_a_close_before_the_final_event_is_a_cut_with_its_code(close: bytes, cod
     assert r.error is not None  # a cut is never in the figures
 
 
-def test_a_message_is_re_framed_as_the_probe_re_frames_it() -> None:
-    for text in ('{"type":"response.created"}', "not json", '{"type":"a\\nb"}', '{"type": 3}', "a\nb"):
-        assert message_event(text)[0] == sse_event(text)
-    assert message_event('{"type":"response.completed"}')[1] == "response.completed"
+def test_each_message_is_parsed_once_by_the_probe_s_event_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load path re-frames a message with probe/wsstream.py's event_type and sse_event, and parses it once: its
+    type serves the event name, the session check and whether it ends the stream."""
+    parses = CountingJson()
+    monkeypatch.setattr(wsstream, "json", parses)
+
+    for url in _scripted(_burst):
+        r = stream(url)
+    assert r.ws is not None
+    assert r.ws.messages == 4
+    assert parses.loads_calls == 4
 
 
 def test_a_level_carries_the_upgrade_figures_to_the_table_and_json() -> None:
@@ -351,10 +360,10 @@ def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
 def test_the_types_a_peer_names_are_remembered_within_a_bound() -> None:
     final = FinalTypes(Api.RESPONSES)
     for i in range(MAX_TYPES_KNOWN + 50):
-        sse, kind = message_event(json.dumps({"type": f"response.made_up_{i}"}))
-        assert not final.ends(kind, sse)
-    sse, kind = message_event('{"type":"response.completed","response":{}}')
-    assert final.ends(kind, sse)  # asked of the reader, past the bound too
+        text = json.dumps({"type": f"response.made_up_{i}"})
+        assert not final.ends(event_type(text), sse_event(text, event_type(text)))
+    text = '{"type":"response.completed","response":{}}'
+    assert final.ends(event_type(text), sse_event(text, event_type(text)))  # asked of the reader, past the bound too
     assert len(final._known) == MAX_TYPES_KNOWN
 
 

@@ -12,10 +12,11 @@ from urllib.parse import parse_qsl, urlsplit
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import BackgroundLoop
+from tests.helpers import BackgroundLoop, CountingJson
 from tests.probe.test_wsstream import _accept, _scripted, _text
 from tokenpath.cli import app
 from tokenpath.errors import UsageError
+from tokenpath.probe import wsstream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
@@ -69,6 +70,17 @@ def test_a_realtime_session_is_measured_to_response_done_and_joins_the_stub_s_wr
     assert metrics.ttft_ms >= 39  # TTFT from the client events to the first response.output_text.delta
     assert metrics.added_ttft_ms is not None  # the first delta joined to the stub's write of it
     assert metrics.gaps_ms["p50"] >= 10  # the tokens 20 ms apart (a wide margin under load)
+
+
+def test_each_message_is_parsed_once(start_stub: StartStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its type, parsed once (event_type), names its SSE mirror and tells the session's events apart."""
+    stub = start_stub(tokens=3, interval_ms=5, ttft_ms=5)
+    parses = CountingJson()
+    monkeypatch.setattr(wsstream, "json", parses)
+    ws = run_metrics(probe_stream(_cfg(f"{stub.url}/v1/realtime?model=gpt-realtime"))).ws
+    assert ws is not None
+    assert ws.final_event
+    assert parses.loads_calls == ws.messages
 
 
 def test_a_close_before_response_done_is_a_cut() -> None:

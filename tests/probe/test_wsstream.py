@@ -24,7 +24,7 @@ from tokenpath.probe.metrics import probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.table import probe_table
 from tokenpath.probe.trace import PARTIAL_TRACE, TraceLimits
-from tokenpath.probe.wsstream import sse_event
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
@@ -210,9 +210,14 @@ def test_a_socket_that_ends_mid_stream_is_a_cut_1006() -> None:
 
 
 def test_a_message_re_framed_is_the_sse_event_it_mirrors() -> None:
-    assert sse_event('{"type":"response.created"}') == b'event: response.created\ndata: {"type":"response.created"}\n\n'
-    assert sse_event("not json") == b"data: not json\n\n"
-    assert sse_event('{"type":"a\\nb"}') == b'data: {"type":"a\\nb"}\n\n'  # a name that would break the event
+    def framed(text: str) -> bytes:
+        return sse_event(text, event_type(text))
+
+    assert framed('{"type":"response.created"}') == b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    assert framed("not json") == b"data: not json\n\n"
+    assert framed('{"type":"a\\nb"}') == b'data: {"type":"a\\nb"}\n\n'  # a name that would break the event
+    assert framed('{"type": 3}') == b'data: {"type": 3}\n\n'
+    assert framed("a\nb") == b"data: a\ndata: b\n\n"
 
 
 def test_a_message_past_the_trace_s_event_bound_is_closed_1009_and_reported_as_a_cut() -> None:

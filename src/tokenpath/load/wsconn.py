@@ -12,8 +12,9 @@ and the messages per read are counted (the coalescing of WebSocket frames), neve
 1001) ends the body as HTTP's normal end would (cut_silent), any other code or a socket that ends without a close
 frame (1006) as a reset (cut_error).
 
-Each message is parsed once (json, for its `type`: the event name of its SSE mirror, and whether it ends the
-stream); whether a type ends the stream is asked of the format's reader once per type and kept.
+Each message is parsed once (probe/wsstream.py's event_type, for its `type`: the event name of its SSE mirror, whether
+it is the session's own event, and whether it ends the stream); whether a type ends the stream is asked of the
+format's reader once per type and kept.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import NetworkError, PeerError
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
 from tokenpath.probe.aio import close_and_wait, connect_protocol, open_stream
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
@@ -137,20 +139,6 @@ def final_types(api: Api) -> FinalTypes:
     return FinalTypes(api)
 
 
-def message_event(text: str) -> tuple[bytes, str | None]:
-    """A message as the SSE event it mirrors (probe/wsstream.py sse_event's bytes) and its `type`."""
-    kind = None
-    try:
-        obj = json.loads(text)
-        kind = obj.get("type") if isinstance(obj, dict) else None
-    except (ValueError, RecursionError):
-        pass
-    if not isinstance(kind, str) or "\n" in kind:
-        kind = None
-    head = f"event: {kind}\n" if kind is not None else ""
-    return (head + "data: " + text.replace("\n", "\ndata: ") + "\n\n").encode("utf-8"), kind
-
-
 class WsLoadStream(asyncio.Protocol):
     """One stream: the offer on connect, its answer timed, then each read's messages into the recorder."""
 
@@ -243,7 +231,8 @@ class WsLoadStream(asyncio.Protocol):
         session_messages = 0
         for event in events:
             if type(event) is MessageReceived:
-                sse, kind = message_event(event.text)
+                kind = event_type(event.text)  # the message's one parse
+                sse = sse_event(event.text, kind)
                 if session and kind is not None and kind.startswith(session):
                     session_messages += 1  # the session's own event (Realtime's session.created): not the stream's
                     continue
