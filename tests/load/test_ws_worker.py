@@ -5,10 +5,7 @@ scripted peers that refuse the upgrade, coalesce messages, or close before the f
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import functools
-import hashlib
 import json
 import socket
 from collections.abc import Callable, Iterator
@@ -17,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import BackgroundLoop, CountingJson, accept_each
+from tests.helpers import BackgroundLoop, CountingJson
 from tests.serve.h2harness import FakeTransport
+from tests.wssession import accept_101, scripted, server_text
 from tokenpath.clock import monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, _websocket_figures, _websocket_stream
@@ -53,7 +51,6 @@ from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import EndKind
 from tokenpath.wire.httpversion import HttpVersion
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TOKENS = 6
 
 
@@ -109,44 +106,6 @@ def test_without_the_option_the_same_worker_streams_over_sse(stub: StubServer) -
     assert all(r.error is None and r.ws is None for r in report.results)
 
 
-def _scripted(answer: Callable[[socket.socket, str], None]) -> Iterator[str]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            key = next(
-                line.split(b":", 1)[1].strip().decode()
-                for line in data.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key:")
-            )
-            with contextlib.suppress(OSError):
-                answer(conn, key)
-
-    accept_each(listener, handle)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    listener.close()
-
-
-def _accept(key: str) -> bytes:
-    token = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
-    return (
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Accept: {token}\r\n\r\n"
-    ).encode()
-
-
-def _text(obj: dict[str, object]) -> bytes:
-    payload = json.dumps(obj).encode()
-    assert len(payload) < 126
-    return bytes([0x81, len(payload)]) + payload
-
-
 DELTA = {"type": "response.output_text.delta", "delta": " 0", "item_id": "i", "output_index": 0, "content_index": 0}
 
 
@@ -163,7 +122,7 @@ def test_a_path_that_refuses_the_upgrade_is_not_upgraded_never_a_fast_stream() -
         body = b'{"error":"GET is not allowed"}'
         conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
-    for url in _scripted(refuse):
+    for url in scripted(refuse):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -179,7 +138,7 @@ def test_a_path_that_hangs_up_on_the_offer_is_not_upgraded() -> None:
     def hang_up(conn: socket.socket, key: str) -> None:
         conn.shutdown(socket.SHUT_RDWR)
 
-    for url in _scripted(hang_up):
+    for url in scripted(hang_up):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -190,14 +149,14 @@ def test_a_path_that_hangs_up_on_the_offer_is_not_upgraded() -> None:
 
 def _burst(conn: socket.socket, key: str) -> None:
     """Three deltas and the final event in one write."""
-    conn.sendall(_accept(key))
+    conn.sendall(accept_101(key))
     conn.recv(65536)  # the response.create
-    conn.sendall(_text(DELTA) * 3 + _text({"type": "response.completed", "response": {}}))
+    conn.sendall(server_text(DELTA) * 3 + server_text({"type": "response.completed", "response": {}}))
     conn.recv(64)  # our close
 
 
 def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
-    for url in _scripted(_burst):
+    for url in scripted(_burst):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -217,11 +176,11 @@ def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
 )
 def test_a_close_before_the_final_event_is_a_cut_with_its_code(close: bytes, code: int, kind: EndKind) -> None:
     def cut(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
-        conn.sendall(_text(DELTA) + close)
+        conn.sendall(server_text(DELTA) + close)
 
-    for url in _scripted(cut):
+    for url in scripted(cut):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -237,7 +196,7 @@ def test_each_message_is_parsed_once_by_the_probe_s_event_type(monkeypatch: pyte
     parses = CountingJson()
     monkeypatch.setattr(wsstream, "json", parses)
 
-    for url in _scripted(_burst):
+    for url in scripted(_burst):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.messages == 4
@@ -290,9 +249,9 @@ def test_the_option_reaches_every_client_process_and_ray_actor() -> None:
 
 def test_a_101_with_a_wrong_accept_is_not_upgraded() -> None:
     def wrong(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept("not-the-key"))
+        conn.sendall(accept_101("not-the-key"))
 
-    for url in _scripted(wrong):
+    for url in scripted(wrong):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -303,11 +262,11 @@ def test_a_101_with_a_wrong_accept_is_not_upgraded() -> None:
 
 def test_a_peer_that_dies_right_after_its_101_is_a_cut_never_a_stream() -> None:
     def dies(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
         conn.shutdown(socket.SHUT_RDWR)
 
-    for url in _scripted(dies):
+    for url in scripted(dies):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -319,12 +278,12 @@ def test_a_peer_that_dies_right_after_its_101_is_a_cut_never_a_stream() -> None:
 
 def test_a_binary_message_is_closed_1003_by_us_and_reported_as_a_cut() -> None:
     def binary(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
-        conn.sendall(_text(DELTA) + bytes([0x82, 3]) + b"abc")
+        conn.sendall(server_text(DELTA) + bytes([0x82, 3]) + b"abc")
         conn.recv(64)  # our close
 
-    for url in _scripted(binary):
+    for url in scripted(binary):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.messages == 1
@@ -348,7 +307,7 @@ def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
     def refuse(conn: socket.socket, key: str) -> None:
         conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
 
-    for url in _scripted(refuse):
+    for url in scripted(refuse):
         long_warm_up = work(url, warmup_s=60.0, duration_s=1.0)
         report: WorkerReport = run(functools.partial(closed_loop, long_warm_up))
     assert report.stopped is not None
