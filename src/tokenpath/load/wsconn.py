@@ -30,7 +30,7 @@ from typing import Any
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import NetworkError, PeerError
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.probe.aio import close_and_wait, connect_protocol, open_stream
+from tokenpath.probe.aio import ClosingProtocol, open_stream, run_stream
 from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
@@ -139,7 +139,7 @@ def final_types(api: Api) -> FinalTypes:
     return FinalTypes(api)
 
 
-class WsLoadStream(asyncio.Protocol):
+class WsLoadStream(ClosingProtocol):
     """One stream: the offer on connect, its answer timed, then each read's messages into the recorder."""
 
     def __init__(
@@ -315,17 +315,10 @@ async def ws_stream(
 ) -> tuple[LeanTrace, WsStreamFigures]:
     """One stream over a new connection (TLS with `ssl_context`): its trace and WebSocket figures. `timeout_s`
     covers all of it, connecting too (TimeoutError past it)."""
-    loop = asyncio.get_running_loop()
-    done: StreamDone = loop.create_future()
-    deadline = loop.time() + timeout_s
-    transport, protocol = await connect_protocol(
-        lambda: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
+    return await run_stream(
+        lambda done: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
         host,
         port,
         timeout_s,
         ssl_context,
     )
-    try:
-        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
-    finally:
-        await close_and_wait(transport, protocol.closed)
