@@ -12,13 +12,16 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from tokenpath.proxies.base import Endpoint
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.wire.apis import SPECS, Api
+
+if TYPE_CHECKING:
+    from tokenpath.stub.server import StubServer
 
 T = TypeVar("T")
 
@@ -47,6 +50,27 @@ class BackgroundLoop:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         self.loop.close()
+
+
+@contextlib.contextmanager
+def stubs(bg: BackgroundLoop, **defaults: object) -> Iterator[Callable[..., StubServer]]:
+    """A starter of in-process stubs on `bg` (StubConfig's fields, over `defaults`, port 0); all closed after."""
+    from tokenpath.stub.config import StubConfig  # imported here: the stub is heavy, and most helpers' users need none
+    from tokenpath.stub.server import StubServer
+
+    servers: list[StubServer] = []
+
+    def start(**kwargs: object) -> StubServer:
+        server = StubServer(StubConfig(**{"port": 0, **defaults, **kwargs}))  # type: ignore[arg-type]
+        bg.run(server.start())
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            bg.run(server.close())
 
 
 @contextlib.contextmanager
@@ -198,3 +222,17 @@ class TLSRecordBurst:
     def close(self) -> None:
         self._listener.close()
         self._thread.join(5)
+
+
+class CountingJson:
+    """The json module, counting its parses: put in a module's `json` (monkeypatch) to count what that module parses."""
+
+    def __init__(self) -> None:
+        self.loads_calls = 0
+
+    def loads(self, text: str | bytes, **kw: Any) -> Any:
+        self.loads_calls += 1
+        return json.loads(text, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(json, name)

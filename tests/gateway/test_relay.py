@@ -17,6 +17,7 @@ from tokenpath.wire.eventstream import event_message
 from tokenpath.wire.framing import chunk
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import FrameReader
+from tokenpath.wire.sse import MAX_EVENT_BYTES
 
 ROLE = b'data: {"choices":[{"delta":{"role":"assistant"}}]}'
 CONTENT = b'data: {"choices":[{"delta":{"content":"hi"}}]}'
@@ -229,3 +230,30 @@ def test_an_empty_read_is_framed_to_nothing_never_to_the_last_chunk(stream: Stre
     relay = Relay(stream, chunked=True)
     assert relay.feed(b'data: {"a":1}\n\n') == chunk(b'data: {"a":1}\n\n')
     assert relay.feed(b"") == b""  # b"0\r\n\r\n" would end the client's body mid-stream
+
+
+def _event(size: int) -> bytes:
+    """One whole SSE event of exactly `size` bytes."""
+    return b"data: " + b"x" * (size - 8) + b"\n\n"
+
+
+CHUNK_TABLE = [
+    [b""],  # empty data: frames to nothing, never to the last chunk
+    [_event(9)],
+    [_event(15), _event(16), _event(255), _event(256), _event(4095), _event(4096)],  # the hex size's digits change
+    [_event(16_384), _event(65_536)],
+    [_event(MAX_EVENT_BYTES)],  # the largest event the cut lets through
+    [CONTENT[:10], CONTENT[10:] + b"\n\n"],  # held, then whole: the first read sends nothing
+    [CONTENT + b"\n\n" + ROLE[:5], ROLE[5:] + b"\n\n", b""],  # a whole event and a held piece, then the rest
+    [b"".join(f + b"\n\n" for f in OPENAI)],
+]
+
+
+@pytest.mark.parametrize("pieces", CHUNK_TABLE)
+@pytest.mark.parametrize("stream", [SSE, None])
+def test_feed_s_inlined_chunk_is_wire_framing_s_chunk(stream: StreamFormat | None, pieces: list[bytes]) -> None:
+    """Relay.feed inlines wire.framing.chunk for speed (once per relayed read): over a chunked response each read's
+    bytes are exactly chunk(what the same read sends over a response that is not chunked)."""
+    chunked, plain = Relay(stream, chunked=True), Relay(stream, chunked=False)
+    for piece in pieces:
+        assert chunked.feed(piece) == chunk(plain.feed(piece))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
 from tests.e2e.h2raw import RawH2
 from tests.gateway.test_gateway_e2e import Services, hostport, pool, read_response, token
@@ -35,6 +35,7 @@ from tests.gateway.wspeer import (
     text,
     upgrade,
 )
+from tests.wssession import events_until, openai_sdk, sdk_responses
 
 pytestmark = pytest.mark.e2e
 
@@ -42,18 +43,6 @@ pytestmark = pytest.mark.e2e
 def ws_url(gw_url: str | None) -> str:
     assert gw_url is not None
     return gw_url.replace("http://", "ws://") + "/v1/responses"
-
-
-def events(ws: ClientConnection) -> list[dict[str, object]]:
-    """One response's events, each message parsed alone (one message is one whole event)."""
-    out: list[dict[str, object]] = []
-    while True:
-        message = ws.recv(timeout=10)
-        assert isinstance(message, str)
-        event = json.loads(message)
-        out.append(event)
-        if event["type"] in ("response.completed", "error"):
-            return out
 
 
 def test_responses_stream_over_websocket_through_the_gateway_one_event_per_message(svc: Services) -> None:
@@ -64,7 +53,7 @@ def test_responses_stream_over_websocket_through_the_gateway_one_event_per_messa
         assert ws.response.headers.get("X-Request-Id")  # the gateway's id, as on every answer
         for _ in range(2):  # two responses, one after the other, on one session
             ws.send(json.dumps(CREATE))
-            got = events(ws)
+            got = events_until(ws, "response.completed", "error")
             assert got[0]["type"] == "response.created"
             assert [e["type"] for e in got].count("response.output_text.delta") == 5
             assert got[-1]["type"] == "response.completed"
@@ -94,21 +83,10 @@ def test_the_jwt_is_checked_on_the_upgrade_before_any_101(svc: Services) -> None
 
 def test_the_openai_sdk_streams_a_response_over_websocket_through_the_gateway(svc: Services) -> None:
     """The issue's done-when: the official SDK's `client.responses.connect()`, a JWT, the gateway, the stub."""
-    openai = pytest.importorskip("openai")
-    if not hasattr(openai.OpenAI(api_key="x").responses, "connect"):
-        pytest.skip(f"openai {openai.__version__} has no Responses WebSocket mode")
+    openai = openai_sdk(responses_websocket=True)
     stub = svc.stub("--tokens", "4", "--ttft-ms", "0", "--interval-ms", "5")
     gw = svc.gateway(pool(stub), auth=True)
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key=token(), timeout=10)
-    with client.responses.connect() as conn:
-        conn.response.create(model="m", input="hi")
-        types, text_out = [], ""
-        for event in conn:
-            types.append(event.type)
-            if event.type == "response.output_text.delta":
-                text_out += event.delta
-            if event.type == "response.completed":
-                break
+    types, text_out = sdk_responses(openai, f"{gw.url}/v1", token())
     assert types[0] == "response.created"
     assert types.count("response.output_text.delta") == 4
     assert text_out.split() == ["alpha0", "bravo1", "charlie2", "delta3"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
 import socket
@@ -19,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.helpers import accept_each
+from tests.wssession import accept_101, offer_key
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TEXT, BINARY, CLOSE, PING, PONG, CONTINUATION = 1, 2, 8, 9, 10, 0
 CREATE = {"type": "response.create", "model": "m", "input": "hi"}
 
@@ -170,12 +169,6 @@ def session(port: int, extra: str = "") -> tuple[socket.socket, FrameReader]:
     return sock, FrameReader(sock, raw.partition(b"\r\n\r\n")[2])
 
 
-def accept_token(head: bytes) -> str:
-    lines = head.split(b"\r\n")
-    key = next(line.split(b":", 1)[1].strip() for line in lines if line.lower().startswith(b"sec-websocket-key:"))
-    return base64.b64encode(hashlib.sha1(key + GUID).digest()).decode()
-
-
 Script = Callable[[socket.socket, bytes, FrameReader], None]
 
 
@@ -227,7 +220,4 @@ class RecordingReader(FrameReader):
 
 
 def answer_101(conn: socket.socket, head: bytes) -> None:
-    conn.sendall(
-        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Accept: " + accept_token(head).encode() + b"\r\n\r\n"
-    )
+    conn.sendall(accept_101(offer_key(head)))

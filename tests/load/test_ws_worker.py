@@ -4,10 +4,8 @@ scripted peers that refuse the upgrade, coalesce messages, or close before the f
 
 from __future__ import annotations
 
-import base64
-import contextlib
+import asyncio
 import functools
-import hashlib
 import json
 import socket
 from collections.abc import Callable, Iterator
@@ -16,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import BackgroundLoop, accept_each
+from tests.helpers import BackgroundLoop, CountingJson
+from tests.serve.h2harness import FakeTransport
+from tests.wssession import accept_101, scripted, server_text
+from tokenpath.clock import monotonic_ns
 from tokenpath.errors import UsageError
 from tokenpath.load.runner import Cell, LoadConfig, LoadRunner, _level_row, _websocket_figures, _websocket_stream
 from tokenpath.load.worker import (
@@ -28,8 +29,19 @@ from tokenpath.load.worker import (
     closed_loop,
     one_stream,
 )
-from tokenpath.load.wsconn import MAX_TYPES_KNOWN, NOT_CARRIED, FinalTypes, WsStreamFigures, message_event
-from tokenpath.probe.wsstream import sse_event
+from tokenpath.load.wsconn import (
+    MAX_TYPES_KNOWN,
+    NOT_CARRIED,
+    FinalTypes,
+    WsLeanRecorder,
+    WsLoadStream,
+    WsStreamFigures,
+    ws_request,
+)
+from tokenpath.probe import wsstream
+from tokenpath.probe.aio import _StreamProtocol
+from tokenpath.probe.trace import TraceRecorder
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.report import load_table
 from tokenpath.results.model import LoadResults, LoadRow, MedianAndTail, Provenance, load_row
 from tokenpath.serve.loops import new_event_loop
@@ -39,7 +51,6 @@ from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import EndKind
 from tokenpath.wire.httpversion import HttpVersion
 
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 TOKENS = 6
 
 
@@ -95,44 +106,6 @@ def test_without_the_option_the_same_worker_streams_over_sse(stub: StubServer) -
     assert all(r.error is None and r.ws is None for r in report.results)
 
 
-def _scripted(answer: Callable[[socket.socket, str], None]) -> Iterator[str]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            key = next(
-                line.split(b":", 1)[1].strip().decode()
-                for line in data.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key:")
-            )
-            with contextlib.suppress(OSError):
-                answer(conn, key)
-
-    accept_each(listener, handle)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    listener.close()
-
-
-def _accept(key: str) -> bytes:
-    token = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
-    return (
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Accept: {token}\r\n\r\n"
-    ).encode()
-
-
-def _text(obj: dict[str, object]) -> bytes:
-    payload = json.dumps(obj).encode()
-    assert len(payload) < 126
-    return bytes([0x81, len(payload)]) + payload
-
-
 DELTA = {"type": "response.output_text.delta", "delta": " 0", "item_id": "i", "output_index": 0, "content_index": 0}
 
 
@@ -149,7 +122,7 @@ def test_a_path_that_refuses_the_upgrade_is_not_upgraded_never_a_fast_stream() -
         body = b'{"error":"GET is not allowed"}'
         conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
-    for url in _scripted(refuse):
+    for url in scripted(refuse):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -165,7 +138,7 @@ def test_a_path_that_hangs_up_on_the_offer_is_not_upgraded() -> None:
     def hang_up(conn: socket.socket, key: str) -> None:
         conn.shutdown(socket.SHUT_RDWR)
 
-    for url in _scripted(hang_up):
+    for url in scripted(hang_up):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -174,14 +147,16 @@ def test_a_path_that_hangs_up_on_the_offer_is_not_upgraded() -> None:
     assert "not carried: no valid answer" in r.error
 
 
-def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
-    def burst(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
-        conn.recv(65536)  # the response.create
-        conn.sendall(_text(DELTA) * 3 + _text({"type": "response.completed", "response": {}}))
-        conn.recv(64)  # our close
+def _burst(conn: socket.socket, key: str) -> None:
+    """Three deltas and the final event in one write."""
+    conn.sendall(accept_101(key))
+    conn.recv(65536)  # the response.create
+    conn.sendall(server_text(DELTA) * 3 + server_text({"type": "response.completed", "response": {}}))
+    conn.recv(64)  # our close
 
-    for url in _scripted(burst):
+
+def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
+    for url in scripted(_burst):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -201,11 +176,11 @@ def test_messages_in_one_read_are_counted_as_coalesced_never_merged() -> None:
 )
 def test_a_close_before_the_final_event_is_a_cut_with_its_code(close: bytes, code: int, kind: EndKind) -> None:
     def cut(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
-        conn.sendall(_text(DELTA) + close)
+        conn.sendall(server_text(DELTA) + close)
 
-    for url in _scripted(cut):
+    for url in scripted(cut):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -215,10 +190,17 @@ def test_a_close_before_the_final_event_is_a_cut_with_its_code(close: bytes, cod
     assert r.error is not None  # a cut is never in the figures
 
 
-def test_a_message_is_re_framed_as_the_probe_re_frames_it() -> None:
-    for text in ('{"type":"response.created"}', "not json", '{"type":"a\\nb"}', '{"type": 3}', "a\nb"):
-        assert message_event(text)[0] == sse_event(text)
-    assert message_event('{"type":"response.completed"}')[1] == "response.completed"
+def test_each_message_is_parsed_once_by_the_probe_s_event_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load path re-frames a message with probe/wsstream.py's event_type and sse_event, and parses it once: its
+    type serves the event name, the session check and whether it ends the stream."""
+    parses = CountingJson()
+    monkeypatch.setattr(wsstream, "json", parses)
+
+    for url in scripted(_burst):
+        r = stream(url)
+    assert r.ws is not None
+    assert r.ws.messages == 4
+    assert parses.loads_calls == 4
 
 
 def test_a_level_carries_the_upgrade_figures_to_the_table_and_json() -> None:
@@ -267,9 +249,9 @@ def test_the_option_reaches_every_client_process_and_ray_actor() -> None:
 
 def test_a_101_with_a_wrong_accept_is_not_upgraded() -> None:
     def wrong(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept("not-the-key"))
+        conn.sendall(accept_101("not-the-key"))
 
-    for url in _scripted(wrong):
+    for url in scripted(wrong):
         r = stream(url)
     assert r.ws is not None
     assert not r.ws.upgraded
@@ -280,11 +262,11 @@ def test_a_101_with_a_wrong_accept_is_not_upgraded() -> None:
 
 def test_a_peer_that_dies_right_after_its_101_is_a_cut_never_a_stream() -> None:
     def dies(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
         conn.shutdown(socket.SHUT_RDWR)
 
-    for url in _scripted(dies):
+    for url in scripted(dies):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.upgraded
@@ -296,12 +278,12 @@ def test_a_peer_that_dies_right_after_its_101_is_a_cut_never_a_stream() -> None:
 
 def test_a_binary_message_is_closed_1003_by_us_and_reported_as_a_cut() -> None:
     def binary(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
-        conn.sendall(_text(DELTA) + bytes([0x82, 3]) + b"abc")
+        conn.sendall(server_text(DELTA) + bytes([0x82, 3]) + b"abc")
         conn.recv(64)  # our close
 
-    for url in _scripted(binary):
+    for url in scripted(binary):
         r = stream(url)
     assert r.ws is not None
     assert r.ws.messages == 1
@@ -325,7 +307,7 @@ def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
     def refuse(conn: socket.socket, key: str) -> None:
         conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
 
-    for url in _scripted(refuse):
+    for url in scripted(refuse):
         long_warm_up = work(url, warmup_s=60.0, duration_s=1.0)
         report: WorkerReport = run(functools.partial(closed_loop, long_warm_up))
     assert report.stopped is not None
@@ -337,8 +319,41 @@ def test_refusals_that_stop_a_level_in_its_warm_up_are_its_streams() -> None:
 def test_the_types_a_peer_names_are_remembered_within_a_bound() -> None:
     final = FinalTypes(Api.RESPONSES)
     for i in range(MAX_TYPES_KNOWN + 50):
-        sse, kind = message_event(json.dumps({"type": f"response.made_up_{i}"}))
-        assert not final.ends(kind, sse)
-    sse, kind = message_event('{"type":"response.completed","response":{}}')
-    assert final.ends(kind, sse)  # asked of the reader, past the bound too
+        text = json.dumps({"type": f"response.made_up_{i}"})
+        assert not final.ends(event_type(text), sse_event(text, event_type(text)))
+    text = '{"type":"response.completed","response":{}}'
+    assert final.ends(event_type(text), sse_event(text, event_type(text)))  # asked of the reader, past the bound too
     assert len(final._known) == MAX_TYPES_KNOWN
+
+
+class _Sock:
+    """A socket's setsockopt, recorded."""
+
+    def __init__(self) -> None:
+        self.options: list[tuple[int, int, int]] = []
+
+    def setsockopt(self, level: int, name: int, value: int) -> None:
+        self.options.append((level, name, value))
+
+
+def test_both_client_protocols_open_a_stream_the_same_way() -> None:
+    """Nagle off, then the first bytes (the request; the upgrade offer), on the load client's WebSocket protocol as
+    on the probe's asyncio one: one helper, probe/aio.py open_stream."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        request = ws_request(Api.RESPONSES, "h.test", "/v1/responses", [], {"model": "m"})
+        protocols: list[asyncio.Protocol] = [
+            WsLoadStream(request, "s", WsLeanRecorder, loop.create_future(), FinalTypes(Api.RESPONSES)),
+            _StreamProtocol("s", b"GET / HTTP/1.1\r\n\r\n", monotonic_ns, loop.create_future(), TraceRecorder),
+        ]
+        for protocol in protocols:
+            sock = _Sock()
+            transport = FakeTransport({"socket": sock})
+            protocol.connection_made(transport)
+            assert sock.options == [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+            assert len(transport.writes) == 1
+            assert transport.writes[0].startswith(b"GET /")
+            protocol.connection_made(FakeTransport())  # no socket (a test's transport): the write alone
+
+    asyncio.run(main())

@@ -6,43 +6,26 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import BackgroundLoop
-from tests.probe.test_wsstream import _accept, _scripted, _text
+from tests.helpers import CountingJson
+from tests.wssession import accept_101, scripted, server_text
 from tokenpath.cli import app
 from tokenpath.errors import UsageError
+from tokenpath.probe import wsstream
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.wsfallback import WsFallback
-from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import EndKind
 
 StartStub = Callable[..., StubServer]
-
-
-@pytest.fixture
-def start_stub() -> Iterator[StartStub]:
-    bg = BackgroundLoop()
-    servers: list[StubServer] = []
-
-    def start(**kwargs: object) -> StubServer:
-        server = StubServer(StubConfig(port=0, api="all", **kwargs))  # type: ignore[arg-type]
-        bg.run(server.start())
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        bg.run(server.close())
-    bg.close()
 
 
 def _cfg(url: str, **kw: object) -> ProbeConfig:
@@ -71,17 +54,28 @@ def test_a_realtime_session_is_measured_to_response_done_and_joins_the_stub_s_wr
     assert metrics.gaps_ms["p50"] >= 10  # the tokens 20 ms apart (a wide margin under load)
 
 
+def test_each_message_is_parsed_once(start_stub: StartStub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its type, parsed once (event_type), names its SSE mirror and tells the session's events apart."""
+    stub = start_stub(tokens=3, interval_ms=5, ttft_ms=5)
+    parses = CountingJson()
+    monkeypatch.setattr(wsstream, "json", parses)
+    ws = run_metrics(probe_stream(_cfg(f"{stub.url}/v1/realtime?model=gpt-realtime"))).ws
+    assert ws is not None
+    assert ws.final_event
+    assert parses.loads_calls == ws.messages
+
+
 def test_a_close_before_response_done_is_a_cut() -> None:
     seen: list[bytes] = []
 
     def cut(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key) + _text({"type": "session.created", "event_id": "e0", "session": {}}))
+        conn.sendall(accept_101(key) + server_text({"type": "session.created", "event_id": "e0", "session": {}}))
         seen.append(conn.recv(65536))  # the two client events, in one write
         delta: dict[str, object] = {"type": "response.output_text.delta", "event_id": "e1", "delta": "a"}
-        conn.sendall(_text(delta) + _text({**delta, "event_id": "e2"}))
+        conn.sendall(server_text(delta) + server_text({**delta, "event_id": "e2"}))
         conn.sendall(bytes([0x88, 2, 0x03, 0xF3]))  # 1011, before response.done
 
-    for url in _scripted(cut):
+    for url in scripted(cut):
         trace = probe_stream(_cfg(url + "/v1/realtime?model=m"))
     metrics = run_metrics(trace)
     assert metrics.ws is not None
@@ -96,13 +90,13 @@ def test_a_close_before_response_done_is_a_cut() -> None:
 
 def test_a_failed_response_done_is_an_error_end_not_complete() -> None:
     def failed(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         conn.recv(65536)
-        conn.sendall(_text({"type": "response.done", "event_id": "e", "response": {"status": "failed"}}))
+        conn.sendall(server_text({"type": "response.done", "event_id": "e", "response": {"status": "failed"}}))
         conn.recv(64)
         conn.sendall(bytes([0x88, 2, 0x03, 0xE8]))
 
-    for url in _scripted(failed):
+    for url in scripted(failed):
         trace = probe_stream(_cfg(url + "/v1/realtime?model=m"))
     assert trace.end is not None
     assert trace.end.kind is EndKind.CUT_ERROR

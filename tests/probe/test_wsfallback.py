@@ -5,9 +5,7 @@ refused where it would be ignored."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import socket
 import threading
@@ -20,6 +18,7 @@ from typer.testing import CliRunner
 
 import tokenpath.probe.stream
 from tests.helpers import accept_each
+from tests.wssession import accept_101, offer_key, read_offer
 from tokenpath.cli import app
 from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
@@ -62,12 +61,9 @@ class Path:
 
     def _serve(self, conn: socket.socket) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
+            data = read_offer(conn)
+            if data is None:
+                return
             upgrade = b"upgrade: websocket" in data.lower()
             with self.lock:
                 if upgrade:
@@ -76,7 +72,7 @@ class Path:
                     self.posts += 1
             with contextlib.suppress(OSError):
                 if upgrade and self.dies_after_101:  # upgrades, reads the response.create, then drops the socket
-                    conn.sendall(_accept(data))
+                    conn.sendall(accept_101(offer_key(data)))
                     conn.recv(65536)
                 elif upgrade and self.silent:
                     conn.recv(65536)  # holds the offer unanswered until the client gives up
@@ -89,20 +85,6 @@ class Path:
 
     def close(self) -> None:
         self.listener.close()
-
-
-def _accept(request: bytes) -> bytes:
-    key = next(
-        line.split(b":", 1)[1].strip()
-        for line in request.split(b"\r\n")
-        if line.lower().startswith(b"sec-websocket-key:")
-    )
-    token = base64.b64encode(hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
-    return (
-        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "
-        + token
-        + b"\r\n\r\n"
-    )
 
 
 @pytest.fixture

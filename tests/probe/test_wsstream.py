@@ -4,56 +4,34 @@ close that cuts), and a path that does not carry the upgrade reported as such.""
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import hashlib
 import json
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
-from tests.helpers import BackgroundLoop, accept_each
+from tests.wssession import accept_101, scripted, server_text
 from tokenpath.errors import NetworkError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import probe_results, run_metrics
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.table import probe_table
 from tokenpath.probe.trace import PARTIAL_TRACE, TraceLimits
-from tokenpath.probe.wsstream import sse_event
-from tokenpath.stub.config import StubConfig
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind
 from tokenpath.wire.httpversion import HttpVersion
 
 StartStub = Callable[..., StubServer]
-GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 def _ws_cfg(url: str, **kw: object) -> ProbeConfig:
     return ProbeConfig(url=url, api=Api.RESPONSES, transport="websocket", first_byte_timeout_s=5, **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def start_stub() -> Iterator[StartStub]:
-    bg = BackgroundLoop()
-    servers: list[StubServer] = []
-
-    def start(**kwargs: object) -> StubServer:
-        server = StubServer(StubConfig(port=0, api="all", **kwargs))  # type: ignore[arg-type]
-        bg.run(server.start())
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        bg.run(server.close())
-    bg.close()
 
 
 def test_a_stream_over_websocket_is_measured_and_joins_the_stub_s_writes(start_stub: StartStub) -> None:
@@ -88,44 +66,6 @@ def test_the_websocket_needs_a_format_with_a_websocket_mode_and_http_1_1() -> No
         ProbeConfig(url="http://127.0.0.1:9/", transport="carrier-pigeon")
 
 
-def _scripted(answer: Callable[[socket.socket, str], None]) -> Iterator[str]:
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def handle(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            key = next(
-                line.split(b":", 1)[1].strip().decode()
-                for line in data.split(b"\r\n")
-                if line.lower().startswith(b"sec-websocket-key:")
-            )
-            with contextlib.suppress(OSError):
-                answer(conn, key)
-
-    accept_each(listener, handle)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    listener.close()
-
-
-def _accept(key: str) -> bytes:
-    token = base64.b64encode(hashlib.sha1(key.encode() + GUID).digest()).decode()
-    return (
-        f"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Accept: {token}\r\n\r\n"
-    ).encode()
-
-
-def _text(obj: dict[str, object]) -> bytes:
-    payload = json.dumps(obj).encode()
-    assert len(payload) < 126
-    return bytes([0x81, len(payload)]) + payload
-
-
 def _wait_create(conn: socket.socket) -> None:
     conn.recv(65536)  # the response.create (masked): its content does not matter here
 
@@ -138,7 +78,7 @@ def test_a_path_that_does_not_carry_the_upgrade_is_a_result_not_an_error() -> No
         body = b'{"error":"GET is not allowed"}'
         conn.sendall(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
 
-    for url in _scripted(refuse):
+    for url in scripted(refuse):
         metrics = run_metrics(probe_stream(_ws_cfg(url)))
     assert metrics.ws is not None
     assert not metrics.ws.upgraded
@@ -151,9 +91,9 @@ def test_a_path_that_does_not_carry_the_upgrade_is_a_result_not_an_error() -> No
 
 def test_a_101_with_a_wrong_accept_is_a_failed_upgrade() -> None:
     def wrong(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept("not-the-key"))
+        conn.sendall(accept_101("not-the-key"))
 
-    for url in _scripted(wrong):
+    for url in scripted(wrong):
         ws = run_metrics(probe_stream(_ws_cfg(url))).ws
     assert ws is not None
     assert not ws.upgraded
@@ -162,13 +102,13 @@ def test_a_101_with_a_wrong_accept_is_a_failed_upgrade() -> None:
 
 def test_messages_in_one_read_are_counted_as_coalesced() -> None:
     def burst(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
-        conn.sendall(_text(DELTA) * 3 + _text({"type": "response.completed", "response": {}}))
+        conn.sendall(server_text(DELTA) * 3 + server_text({"type": "response.completed", "response": {}}))
         conn.recv(64)  # our close
         conn.sendall(bytes([0x88, 2, 0x03, 0xE8]))
 
-    for url in _scripted(burst):
+    for url in scripted(burst):
         metrics = run_metrics(probe_stream(_ws_cfg(url)))
     ws = metrics.ws
     assert ws is not None
@@ -182,12 +122,12 @@ def test_messages_in_one_read_are_counted_as_coalesced() -> None:
 
 def test_a_close_before_the_final_event_is_a_cut_with_its_code() -> None:
     def cut(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
-        conn.sendall(_text(DELTA))
+        conn.sendall(server_text(DELTA))
         conn.sendall(bytes([0x88, 2, 0x03, 0xF3]))  # 1011: the server failed
 
-    for url in _scripted(cut):
+    for url in scripted(cut):
         ws = run_metrics(probe_stream(_ws_cfg(url))).ws
     assert ws is not None
     assert ws.cut
@@ -198,11 +138,11 @@ def test_a_close_before_the_final_event_is_a_cut_with_its_code() -> None:
 
 def test_a_socket_that_ends_mid_stream_is_a_cut_1006() -> None:
     def vanish(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
-        conn.sendall(_text(DELTA))
+        conn.sendall(server_text(DELTA))
 
-    for url in _scripted(vanish):
+    for url in scripted(vanish):
         ws = run_metrics(probe_stream(_ws_cfg(url))).ws
     assert ws is not None
     assert ws.cut
@@ -210,20 +150,25 @@ def test_a_socket_that_ends_mid_stream_is_a_cut_1006() -> None:
 
 
 def test_a_message_re_framed_is_the_sse_event_it_mirrors() -> None:
-    assert sse_event('{"type":"response.created"}') == b'event: response.created\ndata: {"type":"response.created"}\n\n'
-    assert sse_event("not json") == b"data: not json\n\n"
-    assert sse_event('{"type":"a\\nb"}') == b'data: {"type":"a\\nb"}\n\n'  # a name that would break the event
+    def framed(text: str) -> bytes:
+        return sse_event(text, event_type(text))
+
+    assert framed('{"type":"response.created"}') == b'event: response.created\ndata: {"type":"response.created"}\n\n'
+    assert framed("not json") == b"data: not json\n\n"
+    assert framed('{"type":"a\\nb"}') == b'data: {"type":"a\\nb"}\n\n'  # a name that would break the event
+    assert framed('{"type": 3}') == b'data: {"type": 3}\n\n'
+    assert framed("a\nb") == b"data: a\ndata: b\n\n"
 
 
 def test_a_message_past_the_trace_s_event_bound_is_closed_1009_and_reported_as_a_cut() -> None:
     def huge(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
         payload = json.dumps({**DELTA, "delta": "x" * 5000}).encode()
         conn.sendall(bytes([0x81, 126]) + len(payload).to_bytes(2, "big") + payload)
         conn.recv(64)  # the client's close
 
-    for url in _scripted(huge):
+    for url in scripted(huge):
         ws = run_metrics(probe_stream(_ws_cfg(url), limits=TraceLimits(event_bytes=4096))).ws
     assert ws is not None
     assert ws.cut
@@ -235,7 +180,7 @@ def test_a_path_that_closes_on_the_offer_is_a_failed_upgrade() -> None:
     def hang_up(conn: socket.socket, key: str) -> None:
         conn.shutdown(socket.SHUT_RDWR)
 
-    for url in _scripted(hang_up):
+    for url in scripted(hang_up):
         ws = run_metrics(probe_stream(_ws_cfg(url))).ws
     assert ws is not None
     assert not ws.upgraded
@@ -253,7 +198,7 @@ def test_a_refusal_whose_body_never_ends_is_reported_without_waiting_for_it() ->
         conn.sendall(b"9\r\ndata: x\n\n\r\n")
         release.wait(60)
 
-    for url in _scripted(stream_instead):
+    for url in scripted(stream_instead):
         started = time.monotonic()
         ws = run_metrics(probe_stream(replace(_ws_cfg(url), first_byte_timeout_s=60))).ws
         elapsed = time.monotonic() - started
@@ -272,9 +217,9 @@ def test_every_websocket_trace_carries_its_end(start_stub: StartStub) -> None:
     assert whole.kind is EndKind.COMPLETE
 
     def closes(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
-        conn.sendall(_text(DELTA) + bytes([0x88, 2, 0x03, 0xF3]))  # 1011 before the final event
+        conn.sendall(server_text(DELTA) + bytes([0x88, 2, 0x03, 0xF3]))  # 1011 before the final event
 
     def refuses(conn: socket.socket, key: str) -> None:
         conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 0\r\n\r\n")
@@ -285,7 +230,7 @@ def test_every_websocket_trace_carries_its_end(start_stub: StartStub) -> None:
     expected = {closes: (EndKind.CUT_SILENT, BodyEnd.END_STREAM), refuses: (EndKind.CUT_ERROR, BodyEnd.STATUS)}
     expected[hangs_up] = (EndKind.CUT_ERROR, BodyEnd.TRUNCATED)
     for answer, (kind, how) in expected.items():
-        for url in _scripted(answer):
+        for url in scripted(answer):
             end = probe_stream(_ws_cfg(url)).end
         assert end is not None, answer.__name__
         assert (end.kind, end.how) == (kind, how), answer.__name__
@@ -294,13 +239,13 @@ def test_every_websocket_trace_carries_its_end(start_stub: StartStub) -> None:
 
 def test_a_reset_mid_stream_raises_with_its_end_and_the_messages_so_far() -> None:
     def resets(conn: socket.socket, key: str) -> None:
-        conn.sendall(_accept(key))
+        conn.sendall(accept_101(key))
         _wait_create(conn)
-        conn.sendall(_text(DELTA))
+        conn.sendall(server_text(DELTA))
         time.sleep(0.2)  # the delta read on its own first
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close = RST
 
-    for url in _scripted(resets):
+    for url in scripted(resets):
         with pytest.raises(NetworkError, match="reset") as caught:
             probe_stream(_ws_cfg(url))
     end = STREAM_END.of(caught.value)

@@ -635,3 +635,57 @@ def test_resets_the_client_makes_us_send_spend_the_reset_allowance(provoke: str)
         assert len(app.requests) <= 201  # the reset burst allowance (200), then the connection ends
 
     asyncio.run(main())
+
+
+SEND_TABLE = [
+    # (the client's initial stream window, the bytes, END_STREAM with them)
+    (65_535, b"data: a\n\n", False),
+    (65_535, b"data: a\n\n", True),
+    (0, b"data: a\n\n", False),  # a zero window
+    (0, b"data: a\n\n", True),
+    (5, b"data: a\n\n", True),  # a window smaller than the frame
+    (65_535, b"x" * 16_384, False),  # the peer's max frame size exactly
+    (65_535, b"x" * 16_385, True),  # one byte past it
+    (16_384, b"x" * 16_384, True),  # the window exactly
+    (65_535, b"x" * 1023, False),  # under a KiB: still owed as one
+    (65_535, b"x" * 3 * 1024, False),
+    (65_535, b"", False),  # empty data (never the hot path)
+    (65_535, b"", True),
+]
+
+
+@pytest.mark.parametrize(("window", "data", "end"), SEND_TABLE)
+def test_send_s_inlined_hot_path_does_what_send_data_does(window: int, data: bytes, end: bool) -> None:
+    """H2ServerConnection.send inlines _send_data for speed (once per relayed read): both routes, from the same
+    state, leave the same bytes on the wire, the same bytes pending, the same end and the same window updates owed."""
+
+    def route(inlined: bool) -> tuple[bytes, bytes, bool, bool, bool, int, list[str]]:
+        cli = client(initial_window_size=window)
+        log: list[str] = []
+        app = Recorder(signalling(log, b""))
+        srv, transport = connected(cli, app)
+        send_requests(cli, srv, 1)
+        transport.take()
+        response = app.responses[0]
+        assert response.head_sent  # the state the hot path is taken in
+        assert not response.pending
+        assert not response.paused
+        if inlined:
+            srv.send(response, data, end)
+        else:
+            srv._send(response, data, end)  # send without its inlined branch: _send_data for any data
+            srv._flush()
+        return (
+            transport.take(),
+            bytes(response.pending),
+            response.end_pending,
+            response.out_closed,
+            response.paused,
+            srv.guard.window_updates_owed,
+            log,
+        )
+
+    async def main() -> None:
+        assert route(inlined=True) == route(inlined=False)
+
+    asyncio.run(main())

@@ -4,8 +4,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.helpers import BackgroundLoop
-from tokenpath.stub.config import StubConfig
+from tests.helpers import BackgroundLoop, stubs
 from tokenpath.stub.server import StubServer
 
 
@@ -18,14 +17,5 @@ def bg() -> Iterator[BackgroundLoop]:
 
 @pytest.fixture
 def start_stub(bg: BackgroundLoop) -> Iterator[Callable[..., StubServer]]:
-    servers: list[StubServer] = []
-
-    def start(**kwargs: object) -> StubServer:
-        server = StubServer(StubConfig(port=0, **kwargs))  # type: ignore[arg-type]
-        bg.run(server.start())
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        bg.run(server.close())
+    with stubs(bg) as start:
+        yield start

@@ -15,15 +15,12 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from tests.helpers import exchange, post
+from tests.wssession import REALTIME_ITEM, events_until, openai_sdk, recv_event, sdk_realtime
 from tokenpath.stub.realtime import ACTIVE_RESPONSE
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.request import STREAM_HEADER
 
 StartStub = Callable[..., StubServer]
-ITEM = {
-    "type": "conversation.item.create",
-    "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello there"}]},
-}
 CREATE: dict[str, Any] = {"type": "response.create"}
 
 
@@ -33,31 +30,16 @@ def _ws(stub: StubServer, stream_id: str | None = None) -> ClientConnection:
     return connect(url, additional_headers=headers, max_size=None, open_timeout=5, close_timeout=2)
 
 
-def _recv(ws: ClientConnection) -> dict[str, Any]:
-    message = ws.recv(timeout=10)
-    assert isinstance(message, str)
-    event = json.loads(message)
-    assert isinstance(event, dict)
-    return event
-
-
-def _until_done(ws: ClientConnection) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    while not out or out[-1]["type"] != "response.done":
-        out.append(_recv(ws))
-    return out
-
-
 def test_a_text_session_streams_paced_and_audited_to_response_done(start_stub: StartStub) -> None:
     stub = start_stub(tokens=5, interval_ms=20, ttft_ms=30)
     with _ws(stub, "rt-one") as ws:
-        created = _recv(ws)
+        created = recv_event(ws)
         assert created["type"] == "session.created"
         assert created["session"]["model"] == "gpt-realtime"
-        ws.send(json.dumps(ITEM))
-        assert [_recv(ws)["type"] for _ in range(2)] == ["conversation.item.added", "conversation.item.done"]
+        ws.send(json.dumps(REALTIME_ITEM))
+        assert [recv_event(ws)["type"] for _ in range(2)] == ["conversation.item.added", "conversation.item.done"]
         ws.send(json.dumps(CREATE))
-        events = _until_done(ws)
+        events = events_until(ws, "response.done")
     types = [e["type"] for e in events]
     assert types[:3] == ["response.created", "response.output_item.added", "response.content_part.added"]
     assert types[3:8] == ["response.output_text.delta"] * 5
@@ -77,20 +59,20 @@ def test_a_text_session_streams_paced_and_audited_to_response_done(start_stub: S
 def test_several_responses_and_a_create_while_one_runs(start_stub: StartStub) -> None:
     stub = start_stub(tokens=3, interval_ms=30, ttft_ms=0)
     with _ws(stub, "rt-two") as ws:
-        _recv(ws)
-        ws.send(json.dumps(ITEM))
+        recv_event(ws)
+        ws.send(json.dumps(REALTIME_ITEM))
         ws.send(json.dumps({**CREATE, "event_id": "client_1"}))
         ws.send(json.dumps({**CREATE, "event_id": "client_2"}))  # while the first streams: as the API answers it
-        first = _until_done(ws)
+        first = events_until(ws, "response.done")
         errors = [e for e in first if e["type"] == "error"]
         assert len(errors) == 1
         assert errors[0]["error"]["code"] == ACTIVE_RESPONSE
         assert errors[0]["error"]["event_id"] == "client_2"
         assert first[-1]["response"]["status"] == "completed"  # the running response went on
         ws.send(json.dumps({**CREATE, "response": {"tokenpath": {"tokens": 2}}}))
-        second = _until_done(ws)
+        second = events_until(ws, "response.done")
         ws.send(json.dumps({**CREATE, "response": {"max_output_tokens": 1}}))
-        third = _until_done(ws)
+        third = events_until(ws, "response.done")
     assert [e["type"] for e in second].count("response.output_text.delta") == 2  # its own pacing
     assert third[-1]["response"]["status"] == "incomplete"
     assert third[-1]["response"]["status_details"]["reason"] == "max_output_tokens"
@@ -113,27 +95,27 @@ def test_a_hostile_client_event_is_an_error_event_and_the_session_stays(
 ) -> None:
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
     with _ws(stub) as ws:
-        _recv(ws)
+        recv_event(ws)
         ws.send(message)
-        error = _recv(ws)
+        error = recv_event(ws)
         assert error["type"] == "error"
         assert error["error"]["code"] == code
         assert error["error"]["type"] == "invalid_request_error"
         ws.send(json.dumps(CREATE))
-        assert _until_done(ws)[-1]["response"]["status"] == "completed"
+        assert events_until(ws, "response.done")[-1]["response"]["status"] == "completed"
 
 
 def test_a_binary_message_closes_1003(start_stub: StartStub) -> None:
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
     with _ws(stub) as ws:
-        _recv(ws)
+        recv_event(ws)
         ws.send(b"\x00\x01binary")
         with pytest.raises(ConnectionClosed) as closed:
-            _recv(ws)
+            recv_event(ws)
     assert closed.value.rcvd is not None
     assert closed.value.rcvd.code == 1003
     with _ws(stub) as ws:  # the stub goes on
-        assert _recv(ws)["type"] == "session.created"
+        assert recv_event(ws)["type"] == "session.created"
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
@@ -151,21 +133,9 @@ def test_the_route_is_websocket_only(start_stub: StartStub, method: str) -> None
 
 def test_the_openai_sdk_s_realtime_connect_streams_from_the_stub(start_stub: StartStub) -> None:
     """The official SDK's `client.realtime.connect()`: a text item, response.create, deltas to response.done."""
-    openai = pytest.importorskip("openai")
+    openai = openai_sdk()
     stub = start_stub(tokens=4, interval_ms=5, ttft_ms=0)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{stub.port}/v1", api_key="x", timeout=10)
-    with client.realtime.connect(model="gpt-realtime") as conn:
-        conn.conversation.item.create(
-            item={"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
-        )
-        conn.response.create()
-        types, text = [], ""
-        for event in conn:
-            types.append(event.type)
-            if event.type == "response.output_text.delta":
-                text += event.delta
-            if event.type == "response.done":
-                break
+    types, text = sdk_realtime(openai, f"http://127.0.0.1:{stub.port}/v1", "x")
     assert types[0] == "session.created"
     assert types.count("response.output_text.delta") == 4
     assert text.split() == ["alpha0", "bravo1", "charlie2", "delta3"]
@@ -174,9 +144,9 @@ def test_the_openai_sdk_s_realtime_connect_streams_from_the_stub(start_stub: Sta
 def test_a_client_gone_mid_response_ends_its_audit_and_the_stub_goes_on(start_stub: StartStub) -> None:
     stub = start_stub(tokens=50, interval_ms=20, ttft_ms=0)
     with _ws(stub, "rt-gone") as ws:
-        _recv(ws)
+        recv_event(ws)
         ws.send(json.dumps(CREATE))  # no conversation item: an empty conversation still gets a response
-        while _recv(ws)["type"] != "response.output_text.delta":
+        while recv_event(ws)["type"] != "response.output_text.delta":
             pass
         ws.socket.shutdown(socket.SHUT_RDWR)  # no close frame: the peer vanished mid-response
     log = stub.audit.get("rt-gone")
@@ -187,6 +157,6 @@ def test_a_client_gone_mid_response_ends_its_audit_and_the_stub_goes_on(start_st
         time.sleep(0.05)
     assert log.state == "client_gone"
     with _ws(stub) as again:
-        assert _recv(again)["type"] == "session.created"
+        assert recv_event(again)["type"] == "session.created"
         again.send(json.dumps(CREATE))
-        assert _until_done(again)[-1]["response"]["status"] == "completed"
+        assert events_until(again, "response.done")[-1]["response"]["status"] == "completed"

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from tests.helpers import exchange, post
+from tests.wssession import messages_until, openai_sdk, sdk_responses
 from tokenpath.audit import stream_label
 from tokenpath.stub import websocket as stub_websocket
 from tokenpath.stub.server import StubServer
@@ -25,23 +26,13 @@ from tokenpath.wire.websocket import MAX_MESSAGE_BYTES, PING_BURST
 
 StartStub = Callable[..., StubServer]
 CREATE = {"type": "response.create", "model": "m", "input": "hi"}
+LAST = ("response.completed", "response.incomplete", "error")  # a response's last event
 
 
 def _ws(stub: StubServer, stream_id: str | None = None) -> ClientConnection:
     headers = {STREAM_HEADER: stream_id} if stream_id else None
     url = f"ws://127.0.0.1:{stub.port}/v1/responses"
     return connect(url, additional_headers=headers, max_size=None, open_timeout=5, close_timeout=2)
-
-
-def _events(ws: ClientConnection) -> list[str]:
-    """Messages up to the response's last event."""
-    out: list[str] = []
-    while True:
-        message = ws.recv(timeout=10)
-        assert isinstance(message, str)
-        out.append(message)
-        if json.loads(message)["type"] in ("response.completed", "response.incomplete", "error"):
-            return out
 
 
 def _sse_events(stub: StubServer, stream_id: str) -> list[str]:
@@ -69,7 +60,7 @@ def test_the_events_are_the_sse_stream_s_one_per_message_paced_and_audited(start
     stub = start_stub(tokens=5, interval_ms=20, ttft_ms=30)
     with _ws(stub, "ws-one") as ws:
         ws.send(json.dumps(CREATE))
-        messages = _events(ws)
+        messages = messages_until(ws, *LAST)
     sse = _sse_events(stub, "sse-one")
     label_ws, label_sse = stream_label("ws-one"), stream_label("sse-one")
     assert [m.replace(label_ws, "L") for m in messages] == [e.replace(label_sse, "L") for e in sse]
@@ -90,14 +81,14 @@ def test_responses_follow_one_another_on_one_connection(start_stub: StartStub) -
     with _ws(stub, "ws-two") as ws:
         ws.send(json.dumps(CREATE))
         ws.send(json.dumps(CREATE))  # while the first streams: refused, as OpenAI refuses it
-        first = _events(ws)
+        first = messages_until(ws, *LAST)
         types = [json.loads(m)["type"] for m in first]
         assert "error" in types
         error = json.loads(first[types.index("error")])
         assert error["error"]["code"] == "response_in_progress"
-        rest = _events(ws) if types[-1] == "error" else []
+        rest = messages_until(ws, *LAST) if types[-1] == "error" else []
         ws.send(json.dumps({**CREATE, "tokenpath": {"tokens": 2}}))
-        second = _events(ws)
+        second = messages_until(ws, *LAST)
     assert json.loads((rest or first)[-1])["type"] == "response.completed"
     deltas = [m for m in second if json.loads(m)["type"] == "response.output_text.delta"]
     assert len(deltas) == 2  # the second response's own pacing
@@ -123,7 +114,7 @@ def test_a_bad_client_event_is_an_error_event_and_the_socket_stays(
         assert error["type"] == "error"
         assert text in error["error"]["message"]
         ws.send(json.dumps(CREATE))
-        assert json.loads(_events(ws)[-1])["type"] == "response.completed"
+        assert json.loads(messages_until(ws, *LAST)[-1])["type"] == "response.completed"
 
 
 def test_an_oversized_message_closes_1009(start_stub: StartStub) -> None:
@@ -220,20 +211,9 @@ def test_an_offer_the_stub_cannot_take_is_an_http_answer(start_stub: StartStub) 
 
 def test_the_openai_sdk_s_websocket_mode_streams_from_the_stub(start_stub: StartStub) -> None:
     """The official SDK's `client.responses.connect()` (openai >= 2.22): its parser takes every event the stub sends."""
-    openai = pytest.importorskip("openai")
-    if not hasattr(openai.OpenAI(api_key="x").responses, "connect"):
-        pytest.skip(f"openai {openai.__version__} has no Responses WebSocket mode")
+    openai = openai_sdk(responses_websocket=True)
     stub = start_stub(tokens=4, interval_ms=5, ttft_ms=0)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{stub.port}/v1", api_key="x", timeout=10)
-    with client.responses.connect() as conn:
-        conn.response.create(model="m", input="hi")
-        types, text = [], ""
-        for event in conn:
-            types.append(event.type)
-            if event.type == "response.output_text.delta":
-                text += event.delta
-            if event.type == "response.completed":
-                break
+    types, text = sdk_responses(openai, f"http://127.0.0.1:{stub.port}/v1", "x")
     assert types[0] == "response.created"
     assert types.count("response.output_text.delta") == 4
     assert text.split() == ["alpha0", "bravo1", "charlie2", "delta3"]

@@ -111,7 +111,7 @@ class Relay:
         self.prev_out = self.last_out
         self.last_out = data
         # wire.framing.chunk inlined (once per read), its rule too: an empty read frames to nothing, never to the
-        # last chunk
+        # last chunk (tests/gateway/test_relay.py holds the two equal)
         return b"%x\r\n%b\r\n" % (size, data) if self._chunked and size else data
 
     @property

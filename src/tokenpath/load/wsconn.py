@@ -12,8 +12,9 @@ and the messages per read are counted (the coalescing of WebSocket frames), neve
 1001) ends the body as HTTP's normal end would (cut_silent), any other code or a socket that ends without a close
 frame (1006) as a reset (cut_error).
 
-Each message is parsed once (json, for its `type`: the event name of its SSE mirror, and whether it ends the
-stream); whether a type ends the stream is asked of the format's reader once per type and kept.
+Each message is parsed once (probe/wsstream.py's event_type, for its `type`: the event name of its SSE mirror, whether
+it is the session's own event, and whether it ends the stream); whether a type ends the stream is asked of the
+format's reader once per type and kept.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import Any
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import NetworkError, PeerError
 from tokenpath.load.lean import H2LeanRecorder, LeanTrace
-from tokenpath.probe.aio import close_and_wait, connect_protocol
+from tokenpath.probe.aio import ClosingProtocol, open_stream, run_stream
+from tokenpath.probe.wsstream import event_type, sse_event
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.ending import STREAM_END, BodyEnd, LastWord, classify_end
@@ -138,21 +139,7 @@ def final_types(api: Api) -> FinalTypes:
     return FinalTypes(api)
 
 
-def message_event(text: str) -> tuple[bytes, str | None]:
-    """A message as the SSE event it mirrors (probe/wsstream.py sse_event's bytes) and its `type`."""
-    kind = None
-    try:
-        obj = json.loads(text)
-        kind = obj.get("type") if isinstance(obj, dict) else None
-    except (ValueError, RecursionError):
-        pass
-    if not isinstance(kind, str) or "\n" in kind:
-        kind = None
-    head = f"event: {kind}\n" if kind is not None else ""
-    return (head + "data: " + text.replace("\n", "\ndata: ") + "\n\n").encode("utf-8"), kind
-
-
-class WsLoadStream(asyncio.Protocol):
+class WsLoadStream(ClosingProtocol):
     """One stream: the offer on connect, its answer timed, then each read's messages into the recorder."""
 
     def __init__(
@@ -184,11 +171,7 @@ class WsLoadStream(asyncio.Protocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._transport.write(self._ws.data_to_send())
+        self._transport = open_stream(transport, self._ws.data_to_send())
         self._offered_ns = self._clock()
 
     def data_received(self, data: bytes) -> None:
@@ -248,7 +231,8 @@ class WsLoadStream(asyncio.Protocol):
         session_messages = 0
         for event in events:
             if type(event) is MessageReceived:
-                sse, kind = message_event(event.text)
+                kind = event_type(event.text)  # the message's one parse
+                sse = sse_event(event.text, kind)
                 if session and kind is not None and kind.startswith(session):
                     session_messages += 1  # the session's own event (Realtime's session.created): not the stream's
                     continue
@@ -331,17 +315,10 @@ async def ws_stream(
 ) -> tuple[LeanTrace, WsStreamFigures]:
     """One stream over a new connection (TLS with `ssl_context`): its trace and WebSocket figures. `timeout_s`
     covers all of it, connecting too (TimeoutError past it)."""
-    loop = asyncio.get_running_loop()
-    done: StreamDone = loop.create_future()
-    deadline = loop.time() + timeout_s
-    transport, protocol = await connect_protocol(
-        lambda: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
+    return await run_stream(
+        lambda done: WsLoadStream(request, stream_id, make, done, final_types(api), clock),
         host,
         port,
         timeout_s,
         ssl_context,
     )
-    try:
-        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
-    finally:
-        await close_and_wait(transport, protocol.closed)

@@ -40,7 +40,26 @@ CLOSE_WAIT_S = 1.0  # how long a finished stream waits for its TLS close_notify 
 RecorderFactory = Callable[[str, int], Recorder[R]]  # (stream id, time the request was written) -> recorder
 
 
-class _StreamProtocol(asyncio.Protocol, Generic[R]):
+class ClosingProtocol(asyncio.Protocol):
+    """A protocol that runs one stream (run_stream): it resolves the future it is made with, and sets `closed` when
+    its transport is gone."""
+
+    closed: asyncio.Future[None]
+
+
+def open_stream(transport: asyncio.BaseTransport, first: bytes) -> asyncio.Transport:
+    """A stream's connection, just made: Nagle off (a client's small writes, its request, a WebSocket's pongs and
+    close, go at once), then its first bytes written (the request, the upgrade offer). Every client protocol that
+    opens a connection here starts so (this module's and load/wsconn.py's)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = cast(asyncio.Transport, transport)
+    stream.write(first)
+    return stream
+
+
+class _StreamProtocol(ClosingProtocol, Generic[R]):
     def __init__(
         self, stream_id: str, request: bytes, clock: Clock, done: asyncio.Future[R], make: RecorderFactory[R]
     ) -> None:
@@ -54,11 +73,7 @@ class _StreamProtocol(asyncio.Protocol, Generic[R]):
         self.closed: asyncio.Future[None] = done.get_loop().create_future()  # set when the transport is gone
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._transport.write(self._request)
+        self._transport = open_stream(transport, self._request)
         # asyncio writes what the kernel takes at once; a chat request is far below one socket buffer.
         self._recorder = self._make(self._stream_id, self._clock())
 
@@ -133,12 +148,26 @@ async def stream_with(
     """Send `request` on a new connection (TLS with `ssl_context`); feed each read to the recorder `make` returns,
     until the response ends; its result. `timeout_s` covers all of it: connecting and the TLS handshake too
     (TimeoutError past it)."""
+    return await run_stream(
+        lambda done: _StreamProtocol(stream_id, request, clock, done, make), host, port, timeout_s, ssl_context
+    )
+
+
+async def run_stream(
+    make: Callable[[asyncio.Future[R]], ClosingProtocol],
+    host: str,
+    port: int,
+    timeout_s: float,
+    ssl_context: ssl.SSLContext | None = None,
+) -> R:
+    """One stream on a new connection: the protocol `make` returns, given the future it resolves; its result.
+    `timeout_s` covers all of it, connecting and the TLS handshake too (TimeoutError past it); the connection is
+    closed (and waited for) however it ends. The probe's asyncio streams and the load client's WebSocket streams
+    run here."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[R] = loop.create_future()
     deadline = loop.time() + timeout_s
-    transport, protocol = await connect_protocol(
-        lambda: _StreamProtocol(stream_id, request, clock, done, make), host, port, timeout_s, ssl_context
-    )
+    transport, protocol = await connect_protocol(lambda: make(done), host, port, timeout_s, ssl_context)
     try:
         return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
     finally:

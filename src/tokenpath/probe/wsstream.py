@@ -51,7 +51,7 @@ from tokenpath.wire.websocket import (
     WsEvent,
 )
 
-__all__ = ["probe_ws", "sse_event"]
+__all__ = ["event_type", "probe_ws", "sse_event"]
 
 CLOSE_WAIT_S = 1.0  # how long our close waits for the server's (the figures are in already)
 REFUSAL_BODY_S = 1.0  # how long a refused upgrade's body is read for its first bytes
@@ -73,9 +73,10 @@ def event_type(text: str) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def sse_event(text: str) -> bytes:
-    """A message as the SSE event it mirrors: its JSON `type` as the event name, the message as its data."""
-    kind = event_type(text)
+def sse_event(text: str, kind: str | None) -> bytes:
+    """A message as the SSE event it mirrors: `kind`, its event_type, as the event name, the message as its data.
+    The caller parses the message once (event_type) and uses its type twice (the event name, the session's events;
+    load/wsconn.py: whether it ends the stream), so no message is parsed twice."""
     head = f"event: {kind}\n" if kind is not None and "\n" not in kind else ""
     return (head + "data: " + text.replace("\n", "\ndata: ") + "\n\n").encode("utf-8")
 
@@ -274,7 +275,8 @@ class _WsRun:
 
     def _events(self, t: int, nbytes: int, events: list[WsEvent]) -> int:
         text = [e for e in events if isinstance(e, MessageReceived)]
-        body = b"".join(sse_event(m.text) for m in text if not self._session_event(m.text))
+        typed = [(m.text, event_type(m.text)) for m in text]
+        body = b"".join(sse_event(t, kind) for t, kind in typed if not self._session_event(kind))
         ends = False
         for frame in self.reader.feed(body):
             if self.reader.ends(frame):
@@ -295,10 +297,11 @@ class _WsRun:
             self._end(t, "client")
         return frames
 
-    def _session_event(self, text: str) -> bool:
-        """The session's own event (ApiSpec.ws_session_events): a message, but none of the response's frames."""
+    def _session_event(self, kind: str | None) -> bool:
+        """A message of this type is the session's own event (ApiSpec.ws_session_events): none of the response's
+        frames."""
         prefixes = self.session_events
-        return bool(prefixes) and (event_type(text) or "").startswith(prefixes)
+        return bool(prefixes) and kind is not None and kind.startswith(prefixes)
 
     def _end(self, t: int, by: str) -> None:
         if not self.ended:

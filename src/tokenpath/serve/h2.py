@@ -386,7 +386,8 @@ class H2ServerConnection(asyncio.Protocol):
         h2c = self.h2
         try:
             if data and response.head_sent and not response.pending and not response.paused:
-                # the hot path (a relayed read): _send_data inlined (its comments say why), no call between
+                # the hot path (a relayed read): _send_data inlined (its comments say why), no call between; tests/
+                # serve/test_h2.py holds the two equal
                 try:
                     h2c.send_data(response.stream_id, data, end_stream=end)
                 except (h2.exceptions.FlowControlError, h2.exceptions.FrameTooLargeError):
