@@ -189,13 +189,30 @@ def _load(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "COLUMNS": "200"})  # fmt: skip
 
 
+FAIL_ON = "added_ttft_p99>0.001ms,frames_lost>0"
+GATE_BREACHED = 14  # the run completed and a --fail-on rule did not hold
+
+
+@pytest.fixture(scope="module")
+def stub_run(tmp_path_factory: pytest.TempPathFactory, stub_url: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One short load of the stub through nothing (--target is the stub), gated by --fail-on and printed with --json:
+    read by the two tests below, one about what load read from the stub, one about the gate and the output."""
+    out_dir = tmp_path_factory.mktemp("stub-run")
+    # no --tokens: load's default is 128, and what it measures must be the stub's 10
+    out = _load(
+        "--target", stub_url, "--stub-url", stub_url, *SHORT, "--json", "--fail-on", FAIL_ON, "--out", str(out_dir)
+    )
+    return out, out_dir
+
+
 def test_load_reads_the_pacing_of_the_stub_at_stub_url_and_refuses_a_flag_that_disagrees(
-    tmp_path: Path, stub_url: str
+    tmp_path: Path, stub_url: str, stub_run: tuple[subprocess.CompletedProcess[str], Path]
 ) -> None:
     url = stub_url
-    out = _load("--target", url, "--stub-url", url, *SHORT, "--out", str(tmp_path))  # load's default: 128 tokens
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    doc = json.loads((tmp_path / "results.json").read_text())
+    out, out_dir = stub_run
+    # completed: only the gate set the code (its rules are the next test's subject)
+    assert out.returncode == GATE_BREACHED, out.stdout[-3000:] + out.stderr[-3000:]
+    doc = json.loads((out_dir / "results.json").read_text())
     for row in doc["levels"]:
         assert row["streams"] > 0
         assert row["frames_lost"] == 0, row  # 116 lost a stream when load expected its own 128
@@ -239,15 +256,16 @@ def test_an_https_target_is_loaded_with_cacert_or_insecure(tmp_path: Path, servi
         assert row["target"]["frames_lost"] == 0
 
 
-def test_fail_on_gates_a_load_run_and_json_prints_the_results_document(tmp_path: Path, stub_url: str) -> None:
+def test_fail_on_gates_a_load_run_and_json_prints_the_results_document(
+    stub_url: str, stub_run: tuple[subprocess.CompletedProcess[str], Path]
+) -> None:
     url = stub_url
-    out = _load("--target", url, "--stub-url", url, *SHORT, "--json", "--fail-on",
-                "added_ttft_p99>0.001ms,frames_lost>0", "--out", str(tmp_path))  # fmt: skip
-    assert out.returncode == 14, out.stdout[-3000:] + out.stderr[-3000:]
+    out, out_dir = stub_run
+    assert out.returncode == GATE_BREACHED, out.stdout[-3000:] + out.stderr[-3000:]
     assert "added_ttft_p99>0.001ms breached on target @ 3" in out.stderr
     assert "frames_lost" not in out.stderr.partition("error:")[2]  # nothing lost: that rule holds
     doc = json.loads(out.stdout)  # stdout is the document alone; the table and progress went to stderr
-    assert doc == json.loads((tmp_path / "results.json").read_text())
+    assert doc == json.loads((out_dir / "results.json").read_text())
     assert {r["target"] for r in doc["levels"]} == {"direct", "target"}
     # off a terminal, one line per level/run/target with the time so far and the time expected
     assert "expected about" in out.stderr
