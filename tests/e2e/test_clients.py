@@ -18,9 +18,18 @@ def base(stub_url: str | None) -> str:
     return stub_url + "/v1"
 
 
-def test_openai_sync_client_streams_chat(service: Start) -> None:
-    stub = service("stub", "--port", "0", "--tokens", "8", "--interval-ms", "5", "--ttft-ms", "10")
-    client = openai.OpenAI(base_url=base(stub.url), api_key="unused")
+TOKENS = 8
+
+
+@pytest.fixture(scope="module")
+def stub_url(module_service: Start) -> str:
+    """One stub for the openai client tests: each stream is its own, and a stub keeps nothing a later one reads."""
+    stub = module_service("stub", "--port", "0", "--tokens", str(TOKENS), "--interval-ms", "5", "--ttft-ms", "10")
+    return base(stub.url)
+
+
+def test_openai_sync_client_streams_chat(stub_url: str) -> None:
+    client = openai.OpenAI(base_url=stub_url, api_key="unused")
     stream = client.chat.completions.create(
         model="tokenpath-stub",
         messages=[{"role": "user", "content": "hi"}],
@@ -33,10 +42,10 @@ def test_openai_sync_client_streams_chat(service: Start) -> None:
             pieces.append(chunk.choices[0].delta.content)
         if chunk.usage:
             usage = chunk.usage
-    assert len(pieces) == 8
-    assert len(set(pieces)) == 8  # token text varies
+    assert len(pieces) == TOKENS
+    assert len(set(pieces)) == TOKENS  # token text varies
     assert usage is not None
-    assert usage.completion_tokens == 8
+    assert usage.completion_tokens == TOKENS
     models = client.models.list()
     assert [m.id for m in models.data] == ["tokenpath-stub"]
     whole = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=3)
@@ -45,13 +54,11 @@ def test_openai_sync_client_streams_chat(service: Start) -> None:
     assert whole.choices[0].message.content == "".join(pieces[:3])
 
 
-def test_openai_async_client_streams_chat_and_completions(service: Start) -> None:
-    stub = service("stub", "--port", "0", "--tokens", "5", "--interval-ms", "5", "--ttft-ms", "10")
-
+def test_openai_async_client_streams_chat_and_completions(stub_url: str) -> None:
     async def main() -> tuple[list[str], list[str]]:
-        client = openai.AsyncOpenAI(base_url=base(stub.url), api_key="unused")
+        client = openai.AsyncOpenAI(base_url=stub_url, api_key="unused")
         chat = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+            model="m", messages=[{"role": "user", "content": "hi"}], stream=True, max_tokens=5
         )
         chat_pieces = [c.choices[0].delta.content async for c in chat if c.choices and c.choices[0].delta.content]
         comp = await client.completions.create(model="m", prompt="hi", stream=True, max_tokens=4)
@@ -64,9 +71,8 @@ def test_openai_async_client_streams_chat_and_completions(service: Start) -> Non
     assert comp_pieces == chat_pieces[:4]
 
 
-def test_openai_client_sees_a_clear_error(service: Start) -> None:
-    stub = service("stub", "--port", "0")
-    client = openai.OpenAI(base_url=base(stub.url), api_key="unused", max_retries=0)
+def test_openai_client_sees_a_clear_error(stub_url: str) -> None:
+    client = openai.OpenAI(base_url=stub_url, api_key="unused", max_retries=0)
     with pytest.raises(openai.BadRequestError, match="messages"):
         client.chat.completions.create(model="m", messages=[], stream=True)
 

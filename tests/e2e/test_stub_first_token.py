@@ -64,6 +64,11 @@ def reasoning_stub(module_service: Start) -> str:
     return stub(module_service, "--reasoning-tokens", str(REASONING))
 
 
+@pytest.fixture(scope="module")
+def heartbeat_stub(module_service: Start) -> str:
+    return stub(module_service, "--heartbeat-ms", "10")
+
+
 @pytest.mark.parametrize("api", HTTP_APIS, ids=lambda a: a.value)
 def test_reasoning_tokens_come_first_and_ttft_waits_for_the_content(reasoning_stub: str, api: Api) -> None:
     run = probe(reasoning_stub, api)
@@ -81,8 +86,8 @@ def test_reasoning_tokens_come_first_and_ttft_waits_for_the_content(reasoning_st
 
 
 @pytest.mark.parametrize("api", [Api.OPENAI, Api.ANTHROPIC], ids=lambda a: a.value)
-def test_keep_alive_comments_are_frames_that_start_no_figure(service: Start, api: Api) -> None:
-    url = stub(service, "--heartbeat-ms", "10")
+def test_keep_alive_comments_are_frames_that_start_no_figure(heartbeat_stub: str, api: Api) -> None:
+    url = heartbeat_stub
     run = probe(url, api)
     plain_frames = {Api.OPENAI: 1 + TOKENS + 2, Api.ANTHROPIC: 3 + TOKENS + 3}[api]
     assert run["frames"] > plain_frames + 5  # the keep-alives arrived, each its own frame
