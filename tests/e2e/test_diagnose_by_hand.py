@@ -20,16 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import Start, netloc
 from tokenpath.proxies import lookup
 from tokenpath.proxies.base import free_port
-from tokenpath.serve.procs import tokenpath_argv
+from tokenpath.serve.procs import stop_process_group, tokenpath_argv
 
 pytestmark = pytest.mark.e2e
 PARALLEL = 3
 START_S = 20.0
+STOP_S = 10.0  # SIGTERM to a proxy's group, then SIGKILL to what is left
 APACHE_MODULES = "/usr/lib/apache2/modules"
 
 
@@ -287,7 +289,7 @@ def launch(config: HandWritten, stub_port: int, fixed: bool, root: Path) -> Runn
     deadline = time.monotonic() + START_S
     while not _accepts(port):
         if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
+            stop_process_group(process, STOP_S)
             raise AssertionError(f"{config.name} did not start:\n{log.read_text(errors='replace')[-2000:]}")
         time.sleep(0.1)
     return Running(config.name, fixed, f"http://127.0.0.1:{port}", process, log)
@@ -322,9 +324,19 @@ def diagnosed(module_service: Start, tmp_path_factory: pytest.TempPathFactory) -
         with ThreadPoolExecutor(PARALLEL) as pool:
             yield dict(pool.map(run, sorted(running, key=lambda r: r.fixed)))
     finally:
-        for r in running:
-            r.process.kill()
-            r.process.wait()
+        for r in running:  # its group: Apache's workers outlive a parent killed alone
+            stop_process_group(r.process, STOP_S)
+        assert not _left_running(root), "a proxy's processes outlived the test"
+
+
+def _left_running(root: Path) -> list[str]:
+    """The processes still running whose command line names a file under `root` (the proxies' configs)."""
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if str(root) in cmdline:
+            left.append(f"{proc.pid}: {cmdline}")
+    return left
 
 
 def result(diagnosed: Diagnosed, name: str, fixed: bool, code: int) -> dict[str, Any]:
