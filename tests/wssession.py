@@ -84,9 +84,9 @@ def server_text(obj: dict[str, object]) -> bytes:
 # --- clients we did not write --------------------------------------------------------------------------------------
 
 
-def recv_event(ws: ClientConnection) -> dict[str, Any]:
+def recv_event(ws: ClientConnection, timeout_s: float = 10) -> dict[str, Any]:
     """The next message, parsed alone: one text message is one whole event, never split nor joined."""
-    message = ws.recv(timeout=10)
+    message = ws.recv(timeout=timeout_s)
     assert isinstance(message, str)
     event = json.loads(message)
     assert isinstance(event, dict)

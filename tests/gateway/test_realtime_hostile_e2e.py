@@ -22,6 +22,7 @@ from websockets.sync.client import ClientConnection, connect
 from tests.gateway.test_gateway_e2e import Services, hostport, pool, token
 from tests.gateway.test_websocket_hostile_e2e import _active
 from tests.gateway.wspeer import CLOSE, PING, PONG, TEXT, FrameReader, WsMember, answer_101, frame, offer, upgrade
+from tests.wssession import recv_event
 
 pytestmark = pytest.mark.e2e
 
@@ -40,11 +41,7 @@ def svc(tmp_path: Path) -> Iterator[Services]:
 
 
 def _recv(ws: ClientConnection) -> dict[str, Any]:
-    message = ws.recv(timeout=20)
-    assert isinstance(message, str)
-    event = json.loads(message)
-    assert isinstance(event, dict)
-    return event
+    return recv_event(ws, timeout_s=20)  # a flood's session shares the gateway: more time than a calm one's
 
 
 def _a_response(ws: ClientConnection) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,16 +15,14 @@ from pathlib import Path
 
 import pytest
 from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.asyncio.server import serve
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent
 
+from tests.quicserver import start_quic
 from tokenpath.load import worker
 from tokenpath.load.worker import StreamResult, Workload, _probe_config, one_stream
 from tokenpath.probe.transport import TLSOptions
-from tokenpath.serve.tlscert import self_signed
 from tokenpath.wire.ending import EndKind
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -83,31 +80,8 @@ class Server:
 
 
 def _start(tmp_path: Path, then: str) -> tuple[Server, Callable[[], None]]:
-    tls = self_signed(tmp_path / "tls", ["127.0.0.1"])
-    protocol = type("Server", (_Hostile,), {"then": then})
-    loop = asyncio.new_event_loop()
-    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN))
-    config.load_cert_chain(str(tls.cert), str(tls.key))
-    server = loop.run_until_complete(serve("127.0.0.1", 0, configuration=config, create_protocol=protocol))
-    assert server._transport is not None
-    port = server._transport.get_extra_info("sockname")[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-
-    def stop() -> None:
-        async def shut() -> None:
-            server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
-            await asyncio.sleep(0.05)
-
-        asyncio.run_coroutine_threadsafe(shut(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
-
-    return Server(port, str(tls.cert)), stop
+    running = start_quic(tmp_path, type("Server", (_Hostile,), {"then": then}))
+    return Server(running.port, running.cacert), lambda: running.stop(cancel_tasks=True)
 
 
 @pytest.fixture

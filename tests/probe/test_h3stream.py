@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 from aioquic.asyncio.protocol import QuicConnectionProtocol
-from aioquic.asyncio.server import serve
-from aioquic.h3.connection import H3_ALPN, H3Connection
+from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
-from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent
 
+from tests.quicserver import start_quic
 from tokenpath.errors import (
     ConnectError,
     ConnectTimeout,
@@ -128,16 +127,8 @@ class Running:
 
 
 def _start_server(tmp_path: Path, behaviour: Behaviour, addresses: tuple[str, ...] = ("127.0.0.1",)) -> Running:
-    tls = self_signed(tmp_path / "tls", list(addresses))
-    protocol = type("Server", (_Server,), {"behaviour": behaviour})
-    loop = asyncio.new_event_loop()
-    config = QuicConfiguration(is_client=False, alpn_protocols=list(H3_ALPN))
-    config.load_cert_chain(str(tls.cert), str(tls.key))
-    server = loop.run_until_complete(serve("127.0.0.1", 0, configuration=config, create_protocol=protocol))
-    assert server._transport is not None
-    bound = server._transport.get_extra_info("sockname")[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
+    running = start_quic(tmp_path, type("Server", (_Server,), {"behaviour": behaviour}), addresses)
+    loop, server, thread, bound = running.loop, running.server, running.thread, running.port
     died = threading.Event()
 
     def stop() -> None:
@@ -150,14 +141,7 @@ def _start_server(tmp_path: Path, behaviour: Behaviour, addresses: tuple[str, ..
             loop.close()
             return
 
-        async def shut() -> None:
-            server.close()
-            await asyncio.sleep(0.05)  # the transports' close callbacks run
-
-        asyncio.run_coroutine_threadsafe(shut(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=10)
-        loop.close()
+        running.stop()
 
     def die() -> None:
         """The loop stops where it is (no task runs again), then its UDP socket closes: nothing answers any more."""
@@ -171,7 +155,7 @@ def _start_server(tmp_path: Path, behaviour: Behaviour, addresses: tuple[str, ..
         os.close(null)
         died.set()
 
-    return Running(H3Server(bound, str(tls.cert), behaviour), stop, die)
+    return Running(H3Server(bound, running.cacert, behaviour), stop, die)
 
 
 @pytest.fixture
