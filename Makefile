@@ -54,12 +54,13 @@ unexport PYTHONDONTWRITEBYTECODE
 # ~7 runnable tasks on 2 cores, and three of four runs then failed one functional test's timing (each a different
 # one). mypy (one core, ~30 CPU-s cold) runs beside that run, never beside the timed files (a busy core moved a TLS
 # pass relay's certification by 18 ms). One collection first writes the bytecode caches the workers then read.
+# Each lane prints its slowest tests (--durations), so every CI log says where the suite's time goes.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest --collect-only -q > /dev/null
-	$(BIN)/pytest -m e2e -n 2 --dist loadfile --no-loadscope-reorder $(E2E_TIMED)
-	$(BIN)/mypy & mypy=$$!; $(BIN)/pytest -n 4 --dist worksteal $(addprefix --ignore=,$(E2E_TIMED)); rest=$$?; \
+	$(BIN)/pytest -m e2e -n 2 --dist loadfile --no-loadscope-reorder --durations=10 $(E2E_TIMED)
+	$(BIN)/mypy & mypy=$$!; $(BIN)/pytest -n 4 --dist worksteal --durations=30 $(addprefix --ignore=,$(E2E_TIMED)); rest=$$?; \
 	    wait $$mypy && exit $$rest
 
 # The unit lane alone (seconds): sans-IO cores, in-process servers on loopback, no proxies or child processes.
