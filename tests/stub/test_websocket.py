@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
-import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from tests.gateway.wspeer import CLOSE, PING, PONG, TEXT, FrameReader, frame, offer, session
 from tests.helpers import exchange, post
 from tests.wssession import messages_until, openai_sdk, sdk_responses
 from tokenpath.audit import stream_label
@@ -127,85 +126,47 @@ def test_an_oversized_message_closes_1009(start_stub: StartStub) -> None:
     assert closed.value.rcvd.code == 1009
 
 
-def _raw_upgrade(port: int) -> socket.socket:
-    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (
-            "GET /v1/responses HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-        ).encode()
-    )
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(4096)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    return sock
-
-
-def _frame(opcode: int, payload: bytes, mask: bool = True) -> bytes:
-    assert len(payload) < 126
-    if not mask:
-        return bytes([0x80 | opcode, len(payload)]) + payload
-    key = os.urandom(4)
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + key + bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
-
-
-def _close_code(data: bytes) -> int:
-    """The code of the close frame (opcode 8) in a server's unmasked frames."""
-    while data:
-        opcode, length = data[0] & 0x0F, data[1] & 0x7F
-        header = 2 + (2 if length == 126 else 8 if length == 127 else 0)
-        if length == 126:
-            length = struct.unpack("!H", data[2:4])[0]
-        payload = data[header : header + length]
-        if opcode == 8:
-            return int(struct.unpack("!H", payload[:2])[0])
-        data = data[header + length :]
-    raise AssertionError("no close frame")
+def _close_code(reader: FrameReader) -> int:
+    """The code of the server's close frame, read up to the socket's end."""
+    return next(f for f in reader.frames() if f.opcode == CLOSE).close_code
 
 
 def test_an_unmasked_client_frame_closes_1002(start_stub: StartStub) -> None:
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
-    with _raw_upgrade(stub.port) as sock:
-        sock.sendall(_frame(1, json.dumps(CREATE).encode()[:120], mask=False))
-        assert _close_code(_read_all(sock)) == 1002
+    sock, reader = session(stub.port)
+    with sock:
+        sock.sendall(frame(TEXT, json.dumps(CREATE).encode()[:120], mask=False))
+        assert _close_code(reader) == 1002
 
 
 def test_pings_are_answered_and_a_flood_is_closed_1008(start_stub: StartStub) -> None:
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
-    with _raw_upgrade(stub.port) as sock:
-        sock.sendall(_frame(9, b"one"))
-        pong = sock.recv(64)
-        assert pong[:2] == bytes([0x8A, 3])
-        assert pong[2:] == b"one"
-        sock.sendall(_frame(9, b"x") * (PING_BURST * 5))  # faster than any refill
-        data = _read_all(sock)
-    assert _close_code(data) == 1008
-    assert data.count(bytes([0x8A, 1]) + b"x") < PING_BURST + 5  # bounded: not one pong per ping
+    sock, reader = session(stub.port)
+    with sock:
+        sock.sendall(frame(PING, b"one"))
+        pong = reader.next()
+        assert pong is not None
+        assert (pong.fin, pong.opcode, pong.payload) == (True, PONG, b"one")
+        sock.sendall(frame(PING, b"x") * (PING_BURST * 5))  # faster than any refill
+        frames = reader.frames()
+    assert next(f for f in frames if f.opcode == CLOSE).close_code == 1008
+    assert sum(f.opcode == PONG and f.payload == b"x" for f in frames) < PING_BURST + 5  # bounded: not one per ping
 
 
 def test_an_offer_the_stub_cannot_take_is_an_http_answer(start_stub: StartStub) -> None:
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
-    offer = (
+    template = (
         "GET /v1/responses HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
         "Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: {version}\r\n\r\n"
     )
     key = base64.b64encode(b"k" * 16).decode()
-    old = exchange(stub.port, offer.format(key=key, version="8").encode())
+    old = exchange(stub.port, template.format(key=key, version="8").encode())
     assert old.startswith(b"HTTP/1.1 426")
     assert b"Sec-WebSocket-Version: 13" in old
-    bad_key = exchange(stub.port, offer.format(key="short", version="13").encode())
+    bad_key = exchange(stub.port, template.format(key="short", version="13").encode())
     assert bad_key.startswith(b"HTTP/1.1 400")
-    chat_offer = offer.replace("/v1/responses", "/v1/chat/completions")
-    chat = exchange(stub.port, chat_offer.format(key=key, version="13").encode())
+    chat_template = template.replace("/v1/responses", "/v1/chat/completions")
+    chat = exchange(stub.port, chat_template.format(key=key, version="13").encode())
     assert chat.startswith(b"HTTP/1.1 405")  # a route without WebSocket mode: its POST-only answer, then closed
 
 
@@ -223,13 +184,8 @@ def test_a_message_sent_with_the_upgrade_request_is_not_lost(start_stub: StartSt
     """A client that does not wait for the 101 (the bytes after the offer, held by the server core, reach the
     session): the response streams."""
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
-    key = base64.b64encode(os.urandom(16)).decode()
-    offer = (
-        "GET /v1/responses HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
-    ).encode()
     with socket.create_connection(("127.0.0.1", stub.port), timeout=5) as sock:
-        sock.sendall(offer + _frame(1, json.dumps(CREATE).encode()))
+        sock.sendall(offer() + frame(TEXT, json.dumps(CREATE).encode()))
         data = b""
         while b"response.completed" not in data:
             chunk = sock.recv(65536)
@@ -242,6 +198,7 @@ def test_a_message_sent_with_the_upgrade_request_is_not_lost(start_stub: StartSt
 def test_a_silent_session_is_closed_1001(start_stub: StartStub, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stub_websocket, "IDLE_S", 0.3)
     stub = start_stub(tokens=2, interval_ms=1, ttft_ms=0)
-    with _raw_upgrade(stub.port) as sock:
+    sock, reader = session(stub.port)
+    with sock:
         sock.settimeout(10)
-        assert _close_code(_read_all(sock)) == 1001
+        assert _close_code(reader) == 1001
