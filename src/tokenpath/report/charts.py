@@ -42,7 +42,8 @@ PALETTE = ("#00798c", "#d1495b", "#edae49", "#66a182", "#2e4057", "#8d96a3", "#7
 
 def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
+    # no timestamp (dc:date): the same results give the same bytes
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
