@@ -38,8 +38,10 @@ def test_the_cdf_is_the_recorded_iterators(seed: int) -> None:
     assert charts._cdf(encoded) == iterated(encoded)
 
 
-def test_a_single_value_histogram() -> None:
+def test_a_single_value_histogram_and_an_empty_one() -> None:
     hist = HdrHistogram(1, 60_000_000, 3)
+    empty = hist.encode().decode()
+    assert charts._cdf(empty) == iterated(empty) == ([], [])
     hist.record_value(1234, 7)
     encoded = hist.encode().decode()
     assert charts._cdf(encoded) == iterated(encoded) == ([hist.get_highest_equivalent_value(1234) / 1000], [1.0])
