@@ -107,6 +107,14 @@ def test_a_start_builds_no_adapter_for_plain_values() -> None:
     assert "pydantic" in imported
 
 
+def test_a_load_imports_only_the_clients_its_streams_use() -> None:
+    """An HTTP/1.1 load's runner (built by --plan too) imports neither aioquic nor the WebSocket client, and no
+    matplotlib until its report draws a chart (load/worker.py, report/charts.py)."""
+    _, imported = started("load", "--plan", "--concurrency", "8")
+    assert "tokenpath.load.runner" in imported
+    assert not {"aioquic", "tokenpath.load.h3conn", "tokenpath.load.wsconn", "matplotlib"} & imported
+
+
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS])
 def test_a_spared_value_is_what_typers_adapter_gives(command: str) -> None:
     """Every option of every command, its default and SAMPLES: the spared coercion's value (or error) is Typer's."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import re
 import shutil
@@ -10,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import matplotlib
 import pytest
 
 from tokenpath.errors import UsageError
@@ -20,6 +22,17 @@ from tokenpath.results.model import MatrixResults, from_json
 from tokenpath.serve.procs import tokenpath_argv
 
 DATA = Path(__file__).parent / "data"
+
+# Each fixture's page as this renderer draws it under the matplotlib named: how a chart is built (pyplot or a bare
+# Figure, where its style is set, how a histogram is read) must leave the page byte for byte as it was. Another
+# matplotlib lays text out differently; there only the digest goes unchecked, never the rest of a test.
+# After a deliberate change to the page: python tests/report/page_digests.py prints the new digests.
+PAGE_DIGESTS_FOR = "3.11.2"
+PAGE_DIGESTS = {
+    "matrix": "74177bcc24597e88599f3b3a2e176b259abe3caa4f1546b24dddcd46def5d0f4",
+    "load": "3496c13f8ac668bd3e966f0fae8960ebb4f41332e5c8f9f9d66c9e19fa07996d",
+    "sweep": "ee1cd0d30838e6f2c83e30480cbb3e2ab41c4523580e02dd2985241a41c8efee",
+}
 
 
 def fixture_dir(tmp_path: Path, kind: str, edit: Any = None) -> Path:
@@ -39,6 +52,11 @@ def render(tmp_path: Path, kind: str, edit: Any = None) -> str:
     return written["html"].read_text()
 
 
+def assert_known_page(kind: str, html: str) -> None:
+    if matplotlib.__version__ == PAGE_DIGESTS_FOR:
+        assert hashlib.sha256(html.encode()).hexdigest() == PAGE_DIGESTS[kind], f"the {kind} page changed"
+
+
 def figures(html: str) -> list[str]:
     """Caption-less check: the <svg> elements inline in the page."""
     return re.findall(r"<svg\b", html)
@@ -56,6 +74,7 @@ def test_matrix_report_has_every_chart_table_and_the_provenance(tmp_path: Path) 
     html = render(tmp_path, "matrix")
     doc = json.loads((DATA / "matrix" / "results.json").read_text())
     assert_self_contained(html)
+    assert_known_page("matrix", html)
     assert f"<title>tokenpath matrix: {doc['experiment']['name']}</title>" in html
     assert "Certified" in html
     assert "UNCERTIFIED" not in html
@@ -92,6 +111,16 @@ def test_timeline_panels_come_from_the_stub_writes_and_client_arrivals() -> None
     assert len(set(arrivals)) < len(arrivals)  # cork: several frames share one read
 
 
+def test_the_same_results_draw_the_same_chart() -> None:
+    from tokenpath.report import charts
+
+    paths = [("pass", [1.0, 2.0, 3.0]), ("buffer", [200.0, 210.0, 250.0])]
+    first = charts.added_ttft(paths, 0.5)
+    assert first is not None
+    assert "dc:date" not in first  # a timestamp made every page differ from the last
+    assert charts.added_ttft(paths, 0.5) == first
+
+
 def test_an_uncertified_run_says_so_in_its_title_and_banner(tmp_path: Path) -> None:
     def fail_certification(doc: dict[str, Any]) -> None:
         doc["certification"]["passed"] = False  # a real failure needs a broken host; the renderer reads this flag
@@ -110,6 +139,7 @@ def test_load_report_plots_percentiles_cdf_and_resources_with_warnings_beside_th
     html = render(tmp_path, "load")
     doc = json.loads((DATA / "load" / "results.json").read_text())
     assert_self_contained(html)
+    assert_known_page("load", html)
     assert "<title>tokenpath load: TTFT added per target (closed loop)</title>" in html
     assert len(figures(html)) == 3  # percentiles against concurrency, CDF, CPU + RSS
     for text in ("p50 added TTFT", "p99.9 added TTFT", "cumulative distribution", "proxy CPU (cores)",
@@ -131,6 +161,7 @@ def test_load_report_plots_percentiles_cdf_and_resources_with_warnings_beside_th
 def test_sweep_report_marks_the_inferred_flush_rule(tmp_path: Path) -> None:
     html = render(tmp_path, "sweep")
     doc = json.loads((DATA / "sweep" / "results.json").read_text())
+    assert_known_page("sweep", html)
     assert page.esc(doc["inferred"]["rule"]) in html
     assert "What makes the proxy flush" in html
     assert f"flushes at ~{doc['inferred']['size_bytes']} B" in html

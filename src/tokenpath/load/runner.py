@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
@@ -40,7 +40,6 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
-from tokenpath.load.wsconn import NOT_CARRIED, WsStreamFigures
 from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
@@ -77,6 +76,9 @@ PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in t
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
 HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0.1 ms at 100 ms
 AUDIT_TIMEOUT_S = 60.0  # one bulk audit of up to AUDIT_BATCH streams from a stub that may be busy
+
+if TYPE_CHECKING:  # the WebSocket client is imported by a worker that carries a stream over it
+    from tokenpath.load.wsconn import WsStreamFigures
 
 
 def new_histogram() -> HdrHistogram:
@@ -790,6 +792,8 @@ def _level_row(cell: Cell, floor: MedianAndTail, cfg: LoadConfig, contention: Co
     """One target at one level as the model holds it: figures from the merged histograms, warnings with remedies."""
     warnings = []
     if cell.stopped:
+        from tokenpath.load.wsconn import NOT_CARRIED
+
         remedy = (
             WS_NOT_CARRIED_REMEDY
             if NOT_CARRIED in cell.stopped

@@ -15,22 +15,17 @@ import time
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jwt
-from aioquic.quic.configuration import QuicConfiguration
 
 from tokenpath.errors import TokenpathError
 from tokenpath.load.h2conn import H2LoadPool, StreamFlow, h2_request
-from tokenpath.load.h3conn import H3StreamFigures, h3_request, h3_stream
 from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
-from tokenpath.load.wsconn import NOT_CARRIED, WsLeanRecorder, WsStreamFigures, ws_request, ws_stream
 from tokenpath.probe.aio import stream_with
 from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
-from tokenpath.probe.h3figures import parse_h3_window
-from tokenpath.probe.h3stream import quic_configuration
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
@@ -40,6 +35,12 @@ from tokenpath.wire.ending import STREAM_END, EndKind
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.openai import chunk_id
+
+if TYPE_CHECKING:  # HTTP/3 (aioquic) and WebSocket clients are imported by the streams that use them
+    from aioquic.quic.configuration import QuicConfiguration
+
+    from tokenpath.load.h3conn import H3StreamFigures
+    from tokenpath.load.wsconn import WsStreamFigures
 
 LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
 RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
@@ -265,6 +266,8 @@ async def one_stream(
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
     try:
         if work.transport == WEBSOCKET:
+            from tokenpath.load.wsconn import WsLeanRecorder, ws_request, ws_stream
+
             ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
             headers, body = request_parts(cfg, sid)
             offer = ws_request(cfg.api, cfg.target.host_header, cfg.target.path, headers, body)
@@ -273,6 +276,8 @@ async def one_stream(
                 host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
             )
         elif work.http_version is HttpVersion.HTTP3:
+            from tokenpath.load.h3conn import h3_request, h3_stream
+
             headers, body = request_parts(cfg, sid)
             target = cfg.target
             request3 = h3_request(target.host_header, target.path, headers, body, SPECS[cfg.api].content_type)
@@ -308,6 +313,8 @@ async def one_stream(
         return result
     result.end = trace.end.kind if trace.end is not None else None
     if result.ws is not None and not result.ws.upgraded:  # a path that did not carry the upgrade: never a stream
+        from tokenpath.load.wsconn import NOT_CARRIED
+
         status = result.ws.upgrade_status
         said = f"HTTP {status} instead of 101" if status else "no valid answer"
         preview = " ".join(trace.error_preview.split())[:160]
@@ -396,6 +403,9 @@ async def open_loop(work: Workload) -> WorkerReport:
 @functools.lru_cache(maxsize=4)
 def _quic_config(tls: TLSOptions, url: str, window: str) -> QuicConfiguration:
     """One QUIC configuration per client process (the CA bundle read once), shared by its connections."""
+    from tokenpath.probe.h3figures import parse_h3_window
+    from tokenpath.probe.h3stream import quic_configuration
+
     cfg = ProbeConfig(url=url, tls=tls)
     return quic_configuration(cfg, cfg.target, parse_h3_window(window))
 

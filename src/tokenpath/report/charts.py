@@ -1,37 +1,59 @@
 """The report's charts: matplotlib figures rendered to inline SVG text, one function per chart.
 
 Every function takes parts of a results document and returns SVG markup (or None when there is nothing to draw).
-Text stays text in the SVG (`svg.fonttype = none`): the page stays small, searchable, and needs no font files."""
+Text stays text in the SVG (`svg.fonttype = none`): the page stays small, searchable, and needs no font files.
+matplotlib is imported when a chart is drawn, not with this module (a table or CSV alone needs none of its ~0.7 s), and
+only its object API is used (a bare Figure, saved by the SVG backend): pyplot's import and global figure state bought
+nothing. The style is set per chart (rc_context), never on matplotlib's global rcParams."""
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Sequence
-
-import matplotlib
-
-matplotlib.use("Agg")  # no display; must precede pyplot
-
-import matplotlib.pyplot as plt
-from hdrh.histogram import HdrHistogram
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec
 
 from tokenpath.results.model import FloorEntry, Inferred, LoadRow, MatrixRow, MatrixRun, Percentiles, SweepPoint
 from tokenpath.stats import median, percentile
 
-plt.rcParams.update(
-    {
-        "svg.fonttype": "none",
-        "svg.hashsalt": "tokenpath",  # stable ids: the same results give the same page
-        "font.size": 8,
-        "axes.titlesize": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "figure.dpi": 100,
-    }
-)
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.typing import RcKeyType
+
+STYLE: dict[RcKeyType, Any] = {
+    "svg.fonttype": "none",
+    "svg.hashsalt": "tokenpath",  # stable ids: the same results give the same page
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "figure.dpi": 100,
+}
+
+P = ParamSpec("P")
+
+
+def styled(chart: Callable[P, str | None]) -> Callable[P, str | None]:
+    """Draws `chart` under STYLE: matplotlib reads rcParams when an artist is made and again when the SVG is written,
+    so the whole chart runs inside the context."""
+
+    @functools.wraps(chart)
+    def draw(*args: P.args, **kwargs: P.kwargs) -> str | None:
+        import matplotlib
+
+        with matplotlib.rc_context(STYLE):
+            return chart(*args, **kwargs)
+
+    return draw
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize)
+
 
 DIRECT_COLOUR = "#9a9a9a"
 PATH_COLOUR = "#d1495b"
@@ -42,8 +64,8 @@ PALETTE = ("#00798c", "#d1495b", "#edae49", "#66a182", "#2e4057", "#8d96a3", "#7
 
 def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
+    # no timestamp (dc:date): the same results give the same bytes
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
 
@@ -73,6 +95,7 @@ def frame_points(run: MatrixRun, interval_ms: float) -> tuple[list[float], list[
     return list(writes[:n]), arrival[:n]
 
 
+@styled
 def arrival_timeline(rows: Sequence[MatrixRow]) -> str | None:
     """One panel per path of one condition: frame k's write (x) against its arrival (y). A path that streams sits
     on the diagonal beside the direct path (grey); a burst is a vertical run of points; buffering is a flat line."""
@@ -83,7 +106,8 @@ def arrival_timeline(rows: Sequence[MatrixRow]) -> str | None:
     direct_run = representative_run(direct) if direct else None
     ncols = min(4, len(others))
     nrows = math.ceil(len(others) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.0 * ncols, 2.6 * nrows), squeeze=False)
+    fig = new_figure((3.0 * ncols, 2.6 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(others) :]:
         ax.set_visible(False)
     for ax, row in zip(axes.flat, others, strict=False):
@@ -118,12 +142,14 @@ def _timeline_panel(ax: Axes, row: MatrixRow, direct_run: MatrixRun | None) -> N
     ax.legend(loc="lower right", fontsize=7, frameon=False)  # below the diagonal: never where a held frame lands
 
 
+@styled
 def frames_per_read(rows: Sequence[MatrixRow], floor: FloorEntry | None) -> str | None:
     """Median frames per read per path, min-max as the whisker; the direct path's range as a green band."""
     measured = [r for r in rows if r.fpr_median is not None]
     if not measured:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 0.35 * len(measured) + 1.0))
+    fig = new_figure((6.5, 0.35 * len(measured) + 1.0))
+    ax = fig.subplots()
     names = [label(r) for r in measured]
     medians = [r.fpr_median or 0.0 for r in measured]
     lo = [m - (r.fpr_min or m) for r, m in zip(measured, medians, strict=True)]
@@ -150,19 +176,28 @@ def frames_per_read(rows: Sequence[MatrixRow], floor: FloorEntry | None) -> str 
 
 
 def _cdf(encoded: str) -> tuple[list[float], list[float]]:
+    """Each recorded value (ms, the top of its bucket) against the share of streams at or below it: the points of
+    hdrh's recorded iterator, read straight off the counts (the iterator steps through every empty bucket too, in
+    Python: a tenth of a second per histogram)."""
+    from hdrh.histogram import HdrHistogram
+
     hist = HdrHistogram.decode(encoded)
     total = hist.get_total_count()
-    # the iterator reuses one object: read its fields inside the loop
-    points = [
-        (it.value_iterated_to / 1000, it.total_count_to_this_value / total) for it in hist.get_recorded_iterator()
-    ]
-    return [p[0] for p in points], [p[1] for p in points]
+    stored = min(hist.counts_len, hist.encoder.payload.counts_len)  # a decoded array may stop early: the rest is 0
+    xs, ys, below = [], [], 0
+    for index, count in enumerate(hist.counts[:stored]):
+        if count:
+            below += count
+            xs.append(hist.get_highest_equivalent_value(hist.get_value_from_index(index)) / 1000)
+            ys.append(below / total)
+    return xs, ys
 
 
 def level_of(row: LoadRow) -> float:
     return float(row.level or 0)
 
 
+@styled
 def added_ttft_cdf(levels: Sequence[LoadRow], unit: str) -> str | None:
     """Per level, the distribution of added TTFT per target (log x): tails show as lines that bend late."""
     by_level: dict[float, list[LoadRow]] = {}
@@ -174,7 +209,8 @@ def added_ttft_cdf(levels: Sequence[LoadRow], unit: str) -> str | None:
     colours = _target_colours(levels)
     ncols = min(3, len(by_level))
     nrows = math.ceil(len(by_level) / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 2.8 * nrows), squeeze=False)
+    fig = new_figure((3.6 * ncols, 2.8 * nrows))
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax in axes.flat[len(by_level) :]:
         ax.set_visible(False)
     for ax, (level, rows) in zip(axes.flat, sorted(by_level.items()), strict=False):
@@ -206,13 +242,15 @@ def _by_target(levels: Sequence[LoadRow]) -> dict[str, list[LoadRow]]:
     return out
 
 
+@styled
 def percentiles_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     """The first article's table as a plot: p50, p99, p99.9 of added TTFT against concurrency, per target.
     Hollow markers are levels flagged unreliable (their warnings are in the table)."""
     if not levels:
         return None
     colours = _target_colours(levels)
-    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0), sharey=True)
+    fig = new_figure((10.5, 3.0))
+    axes = fig.subplots(1, 3, sharey=True)
     for ax, (key, name) in zip(axes, (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")), strict=True):
         for target, rows in _by_target(levels).items():
             pts = [(level_of(r), max(v, 0.01), r.unreliable) for r in rows if (v := getattr(_main(r), key)) is not None]
@@ -244,13 +282,15 @@ def _main(row: LoadRow) -> Percentiles:
     return figures
 
 
+@styled
 def resources_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     """CPU (cores) and RSS (MB) of each target's processes against concurrency. The direct path has none."""
     measured = [r for r in levels if r.cpu_cores is not None]
     if not measured:
         return None
     colours = _target_colours(levels)
-    fig, (cpu, rss) = plt.subplots(1, 2, figsize=(8.5, 2.8))
+    fig = new_figure((8.5, 2.8))
+    cpu, rss = fig.subplots(1, 2)
     for target, rows in _by_target(measured).items():
         xs = [level_of(r) for r in rows]
         cpu.plot(xs, [r.cpu_cores or 0 for r in rows], "o-", color=colours[target], label=target)
@@ -265,12 +305,14 @@ def resources_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     return to_svg(fig)
 
 
+@styled
 def sweep_chart(points: Sequence[SweepPoint], inferred: Inferred | None) -> str | None:
     """fpr and added TTFT against frame size, one line per interval; the inferred size threshold as a vertical
     line, the inferred timer as a horizontal one."""
     if not points:
         return None
-    fig, (fpr_ax, ttft_ax) = plt.subplots(1, 2, figsize=(9.5, 3.0))
+    fig = new_figure((9.5, 3.0))
+    fpr_ax, ttft_ax = fig.subplots(1, 2)
     intervals = sorted({p.interval_ms for p in points})
     for i, interval in enumerate(intervals):
         pts = sorted((p for p in points if p.interval_ms == interval), key=lambda p: p.frame_bytes)
@@ -306,13 +348,15 @@ ADDED_P50 = "#2e6fba"  # used by no other chart: the page's screenshot test find
 ADDED_P99 = "#a9c6ea"
 
 
+@styled
 def added_ttft(paths: Sequence[tuple[str, Sequence[float]]], floor_ms: float | None) -> str | None:
     """The report's answer as a picture: per path (name, each kept run's added TTFT in ms), p50 and p99 as bars,
     the direct path's noise as a band from 0 to `floor_ms`. The legend sits outside the axes, clear of every bar."""
     measured = [(name, sorted(values)) for name, values in paths if values]
     if not measured:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 0.3 * len(measured) + 1.1))
+    fig = new_figure((7.5, 0.3 * len(measured) + 1.1))
+    ax = fig.subplots()
     ys = list(range(len(measured)))
     p50 = [median(v) for _, v in measured]
     p99 = [percentile(v, 99) for _, v in measured]
