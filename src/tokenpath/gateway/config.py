@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -112,29 +113,33 @@ class AuthConfig:
 
 @dataclass(frozen=True)
 class Member:
+    """A member of a pool. What its URL says is worked out once per member (cached_property writes the instance's
+    own dict, which a frozen dataclass allows), not once per request: the request path reads `authority` and
+    `base_path` for every request it sends."""
+
     url: str
     weight: int = 1
 
-    @property
+    @cached_property
     def host(self) -> str:
         host = urlsplit(self.url).hostname
         assert host is not None
         return host
 
-    @property
+    @cached_property
     def port(self) -> int:
         parts = urlsplit(self.url)
         return parts.port or (443 if parts.scheme == "https" else 80)
 
-    @property
+    @cached_property
     def base_path(self) -> str:
         return urlsplit(self.url).path.rstrip("/")
 
-    @property
+    @cached_property
     def tls(self) -> bool:
         return urlsplit(self.url).scheme == "https"
 
-    @property
+    @cached_property
     def authority(self) -> str:
         """What goes in the Host header: the port only when it is not the scheme's default."""
         return url_host(self.host) if urlsplit(self.url).port is None else join_hostport(self.host, self.port)
