@@ -10,6 +10,7 @@ measured window (psutil; nginx's master and worker), divided by the frames its c
     .venv/bin/python bench/gateway_cpu.py --src src --against nginx --tls            # TLS upstream: nginx proxy_ssl
     .venv/bin/python bench/gateway_cpu.py --src src --against nginx --floor          # + two uvloop byte pipes
     .venv/bin/python bench/gateway_cpu.py --src src --floor --tokens 32              # short streams: per request
+    .venv/bin/python bench/gateway_cpu.py --src src --against nginx --tokens 8,128   # CPU per request and per frame
 
 --floor adds two byte pipes on uvloop, no HTTP parsing: bench/uvloop_pipe.py (one Protocol callback and one write
 per read, nothing else: the floor of any relay in Python on uvloop) and `tokenpath relay --mode pass` (the control
@@ -22,6 +23,12 @@ share and the user time is each relay's own.
 With --tls the targets reach the stub over TLS: a TLS front (a second nginx, `listen ssl`, self-signed certificate,
 not measured) before the stub; the gateway's pool verifies it (ca_file), nginx `proxy_pass https://` verifies it
 (`proxy_ssl_verify on`, sessions reused, its default), both over HTTP/1.1 (nginx's default proxy_http_version 1.0).
+
+With two token counts (`--tokens 8,128`) each round measures every target at both, and each target's CPU is split
+into a cost per request and a cost per frame: two measurements, C = requests x q + frames x f, solved for q and f
+per round (the streams and frames each measurement completed are counted, not assumed). The request's cost is
+everything a stream costs once whatever its length (accept, parse, route, the upstream exchange, the head, timers,
+the log line, metrics); the frame's is the relay's per read.
 
 `--profile` needs py-spy (the dev extra installs it; `pip install py-spy` elsewhere): it records the last
 --src gateway during its last measurement (`py-spy record --native --format raw`, collapsed stacks); the summary of
@@ -126,8 +133,8 @@ def minimal_pipe(upstream: str) -> Target:
 
 def measure(
     target: Target, streams: int, seconds: float, profile: Path | None = None, tokens: int = 128
-) -> tuple[tuple[float, float], int]:
-    """User and system CPU seconds, and frames relayed, after the warm-up."""
+) -> tuple[tuple[float, float], int, int]:
+    """User and system CPU seconds, frames relayed and streams completed, after the warm-up."""
     work = Workload(target.url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, seconds)
     marks: dict[str, tuple[float, float]] = {}
     spy: list[subprocess.Popen[bytes]] = []
@@ -145,8 +152,18 @@ def measure(
     timer.join()
     for p in spy:
         p.wait(timeout=seconds + 30)
-    frames = sum(r.frames for r in report.results if r.error is None)
-    return (end[0] - marks["start"][0], end[1] - marks["start"][1]), frames
+    done = [r for r in report.results if r.error is None]
+    return (end[0] - marks["start"][0], end[1] - marks["start"][1]), sum(r.frames for r in done), len(done)
+
+
+def per_request_and_frame(short: tuple[float, int, int], long: tuple[float, int, int]) -> tuple[float, float]:
+    """CPU per request and per frame (us) from two measurements (cpu_s, frames, requests) of different stream
+    lengths: cpu = requests x q + frames x f, solved for q and f."""
+    (c1, f1, r1), (c2, f2, r2) = short, long
+    det = r1 * f2 - r2 * f1
+    if det == 0:
+        return float("nan"), float("nan")
+    return 1e6 * (c1 * f2 - c2 * f1) / det, 1e6 * (r1 * c2 - r2 * c1) / det
 
 
 def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
@@ -175,15 +192,25 @@ def main() -> None:
     ap.add_argument("--against", choices=["nginx"], help="also measure nginx proxy_buffering off; print the ratio")
     ap.add_argument("--workers", default="1", help="the gateways' --workers; a list (1,2) starts one gateway per count")
     ap.add_argument("--streams", type=int, default=50)
-    ap.add_argument("--tokens", type=int, default=128, help="tokens per stream: few weigh the per-request work")
+    ap.add_argument(
+        "--tokens",
+        default="128",
+        help="tokens per stream: few weigh the per-request work; two (8,128) split CPU per request and per frame",
+    )
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=Path, help="py-spy raw output for the last gateway's last measurement")
     ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
     ap.add_argument("--floor", action="store_true", help="also measure two uvloop byte pipes (see above)")
     args = ap.parse_args()
-    if args.tokens < 1:
-        ap.error("--tokens must be at least 1")
+    try:
+        lengths = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        ap.error(f"--tokens takes one count or two, comma-separated: {args.tokens!r}")
+    if len(lengths) not in (1, 2) or min(lengths) < 1 or len(set(lengths)) != len(lengths):
+        ap.error("--tokens takes one count or two different ones, each at least 1")
+    if len(lengths) == 2 and args.profile is not None:
+        ap.error("--profile records one measurement: give one --tokens count with it")
     if args.floor and args.tls:
         ap.error("--floor is a clear-text byte pipe: it cannot stand in front of a TLS upstream")
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
@@ -207,15 +234,21 @@ def main() -> None:
             targets.append(nginx(upstream, ca_file))
         results: dict[str, list[float]] = {t.name: [] for t in targets}
         split: dict[str, list[tuple[float, float]]] = {t.name: [] for t in targets}  # user, system per frame
+        costs: dict[str, list[tuple[float, float]]] = {t.name: [] for t in targets}  # per request, per frame
         for r in range(args.rounds):
             for t in targets:
                 spy = args.profile if t is last_gateway and r == args.rounds - 1 else None
-                (user_s, system_s), frames = measure(t, args.streams, args.seconds, spy, args.tokens)
-                per_frame = 1e6 / frames if frames else float("nan")
+                runs = []
+                for tokens in lengths:
+                    (user_s, system_s), frames, requests = measure(t, args.streams, args.seconds, spy, tokens)
+                    runs.append((user_s + system_s, frames, requests))
+                per_frame = 1e6 / frames if frames else float("nan")  # the last length's figures
                 results[t.name].append((user_s + system_s) * per_frame)
                 split[t.name].append((user_s * per_frame, system_s * per_frame))
+                if len(runs) == 2:
+                    costs[t.name].append(per_request_and_frame(runs[0], runs[1]))
         tls = ", TLS upstream" if args.tls else ""
-        print(f"CPU per relayed frame (us){tls}, {args.streams} streams x {args.tokens} tokens "
+        print(f"CPU per relayed frame (us){tls}, {args.streams} streams x {lengths[-1]} tokens "
               f"every 14 ms, {args.seconds:g} s "
               f"per measurement ({WARMUP_S:g} s uncounted), {args.rounds} rounds interleaved:")  # fmt: skip
         for name, values in results.items():
@@ -230,6 +263,15 @@ def main() -> None:
                 ratios = [g / n for g, n in zip(results[t.name], ref, strict=True)]
                 print(f"  ratio {t.name} / {args.against}, per round: " + " / ".join(f"{x:.2f}" for x in ratios)
                       + f"  (median {statistics.median(ratios):.2f})")  # fmt: skip
+        if len(lengths) == 2:
+            print(f"CPU per request and per frame (us), from {lengths[0]}- and {lengths[1]}-token streams, per round:")
+            for name, pairs in costs.items():
+                request_costs = " / ".join(f"{q:.0f}" for q, _ in pairs)
+                frame_costs = " / ".join(f"{f:.1f}" for _, f in pairs)
+                q_median = statistics.median(q for q, _ in pairs)
+                f_median = statistics.median(f for _, f in pairs)
+                per_request = f"per request {request_costs} (median {q_median:.0f})"
+                print(f"  {name}: {per_request}; per frame {frame_costs} (median {f_median:.1f})")
         if args.profile is not None and args.profile.exists():
             print(f"py-spy own time, {last_gateway.name} (the last round), {args.profile}:")
             for share, frame in own_time(args.profile):
