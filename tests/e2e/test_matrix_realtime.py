@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_matrix import needs_proxies, run_matrix
+from tests.e2e.test_matrix import needs_proxies, run_matrix, streamed
 
 pytestmark = [pytest.mark.e2e, needs_proxies]
 
@@ -38,10 +38,11 @@ def test_a_realtime_session_is_measured_direct_and_through_nginx_websocket(tmp_p
         ("nginx", "websocket", "realtime"),
     }
     for row in rows:
-        assert row["excluded"] == 0, row
+        assert streamed(row), row  # a loaded host may lose a run to the stub's audit, never to a cut
         for run in row["raw"]:
             ws = run["metrics"]["websocket"]
             assert ws["upgraded"]
             assert ws["final_event"]  # response.done
             assert ws["close_code"] == 1000
-        assert row["added_ttft_ms_median"] is not None  # the first delta joined to the stub's write of it
+        if row["excluded"] < row["runs"]:  # an included run: the first delta joined to the stub's write of it
+            assert row["added_ttft_ms_median"] is not None

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_matrix import needs_proxies, run_matrix
+from tests.e2e.test_matrix import needs_proxies, run_matrix, streamed
 
 pytestmark = [pytest.mark.e2e, needs_proxies]
 
@@ -44,23 +44,13 @@ def _row(doc: dict[str, Any], variant: str | None, transport: str) -> dict[str, 
     )
 
 
-# What a loaded host may still exclude in the four-at-a-time lane: a run whose stub wrote late (the audit), never
-# one the path cut or refused.
-LOAD_EXCLUSIONS = {"stub audit failed"}
-
-
-def _streamed(row: dict[str, Any]) -> bool:
-    """Every run streamed over the row's transport: none excluded for anything but the host's load."""
-    return set(row["exclusions"]) <= LOAD_EXCLUSIONS
-
-
 def test_the_transport_axis_shows_which_paths_carry_the_websocket_mode(tmp_path: Path) -> None:
     # --force: this file runs in the mixed lane, four tests at a time; what is asserted is which path carries the
     # upgrade, not the floor (test_matrix.py, in the timed lane, asserts a certified run).
     doc, out = run_matrix(tmp_path, EXPERIMENT, "--force")
     assert {r["transport"] for r in doc["rows"]} == {"sse", "websocket"}
     direct = _row(doc, None, "websocket")
-    assert _streamed(direct)
+    assert streamed(direct)
     assert all(run["metrics"]["websocket"]["upgraded"] for run in direct["raw"])
     assert all(run["metrics"]["websocket"]["final_event"] for run in direct["raw"])
     stock = _row(doc, "stock", "websocket")
@@ -73,9 +63,9 @@ def test_the_transport_axis_shows_which_paths_carry_the_websocket_mode(tmp_path:
     assert stock["excluded"] == stock["runs"] == 2
     assert list(stock["exclusions"]) == ["WebSocket upgrade not carried"]
     assert all(run["metrics"]["websocket"]["upgrade_status"] == 405 for run in stock["raw"])
-    assert _streamed(_row(doc, "stock", "sse"))  # the same path streams over SSE
+    assert streamed(_row(doc, "stock", "sse"))  # the same path streams over SSE
     carried = _row(doc, "websocket", "websocket")
-    assert _streamed(carried)
+    assert streamed(carried)
     assert all(run["metrics"]["websocket"]["upgraded"] for run in carried["raw"])
     if carried["excluded"] < carried["runs"]:  # an included run is joined to the stub's writes, as an SSE row is
         assert carried["added_ttft_ms_median"] is not None

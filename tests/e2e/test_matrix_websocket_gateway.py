@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_matrix import run_matrix
+from tests.e2e.test_matrix import run_matrix, streamed
 
 pytestmark = [pytest.mark.e2e]
 
@@ -35,7 +35,8 @@ def test_the_gateway_carries_the_websocket_mode_in_the_matrix(tmp_path: Path) ->
     rows = [r for r in doc["rows"] if r["proxy"] == "gateway" and r["transport"] == "websocket"]
     assert {r["variant"] for r in rows} == {"stock", "jwt"}
     for row in rows:
-        assert row["excluded"] == 0, row
+        assert streamed(row), row  # a loaded host may lose a run to the stub's audit (CI did), never to a cut
         assert all(run["metrics"]["websocket"]["upgraded"] for run in row["raw"])
         assert all(run["metrics"]["websocket"]["final_event"] for run in row["raw"])
-        assert row["added_ttft_ms_median"] is not None
+        if row["excluded"] < row["runs"]:  # an included run is joined to the stub's writes
+            assert row["added_ttft_ms_median"] is not None
