@@ -6,12 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.server
+import importlib.util
 import json
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -236,3 +239,13 @@ class CountingJson:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(json, name)
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script outside the package (bench/, examples/, a peer's app) imported from its file, as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

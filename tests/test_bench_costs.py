@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -11,17 +10,14 @@ from types import ModuleType
 
 import pytest
 
+from tests.helpers import load_script
+
 BENCH = Path(__file__).parent.parent / "bench" / "gateway_cpu.py"
 
 
 @pytest.fixture(scope="module")
 def gateway_cpu() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gateway_cpu", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH, "gateway_cpu")
 
 
 def test_two_stream_lengths_give_back_the_costs_that_made_them(gateway_cpu: ModuleType) -> None:

@@ -3,21 +3,17 @@ kind, and per proxy whether its long_streams variant came through every measure 
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from tests.helpers import load_script
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "timeouts_survey.py"
 
 
 def example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("timeouts_survey", EXAMPLE)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE, "timeouts_survey")
 
 
 def found(measure: str, survived: float | None, cut: float | None, kind: str = "cut_error") -> dict[str, Any]:

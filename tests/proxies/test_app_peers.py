@@ -6,24 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import importlib.util
 from types import ModuleType
 
 import httpx
 import pytest
 
+from tests.helpers import load_script
 from tokenpath.proxies.starlette_app import SCRIPT
 
 EVENTS = b"".join(f"data: {i} {'.' * 50}\n\n".encode() for i in range(5))
 
 
 def peer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("starlette_proxy", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "starlette_proxy")
 
 
 def upstream(request: httpx.Request) -> httpx.Response:
