@@ -43,3 +43,11 @@ def test_a_bad_tokens_list_is_refused_by_name(tokens: str) -> None:
     )
     assert done.returncode == 2
     assert "--tokens" in done.stderr
+
+
+def test_a_profile_is_refused_with_two_lengths(tmp_path: Path) -> None:
+    """--profile records one measurement: with two stream lengths it would record one of them silently."""
+    argv = [sys.executable, str(BENCH), "--src", "src", "--tokens", "8,128", "--profile", str(tmp_path / "p.txt")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--profile" in done.stderr
