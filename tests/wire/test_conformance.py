@@ -7,6 +7,7 @@ were cut. Limits answer 413 / 431 / 429, upgrades and garbage 400, and the shell
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import socket
 import time
@@ -794,3 +795,14 @@ def test_client_core_refuses_an_endless_response_head() -> None:
     ok = ClientConnection("GET", max_head_bytes=1024)
     ok.receive_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2000\r\n\r\n" + b"a" * 2000)  # the body does not count
     assert ok.complete
+
+
+def test_without_body_is_replace_with_an_empty_body() -> None:
+    """Request.without_body spells dataclasses.replace out: every field but the body kept, whatever its value."""
+    values = {
+        "method": "POST", "target": "/v1/x?a=1", "path": "/v1/x", "query": "a=1", "http_version": "1.0",
+        "keep_alive": False, "headers": (("Host", "h"), ("X-A", "1")), "body": b"{}", "peer": "10.0.0.9", "seq": 7,
+    }  # fmt: skip
+    assert {f.name for f in dataclasses.fields(Request)} == set(values)  # a new field: give it a value here
+    request = Request(**values)  # type: ignore[arg-type]
+    assert request.without_body() == dataclasses.replace(request, body=b"")

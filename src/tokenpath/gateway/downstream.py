@@ -16,7 +16,6 @@ between whole frames only (the relay's rule), counted in tokenpath_gateway_keepa
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
@@ -164,7 +163,7 @@ class Downstream:
         worker's body budget are given back at once, not when the stream ends (a long stream would hold both)."""
         response = self.response
         if response.request.body:
-            response.request = dataclasses.replace(response.request, body=b"")
+            response.request = response.request.without_body()
         response.release_admission()
 
     def body_ended(self) -> str | None:

@@ -132,7 +132,9 @@ class Exchange:
         if machine is not None and machine.phase is Phase.DONE and not self.over:
             self.down.count_end(machine.outcome)  # before these actions write the last bytes
         for action in actions:
-            match action:
+            match action:  # the most frequent first (per streamed request: 4 Arm, 2 Outstanding, then one each)
+                case Arm(timer, at):
+                    self.timers.arm(timer, at, self._timer_fired)
                 case Connect(member, fresh):
                     self._connect_to(member, fresh)
                 case Outstanding() | RecordSuccess() | RecordFailure():
@@ -143,8 +145,6 @@ class Exchange:
                 case Commit():
                     assert self.pending_head is not None
                     self.down.forward_head(self.pending_head, self.app.cfg.request_id_header, self.request_id)
-                case Arm(timer, at):
-                    self.timers.arm(timer, at, self._timer_fired)
                 case Reply():
                     self._reply(action)
                 case End():

@@ -135,9 +135,9 @@ class Relay:
         stream, cut = self.stream, self._cut
         if stream is None or cut is None or cut is _STOPPED:
             return b"", None
-        reader = stream.reader()
         rest = b""
         if cut.held:
+            reader = stream.reader()  # only here: most streams end on a whole frame, and a reader is not free
             held = cut.rest()
             try:
                 whole = [*reader.feed(held), *reader.close()]

@@ -46,7 +46,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -292,9 +291,8 @@ class H2ServerConnection(asyncio.Protocol):
         _LIVE.add(self)
         peername = transport.get_extra_info("peername")
         self.peer = str(peername[0]) if isinstance(peername, tuple) else ""
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # TCP_NODELAY is the loop's: uvloop and asyncio set it on every TCP transport (tests/serve/test_nodelay.py),
+        # so no socket object per connection (a dup's getsockname calls) and no second setsockopt.
         self._transport.set_write_buffer_limits(high=self.limits.write_buffer_high)
         self.h2.initiate_connection()
         extra = self.h2limits.connection_window - 65_535

@@ -192,9 +192,8 @@ class HTTPConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
         peername = transport.get_extra_info("peername")
         self.core.peer = str(peername[0]) if isinstance(peername, tuple) else ""
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # TCP_NODELAY is the loop's: uvloop and asyncio set it on every TCP transport (tests/serve/test_nodelay.py),
+        # so no socket object per connection (a dup's getsockname calls) and no second setsockopt.
         self._transport.set_write_buffer_limits(high=self.limits.write_buffer_high)
         self._arm_request_timer()
 
