@@ -3,7 +3,16 @@ member's forwarded to the client."""
 
 from __future__ import annotations
 
-from tokenpath.gateway.headers import FORWARD_DROP, Forwarding, client_request_id, forwarded_head, upstream_headers
+import uuid
+
+from tokenpath.gateway.headers import (
+    FORWARD_DROP,
+    Forwarding,
+    client_request_id,
+    forwarded_head,
+    new_request_id,
+    upstream_headers,
+)
 from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing
@@ -78,3 +87,23 @@ def test_a_client_request_id_is_passed_on_only_when_it_is_a_plain_token() -> Non
     assert client_request_id("a b") is None
     assert client_request_id("x" * 129) is None
     assert client_request_id(None) is None
+
+
+def test_the_gateways_own_request_id_is_a_random_version_4_uuid() -> None:
+    """What llama-cpp-python's server accepts (docs/findings.md §17): str(uuid.uuid4())'s form, its bits random."""
+    ids = [new_request_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for value in ids:
+        parsed = uuid.UUID(value)
+        assert str(parsed) == value  # lower-case hex, 8-4-4-4-12
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
+    # every one of the 122 random bits takes both values over 2,000 ids (a stuck bit would be a fixed-bit bug)
+    ones = 0
+    zeros = 0
+    for value in ids:
+        bits = uuid.UUID(value).int
+        ones |= bits
+        zeros |= ~bits
+    fixed = (0xF << 76) | (0x3 << 62)  # the version nibble and the variant's two bits
+    assert (ones & zeros & ((1 << 128) - 1)) == ((1 << 128) - 1) & ~fixed

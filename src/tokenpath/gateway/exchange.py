@@ -380,6 +380,9 @@ def log_request(
     ms: float,
 ) -> None:
     """The access log's line for one request: a warning when it failed, or when an attempt at a member did."""
+    failures = [str(f) for f in machine.failures] if machine else []
+    if not (error or failures or log.isEnabledFor(logging.INFO)):
+        return  # a quiet success below the log's level: no line to build
     record: dict[str, object] = {
         "request_id": request_id,
         "method": request.method,
@@ -390,7 +393,6 @@ def log_request(
         "attempts": machine.attempts if machine else 0,
         "ms": round(ms, 2),
     }
-    failures = [str(f) for f in machine.failures] if machine else []
     if failures:
         record["attempt_failures"] = failures  # logged even when a later attempt succeeded
     if error or failures:

@@ -172,6 +172,7 @@ class UpstreamConnection:
             # response was 30 % of the gateway's CPU with 200 TLS streams (bench/RESULTS.md).
             self._session_kept = self.link.keep_session()
         if self.core.reusable and not self.closed and not self.link.closed_by_peer:
+            self.core.detach()  # the finished core and its parser are freed by reference counting, not the collector
             self.core = self._new_core()  # idle: a byte from the server now is a protocol error
             self.gate.resume()  # the next exchange starts reading whatever this one's client left it at
             self.reused = True

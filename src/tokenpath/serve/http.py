@@ -243,6 +243,10 @@ class HTTPConnection(asyncio.Protocol):
         if current is not None:
             current.release_admission()
         self._abandon_admitted()
+        # The transport refers to this protocol and this to it, as the core to its parser: both cycles cut, so the
+        # connection and what it served are freed by reference counting now (wire/framing.py NO_CALLBACKS).
+        self._transport = None
+        self.core.detach()
 
     # used by Response -------------------------------------------------------------------------------
     def write(self, data: bytes) -> None:

@@ -20,7 +20,7 @@ from enum import Enum
 import httptools
 
 from tokenpath.errors import RemoteProtocolError, ResponseTooLarge
-from tokenpath.wire.framing import Framing, find_header, received_framing
+from tokenpath.wire.framing import NO_CALLBACKS, Framing, find_header, received_framing
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +131,13 @@ class ClientConnection:
         self._head_bytes = 0
         self._events.clear()
         self._parser = httptools.HttpResponseParser(self)
+
+    def detach(self) -> None:
+        """The core is done (its connection reused with a new core, or closed): the parser lets go of it
+        (wire/framing.py NO_CALLBACKS), so reference counting frees both, and what its callbacks refer to (the
+        exchange that read the response). Nothing is parsed after this."""
+        self._parser = httptools.HttpResponseParser(NO_CALLBACKS)
+        self._waiting = False  # a read that still comes is not interpreted (see receive_data)
 
     def receive_data(self, data: bytes) -> None:
         if not self._waiting:

@@ -26,6 +26,7 @@ import httptools
 from tokenpath.errors import LocalProtocolError, RemoteProtocolError
 from tokenpath.wire.client import END_OF_MESSAGE, Data, EndOfMessage
 from tokenpath.wire.framing import (
+    NO_CALLBACKS,
     Framing,
     end_of_body,
     find_header,
@@ -103,6 +104,11 @@ class ServerConnection:
         self._reset_message()
 
     # input -------------------------------------------------------------------------------------------
+    def detach(self) -> None:
+        """The connection is over: the parser lets go of this core (wire/framing.py NO_CALLBACKS), so reference
+        counting frees both. Nothing is parsed after this."""
+        self._parser = httptools.HttpRequestParser(NO_CALLBACKS)
+
     def receive_data(self, data: bytes) -> None:
         if self._failed:
             return
