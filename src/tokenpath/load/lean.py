@@ -219,6 +219,9 @@ class LeanRecorder:
         end = None
         if self._how is not None and head is not None:
             end = self._end(self._how if 200 <= head.status < 300 else BodyEnd.STATUS, self._t_end)
+        # The stream is over: the core and its parser let go of this recorder (a cycle otherwise, freed only by the
+        # collector, whose passes a loaded client's loop lag would show; tests/load/test_no_cycles.py).
+        self._conn.detach()
         return LeanTrace(
             self._stream_id,
             self._t_sent_ns,

@@ -8,7 +8,6 @@ test_tls_arrivals.py holds both clients to it)."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import ssl
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar, cast
@@ -48,12 +47,10 @@ class ClosingProtocol(asyncio.Protocol):
 
 
 def open_stream(transport: asyncio.BaseTransport, first: bytes) -> asyncio.Transport:
-    """A stream's connection, just made: Nagle off (a client's small writes, its request, a WebSocket's pongs and
-    close, go at once), then its first bytes written (the request, the upgrade offer). Every client protocol that
-    opens a connection here starts so (this module's and load/wsconn.py's)."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    """A stream's connection, just made: its first bytes written (the request, the upgrade offer). Every client
+    protocol that opens a connection here starts so (this module's and load/wsconn.py's). Nagle is off already (a
+    client's small writes, its request, a WebSocket's pongs and close, go at once): uvloop and asyncio set
+    TCP_NODELAY on every TCP transport they connect (tests/serve/test_nodelay.py), so no socket object per stream."""
     stream = cast(asyncio.Transport, transport)
     stream.write(first)
     return stream
@@ -107,6 +104,7 @@ class _StreamProtocol(ClosingProtocol, Generic[R]):
             self._fail(lost, exc or NetworkError("closed"))  # a reset (or a close with no EOF) under the stream
         if not self.closed.done():
             self.closed.set_result(None)
+        self._transport = None  # it refers to this protocol: the cycle cut, both freed by reference counting
 
     def _fail(self, exc: Exception, cause: BaseException | None = None) -> None:
         """The stream failed with `exc`, which carries the end `cause` (itself by default) gave it."""

@@ -64,6 +64,10 @@ _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' rou
 }
 
 
+def _ended(deadline_ns: int) -> None:
+    """An ended stream's frame callback: it has no frame left to write (nothing schedules it)."""
+
+
 class PacedStream:
     """One streamed response: each frame is written at started + offset on the pacer and logged."""
 
@@ -128,6 +132,10 @@ class PacedStream:
 
     def _end(self, state: State) -> None:
         self.done = True
+        # The response's abort callback and the bound _fire refer to this stream: both cycles cut, so reference
+        # counting frees the stream and its connection now, not the cyclic collector (tests/load/test_no_cycles.py).
+        self._response.on_abort = None
+        self._fire_cb = _ended
         self._audit.close(self._log, state)
         self._on_done(self)
 

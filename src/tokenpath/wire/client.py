@@ -138,6 +138,9 @@ class ClientConnection:
         exchange that read the response). Nothing is parsed after this."""
         self._parser = httptools.HttpResponseParser(NO_CALLBACKS)
         self._waiting = False  # a read that still comes is not interpreted (see receive_data)
+        # Nor does it refer to whoever read through it (their callbacks refer back: the load client's recorder).
+        self._on_head = self._on_body = self._on_end = None
+        self.__dict__.pop("on_body", None)  # direct_body's instance callable
 
     def receive_data(self, data: bytes) -> None:
         if not self._waiting:
