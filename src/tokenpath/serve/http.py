@@ -235,6 +235,7 @@ class HTTPConnection(asyncio.Protocol):
         self.closed = True
         if self._upgraded is not None:
             self._upgraded.connection_lost(exc)
+            self._let_go()
             return
         self._cancel_request_timer()
         current, self._current = self._current, None
@@ -243,8 +244,12 @@ class HTTPConnection(asyncio.Protocol):
         if current is not None:
             current.release_admission()
         self._abandon_admitted()
-        # The transport refers to this protocol and this to it, as the core to its parser: both cycles cut, so the
-        # connection and what it served are freed by reference counting now (wire/framing.py NO_CALLBACKS).
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """The connection is gone. The transport refers to this protocol and this to it, as the core to its parser:
+        both cycles cut, so the connection and what it served are freed by reference counting now, not by the
+        cyclic collector (wire/framing.py NO_CALLBACKS)."""
         self._transport = None
         self.core.detach()
 
