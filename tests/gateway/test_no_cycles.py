@@ -1,7 +1,7 @@
 """A proxied request leaves no reference cycle behind: once its connections are done, reference counting frees the
 exchange, its downstream connection, its cores and their parsers. What a cycle keeps is freed only by the cyclic
 collector, whose passes over a busy worker's young objects paused it 0.4 ms each, 70 times in 6 s at 50 streams,
-and a generation-1 pass 5-7 ms (bench/RESULTS.md): a pause every stream in flight waits through.
+and a generation-1 pass 4-7 ms (bench/RESULTS.md): a pause every stream in flight waits through.
 
 The gateway runs in process on uvloop, as `tokenpath gateway` does, with the collector off and DEBUG_SAVEALL: after
 the requests, one collection lists everything that only a cycle kept."""

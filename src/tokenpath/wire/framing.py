@@ -19,7 +19,7 @@ class _NoCallbacks:
     protocol's bound methods, so a core and its parser are a reference cycle, freed only by the cyclic collector
     (with everything they refer to: a whole exchange, its buffers). A core that is done swaps its parser for one
     made over this (`detach`), so reference counting frees it the moment it is let go of. The collector's passes
-    over a busy worker's young objects took 0.4 ms (a generation-1 pass 5-7 ms): a pause every stream in flight
+    over a busy worker's young objects took 0.4 ms (a generation-1 pass 4-7 ms): a pause every stream in flight
     waits through, as the p99 of added TTFT shows (bench/RESULTS.md)."""
 
     __slots__ = ()

@@ -64,7 +64,7 @@ class Request:
 
     def without_body(self) -> Request:
         """The same request, its body let go of. `dataclasses.replace(self, body=b"")` spelled out: replace walks
-        the fields and their init flags on every call, twice per proxied request (tests/wire/test_http1.py holds
+        the fields and their init flags on every call, twice per proxied request (tests/wire/test_conformance.py holds
         the two equal, so a field added here and not there fails)."""
         return Request(
             self.method, self.target, self.path, self.query, self.http_version, self.keep_alive, self.headers, b"",
