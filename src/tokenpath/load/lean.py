@@ -193,7 +193,7 @@ class LeanRecorder:
         said = LastWord.NOTHING
         if self._framed and how is not BodyEnd.STATUS:
             reader = frame_reader(self._api)
-            said = reader.last_word(reader.tail(self._decoded_body()))
+            said = reader.last_word_of(self._decoded_body())
         last = self._t_last or None
         return classify_end(said, how, sent_ns=self._t_sent_ns, end_ns=t_ns, last_byte_ns=last, detail=detail)
 

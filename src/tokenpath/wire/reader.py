@@ -101,6 +101,23 @@ class FrameReader:
                 return LastWord.UNFRAMED
         return LastWord.NOTHING
 
+    def last_word_of(self, body: bytes) -> LastWord:
+        """`last_word(tail(body))`, the common case first: an SSE body that ends on a blank line (LF) with a final
+        or error event parses that one event alone, from the blank line before it (a boundary however the stream
+        was split: an LF right after a line end is an empty line). Anything else (CRLF or CR line ends, a frame
+        after the final one, a body ended inside a frame) takes tail's way. The load client asks this once per
+        stream; tail's 1 KiB window was ~4 % of its CPU. tests/wire/test_reader_tail.py holds the two equal."""
+        if self.spec.framing is Framing.SSE and body.endswith(b"\n\n"):
+            boundary = body.rfind(b"\n\n", 0, len(body) - 2)
+            if boundary >= 0:
+                try:
+                    frames = SSEParser(MAX_EVENT_BYTES).feed(body[boundary + 2 :])
+                except PeerError:
+                    frames = []
+                if len(frames) == 1 and self.ends(frames[0]):
+                    return LastWord.ERROR if self._classify(frames[0]) is FrameKind.ERROR else LastWord.FINAL
+        return self.last_word(self.tail(body))
+
     def tail(self, body: bytes, count: int = TAIL_FRAMES) -> Sequence[WireFrame]:
         """The last whole frames of a body (at least `count` when it has them), found from its end without parsing
         the rest: what a client that kept the body's bytes but not its frames (load's lean recorder) hands
