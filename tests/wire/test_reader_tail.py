@@ -1,7 +1,8 @@
 """FrameReader.last_word_of: what a body's end says, the common case (an SSE body ending on a blank line with its
 final or error event) read from that one event alone, is what last_word(tail(body)) says of every body: the
 samples' events of each SSE format in any order, with an error event, frames after the final one, each event's
-line ends LF, CRLF or CR, cut anywhere."""
+line ends LF, CRLF or CR, cut anywhere. (Not generated: an event over MAX_EVENT_BYTES before the final one, where
+tail gives up and last_word_of still reads the final event; its docstring says so.)"""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def _events(api: Api) -> list[bytes]:
     body, _ = STREAMS[api]
     events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
     events += [e for e in ERRORS.get(api, []) if e.endswith(b"\n\n")]
-    return events + [b'data: {"x":1}\n' + e for e in events]
+    # and each with a BOM before it: mid-stream, no BOM to the parser (the event's first field is not `data`)
+    return events + [b'data: {"x":1}\n' + e for e in events] + [b"\xef\xbb\xbf" + e for e in events]
 
 
 def _with_line_ends(event: bytes, eol: bytes) -> bytes:
@@ -60,3 +62,5 @@ def test_the_common_end_takes_the_short_way_and_says_the_same() -> None:
     content = body[: body.index(b"\n\n") + 2]
     tricky = content + b'data: {"x":1}\ndata: [DONE]\n\n'
     assert reader.last_word_of(tricky) is reader.last_word(reader.tail(tricky)) is not LastWord.FINAL
+    bom = content + b"\xef\xbb\xbfdata: [DONE]\n\n"  # a BOM only the stream's first bytes may be
+    assert reader.last_word_of(bom) is reader.last_word(reader.tail(bom)) is not LastWord.FINAL

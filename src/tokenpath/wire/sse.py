@@ -24,7 +24,8 @@ MAX_EVENT_BYTES = 8 << 20
 # Below this, bytes held for a split frame are joined to the next read by a plain copy (cheapest for token-sized
 # frames); above it they grow in place, so feeding one long event in small pieces is not quadratic.
 SMALL_HOLD_BYTES = 4096
-_BOM = b"\xef\xbb\xbf"
+UTF8_BOM = b"\xef\xbb\xbf"
+_BOM = UTF8_BOM
 
 
 @dataclass(slots=True)
