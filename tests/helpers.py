@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import http.server
 import importlib.util
 import json
@@ -249,3 +250,32 @@ def load_script(path: Path, name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@contextlib.contextmanager
+def garbage_kept() -> Iterator[list[object]]:
+    """The cyclic collector off and everything it finds unreachable kept (gc.DEBUG_SAVEALL) until the block ends:
+    after `gc.collect()`, `gc.garbage` lists what only a reference cycle kept alive."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.garbage.clear()
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if enabled:
+            gc.enable()
+
+
+def left_in_cycles(garbage: list[object], skip: Callable[[object], bool] = lambda thing: False) -> list[str]:
+    """The types of tokenpath's objects and httptools' parsers among `garbage` (what a test's own client, asyncio's
+    streams, leaves is not the code under test's), `skip` aside."""
+    names = {
+        f"{type(thing).__module__}.{type(thing).__qualname__}"
+        for thing in garbage
+        if type(thing).__module__.startswith(("tokenpath.", "httptools")) and not skip(thing)
+    }
+    return sorted(names)

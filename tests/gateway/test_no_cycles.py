@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 
 import h2.connection
 import pytest
 import uvloop
 
 from tests.gateway.loopcounts import _H2Client, _ShortMember
+from tests.helpers import garbage_kept, left_in_cycles
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
 from tokenpath.gateway.server import GatewayServer
 
@@ -64,35 +64,10 @@ async def _h2_exchange(port: int) -> None:
     await writer.wait_closed()
 
 
-@pytest.fixture
-def saved_garbage() -> Iterator[list[object]]:
-    """The collector off and every unreachable object kept (gc.garbage) until the test ends."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    gc.garbage.clear()
-    try:
-        yield gc.garbage
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if enabled:
-            gc.enable()
-
-
-def _ours(garbage: list[object]) -> list[str]:
-    """What the gateway left in cycles: tokenpath's objects and httptools' parsers (the client here is asyncio's
-    streams, whose own objects are not the gateway's). Not h2's connection: H2Connection refers to itself (its
-    `_frame_dispatch_table` holds its own bound methods), one per HTTP/2 connection, with h2's state only."""
-    names = []
-    for thing in garbage:
-        module = type(thing).__module__
-        if isinstance(thing, h2.connection.H2Connection):
-            continue
-        if module.startswith(("tokenpath.", "httptools")):
-            names.append(f"{module}.{type(thing).__qualname__}")
-    return sorted(set(names))
+def _not_h2s(thing: object) -> bool:
+    """h2's connection refers to itself (its `_frame_dispatch_table` holds its own bound methods), one per HTTP/2
+    connection, with h2's state only: not the gateway's to cut."""
+    return isinstance(thing, h2.connection.H2Connection)
 
 
 async def _serve_and_collect(connections: int, per_connection: int, h2: bool = False) -> None:
@@ -112,7 +87,7 @@ async def _serve_and_collect(connections: int, per_connection: int, h2: bool = F
         for _ in range(5):  # the gateway's connection_lost for the last connection runs in a later iteration
             await asyncio.sleep(0.01)
         gc.collect()
-        left = _ours(gc.garbage)
+        left = left_in_cycles(gc.garbage, skip=_not_h2s)
         assert not left, f"left in reference cycles after {connections} connections: {left}"
     finally:
         await gateway.close(0.1)
@@ -120,9 +95,11 @@ async def _serve_and_collect(connections: int, per_connection: int, h2: bool = F
 
 
 @pytest.mark.parametrize("per_connection", [1, 3], ids=["a connection per request", "keep-alive"])
-def test_a_proxied_request_leaves_no_reference_cycle(saved_garbage: list[object], per_connection: int) -> None:
-    uvloop.run(_serve_and_collect(connections=10, per_connection=per_connection))
+def test_a_proxied_request_leaves_no_reference_cycle(per_connection: int) -> None:
+    with garbage_kept():
+        uvloop.run(_serve_and_collect(connections=10, per_connection=per_connection))
 
 
-def test_a_request_over_h2c_leaves_no_reference_cycle(saved_garbage: list[object]) -> None:
-    uvloop.run(_serve_and_collect(connections=10, per_connection=1, h2=True))
+def test_a_request_over_h2c_leaves_no_reference_cycle() -> None:
+    with garbage_kept():
+        uvloop.run(_serve_and_collect(connections=10, per_connection=1, h2=True))

@@ -10,32 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Iterator
 
-import pytest
 import uvloop
 
+from tests.helpers import garbage_kept, left_in_cycles
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import Workload, closed_loop
 from tokenpath.stub.config import StubConfig
 from tokenpath.stub.server import StubServer
-
-
-@pytest.fixture
-def saved_garbage() -> Iterator[list[object]]:
-    """The collector off and every unreachable object kept (gc.garbage) until the test ends."""
-    enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    gc.garbage.clear()
-    try:
-        yield gc.garbage
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        if enabled:
-            gc.enable()
 
 
 async def _streams_then_collect() -> None:
@@ -46,22 +28,17 @@ async def _streams_then_collect() -> None:
         gc.collect()
         gc.garbage.clear()
         report = await closed_loop(Workload(stub.url, "tokenpath-stub", PROMPT, 8, 4, 0.0, 0.5))
-        assert len(report.results) >= 8
+        assert len(report.results) >= 4  # each user one stream at least (more on an idle host)
         assert all(r.error is None for r in report.results), report.results[:3]
         for _ in range(5):  # the last connections' connection_lost run in later iterations
             await asyncio.sleep(0.01)
         gc.collect()
-        left = sorted(
-            {
-                f"{type(thing).__module__}.{type(thing).__qualname__}"
-                for thing in gc.garbage
-                if type(thing).__module__.startswith(("tokenpath.", "httptools"))
-            }
-        )
+        left = left_in_cycles(gc.garbage)
         assert not left, f"left in reference cycles after {len(report.results)} streams: {left}"
     finally:
         await stub.close()
 
 
-def test_the_load_clients_streams_leave_no_reference_cycle(saved_garbage: list[object]) -> None:
-    uvloop.run(_streams_then_collect())
+def test_the_load_clients_streams_leave_no_reference_cycle() -> None:
+    with garbage_kept():
+        uvloop.run(_streams_then_collect())
