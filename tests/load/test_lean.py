@@ -166,8 +166,8 @@ def test_over_http2_end_stream_without_the_final_event_is_cut_silent() -> None:
 
 
 def test_each_read_s_mark_is_the_body_s_bytes_after_it_however_the_response_is_split() -> None:
-    """The marks are kept as piece counts per read and turned into bytes once, at the end: the same figures as
-    counting each read's de-chunked bytes as it comes (wire/client.py ResponseParser, one read at a time)."""
+    """The marks (each read's time and the body's bytes after it, counted from the pieces llhttp appended) are the
+    figures of counting each read's de-chunked bytes as it comes (wire/client.py ResponseParser, one read at a time)."""
     from tokenpath.wire.client import ResponseParser
 
     response = HEAD + chunked(STUB)
@@ -194,3 +194,47 @@ def test_a_second_response_in_the_read_that_ended_the_first_is_not_its_body() ->
     got = lean.result()
     assert got.body == b"".join(STUB)
     assert list(got.marks[-2:]) == [2_000, len(got.body)]
+
+
+def test_a_malformed_chunk_mid_body_is_the_peers_protocol_error_on_the_body_feed() -> None:
+    """Past the head each read goes to llhttp's own feed (ClientConnection.body_feed); bytes that break the chunked
+    coding there are still the peer's malformed body (a PeerError, which the stream's protocol turns into its
+    end), never llhttp's bare exception."""
+    from tokenpath.errors import PeerError
+
+    lean = LeanRecorder(SID, 0)
+    lean.on_read(1_000, HEAD + chunked(STUB[:1])[:-5])  # the first chunk whole, not the last one after it
+    assert lean._feed is not None  # the body streams: the next read takes the short way
+    with pytest.raises(PeerError, match="malformed HTTP response body"):
+        lean.on_read(2_000, b"zz\r\nxx\r\n")
+    assert not lean.complete
+
+
+def test_a_read_after_the_end_is_not_fed_to_the_finished_response() -> None:
+    lean = LeanRecorder(SID, 0)
+    response = HEAD + chunked(STUB)
+    lean.on_read(1_000, response[:200])
+    lean.on_read(2_000, response[200:])
+    assert lean.complete
+    lean.on_read(3_000, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")  # not this response's: ignored
+    got = lean.result()
+    assert got.body == b"".join(STUB)
+    assert list(got.marks[-2:]) == [2_000, len(got.body)]
+
+
+def test_a_long_body_leaves_the_collector_nothing_per_read_to_walk() -> None:
+    """The body is one buffer (not a list of llhttp's pieces, ~200 references per stream that every collector pass
+    over a loaded client walked): what the recorder's own containers refer to does not grow with the reads."""
+    import gc
+
+    def walked(reads: int) -> int:
+        frames = expected_frames(SID, MODEL, reads)
+        lean = LeanRecorder(SID, 0)
+        lean.on_read(1, HEAD)
+        for i, frame in enumerate(frames, 2):
+            lean.on_read(i, b"%x\r\n%b\r\n" % (len(frame), frame))
+        assert len(lean._marks) >= 2 * len(frames) - 4  # every read was marked
+        tracked = [value for value in vars(lean).values() if gc.is_tracked(value)]
+        return len(gc.get_referents(*tracked))
+
+    assert walked(200) == walked(20)

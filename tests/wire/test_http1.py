@@ -96,3 +96,46 @@ def test_a_callbacks_own_exception_is_raised_as_itself_never_as_the_peers_protoc
     conn = ClientConnection("GET", on_body=on_body)
     with pytest.raises(KeyError, match="planted"):
         conn.receive_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi")
+
+
+def test_body_feed_is_receive_data_while_the_body_streams_and_nothing_else() -> None:
+    """ClientConnection.body_feed: the parser's own feed, handed out only between the head and the end (the load
+    client's per-read call); its errors mean what receive_data's do (parse_failed)."""
+    pieces: list[bytes] = []
+    conn = ClientConnection("GET", on_body=pieces.append)
+    assert conn.body_feed() is None  # no head yet: the head's checks (its size, a 101) are receive_data's
+    conn.receive_data(CHUNKED[:100])
+    feed = conn.body_feed()
+    assert feed is not None
+    feed(CHUNKED[100:-5])
+    assert conn.body_feed() is not None
+    feed(CHUNKED[-5:])
+    assert conn.complete
+    assert b"".join(pieces) == b"data: 1\n\ndata: 2\n\n"
+    assert conn.body_feed() is None  # after the end: later bytes are not this response's
+    streaming = ClientConnection("GET")
+    streaming.receive_data(CHUNKED[:100])
+    streaming.detach()
+    assert streaming.body_feed() is None
+
+
+def test_a_body_feeds_parse_error_is_the_peers_malformed_body_as_receive_data_says() -> None:
+    from tokenpath.wire.client import ParseError
+
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    said: list[str] = []
+    for fast in (False, True):
+        conn = ClientConnection("GET", on_body=lambda data: None)
+        conn.receive_data(head)
+        feed = conn.body_feed() if fast else conn.receive_data
+        assert feed is not None
+        try:
+            feed(b"zz\r\nxx\r\n")
+        except ProtocolError as exc:
+            said.append(str(exc))
+        except ParseError as exc:
+            with pytest.raises(ProtocolError, match="malformed HTTP response body") as raised:
+                raise conn.parse_failed(exc) from None
+            said.append(str(raised.value))
+        assert conn.state.value == "error"
+    assert said[0] == said[1]

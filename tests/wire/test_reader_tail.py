@@ -64,3 +64,24 @@ def test_the_common_end_takes_the_short_way_and_says_the_same() -> None:
     assert reader.last_word_of(tricky) is reader.last_word(reader.tail(tricky)) is not LastWord.FINAL
     bom = content + b"\xef\xbb\xbfdata: [DONE]\n\n"  # a BOM only the stream's first bytes may be
     assert reader.last_word_of(bom) is reader.last_word(reader.tail(bom)) is not LastWord.FINAL
+
+
+def test_a_final_event_remembered_is_remembered_for_its_format_only_and_the_memory_is_bounded() -> None:
+    """last_word_of remembers what a small final event said (wire/reader.py _FINAL_SAID): per format, since the same
+    bytes may end one format's stream and not another's; never more than FINAL_SAID_MAX_EVENTS, never a large one."""
+    from tokenpath.wire import reader as reader_module
+
+    reader_module._FINAL_SAID.clear()  # what other tests left: this one's answers are remembered from here
+    done = b'data: {"x":1}\n\ndata: [DONE]\n\n'
+    assert frame_reader(Api.OPENAI).last_word_of(done) is LastWord.FINAL
+    assert frame_reader(Api.OPENAI).last_word_of(done) is LastWord.FINAL  # the remembered answer
+    assert frame_reader(Api.ANTHROPIC).last_word_of(done) is not LastWord.FINAL  # not Anthropic's final event
+    anthropic = frame_reader(Api.ANTHROPIC)
+    for i in range(2 * reader_module.FINAL_SAID_MAX_EVENTS):  # each a different error event: a final one
+        body = b'data: {"x":1}\n\nevent: error\ndata: {"type":"error","error":{"message":"m%d"}}\n\n' % i
+        assert anthropic.last_word_of(body) is anthropic.last_word(anthropic.tail(body)) is LastWord.ERROR
+    assert len(reader_module._FINAL_SAID) <= reader_module.FINAL_SAID_MAX_EVENTS
+    big = b'data: {"x":1}\n\nevent: error\ndata: {"type":"error","error":{"message":"%s"}}\n\n' % (b"m" * 300)
+    reader_module._FINAL_SAID.clear()
+    assert anthropic.last_word_of(big) is LastWord.ERROR
+    assert not reader_module._FINAL_SAID

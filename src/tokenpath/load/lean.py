@@ -7,10 +7,10 @@ completed the first content frame (TTFT, added TTFT), and at the end whether eve
 for byte (integrity). So each read is de-chunked by llhttp and kept as bytes; the format's frame reader
 (wire/reader.py) runs only until the first content frame is found (the same reader and the same per-read timestamp
 as TraceRecorder, so the arrival is the same: tests/load/test_lean.py replays traces through both); the body is
-compared once, whole, with what the stub sent. Per read that leaves one llhttp feed, llhttp's own append of the
-piece (wire/client.py direct_body: no Python call between), and one mark (when the read returned, the body's pieces
-so far; turned into bytes so far once, at the end) from which every later frame's arrival is found once the stub's
-write sizes are known (load/framedelay.py).
+compared once, whole, with what the stub sent. Per read that leaves one llhttp feed (past the head, the parser's
+own: ClientConnection.body_feed), llhttp's own append of the piece to the body's buffer (wire/client.py direct_body:
+no Python call between), and one mark (when the read returned, the body's bytes so far) from which every later
+frame's arrival is found once the stub's write sizes are known (load/framedelay.py).
 
 Under compression (a Content-Encoding the client asked for) each read's body is decoded as it arrives
 (wire/contentcoding.py), as the probe does: the first content frame is found in the decoded stream, its arrival
@@ -20,20 +20,21 @@ Over HTTP/2 (load/h2conn.py) the connection's core has already cut the stream ou
 takes the head, then each read's DATA payload of its stream (an arrival of this stream only if that payload
 completes a frame), then the end; the body's path after that is the same code.
 
-How the stream ended (wire/ending.py) is read once, at the end, from the body's last frames only (FrameReader.tail
-finds them from the end): per read the hot path adds one time stamp, never a frame parsed.
+How the stream ended (wire/ending.py) is read once, at the end, from the body's last frames only
+(FrameReader.last_word_of, from its end): per read the hot path adds one time stamp, never a frame parsed.
 """
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate
+from functools import cache
 
 from tokenpath.errors import ContentEncodingError
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW
 from tokenpath.wire.apis import Api, Framing
-from tokenpath.wire.client import ClientConnection, ResponseHead
+from tokenpath.wire.client import ClientConnection, ParseError, ResponseHead
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
 from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, body_end, broken_by, classify_end
 from tokenpath.wire.kinds import FrameKind
@@ -68,14 +69,21 @@ class LeanRecorder:
         self._stream_id = stream_id
         self._t_sent_ns = t_sent_ns
         self._api = api
-        self._pieces: list[bytes] = []  # the body's pieces as llhttp hands them (decoded in place when coded)
-        # The client core's callbacks, not its events: a body piece goes straight into the list, the head and the
+        # The body as it comes (decoded in place when coded): one buffer, not a list of llhttp's pieces, which kept
+        # ~200 objects per stream alive for the collector to walk (a generation-1 pass of a 300-stream client took
+        # ~20 ms, the loop stopped with it) and had their lengths summed for the marks.
+        self._body = bytearray()
+        self._whole: bytes | None = None  # the body as bytes, once asked for (the end, the result)
+        # The client core's callbacks, not its events: a body piece goes straight into the buffer, the head and the
         # end set a field; per read nothing else is called (no event queue, no property).
         # llhttp appends each piece itself (direct_body); what follows the end in the same read is cut at the end.
         self._conn = ClientConnection(
-            "GET", on_head=self._on_head, on_body=self._pieces.append, on_end=self._on_end, direct_body=True
+            "GET", on_head=self._on_head, on_body=self._body.extend, on_end=self._on_end, direct_body=True
         )
-        self._receive = self._conn.receive_data  # bound once: the per-read call
+        self._receive = self._conn.receive_data  # bound once: the per-read call until the body streams
+        # Once the head is in, the parser's own feed (ClientConnection.body_feed): receive_data's frame and its head
+        # checks cost ~0.4 µs of a read's ~1.5 µs of Python here. Dropped at the response's end.
+        self._feed: Callable[[bytes], None] | None = None
         self._reader: FrameReader | None = frame_reader(api)  # None once the first content frame is found
         self._decoder: Decoder = IdentityDecoder()
         self._coded = False  # a Content-Encoding other than identity: each read goes through the decoder
@@ -84,12 +92,10 @@ class LeanRecorder:
         self._first_t: int | None = None
         self._first: WireFrame | None = None
         self._first_token_t: int | None = None  # reasoning or content: the first-token figure's arrival
-        # Bounded by the body: one pair per read that added to it, (time, pieces so far) until the end turns the
-        # counts into bytes so far (_settle_marks): per read a len() of the list, not of the piece.
+        # Bounded by the body: one pair per read that added to it, (time, the body's bytes so far).
         self._marks = array("q")
-        self._npieces = 0  # the pieces the last mark counted
-        self._counted = True  # the marks' second halves are piece counts, not yet bytes
-        self._end_at = 0  # the pieces when the response ended: any after are another response's
+        self._nbytes = 0  # the body's bytes the last mark counted
+        self._end_at = 0  # the body's bytes when the response ended: any after are another response's
         self._framed = False  # the body is a token stream of its format (a 2xx answer in its type): frames read
         self._t_last = 0  # the last read that brought bytes
         self._how: BodyEnd | None = None  # how HTTP ended the body, once it has
@@ -98,52 +104,59 @@ class LeanRecorder:
 
     def on_read(self, t_ns: int, data: bytes) -> None:
         # The hot path (once per read per stream). Past the first content frame, an identity body costs llhttp's
-        # feed, its callback appending the piece, and the read's mark.
+        # feed, its callback appending the piece to the buffer, and the read's mark.
         self._t_last = t_ns
-        self._receive(data)
+        feed = self._feed
+        if feed is None:
+            self._receive(data)
+            if self._head is not None and not self.complete:
+                self._feed = self._conn.body_feed()
+        else:
+            try:
+                feed(data)
+            except ParseError as exc:
+                self._feed = None
+                raise self._conn.parse_failed(exc) from None
         if self.complete and self._how is None:
-            del self._pieces[self._end_at :]  # a second response's body in the same read (direct_body)
+            del self._body[self._end_at :]  # a second response's body in the same read (direct_body)
             self._ended(t_ns, body_end(self._head.framing) if self._head is not None else BodyEnd.LENGTH)
         if self._watching:
             self._watch(t_ns)
             return
-        n = len(self._pieces)
-        if n != self._npieces:
-            self._npieces = n
+        n = len(self._body)
+        if n != self._nbytes:
+            self._nbytes = n
             self._marks.extend((t_ns, n))
 
     def _on_end(self) -> None:
         self.complete = True
-        self._end_at = len(self._pieces)
+        self._feed = None  # what follows the end in a later read is receive_data's (not the response's)
+        self._end_at = len(self._body)
 
     def _ended(self, t_ns: int, how: BodyEnd) -> None:
         if self._how is None:
             self._how, self._t_end = how, t_ns
 
     def _watch(self, t_ns: int) -> None:
-        """One read's body pieces (those past the last mark) while they need more than a mark: decoded in place if
+        """One read's body bytes (those past the last mark) while they need more than a mark: decoded in place if
         coded, then marked and searched for the first frames."""
-        pieces = self._pieces
-        before = self._npieces
-        new = pieces[before:]
-        body = new[0] if len(new) == 1 else b"".join(new)
+        buf = self._body
+        before = self._nbytes
+        body = bytes(memoryview(buf)[before:]) if len(buf) > before else b""  # the view is gone before a resize
         if self._coded:
             if body:
                 body = self._decoder.feed(body)  # b"" when the read only fed the decompressor
-            del pieces[before:]
-            if body:
-                pieces.append(body)
+            del buf[before:]
+            buf += body
             if self.complete:
                 self._decoder.end()  # a compressed stream cut short: ContentEncodingError (truncated)
-        elif len(pieces) > before + 1:
-            pieces[before:] = [body]
         if not body:
             return
-        self._npieces = len(pieces)
-        self._marks.extend((t_ns, self._npieces))
+        self._nbytes = len(buf)
+        self._marks.extend((t_ns, self._nbytes))
         reader = self._reader
         if reader is not None:
-            for frame in reader.feed(body):
+            for frame in reader.scan(body):  # frame by frame: what follows the first content frame is not parsed
                 kind = reader.kind(frame)
                 if kind is FrameKind.REASONING and self._first_token_t is None:
                     self._first_token_t = t_ns
@@ -192,26 +205,15 @@ class LeanRecorder:
         """The end from the body's last frames, found from its end (FrameReader.tail): parsed once, here only."""
         said = LastWord.NOTHING
         if self._framed and how is not BodyEnd.STATUS:
-            reader = frame_reader(self._api)
-            said = reader.last_word_of(self._decoded_body())
+            said = _end_reader(self._api).last_word_of(self._decoded_body())
         last = self._t_last or None
         return classify_end(said, how, sent_ns=self._t_sent_ns, end_ns=t_ns, last_byte_ns=last, detail=detail)
 
-    def _settle_marks(self) -> None:
-        """The marks' piece counts as the body's bytes so far (before the pieces are joined): once."""
-        if self._counted:
-            self._counted = False
-            marks = self._marks
-            if marks:
-                ends = [0, *accumulate(map(len, self._pieces))]
-                marks[1::2] = array("q", [ends[n] for n in marks[1::2]])
-
     def _decoded_body(self) -> bytes:
-        self._settle_marks()
-        pieces = self._pieces
-        if len(pieces) > 1:
-            self._pieces = pieces = [b"".join(pieces)]  # result() joins them anyway: once
-        return pieces[0] if pieces else b""
+        whole = self._whole
+        if whole is None or len(whole) != len(self._body):
+            self._whole = whole = bytes(self._body)  # the end and the result ask: one copy
+        return whole
 
     def result(self) -> LeanTrace:
         head = self._head
@@ -221,6 +223,7 @@ class LeanRecorder:
             end = self._end(self._how if 200 <= head.status < 300 else BodyEnd.STATUS, self._t_end)
         # The stream is over: the core and its parser let go of this recorder (a cycle otherwise, freed only by the
         # collector, whose passes a loaded client's loop lag would show; tests/load/test_no_cycles.py).
+        self._feed = None
         self._conn.detach()
         return LeanTrace(
             self._stream_id,
@@ -251,13 +254,12 @@ class H2LeanRecorder(LeanRecorder):
     def on_data(self, t_ns: int, data: bytes) -> None:
         """One read's DATA payload of this stream (every DATA frame of it in that read)."""
         self._t_last = t_ns
-        pieces = self._pieces
         if data:
-            pieces.append(data)
+            self._body += data
         if self._watching:
             self._watch(t_ns)
         elif data:
-            self._npieces = n = len(pieces)
+            self._nbytes = n = len(self._body)
             self._marks.extend((t_ns, n))
 
     def on_end(self, t_ns: int) -> None:
@@ -266,3 +268,10 @@ class H2LeanRecorder(LeanRecorder):
         self._ended(t_ns, BodyEnd.END_STREAM)
         if self._coded:
             self._decoder.end()
+
+
+@cache
+def _end_reader(api: Api) -> FrameReader:
+    """The format's reader its streams' ends are read with: last_word_of keeps nothing of a body (it reads with
+    parsers of its own), so one serves every stream."""
+    return frame_reader(api)

@@ -25,7 +25,7 @@ from tokenpath.load.integrity import PLAIN, BeforeFirstToken, check_body
 from tokenpath.load.lean import H2LeanRecorder, LeanRecorder
 from tokenpath.load.tokens import content_text, token_number
 from tokenpath.probe.aio import stream_with
-from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes, request_parts
+from tokenpath.probe.client import ProbeConfig, StreamRequests, new_stream_id, request_bytes, request_parts
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
@@ -171,7 +171,8 @@ class WorkerReport:
 
 async def closed_loop(work: Workload) -> WorkerReport:
     cfg = _probe_config(work)
-    target = cfg.target
+    requests = StreamRequests(cfg)
+    target = requests.target
     loop = asyncio.get_running_loop()
     start = loop.time()
     measure_from, stop_at = start + work.warmup_s, start + work.warmup_s + work.duration_s
@@ -184,7 +185,7 @@ async def closed_loop(work: Workload) -> WorkerReport:
         await asyncio.sleep(k * min(RAMP_S, work.warmup_s or RAMP_S) / max(1, work.max_streams))
         while loop.time() < stop_at and tally.stop_reason is None:
             counted = loop.time() >= measure_from
-            result = await one_stream(cfg, target.host, target.port, work, pool)
+            result = await one_stream(cfg, target.host, target.port, work, pool, requests)
             tally.add(result)
             if counted:
                 results.append(result)
@@ -256,14 +257,23 @@ def _probe_config(work: Workload) -> ProbeConfig:
 
 
 async def one_stream(
-    cfg: ProbeConfig, host: str, port: int, work: Workload, pool: H2LoadPool | None = None
+    cfg: ProbeConfig,
+    host: str,
+    port: int,
+    work: Workload,
+    pool: H2LoadPool | None = None,
+    requests: StreamRequests | None = None,
 ) -> StreamResult:
+    """One stream of `work`; `requests`: the config's requests built once (the worker's loops pass it), for a
+    stream whose request differs only by its id (not one with its own token or its id in the prompt)."""
     sid = new_stream_id()
     result = StreamResult(sid)
     if work.jwt is not None:
         cfg = replace(cfg, api_key=work.jwt.token())
+        requests = None
     if work.id_in_prompt:
         cfg = replace(cfg, prompt=f"{cfg.prompt} [tokenpath-stream:{sid}]")
+        requests = None
     try:
         if work.transport == WEBSOCKET:
             from tokenpath.load.wsconn import WsLeanRecorder, ws_request, ws_stream
@@ -292,15 +302,16 @@ async def one_stream(
                 timeout_s=STREAM_TIMEOUT_S,
             )
         elif pool is not None:
-            request = h2_request(request_bytes(cfg, cfg.target, sid))
+            request = h2_request(requests.of(sid) if requests is not None else request_bytes(cfg, cfg.target, sid))
             make = functools.partial(H2LeanRecorder, api=cfg.api)
             trace, result.flow = await pool.stream(request, sid, make, timeout_s=STREAM_TIMEOUT_S)
         else:
-            ctx = _tls_context(work.tls) if cfg.target.scheme == "https" else None
+            target = requests.target if requests is not None else cfg.target
+            ctx = _tls_context(work.tls) if target.scheme == "https" else None
             trace = await stream_with(
                 host,
                 port,
-                request_bytes(cfg, cfg.target, sid),
+                requests.of(sid) if requests is not None else request_bytes(cfg, target, sid),
                 sid,
                 functools.partial(LeanRecorder, api=cfg.api),
                 timeout_s=STREAM_TIMEOUT_S,
@@ -352,7 +363,8 @@ async def open_loop(work: Workload) -> WorkerReport:
     assert work.rate is not None
     assert work.rate > 0
     cfg = _probe_config(work)
-    target = cfg.target
+    requests = StreamRequests(cfg)
+    target = requests.target
     loop = asyncio.get_running_loop()
     rng = random.Random(work.seed)
     start = loop.time()
@@ -366,7 +378,7 @@ async def open_loop(work: Workload) -> WorkerReport:
     async def one(scheduled: float, counted: bool) -> None:
         async with slots:
             lag_ns = int(max(0.0, loop.time() - scheduled) * 1e9)
-            result = await one_stream(cfg, target.host, target.port, work, pool)
+            result = await one_stream(cfg, target.host, target.port, work, pool, requests)
             result.dispatch_lag_ns = lag_ns
             tally.add(result)
             if counted:

@@ -167,7 +167,8 @@ async def run_stream(
     deadline = loop.time() + timeout_s
     transport, protocol = await connect_protocol(lambda: make(done), host, port, timeout_s, ssl_context)
     try:
-        return await asyncio.wait_for(done, max(deadline - loop.time(), 0))
+        async with asyncio.timeout_at(deadline):  # a timer, not wait_for's waiter and callbacks: once per stream
+            return await done
     finally:
         await close_and_wait(transport, protocol.closed)
 
@@ -180,10 +181,10 @@ async def connect_protocol(
     HTTP/1.1, HTTP/2 and WebSocket connections all open here)."""
     loop = asyncio.get_running_loop()
     try:
-        opening = loop.create_connection(
-            factory, host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
-        )
-        transport, protocol = await asyncio.wait_for(opening, timeout_s)
+        async with asyncio.timeout(timeout_s):  # in this task: wait_for would run the connect in a task of its own
+            transport, protocol = await loop.create_connection(
+                factory, host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
+            )
     except ssl.SSLError as exc:
         raise TLSError(f"TLS handshake with {join_hostport(host, port)} failed: {exc.reason or exc}") from None
     except TimeoutError:

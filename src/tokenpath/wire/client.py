@@ -57,6 +57,8 @@ END_OF_MESSAGE = EndOfMessage()
 ResponseEvent = ResponseHead | Data | EndOfMessage
 
 
+# What the feed ClientConnection.body_feed hands out raises on bytes that break HTTP (parse_failed says what it means).
+ParseError = httptools.HttpParserError
 UPGRADE_REFUSED = "the server answered 101 Switching Protocols to a request that did not ask for an upgrade"
 # A response head larger than this is refused: real ones are well under 8 KiB, and a peer streaming header lines
 # forever must not grow a reader's memory.
@@ -104,9 +106,10 @@ class ClientConnection:
         self._method = "GET"
         self._upgraded = False
         self._headers: list[tuple[str, str]] = []
-        self._parser = httptools.HttpResponseParser(self)
         if method is not None:
-            self.start_response(method)
+            self.start_response(method)  # which makes the parser (one per response: one here, not two)
+        else:
+            self._parser = httptools.HttpResponseParser(self)
 
     @property
     def complete(self) -> bool:
@@ -155,20 +158,36 @@ class ClientConnection:
         except httptools.HttpParserUpgrade:
             pass  # a 101 is refused in on_headers_complete; this is llhttp stopping after it
         except httptools.HttpParserError as exc:
-            self._set(State.ERROR)
-            if self._upgraded:  # llhttp pauses after a 101's head; on_headers_complete marked it
-                raise RemoteProtocolError(UPGRADE_REFUSED) from None
-            if isinstance(exc.__context__, RemoteProtocolError):  # raised by one of our callbacks
-                raise exc.__context__ from None
-            if isinstance(exc, httptools.HttpParserCallbackError) and isinstance(exc.__context__, Exception):
-                raise exc.__context__ from None  # a callback's own bug (on_head, on_body, on_end): never the peer's
-            where = "body" if self.head else "status line or headers"
-            raise RemoteProtocolError(f"malformed HTTP response {where}: {exc}") from None
+            raise self.parse_failed(exc) from None
         if self._upgraded:
             raise RemoteProtocolError(UPGRADE_REFUSED)
         if self.head is None and self._head_bytes > self.max_head_bytes:
             self._set(State.ERROR)
             raise ResponseTooLarge(f"response head larger than {self.max_head_bytes} bytes")
+
+    def body_feed(self) -> Callable[[bytes], None] | None:
+        """The parser's own feed, for a reader whose per-read call is the cost (the load client): while the response's
+        body streams (its head in, its end not yet) `body_feed()(read)` is `receive_data(read)`, less the checks
+        that only the head or the time after the end need. Valid until the response ends (`on_end`) or the core
+        is detached or cancelled: the caller drops it then and goes back to `receive_data`. An
+        httptools.HttpParserError it raises goes through `parse_failed`, as receive_data's do. None when the body
+        is not streaming now."""
+        if not self._waiting or self.head is None or self._upgraded:
+            return None
+        return self._parser.feed_data
+
+    def parse_failed(self, exc: ParseError) -> Exception:
+        """What llhttp's error on a read means, to raise in its place (from None): the core is in ERROR then."""
+        self._set(State.ERROR)
+        if self._upgraded:  # llhttp pauses after a 101's head; on_headers_complete marked it
+            return RemoteProtocolError(UPGRADE_REFUSED)
+        context = exc.__context__
+        if isinstance(context, RemoteProtocolError):  # raised by one of our callbacks
+            return context
+        if isinstance(exc, httptools.HttpParserCallbackError) and isinstance(context, Exception):
+            return context  # a callback's own bug (on_head, on_body, on_end): never the peer's
+        where = "body" if self.head else "status line or headers"
+        return RemoteProtocolError(f"malformed HTTP response {where}: {exc}")
 
     def cancel(self) -> None:
         """Stop reading the outstanding response (its reader dropped the connection): later bytes, even the rest of

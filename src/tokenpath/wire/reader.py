@@ -17,7 +17,7 @@ bytes as trailing bytes); an event-stream message or NDJSON line cut short is a 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from tokenpath.errors import PeerError
@@ -37,6 +37,12 @@ __all__ = ["FrameReader", "LastWord", "WireFrame", "apis_for_content_type", "fra
 # repeats the whole answer: the window grows until it holds it.
 TAIL_FRAMES = 2
 TAIL_WINDOW_BYTES = 1024
+# last_word_of's short way, remembered: a format's final event is the same bytes in most streams (`data: [DONE]`,
+# Anthropic's message_stop), and what one says is its bytes' and its format's alone. Small events only, a bounded
+# number (the Responses API's response.completed repeats each answer: never the same twice, never kept).
+FINAL_SAID_MAX_BYTES = 256
+FINAL_SAID_MAX_EVENTS = 64
+_FINAL_SAID: dict[tuple[Api, bytes], LastWord] = {}
 
 
 class _Framer(Protocol):
@@ -71,6 +77,27 @@ class FrameReader:
         bytes that break the format (a bad CRC)."""
         frames: Sequence[WireFrame] = self._framer.feed(data)
         return frames
+
+    def scan(self, data: bytes) -> Generator[WireFrame, None, None]:
+        """`feed(data)`'s frames, parsed as they are taken: an SSE read is fed one event at a time (cut after each
+        blank line of LFs), an NDJSON read one line at a time, so a caller that stops at the frame it looks for
+        (the first content frame) leaves the rest of the read unparsed. Every cut is one the framers take as any
+        other split (the conformance battery holds them to that). A reader whose scan was stopped has not seen the
+        rest of that read: its owner drops it then (the load client's recorder does, whose first reads hold a dozen
+        frames when its loop is busy). An event-stream read (binary, length-prefixed) is fed whole. The gateway's
+        first-token scan keeps feed(): its upstream reads are one frame each, and a generator's resumptions cost
+        its request ~8 Python calls (tests/gateway/test_loop_counts.py)."""
+        framing = self.spec.framing
+        if framing is Framing.EVENTSTREAM:
+            yield from self._framer.feed(data)
+            return
+        end = b"\n\n" if framing is Framing.SSE else b"\n"
+        feed, start, last = self._framer.feed, 0, len(data) - len(end)
+        while 0 <= (found := data.find(end, start)) < last:  # a cut at the read's very end is the last feed's
+            cut = found + len(end)
+            yield from feed(data[start:cut])
+            start = cut
+        yield from feed(data[start:] if start else data)
 
     def kind(self, frame: WireFrame) -> FrameKind:
         return self._classify(frame)
@@ -113,12 +140,19 @@ class FrameReader:
             boundary = body.rfind(b"\n\n", 0, len(body) - 2)
             # A BOM there is no BOM to a parser mid-stream (only the stream's first bytes may be one): tail's way.
             if boundary >= 0 and not body.startswith(UTF8_BOM, boundary + 2):
+                final = body[boundary + 2 :]
+                said = _FINAL_SAID.get((self.api, final))
+                if said is not None:
+                    return said
                 try:
-                    frames = SSEParser(MAX_EVENT_BYTES).feed(body[boundary + 2 :])
+                    frames = SSEParser(MAX_EVENT_BYTES).feed(final)
                 except PeerError:
                     frames = []
                 if len(frames) == 1 and self.ends(frames[0]):
-                    return LastWord.ERROR if self._classify(frames[0]) is FrameKind.ERROR else LastWord.FINAL
+                    said = LastWord.ERROR if self._classify(frames[0]) is FrameKind.ERROR else LastWord.FINAL
+                    if len(final) <= FINAL_SAID_MAX_BYTES and len(_FINAL_SAID) < FINAL_SAID_MAX_EVENTS:
+                        _FINAL_SAID[self.api, final] = said
+                    return said
         return self.last_word(self.tail(body))
 
     def tail(self, body: bytes, count: int = TAIL_FRAMES) -> Sequence[WireFrame]:
