@@ -5,7 +5,10 @@ DURATION_S. Reports frames received per second, client CPU per frame, frames per
 figure issue 11 sets a goal for: >= 100,000 per client process), and loop lag. On a machine with more cores the
 curve shows how far `--client-workers` takes the 3,000-stream level of the first article.
 
-    .venv/bin/python bench/client_scaling.py [--workers 1,2] [--streams 300] [--interval-ms 5] [--json]
+--floor adds, per point, the same streams read by a client that only counts (bench/client_floor.py: no HTTP parsing,
+no recorder): the frames per CPU-second of any Python client on uvloop on this machine, in the same run.
+
+    .venv/bin/python bench/client_scaling.py [--workers 1,2] [--streams 300] [--interval-ms 5] [--floor] [--json]
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from multiprocessing import get_context
+
+from client_floor import floor
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import WorkerReport, Workload, run_worker
@@ -33,6 +38,14 @@ def point(url: str, workers: int, streams: int, tokens: int, duration: float) ->
     return frames / max(wall, 1e-9), cpu / max(frames, 1) * 1e6, lag
 
 
+def floor_point(url: str, workers: int, streams: int, tokens: int, duration: float) -> float:
+    """Frames per CPU-second of the counting client, split over `workers` processes as the point is."""
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        runs = list(pool.map(floor, [url] * workers, [streams // workers] * workers, [tokens] * workers,
+                             [duration] * workers))  # fmt: skip
+    return sum(frames for frames, _ in runs) / max(sum(cpu for _, cpu in runs), 1e-9)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", default="1,2")
@@ -40,6 +53,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--interval-ms", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--floor", action="store_true", help="also the counting client's figure (bench/client_floor.py)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     a = ap.parse_args()
     stub_args = ["stub", "--port", "0", "--workers", "2", "--tokens", str(a.tokens), "--interval-ms",
@@ -50,15 +64,19 @@ def main() -> None:
         if not a.json:
             print(f"# {a.streams} streams x {a.tokens} frames every {a.interval_ms:g} ms, direct to a 2-worker stub")
             print("\n| client workers | frames/s received | client CPU per frame (µs) | frames per CPU-second | "
-                  "loop lag p99 ms |")  # fmt: skip
-            print("|---:|---:|---:|---:|---:|")
+                  "loop lag p99 ms |" + (" floor: frames per CPU-second |" if a.floor else ""))  # fmt: skip
+            print("|---:|---:|---:|---:|---:|" + ("---:|" if a.floor else ""))
         for workers in map(int, a.workers.split(",")):
             rate, cpu_us, lag = point(stub.url, workers, a.streams, a.tokens, a.duration)
             per_cpu_s = 1e6 / cpu_us if cpu_us else 0.0
             points.append({"client_workers": workers, "frames_per_s": round(rate), "cpu_us_per_frame": round(cpu_us, 2),
                            "frames_per_cpu_s": round(per_cpu_s), "loop_lag_p99_ms": round(lag, 2)})  # fmt: skip
+            if a.floor:
+                points[-1]["floor_frames_per_cpu_s"] = round(floor_point(stub.url, workers, a.streams, a.tokens,
+                                                                         a.duration))  # fmt: skip
             if not a.json:
-                print(f"| {workers} | {rate:,.0f} | {cpu_us:.1f} | {per_cpu_s:,.0f} | {lag:.1f} |", flush=True)
+                extra = f" {points[-1]['floor_frames_per_cpu_s']:,} |" if a.floor else ""
+                print(f"| {workers} | {rate:,.0f} | {cpu_us:.1f} | {per_cpu_s:,.0f} | {lag:.1f} |{extra}", flush=True)
         if a.json:
             print(json.dumps({"streams": a.streams, "tokens": a.tokens, "interval_ms": a.interval_ms,
                               "duration_s": a.duration, "points": points}, indent=1))  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from tokenpath.clock import Clock, monotonic_ns
 from tokenpath.errors import ConnectError, ConnectTimeout, NetworkError, PeerError, TLSError
@@ -166,11 +166,19 @@ async def run_stream(
     done: asyncio.Future[R] = loop.create_future()
     deadline = loop.time() + timeout_s
     transport, protocol = await connect_protocol(lambda: make(done), host, port, timeout_s, ssl_context)
+    # One timer that fails the future, not wait_for's waiter and callbacks (~14 against ~8 µs a stream, with the
+    # await; asyncio.timeout ~16): the load client waits here once per stream.
+    expire = loop.call_at(deadline, _time_out, done)
     try:
-        async with asyncio.timeout_at(deadline):  # a timer, not wait_for's waiter and callbacks: once per stream
-            return await done
+        return await done
     finally:
+        expire.cancel()
         await close_and_wait(transport, protocol.closed)
+
+
+def _time_out(done: asyncio.Future[Any]) -> None:
+    if not done.done():
+        done.set_exception(TimeoutError())
 
 
 async def connect_protocol(
@@ -181,7 +189,8 @@ async def connect_protocol(
     HTTP/1.1, HTTP/2 and WebSocket connections all open here)."""
     loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(timeout_s):  # in this task: wait_for would run the connect in a task of its own
+        # In this task (~12 µs with the connect's await; wait_for ran it in a task of its own: ~19)
+        async with asyncio.timeout(timeout_s):
             transport, protocol = await loop.create_connection(
                 factory, host, port, ssl=ssl_context, server_hostname=host if ssl_context is not None else None
             )
