@@ -14,7 +14,7 @@ from typing import cast
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import Workload, _probe_config
-from tokenpath.probe.client import StreamRequests, new_stream_id
+from tokenpath.probe.client import new_stream_id, request_bytes
 from tokenpath.serve.loops import new_event_loop
 
 WARMUP_S = 1.0  # as client_scaling's points: streams that start in it are not counted, its CPU is
@@ -45,8 +45,12 @@ class _Counter(asyncio.Protocol):
 
 async def _closed_loop(url: str, streams: int, tokens: int, duration: float) -> tuple[int, float]:
     cfg = _probe_config(Workload(url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, duration))
-    requests = StreamRequests(cfg)
-    host, port = requests.target.host, requests.target.port
+    target = cfg.target
+    host, port = target.host, target.port
+    # The load client's request, its stream id swapped per stream (as probe/client.py StreamRequests does; built
+    # here so that the floor runs beside trees from before it, with any tree's src on PYTHONPATH).
+    placeholder = new_stream_id()
+    template = request_bytes(cfg, target, placeholder)
     loop = asyncio.get_running_loop()
     start = loop.time()
     measure_from, stop_at = start + WARMUP_S, start + WARMUP_S + duration
@@ -58,7 +62,7 @@ async def _closed_loop(url: str, streams: int, tokens: int, duration: float) -> 
         while loop.time() < stop_at:
             counted = loop.time() >= measure_from
             done: asyncio.Future[int] = loop.create_future()
-            request = requests.of(new_stream_id())
+            request = template.replace(placeholder.encode(), new_stream_id().encode())
             await loop.create_connection(functools.partial(_Counter, request, done), host, port)
             got = await done
             if counted:

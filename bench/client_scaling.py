@@ -19,8 +19,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from multiprocessing import get_context
 
-from client_floor import floor
-
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import WorkerReport, Workload, run_worker
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
@@ -40,6 +38,8 @@ def point(url: str, workers: int, streams: int, tokens: int, duration: float) ->
 
 def floor_point(url: str, workers: int, streams: int, tokens: int, duration: float) -> float:
     """Frames per CPU-second of the counting client, split over `workers` processes as the point is."""
+    from client_floor import floor  # only with --floor: the bench still runs beside trees from before it
+
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         runs = list(pool.map(floor, [url] * workers, [streams // workers] * workers, [tokens] * workers,
                              [duration] * workers))  # fmt: skip
