@@ -202,7 +202,7 @@ class LeanRecorder:
         return self._end(how, t_ns, " ".join(str(exc).split())[:200]) if how is not None else None
 
     def _end(self, how: BodyEnd, t_ns: int, detail: str = "") -> StreamEnd:
-        """The end from the body's last frames, found from its end (FrameReader.tail): parsed once, here only."""
+        """The end from the body's last frames, found from its end (FrameReader.last_word_of): read once, here only."""
         said = LastWord.NOTHING
         if self._framed and how is not BodyEnd.STATUS:
             said = _end_reader(self._api).last_word_of(self._decoded_body())
