@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.load.plan import PROXY_US, UTILISATION, plan
+from tokenpath.load.plan import CLIENT_US, PROXY_US, UTILISATION, plan
 
 
 def test_frames_and_cores_follow_from_the_workload_and_the_costs() -> None:
@@ -11,14 +11,14 @@ def test_frames_and_cores_follow_from_the_workload_and_the_costs() -> None:
     stream_s = (90 + 128 * 14) / 1000
     assert level.frames_per_s == pytest.approx(1000 * 131 / stream_s)
     client, stub, proxy = level.roles
-    assert client.cores == pytest.approx(level.frames_per_s * 9.6e-6 / UTILISATION)
+    assert client.cores == pytest.approx(level.frames_per_s * CLIENT_US * 1e-6 / UTILISATION)
     assert proxy.us_per_frame == PROXY_US["gateway"]
     assert stub.processes >= level.frames_per_s / 40_000
 
 
 def test_every_cost_flag_is_the_one_applied() -> None:
     base = plan((500,), tokens=64, interval_ms=20, ttft_ms=100)[0].roles
-    given = plan((500,), tokens=64, interval_ms=20, ttft_ms=100, client_us=19.2, stub_us=50, proxy="nginx",
+    given = plan((500,), tokens=64, interval_ms=20, ttft_ms=100, client_us=2 * CLIENT_US, stub_us=50, proxy="nginx",
                  proxy_us=80)[0].roles  # fmt: skip
     assert given[0].cores == pytest.approx(2 * base[0].cores)
     assert given[1].cores == pytest.approx(2 * base[1].cores)

@@ -20,10 +20,10 @@ from tokenpath.errors import UsageError
 UTILISATION = 0.7  # a role busier than this per core starts to add queueing delay to what it measures
 FRAMES_EXTRA = 3  # role delta, finish chunk, [DONE]
 
-# CPU per frame, µs, measured here (bench/RESULTS.md): the lean client (bench/client_scaling.py, 9.5-9.7), one stub
+# CPU per frame, µs, measured here (bench/RESULTS.md): the lean client (bench/client_scaling.py, 8.6-9.0), one stub
 # worker at its ~40,000 writes/s ceiling (bench/stub_drift.py, ~25 incl. the kernel's loopback path), and the
 # proxies' sampled CPU at 200 streams x 71 frames/s (tokenpath load): nginx 0.24 cores, the gateway 0.37, Node 0.64.
-CLIENT_US = 9.6
+CLIENT_US = 8.8
 STUB_US = 25.0
 PROXY_US = {"nginx": 17.0, "gateway": 26.0, "node": 45.0}
 STUB_WRITES_PER_WORKER = 40_000  # one stub worker's ceiling, measured: past it, pacing drifts
