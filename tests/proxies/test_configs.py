@@ -68,7 +68,8 @@ def test_every_catalogue_entry_has_a_stock_variant_and_a_missing_reason_or_binar
         if not (proxy.runnable and proxy.binary() is not None):
             assert proxy.missing_reason() is not None, name
         if proxy.missing_reason() is None:
-            assert proxy.runnable and proxy.binary() is not None, name
+            assert proxy.runnable, name
+            assert proxy.binary() is not None, name
 
 
 def test_unknown_variant_lists_the_known_ones() -> None:
