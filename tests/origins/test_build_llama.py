@@ -1,7 +1,7 @@
 """scripts/build-llama's rules that take no build: the flags it builds with (no AMX on x86-64), its key (the one
 origins/catalogue.py looks the build up by), and a build made with other flags never reused (removed). Each run
 stops before it downloads or compiles anything: cmake is left off its PATH, so past the reuse check it says what it
-needs."""
+needs. And scripts/llama-serves, the check a new build must pass to be kept, against stand-ins for its server."""
 
 from __future__ import annotations
 
@@ -80,3 +80,44 @@ def test_a_build_made_with_other_flags_is_built_again(tmp_path: Path) -> None:
     assert "already built" not in done.stdout
     assert "needs cmake" in done.stdout  # it went on to build (and stopped where this test left cmake out)
     assert not stale.exists()  # and the stale build is gone: the catalogue finds no build rather than that one
+
+
+SERVES = Path(__file__).resolve().parents[2] / "scripts" / "llama-serves"
+# Stand-ins for a build's llama-server, started as build-llama's check starts it (-m MODEL ... --port PORT ...).
+FAULTS = "#!/bin/sh\nkill -ILL $$\n"  # what the AMX build did while loading the model
+ANSWERS_HEALTH = """#!/usr/bin/env python3
+import http.server, sys
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+port = int(sys.argv[sys.argv.index("--port") + 1])
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+
+
+def serves(tmp_path: Path, server: str) -> subprocess.CompletedProcess[str]:
+    build = tmp_path / "build"
+    (build / "bin").mkdir(parents=True)
+    (build / "bin" / "llama-server").write_text(server)
+    (build / "bin" / "llama-server").chmod(0o755)
+    return subprocess.run(
+        ["bash", str(SERVES), str(build), str(tmp_path / "model.gguf")], capture_output=True, text=True, timeout=90
+    )
+
+
+def test_a_build_whose_server_faults_does_not_serve(tmp_path: Path) -> None:
+    done = serves(tmp_path, FAULTS)
+    assert done.returncode == 1
+    assert "did not serve" in done.stdout
+    assert "exit 132" in done.stdout  # 128 + SIGILL, as the shell reports it
+
+
+def test_a_build_whose_server_answers_health_serves(tmp_path: Path) -> None:
+    done = serves(tmp_path, ANSWERS_HEALTH)
+    assert done.returncode == 0, done.stdout + done.stderr
