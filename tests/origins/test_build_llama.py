@@ -17,7 +17,7 @@ from tokenpath.origins.catalogue import LLAMA_VERSION, MODEL_FILE, cpu_key
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-llama"
 # What the script runs before it would download anything (its CPU key, the AMX probe, the checks, a stale build out).
-TOOLS = ("bash", "grep", "cc", "c++", "md5sum", "cut", "head", "uname", "env", "rm")
+TOOLS = ("bash", "grep", "cc", "c++", "md5sum", "cut", "head", "uname", "rm")
 
 pytestmark = pytest.mark.skipif(
     any(shutil.which(tool) is None for tool in TOOLS), reason="needs bash and a C/C++ compiler (the script's own)"
