@@ -27,7 +27,6 @@ def start_services() -> tuple[Start, Callable[[], None]]:
     def stop_all() -> None:
         for proc in reversed(started):
             proc.stop()
-            proc.log_path.unlink(missing_ok=True)
 
     return start, stop_all
 

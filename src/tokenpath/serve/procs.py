@@ -27,7 +27,9 @@ def tokenpath_argv(*args: str) -> list[str]:
 
 class ServiceProcess:
     """Output goes to a log file (never a pipe that could fill and stall the child); readiness is the first
-    'listening on URL' line in it."""
+    'listening on URL' line in it. stop() removes the log, unless the process had exited on its own with an error
+    (its log is what says why: kept at `log_path`). Every load run and matrix starts one: left behind, they
+    piled up in the temp dir by the thousand."""
 
     def __init__(self, argv: list[str], name: str, env: dict[str, str] | None = None) -> None:
         self.argv = argv
@@ -59,13 +61,18 @@ class ServiceProcess:
             if self._proc.poll() is not None:
                 raise ServiceError(f"{self.name} exited with code {self._proc.returncode}:\n{self.log_tail()}")
             time.sleep(0.02)
+        tail = self.log_tail()  # before stop() removes the log
         self.stop()
-        raise ServiceError(f"{self.name} did not report 'listening on' within {timeout_s:.0f} s:\n{self.log_tail()}")
+        raise ServiceError(f"{self.name} did not report 'listening on' within {timeout_s:.0f} s:\n{tail}")
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Stops the service and every process it started (workers, multiprocessing's resource tracker)."""
+        """Stops the service and every process it started (workers, multiprocessing's resource tracker), and
+        removes its log unless it had failed on its own."""
+        failed = self._proc is not None and self._proc.poll() not in (None, 0)
         if self._proc is not None:
             stop_process_group(self._proc, timeout_s)
+        if not failed:
+            self.log_path.unlink(missing_ok=True)
 
     @property
     def pid(self) -> int | None:
@@ -85,7 +92,6 @@ class ServiceProcess:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-        self.log_path.unlink(missing_ok=True)
 
 
 def stop_process_group(process: subprocess.Popen[bytes], timeout_s: float) -> None:
