@@ -14,7 +14,9 @@ measured window (psutil; nginx's master and worker), divided by the frames its c
 
 --floor adds two byte pipes on uvloop, no HTTP parsing: bench/uvloop_pipe.py (one Protocol callback and one write
 per read, nothing else: the floor of any relay in Python on uvloop) and `tokenpath relay --mode pass` (the control
-relay: the same plus its policy layer and protocol sniffing).
+relay: the same plus its policy layer and protocol sniffing); and bench/lean_proxy.py, an HTTP proxy on the
+gateway's own cores (its server connection and its upstream keep-alive pool) with none of its layers: between it
+and the pipe is what the cores cost, between it and the gateway what the layers do.
 
 Each line also splits the CPU per frame into user and system time: in clear text every target here makes the same
 system calls per frame (one read, one write; `strace -c` in bench/RESULTS.md), so the system time is the kernel's
@@ -113,6 +115,16 @@ def nginx(upstream: str, ca_file: Path | None = None, serve_tls: TLSFiles | None
     return Target(name, running.url, running.process.pid, running.stop)
 
 
+def lean_proxy(upstream: str) -> Target:
+    up = urlsplit(upstream)
+    assert up.hostname is not None
+    script = Path(__file__).with_name("lean_proxy.py")
+    proc = ServiceProcess([sys.executable, str(script), up.hostname, str(up.port)], "lean proxy")
+    url = proc.start()
+    assert proc.pid is not None
+    return Target("lean proxy on the gateway's cores (bench/lean_proxy.py)", url, proc.pid, proc.stop)
+
+
 def byte_pipe(upstream: str) -> Target:
     up = urlsplit(upstream)
     proc = ServiceProcess(tokenpath_argv("relay", "--mode", "pass", "--upstream", up.netloc), "relay pass")
@@ -201,7 +213,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=Path, help="py-spy raw output for the last gateway's last measurement")
     ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
-    ap.add_argument("--floor", action="store_true", help="also measure two uvloop byte pipes (see above)")
+    ap.add_argument("--floor", action="store_true", help="also measure two byte pipes and the lean proxy (above)")
     args = ap.parse_args()
     try:
         lengths = [int(t) for t in args.tokens.split(",")]
@@ -229,7 +241,7 @@ def main() -> None:
         targets += [gateway(src, upstream, workers, ca_file) for src in args.src for workers in counts]
         last_gateway = targets[-1]
         if args.floor:
-            targets += [minimal_pipe(upstream), byte_pipe(upstream)]
+            targets += [minimal_pipe(upstream), byte_pipe(upstream), lean_proxy(upstream)]
         if args.against == "nginx":
             targets.append(nginx(upstream, ca_file))
         results: dict[str, list[float]] = {t.name: [] for t in targets}

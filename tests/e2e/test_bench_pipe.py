@@ -1,5 +1,5 @@
-"""bench/uvloop_pipe.py, the floor bench/gateway_cpu.py --floor measures against: a real stream goes through it
-frame by frame (the probe sees every frame the stub wrote, each in its own read)."""
+"""bench/uvloop_pipe.py and bench/lean_proxy.py, floors bench/gateway_cpu.py --floor measures against: a real stream
+goes through each frame by frame (the probe sees every frame the stub wrote, each in its own read)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import Start
@@ -17,6 +18,7 @@ from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 pytestmark = pytest.mark.e2e
 
 PIPE = Path(__file__).parents[2] / "bench" / "uvloop_pipe.py"
+LEAN = Path(__file__).parents[2] / "bench" / "lean_proxy.py"
 
 
 def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
@@ -33,3 +35,25 @@ def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
         assert run["arrivals"] >= run["frames"] - 2  # paced 20 ms apart: streamed (a late reader may merge one pair)
     finally:
         pipe.stop()
+
+
+def test_the_lean_proxy_relays_streams_frame_by_frame_and_keeps_its_upstream_connection(service: Start) -> None:
+    stub = service("stub", "--port", "0", "--tokens", "12", "--interval-ms", "20", name="stub")
+    up = urlsplit(stub.url)
+    lean = ServiceProcess([sys.executable, str(LEAN), str(up.hostname), str(up.port)], "lean proxy")
+    url = lean.start()
+    try:
+        done = subprocess.run(tokenpath_argv("probe", url, "--runs", "3", "--json"), capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        runs = json.loads(done.stdout)["runs"]
+        assert len(runs) == 3
+        for run in runs:
+            assert run["status"] == 200
+            assert run["frames"] >= 12
+            assert run["arrivals"] >= run["frames"] - 2
+        assert lean.pid is not None
+        upstream = [c for c in psutil.Process(lean.pid).net_connections("tcp") if c.raddr and c.raddr.port == up.port]
+        assert len(upstream) == 1  # the three streams went one after another over one keep-alive connection
+    finally:
+        lean.stop()
