@@ -115,16 +115,6 @@ def nginx(upstream: str, ca_file: Path | None = None, serve_tls: TLSFiles | None
     return Target(name, running.url, running.process.pid, running.stop)
 
 
-def lean_proxy(upstream: str) -> Target:
-    up = urlsplit(upstream)
-    assert up.hostname is not None
-    script = Path(__file__).with_name("lean_proxy.py")
-    proc = ServiceProcess([sys.executable, str(script), up.hostname, str(up.port)], "lean proxy")
-    url = proc.start()
-    assert proc.pid is not None
-    return Target("lean proxy on the gateway's cores (bench/lean_proxy.py)", url, proc.pid, proc.stop)
-
-
 def byte_pipe(upstream: str) -> Target:
     up = urlsplit(upstream)
     proc = ServiceProcess(tokenpath_argv("relay", "--mode", "pass", "--upstream", up.netloc), "relay pass")
@@ -133,14 +123,15 @@ def byte_pipe(upstream: str) -> Target:
     return Target("tokenpath relay --mode pass", url, proc.pid, proc.stop)
 
 
-def minimal_pipe(upstream: str) -> Target:
+def bench_script(script: str, name: str, upstream: str) -> Target:
+    """One of the floors beside this file (uvloop_pipe.py, lean_proxy.py), in front of `upstream`."""
     up = urlsplit(upstream)
     assert up.hostname is not None
-    script = Path(__file__).with_name("uvloop_pipe.py")
-    proc = ServiceProcess([sys.executable, str(script), up.hostname, str(up.port)], "uvloop pipe")
+    path = Path(__file__).with_name(script)
+    proc = ServiceProcess([sys.executable, str(path), up.hostname, str(up.port)], name)
     url = proc.start()
     assert proc.pid is not None
-    return Target("minimal uvloop pipe (bench/uvloop_pipe.py)", url, proc.pid, proc.stop)
+    return Target(f"{name} (bench/{script})", url, proc.pid, proc.stop)
 
 
 def measure(
@@ -241,7 +232,11 @@ def main() -> None:
         targets += [gateway(src, upstream, workers, ca_file) for src in args.src for workers in counts]
         last_gateway = targets[-1]
         if args.floor:
-            targets += [minimal_pipe(upstream), byte_pipe(upstream), lean_proxy(upstream)]
+            targets += [
+                bench_script("uvloop_pipe.py", "minimal uvloop pipe", upstream),
+                byte_pipe(upstream),
+                bench_script("lean_proxy.py", "lean proxy on the gateway's cores", upstream),
+            ]
         if args.against == "nginx":
             targets.append(nginx(upstream, ca_file))
         results: dict[str, list[float]] = {t.name: [] for t in targets}

@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway_cpu import WARMUP_S, Target, gateway, minimal_pipe, nginx
+from gateway_cpu import WARMUP_S, Target, bench_script, gateway, nginx
 
 from tokenpath.load.runner import PROMPT
 from tokenpath.load.worker import Workload, run_worker
@@ -140,7 +140,7 @@ def main() -> None:
             upstream, ca_file = front.url.rstrip("/"), files.cert
         targets += [gateway(src, upstream, 1, ca_file) for src in args.src]
         if not args.no_pipe and not args.tls:
-            targets.append(minimal_pipe(upstream))
+            targets.append(bench_script("uvloop_pipe.py", "minimal uvloop pipe", upstream))
         print(f"{args.streams} streams x {args.tokens} tokens, {args.seconds:g} s under strace -c -f:")
         for t in targets:
             calls, frames = count(t, args.streams, args.seconds, args.tokens)
