@@ -21,39 +21,46 @@ PIPE = Path(__file__).parents[2] / "bench" / "uvloop_pipe.py"
 LEAN = Path(__file__).parents[2] / "bench" / "lean_proxy.py"
 
 
-def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
+def floor_before_a_stub(service: Start, script: Path, name: str) -> tuple[ServiceProcess, int]:
+    """The floor script started in front of a paced stub; with the stub's port."""
     stub = service("stub", "--port", "0", "--tokens", "12", "--interval-ms", "20", name="stub")
     up = urlsplit(stub.url)
-    pipe = ServiceProcess([sys.executable, str(PIPE), str(up.hostname), str(up.port)], "uvloop pipe")
-    url = pipe.start()
-    try:
-        done = subprocess.run(tokenpath_argv("probe", url, "--json"), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
-        (run,) = json.loads(done.stdout)["runs"]
+    proc = ServiceProcess([sys.executable, str(script), str(up.hostname), str(up.port)], name)
+    proc.start()
+    assert up.port is not None
+    return proc, up.port
+
+
+def probe_streams(url: str, runs: int) -> None:
+    """`runs` streams probed one after another: each whole, and streamed frame by frame."""
+    done = subprocess.run(tokenpath_argv("probe", url, "--runs", str(runs), "--json"), capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(done.stdout)["runs"]
+    assert len(results) == runs
+    for run in results:
         assert run["status"] == 200
         assert run["frames"] >= 12
         assert run["arrivals"] >= run["frames"] - 2  # paced 20 ms apart: streamed (a late reader may merge one pair)
+
+
+def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
+    pipe, _ = floor_before_a_stub(service, PIPE, "uvloop pipe")
+    try:
+        assert pipe.url is not None
+        probe_streams(pipe.url, 1)
     finally:
         pipe.stop()
 
 
 def test_the_lean_proxy_relays_streams_frame_by_frame_and_keeps_its_upstream_connection(service: Start) -> None:
-    stub = service("stub", "--port", "0", "--tokens", "12", "--interval-ms", "20", name="stub")
-    up = urlsplit(stub.url)
-    lean = ServiceProcess([sys.executable, str(LEAN), str(up.hostname), str(up.port)], "lean proxy")
-    url = lean.start()
+    lean, stub_port = floor_before_a_stub(service, LEAN, "lean proxy")
     try:
-        done = subprocess.run(tokenpath_argv("probe", url, "--runs", "3", "--json"), capture_output=True, text=True,
-                              timeout=60)  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        runs = json.loads(done.stdout)["runs"]
-        assert len(runs) == 3
-        for run in runs:
-            assert run["status"] == 200
-            assert run["frames"] >= 12
-            assert run["arrivals"] >= run["frames"] - 2
+        assert lean.url is not None
+        probe_streams(lean.url, 3)
         assert lean.pid is not None
-        upstream = [c for c in psutil.Process(lean.pid).net_connections("tcp") if c.raddr and c.raddr.port == up.port]
+        connections = psutil.Process(lean.pid).net_connections("tcp")
+        upstream = [c for c in connections if c.raddr and c.raddr.port == stub_port]
         assert len(upstream) == 1  # the three streams went one after another over one keep-alive connection
     finally:
         lean.stop()
