@@ -30,7 +30,9 @@ With two token counts (`--tokens 8,128`) each round measures every target at bot
 into a cost per request and a cost per frame: two measurements, C = requests x q + frames x f, solved for q and f
 per round (the streams and frames each measurement completed are counted, not assumed). The request's cost is
 everything a stream costs once whatever its length (accept, parse, route, the upstream exchange, the head, timers,
-the log line, metrics); the frame's is the relay's per read.
+the log line, metrics); the frame's is the relay's per read. With --floor and/or --against, each target's cost per
+request is also given over the bare pipe's and over nginx's, round by round: the per-request goal as a ratio
+measured side by side, which the host's speed of the hour does not move (bench/RESULTS.md, issue 39's ninth part).
 
 `--profile` needs py-spy (the dev extra installs it; `pip install py-spy` elsewhere): it records the last
 --src gateway during its last measurement (`py-spy record --native --format raw`, collapsed stacks); the summary of
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import shutil
 import statistics
@@ -169,6 +172,17 @@ def per_request_and_frame(short: tuple[float, int, int], long: tuple[float, int,
     return 1e6 * (c1 * f2 - c2 * f1) / det, 1e6 * (r1 * c2 - r2 * c1) / det
 
 
+def request_ratios(costs: dict[str, list[tuple[float, float]]], reference: str) -> dict[str, list[float]]:
+    """Each other target's CPU per request over `reference`'s, round by round (a ratio measured side by side: the
+    issue's per-request goal in a form the host's speed does not move)."""
+    ref = [q for q, _ in costs[reference]]
+    return {
+        name: [q / r if r > 0 else float("nan") for (q, _), r in zip(pairs, ref, strict=True)]
+        for name, pairs in costs.items()
+        if name != reference
+    }
+
+
 def py_spy(pid: int, out: Path, seconds: float) -> subprocess.Popen[bytes]:
     binary = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     argv = [binary, "record", "--native", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
@@ -231,14 +245,17 @@ def main() -> None:
         counts = [int(w) for w in args.workers.split(",")]
         targets += [gateway(src, upstream, workers, ca_file) for src in args.src for workers in counts]
         last_gateway = targets[-1]
+        pipe = yardstick = None  # the per-request ratios' references
         if args.floor:
+            pipe = bench_script("uvloop_pipe.py", "minimal uvloop pipe", upstream)
             targets += [
-                bench_script("uvloop_pipe.py", "minimal uvloop pipe", upstream),
+                pipe,
                 byte_pipe(upstream),
                 bench_script("lean_proxy.py", "lean proxy on the gateway's cores", upstream),
             ]
         if args.against == "nginx":
-            targets.append(nginx(upstream, ca_file))
+            yardstick = nginx(upstream, ca_file)
+            targets.append(yardstick)
         results: dict[str, list[float]] = {t.name: [] for t in targets}
         split: dict[str, list[tuple[float, float]]] = {t.name: [] for t in targets}  # user, system per frame
         costs: dict[str, list[tuple[float, float]]] = {t.name: [] for t in targets}  # per request, per frame
@@ -279,6 +296,13 @@ def main() -> None:
                 f_median = statistics.median(f for _, f in pairs)
                 per_request = f"per request {request_costs} (median {q_median:.0f})"
                 print(f"  {name}: {per_request}; per frame {frame_costs} (median {f_median:.1f})")
+            for reference in [t.name for t in (pipe, yardstick) if t is not None]:
+                print(f"CPU per request over {reference}'s, per round:")
+                for name, ratios in request_ratios(costs, reference).items():
+                    shown = " / ".join(f"{x:.2f}" for x in ratios)
+                    finite = [x for x in ratios if math.isfinite(x)]  # nan: a noisy round solved its cost to <= 0
+                    middle = f"{statistics.median(finite):.2f}" if finite else "n/a"
+                    print(f"  {name}: {shown}  (median {middle})")
         if args.profile is not None and args.profile.exists():
             print(f"py-spy own time, {last_gateway.name} (the last round), {args.profile}:")
             for share, frame in own_time(args.profile):

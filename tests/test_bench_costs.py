@@ -36,6 +36,19 @@ def test_lengths_that_cannot_be_told_apart_give_no_split(gateway_cpu: ModuleType
     assert math.isnan(f)
 
 
+def test_costs_per_request_are_compared_round_by_round_to_a_reference(gateway_cpu: ModuleType) -> None:
+    costs = {
+        "gateway": [(300.0, 20.0), (400.0, 21.0)],
+        "pipe": [(100.0, 15.0), (-5.0, 14.0)],
+        "lean": [(200, 17), (0, 1)],
+    }
+    ratios = gateway_cpu.request_ratios(costs, "pipe")
+    assert set(ratios) == {"gateway", "lean"}  # not the reference itself
+    assert ratios["gateway"][0] == pytest.approx(3.0)
+    assert math.isnan(ratios["gateway"][1])  # a round that solved the reference's cost to <= 0 gives no ratio
+    assert ratios["lean"][0] == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize("tokens", ["8,x", "8,8", "0,128", "8,32,128"])
 def test_a_bad_tokens_list_is_refused_by_name(tokens: str) -> None:
     done = subprocess.run(
