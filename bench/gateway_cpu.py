@@ -229,7 +229,7 @@ def main() -> None:
     if len(lengths) == 2 and args.profile is not None:
         ap.error("--profile records one measurement: give one --tokens count with it")
     if args.floor and args.tls:
-        ap.error("--floor is a clear-text byte pipe: it cannot stand in front of a TLS upstream")
+        ap.error("--floor's pipes and lean proxy speak clear text: they cannot stand in front of a TLS upstream")
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
     stub_url = stub.start()
     up = urlsplit(stub_url)

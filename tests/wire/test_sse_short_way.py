@@ -4,7 +4,7 @@ its scan: the same frames, the same state after, and the short way really taken.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokenpath.wire import sse
@@ -57,6 +57,7 @@ def test_a_whole_single_line_event_parses_as_the_scan_parses_it(event: bytes) ->
 OTHER_READS = [b"data: a\r\n\r\n", b"data: a\ndata: b\n\n", b"\n", b"dat"]
 
 
+@settings(deadline=None)  # no timing is asserted: a loaded machine may run an example slowly
 @given(st.lists(st.sampled_from([*SINGLE_LINE_EVENTS, *WITH_A_CR, *OTHER_READS])))
 def test_any_sequence_of_reads_parses_as_byte_by_byte(reads: list[bytes]) -> None:
     """Reads that take the short way mixed with reads that do not (CRLF, two lines, a blank line, a piece of a
