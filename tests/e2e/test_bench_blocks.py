@@ -1,0 +1,65 @@
+"""bench/gateway_blocks.py: the CPU of each event-loop block of a live gateway, filed by kind. Counts only (never a
+timing): every completed stream's blocks are filed where they belong, and the options reach the gateway."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = Path(__file__).parents[2] / "bench" / "gateway_blocks.py"
+SRC = Path(__file__).parents[2] / "src"
+
+
+def blocks(*args: str) -> dict[str, object]:
+    done = subprocess.run([sys.executable, str(SCRIPT), "--src", str(SRC), "--json", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+def test_each_streams_blocks_are_filed_by_kind() -> None:
+    result = blocks("--streams", "4", "--tokens", "20", "--seconds", "3")
+    assert result["failed"] == 0
+    assert result["log_level"] == "info"  # the gateway's default, as `tokenpath gateway` runs
+    completed = result["completed"]
+    assert isinstance(completed, int)
+    assert completed >= 4
+    rows = result["blocks"]
+    assert isinstance(rows, dict)
+    assert set(rows) >= {"request", "head", "first", "later", "end"}
+    assert "other" not in rows  # clear-text HTTP/1.1: every upstream read belongs to a response
+    # Counted after the first second: the streams that started then each have one request, one head, one first
+    # token; ends also count the streams that started in the warm-up (the closed loop keeps 4 open).
+    heads = rows["head"]["count"]
+    assert rows["request"]["count"] == heads == rows["first"]["count"]
+    assert heads <= rows["end"]["count"] <= heads + 4
+    assert rows["later"]["count"] >= heads * 10  # 20 frames each, 14 ms apart: one read per frame, mostly
+    for row in rows.values():
+        assert 0 < row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
+    assert abs(sum(row["share"] for row in rows.values()) - 1) < 1e-6
+
+
+def test_the_log_level_reaches_the_gateway() -> None:
+    """The level is read back from the gateway process: info (its default, a line per request) unless told."""
+    result = blocks("--streams", "2", "--tokens", "10", "--seconds", "2", "--log-level", "warning")
+    assert result["log_level"] == "warning"
+    assert result["failed"] == 0
+
+
+def test_bad_options_are_refused_before_anything_starts() -> None:
+    refused = (
+        (["--seconds", "1"], "warm-up"),
+        (["--streams", "0"], "at least 1"),
+        (["--src", "/nonexistent"], "no tokenpath package"),
+    )
+    for args, words in refused:
+        done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2
+        assert words in done.stderr
