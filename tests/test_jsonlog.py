@@ -1,15 +1,19 @@
 """jsonlog.py: a message that is one JSON object already (JSONObject, the gateway's access log line) goes into the
-line as it is, never parsed back, and the line is the same JSON the parsing path makes; anything else as before."""
+line as it is, never parsed back, and the line is the same JSON the parsing path makes; anything else as before.
+BatchedHandler (the gateway's): lines below WARNING wait for the scheduled flush, one write per batch, in order."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from tokenpath.jsonlog import JSONFormatter, JSONObject
+from tokenpath import jsonlog
+from tokenpath.jsonlog import JSONFormatter, JSONObject, batch_log_lines, configure_logging
 
 
 def record(msg: object, level: int = logging.INFO, exc_info: bool = False) -> logging.LogRecord:
@@ -53,3 +57,173 @@ def test_other_messages_are_formatted_as_before() -> None:
     with_traceback = json.loads(formatter.format(record(JSONObject(json.dumps(FIELDS)), exc_info=True)))
     assert with_traceback["status"] == 200
     assert "planted" in with_traceback["exception"]
+
+
+class CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, s: str) -> int:
+        self.writes += 1
+        return super().write(s)
+
+
+class Scheduler:
+    """Stands in for the gateway's timer wheel: remembers the flushes asked for; `run` calls them."""
+
+    def __init__(self) -> None:
+        self.asked: list[Callable[[], None]] = []
+
+    def __call__(self, flush: Callable[[], None]) -> None:
+        self.asked.append(flush)
+
+    def run(self) -> None:
+        asked, self.asked = self.asked, []
+        for flush in asked:
+            flush()
+
+
+@pytest.fixture
+def batched() -> Iterator[tuple[logging.Logger, CountingStream]]:
+    """configure_logging(batched=True) on a logger of its own, its stderr a counting stream."""
+    stream = CountingStream()
+    saved = sys.stderr
+    sys.stderr = stream
+    try:
+        configure_logging("info", "tokenpath.test_batched", batched=True)
+    finally:
+        sys.stderr = saved
+    logger = logging.getLogger("tokenpath.test_batched")
+    try:
+        yield logger, stream
+    finally:
+        for handler in logger.handlers:
+            handler.close()
+        logger.handlers.clear()
+
+
+def access(logger: logging.Logger, n: int) -> None:
+    logger.info(JSONObject(json.dumps({**FIELDS, "request_id": f"r-{n}"})))
+
+
+def ids(stream: CountingStream) -> list[object]:
+    return [
+        json.loads(line).get("request_id", json.loads(line).get("event")) for line in stream.getvalue().splitlines()
+    ]
+
+
+def test_without_a_schedule_every_line_is_written_at_once(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    access(logger, 1)
+    access(logger, 2)
+    assert ids(stream) == ["r-1", "r-2"]
+    assert stream.writes == 2
+
+
+def test_lines_wait_for_the_scheduled_flush_and_go_out_in_one_write(
+    batched: tuple[logging.Logger, CountingStream],
+) -> None:
+    logger, stream = batched
+    scheduler = Scheduler()
+    batch_log_lines(scheduler, "tokenpath.test_batched")
+    for n in range(5):
+        access(logger, n)
+    assert stream.getvalue() == ""  # waiting
+    assert len(scheduler.asked) == 1  # one flush asked for per batch, not one per line
+    scheduler.run()
+    assert ids(stream) == [f"r-{n}" for n in range(5)]
+    assert stream.writes == 1
+    access(logger, 5)  # the next batch asks again
+    assert len(scheduler.asked) == 1
+    scheduler.run()
+    assert ids(stream)[-1] == "r-5"
+    assert stream.writes == 2
+
+
+def test_a_batched_line_is_the_plain_handlers_line(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    record = logging.LogRecord(
+        "tokenpath.gateway", logging.INFO, __file__, 1, JSONObject(json.dumps(FIELDS)), None, None
+    )
+    plain = logging.StreamHandler(io.StringIO())
+    plain.setFormatter(JSONFormatter())
+    plain.emit(record)
+    handler = logger.handlers[0]
+    handler.handle(record)
+    handler.flush()
+    assert stream.getvalue() == plain.stream.getvalue()
+
+
+def test_a_warning_goes_out_at_once_after_the_lines_that_wait(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    access(logger, 1)
+    access(logger, 2)
+    logger.warning(json.dumps({"event": "member_ejected"}))
+    assert ids(stream) == ["r-1", "r-2", "member_ejected"]  # the order they were logged in
+    assert stream.writes == 1
+
+
+def test_a_full_batch_is_written_without_waiting(
+    batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    monkeypatch.setattr(jsonlog, "BATCH_BYTES", 300)  # two lines of ~150 bytes
+    access(logger, 1)
+    assert stream.writes == 0
+    access(logger, 2)
+    assert stream.writes == 1
+    assert ids(stream) == ["r-1", "r-2"]
+
+
+def test_taking_the_schedule_back_writes_what_waits_and_lines_go_at_once_again(
+    batched: tuple[logging.Logger, CountingStream],
+) -> None:
+    logger, stream = batched
+    scheduler = Scheduler()
+    batch_log_lines(scheduler, "tokenpath.test_batched")
+    access(logger, 1)
+    batch_log_lines(None, "tokenpath.test_batched")  # the gateway's close
+    assert ids(stream) == ["r-1"]
+    access(logger, 2)
+    assert ids(stream) == ["r-1", "r-2"]
+    scheduler.run()  # a flush asked for before: nothing left to write
+    assert stream.writes == 2
+
+
+def test_closing_or_replacing_the_handler_writes_what_waits(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    access(logger, 1)
+    logger.handlers[0].close()  # logging.shutdown at exit, or a handler removed
+    assert ids(stream) == ["r-1"]
+    access(logger, 2)  # still waiting on the (closed) handler: replacing it writes it first
+    saved = sys.stderr
+    sys.stderr = io.StringIO()
+    try:
+        configure_logging("info", "tokenpath.test_batched", batched=True)
+    finally:
+        sys.stderr = saved
+    assert ids(stream) == ["r-1", "r-2"]
+
+
+def test_a_broken_stream_loses_the_batch_but_never_raises(
+    batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    access(logger, 1)
+    monkeypatch.setattr(logging, "raiseExceptions", False)  # logging's rule in production: report nothing, go on
+
+    def broken(_: str) -> int:
+        raise OSError("EPIPE")
+
+    monkeypatch.setattr(stream, "write", broken)
+    logger.handlers[0].flush()  # the wheel's call: it must not raise
+    monkeypatch.undo()
+    access(logger, 2)
+    logger.handlers[0].flush()
+    assert ids(stream) == ["r-2"]

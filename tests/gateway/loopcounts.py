@@ -355,7 +355,7 @@ def _production_logging(lines: io.StringIO) -> Iterator[None]:
     saved_flags = {name: getattr(logging, name) for name in flags}
     stderr, sys.stderr = sys.stderr, lines
     try:
-        configure_logging("info")
+        configure_logging("info", batched=True)
     finally:
         sys.stderr = stderr
     try:

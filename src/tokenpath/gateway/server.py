@@ -24,7 +24,7 @@ from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.health import run_checks
 from tokenpath.hostport import join_hostport
-from tokenpath.jsonlog import configure_logging
+from tokenpath.jsonlog import batch_log_lines, configure_logging
 from tokenpath.serve.h2 import finish_drain, start_drain
 from tokenpath.serve.h2limits import H2Limits
 from tokenpath.serve.http import bound_port, listen
@@ -34,6 +34,9 @@ from tokenpath.serve.tlsserver import server_context
 from tokenpath.wire.limits import ServerLimits
 
 log = logging.getLogger("tokenpath.gateway")
+# The access log's lines (one per request) wait at most this long on the worker's timer wheel (plus its 0.1 s slot),
+# then go out in one write: jsonlog.BatchedHandler.
+LOG_FLUSH_S = 0.1
 
 
 class GatewayServer:
@@ -103,6 +106,8 @@ class GatewayServer:
                     self.app.set_health,
                 )
             )
+        wheel = self.app.timer_wheel
+        batch_log_lines(lambda flush: wheel.arm(wheel.clock() + LOG_FLUSH_S, _flush_log, flush))
         return self.port
 
     async def close(self, drain_s: float | None = None) -> int:
@@ -121,13 +126,23 @@ class GatewayServer:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
         if cut:
             log.warning(json.dumps({"event": "drain_deadline", "streams_cut": cut}))
+        batch_log_lines(None)  # the last lines out now: the wheel stops with the loop
         return cut
+
+
+def _flush_log(flush: Callable[[], None]) -> None:
+    flush()
+
+
+def configure_gateway_logging(log_level: str) -> None:
+    """JSON lines on stderr, the access log's batched (jsonlog.BatchedHandler): a gateway's process, or a worker."""
+    configure_logging(log_level, batched=True)
 
 
 def run(
     cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str = "uvloop", log_level: str = "info"
 ) -> None:
-    configure_logging(log_level)
+    configure_gateway_logging(log_level)
     if cfg.auth.mode == "none":
         log.warning(
             json.dumps(
@@ -161,5 +176,5 @@ def _app(
     cfg: GatewayConfig, log_level: str, registry: CollectorRegistry | None, sock: socket.socket | None
 ) -> GatewayServer:
     """One process's gateway; a spawned worker starts with no logging configured."""
-    configure_logging(log_level)
+    configure_gateway_logging(log_level)
     return GatewayServer(cfg, sock=sock, registry=registry)
