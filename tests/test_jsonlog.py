@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -227,3 +228,32 @@ def test_a_broken_stream_loses_the_batch_but_never_raises(
     access(logger, 2)
     logger.handlers[0].flush()
     assert ids(stream) == ["r-2"]
+
+
+def test_another_threads_line_goes_at_once_after_what_waits(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    scheduler = Scheduler()
+    batch_log_lines(scheduler, "tokenpath.test_batched")  # this thread's (the loop's)
+    access(logger, 1)
+    worker = threading.Thread(target=access, args=(logger, 2))  # a JWKS fetch, a metrics thread
+    worker.start()
+    worker.join()
+    assert ids(stream) == ["r-1", "r-2"]
+    assert len(scheduler.asked) == 1  # the other thread never touched the schedule
+
+
+def test_a_schedule_that_fails_turns_batching_off_and_loses_no_line(
+    batched: tuple[logging.Logger, CountingStream],
+) -> None:
+    logger, stream = batched
+
+    def loop_gone(_: Callable[[], None]) -> None:
+        raise RuntimeError("no running event loop")  # a line logged after the loop stopped, before the close
+
+    batch_log_lines(loop_gone, "tokenpath.test_batched")
+    access(logger, 1)
+    access(logger, 2)
+    assert ids(stream) == ["r-1", "r-2"]
+    handler = logger.handlers[0]
+    assert isinstance(handler, jsonlog.BatchedHandler)
+    assert handler.schedule is None

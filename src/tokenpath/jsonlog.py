@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from collections.abc import Callable
 from typing import TextIO
 
@@ -64,6 +65,7 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
         self.schedule: Callable[[Callable[[], None]], object] | None = None  # asks for one flush() soon
+        self.owner: int | None = None  # the thread the schedule belongs to (its event loop's)
         self._lines: list[str] = []
         self._bytes = 0
 
@@ -74,9 +76,12 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
             self.handleError(record)
             return
         lines = self._lines
-        if self.schedule is not None and record.levelno < logging.WARNING:
-            if not lines:
-                self.schedule(self.flush)  # once per batch: the first line asks for it
+        # Another thread's line (a timer wheel is its loop's alone) and a warning go out at once, after what waits.
+        if self.schedule is not None and record.levelno < logging.WARNING and threading.get_ident() == self.owner:
+            if not lines and not self._ask_for_flush():
+                lines.append(line)
+                self._write(record)
+                return
             lines.append(line)
             self._bytes += len(line)
             if self._bytes < BATCH_BYTES:
@@ -84,6 +89,17 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
         else:
             lines.append(line)
         self._write(record)
+
+    def _ask_for_flush(self) -> bool:
+        """Once per batch, by its first line. False if the schedule failed (its loop is gone: a line logged after
+        the loop stopped without its owner's close): lines go out at once from then on."""
+        assert self.schedule is not None
+        try:
+            self.schedule(self.flush)
+        except Exception:
+            self.schedule = self.owner = None
+            return False
+        return True
 
     def flush(self) -> None:
         self.acquire()
@@ -131,11 +147,13 @@ def configure_logging(level: str, logger: str = "tokenpath", batched: bool = Fal
 
 
 def batch_log_lines(schedule: Callable[[Callable[[], None]], object] | None, logger: str = "tokenpath") -> None:
-    """Hands `logger`'s batched handlers the way to ask for a flush (`schedule(flush)`: call it soon, once), or,
-    with None, takes it back and writes what waits: every line is written at once again. Nothing to do for a
-    logger configured without batching (a library user's handlers, the tests' capture)."""
+    """Hands `logger`'s batched handlers the way to ask for a flush (`schedule(flush)`: call it soon, once), for
+    the lines logged on this thread (its event loop's; another thread's lines go at once), or, with None, takes it
+    back and writes what waits: every line is written at once again. Nothing to do for a logger configured without
+    batching (a library user's handlers, the tests' capture)."""
     for handler in logging.getLogger(logger).handlers:
         if isinstance(handler, BatchedHandler):
             handler.schedule = schedule
+            handler.owner = threading.get_ident() if schedule is not None else None
             if schedule is None:
                 handler.flush()
