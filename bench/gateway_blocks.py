@@ -9,6 +9,7 @@ bench/gateway_cpu.py says what a request and a frame cost in all; this says how 
     first    the read that brought the first token (the first-token scan, its metrics)
     later    every other body read (the relay's per-frame path)
     end      the read that ended the response (the last bytes, the log line, metrics, the connection released)
+    log      a flush of the access log's batch on the timer wheel (its lines' one write: jsonlog.BatchedHandler)
 
     .venv/bin/python bench/gateway_blocks.py [--src src] [--streams 50] [--tokens 128] [--seconds 6] [--json]
 
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-KINDS = ("request", "head", "first", "later", "end", "other")
+KINDS = ("request", "head", "first", "later", "end", "log", "other")
 
 
 def serve(out: Path, gateway_args: list[str]) -> None:
@@ -45,13 +46,20 @@ def serve(out: Path, gateway_args: list[str]) -> None:
     warm-up is over); SIGUSR2 writes the counts to `out` as JSON."""
     from tokenpath.cli import main
     from tokenpath.gateway.link import UpstreamLink
+    from tokenpath.gateway.server import GatewayServer
     from tokenpath.serve.http import HTTPConnection
+
+    try:
+        from tokenpath.jsonlog import BatchedHandler
+    except ImportError:  # a tree from before the access log's batches (--src): every line written in its block
+        BatchedHandler = None  # type: ignore[assignment,misc]
 
     blocks: dict[str, list[int]] = {kind: [] for kind in KINDS}
     clock = time.thread_time_ns
     upstream_read = UpstreamLink.data_received
     client_read = HTTPConnection.data_received
-    signals_set = [False]
+    log_flush = BatchedHandler.flush if BatchedHandler is not None else None
+    start = GatewayServer.start
 
     def clear() -> None:
         for values in blocks.values():
@@ -63,16 +71,21 @@ def serve(out: Path, gateway_args: list[str]) -> None:
         tmp.write_text(json.dumps({"blocks": blocks, "log_level": level}))  # the level the gateway runs at
         tmp.replace(out)  # whole or absent: the parent polls for it
 
-    def on_loop() -> None:
-        """The signals through the loop (add_signal_handler), so they are handled even while it is idle."""
-        signals_set[0] = True
+    async def start_with_signals(self: GatewayServer) -> int:
+        """The signals through the loop (add_signal_handler), so they are handled even while it is idle; set before
+        the gateway accepts, so none comes before its handler."""
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGUSR1, clear)
         loop.add_signal_handler(signal.SIGUSR2, write)
+        return await start(self)
+
+    def timed_log_flush(self: BatchedHandler) -> None:
+        assert log_flush is not None
+        t = clock()
+        log_flush(self)
+        blocks["log"].append(clock() - t)
 
     def timed_client_read(self: HTTPConnection, data: bytes) -> None:
-        if not signals_set[0]:
-            on_loop()
         t = clock()
         client_read(self, data)
         blocks["request"].append(clock() - t)
@@ -98,6 +111,9 @@ def serve(out: Path, gateway_args: list[str]) -> None:
 
     UpstreamLink.data_received = timed_upstream_read  # type: ignore[method-assign]
     HTTPConnection.data_received = timed_client_read  # type: ignore[method-assign]
+    if BatchedHandler is not None:
+        BatchedHandler.flush = timed_log_flush  # type: ignore[method-assign]
+    GatewayServer.start = start_with_signals  # type: ignore[method-assign]
     sys.argv = ["tokenpath", "gateway", *gateway_args]
     main()
 

@@ -63,10 +63,14 @@ def test_other_messages_are_formatted_as_before() -> None:
 class CountingStream(io.StringIO):
     def __init__(self) -> None:
         super().__init__()
-        self.writes = 0
+        self.pieces: list[str] = []  # each write's text
+
+    @property
+    def writes(self) -> int:
+        return len(self.pieces)
 
     def write(self, s: str) -> int:
-        self.writes += 1
+        self.pieces.append(s)
         return super().write(s)
 
 
@@ -89,6 +93,8 @@ class Scheduler:
 def batched() -> Iterator[tuple[logging.Logger, CountingStream]]:
     """configure_logging(batched=True) on a logger of its own, its stderr a counting stream."""
     stream = CountingStream()
+    flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")  # configure_logging sets them
+    saved_flags = {name: getattr(logging, name) for name in flags}
     saved = sys.stderr
     sys.stderr = stream
     try:
@@ -102,6 +108,8 @@ def batched() -> Iterator[tuple[logging.Logger, CountingStream]]:
         for handler in logger.handlers:
             handler.close()
         logger.handlers.clear()
+        for name, value in saved_flags.items():
+            setattr(logging, name, value)
 
 
 def access(logger: logging.Logger, n: int) -> None:
@@ -201,14 +209,17 @@ def test_closing_or_replacing_the_handler_writes_what_waits(batched: tuple[loggi
     access(logger, 1)
     logger.handlers[0].close()  # logging.shutdown at exit, or a handler removed
     assert ids(stream) == ["r-1"]
-    access(logger, 2)  # still waiting on the (closed) handler: replacing it writes it first
+    access(logger, 2)  # closed: no schedule left, so at once
+    assert ids(stream) == ["r-1", "r-2"]
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    access(logger, 3)  # waits: replacing the handler writes it first
     saved = sys.stderr
     sys.stderr = io.StringIO()
     try:
         configure_logging("info", "tokenpath.test_batched", batched=True)
     finally:
         sys.stderr = saved
-    assert ids(stream) == ["r-1", "r-2"]
+    assert ids(stream) == ["r-1", "r-2", "r-3"]
 
 
 def test_a_broken_stream_loses_the_batch_but_never_raises(
@@ -257,3 +268,50 @@ def test_a_schedule_that_fails_turns_batching_off_and_loses_no_line(
     handler = logger.handlers[0]
     assert isinstance(handler, jsonlog.BatchedHandler)
     assert handler.schedule is None
+
+
+def test_a_batch_whose_flush_never_comes_goes_out_with_a_line_logged_after_its_age(
+    batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = batched
+    batch_log_lines(Scheduler(), "tokenpath.test_batched")  # its flushes never run: a wheel that stopped ticking
+    access(logger, 1)
+    access(logger, 2)
+    assert stream.writes == 0  # young: waiting for the flush asked for
+    monkeypatch.setattr(jsonlog, "BATCH_MAX_AGE_S", 0.0)  # now the oldest is too old
+    access(logger, 3)
+    assert ids(stream) == ["r-1", "r-2", "r-3"]
+    assert stream.writes == 1
+
+
+def test_a_batch_is_written_in_whole_lines_of_at_most_a_pipes_atomic_write(
+    batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = batched
+    scheduler = Scheduler()
+    batch_log_lines(scheduler, "tokenpath.test_batched")
+    monkeypatch.setattr(jsonlog, "WRITE_BYTES", 400)  # two of these ~150-byte lines
+    for n in range(5):
+        access(logger, n)
+    logger.info(JSONObject(json.dumps({**FIELDS, "request_id": "long", "path": "/" + "x" * 500})))
+    access(logger, 5)
+    scheduler.run()
+    assert ids(stream) == ["r-0", "r-1", "r-2", "r-3", "r-4", "long", "r-5"]
+    assert [piece.count("\n") for piece in stream.pieces] == [2, 2, 1, 1, 1]  # the long line alone
+    assert all(piece.endswith("\n") for piece in stream.pieces)
+    assert all(len(piece) <= 400 for piece in stream.pieces if "long" not in piece)
+    assert jsonlog.WRITE_BYTES <= 4096  # the real bound is PIPE_BUF's
+
+
+def test_a_new_schedule_writes_what_waited_for_the_old_one(batched: tuple[logging.Logger, CountingStream]) -> None:
+    logger, stream = batched
+    old = Scheduler()
+    batch_log_lines(old, "tokenpath.test_batched")  # a gateway whose loop ended without its close
+    access(logger, 1)
+    new = Scheduler()
+    batch_log_lines(new, "tokenpath.test_batched")  # the next one in this process
+    assert ids(stream) == ["r-1"]
+    access(logger, 2)
+    assert len(new.asked) == 1  # the new batch asks the new schedule
+    new.run()
+    assert ids(stream) == ["r-1", "r-2"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import select
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import TextIO
 
@@ -50,17 +52,26 @@ class JSONFormatter(logging.Formatter):
 # The most a batched handler holds before it writes anyway (nginx's `access_log ... buffer=` does the same for its
 # access log): ~250 of the gateway's access lines.
 BATCH_BYTES = 64 << 10
+# The oldest a waiting line gets before the next line writes the batch, whatever happened to the flush it asked for
+# (a loop that stopped without its owner's close, a timer wheel that no longer ticks).
+BATCH_MAX_AGE_S = 1.0
+# Each write holds whole lines and at most this much: POSIX makes a pipe write this size atomic, so the batches of
+# workers sharing a pipe for stderr (systemd, docker) never tear each other's lines (one line apiece never did).
+WRITE_BYTES = select.PIPE_BUF
 
 
 class BatchedHandler(logging.StreamHandler[TextIO]):
     """JSON lines on a stream, like configure_logging's plain handler, for a service that logs a line per request
-    (the gateway's access log): once a `schedule` is set, a line below WARNING waits in memory, and the waiting
-    lines go out in one write when the scheduled flush comes (the gateway's: within a few tenths of a second), when
-    BATCH_BYTES of them wait, when a WARNING or worse is logged (after them: the stream keeps the order), and when
-    the handler is flushed or closed (logging.shutdown at exit, the gateway's close). A write(2) per line cost a
-    live gateway ~15 us of CPU per request (bench/RESULTS.md, issue 39's tenth part). Without a schedule every line is
-    written at once. A process killed with no chance to flush (SIGKILL) loses the lines of its last moments; a
-    SIGTERM drains, and the lines go out with the close."""
+    (the gateway's access log): once a `schedule` is set (batch_log_lines), a line below WARNING logged on its
+    thread waits in memory, and the waiting lines go out together when the scheduled flush comes (the gateway's:
+    within a few tenths of a second), when BATCH_BYTES of them wait or the oldest is BATCH_MAX_AGE_S old as another
+    comes, when a WARNING or worse or another thread's line is logged (after them: the stream keeps the order), and
+    when the schedule changes or the handler is flushed or closed (the gateway's close, logging.shutdown at exit).
+    Written in pieces of whole lines of at most WRITE_BYTES each. Without a schedule every line is written at once.
+    A process killed with no chance to flush (SIGKILL) loses the lines of its last moments; a SIGTERM drains, and
+    they go out with the close. Why: without a write(2) per line a live gateway's request ends in a block
+    ~11 us shorter and costs ~7 us less CPU, its share of the batch's write included (bench/RESULTS.md, issue 39's
+    tenth part)."""
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
@@ -68,6 +79,17 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
         self.owner: int | None = None  # the thread the schedule belongs to (its event loop's)
         self._lines: list[str] = []
         self._bytes = 0
+        self._since = 0.0  # when the oldest waiting line was logged (time.monotonic)
+
+    def set_schedule(self, schedule: Callable[[Callable[[], None]], object] | None) -> None:
+        """Batch this thread's lines on `schedule`, or (None) write every line at once; what waits goes out first."""
+        self.acquire()
+        try:
+            self._write(None)
+            self.schedule = schedule
+            self.owner = threading.get_ident() if schedule is not None else None
+        finally:
+            self.release()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -76,30 +98,20 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
             self.handleError(record)
             return
         lines = self._lines
-        # Another thread's line (a timer wheel is its loop's alone) and a warning go out at once, after what waits.
-        if self.schedule is not None and record.levelno < logging.WARNING and threading.get_ident() == self.owner:
-            if not lines and not self._ask_for_flush():
-                lines.append(line)
-                self._write(record)
-                return
-            lines.append(line)
+        lines.append(line)
+        schedule = self.schedule
+        if schedule is not None and record.levelno < logging.WARNING and threading.get_ident() == self.owner:
             self._bytes += len(line)
-            if self._bytes < BATCH_BYTES:
+            if len(lines) == 1:  # the batch's first line asks for its flush
+                self._since = time.monotonic()
+                try:
+                    schedule(self.flush)
+                    return
+                except Exception:  # its loop is gone: every line at once from now on
+                    self.schedule = self.owner = None
+            elif self._bytes < BATCH_BYTES and time.monotonic() - self._since < BATCH_MAX_AGE_S:
                 return
-        else:
-            lines.append(line)
         self._write(record)
-
-    def _ask_for_flush(self) -> bool:
-        """Once per batch, by its first line. False if the schedule failed (its loop is gone: a line logged after
-        the loop stopped without its owner's close): lines go out at once from then on."""
-        assert self.schedule is not None
-        try:
-            self.schedule(self.flush)
-        except Exception:
-            self.schedule = self.owner = None
-            return False
-        return True
 
     def flush(self) -> None:
         self.acquire()
@@ -109,22 +121,39 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
             self.release()
 
     def close(self) -> None:
-        self.flush()  # logging.Handler.close writes nothing: a handler removed and closed keeps no line back
+        self.set_schedule(None)  # logging.Handler.close writes nothing: a handler closed keeps no line back
         super().close()
 
     def _write(self, record: logging.LogRecord | None) -> None:
-        """Every waiting line in one write (the lock held)."""
+        """Every waiting line, in writes of whole lines of at most WRITE_BYTES (the lock held)."""
         lines = self._lines
         if not lines:
             return
-        data = lines[0] if len(lines) == 1 else "".join(lines)
+        pieces = [lines[0]] if len(lines) == 1 else _pieces(lines)
         lines.clear()
         self._bytes = 0
         try:
-            self.stream.write(data)
-            self.stream.flush()
+            for piece in pieces:
+                self.stream.write(piece)
+                self.stream.flush()
         except Exception:  # a closed or broken stream: logging's own rule (report it on stderr, go on)
             self.handleError(record or logging.makeLogRecord({"msg": "batched log lines lost"}))
+
+
+def _pieces(lines: list[str]) -> list[str]:
+    """`lines` joined into pieces of at most WRITE_BYTES, whole lines each (a longer line is a piece of its own).
+    Lengths in characters: the JSON lines are ASCII (json.dumps escapes the rest)."""
+    pieces: list[str] = []
+    piece: list[str] = []
+    size = 0
+    for line in lines:
+        if piece and size + len(line) > WRITE_BYTES:
+            pieces.append("".join(piece))
+            piece, size = [], 0
+        piece.append(line)
+        size += len(line)
+    pieces.append("".join(piece))
+    return pieces
 
 
 def configure_logging(level: str, logger: str = "tokenpath", batched: bool = False) -> None:
@@ -134,7 +163,8 @@ def configure_logging(level: str, logger: str = "tokenpath", batched: bool = Fal
     handler.setFormatter(JSONFormatter())
     root = logging.getLogger(logger)
     for old in root.handlers:
-        old.flush()  # a batched handler replaced: its waiting lines first
+        if isinstance(old, BatchedHandler):
+            old.flush()  # replaced: its waiting lines first (another handler's flush is its owner's business)
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     root.propagate = False
@@ -149,11 +179,8 @@ def configure_logging(level: str, logger: str = "tokenpath", batched: bool = Fal
 def batch_log_lines(schedule: Callable[[Callable[[], None]], object] | None, logger: str = "tokenpath") -> None:
     """Hands `logger`'s batched handlers the way to ask for a flush (`schedule(flush)`: call it soon, once), for
     the lines logged on this thread (its event loop's; another thread's lines go at once), or, with None, takes it
-    back and writes what waits: every line is written at once again. Nothing to do for a logger configured without
-    batching (a library user's handlers, the tests' capture)."""
+    back: every line is written at once again. What waits is written first, either way. Nothing to do for a logger
+    configured without batching (a library user's handlers, the tests' capture)."""
     for handler in logging.getLogger(logger).handlers:
         if isinstance(handler, BatchedHandler):
-            handler.schedule = schedule
-            handler.owner = threading.get_ident() if schedule is not None else None
-            if schedule is None:
-                handler.flush()
+            handler.set_schedule(schedule)

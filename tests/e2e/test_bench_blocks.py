@@ -33,14 +33,16 @@ def test_each_streams_blocks_are_filed_by_kind() -> None:
     assert completed >= 4
     rows = result["blocks"]
     assert isinstance(rows, dict)
-    assert set(rows) >= {"request", "head", "first", "later", "end"}
+    assert set(rows) >= {"request", "head", "first", "later", "end", "log"}
     assert "other" not in rows  # clear-text HTTP/1.1: every upstream read belongs to a response
-    # Counted after the first second: the streams that started then each have one request, one head, one first
-    # token; ends also count the streams that started in the warm-up (the closed loop keeps 4 open).
-    heads = rows["head"]["count"]
-    assert rows["request"]["count"] == heads == rows["first"]["count"]
-    assert heads <= rows["end"]["count"] <= heads + 4
-    assert rows["later"]["count"] >= heads * 10  # 20 frames each, 14 ms apart: one read per frame, mostly
+    # Counted from the end of the first second, whatever each open stream was doing then: a stream open across
+    # that moment has some of its blocks counted and not others, so the kinds agree within the streams open.
+    streams = 4
+    once = [rows[kind]["count"] for kind in ("request", "head", "first", "end")]
+    assert min(once) >= 1
+    assert max(once) - min(once) <= 2 * streams
+    assert rows["later"]["count"] >= (rows["head"]["count"] - streams) * 10  # 20 frames each, mostly a read each
+    assert rows["log"]["count"] >= 1  # the access log's batches, written on the wheel
     for row in rows.values():
         assert 0 < row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
     assert abs(sum(row["share"] for row in rows.values()) - 1) < 1e-6

@@ -74,3 +74,28 @@ def test_a_gateway_process_logs_through_a_batched_handler() -> None:
         handlers = logging.getLogger("tokenpath").handlers
         assert [type(h) for h in handlers] == [BatchedHandler]
         assert logging.getLogger("tokenpath").level == logging.INFO
+
+
+async def failing_close() -> None:
+    gateway = GatewayServer(GatewayConfig((PoolConfig("p", (Member("http://127.0.0.1:9"),)),), listen_port=0))
+    handler = logging.getLogger("tokenpath").handlers[0]
+    assert isinstance(handler, BatchedHandler)
+    await gateway.start()
+    assert scheduled(handler)
+
+    async def broken_drain(_: float) -> int:
+        raise RuntimeError("planted")
+
+    gateway.app.drain = broken_drain  # type: ignore[method-assign,assignment]
+    try:
+        await gateway.close(0.1)
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the planted failure did not come through")
+    assert not scheduled(handler)  # taken back all the same: the wheel stops with this loop
+
+
+def test_a_close_that_fails_still_takes_the_wheel_back() -> None:
+    with _production_logging(io.StringIO()):
+        asyncio.run(failing_close())

@@ -112,6 +112,12 @@ class GatewayServer:
 
     async def close(self, drain_s: float | None = None) -> int:
         """Stop accepting, drain open streams (up to drain_s), close. Returns the streams cut off."""
+        try:
+            return await self._close(drain_s)
+        finally:
+            batch_log_lines(None)  # the last lines out now, however the close ended: the wheel stops with the loop
+
+    async def _close(self, drain_s: float | None) -> int:
         if self._server is not None:
             self._server.close()
         if self._health is not None:
@@ -126,7 +132,6 @@ class GatewayServer:
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
         if cut:
             log.warning(json.dumps({"event": "drain_deadline", "streams_cut": cut}))
-        batch_log_lines(None)  # the last lines out now: the wheel stops with the loop
         return cut
 
 
