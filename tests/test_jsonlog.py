@@ -112,6 +112,13 @@ def batched() -> Iterator[tuple[logging.Logger, CountingStream]]:
             setattr(logging, name, value)
 
 
+def batching() -> Scheduler:
+    """The test logger's lines batched on a Scheduler of their own (as the gateway's start does on its wheel)."""
+    scheduler = Scheduler()
+    batch_log_lines(scheduler, "tokenpath.test_batched")
+    return scheduler
+
+
 def access(logger: logging.Logger, n: int) -> None:
     logger.info(JSONObject(json.dumps({**FIELDS, "request_id": f"r-{n}"})))
 
@@ -134,8 +141,7 @@ def test_lines_wait_for_the_scheduled_flush_and_go_out_in_one_write(
     batched: tuple[logging.Logger, CountingStream],
 ) -> None:
     logger, stream = batched
-    scheduler = Scheduler()
-    batch_log_lines(scheduler, "tokenpath.test_batched")
+    scheduler = batching()
     for n in range(5):
         access(logger, n)
     assert stream.getvalue() == ""  # waiting
@@ -152,7 +158,7 @@ def test_lines_wait_for_the_scheduled_flush_and_go_out_in_one_write(
 
 def test_a_batched_line_is_the_plain_handlers_line(batched: tuple[logging.Logger, CountingStream]) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     record = logging.LogRecord(
         "tokenpath.gateway", logging.INFO, __file__, 1, JSONObject(json.dumps(FIELDS)), None, None
     )
@@ -167,7 +173,7 @@ def test_a_batched_line_is_the_plain_handlers_line(batched: tuple[logging.Logger
 
 def test_a_warning_goes_out_at_once_after_the_lines_that_wait(batched: tuple[logging.Logger, CountingStream]) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     access(logger, 1)
     access(logger, 2)
     logger.warning(json.dumps({"event": "member_ejected"}))
@@ -179,7 +185,7 @@ def test_a_full_batch_is_written_without_waiting(
     batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     monkeypatch.setattr(jsonlog, "BATCH_BYTES", 300)  # two lines of ~150 bytes
     access(logger, 1)
     assert stream.writes == 0
@@ -192,8 +198,7 @@ def test_taking_the_schedule_back_writes_what_waits_and_lines_go_at_once_again(
     batched: tuple[logging.Logger, CountingStream],
 ) -> None:
     logger, stream = batched
-    scheduler = Scheduler()
-    batch_log_lines(scheduler, "tokenpath.test_batched")
+    scheduler = batching()
     access(logger, 1)
     batch_log_lines(None, "tokenpath.test_batched")  # the gateway's close
     assert ids(stream) == ["r-1"]
@@ -205,13 +210,13 @@ def test_taking_the_schedule_back_writes_what_waits_and_lines_go_at_once_again(
 
 def test_closing_or_replacing_the_handler_writes_what_waits(batched: tuple[logging.Logger, CountingStream]) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     access(logger, 1)
     logger.handlers[0].close()  # logging.shutdown at exit, or a handler removed
     assert ids(stream) == ["r-1"]
     access(logger, 2)  # closed: no schedule left, so at once
     assert ids(stream) == ["r-1", "r-2"]
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     access(logger, 3)  # waits: replacing the handler writes it first
     saved = sys.stderr
     sys.stderr = io.StringIO()
@@ -226,7 +231,7 @@ def test_a_broken_stream_loses_the_batch_but_never_raises(
     batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")
+    batching()
     access(logger, 1)
     monkeypatch.setattr(logging, "raiseExceptions", False)  # logging's rule in production: report nothing, go on
 
@@ -288,8 +293,7 @@ def test_a_batch_is_written_in_whole_lines_of_at_most_a_pipes_atomic_write(
     batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logger, stream = batched
-    scheduler = Scheduler()
-    batch_log_lines(scheduler, "tokenpath.test_batched")
+    scheduler = batching()
     monkeypatch.setattr(jsonlog, "WRITE_BYTES", 400)  # two of these ~150-byte lines
     for n in range(5):
         access(logger, n)
