@@ -120,21 +120,19 @@ def serve(out: Path, gateway_args: list[str]) -> None:
 
 def summary(blocks: dict[str, list[int]]) -> dict[str, dict[str, float]]:
     """Per kind: how many, their CPU in us (p50, p90, p99, max: nearest rank), and the kind's share of all of it."""
+    from tokenpath.stats import percentile
+
     total = sum(sum(values) for values in blocks.values()) or 1
     rows: dict[str, dict[str, float]] = {}
     for kind in KINDS:
         values = sorted(blocks.get(kind, []))
         if not values:
             continue
-
-        def rank(q: float, values: list[int] = values) -> float:
-            return values[min(len(values) - 1, max(0, int(q * len(values) + 0.999999) - 1))] / 1000
-
         rows[kind] = {
             "count": len(values),
-            "p50_us": rank(0.50),
-            "p90_us": rank(0.90),
-            "p99_us": rank(0.99),
+            "p50_us": percentile(values, 50) / 1000,
+            "p90_us": percentile(values, 90) / 1000,
+            "p99_us": percentile(values, 99) / 1000,
             "max_us": values[-1] / 1000,
             "mean_us": statistics.fmean(values) / 1000,
             "share": sum(values) / total,
