@@ -32,7 +32,6 @@ import os
 import signal
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,14 +60,18 @@ def serve(out: Path, gateway_args: list[str]) -> None:
     log_flush = BatchedHandler.flush if BatchedHandler is not None else None
     start = GatewayServer.start
 
+    cleared = [time.monotonic()]
+
     def clear() -> None:
+        cleared[0] = time.monotonic()
         for values in blocks.values():
             values.clear()
 
     def write() -> None:
         level = logging.getLevelName(logging.getLogger("tokenpath").getEffectiveLevel()).lower()
+        counted_s = time.monotonic() - cleared[0]  # the window the blocks were counted in, on the gateway's clock
         tmp = out.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"blocks": blocks, "log_level": level}))  # the level the gateway runs at
+        tmp.write_text(json.dumps({"blocks": blocks, "log_level": level, "counted_s": counted_s}))
         tmp.replace(out)  # whole or absent: the parent polls for it
 
     async def start_with_signals(self: GatewayServer) -> int:
@@ -141,12 +144,11 @@ def summary(blocks: dict[str, list[int]]) -> dict[str, dict[str, float]]:
 
 
 def measure(src: str, streams: int, tokens: int, seconds: float, log_level: str = "info") -> dict[str, Any]:
-    from tokenpath.load.runner import PROMPT
-    from tokenpath.load.worker import Workload, run_worker
+    from gateway_cpu import closed_loop  # beside this file, as bench/loop_iterations.py takes it
+
     from tokenpath.proxies import base
     from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 
-    warmup_s = 1.0
     stub = ServiceProcess(tokenpath_argv("stub", "--port", "0"), "stub")
     up = urlsplit(stub.start())
     out = base.new_workdir("gateway-blocks") / "blocks.json"
@@ -161,16 +163,7 @@ def measure(src: str, streams: int, tokens: int, seconds: float, log_level: str 
         url = gateway.start()
         pid = gateway.pid
         assert pid is not None
-        work = Workload(url, "tokenpath-stub", PROMPT, tokens, streams, warmup_s, seconds)
-
-        def clear_after_warmup() -> None:
-            time.sleep(warmup_s)
-            os.kill(pid, signal.SIGUSR1)
-
-        timer = threading.Thread(target=clear_after_warmup)
-        timer.start()
-        report = run_worker(work)
-        timer.join()
+        report = closed_loop(url, streams, tokens, seconds, lambda: os.kill(pid, signal.SIGUSR1))
         os.kill(pid, signal.SIGUSR2)
         deadline = time.monotonic() + 10
         while not out.exists():
@@ -188,6 +181,7 @@ def measure(src: str, streams: int, tokens: int, seconds: float, log_level: str 
         "tokens": tokens,
         "seconds": seconds,
         "log_level": counted["log_level"],  # the gateway's own, read back from it
+        "counted_s": round(counted["counted_s"], 3),
         "completed": len(done),
         "failed": len(report.results) - len(done),
         "blocks": summary(counted["blocks"]),

@@ -58,7 +58,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from tokenpath.load.runner import PROMPT
-from tokenpath.load.worker import Workload, run_worker
+from tokenpath.load.worker import WorkerReport, Workload, run_worker
 from tokenpath.proxies import base
 from tokenpath.proxies.nginx import Nginx
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
@@ -137,25 +137,40 @@ def bench_script(script: str, name: str, upstream: str) -> Target:
     return Target(f"{name} (bench/{script})", url, proc.pid, proc.stop)
 
 
+def closed_loop(
+    url: str, streams: int, tokens: int, duration_s: float, after_warmup: Callable[[], None]
+) -> WorkerReport:
+    """The benches' load through `url`: `streams` closed-loop users of the stub's `tokens`-frame streams (one frame
+    every 14 ms) for `duration_s`; `after_warmup` runs on a thread once WARMUP_S of it has passed (a CPU mark, a
+    tracer attached, the counts cleared)."""
+    work = Workload(url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, duration_s)
+
+    def later() -> None:
+        time.sleep(WARMUP_S)
+        after_warmup()
+
+    timer = threading.Thread(target=later)
+    timer.start()
+    try:
+        return run_worker(work)
+    finally:
+        timer.join()
+
+
 def measure(
     target: Target, streams: int, seconds: float, profile: Path | None = None, tokens: int = 128
 ) -> tuple[tuple[float, float], int, int]:
     """User and system CPU seconds, frames relayed and streams completed, after the warm-up."""
-    work = Workload(target.url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, seconds)
     marks: dict[str, tuple[float, float]] = {}
     spy: list[subprocess.Popen[bytes]] = []
 
-    def mark_after_warmup() -> None:
-        time.sleep(WARMUP_S)
+    def mark() -> None:
         marks["start"] = target.cpu_s()
         if profile is not None:
             spy.append(py_spy(target.pid, profile, seconds - WARMUP_S))
 
-    timer = threading.Thread(target=mark_after_warmup)
-    timer.start()
-    report = run_worker(work)
+    report = closed_loop(target.url, streams, tokens, seconds, mark)
     end = target.cpu_s()
-    timer.join()
     for p in spy:
         p.wait(timeout=seconds + 30)
     done = [r for r in report.results if r.error is None]

@@ -31,15 +31,11 @@ import argparse
 import re
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gateway_cpu import WARMUP_S, Target, bench_script, gateway, nginx
+from gateway_cpu import WARMUP_S, Target, bench_script, closed_loop, gateway, nginx
 
-from tokenpath.load.runner import PROMPT
-from tokenpath.load.worker import Workload, run_worker
 from tokenpath.proxies import base
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import self_signed
@@ -61,19 +57,14 @@ def strace_counts(text: str) -> dict[str, int]:
 def count(target: Target, streams: int, seconds: float, tokens: int) -> tuple[dict[str, int], int]:
     """strace's counts for the window after the warm-up, and the frames the clients got (the whole run's, scaled to
     the window by the measured share of time)."""
-    work = Workload(target.url, "tokenpath-stub", PROMPT, tokens, streams, WARMUP_S, seconds + WARMUP_S)
     out = base.new_workdir("loop-iterations") / "strace.txt"
     tracer: list[subprocess.Popen[bytes]] = []
 
     def attach() -> None:
-        time.sleep(WARMUP_S)
         argv = ["strace", "-c", "-f", "-e", f"trace={SYSCALLS}", "-o", str(out), "-p", str(target.pid)]
         tracer.append(subprocess.Popen(argv, stderr=subprocess.DEVNULL))
 
-    timer = threading.Thread(target=attach)
-    timer.start()
-    report = run_worker(work)
-    timer.join()
+    report = closed_loop(target.url, streams, tokens, seconds + WARMUP_S, attach)
     tracer[0].send_signal(2)  # SIGINT: strace detaches and writes its table
     tracer[0].wait(timeout=30)
     frames = sum(r.frames for r in report.results if r.error is None)

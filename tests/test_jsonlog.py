@@ -90,8 +90,10 @@ class Scheduler:
 
 
 @pytest.fixture
-def batched() -> Iterator[tuple[logging.Logger, CountingStream]]:
-    """configure_logging(batched=True) on a logger of its own, its stderr a counting stream."""
+def batched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[logging.Logger, CountingStream]]:
+    """configure_logging(batched=True) on a logger of its own, its stderr a counting stream. A batch never ages
+    here (a test about age sets it): a stalled test process must not write a batch a test expects to wait."""
+    monkeypatch.setattr(jsonlog, "BATCH_MAX_AGE_S", float("inf"))
     stream = CountingStream()
     flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")  # configure_logging sets them
     saved_flags = {name: getattr(logging, name) for name in flags}

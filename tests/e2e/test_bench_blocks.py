@@ -43,6 +43,13 @@ def test_each_streams_blocks_are_filed_by_kind() -> None:
     assert max(once) - min(once) <= 2 * streams
     assert rows["later"]["count"] >= (rows["head"]["count"] - streams) * 10  # 20 frames each, mostly a read each
     assert rows["log"]["count"] >= 1  # the access log's batches, written on the wheel
+    # The options reach the load: 20 frames a stream at most (128 if --tokens were dropped), 4 streams at once (a
+    # stream takes >= 0.36 s on the stub's schedule: 50 would complete ~10 x as many), a 3 s run counted from 1 s.
+    assert rows["later"]["count"] <= (rows["head"]["count"] + streams) * 20
+    assert completed <= streams * 3 / 0.36 + streams
+    counted_s = result["counted_s"]
+    assert isinstance(counted_s, float)
+    assert 1.0 < counted_s < 4.5
     for row in rows.values():
         assert 0 < row["p50_us"] <= row["p90_us"] <= row["p99_us"] <= row["max_us"]
     assert abs(sum(row["share"] for row in rows.values()) - 1) < 1e-6
