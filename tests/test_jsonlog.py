@@ -321,3 +321,127 @@ def test_a_new_schedule_writes_what_waited_for_the_old_one(batched: tuple[loggin
     assert len(new.asked) == 1  # the new batch asks the new schedule
     new.run()
     assert ids(stream) == ["r-1", "r-2"]
+
+
+# --- an INFO line batched without logging's record (BatchedHandler.info_object, direct_handler) ------------------
+
+
+def alone(logger: logging.Logger) -> jsonlog.BatchedHandler:
+    """The logger's batched handler, made its only one: pytest attaches its capture handlers to every logger that
+    does not propagate (the test logger, once configured), and a record they would see is never taken directly."""
+    logger.handlers[:] = [h for h in logger.handlers if isinstance(h, jsonlog.BatchedHandler)]
+    (handler,) = logger.handlers
+    assert isinstance(handler, jsonlog.BatchedHandler)
+    return handler
+
+
+@pytest.fixture
+def records(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[logging.LogRecord]]:
+    """Every LogRecord made while the test runs."""
+    made: list[logging.LogRecord] = []
+    factory = logging.getLogRecordFactory()
+
+    def counted(*args: object, **kwargs: object) -> logging.LogRecord:
+        made.append(factory(*args, **kwargs))
+        return made[-1]
+
+    logging.setLogRecordFactory(counted)
+    monkeypatch.setattr(logging, "_srcfile", None)  # no caller lookup either way
+    yield made
+    logging.setLogRecordFactory(factory)
+
+
+def test_an_info_object_taken_directly_is_the_line_logging_batches(
+    batched: tuple[logging.Logger, CountingStream], records: list[logging.LogRecord]
+) -> None:
+    logger, stream = batched
+    scheduler = batching()
+    child = logging.getLogger("tokenpath.test_batched.access")  # propagates to the batched handler alone
+    handler = alone(logger)
+    assert jsonlog.direct_handler(child, logging.INFO) is handler
+    assert handler.info_object(child.name, JSONObject(json.dumps(FIELDS)))
+    assert records == []  # no record made
+    assert stream.getvalue() == ""  # it waits with the batch, as a logged line does
+    child.info(JSONObject(json.dumps(FIELDS)))
+    assert len(records) == 1
+    scheduler.run()
+    direct, logged = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert abs(direct.pop("ts") - logged.pop("ts")) < 60
+    assert direct == logged == {"level": "info", "logger": child.name, **FIELDS}
+    assert stream.writes == 1  # one batch: the scheduled flush wrote both
+
+
+def test_an_info_object_follows_the_batchs_bounds(
+    batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logger, stream = batched
+    scheduler = batching()
+    handler = alone(logger)
+    monkeypatch.setattr(jsonlog, "BATCH_BYTES", 300)  # two lines of ~150 bytes
+    assert handler.info_object(logger.name, JSONObject(json.dumps({**FIELDS, "request_id": "r-1"})))
+    assert len(scheduler.asked) == 1  # the batch's first line asked for its flush
+    assert stream.writes == 0
+    assert handler.info_object(logger.name, JSONObject(json.dumps({**FIELDS, "request_id": "r-2"})))
+    assert ids(stream) == ["r-1", "r-2"]
+    assert stream.writes == 1
+
+
+def test_an_info_object_is_declined_when_the_threads_lines_are_not_batched(
+    batched: tuple[logging.Logger, CountingStream],
+) -> None:
+    logger, stream = batched
+    handler = alone(logger)
+    line = JSONObject(json.dumps(FIELDS))
+    assert not handler.info_object(logger.name, line)  # no schedule: logging writes it at once
+    batching()
+    taken: list[bool] = []
+    other = threading.Thread(target=lambda: taken.append(handler.info_object(logger.name, line)))
+    other.start()
+    other.join()
+    assert taken == [False]  # another thread's line is logging's (written at once, after what waits)
+    handler.setFormatter(logging.Formatter())
+    assert not handler.info_object(logger.name, line)  # not the JSON line this would write
+    assert stream.getvalue() == ""
+
+
+def _filter(record: logging.LogRecord) -> bool:
+    return True
+
+
+DETOURS: dict[str, Callable[[logging.Logger, logging.Logger], object]] = {
+    "a filter on the logger": lambda child, parent: child.addFilter(_filter),
+    "a filter on its parent": lambda child, parent: parent.addFilter(_filter),
+    "a filter on the handler": lambda child, parent: parent.handlers[0].addFilter(_filter),
+    "a second handler": lambda child, parent: child.addHandler(logging.NullHandler()),
+    "a second batched handler": lambda child, parent: child.addHandler(jsonlog.BatchedHandler(io.StringIO())),
+    "the handler's level above": lambda child, parent: parent.handlers[0].setLevel(logging.WARNING),
+    "the logger's level above": lambda child, parent: child.setLevel(logging.WARNING),
+    "the logger disabled": lambda child, parent: setattr(child, "disabled", True),
+    "logging disabled": lambda child, parent: logging.disable(logging.INFO),
+    "propagated past the handler": lambda child, parent: setattr(parent, "propagate", True),
+    "not a batched handler": lambda child, parent: parent.handlers.__setitem__(0, logging.StreamHandler(io.StringIO())),
+}
+
+
+@pytest.mark.parametrize("detour", list(DETOURS))
+def test_no_direct_handler_when_anything_else_would_see_the_record(
+    batched: tuple[logging.Logger, CountingStream], detour: str
+) -> None:
+    parent, _ = batched
+    child = logging.getLogger(f"tokenpath.test_batched.{detour.replace(' ', '_')}")
+    handler = alone(parent)
+    assert jsonlog.direct_handler(child, logging.INFO) is handler
+    root_handlers = logging.getLogger().handlers[:]
+    logging.getLogger().addHandler(logging.NullHandler())  # what a propagated record would reach past it
+    try:
+        DETOURS[detour](child, parent)
+        assert jsonlog.direct_handler(child, logging.INFO) is None
+    finally:
+        logging.disable(logging.NOTSET)
+        logging.getLogger().handlers[:] = root_handlers
+        parent.propagate = False
+        parent.filters.clear()
+        parent.handlers[:] = [handler]
+        handler.filters.clear()
+        handler.setLevel(logging.NOTSET)
+        logging.Logger.manager.loggerDict.pop(child.name, None)

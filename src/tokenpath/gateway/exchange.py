@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
+from tokenpath.gateway.accesslog import log_request
 from tokenpath.gateway.auth import Principal
 from tokenpath.gateway.bookkeeping import book
 from tokenpath.gateway.config import GatewayConfig
@@ -42,7 +43,6 @@ from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool
 from tokenpath.gateway.relay import RelayFailure
 from tokenpath.gateway.routes import RouteMatch
-from tokenpath.jsonlog import JSONObject
 from tokenpath.serve.http import Request, Response
 from tokenpath.serve.timerwheel import TimerWheel, WheelTimer
 from tokenpath.wire.client import ResponseHead
@@ -367,37 +367,3 @@ class Timers:
         for timer in self.armed.values():
             self.wheel.cancel(timer)
         self.armed.clear()
-
-
-def log_request(
-    request_id: str,
-    request: Request,
-    status: int,
-    pool: Pool | None,
-    members: list[MemberState],
-    machine: ExchangeMachine | None,
-    error: str | None,
-    ms: float,
-) -> None:
-    """The access log's line for one request: a warning when it failed, or when an attempt at a member did."""
-    failures = [str(f) for f in machine.failures] if machine else []
-    if not (error or failures or log.isEnabledFor(logging.INFO)):
-        return  # a quiet success below the log's level: no line to build
-    record: dict[str, object] = {
-        "request_id": request_id,
-        "method": request.method,
-        "path": request.path,
-        "status": status or None,
-        "pool": pool.name if pool else None,
-        "member": members[-1].url if members else None,  # the one that served (or was tried last)
-        "attempts": machine.attempts if machine else 0,
-        "ms": round(ms, 2),
-    }
-    if failures:
-        record["attempt_failures"] = failures  # logged even when a later attempt succeeded
-    if error or failures:
-        if error:
-            record["error"] = error
-        log.warning(JSONObject(json.dumps(record)))
-    elif log.isEnabledFor(logging.INFO):
-        log.info(JSONObject(json.dumps(record)))  # its one serialisation: the formatter puts it in the line as it is
