@@ -3,7 +3,10 @@ tests/e2e is whole-process and carries the e2e marker from here, so a new file t
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,3 +21,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # workers start the long, waiting ones at once and fill the cores with the short unit tests around them, rather
     # than meeting a 40 s e2e test at the end of the queue.
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+
+
+@pytest.fixture
+def log_records() -> Iterator[list[logging.LogRecord]]:
+    """Every LogRecord made while the test runs (logging's record factory wrapped): a line written without one
+    went around logging's record."""
+    made: list[logging.LogRecord] = []
+    factory = logging.getLogRecordFactory()
+
+    def counted(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        made.append(factory(*args, **kwargs))
+        return made[-1]
+
+    logging.setLogRecordFactory(counted)
+    try:
+        yield made
+    finally:
+        logging.setLogRecordFactory(factory)

@@ -279,3 +279,19 @@ def left_in_cycles(garbage: list[object], skip: Callable[[object], bool] = lambd
         if type(thing).__module__.startswith(("tokenpath.", "httptools")) and not skip(thing)
     }
     return sorted(names)
+
+
+class FlushScheduler:
+    """Stands in for the gateway's timer wheel as a batched log handler's schedule (jsonlog.batch_log_lines):
+    remembers the flushes asked for; `run` calls them."""
+
+    def __init__(self) -> None:
+        self.asked: list[Callable[[], None]] = []
+
+    def __call__(self, flush: Callable[[], None]) -> None:
+        self.asked.append(flush)
+
+    def run(self) -> None:
+        asked, self.asked = self.asked, []
+        for flush in asked:
+            flush()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from tests.helpers import FlushScheduler
 from tokenpath import jsonlog
 from tokenpath.jsonlog import JSONFormatter, JSONObject, batch_log_lines, configure_logging
 
@@ -74,21 +75,6 @@ class CountingStream(io.StringIO):
         return super().write(s)
 
 
-class Scheduler:
-    """Stands in for the gateway's timer wheel: remembers the flushes asked for; `run` calls them."""
-
-    def __init__(self) -> None:
-        self.asked: list[Callable[[], None]] = []
-
-    def __call__(self, flush: Callable[[], None]) -> None:
-        self.asked.append(flush)
-
-    def run(self) -> None:
-        asked, self.asked = self.asked, []
-        for flush in asked:
-            flush()
-
-
 @pytest.fixture
 def batched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[logging.Logger, CountingStream]]:
     """configure_logging(batched=True) on a logger of its own, its stderr a counting stream. A batch never ages
@@ -114,9 +100,9 @@ def batched(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[logging.Logger, C
             setattr(logging, name, value)
 
 
-def batching() -> Scheduler:
+def batching() -> FlushScheduler:
     """The test logger's lines batched on a Scheduler of their own (as the gateway's start does on its wheel)."""
-    scheduler = Scheduler()
+    scheduler = FlushScheduler()
     batch_log_lines(scheduler, "tokenpath.test_batched")
     return scheduler
 
@@ -250,7 +236,7 @@ def test_a_broken_stream_loses_the_batch_but_never_raises(
 
 def test_another_threads_line_goes_at_once_after_what_waits(batched: tuple[logging.Logger, CountingStream]) -> None:
     logger, stream = batched
-    scheduler = Scheduler()
+    scheduler = FlushScheduler()
     batch_log_lines(scheduler, "tokenpath.test_batched")  # this thread's (the loop's)
     access(logger, 1)
     worker = threading.Thread(target=access, args=(logger, 2))  # a JWKS fetch, a metrics thread
@@ -281,7 +267,7 @@ def test_a_batch_whose_flush_never_comes_goes_out_with_a_line_logged_after_its_a
     batched: tuple[logging.Logger, CountingStream], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     logger, stream = batched
-    batch_log_lines(Scheduler(), "tokenpath.test_batched")  # its flushes never run: a wheel that stopped ticking
+    batch_log_lines(FlushScheduler(), "tokenpath.test_batched")  # its flushes never run: a wheel that stopped ticking
     access(logger, 1)
     access(logger, 2)
     assert stream.writes == 0  # young: waiting for the flush asked for
@@ -311,10 +297,10 @@ def test_a_batch_is_written_in_whole_lines_of_at_most_a_pipes_atomic_write(
 
 def test_a_new_schedule_writes_what_waited_for_the_old_one(batched: tuple[logging.Logger, CountingStream]) -> None:
     logger, stream = batched
-    old = Scheduler()
+    old = FlushScheduler()
     batch_log_lines(old, "tokenpath.test_batched")  # a gateway whose loop ended without its close
     access(logger, 1)
-    new = Scheduler()
+    new = FlushScheduler()
     batch_log_lines(new, "tokenpath.test_batched")  # the next one in this process
     assert ids(stream) == ["r-1"]
     access(logger, 2)
@@ -335,24 +321,8 @@ def alone(logger: logging.Logger) -> jsonlog.BatchedHandler:
     return handler
 
 
-@pytest.fixture
-def records(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[logging.LogRecord]]:
-    """Every LogRecord made while the test runs."""
-    made: list[logging.LogRecord] = []
-    factory = logging.getLogRecordFactory()
-
-    def counted(*args: object, **kwargs: object) -> logging.LogRecord:
-        made.append(factory(*args, **kwargs))
-        return made[-1]
-
-    logging.setLogRecordFactory(counted)
-    monkeypatch.setattr(logging, "_srcfile", None)  # no caller lookup either way
-    yield made
-    logging.setLogRecordFactory(factory)
-
-
 def test_an_info_object_taken_directly_is_the_line_logging_batches(
-    batched: tuple[logging.Logger, CountingStream], records: list[logging.LogRecord]
+    batched: tuple[logging.Logger, CountingStream], log_records: list[logging.LogRecord]
 ) -> None:
     logger, stream = batched
     scheduler = batching()
@@ -360,10 +330,10 @@ def test_an_info_object_taken_directly_is_the_line_logging_batches(
     handler = alone(logger)
     assert jsonlog.direct_handler(child, logging.INFO) is handler
     assert handler.info_object(child.name, JSONObject(json.dumps(FIELDS)))
-    assert records == []  # no record made
+    assert log_records == []  # no record made
     assert stream.getvalue() == ""  # it waits with the batch, as a logged line does
     child.info(JSONObject(json.dumps(FIELDS)))
-    assert len(records) == 1
+    assert len(log_records) == 1
     scheduler.run()
     direct, logged = (json.loads(line) for line in stream.getvalue().splitlines())
     assert abs(direct.pop("ts") - logged.pop("ts")) < 60
@@ -410,7 +380,7 @@ def _filter(record: logging.LogRecord) -> bool:
 
 DETOURS: dict[str, Callable[[logging.Logger, logging.Logger], object]] = {
     "a filter on the logger": lambda child, parent: child.addFilter(_filter),
-    "a filter on its parent": lambda child, parent: parent.addFilter(_filter),
+    "a Logger subclass": lambda child, parent: setattr(child, "__class__", type("Sub", (logging.Logger,), {})),
     "a filter on the handler": lambda child, parent: parent.handlers[0].addFilter(_filter),
     "a second handler": lambda child, parent: child.addHandler(logging.NullHandler()),
     "a second batched handler": lambda child, parent: child.addHandler(jsonlog.BatchedHandler(io.StringIO())),
@@ -421,6 +391,39 @@ DETOURS: dict[str, Callable[[logging.Logger, logging.Logger], object]] = {
     "propagated past the handler": lambda child, parent: setattr(parent, "propagate", True),
     "not a batched handler": lambda child, parent: parent.handlers.__setitem__(0, logging.StreamHandler(io.StringIO())),
 }
+
+
+def test_a_parents_filter_leaves_the_way_direct_as_logging_never_applies_it_to_a_childs_record(
+    batched: tuple[logging.Logger, CountingStream], log_records: list[logging.LogRecord]
+) -> None:
+    parent, stream = batched
+    child = logging.getLogger("tokenpath.test_batched.parent_filter")
+    handler = alone(parent)
+    parent.addFilter(lambda record: False)  # would drop every record logged on the parent itself
+    try:
+        assert jsonlog.direct_handler(child, logging.INFO) is handler
+        child.info(JSONObject(json.dumps(FIELDS)))  # through logging: written, the parent's filter not asked
+        assert len(log_records) == 1
+        assert json.loads(stream.getvalue())["request_id"] == "r-1"
+    finally:
+        parent.filters.clear()
+
+
+def test_an_info_object_has_logging_s_name_for_the_level_and_declines_an_empty_object(
+    batched: tuple[logging.Logger, CountingStream],
+) -> None:
+    logger, stream = batched
+    handler = alone(logger)
+    scheduler = batching()
+    logging.addLevelName(logging.INFO, "NOTICE")
+    try:
+        assert handler.info_object(logger.name, JSONObject(json.dumps(FIELDS)))
+        logger.info(JSONObject(json.dumps(FIELDS)))
+    finally:
+        logging.addLevelName(logging.INFO, "INFO")
+    assert not handler.info_object(logger.name, JSONObject("{}"))  # logging's way writes it (no fields to follow)
+    scheduler.run()
+    assert [json.loads(line)["level"] for line in stream.getvalue().splitlines()] == ["notice", "notice"]
 
 
 @pytest.mark.parametrize("detour", list(DETOURS))

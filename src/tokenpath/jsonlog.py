@@ -106,14 +106,16 @@ class BatchedHandler(logging.StreamHandler[TextIO]):
             self._write(record)
 
     def info_object(self, logger: str, message: JSONObject) -> bool:
-        """`logger`'s INFO line of `message` (a JSONObject, not empty), as logging would batch it, without its record
-        (logging's LogRecord, its handler chain): False, and nothing done, when this thread's lines are not batched
-        (log it through logging then). The caller knows the line reaches this handler alone (direct_handler).
-        Why: logging's share of the gateway's access line was ~40 us of a live request's CPU (bench/RESULTS.md,
-        issue 39's eleventh part)."""
-        if threading.get_ident() != self.owner or type(self.formatter) is not JSONFormatter:  # no owner: no schedule
-            return False
-        line = self.formatter.object_line(time.time(), logger, "INFO", message) + self.terminator
+        """`logger`'s INFO line of `message` (a JSONObject of at least one field), as logging would batch it, without
+        its record (logging's LogRecord and handler chain): False, and nothing done, when this thread's lines are not
+        batched or the formatter is not a JSONFormatter (log it through logging then). The caller knows the line
+        reaches this handler alone (direct_handler). Why: the record, its handler chain and the fields' json.dumps
+        made the gateway's access line's end block ~40 us longer, live (bench/RESULTS.md, issue 39's eleventh part)."""
+        formatter = self.formatter
+        if threading.get_ident() != self.owner or type(formatter) is not JSONFormatter or len(message) <= 2:
+            return False  # (no owner: no schedule; "{}": format's own way, which adds no comma)
+        levelname = logging.getLevelName(logging.INFO)  # what a record's levelname would be (addLevelName renames)
+        line = formatter.object_line(time.time(), logger, levelname, message) + self.terminator
         self.acquire()  # another thread's line writes the batch (emit, under the lock): never between the two
         try:
             self._lines.append(line)
@@ -184,17 +186,17 @@ def _pieces(lines: list[str]) -> list[str]:
 
 
 def direct_handler(logger: logging.Logger, level: int) -> BatchedHandler | None:
-    """The BatchedHandler that `logger`'s records at `level` reach, when it is the only handler they reach, it
-    formats with JSONFormatter, and no filter, level or disabled flag on the way would stop or see them: a line for
-    it may skip logging's record (BatchedHandler.info_object). None otherwise (log through logging): a library
-    user's own handlers, pytest's caplog, a filter added anywhere."""
-    if not logger.isEnabledFor(level):  # logging.disable and a disabled logger too
-        return None
+    """The BatchedHandler that `logger`'s records at `level` reach, when it is the only handler they reach and
+    logging would hand them to it (logging's own rules: the logger's level and disabled flag, logging.disable, the
+    logger's filters, each handler's level and filters, propagation): a line for it may skip logging's record
+    (BatchedHandler.info_object). None otherwise (log through logging): a library user's own handlers, pytest's
+    capture, a filter on the logger or the handler, a Logger subclass (its own handle). A custom LogRecord factory
+    is not consulted on the direct way: the gateway's logging installs none."""
+    if type(logger) is not logging.Logger or logger.filters or not logger.isEnabledFor(level):
+        return None  # (isEnabledFor: logging.disable and a disabled logger too)
     found: BatchedHandler | None = None
     node: logging.Logger | None = logger
-    while node is not None:
-        if node.filters:
-            return None
+    while node is not None:  # as Logger.callHandlers walks (a parent's filters are not applied to the record)
         for handler in node.handlers:
             if found is not None or type(handler) is not BatchedHandler or handler.filters or level < handler.level:
                 return None

@@ -7,21 +7,20 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import FlushScheduler
 from tokenpath.gateway.accesslog import access_fields, log_request
 from tokenpath.jsonlog import batch_log_lines
 from tokenpath.serve.http import Request
 
 from .loopcounts import _production_logging
 
-TEXT = st.text(max_size=40)  # any code point: quotes, backslashes, controls, surrogates, non-ASCII
+TEXT = st.text(st.characters(exclude_categories=()), max_size=40)  # quotes, backslashes, controls, surrogates, ...
 MAYBE_TEXT = st.none() | TEXT
 
 
@@ -67,29 +66,6 @@ def test_the_fields_are_what_json_dumps_writes_of_them(
     assert fields == json.dumps(record)
 
 
-class Scheduler:
-    def __init__(self) -> None:
-        self.asked: list[Callable[[], None]] = []
-
-    def __call__(self, flush: Callable[[], None]) -> None:
-        self.asked.append(flush)
-
-
-@pytest.fixture
-def records() -> Iterator[list[logging.LogRecord]]:
-    """Every LogRecord made while the test runs."""
-    made: list[logging.LogRecord] = []
-    factory = logging.getLogRecordFactory()
-
-    def counted(*args: Any, **kwargs: Any) -> logging.LogRecord:
-        made.append(factory(*args, **kwargs))
-        return made[-1]
-
-    logging.setLogRecordFactory(counted)
-    yield made
-    logging.setLogRecordFactory(factory)
-
-
 def _log(error: str | None = None, failures: tuple[str, ...] = ()) -> None:
     request = Request("POST", "/v1/chat/completions", "/v1/chat/completions", "", "1.1", True)
     pool = cast(Any, SimpleNamespace(name="p"))
@@ -99,20 +75,20 @@ def _log(error: str | None = None, failures: tuple[str, ...] = ()) -> None:
 
 
 def test_a_success_waits_in_the_batch_with_no_record_and_a_failure_is_logging_s_warning(
-    records: list[logging.LogRecord],
+    log_records: list[logging.LogRecord],
 ) -> None:
     lines = io.StringIO()
     with _production_logging(lines):  # as `tokenpath gateway` sets it up: the batched handler alone
-        scheduler = Scheduler()
+        scheduler = FlushScheduler()
         batch_log_lines(scheduler)
         try:
             _log()
-            assert records == []  # taken by the handler directly
+            assert log_records == []  # taken by the handler directly
             assert lines.getvalue() == ""  # waiting for its batch's flush
             assert len(scheduler.asked) == 1
             _log(error="member http://127.0.0.1:9 refused", failures=("connect refused",))
-            assert len(records) == 1  # a warning goes through logging, and out at once after what waits
-            assert records[0].levelno == logging.WARNING
+            assert len(log_records) == 1  # a warning goes through logging, and out at once after what waits
+            assert log_records[0].levelno == logging.WARNING
         finally:
             batch_log_lines(None)
     success, failure = (json.loads(line) for line in lines.getvalue().splitlines())
@@ -133,10 +109,10 @@ def test_a_success_waits_in_the_batch_with_no_record_and_a_failure_is_logging_s_
     assert failure["error"] == "member http://127.0.0.1:9 refused"
 
 
-def test_a_success_goes_through_logging_when_another_handler_would_see_it(records: list[logging.LogRecord]) -> None:
+def test_a_success_goes_through_logging_when_another_handler_would_see_it(log_records: list[logging.LogRecord]) -> None:
     lines = io.StringIO()
     with _production_logging(lines):
-        batch_log_lines(Scheduler())
+        batch_log_lines(FlushScheduler())
         seen = logging.Handler()
         seen.emit = lambda record: None  # type: ignore[method-assign]
         gateway = logging.getLogger("tokenpath.gateway")
@@ -146,5 +122,31 @@ def test_a_success_goes_through_logging_when_another_handler_would_see_it(record
         finally:
             gateway.removeHandler(seen)
             batch_log_lines(None)
-    assert len(records) == 1  # through logging: the other handler saw it
+    assert len(log_records) == 1  # through logging: the other handler saw it
     assert json.loads(lines.getvalue())["request_id"] == "r-1"
+
+
+def test_a_success_goes_through_logging_at_once_when_the_lines_are_not_batched(
+    log_records: list[logging.LogRecord],
+) -> None:
+    lines = io.StringIO()
+    with _production_logging(lines):  # no schedule handed to the handler: info_object declines
+        _log()
+    assert len(log_records) == 1
+    assert json.loads(lines.getvalue())["request_id"] == "r-1"
+
+
+def test_a_success_after_failed_attempts_is_a_warning_with_them(log_records: list[logging.LogRecord]) -> None:
+    lines = io.StringIO()
+    with _production_logging(lines):
+        batch_log_lines(FlushScheduler())
+        try:
+            _log(failures=("connect refused",))  # served by the second member, after the first refused
+        finally:
+            batch_log_lines(None)
+    (record,) = log_records
+    assert record.levelno == logging.WARNING
+    line = json.loads(lines.getvalue())
+    assert line["attempt_failures"] == ["connect refused"]
+    assert line["status"] == 200
+    assert "error" not in line
