@@ -29,6 +29,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -174,6 +175,7 @@ def measure(src: str, streams: int, tokens: int, seconds: float, log_level: str 
     finally:
         gateway.stop()
         stub.stop()
+        shutil.rmtree(out.parent, ignore_errors=True)  # the counts are read: no directory left per run
     done = [r for r in report.results if r.error is None]
     return {
         "src": src,

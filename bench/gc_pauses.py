@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -74,6 +75,7 @@ def measure(src: str, stub_url: str, streams: int, tokens: int, seconds: float) 
         pauses: dict[str, list[float]] = json.loads(out.read_text())
     finally:
         proc.stop()
+        shutil.rmtree(out.parent, ignore_errors=True)  # the passes are read: no directory left per run
     return pauses, sum(1 for r in report.results if r.error is None)
 
 

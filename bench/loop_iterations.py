@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,11 +65,14 @@ def count(target: Target, streams: int, seconds: float, tokens: int) -> tuple[di
         argv = ["strace", "-c", "-f", "-e", f"trace={SYSCALLS}", "-o", str(out), "-p", str(target.pid)]
         tracer.append(subprocess.Popen(argv, stderr=subprocess.DEVNULL))
 
-    report = closed_loop(target.url, streams, tokens, seconds + WARMUP_S, attach)
-    tracer[0].send_signal(2)  # SIGINT: strace detaches and writes its table
-    tracer[0].wait(timeout=30)
-    frames = sum(r.frames for r in report.results if r.error is None)
-    return strace_counts(out.read_text()), frames
+    try:
+        report = closed_loop(target.url, streams, tokens, seconds + WARMUP_S, attach)
+        tracer[0].send_signal(2)  # SIGINT: strace detaches and writes its table
+        tracer[0].wait(timeout=30)
+        frames = sum(r.frames for r in report.results if r.error is None)
+        return strace_counts(out.read_text()), frames
+    finally:
+        shutil.rmtree(out.parent, ignore_errors=True)  # the table is read: no directory left per target
 
 
 def print_calls() -> None:
@@ -124,9 +128,10 @@ def main() -> None:
     targets: list[Target] = []
     front: Target | None = None
     ca_file: Path | None = None
+    certs = base.new_workdir("loop-iterations-tls")
     try:
         if args.tls:
-            files = self_signed(base.new_workdir("loop-iterations-tls"), ["127.0.0.1"])
+            files = self_signed(certs, ["127.0.0.1"])
             front = nginx(upstream, serve_tls=files)
             upstream, ca_file = front.url.rstrip("/"), files.cert
         targets += [gateway(src, upstream, 1, ca_file) for src in args.src]
@@ -145,6 +150,7 @@ def main() -> None:
         for t in [*targets, *([front] if front else [])]:
             t.stop()
         stub.stop()
+        shutil.rmtree(certs, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ timing): every completed stream's blocks are filed where they belong, and the op
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +17,18 @@ SCRIPT = Path(__file__).parents[2] / "bench" / "gateway_blocks.py"
 SRC = Path(__file__).parents[2] / "src"
 
 
-def blocks(*args: str) -> dict[str, object]:
+def blocks(*args: str, tmp: Path | None = None) -> dict[str, object]:
+    env = {**os.environ, "TMPDIR": str(tmp)} if tmp is not None else None
     done = subprocess.run([sys.executable, str(SCRIPT), "--src", str(SRC), "--json", *args], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+                          text=True, timeout=120, env=env)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     result: dict[str, object] = json.loads(done.stdout)
     return result
 
 
-def test_each_streams_blocks_are_filed_by_kind() -> None:
-    result = blocks("--streams", "4", "--tokens", "20", "--seconds", "3")
+def test_each_streams_blocks_are_filed_by_kind(tmp_path: Path) -> None:
+    result = blocks("--streams", "4", "--tokens", "20", "--seconds", "3", tmp=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # its scratch directory (the timed gateway's counts) gone with the run
     assert result["failed"] == 0
     assert result["log_level"] == "info"  # the gateway's default, as `tokenpath gateway` runs
     completed = result["completed"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -24,13 +25,17 @@ def gc_pauses() -> ModuleType:
     return load_script(BENCH, "gc_pauses")
 
 
-def test_a_gateway_run_from_a_tree_reports_its_passes_by_generation(gc_pauses: ModuleType, service: Start) -> None:
+def test_a_gateway_run_from_a_tree_reports_its_passes_by_generation(
+    gc_pauses: ModuleType, service: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stub = service("stub", "--port", "0", "--tokens", "4", "--interval-ms", "5", name="stub")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the bench's scratch directory goes
     assert stub.url is not None
     pauses, streams = gc_pauses.measure(str(SRC), stub.url.rstrip("/"), streams=4, tokens=4, seconds=1.0)
     assert set(pauses) == {"0", "1", "2"}
     assert all(isinstance(t, float) and t >= 0 for times in pauses.values() for t in times)
     assert streams >= 4  # each of the 4 closed-loop users finished at least one stream through it
+    assert list(tmp_path.glob("tokenpath-gc-pauses-*")) == []  # the passes read, their directory gone
 
 
 @pytest.mark.parametrize("args", [["--streams", "0"], ["--tokens", "0"], ["--seconds", "0"], []])
