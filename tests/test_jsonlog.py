@@ -427,7 +427,7 @@ def test_an_info_object_has_logging_s_name_for_the_level_and_declines_an_empty_o
 
 
 @pytest.mark.parametrize("detour", list(DETOURS))
-def test_no_direct_handler_when_anything_else_would_see_the_record(
+def test_no_direct_handler_when_logging_would_do_anything_else(
     batched: tuple[logging.Logger, CountingStream], detour: str
 ) -> None:
     parent, _ = batched
