@@ -107,8 +107,13 @@ def batching() -> FlushScheduler:
     return scheduler
 
 
+def access_line(request_id: str) -> JSONObject:
+    """An access line's fields (the gateway's JSONObject message), its request id `request_id`."""
+    return JSONObject(json.dumps({**FIELDS, "request_id": request_id}))
+
+
 def access(logger: logging.Logger, n: int) -> None:
-    logger.info(JSONObject(json.dumps({**FIELDS, "request_id": f"r-{n}"})))
+    logger.info(access_line(f"r-{n}"))
 
 
 def ids(stream: CountingStream) -> list[object]:
@@ -348,10 +353,10 @@ def test_an_info_object_follows_the_batchs_bounds(
     scheduler = batching()
     handler = alone(logger)
     monkeypatch.setattr(jsonlog, "BATCH_BYTES", 300)  # two lines of ~150 bytes
-    assert handler.info_object(logger.name, JSONObject(json.dumps({**FIELDS, "request_id": "r-1"})))
+    assert handler.info_object(logger.name, access_line("r-1"))
     assert len(scheduler.asked) == 1  # the batch's first line asked for its flush
     assert stream.writes == 0
-    assert handler.info_object(logger.name, JSONObject(json.dumps({**FIELDS, "request_id": "r-2"})))
+    assert handler.info_object(logger.name, access_line("r-2"))
     assert ids(stream) == ["r-1", "r-2"]
     assert stream.writes == 1
 

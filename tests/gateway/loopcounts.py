@@ -361,9 +361,10 @@ def _production_logging(lines: io.StringIO) -> Iterator[None]:
     try:
         yield
     finally:
-        logger.handlers[:], logger.propagate = saved[0], saved[2]
-        logger.setLevel(saved[1])  # not the attribute: setLevel clears the loggers' isEnabledFor caches, which the
-        # info level filled (a later test's gateway would otherwise build access lines at the level it restored)
+        handlers, level, propagate = saved
+        logger.handlers[:], logger.propagate = handlers, propagate
+        logger.setLevel(level)  # not the attribute: setLevel clears the loggers' isEnabledFor caches, which the info
+        # level filled (a later test's gateway would otherwise build access lines at the level it restored)
         for name, value in saved_flags.items():
             setattr(logging, name, value)
 

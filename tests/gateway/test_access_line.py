@@ -24,46 +24,33 @@ TEXT = st.text(st.characters(exclude_categories=()), max_size=40)  # quotes, bac
 MAYBE_TEXT = st.none() | TEXT
 
 
-@given(
-    request_id=TEXT,
-    method=TEXT,
-    path=TEXT,
-    status=st.integers(0, 999),
-    pool=MAYBE_TEXT,
-    member=MAYBE_TEXT,
-    attempts=st.integers(0, 20),
-    ms=st.floats(0, 1e9, allow_nan=False) | st.sampled_from([0.0, 1e-7, 12.0, 0.005, 1e16]),
-    failures=st.lists(TEXT, max_size=3),
-    error=MAYBE_TEXT,
-)
-def test_the_fields_are_what_json_dumps_writes_of_them(
-    request_id: str,
-    method: str,
-    path: str,
-    status: int,
-    pool: str | None,
-    member: str | None,
-    attempts: int,
-    ms: float,
-    failures: list[str],
-    error: str | None,
-) -> None:
-    record: dict[str, object] = {
-        "request_id": request_id,
-        "method": method,
-        "path": path,
-        "status": status or None,
-        "pool": pool,
-        "member": member,
-        "attempts": attempts,
-        "ms": round(ms, 2),
+FIELDS = st.fixed_dictionaries(  # access_fields' arguments, by name
+    {
+        "request_id": TEXT,
+        "method": TEXT,
+        "path": TEXT,
+        "status": st.integers(0, 999),
+        "pool": MAYBE_TEXT,
+        "member": MAYBE_TEXT,
+        "attempts": st.integers(0, 20),
+        "ms": st.floats(0, 1e9, allow_nan=False) | st.sampled_from([0.0, 1e-7, 12.0, 0.005, 1e16]),
+        "failures": st.lists(TEXT, max_size=3),
+        "error": MAYBE_TEXT,
     }
+)
+
+
+@given(FIELDS)
+def test_the_fields_are_what_json_dumps_writes_of_them(fields: dict[str, Any]) -> None:
+    order = ("request_id", "method", "path", "status", "pool", "member", "attempts", "ms")  # the line's
+    record = {name: fields[name] for name in order}
+    record["status"], record["ms"] = fields["status"] or None, round(fields["ms"], 2)  # as log_request had them
+    failures, error = fields["failures"], fields["error"]
     if failures:
         record["attempt_failures"] = failures
     if error:
         record["error"] = error
-    fields = access_fields(request_id, method, path, status, pool, member, attempts, ms, failures, error)
-    assert fields == json.dumps(record)
+    assert access_fields(**fields) == json.dumps(record)
 
 
 def _log(error: str | None = None, failures: tuple[str, ...] = ()) -> None:
