@@ -77,9 +77,10 @@ def count(target: Target, streams: int, seconds: float, tokens: int) -> tuple[di
 
 def print_calls() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: tests/ holds the harness
-    from tests.gateway.loopcounts import calls_per_request, count
+    from tests.gateway.loopcounts import SDK_HEADERS, calls_per_request, count
 
     plain, logged = calls_per_request(20), calls_per_request(20, logged=True)
+    sdk = calls_per_request(20, logged=True, headers=SDK_HEADERS)
     print("HTTP/1.1 client, HTTP/1.1 member, asyncio, one stream:")
     for tls in (False, True):
         reads = count(50, tls)
@@ -92,6 +93,7 @@ def print_calls() -> None:
         f" all; {logged.every:g} in all with the access log on (as `tokenpath gateway` runs); event-loop timers"
         f" armed {plain.loop_timers:g}"
     )
+    print(f"  the same with the OpenAI SDK's 17 request headers, the access log on: {sdk.every:g} calls in all")
 
 
 def print_client_calls() -> None:

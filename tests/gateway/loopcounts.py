@@ -373,7 +373,20 @@ def _never(flush: Callable[[], None]) -> None:
     """A flush schedule that never runs it (the gateway's close writes what waits)."""
 
 
-async def _requests(requests: int, profile: cProfile.Profile | None, timers: list[int] | None = None) -> None:
+# The headers the official OpenAI Python SDK sends with a chat completion (httpx's and its own x-stainless-* ones),
+# the Host and Content-Length apart: a request as the clients people use make it.
+SDK_HEADERS = (
+    b"Accept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nAccept: application/json\r\n"
+    b"User-Agent: OpenAI/Python 1.99.0\r\nX-Stainless-Lang: python\r\nX-Stainless-Package-Version: 1.99.0\r\n"
+    b"X-Stainless-OS: Linux\r\nX-Stainless-Arch: x64\r\nX-Stainless-Runtime: CPython\r\n"
+    b"X-Stainless-Runtime-Version: 3.11.7\r\nAuthorization: Bearer sk-test\r\nX-Stainless-Async: false\r\n"
+    b"x-stainless-retry-count: 0\r\nx-stainless-read-timeout: 600\r\n"
+)
+
+
+async def _requests(
+    requests: int, profile: cProfile.Profile | None, timers: list[int] | None = None, headers: bytes = b""
+) -> None:
     """`requests` short requests on one keep-alive connection after two warm-ups: profiled (`profile`), or with the
     event-loop timers they arm counted into `timers` (a wrapper cProfile would count too: never both at once)."""
     loop = asyncio.get_running_loop()
@@ -397,8 +410,8 @@ async def _requests(requests: int, profile: cProfile.Profile | None, timers: lis
     batch_log_lines(_never)
     body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
     request = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
-        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n%s"
+        b"Content-Length: %d\r\n\r\n%s" % (headers, len(body), body)
     )
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -420,16 +433,17 @@ async def _requests(requests: int, profile: cProfile.Profile | None, timers: lis
         member_server.close()
 
 
-def calls_per_request(requests: int = 20, logged: bool = False) -> RequestCounts:
+def calls_per_request(requests: int = 20, logged: bool = False, headers: bytes = b"") -> RequestCounts:
     """Python calls and event-loop timers per short request (3 frames, one keep-alive client connection, a pooled
-    upstream one). `logged`: with the access log on, as `tokenpath gateway` runs (its lines kept, to check)."""
-    asyncio.run(_requests(requests, None))  # imports and first-time caches out of the way
+    upstream one). `logged`: with the access log on, as `tokenpath gateway` runs (its lines kept, to check).
+    `headers`: more header lines in each request (SDK_HEADERS: as the OpenAI SDK sends it)."""
+    asyncio.run(_requests(requests, None, headers=headers))  # imports and first-time caches out of the way
     profile = cProfile.Profile()
     timers = [0]
     lines = io.StringIO()
     with _production_logging(lines) if logged else contextlib.nullcontext(), _no_cyclic_collector():
-        asyncio.run(_requests(requests, profile))
-    asyncio.run(_requests(requests, None, timers))
+        asyncio.run(_requests(requests, profile, headers=headers))
+    asyncio.run(_requests(requests, None, timers, headers))
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
     ours = sum(entry[1] for key, entry in stats.items() if _in_tokenpath(key))
     every = sum(entry[1] for entry in stats.values())

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.gateway.loopcounts import Protocol, calls_per_request, count
+from tests.gateway.loopcounts import SDK_HEADERS, Protocol, calls_per_request, count
 from tokenpath.gateway.app import ROUTED_TARGET_CHARS, ROUTED_TARGETS, GatewayApp
 from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
@@ -104,8 +104,10 @@ def test_no_garbage_collection_starts_inside_a_measured_read() -> None:
 # Then 756 -> 717 in all, 266 -> 274 in tokenpath: one worker's metrics are plain numbers read at scrape time
 # (gateway/tallies.py), prometheus-client's wrappers, checks, locks and bucket loop gone (~40 calls), each of the
 # request's 8 metric updates one call of tokenpath's own.
-MAX_OWN_CALLS_PER_REQUEST = 278  # 274 measured: the wheel ticks within the measured requests or not
-MAX_CALLS_PER_REQUEST = 723  # 717.05 measured; pytest adds a few
+# Then 717 -> 691 in all, 274 -> 266 in tokenpath: the header names lowercased once, by the parser (wire/server.py
+# Request.names), every lookup a search of them (no find_header walk and lower() of every name per lookup).
+MAX_OWN_CALLS_PER_REQUEST = 270  # 266 measured: the wheel ticks within the measured requests or not
+MAX_CALLS_PER_REQUEST = 697  # 691.05 measured; pytest adds a few
 # With the access log on, as `tokenpath gateway` runs: 1155 before (88 calls for the line: built, parsed back by the
 # formatter, serialised again, logging's caller lookup), 910 after (49: built once, spliced into the line).
 # Then 810 -> 807: the line waits in the handler for one write per batch (jsonlog.BatchedHandler), no write and flush
@@ -113,8 +115,11 @@ MAX_CALLS_PER_REQUEST = 723  # 717.05 measured; pytest adds a few
 # the measured requests or not; tests/gateway/test_access_log_batches.py tests the flushes).
 # Then 807 -> 790: the line's fields written by one f-string (gateway/accesslog.py access_fields), and the line
 # batched without logging's record when the batched handler is the only one it reaches (jsonlog.direct_handler).
-# Then 790 -> 751: the metrics as tallies (above).
-MAX_CALLS_PER_LOGGED_REQUEST = 757  # 751.05 (752.3 when the batch's age bound writes it within the requests)
+# Then 790 -> 751: the metrics as tallies (above); 751 -> 725: the header names lowercased once (above).
+MAX_CALLS_PER_LOGGED_REQUEST = 731  # 725.05 (726.35 when the batch's age bound writes it within the requests)
+# The same request with the 14 more headers the OpenAI SDK sends (loopcounts.SDK_HEADERS): 1025 with every lookup
+# lowering every name (~16 calls per header, 196 lower() per request), 902 with the names lowercased once.
+MAX_CALLS_PER_SDK_REQUEST = 908  # 902.05 measured
 
 
 def test_a_short_request_costs_a_bounded_number_of_calls_and_arms_no_loop_timer() -> None:
@@ -124,6 +129,11 @@ def test_a_short_request_costs_a_bounded_number_of_calls_and_arms_no_loop_timer(
     # The head timer and the exchange's first-byte, idle, keep-alive and total timers are on the worker's timer
     # wheel (serve/timerwheel.py), whose one tick is the only loop timer: before, 5 loop timers per request.
     assert counts.loop_timers == 0, f"{counts.loop_timers} event-loop timers armed per request"
+
+
+def test_a_request_with_the_sdks_headers_costs_a_bounded_number_of_calls() -> None:
+    counts = calls_per_request(20, logged=True, headers=SDK_HEADERS)
+    assert counts.every <= MAX_CALLS_PER_SDK_REQUEST, f"{counts.every} calls per request with the SDK's headers"
 
 
 def test_the_access_log_line_is_built_once_and_is_the_json_it_was() -> None:

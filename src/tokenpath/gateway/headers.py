@@ -80,10 +80,17 @@ def upstream_headers(
     ignores (anything but letters, digits and '-': `X_Forwarded_For` would reach a CGI-style backend as
     X-Forwarded-For) and (when the gateway checked them) its credentials, plus ours. The pool's `key` goes in the
     header the route's API takes it in; it replaces every credential header the client sent."""
-    drop = forwarding.drop | connection_tokens(request.headers)
+    names = request.names  # lowercased once, by the core that parsed the request
+    drop = forwarding.drop
+    if "connection" in names:
+        drop = drop | connection_tokens(request.headers)
     if key:
         drop |= CREDENTIAL_HEADERS  # the client's x-api-key must not ride along beside the pool's own
-    headers = [(k, v) for k, v in request.headers if k.lower() not in drop and HEADER_NAME_OK.match(k)]
+    headers = [
+        pair
+        for pair, name in zip(request.headers, names, strict=True)
+        if name not in drop and HEADER_NAME_OK.match(pair[0])
+    ]
     if request.peer:
         seen = request.header("x-forwarded-for")
         headers.append(("X-Forwarded-For", f"{f'{seen}, ' if seen else ''}{request.peer}"))

@@ -52,6 +52,13 @@ class Request:
     body: bytes = b""
     peer: str = ""  # the client's address (empty on a Unix socket)
     seq: int = 0  # 1, 2, ... per connection: tells a head-only view and the complete request apart from others
+    # The header names lowercased, in the headers' order: made once, by the parser that reads them, so a lookup is a
+    # search of these (in C) rather than a lower() of every name for every lookup (an SDK sends ~17 headers).
+    names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.names) != len(self.headers):  # built without them (the HTTP/2 core, a test): made here
+            object.__setattr__(self, "names", tuple(k.lower() for k, _ in self.headers))
 
     @property
     def expects_continue(self) -> bool:
@@ -60,7 +67,10 @@ class Request:
         return self.http_version == "1.1" and expect is not None and expect.lower() == "100-continue"
 
     def header(self, name: str) -> str | None:
-        return find_header(self.headers, name)
+        """The first value of a header, case-insensitively (HTTP field names are)."""
+        lname = name.lower()
+        names = self.names
+        return self.headers[names.index(lname)][1] if lname in names else None
 
     def without_body(self) -> Request:
         """The same request, its body let go of. `dataclasses.replace(self, body=b"")` spelled out: replace walks
@@ -68,7 +78,7 @@ class Request:
         the two equal, so a field added here and not there fails)."""
         return Request(
             self.method, self.target, self.path, self.query, self.http_version, self.keep_alive, self.headers, b"",
-            self.peer, self.seq,
+            self.peer, self.seq, self.names,
         )  # fmt: skip
 
 
@@ -101,6 +111,7 @@ class ServerConnection:
         self._failed_path: str | None = None
         self._pending_body_bytes = 0
         self._headers: list[tuple[str, str]] = []
+        self._names: list[str] = []  # the header names lowercased (see Request.names)
         self._reset_message()
 
     # input -------------------------------------------------------------------------------------------
@@ -266,7 +277,9 @@ class ServerConnection:
         self._count_head(len(name) + len(value) + 4)
         if self._headers_done:
             return  # a chunked body's trailer fields: never merged into the request's headers
-        self._headers.append((name.decode("latin-1"), value.decode("latin-1")))
+        text = name.decode("latin-1")
+        self._headers.append((text, value.decode("latin-1")))
+        self._names.append(text.lower())
 
     def on_headers_complete(self) -> None:
         if self._replaying:
@@ -276,17 +289,20 @@ class ServerConnection:
         version = self._parser.get_http_version()
         if method == "CONNECT":
             raise RemoteProtocolError("CONNECT is not supported: this is not a forward proxy", 405)
-        hosts = [v for k, v in self._headers if k.lower() == "host"]
-        if len(hosts) > 1 or (version == "1.1" and not hosts):
+        names = self._names
+        hosts = names.count("host")
+        if hosts > 1 or (version == "1.1" and not hosts):
             # RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without exactly one Host
             raise RemoteProtocolError(f"{'more than one' if hosts else 'no'} Host header", 400)
-        if version in ("1.0", "0.9") and find_header(self._headers, "transfer-encoding") is not None:
+        if version in ("1.0", "0.9") and "transfer-encoding" in names:
             # RFC 9112 6.1: the framing of an HTTP/1.0 message with Transfer-Encoding is faulty (nginx: 400)
             raise RemoteProtocolError("Transfer-Encoding in an HTTP/1.0 request", 400)
-        self._headers, self._offered = _upgrade_offer(self._headers, self.limits.upgrades)
-        if self._offered is not None and _body_framing(self._headers, True) is not None:
-            raise RemoteProtocolError(f"an offer to upgrade to {self._offered} cannot carry a body", 400)
-        length = find_header(self._headers, "content-length")
+        if "upgrade" in names:
+            self._headers, self._offered = _upgrade_offer(self._headers, self.limits.upgrades)
+            names = self._names = [k.lower() for k, _ in self._headers]  # an h2c offer's headers dropped
+            if self._offered is not None and _body_framing(self._headers, True) is not None:
+                raise RemoteProtocolError(f"an offer to upgrade to {self._offered} cannot carry a body", 400)
+        length = self._headers[names.index("content-length")][1] if "content-length" in names else None
         if length is not None and length.isdigit() and int(length) > self.limits.max_body_bytes:
             raise RemoteProtocolError(f"request body larger than {self.limits.max_body_bytes} bytes", 413)
         if self._parser.should_upgrade():
@@ -331,6 +347,7 @@ class ServerConnection:
             body=body,
             peer=self.peer,
             seq=self._seq,
+            names=tuple(self._names),
         )
 
     def _resume_body(self, framing: bytes) -> None:
@@ -364,6 +381,7 @@ class ServerConnection:
         self._incoming = None
         self._url = bytearray()
         self._headers = []
+        self._names = []
         self._body: list[bytes] = []
         self._body_size = 0
         self._head_bytes = 0  # bytes received while the head was incomplete (catches one endless line)
