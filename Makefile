@@ -34,9 +34,9 @@ lint: $(BIN)/.installed
 # own timers kept time; four at a time failed a 1 ms floor. One file per worker (loadfile): a module's fixture (a
 # certified matrix, a set of relays) is then started once, not once per worker. xdist hands each worker two files
 # at once, then one more whenever it finishes one; in this order (--no-loadscope-reorder) the longest start first:
-# by each file's time in a `make test` log (--durations=0, 2026-12-06): the lane took 178 s twice, where the order
-# before took 203 (xdist's assignment simulated from the same durations gives both). A file added: its place by its
-# time.
+# by each file's time (this lane's command with --durations=0, 2026-12-06): the lane took 178 s twice, where the
+# order before took 203 (xdist's assignment simulated from the same durations gives both). A file added: its place
+# by its time.
 E2E_TIMED = tests/e2e/test_matrix_veth.py tests/e2e/test_matrix_http3.py tests/e2e/test_diagnose_by_hand.py \
             tests/e2e/test_load.py tests/e2e/test_matrix.py tests/e2e/test_matrix_conditions.py \
             tests/e2e/test_sweep_veth.py tests/e2e/test_diagnose.py tests/e2e/test_diagnose_websocket.py \

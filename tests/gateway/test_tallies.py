@@ -8,20 +8,24 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, generate_latest, values
+from prometheus_client.metrics import disable_created_metrics, enable_created_metrics
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
 from tokenpath.gateway import tallies
+from tokenpath.gateway.failures import Outcome
 from tokenpath.gateway.metrics import ADDED_BUCKETS, LATENCY_BUCKETS, MULTIPROC_ENV, Metrics
 
 LABEL = st.text(st.characters(codec="utf-8"), max_size=12)  # quotes, backslashes, controls, any script; no surrogate
 # Observations: any order of magnitude, the bounds themselves (`le` is inclusive), 0, negatives and infinity.
 AMOUNT = st.floats(min_value=-1.0, max_value=1e4, allow_nan=False) | st.sampled_from(
-    (0.0, math.inf, *LATENCY_BUCKETS, *ADDED_BUCKETS)
+    (0.0, math.inf, math.nan, *LATENCY_BUCKETS, *ADDED_BUCKETS)
 )
 COUNT = st.floats(min_value=0.0, max_value=1e9, allow_nan=False) | st.integers(0, 10**6)
 
@@ -75,6 +79,7 @@ def exposition(registry: CollectorRegistry, generate: object = generate_latest) 
 
 
 @given(st.lists(updates(), max_size=40))
+@example([Update("added_ttft", (), "observe", math.nan), Update("upstream_head", ("p",), "observe", 0.25)])
 def test_the_same_updates_make_the_same_metrics_as_prometheus_clients_own(steps: list[Update]) -> None:
     ours, theirs = CollectorRegistry(), CollectorRegistry()
     tallied, reference = Metrics(ours, shared=False), Metrics(theirs, shared=True)
@@ -98,36 +103,58 @@ def test_a_counter_refuses_a_negative_amount_and_a_labelled_metric_a_wrong_label
             metrics.keepalives.labels("pool")
 
 
-def test_histogram_buckets_must_increase_and_end_at_infinity() -> None:
+def test_histogram_buckets_must_increase_hold_a_finite_bound_none_negative_and_end_at_infinity() -> None:
     with pytest.raises(ValueError, match="increasing"):
         tallies.histograms("h", "h", (1.0, 0.5))
+    for refused in ((), (math.inf,), (-1.0, 1.0)):  # the last: prometheus-client's family would lose its _count
+        with pytest.raises(ValueError, match="below"):
+            tallies.histograms("h", "h", refused)
     assert tallies.histograms("h", "h", (1.0, 2.0)).only().bounds == (1.0, 2.0, math.inf)
     assert tallies.histograms("h", "h", (1.0, math.inf)).only().bounds == (1.0, math.inf)
-    with pytest.raises(ValueError, match="sorted"):
-        Histogram("h", "h", buckets=(1.0, 0.5), registry=CollectorRegistry())  # prometheus-client's own rule
+
+
+def test_label_values_are_keyed_as_their_strings() -> None:
+    registry = CollectorRegistry()
+    metrics = Metrics(registry, shared=False)
+    metrics.errors.labels(Outcome.INTERNAL).inc()
+    metrics.errors.labels(str(Outcome.INTERNAL)).inc()
+    metrics.requests.labels(cast(str, 200)).inc()  # prometheus-client takes any value and keys it by str()
+    metrics.requests.labels("200").inc()
+    assert registry.get_sample_value("tokenpath_gateway_errors_total", {"reason": str(Outcome.INTERNAL)}) == 2
+    assert registry.get_sample_value("tokenpath_gateway_requests_total", {"code": "200"}) == 2
+    assert generate_latest(registry).decode().count('tokenpath_gateway_requests_total{code="200"}') == 1
 
 
 def test_one_worker_keeps_tallies_and_workers_sharing_files_keep_prometheus_clients_metrics(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv(MULTIPROC_ENV, raising=False)
+    """prometheus-client chose its value class at import, from its directory's variable: Metrics follows it."""
+    assert values.ValueClass is values.MutexValue  # no workers' directory in the tests' environment
     assert isinstance(Metrics(CollectorRegistry()).requests, tallies.Family)
-    monkeypatch.setenv(MULTIPROC_ENV, "/nonexistent")  # read when a value is made, not by Metrics
-    assert isinstance(Metrics(CollectorRegistry()).requests, Counter)
+    monkeypatch.setenv(MULTIPROC_ENV, str(tmp_path))
+    monkeypatch.setattr(values, "ValueClass", values.get_value_class())  # type: ignore[no-untyped-call]
+    shared = Metrics(CollectorRegistry())
+    assert isinstance(shared.requests, Counter)
+    shared.child(shared.requests, "200").inc()
+    assert list(tmp_path.glob("counter_*.db"))  # the sample went to the workers' shared files
 
 
-def test_created_samples_follow_prometheus_clients_switch(monkeypatch: pytest.MonkeyPatch) -> None:
-    registry = CollectorRegistry()
-    metrics = Metrics(registry, shared=False)
-    metrics.child(metrics.requests, "200").inc()
-    metrics.child(metrics.upstream_head, "p").observe(0.2)
-    text = generate_latest(registry).decode()
+def test_created_samples_follow_prometheus_clients_switch() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    for metrics in (Metrics(ours, shared=False), Metrics(theirs, shared=True)):
+        metrics.child(metrics.requests, "200").inc()
+        metrics.child(metrics.upstream_head, "p").observe(0.2)
+    text = generate_latest(ours).decode()
     assert 'tokenpath_gateway_requests_created{code="200"}' in text
     assert 'tokenpath_gateway_upstream_head_seconds_created{pool="p"}' in text
-    monkeypatch.setenv("PROMETHEUS_DISABLE_CREATED_SERIES", "True")
-    text = generate_latest(registry).decode()
-    assert "_created" not in text
-    assert 'tokenpath_gateway_requests_total{code="200"} 1.0' in text
+    disable_created_metrics()  # type: ignore[no-untyped-call]
+    try:
+        text = generate_latest(ours).decode()
+        assert "_created" not in text
+        assert 'tokenpath_gateway_requests_total{code="200"} 1.0' in text
+        assert exposition(ours) == exposition(theirs)
+    finally:
+        enable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def test_a_scrape_filtered_by_name_gets_that_family_alone() -> None:
@@ -187,3 +214,21 @@ def test_a_scrape_while_the_loop_adds_label_sets_never_fails() -> None:
         scraper.join(timeout=30)
         sys.setswitchinterval(interval)
     assert not errors, errors
+
+
+def test_a_snapshot_waits_for_a_label_set_being_added() -> None:
+    """The copy and an insertion hold the same lock (the test above fails without it only when the collection runs
+    Python code at the wrong moment; this one, always)."""
+    family = tallies.counters("c", "c", ["code"])
+    done = threading.Event()
+
+    def scrape() -> None:
+        family.snapshot()
+        done.set()
+
+    scraper = threading.Thread(target=scrape)
+    with family._adding:  # as labels() holds it while it adds a series
+        scraper.start()
+        assert not done.wait(0.2), "the snapshot did not wait for the lock"
+    assert done.wait(30)
+    scraper.join(timeout=30)

@@ -11,10 +11,10 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar
 
 import psutil
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
 from tokenpath.gateway import tallies
 from tokenpath.serve import exposition
@@ -39,6 +39,7 @@ class HistogramSeries(Protocol):
     def observe(self, amount: float) -> None: ...
 
 
+MergeMode = Literal["livesum", "min"]  # how workers' values of a gauge merge (prometheus-client's multiprocess_mode)
 S_co = TypeVar("S_co", covariant=True)
 S = TypeVar("S")
 
@@ -50,7 +51,8 @@ class Labelled(Protocol[S_co]):
 
 
 class _Tallied:
-    """The metrics as tallies (gateway/tallies.py), exposed by one collector on the registry: one worker."""
+    """The metrics as tallies (gateway/tallies.py), exposed by one collector on the registry: one worker (a gauge's
+    MergeMode is not used: one process has nothing to merge)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -61,7 +63,7 @@ class _Tallied:
         self.families.append(family)
         return family
 
-    def gauge(self, name: str, doc: str, labelnames: Sequence[str], shared_as: str) -> Labelled[GaugeSeries]:
+    def gauge(self, name: str, doc: str, labelnames: Sequence[str], shared_as: MergeMode) -> Labelled[GaugeSeries]:
         family = tallies.gauges(name, doc, labelnames)
         self.families.append(family)
         return family
@@ -78,7 +80,7 @@ class _Tallied:
         self.families.append(family)
         return family.only()
 
-    def one_gauge(self, name: str, doc: str, shared_as: str) -> GaugeSeries:
+    def one_gauge(self, name: str, doc: str, shared_as: MergeMode) -> GaugeSeries:
         family = tallies.gauges(name, doc)
         self.families.append(family)
         return family.only()
@@ -102,8 +104,8 @@ class _Shared:
     def counter(self, name: str, doc: str, labelnames: Sequence[str]) -> Labelled[CounterSeries]:
         return Counter(name, doc, labelnames, registry=self.registry)
 
-    def gauge(self, name: str, doc: str, labelnames: Sequence[str], shared_as: str) -> Labelled[GaugeSeries]:
-        return Gauge(name, doc, labelnames, multiprocess_mode=shared_as, registry=self.registry)  # type: ignore[arg-type]
+    def gauge(self, name: str, doc: str, labelnames: Sequence[str], shared_as: MergeMode) -> Labelled[GaugeSeries]:
+        return Gauge(name, doc, labelnames, multiprocess_mode=shared_as, registry=self.registry)
 
     def histogram(
         self, name: str, doc: str, labelnames: Sequence[str], buckets: Sequence[float]
@@ -113,8 +115,8 @@ class _Shared:
     def one_counter(self, name: str, doc: str) -> CounterSeries:
         return Counter(name, doc, registry=self.registry)
 
-    def one_gauge(self, name: str, doc: str, shared_as: str) -> GaugeSeries:
-        return Gauge(name, doc, multiprocess_mode=shared_as, registry=self.registry)  # type: ignore[arg-type]
+    def one_gauge(self, name: str, doc: str, shared_as: MergeMode) -> GaugeSeries:
+        return Gauge(name, doc, multiprocess_mode=shared_as, registry=self.registry)
 
     def one_histogram(self, name: str, doc: str, buckets: Sequence[float]) -> HistogramSeries:
         return Histogram(name, doc, buckets=buckets, registry=self.registry)
@@ -129,8 +131,8 @@ class Metrics:
     Either way the same names, labels, help and samples reach /metrics."""
 
     def __init__(self, registry: CollectorRegistry, shared: bool | None = None) -> None:
-        if shared is None:
-            shared = MULTIPROC_ENV in os.environ
+        if shared is None:  # as prometheus-client chose at its import (either spelling of its directory's variable)
+            shared = values.ValueClass is not values.MutexValue
         m: _Tallied | _Shared = _Shared(registry) if shared else _Tallied(registry)
         self._children: dict[tuple[int, tuple[str, ...]], object] = {}  # see child()
         self.upstream_ttft = m.histogram(
@@ -191,7 +193,8 @@ class Metrics:
 
     def child(self, metric: Labelled[S], *labels: str) -> S:
         """`metric.labels(*labels)`, looked up once: the request path's labels are few (pools, members, statuses)
-        and prometheus-client's own lookup costs a lock and a dozen calls each time."""
+        and prometheus-client's own lookup (with workers) costs a lock and a dozen calls each time; a tallies.Family's
+        is one dict lookup, as this is."""
         key = (id(metric), labels)
         found = self._children.get(key)
         if found is None:

@@ -14,7 +14,6 @@ keeps prometheus-client's own metrics (gateway/metrics.py chooses)."""
 from __future__ import annotations
 
 import math
-import os
 import threading
 import time
 from bisect import bisect_left
@@ -22,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import accumulate
 from typing import Generic, TypeVar
 
+from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
@@ -29,8 +29,10 @@ Series = TypeVar("Series", "CounterTally", "GaugeTally", "HistogramTally")
 
 
 def created_series_wanted() -> bool:
-    """prometheus-client's own switch for the `_created` samples, read the way it reads it."""
-    return os.environ.get("PROMETHEUS_DISABLE_CREATED_SERIES", "False").lower() not in ("true", "1", "t")
+    """prometheus-client's own switch for the `_created` samples: PROMETHEUS_DISABLE_CREATED_SERIES as it was at its
+    import, then its disable_created_metrics() and enable_created_metrics(). It keeps the switch in a module global
+    with no getter; reading it is the only way to follow the same switch."""
+    return bool(prometheus_metrics._use_created)
 
 
 class CounterTally:
@@ -75,12 +77,14 @@ class HistogramTally:
         self.created = time.time()
 
     def observe(self, amount: float) -> None:
-        self.counts[bisect_left(self.bounds, amount)] += 1
+        i = bisect_left(self.bounds, amount)
+        if amount <= self.bounds[i]:  # false only for a NaN (bisect puts it first): no bucket, as in prometheus-client
+            self.counts[i] += 1
         self.sum += amount
 
 
 class Family(Generic[Series]):
-    """A metric's series by label values; `labels` as prometheus-client's (values in the label names' order)."""
+    """A metric's series by label values (in the label names' order)."""
 
     def __init__(
         self,
@@ -101,12 +105,15 @@ class Family(Generic[Series]):
             self.series[()] = new_series()
 
     def labels(self, *labelvalues: str) -> Series:
+        """prometheus-client's `labels`, positional values only: each value is keyed as its str (a StrEnum member
+        and its string are one series)."""
         found = self.series.get(labelvalues)
         if found is None:
             if len(labelvalues) != len(self.labelnames):
                 raise ValueError(f"Incorrect label count: {self.name} takes {self.labelnames}, got {labelvalues!r}")
+            key = tuple(str(v) for v in labelvalues)
             with self._adding:
-                found = self.series.setdefault(labelvalues, self._new_series())
+                found = self.series.setdefault(key, self._new_series())
         return found
 
     def only(self) -> Series:
@@ -115,10 +122,11 @@ class Family(Generic[Series]):
 
     def snapshot(self) -> list[tuple[list[str], Series]]:
         """The series as label-value lists. Copied under the lock a new label set is added under: a copy made
-        without it can meet an insertion (the copy allocates, a collection runs finalizers, the thread switches)."""
+        without it can meet an insertion (the copy allocates, a collection runs Python code, gc callbacks or
+        finalizers, and the thread can switch there)."""
         with self._adding:
             found = list(self.series.items())
-        return [([str(v) for v in values], series) for values, series in found]
+        return [(list(values), series) for values, series in found]
 
 
 def counters(name: str, documentation: str, labelnames: Sequence[str] = ()) -> Family[CounterTally]:
@@ -137,6 +145,8 @@ def histograms(
         raise ValueError(f"{name}: buckets must be in increasing order")
     if not bounds or bounds[-1] != math.inf:
         bounds += (math.inf,)
+    if len(bounds) < 2 or bounds[0] < 0:  # as prometheus-client; a negative bound: no _sum there, no _count here
+        raise ValueError(f"{name}: buckets must hold a bound below +Inf, and no negative one")
     return Family(HistogramMetricFamily, name, documentation, labelnames, lambda: HistogramTally(bounds))
 
 
@@ -183,7 +193,7 @@ def _add_series(
         metric.add_metric(labelvalues, series.value)
     else:
         assert isinstance(metric, HistogramMetricFamily)
-        counts = list(series.counts)  # one copy: the cumulative counts and _count agree with each other
+        counts = list(series.counts)  # one copy: the buckets of one moment, though the loop goes on counting
         cumulative = zip(series.bounds, accumulate(counts), strict=True)
         buckets = [(floatToGoString(b), float(c)) for b, c in cumulative]  # type: ignore[no-untyped-call]
         metric.add_metric(labelvalues, buckets, series.sum)
