@@ -104,10 +104,10 @@ def test_no_garbage_collection_starts_inside_a_measured_read() -> None:
 # Then 756 -> 717 in all, 266 -> 274 in tokenpath: one worker's metrics are plain numbers read at scrape time
 # (gateway/tallies.py), prometheus-client's wrappers, checks, locks and bucket loop gone (~40 calls), each of the
 # request's 8 metric updates one call of tokenpath's own.
-# Then 717 -> 691 in all, 274 -> 266 in tokenpath: the header names lowercased once, by the parser (wire/server.py
+# Then 717 -> 683 in all, 274 -> 266 in tokenpath: the header names lowercased once, by the parser (wire/server.py
 # Request.names), every lookup a search of them (no find_header walk and lower() of every name per lookup).
 MAX_OWN_CALLS_PER_REQUEST = 270  # 266 measured, 3 runs (a wheel tick inside the measured requests adds 1-2)
-MAX_CALLS_PER_REQUEST = 697  # 691.05 measured; pytest adds a few
+MAX_CALLS_PER_REQUEST = 689  # 683.05 measured; pytest adds a few
 # With the access log on, as `tokenpath gateway` runs: 1155 before (88 calls for the line: built, parsed back by the
 # formatter, serialised again, logging's caller lookup), 910 after (49: built once, spliced into the line).
 # Then 810 -> 807: the line waits in the handler for one write per batch (jsonlog.BatchedHandler), no write and flush
@@ -115,11 +115,11 @@ MAX_CALLS_PER_REQUEST = 697  # 691.05 measured; pytest adds a few
 # the measured requests or not; tests/gateway/test_access_log_batches.py tests the flushes).
 # Then 807 -> 790: the line's fields written by one f-string (gateway/accesslog.py access_fields), and the line
 # batched without logging's record when the batched handler is the only one it reaches (jsonlog.direct_handler).
-# Then 790 -> 751: the metrics as tallies (above); 751 -> 725: the header names lowercased once (above).
-MAX_CALLS_PER_LOGGED_REQUEST = 731  # 725.05 (726.3 when the batch's age bound writes it within the requests)
+# Then 790 -> 751: the metrics as tallies (above); 751 -> 717: the header names lowercased once (above).
+MAX_CALLS_PER_LOGGED_REQUEST = 723  # 717.05 (718.4 when the batch's age bound writes it within the requests)
 # The same request with the 14 more headers the OpenAI SDK sends (loopcounts.SDK_HEADERS): 1025 with every lookup
-# lowering every name (~16 calls per header, 196 lower() per request), 902 with the names lowercased once.
-MAX_CALLS_PER_SDK_REQUEST = 908  # 902.05 measured, 3 runs
+# lowering every name (~16 calls per header, 196 lower() per request), 894-895 with the names lowercased once.
+MAX_CALLS_PER_SDK_REQUEST = 901  # 894.05-895.35 measured, 3 runs
 
 
 def test_a_short_request_costs_a_bounded_number_of_calls_and_arms_no_loop_timer() -> None:

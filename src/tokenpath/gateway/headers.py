@@ -85,7 +85,7 @@ def upstream_headers(
     if "connection" in names:
         drop = drop | connection_tokens(request.headers)
     if key:
-        drop |= CREDENTIAL_HEADERS  # the client's x-api-key must not ride along beside the pool's own
+        drop = drop | CREDENTIAL_HEADERS  # the client's x-api-key must not ride along beside the pool's own
     headers = [
         pair
         for pair, name in zip(request.headers, names, strict=True)

@@ -19,7 +19,7 @@ so a server answers them in order before it writes the error; nothing after the 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import InitVar, dataclass, field, replace
 
 import httptools
 
@@ -52,13 +52,15 @@ class Request:
     body: bytes = b""
     peer: str = ""  # the client's address (empty on a Unix socket)
     seq: int = 0  # 1, 2, ... per connection: tells a head-only view and the complete request apart from others
-    # The header names lowercased, in the headers' order: made once, by the parser that reads them, so a lookup is a
-    # search of these (in C) rather than a lower() of every name for every lookup (an SDK sends ~17 headers).
-    names: tuple[str, ...] = ()
+    # The header names lowercased, in the headers' order: made once, by the parser that reads them (handed in as
+    # `lowered`), so a lookup is a search of these (in C) rather than a lower() of every name for every lookup (an SDK
+    # sends ~17 headers). Derived, never given: any other construction, `dataclasses.replace` included (it does not
+    # pass an InitVar on), makes them from the headers, so they cannot belong to other headers.
+    names: tuple[str, ...] = field(init=False, compare=False, repr=False)
+    lowered: InitVar[tuple[str, ...] | None] = None
 
-    def __post_init__(self) -> None:
-        if len(self.names) != len(self.headers):  # built without them (the HTTP/2 core, a test): made here
-            object.__setattr__(self, "names", tuple(k.lower() for k, _ in self.headers))
+    def __post_init__(self, lowered: tuple[str, ...] | None) -> None:
+        object.__setattr__(self, "names", tuple(k.lower() for k, _ in self.headers) if lowered is None else lowered)
 
     @property
     def expects_continue(self) -> bool:
@@ -78,7 +80,7 @@ class Request:
         the two equal, so a field added here and not there fails)."""
         return Request(
             self.method, self.target, self.path, self.query, self.http_version, self.keep_alive, self.headers, b"",
-            self.peer, self.seq, self.names,
+            self.peer, self.seq, self.names,  # the same headers: their names as they are
         )  # fmt: skip
 
 
@@ -298,8 +300,10 @@ class ServerConnection:
             # RFC 9112 6.1: the framing of an HTTP/1.0 message with Transfer-Encoding is faulty (nginx: 400)
             raise RemoteProtocolError("Transfer-Encoding in an HTTP/1.0 request", 400)
         if "upgrade" in names:
-            self._headers, self._offered = _upgrade_offer(self._headers, self.limits.upgrades)
-            names = self._names = [k.lower() for k, _ in self._headers]  # an h2c offer's headers dropped
+            kept, self._offered = _upgrade_offer(self._headers, self.limits.upgrades)
+            if kept is not self._headers:  # an h2c offer's headers dropped: their names go too
+                self._headers = kept
+                names = self._names = [k.lower() for k, _ in kept]
             if self._offered is not None and _body_framing(self._headers, True) is not None:
                 raise RemoteProtocolError(f"an offer to upgrade to {self._offered} cannot carry a body", 400)
         length = self._headers[names.index("content-length")][1] if "content-length" in names else None
@@ -347,7 +351,7 @@ class ServerConnection:
             body=body,
             peer=self.peer,
             seq=self._seq,
-            names=tuple(self._names),
+            lowered=tuple(self._names),
         )
 
     def _resume_body(self, framing: bytes) -> None:
