@@ -9,8 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 E2E_DIR = Path(__file__).parent / "e2e"
+
+# Hypothesis's deadline (200 ms an example) and its too-slow health check are timing assertions, which have no place
+# in these tests: on a loaded 2-core host an example or a draw can take that long, and in a clean checkout the first
+# `st.characters` builds Hypothesis's character table (~1.5 s; kept in .hypothesis/ afterwards), which failed a
+# property test in a clean clone's CI. Every property test runs under this profile (tests/test_hypothesis_profile.py).
+settings.register_profile("tokenpath", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("tokenpath")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

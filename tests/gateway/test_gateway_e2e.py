@@ -381,7 +381,11 @@ def test_a_slow_client_pauses_the_upstream_instead_of_growing_memory(svc: Servic
     assert parser.complete
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],  # see tests/conftest.py
+)
 @given(
     line=st.binary(min_size=0, max_size=120),
     headers=st.lists(st.binary(min_size=0, max_size=80), max_size=6),

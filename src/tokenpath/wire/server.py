@@ -54,8 +54,8 @@ class Request:
     seq: int = 0  # 1, 2, ... per connection: tells a head-only view and the complete request apart from others
     # The header names lowercased, in the headers' order: made once, by the parser that reads them (handed in as
     # `lowered`), so a lookup is a search of these (in C) rather than a lower() of every name for every lookup (an SDK
-    # sends ~17 headers). Derived, never given: any other construction, `dataclasses.replace` included (it does not
-    # pass an InitVar on), makes them from the headers, so they cannot belong to other headers.
+    # sends ~17 headers). Only the parser hands them in: any other construction, `dataclasses.replace` included (it
+    # does not pass an InitVar on), makes them from the headers, so they cannot belong to other headers.
     names: tuple[str, ...] = field(init=False, compare=False, repr=False)
     lowered: InitVar[tuple[str, ...] | None] = None
 
