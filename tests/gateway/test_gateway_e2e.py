@@ -97,16 +97,16 @@ def request(body: dict[str, Any], *, path: str = "/v1/chat/completions", headers
 
 def read_response(sock: socket.socket, until: Callable[[bytes], bool] | None = None) -> tuple[ResponseParser, bytes]:
     parser = ResponseParser()
-    body = b""
+    body = bytearray()  # bytes' `+=` would copy the whole body at every read: quadratic in a 12 MB response
     while not parser.complete:
         data = sock.recv(65536)
         if not data:
             parser.feed_eof()
             break
         body += parser.feed(data)
-        if until is not None and until(body):
+        if until is not None and until(bytes(body)):
             break
-    return parser, body
+    return parser, bytes(body)
 
 
 def roundtrip(url: str | None, raw: bytes, timeout: float = 20) -> tuple[ResponseParser, bytes]:

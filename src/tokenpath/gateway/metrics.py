@@ -42,6 +42,12 @@ class HistogramSeries(Protocol):
 MergeMode = Literal["livesum", "min"]  # how workers' values of a gauge merge (prometheus-client's multiprocess_mode)
 S_co = TypeVar("S_co", covariant=True)
 S = TypeVar("S")
+F = TypeVar(
+    "F",
+    tallies.Family[tallies.CounterTally],
+    tallies.Family[tallies.GaugeTally],
+    tallies.Family[tallies.HistogramTally],
+)
 
 
 class Labelled(Protocol[S_co]):
@@ -58,37 +64,29 @@ class _Tallied:
         self.registry = registry
         self.families: list[tallies.AnyFamily] = []
 
-    def counter(self, name: str, doc: str, labelnames: Sequence[str]) -> Labelled[CounterSeries]:
-        family = tallies.counters(name, doc, labelnames)
+    def _kept(self, family: F) -> F:
         self.families.append(family)
         return family
 
+    def counter(self, name: str, doc: str, labelnames: Sequence[str]) -> Labelled[CounterSeries]:
+        return self._kept(tallies.counters(name, doc, labelnames))
+
     def gauge(self, name: str, doc: str, labelnames: Sequence[str], shared_as: MergeMode) -> Labelled[GaugeSeries]:
-        family = tallies.gauges(name, doc, labelnames)
-        self.families.append(family)
-        return family
+        return self._kept(tallies.gauges(name, doc, labelnames))
 
     def histogram(
         self, name: str, doc: str, labelnames: Sequence[str], buckets: Sequence[float]
     ) -> Labelled[HistogramSeries]:
-        family = tallies.histograms(name, doc, buckets, labelnames)
-        self.families.append(family)
-        return family
+        return self._kept(tallies.histograms(name, doc, buckets, labelnames))
 
     def one_counter(self, name: str, doc: str) -> CounterSeries:
-        family = tallies.counters(name, doc)
-        self.families.append(family)
-        return family.only()
+        return self._kept(tallies.counters(name, doc)).only()
 
     def one_gauge(self, name: str, doc: str, shared_as: MergeMode) -> GaugeSeries:
-        family = tallies.gauges(name, doc)
-        self.families.append(family)
-        return family.only()
+        return self._kept(tallies.gauges(name, doc)).only()
 
     def one_histogram(self, name: str, doc: str, buckets: Sequence[float]) -> HistogramSeries:
-        family = tallies.histograms(name, doc, buckets)
-        self.families.append(family)
-        return family.only()
+        return self._kept(tallies.histograms(name, doc, buckets)).only()
 
     def done(self) -> None:
         self.registry.register(tallies.TallyCollector(self.families))
