@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import exclusive
 
 
-def test_a_second_holder_waits_until_the_first_lets_go() -> None:
+def test_a_second_holder_waits_until_the_first_lets_go(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its lock file made there, not left in /tmp
     name = f"selftest-{os.getpid()}"
     order: list[str] = []
 

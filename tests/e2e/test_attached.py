@@ -5,6 +5,7 @@ upstream is caught by the audit, never counted."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -55,11 +56,13 @@ url = "{rogue.url}"
 [conditions]
 interval_ms = [50]
 """)
-        out = tmp_path / "out"
+        out, scratch = tmp_path / "out", tmp_path / "scratch"
+        scratch.mkdir()
         # --force: this lane runs four tests at a time, and what is asserted is the audit's verdict, not the floor
         # (test_compose_services.py, in the timed lane, asserts a certified run of attached paths).
         done = subprocess.run([sys.executable, "-m", "tokenpath", "matrix", str(experiment), "--out", str(out),
-                               "--force"], capture_output=True, text=True, timeout=240)  # fmt: skip
+                               "--force"], capture_output=True, text=True, timeout=240,
+                              env={**os.environ, "TMPDIR": str(scratch)})  # fmt: skip
     finally:
         ours.stop()
         rogue.stop()
@@ -74,6 +77,7 @@ interval_ms = [50]
     assert doc["proxies"]["svc-nginx"]["version"] == "nginx (a service)"
     assert doc["experiment"]["attached_paths"]["svc-nginx"] == ours.url
     assert doc["experiment"]["stub_listen"] == f"127.0.0.1:{stub_port}"
+    assert list(scratch.iterdir()) == []  # every file the run made is gone: none for the paths it attached to
 
 
 def test_an_attached_path_is_not_offered_tls_or_a_namespace() -> None:

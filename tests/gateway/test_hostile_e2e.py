@@ -208,6 +208,9 @@ def test_workers_die_with_their_parent_and_a_new_gateway_will_not_share_their_po
     parent.kill()  # SIGKILL: no handler runs in the parent
     _, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, f"workers outlived their parent: {[p.pid for p in alive]}"
+    # Its metrics dir outlives a SIGKILL (the next gateway's start sweeps it, as above): removed here, not left
+    for left in Path(tempfile.gettempdir()).glob(f"tokenpath-gw-metrics-{gw.pid}-*"):
+        shutil.rmtree(left)
 
     # A socket sharing the port by SO_REUSEPORT (what an orphan would hold): a new worker group must refuse it.
     squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -313,7 +313,7 @@ class MatrixRunner:
         if proxy.openai_only and endpoint is None:
             reason = "re-serialises OpenAI chunks: a gateway, measured by `tokenpath load`, not the byte-level matrix"
         if proxy.attached and not reason:
-            return self._attach(env, path, proxy)
+            return self._attach(env, path, proxy, tmp)
         if reason is None:
             listen = Endpoint(env.listen_host, env.next_port())
             site = Site(listen, env.upstream, new_workdir(proxy.name), proxy.variant(path.variant), tls)
@@ -338,13 +338,14 @@ class MatrixRunner:
             self._skip(env, path, reason)
         return None
 
-    def _attach(self, env: Environment, path: PathSpec, proxy: Proxy) -> RunningProxy | None:
-        """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts."""
+    def _attach(self, env: Environment, path: PathSpec, proxy: Proxy, tmp: Path) -> RunningProxy | None:
+        """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts. It has no
+        files of ours: its site's directory is a name inside the environment's own (removed with it), never made."""
         assert isinstance(proxy, AttachedProxy)
         reason = None if env.link == "loopback" else "already running on this host's network, not in a namespace"
         reason = reason or (None if env.tls else proxy.plain_unsupported or None)
         if reason is None:
-            site = Site(proxy.listen, env.upstream, new_workdir(proxy.name))
+            site = Site(proxy.listen, env.upstream, tmp / f"attached-{proxy.name}")
             try:
                 running = attach(proxy, site, self._ready_check(env))
             except ProxyError as exc:
