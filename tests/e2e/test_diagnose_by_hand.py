@@ -202,7 +202,7 @@ def envoy(workdir: Path, port: int, stub: int, fixed: bool) -> list[str]:
 """)
     binary = lookup("envoy").binary()
     assert binary is not None
-    return [binary, "-c", str(conf), "--use-dynamic-base-id", "--log-level", "warn"]
+    return [binary, "-c", str(conf), "--disable-hot-restart", "--log-level", "warn"]
 
 
 NODE_PROXY = """
