@@ -74,7 +74,7 @@ def test_monitor_once_over_http3_streams_and_says_http3(
 ) -> None:
     running, _ = caddy
     argv = ["monitor", "--url", running.url, "--http3", "--cacert", str(tls_files.cert), "--once"]
-    out = run(*argv, "--probes", str(PROBES), "--json", "--interval", "0.2")
+    out = run(*argv, "--probes", str(PROBES), "--json")
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [json.loads(line) for line in out.stderr.splitlines() if line.startswith("{")]
     records = [r for r in lines if r.get("event") == "probe"]  # one JSON line per probe (monitor/runner.py)

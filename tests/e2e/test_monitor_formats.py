@@ -33,8 +33,7 @@ def stub_url(module_service: Start) -> str:
 
 def once(url: str, *args: str) -> dict[str, Any]:
     out = subprocess.run(
-        tokenpath_argv("monitor", "--url", url, "--once", "--probes", "1", "--json", "--metrics-listen",
-                       "127.0.0.1:0", *args),
+        tokenpath_argv("monitor", "--url", url, "--once", "--probes", "1", "--json", *args),
         capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

@@ -4,6 +4,7 @@ config fields to flags in library messages (uvicorn's main.py: flags → config 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -76,10 +77,26 @@ def command_flags(fn: Callable[..., Any], renames: Mapping[str, str] = {}) -> di
         option = next((m for m in getattr(hint, "__metadata__", ()) if isinstance(m, OptionInfo)), None)
         if option is None:
             continue
-        declared = [d for d in (option.param_decls or ()) if d.startswith("--")]
+        # In Annotated form typer keeps a renamed option's first spelling in `default` (typer.Option("--json"))
+        spellings = (option.default, *(option.param_decls or ()))
+        declared = [d for d in spellings if isinstance(d, str) and d.startswith("--")]
         flags[name] = declared[0].partition("/")[0] if declared else "--" + name.replace("_", "-")
     flags.update({field: flags[param] for field, param in renames.items() if param in flags})
     return flags
+
+
+def refuse_unread(fn: Callable[..., Any], given: Mapping[str, Any], unread: Collection[str], why: str) -> None:
+    """A flag this call set (away from its default) that its mode never reads is refused, named as the user typed it,
+    never dropped in silence. `given`: the command's parameters as called; `unread`: the ones this mode ignores."""
+    defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
+    flags = command_flags(fn)
+    named = [flags[k] for k in unread if _set(given.get(k), defaults.get(k)) and k in flags]
+    if named:
+        raise UsageError(f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} not read {why}")
+
+
+def _set(value: Any, default: Any) -> bool:
+    return value != default and not (default is None and value in ((), []))  # typer's empty list: not given
 
 
 def fail(command: str, exc: TokenpathError, flags: Mapping[str, str]) -> NoReturn:

@@ -9,12 +9,17 @@ from typing import Annotated, Any
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import announce, body_json, console, handles_errors
+from tokenpath.cli.common import announce, body_json, console, handles_errors, refuse_unread
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
 FLAGS_ONLY = ("fail_on", "probes", "once", "json_out", "log_level")  # never in a config file
 EXPORTER_FLAGS = ("allow", "max_concurrency", "metric_names", "metrics_listen", "log_level")  # the rest: modules file
+# The one --url target's request: a config file's [[target]] tables and the exporter's modules say their own.
+URL_TARGET = ("direct_url", "name", "model", "api", "accept_encoding", "http2", "h2_window", "http3", "h3_window",
+              "transport", "api_key_env", "header", "max_tokens", "body_json_text", "cacert", "insecure")  # fmt: skip
+ONCE_ONLY = ("probes", "fail_on", "json_out")
+SERVICE_ONLY = ("interval", "metrics_listen", "metric_names", "otlp_endpoint")  # --once: back to back, no /metrics
 
 
 def _with_config(params: dict[str, Any]) -> tuple[str, ...] | None:
@@ -83,18 +88,13 @@ def monitor(
 ) -> None:
     """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus. The
     request's options (--api ... --h2-window) are the one --url target's."""
+    given = dict(locals())  # every flag as called: one that this mode would not read is refused below
     from tokenpath.jsonlog import configure_logging
     from tokenpath.monitor import config as moncfg
     from tokenpath.monitor import service
     from tokenpath.monitor.rules import parse_rules
     from tokenpath.monitor.table import summary_document, summary_table
 
-    if transport is not None and url is None:  # never ignored: a file's targets and the exporter's modules say theirs
-        raise UsageError("--transport is the --url target's (a config file's [[target]] says `transport = ...`)")
-    if (http3 or h3_window is not None) and url is None:
-        raise UsageError(
-            "--http3 and --h3-window are the --url target's (a config file's [[target]] says `http3 = true`)"
-        )
     if otlp_endpoint and (once or exporter):
         raise UsageError("--otlp-endpoint goes with the long-running monitor (not --once or --exporter)")
     if exporter:
@@ -104,6 +104,7 @@ def monitor(
             raise UsageError(
                 "--exporter takes its targets from Prometheus (/probe?target=URL): no config file, --url or --once"
             )
+        refuse_unread(monitor, given, (*URL_TARGET, *ONCE_ONLY, "interval"), "by --exporter (a module says them)")
         exporter_cfg = monexp.build_config(modules, allow or [], metrics_listen, max_concurrency, metric_names)
         configure_logging(log_level)
         monexp.serve(exporter_cfg, announce("monitor"))
@@ -116,6 +117,12 @@ def monitor(
         raise UsageError("--fail-on goes with --once (a long-running monitor alerts through Prometheus)")
     if json_out and not once:
         raise UsageError("--json goes with --once (a long-running monitor serves its figures on /metrics)")
+    if config is not None:
+        refuse_unread(monitor, given, URL_TARGET, "with a config file (its [[target]] tables say them)")
+    if once:
+        refuse_unread(monitor, given, SERVICE_ONLY, "by --once (it probes back to back and serves no /metrics)")
+    else:
+        refuse_unread(monitor, given, ONCE_ONLY, "without --once")
     overrides = moncfg.Overrides(
         url=url,
         name=name,
