@@ -49,7 +49,12 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     calls: list[Any] = []
     monkeypatch.setattr(exporter, "serve", lambda cfg, announce: calls.append(cfg))
     monkeypatch.setattr(service, "serve", lambda cfg, announce: calls.append(cfg))
-    monkeypatch.setattr(service, "once", lambda cfg, probes, rules: calls.append((cfg, probes, rules)) or ([], []))
+
+    def once(cfg: Any, probes: int, rules: Any) -> tuple[list[Any], list[Any]]:
+        calls.append((cfg, probes, rules))
+        return [], []
+
+    monkeypatch.setattr(service, "once", once)
     return calls
 
 
