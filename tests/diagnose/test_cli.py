@@ -4,7 +4,7 @@ processes are tests/e2e/test_diagnose.py); its exit codes and --json."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -364,3 +364,59 @@ def test_what_http3_cannot_do_is_refused_by_name(
     assert code == 2, out
     assert says in " ".join(out.split())
     assert s.template is None  # nothing ran
+
+
+def test_an_accept_encoding_of_the_users_own_is_the_compressing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Scripted(streaming)
+    assert invoke(monkeypatch, s, URL, "--accept-encoding", "gzip")[0] == 0
+    assert [r.accept_encoding for r in s.planned if r.name == "browser"] == ["gzip"]  # not the browser's default
+
+
+def test_the_h2_window_reaches_the_series(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenpath.wire.h2client import BROWSER_WINDOW
+
+    s = Scripted(streaming)
+    assert invoke(monkeypatch, s, URL, "--http2", "--h2-window", "browser")[0] == 0
+    assert s.template is not None
+    assert s.template.h2_window == BROWSER_WINDOW
+
+
+def test_client_chromium_runs_every_stream_of_the_series_in_the_browser(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The series' probe is the browser's (started once for the series), never the raw socket's."""
+    import contextlib
+
+    from tokenpath.probe import browser
+
+    started: list[ProbeConfig] = []
+    streamed: list[tuple[object, ProbeConfig]] = []
+
+    @contextlib.contextmanager
+    def chromium(cfg: ProbeConfig) -> Iterator[str]:
+        started.append(cfg)
+        yield "the browser"
+
+    def browser_stream(running: object, cfg: ProbeConfig) -> object:
+        streamed.append((running, cfg))
+        raise PeerError("scripted: no page")  # what a stream returns is the series' own business, not this test's
+
+    monkeypatch.setattr(browser, "chromium", chromium)
+    monkeypatch.setattr(browser, "browser_stream", browser_stream)
+    s = Scripted(streaming)
+    probes: list[object] = []
+
+    def run_series(
+        template: ProbeConfig, runs: Sequence[Run], probe: Callable[[ProbeConfig], object], *rest: object
+    ) -> list[measure.Measured]:
+        probes.append(probe)
+        with pytest.raises(PeerError, match="scripted"):
+            probe(template)
+        return s.run_series(template, runs)
+
+    monkeypatch.setattr(measure, "is_stub", s.is_stub)
+    monkeypatch.setattr(measure, "run_series", run_series)
+    monkeypatch.setattr(measure, "stub_origin", lambda url, timeout_s=2.0: None)
+    out = CliRunner().invoke(app, ["diagnose", URL, "--client", "chromium"])
+    assert out.exit_code == 0, out.output
+    assert len(started) == 1
+    assert [running for running, _ in streamed] == ["the browser"] * len(probes)
+    assert "headless Chromium" in out.output
