@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import announce, handles_errors
+from tokenpath.cli.common import announce, handles_errors, refuse_unread
 
 # GatewayConfig's fields whose flag has another name
 RENAMES = {"upstreams": "upstream", "secret_env": "jwt_secret_env", "public_key_file": "jwt_public_key"}
@@ -34,9 +34,12 @@ def gateway(
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error (JSON lines on stderr).")] = "info",
 ) -> None:
     """A streaming OpenAI gateway: JWT auth, backend pools, failover before the first byte, per-read relay."""
+    given = dict(locals())
     from tokenpath.gateway import config as gwconfig
     from tokenpath.gateway.server import run as run_gateway
 
+    if not upstream:  # --strategy is the --upstream pool's
+        refuse_unread(gateway, given, ("strategy",), "without --upstream (a config file's [[pool]] says its own)")
     overrides = gwconfig.Overrides(
         listen=listen,
         upstreams=tuple(upstream or ()),

@@ -111,6 +111,10 @@ class AuthConfig:
     pool_claim: str | None = None  # a claim whose value picks the pool (e.g. "tier")
 
 
+# AuthConfig's fields that only a JWT mode reads.
+JWT_ONLY = ("algorithms", "secret_env", "public_key_file", "jwks_url", "audience", "issuer", "pool_claim")
+
+
 @dataclass(frozen=True)
 class Member:
     """A member of a pool. What its URL says is worked out once per member (cached_property writes the instance's
@@ -247,6 +251,11 @@ class GatewayConfig:
                 raise UsageError("a shared secret only verifies HS256/384/512")
         elif a.mode != "none":
             raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
+        else:  # a JWT setting beside no authentication would be dropped in silence: the user meant one or the other
+            unread = [k for k in JWT_ONLY if getattr(a, k)]
+            if unread:
+                named = ", ".join(f"`{k}`" for k in unread)
+                raise UsageError(f"{named} with auth mode none (no authentication): no token is read, so never applied")
         return self
 
 

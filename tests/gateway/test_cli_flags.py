@@ -1,0 +1,105 @@
+"""`tokenpath gateway`'s flags reach the GatewayConfig it runs (the server replaced by a recorder), and a flag that
+would not be read is refused: --strategy without --upstream (a file's pools say their own), and a JWT setting beside
+no authentication (flag or file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from tokenpath.cli import app
+from tokenpath.errors import UsageError
+from tokenpath.gateway import config, server
+
+UPSTREAM = "http://127.0.0.1:9/v1"
+
+
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(server, "run", lambda cfg, announce, loop, log_level: calls.append((cfg, loop, log_level)))
+    return calls
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(app, ["gateway", *args], env={"COLUMNS": "300"})
+
+
+def test_every_flag_reaches_the_config(tmp_path: Path, ran: list[tuple[Any, ...]]) -> None:
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    key.write_text("k")
+    cert.write_text("c")
+    out = run("--listen", "127.0.0.1:8181", "--upstream", UPSTREAM, "--upstream", "http://127.0.0.1:10/v1",
+              "--strategy", "p2c_ewma", "--jwt-secret-env", "GW_SECRET", "--audience", "aud", "--issuer", "iss",
+              "--workers", "3", "--metrics-listen", "127.0.0.1:9191", "--tls-cert", str(cert), "--tls-key", str(key),
+              "--loop", "asyncio", "--log-level", "warning")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    ((cfg, loop, log_level),) = ran
+    assert (cfg.listen_host, cfg.listen_port) == ("127.0.0.1", 8181)
+    (pool,) = cfg.pools
+    assert [m.url for m in pool.members] == [UPSTREAM, "http://127.0.0.1:10/v1"]
+    assert pool.strategy == "p2c_ewma"
+    assert (cfg.auth.mode, cfg.auth.secret_env, cfg.auth.audience, cfg.auth.issuer) == (
+        "jwt",
+        "GW_SECRET",
+        "aud",
+        "iss",
+    )
+    assert cfg.workers == 3
+    assert (cfg.metrics_host, cfg.metrics_port) == ("127.0.0.1", 9191)
+    assert (cfg.tls_cert, cfg.tls_key) == (str(cert), str(key))
+    assert (loop, log_level) == ("asyncio", "warning")
+
+
+@pytest.mark.parametrize(
+    ("flag", "field", "value"),
+    [("--jwt-public-key", "public_key_file", "/etc/gw/key.pem"), ("--jwks-url", "jwks_url", "https://idp/jwks")],
+)
+def test_each_key_source_reaches_the_config(flag: str, field: str, value: str, ran: list[tuple[Any, ...]]) -> None:
+    out = run("--upstream", UPSTREAM, flag, value)
+    assert out.exit_code == 0, out.output
+    assert getattr(ran[0][0].auth, field) == value
+
+
+def test_no_auth_reaches_the_config_and_overrides_the_files_auth(tmp_path: Path, ran: list[tuple[Any, ...]]) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f'[auth]\nsecret_env = "GW_SECRET"\n[[pool]]\nname = "p"\n[[pool.member]]\nurl = "{UPSTREAM}"\n')
+    assert run("--config", str(path)).exit_code == 0
+    assert run("--config", str(path), "--no-auth").exit_code == 0
+    assert [cfg.auth.mode for cfg, _, _ in ran] == ["jwt", "none"]
+
+
+def test_strategy_without_upstream_is_refused(tmp_path: Path, ran: list[tuple[Any, ...]]) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(f'[auth]\nmode = "none"\n[[pool]]\nname = "p"\n[[pool.member]]\nurl = "{UPSTREAM}"\n')
+    out = run("--config", str(path), "--strategy", "p2c_ewma")
+    assert out.exit_code == 2, out.output
+    assert "--strategy is not read without --upstream" in out.output
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (("--jwt-secret-env", "GW_SECRET"), "--jwt-secret-env"),
+        (("--jwt-public-key", "/k.pem"), "--jwt-public-key"),
+        (("--jwks-url", "https://idp/jwks"), "--jwks-url"),
+        (("--audience", "a", "--issuer", "i"), "--audience, --issuer"),
+    ],
+)
+def test_a_jwt_flag_beside_no_auth_is_refused(flags: tuple[str, ...], named: str, ran: list[tuple[Any, ...]]) -> None:
+    out = run("--upstream", UPSTREAM, "--no-auth", *flags)
+    assert out.exit_code == 2, out.output
+    assert f"{named} with auth mode none" in out.output
+    assert ran == []
+
+
+@pytest.mark.parametrize("field", config.JWT_ONLY)
+def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
+    value: object = ["HS256"] if field == "algorithms" else "x"
+    data = {"auth": {"mode": "none", field: value}, "pool": [{"name": "p", "member": [{"url": UPSTREAM}]}]}
+    with pytest.raises(UsageError, match=f"`{field}` with auth mode none"):
+        config.from_dict(data)
