@@ -95,7 +95,7 @@ def probe(
     target = target_url(url)
     if runs < 1:
         raise UsageError("--runs must be >= 1")
-    pacing = {k: v for k, v in options.pacing(locals()).items() if k != 'head_at'}  # for a stub behind the path: the body's `tokenpath` member
+    pacing = options.pacing(locals())  # for a stub behind the path: the body's `tokenpath` member
     chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
     fmt = chosen.api
     carrier = chosen.transport
