@@ -90,7 +90,7 @@ def refuse_unread(fn: Callable[..., Any], given: Mapping[str, Any], unread: Coll
     never dropped in silence. `given`: the command's parameters as called; `unread`: the ones this mode ignores."""
     defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
     flags = command_flags(fn)
-    named = [flags[k] for k in unread if _set(given.get(k), defaults.get(k)) and k in flags]
+    named = [flags.get(k, "--" + k.replace("_", "-")) for k in unread if _set(given.get(k), defaults.get(k))]
     if named:
         raise UsageError(f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} not read {why}")
 

@@ -12,13 +12,40 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import JSON_HELP, api_key, console, handles_errors, render_report, shown_console
+from tokenpath.cli.common import (
+    JSON_HELP,
+    api_key,
+    console,
+    handles_errors,
+    refuse_unread,
+    render_report,
+    shown_console,
+)
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
     from tokenpath.load.worker import JWTMinter
     from tokenpath.wire.httpversion import HttpVersion
+
+# What --plan reads: the levels, the pacing that sets frames per second, one proxy, the per-frame costs (--json and
+# --fail-on have their own refusal).
+PLAN_READS = frozenset(
+    {
+        "plan",
+        "concurrency",
+        "proxy",
+        "tokens",
+        "reasoning_tokens",
+        "interval_ms",
+        "ttft_ms",
+        "client_us_per_frame",
+        "stub_us_per_frame",
+        "proxy_us_per_frame",
+        "json_out",
+        "fail_on",
+    }
+)
 
 # LoadConfig's fields whose flag has another name
 RENAMES = {
@@ -110,6 +137,7 @@ def load(
     """TTFT added by each target under concurrency, joined to the stub's write log, the direct path as the floor.
     The stub's options (--interval-ms ... --pause-after) start load's stub with them, or are checked against a
     --stub-url stub's own."""
+    called = dict(locals())  # every flag as called: one this mode would not read is refused below
     from tokenpath.axes import API, DEFAULT_H2_WINDOW, TRANSPORT, transport_for
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner
@@ -135,6 +163,10 @@ def load(
 
         if json_out or fail_on:
             raise UsageError("--json and --fail-on measure a run; --plan only prints the estimate")
+        unread = [name for name in called if name not in PLAN_READS]
+        refuse_unread(load, called, unread, "by --plan (it estimates from the levels, the stub's pacing and a proxy)")
+        if proxy and len(proxy) > 1:
+            raise UsageError("--plan estimates one --proxy at a time")
         console.print(
             capacity.plan_table(
                 levels,
@@ -151,6 +183,8 @@ def load(
         return
     if client_us_per_frame is not None or stub_us_per_frame is not None or proxy_us_per_frame is not None:
         raise UsageError("--client/--stub/--proxy-us-per-frame go with --plan")
+    if rate is None:
+        refuse_unread(load, called, ("max_in_flight",), "without --rate (a closed loop holds --concurrency streams)")
     if (header or api_key_env or jwt_secret_env or jwt_claims or cacert or insecure) and not target:
         raise UsageError(
             "--header, --api-key-env, --jwt-secret-env, --cacert and --insecure are for an external --target"

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import JSON_HELP, console, handles_errors, render_report, shown_console
+from tokenpath.cli.common import JSON_HELP, console, handles_errors, refuse_unread, render_report, shown_console
 
 
 @handles_errors("matrix")
@@ -22,6 +22,7 @@ def matrix(
     json_out: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
 ) -> None:
     """Run a buffering experiment: real proxies x conditions x runs, certified, with exclusions."""
+    given = dict(locals())
     from tokenpath.experiment import spec
     from tokenpath.experiment.runner import MatrixRunner
     from tokenpath.report import tables
@@ -30,6 +31,9 @@ def matrix(
     shown = shown_console(json_out)
     exp = spec.load(experiment)
     if emit_compose:
+        refuse_unread(
+            matrix, given, ("out", "force", "json_out"), "by --emit-compose (it writes files and runs nothing)"
+        )
         from tokenpath.experiment.compose import emit, run_hint, source_root
 
         path, skipped = emit(exp, Path(emit_compose), source_root())

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import announce, handles_errors
+from tokenpath.cli.common import announce, handles_errors, refuse_unread
 from tokenpath.controls.policies import CORK_BYTES, CORK_MS
 from tokenpath.hostport import parse_hostport
 
@@ -29,7 +29,11 @@ def relay(
     loop: Annotated[str, typer.Option(help="Event loop: uvloop or asyncio.")] = "uvloop",
 ) -> None:
     """A relay that delays or compresses in a known way: the control the instrument must detect."""
+    given = dict(locals())
     from tokenpath.controls.relay import RelayConfig, serve
+
+    if mode != "cork":
+        refuse_unread(relay, given, ("cork_bytes", "cork_ms"), f"by --mode {mode} (only cork holds bytes)")
 
     listen_host, listen_port = parse_hostport(listen, "--listen")
     up_host, up_port = parse_hostport(upstream, "--upstream")

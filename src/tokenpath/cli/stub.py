@@ -8,6 +8,7 @@ import typer
 
 from tokenpath.cli import options
 from tokenpath.cli.common import announce, handles_errors
+from tokenpath.errors import UsageError
 from tokenpath.stub.presets import PRESETS
 from tokenpath.wire.apis import api_names
 from tokenpath.wire.request import parse_header_arg
@@ -74,6 +75,8 @@ def stub(
     from tokenpath.stub.config import Jitter, Pacing, StubConfig
     from tokenpath.stub.server import run
 
+    if seed is not None and not jitter:  # the seed only draws --jitter's offsets (no request brings its own)
+        raise UsageError("--seed seeds --jitter's offsets: give it with --jitter")
     pacing = Pacing(**options.pacing(locals()))  # the flags of its pacing: --ttft-ms, --tokens ... --pause-after
     behaviour = presets.preset(preset) if preset else presets.OriginBehaviour()
     declared = dict(parse_header_arg(h) for h in header or [])
