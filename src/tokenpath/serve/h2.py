@@ -168,6 +168,16 @@ class H2Response(Response):
             self._h2.reset(self, ErrorCodes.INTERNAL_ERROR)
         self._finish()
 
+    def abort_connection(self) -> None:
+        """This stream only (RST_STREAM CANCEL), what its window still holds back with it: the others go on."""
+        if self.finished:
+            return
+        self._h2.reset(self, ErrorCodes.CANCEL)
+        self.gone = True
+        if self.on_abort is not None:
+            self.on_abort()
+        self._finish()
+
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         self._h2.send(self, wire_bytes if self.framing is not Framing.NONE else b"", last)
         if last:

@@ -10,10 +10,12 @@ and limits are the core's; this module only moves bytes, runs the header timer a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import socket
 import ssl
+import struct
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -41,6 +43,16 @@ PIPELINE_BUFFER_BYTES = 64 << 10
 LINGER_S = 2.0
 LINGER_BYTES = 16 << 20
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+def reset_transport(transport: asyncio.Transport) -> None:
+    """Abort with a reset (SO_LINGER 0): the kernel drops what the socket still holds for the peer, where a plain
+    abort's close would keep sending it (a peer that reads nothing holds it for minutes)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
 
 
 class Response:
@@ -127,6 +139,11 @@ class Response:
         """End the response by closing (a close-delimited body, or one that cannot be finished properly)."""
         self._conn.core.keep_alive = False
         self._finish()
+
+    def abort_connection(self) -> None:
+        """Drop the client now, with what is still queued for it: for a client that stopped reading, which a close
+        would wait on for ever. The connection's loss then ends the response (on_abort)."""
+        self._conn.reset()
 
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         """Pre-framed bytes (the fast path: one frame, one write). With `last`, the bytes include the end of the
@@ -448,6 +465,10 @@ class HTTPConnection(asyncio.Protocol):
     def _abort(self) -> None:
         if self._transport is not None:
             self._transport.abort()
+
+    def reset(self) -> None:
+        if self._transport is not None:
+            reset_transport(self._transport)
 
     def _set_reading(self, on: bool) -> None:
         if on == self._reading or self._transport is None:

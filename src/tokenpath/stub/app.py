@@ -41,6 +41,7 @@ from tokenpath.stub.siblings import ask_siblings
 from tokenpath.stub.websocket import FrameWriter, MessageWriter, WebSocketSession, sse_data
 from tokenpath.wire.apis import Api
 from tokenpath.wire.formats.openai import error_body
+from tokenpath.wire.limits import WRITE_BUFFER_HIGH
 from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, switching_protocols, websocket_key
 
@@ -62,6 +63,12 @@ _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' rou
     "/_tokenpath/time": ("GET",),  # the stub's CLOCK_MONOTONIC, for a client on another host to estimate its offset
     AUDIT_PREFIX: ("GET", "POST"),
 }
+
+
+# A stream paused on a client that takes nothing for this long is dropped, connection and frames: a client that
+# never reads would otherwise hold a whole stream's frames (up to the 32 MB limit) for as long as it stays connected.
+STALL_S = 30.0
+BATCH_BYTES = WRITE_BUFFER_HIGH  # frames due at one moment leave in writes of at most this (as much as is queued)
 
 
 def _ended(deadline_ns: int) -> None:
@@ -97,6 +104,11 @@ class PacedStream:
         self._token: int | None = None
         self._fire_cb = self._fire  # bound once: it is scheduled once per frame
         self.done = False
+        # The client's buffer is full (on_pause): a frame that falls due is held, then written on resume, late by as
+        # much as the client kept it waiting (the audit logs the real write time). Frames never queue up unread.
+        self._paused = False
+        self._held = False
+        self._stall: asyncio.TimerHandle | None = None
 
     def start(self, head: bytes, head_offset_ns: int = 0) -> None:
         """Writes the head now, with every frame due at offset 0 (the role delta) in the same write, as a model
@@ -104,6 +116,8 @@ class PacedStream:
         arrived in the same batch and log that wait as drift. With `head_offset_ns` (the head held for the first
         token) the head and the frames due by then leave at that moment instead, in one write."""
         self._response.on_abort = self.abort
+        self._response.on_pause = self._pause
+        self._response.on_resume = self._resume
         if head_offset_ns:
             due = self._log.started_ns + head_offset_ns
             self._token = self._pacer.call_at(due, lambda _: self._head(head, head_offset_ns))
@@ -113,10 +127,19 @@ class PacedStream:
     def _head(self, head: bytes, due: int) -> None:
         """The head, and every frame due at its offset `due` with it."""
         self._token = None
+        self._write_due(due, head)
+
+    def _write_due(self, due: int, head: bytes = b"") -> None:
+        """The frames due together at offset `due` (the head's, or a stream paced at 0 ms), in one write of at most
+        BATCH_BYTES: the rest are due now and leave in the next ones, each after the client has taken room for it
+        (a whole stream in one write would be queued in memory whether the client reads or not)."""
         out = [head]
+        size = len(head)
         started = self._log.started_ns
-        while self._next < self._last and self._offsets[self._next] == due:
-            out.append(self._wire[self._next])
+        while self._next < self._last and self._offsets[self._next] == due and size < BATCH_BYTES:
+            wire = self._wire[self._next]
+            out.append(wire)
+            size += len(wire)
             self._log.record(started + due, self._clock(), self._sizes[self._next])
             self._next += 1
         self._response.write(b"".join(out))
@@ -130,11 +153,34 @@ class PacedStream:
         if not self.done:
             self._end("client_gone")
 
+    def _pause(self) -> None:
+        self._paused = True
+        if self._stall is None and not self.done:
+            self._stall = asyncio.get_running_loop().call_later(STALL_S, self._stalled)
+
+    def _resume(self) -> None:
+        self._paused = False
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        if self._held and not self.done:
+            self._held = False
+            self._fire(self._log.started_ns + self._offsets[self._next])
+
+    def _stalled(self) -> None:
+        self._stall = None
+        if not self.done:
+            self._response.abort_connection()
+            self.abort()  # at once, whether or not the carrier reports the loss now
+
     def _end(self, state: State) -> None:
         self.done = True
-        # The response's abort callback and the bound _fire refer to this stream: both cycles cut, so reference
-        # counting frees the stream and its connection now, not the cyclic collector (tests/load/test_no_cycles.py).
-        self._response.on_abort = None
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        # The response's callbacks and the bound _fire refer to this stream: the cycles cut, so reference counting
+        # frees the stream and its connection now, not the cyclic collector (tests/load/test_no_cycles.py).
+        self._response.on_abort = self._response.on_pause = self._response.on_resume = None
         self._fire_cb = _ended
         self._audit.close(self._log, state)
         self._on_done(self)
@@ -145,7 +191,13 @@ class PacedStream:
     def _fire(self, deadline_ns: int) -> None:
         # The hot path: one call per frame per stream. Everything that can be is computed before the stream.
         self._token = None
+        if self._paused:
+            self._held = True  # written when the client takes what it has (_resume)
+            return
         i = self._next
+        if i < self._last and self._offsets[i + 1] == self._offsets[i]:
+            self._write_due(self._offsets[i])  # due with the next: together, a write's worth at a time
+            return
         last = i == self._last
         self._log.record(deadline_ns, self._clock(), self._sizes[i])
         self._response.write(self._wire[i], last=last)

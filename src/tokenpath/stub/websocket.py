@@ -18,7 +18,7 @@ from typing import Any, Protocol, cast
 
 from tokenpath.clock import Clock
 from tokenpath.errors import BadRequest, UsageError
-from tokenpath.serve.http import Request
+from tokenpath.serve.http import Request, reset_transport
 from tokenpath.wire.request import STREAM_HEADER
 from tokenpath.wire.websocket import (
     CLOSE_GOING_AWAY,
@@ -39,11 +39,16 @@ IDLE_S = 60.0
 
 
 class FrameWriter(Protocol):
-    """What a paced stream writes through: an HTTP Response or one WebSocket response."""
+    """What a paced stream writes through: an HTTP Response or one WebSocket response. `on_pause`/`on_resume`: the
+    client's socket buffer (an HTTP/2 stream's window) is full / has room again."""
 
     on_abort: Callable[[], None] | None
+    on_pause: Callable[[], None] | None
+    on_resume: Callable[[], None] | None
 
     def write(self, wire_bytes: bytes, last: bool = False) -> None: ...
+
+    def abort_connection(self) -> None: ...
 
 
 def sse_data(frame: bytes) -> str:
@@ -58,6 +63,8 @@ class MessageWriter:
     def __init__(self, session: WebSocketSession) -> None:
         self._session = session
         self.on_abort: Callable[[], None] | None = None
+        self.on_pause: Callable[[], None] | None = None
+        self.on_resume: Callable[[], None] | None = None
 
     def encode(self, text: str) -> bytes:
         return self._session.encode(text)
@@ -66,6 +73,9 @@ class MessageWriter:
         self._session.write(wire_bytes)
         if last:
             self._session.response_done(self)
+
+    def abort_connection(self) -> None:
+        self._session.abort()
 
 
 # (the upgrade request, the response.create body without its envelope, the writer) → the stream is running;
@@ -106,6 +116,14 @@ class WebSocketSession(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         return None
+
+    def pause_writing(self) -> None:  # the socket buffer is full: the streaming response waits (its producer paused)
+        if self._current is not None and self._current.on_pause is not None:
+            self._current.on_pause()
+
+    def resume_writing(self) -> None:
+        if self._current is not None and self._current.on_resume is not None:
+            self._current.on_resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._idle is not None:
@@ -174,6 +192,11 @@ class WebSocketSession(asyncio.Protocol):
         self._flush()
         if self._transport is not None:
             self._transport.close()
+
+    def abort(self) -> None:
+        """The socket dropped now, what is queued with it (a client that stopped reading)."""
+        if self._transport is not None:
+            reset_transport(self._transport)
 
     def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
         """Ours: a close frame, then the socket."""
