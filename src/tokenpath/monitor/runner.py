@@ -23,6 +23,7 @@ from typing import Protocol
 
 from tokenpath.monitor.config import MonitorConfig, Target
 from tokenpath.monitor.metrics import BurstWindow, MonitorMetrics
+from tokenpath.monitor.otlp_endpoint import shown
 from tokenpath.monitor.probing import Aborter, ProbeOutcome, Prober, added_ttft_s, default_prober, probe_cycle
 from tokenpath.monitor.rules import Rule
 from tokenpath.monitor.schedule import Schedule
@@ -46,7 +47,7 @@ def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
     m = outcome.metrics
     record: dict[str, object] = {
         "event": "probe",
-        "target": outcome.target,
+        "target": shown(outcome.target),  # the exporter's is a URL: never its user or password in a log
         "route": outcome.route,
         "stream_id": outcome.stream_id,
         "outcome": outcome.outcome,
