@@ -99,7 +99,7 @@ def test_a_jwt_flag_beside_no_auth_is_refused(flags: tuple[str, ...], named: str
 
 @pytest.mark.parametrize("field", config.JWT_ONLY)
 def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
-    value: object = ["HS256"] if field == "algorithms" else "x"
+    value: object = ["HS256"] if field == "algorithms" else 7.0 if field.endswith("_s") else "x"
     data = {"auth": {"mode": "none", field: value}, "pool": [{"name": "p", "member": [{"url": UPSTREAM}]}]}
     with pytest.raises(UsageError, match=f"`{field}` with auth mode none"):
         config.from_dict(data)

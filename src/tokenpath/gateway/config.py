@@ -112,7 +112,8 @@ class AuthConfig:
 
 
 # AuthConfig's fields that only a JWT mode reads.
-JWT_ONLY = ("algorithms", "secret_env", "public_key_file", "jwks_url", "audience", "issuer", "pool_claim")
+JWT_ONLY = ("algorithms", "secret_env", "public_key_file", "jwks_url", "audience", "issuer", "pool_claim", "leeway_s",
+            "jwks_ttl_s", "jwks_min_refresh_s")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,8 @@ class GatewayConfig:
         elif a.mode != "none":
             raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
         else:  # a JWT setting beside no authentication would be dropped in silence: the user meant one or the other
-            unread = [k for k in JWT_ONLY if getattr(a, k)]
+            unset = AuthConfig(mode="none")
+            unread = [k for k in JWT_ONLY if getattr(a, k) != getattr(unset, k)]
             if unread:
                 named = ", ".join(f"`{k}`" for k in unread)
                 raise UsageError(f"{named} with auth mode none (no authentication): no token is read, so never applied")
