@@ -96,6 +96,22 @@ def test_stub_headers_are_a_condition_axis() -> None:
         parse({"conditions": {"stub_headers": [{"X-A": "a\r\nSet-Cookie: x"}]}})
 
 
+def test_an_attached_path_carries_what_its_requests_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path already running (`url`) takes the same request keys as a command target: its key is sent (it was
+    checked and stored, never sent)."""
+    from tokenpath.proxies.base import Endpoint, Site
+
+    monkeypatch.setenv("SVC_KEY", "k-456")
+    entry = {"name": "svc", "url": "http://127.0.0.1:9", "model": "svc::m", "headers": {"X-Team": "a"},
+             "api_key_env": "SVC_KEY", "base_path": "/api/v1"}  # fmt: skip
+    proxy = parse({"proxy": [entry]}).proxy("svc")
+    site = Site(Endpoint("127.0.0.1", 9), Endpoint("127.0.0.1", 8000), Path("/tmp"))
+    assert proxy.api_key(site) == "k-456"
+    assert proxy.request_model("tokenpath-stub") == "svc::m"
+    assert proxy.request_headers(site) == (("X-Team", "a"),)
+    assert proxy.base_path == "/api/v1"
+
+
 def test_a_command_target_carries_what_its_requests_need(monkeypatch: pytest.MonkeyPatch) -> None:
     from tokenpath.proxies.base import Endpoint, Site
 

@@ -11,6 +11,7 @@ against that CA, or the system's store) and skipped, with that reason, in the pl
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -70,6 +71,10 @@ class AttachedProxy(Proxy):
 
     def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
         return self.options.headers
+
+    def api_key(self, site: Site) -> str | None:
+        env = self.options.api_key_env
+        return os.environ.get(env) if env else None
 
     def write_config(self, site: Site) -> Path:
         raise ProxyError(f"{self.name} is already running at {self.url}: tokenpath does not configure it")
