@@ -152,3 +152,15 @@ def test_the_compose_export_keeps_the_format_and_encoding_conditions(
     text = experiment_toml(exp, exp.conditions, [("nginx-stock", "http://nginx-stock:8080", "nginx (image)")])
     inner = parse(tomllib.loads(text))
     assert [c.label for c in inner.conditions] == [c.label for c in exp.conditions]
+
+
+@pytest.mark.parametrize("websocket", [{"fallback": 2, "retry_delay_ms": 50}, {"fallback": 1}, {"fallback": 0}, {}])
+def test_the_compose_export_keeps_the_websocket_fallback_policy(websocket: dict[str, Any]) -> None:
+    """The exported experiment's [websocket] is the file's (it was dropped: the Compose run fell back as Codex's
+    default, 6 upgrades 200 ms apart); none where no condition is over WebSocket (that file would refuse it)."""
+    ws = {"api": "responses", "transport": ["sse", "websocket"]}
+    exp = parse({"conditions": ws, "proxy": [{"name": "nginx"}], **({"websocket": websocket} if websocket else {})})
+    text = experiment_toml(exp, exp.conditions, [("nginx-stock", "http://nginx-stock:8080", "nginx (image)")])
+    assert parse(tomllib.loads(text)).ws_fallback == exp.ws_fallback
+    plain = parse({"proxy": [{"name": "nginx"}]})
+    assert "[websocket]" not in experiment_toml(plain, plain.conditions, [])

@@ -252,12 +252,55 @@ def test_the_websocket_table_is_the_client_s_fallback_policy() -> None:
     """`[websocket]`: Codex's policy by default (6 upgrades, 200 ms doubling, then SSE); `fallback = 0` none."""
     from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, NO_FALLBACK, WsFallback
 
+    ws = {"conditions": {"api": "responses", "transport": ["sse", "websocket"]}}
     assert parse({}).ws_fallback == WsFallback(CODEX_ATTEMPTS)
-    exp = parse({"websocket": {"fallback": 2, "retry_delay_ms": 50}})
+    exp = parse({**ws, "websocket": {"fallback": 2, "retry_delay_ms": 50}})
     assert exp.ws_fallback == WsFallback(2, 50)
     assert exp.to_json()["websocket"] == {"attempts": 2, "retry_delay_ms": 50, "upgrade_timeout_s": 15.0}
-    assert parse({"websocket": {"fallback": 0}}).ws_fallback == NO_FALLBACK
+    assert parse({**ws, "websocket": {"fallback": 0}}).ws_fallback == NO_FALLBACK
     with pytest.raises(UsageError, match=r"\[websocket\]: unknown key"):
-        parse({"websocket": {"attempts": 2}})
+        parse({**ws, "websocket": {"attempts": 2}})
     with pytest.raises(UsageError, match=r"\[websocket\] must be a table"):
-        parse({"websocket": 3})
+        parse({**ws, "websocket": 3})
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ({"fallback": 0, "retry_delay_ms": 50}, "retry_delay_ms with fallback = 0: nothing falls back"),
+        ({"fallback": 0, "upgrade_timeout_s": 3}, "upgrade_timeout_s with fallback = 0"),
+        ({"fallback": 1, "retry_delay_ms": 50}, "retry_delay_ms with fallback = 1: no upgrade is tried again"),
+    ],
+)
+def test_a_websocket_key_the_policy_never_uses_is_refused(table: dict[str, object], says: str) -> None:
+    with pytest.raises(UsageError, match=says):
+        parse({"conditions": {"api": "responses", "transport": ["websocket"]}, "websocket": table})
+    assert parse({"conditions": {"api": "responses", "transport": ["websocket"]}, "websocket": {"fallback": 1}})
+
+
+def test_a_websocket_table_without_a_websocket_condition_is_refused() -> None:
+    with pytest.raises(UsageError, match="no condition has transport"):
+        parse({"websocket": {"fallback": 2}})
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "svc", "url": "http://127.0.0.1:9", "version_command": "svc --version"},
+        {"name": "gw", "command": "gw {listen} {upstream}", "version": "gw 1.0"},
+        {"name": "nginx", "version": "1.99"},
+        {"name": "nginx", "version_command": "nginx -v"},
+    ],
+)
+def test_a_version_key_that_would_not_be_read_is_refused(entry: dict[str, object]) -> None:
+    """Each kind of path reads one of the two (they were dropped in silence: the report said "unknown")."""
+    with pytest.raises(UsageError, match="is not read here"):
+        parse({"proxy": [entry]})
+
+
+def test_each_kind_of_path_reads_its_own_version_key() -> None:
+    svc = {"name": "svc", "url": "http://127.0.0.1:9", "version": "svc 2.0"}
+    gw = {"name": "gw", "command": "gw {listen} {upstream}", "version_command": "echo gw 3.0"}
+    exp = parse({"proxy": [svc, gw]})
+    assert exp.proxy("svc").version() == "svc 2.0"
+    assert exp.proxy("gw").version() == "gw 3.0"

@@ -29,7 +29,9 @@ import tokenpath
 from tokenpath.axes import FRAME_BYTES, Condition
 from tokenpath.errors import UsageError
 from tokenpath.experiment.spec import Experiment, grid_axes
+from tokenpath.probe.wsfallback import WsFallback
 from tokenpath.proxies.base import Endpoint, Proxy, Site
+from tokenpath.wire.carrier import WEBSOCKET
 
 CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
 WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside its container
@@ -154,10 +156,22 @@ def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list
     ]
     if exp.exclusion.tolerance_ms is not None:
         lines += ["", "[exclusion]", f"tolerance_ms = {exp.exclusion.tolerance_ms!r}"]
+    if any(c.transport == WEBSOCKET for c in conditions):  # the fallback policy, only where a condition uses it
+        lines += ["", "[websocket]", *_websocket_lines(exp.ws_fallback)]
     for name, url, version in attached:
         lines += ["", "[[proxy]]", f"name = {_toml(name)}", f"url = {_toml(url)}", f"version = {_toml(version)}"]
     lines += ["", "[conditions]", *_condition_lines(conditions)]
     return "\n".join(lines) + "\n"
+
+
+def _websocket_lines(policy: WsFallback) -> list[str]:
+    """The policy as the file would say it: a key only where the policy uses it ([websocket] refuses the rest)."""
+    lines = [f"fallback = {policy.attempts}"]
+    if policy.attempts > 1:
+        lines.append(f"retry_delay_ms = {policy.retry_delay_ms!r}")
+    if policy.enabled:
+        lines.append(f"upgrade_timeout_s = {policy.upgrade_timeout_s!r}")
+    return lines
 
 
 def _condition_lines(conditions: list[Condition]) -> list[str]:

@@ -188,6 +188,16 @@ def parse(data: dict[str, Any]) -> Experiment:
         keys = {"name", "variants", "versions", "command", "version_command", "url", "version", "cacert"}
         _no_unknown(entry, keys | request_keys, where)
         name = entry["name"]
+        # Who reads which: a path already running says its `version`, a command's `version_command` asks it, and a
+        # catalogue proxy's is its own binary's (tokenpath asks it); the other key would be dropped.
+        unread = {"url": "version_command", "command": "version"}
+        kind = next((k for k in unread if k in entry), None)
+        for key in ("version", "version_command"):
+            if key in entry and (kind is None or unread[kind] == key):
+                raise UsageError(
+                    f"{where}: `{key}` is not read here: a `url` path takes `version`, a `command` one "
+                    "`version_command`, and a catalogue proxy's version is its binary's"
+                )
         if "cacert" in entry and "url" not in entry:
             raise UsageError(f"{where}: cacert goes with an https `url` (a path already running)")
         if "url" in entry:  # a path already running (a Compose service, another host): measured, never started
@@ -234,6 +244,8 @@ def parse(data: dict[str, Any]) -> Experiment:
     websocket = data.get("websocket", {})
     if not isinstance(websocket, dict):
         raise UsageError("[websocket] must be a table (fallback, retry_delay_ms, upgrade_timeout_s)")
+    if websocket and not any(c.transport == "websocket" for c in conditions):
+        raise UsageError('[websocket]: no condition has transport = "websocket", so its fallback is never used')
     experiment = Experiment(
         ws_fallback=WsFallback.from_table(websocket, "[websocket]"),
         stub_listen=_stub_listen(data.get("stub", {})),

@@ -89,13 +89,23 @@ class WsFallback:
                 f"{where}: unknown key(s) {', '.join(unknown)} (fallback, retry_delay_ms, upgrade_timeout_s)"
             )
         try:
-            return cls(
+            policy = cls(
                 attempts=table.get("fallback", CODEX_ATTEMPTS),
                 retry_delay_ms=table.get("retry_delay_ms", CODEX_RETRY_DELAY_MS),
                 upgrade_timeout_s=table.get("upgrade_timeout_s", CODEX_UPGRADE_TIMEOUT_S),
             )
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
+        # As the flags are: a key the policy would never use is refused, not kept and ignored.
+        unread = [k for k in ("retry_delay_ms", "upgrade_timeout_s") if k in table and not policy.enabled]
+        if "retry_delay_ms" in table and policy.attempts == 1:
+            unread.append("retry_delay_ms")
+        if unread:
+            raise UsageError(
+                f"{where}: {', '.join(unread)} with fallback = {policy.attempts}: "
+                f"{'no upgrade is tried again' if policy.attempts == 1 else 'nothing falls back'}, so never used"
+            )
+        return policy
 
 
 NO_FALLBACK = WsFallback()
