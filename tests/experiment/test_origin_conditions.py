@@ -87,3 +87,16 @@ def test_a_relative_recording_is_read_beside_the_experiment_file(
     exp = load(EXAMPLES / "presets.toml")
     replays = [c.origin for c in exp.conditions if c.origin.startswith("replay:")]
     assert replays == [f"replay:{EXAMPLES / 'llama-server.chat.json'}", f"replay:{CHAT}"]
+
+
+@pytest.mark.parametrize(
+    "pacing",
+    [{"interval_ms": [20, 50]}, {"frame_bytes": [60, 400]}, {"pause_ms": [0, 2000]}, {"reasoning_tokens": [0, 4]}],
+)
+def test_a_pacing_axis_that_varies_over_a_replay_is_refused(pacing: dict[str, object]) -> None:
+    """A recording streams its own pacing: two conditions over it that differ in the stub's pacing stream the same
+    bytes under different labels (an audit found such rows, e.g. "@ 20 ms" and "@ 50 ms" of one recording)."""
+    with pytest.raises(UsageError, match="a replay origin streams its recording's own pacing"):
+        parse({"conditions": {"origin": ["stub", f"replay:{CHAT}"], **pacing}})
+    stub_only = parse({"conditions": {"origin": ["stub", "stub:llama-server"], **pacing}})  # the stub paces these
+    assert len(stub_only.conditions) == 4

@@ -231,6 +231,7 @@ def parse(data: dict[str, Any]) -> Experiment:
     declared_size = "frame_bytes" in cond
     conditions = [_honoured(c, declared_size, frames, ttft_ms) for c in grid(cond, grid_axes())]
     conditions = list(dict.fromkeys(conditions))  # an api's unpadded frames stand for every default size once
+    _no_replays_apart_by_pacing(conditions)
     endpoint = endpoints.parse(data["upstream"]) if "upstream" in data else None
     if endpoint is not None:
         conditions = _endpoint_conditions(cond, endpoint)
@@ -347,6 +348,18 @@ def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
     except UsageError as exc:
         raise UsageError(f"[conditions] frame_bytes {size} with api {api.value}: {exc}") from None
     return size
+
+
+def _no_replays_apart_by_pacing(conditions: list[Condition]) -> None:
+    """A replayed recording streams with its own timings and sizes: conditions over it that differ only in the stub's
+    pacing would stream the same bytes under different labels, so a pacing axis that varies there is refused."""
+    replays = [c for c in conditions if replay_file(c) is not None]
+    for axis in grid_axes():
+        if axis.pacing is not None and len({getattr(c, axis.field) for c in replays}) > 1:
+            raise UsageError(
+                f"[conditions] {axis.key}: a replay origin streams its recording's own pacing, so its conditions "
+                f"would differ only in their labels (vary {axis.key} with the stub or a preset as origin)"
+            )
 
 
 def _stub_listen(table: Any) -> Endpoint | None:
