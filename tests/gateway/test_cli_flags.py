@@ -103,3 +103,43 @@ def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
     data = {"auth": {"mode": "none", field: value}, "pool": [{"name": "p", "member": [{"url": UPSTREAM}]}]}
     with pytest.raises(UsageError, match=f"`{field}` with auth mode none"):
         config.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("pool", "extra", "says"),
+    [
+        ({"ca_file": __file__}, {}, "`ca_file` with no https member"),
+        ({"client_cert": __file__}, {}, "`client_cert` with no https member"),
+        ({"claims": ["gold"]}, {}, "`claims` without auth `pool_claim`"),
+        ({}, {"health": {"active_path": "/healthz"}}, "`active_path` with `active_interval_s` 0"),
+    ],
+)
+def test_a_pool_or_health_setting_that_would_never_be_used_is_refused(
+    pool: dict[str, object], extra: dict[str, object], says: str
+) -> None:
+    data = {"auth": {"mode": "none"}, "pool": [{"name": "p", "member": [{"url": UPSTREAM}], **pool}], **extra}
+    with pytest.raises(UsageError, match=says):
+        config.from_dict(data)
+
+
+def test_the_same_settings_where_they_are_used_are_accepted() -> None:
+    https = "https://127.0.0.1:9/v1"
+    pools = [{"name": "p", "member": [{"url": https}], "ca_file": __file__, "claims": ["gold"]}]
+    cfg = config.from_dict({"auth": {"secret_env": "S", "pool_claim": "tier"}, "pool": pools,
+                            "health": {"active_path": "/healthz", "active_interval_s": 5}})  # fmt: skip
+    assert cfg.pools[0].ca_file == __file__
+    assert cfg.health.active_path == "/healthz"
+
+
+def test_a_pool_key_from_an_unset_variable_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's api_key_env is read for every request: unset, every request went upstream without a key."""
+    from tokenpath.gateway.app import GatewayApp
+    from tokenpath.gateway.auth import Authenticator
+
+    monkeypatch.delenv("GW_POOL_KEY", raising=False)
+    cfg = config.from_dict({"auth": {"mode": "none"}, "pool": [{"name": "p", "member": [{"url": UPSTREAM}],
+                                                                  "api_key_env": "GW_POOL_KEY"}]})  # fmt: skip
+    with pytest.raises(UsageError, match="`api_key_env` GW_POOL_KEY: that environment variable is empty"):
+        GatewayApp(cfg, Authenticator(cfg.auth))
+    monkeypatch.setenv("GW_POOL_KEY", "k")
+    GatewayApp(cfg, Authenticator(cfg.auth))

@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from tokenpath.errors import UsageError
 from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded
 from tokenpath.gateway.bookkeeping import health_gauge
 from tokenpath.gateway.config import GatewayConfig
@@ -58,6 +59,10 @@ class GatewayApp:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
+        for declared in cfg.pools:  # read per request: unset, every request would go upstream without a key
+            if declared.api_key_env and not os.environ.get(declared.api_key_env):
+                name = declared.api_key_env
+                raise UsageError(f"pool {declared.name!r}: `api_key_env` {name}: that environment variable is empty")
         self.cfg = cfg
         self.auth = auth
         self.clock = clock

@@ -217,6 +217,14 @@ class GatewayConfig:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
                 if m.weight < 1:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+        for pool in self.pools:  # settings a pool would never use: refused, not kept and ignored
+            tls_only = [f"`{k}`" for k in ("ca_file", "client_cert", "client_key") if getattr(pool, k)]
+            if tls_only and not any(m.tls for m in pool.members):
+                raise UsageError(f"pool {pool.name!r}: {', '.join(tls_only)} with no https member: never used")
+            if pool.claims and self.auth.pool_claim is None:
+                raise UsageError(f"pool {pool.name!r}: `claims` without auth `pool_claim`: no token picks it by them")
+        if self.health.active_path != HealthConfig.active_path and not self.health.active_interval_s:
+            raise UsageError("health `active_path` with `active_interval_s` 0 (passive checks only): never requested")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise UsageError("TLS needs both tls_cert and tls_key (--tls-cert, --tls-key)")
         missing = check_files(self.tls_cert, self.tls_key)
