@@ -237,7 +237,11 @@ def _raw_chat(extra: str) -> bytes:
         (_raw_chat('"tokenpath":{"interval_ms":Infinity}'), "finite number"),
         (_raw_chat('"tokenpath":{"ttft_ms":NaN}'), "finite number"),
         (_raw_chat('"tokenpath":{"tokens":1000000000}'), "tokens"),
-        (_raw_chat('"tokenpath":{"tokens":100000,"frame_bytes":60000,"format":"plain"}'), "tokens x frame_bytes"),
+        (_raw_chat('"tokenpath":{"tokens":100000,"frame_bytes":60000,"format":"plain"}'), "x frame_bytes is"),
+        (  # the reasoning deltas count: 100 + 100,000 frames of 400 bytes is over 32 MiB (100 + 0 is not)
+            _raw_chat('"tokenpath":{"tokens":100,"reasoning_tokens":100000,"frame_bytes":400}'),
+            "(tokens + reasoning_tokens) x frame_bytes is",
+        ),
         (_raw_chat('"tokenpath":{"tokens":10000,"interval_ms":3600000}'), "at most 3600 s"),
         (_raw_chat('"tokenpath":{"frame_bytes":100000000,"format":"plain"}'), "frame_bytes"),
         (post("/v1/chat/completions", {**CHAT, "model": "m" * 300_000}), "longer than 256"),

@@ -246,9 +246,11 @@ class Pacing:
                 f"{prefix}the stream would run {seconds:.0f} s (ttft_ms + (tokens + reasoning_tokens) x interval_ms "
                 f"+ pause_ms); at most {MAX_STREAM_SECONDS:.0f} s"
             )
-        if self.frame_bytes is not None and self.tokens * self.frame_bytes > MAX_STREAM_BYTES:
+        frames = self.tokens + self.reasoning_tokens  # a reasoning delta is padded to frame_bytes too
+        if self.frame_bytes is not None and frames * self.frame_bytes > MAX_STREAM_BYTES:
             raise UsageError(
-                f"{prefix}tokens x frame_bytes is {self.tokens * self.frame_bytes} bytes; at most {MAX_STREAM_BYTES}"
+                f"{prefix}(tokens + reasoning_tokens) x frame_bytes is {frames * self.frame_bytes} bytes; "
+                f"at most {MAX_STREAM_BYTES}"
             )
 
 
