@@ -28,7 +28,8 @@ def paths(module_service: Start) -> dict[str, str]:
     )  # fmt: skip
 
     def relay(mode: str) -> ServiceProcess:
-        return module_service("relay", "--upstream", netloc(stub.url), "--mode", mode, "--cork-ms", "200", name=mode)
+        cork = ("--cork-ms", "200") if mode == "cork" else ()  # cork's own flag (another mode refuses it)
+        return module_service("relay", "--upstream", netloc(stub.url), "--mode", mode, *cork, name=mode)
 
     with ThreadPoolExecutor(3) as pool:  # the three relays start side by side: one start-up's wait, not three
         relays = dict(zip(("pass", "buffer", "cork"), pool.map(relay, ("pass", "buffer", "cork")), strict=True))

@@ -62,7 +62,8 @@ def paths(module_service: Start, tmp_path_factory: pytest.TempPathFactory) -> di
 
     def relay(name: str) -> ServiceProcess:
         mode, _, over = name.partition("+")
-        return module_service("relay", "--upstream", netloc(stub.url), "--mode", mode, "--cork-ms", "200",
+        cork = ("--cork-ms", "200") if mode == "cork" else ()  # cork's own flag (another mode refuses it)
+        return module_service("relay", "--upstream", netloc(stub.url), "--mode", mode, *cork,
                               *(tls if over == "tls" else ()), name=name)  # fmt: skip
 
     names = ("cork", "gzip-hold", "pass+tls", "buffer+tls", "cork+tls")

@@ -281,6 +281,8 @@ def test_a_websocket_key_the_policy_never_uses_is_refused(table: dict[str, objec
 def test_a_websocket_table_without_a_websocket_condition_is_refused() -> None:
     with pytest.raises(UsageError, match="no condition has transport"):
         parse({"websocket": {"fallback": 2}})
+    with pytest.raises(UsageError, match="no condition has transport"):  # realtime has no SSE to fall back to
+        parse({"conditions": {"api": "realtime", "transport": "websocket"}, "websocket": {"fallback": 2}})
 
 
 @pytest.mark.parametrize(

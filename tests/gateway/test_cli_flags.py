@@ -143,3 +143,18 @@ def test_a_pool_key_from_an_unset_variable_is_refused_at_start(monkeypatch: pyte
         GatewayApp(cfg, Authenticator(cfg.auth))
     monkeypatch.setenv("GW_POOL_KEY", "k")
     GatewayApp(cfg, Authenticator(cfg.auth))
+
+
+def test_an_unset_pool_key_is_refused_before_any_worker_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers the app is made in each worker: the parent checks first, so the user reads a usage error, not a
+    worker that failed."""
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(server, "Server", started)
+    monkeypatch.delenv("GW_POOL_KEY", raising=False)
+    pools = [{"name": "p", "member": [{"url": UPSTREAM}], "api_key_env": "GW_POOL_KEY"}]
+    cfg = config.from_dict({"auth": {"mode": "none"}, "workers": 2, "listen": "127.0.0.1:0", "pool": pools})
+    with pytest.raises(UsageError, match="`api_key_env` GW_POOL_KEY: that environment variable is empty"):
+        server.run(cfg, lambda line: None)

@@ -20,3 +20,12 @@ def test_a_probe_s_log_line_never_carries_the_target_url_s_user_or_password(capl
     (line,) = [r.getMessage() for r in caplog.records]
     assert "secret" not in line
     assert json.loads(line)["target"] == "http://10.0.0.5:8000/v1"
+
+
+@pytest.mark.parametrize("name", ["edge#1", "a?b", "X:prod", "ingress"])
+def test_a_config_target_s_name_is_logged_as_it_is(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A name is the metrics' `target` label: the log line must name it the same way."""
+    with caplog.at_level(logging.INFO):
+        log_outcome(ProbeOutcome(name, "via", "s1", "connect", "cannot connect", None, (), 0.0))
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert json.loads(line)["target"] == name

@@ -250,6 +250,7 @@ def test_the_flags_reach_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
         (["--transport", "websocket", "--ws-retry-delay-ms", "10"], "go with --ws-fallback N"),
         (["--transport", "websocket", "--ws-upgrade-timeout", "1"], "go with --ws-fallback N"),
         (["--transport", "websocket", "--ws-fallback", "0"], "at least 1 upgrade"),
+        (["--transport", "websocket", "--ws-fallback", "1", "--ws-retry-delay-ms", "10"], "no upgrade is tried again"),
         (["--ws-ping-s", "1"], "--ws-ping-s"),
         (["--transport", "websocket", "--ws-ping-s", "0"], "--ws-ping-s"),
     ],

@@ -116,6 +116,8 @@ def ws_fallback(attempts: int | None, retry_delay_ms: float, upgrade_timeout_s: 
         raise UsageError("--ws-fallback is the WebSocket client's policy: pass --transport websocket with it")
     if attempts < 1:
         raise UsageError(f"--ws-fallback {attempts}: at least 1 upgrade before the fallback")
+    if attempts == 1 and retry_delay_ms != CODEX_RETRY_DELAY_MS:
+        raise UsageError("--ws-retry-delay-ms with --ws-fallback 1: no upgrade is tried again, so never used")
     return WsFallback(attempts, retry_delay_ms, upgrade_timeout_s)
 
 

@@ -28,10 +28,9 @@ import yaml
 import tokenpath
 from tokenpath.axes import FRAME_BYTES, Condition
 from tokenpath.errors import UsageError
-from tokenpath.experiment.spec import Experiment, grid_axes
+from tokenpath.experiment.spec import Experiment, falls_back, grid_axes
 from tokenpath.probe.wsfallback import WsFallback
 from tokenpath.proxies.base import Endpoint, Proxy, Site
-from tokenpath.wire.carrier import WEBSOCKET
 
 CONFIG_DIR = "/etc/tokenpath"  # proxy configs, mounted read-only
 WORK_DIR = "/var/tmp/tokenpath"  # what a proxy writes (pid, temp files), inside its container
@@ -156,7 +155,7 @@ def experiment_toml(exp: Experiment, conditions: list[Condition], attached: list
     ]
     if exp.exclusion.tolerance_ms is not None:
         lines += ["", "[exclusion]", f"tolerance_ms = {exp.exclusion.tolerance_ms!r}"]
-    if any(c.transport == WEBSOCKET for c in conditions):  # the fallback policy, only where a condition uses it
+    if any(falls_back(c) for c in conditions):  # the fallback policy, only where a condition uses it
         lines += ["", "[websocket]", *_websocket_lines(exp.ws_fallback)]
     for name, url, version in attached:
         lines += ["", "[[proxy]]", f"name = {_toml(name)}", f"url = {_toml(url)}", f"version = {_toml(version)}"]

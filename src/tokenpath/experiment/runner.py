@@ -28,7 +28,7 @@ from tokenpath.experiment.h3controls import H3_CONTROLS, H3_DIRECT, H3_FRONT, no
 from tokenpath.experiment.measure import RunRecord, join
 from tokenpath.experiment.pairs import Pairing, bracketed, pair, paired, streams_per_condition, summary
 from tokenpath.experiment.rows import Floor, build_row, undecided
-from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, stub_member, stub_pacing
+from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, falls_back, stub_member, stub_pacing
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
 from tokenpath.origins.catalogue import lookup as lookup_origin
@@ -70,8 +70,7 @@ from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
 from tokenpath.stub.control import fetch_audit
-from tokenpath.wire.apis import SPECS, Api
-from tokenpath.wire.carrier import WEBSOCKET
+from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -421,8 +420,7 @@ class MatrixRunner:
         """A WebSocket condition's probes follow the experiment's fallback policy ([websocket]): a path that does
         not carry the upgrade costs what it costs an agent, and its row says how much. A WebSocket-only API's client
         has no SSE to fall back to (the Realtime API's): a refused upgrade is its result."""
-        fallback = cond.transport == WEBSOCKET and not SPECS[cond.api].websocket_only
-        return self.exp.ws_fallback if fallback else NO_FALLBACK
+        return self.exp.ws_fallback if falls_back(cond) else NO_FALLBACK
 
     def _install_releases(self) -> None:
         """The preflight of every NAME@VERSION path: its release installed (or found cached) before the first stub

@@ -36,7 +36,8 @@ from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.stub.replay import load_cached as load_recording
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
+from tokenpath.wire.carrier import WEBSOCKET
 
 __all__ = ["Condition", "Experiment", "Link", "PathSpec", "load", "parse", "stub_member", "stub_pacing"]
 
@@ -245,8 +246,11 @@ def parse(data: dict[str, Any]) -> Experiment:
     websocket = data.get("websocket", {})
     if not isinstance(websocket, dict):
         raise UsageError("[websocket] must be a table (fallback, retry_delay_ms, upgrade_timeout_s)")
-    if websocket and not any(c.transport == "websocket" for c in conditions):
-        raise UsageError('[websocket]: no condition has transport = "websocket", so its fallback is never used')
+    if websocket and not any(falls_back(c) for c in conditions):
+        raise UsageError(
+            '[websocket]: no condition has transport = "websocket" with an API that has an SSE stream to fall back '
+            "to (a WebSocket-only one, realtime, has none), so its fallback is never used"
+        )
     experiment = Experiment(
         ws_fallback=WsFallback.from_table(websocket, "[websocket]"),
         stub_listen=_stub_listen(data.get("stub", {})),
@@ -348,6 +352,12 @@ def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
     except UsageError as exc:
         raise UsageError(f"[conditions] frame_bytes {size} with api {api.value}: {exc}") from None
     return size
+
+
+def falls_back(cond: Condition) -> bool:
+    """Whether a condition's probes follow [websocket]'s fallback policy: over WebSocket, with an SSE stream to fall
+    back to (experiment/runner.py applies it so)."""
+    return cond.transport == WEBSOCKET and not SPECS[cond.api].websocket_only
 
 
 def _no_replays_apart_by_pacing(conditions: list[Condition]) -> None:

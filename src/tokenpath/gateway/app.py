@@ -15,10 +15,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from tokenpath.errors import UsageError
 from tokenpath.gateway.auth import Authenticator, AuthError, KeyNeeded
 from tokenpath.gateway.bookkeeping import health_gauge
-from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.config import GatewayConfig, check_pool_keys
 from tokenpath.gateway.connections import UpstreamPool, open_member_pools
 from tokenpath.gateway.exchange import Entry, Exchange
 from tokenpath.gateway.failures import Outcome
@@ -59,10 +58,7 @@ class GatewayApp:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        for declared in cfg.pools:  # read per request: unset, every request would go upstream without a key
-            if declared.api_key_env and not os.environ.get(declared.api_key_env):
-                name = declared.api_key_env
-                raise UsageError(f"pool {declared.name!r}: `api_key_env` {name}: that environment variable is empty")
+        check_pool_keys(cfg)
         self.cfg = cfg
         self.auth = auth
         self.clock = clock

@@ -4,6 +4,7 @@ has a default with its reason, and is checked on load with a message that says w
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -222,7 +223,10 @@ class GatewayConfig:
             if tls_only and not any(m.tls for m in pool.members):
                 raise UsageError(f"pool {pool.name!r}: {', '.join(tls_only)} with no https member: never used")
             if pool.claims and self.auth.pool_claim is None:
-                raise UsageError(f"pool {pool.name!r}: `claims` without auth `pool_claim`: no token picks it by them")
+                raise UsageError(
+                    f"pool {pool.name!r}: `claims` without auth `pool_claim` (or with no authentication, "
+                    "`no_auth`): no token picks it by them"
+                )
         if self.health.active_path != HealthConfig.active_path and not self.health.active_interval_s:
             raise UsageError("health `active_path` with `active_interval_s` 0 (passive checks only): never requested")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -267,6 +271,15 @@ class GatewayConfig:
                 named = ", ".join(f"`{k}`" for k in unread)
                 raise UsageError(f"{named} with auth mode none (no authentication): no token is read, so never applied")
         return self
+
+
+def check_pool_keys(cfg: GatewayConfig) -> None:
+    """Each pool's `api_key_env` is set: it is read for every request, and unset every request would go upstream
+    without a key. Checked where the gateway starts (its parent, before any worker) and where an app is made."""
+    for pool in cfg.pools:
+        if pool.api_key_env and not os.environ.get(pool.api_key_env):
+            name = pool.api_key_env
+            raise UsageError(f"pool {pool.name!r}: `api_key_env` {name}: that environment variable is empty")
 
 
 def check_keepalive(limits: Limits, given: bool = False) -> None:

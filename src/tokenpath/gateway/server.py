@@ -21,7 +21,7 @@ from tokenpath.errors import UsageError
 from tokenpath.gateway import metrics
 from tokenpath.gateway.app import GatewayApp
 from tokenpath.gateway.auth import Authenticator
-from tokenpath.gateway.config import GatewayConfig
+from tokenpath.gateway.config import GatewayConfig, check_pool_keys
 from tokenpath.gateway.health import run_checks
 from tokenpath.hostport import join_hostport
 from tokenpath.jsonlog import batch_log_lines, configure_logging
@@ -148,6 +148,7 @@ def run(
     cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str = "uvloop", log_level: str = "info"
 ) -> None:
     configure_gateway_logging(log_level)
+    check_pool_keys(cfg)  # here, not in a worker: the user reads a usage error, not a worker that failed
     if cfg.auth.mode == "none":
         log.warning(
             json.dumps(

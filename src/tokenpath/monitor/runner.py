@@ -47,7 +47,8 @@ def log_outcome(outcome: ProbeOutcome, added_s: float | None = None) -> None:
     m = outcome.metrics
     record: dict[str, object] = {
         "event": "probe",
-        "target": shown(outcome.target),  # the exporter's is a URL: never its user or password in a log
+        # The exporter's target is a URL (never its user or password in a log); a config's is a name, kept as it is
+        "target": shown(outcome.target) if "://" in outcome.target else outcome.target,
         "route": outcome.route,
         "stream_id": outcome.stream_id,
         "outcome": outcome.outcome,

@@ -168,6 +168,11 @@ class H2Response(Response):
             self._h2.reset(self, ErrorCodes.INTERNAL_ERROR)
         self._finish()
 
+    @property
+    def writing_paused(self) -> bool:
+        """The stream's window or the connection's socket is full (a stream opened on a paused connection too)."""
+        return self._h2.stream_paused(self)
+
     def abort_connection(self) -> None:
         """This stream only (RST_STREAM CANCEL), what its window still holds back with it: the others go on."""
         if self.finished:
@@ -708,6 +713,9 @@ class H2ServerConnection(asyncio.Protocol):
         else:  # answered before the request was whole (a refusal): the rest of its body is not wanted
             self._rst(response.stream_id, ErrorCodes.NO_ERROR)
             self._forget(response.stream_id)
+
+    def stream_paused(self, response: H2Response) -> bool:
+        return response.stream_id in self._blocked or self._transport_paused
 
     def _signal(self, response: H2Response) -> None:
         """Pause the stream's producer while its window or the socket is full; resume it when both have room."""

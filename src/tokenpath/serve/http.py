@@ -145,6 +145,11 @@ class Response:
         would wait on for ever. The connection's loss then ends the response (on_abort)."""
         self._conn.reset()
 
+    @property
+    def writing_paused(self) -> bool:
+        """The client's buffer is full now: a producer that starts (a pipelined response) waits for on_resume."""
+        return self._conn.write_paused
+
     def write(self, wire_bytes: bytes, last: bool = False) -> None:
         """Pre-framed bytes (the fast path: one frame, one write). With `last`, the bytes include the end of the
         body and the response is over."""
@@ -199,6 +204,7 @@ class HTTPConnection(asyncio.Protocol):
         self._charge: BodyCharge | None = None  # the admitted request's body bytes, held against the budget
         self._admitting = False  # an admission is being awaited: the socket is not read
         self._reading = True
+        self.write_paused = False  # the transport's buffer is over its high-water mark (pause_writing, not resumed)
         self._error: RemoteProtocolError | None = None  # written once the requests queued before it are answered
         self._lingering = -1  # bytes dropped after a refusal; -1 while not lingering
         self._upgraded: asyncio.Protocol | None = None  # the protocol the connection was switched to (a 101)
@@ -215,12 +221,14 @@ class HTTPConnection(asyncio.Protocol):
         self._arm_request_timer()
 
     def pause_writing(self) -> None:
+        self.write_paused = True
         if self._upgraded is not None:
             self._upgraded.pause_writing()
         elif self._current is not None and self._current.on_pause is not None:
             self._current.on_pause()
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         if self._upgraded is not None:
             self._upgraded.resume_writing()
         elif self._current is not None and self._current.on_resume is not None:

@@ -68,7 +68,7 @@ _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' rou
 # A stream paused on a client that takes nothing for this long is dropped, connection and frames: a client that
 # never reads would otherwise hold a whole stream's frames (up to the 32 MB limit) for as long as it stays connected.
 STALL_S = 30.0
-BATCH_BYTES = WRITE_BUFFER_HIGH  # frames due at one moment leave in writes of at most this (as much as is queued)
+BATCH_BYTES = WRITE_BUFFER_HIGH  # the most the head takes of the frames due with it (as much as is queued)
 
 
 def _ended(deadline_ns: int) -> None:
@@ -118,6 +118,9 @@ class PacedStream:
         self._response.on_abort = self.abort
         self._response.on_pause = self._pause
         self._response.on_resume = self._resume
+        # A carrier pauses only what is current when its buffer fills: a stream that starts behind a pipelined or
+        # earlier response (or on a paused HTTP/2 connection) asks.
+        self._paused = self._response.writing_paused
         if head_offset_ns:
             due = self._log.started_ns + head_offset_ns
             self._token = self._pacer.call_at(due, lambda _: self._head(head, head_offset_ns))
@@ -125,14 +128,10 @@ class PacedStream:
             self._head(head, 0)
 
     def _head(self, head: bytes, due: int) -> None:
-        """The head, and every frame due at its offset `due` with it."""
+        """The head, and the frames due at its offset `due` with it, up to BATCH_BYTES: any more (a stream paced at
+        0 ms) leave one write each, as every later frame does, each only while the client takes them (the whole
+        stream in one write would be queued in memory whether the client reads or not)."""
         self._token = None
-        self._write_due(due, head)
-
-    def _write_due(self, due: int, head: bytes = b"") -> None:
-        """The frames due together at offset `due` (the head's, or a stream paced at 0 ms), in one write of at most
-        BATCH_BYTES: the rest are due now and leave in the next ones, each after the client has taken room for it
-        (a whole stream in one write would be queued in memory whether the client reads or not)."""
         out = [head]
         size = len(head)
         started = self._log.started_ns
@@ -155,23 +154,29 @@ class PacedStream:
 
     def _pause(self) -> None:
         self._paused = True
-        if self._stall is None and not self.done:
-            self._stall = asyncio.get_running_loop().call_later(STALL_S, self._stalled)
 
     def _resume(self) -> None:
         self._paused = False
-        if self._stall is not None:
-            self._stall.cancel()
-            self._stall = None
         if self._held and not self.done:
             self._held = False
+            if self._stall is not None:
+                self._stall.cancel()
+                self._stall = None
             self._fire(self._log.started_ns + self._offsets[self._next])
+
+    def _hold(self) -> None:
+        """A frame fell due while the client's buffer is full: written on resume; dropped with the client if it
+        takes nothing for STALL_S (the stall counts from the first held frame, not from a pause with none due)."""
+        self._held = True
+        if self._stall is None:
+            self._stall = asyncio.get_running_loop().call_later(STALL_S, self._stalled)
 
     def _stalled(self) -> None:
         self._stall = None
         if not self.done:
-            self._response.abort_connection()
-            self.abort()  # at once, whether or not the carrier reports the loss now
+            response = self._response
+            self.abort()  # first: the stream's callbacks cut, so nothing the reset sets off reaches it
+            response.abort_connection()
 
     def _end(self, state: State) -> None:
         self.done = True
@@ -192,12 +197,9 @@ class PacedStream:
         # The hot path: one call per frame per stream. Everything that can be is computed before the stream.
         self._token = None
         if self._paused:
-            self._held = True  # written when the client takes what it has (_resume)
+            self._hold()
             return
         i = self._next
-        if i < self._last and self._offsets[i + 1] == self._offsets[i]:
-            self._write_due(self._offsets[i])  # due with the next: together, a write's worth at a time
-            return
         last = i == self._last
         self._log.record(deadline_ns, self._clock(), self._sizes[i])
         self._response.write(self._wire[i], last=last)

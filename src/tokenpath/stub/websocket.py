@@ -46,6 +46,9 @@ class FrameWriter(Protocol):
     on_pause: Callable[[], None] | None
     on_resume: Callable[[], None] | None
 
+    @property
+    def writing_paused(self) -> bool: ...  # full already when the stream starts: on_resume comes when it has room
+
     def write(self, wire_bytes: bytes, last: bool = False) -> None: ...
 
     def abort_connection(self) -> None: ...
@@ -77,6 +80,10 @@ class MessageWriter:
     def abort_connection(self) -> None:
         self._session.abort()
 
+    @property
+    def writing_paused(self) -> bool:
+        return self._session.writing_paused
+
 
 # (the upgrade request, the response.create body without its envelope, the writer) → the stream is running;
 # raises BadRequest or UsageError for an error event
@@ -97,6 +104,7 @@ class WebSocketSession(asyncio.Protocol):
         self._current: MessageWriter | None = None
         self._idle: asyncio.TimerHandle | None = None
         self.responses = 0
+        self.writing_paused = False  # pause_writing, not yet resumed: a response that starts now waits
 
     # asyncio protocol -------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -118,10 +126,12 @@ class WebSocketSession(asyncio.Protocol):
         return None
 
     def pause_writing(self) -> None:  # the socket buffer is full: the streaming response waits (its producer paused)
+        self.writing_paused = True
         if self._current is not None and self._current.on_pause is not None:
             self._current.on_pause()
 
     def resume_writing(self) -> None:
+        self.writing_paused = False
         if self._current is not None and self._current.on_resume is not None:
             self._current.on_resume()
 
