@@ -165,6 +165,31 @@ def test_a_full_socket_pauses_every_stream_and_resumes_them() -> None:
     asyncio.run(main())
 
 
+def test_a_stream_opened_on_a_paused_connection_says_so_and_is_resumed_with_the_others() -> None:
+    """The pause reached the streams open then; one opened after asks (writing_paused), and the resume reaches it."""
+
+    async def main() -> None:
+        cli = client()
+        log: list[str] = []
+        asked: list[bool] = []
+
+        def reply(request: Request, response: H2Response) -> None:
+            signalling(log, b"x")(request, response)
+            asked.append(response.writing_paused)
+
+        srv, _ = server(Recorder(reply))
+        srv.data_received(cli.data_to_send())
+        send_requests(cli, srv, 1)
+        srv.pause_writing()
+        send_requests(cli, srv, 3)
+        assert asked == [False, True]
+        assert log == ["pause 1"]
+        srv.resume_writing()
+        assert sorted(log[1:]) == ["resume 1", "resume 3"]
+
+    asyncio.run(main())
+
+
 def test_rst_stream_from_the_client_aborts_its_exchange_only() -> None:
     async def main() -> None:
         cli = client()

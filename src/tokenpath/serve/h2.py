@@ -715,7 +715,12 @@ class H2ServerConnection(asyncio.Protocol):
             self._forget(response.stream_id)
 
     def stream_paused(self, response: H2Response) -> bool:
-        return response.stream_id in self._blocked or self._transport_paused
+        """Whether `response`'s producer must wait now (asked by one that starts on a paused connection); if so it is
+        marked paused, so the resume that comes signals it as it signals the streams the pause reached."""
+        paused = (response.stream_id in self._blocked or self._transport_paused) and not response.out_closed
+        if paused:
+            response.paused = True
+        return paused
 
     def _signal(self, response: H2Response) -> None:
         """Pause the stream's producer while its window or the socket is full; resume it when both have room."""
