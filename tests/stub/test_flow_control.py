@@ -198,8 +198,10 @@ def test_a_stream_that_starts_on_a_full_buffer_holds_until_the_client_takes_room
         log = audit.open("full", 1.0, time.monotonic_ns())
         offsets = [i * 1_000_000 for i in range(frames)]  # 1 ms apart: each after the head falls due while full
         done: list[object] = []
-        stream = stub_app.PacedStream(writer, [b"f%d;" % i for i in range(frames)], [3] * frames, offsets, log,  # type: ignore[arg-type]
-                                      pacer, audit, time.monotonic_ns, done.append)  # fmt: skip
+        wire = [b"f%d;" % i for i in range(frames)]
+        stream = stub_app.PacedStream(
+            writer, wire, [3] * frames, offsets, log, pacer, audit, time.monotonic_ns, done.append
+        )
         stream.start(b"head;")
         await asyncio.sleep(0.1)  # every frame has fallen due
         held = len(writer.writes)
