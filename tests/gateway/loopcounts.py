@@ -346,18 +346,25 @@ def _is_wheel_tick(callback: Callable[..., Any]) -> bool:
 
 
 @contextlib.contextmanager
-def _production_logging(lines: io.StringIO) -> Iterator[None]:
+def _production_logging(lines: io.StringIO | None) -> Iterator[None]:
     """The gateway's logging as `tokenpath gateway` sets it up (jsonlog.configure_logging at info: the access log
-    line per request), into `lines`; logging's state as it was afterwards (pytest's caplog needs it)."""
+    line per request), into `lines`; with None, as in a process where nothing set it up (no handler of ours, no line
+    built): whatever an earlier test in this process left configured would change the count (a CI run's worker had
+    a gateway's logging left on by a test before, and counted the access line as the request's). Logging's state as
+    it was afterwards (pytest's caplog needs it)."""
     logger = logging.getLogger("tokenpath")
     saved = (logger.handlers[:], logger.level, logger.propagate)
     flags = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
     saved_flags = {name: getattr(logging, name) for name in flags}
-    stderr, sys.stderr = sys.stderr, lines
-    try:
-        configure_logging("info", batched=True)
-    finally:
-        sys.stderr = stderr
+    if lines is None:
+        logger.handlers[:], logger.propagate = [], True
+        logger.setLevel(logging.NOTSET)
+    else:
+        stderr, sys.stderr = sys.stderr, lines
+        try:
+            configure_logging("info", batched=True)
+        finally:
+            sys.stderr = stderr
     try:
         yield
     finally:
@@ -441,7 +448,7 @@ def calls_per_request(requests: int = 20, logged: bool = False, headers: bytes =
     profile = cProfile.Profile()
     timers = [0]
     lines = io.StringIO()
-    with _production_logging(lines) if logged else contextlib.nullcontext(), _no_cyclic_collector():
+    with _production_logging(lines if logged else None), _no_cyclic_collector():
         asyncio.run(_requests(requests, profile, headers=headers))
     asyncio.run(_requests(requests, None, timers, headers))
     stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]

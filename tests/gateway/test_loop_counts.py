@@ -131,6 +131,32 @@ def test_a_short_request_costs_a_bounded_number_of_calls_and_arms_no_loop_timer(
     assert counts.loop_timers == 0, f"{counts.loop_timers} event-loop timers armed per request"
 
 
+def test_the_count_is_the_same_whatever_logging_an_earlier_test_left_configured() -> None:
+    """A CI worker counted 277 calls: a test before it in the same process had set up a gateway's logging, and the
+    access line was counted as the request's. The harness measures with logging as a fresh process has it."""
+    import io
+    import logging
+    import sys
+
+    from tokenpath.jsonlog import configure_logging
+
+    logger = logging.getLogger("tokenpath")
+    saved = (logger.handlers[:], logger.level, logger.propagate)
+    flags = {name: getattr(logging, name) for name in ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")}
+    stderr, sys.stderr = sys.stderr, io.StringIO()
+    try:
+        configure_logging("info", batched=True)
+        counts = calls_per_request(20)
+    finally:
+        sys.stderr = stderr
+        logger.handlers[:], logger.propagate = saved[0], saved[2]
+        logger.setLevel(saved[1])
+        for name, value in flags.items():
+            setattr(logging, name, value)
+    assert counts.own <= MAX_OWN_CALLS_PER_REQUEST, f"{counts.own} of tokenpath's calls per request"
+    assert counts.lines == []
+
+
 def test_a_request_with_the_sdks_headers_costs_a_bounded_number_of_calls() -> None:
     counts = calls_per_request(20, logged=True, headers=SDK_HEADERS)
     assert counts.every <= MAX_CALLS_PER_SDK_REQUEST, f"{counts.every} calls per request with the SDK's headers"

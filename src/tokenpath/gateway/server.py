@@ -147,8 +147,8 @@ def configure_gateway_logging(log_level: str) -> None:
 def run(
     cfg: GatewayConfig, announce: Callable[[str], None], loop_name: str = "uvloop", log_level: str = "info"
 ) -> None:
-    configure_gateway_logging(log_level)
     check_pool_keys(cfg)  # here, not in a worker: the user reads a usage error, not a worker that failed
+    configure_gateway_logging(log_level)
     if cfg.auth.mode == "none":
         log.warning(
             json.dumps(
