@@ -22,18 +22,17 @@ from tests.gateway import wspeer
 from tests.gateway.wspeer import (
     CLOSE,
     PING,
-    PONG,
     TEXT,
     FrameReader,
     WsMember,
     answer_101,
     close,
-    frame,
     offer,
+    pong_member,
     session,
     text,
 )
-from tests.helpers import BackgroundLoop, LoopbackHTTP, QuietHandler, accept_each
+from tests.helpers import BackgroundLoop, LoopbackHTTP, QuietHandler, accept_each, post
 from tokenpath.gateway import config as gwconfig
 from tokenpath.gateway.server import GatewayServer
 from tokenpath.serve.tlscert import self_signed
@@ -75,11 +74,7 @@ def gateway(member_url: str, **top: Any) -> Iterator[Gateway]:
         gw.close()
 
 
-def post(body: bytes, extra: str = "", path: str = "/v1/chat/completions") -> bytes:
-    return (
-        f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n{extra}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+CHAT_PATH = "/v1/chat/completions"
 
 
 def read_head(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -148,10 +143,10 @@ def test_retry_after_s_is_the_retry_after_of_a_503(refusal: str) -> None:
     member = HeldMember()
     try:
         with gateway(member.url, limits=limits) as gw, socket.create_connection(("127.0.0.1", gw.port), 10) as held:
-            held.sendall(post(body))
+            held.sendall(post(CHAT_PATH, body))
             assert member.got.wait(10)  # the stream is open, its body held
             with socket.create_connection(("127.0.0.1", gw.port), 10) as second:
-                second.sendall(post(body[:500]))
+                second.sendall(post(CHAT_PATH, body[:500]))
                 status, headers, _ = read_head(second)
             assert status == 503
             assert headers["retry-after"] == "7"
@@ -197,12 +192,12 @@ def test_request_id_header_names_the_header_the_id_rides_in_both_ways() -> None:
     try:
         with gateway(member.url + "/", request_id_header="X-Trace-Token") as gw:
             ids = "X-Trace-Token: trace-abc.123\r\nX-Request-Id: client-other-1\r\n"
-            status, headers = answer(gw.port, post(b'{"model":"m"}', ids + "Connection: close\r\n"))
+            status, headers = answer(gw.port, post(CHAT_PATH, b'{"model":"m"}', extra=ids))
             assert status == 200
             assert headers.get("x-trace-token") == "trace-abc.123"
             assert "x-request-id" not in headers
             # no id of the client's: the gateway makes its own
-            status, made = answer(gw.port, post(b'{"model":"m"}', "Connection: close\r\n"))
+            status, made = answer(gw.port, post(CHAT_PATH, b'{"model":"m"}'))
             assert status == 200
         first, second = member.seen[0][2], member.seen[1][2]
         assert first.get_all("X-Trace-Token") == ["trace-abc.123"]
@@ -269,7 +264,7 @@ def test_write_buffer_bytes_is_what_the_gateway_queues_for_a_client_that_does_no
             client.settimeout(30)
             with client:
                 client.connect(("127.0.0.1", gw.port))
-                client.sendall(post(json.dumps(BODY).encode(), "Connection: close\r\n"))
+                client.sendall(post(CHAT_PATH, BODY))
                 assert member.done.wait(60)
                 assert member.sent == size, f"the member stalled at {member.sent} of {size} bytes"
                 status, headers, got = read_head(client)
@@ -355,26 +350,11 @@ def test_active_path_is_the_path_each_member_is_checked_on() -> None:
 # ws_pong_timeout_s -------------------------------------------------------------------------------------------------
 
 
-def _pong_member() -> WsMember:
-    """Answers 101, answers pings, records frames until the close, which it answers."""
-
-    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
-        answer_101(conn, head)
-        for f in iter(reader.next, None):
-            if f.opcode == PING:
-                conn.sendall(frame(PONG, f.payload, mask=False))
-            if f.opcode == CLOSE:
-                conn.sendall(close(f.close_code, mask=False))
-                return
-
-    return WsMember(script)
-
-
 def test_ws_pong_timeout_s_closes_a_client_that_never_answers_its_ping_in_that_time() -> None:
     """ws_pong_timeout_s = 0.3: a client that does not answer the gateway's ping is closed 1001 within seconds of the
     ping (16 times the value: a loaded host's margin), the reason naming 0.3 s. The default, 15 s, would send
     nothing at all within the socket's 8 s timeout."""
-    member = _pong_member()
+    member = pong_member()
     try:
         limits = {"ws_ping_interval_s": 0.3, "ws_pong_timeout_s": 0.3}
         with gateway(member.url, limits=limits) as gw:

@@ -30,6 +30,7 @@ from tests.gateway.wspeer import (
     close,
     frame,
     offer,
+    pong_member,
     read_head,
     session,
     text,
@@ -37,23 +38,6 @@ from tests.gateway.wspeer import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-def _member(first: bytes = b"") -> WsMember:
-    """Answers 101, writes `first`, answers pings, records frames until the close, which it answers."""
-
-    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
-        answer_101(conn, head)
-        if first:
-            conn.sendall(first)
-        for f in iter(reader.next, None):
-            if f.opcode == PING:
-                conn.sendall(frame(PONG, f.payload, mask=False))
-            if f.opcode == CLOSE:
-                conn.sendall(close(f.close_code, mask=False))
-                return
-
-    return WsMember(script)
 
 
 def _session(svc: Services, member: WsMember, limits: str) -> tuple[socket.socket, FrameReader]:
@@ -67,7 +51,7 @@ def _member_close(member: WsMember) -> Frame:
 
 
 def test_a_client_message_over_ws_max_message_bytes_closes_1009(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "ws_max_message_bytes = 1000")
         with sock:
@@ -82,7 +66,7 @@ def test_a_client_message_over_ws_max_message_bytes_closes_1009(svc: Services) -
 
 
 def test_a_member_message_over_ws_max_upstream_message_bytes_closes_both_sides(svc: Services) -> None:
-    member = _member(text({"type": "response.completed", "pad": "x" * 3000}, mask=False))
+    member = pong_member(text({"type": "response.completed", "pad": "x" * 3000}, mask=False))
     try:
         sock, reader = _session(svc, member, "ws_max_upstream_message_bytes = 2000")
         with sock:
@@ -96,7 +80,7 @@ def test_a_member_message_over_ws_max_upstream_message_bytes_closes_both_sides(s
 
 
 def test_a_message_in_more_than_ws_max_fragments_frames_closes_1008(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "ws_max_fragments = 4")
         pieces = [b'{"type"', b': "resp', b"onse.cr", b'eate", ', b'"a": 1', b"}"]
@@ -113,7 +97,7 @@ def test_a_message_in_more_than_ws_max_fragments_frames_closes_1008(svc: Service
 
 
 def test_an_unmasked_client_frame_closes_1002(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "")
         with sock:
@@ -127,7 +111,7 @@ def test_an_unmasked_client_frame_closes_1002(svc: Services) -> None:
 
 
 def test_a_ping_flood_past_ws_ping_burst_closes_1008_and_pongs_owed_are_capped(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "ws_ping_burst = 5\nws_pings_per_s = 0.1")
         with sock:
@@ -141,7 +125,7 @@ def test_a_ping_flood_past_ws_ping_burst_closes_1008_and_pongs_owed_are_capped(s
 
 
 def test_an_idle_client_is_pinged_and_closed_1001_without_a_pong(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "ws_ping_interval_s = 0.3\nws_pong_timeout_s = 0.5")
         with sock:
@@ -157,7 +141,7 @@ def test_an_idle_client_is_pinged_and_closed_1001_without_a_pong(svc: Services) 
 
 
 def test_a_client_that_answers_pings_stays(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         sock, reader = _session(svc, member, "ws_ping_interval_s = 0.3\nws_pong_timeout_s = 0.5")
         with sock:
@@ -177,7 +161,7 @@ def test_a_client_that_answers_pings_stays(svc: Services) -> None:
 
 
 def test_a_session_past_ws_session_s_is_closed_1001_both_ways(svc: Services) -> None:
-    member = _member()
+    member = pong_member()
     try:
         gw = svc.gateway("[limits]\nws_session_s = 1\n" + pool(member.url))
         opened = time.monotonic()  # before the offer: the gateway's timer starts at its 101, never before this
@@ -200,7 +184,7 @@ def test_a_session_past_ws_session_s_is_closed_1001_both_ways(svc: Services) -> 
 def test_permessage_deflate_is_never_agreed_so_a_compressed_frame_closes_1002(svc: Services) -> None:
     """No extension is negotiated either side: a deflate bomb cannot be sent, a compressed (RSV1) frame is a
     protocol error."""
-    member = _member()
+    member = pong_member()
     try:
         gw = svc.gateway(pool(member.url))
         deflate = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"

@@ -221,3 +221,20 @@ class RecordingReader(FrameReader):
 
 def answer_101(conn: socket.socket, head: bytes) -> None:
     conn.sendall(accept_101(offer_key(head)))
+
+
+def pong_member(first: bytes = b"") -> WsMember:
+    """Answers 101, writes `first`, answers pings, records frames until the close, which it answers."""
+
+    def script(conn: socket.socket, head: bytes, reader: FrameReader) -> None:
+        answer_101(conn, head)
+        if first:
+            conn.sendall(first)
+        for f in iter(reader.next, None):
+            if f.opcode == PING:
+                conn.sendall(frame(PONG, f.payload, mask=False))
+            if f.opcode == CLOSE:
+                conn.sendall(close(f.close_code, mask=False))
+                return
+
+    return WsMember(script)
