@@ -6,11 +6,14 @@ work is replaced by a recorder that fails the test if it is reached."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from tokenpath.cli import app
@@ -109,6 +112,47 @@ def test_load_plan_estimates_one_proxy_and_reads_its_pacing(nothing_runs: list[s
              "--ttft-ms", "10", "--reasoning-tokens", "4")  # fmt: skip
     assert ok.exit_code == 0, ok.output
     assert nothing_runs == ["plan"]
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "why"),
+    [(("relay", "--upstream", "127.0.0.1:9", "--mode", "pass"), "cork_ms", "by --mode pass"),
+     (("relay", "--upstream", "127.0.0.1:9", "--mode", "buffer"), "cork_bytes", "by --mode buffer"),
+     (("load",), "max_in_flight", "without --rate"),
+     (("load", "--plan", "--concurrency", "50"), "runs", "by --plan")],
+)  # fmt: skip
+def test_a_flag_typed_at_its_default_is_refused_too(
+    args: tuple[str, ...], flag: str, why: str, nothing_runs: list[str]
+) -> None:
+    """Typed, a flag says the user expects it read: `--cork-ms 200` without --mode cork is as unread as `--cork-ms
+    3`, though 200 is its default (the command line's own record says it was typed: click's parameter source)."""
+    command = getattr(importlib.import_module(f"tokenpath.cli.{args[0]}"), args[0])  # the command's function
+    default = inspect.signature(command).parameters[flag].default
+    typed = "--" + flag.replace("_", "-")
+    out = run(*args, typed, str(default))
+    assert out.exit_code == 2, out.output
+    assert f"{typed} is not read {why}" in out.output
+    assert nothing_runs == []
+
+
+def test_a_call_from_python_names_flags_by_their_value() -> None:
+    """Outside its own command line (a test, another command calling it) a function's parameters have no typed
+    record: refuse_unread falls back to comparing with the defaults, even inside another command's context."""
+    inner_calls: list[str] = []
+
+    def inner(a: int = 1) -> None: ...
+
+    def outer(a: int = 1) -> None:
+        refuse_unread(inner, {"a": 1}, ("a",), "here")  # outer's `--a 1` was typed; inner's a was not
+        inner_calls.append("passed")
+        refuse_unread(inner, {"a": 2}, ("a",), "here")
+
+    command = typer.Typer()
+    command.command()(outer)
+    out = CliRunner().invoke(command, ["--a", "1"])
+    assert inner_calls == ["passed"]
+    assert isinstance(out.exception, UsageError)
+    assert "--a is not read here" in str(out.exception)
 
 
 def test_refuse_unread_names_only_flags_set_away_from_their_default() -> None:

@@ -75,9 +75,10 @@ def test_no_auth_reaches_the_config_and_overrides_the_files_auth(tmp_path: Path,
 def test_strategy_without_upstream_is_refused(tmp_path: Path, ran: list[tuple[Any, ...]]) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(f'[auth]\nmode = "none"\n[[pool]]\nname = "p"\n[[pool.member]]\nurl = "{UPSTREAM}"\n')
-    out = run("--config", str(path), "--strategy", "p2c_ewma")
-    assert out.exit_code == 2, out.output
-    assert "--strategy is not read without --upstream" in out.output
+    for strategy in ("p2c_ewma", "round_robin"):  # typed at its default too: as unread as any other value
+        out = run("--config", str(path), "--strategy", strategy)
+        assert out.exit_code == 2, out.output
+        assert "--strategy is not read without --upstream" in out.output
     assert ran == []
 
 

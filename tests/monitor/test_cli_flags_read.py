@@ -85,8 +85,9 @@ def test_a_long_running_flag_with_once_is_refused(field: str, served: list[Any])
     assert served == []
 
 
-def test_probes_without_once_is_refused(served: list[Any]) -> None:
-    out = run("--url", URL, "--probes", "2")
+@pytest.mark.parametrize("probes", ["2", "5"])  # 5 is its default: typed, it is as unread as any other value
+def test_probes_without_once_is_refused(probes: str, served: list[Any]) -> None:
+    out = run("--url", URL, "--probes", probes)
     assert out.exit_code == 2, out.output
     assert "--probes is not read without --once" in out.output
     assert served == []

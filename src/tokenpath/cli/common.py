@@ -16,6 +16,7 @@ from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from typer import _click  # Typer 0.29 carries its own click (cli/lazygroup.py): its context, its parameter sources
 from typer.models import OptionInfo
 
 from tokenpath import __version__
@@ -86,13 +87,33 @@ def command_flags(fn: Callable[..., Any], renames: Mapping[str, str] = {}) -> di
 
 
 def refuse_unread(fn: Callable[..., Any], given: Mapping[str, Any], unread: Collection[str], why: str) -> None:
-    """A flag this call set (away from its default) that its mode never reads is refused, named as the user typed it,
-    never dropped in silence. `given`: the command's parameters as called; `unread`: the ones this mode ignores."""
+    """A flag this call set that its mode never reads is refused, named as the user typed it, never dropped in
+    silence: typed on the command line (at its default value too: `--cork-ms 200` without `--mode cork` is as unread
+    as `--cork-ms 50`), or, called from Python, away from its default. `given`: the command's parameters as called;
+    `unread`: the ones this mode ignores."""
     defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
     flags = command_flags(fn)
-    named = [flags.get(k, "--" + k.replace("_", "-")) for k in unread if _set(given.get(k), defaults.get(k))]
+    typed = _typed(fn)
+    named = [
+        flags.get(k, "--" + k.replace("_", "-"))
+        for k in unread
+        if (k in typed if typed is not None else _set(given.get(k), defaults.get(k)))
+    ]
     if named:
         raise UsageError(f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} not read {why}")
+
+
+def _typed(fn: Callable[..., Any]) -> set[str] | None:
+    """The parameters of `fn` the user typed on the command line, when `fn` is the command click is running now
+    (click records each parameter's source); None when it is not (a call from Python: tests, another command)."""
+    ctx = _click.globals.get_current_context(silent=True)
+    if ctx is None or inspect.unwrap(ctx.command.callback or _none) is not inspect.unwrap(fn):
+        return None
+    return {name for name in ctx.params if ctx.get_parameter_source(name) is _click.core.ParameterSource.COMMANDLINE}
+
+
+def _none() -> None:
+    """A stand-in for a command without a callback (a group): never a command's own function."""
 
 
 def _set(value: Any, default: Any) -> bool:
