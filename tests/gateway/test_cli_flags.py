@@ -113,6 +113,13 @@ def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
         ({"client_cert": __file__}, {}, "`client_cert` with no https member"),
         ({"claims": ["gold"]}, {}, "`claims` without auth `pool_claim`"),
         ({}, {"health": {"active_path": "/healthz"}}, "`active_path` with `active_interval_s` 0"),
+        ({"models": ["gpt-*"]}, {}, "`models` with one pool: every request goes to it"),
+        ({}, {"auth": {"secret_env": "S", "jwks_ttl_s": 60}}, "`jwks_ttl_s` without `jwks_url`"),
+        (
+            {},
+            {"auth": {"public_key_file": __file__, "algorithms": ["RS256"], "jwks_min_refresh_s": 1}},
+            "`jwks_min_refresh_s` without `jwks_url`",
+        ),
     ],
 )
 def test_a_pool_or_health_setting_that_would_never_be_used_is_refused(
@@ -130,6 +137,14 @@ def test_the_same_settings_where_they_are_used_are_accepted() -> None:
                             "health": {"active_path": "/healthz", "active_interval_s": 5}})  # fmt: skip
     assert cfg.pools[0].ca_file == __file__
     assert cfg.health.active_path == "/healthz"
+    two = [
+        {"name": "big", "member": [{"url": UPSTREAM}], "models": ["gpt-*"]},
+        {"name": "rest", "member": [{"url": UPSTREAM}]},
+    ]
+    assert config.from_dict({"auth": {"mode": "none"}, "pool": two}).pools[0].models == ("gpt-*",)
+    jwks = config.from_dict({"auth": {"jwks_url": "http://127.0.0.1:9/jwks", "algorithms": ["RS256"], "jwks_ttl_s": 60,
+                                      "jwks_min_refresh_s": 1}, "pool": two[1:]})  # fmt: skip
+    assert (jwks.auth.jwks_ttl_s, jwks.auth.jwks_min_refresh_s) == (60, 1)
 
 
 def test_a_pool_key_from_an_unset_variable_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -115,6 +115,7 @@ class AuthConfig:
 # AuthConfig's fields that only a JWT mode reads.
 JWT_ONLY = ("algorithms", "secret_env", "public_key_file", "jwks_url", "audience", "issuer", "pool_claim", "leeway_s",
             "jwks_ttl_s", "jwks_min_refresh_s")  # fmt: skip
+JWKS_ONLY = ("jwks_ttl_s", "jwks_min_refresh_s")  # read only when a key set is fetched (jwks_url)
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,11 @@ class GatewayConfig:
             tls_only = [f"`{k}`" for k in ("ca_file", "client_cert", "client_key") if getattr(pool, k)]
             if tls_only and not any(m.tls for m in pool.members):
                 raise UsageError(f"pool {pool.name!r}: {', '.join(tls_only)} with no https member: never used")
+            if len(self.pools) == 1 and pool.models != PoolConfig.models:
+                raise UsageError(
+                    f"pool {pool.name!r}: `models` with one pool: every request goes to it whatever its model "
+                    "(the patterns pick between pools, they refuse nothing): never read"
+                )
             if pool.claims and self.auth.pool_claim is None:
                 raise UsageError(
                     f"pool {pool.name!r}: `claims` without auth `pool_claim` (or with no authentication, "
@@ -262,6 +268,10 @@ class GatewayConfig:
                 )
             if a.secret_env and set(a.algorithms) - hmac:
                 raise UsageError("a shared secret only verifies HS256/384/512")
+            fetched_only = [f"`{k}`" for k in JWKS_ONLY if getattr(a, k) != getattr(AuthConfig, k)]
+            if fetched_only and not a.jwks_url:
+                named = ", ".join(fetched_only)
+                raise UsageError(f"{named} without `jwks_url`: no key set is fetched, so never applied")
         elif a.mode != "none":
             raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
         else:  # a JWT setting beside no authentication would be dropped in silence: the user meant one or the other
