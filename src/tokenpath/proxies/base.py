@@ -212,6 +212,11 @@ class Proxy:
         """The key a client must send, for proxies that require one (LiteLLM)."""
         return None
 
+    def files_outside(self, pid: int) -> list[Path]:
+        """Files the running proxy (its process `pid` and its children) made outside its working directory, which
+        it leaves behind when stopped: removed after it stops (RunningProxy.stop). None by default."""
+        return []
+
     def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
         """Headers a client must send for this proxy to route the request (e.g. Portkey's provider headers)."""
         return ()
@@ -282,9 +287,11 @@ class RunningProxy:
 
     def stop(self) -> None:
         """Stops the proxy and every process it started (see procs.stop_process_group), then removes its files."""
+        outside = self.proxy.files_outside(self.process.pid) if self.process is not None else []
         if self.process is not None:
             stop_process_group(self.process, STOP_TIMEOUT_S)
-        shutil.rmtree(self.site.workdir, ignore_errors=True)
+        for path in (self.site.workdir, *outside):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def start(

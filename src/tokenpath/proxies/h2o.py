@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
+
+import psutil
 
 from tokenpath.proxies.base import STOCK, Proxy, Site, Variant, Wrap, no_wrap, run_quiet
 from tokenpath.proxies.timeouts import LIFTED_S, LONG_STREAMS, StreamTimeouts, milliseconds
@@ -14,6 +18,7 @@ LONG_STREAMS_LINE = f"proxy.timeout.io: {milliseconds(LIFTED_S)}"
 # upstream as a plain GET without its Upgrade header. The tunnel's idle limit is then proxy.websocket.timeout, 300 s by
 # default (the same page; documented, not measured here), not proxy.timeout.io.
 WEBSOCKET_LINE = "proxy.websocket: ON"
+PRIVSEP_PREFIX = "openssl-privsep."  # neverbleed's directory in /tmp (neverbleed_dirs)
 
 
 class H2O(Proxy):
@@ -61,6 +66,33 @@ hosts:
     def effective_config(self, site: Site, config: Path, wrap: Wrap = no_wrap) -> str:
         binary = self.require_binary()
         return f"{config.read_text()}\n# h2o -t: {run_quiet(wrap([binary, '-t', '-c', str(config)]))}"
+
+    def files_outside(self, pid: int) -> list[Path]:
+        return neverbleed_dirs(pid)
+
+
+def neverbleed_dirs(pid: int) -> list[Path]:
+    """The directories of the sockets h2o's key-holding daemon (neverbleed: TLS private keys in a process of their
+    own) listens on, found among the sockets h2o `pid` and its children hold. h2o 2.2.5 makes one per start with a
+    TLS listener, in a path compiled in (/tmp/openssl-privsep.XXXXXX: no setting or TMPDIR moves it), and never
+    removes it: 42 were left in /tmp by one session of this suite. Only the daemon's own listening socket's directory
+    is named, never another h2o's."""
+    try:
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
+    dirs: set[Path] = set()
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            inodes = {os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")}
+            # The process's own network namespace's table (h2o may run in a veth condition's namespace).
+            for line in Path(f"/proc/{proc.pid}/net/unix").read_text().splitlines()[1:]:
+                fields = line.split()  # Num RefCount Protocol Flags Type St Inode [Path]
+                if len(fields) == 8 and f"socket:[{fields[6]}]" in inodes:
+                    path = Path(fields[7])
+                    if path.parent.name.startswith(PRIVSEP_PREFIX) and path.parent.parent == Path("/tmp"):
+                        dirs.add(path.parent)
+    return sorted(dirs)
 
 
 def _upstream_tls(site: Site) -> str:
