@@ -139,3 +139,32 @@ def test_a_head_past_16_kib_is_answered_431(metrics: WSGIServer) -> None:
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 431 ")
     assert answer.endswith(b"the request head is longer than 16384 bytes\n")
+
+
+@pytest.mark.parametrize("size", [200_000, 900_000])
+def test_a_far_larger_head_still_reads_its_431_not_a_reset(metrics: WSGIServer, size: int) -> None:
+    """Refused at 16 KiB, the rest of a 200 KB head is still on its way: closed at once, the socket would answer it
+    with a reset that can beat the 431 to the client (it did). The rest is read and dropped, then it closes."""
+    with connect(metrics) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * size)  # a reset would fail this send
+        sock.settimeout(10)
+        answer = b""
+        while chunk := sock.recv(4096):  # or this read (ConnectionResetError)
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert answer.endswith(b"the request head is longer than 16384 bytes\n")
+
+
+def test_a_refused_client_that_keeps_sending_is_closed_past_the_linger_bound(metrics: WSGIServer) -> None:
+    """The lingering close is bounded: past LINGER_BYTES dropped (or LINGER_S), the socket closes whatever the
+    client does, so a refused client cannot hold it by sending forever."""
+    from tokenpath.serve.headreader import LINGER_BYTES
+
+    with connect(metrics) as sock:
+        sock.settimeout(10)
+        sent = 0
+        with contextlib.suppress(ConnectionError):  # the server's close: a reset, once past the bound
+            while sent < 20 * LINGER_BYTES:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        assert sent < 20 * LINGER_BYTES  # closed long before the client stopped

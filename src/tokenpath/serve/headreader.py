@@ -10,6 +10,10 @@ A connection is closed instead when its whole head has not arrived `timeout_s` a
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
 (431). With max_waiting connections waiting, a new one closes the oldest: a flood of silent sockets then costs
 the oldest ones, not the scrape that just connected and sends its head at once.
+
+A 431 is followed by a lingering close (nginx's lingering_close): the write side shut, what the client still sends
+read and dropped, for at most LINGER_S and LINGER_BYTES. Closed at once, a socket with unread bytes answers them with
+a reset, which can reach the client before it has read the 431 (a 200 KB head was answered so).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_WAITING = 64
 READ_BYTES = 4096
 _HEAD_ENDS = (b"\n\r\n", b"\n\n")  # the blank line, as http.client reads it (CRLF or bare LF)
+LINGER_S = 2.0  # a refused client's rest of its head, read and dropped for this long at most ...
+LINGER_BYTES = 1 << 20  # ... and this much: past either, the socket is closed however it ends
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
 
 OnHead = Callable[[socket.socket, Any, bytes], None]
@@ -44,6 +50,12 @@ class _Waiting:
     address: Any
     deadline: float
     data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(slots=True)
+class _Lingering:
+    deadline: float
+    dropped: int = 0  # bytes read and dropped since the refusal
 
 
 class HeadReader:
@@ -65,6 +77,7 @@ class HeadReader:
         self._selector.register(self._wake_in, selectors.EVENT_READ)
         self._added: deque[tuple[socket.socket, Any, float]] = deque()  # from the accept thread
         self._waiting: dict[socket.socket, _Waiting] = {}  # oldest first: the first deadline, the first evicted
+        self._lingering: dict[socket.socket, _Lingering] = {}  # refused (431), oldest first, at most max_waiting
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="request-heads", daemon=True)
         self._thread.start()
@@ -95,7 +108,7 @@ class HeadReader:
                 self._take_added()
                 self._expire()
         finally:
-            for sock in list(self._waiting):
+            for sock in [*self._waiting, *self._lingering]:
                 self._drop(sock)
             while self._added:
                 self._added.popleft()[0].close()
@@ -104,8 +117,12 @@ class HeadReader:
             self._wake_out.close()
 
     def _next_timeout(self) -> float | None:
-        oldest = next(iter(self._waiting.values()), None)
-        return None if oldest is None else max(0.0, oldest.deadline - time.monotonic())
+        firsts = (next(iter(queue.values()), None) for queue in self._queues())
+        deadlines = [first.deadline for first in firsts if first is not None]  # each queue's oldest is its first due
+        return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+
+    def _queues(self) -> tuple[Mapping[socket.socket, _Waiting | _Lingering], ...]:
+        return self._waiting, self._lingering
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once it is empty
@@ -123,23 +140,30 @@ class HeadReader:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        while self._waiting:
-            sock, waiting = next(iter(self._waiting.items()))
-            if waiting.deadline > now:
-                return
-            self._drop(sock)
+        for queue in self._queues():
+            while queue:
+                sock, entry = next(iter(queue.items()))
+                if entry.deadline > now:
+                    break
+                self._drop(sock)
 
     def _read(self, sock: socket.socket) -> None:
-        waiting = self._waiting[sock]
         try:
             chunk = sock.recv(READ_BYTES)
         except BlockingIOError:
             return
         except OSError:
             chunk = b""
-        if not chunk:  # it left before its head was whole
+        if not chunk:  # it left before its head was whole (or, refused, it has stopped sending)
             self._drop(sock)
             return
+        lingering = self._lingering.get(sock)
+        if lingering is not None:
+            lingering.dropped += len(chunk)
+            if lingering.dropped > LINGER_BYTES:
+                self._drop(sock)
+            return
+        waiting = self._waiting[sock]
         searched = max(0, len(waiting.data) - 2)
         waiting.data += chunk
         if not any(waiting.data.find(end, searched) >= 0 for end in _HEAD_ENDS):
@@ -157,11 +181,19 @@ class HeadReader:
 
     def _refuse_too_large(self, sock: socket.socket) -> None:
         reason = b"the request head is longer than %d bytes\n" % self._max_head_bytes
-        with contextlib.suppress(OSError):  # best effort: the client may not read it
+        try:  # best effort: the client may not read it
             sock.send(TOO_LARGE % (len(reason), reason))
-        self._drop(sock)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._drop(sock)
+            return
+        del self._waiting[sock]  # still registered: its reads are now dropped (_read), until it ends or LINGER_S
+        if len(self._lingering) >= self._max_waiting:
+            self._drop(next(iter(self._lingering)))
+        self._lingering[sock] = _Lingering(time.monotonic() + LINGER_S)
 
     def _drop(self, sock: socket.socket) -> None:
         self._selector.unregister(sock)
-        del self._waiting[sock]
+        if self._waiting.pop(sock, None) is None:
+            del self._lingering[sock]
         sock.close()
