@@ -71,7 +71,7 @@ def namespaces() -> set[str]:
 def namespaces_of(pid: int) -> set[str]:
     """The namespaces a matrix process made (netns.VethPair tags them with its pid): other tests running beside
     this one (the sweep over veth) make their own."""
-    return {n for n in namespaces() if n.endswith(f"-{pid % 100000}")}
+    return {n for n in namespaces() if n.endswith(f"-{pid}")}
 
 
 def row(doc: dict[str, Any], proxy: str, variant: str = "stock", **cond: Any) -> dict[str, Any]:

@@ -4,26 +4,36 @@ Loopback's ~64 KB MSS hides coalescing that stops once a full 1,448-byte segment
 does not. The stub and proxies run in the `server` namespace, the probe's sockets are made in the `client`
 namespace, so every byte measured crosses the veth. Addresses are private and exist only inside these
 namespaces. Needs root (CAP_NET_ADMIN); `available()` says why not when it cannot.
+
+A run killed outright (SIGKILL, the OOM killer) cannot delete its namespaces; each set's owner is written down first
+(links/owners.py), and the next run to make namespaces sweeps away the sets of owners that are gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from tokenpath.errors import NetnsError
+from tokenpath.links import owners
 
 CLONE_NEWNET = 0x40000000
 SERVER_ADDR, CLIENT_ADDR, PREFIX = "10.99.0.1", "10.99.0.2", 30
+IFNAMSIZ = 15  # Linux's longest interface name
+OURS = re.compile(r"tp-(?:s|c|n\d+)-.+")  # the names VethPair and Star make
+
+log = logging.getLogger(__name__)
 
 
 def available() -> str | None:
@@ -41,13 +51,80 @@ def _ip(*args: str) -> None:
         raise NetnsError(f"ip {' '.join(args)}: {out.stderr.strip()}")
 
 
+def _listed() -> set[str]:
+    """The namespaces `ip netns list` shows (each line a name, maybe followed by "(id: N)")."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def _ifname(name: str) -> str:
+    """A longer name would be cut by the kernel's limit, and two runs' cut names could clash."""
+    if len(name) > IFNAMSIZ:
+        raise NetnsError(f"interface name {name!r} is over {IFNAMSIZ} characters: give the namespaces a shorter tag")
+    return name
+
+
+def _default_tag() -> str:
+    """The pid whole: unique among live processes, at most 7 digits (pid_max is at most 2**22)."""
+    return str(os.getpid())
+
+
+def _remove(names: Sequence[str]) -> list[str]:
+    """Kills every process still inside `names` (daemons such as Ray's raylet outlive what started them), then
+    deletes the namespaces; returns those still there."""
+    for name in names:
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout
+        for pid in (int(p) for p in pids.split() if p.isdigit()):
+            if pid != os.getpid():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+    for name in names:
+        with contextlib.suppress(NetnsError):
+            _ip("netns", "del", name)
+    left = _listed()
+    return [name for name in names if name in left]
+
+
+def sweep() -> None:
+    """Removes the namespaces of runs that died without removing them, and what still runs inside them. Only the
+    names a gone owner's marker lists are touched: never a live run's, never a name no marker of ours gives. Call
+    it holding owners.locked(), so that a run starting beside this one has its marker read whole or not yet made."""
+    listed = _listed()
+    marked: set[str] = set()
+    for marker in owners.markers():
+        marked.update(marker.namespaces)
+        if owners.gone(marker.owner) and not _remove([n for n in marker.namespaces if n in listed]):
+            owners.release(marker)  # kept when a namespace would not go, so a later sweep tries again
+    # Names like ours that no marker lists were made before runs wrote markers (or by a copy of tokenpath that does
+    # not): whether their run is still alive cannot be told, so they are named, never deleted.
+    unmarked = sorted(n for n in listed - marked if OURS.fullmatch(n))
+    if unmarked:
+        commands = "; ".join(f"ip netns delete {n}" for n in unmarked)
+        log.warning("network namespaces named like tokenpath's that no run claims (left by an older version?): %s; "
+                    "if nothing uses them: %s", ", ".join(unmarked), commands)  # fmt: skip
+
+
 class _Namespaces:
-    """Namespaces made on entry and removed on exit, also when making them fails half-way."""
+    """Namespaces made on entry and removed on exit (with every process left inside), also when making them fails
+    half-way. Their owner is written down before they are made and crossed out after they are deleted, so a run
+    that is killed before it can delete them leaves them to the next run's sweep()."""
+
+    names: list[str]
+    _marker: owners.Marker | None = None
 
     def __enter__(self) -> Self:
         reason = available()
         if reason:
             raise NetnsError(reason)
+        with owners.locked():
+            sweep()
+            self._marker = owners.claim(self.names)
+            there = sorted(set(self.names) & _listed())  # unmarked: an older run's (sweep() named them)
+        if there:
+            self._release()
+            commands = "; ".join(f"ip netns delete {n}" for n in there)
+            raise NetnsError(f"network namespaces {', '.join(there)} already exist and no run claims them: give this "
+                             f"run another tag, or if nothing uses them: {commands}")  # fmt: skip
         try:
             self._build()
         except BaseException:
@@ -62,15 +139,23 @@ class _Namespaces:
         raise NotImplementedError
 
     def close(self) -> None:
-        raise NotImplementedError
+        if self._marker is not None and not _remove(self.names):
+            self._release()
+
+    def _release(self) -> None:
+        if self._marker is not None:
+            with owners.locked():
+                owners.release(self._marker)
+            self._marker = None
 
 
 class VethPair(_Namespaces):
     def __init__(self, mtu: int = 1500, tag: str | None = None) -> None:
-        tag = tag or f"{os.getpid() % 100000}"
+        tag = tag or _default_tag()
         self.server = f"tp-s-{tag}"
         self.client = f"tp-c-{tag}"
-        self._server_if, self._client_if = f"tps{tag}"[:15], f"tpc{tag}"[:15]
+        self.names = [self.server, self.client]
+        self._server_if, self._client_if = _ifname(f"tps{tag}"), _ifname(f"tpc{tag}")
         self.mtu = mtu
         self.server_addr = SERVER_ADDR
         self.client_addr = CLIENT_ADDR
@@ -99,11 +184,6 @@ class VethPair(_Namespaces):
             _ip("-n", ns, "addr", "add", f"{addr}/{PREFIX}", "dev", dev)
             _ip("-n", ns, "link", "set", dev, "mtu", str(self.mtu), "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-
-    def close(self) -> None:
-        for ns in (self.server, self.client):  # deleting a namespace deletes its end of the veth
-            with contextlib.suppress(NetnsError):
-                _ip("netns", "del", ns)
 
     def wrap_server(self, argv: list[str]) -> list[str]:
         """Runs a command inside the server namespace."""
@@ -151,15 +231,16 @@ def entered(namespace: str) -> Iterator[None]:
 class Star(_Namespaces):
     """N namespaces on one private subnet: node 0 holds a bridge, every other node a veth into it (MTU 1500), so
     any two nodes reach each other across a real link. `addr(i)` is node i's address. For a local cluster of
-    simulated hosts (load --cluster local:N). Everything is removed on exit, processes left inside included."""
+    simulated hosts (load --cluster local:N). Everything is removed on exit, processes left inside included
+    (deleting a node deletes the bridge and the veth ends in it)."""
 
     SUBNET = "10.98.0"
 
     def __init__(self, nodes: int, tag: str | None = None, mtu: int = 1500) -> None:
-        tag = tag or f"{os.getpid() % 100000}"
+        tag = tag or _default_tag()
         self.names = [f"tp-n{i}-{tag}" for i in range(nodes)]
-        self._bridge = f"tpbr{tag}"[:15]
-        self._tag = tag
+        self._bridge = _ifname(f"tpbr{tag}")
+        self._veths = [(_ifname(f"tph{i}x{tag}"), _ifname(f"tpn{i}x{tag}")) for i in range(1, nodes)]
         self.mtu = mtu
 
     def addr(self, i: int) -> str:
@@ -173,8 +254,7 @@ class Star(_Namespaces):
         _ip("-n", hub, "link", "add", self._bridge, "type", "bridge")
         _ip("-n", hub, "addr", "add", f"{self.addr(0)}/24", "dev", self._bridge)
         _ip("-n", hub, "link", "set", self._bridge, "mtu", str(self.mtu), "up")
-        for i, name in enumerate(self.names[1:], 1):
-            hub_end, node_end = f"tph{i}x{self._tag}"[:15], f"tpn{i}x{self._tag}"[:15]
+        for i, (name, (hub_end, node_end)) in enumerate(zip(self.names[1:], self._veths, strict=True), 1):
             _ip("link", "add", hub_end, "netns", hub, "type", "veth", "peer", "name", node_end, "netns", name)
             _ip("-n", hub, "link", "set", hub_end, "master", self._bridge)
             _ip("-n", hub, "link", "set", hub_end, "mtu", str(self.mtu), "up")
@@ -183,19 +263,6 @@ class Star(_Namespaces):
 
     def wrap(self, i: int, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.names[i], *argv]
-
-    def close(self) -> None:
-        """Every process still inside a node is killed (daemons such as Ray's raylet outlive what started them),
-        then the namespaces are deleted."""
-        for name in self.names:
-            pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True, check=False).stdout
-            for pid in (int(p) for p in pids.split() if p.isdigit()):
-                if pid != os.getpid():
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-        for name in self.names:
-            with contextlib.suppress(NetnsError):
-                _ip("netns", "del", name)
 
 
 def socket_in(namespace: str, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM) -> socket.socket:
