@@ -20,7 +20,10 @@ HEAD_AT = ("start", "first-token")
 # Named limits (h11/uvicorn style): large enough for any real chat request, small enough that a broken or
 # hostile client cannot make the stub hold unbounded memory.
 MAX_BODY_BYTES = 1 << 20  # 1 MiB of JSON is ~250k prompt tokens: far beyond what a pacing test sends
-AUDIT_MAX_STREAMS = 50_000  # per worker; the oldest logs are dropped first (~3 KB each at 128 tokens)
+AUDIT_MAX_STREAMS = 50_000  # per worker; the oldest logs are dropped first (~4 KB each at 128 tokens)
+# ... and at most this many bytes of them (stub/audit.py log_bytes: ~26 B a write): 50,000 logs of 128 tokens fit,
+# ~100 logs of 100,000 tokens do; without it one client asking for long streams could hold ~2.6 MB x 50,000.
+AUDIT_MAX_BYTES = 256 << 20
 
 # Per-request limits on what a 200-byte body can make the stub allocate and hold (frames are rendered, and cached
 # per request shape, before the first write): every real model response fits well inside them.

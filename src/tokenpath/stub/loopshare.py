@@ -1,0 +1,33 @@
+"""Long work on the stub's event loop done in slices, so it never holds up the streams the loop is pacing.
+
+The loop is the instrument: a frame due while a callback runs is written late by as long as the callback runs, and
+the audit fails a write 2 ms late (tokenpath/audit.py tolerance_ns). So work that grows with what a client asks
+for (every audit log answered at once, a response of 100,000 frames rendered) yields between items once it has
+held the loop for SLICE_NS. A thread would not help: the work is Python (and json's C encoder) holding the GIL,
+which the loop would then wait for on every wake, up to the interpreter's 5 ms switch interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tokenpath.clock import Clock, monotonic_ns
+
+SLICE_NS = 1_000_000  # the longest one slice holds the loop: half the audit's 2 ms tolerance
+
+
+class LoopShare:
+    """`await share.turn()` between items of a long job: a turn for the rest of the loop once the job has run
+    SLICE_NS since its last one. One clock read per item: for items of microseconds and up, not per frame."""
+
+    def __init__(self, clock: Clock = monotonic_ns, slice_ns: int = SLICE_NS) -> None:
+        self._clock = clock
+        self._slice_ns = slice_ns
+        self._since = clock()
+        self.turns = 0  # how many times the job gave the loop a turn
+
+    async def turn(self) -> None:
+        if self._clock() - self._since >= self._slice_ns:
+            await asyncio.sleep(0)
+            self.turns += 1
+            self._since = self._clock()
