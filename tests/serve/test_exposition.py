@@ -13,13 +13,14 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from tokenpath.serve import exposition
-from tokenpath.serve.headreader import MAX_WAITING
+from tokenpath.serve.headreader import LINGER_S, MAX_WAITING, HeadReader
 from tokenpath.wire.limits import MAX_HEAD_BYTES
 
 DRIP = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: "  # never ends: a byte of the header value at a time
@@ -168,3 +169,95 @@ def test_a_refused_client_that_keeps_sending_is_closed_past_the_linger_bound(met
                 sock.sendall(b"a" * 65536)
                 sent += 65536
         assert sent < 20 * LINGER_BYTES  # closed long before the client stopped
+
+
+class _Batched:
+    """The head reader's selector, each select() after a pause: the reader thread descheduled on a loaded host, so
+    that several sockets are ready in one batch (the order the test makes them ready is the batch's order)."""
+
+    def __init__(self, real: Any, pause_s: float) -> None:
+        self._real, self._pause_s = real, pause_s
+
+    def select(self, timeout: float | None = None) -> Any:
+        time.sleep(self._pause_s)
+        return self._real.select(timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def _pair(listener: socket.socket, reader: HeadReader) -> socket.socket:
+    client = socket.create_connection(listener.getsockname())
+    accepted, address = listener.accept()
+    reader.add(accepted, address)
+    return client
+
+
+def test_a_refusal_that_evicts_a_lingering_socket_ready_in_the_same_batch_keeps_the_reader_alive() -> None:
+    """With max_waiting lingering already, a refusal closes the oldest; if that one is ready later in the same
+    batch, it must not be read (a closed socket's unregister raised ValueError and ended the reader's thread: every
+    later scrape then hung)."""
+    served: list[bytes] = []
+    reader = HeadReader(lambda sock, _, head: (served.append(head), sock.close()), 30, max_waiting=1,
+                        max_head_bytes=1024)  # fmt: skip
+    reader._selector = _Batched(reader._selector, 0.3)  # type: ignore[assignment]
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        first = _pair(listener, reader)
+        first.sendall(b"x" * 2048)  # refused: lingering
+        time.sleep(1.0)
+        second = _pair(listener, reader)
+        time.sleep(1.0)
+        second.sendall(b"y" * 2048)  # ready first: its refusal evicts `first` ...
+        first.sendall(b"z" * 100)  # ... which is ready in the same batch
+        time.sleep(1.0)
+        assert reader._thread.is_alive()
+        third = _pair(listener, reader)
+        third.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 10
+        while not served and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for sock in (first, second, third):
+            sock.close()
+    reader.close()
+    assert served == [b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"]
+
+
+def test_a_refused_client_that_trickles_is_closed_after_linger_s() -> None:
+    """A refused client sending a byte now and then never reaches LINGER_BYTES: LINGER_S closes it."""
+    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_head_bytes=1024)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = _pair(listener, reader)
+        client.sendall(b"x" * 2048)
+        client.settimeout(LINGER_S + 10)
+        assert client.recv(4096).startswith(b"HTTP/1.1 431 ")
+        started = time.monotonic()
+        closed = False  # the 431 came with a FIN (the write side shut): only a send tells the whole close
+        while not closed and time.monotonic() - started < LINGER_S + 10:
+            try:
+                client.sendall(b"t")  # once the reader has closed, the kernel answers with a reset ...
+                time.sleep(0.2)
+            except OSError:  # ... which the next send reports
+                closed = True
+        took = time.monotonic() - started
+        client.close()
+    reader.close()
+    assert closed
+    assert took < LINGER_S + 8  # closed by LINGER_S (+ a margin for a loaded host), long before the head's 30 s
+
+
+def test_lingering_sockets_are_capped_at_max_waiting() -> None:
+    """Each refused client holds a socket while it lingers: past max_waiting of them the oldest is closed."""
+    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=2, max_head_bytes=1024)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        clients = []
+        for _ in range(3):
+            client = _pair(listener, reader)
+            client.sendall(b"x" * 2048)
+            client.settimeout(10)
+            assert client.recv(4096).startswith(b"HTTP/1.1 431 ")
+            clients.append(client)
+        time.sleep(0.5)  # the reader's thread past the third refusal
+        assert len(reader._lingering) == 2  # the oldest closed to make room, well before LINGER_S
+        for client in clients:
+            client.close()
+    reader.close()

@@ -103,8 +103,9 @@ class HeadReader:
                 for key, _ in self._selector.select(self._next_timeout()):
                     if key.data is None:  # the wake-up socket
                         self._drain_wake()
-                    else:
+                    elif key.data in self._waiting or key.data in self._lingering:
                         self._read(key.data)
+                    # else: closed earlier in this batch (a refusal evicted the oldest lingering socket)
                 self._take_added()
                 self._expire()
         finally:
