@@ -111,7 +111,9 @@ def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
     [
         ({"ca_file": __file__}, {}, "`ca_file` with no https member"),
         ({"client_cert": __file__}, {}, "`client_cert` with no https member"),
-        ({"claims": ["gold"]}, {}, "`claims` without auth `pool_claim`"),
+        ({"claims": ["gold"]}, {}, "`claims` with one pool"),
+        ({"claims": ["gold"]}, {"auth": {"secret_env": "S", "pool_claim": "tier"}}, "`claims` with one pool"),
+        ({"models": ["*"]}, {}, "`models` with one pool"),  # written at its default value: as unread
         ({}, {"health": {"active_path": "/healthz"}}, "`active_path` with `active_interval_s` 0"),
         ({"models": ["gpt-*"]}, {}, "`models` with one pool: every request goes to it"),
         ({}, {"auth": {"secret_env": "S", "jwks_ttl_s": 60}}, "`jwks_ttl_s` without `jwks_url`"),
@@ -132,7 +134,8 @@ def test_a_pool_or_health_setting_that_would_never_be_used_is_refused(
 
 def test_the_same_settings_where_they_are_used_are_accepted() -> None:
     https = "https://127.0.0.1:9/v1"
-    pools = [{"name": "p", "member": [{"url": https}], "ca_file": __file__, "claims": ["gold"]}]
+    pools = [{"name": "p", "member": [{"url": https}], "ca_file": __file__, "claims": ["gold"]},
+             {"name": "rest", "member": [{"url": UPSTREAM}]}]  # fmt: skip
     cfg = config.from_dict({"auth": {"secret_env": "S", "pool_claim": "tier"}, "pool": pools,
                             "health": {"active_path": "/healthz", "active_interval_s": 5}})  # fmt: skip
     assert cfg.pools[0].ca_file == __file__
@@ -174,3 +177,41 @@ def test_an_unset_pool_key_is_refused_before_any_worker_starts(monkeypatch: pyte
     cfg = config.from_dict({"auth": {"mode": "none"}, "workers": 2, "listen": "127.0.0.1:0", "pool": pools})
     with pytest.raises(UsageError, match="`api_key_env` GW_POOL_KEY: that environment variable is empty"):
         server.run(cfg, lambda line: None)
+
+
+def test_claims_without_pool_claim_are_refused() -> None:
+    pools = [
+        {"name": "p", "member": [{"url": UPSTREAM}], "claims": ["gold"]},
+        {"name": "q", "member": [{"url": UPSTREAM}]},
+    ]
+    with pytest.raises(UsageError, match="`claims` without auth `pool_claim`"):
+        config.from_dict({"auth": {"mode": "none"}, "pool": pools})
+
+
+def test_a_pool_claim_that_no_pool_lists_is_refused() -> None:
+    pools = [{"name": "p", "member": [{"url": UPSTREAM}]}]
+    with pytest.raises(UsageError, match="`pool_claim` 'tier' with no pool's `claims`: it picks no pool"):
+        config.from_dict({"auth": {"secret_env": "S", "pool_claim": "tier"}, "pool": pools})
+
+
+@pytest.mark.parametrize("first", [{}, {"models": ["*"]}, {"models": ["llama-*", "*"]}])
+def test_models_after_a_catch_all_pool_are_refused(first: dict[str, object]) -> None:
+    """The first pool whose patterns match takes the model; one that says none (or `*`) takes every model, so a
+    later pool's patterns are never tried."""
+    pools = [{"name": "all", "member": [{"url": UPSTREAM}], **first},
+             {"name": "gpt", "member": [{"url": UPSTREAM}], "models": ["gpt-*"]}]  # fmt: skip
+    with pytest.raises(UsageError, match="pool 'gpt': `models` after pool 'all', whose patterns"):
+        config.from_dict({"auth": {"mode": "none"}, "pool": pools})
+    cfg = config.from_dict({"auth": {"mode": "none"}, "pool": pools[::-1]})  # the catch-all last: read
+    assert [p.name for p in cfg.pools] == ["gpt", "all"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "says"),
+    [({"mode": "none", "leeway_s": 30.0}, "`leeway_s` with auth mode none"),  # its default value, written
+     ({"secret_env": "S", "jwks_ttl_s": 300.0}, "`jwks_ttl_s` without `jwks_url`")],  # its default, written
+)  # fmt: skip
+def test_a_key_written_at_its_default_value_is_a_setting_too(auth: dict[str, object], says: str) -> None:
+    """A key the file writes is a setting its user expects read, whatever its value (as a flag typed is)."""
+    with pytest.raises(UsageError, match=says):
+        config.from_dict({"auth": auth, "pool": [{"name": "p", "member": [{"url": UPSTREAM}]}]})

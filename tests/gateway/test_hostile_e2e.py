@@ -691,11 +691,13 @@ def test_a_curl_http2_post_keeps_its_body(svc: Services, recorder: ScriptedUpstr
 
 
 def test_a_json_nesting_bomb_is_malformed_json_not_a_traceback(svc: Services, recorder: ScriptedUpstream) -> None:
-    gw = svc.gateway(pool(recorder.url) + f'[[pool]]\nname = "gpt"\nmodels = ["gpt-*"]\n'
-                     f'[[pool.member]]\nurl = "http://127.0.0.1:{free_port()}"\n')  # fmt: skip
+    # The recorder's pool first (a request with no model goes to the first pool), a catch-all after it (last: the
+    # config refuses patterns a catch-all before them would shadow).
+    gw = svc.gateway(pool(recorder.url).replace('name = "default"', 'name = "gpt"\nmodels = ["gpt-*"]')
+                     + pool(f"http://127.0.0.1:{free_port()}"))  # fmt: skip
     bomb = b"[" * 200_000 + b"]" * 200_000  # 400 KB; routing on the model parses the body
     out = exchange(hostport(gw.url)[1], post("/v1/chat/completions", bomb), timeout=10)
-    assert statuses(out) == [200]  # was 500: routed as malformed JSON (no model) to the default pool
+    assert statuses(out) == [200]  # was 500: routed as malformed JSON (no model) to the first pool
     assert recorder.bodies == [bomb]
     assert "Traceback" not in gw.log_path.read_text()
 

@@ -175,6 +175,25 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class Written:
+    """The keys a config file wrote, per table (the command line's flags are made into one: Overrides.apply). A
+    key written is a setting its user expects read, at its default value too, as a flag typed is (cli/common.py
+    refuse_unread). Built in Python (no file), a config has none: then a key counts as set away from its default."""
+
+    auth: frozenset[str] = frozenset()
+    health: frozenset[str] = frozenset()
+    pools: tuple[frozenset[str], ...] = ()
+
+    def pool(self, i: int) -> frozenset[str]:
+        return self.pools[i] if i < len(self.pools) else frozenset()
+
+
+def is_set(table: object, key: str, written: frozenset[str]) -> bool:
+    """`key` of a config table (a dataclass instance) is a setting: written in the file, or away from its default."""
+    return key in written or getattr(table, key) != getattr(type(table), key)
+
+
+@dataclass(frozen=True)
 class GatewayConfig:
     pools: tuple[PoolConfig, ...]
     listen_host: str = "127.0.0.1"
@@ -188,6 +207,7 @@ class GatewayConfig:
     request_id_header: str = "X-Request-Id"
     tls_cert: str | None = None  # PEM certificate (chain): the listener speaks TLS, HTTP/1.1 and h2 by ALPN
     tls_key: str | None = None  # its PEM private key (unencrypted; never printed or logged)
+    written: Written = field(default_factory=Written, compare=False, repr=False)  # what from_dict's file wrote
 
     def validate(self) -> GatewayConfig:
         if not self.pools:
@@ -219,21 +239,31 @@ class GatewayConfig:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
                 if m.weight < 1:
                     raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
-        for pool in self.pools:  # settings a pool would never use: refused, not kept and ignored
+        for i, pool in enumerate(self.pools):  # settings a pool would never use: refused, not kept and ignored
+            written = self.written.pool(i)
             tls_only = [f"`{k}`" for k in ("ca_file", "client_cert", "client_key") if getattr(pool, k)]
             if tls_only and not any(m.tls for m in pool.members):
                 raise UsageError(f"pool {pool.name!r}: {', '.join(tls_only)} with no https member: never used")
-            if len(self.pools) == 1 and pool.models != PoolConfig.models:
+            only = [f"`{k}`" for k in ("models", "claims") if is_set(pool, k, written)] if len(self.pools) == 1 else []
+            if only:
                 raise UsageError(
-                    f"pool {pool.name!r}: `models` with one pool: every request goes to it whatever its model "
-                    "(the patterns pick between pools, they refuse nothing): never read"
+                    f"pool {pool.name!r}: {' and '.join(only)} with one pool: every request goes to it whatever its "
+                    "model or token (they pick between pools, they refuse nothing): never read"
+                )
+            # The first pool whose patterns match a model takes it (gateway/pools.py Router), and a pool that says
+            # no `models` matches every one: the patterns of a pool after such a pool are never tried.
+            catch_all = next((p for p in self.pools[:i] if "*" in p.models), None)
+            if catch_all is not None and is_set(pool, "models", written):
+                raise UsageError(
+                    f"pool {pool.name!r}: `models` after pool {catch_all.name!r}, whose patterns (`*`) take every "
+                    "model first: never read (put the catch-all pool last)"
                 )
             if pool.claims and self.auth.pool_claim is None:
                 raise UsageError(
                     f"pool {pool.name!r}: `claims` without auth `pool_claim` (or with no authentication, "
                     "`no_auth`): no token picks it by them"
                 )
-        if self.health.active_path != HealthConfig.active_path and not self.health.active_interval_s:
+        if is_set(self.health, "active_path", self.written.health) and not self.health.active_interval_s:
             raise UsageError("health `active_path` with `active_interval_s` 0 (passive checks only): never requested")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise UsageError("TLS needs both tls_cert and tls_key (--tls-cert, --tls-key)")
@@ -268,15 +298,16 @@ class GatewayConfig:
                 )
             if a.secret_env and set(a.algorithms) - hmac:
                 raise UsageError("a shared secret only verifies HS256/384/512")
-            fetched_only = [f"`{k}`" for k in JWKS_ONLY if getattr(a, k) != getattr(AuthConfig, k)]
+            if a.pool_claim and not any(p.claims for p in self.pools):
+                raise UsageError(f"auth `pool_claim` {a.pool_claim!r} with no pool's `claims`: it picks no pool")
+            fetched_only = [f"`{k}`" for k in JWKS_ONLY if is_set(a, k, self.written.auth)]
             if fetched_only and not a.jwks_url:
                 named = ", ".join(fetched_only)
                 raise UsageError(f"{named} without `jwks_url`: no key set is fetched, so never applied")
         elif a.mode != "none":
             raise UsageError(f"auth mode {a.mode!r}: expected jwt or none")
         else:  # a JWT setting beside no authentication would be dropped in silence: the user meant one or the other
-            unset = AuthConfig(mode="none")
-            unread = [k for k in JWT_ONLY if getattr(a, k) != getattr(unset, k)]
+            unread = [k for k in JWT_ONLY if is_set(a, k, self.written.auth)]
             if unread:
                 named = ", ".join(f"`{k}`" for k in unread)
                 raise UsageError(f"{named} with auth mode none (no authentication): no token is read, so never applied")
@@ -396,6 +427,13 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     for key in ("workers", "request_id_header", "tls_cert", "tls_key"):
         if key in data:
             kwargs[key] = data.pop(key)
+    raw_auth, raw_health = data.get("auth", {}), data.get("health", {})
+    written = Written(
+        frozenset(raw_auth) if isinstance(raw_auth, dict) else frozenset(),
+        frozenset(raw_health) if isinstance(raw_health, dict) else frozenset(),
+        tuple(frozenset(raw) if isinstance(raw, dict) else frozenset() for raw in data.get("pool", [])),
+    )
+    kwargs["written"] = written
     auth = _dataclass_from(AuthConfig, data.pop("auth", {}), "auth")
     if auth.mode == "jwt" and not auth.algorithms:
         auth = AuthConfig(**{**auth.__dict__, "algorithms": default_algorithms(auth)})
