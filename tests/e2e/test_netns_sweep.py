@@ -261,3 +261,39 @@ def test_interface_names_are_never_cut_to_fit() -> None:
     """Cut at 15 characters, two tags that differ only at the end would name the same bridge."""
     with pytest.raises(NetnsError, match="over 15 characters"):
         netns.Star(2, tag="a" * 12)
+
+
+def test_a_gone_owners_marker_never_sweeps_a_name_that_is_not_ours(scene: Scene) -> None:
+    """Only names of ours go: a marker naming another tool's namespace leaves it, and what runs in it, alone."""
+    tag = scene.tag()
+    foreign = f"other-tool-{tag}"
+    subprocess.run(["ip", "netns", "add", foreign], check=True)
+    try:
+        inside = subprocess.Popen(["ip", "netns", "exec", foreign, "sleep", "300"], start_new_session=True)
+        scene.procs.append(inside)  # type: ignore[arg-type]  # killed at the end whatever happens
+        me = owners.current()
+        with owners.locked():
+            owners.claim([f"tp-n0-{tag}", foreign], owners.Owner(2**22 + 1, 1, me.boot, me.pid_ns))  # no such pid
+        with netns.Star(2, tag=scene.tag()):
+            assert foreign in listed()
+            assert running(inside.pid)
+    finally:
+        subprocess.run(["ip", "netns", "delete", foreign], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [{"pid": "1", "start": 1, "boot": "b", "pid_ns": "p"},  # a pid that is not a number would read as gone
+     {"pid": 1, "start": 1, "boot": "b"},
+     {"pid": 1, "start": 1, "boot": "b", "pid_ns": "p", "extra": 1},
+     {"pid": True, "start": 1, "boot": "b", "pid_ns": "p"}],
+)  # fmt: skip
+def test_a_marker_with_a_field_of_the_wrong_type_is_refused_not_read_as_gone(
+    scene: Scene, owner: dict[str, object]
+) -> None:
+    tag = scene.tag()
+    path = owners.MARKERS / f"tp-n0-{tag}.json"
+    owners.MARKERS.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"owner": owner, "namespaces": [f"tp-n0-{tag}"]}))
+    with owners.locked(), pytest.raises(NetnsError, match="not a namespace marker"):
+        owners.markers()

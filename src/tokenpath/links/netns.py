@@ -93,7 +93,10 @@ def sweep() -> None:
     marked: set[str] = set()
     for marker in owners.markers():
         marked.update(marker.namespaces)
-        if owners.gone(marker.owner) and not _remove([n for n in marker.namespaces if n in listed]):
+        # Only names of ours: a marker is root's to write, but one that named another tool's namespace would
+        # otherwise have it deleted and what runs in it killed.
+        ours = [n for n in marker.namespaces if n in listed and OURS.fullmatch(n)]
+        if owners.gone(marker.owner) and not _remove(ours):
             owners.release(marker)  # kept when a namespace would not go, so a later sweep tries again
     # Names like ours that no marker lists were made before runs wrote markers (or by a copy of tokenpath that does
     # not): whether their run is still alive cannot be told, so they are named, never deleted.

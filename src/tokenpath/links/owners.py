@@ -118,11 +118,22 @@ def markers() -> list[Marker]:
             path.unlink(missing_ok=True)
         elif path.suffix == _SUFFIX:
             try:
-                doc = json.loads(path.read_text())
-                found.append(Marker(path, Owner(**doc["owner"]), tuple(doc["namespaces"])))
+                found.append(_parsed(path, json.loads(path.read_text())))
             except (ValueError, KeyError, TypeError) as exc:
                 raise NetnsError(f"{path}: not a namespace marker ({exc}); remove it if no run is using it") from None
     return found
+
+
+def _parsed(path: Path, doc: dict[str, object]) -> Marker:
+    """A marker's fields, each of its type (a pid that is not a number would read as a gone owner: its namespaces
+    deleted, what runs in them killed)."""
+    owner, names = doc["owner"], doc["namespaces"]
+    if not isinstance(owner, dict) or not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise TypeError("owner must be an object, namespaces a list of names")
+    fields = {"pid": int, "start": int, "boot": str, "pid_ns": str}
+    if set(owner) != set(fields) or any(type(owner[k]) is not t for k, t in fields.items()):
+        raise TypeError(f"owner must have exactly {', '.join(f'{k} ({t.__name__})' for k, t in fields.items())}")
+    return Marker(path, Owner(**owner), tuple(names))
 
 
 def release(marker: Marker) -> None:
