@@ -5,6 +5,7 @@ removes the one its own daemon made, and never another h2o's."""
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,19 @@ def test_stopping_h2o_removes_its_own_neverbleed_directory_only(tmp_path: Path) 
 def test_a_process_with_no_such_socket_names_nothing() -> None:
     assert neverbleed_dirs(2**22 + 7) == []  # no such process
     assert neverbleed_dirs(os.getpid()) == []
+
+
+def test_an_h2o_that_died_before_stop_still_has_its_directory_removed(tmp_path: Path) -> None:
+    """Its directory is noted once it accepts: an h2o killed mid-run (its pid maybe another's by stop()) leaves
+    nothing either."""
+    running = _tls_h2o(tmp_path)
+    try:
+        assert running.process is not None
+        (mine,) = neverbleed_dirs(running.process.pid)
+        os.killpg(running.process.pid, signal.SIGKILL)  # the whole session: h2o, its daemon, its helpers
+        running.process.wait(10)
+        assert mine.is_dir()  # h2o never removes it itself
+        running.stop()
+        assert not mine.exists()
+    finally:
+        running.stop()

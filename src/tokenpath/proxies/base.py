@@ -214,7 +214,7 @@ class Proxy:
 
     def files_outside(self, pid: int) -> list[Path]:
         """Files the running proxy (its process `pid` and its children) made outside its working directory, which
-        it leaves behind when stopped: removed after it stops (RunningProxy.stop). None by default."""
+        it leaves behind when stopped: removed after it stops (RunningProxy.stop). Nothing by default."""
         return []
 
     def request_headers(self, site: Site) -> tuple[tuple[str, str], ...]:
@@ -267,6 +267,7 @@ class RunningProxy:
     config: Path
     effective: str = ""
     log_path: Path = field(default_factory=Path)
+    outside: set[Path] = field(default_factory=set)  # files it made outside its workdir: removed by stop()
 
     @property
     def origin(self) -> str:
@@ -285,12 +286,18 @@ class RunningProxy:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
+    def note_files_outside(self) -> None:
+        """What the proxy made outside its workdir so far (Proxy.files_outside), looked up while it runs: once it
+        has stopped, its pid may be another process's."""
+        if self.process is not None and self.process.poll() is None:
+            self.outside |= set(self.proxy.files_outside(self.process.pid))
+
     def stop(self) -> None:
         """Stops the proxy and every process it started (see procs.stop_process_group), then removes its files."""
-        outside = self.proxy.files_outside(self.process.pid) if self.process is not None else []
+        self.note_files_outside()  # what it made since it started accepting
         if self.process is not None:
             stop_process_group(self.process, STOP_TIMEOUT_S)
-        for path in (self.site.workdir, *outside):
+        for path in (self.site.workdir, *sorted(self.outside)):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -338,6 +345,7 @@ def start(
                 raise ProxyError(f"{proxy.name} did not accept on {site.listen.hostport} within {timeout_s:.0f} s")
             time.sleep(0.02)
         running.effective = proxy.effective_config(site, config, wrap)
+        running.note_files_outside()  # now, while its pid is surely its own (it may die before stop())
     except BaseException:
         running.stop()
         raise
