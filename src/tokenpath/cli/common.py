@@ -93,12 +93,9 @@ def refuse_unread(fn: Callable[..., Any], given: Mapping[str, Any], unread: Coll
     `unread`: the ones this mode ignores."""
     defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
     flags = command_flags(fn)
-    typed = _typed(fn)
-    named = [
-        flags.get(k, "--" + k.replace("_", "-"))
-        for k in unread
-        if (k in typed if typed is not None else _set(given.get(k), defaults.get(k)))
-    ]
+    typed = _typed(fn) or set()
+    given_here = [k for k in unread if k in typed or _set(given.get(k), defaults.get(k))]
+    named = [flags.get(k, "--" + k.replace("_", "-")) for k in given_here]
     if named:
         raise UsageError(f"{', '.join(named)} {'is' if len(named) == 1 else 'are'} not read {why}")
 
