@@ -89,8 +89,8 @@ def command_flags(fn: Callable[..., Any], renames: Mapping[str, str] = {}) -> di
 def refuse_unread(fn: Callable[..., Any], given: Mapping[str, Any], unread: Collection[str], why: str) -> None:
     """A flag this call set that its mode never reads is refused, named as the user typed it, never dropped in
     silence: typed on the command line (at its default value too: `--cork-ms 200` without `--mode cork` is as unread
-    as `--cork-ms 50`), or, called from Python, away from its default. `given`: the command's parameters as called;
-    `unread`: the ones this mode ignores."""
+    as `--cork-ms 50`), or away from its default however it was set (a call from Python: nothing is typed).
+    `given`: the command's parameters as called; `unread`: the ones this mode ignores."""
     defaults = {name: p.default for name, p in inspect.signature(fn).parameters.items()}
     flags = command_flags(fn)
     typed = _typed(fn) or set()
