@@ -198,8 +198,12 @@ def test_a_refusal_that_evicts_a_lingering_socket_ready_in_the_same_batch_keeps_
     batch, it must not be read (a closed socket's unregister raised ValueError and ended the reader's thread: every
     later scrape then hung)."""
     served: list[bytes] = []
-    reader = HeadReader(lambda sock, _, head: (served.append(head), sock.close()), 30, max_waiting=1,
-                        max_head_bytes=1024)  # fmt: skip
+
+    def serve(sock: socket.socket, _: Any, head: bytes) -> None:
+        served.append(head)
+        sock.close()
+
+    reader = HeadReader(serve, 30, max_waiting=1, max_head_bytes=1024)
     reader._selector = _Batched(reader._selector, 0.3)  # type: ignore[assignment]
     with socket.create_server(("127.0.0.1", 0)) as listener:
         first = _pair(listener, reader)

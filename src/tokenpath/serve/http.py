@@ -55,6 +55,11 @@ def reset_transport(transport: asyncio.Transport) -> None:
     transport.abort()
 
 
+def compact_json(obj: Any) -> bytes:
+    """JSON as every answer of send_json is encoded (no spaces): what an answer written in pieces must match."""
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
 class Response:
     """Writes one response through the connection's core. HTTP/1.1 streams are chunked; an HTTP/1.0 client gets
     a close-delimited body."""
@@ -90,7 +95,7 @@ class Response:
         self._end()
 
     def send_json(self, status: int, obj: Any, headers: list[tuple[str, str]] | None = None) -> None:
-        body = json.dumps(obj, separators=(",", ":")).encode()
+        body = compact_json(obj)
         self.send(status, [("Content-Type", "application/json"), *(headers or [])], body)
 
     def send_error(self, reply: ErrorReply, headers: tuple[tuple[str, str], ...] | list[tuple[str, str]] = ()) -> None:

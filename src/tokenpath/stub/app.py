@@ -7,7 +7,7 @@ import asyncio
 import json
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -16,8 +16,9 @@ from urllib.parse import parse_qs
 from tokenpath.audit import AuditEntry, AuditVerdict, State, audit_stream, completion_id
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import BadRequest, UsageError
-from tokenpath.serve.http import Request, Response
+from tokenpath.serve.http import Request, Response, compact_json
 from tokenpath.stub.audit import AuditStore, StreamRecorder
+from tokenpath.stub.auditslices import SLICE_WRITES, encoded_entry
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
     MAX_STREAM_ID_CHARS,
@@ -553,7 +554,11 @@ class StubApp:
                 message = f"no stream {missing[0]!r} on this stub (never seen, or dropped as too old)"
                 response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
             else:
-                response.send(200, [("Content-Type", "application/json")], next(iter(entries.values())).json)
+                entry = next(iter(entries.values()))
+                if len(entry.parts) == 1:
+                    response.send(200, [("Content-Type", "application/json")], entry.parts[0])
+                else:
+                    await _send_parts(response, entry, share)
             return
         await _send_reply(response, list(entries.values()), missing, share)
 
@@ -562,7 +567,7 @@ class StubApp:
         found = [(log.stream_id, log) for log in self.audit.all()] if ids is None else self._found(ids)
         entries: dict[str, Encoded] = {}
         for key, log in found:
-            entries[key] = Encoded.of(_audit_entry(log, with_log, self._offset_ns))
+            entries[key] = await Encoded.of_log(log, with_log, self._offset_ns, share)
             await share.turn()
         return entries
 
@@ -602,11 +607,22 @@ class Encoded:
     at 20,000 logs of 200 writes), on the loop."""
 
     verdict: AuditVerdict
-    json: bytes  # the AuditEntry's JSON, as Response.send_json encodes it
+    parts: tuple[bytes, ...]  # the AuditEntry's JSON, as Response.send_json encodes it: one piece unless a long log's
 
     @classmethod
     def of(cls, entry: AuditEntry) -> Encoded:
-        return cls(entry.verdict, _compact(entry.to_json()))
+        return cls(entry.verdict, (compact_json(entry.to_json()),))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(map(len, self.parts))
+
+    @classmethod
+    async def of_log(cls, log: StreamRecorder, with_log: bool, offset_ns: int, share: LoopShare) -> Encoded:
+        """One of this worker's logs; a long one judged and encoded in slices (stub/auditslices.py)."""
+        if len(log.nbytes) <= SLICE_WRITES:
+            return cls.of(_audit_entry(log, with_log, offset_ns))
+        return cls(*await encoded_entry(log, with_log, offset_ns, share))
 
     @property
     def settled(self) -> bool:
@@ -660,19 +676,33 @@ async def _send_reply(response: Response, entries: list[Encoded], missing: list[
     failed = sum(not e.verdict.passed for e in entries)
     summary = {"streams": len(entries), "passed": len(entries) - failed, "failed": failed}
     opening = b'{"streams":['
-    tail = b'],"missing":' + _compact(missing) + b',"summary":' + _compact(summary) + b"}"
-    length = len(opening) + sum(len(e.json) for e in entries) + max(len(entries) - 1, 0) + len(tail)
+    tail = b'],"missing":' + compact_json(missing) + b',"summary":' + compact_json(summary) + b"}"
+    length = len(opening) + sum(e.nbytes for e in entries) + max(len(entries) - 1, 0) + len(tail)
     response.write(response.start(200, [("Content-Type", "application/json")], length) + opening)
     for i, entry in enumerate(entries):
-        response.write(b"," + entry.json if i else entry.json)
-        await share.turn()
-        if response.client_gone:  # its loss ended the response: nothing more to write
+        first, *rest = entry.parts
+        response.write(b"," + first if i else first)
+        if not await _write_rest(response, rest, share):
             return
     response.write(tail, last=True)
 
 
-def _compact(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()  # as Response.send_json encodes
+async def _send_parts(response: Response, entry: Encoded, share: LoopShare) -> None:
+    """One long log's entry, its pieces written with turns for the loop between (stub/auditslices.py)."""
+    response.write(response.start(200, [("Content-Type", "application/json")], entry.nbytes))
+    if await _write_rest(response, entry.parts[:-1], share):
+        response.write(entry.parts[-1], last=True)
+
+
+async def _write_rest(response: Response, parts: Sequence[bytes], share: LoopShare) -> bool:
+    """`parts` written, a turn after each; False when the client left (its loss ended the response: write no more)."""
+    for part in parts:
+        response.write(part)
+        await share.turn()
+        if response.client_gone:
+            return False
+    await share.turn()
+    return not response.client_gone
 
 
 def _requested_ids(request: Request, query: dict[str, list[str]]) -> list[str] | None:
