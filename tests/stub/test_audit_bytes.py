@@ -5,11 +5,15 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.helpers import CHAT, BackgroundLoop, post
 from tokenpath.stub.audit import AuditStore, log_bytes
 from tokenpath.stub.config import AUDIT_MAX_BYTES
+from tokenpath.stub.replay import RecordedEvent, RecordedWrite, Recording
 from tokenpath.stub.server import StubServer
+from tokenpath.wire.apis import Api
+from tokenpath.wire.kinds import FrameKind
 
 StartStub = Callable[..., StubServer]
 
@@ -70,3 +74,37 @@ def test_the_stub_counts_a_long_stream_while_it_runs(bg: BackgroundLoop, start_s
         while stub.audit.get("long") is None and time.monotonic() < deadline:
             time.sleep(0.01)
         assert bg.call(lambda: stub.audit.nbytes) >= log_bytes(20_000, 0)
+
+
+def _running_charge(bg: BackgroundLoop, stub: StubServer, body: dict[str, object], stream_id: str) -> int:
+    """What the store counts for a stream once its log is open, while it still runs (its first bytes read)."""
+    with socket.create_connection(("127.0.0.1", stub.port), timeout=5) as sock:
+        sock.sendall(post("/v1/chat/completions", {**body, "user": stream_id}))
+        sock.recv(4096)
+        deadline = time.monotonic() + 5.0
+        while stub.audit.get(stream_id) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        log = stub.audit.get(stream_id)
+        assert log is not None
+        assert log.state == "running"
+        return bg.call(lambda: log.charged)
+
+
+def test_a_planned_stream_is_counted_in_full_when_it_opens(bg: BackgroundLoop, start_stub: StartStub) -> None:
+    """Reasoning deltas and keep-alives take the plan's path (stub/plan.py): its writes, counted at the start."""
+    stub = start_stub(tokens=20_000, interval_ms=50, ttft_ms=0, reasoning_tokens=10)
+    assert _running_charge(bg, stub, CHAT, "planned") >= log_bytes(20_000, 10)
+
+
+def test_a_replayed_stream_is_counted_in_full_when_it_opens(
+    bg: BackgroundLoop, start_stub: StartStub, tmp_path: Path
+) -> None:
+    """A recording's writes (stub/replay.py): counted at the start as a generated stream's are."""
+    events = tuple(RecordedEvent(FrameKind.CONTENT, b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n')
+                   for _ in range(4))  # fmt: skip
+    writes = tuple(RecordedWrite(50.0 * k, (event,)) for k, event in enumerate(events * 1000, 1))
+    rec = Recording("long", Api.OPENAI, "chunked", "text/event-stream", (), 1.0, writes, {})
+    path = tmp_path / "long.json"
+    path.write_text(rec.dumps())
+    stub = start_stub(replays=(str(path),))
+    assert _running_charge(bg, stub, CHAT, "replayed") >= log_bytes(4000, 0)
