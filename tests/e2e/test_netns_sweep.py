@@ -161,15 +161,42 @@ def test_a_killed_runs_namespaces_and_what_runs_in_them_go_when_the_next_run_sta
     assert scene.ours() == set()
 
 
-def test_runs_killed_at_any_moment_of_making_their_namespaces_are_swept_whole(scene: Scene) -> None:
-    """Killed before its marker, between the marker and the namespaces, half-way through them, or after: each run
-    started sweeps the ones killed before it, and a last run sweeps whatever is left."""
-    tags = [scene.tag() for _ in range(12)]
-    for i, tag in enumerate(tags):
-        run = scene.run("star" if i % 2 else "veth", tag)
-        with contextlib.suppress(subprocess.TimeoutExpired):  # still running when the wait ends, as meant
-            run.wait(0.05 + 0.01 * i)  # a start takes ~0.1 s here: the kills fall before, in and after it
-        killed(run)
+# A run that kills itself at a chosen step of making its namespaces: step 0 right after its marker is written (no
+# namespace yet), step k just before its k-th `ip` command (some made, some not), a step past the last after all.
+KILLED_AT = """
+import os, signal, sys
+from tokenpath.links import netns, owners
+kind, tag, at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+claim, run_ip, calls = owners.claim, netns._ip, [0]
+def claimed(*args, **kwargs):
+    marker = claim(*args, **kwargs)
+    if at == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return marker
+def counted(*args):
+    calls[0] += 1
+    if calls[0] == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    run_ip(*args)
+owners.claim, netns._ip = claimed, counted
+with netns.Star(2, tag=tag) if kind == "star" else netns.VethPair(tag=tag):
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("kind", ["star", "veth"])
+def test_runs_killed_at_every_step_of_making_their_namespaces_are_swept_whole(scene: Scene, kind: str) -> None:
+    """Killed after its marker and before any namespace, before each `ip` command of its build (half made), or once
+    all is made: a later run sweeps every one of them whole."""
+    steps = 14 if kind == "star" else 11  # more than a build's `ip` commands: the last runs are killed after it
+    tags = [scene.tag() for _ in range(steps)]
+    for at, tag in enumerate(tags):
+        run = subprocess.run([sys.executable, "-c", KILLED_AT, kind, tag, str(at)], capture_output=True, text=True,
+                             timeout=TIMEOUT_S)  # fmt: skip
+        assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+        assert markers_of(tag), f"step {at}: killed before its marker was written"
+    assert names_of(kind, tags[-1]) <= listed()  # the last run was killed with all of its namespaces made
+    assert names_of(kind, tags[1]).isdisjoint(listed())  # ... and the second before its first was
     with netns.Star(2, tag=scene.tag()):
         pass
     assert scene.ours() == set()
