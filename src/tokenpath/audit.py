@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -142,6 +142,11 @@ class AuditVerdict:
     late_writes: int  # writes whose drift exceeded the tolerance
     passed: bool
 
+    @property
+    def settled(self) -> bool:
+        """The stream has ended (complete, or its client gone): a later answer says the same."""
+        return self.state != "running"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "stream_id": self.stream_id,
@@ -182,7 +187,7 @@ class AuditEntry:
 
     @property
     def settled(self) -> bool:
-        return self.verdict.state != "running"
+        return self.verdict.settled
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"verdict": self.verdict.to_json()}
@@ -198,13 +203,15 @@ class AuditEntry:
 
 @dataclass(frozen=True, slots=True)
 class AuditReply:
-    """The stub's bulk audit answer: {"streams": [entries], "missing": [ids], "summary": {streams, passed, failed}}.
+    """The stub's bulk audit answer: {"streams": [entries], "missing": [ids], "summary": {streams, passed, failed}},
+    and "unanswered" (reply_json) when a worker of a multi-worker stub did not answer an all-logs lookup.
 
     Entries are found by the id asked for: a stream id, or the completion id in its chunks (stub/audit.py's
     AuditStore)."""
 
     streams: tuple[AuditEntry, ...] = ()
     missing: tuple[str, ...] = ()
+    unanswered: tuple[str, ...] = ()
 
     def by_id(self) -> dict[str, AuditEntry]:
         """Every entry under its stream id and its completion id: what a join over many streams looks up."""
@@ -215,14 +222,35 @@ class AuditReply:
         return sum(1 for e in self.streams if not e.verdict.passed)
 
     def to_json(self) -> dict[str, Any]:
-        n, failed = len(self.streams), self.failed
-        summary = {"streams": n, "passed": n - failed, "failed": failed}
-        return {"streams": [e.to_json() for e in self.streams], "missing": list(self.missing), "summary": summary}
+        summary = reply_summary(e.verdict for e in self.streams)
+        return reply_json([e.to_json() for e in self.streams], self.missing, summary, self.unanswered)
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> AuditReply:
         streams = tuple(AuditEntry.from_json(e) for e in obj["streams"])
-        return cls(streams, tuple(obj.get("missing") or ()))
+        return cls(streams, tuple(obj.get("missing") or ()), tuple(obj.get("unanswered") or ()))
+
+
+def reply_summary(verdicts: Iterable[AuditVerdict]) -> dict[str, int]:
+    """The bulk answer's `summary` of its entries' verdicts."""
+    n = failed = 0
+    for verdict in verdicts:
+        n += 1
+        failed += not verdict.passed
+    return {"streams": n, "passed": n - failed, "failed": failed}
+
+
+def reply_json(
+    streams: list[Any], missing: Sequence[str], summary: dict[str, int], unanswered: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The bulk answer's members in their order: AuditReply.to_json's, and the stub's, which writes its entries in
+    pieces around the rest (stub/app.py). `unanswered`: the workers of a multi-worker stub that did not answer an
+    all-logs lookup (their streams may be absent: no id was asked, so `missing` cannot name them); the member only
+    when there are any, so an answer without them reads as every stub's always has."""
+    out: dict[str, Any] = {"streams": streams, "missing": list(missing), "summary": summary}
+    if unanswered:
+        out["unanswered"] = list(unanswered)
+    return out
 
 
 class WriteColumns(Protocol):

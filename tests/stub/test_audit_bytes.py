@@ -87,7 +87,8 @@ def _running_charge(bg: BackgroundLoop, stub: StubServer, body: dict[str, object
         log = stub.audit.get(stream_id)
         assert log is not None
         assert log.state == "running"
-        return bg.call(lambda: log.charged)
+        charged: int = bg.call(lambda: log.charged)
+        return charged
 
 
 def test_a_planned_stream_is_counted_in_full_when_it_opens(bg: BackgroundLoop, start_stub: StartStub) -> None:

@@ -7,18 +7,18 @@ import asyncio
 import json
 import random
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
-from tokenpath.audit import AuditEntry, AuditVerdict, State, audit_stream, completion_id
+from tokenpath.audit import State, completion_id, reply_json, reply_summary
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request, Response, compact_json
 from tokenpath.stub.audit import AuditStore, StreamRecorder
-from tokenpath.stub.auditslices import SLICE_WRITES, encoded_entry
+from tokenpath.stub.auditslices import Encoded
 from tokenpath.stub.config import (
     MAX_MODEL_CHARS,
     MAX_STREAM_ID_CHARS,
@@ -39,7 +39,8 @@ from tokenpath.stub.realtime import RealtimeSession
 from tokenpath.stub.replay import Recording
 from tokenpath.stub.replay import load as load_recording
 from tokenpath.stub.replay import plan as replay_plan
-from tokenpath.stub.siblings import ask_siblings
+from tokenpath.stub.replywriter import ReplyWriter
+from tokenpath.stub.siblings import RECORDS_TYPE, ask_siblings, record_head
 from tokenpath.stub.websocket import FrameWriter, MessageWriter, WebSocketSession, sse_data
 from tokenpath.wire.apis import Api
 from tokenpath.wire.formats.openai import error_body
@@ -53,6 +54,7 @@ __all__ = ["AUDIT_PREFIX", "PacedStream", "StubApp", "prompt_stream_id"]
 SESSIONS: dict[str, type[WebSocketSession]] = {"response.create": WebSocketSession, "conversation": RealtimeSession}
 
 AUDIT_PREFIX = "/_tokenpath/audit"
+_NO_STREAMS = b'"streams":[]'  # where a reply made with no entries takes them: no JSON string can hold it
 AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running (or not yet seen) in a sibling
 # The `tokenpath` member's keys that say what the origin does besides pacing (read here, not by Pacing).
 # `plain_origin`: this answer as a plain origin's (close-delimited to HTTP/1.0, none of the stub's own ORIGIN_HEADERS;
@@ -541,26 +543,45 @@ class StubApp:
         self, response: Response, ids: list[str] | None, single: bool, with_log: bool, local_only: bool
     ) -> None:
         # Every log at once can be 20,000 logs of 200 writes, seconds of work: built and encoded in slices
-        # (stub/loopshare.py), each log as it stands when its slice reaches it.
+        # (stub/loopshare.py), each log as it stands when its slice reaches it, and written only while the client
+        # takes it (stub/replywriter.py).
         share = LoopShare(self.clock)
-        entries = await self._local_entries(ids, with_log, share)
-        if self.cfg.audit_dir and not local_only:
-            entries = await self._with_siblings(entries, ids, with_log, share)
-        if response.client_gone:
-            return
-        missing = [i for i in ids if i not in entries] if ids is not None else []
-        if single:
-            if missing:
+        writer = ReplyWriter(response, share, STALL_S)
+        try:
+            if local_only:
+                await self._answer_sibling(writer, ids, with_log, share)
+                return
+            entries = await self._local_entries(ids, with_log, share)
+            unanswered: list[str] = []
+            if self.cfg.audit_dir:
+                unanswered = await self._with_siblings(entries, ids, with_log, share)
+            if response.client_gone:
+                return
+            missing = [i for i in ids if i not in entries] if ids is not None else []
+            if not single:
+                await _send_reply(writer, list(entries.values()), missing, unanswered)
+            elif missing:
+                writer.detach()
                 message = f"no stream {missing[0]!r} on this stub (never seen, or dropped as too old)"
                 response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
             else:
-                entry = next(iter(entries.values()))
-                if len(entry.parts) == 1:
-                    response.send(200, [("Content-Type", "application/json")], entry.parts[0])
-                else:
-                    await _send_parts(response, entry, share)
-            return
-        await _send_reply(response, list(entries.values()), missing, share)
+                await _send_parts(writer, next(iter(entries.values())))
+        finally:
+            writer.detach()
+
+    async def _answer_sibling(
+        self, writer: ReplyWriter, ids: list[str] | None, with_log: bool, share: LoopShare
+    ) -> None:
+        """A sibling's lookup (stub/siblings.py): each log sent as a record as soon as it is encoded, so a long
+        answer keeps coming (the asker gives up on one that sends nothing for a while, not on one that takes long)."""
+        logs = self.audit.all() if ids is None else list({log.stream_id: log for _, log in self._found(ids)}.values())
+        writer.start(200, [("Content-Type", RECORDS_TYPE)], None)
+        for log in logs:
+            entry = await Encoded.of_log(log, with_log, self._offset_ns, share)
+            for piece in (record_head(entry), *entry.parts):
+                if not await writer.write(piece):
+                    return
+        await writer.end()
 
     async def _local_entries(self, ids: list[str] | None, with_log: bool, share: LoopShare) -> dict[str, Encoded]:
         """Keyed by the id asked for (a stream id or a completion id); by stream id when all are asked for."""
@@ -576,57 +597,32 @@ class StubApp:
 
     async def _with_siblings(
         self, entries: dict[str, Encoded], ids: list[str] | None, with_log: bool, share: LoopShare
-    ) -> dict[str, Encoded]:
-        """Fill in what other workers hold; wait (bounded) for streams not yet finished anywhere."""
+    ) -> list[str]:
+        """Fill in `entries` with what other workers hold; wait (bounded) for streams not yet finished anywhere.
+        Returns the workers that did not answer in whole, for an all-logs answer (asked ids not found are
+        `missing` already)."""
         assert self.cfg.audit_dir is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + AUDIT_LOOKUP_WAIT_S
         while True:
             wanted = None if ids is None else [i for i in ids if _unsettled(entries.get(i))]
             if wanted == []:
-                return entries
-            for entry in await ask_siblings(self.cfg.audit_dir, wanted, with_log):
-                sid = entry.stream_id
+                return []
+            found, unanswered = await ask_siblings(self.cfg.audit_dir, wanted, with_log, share)
+            for encoded in found:
+                sid = encoded.verdict.stream_id
                 keys = [sid] if wanted is None else [k for k in (sid, completion_id(sid)) if k in wanted]
-                encoded = Encoded.of(entry)
                 for key in keys:
                     if _unsettled(entries.get(key)):
                         entries[key] = encoded
-                await share.turn()
-            if ids is None or loop.time() >= deadline:
-                return entries
+                await share.turn()  # a sibling's 20,000 entries are ~40 ms of this
+            if ids is None:
+                return unanswered
+            if loop.time() >= deadline:
+                return []
             await asyncio.sleep(0.02)
             unsettled = [i for i in ids if _unsettled(entries.get(i))]
             entries.update(await self._local_entries(unsettled, with_log, share))
-
-
-@dataclass(frozen=True, slots=True)
-class Encoded:
-    """One stream's audit entry, encoded as soon as it is made: an answer of every log holding each log's Write
-    objects until the end would give the cyclic collector millions of objects to walk (0.7 s in one pass, measured
-    at 20,000 logs of 200 writes), on the loop."""
-
-    verdict: AuditVerdict
-    parts: tuple[bytes, ...]  # the AuditEntry's JSON, as Response.send_json encodes it: one piece unless a long log's
-
-    @classmethod
-    def of(cls, entry: AuditEntry) -> Encoded:
-        return cls(entry.verdict, (compact_json(entry.to_json()),))
-
-    @property
-    def nbytes(self) -> int:
-        return sum(map(len, self.parts))
-
-    @classmethod
-    async def of_log(cls, log: StreamRecorder, with_log: bool, offset_ns: int, share: LoopShare) -> Encoded:
-        """One of this worker's logs; a long one judged and encoded in slices (stub/auditslices.py)."""
-        if len(log.nbytes) <= SLICE_WRITES:
-            return cls.of(_audit_entry(log, with_log, offset_ns))
-        return cls(*await encoded_entry(log, with_log, offset_ns, share))
-
-    @property
-    def settled(self) -> bool:
-        return self.verdict.state != "running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -662,47 +658,37 @@ def _merged(
 
 
 def _unsettled(entry: Encoded | None) -> bool:
-    return entry is None or not entry.settled
+    return entry is None or not entry.verdict.settled
 
 
-def _audit_entry(log: StreamRecorder, with_log: bool, offset_ns: int = 0) -> AuditEntry:
-    return AuditEntry(audit_stream(log), log.snapshot(offset_ns) if with_log else None)
-
-
-async def _send_reply(response: Response, entries: list[Encoded], missing: list[str], share: LoopShare) -> None:
-    """The bytes send_json makes of `AuditReply(entries, missing).to_json()` (tests/stub/test_audit_slices.py holds
-    them equal), written entry by entry with turns for the loop between: never joined, as a whole answer can be
-    150 MB (20,000 logs of 200 writes) and each copy of it holds the loop for tens of ms."""
-    failed = sum(not e.verdict.passed for e in entries)
-    summary = {"streams": len(entries), "passed": len(entries) - failed, "failed": failed}
-    opening = b'{"streams":['
-    tail = b'],"missing":' + compact_json(missing) + b',"summary":' + compact_json(summary) + b"}"
+async def _send_reply(writer: ReplyWriter, entries: list[Encoded], missing: list[str], unanswered: list[str]) -> None:
+    """The bytes send_json makes of `AuditReply(entries, missing, unanswered).to_json()` (tests/stub/
+    test_audit_slices.py holds them equal): its members around the entries as audit.reply_json orders them, the
+    entries written piece by piece (never joined: a whole answer can be 150 MB, 20,000 logs of 200 writes, and each
+    copy of it holds the loop for tens of ms), each only while the client takes them."""
+    around = compact_json(reply_json([], missing, reply_summary(e.verdict for e in entries), unanswered))
+    before, marker, after = around.partition(_NO_STREAMS)
+    assert marker, "a reply has a streams array"
+    opening, tail = before + b'"streams":[', b"]" + after
     length = len(opening) + sum(e.nbytes for e in entries) + max(len(entries) - 1, 0) + len(tail)
-    response.write(response.start(200, [("Content-Type", "application/json")], length) + opening)
+    writer.start(200, [("Content-Type", "application/json")], length)
+    if not await writer.write(opening):
+        return
     for i, entry in enumerate(entries):
         first, *rest = entry.parts
-        response.write(b"," + first if i else first)
-        if not await _write_rest(response, rest, share):
+        for piece in (b"," + first if i else first, *rest):
+            if not await writer.write(piece):
+                return
+    await writer.end(tail)
+
+
+async def _send_parts(writer: ReplyWriter, entry: Encoded) -> None:
+    """One log's entry, its pieces (a long log's: stub/auditslices.py) written as the client takes them."""
+    writer.start(200, [("Content-Type", "application/json")], entry.nbytes)
+    for piece in entry.parts[:-1]:
+        if not await writer.write(piece):
             return
-    response.write(tail, last=True)
-
-
-async def _send_parts(response: Response, entry: Encoded, share: LoopShare) -> None:
-    """One long log's entry, its pieces written with turns for the loop between (stub/auditslices.py)."""
-    response.write(response.start(200, [("Content-Type", "application/json")], entry.nbytes))
-    if await _write_rest(response, entry.parts[:-1], share):
-        response.write(entry.parts[-1], last=True)
-
-
-async def _write_rest(response: Response, parts: Sequence[bytes], share: LoopShare) -> bool:
-    """`parts` written, a turn after each; False when the client left (its loss ended the response: write no more)."""
-    for part in parts:
-        response.write(part)
-        await share.turn()
-        if response.client_gone:
-            return False
-    await share.turn()
-    return not response.client_gone
+    await writer.end(entry.parts[-1])
 
 
 def _requested_ids(request: Request, query: dict[str, list[str]]) -> list[str] | None:

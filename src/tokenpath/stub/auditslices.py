@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import heapq
 from array import array
+from dataclasses import dataclass
 from itertools import islice
 from operator import sub
 
-from tokenpath.audit import AuditEntry, AuditVerdict, StreamLog, Write, judge
+from tokenpath.audit import AuditEntry, AuditVerdict, StreamLog, Write, audit_stream, judge
 from tokenpath.serve.http import compact_json
 from tokenpath.stub.audit import StreamRecorder
 from tokenpath.stub.loopshare import LoopShare
@@ -23,6 +24,31 @@ from tokenpath.stub.loopshare import LoopShare
 # (1,024 did: two passes of ~12 ms an answer). A shorter log is built in one step, as every log was before.
 SLICE_WRITES = 512
 _WRITES_MARKER = b'"writes":[]'  # where an entry made with no writes takes them: no JSON string can hold it
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """One stream's audit entry, encoded as soon as it is made: an answer of every log holding each log's Write
+    objects until the end would give the cyclic collector millions of objects to walk (0.7 s in one pass, measured
+    at 20,000 logs of 200 writes), on the loop."""
+
+    verdict: AuditVerdict
+    parts: tuple[bytes, ...]  # the AuditEntry's JSON, as Response.send_json encodes it: one piece unless a long log's
+
+    @classmethod
+    def of(cls, entry: AuditEntry) -> Encoded:
+        return cls(entry.verdict, (compact_json(entry.to_json()),))
+
+    @classmethod
+    async def of_log(cls, log: StreamRecorder, with_log: bool, offset_ns: int, share: LoopShare) -> Encoded:
+        """One of this worker's logs; a long one judged and encoded in slices."""
+        if len(log.nbytes) <= SLICE_WRITES:
+            return cls.of(AuditEntry(audit_stream(log), log.snapshot(offset_ns) if with_log else None))
+        return cls(*await encoded_entry(log, with_log, offset_ns, share))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(map(len, self.parts))
 
 
 async def encoded_entry(

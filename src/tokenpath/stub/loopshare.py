@@ -3,8 +3,9 @@
 The loop is the instrument: a frame due while a callback runs is written late by as long as the callback runs, and
 the audit fails a write 2 ms late (tokenpath/audit.py tolerance_ns). So work that grows with what a client asks
 for (every audit log answered at once, one log of 300,000 writes: stub/auditslices.py) yields between items once it
-has held the loop for SLICE_NS. (A response of 100,000 frames is still rendered in one step: not sliced yet.) A thread would not help: the work is Python (and json's C encoder) holding the GIL,
-which the loop would then wait for on every wake, up to the interpreter's 5 ms switch interval.
+has held the loop for SLICE_NS. (A response of 100,000 frames is still rendered in one step: not sliced yet.) A
+thread would not help: the work is Python (and json's C encoder) holding the GIL, which the loop would then wait for
+on every wake, up to the interpreter's 5 ms switch interval.
 """
 
 from __future__ import annotations

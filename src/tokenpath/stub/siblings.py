@@ -3,6 +3,13 @@ Unix socket in a shared directory; a lookup that misses locally asks every sibli
 
 This costs nothing per stream (a file per finished stream, tried first, blocked the loop for tens of ms when
 hundreds of streams ended in the same tick) and a few ms per audit request, which is rare.
+
+A sibling answers (`?local=1`) in records, not in the public answer's JSON: each entry as a line `[length, verdict]`
+then the entry's JSON bytes, written as soon as each log is encoded. The asker parses only the verdicts (what it
+decides on and sums) and keeps each entry's bytes as they came, for its own answer: one log of 300,000 writes parsed
+into Write objects held the asker's loop ~1 s, and the whole answer read before any of it was parsed. A sibling
+counts as stuck when it sends nothing for SIBLING_TIMEOUT_S, not when its whole answer takes longer: a large one
+does, written in slices.
 """
 
 from __future__ import annotations
@@ -13,54 +20,126 @@ import json
 import os
 from pathlib import Path
 
-from tokenpath.audit import AuditEntry, AuditReply
+from tokenpath.audit import AuditVerdict
 from tokenpath.errors import ProtocolError
+from tokenpath.serve.http import compact_json
+from tokenpath.stub.auditslices import Encoded
+from tokenpath.stub.loopshare import LoopShare
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
 
-SIBLING_TIMEOUT_S = 2.0  # a worker that cannot answer by then is left out of the answer, not waited on
+SIBLING_TIMEOUT_S = 2.0  # a worker that sends nothing for this long is left out of the answer, not waited on
+RECORDS_TYPE = "application/x-tokenpath-audit-records"
+READ_BYTES = 256 << 10  # what the asker takes from a sibling's socket a step: its records' verdicts parsed in ~1 ms
+MAX_RECORD_HEAD = 64 << 10  # a record's line (its length and verdict: ~300 B) longer than this is not one
 
 
 def socket_path(peer_dir: str, pid: int | None = None) -> str:
     return str(Path(peer_dir) / f"worker-{pid or os.getpid()}.sock")
 
 
-async def ask_siblings(peer_dir: str, ids: list[str] | None, with_log: bool) -> list[AuditEntry]:
-    """Audit entries (verdict, and log when asked) that other workers hold for `ids` (None: all of theirs)."""
+def record_head(entry: Encoded) -> bytes:
+    """The line before an entry's bytes in a sibling's answer."""
+    return compact_json([entry.nbytes, entry.verdict.to_json()]) + b"\n"
+
+
+class RecordReader:
+    """A sibling's answer body, fed as it arrives (sans-IO): the entries whose bytes have all come."""
+
+    def __init__(self) -> None:
+        self._line = bytearray()
+        self._verdict: AuditVerdict | None = None  # the record whose bytes are coming
+        self._left = 0
+        self._parts: list[bytes] = []
+
+    @property
+    def between_records(self) -> bool:
+        """No record begun and not finished: a body that ends here is whole."""
+        return self._verdict is None and not self._line
+
+    def feed(self, data: bytes) -> list[Encoded]:
+        """Raises ProtocolError on bytes that are not records."""
+        out: list[Encoded] = []
+        pos, end = 0, len(data)
+        while pos < end:
+            if self._verdict is None:
+                newline = data.find(b"\n", pos)
+                stop = end if newline < 0 else newline
+                self._line += data[pos:stop]
+                if len(self._line) > MAX_RECORD_HEAD:
+                    raise ProtocolError("a sibling's audit record head is too long")
+                if newline < 0:
+                    break
+                pos = newline + 1
+                self._head(bytes(self._line))
+                self._line.clear()
+            else:
+                take = data[pos : pos + self._left]
+                pos += len(take)
+                self._parts.append(take)
+                self._left -= len(take)
+                if not self._left:
+                    out.append(Encoded(self._verdict, tuple(self._parts)))
+                    self._verdict, self._parts = None, []
+        return out
+
+    def _head(self, line: bytes) -> None:
+        try:
+            nbytes, verdict = json.loads(line)
+            self._verdict = AuditVerdict.from_json(verdict)
+            self._left = int(nbytes)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ProtocolError(f"a sibling's audit record head is not [length, verdict]: {exc}") from None
+        if self._left <= 0:
+            raise ProtocolError("a sibling's audit record has no entry")
+
+
+async def ask_siblings(
+    peer_dir: str, ids: list[str] | None, with_log: bool, share: LoopShare
+) -> tuple[list[Encoded], list[str]]:
+    """Audit entries (verdict, and log when asked) that other workers hold for `ids` (None: all of theirs), and the
+    workers that did not answer in whole (named by their socket's file name; their entries that came are kept)."""
     own = socket_path(peer_dir)
     paths = [p for p in _sibling_sockets(peer_dir) if p != own]
-    answers = await asyncio.gather(*(_ask(p, ids, with_log) for p in paths))
-    return [entry for answer in answers for entry in answer]
+    answers = await asyncio.gather(*(_ask(p, ids, with_log, share) for p in paths))
+    entries = [entry for found, _ in answers for entry in found]
+    return entries, [Path(path).stem for path, (_, whole) in zip(paths, answers, strict=True) if not whole]
 
 
 def _sibling_sockets(peer_dir: str) -> list[str]:
     # A directory listing of a few entries on a local disk: not worth a thread hop.
-    return [str(p) for p in Path(peer_dir).glob("worker-*.sock")]
+    return sorted(str(p) for p in Path(peer_dir).glob("worker-*.sock"))
 
 
-async def _ask(path: str, ids: list[str] | None, with_log: bool) -> tuple[AuditEntry, ...]:
+async def _ask(path: str, ids: list[str] | None, with_log: bool, share: LoopShare) -> tuple[list[Encoded], bool]:
+    """The sibling's entries as they came, and whether its answer came whole."""
     target = f"/_tokenpath/audit?local=1&log={int(with_log)}"
     if ids is None:
         request = build_request("GET", "worker", target)
     else:
         body = json.dumps({"ids": ids}).encode()
         request = build_request("POST", "worker", target, body=body, headers=[("Content-Type", "application/json")])
+    entries: list[Encoded] = []
+    parser, records = ResponseParser(), RecordReader()
     writer = None
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), SIBLING_TIMEOUT_S)
         writer.write(request)
-        raw = await asyncio.wait_for(reader.read(), SIBLING_TIMEOUT_S)
-    except (OSError, TimeoutError):
-        return ()  # a worker that is gone or stuck: its streams are reported missing
+        while not parser.complete:
+            data = await asyncio.wait_for(reader.read(READ_BYTES), SIBLING_TIMEOUT_S)  # stuck: nothing for this long
+            if not data:
+                parser.feed_eof()
+                break
+            body = parser.feed(data)
+            if parser.head is not None and parser.head.status != 200:
+                return entries, False
+            entries += records.feed(body)
+            await share.turn()
+    except (OSError, TimeoutError, ProtocolError):
+        return entries, False  # a worker that is gone or stuck: its streams are reported missing
     finally:
         if writer is not None:
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
-    parser = ResponseParser()
-    try:
-        body = parser.feed(raw)
-        parser.feed_eof()
-        return AuditReply.from_json(json.loads(body)).streams
-    except (ValueError, KeyError, TypeError, ProtocolError):
-        return ()
+    return entries, parser.complete and records.between_records

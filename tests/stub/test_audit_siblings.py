@@ -1,0 +1,180 @@
+"""Audit lookups across workers (stub/siblings.py): a sibling answers in records the asker takes as they come, with
+turns for its loop, parsing only their verdicts; a sibling is given up on when it sends nothing for
+SIBLING_TIMEOUT_S, not when its whole answer takes longer; one that does not answer an all-logs lookup is named in
+it. Found by review: the asker read a sibling's whole answer and parsed every write in one step on its loop (one log
+of 300,000 writes), and dropped without a word a sibling whose answer took more than 2 s in all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import BackgroundLoop, post
+from tests.stub.test_audit_slices import _expected, _fill, _get, _one, worst_stall
+from tokenpath.audit import AuditEntry, AuditReply, audit_stream
+from tokenpath.errors import ProtocolError
+from tokenpath.serve.http import HTTPConnection
+from tokenpath.stub import siblings
+from tokenpath.stub.audit import AuditStore
+from tokenpath.stub.auditslices import Encoded
+from tokenpath.stub.server import StubServer
+from tokenpath.wire.limits import ServerLimits
+
+StartStub = Callable[..., StubServer]
+ALL = b"GET /_tokenpath/audit HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+
+
+@pytest.fixture
+def workers(
+    bg: BackgroundLoop, start_stub: StartStub, tmp_path: Path
+) -> Iterator[Callable[[Callable[[], asyncio.Protocol]], None]]:
+    """Adds a sibling to the asking stub's audit directory: a protocol factory served on a worker socket there."""
+    servers: list[asyncio.AbstractServer] = []
+
+    def add(factory: Callable[[], asyncio.Protocol]) -> None:
+        path = siblings.socket_path(str(tmp_path), 1_000_000 + len(servers))  # no pid of ours: never the asker's
+        servers.append(bg.run(bg.loop.create_unix_server(factory, path)))
+
+    yield add
+    for server in servers:
+        bg.call(server.close)
+
+
+def _sibling(start_stub: StartStub) -> tuple[StubServer, Callable[[], asyncio.Protocol]]:
+    """A second in-process stub (its own logs), as a sibling worker answers on its socket."""
+    stub = start_stub()
+    app, limits = stub.app, ServerLimits(max_body_bytes=stub.cfg.max_body_bytes)
+    assert app is not None
+    return stub, lambda: HTTPConnection(app, limits)
+
+
+def test_a_sibling_s_long_log_is_answered_without_holding_the_asker_s_loop(
+    bg: BackgroundLoop, start_stub: StartStub, workers: Callable[..., None], tmp_path: Path
+) -> None:
+    """One log of 300,000 writes held by a sibling (on the same loop: its side is sliced too): read whole and parsed
+    into Write objects in one step, the asker held the loop for most of the answer."""
+    asker = start_stub(audit_dir=str(tmp_path))
+    sibling, factory = _sibling(start_stub)
+    workers(factory)
+    bg.call(_fill, sibling.audit, 1, 300_000)
+    body, worst, took = worst_stall(bg, lambda: _get(asker.port, _one("s0"))[1])
+    log = sibling.audit.get("s0")
+    assert log is not None
+    assert body == json.dumps(AuditEntry(audit_stream(log), log.snapshot()).to_json(), separators=(",", ":")).encode()
+    assert worst < took / 4, f"the loop stalled {worst * 1000:.0f} ms of a {took * 1000:.0f} ms answer"
+
+
+def test_every_worker_s_logs_are_one_answer_with_audit_reply_s_bytes(
+    bg: BackgroundLoop, start_stub: StartStub, workers: Callable[..., None], tmp_path: Path
+) -> None:
+    asker = start_stub(audit_dir=str(tmp_path))
+    sibling, factory = _sibling(start_stub)
+    workers(factory)
+    bg.call(_fill, asker.audit, 5, 20)
+    bg.call(_fill, sibling.audit, 1, 1500)  # its ids s0 and running are the asker's too: a worker's own come first
+    bg.call(lambda: sibling.audit.open("elsewhere", 10.0, 10**12, writes=1))
+    _, body = _get(asker.port, ALL)
+    both = AuditStore()
+    for store in (asker.audit, sibling.audit):
+        for log in store.all():
+            both._logs[log.stream_id] = both._logs.get(log.stream_id, log)
+    assert body == _expected(both, None)
+    _, body = _get(asker.port, post("/_tokenpath/audit", {"ids": ["elsewhere", "s3", "nope"]}))
+    reply = AuditReply.from_json(json.loads(body))
+    assert [e.stream_id for e in reply.streams] == ["s3", "elsewhere"]  # the asker's own first
+    assert reply.missing == ("nope",)
+
+
+PIECES = 60
+
+
+async def _trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, body: bytes, gap_s: float) -> None:
+    """`body` as a sibling's answer, in PIECES pieces `gap_s` apart."""
+    await reader.readuntil(b"\r\n\r\n")
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+    size = -(-len(body) // PIECES)
+    for i in range(0, len(body), size):
+        await asyncio.sleep(gap_s)
+        writer.write(body[i : i + size])
+    writer.close()
+
+
+def _records(*entries: Encoded) -> bytes:
+    return b"".join(siblings.record_head(e) + b"".join(e.parts) for e in entries)
+
+
+def _entry(stream_id: str, writes: int) -> Encoded:
+    store = AuditStore()
+    log = store.open(stream_id, 10.0, 10**12, writes=writes)
+    for i in range(writes):
+        log.record(10**12 + i * 10**7, 10**12 + i * 10**7 + 1000, 50)
+    store.close(log, "complete")
+    return Encoded.of(AuditEntry(audit_stream(log), log.snapshot()))
+
+
+def test_a_sibling_that_answers_slowly_but_steadily_is_waited_for(
+    start_stub: StartStub, workers: Callable[..., None], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its answer takes ~3 times SIBLING_TIMEOUT_S in all, a piece every twentieth of it: included, and not named
+    as unanswered."""
+    monkeypatch.setattr(siblings, "SIBLING_TIMEOUT_S", 1.0)
+    asker = start_stub(audit_dir=str(tmp_path))
+    entry = _entry("slow", 40)
+    body = _records(entry)
+    gap = 3 * siblings.SIBLING_TIMEOUT_S / PIECES
+    workers(lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), lambda r, w: _trickle(r, w, body, gap)))
+    _, answer = _get(asker.port, ALL)
+    got = json.loads(answer)
+    assert [e["verdict"]["stream_id"] for e in got["streams"]] == ["slow"]
+    assert b"".join(entry.parts) in answer
+    assert "unanswered" not in got
+
+
+def test_a_sibling_that_stops_sending_is_left_out_and_named(
+    bg: BackgroundLoop,
+    start_stub: StartStub,
+    workers: Callable[..., None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sibling that sends one whole record, then half of one, then nothing: its whole record is kept, it is named
+    under `unanswered` (an all-logs lookup asks no ids, so `missing` cannot say what it held)."""
+    monkeypatch.setattr(siblings, "SIBLING_TIMEOUT_S", 0.3)
+    asker = start_stub(audit_dir=str(tmp_path))
+    bg.call(_fill, asker.audit, 2, 5)
+    first, second = _records(_entry("whole", 3)), _records(_entry("cut", 3))
+
+    async def stuck(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(first) + len(second)))
+        writer.write(first + second[: len(second) // 2])
+        await reader.read()  # until the asker gives up on it
+        writer.close()
+
+    workers(lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), stuck))
+    _, answer = _get(asker.port, ALL)
+    got = json.loads(answer)
+    assert [e["verdict"]["stream_id"] for e in got["streams"]] == ["s0", "s1", "running", "whole"]
+    assert got["unanswered"] == ["worker-1000000"]
+    assert AuditReply.from_json(got).unanswered == ("worker-1000000",)
+
+
+def test_records_read_whole_byte_by_byte_and_in_any_split() -> None:
+    entries = [_entry("a", 3), _entry("b", 700), _entry("c", 0)]
+    data = _records(*entries)
+    for splits in ([data], [data[i : i + 1] for i in range(len(data))], [data[:37], data[37:5000], data[5000:]]):
+        reader = siblings.RecordReader()
+        got = [e for piece in splits for e in reader.feed(piece)]
+        assert reader.between_records
+        assert [(e.verdict, b"".join(e.parts)) for e in got] == [(e.verdict, b"".join(e.parts)) for e in entries]
+    reader = siblings.RecordReader()
+    reader.feed(data[:-1])
+    assert not reader.between_records  # a body cut short is not taken as whole
+    with pytest.raises(ProtocolError):
+        siblings.RecordReader().feed(b'{"not": "a record"}\n')
+    with pytest.raises(ProtocolError):
+        siblings.RecordReader().feed(b"x" * (siblings.MAX_RECORD_HEAD + 1))
