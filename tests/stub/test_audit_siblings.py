@@ -21,6 +21,8 @@ from tokenpath.serve.http import HTTPConnection
 from tokenpath.stub import siblings
 from tokenpath.stub.audit import AuditStore
 from tokenpath.stub.auditslices import Encoded
+from tokenpath.stub.loopshare import LoopShare
+from tokenpath.stub.replywriter import ReplyWriter
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.limits import ServerLimits
 
@@ -178,3 +180,96 @@ def test_records_read_whole_byte_by_byte_and_in_any_split() -> None:
         siblings.RecordReader().feed(b'{"not": "a record"}\n')
     with pytest.raises(ProtocolError):
         siblings.RecordReader().feed(b"x" * (siblings.MAX_RECORD_HEAD + 1))
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"[1e999, %b]\n",  # a length that is no int: OverflowError escaped, the answer never came
+     b'["5", %b]\n', b"[true, %b]\n", b"[3, %b]\n",  # too short to hold an entry
+     b"[" * 20_000 + b"]" * 20_000 + b"\n"],  # nested past the parser: RecursionError escaped
+)  # fmt: skip
+def test_a_record_head_that_is_not_one_is_a_protocol_error(head: bytes) -> None:
+    verdict = json.dumps(_entry("a", 3).verdict.to_json()).encode()
+    line = head % verdict if b"%b" in head else head
+    with pytest.raises(ProtocolError):
+        siblings.RecordReader().feed(line + b"{}")
+
+
+def test_a_record_whose_length_lies_is_a_protocol_error_not_a_broken_answer() -> None:
+    """Its bytes go into the public answer as they are: a length short or long by a few bytes would splice a broken
+    JSON object into a 200 answer."""
+    entry = _entry("a", 3)
+    whole = b"".join(entry.parts)
+    for wrong in (len(whole) - 5, len(whole) + 5):
+        head = json.dumps([wrong, entry.verdict.to_json()]).encode() + b"\n"
+        with pytest.raises(ProtocolError):
+            siblings.RecordReader().feed(head + whole + b"xxxxx")  # no head after it to fail: the entry itself
+
+
+async def _gone_sibling(answer: bytes, tmp_path: Path) -> tuple[list[str], list[str]]:
+    """ask_siblings against one sibling that answers `answer` (a record body) and closes."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: %b\r\nContent-Length: %d\r\n\r\n" % (
+            siblings.RECORDS_TYPE.encode(),
+            len(answer),
+        )
+        writer.write(head + answer)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(serve, siblings.socket_path(str(tmp_path), 1_000_001))
+    async with server:
+        found, unanswered = await siblings.ask_siblings(str(tmp_path), None, True, LoopShare())
+    return [e.verdict.stream_id for e in found], unanswered
+
+
+def test_a_sibling_that_sends_a_broken_record_is_named_and_the_answer_still_comes(tmp_path: Path) -> None:
+    """One broken sibling costs its own entries (named under `unanswered`), never the asker's whole answer."""
+    broken = _records(_entry("kept", 2)) + b"[1e999, {}]\n"
+    found, unanswered = asyncio.run(_gone_sibling(broken, tmp_path))
+    assert found == ["kept"]
+    assert unanswered == ["worker-1000001"]
+
+
+def test_a_resume_in_the_same_loop_pass_as_the_stall_deadline_does_not_drop_the_client() -> None:
+    """The socket's resume runs before a due stall timer in one pass, and the waiting writer (which cancels the
+    timer) only after both: the stall must see that the client took the bytes."""
+
+    class Paused:
+        writing_paused, client_gone = True, False
+        on_pause = on_resume = on_abort = None
+        aborted = False
+
+        def abort_connection(self) -> None:
+            self.aborted = True
+
+    async def scene() -> tuple[bool, bool]:
+        response = Paused()
+        writer = ReplyWriter(response, LoopShare(), stall_s=60)  # type: ignore[arg-type]
+        room = asyncio.ensure_future(writer._room())
+        await asyncio.sleep(0)  # the writer waits for room
+        writer._resume()  # the client took the bytes ...
+        writer._stalled()  # ... and the stall's deadline is due in the same pass
+        return await room, response.aborted
+
+    assert asyncio.run(scene()) == (True, False)
+
+
+def test_a_siblings_answer_is_fed_to_the_reader_in_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Short records (log=0) are ~350 B: a 256 KiB read is ~750 verdicts, ~5 ms of parsing in one step, past the
+    audit's 2 ms tolerance; the reader takes FEED_BYTES at a time, the loop a turn between."""
+    fed: list[int] = []
+    feed = siblings.RecordReader.feed
+
+    def counted(self: siblings.RecordReader, data: bytes) -> list[Encoded]:
+        fed.append(len(data))
+        return feed(self, data)
+
+    monkeypatch.setattr(siblings.RecordReader, "feed", counted)
+    many = _records(*(_entry(f"s{i}", 40) for i in range(60)))
+    assert len(many) > 3 * siblings.FEED_BYTES
+    found, unanswered = asyncio.run(_gone_sibling(many, tmp_path))
+    assert (len(found), unanswered) == (60, [])
+    assert max(fed) <= siblings.FEED_BYTES

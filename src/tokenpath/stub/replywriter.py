@@ -86,6 +86,10 @@ class ReplyWriter:
             self._wake.set_result(None)
 
     def _stalled(self) -> None:
+        if self._wake is None or self._wake.done():
+            # Resumed in the same loop pass as the stall's deadline (the socket's event runs before due timers, and
+            # the waiting coroutine, which cancels this timer, only after both): the client did take the bytes.
+            return
         self.dropped = True
         self._wake_up()
         self.detach()  # first: nothing the reset sets off reaches the writer

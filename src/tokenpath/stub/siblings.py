@@ -30,7 +30,10 @@ from tokenpath.wire.request import build_request
 
 SIBLING_TIMEOUT_S = 2.0  # a worker that sends nothing for this long is left out of the answer, not waited on
 RECORDS_TYPE = "application/x-tokenpath-audit-records"
-READ_BYTES = 256 << 10  # what the asker takes from a sibling's socket a step: its records' verdicts parsed in ~1 ms
+READ_BYTES = 256 << 10  # what the asker takes from a sibling's socket a read ...
+FEED_BYTES = 32 << 10  # ... fed to the record reader this much at a time, with turns for the loop between: short
+# records (log=0: ~350 B each) take ~5 ms of verdict parsing per 256 KiB, past the audit's 2 ms tolerance
+ENTRY_START = b'{"verdict":'  # how every entry's JSON begins (AuditEntry.to_json: its verdict first)
 MAX_RECORD_HEAD = 64 << 10  # a record's line (its length and verdict: ~300 B) longer than this is not one
 
 
@@ -51,6 +54,7 @@ class RecordReader:
         self._verdict: AuditVerdict | None = None  # the record whose bytes are coming
         self._left = 0
         self._parts: list[bytes] = []
+        self._whole: list[Encoded] = []  # read whole, not yet taken (kept when a later record is broken)
 
     @property
     def between_records(self) -> bool:
@@ -58,8 +62,8 @@ class RecordReader:
         return self._verdict is None and not self._line
 
     def feed(self, data: bytes) -> list[Encoded]:
-        """Raises ProtocolError on bytes that are not records."""
-        out: list[Encoded] = []
+        """Raises ProtocolError on bytes that are not records (the whole records before them: `taken()`)."""
+        out = self._whole
         pos, end = 0, len(data)
         while pos < end:
             if self._verdict is None:
@@ -79,19 +83,39 @@ class RecordReader:
                 self._parts.append(take)
                 self._left -= len(take)
                 if not self._left:
-                    out.append(Encoded(self._verdict, tuple(self._parts)))
+                    parts = tuple(self._parts)
+                    # An entry is one JSON object from `{"verdict":` to its `}`: a length that lies (a sibling's
+                    # bug) would otherwise splice a broken object into the public answer.
+                    if not _one_entry(parts):
+                        raise ProtocolError("a sibling's audit record does not hold one entry")
+                    out.append(Encoded(self._verdict, parts))
                     self._verdict, self._parts = None, []
-        return out
+        return self.taken()
+
+    def taken(self) -> list[Encoded]:
+        """The records read whole since the last call."""
+        whole, self._whole = self._whole, []
+        return whole
 
     def _head(self, line: bytes) -> None:
         try:
             nbytes, verdict = json.loads(line)
             self._verdict = AuditVerdict.from_json(verdict)
-            self._left = int(nbytes)
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # RecursionError: nested past the parser
             raise ProtocolError(f"a sibling's audit record head is not [length, verdict]: {exc}") from None
-        if self._left <= 0:
-            raise ProtocolError("a sibling's audit record has no entry")
+        if type(nbytes) is not int or nbytes < len(ENTRY_START) + 1:  # 1e999, "5", true: not a length
+            raise ProtocolError(f"a sibling's audit record has no entry's length: {nbytes!r}")
+        self._left = nbytes
+
+
+def _one_entry(parts: tuple[bytes, ...]) -> bool:
+    """The bytes (in the pieces they came in) begin as an entry does and end with a closing brace."""
+    prefix = b""
+    for part in parts:
+        prefix += part[: len(ENTRY_START) - len(prefix)]
+        if len(prefix) == len(ENTRY_START):
+            break
+    return prefix == ENTRY_START and parts[-1].endswith(b"}")
 
 
 async def ask_siblings(
@@ -101,7 +125,7 @@ async def ask_siblings(
     workers that did not answer in whole (named by their socket's file name; their entries that came are kept)."""
     own = socket_path(peer_dir)
     paths = [p for p in _sibling_sockets(peer_dir) if p != own]
-    answers = await asyncio.gather(*(_ask(p, ids, with_log, share) for p in paths))
+    answers = await asyncio.gather(*(_ask(p, ids, with_log, share) for p in paths))  # _ask never raises
     entries = [entry for found, _ in answers for entry in found]
     return entries, [Path(path).stem for path, (_, whole) in zip(paths, answers, strict=True) if not whole]
 
@@ -133,10 +157,11 @@ async def _ask(path: str, ids: list[str] | None, with_log: bool, share: LoopShar
             body = parser.feed(data)
             if parser.head is not None and parser.head.status != 200:
                 return entries, False
-            entries += records.feed(body)
-            await share.turn()
+            for at in range(0, len(body), FEED_BYTES):
+                entries += records.feed(body[at : at + FEED_BYTES])
+                await share.turn()
     except (OSError, TimeoutError, ProtocolError):
-        return entries, False  # a worker that is gone or stuck: its streams are reported missing
+        return entries + records.taken(), False  # gone, stuck or broken: what came whole is kept, it is named
     finally:
         if writer is not None:
             writer.close()
