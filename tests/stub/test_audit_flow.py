@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import BackgroundLoop
 from tests.stub.test_audit_slices import _expected, _fill
-from tests.stub.test_flow_control import SEND_BUFFER_MAX, _quiet_client, _read_to_end
+from tests.stub.test_flow_control import SEND_BUFFER_MAX, _quiet_client, _read_to_end, shut_window_resets
 from tokenpath.serve import h2 as serve_h2
 from tokenpath.serve import http as serve_http
 from tokenpath.stub import app as stub_app
@@ -92,29 +92,11 @@ def test_an_http2_audit_answer_waits_on_its_window_and_is_reset_after_the_stall_
 ) -> None:
     """h2c with the client's initial window 0: the answer's writer is paused from its first DATA (the window holds
     it back; the stream's queue would take the whole answer), then the stream is reset (RST_STREAM CANCEL)."""
-    import h2.config
-    import h2.connection
     import h2.errors
-    import h2.events
-    import h2.settings
 
     monkeypatch.setattr(stub_app, "STALL_S", 0.3)
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-    conn.initiate_connection()
-    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
-    conn.send_headers(1, [(":method", "GET"), (":path", "/_tokenpath/audit"), (":scheme", "http"),
-                          (":authority", "t")], end_stream=True)  # fmt: skip
-    events: list[h2.events.Event] = []
-    with socket.create_connection(("127.0.0.1", big.port), timeout=60) as sock:
-        sock.sendall(conn.data_to_send())
-        deadline = time.monotonic() + 60
-        while not any(isinstance(e, h2.events.StreamReset) for e in events) and time.monotonic() < deadline:
-            data = sock.recv(65536)
-            assert data, "the connection closed: only the stream was to be reset"
-            events += conn.receive_data(data)
-            sock.sendall(conn.data_to_send())
-    resets = [e for e in events if isinstance(e, h2.events.StreamReset)]
-    assert [(e.stream_id, e.error_code) for e in resets] == [(1, h2.errors.ErrorCodes.CANCEL)]
+    headers = [(":method", "GET"), (":path", "/_tokenpath/audit"), (":scheme", "http"), (":authority", "t")]
+    assert shut_window_resets(big.port, headers, None, 60) == [(1, h2.errors.ErrorCodes.CANCEL)]
     assert 0 < written[0] < HELD_BYTES, f"{written[0]} B queued for a stream whose window stayed shut"
 
 

@@ -12,6 +12,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,33 +136,14 @@ def test_an_http2_stream_whose_window_stays_shut_is_reset_after_the_stall_limit(
 ) -> None:
     """h2c with prior knowledge, the client's initial window 0: the stream is paused from its first DATA, then reset
     (RST_STREAM CANCEL) after the stall limit, and its connection stays usable."""
-    import h2.config
-    import h2.connection
     import h2.errors
-    import h2.events
-    import h2.settings
 
     monkeypatch.setattr(stub_app, "STALL_S", 0.3)
     stub = start_stub(**BIG)
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-    conn.initiate_connection()
-    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     body = json.dumps({**CHAT, "user": "h2-shut"}).encode()
     headers = [(":method", "POST"), (":path", "/v1/chat/completions"), (":scheme", "http"), (":authority", "t"),
                ("content-type", "application/json"), ("content-length", str(len(body)))]  # fmt: skip
-    conn.send_headers(1, headers)
-    conn.send_data(1, body, end_stream=True)
-    events: list[h2.events.Event] = []
-    with socket.create_connection(("127.0.0.1", stub.port), timeout=10) as sock:
-        sock.sendall(conn.data_to_send())
-        deadline = time.monotonic() + 10
-        while not any(isinstance(e, h2.events.StreamReset) for e in events) and time.monotonic() < deadline:
-            data = sock.recv(65536)
-            assert data, "the connection closed: only the stream was to be reset"
-            events += conn.receive_data(data)
-            sock.sendall(conn.data_to_send())
-        resets = [e for e in events if isinstance(e, h2.events.StreamReset)]
-        assert [(e.stream_id, e.error_code) for e in resets] == [(1, h2.errors.ErrorCodes.CANCEL)]
+    assert shut_window_resets(stub.port, headers, body, 10) == [(1, h2.errors.ErrorCodes.CANCEL)]
     log = stub.audit.get("h2-shut")
     assert log is not None
     assert log.state == "client_gone"
@@ -219,3 +201,29 @@ def test_a_stream_that_starts_on_a_full_buffer_holds_until_the_client_takes_room
     assert b"".join(w for w, _ in writes) == b"head;" + b"".join(b"f%d;" % i for i in range(10))
     assert [last for _, last in writes].count(True) == 1  # the body ended once ...
     assert writes[-1][1]  # ... by its last frame
+
+
+def shut_window_resets(port: int, headers: list[tuple[str, str]], body: bytes | None, timeout_s: float) -> list[Any]:
+    """One h2c request (stream 1) on a connection whose initial window is 0, read until a stream is reset: the
+    (stream id, error code) of each reset. The connection must stay open: only the stream is to be reset."""
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    conn.send_headers(1, headers, end_stream=body is None)
+    if body is not None:
+        conn.send_data(1, body, end_stream=True)
+    events: list[h2.events.Event] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+        sock.sendall(conn.data_to_send())
+        deadline = time.monotonic() + timeout_s
+        while not any(isinstance(e, h2.events.StreamReset) for e in events) and time.monotonic() < deadline:
+            data = sock.recv(65536)
+            assert data, "the connection closed: only the stream was to be reset"
+            events += conn.receive_data(data)
+            sock.sendall(conn.data_to_send())
+    return [(e.stream_id, e.error_code) for e in events if isinstance(e, h2.events.StreamReset)]
