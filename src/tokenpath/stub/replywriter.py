@@ -28,7 +28,6 @@ class ReplyWriter:
         self._wake: asyncio.Future[None] | None = None
         self._paused = response.writing_paused  # a carrier pauses only what is current when its buffer fills: ask
         self.dropped = False  # the client took nothing for stall_s
-        self.written = 0  # bytes handed to the carrier
         response.on_pause = self._pause
         response.on_resume = self._resume
         response.on_abort = self._wake_up
@@ -42,7 +41,6 @@ class ReplyWriter:
             return False
         out = self._head + self._response.frame(piece)
         self._head = b""
-        self.written += len(out)
         self._response.write(out)
         await self._share.turn()
         return not self._response.client_gone
@@ -52,7 +50,6 @@ class ReplyWriter:
         if not await self._room():
             return False
         out = self._head + self._response.frame(piece) + self._response.end_bytes()
-        self.written += len(out)
         self.detach()
         self._response.write(out, last=True)
         return True
