@@ -68,6 +68,9 @@ def paused_rss_growth_mb(gw: str, pid: int) -> float:
         before = proc.memory_info().rss
         time.sleep(2.0)
         grown = float(proc.memory_info().rss - before) / 1e6
+        # A normal buffer to read with: on loopback a 16 KiB one drops the gateway's ~32 KiB segments, each sent
+        # again on its retransmission timer (tests/helpers.open_receive_window says more).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         parser = ResponseParser()
         while not parser.complete:
             data = sock.recv(65536)

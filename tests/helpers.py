@@ -103,6 +103,16 @@ def accept_each(listener: socket.socket, handle: Callable[[socket.socket], None]
     threading.Thread(target=loop, daemon=True).start()
 
 
+def open_receive_window(sock: socket.socket) -> None:
+    """Give a client that held its receive buffer small (to stall a sender) a normal one before it reads.
+
+    On loopback (MSS ~64 KiB) a buffer of a few KiB has no room for the sender's ~32 KiB segments: the kernel drops
+    them, and each is sent again only when its retransmission timer (200 ms and up, backing off) fires. Reading a
+    stream of megabytes that way took 85-96 s in some runs, the sender idle with its data queued in its socket.
+    """
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+
+
 def exchange(port: int, raw: bytes, timeout: float = 5.0) -> bytes:
     """Send raw bytes, read until the server closes."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:

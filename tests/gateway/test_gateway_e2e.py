@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import LoopbackHTTP, QuietHandler
+from tests.helpers import LoopbackHTTP, QuietHandler, open_receive_window
 from tokenpath.proxies.base import free_port
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import self_signed
@@ -373,6 +373,7 @@ def test_a_slow_client_pauses_the_upstream_instead_of_growing_memory(svc: Servic
         rss_before = proc.memory_info().rss
         time.sleep(2.0)  # the client reads nothing while the stub offers the whole 12 MB
         grown_mb = (proc.memory_info().rss - rss_before) / 1e6
+        open_receive_window(sock)
         parser, got = read_response(sock)
     # A gateway that buffered would hold the 12 MB it was offered; a paused one holds its 64 KiB write buffer. The
     # margin is wide on purpose: how little it grows is a benchmark figure (bench/timing_bounds.py, RESULTS.md).

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.gateway.wspeer import TEXT, frame, session
-from tests.helpers import CHAT, BackgroundLoop, post
+from tests.helpers import CHAT, BackgroundLoop, open_receive_window, post
 from tokenpath.stub import app as stub_app
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.request import STREAM_HEADER
@@ -73,6 +73,7 @@ def test_a_client_that_stops_reading_holds_the_stream_and_gets_every_frame_when_
         sock.sendall(post("/v1/chat/completions", {**CHAT, "user": "slow-reader"}))
         held = _settled(stub, "slow-reader")
         assert 0 < held * FRAME < HELD_BYTES  # writes stopped with the client's buffers full: not the stream queued
+        open_receive_window(sock)
         data = bytearray()
         while not data.endswith(b"0\r\n\r\n"):
             chunk = sock.recv(1 << 20)
