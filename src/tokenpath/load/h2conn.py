@@ -176,12 +176,14 @@ class H2LoadConnection(asyncio.Protocol):
     def open(
         self, request: H2Request, stream_id: str, make: RecorderFactory
     ) -> asyncio.Future[tuple[LeanTrace, StreamFlow]]:
-        """Send `request` as a new stream (H2NoRoom at the peer's limit); its recorder starts after the write."""
+        """Send `request` as a new stream (H2NoRoom at the peer's limit); its recorder's sent time is read before the
+        write (probe/trace.py SENT_RULE)."""
         assert self._transport is not None
         sid = self.core.open_stream(request.method, request.path, headers=list(request.headers), body=request.body)
+        sent = self._clock()
         self._flush()
         done: asyncio.Future[tuple[LeanTrace, StreamFlow]] = asyncio.get_running_loop().create_future()
-        self.streams[sid] = _Stream(make(stream_id, self._clock()), done)
+        self.streams[sid] = _Stream(make(stream_id, sent), done)
         return done
 
     def cancel(self, future: asyncio.Future[tuple[LeanTrace, StreamFlow]]) -> None:

@@ -171,8 +171,8 @@ class WsLoadStream(ClosingProtocol):
     # --- asyncio.Protocol -----------------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._offered_ns = self._clock()  # before the write (probe/trace.py SENT_RULE)
         self._transport = open_stream(transport, self._ws.data_to_send())
-        self._offered_ns = self._clock()
 
     def data_received(self, data: bytes) -> None:
         t = self._clock()

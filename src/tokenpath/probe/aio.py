@@ -70,9 +70,10 @@ class _StreamProtocol(ClosingProtocol, Generic[R]):
         self.closed: asyncio.Future[None] = done.get_loop().create_future()  # set when the transport is gone
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = open_stream(transport, self._request)
         # asyncio writes what the kernel takes at once; a chat request is far below one socket buffer.
-        self._recorder = self._make(self._stream_id, self._clock())
+        sent = self._clock()  # before the write (probe/trace.py SENT_RULE)
+        self._transport = open_stream(transport, self._request)
+        self._recorder = self._make(self._stream_id, sent)
 
     def data_received(self, data: bytes) -> None:
         t = self._clock()

@@ -42,8 +42,9 @@ def probe_h2(
     for name, value in fields:
         check_header(name, value)
     sid = conn.open_stream("POST", target.path, fields, json.dumps(body, separators=(",", ":")).encode())
+    sent = clock()  # before the write (probe/trace.py SENT_RULE)
     transport.sendall(conn.data_to_send())  # the preface, our SETTINGS and the request: one write, as browsers do
-    rec = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
+    rec = TraceRecorder(stream_id, sent, limits, api=cfg.api)
     reads = SocketReads(transport, _H2Reads(transport, conn, sid, rec, clock), rec, clock)
     read_until_done(rec, reads, cfg, clock, deadline)
     conn.close()

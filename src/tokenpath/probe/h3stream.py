@@ -155,8 +155,8 @@ class _H3Client:
 
     def stream(self, stream_id: str, limits: TraceLimits, deadline: int, handshake_ns: int) -> Trace:
         cfg = self.cfg
-        self.sid = self._send_request(stream_id)
-        rec = TraceRecorder(stream_id, self.clock(), limits, api=cfg.api)
+        self.sid, sent = self._send_request(stream_id)
+        rec = TraceRecorder(stream_id, sent, limits, api=cfg.api)
         self.udp_reads = self.datagrams = 0  # the stream's, not the handshake's
         reads = _H3Reads(self, rec)
         read_until_done(rec, reads, cfg, self.clock, deadline)  # probe/client.py's loop, over QUIC
@@ -186,7 +186,8 @@ class _H3Client:
 
     # --- one request ---
 
-    def _send_request(self, stream_id: str) -> int:
+    def _send_request(self, stream_id: str) -> tuple[int, int]:
+        """The request on a new stream, and when it was sent: before the datagrams' writes (trace.py SENT_RULE)."""
         cfg, target = self.cfg, self.target
         headers, body = request_parts(cfg, stream_id)
         fields = [("content-type", "application/json"), ("accept", SPECS[cfg.api].content_type), *headers]
@@ -197,8 +198,9 @@ class _H3Client:
         sid = self.quic.get_next_available_stream_id()
         self.h3.send_headers(sid, [(n.encode(), v.encode()) for n, v in head], end_stream=False)
         self.h3.send_data(sid, json.dumps(body, separators=(",", ":")).encode(), end_stream=True)
+        sent = self.clock()
         self.flush()
-        return sid
+        return sid, sent
 
     # --- the socket and QUIC's timers ---
 

@@ -69,8 +69,9 @@ def probe_stream(
     try:
         if h2:
             return probe_h2(transport, cfg, target, stream_id, clock, limits, deadline)
+        sent = clock()  # before the write (probe/trace.py SENT_RULE)
         transport.sendall(payload)
-        recorder = TraceRecorder(stream_id, clock(), limits, api=cfg.api)
+        recorder = TraceRecorder(stream_id, sent, limits, api=cfg.api)
         read_until_done(recorder, SocketReads(transport, H1Reads(recorder), recorder, clock), cfg, clock, deadline)
         return recorder.trace
     except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # its end and the trace so far go with it

@@ -86,10 +86,15 @@ class FrameArrival:
     frame: WireFrame  # wire/sse.py Frame, wire/eventstream.py EventMessage or wire/ndjson.py JsonLine
 
 
+# SENT_RULE: a request's sent time (TTFB's and TTFT's start) is read just before the write that carries its last
+# byte, on every transport and in both clients (the probe and the load client). A peer on this host is woken inside
+# that write and, on a busy core, runs before the write returns: a time read after it counted TTFT from later than the
+# server's start (a buffering relay's TTFT measured 6 ms short of the stream it held, on a loaded CI host). Before it,
+# the figure includes one write's own cost (microseconds: a request is far below a socket buffer).
 @dataclass(slots=True)
 class Trace:
     stream_id: str
-    t_sent_ns: int  # the last request byte was written
+    t_sent_ns: int  # the last request byte was written: read just before the write that carries it (SENT_RULE)
     head: ResponseHead | None = None
     reads: list[Read] = field(default_factory=list)  # the first TraceLimits.reads reads
     frames: list[FrameArrival] = field(default_factory=list)  # the first frames, within TraceLimits

@@ -157,8 +157,8 @@ class _WsRun:
         self.closed_by = ""
 
     def run(self, create: list[str]) -> Trace:
+        upgrade_sent = self.clock()  # before the write (probe/trace.py SENT_RULE)
         self.transport.sendall(self.ws.data_to_send())
-        upgrade_sent = self.clock()
         answer, answered_at, after = self._upgrade(upgrade_sent)
         upgrade_ms = (answered_at - upgrade_sent) / 1e6
         trace = self.rec.trace
@@ -166,7 +166,7 @@ class _WsRun:
             return self._refused(answer, upgrade_sent, upgrade_ms, answered_at)
         trace.head = ResponseHead(101, "1.1", answer.headers, Framing.NONE, keep_alive=False)
         message = b"".join(self.ws.send_text(event) for event in create)
-        trace.t_sent_ns = self.clock()  # before the write: a stub in this process may answer before it returns
+        trace.t_sent_ns = self.clock()  # before the write (probe/trace.py SENT_RULE)
         self.transport.sendall(message)
         if after:
             self._events(answered_at, 0, after)
