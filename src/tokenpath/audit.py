@@ -204,7 +204,8 @@ class AuditEntry:
 @dataclass(frozen=True, slots=True)
 class AuditReply:
     """The stub's bulk audit answer: {"streams": [entries], "missing": [ids], "summary": {streams, passed, failed}},
-    and "unanswered" (reply_json) when a worker of a multi-worker stub did not answer an all-logs lookup.
+    and "unanswered" (reply_json) when a worker of a multi-worker stub did not answer (an all-logs lookup, or one of
+    ids some of which are missing).
 
     Entries are found by the id asked for: a stream id, or the completion id in its chunks (stub/audit.py's
     AuditStore)."""
@@ -245,8 +246,9 @@ def reply_json(
 ) -> dict[str, Any]:
     """The bulk answer's members in their order: AuditReply.to_json's, and the stub's, which writes its entries in
     pieces around the rest (stub/app.py). `unanswered`: the workers of a multi-worker stub that did not answer an
-    all-logs lookup (their streams may be absent: no id was asked, so `missing` cannot name them); the member only
-    when there are any, so an answer without them reads as every stub's always has."""
+    all-logs lookup (their streams may be absent: no id was asked, so `missing` cannot name them), or a lookup of
+    ids some of which are `missing` (those may be theirs, not unknown); the member only when there are any, so an
+    answer without them reads as every stub's always has."""
     out: dict[str, Any] = {"streams": streams, "missing": list(missing), "summary": summary}
     if unanswered:
         out["unanswered"] = list(unanswered)

@@ -4,6 +4,7 @@ answer, and the answer's bytes are the ones AuditReply has always made."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import socket
 import time
@@ -12,8 +13,9 @@ from typing import TypeVar
 
 from tests.helpers import BackgroundLoop, post
 from tokenpath.audit import AuditEntry, AuditReply, audit_stream
-from tokenpath.stub.audit import AuditStore
-from tokenpath.stub.auditslices import SLICE_WRITES
+from tokenpath.stub.audit import AuditStore, StreamRecorder
+from tokenpath.stub.auditslices import SLICE_INDICES, SLICE_WRITES, Encoded
+from tokenpath.stub.loopshare import SLICE_NS, LoopShare
 from tokenpath.stub.server import StubServer
 
 StartStub = Callable[..., StubServer]
@@ -32,6 +34,18 @@ def _fill(store: AuditStore, streams: int, writes: int) -> None:
     running = store.open("running", 10.0, 10**12, 2, reasoning=(1,), heartbeats=(3,), writes=9)
     for i in range(4):
         running.record(10**12 + i * MS, 10**12 + i * MS + 1, 60)
+
+
+def _marked(store: AuditStore, stream_id: str, planned: int, writes: int) -> StreamRecorder:
+    """A log planned to make `planned` writes, a reasoning delta every third and a keep-alive every third (its
+    indices all known from its start), `writes` of them made (fewer: still running)."""
+    reasoning, heartbeats = tuple(range(0, planned, 3)), tuple(range(1, planned, 3))
+    log = store.open(stream_id, 10.0, 10**12, planned - 1, reasoning, heartbeats, writes=planned)
+    for i in range(writes):
+        log.record(10**12 + i * 10 * MS, 10**12 + i * 10 * MS + 30_000, 70 + i % 5)
+    if writes == planned:
+        store.close(log, "complete")
+    return log
 
 
 def _get(port: int, raw: bytes, timeout: float = 60.0) -> tuple[bytes, bytes]:
@@ -76,7 +90,10 @@ def test_a_long_log_s_bytes_are_audit_reply_s(bg: BackgroundLoop, start_stub: St
     others, without its writes, and while running (later writes are the next answer's)."""
     stub = start_stub(clock_offset_ms=2.5)
     bg.call(_fill, stub.audit, 3, SLICE_WRITES * 3 + 17)
-    ids = ["s0", "s1", "running"]
+    # Long logs with many reasoning and keep-alive indices: finished, and running (all its indices, 3 writes)
+    bg.call(_marked, stub.audit, "marked", 3 * SLICE_INDICES + 50, 3 * SLICE_INDICES + 50)
+    bg.call(_marked, stub.audit, "early", 300_000, 3)
+    ids = ["s0", "s1", "running", "marked", "early"]
     head, body = _get(stub.port, post("/_tokenpath/audit", {"ids": ids}))
     assert body == _expected(stub.audit, ids, 2_500_000)
     assert f"\r\ncontent-length: {len(body)}\r\n".encode() in head.lower()
@@ -89,6 +106,26 @@ def test_a_long_log_s_bytes_are_audit_reply_s(bg: BackgroundLoop, start_stub: St
         _, body = _get(stub.port, _one(sid + "?log=0"))
         assert body == json.dumps(AuditEntry(audit_stream(log)).to_json(), separators=(",", ":")).encode()
         assert json.loads(body)["verdict"]["passed"] == (sid != "s0")  # s0 has a late write: found all the same
+    for sid in ("marked", "early"):
+        log = stub.audit.get(sid)
+        assert log is not None
+        _, body = _get(stub.port, _one(sid))
+        entry = AuditEntry(audit_stream(log), log.snapshot(2_500_000)).to_json()
+        assert body == json.dumps(entry, separators=(",", ":")).encode()
+
+
+def test_a_long_log_s_indices_are_encoded_in_slices() -> None:
+    """100,000 reasoning and 100,000 keep-alive indices, of a finished log and of one that has just begun (its
+    indices are planned from its start): encoded with the log's head in one step they held the loop ~13 ms; in
+    slices no piece holds more than a slice of them, and the loop gets a turn between slices."""
+    store = AuditStore()
+    for log in (_marked(store, "long", 300_000, 300_000), _marked(store, "begun", 300_000, 3)):
+        ticks = itertools.count(step=SLICE_NS)  # a slice's time between reads: a turn after every item
+        share = LoopShare(clock=lambda ticks=ticks: next(ticks))  # type: ignore[misc]
+        entry = asyncio.run(Encoded.of_log(log, True, 0, share))
+        assert b"".join(entry.parts) == Encoded.of(AuditEntry(audit_stream(log), log.snapshot())).parts[0]
+        assert max(map(len, entry.parts)) < 8 * SLICE_INDICES, "a piece holds more than a slice of indices"
+        assert share.turns >= 2 * 100_000 // SLICE_INDICES
 
 
 def test_answering_every_log_does_not_hold_the_loop(bg: BackgroundLoop, start_stub: StartStub) -> None:

@@ -95,6 +95,9 @@ def test_a_client_that_never_reads_again_is_dropped_after_the_stall_limit(
     with _quiet_client(stub.port) as sock:
         sock.sendall(post("/v1/chat/completions", {**CHAT, "user": "never-reads"}))
         deadline = time.monotonic() + 10
+        # A stream this long is built in slices first (stub/app.py SLICED_FRAMES): its log opens when it starts.
+        while stub.audit.get("never-reads") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         while bg.call(lambda: len(stub.app.streams)) and time.monotonic() < deadline:  # type: ignore[union-attr]
             time.sleep(0.05)
         assert bg.call(lambda: (len(stub.app.streams), len(stub.app.pacer))) == (0, 0)  # type: ignore[union-attr]

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -30,17 +31,17 @@ from tokenpath.stub.config import (
 from tokenpath.stub.formats import FORMATS, ApiFormat, Route, Router
 from tokenpath.stub.formats.base import Ask
 from tokenpath.stub.formats.openai import prompt_stream_id
-from tokenpath.stub.frames import StreamRequest, StreamShape
-from tokenpath.stub.loopshare import LoopShare
-from tokenpath.stub.pacing import Pacer, schedule_offsets_ns
-from tokenpath.stub.plan import plan_writes
+from tokenpath.stub.frames import STEP_FRAMES, StreamRequest, StreamShape
+from tokenpath.stub.loopshare import LoopShare, Steps, finish, shared
+from tokenpath.stub.pacing import Pacer, schedule_steps
+from tokenpath.stub.plan import WritePlan, plan_steps
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
 from tokenpath.stub.realtime import RealtimeSession
 from tokenpath.stub.replay import Recording
 from tokenpath.stub.replay import load as load_recording
 from tokenpath.stub.replay import plan as replay_plan
 from tokenpath.stub.replywriter import ReplyWriter
-from tokenpath.stub.siblings import RECORDS_TYPE, ask_siblings, record_head
+from tokenpath.stub.siblings import RECORDS_TYPE, AskerGone, Working, ask_siblings, record_head
 from tokenpath.stub.websocket import FrameWriter, MessageWriter, WebSocketSession, sse_data
 from tokenpath.wire.apis import Api
 from tokenpath.wire.formats.openai import error_body
@@ -61,6 +62,8 @@ AUDIT_LOOKUP_WAIT_S = 1.0  # how long a lookup waits for a stream still running 
 # the member's `http10_framing` and `headers` still go on top): the baseline diagnose measures a path's verdict against.
 ORIGIN_MEMBERS = frozenset({"headers", "http10_framing", "replay", "plain_origin"})
 
+log = logging.getLogger(__name__)
+
 _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' routes are found by stub.formats.Router
     "/v1/models": ("GET",),
     "/_tokenpath/health": ("GET",),
@@ -73,6 +76,10 @@ _ROUTES: dict[str, tuple[str, ...]] = {  # the control plane's; the formats' rou
 # never reads would otherwise hold a whole stream's frames (up to the 32 MB limit) for as long as it stays connected.
 STALL_S = 30.0
 BATCH_BYTES = WRITE_BUFFER_HIGH  # the most the head takes of the frames due with it (as much as is queued)
+# A stream of more frames than this whose shape is not cached is rendered, framed and scheduled in slices
+# (stub/loopshare.py) before its head is written. At 3-7 us a frame (Bedrock's the most), 256 frames take ~1-2 ms in
+# one step, within the audit's 2 ms; the short streams an experiment sends by the thousand stay synchronous.
+SLICED_FRAMES = 256
 
 
 def _ended(deadline_ns: int) -> None:
@@ -228,6 +235,7 @@ class StubApp:
         self._recordings, self._replays = load_recordings(cfg)
         self.streams: set[PacedStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._builds: set[asyncio.Task[None]] = set()  # large streams' shapes being built in slices
 
     def __call__(self, request: Request, response: Response) -> None:
         path = request.path
@@ -290,7 +298,8 @@ class StubApp:
             pacing, extra_headers, origin = self._pacing(body, fmt)
             req = self._stream_request(request, body, fmt, route, ask, pacing)
             replay = origin.replay if ask.stream else None
-            shape = fmt.shape(req, pacing) if ask.stream and replay is None else None
+            steps = fmt.shape_steps(req, pacing) if ask.stream and replay is None else None
+            shape = None if steps is None else _shape_now(steps, req.tokens + pacing.reasoning_tokens)
             if pacing.heartbeat_ms and fmt.heartbeat is None and replay is None:
                 raise BadRequest(f"'heartbeat_ms': {fmt.no_heartbeat}")
         except (BadRequest, UsageError) as exc:  # UsageError: a frame size the request asked for cannot hold its frames
@@ -301,17 +310,70 @@ class StubApp:
         if replay is not None:
             self._replay(response, req, replay, started, headers)
             return
-        if shape is None:
+        if steps is None:
             log = self.audit.open(req.stream_id, pacing.interval_ms, started, 0, writes=1)
             self._whole(response, fmt, req, log, headers, pacing)
             return
-        head = response.start_stream(
-            200, _merged(fmt.stream_headers, headers), http10_chunked=origin.http10_framing == "chunked"
-        )
+        http10_chunked = origin.http10_framing == "chunked"
+        if shape is None:  # large and not cached: the rest of its build in slices, then on as below
+            built = self._built_stream(steps, response, fmt, req, pacing, started, headers, http10_chunked)
+            self._build(built, response)
+            return
+        head = response.start_stream(200, _merged(fmt.stream_headers, headers), http10_chunked=http10_chunked)
         wire = shape.wire(response.chunked, completion_id(req.stream_id))
         beat = fmt.heartbeat
         heartbeat = None if beat is None else (response.frame(beat), len(beat))
         self._paced(response, req, pacing, shape, started, head, wire, heartbeat)
+
+    async def _built_stream(
+        self,
+        steps: Steps[StreamShape],
+        response: Response,
+        fmt: ApiFormat,
+        req: StreamRequest,
+        pacing: Pacing,
+        started: int,
+        headers: list[tuple[str, str]],
+        http10_chunked: bool,
+    ) -> None:
+        """`_generate`'s stream, its shape's build (begun), its framing and its schedule done in slices, then its
+        head and frames written exactly as a short stream's: the audit log opened only once it starts."""
+        share = LoopShare(self.clock)
+        try:
+            shape = await shared(steps, share)
+        except UsageError as exc:  # met by a later frame: still before the head
+            _refuse(response, fmt, 400, str(exc))
+            return
+        head = response.start_stream(200, _merged(fmt.stream_headers, headers), http10_chunked=http10_chunked)
+        wire = await shared(shape.wire_steps(response.chunked, completion_id(req.stream_id)), share)
+        beat = fmt.heartbeat
+        heartbeat = None if beat is None else (response.frame(beat), len(beat))
+        plan = await shared(self._plan(pacing, shape, wire, heartbeat), share)
+        self._start_paced(response, req, pacing, started, head, plan)
+
+    def _build(self, built: Coroutine[Any, Any, None], writer: FrameWriter) -> None:
+        """`built` as a task, cancelled if the client leaves first (nothing is open until it starts the stream)."""
+
+        async def guarded() -> None:
+            try:
+                await built
+            except Exception:  # a bug costs its request, as the server's handler guard has it: never a silent hang
+                log.exception("building a large stream failed")
+                writer.abort_connection()
+
+        task = asyncio.get_running_loop().create_task(guarded())
+        self._builds.add(task)
+        task.add_done_callback(self._builds.discard)
+
+        def cancel() -> None:
+            task.cancel()
+
+        writer.on_abort = cancel
+
+    def cancel_builds(self) -> None:
+        """The stub is closing: streams still being built are dropped (none has written or opened anything)."""
+        for task in list(self._builds):
+            task.cancel()
 
     def _paced(
         self,
@@ -325,7 +387,14 @@ class StubApp:
         heartbeat: tuple[bytes, int] | None,
     ) -> None:
         """One stream's frames (`wire`, as its transport carries them) on the pacer, audited: every transport's."""
-        offsets = schedule_offsets_ns(
+        self._start_paced(writer, req, pacing, started, head, finish(self._plan(pacing, shape, wire, heartbeat)))
+
+    def _plan(
+        self, pacing: Pacing, shape: StreamShape, wire: list[bytes], heartbeat: tuple[bytes, int] | None
+    ) -> Steps[WritePlan]:
+        """Every write of the stream and when: its frames' schedule, and what real servers send around the first
+        token, a pause (stub/plan.py) when its pacing asks for them."""
+        offsets = yield from schedule_steps(
             len(shape.sizes),
             lead_frames=shape.lead,
             ttft_ms=pacing.ttft_ms,
@@ -334,8 +403,10 @@ class StubApp:
             rng=self._rng,
             with_next=shape.with_next,
         )
-        if pacing.planned:  # what real servers send around the first token, a pause (stub/plan.py)
-            plan = plan_writes(
+        if not pacing.planned:  # the hot path: the frames as rendered, audited without reasoning marks
+            return WritePlan(wire, shape.sizes, offsets, shape.first_content)
+        return (
+            yield from plan_steps(
                 shape,
                 wire,
                 offsets,
@@ -345,24 +416,26 @@ class StubApp:
                 pause_ms=pacing.pause_ms,
                 pause_after=pacing.pause_after,
             )
-            log = self.audit.open(
-                req.stream_id,
-                pacing.interval_ms,
-                started,
-                plan.first_content,
-                plan.reasoning,
-                plan.heartbeats,
-                writes=len(plan.sizes),
-            )
-            wire, sizes, offsets, head_offset = plan.wire, plan.sizes, plan.offsets, plan.head_offset_ns
-        else:  # the hot path, as it has always been
-            log = self.audit.open(req.stream_id, pacing.interval_ms, started, shape.first_content, writes=len(wire))
-            sizes, head_offset = shape.sizes, 0
+        )
+
+    def _start_paced(
+        self, writer: FrameWriter, req: StreamRequest, pacing: Pacing, started: int, head: bytes, plan: WritePlan
+    ) -> None:
+        """The stream's audit log opened (charged for every write it plans) and its head written: it runs."""
+        log = self.audit.open(
+            req.stream_id,
+            pacing.interval_ms,
+            started,
+            plan.first_content,
+            plan.reasoning,
+            plan.heartbeats,
+            writes=len(plan.sizes),
+        )
         stream = PacedStream(
             writer,
-            wire,
-            sizes,
-            offsets,
+            plan.wire,
+            plan.sizes,
+            plan.offsets,
             log,
             self.pacer,
             self.audit,
@@ -370,7 +443,7 @@ class StubApp:
             self.streams.discard,
         )
         self.streams.add(stream)
-        stream.start(head, head_offset)
+        stream.start(head, plan.head_offset_ns)
 
     # WebSocket mode ---------------------------------------------------------------------------------
     def _websocket(self, request: Request, response: Response, fmt: ApiFormat, route: Route) -> None:
@@ -396,9 +469,28 @@ class StubApp:
         if pacing.heartbeat_ms:
             raise BadRequest("'heartbeat_ms': keep-alive comments are SSE's; a WebSocket is kept alive by pings")
         req = self._stream_request(request, body, fmt, route, ask, pacing)
-        shape = fmt.shape(req, pacing)
+        steps = fmt.shape_steps(req, pacing)
+        shape = _shape_now(steps, req.tokens + pacing.reasoning_tokens)
+        if shape is None:  # large and not cached: built, encoded and scheduled in slices
+            self._build(self._built_ws_response(steps, writer, req, pacing, started), writer)
+            return
         wire = [writer.encode(sse_data(frame)) for frame in shape.wire(False, completion_id(req.stream_id))]
         self._paced(writer, req, pacing, shape, started, b"", wire, None)
+
+    async def _built_ws_response(
+        self, steps: Steps[StreamShape], writer: MessageWriter, req: StreamRequest, pacing: Pacing, started: int
+    ) -> None:
+        """`_ws_response`'s, its shape's build (begun), its messages' encoding and its schedule done in slices."""
+        share = LoopShare(self.clock)
+        try:
+            shape = await shared(steps, share)
+        except UsageError as exc:
+            writer.refuse(str(exc))
+            return
+        frames = await shared(shape.wire_steps(False, completion_id(req.stream_id)), share)
+        wire = await shared(_ws_messages(writer, frames), share)
+        plan = await shared(self._plan(pacing, shape, wire, None), share)
+        self._start_paced(writer, req, pacing, started, b"", plan)
 
     def _replay(
         self, response: Response, req: StreamRequest, recording: Recording, started: int, headers: list[tuple[str, str]]
@@ -558,12 +650,13 @@ class StubApp:
             if response.client_gone:
                 return
             missing = [i for i in ids if i not in entries] if ids is not None else []
+            if ids is not None and not missing:
+                unanswered = []  # every id found: who did not answer is no matter
             if not single:
                 await _send_reply(writer, list(entries.values()), missing, unanswered)
             elif missing:
                 writer.detach()
-                message = f"no stream {missing[0]!r} on this stub (never seen, or dropped as too old)"
-                response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
+                _send_not_found(response, missing[0], unanswered)
             else:
                 await _send_parts(writer, next(iter(entries.values())))
         finally:
@@ -573,14 +666,19 @@ class StubApp:
         self, writer: ReplyWriter, ids: list[str] | None, with_log: bool, share: LoopShare
     ) -> None:
         """A sibling's lookup (stub/siblings.py): each log sent as a record as soon as it is encoded, so a long
-        answer keeps coming (the asker gives up on one that sends nothing for a while, not on one that takes long)."""
+        answer keeps coming (the asker gives up on one that sends nothing for a while, not on one that takes long),
+        and keep-alive lines while one long log is encoded."""
         logs = self.audit.all() if ids is None else list({log.stream_id: log for _, log in self._found(ids)}.values())
         writer.start(200, [("Content-Type", RECORDS_TYPE)], None)
-        for log in logs:
-            entry = await Encoded.of_log(log, with_log, self._offset_ns, share)
-            for piece in (record_head(entry), *entry.parts):
-                if not await writer.write(piece):
-                    return
+        working = Working(share, self.clock, writer.write)  # keep-alives while one long log is encoded
+        try:
+            for log in logs:
+                entry = await Encoded.of_log(log, with_log, self._offset_ns, working)
+                for piece in (record_head(entry), *entry.parts):
+                    if not await writer.write(piece):
+                        return
+        except AskerGone:
+            return
         await writer.end()
 
     async def _local_entries(self, ids: list[str] | None, with_log: bool, share: LoopShare) -> dict[str, Encoded]:
@@ -599,16 +697,18 @@ class StubApp:
         self, entries: dict[str, Encoded], ids: list[str] | None, with_log: bool, share: LoopShare
     ) -> list[str]:
         """Fill in `entries` with what other workers hold; wait (bounded) for streams not yet finished anywhere.
-        Returns the workers that did not answer in whole, for an all-logs answer (asked ids not found are
-        `missing` already)."""
+        Returns the workers that did not answer in whole: of an all-logs lookup, or of any round of an id lookup
+        (one found dead is named only in the round that found it; asked ids not found may be theirs)."""
         assert self.cfg.audit_dir is not None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + AUDIT_LOOKUP_WAIT_S
+        named: dict[str, None] = {}  # every round's, in order
         while True:
             wanted = None if ids is None else [i for i in ids if _unsettled(entries.get(i))]
             if wanted == []:
                 return []
             found, unanswered = await ask_siblings(self.cfg.audit_dir, wanted, with_log, share)
+            named.update(dict.fromkeys(unanswered))
             for encoded in found:
                 sid = encoded.verdict.stream_id
                 keys = [sid] if wanted is None else [k for k in (sid, completion_id(sid)) if k in wanted]
@@ -619,7 +719,7 @@ class StubApp:
             if ids is None:
                 return unanswered
             if loop.time() >= deadline:
-                return []
+                return list(named)
             await asyncio.sleep(0.02)
             unsettled = [i for i in ids if _unsettled(entries.get(i))]
             entries.update(await self._local_entries(unsettled, with_log, share))
@@ -646,6 +746,28 @@ def load_recordings(cfg: StubConfig) -> tuple[dict[str, Recording], dict[Api, Re
         if path in cfg.replays:
             replays.setdefault(recording.api, recording)
     return named, replays
+
+
+def _shape_now(steps: Steps[StreamShape], frames: int) -> StreamShape | None:
+    """The shape at once, when it is cached or has at most SLICED_FRAMES `frames` (run in one go, as always); else
+    None, its first step run now (an error the render meets at once is still raised here), the rest to be run in
+    slices."""
+    if frames <= SLICED_FRAMES:
+        return finish(steps)
+    try:
+        next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    return None
+
+
+def _ws_messages(writer: MessageWriter, frames: list[bytes]) -> Steps[list[bytes]]:
+    """Each SSE frame as the WebSocket message that carries its data, STEP_FRAMES at a time."""
+    out: list[bytes] = []
+    for i in range(0, len(frames), STEP_FRAMES):
+        out += [writer.encode(sse_data(frame)) for frame in frames[i : i + STEP_FRAMES]]
+        yield
+    return out
 
 
 def _merged(
@@ -680,6 +802,20 @@ async def _send_reply(writer: ReplyWriter, entries: list[Encoded], missing: list
             if not await writer.write(piece):
                 return
     await writer.end(tail)
+
+
+def _send_not_found(response: Response, stream_id: str, unanswered: list[str]) -> None:
+    """404 only when every worker answered about the id; else 503: the worker(s) that did not answer may hold it
+    (named as an all-logs answer names them, under `unanswered`), and asking again may find it."""
+    if not unanswered:
+        message = f"no stream {stream_id!r} on this stub (never seen, or dropped as too old)"
+        response.send_json(404, error_body(message, "invalid_request_error", "not_found"))
+        return
+    message = (
+        f"stream {stream_id!r} not found, but the stub worker(s) {', '.join(unanswered)} did not answer "
+        "and may hold it: ask again"
+    )
+    response.send_json(503, {**error_body(message, "server_error", "unanswered"), "unanswered": unanswered})
 
 
 async def _send_parts(writer: ReplyWriter, entry: Encoded) -> None:

@@ -8,13 +8,22 @@ Token text varies from token to token because some gateways (LiteLLM) abort a st
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from itertools import islice
+from typing import Any, TypeVar
 
 from tokenpath.audit import LABEL_CHARS, stream_label
 from tokenpath.errors import UsageError
-from tokenpath.wire.framing import chunks
+from tokenpath.stub.loopshare import Steps
+from tokenpath.wire.framing import LAST_CHUNK, chunks
+
+T = TypeVar("T")
+
+# A render yields every STEP_FRAMES frames: 0.2-0.5 ms of work at the 3-7 us a frame costs (Bedrock's the most), so a
+# sliced build (stub/loopshare.py) holds the loop at most a step past SLICE_NS, and reads the clock once a step.
+STEP_FRAMES = 64
+STEP_BYTES = 256 << 10  # ... and at most this many bytes relabelled or framed (a closing event can hold all the text)
 
 WORDS = [
     "alpha",
@@ -131,8 +140,11 @@ class StreamShape:
         relabel: bool = False,
         reasoning: range = range(0),
         with_next: frozenset[int] = frozenset(),
+        framed: tuple[list[int], list[bytes]] | None = None,
     ) -> None:
-        self.sizes = [len(f) for f in frames]
+        """`framed`: the frames' sizes and chunk framing, when made already (`build`, in steps)."""
+        sizes, chunked = framed if framed is not None else ([len(f) for f in frames], chunks(frames))
+        self.sizes = sizes
         self.lead = lead
         self.first_content = first_content
         self.reasoning = reasoning
@@ -140,7 +152,7 @@ class StreamShape:
         self.first_token = reasoning.start if reasoning else first_content  # what --head-at first-token waits for
         self._relabel = relabel
         self._plain = frames
-        self._chunked = chunks(frames)  # the last also ends the body, so it leaves in the same write
+        self._chunked = chunked  # the last also ends the body, so it leaves in the same write
         self.nbytes = 2 * sum(self.sizes) + 8 * len(frames)  # both codings, as held in memory
         self._joined: dict[bool, bytes] = {}  # wire_body's templates, per coding, joined on first use
         self._whole_relabel: dict[bool, bool] = {}  # per coding: no placeholder spans two frames
@@ -152,6 +164,18 @@ class StreamShape:
             return frames
         placeholder, real = PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode()
         return [f.replace(placeholder, real) for f in frames]
+
+    def wire_steps(self, chunked: bool, cid: str) -> Steps[list[bytes]]:
+        """`wire(chunked, cid)`, relabelled STEP_FRAMES frames at a time."""
+        frames = self._chunked if chunked else self._plain
+        if not self._relabel:
+            return frames
+        placeholder, real = PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode()
+        out: list[bytes] = []
+        for i, j in _steps(self.sizes):
+            out += [f.replace(placeholder, real) for f in frames[i:j]]
+            yield
+        return out
 
     def wire_body(self, chunked: bool, cid: str) -> bytes:
         """`wire(chunked, cid)` joined: the frames joined once per shape, so a stream's body is one replace, not one
@@ -170,6 +194,57 @@ class StreamShape:
         return joined.replace(PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode())
 
 
+def build_shape(
+    frames: list[bytes],
+    *,
+    lead: int = 0,
+    first_content: int = 0,
+    relabel: bool = False,
+    reasoning: range = range(0),
+    with_next: frozenset[int] = frozenset(),
+) -> Steps[StreamShape]:
+    """`StreamShape(frames, ...)`, its sizes and chunk framing made STEP_FRAMES frames at a time (the same bytes:
+    each frame one chunk, the last also ending the body)."""
+    sizes: list[int] = []
+    chunked: list[bytes] = []
+    for i in range(0, len(frames), STEP_FRAMES):
+        part = frames[i : i + STEP_FRAMES]
+        sizes += map(len, part)
+        chunked += chunks(part, last=False)
+        yield
+    if chunked:
+        chunked[-1] += LAST_CHUNK
+    return StreamShape(
+        frames,
+        lead=lead,
+        first_content=first_content,
+        relabel=relabel,
+        reasoning=reasoning,
+        with_next=with_next,
+        framed=(sizes, chunked),
+    )
+
+
+def _steps(sizes: list[int]) -> Iterator[tuple[int, int]]:
+    """Bounds of the frames each step takes: STEP_FRAMES, fewer when they hold more than STEP_BYTES (at least one)."""
+    i, n = 0, len(sizes)
+    while i < n:
+        j, nbytes = i, 0
+        while j < n and j - i < STEP_FRAMES and (nbytes < STEP_BYTES or j == i):
+            nbytes += sizes[j]
+            j += 1
+        yield i, j
+        i = j
+
+
+def extend_steps(out: list[T], items: Iterable[T]) -> Steps[None]:
+    """`out.extend(items)`, STEP_FRAMES items at a time: a render's loop over its tokens, yielding between steps."""
+    it = iter(items)
+    while part := list(islice(it, STEP_FRAMES)):
+        out += part
+        yield
+
+
 # Request shapes repeat (an experiment sends the same pacing thousands of times), so their frames are rendered
 # once. The cache is bounded by bytes, not entries: one shape can be up to MAX_STREAM_BYTES x 2.
 SHAPE_CACHE_BYTES = 64 << 20
@@ -179,19 +254,39 @@ _shapes_bytes = 0
 
 def cached_shape(key: Hashable, render: Callable[[], StreamShape]) -> StreamShape:
     """The shape for `key`, rendered by `render` the first time (a huge one-off shape is never kept)."""
-    global _shapes_bytes
+    shape = _cached(key)
+    if shape is None:
+        shape = render()
+        _keep(key, shape)
+    return shape
+
+
+def cached_shape_steps(key: Hashable, render: Callable[[], Steps[StreamShape]]) -> Steps[StreamShape]:
+    """`cached_shape` of a render that yields between its steps: a cached shape is returned with no step at all."""
+    shape = _cached(key)
+    if shape is None:
+        shape = yield from render()
+        _keep(key, shape)
+    return shape
+
+
+def _cached(key: Hashable) -> StreamShape | None:
     shape = _shapes.get(key)
     if shape is not None:
         _shapes.move_to_end(key)
-        return shape
-    shape = render()
-    if shape.nbytes <= SHAPE_CACHE_BYTES // 4:
-        _shapes[key] = shape
-        _shapes_bytes += shape.nbytes
-        while _shapes_bytes > SHAPE_CACHE_BYTES:
-            _, old = _shapes.popitem(last=False)
-            _shapes_bytes -= old.nbytes
     return shape
+
+
+def _keep(key: Hashable, shape: StreamShape) -> None:
+    global _shapes_bytes
+    # Already there: another request's build of the same shape, sliced too, ended first (the same frames).
+    if shape.nbytes > SHAPE_CACHE_BYTES // 4 or key in _shapes:
+        return
+    _shapes[key] = shape
+    _shapes_bytes += shape.nbytes
+    while _shapes_bytes > SHAPE_CACHE_BYTES:
+        _, old = _shapes.popitem(last=False)
+        _shapes_bytes -= old.nbytes
 
 
 def cached_shape_bytes() -> int:

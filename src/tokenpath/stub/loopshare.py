@@ -2,8 +2,10 @@
 
 The loop is the instrument: a frame due while a callback runs is written late by as long as the callback runs, and
 the audit fails a write 2 ms late (tokenpath/audit.py tolerance_ns). So work that grows with what a client asks
-for (every audit log answered at once, one log of 300,000 writes: stub/auditslices.py) yields between items once it
-has held the loop for SLICE_NS. (A response of 100,000 frames is still rendered in one step: not sliced yet.) A
+for (every audit log answered at once, one log of 300,000 writes: stub/auditslices.py; a response of 100,000 frames
+rendered, framed and scheduled: stub/app.py's sliced build) yields between items once it has held the loop for
+SLICE_NS. Work written once for both ways is a generator of `Steps` (stub/frames.py renders, pacing.py, plan.py):
+`finish` runs it in one go (a short response, no turn of the loop), `shared` runs it with a turn between steps. A
 thread would not help: the work is Python (and json's C encoder) holding the GIL, which the loop would then wait for
 on every wake, up to the interpreter's 5 ms switch interval.
 """
@@ -11,8 +13,14 @@ on every wake, up to the interpreter's 5 ms switch interval.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Generator
+from typing import TypeAlias, TypeVar
 
 from tokenpath.clock import Clock, monotonic_ns
+
+T = TypeVar("T")
+# A job that yields between its steps (each a fraction of SLICE_NS) and returns its result.
+Steps: TypeAlias = Generator[None, None, T]
 
 SLICE_NS = 1_000_000  # the longest one slice holds the loop: half the audit's 2 ms tolerance
 
@@ -32,3 +40,22 @@ class LoopShare:
             await asyncio.sleep(0)
             self.turns += 1
             self._since = self._clock()
+
+
+def finish(steps: Steps[T]) -> T:
+    """The job run in one go, as a plain call: no turn of the loop between its steps."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+async def shared(steps: Steps[T], share: LoopShare) -> T:
+    """The job run with `share.turn()` between its steps."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await share.turn()

@@ -23,7 +23,9 @@ from collections.abc import Callable, Collection
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.stub.config import Jitter
+from tokenpath.stub.loopshare import Steps, finish
 
+STEP_TICKS = 4096  # frames scheduled between two steps of schedule_steps: ~0.2 us each, ~1 ms
 MIN_TIMER_NS = 1_000_000  # libuv's timer resolution: a shorter timer fires at once
 FINE_WAIT_NS = 2_500_000  # timers are trusted only this far: MIN_TIMER_NS plus libuv's ~1 ms error, plus margin
 SLEEP_SLICE_NS = 500_000  # longest single block of the loop by a precise wait
@@ -39,7 +41,30 @@ def schedule_offsets_ns(
     rng: random.Random | None = None,
     with_next: Collection[int] = (),
 ) -> list[int]:
-    """Offset of each frame from the response start, in ns.
+    """Offset of each frame from the response start, in ns (`schedule_steps`, run in one go)."""
+    steps = schedule_steps(
+        n_frames,
+        lead_frames=lead_frames,
+        ttft_ms=ttft_ms,
+        interval_ms=interval_ms,
+        jitter=jitter,
+        rng=rng,
+        with_next=with_next,
+    )
+    return finish(steps)
+
+
+def schedule_steps(
+    n_frames: int,
+    *,
+    lead_frames: int,
+    ttft_ms: float,
+    interval_ms: float,
+    jitter: Jitter | None = None,
+    rng: random.Random | None = None,
+    with_next: Collection[int] = (),
+) -> Steps[list[int]]:
+    """Offset of each frame from the response start, in ns, yielding every STEP_TICKS frames (stub/loopshare.py).
 
     The first `lead_frames` (the role delta of a chat stream) go out at once with the headers, as model servers
     send them; after them each frame takes the next tick, due at ttft + tick x interval, except a frame in
@@ -49,32 +74,37 @@ def schedule_offsets_ns(
     offsets: list[int] = []
     prev = 0
     rng = rng or random.Random()
+    blocks = [range(i, min(i + STEP_TICKS, n_frames)) for i in range(0, n_frames, STEP_TICKS)]
     if not with_next:  # every frame its own tick: the loop every stream without reasoning runs, kept as lean
-        for j in range(n_frames):
-            if j < lead_frames:
-                offsets.append(0)
-                continue
-            at_ms = ttft_ms + (j - lead_frames) * interval_ms
-            if jitter is not None:
-                at_ms += jitter.sample_ms(rng)
-            prev = max(prev, round(at_ms * NS_PER_MS))
-            offsets.append(prev)
+        for block in blocks:
+            for j in block:
+                if j < lead_frames:
+                    offsets.append(0)
+                    continue
+                at_ms = ttft_ms + (j - lead_frames) * interval_ms
+                if jitter is not None:
+                    at_ms += jitter.sample_ms(rng)
+                prev = max(prev, round(at_ms * NS_PER_MS))
+                offsets.append(prev)
+            yield
         return offsets
     tick, at_ms = 0, 0.0
     timed = -1  # the tick at_ms was computed for: frames sharing a tick share its (jittered) deadline
-    for j in range(n_frames):
-        if j < lead_frames:
-            offsets.append(0)
-            continue
-        if tick != timed:
-            at_ms = ttft_ms + tick * interval_ms
-            if jitter is not None:
-                at_ms += jitter.sample_ms(rng)
-            timed = tick
-        prev = max(prev, round(at_ms * NS_PER_MS))
-        offsets.append(prev)
-        if j not in with_next:
-            tick += 1
+    for block in blocks:
+        for j in block:
+            if j < lead_frames:
+                offsets.append(0)
+                continue
+            if tick != timed:
+                at_ms = ttft_ms + tick * interval_ms
+                if jitter is not None:
+                    at_ms += jitter.sample_ms(rng)
+                timed = tick
+            prev = max(prev, round(at_ms * NS_PER_MS))
+            offsets.append(prev)
+            if j not in with_next:
+                tick += 1
+        yield
     return offsets
 
 

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 
 from tokenpath.clock import NS_PER_MS
 from tokenpath.stub.frames import StreamShape
+from tokenpath.stub.loopshare import Steps, finish
+
+STEP_WRITES = 2048  # writes planned between two steps of plan_steps: ~0.5 us each, ~1 ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,32 @@ def plan_writes(
     """`shape`'s frames (`wire`, due at `offsets`) with keep-alives every `heartbeat_ms` (`heartbeat`: the comment
     as framed on the wire, and its SSE bytes), with `head_at_first_token` the head held for the first token, and
     `pause_ms` of silence after content token `pause_after`."""
-    offsets = paused(offsets, shape.first_content + pause_after, pause_ms)
+    steps = plan_steps(
+        shape,
+        wire,
+        offsets,
+        heartbeat=heartbeat,
+        heartbeat_ms=heartbeat_ms,
+        head_at_first_token=head_at_first_token,
+        pause_ms=pause_ms,
+        pause_after=pause_after,
+    )
+    return finish(steps)
+
+
+def plan_steps(
+    shape: StreamShape,
+    wire: list[bytes],
+    offsets: list[int],
+    *,
+    heartbeat: tuple[bytes, int] | None = None,
+    heartbeat_ms: float | None = None,
+    head_at_first_token: bool = False,
+    pause_ms: float = 0.0,
+    pause_after: int = 1,
+) -> Steps[WritePlan]:
+    """`plan_writes`, yielding every STEP_WRITES frames (stub/loopshare.py)."""
+    offsets = yield from paused_steps(offsets, shape.first_content + pause_after, pause_ms)
     head_ns = 0
     if head_at_first_token:
         head_ns = offsets[shape.first_token]
@@ -81,6 +109,8 @@ def plan_writes(
         out_wire.append(wire[j])
         out_sizes.append(shape.sizes[j])
         out_offsets.append(at)
+        if j % STEP_WRITES == STEP_WRITES - 1:
+            yield
     return WritePlan(
         out_wire,
         out_sizes,
@@ -94,8 +124,21 @@ def plan_writes(
 
 def paused(offsets: list[int], cut: int, pause_ms: float) -> list[int]:
     """`offsets` with every frame from index `cut` on (at most the last frame) `pause_ms` later."""
+    return finish(paused_steps(offsets, cut, pause_ms))
+
+
+def paused_steps(offsets: list[int], cut: int, pause_ms: float) -> Steps[list[int]]:
+    """`paused`, STEP_WRITES x 8 offsets at a time (a copy is ~0.1 us an offset)."""
     pause_ns = round(pause_ms * NS_PER_MS)
+    step = STEP_WRITES * 8
+    out: list[int] = []
     if not pause_ns or not offsets:
-        return list(offsets)
+        for i in range(0, len(offsets), step):
+            out += offsets[i : i + step]
+            yield
+        return out
     cut = min(cut, len(offsets) - 1)
-    return [at + pause_ns if j >= cut else at for j, at in enumerate(offsets)]
+    for i in range(0, len(offsets), step):
+        out += [at + pause_ns if j >= cut else at for j, at in enumerate(offsets[i : i + step], i)]
+        yield
+    return out

@@ -73,6 +73,8 @@ class StubServer:
         return self.port
 
     async def close(self) -> None:
+        if self.app is not None:
+            self.app.cancel_builds()
         if self._peer_server is not None:
             self._peer_server.close()
         if self._server is not None:

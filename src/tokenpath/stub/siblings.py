@@ -9,7 +9,11 @@ then the entry's JSON bytes, written as soon as each log is encoded. The asker p
 decides on and sums) and keeps each entry's bytes as they came, for its own answer: one log of 300,000 writes parsed
 into Write objects held the asker's loop ~1 s, and the whole answer read before any of it was parsed. A sibling
 counts as stuck when it sends nothing for SIBLING_TIMEOUT_S, not when its whole answer takes longer: a large one
-does, written in slices.
+does, written in slices. While it encodes one long entry (~0.5 s for 300,000 writes, longer on a loaded host) it has
+no record to send: it sends a blank line (KEEPALIVE) between records every KEEPALIVE_NS instead.
+
+A worker that died leaves its socket behind, refusing connections: the first worker to find it so, its process gone,
+removes it and names it under `unanswered` in that one answer (its logs died with it); later answers no longer ask it.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import asyncio
 import contextlib
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tokenpath.audit import AuditVerdict
+from tokenpath.clock import Clock
 from tokenpath.errors import ProtocolError
 from tokenpath.serve.http import compact_json
 from tokenpath.stub.auditslices import Encoded
@@ -35,6 +41,8 @@ FEED_BYTES = 32 << 10  # ... fed to the record reader this much at a time, with 
 # records (log=0: ~350 B each) take ~5 ms of verdict parsing per 256 KiB, past the audit's 2 ms tolerance
 ENTRY_START = b'{"verdict":'  # how every entry's JSON begins (AuditEntry.to_json: its verdict first)
 MAX_RECORD_HEAD = 64 << 10  # a record's line (its length and verdict: ~300 B) longer than this is not one
+KEEPALIVE = b"\n"  # a blank line between records: the sibling is still at work on its next entry
+KEEPALIVE_NS = round(SIBLING_TIMEOUT_S * 1e9 / 10)  # how often a sibling at work on one entry says so
 
 
 def socket_path(peer_dir: str, pid: int | None = None) -> str:
@@ -44,6 +52,32 @@ def socket_path(peer_dir: str, pid: int | None = None) -> str:
 def record_head(entry: Encoded) -> bytes:
     """The line before an entry's bytes in a sibling's answer."""
     return compact_json([entry.nbytes, entry.verdict.to_json()]) + b"\n"
+
+
+class AskerGone(Exception):
+    """The asking worker left (or was dropped) while this sibling encoded an entry for it."""
+
+
+class Working:
+    """The turns of a sibling's answer while it encodes one entry (stub/auditslices.py Turns), each also a keep-alive
+    line to the asker once KEEPALIVE_NS have passed since the last: the record can only be sent once it is whole, and
+    the asker gives up on a sibling that sends nothing for SIBLING_TIMEOUT_S. Raises AskerGone when the asker left."""
+
+    def __init__(self, share: LoopShare, clock: Clock, send: Callable[[bytes], Awaitable[bool]]) -> None:
+        self._share = share
+        self._clock = clock
+        self._send = send  # False: the asker is gone
+        self._last = clock()
+        self.keepalives = 0
+
+    async def turn(self) -> None:
+        await self._share.turn()
+        now = self._clock()
+        if now - self._last >= KEEPALIVE_NS:
+            self._last = now
+            self.keepalives += 1
+            if not await self._send(KEEPALIVE):
+                raise AskerGone
 
 
 class RecordReader:
@@ -75,8 +109,9 @@ class RecordReader:
                 if newline < 0:
                     break
                 pos = newline + 1
-                self._head(bytes(self._line))
-                self._line.clear()
+                if self._line:  # else a blank line (KEEPALIVE): no record, the sibling still at work
+                    self._head(bytes(self._line))
+                    self._line.clear()
             else:
                 take = data[pos : pos + self._left]
                 pos += len(take)
@@ -122,7 +157,8 @@ async def ask_siblings(
     peer_dir: str, ids: list[str] | None, with_log: bool, share: LoopShare
 ) -> tuple[list[Encoded], list[str]]:
     """Audit entries (verdict, and log when asked) that other workers hold for `ids` (None: all of theirs), and the
-    workers that did not answer in whole (named by their socket's file name; their entries that came are kept)."""
+    workers that did not answer in whole (named by their socket's file name; their entries that came are kept; one
+    found dead is named, and its socket removed)."""
     own = socket_path(peer_dir)
     paths = [p for p in _sibling_sockets(peer_dir) if p != own]
     answers = await asyncio.gather(*(_ask(p, ids, with_log, share) for p in paths))  # _ask never raises
@@ -135,6 +171,46 @@ def _sibling_sockets(peer_dir: str) -> list[str]:
     return sorted(str(p) for p in Path(peer_dir).glob("worker-*.sock"))
 
 
+def _pid(path: str) -> int | None:
+    """The pid in a worker socket's name (socket_path)."""
+    digits = Path(path).stem.removeprefix("worker-")
+    return int(digits) if digits.isdigit() else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # no signal sent: only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, someone else's
+        return True
+    return True
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _remove_if_dead(path: str, inode: int | None) -> None:
+    """A socket that refused a connection, left by a worker whose process is gone, is removed, so that no worker
+    asks it again. Not when the process lives (a worker between its socket's bind and listen, or closing), nor when
+    the file is no longer the one refused (a new worker's, bound since)."""
+    pid = _pid(path)
+    if pid is None or inode is None or _alive(pid):
+        return
+    with contextlib.suppress(OSError):  # removed by another worker first
+        if _inode(path) == inode:
+            os.unlink(path)
+
+
+async def _next_bytes(reader: asyncio.StreamReader) -> bytes:
+    """The sibling's next bytes (b"": its end); TimeoutError when it sends nothing for SIBLING_TIMEOUT_S (stuck)."""
+    return await asyncio.wait_for(reader.read(READ_BYTES), SIBLING_TIMEOUT_S)
+
+
 async def _ask(path: str, ids: list[str] | None, with_log: bool, share: LoopShare) -> tuple[list[Encoded], bool]:
     """The sibling's entries as they came, and whether its answer came whole."""
     target = f"/_tokenpath/audit?local=1&log={int(with_log)}"
@@ -143,14 +219,39 @@ async def _ask(path: str, ids: list[str] | None, with_log: bool, share: LoopShar
     else:
         body = json.dumps({"ids": ids}).encode()
         request = build_request("POST", "worker", target, body=body, headers=[("Content-Type", "application/json")])
+    connected = await _connect(path)
+    if connected is None:
+        return [], False
+    reader, writer = connected
+    try:
+        return await _exchange(reader, writer, request, share)
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+async def _connect(path: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+    """None: the sibling cannot be reached (a socket left by a worker that died is removed)."""
+    inode = _inode(path)
+    try:
+        return await asyncio.wait_for(asyncio.open_unix_connection(path), SIBLING_TIMEOUT_S)
+    except ConnectionRefusedError:  # nothing listens there: a worker died (or is closing, or not yet listening)
+        _remove_if_dead(path, inode)
+    except (OSError, TimeoutError):
+        pass
+    return None
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes, share: LoopShare
+) -> tuple[list[Encoded], bool]:
     entries: list[Encoded] = []
     parser, records = ResponseParser(), RecordReader()
-    writer = None
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), SIBLING_TIMEOUT_S)
         writer.write(request)
         while not parser.complete:
-            data = await asyncio.wait_for(reader.read(READ_BYTES), SIBLING_TIMEOUT_S)  # stuck: nothing for this long
+            data = await _next_bytes(reader)
             if not data:
                 parser.feed_eof()
                 break
@@ -162,9 +263,4 @@ async def _ask(path: str, ids: list[str] | None, with_log: bool, share: LoopShar
                 await share.turn()
     except (OSError, TimeoutError, ProtocolError):
         return entries + records.taken(), False  # gone, stuck or broken: what came whole is kept, it is named
-    finally:
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
     return entries, parser.complete and records.between_records

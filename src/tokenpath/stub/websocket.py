@@ -63,8 +63,9 @@ def sse_data(frame: bytes) -> str:
 class MessageWriter:
     """One response's events on the session's socket: each pre-encoded frame is one write."""
 
-    def __init__(self, session: WebSocketSession) -> None:
+    def __init__(self, session: WebSocketSession, client_id: str | None = None) -> None:
         self._session = session
+        self.client_id = client_id  # the response.create's event id (the Realtime API's), for an error event
         self.on_abort: Callable[[], None] | None = None
         self.on_pause: Callable[[], None] | None = None
         self.on_resume: Callable[[], None] | None = None
@@ -79,6 +80,11 @@ class MessageWriter:
 
     def abort_connection(self) -> None:
         self._session.abort()
+
+    def refuse(self, message: str) -> None:
+        """The response is refused after StartResponse returned (a large shape, built in slices, met an error
+        before any event was written): answered as one refused at once."""
+        self._session.refused(self, message)
 
     @property
     def writing_paused(self) -> bool:
@@ -178,7 +184,7 @@ class WebSocketSession(asyncio.Protocol):
         """One response on this session (none is streaming): its body handed to the app's StartResponse."""
         # The upgrade's stream id names the first response; later ones name theirs in the body, or get a fresh one.
         request = self._request if self.responses == 0 else _without_stream_header(self._request)
-        writer = MessageWriter(self)
+        writer = MessageWriter(self, client_id)
         self._current = writer
         self.responses += 1
         try:
@@ -186,6 +192,12 @@ class WebSocketSession(asyncio.Protocol):
         except (BadRequest, UsageError) as exc:
             self._current = None
             self._error(str(exc), self.bad_request_code, client_id)
+
+    def refused(self, writer: MessageWriter, message: str) -> None:
+        if writer is self._current:
+            self._current = None
+            self._arm_idle()
+        self._error(message, self.bad_request_code, writer.client_id)
 
     def _error(self, message: str, code: str | None = None, client_id: str | None = None) -> None:
         """An `error` event in the Responses WebSocket mode's shape (`client_id`: the Realtime API's, unused here)."""

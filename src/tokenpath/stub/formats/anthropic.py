@@ -43,11 +43,14 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
+    build_shape,
+    extend_steps,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 
 LEAD = 3  # message_start, content_block_start, ping
@@ -79,7 +82,7 @@ class AnthropicFormat(ApiFormat):
         user = object_field(body, "metadata").get("user_id")
         return user if isinstance(user, str) and user else None
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
@@ -91,7 +94,7 @@ class AnthropicFormat(ApiFormat):
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
+) -> Steps[StreamShape]:
     """Every event of one answer: LEAD events, `reasoning` thinking deltas (and the three events that close the
     thinking block and open the text one), one content_block_delta per token, then the three that end it."""
     start = _message(req, PLACEHOLDER_LABEL)
@@ -104,14 +107,17 @@ def render(
     with_next: set[int] = set()
     text_index = 0
     if reasoning:
-        frames.extend(
-            padded(
-                _delta_event,
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": t}},
-                frame_bytes,
-                "pad",
-            )
-            for t in map(reasoning_text, range(reasoning))
+        yield from extend_steps(
+            frames,
+            (
+                padded(
+                    _delta_event,
+                    {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": t}},
+                    frame_bytes,
+                    "pad",
+                )
+                for t in map(reasoning_text, range(reasoning))
+            ),
         )
         signature = {"type": "signature_delta", "signature": SIGNATURE}
         text_start = {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}
@@ -123,18 +129,21 @@ def render(
         ]
         text_index = 1
     first_content = len(frames)
-    frames.extend(
-        padded(
-            _delta_event,
-            {
-                "type": "content_block_delta",
-                "index": text_index,
-                "delta": {"type": "text_delta", "text": token_text(i)},
-            },
-            token_bytes(i, frame_bytes, first_event_bytes),
-            "pad",
-        )
-        for i in range(req.tokens)
+    yield from extend_steps(
+        frames,
+        (
+            padded(
+                _delta_event,
+                {
+                    "type": "content_block_delta",
+                    "index": text_index,
+                    "delta": {"type": "text_delta", "text": token_text(i)},
+                },
+                token_bytes(i, frame_bytes, first_event_bytes),
+                "pad",
+            )
+            for i in range(req.tokens)
+        ),
     )
     delta = {"stop_reason": _stop(req), "stop_sequence": None}
     frames += [
@@ -142,13 +151,15 @@ def render(
         event("message_delta", {"type": "message_delta", "delta": delta, "usage": {"output_tokens": req.tokens}}),
         event("message_stop", {"type": "message_stop"}),
     ]
-    return StreamShape(
-        frames,
-        lead=LEAD,
-        first_content=first_content,
-        relabel=True,
-        reasoning=range(LEAD, LEAD + reasoning),
-        with_next=frozenset(with_next),
+    return (
+        yield from build_shape(
+            frames,
+            lead=LEAD,
+            first_content=first_content,
+            relabel=True,
+            reasoning=range(LEAD, LEAD + reasoning),
+            with_next=frozenset(with_next),
+        )
     )
 
 

@@ -46,11 +46,14 @@ from tokenpath.stub.formats.base import (
 from tokenpath.stub.frames import (
     StreamRequest,
     StreamShape,
+    build_shape,
+    extend_steps,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 from tokenpath.wire.eventstream import event_message
 
@@ -82,7 +85,7 @@ class BedrockFormat(ApiFormat):
             prompt_chars=sum(text_chars(m.get("content")) for m in messages) + text_chars(system),
         )
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         return cached_render(
             (self.name, req.tokens, req.prompt_tokens, req.truncated, _latency_ms(req)), req, pacing, render
         )
@@ -102,19 +105,22 @@ class BedrockFormat(ApiFormat):
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
+) -> Steps[StreamShape]:
     frames = [message("messageStart", {"role": "assistant"})]
     block = 0
     with_next: set[int] = set()
     if reasoning:
-        frames.extend(
-            padded(
-                _delta,
-                {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": reasoning_text(i)}}},
-                frame_bytes,
-                "p",
-            )
-            for i in range(reasoning)
+        yield from extend_steps(
+            frames,
+            (
+                padded(
+                    _delta,
+                    {"contentBlockIndex": 0, "delta": {"reasoningContent": {"text": reasoning_text(i)}}},
+                    frame_bytes,
+                    "p",
+                )
+                for i in range(reasoning)
+            ),
         )
         with_next.update((len(frames), len(frames) + 1))
         frames += [
@@ -123,14 +129,17 @@ def render(
         ]
         block = 1
     first_content = len(frames)
-    frames.extend(
-        padded(
-            _delta,
-            {"contentBlockIndex": block, "delta": {"text": token_text(i)}},
-            token_bytes(i, frame_bytes, first_event_bytes),
-            "p",
-        )
-        for i in range(req.tokens)
+    yield from extend_steps(
+        frames,
+        (
+            padded(
+                _delta,
+                {"contentBlockIndex": block, "delta": {"text": token_text(i)}},
+                token_bytes(i, frame_bytes, first_event_bytes),
+                "p",
+            )
+            for i in range(req.tokens)
+        ),
     )
     frames += [
         message("contentBlockStop", {"contentBlockIndex": block}),
@@ -138,12 +147,14 @@ def render(
         message("metadata", {"usage": _usage(req), "metrics": {"latencyMs": _latency_ms(req)}}),
     ]
     # no ids in these events: nothing to relabel (or re-CRC)
-    return StreamShape(
-        frames,
-        lead=1,
-        first_content=first_content,
-        reasoning=range(1, 1 + reasoning),
-        with_next=frozenset(with_next),
+    return (
+        yield from build_shape(
+            frames,
+            lead=1,
+            first_content=first_content,
+            reasoning=range(1, 1 + reasoning),
+            with_next=frozenset(with_next),
+        )
     )
 
 

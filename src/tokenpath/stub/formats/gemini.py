@@ -43,11 +43,14 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
+    build_shape,
+    extend_steps,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 
 ROUTE = re.compile(r"/v1(?:beta)?/models/([^/]+):streamGenerateContent")  # the API serves both versions
@@ -81,7 +84,7 @@ class GeminiFormat(ApiFormat):
             prompt_chars=sum(text_chars(c.get("parts")) for c in contents) + text_chars(system.get("parts")),
         )
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
@@ -91,24 +94,38 @@ class GeminiFormat(ApiFormat):
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
+) -> Steps[StreamShape]:
     last = req.tokens - 1
-    frames = [
-        padded(event, _response(req, PLACEHOLDER_LABEL, reasoning_text(i), 0, None, thoughts=i + 1), frame_bytes, "pad")
-        for i in range(reasoning)
-    ]
-    frames += [
-        padded(
-            event,
-            _response(
-                req, PLACEHOLDER_LABEL, token_text(i), i + 1, _finish(req) if i == last else None, thoughts=reasoning
-            ),
-            token_bytes(i, frame_bytes, first_event_bytes),
-            "pad",
-        )
-        for i in range(req.tokens)
-    ]
-    return StreamShape(frames, lead=0, first_content=reasoning, relabel=True, reasoning=range(reasoning))
+    frames: list[bytes] = []
+    yield from extend_steps(
+        frames,
+        (
+            padded(
+                event, _response(req, PLACEHOLDER_LABEL, reasoning_text(i), 0, None, thoughts=i + 1), frame_bytes, "pad"
+            )
+            for i in range(reasoning)
+        ),
+    )
+    yield from extend_steps(
+        frames,
+        (
+            padded(
+                event,
+                _response(
+                    req,
+                    PLACEHOLDER_LABEL,
+                    token_text(i),
+                    i + 1,
+                    _finish(req) if i == last else None,
+                    thoughts=reasoning,
+                ),
+                token_bytes(i, frame_bytes, first_event_bytes),
+                "pad",
+            )
+            for i in range(req.tokens)
+        ),
+    )
+    return (yield from build_shape(frames, lead=0, first_content=reasoning, relabel=True, reasoning=range(reasoning)))
 
 
 def event(data: dict[str, Any]) -> bytes:

@@ -36,11 +36,14 @@ from tokenpath.stub.formats.base import (
 from tokenpath.stub.frames import (
     StreamRequest,
     StreamShape,
+    build_shape,
+    extend_steps,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 
 CREATED_AT = "1970-01-01T00:00:00Z"  # one fixed time, as OpenAI chunks say created 0: frames stay templates
@@ -67,7 +70,7 @@ class OllamaFormat(ApiFormat):
             prompt_chars=sum(text_chars(m.get("content")) for m in messages),
         )
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         return cached_render(
             (self.api, req.model, req.tokens, req.prompt_tokens, req.truncated, req.ttft_ms, req.interval_ms),
             req,
@@ -81,22 +84,29 @@ class OllamaFormat(ApiFormat):
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
-    frames = [
-        padded(line, _line(req, {"role": "assistant", "content": "", "thinking": t}), frame_bytes, "pad")
-        for t in map(reasoning_text, range(reasoning))
-    ]
-    frames += [
-        padded(
-            line,
-            _line(req, {"role": "assistant", "content": token_text(i)}),
-            token_bytes(i, frame_bytes, first_event_bytes),
-            "pad",
-        )
-        for i in range(req.tokens)
-    ]
+) -> Steps[StreamShape]:
+    frames: list[bytes] = []
+    yield from extend_steps(
+        frames,
+        (
+            padded(line, _line(req, {"role": "assistant", "content": "", "thinking": t}), frame_bytes, "pad")
+            for t in map(reasoning_text, range(reasoning))
+        ),
+    )
+    yield from extend_steps(
+        frames,
+        (
+            padded(
+                line,
+                _line(req, {"role": "assistant", "content": token_text(i)}),
+                token_bytes(i, frame_bytes, first_event_bytes),
+                "pad",
+            )
+            for i in range(req.tokens)
+        ),
+    )
     frames.append(line(_final(req, "")))
-    return StreamShape(frames, lead=0, first_content=reasoning, reasoning=range(reasoning))
+    return (yield from build_shape(frames, lead=0, first_content=reasoning, reasoning=range(reasoning)))
 
 
 def _line(req: StreamRequest, message: dict[str, Any]) -> dict[str, Any]:

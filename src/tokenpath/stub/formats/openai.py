@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from tokenpath.audit import completion_id
@@ -25,7 +26,17 @@ from tokenpath.stub.formats.base import (
     positive_int,
     stream_field,
 )
-from tokenpath.stub.frames import StreamRequest, StreamShape, cached_shape, reasoning_text, token_bytes, token_text
+from tokenpath.stub.frames import (
+    StreamRequest,
+    StreamShape,
+    build_shape,
+    cached_shape_steps,
+    extend_steps,
+    reasoning_text,
+    token_bytes,
+    token_text,
+)
+from tokenpath.stub.loopshare import Steps, finish
 from tokenpath.wire.apis import Api
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -71,9 +82,9 @@ class OpenAIFormat(ApiFormat):
             return user
         return prompt_stream_id(body.get("messages")) if route.kind == "chat" else None
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         prompt_tokens = req.prompt_tokens if req.include_usage else 0  # only the usage chunk shows it
-        return openai_shape(
+        return openai_shape_steps(
             req.kind,
             req.model,
             req.tokens,
@@ -103,21 +114,53 @@ def openai_shape(
 ) -> StreamShape:
     """One OpenAI request shape's frames (cached): the role delta of a chat stream leads, with the head; then
     `reasoning` reasoning deltas, then the content."""
+    return finish(
+        openai_shape_steps(
+            kind,
+            model,
+            tokens,
+            usage,
+            prompt_tokens,
+            fmt,
+            frame_bytes,
+            reasoning=reasoning,
+            first_event_bytes=first_event_bytes,
+        )
+    )
+
+
+def openai_shape_steps(
+    kind: str,
+    model: str,
+    tokens: int,
+    usage: bool,
+    prompt_tokens: int,
+    fmt: Format,
+    frame_bytes: int | None,
+    *,
+    reasoning: int = 0,
+    first_event_bytes: int | None = None,
+) -> Steps[StreamShape]:
+    """`openai_shape` in steps (stub/loopshare.py)."""
     lead = 1 if kind == "chat" and fmt == "openai" else 0
 
-    def render() -> StreamShape:
+    def render() -> Steps[StreamShape]:
         req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
-        frames = render_stream(req, fmt, frame_bytes, reasoning=reasoning, first_event_bytes=first_event_bytes)
-        return StreamShape(
-            frames,
-            lead=lead,
-            first_content=lead + reasoning,
-            relabel=fmt == "openai",
-            reasoning=range(lead, lead + reasoning),
+        frames = yield from render_stream_steps(
+            req, fmt, frame_bytes, reasoning=reasoning, first_event_bytes=first_event_bytes
+        )
+        return (
+            yield from build_shape(
+                frames,
+                lead=lead,
+                first_content=lead + reasoning,
+                relabel=fmt == "openai",
+                reasoning=range(lead, lead + reasoning),
+            )
         )
 
     key = ("openai", kind, model, tokens, usage, prompt_tokens, fmt, frame_bytes, reasoning, first_event_bytes)
-    return cached_shape(key, render)
+    return cached_shape_steps(key, render)
 
 
 def render_stream(
@@ -130,20 +173,35 @@ def render_stream(
 ) -> list[bytes]:
     """All frames of one streamed response, in order. Raises UsageError if a frame cannot fit frame_bytes (or the
     first content frame first_event_bytes), or if these frames have nowhere to put reasoning."""
+    return finish(render_stream_steps(req, fmt, frame_bytes, reasoning=reasoning, first_event_bytes=first_event_bytes))
+
+
+def render_stream_steps(
+    req: StreamRequest,
+    fmt: Format,
+    frame_bytes: int | None,
+    *,
+    reasoning: int = 0,
+    first_event_bytes: int | None = None,
+) -> Steps[list[bytes]]:
+    """`render_stream` in steps."""
     if reasoning and (fmt == "plain" or req.kind != "chat"):
         where = "`format` plain frames" if fmt == "plain" else "/v1/completions chunks"
         raise UsageError(
             f"reasoning_tokens: {where} have no reasoning field; use /v1/chat/completions with `format` openai"
         )
+    frames: list[bytes] = []
     if fmt == "plain":
-        frames = [_plain(i) for i in range(req.tokens)]
-        return [_pad_plain(f, token_bytes(i, frame_bytes, first_event_bytes)) for i, f in enumerate(frames)]
+        plain = (_pad_plain(_plain(i), token_bytes(i, frame_bytes, first_event_bytes)) for i in range(req.tokens))
+        yield from extend_steps(frames, plain)
+        return frames
     chunks = _openai_chunks(req, reasoning)
     first = (1 if req.kind == "chat" else 0) + reasoning  # the first content chunk
-    frames = [
+    json_frames = (
         _pad_json(c, first_event_bytes if i == first and first_event_bytes else frame_bytes)
         for i, c in enumerate(chunks)
-    ]
+    )
+    yield from extend_steps(frames, json_frames)
     frames.append(DONE_FRAME)
     return frames
 
@@ -204,7 +262,8 @@ def _json_frame(chunk: dict[str, Any]) -> bytes:
     return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
 
 
-def _openai_chunks(req: StreamRequest, reasoning: int = 0) -> list[dict[str, Any]]:
+def _openai_chunks(req: StreamRequest, reasoning: int = 0) -> Iterator[dict[str, Any]]:
+    """Every chunk of the stream, made as the render takes them."""
     cid = completion_id(req.stream_id)
     chat = req.kind == "chat"
     obj = "chat.completion.chunk" if chat else "text_completion"
@@ -218,19 +277,17 @@ def _openai_chunks(req: StreamRequest, reasoning: int = 0) -> list[dict[str, Any
             return {"index": 0, "delta": delta, "finish_reason": finish}
         return {"index": 0, "text": content or "", "finish_reason": finish, "logprobs": None}
 
-    chunks: list[dict[str, Any]] = []
     if chat:
-        chunks.append({**base, "choices": [choice(None, None, role=True)]})
+        yield {**base, "choices": [choice(None, None, role=True)]}
         # As OpenAI-compatible reasoning servers (vLLM, DeepSeek, SGLang) stream them: the delta's reasoning_content.
-        chunks.extend(
+        yield from (
             {**base, "choices": [{"index": 0, "delta": {"reasoning_content": t}, "finish_reason": None}]}
             for t in map(reasoning_text, range(reasoning))
         )
-    chunks.extend({**base, "choices": [choice(token_text(i), None)]} for i in range(req.tokens))
-    chunks.append({**base, "choices": [choice(None, "length")]})
+    yield from ({**base, "choices": [choice(token_text(i), None)]} for i in range(req.tokens))
+    yield {**base, "choices": [choice(None, "length")]}
     if req.include_usage:
-        chunks.append({**base, "choices": [], "usage": _usage(req)})
-    return chunks
+        yield {**base, "choices": [], "usage": _usage(req)}
 
 
 def _usage(req: StreamRequest) -> dict[str, int]:

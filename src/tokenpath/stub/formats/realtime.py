@@ -26,11 +26,22 @@ from tokenpath.stub.formats.base import (
     cached_render,
     compact_json,
     full_text,
+    full_text_steps,
     model_field,
     object_field,
     positive_int,
 )
-from tokenpath.stub.frames import PLACEHOLDER_LABEL, StreamRequest, StreamShape, padded, token_bytes, token_text
+from tokenpath.stub.frames import (
+    PLACEHOLDER_LABEL,
+    StreamRequest,
+    StreamShape,
+    build_shape,
+    extend_steps,
+    padded,
+    token_bytes,
+    token_text,
+)
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 
 LEAD = 3  # response.created, response.output_item.added, response.content_part.added
@@ -62,61 +73,78 @@ class RealtimeFormat(ApiFormat):
             prompt_chars=len(given),
         )
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         if pacing.reasoning_tokens:
             raise UsageError("`reasoning_tokens`: the Realtime API streams no reasoning deltas")
-        return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
+        return (
+            yield from cached_render(
+                (self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render
+            )
+        )
 
     def whole(self, req: StreamRequest) -> bytes:
         """Never asked (a Realtime response always streams): the final response object."""
         return compact_json(
             _response(
-                req, stream_label(req.stream_id), _status(req), [_item(stream_label(""), req.tokens, _status(req))]
+                req,
+                stream_label(req.stream_id),
+                _status(req),
+                [_item(stream_label(""), full_text(req.tokens), _status(req))],
             )
         )
 
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
+) -> Steps[StreamShape]:
     label = PLACEHOLDER_LABEL
     response_id = f"resp_{label}"
     where = {"response_id": response_id, "item_id": f"item_{label}", "output_index": 0, "content_index": 0}
     status = _status(req)
-    text = full_text(req.tokens)
-    bodies: list[tuple[dict[str, Any], int | None]] = [
-        ({"type": "response.created", "response": _response(req, label, "in_progress", [])}, None),
-        (
+    text = yield from full_text_steps(req.tokens)
+    # Each event encoded as it is made (responses.py says why).
+    frames = [
+        _frame(label, 0, {"type": "response.created", "response": _response(req, label, "in_progress", [])}),
+        _frame(
+            label,
+            1,
             {
                 "type": "response.output_item.added",
                 "response_id": response_id,
                 "output_index": 0,
-                "item": _item(label, 0, "in_progress"),
+                "item": _item(label, "", "in_progress"),
             },
-            None,
         ),
-        ({"type": "response.content_part.added", **where, "part": {"type": "text", "text": ""}}, None),
+        _frame(label, 2, {"type": "response.content_part.added", **where, "part": {"type": "text", "text": ""}}),
     ]
-    first_content = len(bodies)
-    bodies += [
+    first_content = len(frames)
+    yield from extend_steps(
+        frames,
         (
-            {"type": "response.output_text.delta", **where, "delta": token_text(i)},
-            token_bytes(i, frame_bytes, first_event_bytes),
-        )
-        for i in range(req.tokens)
+            _frame(
+                label,
+                first_content + i,
+                {"type": "response.output_text.delta", **where, "delta": token_text(i)},
+                token_bytes(i, frame_bytes, first_event_bytes),
+            )
+            for i in range(req.tokens)
+        ),
+    )
+    done_item = _item(label, text, status)
+    closing: list[dict[str, Any]] = [
+        {"type": "response.output_text.done", **where, "text": text},
+        {"type": "response.content_part.done", **where, "part": {"type": "text", "text": text}},
+        {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": done_item},
+        {"type": "response.done", "response": _response(req, label, status, [done_item])},
     ]
-    done_item = _item(label, req.tokens, status)
-    bodies += [
-        (b, None)
-        for b in (
-            {"type": "response.output_text.done", **where, "text": text},
-            {"type": "response.content_part.done", **where, "part": {"type": "text", "text": text}},
-            {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": done_item},
-            {"type": "response.done", "response": _response(req, label, status, [done_item])},
-        )
-    ]
-    frames = [padded(_event_bytes, _identified(label, seq, b), size, "pad") for seq, (b, size) in enumerate(bodies)]
-    return StreamShape(frames, lead=LEAD, first_content=first_content, relabel=True)
+    for body in closing:  # each holds the whole text: a step of its own
+        frames.append(_frame(label, len(frames), body))
+        yield
+    return (yield from build_shape(frames, lead=LEAD, first_content=first_content, relabel=True))
+
+
+def _frame(label: str, seq: int, body: dict[str, Any], size: int | None = None) -> bytes:
+    return padded(_event_bytes, _identified(label, seq, body), size, "pad")
 
 
 def _identified(label: str, seq: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -132,8 +160,8 @@ def _status(req: StreamRequest) -> str:
     return "incomplete" if req.truncated else "completed"
 
 
-def _item(label: str, tokens: int, status: str) -> dict[str, Any]:
-    content = [{"type": "output_text", "text": full_text(tokens)}] if tokens else []
+def _item(label: str, text: str, status: str) -> dict[str, Any]:
+    content = [{"type": "output_text", "text": text}] if text else []
     return {
         "id": f"item_{label}",
         "object": "realtime.item",

@@ -36,6 +36,7 @@ from tokenpath.stub.formats.base import (
     cached_render,
     compact_json,
     full_text,
+    full_text_steps,
     model_field,
     positive_int,
     stream_field,
@@ -45,11 +46,14 @@ from tokenpath.stub.frames import (
     PLACEHOLDER_LABEL,
     StreamRequest,
     StreamShape,
+    build_shape,
+    extend_steps,
     padded,
     reasoning_text,
     token_bytes,
     token_text,
 )
+from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.apis import Api
 
 LEAD = 4  # response.created, response.in_progress, response.output_item.added, response.content_part.added
@@ -78,91 +82,109 @@ class ResponsesFormat(ApiFormat):
             prompt_chars=prompt_chars + text_chars(body.get("instructions")),
         )
 
-    def shape(self, req: StreamRequest, pacing: Pacing) -> StreamShape:
+    def shape_steps(self, req: StreamRequest, pacing: Pacing) -> Steps[StreamShape]:
         return cached_render((self.name, req.model, req.tokens, req.prompt_tokens, req.truncated), req, pacing, render)
 
     def whole(self, req: StreamRequest) -> bytes:
         label = stream_label(req.stream_id)
-        return compact_json(_response(req, label, _status(req), [_item(label, _status(req), req.tokens)]))
+        return compact_json(_response(req, label, _status(req), [_item(label, _status(req), full_text(req.tokens))]))
 
 
 def render(
     req: StreamRequest, frame_bytes: int | None, reasoning: int = 0, first_event_bytes: int | None = None
-) -> StreamShape:
+) -> Steps[StreamShape]:
     label = PLACEHOLDER_LABEL
     item_id = f"msg_{label}"
     out = 1 if reasoning else 0  # the message's output index: after the reasoning item when there is one
     where = {"item_id": item_id, "output_index": out, "content_index": 0}
     running = _response(req, label, "in_progress", [])
     status = _status(req)
-    text = full_text(req.tokens)
+    text = yield from full_text_steps(req.tokens)
     done_part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
     opening: list[dict[str, Any]] = [
-        {"type": "response.output_item.added", "output_index": out, "item": _item(label, "in_progress", 0)},
+        {"type": "response.output_item.added", "output_index": out, "item": _item(label, "in_progress", "")},
         {
             "type": "response.content_part.added",
             **where,
             "part": {"type": "output_text", "annotations": [], "logprobs": [], "text": ""},
         },
     ]
-    bodies: list[tuple[dict[str, Any], int | None]] = [
-        ({"type": "response.created", "response": running}, None),
-        ({"type": "response.in_progress", "response": running}, None),
+    # Each event is encoded as it is made (its sequence number: the frames so far): 100,000 event dicts kept until
+    # the end would set off full passes of the cyclic collector, ~20 ms each, in one step.
+    frames = [
+        _frame(0, {"type": "response.created", "response": running}),
+        _frame(1, {"type": "response.in_progress", "response": running}),
     ]
     with_next: set[int] = set()
+    thought = ""
     if reasoning:
         summary = {"item_id": f"rs_{label}", "output_index": 0, "summary_index": 0}
-        thought = "".join(reasoning_text(i) for i in range(reasoning))
+        thought = yield from full_text_steps(reasoning, reasoning_text)
         thought_item = _reasoning_item(label, [_summary(thought)])
-        bodies += [
-            ({"type": "response.output_item.added", "output_index": 0, "item": _reasoning_item(label, [])}, None),
-            ({"type": "response.reasoning_summary_part.added", **summary, "part": _summary("")}, None),
+        frames += [
+            _frame(2, {"type": "response.output_item.added", "output_index": 0, "item": _reasoning_item(label, [])}),
+            _frame(3, {"type": "response.reasoning_summary_part.added", **summary, "part": _summary("")}),
         ]
-        bodies += [
-            ({"type": "response.reasoning_summary_text.delta", **summary, "delta": reasoning_text(i)}, frame_bytes)
-            for i in range(reasoning)
-        ]
-        closing = [
+        yield from extend_steps(
+            frames,
+            (
+                _frame(4 + i, {"type": "response.reasoning_summary_text.delta", **summary, "delta": t}, frame_bytes)
+                for i, t in enumerate(map(reasoning_text, range(reasoning)))
+            ),
+        )
+        closing: list[dict[str, Any]] = [
             {"type": "response.reasoning_summary_text.done", **summary, "text": thought},
             {"type": "response.reasoning_summary_part.done", **summary, "part": _summary(thought)},
             {"type": "response.output_item.done", "output_index": 0, "item": thought_item},
         ]
-        with_next.update(range(len(bodies), len(bodies) + len(closing) + len(opening)))
-        bodies += [(b, None) for b in closing + opening]
+        with_next.update(range(len(frames), len(frames) + len(closing) + len(opening)))
+        for body in closing + opening:  # the first two hold the whole thought: a step each
+            frames.append(_frame(len(frames), body))
+            yield
     else:
-        bodies += [(b, None) for b in opening]
-    first_content = len(bodies)
-    bodies += [
+        frames += [_frame(len(frames) + k, body) for k, body in enumerate(opening)]
+    first_content = len(frames)
+    yield from extend_steps(
+        frames,
         (
-            {"type": "response.output_text.delta", **where, "delta": token_text(i), "logprobs": []},
-            token_bytes(i, frame_bytes, first_event_bytes),
-        )
-        for i in range(req.tokens)
-    ]
-    items = [_item(label, status, req.tokens)]
+            _frame(
+                first_content + i,
+                {"type": "response.output_text.delta", **where, "delta": token_text(i), "logprobs": []},
+                token_bytes(i, frame_bytes, first_event_bytes),
+            )
+            for i in range(req.tokens)
+        ),
+    )
+    items = [_item(label, status, text)]
     if reasoning:
-        items.insert(0, _reasoning_item(label, [_summary("".join(reasoning_text(i) for i in range(reasoning)))]))
+        items.insert(0, _reasoning_item(label, [_summary(thought)]))
     final = _response(req, label, status, items, reasoning)
     ending = "response.completed" if status == "completed" else "response.incomplete"
-    bodies += [
-        (b, None)
-        for b in (
-            {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
-            {"type": "response.content_part.done", **where, "part": done_part},
-            {"type": "response.output_item.done", "output_index": out, "item": _item(label, status, req.tokens)},
-            {"type": ending, "response": final},
-        )
+    ends: list[dict[str, Any]] = [
+        {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
+        {"type": "response.content_part.done", **where, "part": done_part},
+        {"type": "response.output_item.done", "output_index": out, "item": _item(label, status, text)},
+        {"type": ending, "response": final},
     ]
-    frames = [padded(_event_bytes, _numbered(seq, b), size, "pad") for seq, (b, size) in enumerate(bodies)]
+    for body in ends:  # each holds the whole text: a step of its own
+        frames.append(_frame(len(frames), body))
+        yield
     lead = LEAD
-    return StreamShape(
-        frames,
-        lead=lead,
-        first_content=first_content,
-        relabel=True,
-        reasoning=range(lead, lead + reasoning),
-        with_next=frozenset(with_next),
+    return (
+        yield from build_shape(
+            frames,
+            lead=lead,
+            first_content=first_content,
+            relabel=True,
+            reasoning=range(lead, lead + reasoning),
+            with_next=frozenset(with_next),
+        )
     )
+
+
+def _frame(seq: int, body: dict[str, Any], size: int | None = None) -> bytes:
+    """Event number `seq`, padded to `size`."""
+    return padded(_event_bytes, _numbered(seq, body), size, "pad")
 
 
 def _numbered(seq: int, body: dict[str, Any]) -> dict[str, Any]:
@@ -192,9 +214,9 @@ def _status(req: StreamRequest) -> str:
     return "incomplete" if req.truncated else "completed"
 
 
-def _item(label: str, status: str, tokens: int) -> dict[str, Any]:
+def _item(label: str, status: str, text: str) -> dict[str, Any]:
     """The message output item; its one output_text part holds the text so far (none while in progress)."""
-    content = [{"type": "output_text", "annotations": [], "logprobs": [], "text": full_text(tokens)}] if tokens else []
+    content = [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}] if text else []
     return {"id": f"msg_{label}", "type": "message", "status": status, "content": content, "role": "assistant"}
 
 
