@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers import BackgroundLoop, exchange, post
 from tests.stub.test_formats import BODIES, PATHS
@@ -22,9 +25,10 @@ from tokenpath.errors import UsageError
 from tokenpath.stub import app as stub_app
 from tokenpath.stub import frames
 from tokenpath.stub.config import StubConfig
-from tokenpath.stub.formats import FORMATS
+from tokenpath.stub.formats import FORMATS, base
+from tokenpath.stub.formats.base import compact_json
 from tokenpath.stub.frames import StreamRequest, StreamShape
-from tokenpath.stub.loopshare import LoopShare, shared
+from tokenpath.stub.loopshare import LoopShare, Steps, finish, shared
 from tokenpath.stub.server import StubServer
 from tokenpath.wire.apis import Api
 
@@ -319,3 +323,56 @@ def test_a_bug_in_a_large_stream_s_build_costs_its_request_not_a_hang(
     assert got == b""  # no head: the stream never started
     assert "building a large stream failed" in caplog.text
     assert "a bug" in caplog.text
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(), thought=st.text(min_size=1), step=st.integers(min_value=1, max_value=64))
+def test_a_text_put_in_its_slot_is_the_event_encoded_with_it(text: str, thought: str, step: int) -> None:
+    """JSON escapes a string character by character: the text's pieces encoded apart are its encoding whole, in
+    every place the slot is, beside another text's slot (any character: quotes, controls, surrogates, non-BMP)."""
+
+    def event(t: str, th: str) -> dict[str, Any]:
+        return {"type": "x", "text": t, "part": {"text": t, "summary": [th]}, "items": [{"a": t}, th]}
+
+    with_slots = compact_json(event(base.TEXT_SLOT, base.THOUGHT_SLOT))
+    steps = base.filled_steps(with_slots, {base.TEXT_SLOT: text, base.THOUGHT_SLOT: thought})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "TEXT_STEP_CHARS", step)
+        taken = 0
+        while True:
+            try:
+                next(steps)
+                taken += 1
+            except StopIteration as done:
+                filled = done.value
+                break
+    assert filled == compact_json(event(text, thought))
+    assert taken >= -(-len(text) // step) + -(-len(thought) // step)  # a step per piece, not one for the whole
+
+
+@pytest.mark.parametrize("api", [Api.RESPONSES, Api.REALTIME])
+def test_a_closing_event_s_text_is_put_in_over_several_steps(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The closing events hold the whole text: without the slot each was one encode of it in one step."""
+    monkeypatch.setattr(base, "TEXT_STEP_CHARS", 1_000)
+    put: list[int] = []  # the steps each closing event's fill took
+    real = base.filled_steps
+
+    def counted(encoded: bytes, texts: dict[str, str]) -> Steps[bytes]:
+        steps, taken = real(encoded, texts), 0
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                put.append(taken)
+                return done.value  # type: ignore[no-any-return]
+            taken += 1
+            yield
+
+    fill_module = sys.modules[FORMATS[api].__module__]
+    monkeypatch.setattr(fill_module, "filled_steps", counted)
+    req = _request(api, LONG)
+    shape = finish(FORMATS[api].shape_steps(req, StubConfig(tokens=LONG).pacing))
+    text = base.full_text(LONG)
+    assert len(put) >= 3  # every closing event that holds the text
+    assert min(put) >= len(text) // 1_000  # each in a step per 1,000 characters, not one encode
+    assert all(b"\\u0000" not in f for f in shape.wire(False, "resp_" + "q" * 24))  # no slot left unfilled

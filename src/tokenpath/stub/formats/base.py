@@ -9,9 +9,11 @@ error shape. Everything else (pacing, the stream id's precedence and rules, the 
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii
 from typing import Any, ClassVar
 
 from tokenpath.errors import BadRequest
@@ -195,3 +197,36 @@ def full_text_steps(tokens: int, text: Callable[[int], str] = token_text) -> Ste
 
 def compact_json(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+# A closing event that holds a whole answer's text (Responses' and Realtime's *.done, response.completed) is encoded
+# with a slot where the text goes, then the text's JSON is made in steps and put in the slot: a 100,000-token text
+# (~1.2 MB) encoded with its event held the loop ~2-4 ms in one step, four times a stream. JSON escapes a string
+# character by character, so the text's pieces encoded apart and joined are its encoding whole.
+TEXT_SLOT = "\x00text\x00"  # no token's text or reasoning text holds a NUL
+THOUGHT_SLOT = "\x00thought\x00"
+TEXT_STEP_CHARS = 128 << 10  # ~0.25 ms of encoding a step
+
+
+def filled_steps(encoded: bytes, texts: dict[str, str]) -> Steps[bytes]:
+    """`encoded` (made with each key of `texts` as a string value) with each slot holding its text's JSON, the same
+    bytes as the event encoded with the texts in it. The pieces are joined once, with the event's own bytes around
+    them (joining each text first, then splicing it, copied a 1.2 MB text three times in one step: ~1.5 ms)."""
+    pieces: dict[bytes, list[bytes]] = {}
+    for slot, text in texts.items():
+        encoded_text = pieces[_slot_json(slot)] = []
+        for i in range(0, len(text), TEXT_STEP_CHARS):
+            encoded_text.append(encode_basestring_ascii(text[i : i + TEXT_STEP_CHARS])[1:-1].encode())
+            yield
+    out: list[bytes] = []
+    at = 0
+    for slot_at in re.finditer(b"|".join(map(re.escape, pieces)), encoded):
+        out.append(encoded[at : slot_at.start()])
+        out += pieces[slot_at.group()]
+        at = slot_at.end()
+    out.append(encoded[at:])
+    return b"".join(out)
+
+
+def _slot_json(slot: str) -> bytes:
+    return encode_basestring_ascii(slot)[1:-1].encode()

@@ -20,11 +20,13 @@ from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
+    TEXT_SLOT,
     ApiFormat,
     Ask,
     Route,
     cached_render,
     compact_json,
+    filled_steps,
     full_text,
     full_text_steps,
     model_field,
@@ -130,16 +132,17 @@ def render(
             for i in range(req.tokens)
         ),
     )
-    done_item = _item(label, text, status)
+    # Each closing event holds the whole text: encoded with a slot, the text put in in steps (base.filled_steps).
+    slot = TEXT_SLOT if text else ""
+    done_item = _item(label, slot, status)
     closing: list[dict[str, Any]] = [
-        {"type": "response.output_text.done", **where, "text": text},
-        {"type": "response.content_part.done", **where, "part": {"type": "text", "text": text}},
+        {"type": "response.output_text.done", **where, "text": slot},
+        {"type": "response.content_part.done", **where, "part": {"type": "text", "text": slot}},
         {"type": "response.output_item.done", "response_id": response_id, "output_index": 0, "item": done_item},
         {"type": "response.done", "response": _response(req, label, status, [done_item])},
     ]
-    for body in closing:  # each holds the whole text: a step of its own
-        frames.append(_frame(label, len(frames), body))
-        yield
+    for body in closing:
+        frames.append((yield from filled_steps(_frame(label, len(frames), body), {TEXT_SLOT: text})))
     return (yield from build_shape(frames, lead=LEAD, first_content=first_content, relabel=True))
 
 

@@ -30,11 +30,14 @@ from tokenpath.serve.http import Request
 from tokenpath.stub.config import Pacing
 from tokenpath.stub.formats.base import (
     MAX_PROMPT_PARTS,
+    TEXT_SLOT,
+    THOUGHT_SLOT,
     ApiFormat,
     Ask,
     Route,
     cached_render,
     compact_json,
+    filled_steps,
     full_text,
     full_text_steps,
     model_field,
@@ -120,7 +123,7 @@ def render(
     if reasoning:
         summary = {"item_id": f"rs_{label}", "output_index": 0, "summary_index": 0}
         thought = yield from full_text_steps(reasoning, reasoning_text)
-        thought_item = _reasoning_item(label, [_summary(thought)])
+        thought_item = _reasoning_item(label, [_summary(THOUGHT_SLOT)])
         frames += [
             _frame(2, {"type": "response.output_item.added", "output_index": 0, "item": _reasoning_item(label, [])}),
             _frame(3, {"type": "response.reasoning_summary_part.added", **summary, "part": _summary("")}),
@@ -133,14 +136,13 @@ def render(
             ),
         )
         closing: list[dict[str, Any]] = [
-            {"type": "response.reasoning_summary_text.done", **summary, "text": thought},
-            {"type": "response.reasoning_summary_part.done", **summary, "part": _summary(thought)},
+            {"type": "response.reasoning_summary_text.done", **summary, "text": THOUGHT_SLOT},
+            {"type": "response.reasoning_summary_part.done", **summary, "part": _summary(THOUGHT_SLOT)},
             {"type": "response.output_item.done", "output_index": 0, "item": thought_item},
         ]
         with_next.update(range(len(frames), len(frames) + len(closing) + len(opening)))
-        for body in closing + opening:  # the first two hold the whole thought: a step each
-            frames.append(_frame(len(frames), body))
-            yield
+        for body in closing + opening:  # those that hold the whole thought: their text put in, in steps
+            frames.append((yield from filled_steps(_frame(len(frames), body), {THOUGHT_SLOT: thought})))
     else:
         frames += [_frame(len(frames) + k, body) for k, body in enumerate(opening)]
     first_content = len(frames)
@@ -155,20 +157,23 @@ def render(
             for i in range(req.tokens)
         ),
     )
-    items = [_item(label, status, text)]
+    # Each closing event holds the whole text (and the last, the thought): encoded with slots, the texts put in in
+    # steps (base.filled_steps).
+    slot = TEXT_SLOT if text else ""
+    texts = {TEXT_SLOT: text, THOUGHT_SLOT: thought}
+    items = [_item(label, status, slot)]
     if reasoning:
-        items.insert(0, _reasoning_item(label, [_summary(thought)]))
+        items.insert(0, _reasoning_item(label, [_summary(THOUGHT_SLOT)]))
     final = _response(req, label, status, items, reasoning)
     ending = "response.completed" if status == "completed" else "response.incomplete"
     ends: list[dict[str, Any]] = [
-        {"type": "response.output_text.done", **where, "text": text, "logprobs": []},
-        {"type": "response.content_part.done", **where, "part": done_part},
-        {"type": "response.output_item.done", "output_index": out, "item": _item(label, status, text)},
+        {"type": "response.output_text.done", **where, "text": slot, "logprobs": []},
+        {"type": "response.content_part.done", **where, "part": {**done_part, "text": slot}},
+        {"type": "response.output_item.done", "output_index": out, "item": _item(label, status, slot)},
         {"type": ending, "response": final},
     ]
-    for body in ends:  # each holds the whole text: a step of its own
-        frames.append(_frame(len(frames), body))
-        yield
+    for body in ends:
+        frames.append((yield from filled_steps(_frame(len(frames), body), texts)))
     lead = LEAD
     return (
         yield from build_shape(
