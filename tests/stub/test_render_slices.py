@@ -376,3 +376,41 @@ def test_a_closing_event_s_text_is_put_in_over_several_steps(api: Api, monkeypat
     assert len(put) >= 3  # every closing event that holds the text
     assert min(put) >= len(text) // 1_000  # each in a step per 1,000 characters, not one encode
     assert all(b"\\u0000" not in f for f in shape.wire(False, "resp_" + "q" * 24))  # no slot left unfilled
+
+
+class Recorded(LoopShare):
+    """Every build's turns, in the order they came, by build; and the slice each build was given."""
+
+    turns: ClassVar[list[int]] = []
+    slices: ClassVar[list[int]] = []
+
+    def __init__(self, clock: Any = None, slice_ns: int = 0) -> None:
+        super().__init__(slice_ns=0)
+        Recorded.slices.append(slice_ns)
+        self.build = len(Recorded.slices)
+
+    async def turn(self) -> None:
+        Recorded.turns.append(self.build)
+        await super().turn()
+
+
+def test_large_streams_are_built_one_at_a_time_with_a_turn_every_step(
+    start_stub: StartStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built at once, each build ran a slice between two of the loop's polls: a frame due meanwhile waited for all
+    of them. One at a time, a turn after every step past BUILD_SLICE_NS (below LoopShare's 1 ms)."""
+    Recorded.turns.clear()
+    Recorded.slices.clear()
+    monkeypatch.setattr(stub_app, "LoopShare", Recorded)
+    stub = start_stub()
+    sockets = []
+    for api in (Api.OLLAMA, Api.ANTHROPIC, Api.GEMINI):
+        sock = socket.create_connection(("127.0.0.1", stub.port), timeout=30)
+        sock.sendall(post(PATHS[api], _big(api, LONG, interval_ms=0, ttft_ms=0)))
+        sockets.append(sock)
+    for sock in sockets:
+        with sock:
+            _read_all(sock)
+    assert Recorded.slices == [stub_app.BUILD_SLICE_NS] * 3
+    runs = [build for i, build in enumerate(Recorded.turns) if i == 0 or Recorded.turns[i - 1] != build]
+    assert runs == [1, 2, 3]  # each build's turns together: never one build's step between another's

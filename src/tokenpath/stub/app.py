@@ -80,6 +80,10 @@ BATCH_BYTES = WRITE_BUFFER_HIGH  # the most the head takes of the frames due wit
 # (stub/loopshare.py) before its head is written. At 3-7 us a frame (Bedrock's the most), 256 frames take ~1-2 ms in
 # one step, within the audit's 2 ms; the short streams an experiment sends by the thousand stay synchronous.
 SLICED_FRAMES = 256
+# A build gives the loop a turn after every step past this (a step: ~0.2-0.5 ms, STEP_FRAMES frames): a stream's
+# frame due meanwhile waits for one step, not for LoopShare's 1 ms (a short stream beside 16 builds: its writes'
+# worst drift 1.7 ms at the median with 1 ms slices).
+BUILD_SLICE_NS = 250_000
 
 
 def _ended(deadline_ns: int) -> None:
@@ -236,6 +240,10 @@ class StubApp:
         self.streams: set[PacedStream] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._builds: set[asyncio.Task[None]] = set()  # large streams' shapes being built in slices
+        # One build at a time: each gives the loop a turn every SLICE_NS, but 16 built at once each ran a slice
+        # between two of the loop's polls, and a short stream's frame due meanwhile waited for all of them (its
+        # writes 8 ms late at the median; the builds one after another, on time).
+        self._one_build = asyncio.Lock()
 
     def __call__(self, request: Request, response: Response) -> None:
         path = request.path
@@ -338,7 +346,7 @@ class StubApp:
     ) -> None:
         """`_generate`'s stream, its shape's build (begun), its framing and its schedule done in slices, then its
         head and frames written exactly as a short stream's: the audit log opened only once it starts."""
-        share = LoopShare(self.clock)
+        share = LoopShare(self.clock, BUILD_SLICE_NS)
         try:
             shape = await shared(steps, share)
         except UsageError as exc:  # met by a later frame: still before the head
@@ -356,10 +364,13 @@ class StubApp:
 
         async def guarded() -> None:
             try:
-                await built
+                async with self._one_build:
+                    await built
             except Exception:  # a bug costs its request, as the server's handler guard has it: never a silent hang
                 log.exception("building a large stream failed")
                 writer.abort_connection()
+            finally:
+                built.close()  # cancelled while it waited its turn: never started (no "never awaited" warning)
 
         task = asyncio.get_running_loop().create_task(guarded())
         self._builds.add(task)
@@ -481,7 +492,7 @@ class StubApp:
         self, steps: Steps[StreamShape], writer: MessageWriter, req: StreamRequest, pacing: Pacing, started: int
     ) -> None:
         """`_ws_response`'s, its shape's build (begun), its messages' encoding and its schedule done in slices."""
-        share = LoopShare(self.clock)
+        share = LoopShare(self.clock, BUILD_SLICE_NS)
         try:
             shape = await shared(steps, share)
         except UsageError as exc:
