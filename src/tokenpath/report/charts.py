@@ -70,8 +70,14 @@ def to_svg(fig: Figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG goes inline in HTML
 
 
+def literal(text: str) -> str:
+    """Free text (a proxy's or a target's name) as matplotlib shows it: a `$` is a dollar, never the start of
+    mathtext (which would render `cost$1$` as math and fail on `gw$$`)."""
+    return text.replace("$", r"\$")
+
+
 def label(row: MatrixRow) -> str:
-    return row.path_label
+    return literal(row.path_label)
 
 
 def representative_run(row: MatrixRow) -> MatrixRun | None:
@@ -135,11 +141,13 @@ def _timeline_panel(ax: Axes, row: MatrixRow, direct_run: MatrixRun | None) -> N
     ax.plot([0, top], [0, top], ls=":", lw=0.8, color="#444444", zorder=1)  # arrival = write: nothing added
     fpr = row.fpr_median
     added = row.added_ttft_ms_median
-    figures = "" if fpr is None else f"\nfpr {fpr:.2f}, {added or 0.0:+.1f} ms first token"
+    first = "first token n/a" if added is None else f"{added:+.1f} ms first token"  # unknown is not +0.0
+    figures = "" if fpr is None else f"\nfpr {fpr:.2f}, {first}"
     ax.set_title(f"{label(row)}{figures}")
     ax.set_xlabel("stub write (ms)")
     ax.set_ylabel("client arrival (ms)")
-    ax.legend(loc="lower right", fontsize=7, frameon=False)  # below the diagonal: never where a held frame lands
+    if ax.get_legend_handles_labels()[0]:  # a panel with no run plotted has nothing to name
+        ax.legend(loc="lower right", fontsize=7, frameon=False)  # below the diagonal: never where a held frame lands
 
 
 @styled
@@ -152,8 +160,9 @@ def frames_per_read(rows: Sequence[MatrixRow], floor: FloorEntry | None) -> str 
     ax = fig.subplots()
     names = [label(r) for r in measured]
     medians = [r.fpr_median or 0.0 for r in measured]
-    lo = [m - (r.fpr_min or m) for r, m in zip(measured, medians, strict=True)]
-    hi = [(r.fpr_max or m) - m for r, m in zip(measured, medians, strict=True)]
+    # A whisker reaches from the run's min to its max; one the file puts on the wrong side of the median is none.
+    lo = [max(0.0, m - (r.fpr_min or m)) for r, m in zip(measured, medians, strict=True)]
+    hi = [max(0.0, (r.fpr_max or m) - m) for r, m in zip(measured, medians, strict=True)]
     direct = next((r for r in measured if r.proxy == "direct"), None)
     if direct is not None:
         band_hi = max(direct.fpr_max or 1.0, (floor.fpr if floor else None) or 1.0)
@@ -217,7 +226,7 @@ def added_ttft_cdf(levels: Sequence[LoadRow], unit: str) -> str | None:
         for row in rows:
             x, y = _cdf(row.histogram_corrected or row.histogram or "")
             style = "--" if row.unreliable else "-"
-            name = row.target + (" (unreliable)" if row.unreliable else "")
+            name = literal(row.target) + (" (unreliable)" if row.unreliable else "")
             ax.step(x, y, where="post", ls=style, color=colours[row.target], label=name)
         ax.set_xscale("log")
         ax.set_ylim(0, 1.01)
@@ -256,7 +265,7 @@ def percentiles_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
             pts = [(level_of(r), max(v, 0.01), r.unreliable) for r in rows if (v := getattr(_main(r), key)) is not None]
             if not pts:
                 continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=colours[target], label=target)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "-", color=colours[target], label=literal(target))
             for x, y, bad in pts:
                 ax.plot([x], [y], "o", ms=5, color=colours[target], mfc="white" if bad else colours[target])
         ax.set_yscale("log")
@@ -293,8 +302,8 @@ def resources_vs_level(levels: Sequence[LoadRow], unit: str) -> str | None:
     cpu, rss = fig.subplots(1, 2)
     for target, rows in _by_target(measured).items():
         xs = [level_of(r) for r in rows]
-        cpu.plot(xs, [r.cpu_cores or 0 for r in rows], "o-", color=colours[target], label=target)
-        rss.plot(xs, [r.rss_mb or 0 for r in rows], "o-", color=colours[target], label=target)
+        cpu.plot(xs, [r.cpu_cores or 0 for r in rows], "o-", color=colours[target], label=literal(target))
+        rss.plot(xs, [r.rss_mb or 0 for r in rows], "o-", color=colours[target], label=literal(target))
     cpu.set_title("proxy CPU (cores)")
     rss.set_title("proxy RSS (MB)")
     for ax in (cpu, rss):
@@ -366,7 +375,7 @@ def added_ttft(paths: Sequence[tuple[str, Sequence[float]]], floor_ms: float | N
     ax.barh(ys, p50, color=ADDED_P50, height=0.7, label="p50", zorder=3)
     for y, value in zip(ys, p99, strict=True):
         ax.text(value, y, f" {value:.0f} ms", va="center", fontsize=7, zorder=4)
-    ax.set_yticks(ys, [name for name, _ in measured])
+    ax.set_yticks(ys, [literal(name) for name, _ in measured])
     ax.invert_yaxis()
     ax.set_xlim(left=min(0.0, *p50))
     ax.margins(x=0.12)  # room for the figures beside the longest bar

@@ -34,6 +34,7 @@ class Figure:
 
 
 SAME = "same (within the direct floor)"
+NONE = Figure(None, None, None)  # the side of a row that one run does not have
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Comparison:
     a: Figure
     b: Figure
     floor: float | None = None  # the smallest difference the direct path could resolve in either run
+    only: str | None = None  # "A" or "B": the row is in that run only (the other side's figure is empty)
 
     @property
     def ratio(self) -> float | None:
@@ -52,6 +54,8 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
+        if self.only is not None:
+            return f"only in {self.only}"
         a, b = self.a, self.b
         floor, ma, mb = self.floor, a.median, b.median
         if floor is not None and ma is not None and mb is not None and abs(mb - ma) <= floor:
@@ -141,7 +145,7 @@ def compare(a: Results, b: Results) -> list[Comparison]:
         out = _compare_matrix(a, b)
     else:
         out = []
-    if not out:
+    if all(c.only is not None for c in out):
         raise UsageError("`compare`: the two result sets share no row (same path, condition or level)")
     return out
 
@@ -171,15 +175,41 @@ def _pair(
     floor_a: Callable[[str, Row], float | None],
     floor_b: Callable[[str, Row], float | None],
 ) -> list[Comparison]:
-    """Rows matched by key (shown by name); per figure, the larger of the two floors is what a difference must beat."""
-    others = {key(r): r for r in rows_b}
+    """Rows matched by key (shown by name); per figure, the larger of the two floors is what a difference must beat.
+    A row in one run only is shown as such; a key a run holds more than once is paired by its order, and said."""
+    a: dict[tuple[Hashable, int], Row] = _numbered(rows_a, key)
+    b: dict[tuple[Hashable, int], Row] = _numbered(rows_b, key)
+    repeated = {k for k, n in (*a, *b) if n > 0}
     out = []
-    for row in rows_a:
-        match = others.get(key(row))
-        if match is None:
+    for k, n in dict.fromkeys([*a, *b]):  # A's order, then the rows only B has
+        row_a, row_b = a.get((k, n)), b.get((k, n))
+        shown = name(row_a if row_a is not None else row_b)  # type: ignore[arg-type]
+        shown += f" (repeated key: #{n + 1})" if k in repeated else ""
+        if row_a is None or row_b is None:
+            out += _one_side(shown, "A" if row_b is None else "B", figures(row_a if row_a is not None else row_b))  # type: ignore[arg-type]
             continue
-        fb = figures(match)
-        for metric, fa in figures(row).items():
-            known = [f for f in (floor_a(metric, row), floor_b(metric, match)) if f is not None]
-            out.append(Comparison(name(row), metric, fa, fb[metric], max(known) if known else None))
+        fb = figures(row_b)
+        for metric, fa in figures(row_a).items():
+            known = [f for f in (floor_a(metric, row_a), floor_b(metric, row_b)) if f is not None]
+            out.append(Comparison(shown, metric, fa, fb[metric], max(known) if known else None))
     return out
+
+
+def _numbered(rows: Sequence[Row], key: Callable[[Row], Hashable]) -> dict[tuple[Hashable, int], Row]:
+    """Each row by its key and which occurrence of that key it is (0, 1, ...): a duplicate is kept, never the last
+    of them standing for all."""
+    seen: dict[Hashable, int] = {}
+    out: dict[tuple[Hashable, int], Row] = {}
+    for row in rows:
+        k = key(row)
+        seen[k] = seen.get(k, -1) + 1
+        out[(k, seen[k])] = row
+    return out
+
+
+def _one_side(shown: str, side: str, figures: dict[str, Figure]) -> list[Comparison]:
+    """A row only one run has: its figures on its side, none on the other."""
+    return [
+        Comparison(shown, metric, fig if side == "A" else NONE, NONE if side == "A" else fig, only=side)
+        for metric, fig in figures.items()
+    ]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from tokenpath.report import md
 from tokenpath.results.model import (
     DEFAULT_API,
     HTTP11,
@@ -175,10 +176,10 @@ def markdown(results: LoadResults) -> str:
     cut = any_cut(results.levels)
     ws = any_websocket(results.levels)
     cols = [*headers(results.open_loop, http2, cut, ws), "warnings"]
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * (len(cols) - 1) + "---|"]
+    lines = [md.row(cols), "|" + "---:|" * (len(cols) - 1) + "---|"]
     for row in results.levels:
         warn = "; ".join(f"{w.kind}: {w.message}" for w in row.warnings) or "-"
-        lines.append("| " + " | ".join([row.level_label, row.target, *figures(row, http2, cut, ws), warn]) + " |")
+        lines.append(md.row([row.level_label, row.target, *figures(row, http2, cut, ws), warn]))
     return "\n".join(lines) + "\n"
 
 

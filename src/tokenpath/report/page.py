@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from tokenpath.axes import Condition
-from tokenpath.report import charts, headline, load_table, tables
+from tokenpath.report import charts, headline, load_table, md, tables
 from tokenpath.report.compare import Comparison, Figure
 from tokenpath.results.model import (
     Certification,
@@ -382,8 +382,8 @@ def load_sections(doc: LoadResults) -> list[str]:
     lost = [r for r in levels if r.frames_lost or r.frames_out_of_order or r.errors]
     for r in lost:
         out.append(
-            f'<p class="banner bad">{esc(r.target)} @ {esc(r.level_label)}: {r.frames_lost} '
-            f"frames lost, {r.frames_out_of_order} out of order, {r.errors} errors</p>"
+            f'<p class="banner bad">{esc(r.target)} @ {esc(r.level_label)}: {esc(r.frames_lost)} '
+            f"frames lost, {esc(r.frames_out_of_order)} out of order, {esc(r.errors)} errors</p>"
         )
     cdf = charts.added_ttft_cdf(levels, "streams/s" if open_loop else "streams")
     out.append(_figure(cdf, "Fraction of streams whose first token was delayed by at most x ms. Dashed: unreliable."))
@@ -434,10 +434,10 @@ def markdown(doc: Results, comparisons: Sequence[Comparison] = ()) -> str:
     else:
         text = tables.markdown(doc)
         if doc.kind == "sweep" and doc.inferred is not None and doc.inferred.rule:
-            text += f"\nInferred: {doc.inferred.rule} ({doc.inferred.explanation})\n"
+            text += "\n" + md.cell(f"Inferred: {doc.inferred.rule} ({doc.inferred.explanation})") + "\n"
     if comparisons:
         text += "\n## Compared\n\n| row | figure | A | B | B / A | verdict |\n|---|---|---:|---:|---:|---|\n"
         for c in comparisons:
             ratio = "-" if c.ratio is None else f"{c.ratio:.2f}"
-            text += f"| {c.key} | {c.metric} | {_fig(c.a)} | {_fig(c.b)} | {ratio} | {c.verdict} |\n"
+            text += md.row([c.key, c.metric, _fig(c.a), _fig(c.b), ratio, c.verdict]) + "\n"
     return text

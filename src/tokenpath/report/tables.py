@@ -12,6 +12,7 @@ from rich.table import Table
 
 from tokenpath.axes import AXES, BY_FIELD, Axis, Column
 from tokenpath.diagnose.shape import Kind, Seen, of_arrivals, typical
+from tokenpath.report import md
 from tokenpath.results.model import (
     UNDECIDED_VERDICT,
     Drift,
@@ -221,17 +222,23 @@ def describe_origin_pace(p: Paired) -> str:
         return f"the origin itself, over {p.directs} direct streams: no first token"
     said = (
         f"the origin itself, over {p.directs} direct streams: TTFT {p.origin_ttft_ms:.1f} ms "
-        f"[{p.origin_ttft_ms_low or 0.0:.1f}, {p.origin_ttft_ms_high or 0.0:.1f}]"
+        f"{_interval(p.origin_ttft_ms_low, p.origin_ttft_ms_high)}"
     )
     return said + (f", gap {p.origin_gap_ms:.1f} ms" if p.origin_gap_ms is not None else "")
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    """`[low, high]`; a bound the file does not know is `n/a`, never an invented 0.0."""
+    return f"[{'n/a' if low is None else f'{low:.1f}'}, {'n/a' if high is None else f'{high:.1f}'}]"
 
 
 def describe_pairing(label: str, p: Paired) -> str:
     """What a path added over its kept pairs, with the median's interval at its own level."""
     said = f"{label}: {p.kept} pairs kept, {p.excluded} excluded"
     if p.added_ttft_ms is not None:
-        low, high, level = p.added_ttft_ms_low or 0.0, p.added_ttft_ms_high or 0.0, 100 * (p.confidence or 0.0)
-        said += f"; added TTFT {p.added_ttft_ms:+.1f} ms [{low:.1f}, {high:.1f}] ({level:.0f} %)"
+        interval = _interval(p.added_ttft_ms_low, p.added_ttft_ms_high)
+        level = "level n/a" if p.confidence is None else f"{100 * p.confidence:.0f} %"
+        said += f"; added TTFT {p.added_ttft_ms:+.1f} ms {interval} ({level})"
     if p.added_gap_ms is not None:
         said += f", added gap {p.added_gap_ms:+.1f} ms"
     return said
@@ -285,12 +292,13 @@ def title(results: MatrixResults) -> str:
 
 def markdown(results: MatrixResults) -> str:
     prov = results.provenance
-    lines = [f"# {title(results)}", ""]
-    lines.append(
+    lines = [f"# {md.cell(title(results))}", ""]
+    measured = (
         f"Measured {prov.created} on {prov.host.hostname} (kernel {prov.host.kernel}, "
         f"{prov.host.cpus} CPUs), tokenpath {prov.tool.version}."
     )
-    lines.append(f"Exclusion rule, declared before the run: {results.experiment['exclusion']['rule']}.")
+    lines.append(md.cell(measured))
+    lines.append(md.cell(f"Exclusion rule, declared before the run: {results.experiment['exclusion']['rule']}."))
     note = endpoint_note(results)
     if note:
         lines.append(f"**{note}** Certification and the controls ran on the stub.")
@@ -300,15 +308,15 @@ def markdown(results: MatrixResults) -> str:
     lines += [f"- {s.label}: {describe_share(s)}" for s in results.exclusion_shares]
     lines.append("")
     headers, columns = headers_for(results.rows), varying_columns(results.rows)
-    lines.append("| " + " | ".join(headers) + " |")
+    lines.append(md.row(headers))
     lines.append("|" + "|".join("---" for _ in headers) + "|")
     for row in side_by_side(results.rows):
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells_for(row, columns)) + " |")
+        lines.append(md.row(cells_for(row, columns)))
     lines += _origin_sections(results.rows)
     lines += _variant_lines(results)
     if results.skipped:
-        lines += ["", "Not measured:"] + [f"- {s.path}: {s.reason}" for s in results.skipped]
-    lines += ["", "Versions: " + ", ".join(f"{n} {p.version}" for n, p in results.proxies.items())]
+        lines += ["", "Not measured:"] + [f"- {md.cell(s.path)}: {md.cell(s.reason)}" for s in results.skipped]
+    lines += ["", "Versions: " + ", ".join(md.cell(f"{n} {p.version}") for n, p in results.proxies.items())]
     if results.interrupted:
         lines += ["", "**Interrupted**: rows with fewer runs than planned are partial."]
     return "\n".join(lines) + "\n"
@@ -322,7 +330,7 @@ def _origin_sections(rows: Sequence[MatrixRow]) -> list[str]:
     out = []
     for title_line, found in ((ATTRIBUTION_TITLE, attribution_lines(rows)), (PAIRING_TITLE, pairing_lines(rows))):
         if found:
-            out += ["", f"{title_line}:", *(f"- {line}" for line in found)]
+            out += ["", f"{title_line}:", *(f"- {md.cell(line)}" for line in found)]
     return out
 
 

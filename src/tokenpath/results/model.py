@@ -14,7 +14,7 @@ import json
 import os
 import platform
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -23,6 +23,7 @@ from tokenpath import __version__
 from tokenpath.axes import AXES, Condition
 from tokenpath.errors import UsageError
 from tokenpath.probe.metrics import RunMetrics
+from tokenpath.results.check import DocumentError, at, check, check_fields, check_keys
 from tokenpath.wire.acceptencoding import IDENTITY as IDENTITY  # re-exported: what the results say of no coding
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import StreamEnd
@@ -698,11 +699,16 @@ MIGRATIONS: dict[int, Callable[[Json], Json]] = {
 }
 
 
+def check_version(doc: Json) -> None:
+    """The document's schema_version is one this tokenpath reads."""
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or version not in KNOWN_VERSIONS:  # true == 1 in Python, never a version
+        raise UsageError(f"schema_version {version!r} is not one this tokenpath knows ({KNOWN_VERSIONS})")
+
+
 def migrate(doc: Json) -> Json:
     """An older document brought up to SCHEMA_VERSION, one step at a time (the input is not modified)."""
-    version = doc.get("schema_version")
-    if version not in KNOWN_VERSIONS:
-        raise UsageError(f"schema_version {version!r} is not one this tokenpath knows ({KNOWN_VERSIONS})")
+    check_version(doc)
     doc = json.loads(json.dumps(doc))
     while doc["schema_version"] < SCHEMA_VERSION:
         doc = MIGRATIONS[doc["schema_version"]](doc)
@@ -710,27 +716,50 @@ def migrate(doc: Json) -> Json:
     return doc
 
 
+# The keys of the echoed experiment and load configuration that the report reads (page.py, tables.py).
+# Each is checked where the file has it (a test's document may hold only what it is about).
+EXPERIMENT_KEYS: dict[str, Any] = {"name": str, "exclusion": Json}
+PAGE_EXPERIMENT_KEYS: dict[str, Any] = {"runs": int, "frames": int, "ttft_ms": float}
+LOAD_CONFIG_KEYS: dict[str, Any] = {
+    "loop": Literal["closed", "open"],
+    "ttft_ms": float,
+    "interval_ms": float,
+    "tokens": int,
+    "warmup_s": float,
+    "duration_s": float,
+    "runs": int,
+    "client_workers": int,
+    "stub_workers": int,
+}
+
+
 def from_json(doc: Json) -> Results:
     written_at = doc.get("schema_version")
+    check_version(doc)  # before anything else is looked at
+    check_document(doc)
     doc = migrate(doc)
     provenance = Provenance(
         kind=doc["kind"],
-        tool=_build(Tool, doc["tool"]),
+        tool=_build(Tool, doc["tool"], "tool"),
         created=doc["created"],
-        host=_build(Host, doc["host"]),
+        host=_build(Host, doc["host"], "host"),
         schema_version=written_at if isinstance(written_at, int) else SCHEMA_VERSION,
     )
     if doc["kind"] == "load":
         return LoadResults(
             provenance=provenance,
             config=doc["config"],
-            targets={k: _build(TargetInfo, v) for k, v in (doc.get("targets") or {}).items()},
-            skipped=tuple(_build(TargetSkip, s) for s in doc.get("skipped", [])),
-            levels=tuple(load_row(r) for r in doc.get("levels", [])),
+            targets={k: _build(TargetInfo, v, at("targets", k)) for k, v in (doc.get("targets") or {}).items()},
+            skipped=tuple(_build(TargetSkip, s, at("skipped", i)) for i, s in enumerate(doc.get("skipped", []))),
+            levels=tuple(load_row(r, at("levels", i)) for i, r in enumerate(doc.get("levels", []))),
             interrupted=bool(doc.get("interrupted")),
         )
     cert = doc.get("certification") or {}
-    rows = tuple(matrix_row(r) for r in doc.get("rows", []))
+    check_fields(Certification, cert, "certification")
+    rows = tuple(matrix_row(r, at("rows", i)) for i, r in enumerate(doc.get("rows", [])))
+    proxies = doc.get("proxies") or {}
+    check(proxies, Mapping[str, ProxyInfo], "proxies")
+    points = doc.get("points")
     results = MatrixResults(
         provenance=provenance,
         experiment=doc["experiment"],
@@ -740,52 +769,125 @@ def from_json(doc: Json) -> Results:
             checks=tuple(_build(Check, c) for c in cert.get("checks", [])),
             emitter_drift_ms={k: _build(Drift, v) for k, v in (cert.get("emitter_drift_ms") or {}).items()},
         ),
-        proxies={k: _build(ProxyInfo, v) for k, v in (doc.get("proxies") or {}).items()},
-        skipped=tuple(_build(PathSkip, s) for s in doc.get("skipped", [])),
+        proxies={k: _build(ProxyInfo, v) for k, v in proxies.items()},
+        skipped=tuple(_build(PathSkip, s, at("skipped", i)) for i, s in enumerate(doc.get("skipped", []))),
         rows=rows,
-        floors=tuple(floor_entry(f) for f in doc.get("floors", [])),
+        floors=tuple(floor_entry(f, at("floors", i)) for i, f in enumerate(doc.get("floors", []))),
         interrupted=bool(doc.get("interrupted")),
-        points=tuple(_build(SweepPoint, p) for p in doc["points"]) if doc.get("points") is not None else None,
+        points=tuple(_build(SweepPoint, p, at("points", i)) for i, p in enumerate(points))
+        if points is not None
+        else None,
         inferred=_inferred(doc["inferred"]) if doc.get("inferred") else None,
     )
     shares = doc.get("exclusion_shares")
     if shares:
-        return replace(results, exclusion_shares=tuple(exclusion_share(s) for s in shares))
+        built = tuple(exclusion_share(s, at("exclusion_shares", i)) for i, s in enumerate(shares))
+        return replace(results, exclusion_shares=built)
     return replace(results, exclusion_shares=exclusion_shares(results.rows))  # a file without them: the one rule
 
 
-def matrix_row(row: Json) -> MatrixRow:
+def check_document(doc: Json) -> None:
+    """Before the migrations walk it: the kind, the provenance and every container they and the model iterate are
+    of their JSON type, and so are the echoed keys the report reads (a wrong one is refused with its path)."""
+    check(doc.get("kind"), Kind, "kind")
+    check(doc.get("tool"), Tool, "tool")
+    check(doc.get("host"), Host, "host")
+    check(doc.get("created"), str, "created")
+    _objects(doc, "skipped", "skipped")
+    if doc["kind"] == "load":
+        check(doc.get("config"), Json, "config")
+        config: Json = doc["config"]
+        check_keys(config, LOAD_CONFIG_KEYS, "config", required=False)
+        check_keys(config, {"rates": tuple[float, ...], "levels": tuple[float, ...]}, "config", required=False)
+        check(doc.get("targets"), Mapping[str, Any] | None, "targets")
+        _objects(doc, "levels", "levels")
+        return
+    check(doc.get("experiment"), Json, "experiment")
+    experiment: Json = doc["experiment"]
+    check_keys(experiment, EXPERIMENT_KEYS, "experiment", required=False)
+    check_keys(experiment.get("exclusion") or {}, {"rule": str}, "experiment.exclusion", required=False)
+    check_keys(experiment, PAGE_EXPERIMENT_KEYS, "experiment", required=False)
+    _objects(experiment, "conditions", "experiment.conditions", nullable=True)
+    check(doc.get("certification"), Json | None, "certification")
+    check(doc.get("inferred"), Json | None, "inferred")
+    for key in ("rows", "floors"):
+        _objects(doc, key, key)
+    for key in ("exclusion_shares", "points"):
+        _objects(doc, key, key, nullable=True)
+    for i, row in enumerate(doc.get("rows", [])):
+        _objects(row, "raw", at(at("rows", i), "raw"))
+
+
+def _objects(parent: Json, key: str, path: str, nullable: bool = False) -> None:
+    """parent[key], when there, is a list of JSON objects (or null, where null reads as none)."""
+    check(parent.get(key, []), list[Json] | None if nullable else list[Json], path)
+
+
+def matrix_row(row: Json, path: str = "row") -> MatrixRow:
     axes = {a.field for a in AXES}
-    data = {k: v for k, v in row.items() if k not in ("raw", "condition") and k not in axes}
-    built = _build(MatrixRow, {**data, "condition": Condition.from_json(row, row=True)})
+    check_fields(MatrixRow, row, path, skip={"condition", "attribution", "pairing", "raw"})
+    data = {k: v for k, v in row.items() if k not in ("raw", "condition", "attribution", "pairing") and k not in axes}
+    built = _build(MatrixRow, {**data, "condition": _condition(row, path, row=True)}, path, skip={"condition"})
     attribution, pairing = row.get("attribution"), row.get("pairing")
     for name, value in (("attribution", attribution), ("pairing", pairing)):
-        if value is not None and not isinstance(value, dict):
-            raise ValueError(f"a row's `{name}` is not an object: {value!r}")
+        check(value, Json | None, at(path, name))
+    if attribution:
+        check_fields(Attribution, attribution, at(path, "attribution"))
     return replace(
         built,
         attribution=Attribution.from_json(attribution) if attribution else None,
-        pairing=_build(Paired, pairing) if pairing else None,
-        raw=tuple(matrix_run(r) for r in row.get("raw", [])),
+        pairing=_build(Paired, pairing, at(path, "pairing")) if pairing else None,
+        raw=tuple(matrix_run(r, at(at(path, "raw"), i)) for i, r in enumerate(row.get("raw", []))),
     )
 
 
-def floor_entry(floor: Json) -> FloorEntry:
-    return _build(FloorEntry, {**floor, "condition": Condition.from_json(floor["condition"])})
+def _condition(data: Json, path: str, row: bool = False) -> Condition:
+    """A condition from a row's axis keys (or a condition object): each axis's value checked by its own parser."""
+    check(data, Json, path)
+    for axis in AXES:
+        name = axis.field if row else axis.key
+        if name in data:
+            _parsed(at(path, name), axis.from_json, data[name])
+    return Condition.from_json(data, row=row)
 
 
-def exclusion_share(share: Json) -> ExclusionShare:
+def _parsed(path: str, parse: Callable[[Any], T], value: Any) -> T:
+    """What a parser of another module makes of a value, its refusal said at the value's path."""
+    try:
+        return parse(value)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise DocumentError(f"{path}: {exc}") from None
+
+
+def floor_entry(floor: Json, path: str = "floor") -> FloorEntry:
+    check(floor.get("condition"), Json, at(path, "condition"))
+    condition = _condition(floor["condition"], at(path, "condition"))
+    return _build(FloorEntry, {**floor, "condition": condition}, path, skip={"condition"})
+
+
+def exclusion_share(share: Json, path: str = "share") -> ExclusionShare:
     condition = share.get("condition")
-    return _build(ExclusionShare, {**share, "condition": Condition.from_json(condition) if condition else None})
+    check(condition, Json | None, at(path, "condition"))
+    value = _condition(condition, at(path, "condition")) if condition else None
+    return _build(ExclusionShare, {**share, "condition": value}, path, skip={"condition"})
 
 
-def matrix_run(run: Json) -> MatrixRun:
-    metrics = run.get("metrics")
+# Keys of a run that its reader takes null (or an empty value) as none of.
+RUN_NULLABLE = ("frame_delay_ms", "arrivals", "writes_ms")
+
+
+def matrix_run(run: Json, path: str = "run") -> MatrixRun:
+    check_fields(MatrixRun, run, path, required=False, skip={"metrics", "end"}, nullable=RUN_NULLABLE)
+    metrics, end = run.get("metrics"), run.get("end")
+    check(metrics, Json | None, at(path, "metrics"))
+    check(end, Json | None, at(path, "end"))
+    if metrics:
+        check_fields(RunMetrics, metrics, at(path, "metrics"), required=False)
     return MatrixRun(
         stream_id=run.get("stream_id", ""),
         included=bool(run.get("included")),
         excluded_because=run.get("excluded_because"),
-        metrics=RunMetrics.from_json(metrics) if metrics else None,
+        metrics=_parsed(at(path, "metrics"), RunMetrics.from_json, metrics) if metrics else None,
         path_added_ttft_ms=run.get("path_added_ttft_ms"),
         frame_delay_ms=run.get("frame_delay_ms") or {},
         audit=run.get("audit"),
@@ -795,11 +897,17 @@ def matrix_run(run: Json) -> MatrixRun:
         audited=run.get("audited", True),
         content_encoding=run.get("content_encoding", IDENTITY),
         http_version=HttpVersion(run.get("http_version", HTTP11)),
-        end=StreamEnd.from_json(run["end"]) if run.get("end") else None,
+        end=_parsed(at(path, "end"), StreamEnd.from_json, end) if end else None,
     )
 
 
-def load_row(row: Json) -> LoadRow:
+# Keys of a load level that its reader takes null as none of (or, for added TTFT, as no figure).
+LEVEL_NULLABLE = ("added_ttft_ms", "error_samples", "runs_added_ttft_ms")
+
+
+def load_row(row: Json, path: str = "level") -> LoadRow:
+    check_fields(LoadRow, row, path, nullable=LEVEL_NULLABLE)
+
     def pct(key: str) -> Percentiles | None:
         value = row.get(key)
         return _build(Percentiles, value) if value else None
@@ -826,7 +934,7 @@ def load_row(row: Json) -> LoadRow:
 
 
 def _inferred(data: Json) -> Inferred:
-    built = _build(Inferred, data)
+    built = _build(Inferred, data, "inferred")
     span = data.get("size_range")
     return replace(built, size_range=(int(span[0]), int(span[1])) if span else None)
 
@@ -839,18 +947,22 @@ def read(path: Path) -> Results:
     if path.is_dir():
         path = path / "results.json"
     try:
-        doc: Json = json.loads(path.read_text())
+        doc: Json = json.loads(path.read_text(encoding="utf-8"))  # JSON is UTF-8, whatever the locale
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
         raise UsageError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path} is not a tokenpath results document (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise UsageError(f"{path} is not a tokenpath results document")
     try:
         return from_json(doc)
+    except DocumentError as exc:
+        raise UsageError(f"{path}: not a tokenpath results document: {exc}") from None
     except UsageError as exc:
         raise UsageError(f"{path}: {exc}") from None
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a shape no check names
         raise UsageError(f"{path}: not a tokenpath results document ({type(exc).__name__}: {exc})") from None
 
 
@@ -864,7 +976,7 @@ def write(results: Results, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(dumps(results))
+    tmp.write_text(dumps(results), encoding="utf-8")
     tmp.replace(path)
     return path
 
@@ -898,8 +1010,9 @@ def _to_json(value: Any) -> Any:
     return value
 
 
-def _build(cls: type[T], data: Mapping[str, Any]) -> T:
+def _build(cls: type[T], data: Mapping[str, Any], path: str = "", skip: Collection[str] = ()) -> T:
     """A dataclass from a JSON object: unknown keys are ignored (a newer minor field), missing ones take their
-    default; a missing key with no default is an error the caller reports."""
+    default; a missing key with no default, or a value not of its field's type, is refused with its path."""
+    check_fields(cls, data, path or cls.__name__, skip=skip)
     names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
     return cls(**{k: v for k, v in data.items() if k in names})
