@@ -381,7 +381,7 @@ def test_a_closing_event_s_text_is_put_in_over_several_steps(api: Api, monkeypat
 class Recorded(LoopShare):
     """Every build's turns, in the order they came, by build; and the slice each build was given."""
 
-    turns: ClassVar[list[int]] = []
+    order: ClassVar[list[int]] = []  # the build each turn was of
     slices: ClassVar[list[int]] = []
 
     def __init__(self, clock: Any = None, slice_ns: int = 0) -> None:
@@ -390,7 +390,7 @@ class Recorded(LoopShare):
         self.build = len(Recorded.slices)
 
     async def turn(self) -> None:
-        Recorded.turns.append(self.build)
+        Recorded.order.append(self.build)
         await super().turn()
 
 
@@ -399,7 +399,7 @@ def test_large_streams_are_built_one_at_a_time_with_a_turn_every_step(
 ) -> None:
     """Built at once, each build ran a slice between two of the loop's polls: a frame due meanwhile waited for all
     of them. One at a time, a turn after every step past BUILD_SLICE_NS (below LoopShare's 1 ms)."""
-    Recorded.turns.clear()
+    Recorded.order.clear()
     Recorded.slices.clear()
     monkeypatch.setattr(stub_app, "LoopShare", Recorded)
     stub = start_stub()
@@ -412,5 +412,5 @@ def test_large_streams_are_built_one_at_a_time_with_a_turn_every_step(
         with sock:
             _read_all(sock)
     assert Recorded.slices == [stub_app.BUILD_SLICE_NS] * 3
-    runs = [build for i, build in enumerate(Recorded.turns) if i == 0 or Recorded.turns[i - 1] != build]
+    runs = [build for i, build in enumerate(Recorded.order) if i == 0 or Recorded.order[i - 1] != build]
     assert runs == [1, 2, 3]  # each build's turns together: never one build's step between another's
