@@ -151,7 +151,9 @@ def _not_allowed(value: object) -> ValueError:
     return ValueError(f"{value!r} is not allowed")
 
 
-def _number(ok: Callable[[float], bool]) -> Callable[[object], float]:
+def number_parser(ok: Callable[[float], bool]) -> Callable[[object], float]:
+    """A parser of a finite number that `ok` accepts (never a bool): the axes' numbers, and the experiment file's."""
+
     def parse(value: object) -> float:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or not ok(value):
             raise _not_allowed(value)
@@ -332,7 +334,7 @@ FRAME_BYTES: Axis[int] = Axis(
 INTERVAL_MS: Axis[float] = Axis(
     key="interval_ms",
     field="interval_ms",
-    parse=_number(lambda v: v > 0),
+    parse=number_parser(lambda v: v > 0),
     default=50.0,
     label=lambda c: "" if c.endpoint else f" @ {c.interval_ms:g} ms",
     help="The stub's time between tokens (ms).",
@@ -524,7 +526,7 @@ STUB_HEADERS: Axis[tuple[tuple[str, str], ...]] = Axis(
 HEARTBEAT_MS: Axis[float] = Axis(
     key="heartbeat_ms",
     field="heartbeat_ms",
-    parse=_number(lambda v: v >= 0),
+    parse=number_parser(lambda v: v >= 0),
     default=0.0,
     label=lambda c: f", heartbeat {c.heartbeat_ms:g} ms" if c.heartbeat_ms else "",
     help=(
@@ -583,7 +585,7 @@ HEAD_AT_AXIS: Axis[HeadAt] = Axis(
 PAUSE_MS: Axis[float] = Axis(
     key="pause_ms",
     field="pause_ms",
-    parse=_number(lambda v: v >= 0),
+    parse=number_parser(lambda v: v >= 0),
     default=0.0,
     label=lambda c: f", pause {c.pause_ms:g} ms" if c.pause_ms else "",
     help="The stub falls silent for N ms mid-stream, after --pause-after's token: every later frame is that much "

@@ -1,13 +1,15 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tokenpath.audit import StreamLog
 from tokenpath.errors import ProxyError, UsageError
-from tokenpath.experiment.spec import ExclusionRule, load, parse
+from tokenpath.experiment.spec import ExclusionRule, load, parse, stub_pacing
 from tokenpath.proxies.attached import AttachedProxy
+from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, Pacing
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -306,3 +308,77 @@ def test_each_kind_of_path_reads_its_own_version_key() -> None:
     exp = parse({"proxy": [svc, gw]})
     assert exp.proxy("svc").version() == "svc 2.0"
     assert exp.proxy("gw").version() == "gw 3.0"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        (f"frames = {MAX_TOKENS + 1}", "frames"),
+        ("frames = 9223372036854775807", "frames"),
+        (f"[conditions]\nframe_bytes = [{MAX_FRAME_BYTES + 1}]", "frame_bytes"),
+        ("[conditions]\nframe_bytes = [100000000000]\napi = 'anthropic'", "frame_bytes"),
+        # Not planned (no keep-alive, pause or held head): bounded all the same, as the stub bounds every request.
+        (f"frames = {MAX_TOKENS}\n[conditions]\ninterval_ms = [50]", "the stream would run"),
+        (f"frames = {MAX_TOKENS}\n[conditions]\ninterval_ms = [1]\nframe_bytes = [1100]", "x frame_bytes"),
+    ],
+)
+def test_a_stream_the_stub_would_refuse_fails_the_file(tmp_path: Path, toml: str, key: str) -> None:
+    """Past the stub's limits every stream would be a 400 and the matrix would end with no valid runs: the file
+    fails at load, in one line that names it and the key."""
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 'exp.toml'}: .*{key}") as info:
+        load(write(tmp_path, toml))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("frames", "conditions"), [(MAX_TOKENS, {"interval_ms": [1]}), (2, {"frame_bytes": [MAX_FRAME_BYTES]})]
+)
+def test_a_stream_at_the_stubs_limits_is_accepted_by_the_file_and_the_stub(
+    frames: int, conditions: dict[str, object]
+) -> None:
+    exp = parse({"frames": frames, "conditions": conditions})
+    for cond in exp.conditions:
+        Pacing.from_json(stub_pacing(cond, exp.frames, exp.ttft_ms).to_json())  # the stub's own check of a request
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "true", "0", "-1", '"x"', "[1]"])
+def test_a_tolerance_that_is_not_a_positive_time_fails_the_file(tmp_path: Path, value: str) -> None:
+    with pytest.raises(UsageError, match=r"exp\.toml: \[exclusion\] tolerance_ms: .* is not allowed"):
+        load(write(tmp_path, f"[exclusion]\ntolerance_ms = {value}"))
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1]", "-5", "nan", "inf", "true"])
+def test_a_ttft_that_is_not_a_time_fails_the_file(tmp_path: Path, value: str) -> None:
+    with pytest.raises(UsageError, match=r"exp\.toml: ttft_ms: .* is not allowed"):
+        load(write(tmp_path, f"ttft_ms = {value}"))
+
+
+def test_a_ttft_of_zero_and_a_whole_tolerance_are_numbers() -> None:
+    exp = parse({"ttft_ms": 0, "exclusion": {"tolerance_ms": 3}})
+    assert (exp.ttft_ms, exp.exclusion.tolerance_ms) == (0.0, 3.0)
+
+
+def test_a_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UsageError, match=r"binary\.toml: not UTF-8 text"):
+        load(path)
+
+
+def test_a_name_must_be_a_string(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"exp\.toml: name must be a string"):
+        load(write(tmp_path, "name = 5"))
+
+
+def test_a_replayed_recording_with_a_bad_source_is_named_so(tmp_path: Path) -> None:
+    recording = json.loads((EXAMPLES / "origins" / "llama-server.chat.json").read_text())
+    (tmp_path / "bad.json").write_text(json.dumps({**recording, "source": "xy"}))
+    toml = '[conditions]\norigin = ["replay:bad.json"]'
+    with pytest.raises(UsageError, match=r"exp\.toml: \[conditions\] origin: recording .*bad\.json: .*source"):
+        load(write(tmp_path, toml))

@@ -4,6 +4,7 @@ its bytes, a replayed one parsed at every split, and the file's own checks."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from tokenpath.errors import UsageError
 from tokenpath.origins.behaviour import Http10Answer
 from tokenpath.origins.record import recording_from, redacted
 from tokenpath.probe.trace import TraceRecorder
-from tokenpath.stub.replay import Recording, plan
+from tokenpath.stub.replay import Recording, load, plan
 from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.framing import Framing, chunk
@@ -127,6 +128,22 @@ def doc(**over: object) -> dict[str, object]:
         ({"headers": [["X-Bad", "a\r\nInjected: 1"]]}, "X-Bad"),
         ({"api": "nope"}, "nope"),
         ({"content_type": "a\nb"}, "content_type"),
+        ({"content_type": 5}, "content_type must be a string"),
+        ({"name": 5}, "name must be a string"),
+        ({"name": "a\r\nb<script>"}, "name must be one printable line"),
+        ({"source": "xy"}, "source must be an object"),
+        ({"source": 5}, "source must be an object"),
+        ({"source": [1]}, "source must be an object"),
+        ({"version": True}, "version True"),
+        ({"version": 1.0}, "version 1.0"),
+        ({"writes": "abc"}, "writes must be a list"),
+        ({"writes": [{"at_ms": 5, "events": 5}]}, r"writes\[0\] must be an object"),
+        ({"writes": [{"at_ms": 10**400, "events": [{"kind": "content", "data": "x"}]}]}, r"writes\[0\]\.at_ms"),
+        ({"writes": [{"at_ms": True, "events": [{"kind": "content", "data": "x"}]}]}, r"at_ms True is not a time"),
+        ({"writes": [{"at_ms": 5, "events": [{"kind": "zzz", "data": "x"}]}]}, "kind 'zzz'"),
+        ({"writes": [{"at_ms": 5, "events": [{"kind": "control", "data": "x"}]}]}, "no event of kind 'content'"),
+        ({"head_ms": -1}, "head_ms"),
+        ({"head_ms": [1]}, "head_ms"),
     ],
 )
 def test_a_malformed_recording_is_one_usage_error(change: dict[str, object], says: str) -> None:
@@ -137,3 +154,11 @@ def test_a_malformed_recording_is_one_usage_error(change: dict[str, object], say
 def test_a_recording_survives_its_own_file() -> None:
     recording = recorded([HEAD + BODY[:40], BODY[40:]])
     assert Recording.from_json(json.loads(recording.dumps())) == recording
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"a":' * 3000 + "1" + "}" * 3000])
+def test_json_nested_too_deep_for_the_parser_is_one_usage_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text(text)
+    with pytest.raises(UsageError, match=r"deep\.json: not a recording \(JSON nested too deeply\)"):
+        load(path)

@@ -4,6 +4,7 @@ paths, conditions, runs, and the exclusion rule. Loading validates it all and sa
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from tokenpath.axes import (
     Condition,
     Link,
     grid,
+    number_parser,
     origin_member,
     replay_file,
 )
@@ -33,7 +35,7 @@ from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
-from tokenpath.stub.config import Pacing, StubConfig
+from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.stub.replay import load_cached as load_recording
 from tokenpath.wire.apis import SPECS, Api
@@ -132,9 +134,11 @@ class Experiment:
 def load(path: str | Path) -> Experiment:
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")  # TOML is UTF-8 whatever the locale says
     except OSError as exc:
         raise UsageError(f"cannot read experiment file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -227,8 +231,8 @@ def parse(data: dict[str, Any]) -> Experiment:
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
     _no_unknown(cond, set(KEYS), "[conditions]")
-    frames = _int(data, "frames", 40, 2)
-    ttft_ms = float(data.get("ttft_ms", 20.0))
+    frames = _int(data, "frames", 40, 2, MAX_TOKENS)  # the stub's token limit: past it every stream is a 400
+    ttft_ms = _ms(data, "ttft_ms", 20.0, lambda v: v >= 0, "a number of ms >= 0")
     declared_size = "frame_bytes" in cond
     conditions = [_honoured(c, declared_size, frames, ttft_ms) for c in grid(cond, grid_axes())]
     conditions = list(dict.fromkeys(conditions))  # an api's unpadded frames stand for every default size once
@@ -239,10 +243,13 @@ def parse(data: dict[str, Any]) -> Experiment:
         if "frames" in data:
             raise UsageError("frames: the stub's stream length; against [upstream], max_tokens bounds each stream")
     exclusion = data.get("exclusion", {})
+    if not isinstance(exclusion, dict):
+        raise UsageError("[exclusion] must be a table (tolerance_ms)")
     _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
-    tolerance = exclusion.get("tolerance_ms")
-    if tolerance is not None and (not isinstance(tolerance, int | float) or tolerance <= 0):
-        raise UsageError("[exclusion] tolerance_ms must be a positive number (omit it for max(2 ms, 20 %))")
+    tolerance = None
+    if "tolerance_ms" in exclusion:
+        says = "a positive number of ms; omit it for max(2 ms, 20 %)"
+        tolerance = _ms(exclusion, "tolerance_ms", None, lambda v: v > 0, says, "[exclusion] ")
     websocket = data.get("websocket", {})
     if not isinstance(websocket, dict):
         raise UsageError("[websocket] must be a table (fallback, retry_delay_ms, upgrade_timeout_s)")
@@ -254,7 +261,7 @@ def parse(data: dict[str, Any]) -> Experiment:
     experiment = Experiment(
         ws_fallback=WsFallback.from_table(websocket, "[websocket]"),
         stub_listen=_stub_listen(data.get("stub", {})),
-        name=str(data.get("name", "experiment")),
+        name=_name(data),
         paths=paths,
         conditions=conditions,
         frames=frames,
@@ -304,23 +311,23 @@ def _endpoint_conditions(cond: dict[str, Any], endpoint: EndpointSpec) -> list[C
 
 
 def _honoured(cond: Condition, declared_size: bool, frames: int, ttft_ms: float) -> Condition:
-    """`cond` as the stub streams it, checked here by the stub's own rules (a frame too small for its format, a
-    keep-alive in a format that has none, a first event too small for its frame, a stream too long), so the file
-    fails, not every stream. OpenAI reasoning needs chunks with a reasoning field: such a condition streams
-    `format` openai, unpadded unless a declared frame_bytes holds every chunk."""
+    """`cond` as the stub streams it, checked here by the stub's own rules (a frame too small for its format or
+    past the stub's limit, a keep-alive in a format that has none, a first event too small for its frame, a stream
+    too long or too large), so the file fails, not every stream. OpenAI reasoning needs chunks with a reasoning
+    field: such a condition streams `format` openai, unpadded unless a declared frame_bytes holds every chunk."""
     replay = replay_file(cond)
     if replay is not None and load_recording(replay).api is not cond.api:
         recorded = load_recording(replay).api.value
         raise UsageError(f"[conditions] {cond.label}: the recording is of the {recorded} API, not {cond.api.value}")
     cond = replace(cond, frame_bytes=_frame_size(cond.frame_bytes, cond.api, declared_size, frames))
-    if not stub_pacing(cond, frames, ttft_ms).planned:
-        return cond
+    pacing = stub_pacing(cond, frames, ttft_ms)
     if cond.reasoning_tokens and cond.api is Api.OPENAI and not declared_size:
         cond = replace(cond, frame_bytes=0)
-    pacing = stub_pacing(cond, frames, ttft_ms)
+        pacing = stub_pacing(cond, frames, ttft_ms)
     try:
-        check_start(StubConfig.paced(pacing, api=cond.api.value, model=STUB_MODEL))
-        pacing.check_bounds("")
+        if pacing.planned:
+            check_start(StubConfig.paced(pacing, api=cond.api.value, model=STUB_MODEL))
+        pacing.check_bounds("")  # every stream's length and bytes, planned or not: the stub refuses them all
     except UsageError as exc:
         raise UsageError(f"[conditions] {cond.label}: {exc}") from None
     return cond
@@ -343,6 +350,8 @@ def _frame_size(size: int, api: Api, declared: bool, tokens: int) -> int:
     """An OpenAI condition pads bare frames (`format` plain) to `size`; another format pads each token's frame, whose
     JSON is larger: a declared size must hold it (checked here by the stub's own rule, so the file fails, not every
     stream), and without a declared size the format streams its own unpadded frames (0)."""
+    if size > MAX_FRAME_BYTES:  # the stub's limit: past it every stream is a 400
+        raise UsageError(f"[conditions] frame_bytes {size}: at most {MAX_FRAME_BYTES} (the stub's limit)")
     if api is Api.OPENAI:
         return size
     if not declared:
@@ -392,8 +401,25 @@ def _no_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
         raise UsageError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
 
 
-def _int(data: dict[str, Any], key: str, default: int, minimum: int) -> int:
+def _int(data: dict[str, Any], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
     value = data.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UsageError(f"{key} must be a whole number >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise UsageError(f"{key} must be a whole number from {minimum} to {maximum} (the stub's limit)")
     return value
+
+
+def _ms(data: dict[str, Any], key: str, default: Any, ok: Callable[[float], bool], says: str, where: str = "") -> float:
+    """A time in ms, checked as the [conditions] numbers are (axes.py's parser: no bool, NaN or infinity)."""
+    try:
+        return number_parser(ok)(data.get(key, default))
+    except ValueError as exc:
+        raise UsageError(f"{where}{key}: {exc} ({says})") from None
+
+
+def _name(data: dict[str, Any]) -> str:
+    name = data.get("name", "experiment")
+    if not isinstance(name, str):  # str() would make 5 a name nobody wrote
+        raise UsageError(f'name must be a string, e.g. name = "nginx-vs-haproxy", not {name!r}')
+    return name

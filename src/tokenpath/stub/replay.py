@@ -128,22 +128,24 @@ class Recording:
         """A recording checked as the stub will send it: a bad file is one UsageError naming what is wrong."""
         if not isinstance(doc, dict):
             raise UsageError(f"{where}: not a recording (a JSON object from `tokenpath record`)")
-        if doc.get("version") != RECORDING_VERSION:
-            raise UsageError(f"{where}: version {doc.get('version')!r}; this tokenpath reads {RECORDING_VERSION}")
+        version = doc.get("version")
+        if isinstance(version, bool) or not isinstance(version, int) or version != RECORDING_VERSION:
+            raise UsageError(f"{where}: version {version!r}; this tokenpath reads {RECORDING_VERSION}")
         try:
             api = parse_api(str(doc["api"]))
             framing = parse_http10_framing(doc["http10_framing"])
             headers = _headers(doc.get("headers", []))
-            writes = tuple(_write(w) for w in doc["writes"])
-            name, content_type = str(doc["name"]), str(doc["content_type"])
-            head_ms = float(doc.get("head_ms", 0.0))
-            if not math.isfinite(head_ms):
-                raise ValueError(f"head_ms {head_ms} is not a time")
+            writes = _writes(doc["writes"])
+            name, content_type = _line(doc, "name"), _line(doc, "content_type")
+            head_ms = _ms(doc.get("head_ms", 0.0), "head_ms")
+            source = doc.get("source", {})
+            if not isinstance(source, dict):
+                raise ValueError(f"source must be an object (where it was recorded), not {source!r:.40}")
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{where}: malformed recording ({type(exc).__name__}: {exc})") from None
         except UsageError as exc:
             raise UsageError(f"{where}: {exc}") from None
-        recording = cls(name, api, framing, content_type, headers, head_ms, writes, dict(doc.get("source") or {}))
+        recording = cls(name, api, framing, content_type, headers, head_ms, writes, dict(source))
         recording.check(where)
         return recording
 
@@ -159,8 +161,13 @@ class Recording:
             raise UsageError(f"{where}: write times must be >= 0, in order, within {MAX_STREAM_SECONDS:.0f} s")
         if any(not w.events for w in self.writes):
             raise UsageError(f"{where}: a write without events")
-        if not self.content_type.isprintable() or "\n" in self.content_type or len(self.content_type) > 200:
-            raise UsageError(f"{where}: content_type must be one printable line")
+        if self.first_content is None:  # TTFT is joined at the first content event: without one, nothing to measure
+            raise UsageError(f"{where}: no event of kind {FrameKind.CONTENT.value!r} (no first token to measure)")
+        for key, value in (("name", self.name), ("content_type", self.content_type)):
+            if not value.isprintable() or len(value) > 200:  # a header line and a label: no CR/LF, no controls
+                raise UsageError(f"{where}: {key} must be one printable line of at most 200 characters")
+        if self.head_ms < 0 or self.head_ms > MAX_STREAM_SECONDS * 1000:
+            raise UsageError(f"{where}: head_ms must be >= 0 and within {MAX_STREAM_SECONDS:.0f} s")
 
 
 def load(path: str | Path) -> Recording:
@@ -175,6 +182,8 @@ def load(path: str | Path) -> Recording:
         doc = json.loads(text)
     except ValueError as exc:
         raise UsageError(f"recording {path}: not JSON ({exc})") from None
+    except RecursionError:  # arrays nested thousands deep fit under the size cap; a recording nests 4 levels
+        raise UsageError(f"recording {path}: not a recording (JSON nested too deeply)") from None
     return Recording.from_json(doc, f"recording {path}")
 
 
@@ -222,19 +231,46 @@ def _headers(value: object) -> tuple[tuple[str, str], ...]:
     return tuple(response_headers(pairs).items())  # the stub's own rule: no framing, hop-by-hop or injected lines
 
 
-def _write(value: object) -> RecordedWrite:
-    if not isinstance(value, dict):
-        raise ValueError("a write must be an object with at_ms and events")
+def _line(doc: dict[str, Any], key: str) -> str:
+    """A string member (str() would turn 5 or a list into one nobody recorded)."""
+    value = doc[key]
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, not {value!r:.40}")
+    return value
+
+
+def _ms(value: object, key: str) -> float:
+    """A time in ms: a JSON number (not true), finite as a float (an integer of 400 digits is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{key} {value!r:.40} is not a time")
+    try:
+        ms = float(value)
+    except OverflowError:
+        raise ValueError(f"{key} {str(value)[:20]}... is not a time") from None
+    if not math.isfinite(ms):
+        raise ValueError(f"{key} {ms} is not a time")
+    return ms
+
+
+def _writes(value: object) -> tuple[RecordedWrite, ...]:
+    if not isinstance(value, list):
+        raise ValueError("writes must be a list of writes")
+    return tuple(_write(w, f"writes[{k}]") for k, w in enumerate(value))
+
+
+def _write(value: object, where: str) -> RecordedWrite:
+    if not isinstance(value, dict) or not isinstance(value.get("events"), list):
+        raise ValueError(f"{where} must be an object with at_ms and a list of events")
     events = tuple(_event(e) for e in value["events"])
-    at_ms = float(value["at_ms"])
-    if not math.isfinite(at_ms):
-        raise ValueError(f"at_ms {at_ms} is not a time")
-    return RecordedWrite(at_ms, events)
+    return RecordedWrite(_ms(value["at_ms"], f"{where}.at_ms"), events)
 
 
 def _event(value: object) -> RecordedEvent:
     if not isinstance(value, dict) or not isinstance(value.get("data"), str):
         raise ValueError("an event must be an object with kind and data")
+    kinds = [k.value for k in FrameKind]
+    if value.get("kind") not in kinds:
+        raise ValueError(f"an event's kind {value.get('kind')!r:.40}: expected one of {', '.join(kinds)}")
     return RecordedEvent(FrameKind(value["kind"]), value["data"].encode("utf-8", "surrogateescape"))
 
 
