@@ -26,7 +26,7 @@ def stub_url(module_service: Start) -> str:
 
 
 def test_an_external_jwt_gateway_is_loaded_with_a_fresh_token_per_stream(tmp_path: Path, stub_url: str) -> None:
-    secret = "s" * 48
+    secret = "s" * 64  # the gateway allows HS256/384/512 by default: HS512 needs 64 bytes (RFC 7518 3.2)
     env = {"GW_SECRET": secret}
     gateway_argv = tokenpath_argv(
         "gateway", "--listen", "127.0.0.1:0", "--upstream", stub_url, "--jwt-secret-env", "GW_SECRET"
@@ -118,7 +118,7 @@ def test_litellm_streams_are_joined_although_it_drops_the_stream_id(tmp_path: Pa
     assert row["added_ttft_ms"]["p50"] is not None
 
 
-COMMAND_TARGET_SECRET = "c" * 48
+COMMAND_TARGET_SECRET = "c" * 64  # enough for HS512, which the gateway allows by default
 
 
 @pytest.fixture(scope="module")

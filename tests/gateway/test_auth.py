@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from tests.helpers import LoopbackHTTP, QuietHandler
 from tokenpath.errors import UsageError
 from tokenpath.gateway.auth import Authenticator, AuthError
-from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig
+from tokenpath.gateway.config import AuthConfig, GatewayConfig, Member, PoolConfig, default_algorithms
 from tokenpath.gateway.jwks import JWKSCache
 
 RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -201,7 +202,8 @@ def test_jwks_rotation_stale_if_error_and_rate_limited_unknown_kids(jwks_server:
     jwks_server.keys = [jwk(RSA_KEY, "k1", "RS256")]
 
     async def scenario() -> None:
-        cache = JWKSCache(jwks_server.url, ttl_s=3600, min_refresh_s=0.3)
+        # 1 s: the least min_refresh_s there is (jwks.MIN_REFRESH_FLOOR_S)
+        cache = JWKSCache(jwks_server.url, ttl_s=3600, min_refresh_s=1.0)
         auth = Authenticator(AuthConfig(jwks_url=jwks_server.url, algorithms=("RS256", "ES256")), jwks=cache)
         await cache.start()
         try:
@@ -211,7 +213,7 @@ def test_jwks_rotation_stale_if_error_and_rate_limited_unknown_kids(jwks_server:
 
             # rotation: the issuer publishes k2, then signs with it; the unknown kid triggers one early refresh
             jwks_server.keys = [jwk(RSA_KEY, "k1", "RS256"), jwk(new_key, "k2", "ES256")]
-            await asyncio.sleep(0.35)
+            await asyncio.sleep(1.05)
             rotated = jwt.encode(claims(), new_key, algorithm="ES256", headers={"kid": "k2"})
             assert (await auth.authenticate(bearer(rotated))).subject == "alice"
             assert jwks_server.hits == 2
@@ -230,7 +232,6 @@ def test_jwks_rotation_stale_if_error_and_rate_limited_unknown_kids(jwks_server:
 
             # stale-if-error: the JWKS endpoint fails; the cached keys keep working
             jwks_server.fail = True
-            await asyncio.sleep(0.35)
             await cache.refresh()
             assert cache.errors == 1
             assert cache.state()["refresh_failures"] == 1  # what /_tokenpath/health shows an operator
@@ -428,3 +429,145 @@ def test_a_key_removed_from_the_jwks_refuses_the_tokens_it_verified_even_if_cach
             await cache.close()
 
     asyncio.run(scenario())
+
+
+# --- what is refused at start, and what a hostile token can put in a log line (review 69) ---
+
+
+def test_a_long_alg_is_logged_bounded(secret_env: str) -> None:
+    """An unauthenticated token with an 11 KB `alg` made an 11.7 KB log line: the reason is bounded as the
+    unknown kid's is (64 characters, repr'd)."""
+    auth = Authenticator(AuthConfig(secret_env=secret_env, algorithms=("HS256",)))
+    for alg in ("A" * 11_000, ["B" * 11_000], {"x": "C" * 11_000}):
+        with pytest.raises(AuthError) as refused:
+            auth.check(bearer(_hs256({"alg": alg, "typ": "JWT"}, claims())))
+        assert len(str(refused.value)) < 120, len(str(refused.value))
+        assert "not allowed" in str(refused.value)
+    with pytest.raises(AuthError, match="algorithm 'none' not allowed"):  # a short one as it was
+        auth.check(bearer(unsigned(claims())))
+
+
+def write_key(tmp_path: Path, data: bytes) -> str:
+    path = tmp_path / "key.pem"
+    path.write_bytes(data)
+    return str(path)
+
+
+P384_KEY = ec.generate_private_key(ec.SECP384R1())
+WEAK_RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+
+
+@pytest.mark.parametrize(
+    ("data", "algorithms", "reason"),
+    [
+        (b"my-hostname\n", ("RS256",), "not a PEM public key, which cannot verify RS256"),
+        (b"", ("ES256",), "not a PEM public key"),
+        (b"\xff\xfe\x00binary", ("EdDSA",), "not a PEM public key"),
+        (pem(RSA_KEY), ("ES256",), "an RSA key \\(2048 bits\\), which cannot verify ES256"),
+        (pem(RSA_KEY), ("RS256", "EdDSA"), "cannot verify EdDSA"),
+        (pem(EC_KEY), ("RS256",), "an EC key on secp256r1, which cannot verify RS256"),
+        (pem(P384_KEY), ("ES256",), "an EC key on secp384r1, which cannot verify ES256"),
+        (pem(EC_KEY), ("ES384",), "secp256r1, which cannot verify ES384"),
+        (pem(ED_KEY), ("PS256",), "an Ed25519 key, which cannot verify PS256"),
+        (pem(WEAK_RSA_KEY), ("RS256",), "1024 bits long"),
+        (pem(RSA_KEY), ("ES256", "EdDSA"), "an RSA key .*, which cannot verify ES256"),
+    ],
+    ids=["text", "empty", "binary", "rsa-for-es256", "rsa-for-eddsa", "ec-for-rs256", "p384-for-es256",
+         "p256-for-es384", "ed25519-for-ps256", "rsa-1024", "rsa-for-es-and-eddsa"],
+)  # fmt: skip
+def test_a_public_key_file_that_cannot_verify_every_algorithm_is_refused_at_start(
+    tmp_path: Path, data: bytes, algorithms: tuple[str, ...], reason: str
+) -> None:
+    """Before: a file that is no key, or a key of another family, started fine and then 401ed every token."""
+    path = write_key(tmp_path, data)
+    with pytest.raises(UsageError, match=reason) as refused:
+        Authenticator(AuthConfig(public_key_file=path, algorithms=algorithms))
+    message = str(refused.value)
+    assert path in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(("key", "fits"), [(RSA_KEY, ["RS256", "PS256"]), (EC_KEY, ["ES256"]), (ED_KEY, ["EdDSA"])])
+def test_a_public_key_with_the_default_algorithms_verifies_those_it_fits(
+    tmp_path: Path, key: Any, fits: list[str]
+) -> None:
+    """The default allow-list names every family and one key is of one: the key keeps the defaults it fits."""
+    cfg = AuthConfig(public_key_file=write_key(tmp_path, pem(key)))
+    defaults = AuthConfig(**{**cfg.__dict__, "algorithms": default_algorithms(cfg)})
+    auth = Authenticator(defaults, algorithms_written=False)
+    assert auth.algorithms == fits
+    assert auth.check(bearer(jwt.encode(claims(), key, algorithm=fits[0]))).subject == "alice"
+    with pytest.raises(UsageError):  # the same list written: every algorithm of it must fit the key
+        Authenticator(defaults)
+    no_key = AuthConfig(public_key_file=write_key(tmp_path, b"no key"), algorithms=default_algorithms(cfg))
+    with pytest.raises(UsageError, match="verifies none of"):  # a file that is no key still is refused
+        Authenticator(no_key, algorithms_written=False)
+
+
+def test_a_32_byte_secret_with_the_default_algorithms_starts_and_verifies_hs256_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default list for a secret (HS256, HS384, HS512) narrowed to what the secret is long enough for: a
+    32-byte secret kept working; written, the same list is refused (HS512 needs 64 bytes)."""
+    monkeypatch.setenv("GW_DEFAULT_SECRET", "d" * 32)
+    cfg = AuthConfig(secret_env="GW_DEFAULT_SECRET", algorithms=default_algorithms(AuthConfig(secret_env="x")))
+    auth = Authenticator(cfg, algorithms_written=False)
+    assert auth.algorithms == ["HS256"]
+    assert auth.check(bearer(jwt.encode(claims(), "d" * 32, algorithm="HS256"))).subject == "alice"
+    with pytest.raises(AuthError):
+        auth.check(bearer(jwt.encode(claims(), "d" * 64, algorithm="HS512")))  # refused by its alg
+    with pytest.raises(UsageError, match="HS512 needs at least 64"):
+        Authenticator(cfg)
+    monkeypatch.setenv("GW_DEFAULT_SECRET", "d" * 31)
+    with pytest.raises(UsageError, match="HS256 needs at least 32"):
+        Authenticator(cfg, algorithms_written=False)
+
+
+def test_the_gateway_tells_its_authenticator_whether_the_file_wrote_algorithms(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from tokenpath.gateway import config as gwconfig
+    from tokenpath.gateway.server import GatewayServer
+
+    monkeypatch.setenv("GW_DEFAULT_SECRET", "d" * 32)
+    pool: list[dict[str, Any]] = [{"name": "p", "member": [{"url": "http://127.0.0.1:9"}]}]
+    base: dict[str, Any] = {"auth": {"secret_env": "GW_DEFAULT_SECRET"}, "pool": pool}
+    assert GatewayServer(gwconfig.from_dict(base)).auth.algorithms == ["HS256"]
+    written = {"auth": {"secret_env": "GW_DEFAULT_SECRET", "algorithms": ["HS256", "HS384", "HS512"]}, "pool": pool}
+    with pytest.raises(UsageError, match="HS512 needs at least 64"):
+        GatewayServer(gwconfig.from_dict(written))
+
+
+@pytest.mark.parametrize(
+    ("length", "algorithms", "needs"),
+    [
+        (31, ("HS256",), "HS256 needs at least 32"),
+        (47, ("HS256", "HS384"), "HS384 needs at least 48"),
+        (48, ("HS512",), "HS512 needs at least 64"),
+        (63, ("HS256", "HS384", "HS512"), "HS512 needs at least 64"),
+    ],
+)
+def test_a_secret_shorter_than_its_largest_hs_algorithm_needs_is_refused(
+    monkeypatch: pytest.MonkeyPatch, length: int, algorithms: tuple[str, ...], needs: str
+) -> None:
+    """RFC 7518 3.2: an HMAC key at least the hash's size. 32 bytes was accepted for HS384/HS512, and PyJWT then
+    printed a (non-JSON) InsecureKeyLengthWarning on stderr for every such token."""
+    secret = "q" * (length - 5) + "Z9x!k"
+    monkeypatch.setenv("GW_SHORT_SECRET", secret)
+    with pytest.raises(UsageError, match=needs) as refused:
+        Authenticator(AuthConfig(secret_env="GW_SHORT_SECRET", algorithms=algorithms))
+    message = str(refused.value)
+    assert "GW_SHORT_SECRET" in message
+    assert secret not in message
+    assert "Z9x!k" not in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("alg", ["HS256", "HS384", "HS512"])
+def test_a_secret_long_enough_verifies_without_a_warning(monkeypatch: pytest.MonkeyPatch, alg: str) -> None:
+    size = {"HS256": 32, "HS384": 48, "HS512": 64}[alg]
+    monkeypatch.setenv("GW_EXACT_SECRET", "s" * size)
+    auth = Authenticator(AuthConfig(secret_env="GW_EXACT_SECRET", algorithms=(alg,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an InsecureKeyLengthWarning would be an error here
+        assert auth.check(bearer(jwt.encode(claims(), "s" * size, algorithm=alg))).subject == "alice"

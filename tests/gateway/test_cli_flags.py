@@ -111,8 +111,7 @@ def test_a_jwt_setting_in_a_file_with_mode_none_is_refused(field: str) -> None:
     [
         ({"ca_file": __file__}, {}, "`ca_file` with no https member"),
         ({"client_cert": __file__}, {}, "`client_cert` with no https member"),
-        ({"claims": ["gold"]}, {}, "`claims` with one pool"),
-        ({"claims": ["gold"]}, {"auth": {"secret_env": "S", "pool_claim": "tier"}}, "`claims` with one pool"),
+        ({"claims": ["gold"]}, {}, "`claims` without auth `pool_claim`"),  # (on one pool they guard it: read)
         ({"models": ["*"]}, {}, "`models` with one pool"),  # written at its default value: as unread
         ({}, {"health": {"active_path": "/healthz"}}, "`active_path` with `active_interval_s` 0"),
         ({"models": ["gpt-*"]}, {}, "`models` with one pool: every request goes to it"),
@@ -148,6 +147,10 @@ def test_the_same_settings_where_they_are_used_are_accepted() -> None:
     jwks = config.from_dict({"auth": {"jwks_url": "http://127.0.0.1:9/jwks", "algorithms": ["RS256"], "jwks_ttl_s": 60,
                                       "jwks_min_refresh_s": 1}, "pool": two[1:]})  # fmt: skip
     assert (jwks.auth.jwks_ttl_s, jwks.auth.jwks_min_refresh_s) == (60, 1)
+    # `claims` on the only pool: it serves only those tokens (the others are a 403), so they are read
+    one = config.from_dict({"auth": {"secret_env": "S", "pool_claim": "tier"},
+                            "pool": [{"name": "p", "member": [{"url": UPSTREAM}], "claims": ["gold"]}]})  # fmt: skip
+    assert one.pools[0].claims == ("gold",)
 
 
 def test_a_pool_key_from_an_unset_variable_is_refused_at_start(monkeypatch: pytest.MonkeyPatch) -> None:

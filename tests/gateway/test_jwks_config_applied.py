@@ -61,11 +61,11 @@ def es256(kid: str) -> str:
 
 
 def test_jwks_ttl_s_bounds_how_long_a_removed_key_is_trusted(jwks_server: JWKSServer, member: RecordingMember) -> None:
-    """jwks_ttl_s = 0.3: the issuer drops k1 from its key set, and within seconds a token signed with k1 is refused
-    (the background refresh). With the default, 300 s, k1 would be trusted for five minutes. An unknown kid never
-    fetches here (jwks_min_refresh_s is an hour), so only the TTL can bring the change in."""
+    """jwks_ttl_s = 1 (the least jwks_min_refresh_s allows): the issuer drops k1 from its key set, and within seconds
+    a token signed with k1 is refused (the background refresh). With the default, 300 s, k1 would be trusted for
+    five minutes. k1 is a known kid, so it never fetches: only the TTL can bring the change in."""
     jwks_server.keys = [jwk(RSA_KEY, "k1", "RS256")]
-    with jwt_gateway(member.url, jwks_server.url, jwks_ttl_s=0.3, jwks_min_refresh_s=3600) as gw:
+    with jwt_gateway(member.url, jwks_server.url, jwks_ttl_s=1, jwks_min_refresh_s=1) as gw:
         assert status_of(gw.port, rs256("k1"))[0] == 200
         jwks_server.keys = [jwk(EC_KEY, "k2", "ES256")]  # k1 revoked
         deadline = time.monotonic() + 8
@@ -83,13 +83,13 @@ def test_jwks_ttl_s_bounds_how_long_a_removed_key_is_trusted(jwks_server: JWKSSe
 def test_jwks_min_refresh_s_is_how_soon_an_unknown_kid_fetches_again(
     jwks_server: JWKSServer, member: RecordingMember
 ) -> None:
-    """jwks_min_refresh_s = 0.2: each time the issuer publishes a new key, half a second later a token naming it
+    """jwks_min_refresh_s = 1 (its least): each time the issuer publishes a new key, 1.2 s later a token naming it
     fetches the key set and passes. With the default, 10 s after the start's fetch, both would be 401 unknown kid.
     The background refresh is an hour away (jwks_ttl_s), so every fetch after the first is an unknown kid's."""
     jwks_server.keys = [jwk(RSA_KEY, "k1", "RS256")]
-    with jwt_gateway(member.url, jwks_server.url, jwks_ttl_s=3600, jwks_min_refresh_s=0.2) as gw:
+    with jwt_gateway(member.url, jwks_server.url, jwks_ttl_s=3600, jwks_min_refresh_s=1) as gw:
         for round_, kid in enumerate(("k2", "k3"), start=2):
-            time.sleep(0.5)
+            time.sleep(1.2)
             jwks_server.keys = [*jwks_server.keys, jwk(EC_KEY, kid, "ES256")]
             assert status_of(gw.port, es256(kid))[0] == 200
             assert jwks_server.hits == round_
@@ -113,8 +113,8 @@ def test_retry_after_s_on_the_503_of_a_key_fetch_that_does_not_answer_in_time(
 
     monkeypatch.setattr(handler, "do_GET", hanging)
     limits = {"retry_after_s": 9}
-    with jwt_gateway(member.url, jwks_server.url, limits, jwks_ttl_s=3600, jwks_min_refresh_s=0.1) as gw:
-        time.sleep(0.3)  # past jwks_min_refresh_s: the unknown kid fetches
+    with jwt_gateway(member.url, jwks_server.url, limits, jwks_ttl_s=3600, jwks_min_refresh_s=1) as gw:
+        time.sleep(1.2)  # past jwks_min_refresh_s: the unknown kid fetches
         try:
             status, headers = status_of(gw.port, es256("k9"))
         finally:

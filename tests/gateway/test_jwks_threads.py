@@ -1,6 +1,7 @@
-"""The JWKS cache's fetch threads (issue 33): a JWKS endpoint that answers slowly holds a fetch thread past the
-refresh's deadline; every refresh asked for while that thread runs joins it, so however many refreshes fail, one
-fetch thread is alive (it was one more per failed refresh)."""
+"""The JWKS cache's fetch threads (issue 33, review 69): a fetch that outlives its deadline (here one that ignores
+it, as a thread stuck in name resolution would: the one wait the deadline cannot cut) is abandoned; the next
+refresh starts a fetch of its own instead of joining it, and however many refreshes fail, at most
+MAX_FETCH_THREADS fetch threads are alive."""
 
 from __future__ import annotations
 
@@ -12,22 +13,22 @@ import threading
 import pytest
 
 from tokenpath.gateway import jwks
-from tokenpath.gateway.jwks import FETCH_THREAD_NAME, JWKSCache
+from tokenpath.gateway.jwks import FETCH_THREAD_NAME, MAX_FETCH_THREADS, JWKSCache
 
 SECRET = base64.urlsafe_b64encode(b"k" * 32).rstrip(b"=").decode()
 JWKS_DOC = json.dumps({"keys": [{"kty": "oct", "k": SECRET, "kid": "k1", "alg": "HS256", "use": "sig"}]}).encode()
 
 
-class SlowJWKS(JWKSCache):
-    """A cache whose fetch blocks until the test lets it answer: a JWKS server that accepted the request and has not
-    finished its answer, without the timing of a real one (its thread stays alive for as long as the test says)."""
+class StuckJWKS(JWKSCache):
+    """A cache whose fetches block until the test lets them answer, deaf to their deadline: a fetch thread stuck
+    where the deadline's socket shutdown cannot reach it, without the timing of a real one."""
 
     def __init__(self) -> None:
         super().__init__("http://127.0.0.1:9/jwks.json", ttl_s=3600, min_refresh_s=0.0)
         self.answer = threading.Event()
         self.fetches = 0
 
-    def _get(self) -> bytes:
+    def _get(self, deadline: jwks._Deadline) -> bytes:
         self.fetches += 1
         self.answer.wait(30)  # bounded, so a failing test cannot leave a thread for the whole run
         return JWKS_DOC
@@ -38,29 +39,33 @@ def fetch_threads(before: set[threading.Thread]) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == FETCH_THREAD_NAME and t not in before]
 
 
-def test_refreshes_against_a_slow_endpoint_leave_one_fetch_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each refresh gives up after 0.1 s instead of 6; the fetch itself never ends before the test lets it, so the
-    # count below does not depend on how fast the machine is.
+def test_refreshes_against_stuck_fetches_abandon_them_and_keep_the_threads_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each refresh gives up after 0.1 s instead of 6; the fetches never end before the test lets them, so the
+    # counts below do not depend on how fast the machine is.
     monkeypatch.setattr(jwks, "FETCH_DEADLINE_S", 0.05)
     monkeypatch.setattr(jwks, "FETCH_GRACE_S", 0.05)
     before = set(threading.enumerate())
-    cache = SlowJWKS()
+    cache = StuckJWKS()
 
     async def scenario() -> None:
         try:
-            for _ in range(6):  # one after another: each fails by its deadline while the first thread still runs
+            for _ in range(6):  # one after another: each fails, the first ones by their deadline
                 await cache.refresh()
             await asyncio.gather(*(cache.refresh() for _ in range(3)))  # and together: one more refresh, joined
             assert cache.errors == 7  # every one of them failed, as stale-if-error counts them
-            assert len(fetch_threads(before)) == 1
-            assert cache.fetches == 1
+            # the first stuck fetch did not hold the second back (it was abandoned), and no more threads than that
+            assert cache.fetches == MAX_FETCH_THREADS == 2
+            assert len(fetch_threads(before)) == MAX_FETCH_THREADS
         finally:
             cache.answer.set()
             for thread in fetch_threads(before):
                 thread.join(10)
-        # The slow answer came and its thread ended: a refresh works again
+        # The stuck fetches ended: a refresh works again
         monkeypatch.setattr(jwks, "FETCH_DEADLINE_S", 10.0)
         await cache.refresh()
         assert "k1" in cache.keys
+        assert cache.fetches == 3
 
     asyncio.run(scenario())

@@ -5,9 +5,12 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from typing import Any
+
+import pytest
 
 from tokenpath.gateway.config import HealthConfig, Member, PoolConfig
-from tokenpath.gateway.pools import Pool, Router
+from tokenpath.gateway.pools import Pool, Refused, Router
 
 
 class FakeClock:
@@ -122,3 +125,43 @@ def test_a_member_already_ejected_that_fails_again_stays_out_but_is_not_ejected_
     clock.now += 1.5
     assert bad.healthy(clock())
     assert [p.record_failure(bad) for _ in range(2)] == [False, True]  # back, and failing: a new ejection
+
+
+def test_a_pool_with_claims_serves_only_tokens_that_carry_one() -> None:
+    """Claims are access control: the `pro` pool (its own upstream key) matched `pro-*` models, and was the
+    catch-all, for a token with no tier or tier "enterprise" too. Now such a request goes on to the next pool that
+    may take it, or, when there is none, is refused (Router.refusal: a 403 at admission, naming the claim only)."""
+    health = HealthConfig()
+    m = (Member("http://127.0.0.1:1"),)
+    pro = Pool(PoolConfig("pro", m, models=("pro-*",), claims=("pro",)), health)
+    rest = Pool(PoolConfig("rest", m), health)
+    router = Router([pro, rest], pool_claim="tier")
+    for claims in ({}, {"tier": "enterprise"}, {"tier": ["pro"]}, {"tier": None}):
+        assert router.route("pro-large", claims).name == "rest", claims
+        assert router.refusal(claims) is None
+    assert router.route("pro-large", {"tier": "pro"}).name == "pro"
+    assert router.route("other", {"tier": "pro"}).name == "pro"  # its claim first, as before
+
+    only_pro = Router([pro], pool_claim="tier")  # the pro pool first and catch-all: no one else's
+    assert only_pro.route(None, {"tier": "pro"}).name == "pro"
+    refused: list[dict[str, Any]] = [{}, {"tier": "enterprise"}, {"tier": "PRO"}, {"tier": 1}]
+    for claims in refused:
+        says = only_pro.refusal(claims)
+        assert says is not None
+        assert "`tier`" in says
+        assert "enterprise" not in says
+        with pytest.raises(Refused):
+            only_pro.route("pro-large", claims)
+        with pytest.raises(Refused):
+            only_pro.route(None, claims)
+
+
+def test_a_claim_value_that_is_not_a_string_never_matches() -> None:
+    """str() made true match "True" and ["pro"] match "['pro']"."""
+    health = HealthConfig()
+    m = (Member("http://127.0.0.1:1"),)
+    pools = [Pool(PoolConfig(name, m, claims=(name,)), health) for name in ("True", "1", "['pro']", "None")]
+    router = Router([*pools, Pool(PoolConfig("rest", m), health)], pool_claim="tier")
+    for value in (True, 1, 1.0, ["pro"], None, {"a": 1}):
+        assert router.route(None, {"tier": value}).name == "rest", value
+    assert Router(pools, pool_claim="tier").refusal({"tier": True}) is not None

@@ -173,6 +173,10 @@ class GatewayApp:
         """Admit a request; its body's bytes are held against the worker's body budget as they arrive (serve/http.py,
         serve/h2.py). One whose Content-Length alone would not fit in what the budget has left is refused now, before
         its body is sent (a body of unknown length, or one announced and never sent, costs nothing here)."""
+        if entry is not None and self.router.guarded:  # a pool that lists `claims` serves only their tokens
+            refused = self.router.refusal(entry.principal.claims)
+            if refused is not None:
+                return self._refuse(403, refused, "forbidden", (), entry.route.api)
         length = head.header("content-length")
         if length is not None and length.isdigit() and int(length) > self.body_budget.room():
             self._body_refused()

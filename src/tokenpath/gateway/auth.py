@@ -31,9 +31,11 @@ import jwt
 
 from tokenpath.errors import BadRequest, PeerError, UsageError
 from tokenpath.gateway.config import AuthConfig
-from tokenpath.gateway.jwks import JWKSCache, VerificationKey
+from tokenpath.gateway.jwks import JWKSCache, VerificationKey, bounded, too_short
 
-MIN_SECRET_BYTES = 32  # RFC 7518 3.2: at least the hash size for HS256
+# RFC 7518 3.2: an HMAC key at least the size of the hash. The secret must suit the largest HS algorithm allowed
+# (PyJWT would otherwise warn on stderr for every such token).
+MIN_SECRET_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
 # Tokens whose verification is kept, per worker: one per active client identity is the working set; an entry is a
 # token (~0.3-1 KB) and its claims (~1 KB), so the bound holds the cache to a few MB.
 MAX_VERIFIED_TOKENS = 4096
@@ -101,6 +103,7 @@ class Authenticator:
         jwks: JWKSCache | None = None,
         clock: Callable[[], float] = time.time,  # wall clock: `exp` is seconds since the epoch
         max_verified: int = MAX_VERIFIED_TOKENS,
+        algorithms_written: bool = True,  # False: the allow-list is the default for the key source, narrowed to the key
     ) -> None:
         self.cfg = cfg
         self.algorithms = list(cfg.algorithms)
@@ -115,22 +118,30 @@ class Authenticator:
             if not secret:
                 raise UsageError(f"`secret_env` {cfg.secret_env}: that environment variable is empty")
             self._key = secret.encode()
-            if len(self._key) < MIN_SECRET_BYTES:
-                raise UsageError(
-                    f"the secret in {cfg.secret_env} is {len(self._key)} bytes; HMAC JWT "
-                    f"secrets need at least {MIN_SECRET_BYTES} (RFC 7518 3.2)"
-                )
+            self.algorithms = fitting_secret(cfg.secret_env, len(self._key), self.algorithms, algorithms_written)
         elif cfg.public_key_file:
             try:
-                self._key = Path(cfg.public_key_file).read_bytes()
+                raw = Path(cfg.public_key_file).read_bytes()
             except OSError as exc:
                 raise UsageError(f"`public_key_file` {cfg.public_key_file}: {exc.strerror}") from None
-            if b"PRIVATE KEY" in self._key:
+            if b"PRIVATE KEY" in raw:
                 raise UsageError("`public_key_file` is a private key; give the gateway the public half only")
+            # The default allow-list names every family, and one key is of one: it verifies the defaults it fits
+            defaulted = not algorithms_written
+            self._key, self.algorithms = load_public_key(cfg.public_key_file, raw, self.algorithms, defaulted)
         elif cfg.jwks_url and self.jwks is None:
-            self.jwks = JWKSCache(cfg.jwks_url, cfg.jwks_ttl_s, cfg.jwks_min_refresh_s)
+            try:
+                self.jwks = JWKSCache(cfg.jwks_url, cfg.jwks_ttl_s, cfg.jwks_min_refresh_s)
+            except ValueError as exc:
+                raise UsageError(f"[auth] {exc}") from None
         required = ["exp"] + (["iss"] if cfg.issuer else []) + (["aud"] if cfg.audience else [])
-        self._options = {"require": required, "verify_aud": cfg.audience is not None}
+        # A key too short for its algorithm is refused (a 401), never a warning on stderr for each token: the
+        # configured secret and public key are checked at start, a JWKS's keys when it is fetched.
+        self._options = {
+            "require": required,
+            "verify_aud": cfg.audience is not None,
+            "enforce_minimum_key_length": True,
+        }
 
     @property
     def enabled(self) -> bool:
@@ -186,7 +197,7 @@ class Authenticator:
             raise AuthError(f"malformed token: {exc}") from None
         alg = header.get("alg")
         if not isinstance(alg, str) or alg not in self.algorithms:  # includes "none": never in the allow-list
-            raise AuthError(f"algorithm {alg!r} not allowed")
+            raise AuthError(f"algorithm {bounded(alg)} not allowed")
         if "crit" in header:  # RFC 7515 4.1.11: we understand no extension, so a critical one is a rejection
             raise AuthError("token has critical header extensions we do not support")
         key = self._key
@@ -200,9 +211,9 @@ class Authenticator:
             if found is None:
                 if may_fetch and self.jwks.may_fetch():
                     raise KeyNeeded(kid)
-                raise AuthError(f"unknown kid {kid[:64]!r}")
+                raise AuthError(f"unknown kid {bounded(kid)}")
             if found.alg is not None and found.alg != alg:
-                raise AuthError(f"kid {kid!r} is a {found.alg} key, the token says {alg}")
+                raise AuthError(f"kid {bounded(kid)} is a {found.alg} key, the token says {alg}")
             key = found.key
         principal = Principal(self._decode(token, key, alg))
         exp = principal.claims["exp"]  # required, and checked numeric by PyJWT
@@ -237,3 +248,77 @@ class Authenticator:
         except jwt.PyJWTError as exc:
             raise AuthError(f"invalid token: {type(exc).__name__}: {exc}") from None
         return claims
+
+
+def fitting_secret(env: str, length: int, algorithms: list[str], written: bool = True) -> list[str]:
+    """The HS algorithms a shared secret of `length` bytes may verify: a written allow-list whole, or refused when
+    one of them needs a longer secret; the default list (HS256, HS384, HS512) narrowed to those the secret is long
+    enough for (a 32-byte secret, long enough for HS256, still starts). Names the variable, never the value."""
+    if not written:
+        fits = [alg for alg in algorithms if MIN_SECRET_BYTES.get(alg, 0) <= length]
+        if fits:
+            return fits
+        algorithms = algorithms[:1]
+    hs = [alg for alg in algorithms if alg in MIN_SECRET_BYTES] or ["HS256"]
+    widest = max(hs, key=MIN_SECRET_BYTES.__getitem__)
+    if length < MIN_SECRET_BYTES[widest]:
+        raise UsageError(
+            f"the secret in {env} is {length} bytes; {widest} needs at least {MIN_SECRET_BYTES[widest]} "
+            f"(RFC 7518 3.2): use a longer secret, or list only the HS algorithms you use in `algorithms`"
+        )
+    return algorithms
+
+
+def key_kind(raw: bytes) -> str:
+    """What a PEM (or OpenSSH) public key is, in words, for an error message."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
+    try:
+        if raw.lstrip().startswith(b"ssh-") or raw.lstrip().startswith(b"ecdsa-"):
+            key: Any = serialization.load_ssh_public_key(raw.strip())
+        else:
+            key = serialization.load_pem_public_key(raw)
+    except Exception:
+        return "not a PEM public key"
+    if isinstance(key, rsa.RSAPublicKey):
+        return f"an RSA key ({key.key_size} bits)"
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        return f"an EC key on {key.curve.name}"
+    if isinstance(key, ed25519.Ed25519PublicKey):
+        return "an Ed25519 key"
+    if isinstance(key, ed448.Ed448PublicKey):
+        return "an Ed448 key"
+    return f"a {type(key).__name__}"
+
+
+FAMILIES = "RS*/PS* need an RSA key, ES256 an EC P-256 key, ES384 an EC P-384 key, EdDSA an Ed25519/Ed448 key"
+
+
+def load_public_key(path: str, raw: bytes, algorithms: list[str], defaulted: bool) -> tuple[Any, list[str]]:
+    """Parse `public_key_file` at start, as PyJWT would for each allowed algorithm: a file that is no public key, or
+    a key of another family (or curve) than an algorithm needs, or one too short, is refused now rather than a 401
+    for every token. With the default allow-list, the algorithms the key fits are kept (one at least). Returns the
+    parsed key (what jwt.decode takes, parsed once) and the algorithms it verifies."""
+    key: Any = None
+    fits: list[str] = []
+    for alg in algorithms:
+        algorithm = jwt.get_algorithm_by_name(alg)
+        try:
+            parsed = algorithm.prepare_key(raw)
+        except Exception:
+            if defaulted:
+                continue
+            raise UsageError(
+                f"`public_key_file` {path}: {key_kind(raw)}, which cannot verify {alg} ({FAMILIES})"
+            ) from None
+        short = too_short(algorithm, parsed)
+        if short:
+            raise UsageError(f"`public_key_file` {path}: {short}")
+        key = parsed
+        fits.append(alg)
+    if not fits:
+        raise UsageError(
+            f"`public_key_file` {path}: {key_kind(raw)}, which verifies none of {', '.join(algorithms)} ({FAMILIES})"
+        )
+    return key, fits

@@ -3,15 +3,19 @@ has a default with its reason, and is checked on load with a message that says w
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 from urllib.parse import urlsplit
 
 from tokenpath.errors import UsageError
+from tokenpath.gateway.headers import FORWARD_DROP
+from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS
 from tokenpath.gateway.tls import check_files
 from tokenpath.hostport import join_hostport, parse_hostport, url_host
 from tokenpath.tomlconfig import dataclass_from
@@ -108,7 +112,9 @@ class AuthConfig:
     jwks_min_refresh_s: float = 10.0  # an unknown kid triggers at most one fetch per this interval
     audience: str | None = None
     issuer: str | None = None
-    leeway_s: float = 30.0  # clock skew between the issuer and this host
+    # Clock skew between the issuer and this host, added to `exp` (and taken off `nbf`): NUMBER_RULES bounds it at
+    # 5 minutes, as a skew of synced clocks is seconds; more is a token trusted after it expired, not a clock.
+    leeway_s: float = 30.0
     pool_claim: str | None = None  # a claim whose value picks the pool (e.g. "tier")
 
 
@@ -158,7 +164,9 @@ class PoolConfig:
     members: tuple[Member, ...]
     strategy: Strategy = "round_robin"
     models: tuple[str, ...] = ("*",)  # fnmatch patterns of the request's model
-    claims: tuple[str, ...] = ()  # values of auth.pool_claim that route here
+    # Values of auth.pool_claim this pool serves, and only them: a token naming one is routed here first, and a
+    # pool that lists any serves no other token (not by its models, not as the catch-all: gateway/pools.py Router).
+    claims: tuple[str, ...] = ()
     api_key_env: str | None = None  # sent upstream as the Bearer token; the client's token never is
     protocol: Literal["http1", "h2"] = "http1"  # h2: multiplexed, ALPN over TLS, prior knowledge in clear text
     ca_file: str | None = None  # https members: verify against this CA bundle instead of the system store
@@ -183,6 +191,7 @@ class Written:
     auth: frozenset[str] = frozenset()
     health: frozenset[str] = frozenset()
     pools: tuple[frozenset[str], ...] = ()
+    limits: frozenset[str] = frozenset()
 
     def pool(self, i: int) -> frozenset[str]:
         return self.pools[i] if i < len(self.pools) else frozenset()
@@ -191,6 +200,173 @@ class Written:
 def is_set(table: object, key: str, written: frozenset[str]) -> bool:
     """`key` of a config table (a dataclass instance) is a setting: written in the file, or away from its default."""
     return key in written or getattr(table, key) != getattr(type(table), key)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one numeric key takes: a whole number (`whole`) or any number, finite (never a bool), from `low` (or above
+    it, `above`) to `high`; `off`: 0 is taken too, and means this."""
+
+    whole: bool
+    low: float
+    high: float
+    unit: str = ""
+    above: bool = False
+    off: str | None = None
+
+    def describe(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        unit = f" of {self.unit}" if self.unit else ""
+        low = f"> {_number(self.low)}" if self.above else f">= {_number(self.low)}"
+        off = f" (0: {self.off})" if self.off else ""
+        return f"{kind}{unit} {low} and <= {_number(self.high)}{off}"
+
+    def takes(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else int | float):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.off is not None and value == 0:
+            return True
+        return (value > self.low if self.above else value >= self.low) and value <= self.high
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+SECONDS, BYTES = "seconds", "bytes"
+DAY_S = 86400.0
+MAX_BYTES = float(1 << 40)  # 1 TiB: past any host's memory, so a larger value is a typo, not a setting
+COUNT = 1_000_000.0  # streams, frames, pings, failures: past a million, a typo
+
+
+def _timeout(high: float = DAY_S) -> Rule:
+    return Rule(False, 0, high, SECONDS, above=True)
+
+
+# Every numeric key of every table, and what it takes: the one place its range is declared (GatewayConfig.validate
+# applies them all, tests/gateway/test_config.py walks every key with a bad value, so a key added without a rule here
+# fails that test). The table "" is the file's top level; "member" a pool's [[pool.member]].
+NUMBER_RULES: dict[str, dict[str, Rule]] = {
+    "": {
+        "listen_port": Rule(True, 0, 65535),  # 0: a port the system picks
+        "metrics_port": Rule(True, 0, 65535),
+        "workers": Rule(True, 1, 1024),  # processes: more than a host's cores only contend
+    },
+    "auth": {
+        # One fetch of the key set per this long at least (validate: jwks_ttl_s >= jwks_min_refresh_s), however many
+        # unknown kids unauthenticated clients send; a day at most, so a revoked key is not trusted for longer.
+        "jwks_ttl_s": _timeout(DAY_S),
+        "jwks_min_refresh_s": Rule(False, 1, DAY_S, SECONDS),
+        # Clock skew, which is seconds between synced clocks and minutes at most: 5 minutes (Kerberos' own default
+        # skew) bounds how long after its `exp` a token is still taken.
+        "leeway_s": Rule(False, 0, 300, SECONDS),
+    },
+    "limits": {
+        "connect_timeout_s": _timeout(3600),
+        "first_byte_timeout_s": _timeout(),
+        "idle_timeout_s": _timeout(),
+        "total_timeout_s": _timeout(),
+        "keepalive_interval_s": Rule(False, 0, 3600, SECONDS, off="no keep-alives"),
+        "max_body_bytes": Rule(True, 1, MAX_BYTES, BYTES),
+        "max_body_bytes_in_flight": Rule(True, 1, MAX_BYTES, BYTES),
+        "max_head_bytes": Rule(True, 1024, 1 << 20, BYTES),  # a request line and its headers
+        "header_timeout_s": _timeout(3600),
+        "max_streams": Rule(True, 1, COUNT),
+        "write_buffer_bytes": Rule(True, 1024, 1 << 30, BYTES),
+        "drain_s": Rule(False, 0, DAY_S, SECONDS),  # 0: open streams are cut at once
+        "h2_max_concurrent_streams": Rule(True, 1, 2**31 - 1),  # SETTINGS_MAX_CONCURRENT_STREAMS is 31 bits
+        "retry_after_s": Rule(True, 0, 3600, SECONDS),
+        "ws_max_message_bytes": Rule(True, 1, MAX_BYTES, BYTES),
+        "ws_max_upstream_message_bytes": Rule(True, 1, MAX_BYTES, BYTES),
+        "ws_max_fragments": Rule(True, 1, COUNT),
+        "ws_ping_interval_s": _timeout(),
+        "ws_pong_timeout_s": _timeout(),
+        "ws_ping_burst": Rule(True, 1, COUNT),
+        "ws_pings_per_s": Rule(False, 0, COUNT, above=True),
+        "ws_session_s": Rule(False, 0, 7 * DAY_S, SECONDS, off="no limit"),
+    },
+    "health": {
+        "eject_after": Rule(True, 1, COUNT),
+        "cooldown_s": _timeout(),
+        "active_interval_s": Rule(False, 0.1, DAY_S, SECONDS, off="passive checks only"),
+    },
+    "member": {
+        # The smooth round robin holds one ring entry per unit of weight (gateway/pools.py): 2e6 took 1.2 s to
+        # build and more ran out of memory; a ratio finer than 1:1000 between members means nothing to a pool.
+        "weight": Rule(True, 1, 1000),
+    },
+}
+
+
+def numeric_keys(cls: type) -> dict[str, bool]:
+    """The keys of a config dataclass that hold a number (int or float), each with whether None is taken too."""
+    hints = get_type_hints(cls)
+    keys = {}
+    for f in fields(cls):
+        hint = hints[f.name]
+        if hint in (int, float):
+            keys[f.name] = False
+        elif hint in (int | None, float | None):
+            keys[f.name] = True
+    return keys
+
+
+def check_numbers(table: str, obj: object, where: str) -> None:
+    """Each numeric key of `obj` (a config dataclass) against NUMBER_RULES[table]. `where` starts the message."""
+    rules = NUMBER_RULES[table]
+    for key, optional in numeric_keys(type(obj)).items():
+        value = getattr(obj, key)
+        if value is None and optional:
+            continue
+        rule = rules[key]  # a KeyError here is a key added without its rule (the tests walk every key)
+        if not rule.takes(value):
+            raise UsageError(f"{where}`{key}` must be {rule.describe()}, not {value!r}")
+
+
+# RFC 9110 5.6.2: a header name is a token, one or more tchar
+TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# Names the request id may not take: hop-by-hop and framing (dropped and rewritten per hop), the credentials (the
+# client's token, the pool's key), the forwarding chain and cookies: the gateway writes the request id's header on
+# the upstream request and on the client's response, over whatever that header carried.
+NOT_A_REQUEST_ID = (
+    FORWARD_DROP
+    | CREDENTIAL_HEADERS
+    | {
+        "cookie",
+        "set-cookie",
+        "forwarded",
+        "x-forwarded-host",
+        "content-type",
+        "content-encoding",
+        "www-authenticate",
+        "proxy-authenticate",
+        "location",
+    }
+)
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower().rstrip(".") in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def redacted(url: str) -> str:
+    """A URL with any user:password@, query and fragment masked: a refusal that names it never prints a secret."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
+    if parts.query:
+        parts = parts._replace(query="***")
+    if parts.fragment:
+        parts = parts._replace(fragment="***")
+    return parts.geturl()
 
 
 @dataclass(frozen=True)
@@ -212,8 +388,17 @@ class GatewayConfig:
     def validate(self) -> GatewayConfig:
         if not self.pools:
             raise UsageError("no pool: give `upstreams` or a [[pool]] in the config")
-        if self.workers < 1:
-            raise UsageError("workers must be >= 1")
+        check_numbers("", self, "gateway config: ")
+        for key in ("listen_host", "metrics_host"):
+            if not isinstance(getattr(self, key), str):
+                raise UsageError(f"gateway config: `{key}` must be a string, not {getattr(self, key)!r}")
+        for key in ("tls_cert", "tls_key"):
+            if not isinstance(getattr(self, key), str | None):
+                raise UsageError(f"gateway config: `{key}` must be a string (a file), not {getattr(self, key)!r}")
+        check_request_id_header(self.request_id_header)
+        check_numbers("auth", self.auth, "auth: ")
+        check_numbers("limits", self.limits, "limits: ")
+        check_numbers("health", self.health, "health: ")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise UsageError(f"pool names must be unique: {names}")
@@ -230,29 +415,23 @@ class GatewayConfig:
             if missing:
                 raise UsageError(f"pool {pool.name!r}: no such file: {', '.join(missing)}")
             for m in pool.members:
-                parts = urlsplit(m.url)
-                if parts.scheme not in ("http", "https") or not parts.hostname:
-                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: expected http(s)://HOST[:PORT][/base]")
-                try:
-                    _ = parts.port
-                except ValueError:
-                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: the port is not a number") from None
-                if m.weight < 1:
-                    raise UsageError(f"pool {pool.name!r}: member {m.url!r}: weight must be >= 1")
+                check_member_url(pool.name, m.url)
+                check_numbers("member", m, f"pool {pool.name!r}: member {m.url!r}: ")
         for i, pool in enumerate(self.pools):  # settings a pool would never use: refused, not kept and ignored
             written = self.written.pool(i)
             tls_only = [f"`{k}`" for k in ("ca_file", "client_cert", "client_key") if getattr(pool, k)]
             if tls_only and not any(m.tls for m in pool.members):
                 raise UsageError(f"pool {pool.name!r}: {', '.join(tls_only)} with no https member: never used")
-            only = [f"`{k}`" for k in ("models", "claims") if is_set(pool, k, written)] if len(self.pools) == 1 else []
-            if only:
+            # `claims` on the only pool are read: they say which tokens it serves (the others are refused, 403)
+            if len(self.pools) == 1 and is_set(pool, "models", written):
                 raise UsageError(
-                    f"pool {pool.name!r}: {' and '.join(only)} with one pool: every request goes to it whatever its "
-                    "model or token (they pick between pools, they refuse nothing): never read"
+                    f"pool {pool.name!r}: `models` with one pool: every request goes to it whatever its model "
+                    "(patterns pick between pools, they refuse nothing): never read"
                 )
             # The first pool whose patterns match a model takes it (gateway/pools.py Router), and a pool that says
-            # no `models` matches every one: the patterns of a pool after such a pool are never tried.
-            catch_all = next((p for p in self.pools[:i] if "*" in p.models), None)
+            # no `models` matches every one: the patterns of a pool after such a pool are never tried. A pool with
+            # `claims` takes only its own tokens, so it is no catch-all for the pools after it.
+            catch_all = next((p for p in self.pools[:i] if "*" in p.models and not p.claims), None)
             if catch_all is not None and is_set(pool, "models", written):
                 raise UsageError(
                     f"pool {pool.name!r}: `models` after pool {catch_all.name!r}, whose patterns (`*`) take every "
@@ -270,10 +449,7 @@ class GatewayConfig:
         missing = check_files(self.tls_cert, self.tls_key)
         if missing:
             raise UsageError(f"no such file: {', '.join(missing)}")
-        check_keepalive(self.limits)
-        check_websocket(self.limits)
-        if self.limits.h2_max_concurrent_streams < 1:
-            raise UsageError("limits: h2_max_concurrent_streams must be >= 1")
+        check_keepalive(self.limits, given="keepalive_interval_s" in self.written.limits)
         if self.limits.max_body_bytes_in_flight < self.limits.max_body_bytes:
             raise UsageError(
                 "limits: max_body_bytes_in_flight must be >= max_body_bytes (else a body that size "
@@ -298,6 +474,20 @@ class GatewayConfig:
                 )
             if a.secret_env and set(a.algorithms) - hmac:
                 raise UsageError("a shared secret only verifies HS256/384/512")
+            for key in ("audience", "issuer"):
+                value = getattr(a, key)
+                if value is not None and not (isinstance(value, str) and value.strip()):
+                    raise UsageError(
+                        f"auth: `{key}` {value!r}: an empty {key} matches no token (every one refused); name it, "
+                        "or leave the key out to check no " + ("`aud`" if key == "audience" else "`iss`")
+                    )
+            if a.jwks_url:
+                check_jwks_url(a.jwks_url)
+                if a.jwks_ttl_s < a.jwks_min_refresh_s:
+                    raise UsageError(
+                        f"auth: `jwks_ttl_s` ({a.jwks_ttl_s:g}) must be >= `jwks_min_refresh_s` "
+                        f"({a.jwks_min_refresh_s:g}): the key set is fetched no more often than that"
+                    )
             if a.pool_claim and not any(p.claims for p in self.pools):
                 raise UsageError(f"auth `pool_claim` {a.pool_claim!r} with no pool's `claims`: it picks no pool")
             fetched_only = [f"`{k}`" for k in JWKS_ONLY if is_set(a, k, self.written.auth)]
@@ -327,9 +517,7 @@ def check_keepalive(limits: Limits, given: bool = False) -> None:
     """`given`: the file sets keepalive_interval_s. Then it must be below idle_timeout_s, or it never sends one (the
     idle timeout ends every silence first). The default is not held to that: with an idle limit of 15 s or less the
     gateway is the shortest idle timer on the path already, and its keep-alives have nothing to protect."""
-    every = limits.keepalive_interval_s
-    if not (math.isfinite(every) and every >= 0):
-        raise UsageError("limits: keepalive_interval_s must be a number of seconds >= 0 (0: no keep-alives)")
+    every = limits.keepalive_interval_s  # a number in its range: NUMBER_RULES, checked first
     if given and every and every >= limits.idle_timeout_s:
         raise UsageError(
             f"limits: keepalive_interval_s ({every:g}) must be below idle_timeout_s ({limits.idle_timeout_s:g}): "
@@ -337,26 +525,56 @@ def check_keepalive(limits: Limits, given: bool = False) -> None:
         )
 
 
-def check_websocket(limits: Limits) -> None:
-    sizes = {
-        "ws_max_message_bytes": limits.ws_max_message_bytes,
-        "ws_max_upstream_message_bytes": limits.ws_max_upstream_message_bytes,
-        "ws_max_fragments": limits.ws_max_fragments,
-        "ws_ping_burst": limits.ws_ping_burst,
-    }
-    for name, value in sizes.items():
-        if value < 1:
-            raise UsageError(f"limits: {name} must be >= 1")
-    times = {
-        "ws_ping_interval_s": limits.ws_ping_interval_s,
-        "ws_pong_timeout_s": limits.ws_pong_timeout_s,
-        "ws_pings_per_s": limits.ws_pings_per_s,
-    }
-    for name, seconds in times.items():
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise UsageError(f"limits: {name} must be a number > 0")
-    if not (math.isfinite(limits.ws_session_s) and limits.ws_session_s >= 0):
-        raise UsageError("limits: ws_session_s must be a number of seconds >= 0 (0: no limit)")
+def check_member_url(pool: str, url: str) -> None:
+    """A member's URL says where to connect and its base path: nothing it would drop or leak."""
+    parts = urlsplit(url)
+    shown = redacted(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"pool {pool!r}: member {shown!r}: expected http(s)://HOST[:PORT][/base]")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise UsageError(f"pool {pool!r}: member {shown!r}: the port is not a number") from None
+    if "@" in parts.netloc:  # never sent (no Basic auth), and shown in metrics labels, the access log and /health
+        raise UsageError(
+            f"pool {pool!r}: member {shown!r}: credentials in a member URL (user:password@) are never sent and "
+            "would be shown in metrics, logs and /health; give the pool's key in `api_key_env`"
+        )
+    if parts.query or parts.fragment or url.rstrip().endswith(("?", "#")):
+        raise UsageError(
+            f"pool {pool!r}: member {shown!r}: a query or fragment in a member URL is dropped, never sent: give "
+            "HOST[:PORT][/base] only (a key goes in the pool's `api_key_env`)"
+        )
+
+
+def check_jwks_url(url: str) -> None:
+    """The signing keys come over https: over plain http anyone on the path could substitute them. http is taken to
+    a loopback host only (tests, an identity provider on this host)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.scheme == "https" and host:
+        return
+    if parts.scheme == "http" and host and is_loopback(host):
+        return
+    raise UsageError(
+        f"auth: `jwks_url` {redacted(url)!r}: expected https://HOST/...; http:// is taken only to a loopback host "
+        "(127.0.0.0/8, ::1, localhost): over plain http anyone on the path can substitute the signing keys"
+    )
+
+
+def check_request_id_header(name: object) -> None:
+    """The request id's header is written on the upstream request and the client's response: a header name (RFC
+    9110 token), and none the gateway or the HTTP framing already owns."""
+    if not isinstance(name, str) or not TOKEN.match(name) or len(name) > 128:
+        raise UsageError(
+            f"gateway config: `request_id_header` {name!r}: expected a header name (letters, digits and "
+            "!#$%&'*+-.^_`|~, at most 128), such as X-Request-Id"
+        )
+    if name.lower() in NOT_A_REQUEST_ID:
+        raise UsageError(
+            f"gateway config: `request_id_header` {name!r}: a hop-by-hop, framing, credential or forwarding "
+            "header: the request id would overwrite it; choose another name, such as X-Request-Id"
+        )
 
 
 def default_algorithms(auth: AuthConfig) -> tuple[str, ...]:
@@ -416,8 +634,26 @@ def load(path: str | Path) -> GatewayConfig:
     return from_dict(read_toml(path))
 
 
+# The file's top-level keys that are not tables, and the type each takes (their values are checked by validate).
+TOP_LEVEL_TYPES: dict[str, type] = {
+    "listen": str,
+    "metrics_listen": str,
+    "workers": int,
+    "request_id_header": str,
+    "tls_cert": str,
+    "tls_key": str,
+}
+
+
 def from_dict(data: dict[str, Any]) -> GatewayConfig:
     data = dict(data)
+    for key, kind in TOP_LEVEL_TYPES.items():
+        if key in data and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
+            expected = "a whole number" if kind is int else "a string"
+            raise UsageError(f"gateway config: `{key}` must be {expected}, not {data[key]!r}")
+    raw_pools = data.get("pool", [])
+    if not isinstance(raw_pools, list) or not all(isinstance(raw, dict) for raw in raw_pools):
+        raise UsageError("gateway config: `pool` must be an array of tables ([[pool]])")
     kwargs: dict[str, Any] = {}
     if "listen" in data:
         kwargs["listen_host"], kwargs["listen_port"] = parse_hostport(data.pop("listen"), "gateway config listen")
@@ -427,25 +663,27 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     for key in ("workers", "request_id_header", "tls_cert", "tls_key"):
         if key in data:
             kwargs[key] = data.pop(key)
-    raw_auth, raw_health = data.get("auth", {}), data.get("health", {})
+    raw_auth, raw_health, raw_limits = data.get("auth", {}), data.get("health", {}), data.get("limits", {})
     written = Written(
         frozenset(raw_auth) if isinstance(raw_auth, dict) else frozenset(),
         frozenset(raw_health) if isinstance(raw_health, dict) else frozenset(),
-        tuple(frozenset(raw) if isinstance(raw, dict) else frozenset() for raw in data.get("pool", [])),
+        tuple(frozenset(raw) for raw in raw_pools),
+        frozenset(raw_limits) if isinstance(raw_limits, dict) else frozenset(),
     )
     kwargs["written"] = written
     auth = _dataclass_from(AuthConfig, data.pop("auth", {}), "auth")
     if auth.mode == "jwt" and not auth.algorithms:
         auth = AuthConfig(**{**auth.__dict__, "algorithms": default_algorithms(auth)})
     kwargs["auth"] = auth
-    raw_limits = data.pop("limits", {})
-    kwargs["limits"] = _dataclass_from(Limits, raw_limits, "limits")
-    check_keepalive(kwargs["limits"], given="keepalive_interval_s" in raw_limits)
+    kwargs["limits"] = _dataclass_from(Limits, data.pop("limits", {}), "limits")
     kwargs["health"] = _dataclass_from(HealthConfig, data.pop("health", {}), "health")
     pools = []
     for i, raw in enumerate(data.pop("pool", [])):
         raw = dict(raw)
-        members = tuple(_dataclass_from(Member, m, f"pool {i} member") for m in raw.pop("member", []))
+        raw_members = raw.pop("member", [])
+        if not isinstance(raw_members, list):
+            raise UsageError(f"gateway config [pool {i}]: `member` must be an array of tables ([[pool.member]])")
+        members = tuple(_dataclass_from(Member, m, f"pool {i} member") for m in raw_members)
         pools.append(
             _dataclass_from(PoolConfig, {"name": raw.pop("name", f"pool{i}"), **raw, "members": members}, f"pool {i}")
         )

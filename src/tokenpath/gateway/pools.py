@@ -122,25 +122,60 @@ def _interleave(weights: list[int]) -> list[int]:
     return order
 
 
+class Refused(LookupError):
+    """No pool may serve the request's token (Router.refusal says why): answered 403, never routed."""
+
+
 class Router:
-    """Claim first (when the auth config names a routing claim and the token carries it), then the model name by
-    the pools' patterns in order, then the first pool."""
+    """Claims are access control, then routing: a pool that lists `claims` serves only tokens whose `pool_claim` is
+    one of them (a string: a list, a bool or a number never matches), and no other token, whatever its model. Of
+    the pools a token may use: the first that lists its claim value, then the first whose model patterns match, then
+    the first of them (the catch-all). A token that may use none is refused (`refusal`, a 403 at admission)."""
 
     def __init__(self, pools: list[Pool], pool_claim: str | None) -> None:
         self.pools = pools
         self.pool_claim = pool_claim
+        self._open = [p for p in pools if not p.cfg.claims]  # pools every token may use, in order
+        self.guarded = len(self._open) < len(pools)  # some pool serves only its claims' tokens
+
+    def claim_value(self, claims: dict[str, Any]) -> str | None:
+        value = claims.get(self.pool_claim) if self.pool_claim is not None else None
+        return value if isinstance(value, str) else None
+
+    def allowed(self, claims: dict[str, Any]) -> list[Pool]:
+        """The pools this token may be served by, in order."""
+        value = self.claim_value(claims)
+        if value is None:
+            return self._open
+        return [p for p in self.pools if not p.cfg.claims or value in p.cfg.claims]
+
+    def refusal(self, claims: dict[str, Any]) -> str | None:
+        """Why no pool may serve this token, or None. Names the claim, never its value (it may be sensitive)."""
+        if self._open or self.allowed(claims):
+            return None
+        claim = self.pool_claim or "pool"
+        return f"no pool serves this token: it carries no `{claim}` claim that a pool's `claims` lists"
 
     def route(self, model: str | None, claims: dict[str, Any]) -> Pool:
-        if self.pool_claim is not None and self.pool_claim in claims:
-            value = str(claims[self.pool_claim])
+        if not self.guarded:  # every pool open to every token: the model's patterns, then the first (per request)
+            if model is not None:
+                for pool in self.pools:
+                    if any(fnmatch.fnmatchcase(model, pattern) for pattern in pool.cfg.models):
+                        return pool
+            return self.pools[0]
+        value = self.claim_value(claims)
+        if value is not None:
             for pool in self.pools:
                 if value in pool.cfg.claims:
                     return pool
+        allowed = self.allowed(claims)
         if model is not None:
-            for pool in self.pools:
+            for pool in allowed:
                 if any(fnmatch.fnmatchcase(model, pattern) for pattern in pool.cfg.models):
                     return pool
-        return self.pools[0]
+        if not allowed:
+            raise Refused(self.refusal(claims))
+        return allowed[0]
 
     @property
     def needs_model(self) -> bool:

@@ -50,7 +50,7 @@ class GatewayServer:
         self.registry = registry or CollectorRegistry()
         self._server: asyncio.Server | None = None
         self._health: asyncio.Task[None] | None = None
-        self.auth = Authenticator(cfg.auth)
+        self.auth = Authenticator(cfg.auth, algorithms_written="algorithms" in cfg.written.auth)
         self.app = GatewayApp(cfg, self.auth, self.registry)
 
     @property
