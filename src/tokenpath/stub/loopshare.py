@@ -13,12 +13,13 @@ on every wake, up to the interpreter's 5 ms switch interval.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
-from typing import TypeAlias, TypeVar
+from collections.abc import Callable, Generator
+from typing import ParamSpec, TypeAlias, TypeVar
 
 from tokenpath.clock import Clock, monotonic_ns
 
 T = TypeVar("T")
+P = ParamSpec("P")
 # A job that yields between its steps (each a fraction of SLICE_NS) and returns its result.
 Steps: TypeAlias = Generator[None, None, T]
 
@@ -49,6 +50,18 @@ def finish(steps: Steps[T]) -> T:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+
+
+def in_one_go(job: Callable[P, Steps[T]]) -> Callable[P, T]:
+    """`job`'s plain-call form (its steps run by `finish`), with its own parameters: a function written once, in
+    steps, for the callers that want its result at once."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return finish(job(*args, **kwargs))
+
+    run.__name__ = run.__qualname__ = job.__name__.removesuffix("_steps")
+    run.__doc__ = f"`{job.__name__}` run in one go (stub/loopshare.py in_one_go)."
+    return run
 
 
 async def shared(steps: Steps[T], share: LoopShare) -> T:

@@ -23,35 +23,12 @@ from collections.abc import Callable, Collection
 
 from tokenpath.clock import NS_PER_MS, Clock, monotonic_ns
 from tokenpath.stub.config import Jitter
-from tokenpath.stub.loopshare import Steps, finish
+from tokenpath.stub.loopshare import Steps, in_one_go
 
 STEP_TICKS = 4096  # frames scheduled between two steps of schedule_steps: ~0.2 us each, ~1 ms
 MIN_TIMER_NS = 1_000_000  # libuv's timer resolution: a shorter timer fires at once
 FINE_WAIT_NS = 2_500_000  # timers are trusted only this far: MIN_TIMER_NS plus libuv's ~1 ms error, plus margin
 SLEEP_SLICE_NS = 500_000  # longest single block of the loop by a precise wait
-
-
-def schedule_offsets_ns(
-    n_frames: int,
-    *,
-    lead_frames: int,
-    ttft_ms: float,
-    interval_ms: float,
-    jitter: Jitter | None = None,
-    rng: random.Random | None = None,
-    with_next: Collection[int] = (),
-) -> list[int]:
-    """Offset of each frame from the response start, in ns (`schedule_steps`, run in one go)."""
-    steps = schedule_steps(
-        n_frames,
-        lead_frames=lead_frames,
-        ttft_ms=ttft_ms,
-        interval_ms=interval_ms,
-        jitter=jitter,
-        rng=rng,
-        with_next=with_next,
-    )
-    return finish(steps)
 
 
 def schedule_steps(
@@ -106,6 +83,9 @@ def schedule_steps(
                 tick += 1
         yield
     return offsets
+
+
+schedule_offsets_ns = in_one_go(schedule_steps)  # at once: short streams, and every caller but the builds
 
 
 class Pacer:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tokenpath.clock import NS_PER_MS
 from tokenpath.stub.frames import StreamShape
-from tokenpath.stub.loopshare import Steps, finish
+from tokenpath.stub.loopshare import Steps, finish, in_one_go
 
 STEP_WRITES = 2048  # writes planned between two steps of plan_steps: ~0.5 us each, ~1 ms
 
@@ -41,33 +41,6 @@ class WritePlan:
     head_offset_ns: int = 0  # when the head leaves (0: at once); the frames due by then leave with it
 
 
-def plan_writes(
-    shape: StreamShape,
-    wire: list[bytes],
-    offsets: list[int],
-    *,
-    heartbeat: tuple[bytes, int] | None = None,
-    heartbeat_ms: float | None = None,
-    head_at_first_token: bool = False,
-    pause_ms: float = 0.0,
-    pause_after: int = 1,
-) -> WritePlan:
-    """`shape`'s frames (`wire`, due at `offsets`) with keep-alives every `heartbeat_ms` (`heartbeat`: the comment
-    as framed on the wire, and its SSE bytes), with `head_at_first_token` the head held for the first token, and
-    `pause_ms` of silence after content token `pause_after`."""
-    steps = plan_steps(
-        shape,
-        wire,
-        offsets,
-        heartbeat=heartbeat,
-        heartbeat_ms=heartbeat_ms,
-        head_at_first_token=head_at_first_token,
-        pause_ms=pause_ms,
-        pause_after=pause_after,
-    )
-    return finish(steps)
-
-
 def plan_steps(
     shape: StreamShape,
     wire: list[bytes],
@@ -79,7 +52,9 @@ def plan_steps(
     pause_ms: float = 0.0,
     pause_after: int = 1,
 ) -> Steps[WritePlan]:
-    """`plan_writes`, yielding every STEP_WRITES frames (stub/loopshare.py)."""
+    """`shape`'s frames (`wire`, due at `offsets`) with keep-alives every `heartbeat_ms` (`heartbeat`: the comment
+    as framed on the wire, and its SSE bytes), with `head_at_first_token` the head held for the first token, and
+    `pause_ms` of silence after content token `pause_after`. Yields every STEP_WRITES frames (stub/loopshare.py)."""
     offsets = yield from paused_steps(offsets, shape.first_content + pause_after, pause_ms)
     head_ns = 0
     if head_at_first_token:
@@ -120,6 +95,9 @@ def plan_steps(
         tuple(beats),
         head_ns,
     )
+
+
+plan_writes = in_one_go(plan_steps)
 
 
 def paused(offsets: list[int], cut: int, pause_ms: float) -> list[int]:

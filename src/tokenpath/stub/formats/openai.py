@@ -36,7 +36,7 @@ from tokenpath.stub.frames import (
     token_bytes,
     token_text,
 )
-from tokenpath.stub.loopshare import Steps, finish
+from tokenpath.stub.loopshare import Steps, finish, in_one_go
 from tokenpath.wire.apis import Api
 
 DONE_FRAME = b"data: [DONE]\n\n"
@@ -100,35 +100,6 @@ class OpenAIFormat(ApiFormat):
         return compact_json(render_completion(req))
 
 
-def openai_shape(
-    kind: str,
-    model: str,
-    tokens: int,
-    usage: bool,
-    prompt_tokens: int,
-    fmt: Format,
-    frame_bytes: int | None,
-    *,
-    reasoning: int = 0,
-    first_event_bytes: int | None = None,
-) -> StreamShape:
-    """One OpenAI request shape's frames (cached): the role delta of a chat stream leads, with the head; then
-    `reasoning` reasoning deltas, then the content."""
-    return finish(
-        openai_shape_steps(
-            kind,
-            model,
-            tokens,
-            usage,
-            prompt_tokens,
-            fmt,
-            frame_bytes,
-            reasoning=reasoning,
-            first_event_bytes=first_event_bytes,
-        )
-    )
-
-
 def openai_shape_steps(
     kind: str,
     model: str,
@@ -141,7 +112,8 @@ def openai_shape_steps(
     reasoning: int = 0,
     first_event_bytes: int | None = None,
 ) -> Steps[StreamShape]:
-    """`openai_shape` in steps (stub/loopshare.py)."""
+    """One OpenAI request shape's frames (cached): the role delta of a chat stream leads, with the head; then
+    `reasoning` reasoning deltas, then the content. In steps (stub/loopshare.py)."""
     lead = 1 if kind == "chat" and fmt == "openai" else 0
 
     def render() -> Steps[StreamShape]:
@@ -161,6 +133,9 @@ def openai_shape_steps(
 
     key = ("openai", kind, model, tokens, usage, prompt_tokens, fmt, frame_bytes, reasoning, first_event_bytes)
     return cached_shape_steps(key, render)
+
+
+openai_shape = in_one_go(openai_shape_steps)
 
 
 def render_stream(
