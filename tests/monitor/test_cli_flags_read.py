@@ -144,3 +144,13 @@ def test_the_log_level_is_the_one_given(monkeypatch: pytest.MonkeyPatch, served:
     assert run("--url", URL, "--log-level", "warning").exit_code == 0
     assert run("--exporter", "--log-level", "error").exit_code == 0
     assert levels == ["warning", "error"]
+
+
+@pytest.mark.parametrize("rules", ["", " ", ","])
+def test_an_empty_fail_on_is_refused_not_a_gate_left_open(rules: str, served: list[Any]) -> None:
+    result = run("--url", URL, "--once", "--fail-on", rules)  # RULES=; ... --fail-on "$RULES"
+    assert result.exit_code == 2
+    assert "--fail-on is empty: give at least one rule, e.g. 'ttft_p95>2s'" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert served == []  # nothing probed
+    assert run("--url", URL, "--fail-on", rules).exit_code == 2  # without --once too

@@ -89,3 +89,40 @@ def test_the_shipped_example_loads() -> None:
     example = Path(__file__).parents[2] / "examples" / "monitoring" / "monitor.toml"
     cfg = load(example, env={"OPENAI_API_KEY": "x"})
     assert cfg.targets
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"target": [{**TARGET, "total_timeout_s": 1e300}]},
+         "target 'edge': `total_timeout_s` must be a number of seconds > 0 and <= 3600, not 1e+300"),
+        ({"target": [{**TARGET, "connect_timeout_s": INF}]}, "`connect_timeout_s` must be a number of seconds > 0"),
+        ({"target": [{**TARGET, "first_byte_timeout_s": NAN}]}, "`first_byte_timeout_s` must be a number of seconds"),
+        ({"target": [{**TARGET, "idle_timeout_s": 3601}]}, "`idle_timeout_s` must be a number of seconds > 0 and <="),
+        ({"target": [{**TARGET, "max_tokens": 10**12}]}, "`max_tokens` must be between 1 and 1e+06"),
+        ({"target": [{**TARGET, "max_tokens": 0}]}, "`max_tokens` must be between 1 and"),
+        ({"target": [{**TARGET, "interval_s": NAN}]}, "target 'edge': `interval_s` must be between 0.1 and 86400"),
+        ({"monitor": {"interval_s": 1e300}, "target": [TARGET]}, "`interval_s` must be between 0.1 and 86400"),
+        ({"monitor": {"jitter": NAN}, "target": [TARGET]}, "`jitter` must be between 0 and 0.5"),
+        ({"monitor": {"coalescing_window": 10**15}, "target": [TARGET]}, "`coalescing_window` must be between 1"),
+        ({"monitor": {"otlp_interval_s": INF}, "target": [TARGET]}, "`otlp_interval_s` must be between 0.1"),
+        ({"monitor": {"max_concurrency": 10**9}, "target": [TARGET]}, "`max_concurrency` must be between 1 and 256"),
+    ],
+)  # fmt: skip
+def test_every_number_is_bounded_and_finite_at_start(data: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=__import__("re").escape(message)):
+        from_dict(data, env={})
+
+
+def test_the_bounds_themselves_are_taken() -> None:
+    cfg = from_dict({"target": [{**TARGET, "total_timeout_s": 3600, "connect_timeout_s": 0.001, "max_tokens": 1}]})
+    assert cfg.targets[0].routes["via"].total_timeout_s == 3600
+
+
+@pytest.mark.parametrize("name", ["a\n", "a\r\n", "\na", "a b"])
+def test_a_target_name_with_a_line_break_is_refused(name: str) -> None:
+    with pytest.raises(UsageError, match="use letters, digits"):
+        from_dict({"target": [{**TARGET, "name": name}]}, env={})

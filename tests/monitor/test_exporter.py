@@ -528,3 +528,14 @@ def test_a_real_probe_of_a_stream_ended_by_its_last_chunk_without_done_is_cut_si
         )
         == 1
     )
+
+
+def test_a_cut_stream_gives_no_added_ttft_on_either_route() -> None:
+    cut = trace_of([(1, HEAD), (20, chunk(CONTENT)), (40, chunk(CONTENT) + b"0\r\n\r\n")])  # TTFT 20 ms, no [DONE]
+    for via_cut in (True, False):  # the path's stream cut, or the one around it
+
+        def prober(cfg: ProbeConfig, stream_id: str, via_cut: bool = via_cut) -> Trace:
+            return cut if (":8000" in cfg.url) == via_cut else streamed(250)
+
+        answer = probe(exporter(prober, modules=modules_with_direct()), f"target={STUB}&module=m")
+        assert value(answer, "tokenpath_probe_added_ttft_seconds") is None

@@ -239,3 +239,61 @@ def test_the_flag_sets_the_endpoint_over_the_file() -> None:
     )
     assert from_dict(data).settings.otlp_endpoint == "http://127.0.0.1:4318"
     assert from_dict(Overrides(url="http://127.0.0.1:9").apply({})).settings.otlp_endpoint is None
+
+
+def test_a_stop_waits_a_bounded_moment_for_a_collector_that_never_answers() -> None:
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nothing ever answers
+    try:
+        cfg = config(f"http://127.0.0.1:{silent.getsockname()[1]}")
+        export = otlp.OtlpExport(cfg)
+        export.record(outcomes(cfg)[0])
+        started = time.monotonic()
+        export.close()
+        assert time.monotonic() - started < otlp.STOP_FLUSH_TIMEOUT_S + 1.0  # not the export's 5 s timeout
+    finally:
+        silent.close()
+
+
+def test_the_sdk_s_own_log_lines_are_json_like_the_monitor_s(tmp_path: Any) -> None:
+    import json
+    import signal
+    import socket
+    import subprocess
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # a collector that refuses: every export fails, and the SDK logs it
+    path = tmp_path / "m.toml"
+    path.write_text(
+        '[monitor]\ninterval_s = 0.2\notlp_interval_s = 0.2\nmetrics_listen = "127.0.0.1:0"\n'
+        f'otlp_endpoint = "http://127.0.0.1:{port}"\n[[target]]\nname = "a"\nurl = "http://127.0.0.1:9/v1"\n'
+    )
+    tokenpath = [sys.executable, "-c", "from tokenpath.cli import main; main()"]
+    proc = subprocess.Popen(
+        [*tokenpath, "monitor", str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "opentelemetry" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, rest = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines += rest.splitlines()
+    sdk = [line for line in lines if "opentelemetry" in line]
+    assert sdk, lines
+    assert [line for line in lines if line.strip() and not line.startswith("{")] == []
+    assert json.loads(sdk[0])["logger"].startswith("opentelemetry.")

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.monitor.rules import parse_rules
+from tokenpath.monitor.rules import MONITOR_METRICS, parse_rules
 
 
 def test_rules_parse_with_units() -> None:
@@ -51,3 +52,30 @@ def test_a_rule_is_breached_past_its_threshold_and_when_nothing_was_measured() -
 def test_bad_rules_are_usage_errors(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
         parse_rules(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"), [("failure_rate>10", "write 10% or 0.1"), ("failure_rate>=1.5", "write 1.5% or 0.015")]
+)
+def test_a_share_above_one_without_percent_is_refused_with_both_spellings(text: str, hint: str) -> None:
+    with pytest.raises(UsageError, match=f"a share is at most 1; {re.escape(hint)}"):
+        parse_rules(text)
+    with pytest.raises(UsageError, match="at most 100%"):
+        parse_rules("failure_rate>150%")
+    assert parse_rules("failure_rate>1")[0].threshold == 1  # 100 %: the most a share is
+    assert parse_rules("failure_rate>0.1")[0].threshold == pytest.approx(0.1)
+    assert parse_rules("failure_rate>10%")[0].threshold == pytest.approx(0.1)
+
+
+def test_a_load_share_above_one_is_refused_and_the_messages_give_the_gates_own_example() -> None:
+    from tokenpath.load.gate import LOAD_METRICS
+
+    with pytest.raises(UsageError, match=re.escape("'error_rate>5': a share is at most 1; write 5% or 0.05")):
+        parse_rules("error_rate>5", LOAD_METRICS)
+    for text in ("", "error_rate"):  # empty; not a rule
+        with pytest.raises(UsageError) as info:
+            parse_rules(text, LOAD_METRICS)
+        assert "'ttft_p95" not in str(info.value)  # not a load metric
+        assert "e.g. 'added_ttft_p95>50ms'" in str(info.value) or "e.g. added_ttft_p95>50ms" in str(info.value)
+        parse_rules(LOAD_METRICS.sample, LOAD_METRICS)  # the example is one load takes
+    parse_rules(MONITOR_METRICS.sample)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -16,8 +17,9 @@ from tests.helpers import LoopbackHTTP, QuietHandler, TLSRecordBurst
 from tokenpath import errors
 from tokenpath.monitor.config import MonitorConfig, from_dict
 from tokenpath.monitor.metrics import MonitorMetrics
+from tokenpath.monitor.probing import Aborter
 from tokenpath.monitor.rules import parse_rules
-from tokenpath.monitor.runner import Watch, check_rules, run_once
+from tokenpath.monitor.runner import Interrupted, Watch, check_rules, run_once
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import Trace
 
@@ -305,3 +307,104 @@ def test_a_probe_that_finds_every_slot_busy_is_dropped_as_concurrency() -> None:
     probes = sum(get("tokenpath_monitor_probes_total", {"target": t, "route": "via", "outcome": "connect"}) or 0
                  for t in "ab")  # fmt: skip
     assert probes == 3  # one slot: the dropped ones never ran
+
+
+class CutHandler(QuietHandler):
+    """A streamed answer whose body ends (its last chunk) before the format's final event: cut_silent."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for _ in range(2):
+            self.wfile.write(b"%x\r\n%b\r\n" % (len(CONTENT), CONTENT))
+            self.wfile.flush()
+            time.sleep(0.005)
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def cut() -> Iterator[LoopbackHTTP]:
+    server = LoopbackHTTP(CutHandler)
+    yield server
+    server.close()
+
+
+def test_once_never_measures_a_cut_stream_so_every_rule_on_it_is_breached(sse: LoopbackHTTP, cut: LoopbackHTTP) -> None:
+    cfg = config({"name": "cut", "url": cut.url, "direct_url": sse.url.replace("127.0.0.1", "localhost")})
+    (summary,) = run_once(cfg, cycles=3)
+    via = summary.routes["via"]
+    assert via.reasons == {"cut_silent": 3}
+    assert summary.routes["direct"].failures == 0
+    assert (via.ttft_s, via.ttfb_s, via.gaps_s, via.fpr, via.bursts.modal()) == ([], [], [], [], None)
+    assert summary.added_s == []  # a cut via stream gives no via - direct
+    text = "ttft_p95>1s,ttfb_p95>1s,fpr>1.5,fpr_max>2,coalescing>1,gap_p95>1s,added_ttft_p95>1s,failure_rate>0.4"
+    breaches = check_rules(parse_rules(text), [summary])
+    assert [b.rule.text for b in breaches] == text.split(",")
+    assert [b.value for b in breaches[:-1]] == [None] * 7  # nothing measured: breached
+    assert breaches[-1].value == pytest.approx(0.5)  # 3 of 6 probes (the direct ones were whole)
+
+
+def test_the_watch_records_no_added_ttft_from_a_cut_stream(sse: LoopbackHTTP, cut: LoopbackHTTP) -> None:
+    cfg = config({"name": "cut", "url": cut.url, "direct_url": sse.url.replace("127.0.0.1", "localhost")})
+    metrics = MonitorMetrics(cfg)
+    Watch(cfg, metrics).run(max_cycles=3)
+    get = metrics.registry.get_sample_value
+    assert get("tokenpath_monitor_probes_total", {"target": "cut", "route": "via", "outcome": "cut_silent"}) == 3
+    assert get("tokenpath_monitor_probes_total", {"target": "cut", "route": "via", "outcome": "ok"}) == 0
+    assert get("tokenpath_monitor_probes_total", {"target": "cut", "route": "direct", "outcome": "ok"}) == 3
+    assert (get("tokenpath_monitor_added_ttft_seconds_count", {"target": "cut"}) or 0) == 0
+    assert get("tokenpath_monitor_added_ttft_last_seconds", {"target": "cut"}) is None
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this (the main) thread, whatever the test runner installed."""
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, interrupt)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
+def test_ctrl_c_in_once_ends_at_once_with_the_probes_before_it(sigint_raises: None) -> None:
+    cfg = config({"name": "a", "url": "http://127.0.0.1:9"})
+    aborter = Aborter()
+    calls: list[str] = []
+
+    def prober(c: ProbeConfig, stream_id: str) -> Trace:
+        calls.append(stream_id)
+        if len(calls) == 3:
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # Ctrl-C while this probe runs
+            assert aborter.stopped.wait(5)  # the stop aborts it
+        if aborter.stopped.is_set():
+            raise errors.NetworkError("Broken pipe")  # what an aborted probe's socket says
+        raise errors.ConnectError("refused")
+
+    with pytest.raises(Interrupted) as info:
+        run_once(cfg, cycles=50, prober=prober, aborter=aborter)
+    assert len(calls) == 3  # no cycle after the stop
+    (summary,) = info.value.summaries
+    assert summary.routes["via"].probes == 2  # the one the stop cut short is not counted
+    assert summary.routes["via"].reasons == {"connect": 2}
+
+
+def test_an_interrupted_once_prints_its_summary_and_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from tokenpath.cli import app
+    from tokenpath.monitor import service
+    from tokenpath.monitor.runner import RouteSamples, TargetSummary
+
+    def once(cfg: MonitorConfig, probes: int, rules: object) -> None:
+        raise Interrupted([TargetSummary("a", {"via": RouteSamples(probes=2, failures=2, reasons={"connect": 2})})])
+
+    monkeypatch.setattr(service, "once", once)
+    result = CliRunner().invoke(app, ["monitor", "--url", "http://127.0.0.1:9/v1", "--once", "--json"])
+    assert result.exit_code == 130
+    assert '"probes": 2' in result.stdout
+    assert "interrupted" in result.stderr

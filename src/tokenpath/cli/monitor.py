@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import announce, body_json, console, handles_errors, refuse_unread
+from tokenpath.cli.common import announce, body_json, console, err_console, handles_errors, refuse_unread
 from tokenpath.errors import UsageError
 from tokenpath.wire.request import parse_header_arg
 
@@ -93,6 +93,7 @@ def monitor(
     from tokenpath.monitor import config as moncfg
     from tokenpath.monitor import service
     from tokenpath.monitor.rules import parse_rules
+    from tokenpath.monitor.runner import Interrupted
     from tokenpath.monitor.table import summary_document, summary_table
 
     if otlp_endpoint and (once or exporter):
@@ -113,7 +114,7 @@ def monitor(
         raise UsageError("--modules and --allow go with --exporter")
     if (config is None) == (url is None):
         raise UsageError("give a monitor config file or --url (one target), not both or neither")
-    if fail_on and not once:
+    if fail_on is not None and not once:
         raise UsageError("--fail-on goes with --once (a long-running monitor alerts through Prometheus)")
     if json_out and not once:
         raise UsageError("--json goes with --once (a long-running monitor serves its figures on /metrics)")
@@ -149,12 +150,24 @@ def monitor(
     )
     data = overrides.apply(moncfg.read_toml(config) if config else {})
     cfg = moncfg.from_dict(data, where=f"monitor config {config}" if config else "--url")
-    rules = parse_rules(fail_on) if fail_on else ()
+    rules = parse_rules(fail_on) if fail_on is not None else ()  # given empty ("$RULES" unset): refused, no gate
     configure_logging(log_level)
+    if cfg.settings.otlp_endpoint is not None:
+        from tokenpath.monitor import otlp
+
+        otlp.log_as_json(log_level)  # the SDK's lines (a failed export) are JSON too
     if not once:
         service.serve(cfg, announce("monitor"))
         return
-    summaries, breaches = service.once(cfg, probes, rules)
+    try:
+        summaries, breaches = service.once(cfg, probes, rules)
+    except Interrupted as stopped:  # Ctrl-C: what ended before it, summarised; no gate on a run cut short
+        if json_out:
+            print(summary_document(stopped.summaries, []), flush=True)
+        else:
+            console.print(summary_table(stopped.summaries))
+        err_console.print("tokenpath monitor: interrupted; the summary is of the probes that ended before it")
+        raise typer.Exit(130) from None
     if json_out:
         print(summary_document(summaries, breaches), flush=True)
     else:

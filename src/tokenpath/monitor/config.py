@@ -51,8 +51,52 @@ from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.request import DEFAULT_PROMPT, check_header
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")  # a label value a dashboard and a shell both take as-is
+# A label value a dashboard and a shell both take as-is: NAME.fullmatch (`$` would let a trailing newline through)
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 ROUTES = ("via", "direct")  # the `route` label: through the path under watch, or around it
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A number a config may say: between `low` (or above it, `above`) and `high`. A NaN, an infinity or a value
+    like 1e300 is refused at start, never a probe's failure (a deadline in integer nanoseconds cannot hold it)."""
+
+    low: float
+    high: float
+    unit: str = ""  # "seconds", "probes": for the message
+    above: bool = False  # the low end is excluded (a timeout of 0 s is none)
+
+    def check(self, key: str, value: float | None, where: str = "") -> None:
+        if value is None:
+            return  # unset: its default
+        fits = (self.low < value if self.above else self.low <= value) and value <= self.high  # a NaN fits nowhere
+        if fits:
+            return
+        unit = f" {self.unit}" if self.unit else ""
+        if self.above:
+            rule = f"a number of{unit} > {self.low:g} and <= {self.high:g}"
+        else:
+            rule = f"between {self.low:g} and {self.high:g}{unit}"
+        raise UsageError(f"{where}`{key}` must be {rule}, not {value}")
+
+
+# Every number of the config, checked at start against its bounds (the [monitor] table's, then each target's).
+SETTING_BOUNDS = {
+    "interval_s": Bound(0.1, 86400, "seconds"),
+    "jitter": Bound(0, 0.5, "(a share of the interval)"),
+    "max_concurrency": Bound(1, 256),
+    "coalescing_window": Bound(1, 1000, "probes"),
+    "otlp_interval_s": Bound(0.1, 86400, "seconds"),
+}
+MAX_TIMEOUT_S = 3600  # a probe holds a slot this long at most: an hour is far beyond any stream's first token
+TARGET_BOUNDS = {
+    "interval_s": Bound(0.1, 86400, "seconds"),
+    "max_tokens": Bound(1, 1_000_000),
+    "connect_timeout_s": Bound(0, MAX_TIMEOUT_S, "seconds", above=True),
+    "first_byte_timeout_s": Bound(0, MAX_TIMEOUT_S, "seconds", above=True),
+    "idle_timeout_s": Bound(0, MAX_TIMEOUT_S, "seconds", above=True),
+    "total_timeout_s": Bound(0, MAX_TIMEOUT_S, "seconds", above=True),
+}
 
 
 @dataclass(frozen=True)
@@ -243,35 +287,25 @@ def build(settings: MonitorSettings, specs: list[TargetSpec], env: dict[str, str
 
 
 def _check_settings(s: MonitorSettings) -> None:
-    if not 0.1 <= s.interval_s <= 86400:
-        raise UsageError(f"`interval_s` must be between 0.1 and 86400 seconds, not {s.interval_s}")
-    if not 0 <= s.jitter <= 0.5:
-        raise UsageError(f"`jitter` must be a share of the interval between 0 and 0.5, not {s.jitter}")
-    if not 1 <= s.max_concurrency <= 256:
-        raise UsageError(f"`max_concurrency` must be between 1 and 256, not {s.max_concurrency}")
-    if not 1 <= s.coalescing_window <= 1000:
-        raise UsageError(f"`coalescing_window` must be between 1 and 1000 probes, not {s.coalescing_window}")
+    for key, bound in SETTING_BOUNDS.items():
+        bound.check(key, getattr(s, key))
     if s.metric_names not in NAMINGS:
         raise UsageError(f"`metric_names` must be one of {', '.join(NAMINGS)}, not {s.metric_names!r}")
-    if not 0.1 <= s.otlp_interval_s <= 86400:
-        raise UsageError(f"`otlp_interval_s` must be between 0.1 and 86400 seconds, not {s.otlp_interval_s}")
     if s.otlp_endpoint is not None:
         endpoint_url(s.otlp_endpoint)
 
 
 def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
     where = f"target {spec.name!r}"
-    if not NAME.match(spec.name):
+    if not NAME.fullmatch(spec.name):
         raise UsageError(f"target name {spec.name!r}: use letters, digits and _.:- (at most 64)")
+    for key, bound in TARGET_BOUNDS.items():
+        bound.check(key, getattr(spec, key), f"{where}: ")
     interval = settings.interval_s if spec.interval_s is None else spec.interval_s
-    if not 0.1 <= interval <= 86400:
-        raise UsageError(f"{where}: `interval_s` must be between 0.1 and 86400 seconds, not {interval}")
     for name, value in spec.headers.items():
         if not isinstance(value, str):
             raise UsageError(f"{where}: header {name} must be a string")
         check_header(name, value)
-    if spec.max_tokens is not None and spec.max_tokens < 1:
-        raise UsageError(f"{where}: `max_tokens` must be >= 1")
     if spec.cacert and not Path(spec.cacert).is_file():
         raise UsageError(f"{where}: `cacert` {spec.cacert}: no such file")
     api_key = None

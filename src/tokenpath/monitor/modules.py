@@ -107,7 +107,7 @@ def fill_direct_url(template: str, target_url: str) -> str:
 def build(name: str, spec: ModuleSpec, env: dict[str, str] | None = None) -> Module:
     """Check a module as the monitor checks a target (headers, key variable, CA file, timeouts, URLs)."""
     where = f"module {name!r}"
-    if not moncfg.NAME.match(name):
+    if not moncfg.NAME.fullmatch(name):
         raise UsageError(f"module name {name!r}: use letters, digits and _.:- (at most 64)")
     if spec.direct_url is not None:
         leftover = _PLACEHOLDER.sub("", spec.direct_url)

@@ -36,15 +36,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokenpath.monitor")
 
-# One export's POST, retries included. A stop flushes once and waits for it: a collector that does not answer
-# delays the monitor's exit by this much at most.
+# One export's POST, retries included (the periodic ones, on the SDK's own thread).
 EXPORT_TIMEOUT_S = 5.0
+# A stop flushes once and waits this long at most for it: a collector that does not answer then delays the monitor's
+# exit by no more (the export still under way is dropped with the process).
+STOP_FLUSH_TIMEOUT_S = 1.0
+SDK_LOGGERS = ("opentelemetry",)  # the SDK's and its exporters' own log lines (an export that failed)
 SCOPE = "tokenpath.monitor"  # the instrumentation scope's name
 SERVICE_NAME = "tokenpath-monitor"  # the resource's service.name unless OTEL_SERVICE_NAME/_RESOURCE_ATTRIBUTES say
 TARGET = "tokenpath.target"  # ours: the monitor's target name (two targets may share a server and a model)
 OUTCOME = "tokenpath.outcome"  # ours: ok, or the failure's reason (as /metrics' `outcome` label)
 DROP_REASON = "tokenpath.reason"  # ours: why a scheduled probe was dropped (schedule.py)
 INSTALL_HINT = "pip install 'tokenpath[otel]'"
+
+
+def log_as_json(level: str) -> None:
+    """The SDK's log lines (an export that failed, a retry) as the monitor's own: JSON lines on stderr at `level`,
+    never plain text between them."""
+    from tokenpath.jsonlog import configure_logging
+
+    for name in SDK_LOGGERS:
+        configure_logging(level, logger=name)
 
 
 def require() -> None:
@@ -156,8 +168,9 @@ class OtlpExport:
         self._dropped.add(count, {TARGET: target, DROP_REASON: reason})
 
     def close(self) -> None:
-        """Flush what was recorded since the last export, then stop (at most about EXPORT_TIMEOUT_S)."""
+        """Flush what was recorded since the last export, then stop: at most about STOP_FLUSH_TIMEOUT_S, however
+        slow the collector (the SDK's thread, a daemon, is left to its POST)."""
         if self._closed:
             return
         self._closed = True
-        self._provider.shutdown(timeout_millis=2 * EXPORT_TIMEOUT_S * 1000)
+        self._provider.shutdown(timeout_millis=STOP_FLUSH_TIMEOUT_S * 1000)

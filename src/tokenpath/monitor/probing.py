@@ -246,10 +246,13 @@ def probe_cycle(target: Target, prober: Prober, direct_first: bool) -> list[Prob
 
 
 def added_ttft_s(cycle: list[ProbeOutcome]) -> float | None:
-    """TTFT through the path minus TTFT around it, from one cycle; None unless both routes measured one."""
+    """TTFT through the path minus TTFT around it, from one cycle; None unless both routes were whole streams (ok:
+    a cut stream's TTFT is no measurement, whatever it saw before the cut)."""
     by_route = {o.route: o for o in cycle}
     via, direct = by_route.get("via"), by_route.get("direct")
-    if via is None or direct is None or via.metrics is None or direct.metrics is None:
+    if via is None or direct is None or not (via.ok and direct.ok):
+        return None
+    if via.metrics is None or direct.metrics is None:
         return None
     if via.metrics.ttft_ms is None or direct.metrics.ttft_ms is None:
         return None

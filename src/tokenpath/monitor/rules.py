@@ -46,13 +46,23 @@ class MetricSet:
     timed: tuple[str, ...]
     plain: tuple[str, ...] = ()
     share: tuple[str, ...] = ()
+    example: str = ""  # a rule of this gate's, for the messages; default: its first timed metric's p95 > 50 ms
 
     @property
     def known(self) -> str:
         return ", ".join([*(f"{t}_pNN" for t in self.timed), *self.plain, *self.share])
 
+    @property
+    def sample(self) -> str:
+        """A rule this gate takes, as a message's example (never another gate's metric)."""
+        if self.example:
+            return self.example
+        if self.timed:
+            return f"{self.timed[0]}_p95>50ms"
+        return f"{self.plain[0]}>0" if self.plain else f"{self.share[0]}>10%"
 
-MONITOR_METRICS = MetricSet(TIMED, PLAIN, SHARE)
+
+MONITOR_METRICS = MetricSet(TIMED, PLAIN, SHARE, example="ttft_p95>2s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +95,7 @@ def parse_rules(text: str, metrics: MetricSet = MONITOR_METRICS) -> tuple[Rule, 
     for part in (p for p in text.split(",") if p.strip()):
         m = _RULE.match(part)
         if not m:
-            raise UsageError(f"`fail_on` {part.strip()!r}: expected METRIC>VALUE, e.g. added_ttft_p95>50ms or fpr>1.5")
+            raise UsageError(f"`fail_on` {part.strip()!r}: expected METRIC>VALUE, e.g. {metrics.sample}")
         base, pct, op, number, unit = m.groups()
         value = float(number)
         if base in metrics.timed:
@@ -102,6 +112,12 @@ def parse_rules(text: str, metrics: MetricSet = MONITOR_METRICS) -> tuple[Rule, 
                 raise UsageError(f"`fail_on` {part.strip()!r}: {base} is a plain number (no unit)")
             if base in metrics.share and unit in ("ms", "s"):
                 raise UsageError(f"`fail_on` {part.strip()!r}: a share is 0.1 or 10%")
+            if base in metrics.share and unit is None and value > 1:  # 10 would be 1000 %: a gate that never fires
+                raise UsageError(
+                    f"`fail_on` {part.strip()!r}: a share is at most 1; write {number}% or {value / 100:g}"
+                )
+            if base in metrics.share and unit == "%" and value > 100:
+                raise UsageError(f"`fail_on` {part.strip()!r}: a share is at most 100%")
             threshold = value / 100 if unit == "%" else value
             metric = base
         else:
@@ -109,5 +125,5 @@ def parse_rules(text: str, metrics: MetricSet = MONITOR_METRICS) -> tuple[Rule, 
         share = base in metrics.share
         rules.append(Rule(part.strip(), metric, op, threshold, base, float(pct) if pct else None, share))
     if not rules:
-        raise UsageError("`fail_on` is empty: give at least one rule, e.g. 'ttft_p95>2s'")
+        raise UsageError(f"`fail_on` is empty: give at least one rule, e.g. '{metrics.sample}'")
     return tuple(rules)

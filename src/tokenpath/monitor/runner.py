@@ -175,8 +175,8 @@ class RouteSamples:
             self.failures += 1
             self.reasons[outcome.outcome] = self.reasons.get(outcome.outcome, 0) + 1
         m = outcome.metrics
-        if m is None:
-            return
+        if m is None or not outcome.ok:
+            return  # only a whole stream is measured: a cut one (or one with no content) has a reason, no figures
         if m.ttft_ms is not None:
             self.ttft_s.append(m.ttft_ms / 1000)
         if m.ttfb_ms is not None:
@@ -214,15 +214,31 @@ class TargetSummary:
         raise KeyError(base)
 
 
-def run_once(config: MonitorConfig, cycles: int, prober: Prober | None = None) -> list[TargetSummary]:
-    """`cycles` cycles of every target (targets in parallel, each one stream at a time), back to back."""
-    aborter = Aborter()
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during `--once`: the summaries of the probes that ended before it (the gate says nothing of them)."""
+
+    def __init__(self, summaries: list[TargetSummary]) -> None:
+        super().__init__()
+        self.summaries = summaries
+
+
+def run_once(
+    config: MonitorConfig, cycles: int, prober: Prober | None = None, aborter: Aborter | None = None
+) -> list[TargetSummary]:
+    """`cycles` cycles of every target (targets in parallel, each one stream at a time), back to back. Ctrl-C
+    (KeyboardInterrupt in the calling thread) aborts the probes in flight, starts none after them and raises
+    Interrupted with what was measured before it: a probe the stop cut short is not a measurement."""
+    aborter = aborter or Aborter()
     probe = prober or default_prober(aborter)
 
     def one_target(target: Target) -> TargetSummary:
         summary = TargetSummary(target.name, {route: RouteSamples() for route in target.routes})
         for i in range(cycles):
+            if aborter.stopped.is_set():
+                break
             cycle = probe_cycle(target, probe, direct_first=bool(i % 2))
+            if aborter.stopped.is_set():
+                break  # cut short by the stop (a "network" failure of our own making): not counted, not logged
             added = added_ttft_s(cycle)
             for outcome in cycle:
                 summary.routes[outcome.route].add(outcome)
@@ -233,10 +249,15 @@ def run_once(config: MonitorConfig, cycles: int, prober: Prober | None = None) -
 
     slots = min(config.settings.max_concurrency, len(config.targets))
     with ThreadPoolExecutor(slots, thread_name_prefix="probe") as pool:
+        futures = [pool.submit(one_target, target) for target in config.targets]
         try:
-            return list(pool.map(one_target, config.targets))
+            return [future.result() for future in futures]
+        except KeyboardInterrupt:
+            aborter.stop()  # end the probes in flight rather than wait out their timeouts; no cycle starts after
+            wait(futures)
+            raise Interrupted([f.result() for f in futures if f.exception() is None]) from None
         except BaseException:
-            aborter.stop()  # Ctrl-C: end the probes in flight rather than wait out their timeouts
+            aborter.stop()
             raise
 
 
