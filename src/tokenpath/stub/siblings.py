@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tokenpath.audit import AuditVerdict
 from tokenpath.clock import Clock
-from tokenpath.errors import ProtocolError
+from tokenpath.errors import NetworkError, ProtocolError
 from tokenpath.serve.http import compact_json
 from tokenpath.stub.auditslices import Encoded
 from tokenpath.stub.loopshare import LoopShare
@@ -54,8 +54,9 @@ def record_head(entry: Encoded) -> bytes:
     return compact_json([entry.nbytes, entry.verdict.to_json()]) + b"\n"
 
 
-class AskerGone(Exception):
-    """The asking worker left (or was dropped) while this sibling encoded an entry for it."""
+class AskerGone(NetworkError):
+    """The asking worker left (or was dropped) while this sibling encoded an entry for it (caught where the answer
+    is written: it ends that answer, never the worker)."""
 
 
 class Working:
