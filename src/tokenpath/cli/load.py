@@ -140,13 +140,15 @@ def load(
     called = dict(locals())  # every flag as called: one this mode would not read is refused below
     from tokenpath.axes import API, DEFAULT_H2_WINDOW, TRANSPORT, transport_for
     from tokenpath.load import gate
-    from tokenpath.load.runner import LoadConfig, LoadRunner
+    from tokenpath.load.runner import LoadConfig, LoadRunner, refuse_userinfo
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.report import load_table
     from tokenpath.results.model import dumps
     from tokenpath.stub.config import Pacing
     from tokenpath.wire.apis import Api
 
+    refuse_userinfo(target, "--target")  # before any line could show it
+    refuse_userinfo(stub_url, "--stub-url")
     fmt = API.read(api, "--api") if api is not None else Api.OPENAI
     # as probe and diagnose: a WebSocket-only API (realtime) is carried over WebSocket when no transport is named
     carrier = TRANSPORT.read(transport, "--transport") if transport is not None else transport_for(fmt)
@@ -167,6 +169,8 @@ def load(
         refuse_unread(load, called, unread, "by --plan (it estimates from the levels, the stub's pacing and a proxy)")
         if proxy and len(proxy) > 1:
             raise UsageError("--plan estimates one --proxy at a time")
+        # The same checks as a run's (levels >= 1, once each; a finite pacing in the stub's ranges): nothing starts.
+        LoadConfig(targets=("direct",), levels=levels, pacing=pacing, client_workers=1)
         console.print(
             capacity.plan_table(
                 levels,
@@ -229,6 +233,9 @@ def load(
         shown.print(line)
     shown.print(f"results: {Path(out) / 'results.json'}")
     render_report(out, shown)
+    if doc.interrupted:  # SIGINT or SIGTERM: the rows measured are saved, the run is not whole (the gate says nothing)
+        shown.print(f"load: interrupted; the rows measured so far are in {Path(out) / 'results.json'}")
+        raise typer.Exit(130)
     gate.finish(gate.check(rules, doc))
 
 

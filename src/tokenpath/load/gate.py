@@ -31,6 +31,9 @@ LOAD_METRICS = MetricSet(
     share=("error_rate", "exclusion_share"),
 )
 OPTIONAL = ("cpu_cores", "rss_mb")  # no process to sample (the direct path, an external --target): not applicable
+# Counted over the streams that completed: with none, 0 lost frames is not a measurement (every stream failed, or
+# none ran) and the rule has no value, so it breaches.
+PER_COMPLETED_STREAM = ("frames_lost", "frames_out_of_order", "audit_failed", "unjoined")
 
 
 def parse_load_rules(text: str) -> tuple[Rule, ...]:
@@ -59,6 +62,8 @@ def row_value(rule: Rule, row: LoadRow) -> float | None:
     if rule.base == "error_rate":
         total = row.streams_total if row.streams_total is not None else row.streams + row.errors
         return row.errors / total if total else None
+    if rule.base in PER_COMPLETED_STREAM and not row.streams:
+        return None
     value = getattr(row, rule.base)
     return None if value is None else float(value)
 

@@ -31,14 +31,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
-from tokenpath.errors import ContentEncodingError
+from tokenpath.errors import ContentEncodingError, ResponseTooLarge
 from tokenpath.probe.trace import ERROR_BODY_PREVIEW
+from tokenpath.stub.config import MAX_STREAM_BYTES
 from tokenpath.wire.apis import Api, Framing
 from tokenpath.wire.client import ClientConnection, ParseError, ResponseHead
 from tokenpath.wire.contentcoding import Decoder, IdentityDecoder, decoder_for
 from tokenpath.wire.ending import BodyEnd, LastWord, StreamEnd, body_end, broken_by, classify_end
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
+
+# The most body one stream may hold: the stub's own ceiling for one response, so no stream it sends comes near it. The
+# body is kept whole for the integrity check; a target that answers 200 and never ends (1.48 GB in 30 s before
+# this) ends that stream here, as ResponseTooLarge.
+MAX_BODY_BYTES = MAX_STREAM_BYTES
+
+
+def too_large() -> ResponseTooLarge:
+    return ResponseTooLarge(
+        f"response too large: the body passed {MAX_BODY_BYTES} bytes (the stub's ceiling for one stream) and was "
+        "still going"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +140,8 @@ class LeanRecorder:
         if n != self._nbytes:
             self._nbytes = n
             self._marks.extend((t_ns, n))
+            if n > MAX_BODY_BYTES:
+                raise too_large()
 
     def _on_end(self) -> None:
         self.complete = True
@@ -154,6 +169,8 @@ class LeanRecorder:
             return
         self._nbytes = len(buf)
         self._marks.extend((t_ns, self._nbytes))
+        if self._nbytes > MAX_BODY_BYTES:
+            raise too_large()
         reader = self._reader
         if reader is not None:
             for frame in reader.scan(body):  # frame by frame: what follows the first content frame is not parsed
@@ -261,6 +278,8 @@ class H2LeanRecorder(LeanRecorder):
         elif data:
             self._nbytes = n = len(self._body)
             self._marks.extend((t_ns, n))
+            if n > MAX_BODY_BYTES:
+                raise too_large()
 
     def on_end(self, t_ns: int) -> None:
         """END_STREAM: the response is whole; a compressed stream cut short raises ContentEncodingError."""

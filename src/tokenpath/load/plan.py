@@ -63,8 +63,13 @@ def plan(
             )
         proxy_us = PROXY_US[proxy]
     for name, value in (("client", client_us), ("stub", stub_us), ("proxy", proxy_us)):
-        if not value > 0:
-            raise UsageError(f"`{name}_us_per_frame` must be > 0")
+        if not 0 < value < math.inf:
+            raise UsageError(f"`{name}_us_per_frame` must be > 0 (and finite)")
+    if not levels or min(levels) < 1:
+        raise UsageError("`levels` needs levels >= 1, e.g. 50,200,500")
+    for name, value in (("interval_ms", interval_ms), ("ttft_ms", ttft_ms)):
+        if not 0 <= value < math.inf:
+            raise UsageError(f"`{name}` must be a finite number >= 0, not {value}")
     stream_s = (ttft_ms + tokens * interval_ms) / 1000
     if stream_s <= 0:
         raise UsageError("a plan needs streams that last: `ttft_ms` or `interval_ms` > 0")

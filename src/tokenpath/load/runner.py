@@ -7,11 +7,16 @@ of it) and checked byte for byte. Percentiles come from HDR histograms merged ov
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
 import ipaddress
 import itertools
+import math
 import os
 import resource
+import signal
+import threading
 from array import array
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +44,15 @@ from tokenpath.load.framedelay import frame_delays_ns
 from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
-from tokenpath.load.worker import JWTMinter, StreamResult, WorkerReport, Workload, run_worker
+from tokenpath.load.worker import (
+    STOP_SIGNALS,
+    JWTMinter,
+    StreamResult,
+    WorkerReport,
+    Workload,
+    ignore_stop_signals,
+    run_worker,
+)
 from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
@@ -93,6 +106,15 @@ AUDIT_FAIL_WARN = 0.01  # more than 1 % of streams off schedule: the stub is lat
 FLOOR_RATIO_WARN = 0.5  # direct p99 above half of a target's p50: the floor cannot resolve it
 FD_SLACK = 64  # files a client process holds besides its streams: the loop, pipes, the audit connection, libraries
 FD_CEILING = 1 << 20  # what to ask for when the hard limit is unlimited
+# Open loop: the most streams per second one client process is asked to start. Each start is a new connection, a
+# request written and a response head parsed on one event loop, some 100-200 µs of CPU with the stream's reads
+# besides (bench/RESULTS.md: ~8.8 µs per frame read): past ~10,000 a second the schedule runs ahead of what the
+# process can start and the backlog only grows (at 1e6/s, or inf, its tasks piled up by ~150 MB a second).
+MAX_RATE_PER_CLIENT = 10_000.0
+# A level's warm-up or measured window: every stream result of a run is held until the run is joined to the stub's
+# audit (500 streams of ~2 s for an hour: ~900,000 of them), so a level is bounded; a soak test is many runs.
+MAX_DURATION_S = 3600.0
+FORWARD_EVERY_S = 0.5  # how often a stopping parent repeats its stop to client processes that have not ended
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +170,9 @@ class LoadConfig:
         return self.rates or tuple(float(c) for c in self.levels)
 
     def __post_init__(self) -> None:
+        self._check_numbers()
+        for name in ("target_url", "stub_url"):
+            refuse_userinfo(getattr(self, name), f"`{name}`")
         if self.accept_encoding is not None:
             object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
         if self.client_workers == 0 and self.cluster is None:  # on a cluster: one per client node (RayClients)
@@ -184,6 +209,36 @@ class LoadConfig:
         # The stub's own rules, before it starts: ranges, a keep-alive in a format that has none (Bedrock, Ollama),
         # a first event too small for its frame.
         check_start(StubConfig.paced(self.pacing, model=self.model, api=self.api.value))
+
+    def _check_numbers(self) -> None:
+        """Numbers a run cannot mean: not finite (a NaN passes every `<=` check and ran 0 streams, or hung the
+        stub), past their bound, or given twice (two rows of the same level, two of one target)."""
+        for name in ("warmup_s", "duration_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value > MAX_DURATION_S:
+                raise UsageError(f"`{name}` must be a number of seconds up to {MAX_DURATION_S:g}, not {value}")
+        for f in dataclasses.fields(self.pacing):
+            value = getattr(self.pacing, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UsageError(f"`{f.name}` must be a finite number, not {value}")
+        if any(not math.isfinite(r) for r in self.rates):
+            raise UsageError("`rates` must be finite streams per second, e.g. 20,50")
+        if self.max_in_flight < 1:
+            raise UsageError("`max_in_flight` must be >= 1")
+        clients = max(1, self.client_workers)
+        if self.rates and max(self.rates) > MAX_RATE_PER_CLIENT * clients:
+            raise UsageError(
+                f"`rates` {max(self.rates):g} streams per second: one client process starts at most "
+                f"{MAX_RATE_PER_CLIENT:g} a second ({clients} asked for): add `client_workers` or lower the rate"
+            )
+        for name, values in (("levels", self.levels), ("rates", self.rates)):
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:
+                raise UsageError(f"`{name}` has {', '.join(f'{v:g}' for v in twice)} more than once")
+        labels = [t.partition("=")[0] if "{listen" in t else t for t in self.targets if t != "direct"]
+        twice_t = sorted({t for t in labels if labels.count(t) > 1})
+        if twice_t:
+            raise UsageError(f"`targets` has {', '.join(twice_t)} more than once (each is started and measured once)")
 
     def _check_http3(self) -> None:
         h3 = self.http_version is HttpVersion.HTTP3
@@ -222,6 +277,62 @@ class LoadConfig:
             modes = ", ".join(a.value for a, spec in SPECS.items() if spec.websocket)
             api = self.api.value
             raise UsageError(f"`transport` websocket: the {api} API has no WebSocket mode (`api` {modes} has)")
+
+
+def refuse_userinfo(url: str | None, name: str) -> None:
+    """A URL with user:password@ is refused, its text never shown (it would be stored in results.json and printed):
+    the load client never sends a URL's userinfo as Basic auth, so it would only leak. The flags that do carry
+    credentials are named."""
+    if url is None:
+        return
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        return  # parse_target says what is wrong with it
+    if "@" in netloc:
+        raise UsageError(
+            f"{name} carries credentials (user:password@), which load never sends and would store in results.json: "
+            "remove them and pass --header 'Authorization: ...', --api-key-env VAR or --jwt-secret-env VAR"
+        )
+
+
+def prepare_out_dir(out_dir: Path) -> None:
+    """The output directory made and proved writable before anything starts: a run that cannot save its results
+    is refused in one line, not found out after the whole run."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".tokenpath-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"`out` {out_dir}: cannot write results there: {exc.strerror or exc}") from None
+
+
+class StopSignals:
+    """SIGINT and SIGTERM while a load runs, in the main thread: the first raises KeyboardInterrupt (the runner keeps
+    the rows measured, writes results.json with `interrupted`, stops every child it started: stub, proxies, client
+    processes); later ones are ignored, so that cleanup is never cut short. SIGTERM's default killed the run at once
+    and left its stub and proxies running (their own sessions). A client loop handles them itself while it runs
+    (worker.run_worker): `fired` is then set by the runner when it stops."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
 
 
 def _on_this_host(url: str) -> bool:
@@ -322,8 +433,14 @@ class LoadRunner:
         self.bind = "127.0.0.1"  # where the stub and the targets listen: loopback unless a cluster must reach them
         self.stub_pid: int | None = None  # sampled beside each run: its CPU tells capacity from host contention
         self.cores = os.cpu_count() or 1
+        self.signals = StopSignals()
 
     def run(self) -> LoadResults:
+        prepare_out_dir(self.out_dir)
+        with self.signals:
+            return self._run_anywhere()
+
+    def _run_anywhere(self) -> LoadResults:
         cfg = self.cfg
         if cfg.cluster is None:
             return self._run()
@@ -370,70 +487,20 @@ class LoadRunner:
         if self.cluster is None:
             per_process = cfg.max_in_flight if cfg.open_loop else max(cfg.levels)
             ensure_fd_limit(-(-per_process // cfg.client_workers))
+        cells: dict[tuple[float, str], Cell] = {}
+        failure: ServiceError | None = None
         with contextlib.ExitStack() as stack:
-            if cfg.stub_url is not None:
-                stub_url = cfg.stub_url  # the user's stub: its pacing is theirs, read from it
-                self.cfg = cfg = with_stub_pacing(cfg, stub_url, fetch_pacing(stub_url))
-                check_serves(stub_url, cfg.api.value)
-                if self.cluster is None:
-                    self.stub_pid = listening_pid(parse_target(stub_url).port)
-            elif self.cluster is not None and cfg.stub_node is not None:
-                stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
-            else:
-                stub = ServiceProcess([*self._stub_argv(), "--host", self.bind], "stub")
-                stack.callback(stub.stop)
-                stub_url = stub.start()
-                self.stub_pid = stub.pid
-            targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
-            keys: dict[str, str | None] = {}
-            proxies: dict[str, RunningProxy] = {}
-            if cfg.target_url is not None:
-                targets["target"] = (cfg.target_url, None)
-            for name in cfg.targets:
-                if name == "direct":
-                    continue
-                running = self._start(name, stub_url, stack)
-                if running is not None:
-                    label = running.proxy.name if "{listen" in name else name  # LABEL=COMMAND: shown as LABEL
-                    targets[label] = (running.url, running.process.pid if running.process else None)
-                    keys[label] = running.proxy.api_key(running.site)
-                    proxies[label] = running
-            cells: dict[tuple[float, str], Cell] = {}
-            plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
-            progress = progress_bar(self.console)
-            if not self.console.is_terminal:  # no bar to watch: say up front how long the run should take
-                step_s = cfg.warmup_s + cfg.duration_s
-                self.console.print(
-                    f"load: {len(plan)} steps ({len(cfg.level_values)} levels x {cfg.runs} runs x "
-                    f"{len(targets)} targets) of about {step_s:g} s each, expected about "
-                    f"{len(plan) * step_s:.0f} s in all",
-                    markup=False,
-                    highlight=False,
-                )
-            failure: ServiceError | None = None
             try:
-                with progress:
-                    task = progress.add_task("load", total=len(plan))
-                    for level, run, name in plan:
-                        unit = "streams/s" if cfg.open_loop else "streams"
-                        progress.update(task, description=f"{level:g} {unit}, run {run + 1}, {name}")
-                        url, pid = targets[name]
-                        cell = cells.setdefault((level, name), Cell(name, level))
-                        if cell.stopped is None:  # a level that failed one way is not run again
-                            stopped = self._measure(
-                                cell, url, pid, stub_url, keys.get(name), name == "target", proxies.get(name)
-                            )
-                            if stopped:
-                                self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]")
-                        progress.advance(task)
-            except KeyboardInterrupt:
+                stub_url, targets, keys, proxies = self._start_all(stack)
+                failure = self._plan(cells, stub_url, targets, keys, proxies)
+            except KeyboardInterrupt:  # SIGINT/SIGTERM (StopSignals, or a client's report): keep what was measured
+                self.signals.fired = True
                 self.interrupted = True
-            except ServiceError as exc:  # e.g. a cluster node died mid-level: keep what was measured, then say so
-                self.interrupted, failure = True, exc
+            nodes = {"cluster_nodes": self.cluster_info} if self.cluster_info else {}
             results = LoadResults(
                 provenance=self.provenance,
                 targets=dict(self.targets),
-                config={**_config_json(cfg), **({"cluster_nodes": self.cluster_info} if self.cluster_info else {})},
+                config={**_config_json(self.cfg), **nodes},  # self.cfg: a --stub-url stub's own pacing, once read
                 skipped=tuple(self.skipped),
                 levels=tuple(self._summarise(cells)),
                 interrupted=self.interrupted,
@@ -442,6 +509,82 @@ class LoadRunner:
         if failure is not None:
             raise ServiceError(f"{failure} (the rows measured before it are in {self.out_dir / 'results.json'})")
         return results
+
+    def _start_all(
+        self, stack: contextlib.ExitStack
+    ) -> tuple[str, dict[str, tuple[str, int | None]], dict[str, str | None], dict[str, RunningProxy]]:
+        """The stub (or the user's) and every target, each stopped by `stack`."""
+        cfg = self.cfg
+        if cfg.stub_url is not None:
+            stub_url = cfg.stub_url  # the user's stub: its pacing is theirs, read from it
+            self.cfg = cfg = with_stub_pacing(cfg, stub_url, fetch_pacing(stub_url))
+            check_serves(stub_url, cfg.api.value)
+            if self.cluster is None:
+                self.stub_pid = listening_pid(parse_target(stub_url).port)
+        elif self.cluster is not None and cfg.stub_node is not None:
+            stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
+        else:
+            stub = ServiceProcess([*self._stub_argv(), "--host", self.bind], "stub")
+            stack.callback(stub.stop)
+            stub_url = stub.start()
+            self.stub_pid = stub.pid
+        targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
+        keys: dict[str, str | None] = {}
+        proxies: dict[str, RunningProxy] = {}
+        if cfg.target_url is not None:
+            targets["target"] = (cfg.target_url, None)
+        for name in cfg.targets:
+            if name == "direct":
+                continue
+            running = self._start(name, stub_url, stack)
+            if running is not None:
+                label = running.proxy.name if "{listen" in name else name  # LABEL=COMMAND: shown as LABEL
+                targets[label] = (running.url, running.process.pid if running.process else None)
+                keys[label] = running.proxy.api_key(running.site)
+                proxies[label] = running
+        return stub_url, targets, keys, proxies
+
+    def _plan(
+        self,
+        cells: dict[tuple[float, str], Cell],
+        stub_url: str,
+        targets: dict[str, tuple[str, int | None]],
+        keys: dict[str, str | None],
+        proxies: dict[str, RunningProxy],
+    ) -> ServiceError | None:
+        """Every level, run and target in turn, into `cells`; a service that failed mid-run, if one did (the rows
+        before it are kept). KeyboardInterrupt (a stop signal) goes to the caller, which keeps them too."""
+        cfg = self.cfg
+        plan = list(itertools.product(cfg.level_values, range(cfg.runs), targets))
+        progress = progress_bar(self.console)
+        if not self.console.is_terminal:  # no bar to watch: say up front how long the run should take
+            step_s = cfg.warmup_s + cfg.duration_s
+            self.console.print(
+                f"load: {len(plan)} steps ({len(cfg.level_values)} levels x {cfg.runs} runs x "
+                f"{len(targets)} targets) of about {step_s:g} s each, expected about "
+                f"{len(plan) * step_s:.0f} s in all",
+                markup=False,
+                highlight=False,
+            )
+        failure: ServiceError | None = None
+        try:
+            with progress:
+                task = progress.add_task("load", total=len(plan))
+                for level, run, name in plan:
+                    unit = "streams/s" if cfg.open_loop else "streams"
+                    progress.update(task, description=f"{level:g} {unit}, run {run + 1}, {name}")
+                    url, pid = targets[name]
+                    cell = cells.setdefault((level, name), Cell(name, level))
+                    if cell.stopped is None:  # a level that failed one way is not run again
+                        stopped = self._measure(
+                            cell, url, pid, stub_url, keys.get(name), name == "target", proxies.get(name)
+                        )
+                        if stopped:
+                            self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]")
+                    progress.advance(task)
+        except ServiceError as exc:  # e.g. a cluster node died mid-level: keep what was measured, then say so
+            self.interrupted, failure = True, exc
+        return failure
 
     def _install_releases(self) -> None:
         """Every NAME@VERSION[:VARIANT] target's release installed (or found cached) before the stub starts: a
@@ -589,6 +732,9 @@ class LoadRunner:
         self._join(cell, results, stub_url, run_hist)
         if run_hist.get_total_count():
             cell.run_added_ms.append(MedianAndTail(cell.pct_ms(50, run_hist), cell.pct_ms(99, run_hist)))
+        if any(r.interrupted for r in reports):  # a client stopped on SIGINT/SIGTERM: its streams are merged above
+            self.signals.fired = True
+            raise KeyboardInterrupt
         return cell.stopped
 
     def _connections(self, cell: Cell, reports: list[WorkerReport]) -> None:
@@ -609,8 +755,28 @@ class LoadRunner:
         n = self.cfg.client_workers
         if n == 1:
             return [run_worker(work)]
-        with ProcessPoolExecutor(n, mp_context=get_context("spawn")) as pool:
-            return list(pool.map(run_worker, self._shares(work, n)))
+        return self._pool_clients(self._shares(work, n))
+
+    def _pool_clients(self, shares: list[Workload]) -> list[WorkerReport]:
+        """One client process per share. A stop signal here (StopSignals raised KeyboardInterrupt) is passed on to
+        every process, as SIGINT, until each has ended its run and sent back what it measured (a Ctrl-C reaches
+        them from the terminal too; a SIGTERM, or a SIGINT sent to this process alone, does not)."""
+        ctx = get_context("spawn")
+        with ProcessPoolExecutor(len(shares), mp_context=ctx, initializer=ignore_stop_signals) as pool:
+            futures = [pool.submit(run_worker, share) for share in shares]
+            try:
+                concurrent.futures.wait(futures)
+            except KeyboardInterrupt:
+                while not all(f.done() for f in futures):
+                    for pid in list(pool._processes or {}):  # the pool's own processes only
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGINT)
+                    concurrent.futures.wait(futures, timeout=FORWARD_EVERY_S)
+                reports = [f.result() for f in futures]
+                for r in reports:
+                    r.interrupted = True
+                return reports
+            return [f.result() for f in futures]
 
     def _cluster_clients(self, cluster: RayClients, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
         """The run on the cluster's client workers, their arrival times moved onto the stub host's clock."""

@@ -11,10 +11,13 @@ import contextlib
 import functools
 import gc
 import random
+import signal
 import ssl
+import threading
 import time
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -167,6 +170,9 @@ class WorkerReport:
     wall_s: float
     lag_p99_ms: float
     stopped: str | None = None  # why the worker ended the level early (FailureTally), else None
+    # SIGINT/SIGTERM stopped the run (run_worker): the streams in flight were cancelled, never counted; `results`
+    # holds those that ended before it.
+    interrupted: bool = False
     connections: int = 0  # HTTP/2: connections opened
     peer_limit: int | None = None  # HTTP/2: the peer's SETTINGS_MAX_CONCURRENT_STREAMS, when below what was asked
 
@@ -194,8 +200,12 @@ async def closed_loop(work: Workload) -> WorkerReport:
 
     cpu, wall = time.process_time(), time.monotonic()
     lag_task = asyncio.ensure_future(loop_lag(measure_from, stop_at, lags))
+    users = [asyncio.ensure_future(user(k)) for k in range(work.max_streams)]
+    interrupted = False
     try:
-        await asyncio.gather(*(user(k) for k in range(work.max_streams)))
+        await asyncio.gather(*users)
+    except asyncio.CancelledError:  # run_worker's SIGINT/SIGTERM: the streams in flight are cancelled, not counted
+        interrupted = await _interrupted(users)
     finally:
         if pool is not None:
             await pool.aclose()
@@ -210,9 +220,23 @@ async def closed_loop(work: Workload) -> WorkerReport:
             time.monotonic() - wall,
             percentile(lags, 99) if lags else 0.0,
             tally.stop_reason,
+            interrupted,
         ),
         pool,
     )
+
+
+async def _interrupted(tasks: list[asyncio.Task[None]] | set[asyncio.Task[None]]) -> bool:
+    """The run's task was cancelled (run_worker's signal handler): every stream task is cancelled too and waited
+    for, so each closes its connection before the loop does (a stream left pending at loop.close() ran its cleanup
+    with no loop: "no running event loop"). The task's cancel is taken back: the report is still made."""
+    current = asyncio.current_task()
+    if current is not None:
+        current.uncancel()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return True
 
 
 def _h2_pool(work: Workload, cfg: ProbeConfig) -> H2LoadPool | None:
@@ -362,8 +386,10 @@ async def open_loop(work: Workload) -> WorkerReport:
 
     When `max_streams` streams are already in flight the next one waits, and that wait is its dispatch lag: added
     to its TTFT in the corrected figure (coordinated omission), reported on its own too."""
+    # LoadConfig refuses rates that are not finite, not > 0 or past MAX_RATE_PER_CLIENT: expovariate(inf) is 0,
+    # and a schedule that never advances never ends.
     assert work.rate is not None
-    assert work.rate > 0
+    assert 0 < work.rate < float("inf")
     cfg = _probe_config(work)
     requests = StreamRequests(cfg)
     target = requests.target
@@ -389,14 +415,15 @@ async def open_loop(work: Workload) -> WorkerReport:
     cpu, wall = time.process_time(), time.monotonic()
     scheduled = start
     lags: list[float] = []
+    interrupted = False
     try:
         while True:
             scheduled += rng.expovariate(work.rate)
             if scheduled >= stop_at or tally.stop_reason is not None:
                 break
             delay = scheduled - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Behind the schedule the loop is still given a turn per arrival: the streams read, a signal is handled.
+            await asyncio.sleep(max(0.0, delay))
             if scheduled >= measure_from:  # the measured window only, as in the closed loop
                 lags.append(max(0.0, loop.time() - scheduled) * 1000)
             task = asyncio.create_task(one(scheduled, scheduled >= measure_from))
@@ -404,13 +431,17 @@ async def open_loop(work: Workload) -> WorkerReport:
             task.add_done_callback(tasks.discard)
         if tasks:
             await asyncio.wait(tasks)
+    except asyncio.CancelledError:  # run_worker's SIGINT/SIGTERM: as closed_loop
+        interrupted = await _interrupted(set(tasks))
     finally:  # as closed_loop: an exception (a cancel) must not leave the HTTP/2 connections open
         if pool is not None:
             await pool.aclose()
     lags.sort()
     lag_p99 = percentile(lags, 99) if lags else 0.0
     wall_s = time.monotonic() - wall
-    report = WorkerReport(tally.counted(results), time.process_time() - cpu, wall_s, lag_p99, tally.stop_reason)
+    report = WorkerReport(
+        tally.counted(results), time.process_time() - cpu, wall_s, lag_p99, tally.stop_reason, interrupted
+    )
     return _with_pool(report, pool)
 
 
@@ -436,9 +467,35 @@ def _h2_tls_context(tls: TLSOptions) -> ssl.SSLContext:
     return _tls_context(replace(tls, http2=True))
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def ignore_stop_signals() -> None:
+    """A client process's initializer (the runner's process pool): between runs SIGINT and SIGTERM are ignored, so
+    a Ctrl-C that reaches the whole process group never breaks the pool; while a run goes, run_worker's handlers
+    stop it cleanly, and the parent passes its own stop on to each process (runner.py _pool_clients)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def run_worker(work: Workload) -> WorkerReport:
-    """Entry point of a client process (and of the in-process client)."""
+    """Entry point of a client process (and of the in-process client).
+
+    SIGINT and SIGTERM are the loop's own while it runs (in the main thread: an in-process client, a pool's process):
+    the run's task is cancelled, its streams in flight with it (never counted), and the report of the streams that
+    ended comes back with `interrupted` set. Without a handler, Python's KeyboardInterrupt was raised inside whatever
+    ran (uvloop logged it from a transport's data_received, counted that stream an error, and the run went on).
+    Whatever handlers were there before (the runner's, a pool process's SIG_IGN) are put back after."""
     loop = new_event_loop("uvloop")
+    main = loop.create_task(open_loop(work) if work.rate else closed_loop(work))
+    stopping: list[int] = []
+
+    def stop(sig: int) -> None:
+        if not stopping:  # once: a second signal must not cut the first's cleanup short
+            stopping.append(sig)
+            main.cancel()
+
+    previous = _on_signals(loop, stop)
     # Every collector pass stops the loop with every stream in flight (their reads stamped late). A loaded client's
     # young objects are its streams' own, alive while they stream: at the default 700 the young generation filled
     # ~5 times a second with them, each pass ~1-2 ms and every tenth a generation-1 pass of ~10-20 ms (300 streams).
@@ -447,7 +504,36 @@ def run_worker(work: Workload) -> WorkerReport:
     thresholds = gc.get_threshold()
     gc.set_threshold(YOUNG_GC_THRESHOLD, *thresholds[1:])
     try:
-        return loop.run_until_complete(open_loop(work) if work.rate else closed_loop(work))
+        return loop.run_until_complete(main)
+    except asyncio.CancelledError:  # stopped before the run's task began: nothing measured
+        return WorkerReport([], 0.0, 0.0, 0.0, interrupted=True)
     finally:
         gc.set_threshold(*thresholds)
+        _cancel_pending(loop)
+        for sig in previous:
+            loop.remove_signal_handler(sig)
         loop.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[int], None]) -> dict[int, Any]:
+    """SIGINT and SIGTERM to `stop` on `loop`; the handlers they had, to put back. None outside the main thread
+    (a Ray actor's): signals are the main thread's."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {}
+    for sig in STOP_SIGNALS:
+        previous[sig] = signal.getsignal(sig)
+        loop.add_signal_handler(sig, stop, sig)
+    return previous
+
+
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Tasks still pending (the run failed with an exception) are cancelled and run to their end, as asyncio.run
+    does, so none runs its cleanup after the loop is closed."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
