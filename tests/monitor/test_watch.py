@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import signal
+import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +19,6 @@ from tests.helpers import LoopbackHTTP, QuietHandler, TLSRecordBurst
 from tokenpath import errors
 from tokenpath.monitor.config import MonitorConfig, from_dict
 from tokenpath.monitor.metrics import MonitorMetrics
-from tokenpath.monitor.probing import Aborter
 from tokenpath.monitor.rules import parse_rules
 from tokenpath.monitor.runner import Interrupted, Watch, check_rules, run_once
 from tokenpath.probe.client import ProbeConfig
@@ -359,38 +360,46 @@ def test_the_watch_records_no_added_ttft_from_a_cut_stream(sse: LoopbackHTTP, cu
     assert get("tokenpath_monitor_added_ttft_last_seconds", {"target": "cut"}) is None
 
 
-@pytest.fixture
-def sigint_raises() -> Iterator[None]:
-    """SIGINT raises KeyboardInterrupt in this (the main) thread, whatever the test runner installed."""
+# Run in a process of its own: SIGINT raises KeyboardInterrupt in a process's main thread, and a pytest-xdist
+# worker's main thread need not be the one running the test (a signal sent there from a test took the worker down).
+CTRL_C_IN_ONCE = """
+import json, os, signal
+from tokenpath import errors
+from tokenpath.monitor.config import from_dict
+from tokenpath.monitor.probing import Aborter
+from tokenpath.monitor.runner import Interrupted, run_once
 
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
+cfg = from_dict({"monitor": {"interval_s": 0.1, "jitter": 0.0}, "target": [{"name": "a", "url": "http://127.0.0.1:9"}]})
+aborter = Aborter()
+calls = []
 
-    old = signal.signal(signal.SIGINT, interrupt)
-    yield
-    signal.signal(signal.SIGINT, old)
+def prober(c, stream_id):
+    calls.append(stream_id)
+    if len(calls) == 3:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this probe runs
+        assert aborter.stopped.wait(30)  # the stop aborts it
+    if aborter.stopped.is_set():
+        raise errors.NetworkError("Broken pipe")  # what an aborted probe's socket says
+    raise errors.ConnectError("refused")
+
+try:
+    run_once(cfg, cycles=50, prober=prober, aborter=aborter)
+    print(json.dumps({"interrupted": False}))
+except Interrupted as stop:
+    (summary,) = stop.summaries
+    via = summary.routes["via"]
+    print(json.dumps({"interrupted": True, "calls": len(calls), "probes": via.probes, "reasons": via.reasons}))
+"""
 
 
-def test_ctrl_c_in_once_ends_at_once_with_the_probes_before_it(sigint_raises: None) -> None:
-    cfg = config({"name": "a", "url": "http://127.0.0.1:9"})
-    aborter = Aborter()
-    calls: list[str] = []
-
-    def prober(c: ProbeConfig, stream_id: str) -> Trace:
-        calls.append(stream_id)
-        if len(calls) == 3:
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)  # Ctrl-C while this probe runs
-            assert aborter.stopped.wait(5)  # the stop aborts it
-        if aborter.stopped.is_set():
-            raise errors.NetworkError("Broken pipe")  # what an aborted probe's socket says
-        raise errors.ConnectError("refused")
-
-    with pytest.raises(Interrupted) as info:
-        run_once(cfg, cycles=50, prober=prober, aborter=aborter)
-    assert len(calls) == 3  # no cycle after the stop
-    (summary,) = info.value.summaries
-    assert summary.routes["via"].probes == 2  # the one the stop cut short is not counted
-    assert summary.routes["via"].reasons == {"connect": 2}
+def test_ctrl_c_in_once_ends_at_once_with_the_probes_before_it() -> None:
+    done = subprocess.run([sys.executable, "-c", CTRL_C_IN_ONCE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["interrupted"]
+    assert result["calls"] == 3  # no cycle after the stop
+    assert result["probes"] == 2  # the one the stop cut short is not counted
+    assert result["reasons"] == {"connect": 2}
 
 
 def test_an_interrupted_once_prints_its_summary_and_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -231,7 +231,25 @@ def run_once(
     aborter = aborter or Aborter()
     probe = prober or default_prober(aborter)
 
+    # Each target's thread says when it begins and ends, and files its summary as it ends: a Ctrl-C can come while
+    # the targets are still being handed out, inside the executor's own start of a thread (the first probes under
+    # way), before that thread or its future is in any list; the stop still waits for it and counts its probes.
+    ended: dict[str, TargetSummary] = {}
+    begun: set[str] = set()
+    over: set[str] = set()
+    change = threading.Condition()
+
     def one_target(target: Target) -> TargetSummary:
+        with change:
+            begun.add(target.name)
+        try:
+            return measured(target)
+        finally:
+            with change:
+                over.add(target.name)
+                change.notify_all()
+
+    def measured(target: Target) -> TargetSummary:
         summary = TargetSummary(target.name, {route: RouteSamples() for route in target.routes})
         for i in range(cycles):
             if aborter.stopped.is_set():
@@ -245,17 +263,22 @@ def run_once(
                 log_outcome(outcome, added if outcome.route == "via" else None)
             if added is not None:
                 summary.added_s.append(added)
+        ended[target.name] = summary
         return summary
 
     slots = min(config.settings.max_concurrency, len(config.targets))
     with ThreadPoolExecutor(slots, thread_name_prefix="probe") as pool:
-        futures = [pool.submit(one_target, target) for target in config.targets]
+        futures: list[Future[TargetSummary]] = []
         try:
+            for target in config.targets:
+                futures.append(pool.submit(one_target, target))
             return [future.result() for future in futures]
         except KeyboardInterrupt:
             aborter.stop()  # end the probes in flight rather than wait out their timeouts; no cycle starts after
-            wait(futures)
-            raise Interrupted([f.result() for f in futures if f.exception() is None]) from None
+            pool.shutdown(wait=False, cancel_futures=True)  # targets not begun never will
+            with change:
+                change.wait_for(lambda: begun <= over)  # every target that began has ended
+            raise Interrupted([ended[t.name] for t in config.targets if t.name in ended]) from None
         except BaseException:
             aborter.stop()
             raise
