@@ -222,7 +222,7 @@ name = "lighttpd"
     assert set(rows) == {("direct", "stock"), ("nginx", "stock"), ("nginx", "proxy_buffering_off")}
     for row in rows.values():
         assert row["endpoint"] == f"endpoint https://{endpoint.authority}"
-        assert row["runs"] == 2
+        assert row["runs"] >= 2  # 2, and more for a row a loaded round left undecided (runner.MAX_EXTRA_ROUNDS)
         assert row["excluded"] == 0
         assert row["fpr_median"] is not None
         assert row["ttft_ms_median"] is not None

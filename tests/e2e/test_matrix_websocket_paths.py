@@ -80,8 +80,10 @@ def test_the_matrix_shows_which_paths_carry_websocket_and_what_the_fallback_cost
         ws = _row(doc, proxy, variant, "websocket")
         sse = _row(doc, proxy, variant, "sse")
         # Every path streams over SSE, to its end (a run the stub's audit excluded for a late write on this loaded
-        # host is the exclusion rule at work, not the path's: only that reason may show)
-        assert sse["ends"] == {"complete": 2}, (proxy, variant, sse["ends"])
+        # host is the exclusion rule at work, not the path's: only that reason may show). A row whose first token
+        # a loaded round left undecided gets extra rounds (runner.MAX_EXTRA_ROUNDS): every run of it complete.
+        assert sse["runs"] >= 2
+        assert sse["ends"] == {"complete": sse["runs"]}, (proxy, variant, sse["ends"])
         assert set(sse["exclusions"]) <= {"stub audit failed"}, (proxy, variant, sse["exclusions"])
         figures = [run["metrics"]["websocket"] for run in ws["raw"]]
         if carries:
