@@ -245,8 +245,15 @@ def test_a_key_set_with_no_good_key_is_the_failure(doc: bytes) -> None:
         parse_jwks(doc)
 
 
-def test_a_refresh_keeps_the_good_keys_of_a_key_set_with_a_bad_entry() -> None:
-    server = JWKSServer()
+@pytest.fixture(name="server")
+def jwks_server() -> Iterator[JWKSServer]:
+    """A key set's server on loopback, closed after the test."""
+    serving = JWKSServer()
+    yield serving
+    serving.close()
+
+
+def test_a_refresh_keeps_the_good_keys_of_a_key_set_with_a_bad_entry(server: JWKSServer) -> None:
     server.keys = [GOOD, *BAD_ENTRIES]
 
     async def scenario() -> None:
@@ -258,19 +265,15 @@ def test_a_refresh_keeps_the_good_keys_of_a_key_set_with_a_bad_entry() -> None:
         finally:
             await cache.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    asyncio.run(scenario())
 
 
-def test_a_jwks_key_too_short_is_skipped_never_a_warning_per_token() -> None:
+def test_a_jwks_key_too_short_is_skipped_never_a_warning_per_token(server: JWKSServer) -> None:
     """PyJWT warns on stderr (InsecureKeyLengthWarning, not JSON) for each token a key shorter than its algorithm
     wants verifies: such a key is not taken from the key set."""
     weak = rsa.generate_private_key(public_exponent=65537, key_size=1024)
     keys = parse_jwks(json.dumps({"keys": [GOOD, jwk(weak, "weak", "RS256")]}).encode())
     assert set(keys) == {"good"}
-    server = JWKSServer()
     server.keys = [GOOD, jwk(weak, "weak", "RS256")]
 
     async def scenario() -> None:
@@ -289,19 +292,15 @@ def test_a_jwks_key_too_short_is_skipped_never_a_warning_per_token() -> None:
         finally:
             await cache.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    asyncio.run(scenario())
 
 
 # How often a fetch may start ----------------------------------------------------------------------------------
 
 
-def test_unknown_kids_never_start_more_than_one_fetch_per_floor_even_with_min_refresh_0() -> None:
+def test_unknown_kids_never_start_more_than_one_fetch_per_floor_even_with_min_refresh_0(server: JWKSServer) -> None:
     """The config refuses jwks_min_refresh_s below 1 s; the cache holds its own floor, so that a setting that slips
     through cannot let an unauthenticated flood of made-up kids drive fetches at the identity provider."""
-    server = JWKSServer()
     server.keys = [GOOD]
 
     async def scenario() -> None:
@@ -323,14 +322,10 @@ def test_unknown_kids_never_start_more_than_one_fetch_per_floor_even_with_min_re
         finally:
             await cache.close()
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    asyncio.run(scenario())
 
 
-def test_a_tiny_ttl_refreshes_no_more_than_once_per_floor() -> None:
-    server = JWKSServer()
+def test_a_tiny_ttl_refreshes_no_more_than_once_per_floor(server: JWKSServer) -> None:
     server.keys = [GOOD]
 
     async def scenario() -> None:
@@ -344,10 +339,7 @@ def test_a_tiny_ttl_refreshes_no_more_than_once_per_floor() -> None:
         elapsed = time.monotonic() - t0
         assert 1 <= server.hits <= 2 + math.floor(elapsed / MIN_REFRESH_FLOOR_S), (server.hits, elapsed)
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        server.close()
+    asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("ttl", [math.nan, math.inf, -math.inf, 0, 0.0, -1, -1e9])

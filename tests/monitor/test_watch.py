@@ -30,7 +30,10 @@ DONE = b"data: [DONE]\n\n"
 
 
 class SSEHandler(QuietHandler):
-    """A streamed chat answer: FRAMES content frames 5 ms apart, each its own write."""
+    """A streamed chat answer: `frames` content frames 5 ms apart, each its own write, then `final`."""
+
+    frames = FRAMES
+    final = DONE  # the format's final event, written with the last chunk
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -38,11 +41,12 @@ class SSEHandler(QuietHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for _ in range(FRAMES):
+        for _ in range(self.frames):
             time.sleep(0.005)
             self.wfile.write(b"%x\r\n%b\r\n" % (len(CONTENT), CONTENT))
             self.wfile.flush()
-        self.wfile.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(DONE), DONE))  # the format's final event, then the last chunk
+        final = b"%x\r\n%b\r\n" % (len(self.final), self.final) if self.final else b""
+        self.wfile.write(final + b"0\r\n\r\n")
 
 
 @pytest.fixture
@@ -310,20 +314,11 @@ def test_a_probe_that_finds_every_slot_busy_is_dropped_as_concurrency() -> None:
     assert probes == 3  # one slot: the dropped ones never ran
 
 
-class CutHandler(QuietHandler):
+class CutHandler(SSEHandler):
     """A streamed answer whose body ends (its last chunk) before the format's final event: cut_silent."""
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        for _ in range(2):
-            self.wfile.write(b"%x\r\n%b\r\n" % (len(CONTENT), CONTENT))
-            self.wfile.flush()
-            time.sleep(0.005)
-        self.wfile.write(b"0\r\n\r\n")
+    frames = 2
+    final = b""
 
 
 @pytest.fixture

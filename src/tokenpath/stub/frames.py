@@ -172,7 +172,7 @@ class StreamShape:
             return frames
         placeholder, real = PLACEHOLDER_LABEL.encode(), cid[-LABEL_CHARS:].encode()
         out: list[bytes] = []
-        for i, j in _steps(self.sizes):
+        for i, j in _steps(len(self.sizes), self.sizes.__getitem__):
             out += [f.replace(placeholder, real) for f in frames[i:j]]
             yield
         return out
@@ -207,18 +207,12 @@ def build_shape(
     each frame one chunk, the last also ending the body)."""
     sizes: list[int] = []
     chunked: list[bytes] = []
-    i, n = 0, len(frames)
-    while i < n:
-        # STEP_FRAMES frames a step, fewer when they hold more than STEP_BYTES (a closing event can hold the
-        # whole text: four of them framed in one step held the loop 2.5-6 ms)
-        j, nbytes = i, 0
-        while j < n and j - i < STEP_FRAMES and (nbytes < STEP_BYTES or j == i):
-            nbytes += len(frames[j])
-            j += 1
+    # fewer frames a step when they hold more than STEP_BYTES: a closing event can hold the whole text, and four of
+    # them framed in one step held the loop 2.5-6 ms
+    for i, j in _steps(len(frames), lambda k: len(frames[k])):
         part = frames[i:j]
         sizes += map(len, part)
         chunked += chunks(part, last=False)
-        i = j
         yield
     if chunked:
         chunked[-1] += LAST_CHUNK
@@ -233,13 +227,14 @@ def build_shape(
     )
 
 
-def _steps(sizes: list[int]) -> Iterator[tuple[int, int]]:
-    """Bounds of the frames each step takes: STEP_FRAMES, fewer when they hold more than STEP_BYTES (at least one)."""
-    i, n = 0, len(sizes)
+def _steps(n: int, size: Callable[[int], int]) -> Iterator[tuple[int, int]]:
+    """Bounds of the frames (of `n`, frame k of `size(k)` bytes) each step takes: STEP_FRAMES, fewer when they hold
+    more than STEP_BYTES (at least one). Sizes are asked for as the steps go, never all at once."""
+    i = 0
     while i < n:
         j, nbytes = i, 0
         while j < n and j - i < STEP_FRAMES and (nbytes < STEP_BYTES or j == i):
-            nbytes += sizes[j]
+            nbytes += size(j)
             j += 1
         yield i, j
         i = j
