@@ -12,7 +12,7 @@ import re
 import typing
 from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -22,6 +22,9 @@ from typer.models import OptionInfo
 from tokenpath import __version__
 from tokenpath.cli.lazygroup import LazyGroup
 from tokenpath.errors import TokenpathError, UsageError
+
+if TYPE_CHECKING:
+    from tokenpath.results.model import MatrixResults
 
 app = typer.Typer(
     cls=LazyGroup,
@@ -204,6 +207,23 @@ def render_report(out: str, to: Console | None = None) -> None:
         err_console.print(f"[yellow]report not written ({exc}); results.json is intact: tokenpath report {out}[/]")
         return
     (to or console).print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+
+
+def end_matrix(doc: MatrixResults) -> None:
+    """How a matrix or a sweep ends once its results and report are written: Ctrl-C's 130, or the instrument's exit
+    when a condition's direct path kept no run (every stream failed, was cut or failed the stub's audit), since no
+    proxy's figures there can be judged; a CI job must not read that as a pass."""
+    if doc.interrupted:
+        raise typer.Exit(130)
+    unjudged = doc.unjudged
+    if unjudged:
+        from tokenpath.errors import InstrumentError
+
+        labels = "; ".join(c.label for c in unjudged[:3]) + (f"; {len(unjudged) - 3} more" if len(unjudged) > 3 else "")
+        raise InstrumentError(
+            f"the direct path kept no run in {len(unjudged)} of {len(doc.floors)} conditions ({labels}), so nothing "
+            "measured there can be judged; why each run was excluded is in results.json"
+        )
 
 
 JSON_HELP = "Print the results document (results.json) on stdout; the rest on stderr."

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import JSON_HELP, console, handles_errors, refuse_unread, render_report, shown_console
+from tokenpath.cli.common import (
+    JSON_HELP,
+    console,
+    end_matrix,
+    handles_errors,
+    refuse_unread,
+    render_report,
+    shown_console,
+)
 
 
 @handles_errors("matrix")
@@ -49,5 +57,4 @@ def matrix(
         shown.print(line, markup=False, highlight=False)
     shown.print(f"results: {Path(out) / 'results.json'}")
     render_report(out, shown)
-    if doc.interrupted:
-        raise typer.Exit(130)
+    end_matrix(doc)

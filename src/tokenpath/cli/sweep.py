@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import JSON_HELP, handles_errors, render_report, shown_console
+from tokenpath.cli.common import JSON_HELP, end_matrix, handles_errors, render_report, shown_console
 from tokenpath.errors import UsageError
 from tokenpath.experiment.grid import DEFAULT_INTERVALS, DEFAULT_SIZES, as_list
 
@@ -47,3 +47,4 @@ def sweep(
         shown.print(line)
     shown.print(f"results: {Path(out) / 'results.json'}")
     render_report(out, shown)
+    end_matrix(doc)

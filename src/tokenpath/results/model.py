@@ -388,6 +388,12 @@ class MatrixResults:
     def kind(self) -> Kind:
         return self.provenance.kind
 
+    @property
+    def unjudged(self) -> tuple[Condition, ...]:
+        """The conditions whose direct path kept no run, so no floor: nothing measured through a proxy there can be
+        told from the host's own noise (the run's exit, cli/common.end_matrix)."""
+        return tuple(f.condition for f in self.floors if f.fpr is None)
+
     def to_json(self) -> Json:
         doc = _document(self.provenance)
         doc.update(_json_fields(self, exclude={"provenance", "points", "inferred"}))
