@@ -265,3 +265,170 @@ def test_lingering_sockets_are_capped_at_max_waiting() -> None:
         for client in clients:
             client.close()
     reader.close()
+
+
+# Per-address fairness: two loopback addresses are two clients (Linux routes all of 127/8 to lo).
+FLOODER, SCRAPER = "127.0.0.1", "127.0.0.2"
+
+
+def _accepted_from(listener: socket.socket, reader: HeadReader, source: str) -> tuple[socket.socket, socket.socket]:
+    """A connection from `source` handed to `reader`: (the client's end, the reader's end)."""
+    client = socket.create_connection(listener.getsockname(), source_address=(source, 0))
+    accepted, address = listener.accept()
+    reader.add(accepted, address)
+    return client, accepted
+
+
+def _closed(pairs: list[tuple[socket.socket, socket.socket]], count: int) -> list[bool]:
+    """Which of the reader's ends are closed (a closed socket's fileno is -1), once `count` of them are (or 10 s)."""
+    deadline = time.monotonic() + 10
+    while sum(accepted.fileno() == -1 for _, accepted in pairs) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [accepted.fileno() == -1 for _, accepted in pairs]
+
+
+def test_a_flood_from_one_address_evicts_its_own_oldest_not_a_scrape_from_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scrape connects first and sends its head only after the flood: with the oldest connection evicted
+    whatever its address, MAX_WAITING flood connections later it was gone. The flooder pays with its own."""
+    monkeypatch.setattr(exposition, "SCRAPE_TIMEOUT_S", 60.0)  # no deadline passes here: only the cap closes
+    # Room in the kernel's accept queue for the whole flood: connecting faster than the accept thread takes them in
+    # would overflow it, and the kernel's SYN retries (1 s each) would only slow the test down.
+    monkeypatch.setattr(exposition._BoundedServer, "request_queue_size", 4 * MAX_WAITING)
+    registry = CollectorRegistry()
+    Counter("scrapes_test", "a series to scrape", registry=registry).inc()
+    httpd = exposition.serve("127.0.0.1", 0, registry)
+    port = httpd.server_address[1]
+    scraper = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(SCRAPER, 0))
+    flood: list[socket.socket] = []
+    try:
+        for _ in range(3 * MAX_WAITING):
+            flood.append(socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(FLOODER, 0)))
+        kept = MAX_WAITING - 1  # the scrape holds the other place
+        closed: set[socket.socket] = set()
+        deadline = time.monotonic() + 10
+        while len(closed) < len(flood) - kept and time.monotonic() < deadline:  # the flood all taken in
+            closed.update(sock for sock in [scraper, *flood] if sock not in closed and closed_by_server(sock))
+            time.sleep(0.02)
+        assert scraper not in closed
+        assert closed == set(flood[:-kept])  # the flooder's oldest are the ones closed, and only those
+        scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        while chunk := scraper.recv(65536):
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200 ") or answer.startswith(b"HTTP/1.1 200 "), answer[:100]
+        assert b"scrapes_test_total 1.0" in answer
+        assert not any(closed_by_server(sock) for sock in flood[-kept:])
+    finally:
+        scraper.close()
+        for sock in flood:
+            sock.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_full_waiting_set_evicts_the_oldest_of_the_address_holding_the_most() -> None:
+    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=4)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pairs = [_accepted_from(listener, reader, source) for source in (SCRAPER, FLOODER, FLOODER, FLOODER)]
+        try:
+            pairs.append(_accepted_from(listener, reader, FLOODER))  # full: the flooder's oldest goes
+            assert _closed(pairs, 1) == [False, True, False, False, False]
+            pairs.append(_accepted_from(listener, reader, SCRAPER))  # 3 to 1: still the flooder's
+            assert _closed(pairs, 2) == [False, True, True, False, False, False]
+            pairs.append(_accepted_from(listener, reader, "127.0.0.3"))  # 2 and 2: the oldest of theirs
+            assert _closed(pairs, 3) == [True, True, True, False, False, False, False]
+        finally:
+            for client, _ in pairs:
+                client.close()
+    reader.close()
+
+
+def test_the_eviction_choice_counts_by_ip_and_breaks_ties_by_age() -> None:
+    from tokenpath.serve.headreader import _Queue, _Waiting, client_ip
+
+    socks = [socket.socket() for _ in range(6)]
+    try:
+        queue: _Queue[_Waiting] = _Queue()
+        for sock, ip in zip(socks, ["b", "a", "a", "b", "c", "a"], strict=True):
+            address = (ip, 1000 + len(queue))  # the port differs, the IP not
+            queue.add(sock, _Waiting(client_ip(address), 0.0, address))
+        assert queue.victim() is socks[1]  # a holds 3: its oldest, though b's is older
+        queue.pop(socks[1])
+        assert queue.victim() is socks[0]  # a and b hold 2: the oldest of theirs
+        queue.pop(socks[0])
+        queue.pop(socks[2])
+        assert queue.victim() is socks[3]  # 1 each: the oldest overall
+        assert [sock in queue for sock in socks] == [False, False, False, True, True, True]
+        for sock in socks[3:]:
+            queue.pop(sock)
+        queue.add(socks[0], _Waiting(client_ip(("::1", 1, 0, 0)), 0.0, ("::1", 1, 0, 0)))
+        assert queue.victim() is socks[0]  # the counts went back to nothing as the queue emptied
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_lingering_sockets_evict_the_oldest_of_the_address_holding_the_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokenpath.serve import headreader
+
+    monkeypatch.setattr(headreader, "LINGER_S", 60.0)  # only the cap closes here
+    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=3, max_head_bytes=1024)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        pairs = []
+        try:
+            for source in (SCRAPER, FLOODER, FLOODER, FLOODER):
+                pairs.append(pair := _accepted_from(listener, reader, source))
+                pair[0].sendall(b"x" * 2048)  # refused: lingering
+                pair[0].settimeout(10)
+                assert pair[0].recv(4096).startswith(b"HTTP/1.1 431 ")
+            assert _closed(pairs, 1) == [False, True, False, False]  # the flooder's oldest made room for its third
+        finally:
+            for client, _ in pairs:
+                client.close()
+    reader.close()
+
+
+def test_one_address_holding_its_requests_open_leaves_a_thread_for_another() -> None:
+    """Whole heads that then hold their thread (a slow reader, a long probe): one address may take all but one of
+    the threads, so a scrape from another address is still served; past that the address's own are closed."""
+    release = threading.Event()
+    held: list[str] = []
+    lock = threading.Lock()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if environ["PATH_INFO"] == "/hold":
+            with lock:
+                held.append(environ["REMOTE_ADDR"])
+            release.wait(30)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok\n"]
+
+    threads = 4
+    httpd = exposition.serve_app("127.0.0.1", 0, app, threads=threads)
+    port = httpd.server_address[1]
+    holders = [
+        socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(FLOODER, 0)) for _ in range(threads)
+    ]
+    try:
+        for sock in holders:
+            sock.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+        deadline = time.monotonic() + 10
+        while len(held) + sum(closed_by_server(s) for s in holders) < threads and time.monotonic() < deadline:
+            time.sleep(0.02)  # each one either holds a thread or was closed at once
+        assert len(held) == threads - 1
+        scraper = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(SCRAPER, 0))
+        with scraper:
+            scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while chunk := scraper.recv(4096):
+                answer += chunk
+        assert answer.split(b"\r\n", 1)[0].endswith(b" 200 OK")
+        assert answer.endswith(b"ok\n")
+    finally:
+        release.set()
+        for sock in holders:
+            sock.close()
+        httpd.shutdown()
+        httpd.server_close()

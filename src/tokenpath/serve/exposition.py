@@ -1,5 +1,9 @@
 """Prometheus exposition on its own port (the gateway's and the monitor's /metrics, the monitor exporter's /probe),
-bounded in threads and time."""
+bounded in threads and time, and fair by client address (the IP): heads are read on one thread
+(serve/headreader.py), where a full waiting set closes the oldest connection of the address waiting with the most;
+a whole head then takes one of `threads` threads, of which one address may hold all but one (a head past that, or
+past all of them, is closed at once), so a single address that holds its requests open (reading its answers slowly,
+or a long /probe each) still leaves a thread for a scrape from another."""
 
 from __future__ import annotations
 
@@ -12,14 +16,16 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from tokenpath.errors import UsageError
-from tokenpath.serve.headreader import MAX_WAITING, HeadReader
+from tokenpath.serve.headreader import MAX_WAITING, HeadReader, client_ip
 
 if TYPE_CHECKING:
     from wsgiref.types import WSGIApplication
 
     from _typeshed import WriteableBuffer
 
-SCRAPE_THREADS = 4  # requests served at once; a whole request head that finds them all busy is closed at once
+# Requests served at once. A whole request head that finds them all busy is closed at once, and so is one from an
+# address (the IP) already holding all but one of them: one address cannot take the last (with 1 thread, it may).
+SCRAPE_THREADS = 4
 # A connection that has not sent its whole request head this long after it was accepted is closed (the whole head's
 # deadline, not each read's: a client dripping a byte a second would otherwise keep its connection forever); each
 # read or write after the head gets as long again.
@@ -36,7 +42,11 @@ class _BoundedServer(WSGIServer):
     _heads: HeadReader | None = None  # started once the port is bound (a port taken closes the server first)
 
     def __init__(self, *args: Any, threads: int = SCRAPE_THREADS, **kwargs: Any) -> None:
-        self._slots = threading.BoundedSemaphore(threads)
+        self._threads = threads
+        self._per_address = max(1, threads - 1)  # the last free thread is never one address's to take
+        self._busy = 0
+        self._busy_by_ip: dict[Any, int] = {}
+        self._busy_lock = threading.Lock()  # taken on the head reader's thread, given back on the serving ones
         super().__init__(*args, **kwargs)
         self._heads = HeadReader(self._serve, SCRAPE_TIMEOUT_S)
 
@@ -46,10 +56,31 @@ class _BoundedServer(WSGIServer):
 
     def _serve(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
         """A whole head arrived (on the head reader's thread): a thread of its own, or closed at once."""
-        if not self._slots.acquire(blocking=False):
+        ip = client_ip(client_address)
+        if not self._take_thread(ip):
             self.shutdown_request(sock)
             return
-        threading.Thread(target=self._serve_thread, args=(sock, client_address, data), daemon=True).start()
+        try:
+            threading.Thread(target=self._serve_thread, args=(sock, client_address, data), daemon=True).start()
+        except BaseException:  # no thread started (RuntimeError: can't start new thread): not a slot lost for good
+            self._give_thread(ip)
+            raise
+
+    def _take_thread(self, ip: Any) -> bool:
+        with self._busy_lock:
+            held = self._busy_by_ip.get(ip, 0)
+            if self._busy >= self._threads or held >= self._per_address:
+                return False
+            self._busy += 1
+            self._busy_by_ip[ip] = held + 1
+            return True
+
+    def _give_thread(self, ip: Any) -> None:
+        with self._busy_lock:
+            self._busy -= 1
+            held = self._busy_by_ip.pop(ip) - 1
+            if held:
+                self._busy_by_ip[ip] = held
 
     def _serve_thread(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
         try:
@@ -58,7 +89,7 @@ class _BoundedServer(WSGIServer):
             self.handle_error(sock, client_address)
         finally:
             self.shutdown_request(sock)
-            self._slots.release()
+            self._give_thread(client_ip(client_address))
 
     def server_close(self) -> None:
         super().server_close()
@@ -112,8 +143,8 @@ def serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
 
 
 def serve_app(host: str, port: int, app: WSGIApplication, threads: int = SCRAPE_THREADS) -> WSGIServer:
-    """Serve a WSGI app the same way: at most `threads` requests at once (a whole head past them is closed at
-    once), each connection given SCRAPE_TIMEOUT_S to send its whole request head."""
+    """Serve a WSGI app the same way: at most `threads` requests at once, all but one of them from one address (a
+    whole head past either is closed at once), each connection given SCRAPE_TIMEOUT_S to send its whole head."""
     server_class = _BoundedServer6 if ":" in host else _BoundedServer
     try:
         httpd = server_class((host, port), _QuietHandler, threads=threads)  # what make_server does, with `threads`

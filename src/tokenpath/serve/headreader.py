@@ -8,12 +8,15 @@ the waiting done by a selector instead of a thread per connection.
 
 A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
-(431). With max_waiting connections waiting, a new one closes the oldest: a flood of silent sockets then costs
-the oldest ones, not the scrape that just connected and sends its head at once.
+(431). With max_waiting connections waiting, a new one closes the oldest connection of the address (the IP, not the
+port) that holds the most waiting, the oldest of all such addresses' on a tie: a flood of silent sockets from one
+address costs that address's own oldest, never a scrape from another address that holds fewer (however long it takes
+to send its head), nor the scrape that just connected and sends its head at once.
 
 A 431 is followed by a lingering close (nginx's lingering_close): the write side shut, what the client still sends
 read and dropped, for at most LINGER_S and LINGER_BYTES. Closed at once, a socket with unread bytes answers them with
-a reset, which can reach the client before it has read the 431 (a 200 KB head was answered so).
+a reset, which can reach the client before it has read the 431 (a 200 KB head was answered so). At most max_waiting
+linger, and past that the same rule closes one: the oldest of the address holding the most.
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ import selectors
 import socket
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from tokenpath.wire.limits import MAX_HEAD_BYTES
 
@@ -45,17 +48,83 @@ TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: %d
 OnHead = Callable[[socket.socket, Any, bytes], None]
 
 
+def client_ip(address: Any) -> Any:
+    """The client an address counts as for fairness: the IP of an (ip, port[, flow, scope]) tuple, not its port."""
+    return address[0] if isinstance(address, tuple) and address else address
+
+
 @dataclass(slots=True)
-class _Waiting:
-    address: Any
+class _Entry:
+    ip: Any  # client_ip(): what the eviction rule counts by
     deadline: float
+
+
+@dataclass(slots=True)
+class _Waiting(_Entry):
+    address: Any = None
     data: bytearray = field(default_factory=bytearray)
 
 
 @dataclass(slots=True)
-class _Lingering:
-    deadline: float
+class _Lingering(_Entry):
     dropped: int = 0  # bytes read and dropped since the refusal
+
+
+E = TypeVar("E", bound=_Entry)
+
+
+class _Queue(Generic[E]):
+    """Connections oldest first (so their deadlines are in order too), counted by IP, so that a full queue's victim
+    is the oldest of the IP holding the most (ties: the oldest of those IPs'). add() and pop() are O(1); victim()
+    walks from the oldest to the first of an IP holding the most, at most the queue's length (max_waiting), and in a
+    one-address flood the first or second."""
+
+    __slots__ = ("_held", "_holding", "_most", "entries")
+
+    def __init__(self) -> None:
+        self.entries: dict[socket.socket, E] = {}  # insertion order is age
+        self._held: dict[Any, int] = {}  # connections per IP
+        self._holding: Counter[int] = Counter()  # IPs per count of connections: the most stays O(1) to keep
+        self._most = 0  # the most connections any one IP holds
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, sock: object) -> bool:
+        return sock in self.entries
+
+    def __iter__(self) -> Iterator[socket.socket]:
+        return iter(self.entries)
+
+    def add(self, sock: socket.socket, entry: E) -> None:
+        self.entries[sock] = entry
+        held = self._held.get(entry.ip, 0) + 1
+        self._held[entry.ip] = held
+        if held > 1:
+            self._holding[held - 1] -= 1
+        self._holding[held] += 1
+        self._most = max(self._most, held)
+
+    def pop(self, sock: socket.socket) -> E | None:
+        entry = self.entries.pop(sock, None)
+        if entry is None:
+            return None
+        held = self._held[entry.ip]
+        self._holding[held] -= 1
+        if held == 1:
+            del self._held[entry.ip]
+        else:
+            self._held[entry.ip] = held - 1
+            self._holding[held - 1] += 1
+        if held == self._most and not self._holding[held]:
+            self._most = held - 1  # this IP was the last holding the most: it holds one fewer now
+        return entry
+
+    def victim(self) -> socket.socket:
+        """The connection to close to make room (the queue is not empty)."""
+        most = (sock for sock, entry in self.entries.items() if self._held[entry.ip] == self._most)
+        found = next(most, None)
+        return found if found is not None else next(iter(self.entries))  # were _most off: not a dead reader thread
 
 
 class HeadReader:
@@ -76,8 +145,8 @@ class HeadReader:
             end.setblocking(False)
         self._selector.register(self._wake_in, selectors.EVENT_READ)
         self._added: deque[tuple[socket.socket, Any, float]] = deque()  # from the accept thread
-        self._waiting: dict[socket.socket, _Waiting] = {}  # oldest first: the first deadline, the first evicted
-        self._lingering: dict[socket.socket, _Lingering] = {}  # refused (431), oldest first, at most max_waiting
+        self._waiting: _Queue[_Waiting] = _Queue()  # oldest first: the first deadline first
+        self._lingering: _Queue[_Lingering] = _Queue()  # refused (431), oldest first, at most max_waiting
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="request-heads", daemon=True)
         self._thread.start()
@@ -118,11 +187,11 @@ class HeadReader:
             self._wake_out.close()
 
     def _next_timeout(self) -> float | None:
-        firsts = (next(iter(queue.values()), None) for queue in self._queues())
+        firsts = (next(iter(queue.entries.values()), None) for queue in self._queues())
         deadlines = [first.deadline for first in firsts if first is not None]  # each queue's oldest is its first due
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
-    def _queues(self) -> tuple[Mapping[socket.socket, _Waiting | _Lingering], ...]:
+    def _queues(self) -> tuple[_Queue[_Waiting], _Queue[_Lingering]]:
         return self._waiting, self._lingering
 
     def _drain_wake(self) -> None:
@@ -134,16 +203,16 @@ class HeadReader:
         while self._added:
             sock, address, deadline = self._added.popleft()
             if len(self._waiting) >= self._max_waiting:
-                self._drop(next(iter(self._waiting)))
+                self._drop(self._waiting.victim())
             sock.setblocking(False)
             self._selector.register(sock, selectors.EVENT_READ, sock)
-            self._waiting[sock] = _Waiting(address, deadline)
+            self._waiting.add(sock, _Waiting(client_ip(address), deadline, address))
 
     def _expire(self) -> None:
         now = time.monotonic()
         for queue in self._queues():
             while queue:
-                sock, entry = next(iter(queue.items()))
+                sock, entry = next(iter(queue.entries.items()))
                 if entry.deadline > now:
                     break
                 self._drop(sock)
@@ -158,13 +227,13 @@ class HeadReader:
         if not chunk:  # it left before its head was whole (or, refused, it has stopped sending)
             self._drop(sock)
             return
-        lingering = self._lingering.get(sock)
+        lingering = self._lingering.entries.get(sock)
         if lingering is not None:
             lingering.dropped += len(chunk)
             if lingering.dropped > LINGER_BYTES:
                 self._drop(sock)
             return
-        waiting = self._waiting[sock]
+        waiting = self._waiting.entries[sock]
         searched = max(0, len(waiting.data) - 2)
         waiting.data += chunk
         if not any(waiting.data.find(end, searched) >= 0 for end in _HEAD_ENDS):
@@ -172,7 +241,7 @@ class HeadReader:
                 self._refuse_too_large(sock)
             return
         self._selector.unregister(sock)
-        del self._waiting[sock]
+        self._waiting.pop(sock)
         sock.setblocking(True)
         try:
             self._on_head(sock, waiting.address, bytes(waiting.data))
@@ -188,13 +257,14 @@ class HeadReader:
         except OSError:
             self._drop(sock)
             return
-        del self._waiting[sock]  # still registered: its reads are now dropped (_read), until it ends or LINGER_S
+        waiting = self._waiting.pop(sock)  # still registered: its reads now dropped (_read), until it ends or LINGER_S
+        assert waiting is not None
         if len(self._lingering) >= self._max_waiting:
-            self._drop(next(iter(self._lingering)))
-        self._lingering[sock] = _Lingering(time.monotonic() + LINGER_S)
+            self._drop(self._lingering.victim())
+        self._lingering.add(sock, _Lingering(waiting.ip, time.monotonic() + LINGER_S))
 
     def _drop(self, sock: socket.socket) -> None:
         self._selector.unregister(sock)
-        if self._waiting.pop(sock, None) is None:
-            del self._lingering[sock]
+        if self._waiting.pop(sock) is None and self._lingering.pop(sock) is None:
+            raise KeyError(sock)  # neither waiting nor lingering: a bug, as unregister() would have said
         sock.close()
