@@ -222,10 +222,10 @@ def test_markdown_cells_are_escaped_in_every_table() -> None:
     hostile = "a|b\nc<b>&"
     level = replace(load.levels[0], target=hostile)
     text = load_table.markdown(replace(load, levels=(level,)))
-    assert "a\\|b c&lt;b>&amp;" in text
+    assert "a\\|b c&lt;b&gt;&amp;" in text
     matrix = from_json(_doc("matrix"))
     assert isinstance(matrix, MatrixResults)
     row = replace(matrix.rows[0], verdict=hostile)
     text = tables.markdown(replace(matrix, rows=(row,)))
-    assert "a\\|b c&lt;b>&amp;" in text
+    assert "a\\|b c&lt;b&gt;&amp;" in text
     assert "<b>" not in text

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from tokenpath.report import md
+from tokenpath.report.tables import csv_cell
 from tokenpath.results.model import (
     DEFAULT_API,
     HTTP11,
@@ -223,7 +224,8 @@ def csv_text(results: LoadResults) -> str:
     for row in results.levels:
         flat = [_pct(getattr(row, k), p) for k, p in figures]
         stalls = [getattr(row.flow_control_stalls, k, None) for k in STALL_KEYS]
-        writer.writerow([*(getattr(row, k) for k in CSV_KEYS), *flat, *stalls, ";".join(w.kind for w in row.warnings)])
+        cells = [*(getattr(row, k) for k in CSV_KEYS), *flat, *stalls, ";".join(w.kind for w in row.warnings)]
+        writer.writerow([csv_cell(c) for c in cells])
     return buf.getvalue()
 
 

@@ -292,7 +292,7 @@ def title(results: MatrixResults) -> str:
 
 def markdown(results: MatrixResults) -> str:
     prov = results.provenance
-    lines = [f"# {md.cell(title(results))}", ""]
+    lines = [md.heading(title(results)), ""]
     measured = (
         f"Measured {prov.created} on {prov.host.hostname} (kernel {prov.host.kernel}, "
         f"{prov.host.cpus} CPUs), tokenpath {prov.tool.version}."
@@ -301,11 +301,11 @@ def markdown(results: MatrixResults) -> str:
     lines.append(md.cell(f"Exclusion rule, declared before the run: {results.experiment['exclusion']['rule']}."))
     note = endpoint_note(results)
     if note:
-        lines.append(f"**{note}** Certification and the controls ran on the stub.")
+        lines.append(f"**{md.cell(note)}** Certification and the controls ran on the stub.")
     for where, drift in results.certification.emitter_drift_ms.items():
-        lines.append(f"Emitter drift during certification ({where}): {describe_drift(drift)}.")
+        lines.append(f"Emitter drift during certification ({md.cell(where)}): {describe_drift(drift)}.")
     lines += ["", "Exclusions per condition:"]
-    lines += [f"- {s.label}: {describe_share(s)}" for s in results.exclusion_shares]
+    lines += [f"- {md.line(s.label)}: {describe_share(s)}" for s in results.exclusion_shares]
     lines.append("")
     headers, columns = headers_for(results.rows), varying_columns(results.rows)
     lines.append(md.row(headers))
@@ -315,7 +315,7 @@ def markdown(results: MatrixResults) -> str:
     lines += _origin_sections(results.rows)
     lines += _variant_lines(results)
     if results.skipped:
-        lines += ["", "Not measured:"] + [f"- {md.cell(s.path)}: {md.cell(s.reason)}" for s in results.skipped]
+        lines += ["", "Not measured:"] + [f"- {md.line(s.path)}: {md.cell(s.reason)}" for s in results.skipped]
     lines += ["", "Versions: " + ", ".join(md.cell(f"{n} {p.version}") for n, p in results.proxies.items())]
     if results.interrupted:
         lines += ["", "**Interrupted**: rows with fewer runs than planned are partial."]
@@ -330,14 +330,14 @@ def _origin_sections(rows: Sequence[MatrixRow]) -> list[str]:
     out = []
     for title_line, found in ((ATTRIBUTION_TITLE, attribution_lines(rows)), (PAIRING_TITLE, pairing_lines(rows))):
         if found:
-            out += ["", f"{title_line}:", *(f"- {md.cell(line)}" for line in found)]
+            out += ["", f"{title_line}:", *(f"- {md.line(line)}" for line in found)]
     return out
 
 
 def _variant_lines(results: MatrixResults) -> list[str]:
     """Each measured variant's config line (proxies/ Variant.line), so a row's fix can be copied from the table."""
     lines = [
-        f"- {name} ({variant}): `{info['line']}`"
+        f"- {md.line(name)} ({md.cell(variant)}): {md.code(info['line'])}"
         for name, proxy in results.proxies.items()
         for variant, info in proxy.variants.items()
         if info.get("line")
@@ -366,8 +366,22 @@ assert set(ROW_KEYS) <= {f.name for f in fields(MatrixRow)} | set(BY_FIELD), "a 
 
 def _csv_value(value: Any) -> Any:
     if isinstance(value, dict | Mapping):
-        return "; ".join(f"{k}: {v}" for k, v in value.items())
-    return value
+        return csv_cell("; ".join(f"{k}: {v}" for k, v in value.items()))
+    return csv_cell(value)
+
+
+# A spreadsheet opening results.csv runs a text cell that begins with one of these as a formula (OWASP, "CSV
+# Injection"): a proxy's name or a verdict comes from an experiment file or a results.json.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """One CSV cell: a number (a negative figure too) and an empty cell as they are; text that would begin a formula
+    behind a single quote (OWASP's rule), so the spreadsheet shows it as the text it is."""
+    if value is None or isinstance(value, int | float):
+        return value
+    text = value if isinstance(value, str) else str(value)  # a str enum is its value, as the writer writes it
+    return "'" + text if text.startswith(FORMULA_STARTS) else value
 
 
 def row_shape(row: MatrixRow) -> Seen | None:

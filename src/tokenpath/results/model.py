@@ -948,12 +948,18 @@ def _inferred(data: Json) -> Inferred:
 # --- files ---------------------------------------------------------------------------------------------------
 
 
+# The largest results.json read: 45 times the largest example experiment's (examples/article.toml, 144 rows x 10
+# runs x 40 frames: 5.7 MB). json.loads holds a file in about 6.5 times its size, so one this large already takes
+# ~1.7 GB; a larger one (a 5 GB file would take ~30 GB) is refused unread.
+MAX_RESULTS_BYTES = 256 * 1024 * 1024
+
+
 def read(path: Path) -> Results:
     """A results.json (or the directory holding one), migrated to the current model."""
     if path.is_dir():
         path = path / "results.json"
     try:
-        doc: Json = json.loads(path.read_text(encoding="utf-8"))  # JSON is UTF-8, whatever the locale
+        doc: Json = json.loads(_bounded_text(path))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -970,6 +976,24 @@ def read(path: Path) -> Results:
         raise UsageError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a shape no check names
         raise UsageError(f"{path}: not a tokenpath results document ({type(exc).__name__}: {exc})") from None
+
+
+def _bounded_text(path: Path) -> str:
+    """The file's text, refused by its size before any of it is read (and, for a pipe or a file still growing,
+    after at most one byte past the limit)."""
+    with path.open("rb") as f:
+        _refuse_past_limit(path, os.fstat(f.fileno()).st_size)
+        data = f.read(MAX_RESULTS_BYTES + 1)
+    _refuse_past_limit(path, len(data))
+    return data.decode("utf-8")  # JSON is UTF-8, whatever the locale
+
+
+def _refuse_past_limit(path: Path, size: int) -> None:
+    if size > MAX_RESULTS_BYTES:
+        raise UsageError(
+            f"{path} is {size} bytes, past the {MAX_RESULTS_BYTES} byte ({MAX_RESULTS_BYTES >> 20} MiB) "
+            "limit of a results file (results/model.py MAX_RESULTS_BYTES)"
+        )
 
 
 def dumps(results: Results) -> str:
