@@ -38,7 +38,12 @@ def streamed(row: dict[str, Any]) -> bool:
 
 
 def run_matrix(
-    tmp_path: Path, toml: str, *extra: str, timeout: float = 300, pids: list[int] | None = None
+    tmp_path: Path,
+    toml: str,
+    *extra: str,
+    timeout: float = 300,
+    pids: list[int] | None = None,
+    exit_code: int = 0,
 ) -> tuple[dict[str, Any], str]:
     """Run the matrix CLI; `pids` (if given) receives the matrix process's pid (its veth namespaces carry it)."""
     exp = tmp_path / "exp.toml"
@@ -55,7 +60,7 @@ def run_matrix(
             proc.kill()
             raise
     out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == exit_code, out.stdout[-3000:] + out.stderr[-3000:]
     doc: dict[str, Any] = json.loads((tmp_path / "out" / "results.json").read_text())
     report = tmp_path / "out" / "report.html"
     assert f"report: {report}" in out.stdout

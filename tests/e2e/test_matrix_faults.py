@@ -89,10 +89,11 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
 
 def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:
     """0.001 ms: every real write drifts more than that, so every run is excluded (the stub's own default rule,
-    max(2 ms, 20 %), would have kept them all). Certification runs under the declared rule too, hence --force."""
+    max(2 ms, 20 %), would have kept them all). Certification runs under the declared rule too, hence --force. With
+    no direct run kept nothing can be judged: exit 20, after results.json and the report are written."""
     doc, stdout = run_matrix(
         tmp_path, 'name = "strict"\nframes = 4\nruns = 2\n[conditions]\ninterval_ms = [20]\n[exclusion]\n'
-        "tolerance_ms = 0.001\n", "--force",
+        "tolerance_ms = 0.001\n", "--force", exit_code=20,
     )  # fmt: skip
     direct = row(doc, "direct")
     assert direct["excluded"] == direct["runs"] == 2
