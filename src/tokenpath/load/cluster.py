@@ -11,6 +11,7 @@ two, and the run's uncertainty is the larger half round trip plus half the drift
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -20,7 +21,8 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,7 @@ from tokenpath.load.clocksync import ClockOffset, measure
 from tokenpath.load.worker import WorkerReport, Workload, run_worker
 from tokenpath.serve.procs import ServiceProcess
 
+STOP_S = 10.0  # a stopped client worker's cancelled streams and its report back; then it is killed
 REACH_TIMEOUT_S = 5.0  # a Ray head on a LAN answers a TCP connect in milliseconds
 ACTOR_START_S = 120.0  # a new node's worker process imports tokenpath and its deps: seconds on a busy host
 RAY_HEAD_PORT = 6379  # inside the head's own namespace (local mode) nothing else can hold it
@@ -66,7 +69,14 @@ def require_ray() -> Any:
 
 
 class ClientNode:
-    """One client worker on some node (a Ray actor): it runs workloads and reads its clock against the stub."""
+    """One client worker on some node (a Ray actor): it runs workloads and reads its clock against the stub. stop()
+    ends its run as a signal ends a local one (a threaded actor: it is called while run() runs), and every run after.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._stop_run: Callable[[], None] | None = None
 
     def ip(self) -> str:
         return _node_ip()
@@ -75,7 +85,20 @@ class ClientNode:
         return measure(stub_url)
 
     def run(self, work: Workload) -> WorkerReport:
-        return run_worker(work)
+        return run_worker(work, stoppable=self._started)
+
+    def _started(self, stop_run: Callable[[], None]) -> None:
+        with self._lock:
+            self._stop_run, stopped = stop_run, self._stopped
+        if stopped:  # the stop came before this run's loop did
+            stop_run()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped, stop_run = True, self._stop_run
+        if stop_run is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: that run had ended
+                stop_run()
 
 
 class StubNode:
@@ -147,7 +170,7 @@ class RayClients:
         count = workers or max(1, len([n for n in nodes if n["NodeManagerAddress"] != self.driver_ip]))
         if count > cpus:
             raise UsageError(f"`client_workers` {count}: the cluster has {cpus} CPUs for client workers")
-        actor = ray.remote(num_cpus=1)(ClientNode)
+        actor = ray.remote(num_cpus=1, max_concurrency=2)(ClientNode)  # 2: its stop() beside its run()
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote() for _ in range(count)]
         try:
             self.ips: list[str] = ray.get([a.ip.remote() for a in self.actors], timeout=ACTOR_START_S)
@@ -157,16 +180,26 @@ class RayClients:
                 f"client workers did not start on the cluster within {ACTOR_START_S:.0f} s: {exc}"
             ) from None
         self._stub: Any = None
+        self._stub_node = ""
 
     def start_stub(self, node: str, argv: list[str]) -> str:
+        self.spawn_stub(node, argv)
+        return self.stub_url()
+
+    def spawn_stub(self, node: str, argv: list[str]) -> None:
+        """The stub's actor asked for, its handle kept for close() (a dropped handle ends the actor and leaves the
+        stub it started running on its node): a caller holds stop signals across this."""
         if node not in self.nodes:
             raise UsageError(f"`stub_node` {node}: no such node in the cluster; nodes: {', '.join(self.nodes)}")
         actor = self.ray.remote(num_cpus=0, resources={f"node:{node}": 0.001})(StubNode)
-        self._stub = actor.remote(argv)
+        self._stub, self._stub_node = actor.remote(argv), node
+
+    def stub_url(self) -> str:
+        """Once the stub spawn_stub asked for listens: its URL."""
         try:
             return str(self.ray.get(self._stub.get_url.remote(), timeout=ACTOR_START_S))
         except Exception as exc:
-            raise ServiceError(f"the stub did not start on node {node}: {exc}") from None
+            raise ServiceError(f"the stub did not start on node {self._stub_node}: {exc}") from None
 
     def clocks(self, stub_url: str) -> list[ClockOffset]:
         clocks: list[ClockOffset] = self._get([a.clock.remote(stub_url) for a in self.actors], "reading the clock")
@@ -174,8 +207,35 @@ class RayClients:
 
     def run(self, jobs: list[Workload]) -> list[WorkerReport]:
         refs = [a.run.remote(j) for a, j in zip(self.actors, jobs, strict=False)]
-        reports: list[WorkerReport] = self._get(refs, "running a level")
+        try:
+            reports: list[WorkerReport] = self._get(refs, "running a level")
+        except KeyboardInterrupt:  # a stop signal (runner.StopSignals): passed on to every client worker
+            return self._stop_runs(refs)
         return reports
+
+    def _stop_runs(self, refs: list[Any]) -> list[WorkerReport]:
+        """Each client worker's run stopped as a signal stops a local one (its streams cancelled, what ended sent
+        back), within STOP_S; a worker whose report has not come by then is killed, its streams with it. One
+        report per job, each marked interrupted."""
+        ray = self.ray
+        with contextlib.suppress(Exception):  # one that cannot be asked is killed below
+            ray.get([a.stop.remote() for a in self.actors], timeout=STOP_S)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=STOP_S)
+        reports = [
+            self._stopped_report(actor, ref, ref in ready) for actor, ref in zip(self.actors, refs, strict=False)
+        ]
+        for r in reports:
+            r.interrupted = True
+        return reports
+
+    def _stopped_report(self, actor: Any, ref: Any, ready: bool) -> WorkerReport:
+        if ready:
+            with contextlib.suppress(Exception):  # it failed or died: nothing of it to keep
+                report: WorkerReport = self.ray.get(ref, timeout=STOP_S)
+                return report
+        with contextlib.suppress(Exception):
+            self.ray.kill(actor)
+        return WorkerReport([], 0.0, 0.0, 0.0, interrupted=True)
 
     def _get(self, refs: list[Any], what: str) -> Any:
         try:

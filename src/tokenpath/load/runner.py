@@ -20,6 +20,7 @@ import threading
 from array import array
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -57,7 +58,7 @@ from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
 from tokenpath.progress import progress_bar
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
-from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, Variant, free_port, new_workdir, start
+from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, Variant, await_ready, free_port, new_workdir, spawn
 from tokenpath.proxies.catalogue import parse_ref
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.results import model
@@ -91,6 +92,8 @@ HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0
 AUDIT_TIMEOUT_S = 60.0  # one bulk audit of up to AUDIT_BATCH streams from a stub that may be busy
 
 if TYPE_CHECKING:  # the WebSocket client is imported by a worker that carries a stream over it
+    from collections.abc import Callable, Iterator
+
     from tokenpath.load.wsconn import WsStreamFigures
 
 
@@ -318,6 +321,8 @@ class StopSignals:
     def __init__(self) -> None:
         self.fired = False
         self._previous: dict[int, Any] = {}
+        self._hold: Callable[[], bool] | None = None  # set inside held(): may a stop land now?
+        self._pending = False  # a stop came inside held(): raised when it ends
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -330,9 +335,32 @@ class StopSignals:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        if not self.fired:
-            self.fired = True
-            raise KeyboardInterrupt
+        if self.fired:
+            return
+        self.fired = True
+        if self._hold is not None and not self._hold():
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self, until: Callable[[], bool] | None = None) -> Iterator[None]:
+        """A block a stop must not land in: it spawns a child whose stop is not registered yet (a KeyboardInterrupt
+        inside Popen, or just after it returned, left the child running with nothing to stop it). A stop that
+        comes in it is raised when the block ends, over whatever the block raised; at once if `until()` says the
+        child can be stopped already (its stop registered: a slow start is not waited for)."""
+        self._hold = until or _never
+        try:
+            yield
+        finally:
+            self._hold = None
+            if self._pending:
+                self._pending = False
+                raise KeyboardInterrupt  # the stop wins over the block's own error
+
+
+def _never() -> bool:
+    return False
 
 
 def _on_this_host(url: str) -> bool:
@@ -522,11 +550,14 @@ class LoadRunner:
             if self.cluster is None:
                 self.stub_pid = listening_pid(parse_target(stub_url).port)
         elif self.cluster is not None and cfg.stub_node is not None:
-            stub_url = self.cluster.start_stub(cfg.stub_node, self._stub_argv())
+            with self.signals.held():  # its actor's handle kept (RayClients.close stops it) before a stop lands
+                self.cluster.spawn_stub(cfg.stub_node, self._stub_argv())
+            stub_url = self.cluster.stub_url()
         else:
             stub = ServiceProcess([*self._stub_argv(), "--host", self.bind], "stub")
             stack.callback(stub.stop)
-            stub_url = stub.start()
+            with self.signals.held(until=lambda: stub.pid is not None):  # not inside Popen: stub.stop reaches it
+                stub_url = stub.start()
             self.stub_pid = stub.pid
         targets: dict[str, tuple[str, int | None]] = {"direct": (stub_url, None)}
         keys: dict[str, str | None] = {}
@@ -628,17 +659,30 @@ class LoadRunner:
                 variant,
             )
             try:
-                running = start(proxy, site)
+                running = self._launch(proxy, site, stack)
             except ProxyError as exc:
                 reason = f"failed to start: {exc}"
             else:
-                stack.callback(running.stop)
                 label = proxy_name if "{listen" in name else name
                 self.targets[label] = TargetInfo(proxy.version(), variant.name, running.effective)
                 return running
         self.console.print(f"[yellow]skipping {name}:[/] {reason}")
         self.skipped.append(TargetSkip(name, reason))
         return None
+
+    def _launch(self, proxy: Proxy, site: Site, stack: contextlib.ExitStack) -> RunningProxy:
+        """The proxy spawned with its stop on `stack` before a stop signal can land (held), then awaited, which a
+        stop may cut; one that fails to start is stopped at once, not at the end of the run."""
+        stop = stack.enter_context(contextlib.ExitStack())
+        with self.signals.held():
+            running = spawn(proxy, site)
+            stop.callback(running.stop)
+        try:
+            await_ready(running)
+        except ProxyError:
+            stop.close()
+            raise
+        return running
 
     def _http_unsupported(self, proxy: Proxy, variant: Variant) -> str | None:
         """Why a catalogue target cannot speak this run's HTTP version to the client (load listens in cleartext):
@@ -758,31 +802,29 @@ class LoadRunner:
         return self._pool_clients(self._shares(work, n))
 
     def _pool_clients(self, shares: list[Workload]) -> list[WorkerReport]:
-        """One client process per share. A stop signal here (StopSignals raised KeyboardInterrupt) is passed on to
-        every process, as SIGINT, until each has ended its run and sent back what it measured (a Ctrl-C reaches
-        them from the terminal too; a SIGTERM, or a SIGINT sent to this process alone, does not)."""
+        """One client process per share; a stop signal here (StopSignals raised KeyboardInterrupt) is passed on to
+        each (_stop_pool)."""
         ctx = get_context("spawn")
         with ProcessPoolExecutor(len(shares), mp_context=ctx, initializer=ignore_stop_signals) as pool:
-            futures = [pool.submit(run_worker, share) for share in shares]
+            futures: list[concurrent.futures.Future[WorkerReport]] = []
             try:
+                # Each submit spawns a process: a stop landing among them left the futures submitted so far unheld,
+                # and the pool's exit waited out their whole run. Held, it is raised here with each one submitted
+                # known (a pool broken meanwhile, by a Ctrl-C that reached a starting process, fails the next).
+                with self.signals.held():
+                    for share in shares:
+                        futures.append(pool.submit(run_worker, share))
                 concurrent.futures.wait(futures)
             except KeyboardInterrupt:
-                while not all(f.done() for f in futures):
-                    for pid in list(pool._processes or {}):  # the pool's own processes only
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGINT)
-                    concurrent.futures.wait(futures, timeout=FORWARD_EVERY_S)
-                reports = [f.result() for f in futures]
-                for r in reports:
-                    r.interrupted = True
-                return reports
+                return _stop_pool(pool, futures)
             return [f.result() for f in futures]
 
     def _cluster_clients(self, cluster: RayClients, work: Workload, cell: Cell, stub_url: str) -> list[WorkerReport]:
-        """The run on the cluster's client workers, their arrival times moved onto the stub host's clock."""
+        """The run on the cluster's client workers, their arrival times moved onto the stub host's clock (a stopped
+        run's by its first reading: a worker that did not stop in time was killed, and reads nothing more)."""
         before = cluster.clocks(stub_url)
         reports = cluster.run(self._shares(work, len(cluster.actors)))
-        after = cluster.clocks(stub_url)
+        after = before if any(r.interrupted for r in reports) else cluster.clocks(stub_url)
         clocks = [RunClock(ip, a, b) for ip, a, b in zip(cluster.ips, before, after, strict=True)]
         for report, clock in zip(reports, clocks, strict=False):
             for r in report.results:
@@ -897,6 +939,44 @@ class LoadRunner:
                 contention = cell.contention(self.cfg.stub_workers, self.cores, direct_missed)
                 out.append(_level_row(cell, floor, self.cfg, contention))
         return out
+
+
+def _stop_pool(pool: ProcessPoolExecutor, futures: list[concurrent.futures.Future[WorkerReport]]) -> list[WorkerReport]:
+    """A stop passed on to every client process, as SIGINT, until each has ended its run and sent back what it
+    measured (a Ctrl-C reaches them from the terminal too; a SIGTERM, or a SIGINT sent to this process alone, does
+    not); every report marked interrupted."""
+    while not all(f.done() for f in futures):
+        for pid in list(pool._processes or {}):  # the pool's own processes only
+            if _past_start(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+        concurrent.futures.wait(futures, timeout=FORWARD_EVERY_S)
+    reports = [_stopped_report(f) for f in futures]
+    for r in reports:
+        r.interrupted = True
+    return reports
+
+
+def _past_start(pid: int) -> bool:
+    """A client process past its start: its initializer has set SIGTERM's disposition (ignored, then run_worker's).
+    Before, SIGINT is Python's KeyboardInterrupt in the middle of its imports (a traceback, a broken pool): it is
+    sent once the process can take it, on the next round."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    term = 1 << (signal.SIGTERM - 1)
+    return bool((int(fields.get("SigIgn", "0"), 16) | int(fields.get("SigCgt", "0"), 16)) & term)
+
+
+def _stopped_report(future: concurrent.futures.Future[WorkerReport]) -> WorkerReport:
+    """A stopped client's report; an empty one from a process the stop reached while it was still starting (its
+    SIGINT was Python's default yet: it died, and the pool broke), before it measured anything."""
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return WorkerReport([], 0.0, 0.0, 0.0, interrupted=True)
 
 
 def _websocket_stream(cell: Cell, ws: WsStreamFigures) -> None:

@@ -478,14 +478,15 @@ def ignore_stop_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
-def run_worker(work: Workload) -> WorkerReport:
+def run_worker(work: Workload, stoppable: Callable[[Callable[[], None]], None] | None = None) -> WorkerReport:
     """Entry point of a client process (and of the in-process client).
 
     SIGINT and SIGTERM are the loop's own while it runs (in the main thread: an in-process client, a pool's process):
     the run's task is cancelled, its streams in flight with it (never counted), and the report of the streams that
     ended comes back with `interrupted` set. Without a handler, Python's KeyboardInterrupt was raised inside whatever
     ran (uvloop logged it from a transport's data_received, counted that stream an error, and the run went on).
-    Whatever handlers were there before (the runner's, a pool process's SIG_IGN) are put back after."""
+    Whatever handlers were there before (the runner's, a pool process's SIG_IGN) are put back after. `stoppable` is
+    given a function any thread may call to stop the run as a signal does (a Ray actor's, whose thread has none)."""
     loop = new_event_loop("uvloop")
     main = loop.create_task(open_loop(work) if work.rate else closed_loop(work))
     stopping: list[int] = []
@@ -496,6 +497,8 @@ def run_worker(work: Workload) -> WorkerReport:
             main.cancel()
 
     previous = _on_signals(loop, stop)
+    if stoppable is not None:
+        stoppable(lambda: _call_soon(loop, stop))
     # Every collector pass stops the loop with every stream in flight (their reads stamped late). A loaded client's
     # young objects are its streams' own, alive while they stream: at the default 700 the young generation filled
     # ~5 times a second with them, each pass ~1-2 ms and every tenth a generation-1 pass of ~10-20 ms (300 streams).
@@ -515,6 +518,11 @@ def run_worker(work: Workload) -> WorkerReport:
         loop.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, stop: Callable[[int], None]) -> None:
+    """`stop` on `loop`'s thread, from another (RuntimeError once the loop is closed)."""
+    loop.call_soon_threadsafe(stop, signal.SIGINT)
 
 
 def _on_signals(loop: asyncio.AbstractEventLoop, stop: Callable[[int], None]) -> dict[int, Any]:

@@ -310,8 +310,19 @@ def start(
     timeout_s: float | None = None,
 ) -> RunningProxy:
     """Write the config, start the proxy in the foreground in its own session, wait until it accepts (within
-    `timeout_s`, by default the proxy's own start_timeout_s)."""
-    timeout_s = proxy.start_timeout_s if timeout_s is None else timeout_s
+    `timeout_s`, by default the proxy's own start_timeout_s); stopped again if that fails."""
+    running = spawn(proxy, site, wrap=wrap)
+    try:
+        await_ready(running, wrap=wrap, connect=connect, timeout_s=timeout_s)
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def spawn(proxy: Proxy, site: Site, *, wrap: Wrap = no_wrap) -> RunningProxy:
+    """Write the config and start the proxy in its own session, not awaited: a caller that must stop it whatever
+    happens (a stop signal, load/runner.py) registers its stop between this and await_ready."""
     site.workdir.mkdir(parents=True, exist_ok=True)
     config = proxy.write_config(site)
     log_path = site.workdir / "output.log"
@@ -325,31 +336,40 @@ def start(
             env={**os.environ, **proxy.env(site)},
             start_new_session=True,
         )
-    running = RunningProxy(proxy, site, process, config, log_path=log_path)
+    return RunningProxy(proxy, site, process, config, log_path=log_path)
+
+
+def await_ready(
+    running: RunningProxy,
+    *,
+    wrap: Wrap = no_wrap,
+    connect: Callable[[Endpoint], socket.socket] | None = None,
+    timeout_s: float | None = None,
+) -> None:
+    """Until a spawned proxy accepts (or announces its URL), then what it runs; ProxyError when it exits or does not
+    accept in time. It is left running either way: stopping it is the caller's."""
+    proxy, site, process = running.proxy, running.site, running.process
+    assert process is not None
+    timeout_s = proxy.start_timeout_s if timeout_s is None else timeout_s
     deadline = time.monotonic() + timeout_s
-    try:
-        while True:
-            if process.poll() is not None:
-                raise ProxyError(f"{proxy.name} exited with code {process.returncode}:\n{running.log_tail()}")
-            if proxy.announces_url:
-                announced = _LISTENING.search(log_path.read_text(errors="replace"))
-                if announced:
-                    try:
-                        site.listen = Endpoint(*parse_hostport(urlsplit(announced.group(1)).netloc, proxy.name))
-                    except UsageError as exc:
-                        raise ProxyError(f"{exc} (announced by {proxy.name})") from None
-                    break
-            elif _accepts(site.listen, connect):
+    while True:
+        if process.poll() is not None:
+            raise ProxyError(f"{proxy.name} exited with code {process.returncode}:\n{running.log_tail()}")
+        if proxy.announces_url:
+            announced = _LISTENING.search(running.log_path.read_text(errors="replace"))
+            if announced:
+                try:
+                    site.listen = Endpoint(*parse_hostport(urlsplit(announced.group(1)).netloc, proxy.name))
+                except UsageError as exc:
+                    raise ProxyError(f"{exc} (announced by {proxy.name})") from None
                 break
-            if time.monotonic() > deadline:
-                raise ProxyError(f"{proxy.name} did not accept on {site.listen.hostport} within {timeout_s:.0f} s")
-            time.sleep(0.02)
-        running.effective = proxy.effective_config(site, config, wrap)
-        running.note_files_outside()  # now, while its pid is surely its own (it may die before stop())
-    except BaseException:
-        running.stop()
-        raise
-    return running
+        elif _accepts(site.listen, connect):
+            break
+        if time.monotonic() > deadline:
+            raise ProxyError(f"{proxy.name} did not accept on {site.listen.hostport} within {timeout_s:.0f} s")
+        time.sleep(0.02)
+    running.effective = proxy.effective_config(site, running.config, wrap)
+    running.note_files_outside()  # now, while its pid is surely its own (it may die before stop())
 
 
 _LISTENING = re.compile(r"listening on (https?://\S+)")
