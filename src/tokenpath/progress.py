@@ -1,7 +1,9 @@
-"""The progress bar every long run shows: what it is doing, how far, how long is left."""
+"""The progress bar every long run shows: what it is doing, how far, how long is left; and the one rule for a name in
+the terminal's markup (`escaped`, `styled`), which every rich table and line of ours follows."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ def progress_bar(console: Console) -> Progress | LineProgress:
     if not console.is_terminal:
         return LineProgress(console)
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a condition's or a target's label: its text, as typed
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
@@ -78,3 +80,33 @@ class LineProgress:
 def _duration(seconds: float) -> str:
     s = round(seconds)
     return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+# A "[" and the backslashes before it (rich.markup reads both), and what makes that "[" open a tag to rich: a letter,
+# "#", "/" or "@", then a "]" before any other "[" (rich.markup.RE_TAGS).
+_BRACKET = re.compile(r"(\\*)\[")
+_TAG = re.compile(r"[a-z#/@][^\[]*?\]")
+
+
+def escaped(value: object) -> str:
+    """`value` (a name or label from a user's file or flag, a peer's answer, a field of a results.json) as rich
+    markup that shows exactly its text, inside a line or a table cell of ours: `[red]x` is not red, `x[/]` and
+    `[/bold]` raise no MarkupError, `[link=...]` makes no hyperlink, and a backslash before a "[" stays.
+    rich.markup.escape alone leaves a backslash before a "[" that opens no tag for rich to eat (`\\[` shows `[`).
+    Text without a "[" is returned as it is, so an ordinary name prints (and is highlighted) exactly as before."""
+    text = str(value)
+
+    def one(match: re.Match[str]) -> str:
+        backslashes = len(match[1])
+        # Before a tag: doubled, and one more that escapes it. Before any other "[": one more, which rich removes.
+        tag = _TAG.match(text, match.end()) is not None
+        return "\\" * (2 * backslashes + 1 if tag else backslashes + 1) + "["
+
+    return _BRACKET.sub(one, text)
+
+
+def styled(value: object, style: str) -> str:
+    """`[style]value[/]`, the value escaped: a backslash it ends with stays its own, never escaping the closing tag."""
+    text = escaped(value)
+    trailing = text[len(text.rstrip("\\")) :]
+    return f"[{style}]{text}{trailing}[/]"

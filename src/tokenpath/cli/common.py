@@ -199,14 +199,17 @@ def shown_console(json_out: bool) -> Console:
 
 def render_report(out: str, to: Console | None = None) -> None:
     """Every run ends with its report. results.json is already on disk, so a failure here loses nothing."""
+    from tokenpath.progress import escaped, styled
     from tokenpath.report.render import write_report
 
     try:
         written = write_report(Path(out))
     except Exception as exc:  # a long run must not end in a traceback after its results are safe
-        err_console.print(f"[yellow]report not written ({exc}); results.json is intact: tokenpath report {out}[/]")
+        said = f"report not written ({exc}); results.json is intact: tokenpath report {out}"
+        err_console.print(styled(said, "yellow"))
         return
-    (to or console).print(f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})")
+    said = f"report: {written['html']} (also {written['md'].name}, {written['csv'].name})"
+    (to or console).print(escaped(said))  # --out as typed
 
 
 def end_matrix(doc: MatrixResults) -> None:

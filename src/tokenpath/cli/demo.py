@@ -18,6 +18,7 @@ def demo(
 ) -> None:
     """A quick certified matrix: every installed proxy, stock and with its fix, plus the controls."""
     from tokenpath.demo import run_demo
+    from tokenpath.progress import escaped
     from tokenpath.report import tables
     from tokenpath.results.model import dumps
 
@@ -26,7 +27,7 @@ def demo(
     if json_out:
         print(dumps(doc), flush=True)
     shown.print(tables.rich_table(doc))
-    shown.print(f"results: {Path(out) / 'results.json'}")
+    shown.print(f"results: {escaped(Path(out) / 'results.json')}")
     render_report(out, shown)
     if not doc.certification.passed:
         raise typer.Exit(1)

@@ -142,6 +142,7 @@ def load(
     from tokenpath.load import gate
     from tokenpath.load.runner import LoadConfig, LoadRunner, refuse_userinfo
     from tokenpath.probe.transport import TLSOptions
+    from tokenpath.progress import escaped
     from tokenpath.report import load_table
     from tokenpath.results.model import dumps
     from tokenpath.stub.config import Pacing
@@ -231,10 +232,10 @@ def load(
     shown.print(load_table.rich_table(doc))
     for line in load_table.warning_lines(doc):
         shown.print(line)
-    shown.print(f"results: {Path(out) / 'results.json'}")
+    shown.print(f"results: {escaped(Path(out) / 'results.json')}")
     render_report(out, shown)
     if doc.interrupted:  # SIGINT or SIGTERM: the rows measured are saved, the run is not whole (the gate says nothing)
-        shown.print(f"load: interrupted; the rows measured so far are in {Path(out) / 'results.json'}")
+        shown.print(f"load: interrupted; the rows measured so far are in {escaped(Path(out) / 'results.json')}")
         raise typer.Exit(130)
     gate.finish(gate.check(rules, doc))
 

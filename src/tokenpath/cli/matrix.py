@@ -33,6 +33,7 @@ def matrix(
     given = dict(locals())
     from tokenpath.experiment import spec
     from tokenpath.experiment.runner import MatrixRunner
+    from tokenpath.progress import escaped
     from tokenpath.report import tables
     from tokenpath.results.model import dumps
 
@@ -46,8 +47,8 @@ def matrix(
 
         path, skipped = emit(exp, Path(emit_compose), source_root())
         for line in skipped:
-            console.print(f"[yellow]not exported:[/] {line}")
-        console.print(run_hint(path))
+            console.print(f"[yellow]not exported:[/] {escaped(line)}")
+        console.print(escaped(run_hint(path)))
         return
     doc = MatrixRunner(exp, Path(out), force=force, console=shown).run()
     if json_out:
@@ -55,6 +56,6 @@ def matrix(
     shown.print(tables.rich_table(doc))
     for line in tables.attribution_lines(doc.rows):  # which origin behaviour made a verdict (issue 37)
         shown.print(line, markup=False, highlight=False)
-    shown.print(f"results: {Path(out) / 'results.json'}")
+    shown.print(f"results: {escaped(Path(out) / 'results.json')}")
     render_report(out, shown)
     end_matrix(doc)

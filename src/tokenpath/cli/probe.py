@@ -15,8 +15,10 @@ from tokenpath.probe.wsfallback import CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEO
 from tokenpath.wire.request import parse_header_arg
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from tokenpath.probe.client import ProbeConfig
-    from tokenpath.probe.metrics import RunMetrics
+    from tokenpath.probe.metrics import ProbeResults, RunMetrics
     from tokenpath.probe.trace import Trace
 
 
@@ -88,7 +90,6 @@ def probe(
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.metrics import dumps, probe_results
     from tokenpath.probe.stream import probe_stream
-    from tokenpath.probe.table import probe_table
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.request import DEFAULT_PROMPT
 
@@ -133,7 +134,7 @@ def probe(
     if json_out:
         print(dumps(probed))
     else:
-        console.print(probe_table(probed, wide))
+        console.print(shown_table(probed, wide))
 
 
 def stub_pacing(body: tuple[tuple[str, object], ...], given: dict[str, Any]) -> tuple[tuple[str, object], ...]:
@@ -158,7 +159,6 @@ def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: 
     """--client chromium: the same figures, table and document, from the browser's chunks (probe/browser.py)."""
     from tokenpath.probe.browser import browser_document, browser_title, probe_browser
     from tokenpath.probe.metrics import probe_results
-    from tokenpath.probe.table import probe_table
 
     done = probe_browser(cfg, runs)
     sent = done[0].accept_encoding  # the browser's own, the same every run
@@ -166,9 +166,25 @@ def _probe_browser(cfg: ProbeConfig, runs: int, stub_url: str | None, json_out: 
     if json_out:
         print(json.dumps(browser_document(probed, done), indent=2))
         return
-    table = probe_table(probed, wide)
-    table.title = f"{table.title} [{browser_title(done)}]"
-    console.print(table)
+    console.print(shown_table(probed, wide, browser_title(done)))
+
+
+def shown_table(probed: ProbeResults, wide: bool, client: str | None = None) -> Table:
+    """probe/table.py's table with what the user typed and the peer answered shown as its text, never read as rich
+    markup (a peer's Content-Encoding of `x[/]` raised MarkupError after the runs): the URL and Accept-Encoding in
+    the title, each run's Content-Encoding, the caption's notes (a cut's, a WebSocket's words). None of the table's
+    own text is markup, so the title and the caption are escaped whole; `client` (--client chromium's version and
+    protocols) is added to the title in brackets, which rich used to read as a tag and drop."""
+    from tokenpath.probe.table import probe_table
+    from tokenpath.progress import escaped
+
+    runs = tuple(replace(r, content_encoding=escaped(r.content_encoding)) for r in probed.runs)
+    table = probe_table(replace(probed, runs=runs), wide)
+    title = str(table.title) + (f" [{client}]" if client else "")
+    table.title = escaped(title)
+    table.min_width = len(title)  # as probe_table: the title on one line where the terminal allows
+    table.caption = escaped(table.caption or "")
+    return table
 
 
 def joined_metrics(trace: Trace, stub_url: str | None) -> RunMetrics:

@@ -22,6 +22,7 @@ def report(
     ] = None,
 ) -> None:
     """Render results.json as one self-contained HTML page (inline SVG charts), Markdown and CSV."""
+    from tokenpath.progress import escaped
     from tokenpath.report import browser
     from tokenpath.report.render import FORMATS, write_report
 
@@ -29,8 +30,8 @@ def report(
         Path(results), Path(compare) if compare else None, format or FORMATS, Path(out) if out else None
     )
     for fmt, path in written.items():
-        console.print(f"{fmt}: {path}")
+        console.print(f"{fmt}: {escaped(path)}")  # a directory's name, as typed
     if screenshot:
         if "html" not in written:
             raise UsageError("--screenshot needs the html format")
-        console.print(f"screenshot: {browser.screenshot(written['html'], Path(screenshot))}")
+        console.print(f"screenshot: {escaped(browser.screenshot(written['html'], Path(screenshot)))}")

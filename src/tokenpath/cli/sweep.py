@@ -28,6 +28,7 @@ def sweep(
 ) -> None:
     """Sweep frame size x interval through one proxy and infer what makes it flush (size? timer?)."""
     from tokenpath.experiment.sweep import inferred_line, run_sweep, sweep_experiment, sweep_table
+    from tokenpath.progress import escaped
     from tokenpath.results.model import dumps
 
     shown = shown_console(json_out)
@@ -45,6 +46,6 @@ def sweep(
     line = inferred_line(doc, proxy)
     if line:
         shown.print(line)
-    shown.print(f"results: {Path(out) / 'results.json'}")
+    shown.print(f"results: {escaped(Path(out) / 'results.json')}")
     render_report(out, shown)
     end_matrix(doc)

@@ -38,7 +38,7 @@ from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import SocketFactory, Target, TLSOptions, Transport, open_connection, tcp_connect
 from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
-from tokenpath.progress import progress_bar
+from tokenpath.progress import escaped, progress_bar, styled
 from tokenpath.proxies import ProxyError, RunningProxy, pinned
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import (
@@ -151,11 +151,12 @@ class MatrixRunner:
     def _start_origin(self, stack: contextlib.ExitStack, kind: str) -> None:
         """The real origin of `[upstream] kind`, started for the whole run on a free port and stopped after it."""
         assert self.exp.endpoint is not None
-        self.console.print(f"starting {kind} (a real inference server; its streams are paired, serially)")
+        self.console.print(f"starting {escaped(kind)} (a real inference server; its streams are paired, serially)")
         running = stack.enter_context(start_origin(lookup_origin(kind)))
         info = running.info()
         self.exp.endpoint = self.exp.endpoint.started(running.url, info)
-        self.console.print(f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})")
+        said = f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})"  # the origin's own words
+        self.console.print(said, markup=False)
 
     def _streams_per_condition(self) -> int:
         """The streams one condition measures (the progress bar's unit): against a started origin each round
@@ -168,7 +169,8 @@ class MatrixRunner:
             e = self.exp.endpoint
             self.console.print(
                 f"upstream: {e.label} ({e.declared}), model {e.model}: {total} streams of at most {e.max_tokens} "
-                f"tokens; {e.note}; certification and the controls run on the stub"
+                f"tokens; {e.note}; certification and the controls run on the stub",
+                markup=False,  # the experiment file's names and words, as typed
             )
             self._preflight()
         progress = progress_bar(self.console)
@@ -357,14 +359,15 @@ class MatrixRunner:
 
     def _skip(self, env: Environment, path: PathSpec, reason: str) -> None:
         env.skipped[path.label] = reason
-        self.console.print(f"[yellow]skipping {path.label} ({env.link}{', tls' if env.tls else ''}):[/] {reason}")
+        where = f"{path.label} ({env.link}{', tls' if env.tls else ''})"
+        self.console.print(f"{styled(f'skipping {where}:', 'yellow')} {escaped(reason)}")
         self._record_skip(f"{path.label} [{env.link}{' tls' if env.tls else ''}]", reason)
 
     def _ready_check(self, env: Environment) -> Callable[[Endpoint], Any]:
         return lambda ep: env.socket_factory(ep.host, ep.port, 0.5)
 
     def _skip_all(self, what: str, reason: str) -> None:
-        self.console.print(f"[yellow]skipping every {what} condition:[/] {reason}")
+        self.console.print(f"{styled(f'skipping every {what} condition:', 'yellow')} {escaped(reason)}")
         self._record_skip(what, reason)
 
     def _record_skip(self, path: str, reason: str) -> None:
@@ -583,10 +586,10 @@ class MatrixRunner:
             checks=all_checks,
             emitter_drift_ms={**cert.emitter_drift_ms, where: drift},
         )
-        self.console.print(f"certify ({where}): emitter drift {tables.describe_drift(drift)}")
+        self.console.print(f"certify ({escaped(where)}): emitter drift {tables.describe_drift(drift)}")
         for c in checks:
             mark = "[green]ok[/]" if c.passed else "[bold red]FAILED[/]"
-            self.console.print(f"certify ({where}): {c.name}: {mark} ({c.evidence})")
+            self.console.print(f"certify ({escaped(where)}): {escaped(c.name)}: {mark} ({escaped(c.evidence)})")
         if not passed and not self.force:
             raise CertificationError(
                 f"certification failed on {where}: the instrument cannot be trusted on this host now "
@@ -769,7 +772,7 @@ class MatrixRunner:
             return False
         where = f"{spec.label} ({cond.label})"
         if all(s.path != where for s in self.skipped):
-            self.console.print(f"[yellow]skipping {where}:[/] {reason}")
+            self.console.print(f"{styled(f'skipping {where}:', 'yellow')} {escaped(reason)}")
             self.skipped.append(PathSkip(where, reason))
         return True
 

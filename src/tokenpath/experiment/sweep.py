@@ -21,6 +21,7 @@ from tokenpath.errors import UsageError
 from tokenpath.experiment.runner import MatrixRunner
 from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec
 from tokenpath.probe.table import fmt
+from tokenpath.progress import escaped, styled
 from tokenpath.results import model
 from tokenpath.results.model import Inferred, MatrixResults, SweepPoint
 from tokenpath.stats import median
@@ -49,7 +50,7 @@ def _held(within_floor: bool | None) -> str:
 
 
 def sweep_table(results: MatrixResults, title: str) -> Table:
-    table = Table(title=f"tokenpath sweep: {title}")
+    table = Table(title=f"tokenpath sweep: {escaped(title)}")  # the proxy's and variant's names, as typed
     for col in ("frame B", "interval ms", "fpr", "+TTFT ms", "burst", "held?"):
         table.add_column(col, justify="right")
     for p in results.points or ():
@@ -59,11 +60,13 @@ def sweep_table(results: MatrixResults, title: str) -> Table:
 
 
 def inferred_line(results: MatrixResults, proxy: str) -> str | None:
-    """What the sweep says of the proxy, under its table (None before a rule is inferred)."""
+    """What the sweep says of the proxy, under its table (None before a rule is inferred): rich markup, the proxy's
+    name and the results' words escaped."""
     inferred = results.inferred
     if inferred is None:
         return None
-    return f"[bold]{proxy} {inferred.rule or ''}[/] ({inferred.explanation})"
+    said = f"{proxy} {inferred.rule or ''}"
+    return f"{styled(said, 'bold')} ({escaped(inferred.explanation)})"
 
 
 def wire_bytes(frame_bytes: int) -> int:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from tokenpath.errors import UsageError
+from tokenpath.progress import escaped
 
 UTILISATION = 0.7  # a role busier than this per core starts to add queueing delay to what it measures
 FRAMES_EXTRA = 3  # role delta, finish chunk, [DONE]
@@ -152,10 +153,10 @@ def plan_table(
             table.add_row(
                 str(level.streams) if i == 0 else "",
                 f"{level.frames_per_s:,.0f}" if i == 0 else "",
-                r.role,
+                escaped(r.role),  # "proxy (NAME)": the --proxy the user typed
                 f"{r.us_per_frame:g}",
                 f"{r.cores:.2f}",
                 str(r.processes),
-                r.why,
+                escaped(r.why),
             )
     return table

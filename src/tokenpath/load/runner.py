@@ -56,7 +56,7 @@ from tokenpath.load.worker import (
 )
 from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
-from tokenpath.progress import progress_bar
+from tokenpath.progress import escaped, progress_bar, styled
 from tokenpath.proxies import ProxyError, RunningProxy, lookup, pinned
 from tokenpath.proxies.base import STOCK, Endpoint, Proxy, Site, Variant, await_ready, free_port, new_workdir, spawn
 from tokenpath.proxies.catalogue import parse_ref
@@ -481,13 +481,14 @@ class LoadRunner:
         return self._run_on(spec.address, spec)
 
     def _run_on(self, address: str, spec: ClusterSpec) -> LoadResults:
-        self.console.print(f"cluster: joining {address}")
+        self.console.print(f"cluster: joining {address}", markup=False)
         clients = RayClients(address, self.cfg.client_workers or None)
         self.cluster, self.bind = clients, clients.driver_ip
         stub_at = self.cfg.stub_node or clients.driver_ip
         self.console.print(
             f"cluster: {len(clients.nodes)} nodes; client workers on {', '.join(clients.ips)}; "
-            f"stub on {stub_at}, targets on {clients.driver_ip}"
+            f"stub on {stub_at}, targets on {clients.driver_ip}",
+            markup=False,
         )
         self.cluster_info = {
             "address": address,
@@ -611,7 +612,7 @@ class LoadRunner:
                             cell, url, pid, stub_url, keys.get(name), name == "target", proxies.get(name)
                         )
                         if stopped:
-                            self.console.print(f"[yellow]{name} @ {level:g}: {stopped}[/]")
+                            self.console.print(styled(f"{name} @ {level:g}: {stopped}", "yellow"))
                     progress.advance(task)
         except ServiceError as exc:  # e.g. a cluster node died mid-level: keep what was measured, then say so
             self.interrupted, failure = True, exc
@@ -666,7 +667,7 @@ class LoadRunner:
                 label = proxy_name if "{listen" in name else name
                 self.targets[label] = TargetInfo(proxy.version(), variant.name, running.effective)
                 return running
-        self.console.print(f"[yellow]skipping {name}:[/] {reason}")
+        self.console.print(f"{styled(f'skipping {name}:', 'yellow')} {escaped(reason)}")
         self.skipped.append(TargetSkip(name, reason))
         return None
 

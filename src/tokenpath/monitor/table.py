@@ -7,6 +7,7 @@ import json
 from rich.table import Table
 
 from tokenpath.monitor.runner import Breach, RouteSamples, TargetSummary
+from tokenpath.progress import escaped
 from tokenpath.stats import median, percentile
 
 
@@ -39,10 +40,10 @@ def summary_table(summaries: list[TargetSummary]) -> Table:
             modal = r.bursts.modal()
             added = s.added_s if route == "via" and "direct" in s.routes else []
             table.add_row(
-                s.name,
+                escaped(s.name),  # the config file's name for the target, as typed
                 route,
                 str(r.probes),
-                failed,
+                escaped(failed),  # the failures' reasons
                 _ms(r.ttfb_s, 50),
                 _ms(r.ttft_s, 50),
                 _ms(r.ttft_s, 95),

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from tokenpath.progress import escaped, styled
 from tokenpath.report import md
 from tokenpath.report.tables import csv_cell
 from tokenpath.results.model import (
@@ -150,23 +151,24 @@ def rich_table(results: LoadResults) -> Table:
         (f", --api {api}" if api != DEFAULT_API else "") + (f", Accept-Encoding: {enc}" if enc != IDENTITY else "")
         for api, enc in sorted(asked)
     )
-    table = Table(title=title + (", from the schedule" if open_loop else "") + conditions)
+    table = Table(title=title + (", from the schedule" if open_loop else "") + escaped(conditions))
     http2 = any_http2(results.levels)
     cut = any_cut(results.levels)
     ws = any_websocket(results.levels)
     for col in [*headers(open_loop, http2, cut, ws), "notes"]:
         table.add_column(col, justify="left" if col in ("target", "notes", ENDS_HEADER) else "right")
     for row in results.levels:
-        notes = _notes(row)
-        shown = f"[yellow]{notes}[/]" if notes else ""
-        table.add_row(row.level_label, row.target, *figures(row, http2, cut, ws), shown)
+        notes = _notes(row)  # a peer's Content-Encoding among them: shown as its text, as the target's name
+        cells = [row.level_label, row.target, *figures(row, http2, cut, ws)]
+        table.add_row(*map(escaped, cells), styled(notes, "yellow") if notes else "")
     return table
 
 
 def warning_lines(results: LoadResults) -> list[str]:
-    """Each level's warnings with their remedies, as the terminal shows them under the table."""
+    """Each level's warnings with their remedies, as the terminal shows them under the table (rich markup: the
+    target's name and the words escaped)."""
     return [
-        f"[yellow]{row.target} @ {row.level_label}: {w.message}[/] ({w.remedy})"
+        f"{styled(f'{row.target} @ {row.level_label}: {w.message}', 'yellow')} ({escaped(w.remedy)})"
         for row in results.levels
         for w in row.warnings
     ]

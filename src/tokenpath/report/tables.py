@@ -12,6 +12,7 @@ from rich.table import Table
 
 from tokenpath.axes import AXES, BY_FIELD, Axis, Column
 from tokenpath.diagnose.shape import Kind, Seen, of_arrivals, typical
+from tokenpath.progress import escaped, styled
 from tokenpath.report import md
 from tokenpath.results.model import (
     UNDECIDED_VERDICT,
@@ -447,11 +448,13 @@ def column_words(results: MatrixResults) -> str:
 
 
 def rich_table(results: MatrixResults) -> Table:
-    """Narrow enough for an 80-column terminal; table.md has every column."""
+    """Narrow enough for an 80-column terminal; table.md has every column. Names, labels and verdicts are shown as
+    their text (progress.escaped): they come from an experiment file, the flags or a results.json."""
     certified = results.certification.passed
     note = endpoint_note(results)
-    caption = "\n".join(filter(None, [note, column_words(results)]))
-    table = Table(title=title(results), title_style="bold" if certified else "bold red", caption=caption)
+    caption = "\n".join(escaped(line) for line in filter(None, [note, column_words(results)]))
+    heading = "bold" if certified else "bold red"
+    table = Table(title=escaped(title(results)), title_style=heading, caption=caption)
     columns = varying_columns(results.rows)
     names = [name.split(" ")[0] for name, _ in columns]  # narrow: "api", "encoding"
     for header in ("path", "condition", *names, "fpr", "+TTFT ms", "p90", "kept", "seen as"):
@@ -464,14 +467,7 @@ def rich_table(results: MatrixResults) -> Table:
         link += " +hdr" if cond.stub_headers else ""
         size = f"{cond.frame_bytes}B" if cond.frame_bytes else "own"
         paced = "endpoint" if cond.endpoint else f"{size}/{cond.interval_ms:g}ms"
-        table.add_row(
-            path,
-            f"{paced} {link}",
-            *(value(row) for _, value in columns),
-            _fmt(row.fpr_median, 2),
-            _fmt(row.added_ttft_ms_median),
-            _fmt(row.added_ttft_ms_p90),
-            f"{row.kept}/{row.runs}",
-            f"[{style}]{seen_as(row)}[/]",
-        )
+        figures = (_fmt(row.fpr_median, 2), _fmt(row.added_ttft_ms_median), _fmt(row.added_ttft_ms_p90))
+        shown = [path, f"{paced} {link}", *(value(row) for _, value in columns), *figures, f"{row.kept}/{row.runs}"]
+        table.add_row(*map(escaped, shown), styled(seen_as(row), style))
     return table
