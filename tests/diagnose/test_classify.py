@@ -19,6 +19,7 @@ from tokenpath.diagnose.classify import (
     intermittent,
     least_held,
     most_held,
+    shares,
     timer_kind,
 )
 from tokenpath.diagnose.fixes import generic_fix
@@ -507,3 +508,40 @@ def test_every_frame_late_in_two_of_three_repeats_is_not_counted_as_a_hold() -> 
     runs = passes(base_late, streaming, base_late)
     assert not disagree(runs)
     assert intermittent(runs) is None
+
+
+def test_a_stream_held_whole_is_never_a_busy_hosts_outlier() -> None:
+    """A path that buffers every third stream: each run held whole in one repeat of three. A busy host delays a
+    stream by tens of ms; a whole response held past HOST_DELAY_MS (base: its 550 ms span) is the path's, and the
+    series' count of held streams is said."""
+    _, runs = grown(timer)
+    names = [r.name for r in runs]
+    series = [
+        (whole if (p * len(names) + k) % 3 == 2 else streaming)(name) for p in range(3) for k, name in enumerate(names)
+    ]
+    counted = shares(series)
+    assert all(sh.held <= 1 for sh in counted)  # no run's own share is clear: each was 1 of 3 (or 0)
+    verdict = intermittent(series)
+    assert verdict is not None
+    assert verdict.cause is Cause.WHOLE_RESPONSE
+    held = sum(sh.held for sh in counted)
+    assert verdict.summary.startswith(f"intermittent: holds in {held} of {len(series)} streams ({held} of them whole")
+    assert verdict.held_runs == (held, len(series))
+    assert exit_code(verdict, most_held(series, lambda r: r)) == 16
+    # a modest burst in one repeat is still a busy host's (the rule above it stays)
+    assert intermittent(passes(loaded_base, streaming, streaming)) is None
+
+
+def test_holds_are_counted_across_the_series() -> None:
+    """No run held in a clear share of its own repeats, yet half the series' streams were held, one run twice:
+    a path that holds some streams, whichever run they fall on."""
+    base = [timer(s.BASE), streaming(s.BASE), streaming(s.BASE), timer(s.BASE), streaming(s.BASE)]  # 2 of 5
+    large = [timer(s.LARGE), streaming(s.LARGE)]  # 1 of 2
+    slow = [timer(s.SLOW)]  # 1 of 1 (grown late, measured once)
+    runs = [*base, *large, *slow]
+    assert not any(sh.clear for sh in shares(runs))
+    verdict = intermittent(runs)
+    assert verdict is not None
+    assert verdict.held
+    assert verdict.summary.startswith("intermittent: holds in 4 of 8 streams (base 2 of 5, large 1 of 2, slow 1 of 1)")
+    assert intermittent(passes(timer, streaming)) is None  # one pass held, one not: measured again before it counts

@@ -420,3 +420,19 @@ def test_client_chromium_runs_every_stream_of_the_series_in_the_browser(monkeypa
     assert len(started) == 1
     assert [running for running, _ in streamed] == ["the browser"] * len(probes)
     assert "headless Chromium" in out.output
+
+
+@pytest.mark.parametrize("given", ["Accept-Encoding: gzip", "accept-encoding:br"])
+def test_an_accept_encoding_header_is_refused_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    """The series sets each run's Accept-Encoding (none, then the compressing client's): one given as a header is
+    refused at once, naming the flag that says it, not after the identity runs were sent compressed."""
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, URL, "--header", given)
+    assert code == 2
+    assert "--accept-encoding" in out
+    assert "sets each run's Accept-Encoding itself" in out
+    assert "given twice" not in out
+    assert s.asked == []  # nothing asked of the path: not its health ...
+    assert s.planned == []  # ... not a run

@@ -15,9 +15,16 @@ from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import FrameArrival, Read, Trace
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
+from tokenpath.wire.reader import WireFrame
 from tokenpath.wire.sse import Frame
 
 MS = 1_000_000
+
+
+def content(size: int) -> Frame:
+    """A content frame of `size` bytes, as the stub's plain format writes one (`data: 17...`)."""
+    data = b"1" + b"." * (size - 9)
+    return Frame(raw=b"data: " + data + b"\n\n", data=data)
 
 
 def trace_of(groups: list[list[int]], t_ms: list[float], sent_ns: int = 5 * MS) -> Trace:
@@ -28,7 +35,7 @@ def trace_of(groups: list[list[int]], t_ms: list[float], sent_ns: int = 5 * MS) 
         index = len(reads)
         t_ns = sent_ns + int(t * MS)
         reads.append(Read(t_ns, sum(group), len(group)))
-        frames += [FrameArrival(t_ns, index, Frame(raw=b"x" * size)) for size in group]
+        frames += [FrameArrival(t_ns, index, content(size)) for size in group]
     return Trace(
         "tp-1",
         sent_ns,
@@ -168,3 +175,42 @@ def test_a_hold_that_repeats_stays_unsure_and_the_repeats_are_bounded() -> None:
 
 
 TEMPLATE = ProbeConfig(url="http://127.0.0.1:9")
+
+
+def keepalive() -> Frame:
+    return Frame(raw=b": ping\n\n", comments=[b" ping"])
+
+
+def with_frames(trace: Trace, extra: list[tuple[float, list[WireFrame]]]) -> Trace:
+    """`trace` with reads of other frames (keep-alives) added at their times, in time order."""
+    sent = trace.t_sent_ns
+    rows = [(r.t_ns, r, [f.frame for f in trace.frames if f.read_index == i]) for i, r in enumerate(trace.reads)]
+    rows += [
+        (sent + int(t * MS), Read(sent + int(t * MS), sum(len(f.raw) for f in fs), len(fs)), fs) for t, fs in extra
+    ]
+    rows.sort(key=lambda row: row[0])
+    reads = [r for _, r, _ in rows]
+    frames = [FrameArrival(r.t_ns, i, f) for i, (_, r, fs) in enumerate(rows) for f in fs]
+    return dataclasses.replace(trace, reads=reads, frames=frames, read_count=len(reads), frame_count=len(frames))
+
+
+def test_a_stream_of_keep_alives_only_is_unsure() -> None:
+    """A keep-alive is a frame without content (README): 40 of them, then the end, is no stream that streams. They
+    are counted apart (other_frames) and stay in the shape: a path's holds are judged on every frame it held."""
+    endpoint = plan(controlled=False)[0]
+    only = with_frames(trace_of([], []), [(50.0 * k, [keepalive()]) for k in range(1, 41)])
+    fig = measure.figures(endpoint, only)
+    assert (fig.frames, fig.other_frames, len(fig.bursts)) == (40, 40, 40)
+    verdict = classify([fig])
+    assert verdict.cause == "unsure"
+    assert "no content frame came (base: 40 frames" in verdict.summary
+
+
+def test_content_among_keep_alives_is_judged_as_before() -> None:
+    """One content frame is enough to judge the stream: only a stream of nothing but frames without output is
+    unsure for that reason."""
+    run = plan(controlled=True)[0]  # base: 12 frames, 50 ms apart from 150 ms
+    held = trace_of([[60] * 12], [701.0])
+    fig = measure.figures(run, with_frames(held, [(100.0 * k, [keepalive()]) for k in range(1, 7)]))
+    assert (fig.frames, fig.other_frames) == (18, 6)
+    assert "no content frame came" not in classify([fig]).summary

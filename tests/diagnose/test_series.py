@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
+
 from tokenpath.diagnose.measure import PACED_TOTAL_S, config_for
-from tokenpath.diagnose.series import FRAMES, LARGE_BYTES, LONG_MS, SHORT_MS, SMALL_BYTES, TTFT_MS, plan
+from tokenpath.diagnose.series import (
+    BASE,
+    BASE_LONG,
+    FRAMES,
+    LARGE_BYTES,
+    LARGER,
+    LONG,
+    LONG_MS,
+    MAX_STREAM_BYTES,
+    SCHEDULES,
+    SHORT_MS,
+    SMALL_BYTES,
+    TTFT_MS,
+    paced,
+    plan,
+)
 from tokenpath.probe.client import BROWSER_ACCEPT_ENCODING, ProbeConfig, request_bytes
 from tokenpath.stub.config import Pacing
+from tokenpath.stub.formats import FORMATS
+from tokenpath.stub.frames import StreamRequest
+from tokenpath.wire.apis import Api
 
 
 def test_paced_series_varies_frame_size_interval_and_encoding() -> None:
@@ -56,3 +78,31 @@ def test_config_for_an_endpoint_sends_no_pacing() -> None:
     base, _browser = plan(controlled=False)
     wire = request_bytes(config_for(template, base), template.target, "tp-1")
     assert b'"tokenpath"' not in wire
+
+
+def test_a_paced_run_asks_for_its_own_frames_whatever_max_tokens_says() -> None:
+    """--max-tokens is for an endpoint that is not a stub: the stub takes the lower of it and the pacing's tokens,
+    so a paced run sends its own count (long's 54 frames, base_long's 151, past the default 128)."""
+    template = ProbeConfig(url="http://127.0.0.1:9/v1/chat/completions", max_tokens=4)
+    for name in (LONG, BASE_LONG, BASE):
+        run = paced(name)
+        cfg = config_for(template, run)
+        assert cfg.max_tokens == run.frames
+        assert f'"max_tokens":{run.frames},'.encode() in request_bytes(cfg, cfg.target, "tp-1")
+    endpoint = config_for(dataclasses.replace(template, max_tokens=128), plan(controlled=False)[0])
+    assert endpoint.max_tokens == 128  # an endpoint that is not a stub gets the user's
+
+
+@pytest.mark.parametrize("api", list(Api))
+def test_every_run_stays_within_the_stated_bound_in_every_format(api: Api) -> None:
+    """At most MAX_STREAM_BYTES a stream, as the stub writes it in the run's format: its own events (the Responses
+    API's lead events and closing ones that repeat the text) counted with the token frames."""
+    for name in SCHEDULES:
+        pacing = paced(name).stub_pacing(api, "tokenpath-stub")
+        assert pacing is not None
+        got = Pacing().override(pacing)
+        kind = "chat" if api is Api.OPENAI else api.value
+        shape = FORMATS[api].shape(StreamRequest(kind, "tokenpath-stub", "tp-0123456789ab", got.tokens), got)
+        assert sum(shape.sizes) <= MAX_STREAM_BYTES, (name, got.tokens)
+        if name in (LONG, LARGER):  # the bound, not far below it
+            assert sum(shape.sizes) > 0.9 * MAX_STREAM_BYTES, (name, got.tokens)

@@ -118,6 +118,8 @@ def diagnose(
 
     target = target_url(url)
     check_proxy(proxy)
+    headers = tuple(parse_header_arg(h) for h in header or [])
+    _refuse_accept_encoding_header(headers)
     chosen = options.stream_choice(api, http2, h2_window, http3, h3_window, transport)
     websocket = chosen.transport == WEBSOCKET
     websocket_only = SPECS[chosen.api].websocket_only  # Realtime: no SSE stream for a client to fall back to
@@ -136,7 +138,7 @@ def diagnose(
         url=target,
         model=model,
         max_tokens=max_tokens,
-        headers=tuple(parse_header_arg(h) for h in header or []),
+        headers=headers,
         api_key=api_key(api_key_env),
         tls=TLSOptions(insecure=insecure, cacert=cacert),
         total_timeout_s=total_timeout,
@@ -212,6 +214,18 @@ def diagnose(
                 print(line)
             sys.stdout.flush()
     raise typer.Exit(found.exit_code)
+
+
+def _refuse_accept_encoding_header(headers: tuple[tuple[str, str], ...]) -> None:
+    """The series sets each run's Accept-Encoding itself (none on the identity runs, the compressing client's on
+    the others): one given as a header would be sent on every run, so it is refused before anything is sent."""
+    for name, value in headers:
+        if name.strip().lower() == "accept-encoding":
+            raise UsageError(
+                f"--header {name}: {value}: the series sets each run's Accept-Encoding itself (none, then a "
+                f"compressing client's); use --accept-encoding \"{value or 'VALUE'}\" for the compressing runs' value "
+                "(`identity` leaves them out)"
+            )
 
 
 def checks() -> tuple[Check, ...]:

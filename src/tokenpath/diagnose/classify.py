@@ -25,8 +25,11 @@ proof. A run held (its frames held together: whole, bursts, the first frames; ev
 busy host makes) in a clear share of its repeats (at least CLEAR_HELD of them and at least CLEAR_SHARE) but not in
 all is an intermittent hold (intermittent()): a user feels it whenever it happens, so it is named with its share
 ("intermittent: holds in 2 of 3 runs (base); ...") and the cause, fix and exit code (16) of a steady hold, read from
-the most-held repeats. One held repeat (1 of 3, or 1 of 2) is a busy host's outlier: the least-held runs tell, with
-a note naming it. Repeats that agree (every one held, or none) read as one pass does.
+the most-held repeats. Holds are counted across the series too: a clear share of all its streams, whichever runs
+they fell on (one run held twice at least), is the path's ("holds in 8 of 15 streams (...)"), and so is one stream
+held whole (held_whole: one arrival after its last write, its first frame held past HOST_DELAY_MS, which no busy
+host does). One other held repeat (1 of 3, or 1 of 2: a modest burst) is a busy host's outlier: the least-held
+runs tell, with a note naming it. Repeats that agree (every one held, or none) read as one pass does.
 
 Without write times (an endpoint that is not a paced stub) a run's arrivals alone say time (regular gaps, varying
 bytes) or bytes (regular bytes, varying gaps); when both are regular, one pacing cannot tell them apart (UNSURE).
@@ -88,6 +91,8 @@ class RunFigures:
     # What carried the run, as the trace says (not as asked): its HTTP version ("1.1", "2", "3") and transport.
     http_version: str = "1.1"
     transport: str = "sse"
+    # Frames without output, not counted above (measure.figures): keep-alives, control events, the end marker.
+    other_frames: int = 0
 
     @property
     def paced(self) -> bool:
@@ -131,6 +136,7 @@ class RunFigures:
             "frame_bytes": self.frame_bytes,
             "stub_ttft_ms": self.stub_ttft_ms,
             "frames": self.frames,
+            "other_frames": self.other_frames,
             "bytes": self.nbytes,
             "arrivals": len(self.bursts),
             "frames_per_read": self.fpr,
@@ -161,7 +167,8 @@ class Verdict:
     shape: Kind | None = None  # COMPRESSION_HOLD: what the compressed answer looked like
     wants: tuple[str, ...] = ()  # the runs (series names) that would tell; empty when the verdict stands
     end: StreamEnd | None = None  # CUT: the cut stream's end, its timing (report.py names its limit and fix)
-    # An intermittent hold (intermittent()): of the clearest run's repeats, (held, measured); None: steady or none.
+    # An intermittent hold (intermittent()): of the clearest run's repeats, (held, measured), or of the series'
+    # streams when no run's own share tells; None: steady or none.
     held_runs: tuple[int, int] | None = None
 
     @property
@@ -230,6 +237,11 @@ T = TypeVar("T")
 
 CLEAR_HELD = 2  # a hold in at least this many repeats of one run ...
 CLEAR_SHARE = 0.5  # ... and in at least this share of them is the path's (intermittent); one alone is a busy host's
+# ... or as many streams, in as large a share, of the whole series (a path that holds every other stream, whichever
+# run it falls on), one run held twice at least. A whole response held longer than this is never a busy host's: a
+# loaded host delays a stream by tens of ms (a scheduler's stall), while a paced run held whole waited at least its
+# span (550 ms for `base`).
+HOST_DELAY_MS = 400.0
 
 
 def _rank(f: RunFigures) -> tuple[bool, int, float]:
@@ -268,6 +280,13 @@ def most_held(runs: Sequence[T], figures: Callable[[T], RunFigures]) -> list[T]:
     return list(best.values())
 
 
+def held_whole(run: RunFigures) -> bool:
+    """The path held this stream whole: uncut, every frame in one arrival after the last one's write, its first
+    frame held longer than any busy host delays a stream (HOST_DELAY_MS). One such repeat is the path's."""
+    late = run.holds_ms()
+    return run.end is None and run.seen().kind is Kind.WHOLE and bool(late) and late[0] >= HOST_DELAY_MS
+
+
 def repeat_held(run: RunFigures) -> bool:
     """The path held this stream's frames together: uncut, and its shape whole, bursts, or the first frames held
     (more than a head waiting for its first frame). Every frame alone but late is not counted: that is what a busy
@@ -282,24 +301,31 @@ class Share:
     name: str
     held: int
     runs: int
+    whole: int = 0  # of those, held whole (held_whole): never a busy host's
 
     @property
     def clear(self) -> bool:
-        """Held in a clear share of its repeats: not one loaded-host outlier."""
-        return self.held >= CLEAR_HELD and self.held >= CLEAR_SHARE * self.runs
+        """Held in a clear share of its repeats, or held whole in one: not one loaded-host outlier."""
+        return self.whole > 0 or _clear_share(self.held, self.runs)
 
     def words(self) -> str:
         return f"{self.name} {self.held} of {self.runs}"
 
 
+def _clear_share(held: int, runs: int) -> bool:
+    return held >= CLEAR_HELD and held >= CLEAR_SHARE * runs
+
+
 def shares(runs: Sequence[RunFigures]) -> list[Share]:
-    """Per run name, in the order the names first came: how many of its repeats were held."""
+    """Per run name, in the order the names first came: how many of its repeats were held (and held whole)."""
     held: dict[str, int] = {}
+    whole: dict[str, int] = {}
     count: dict[str, int] = {}
     for run in runs:
         held[run.name] = held.get(run.name, 0) + repeat_held(run)
+        whole[run.name] = whole.get(run.name, 0) + held_whole(run)
         count[run.name] = count.get(run.name, 0) + 1
-    return [Share(name, held[name], count[name]) for name in count]
+    return [Share(name, held[name], count[name], whole[name]) for name in count]
 
 
 def disagree(runs: Sequence[RunFigures]) -> bool:
@@ -317,13 +343,23 @@ def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Ve
     fix. When none of these names a rule: UNSURE naming the share. A run held in every repeat is a steady hold:
     the least-held runs tell, as before."""
     counted = shares(runs)
-    clear = [s for s in counted if s.clear and s.held < s.runs]  # held in every repeat: steady, as the least-held
+    held = sum(s.held for s in counted)
+    total = sum(s.runs for s in counted)
+    # the series' streams, whichever runs they fell on (one run held twice at least: not one loaded pass)
+    across = _clear_share(held, total) and any(s.held >= CLEAR_HELD for s in counted)
+    clear = [s for s in counted if (s.clear or (across and s.held)) and s.held < s.runs]  # in every repeat: steady
     if not clear:
         return None
     clearest = max(clear, key=lambda s: s.held / s.runs)  # the first of the clearest, in the series' order
-    held = sum(s.held for s in counted)
-    total = sum(s.runs for s in counted)
-    share = f"holds in {clearest.held} of {clearest.runs} runs ({clearest.name})"
+    if _clear_share(clearest.held, clearest.runs):
+        share = f"holds in {clearest.held} of {clearest.runs} runs ({clearest.name})"
+        held_runs = (clearest.held, clearest.runs)
+    else:  # no run's own share tells: the series' does, or a stream held whole
+        whole = sum(s.whole for s in counted)
+        how = f"{whole} of them whole, " if whole else ""
+        names = ", ".join(s.words() for s in counted if s.held)
+        share = f"holds in {held} of {total} streams ({how}{names})"
+        held_runs = (held, total)
     per_run = f"held repeats per run: {', '.join(s.words() for s in counted)} ({held} of {total} streams)"
     note = (
         "intermittent: the path held some repeats and not others; a busy host only delays a stream, never "
@@ -337,8 +373,9 @@ def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Ve
     if not found.held:
         alone = next(r for r in heaviest if r.name == clearest.name)
         found = classify([replace(alone, name=series.BASE)])
-        if not found.held and alone.seen().kind is Kind.WHOLE:  # one run held to its end: at least its bytes
-            found = _whole(alone, found.evidence)
+        if not found.held and alone.seen().kind is Kind.WHOLE:  # held to its end: at least the longest one's bytes
+            longest = max((r for r in heaviest if r.seen().kind is Kind.WHOLE), key=lambda r: r.nbytes)
+            found = _whole(longest, found.evidence)
     evidence = (*(_describe(r) for r in heaviest), per_run)  # every run, whichever of them named the cause
     if not found.held:
         return _unsure(f"{share}, but its held runs name no one rule", evidence, notes=(note,))
@@ -348,7 +385,7 @@ def intermittent(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Ve
         evidence=evidence,
         notes=(*found.notes, note),
         wants=(),
-        held_runs=(clearest.held, clearest.runs),
+        held_runs=held_runs,
     )
 
 
@@ -470,6 +507,14 @@ def classify(runs: Sequence[RunFigures], checks: Sequence[Check] = ()) -> Verdic
         found = check(runs, evidence)
         if found is not None:
             return found
+    empty = [r for r in runs if r.frames <= r.other_frames]  # every frame kept was one without output
+    if empty:
+        said = ", ".join(f"{r.name}: {r.other_frames}" for r in empty)
+        return _unsure(
+            f"no content frame came ({said} frames, every one without content: keep-alives, control events or the "
+            "end marker); a path that passes no token cannot be judged on its tokens",
+            evidence,
+        )
     identity = [by[n] for n in series.IDENTITY if n in by]
     verdict = _identity_verdict(identity, evidence) if by[series.BASE].paced else _unpaced(by[series.BASE], evidence)
     compressed = [by[n] for n in series.COMPRESSED if n in by]

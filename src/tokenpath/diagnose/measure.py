@@ -12,6 +12,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tokenpath.audit import StreamLog
 from tokenpath.diagnose.classify import (
@@ -132,43 +133,85 @@ def diagnose_series(
     others; while some run's repeats still disagree (held in some, not in others) the series is measured again, to
     tell one loaded-host outlier from a hold the path makes only sometimes. A hold in a clear share of a run's
     repeats is the answer (classify.intermittent: "holds in 2 of 3 runs", exit 16), its runs the most-held repeats;
-    unsure after that is the runs' own ambiguity. Grown runs of a compressing client send `accept_encoding` (the
-    first runs' own when None); `checks` go to classify()."""
+    unsure after that is the runs' own ambiguity. An unpaced series' unsure that no repeat changes (too few frames,
+    bursts whose timing and size are both regular: _inherent) is not repeated. A cut is measured again when the
+    uncut runs refute its limit or it is the series' only one (cuts.in_doubt), and while its repeats disagree; it is
+    the answer (exit 19) when a clear share of a run's repeats were cut (cuts.repeated_cut), else a cut seen once
+    (unsure, or a note on a hold). Grown runs of a compressing client send `accept_encoding` (the first runs' own
+    when None); `checks` go to classify()."""
+    judge: Any = next((c for c in checks if hasattr(c, "repeated")), None)  # cuts.CutCheck: how cuts repeat
     pool = run_series(template, first, probe, audit)
     asked = {run.name: run for run in first}
     sent = accept_encoding or next((r.accept_encoding for r in first if r.accept_encoding), None)
     measured = pool
     verdict = classify([m.figures for m in measured], checks)
     rounds = repeats = 0
+    why = ""
     while True:
         every = [m.figures for m in pool]
+        again = _undecided(verdict, repeats, every, judge)
         if verdict.wants and rounds < MAX_ROUNDS:
             rounds += 1
             more = [paced(name, sent) if sent else paced(name) for name in verdict.wants]
             asked |= {run.name: run for run in more}
             pool = pool + run_series(template, more, probe, audit, warm=False)
-        elif repeats < MAX_REPEATS and (verdict.cause is Cause.UNSURE or _undecided(verdict, repeats, every)):
+        elif repeats < MAX_REPEATS and again is not None:
             repeats += 1
+            why = why or again
             pool = pool + run_series(template, list(asked.values()), probe, audit, warm=False)
         else:
             break
         measured = least_held(pool, lambda m: m.figures)
         verdict = classify([m.figures for m in measured], checks)
+    cut = judge.repeated(every, verdict) if judge is not None and repeats else None
+    if cut is not None:
+        hit = next((p for p in pool if cut.end is not None and p.figures.end is cut.end), None)
+        if hit is not None:  # the runs as read, the cut repeat in its name's place
+            measured = [hit if m.figures.name == hit.figures.name else m for m in measured]
+        return measured, _measured_again(cut, repeats, every, why)
     found = intermittent(every, checks) if repeats and not verdict.held and verdict.cause is not Cause.CUT else None
     if found is not None:
-        return most_held(pool, lambda m: m.figures), _measured_again(found, repeats, every)
-    return measured, _measured_again(verdict, repeats, every)
+        return most_held(pool, lambda m: m.figures), _measured_again(found, repeats, every, why)
+    return measured, _measured_again(verdict, repeats, every, why)
 
 
-def _undecided(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) -> bool:
-    """The repeats read as streaming, but some run was held in some of them: another repeat tells one busy-host
-    outlier from a hold the path makes only sometimes."""
-    return repeats > 0 and verdict.cause is Cause.STREAMS and disagree(runs)
+def _undecided(verdict: Verdict, repeats: int, runs: Sequence[RunFigures], judge: Any = None) -> str | None:
+    """Why the series is measured (again), in the note's words; None when the answer stands. Unsure (unless the
+    runs cannot tell however often they are measured: _inherent); a cut in doubt (cuts.in_doubt: refuted by the
+    uncut runs, or the series' only one) or whose repeats disagree (cut in some, not in others) and are not yet a
+    clear share; repeats read as streaming, but some run held in some of them: another repeat tells one busy-host
+    outlier from a hold the path makes only sometimes. `judge`: the check that names cuts (cuts.CutCheck), if any."""
+    if judge is not None and not repeats and (doubt := judge.in_doubt(runs)) is not None:
+        return str(doubt)
+    if judge is not None and repeats:
+        counted = judge.shares(runs)
+        if any(0 < s.held < s.runs for s in counted) and not any(s.clear for s in counted):
+            return "a cut came in some repeats and not others"
+    if verdict.cause is Cause.UNSURE:
+        return None if _inherent(verdict, runs) else "the answer was unsure"
+    if repeats > 0 and verdict.cause is Cause.STREAMS and disagree(runs):
+        return "the runs disagreed"
+    return None
 
 
-def _measured_again(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) -> Verdict:
-    """The verdict, with a note when it rests on repeats (the runs disagreed: a busy host, or the path), and one
-    naming a run held in too few of its repeats to count (one loaded-host outlier, or a hold too rare to tell)."""
+def _inherent(verdict: Verdict, runs: Sequence[RunFigures]) -> bool:
+    """An unsure answer no repeat changes: an unpaced series (only the client's side varies, so a repeat sends the
+    same request again) whose base run is too short to show a shape, or whose bursts' timing and size are both
+    regular (one pacing cannot tell a timer from a size), or too few to tell. A paced series grows instead."""
+    from tokenpath.diagnose.shape import Kind
+
+    base = next((r for r in runs if r.name == BASE), None)
+    if base is None or base.paced or verdict.wants:
+        return False
+    if base.seen().kind is Kind.TOO_SHORT:
+        return True
+    return "both regular" in verdict.summary or "too few of them" in verdict.summary
+
+
+def _measured_again(verdict: Verdict, repeats: int, runs: Sequence[RunFigures], why: str = "") -> Verdict:
+    """The verdict, with a note when it rests on repeats (why they were measured: a cut in doubt, an unsure answer,
+    runs that disagreed), and one naming a run held in too few of its repeats to count (one loaded-host outlier, or
+    a hold too rare to tell)."""
     if not repeats:
         return verdict
     read = (
@@ -176,7 +219,9 @@ def _measured_again(verdict: Verdict, repeats: int, runs: Sequence[RunFigures]) 
         if verdict.held_runs is not None
         else "its repeat held least (a busy host only delays a stream, a path's steady hold is in every repeat)"
     )
-    notes = [f"the runs disagreed, so the series was measured {repeats + 1} times; each run is read by {read}"]
+    notes = [
+        f"{why or 'the runs disagreed'}, so the series was measured {repeats + 1} times; each run is read by {read}"
+    ]
     outliers = [s for s in shares(runs) if s.held > 0 and not s.clear]
     if outliers and verdict.held_runs is None:
         notes.append(
@@ -230,9 +275,12 @@ CUTS = (BodyEnd.RESET, BodyEnd.TRUNCATED)  # how a path's cut breaks a body (an 
 
 
 def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None]:
-    """One stream, and its end when the path cut it: a reset or a body cut short (the probe's error carries the
-    trace so far and the end wire/ending.py gave it), or a body that ended without its format's final event
-    (cut_silent, on the trace). Any other failure is raised."""
+    """One stream, and its end when it did not complete: a reset or a body cut short (the probe's error carries the
+    trace so far and the end wire/ending.py gave it), or an end on the trace (cut_silent, or the format's own error
+    frame). Which of those is the path's cut is cuts.py's to say (cuts.path_cut: not the origin's error event, not
+    an empty answer, not an end sooner than any limit); the figures keep every end so the report can name it. Bytes
+    that broke HTTP (BodyEnd.MALFORMED: a bad chunk size, bytes past the body's end, a 101 never asked for) are the
+    peer's error and raised (exit 10), as is any other failure."""
     try:
         trace = probe(cfg)
     except PeerError as exc:
@@ -245,12 +293,16 @@ def read_stream(probe: Probe, cfg: ProbeConfig) -> tuple[Trace, StreamEnd | None
 
 
 def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:
-    pacing = run.stub_pacing(template.api)
+    """The probe config of one run. A paced run asks for its own frames: its max-tokens field is the pacing's token
+    count (the stub takes the lower of the two, so the user's --max-tokens, meant for an endpoint that is not a
+    stub, would cut the series' streams short; a format that requires the field, Anthropic's, still gets one)."""
+    pacing = run.stub_pacing(template.api, template.model)
     if pacing is None:
         return dataclasses.replace(template, accept_encoding=run.accept_encoding)
     return dataclasses.replace(
         template,
         accept_encoding=run.accept_encoding,
+        max_tokens=pacing["tokens"],
         extra_body=(*template.extra_body, ("tokenpath", pacing)),
         first_byte_timeout_s=min(template.first_byte_timeout_s, PACED_FIRST_BYTE_S),
         idle_timeout_s=min(template.idle_timeout_s, PACED_IDLE_S),
@@ -260,11 +312,20 @@ def config_for(template: ProbeConfig, run: Run) -> ProbeConfig:
 
 def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api.OPENAI) -> RunFigures:
     """Per arrival, in order: frames, decoded frame bytes and time since the request was sent; and each frame's
-    write, from the stub's log when it lines up with the frames, else from the run's schedule."""
+    write, from the stub's log when it lines up with the frames, else from the run's schedule. The frames without
+    output (keep-alives, control events, the end marker) are counted apart too (`other_frames`): a stream of nothing
+    else is no stream to judge (classify). They stay in the shape: a path's holds are judged on every frame it held,
+    and a format's control events are part of what it releases."""
+    from tokenpath.wire.kinds import FrameKind
+    from tokenpath.wire.reader import frame_reader
+
+    kind = frame_reader(trace.api).kind
     arrivals = [(i, r) for i, r in enumerate(trace.reads) if r.frames > 0]
     nbytes: dict[int, int] = {}
+    other = 0
     for f in trace.frames:
         nbytes[f.read_index] = nbytes.get(f.read_index, 0) + len(f.frame.raw)
+        other += kind(f.frame) not in (FrameKind.CONTENT, FrameKind.REASONING)
     sent = trace.t_sent_ns
 
     def ms(t: int | None) -> float | None:
@@ -286,6 +347,7 @@ def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api
         writes_ms=frame_writes(run, trace, log, api),
         http_version=trace.http_version,
         transport=WEBSOCKET if trace.ws is not None and not trace.ws.fell_back else SSE,
+        other_frames=other,
     )
 
 

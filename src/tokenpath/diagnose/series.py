@@ -21,8 +21,12 @@ Against any other endpoint only the client's side varies: identity (no Accept-En
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
+from tokenpath.stub.config import Pacing
+from tokenpath.stub.formats import FORMATS
+from tokenpath.stub.frames import StreamRequest
 from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING
 from tokenpath.wire.apis import Api
 
@@ -41,6 +45,7 @@ FAST_MS = 20.0  # small frames, quickly: past a small first-bytes or size rule i
 # The bound a series grows to: what "holds the whole response" is measured against.
 MAX_STREAM_BYTES = 64 * 1024
 MAX_STREAM_MS = 3000.0
+DEFAULT_MODEL = "tokenpath-stub"  # the model a run's bytes are reckoned with when none is said (diagnose's default)
 
 # The runs, by name. Identity runs send no Accept-Encoding (as curl); the compressed ones the compressing client's.
 BASE, SLOW, LARGE, LONG, LARGER, BASE_LONG = "base", "slow", "large", "long", "larger", "base_long"
@@ -57,7 +62,9 @@ class Schedule:
 
 
 def _within_bounds(interval_ms: float, frame_bytes: int) -> Schedule:
-    """As many frames as the bounds allow at this schedule."""
+    """As many frames as the bounds allow at this schedule: by time, and by bytes as OpenAI's plain frames are the
+    whole stream. Another format adds its own events (a lead, closing events that repeat the text) and keeps its own
+    small frames: Run.stub_pacing asks for fewer frames where its stream would pass the bound (stream_bytes)."""
     by_bytes = MAX_STREAM_BYTES // frame_bytes
     by_time = int(MAX_STREAM_MS // interval_ms) + 1
     return Schedule(interval_ms, frame_bytes, min(by_bytes, by_time))
@@ -90,28 +97,59 @@ class Run:
     def controlled(self) -> bool:
         return self.interval_ms is not None
 
-    def stub_pacing(self, api: Api = Api.OPENAI) -> dict[str, Any] | None:
+    def stub_pacing(self, api: Api = Api.OPENAI, model: str = DEFAULT_MODEL) -> dict[str, Any] | None:
         """The body's `tokenpath` member: this run's schedule, and everything else a stub may have been started with
         (keep-alives, reasoning, a large first event, a held head, a pause) off, so the series is the same whatever
         the stub's own flags. OpenAI's frames are bare and padded to the size (format plain); another format keeps
-        its own token frames when they are small (a 60-byte frame cannot hold one) and pads the large ones."""
+        its own token frames when they are small (a 60-byte frame cannot hold one) and pads the large ones. Its
+        frames are as many as the stream, in `api`'s format (its own events counted, `model` named in them), holds
+        within MAX_STREAM_BYTES, at most the run's."""
         if not self.controlled:
             return None
         frame_bytes = self.frame_bytes
         if api is not Api.OPENAI and frame_bytes is not None and frame_bytes < LARGE_BYTES:
             frame_bytes = None
+        member = self._member(api, frame_bytes, self.frames)
+        if self.frames is not None and stream_bytes(api, _items(member), model) > MAX_STREAM_BYTES:
+            fits, over = 0, self.frames  # the most frames within the bound: fits does, over does not
+            while over - fits > 1:
+                mid = (fits + over) // 2
+                if stream_bytes(api, _items(self._member(api, frame_bytes, mid)), model) <= MAX_STREAM_BYTES:
+                    fits = mid
+                else:
+                    over = mid
+            member = self._member(api, frame_bytes, fits)
+        return member
+
+    def _member(self, api: Api, frame_bytes: int | None, frames: int | None) -> dict[str, Any]:
         return {
             **({"format": "plain"} if api is Api.OPENAI else {}),
             "frame_bytes": frame_bytes,
             "interval_ms": self.interval_ms,
             "ttft_ms": self.ttft_ms,
-            "tokens": self.frames,
+            "tokens": frames,
             "heartbeat_ms": None,
             "reasoning_tokens": 0,
             "first_event_bytes": None,
             "head_at": "start",
             "pause_ms": 0,
         }
+
+
+def _items(member: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(member.items()))
+
+
+@lru_cache(maxsize=256)
+def stream_bytes(api: Api, member: tuple[tuple[str, Any], ...], model: str = DEFAULT_MODEL) -> int:
+    """The frame bytes of the stream a stub writes for this `tokenpath` member (its items) in `api`'s format: every
+    frame, as the stub renders it (stub/formats), its lead and closing events with the token frames."""
+    pacing = Pacing().override(dict(member))
+    kind = "chat" if api is Api.OPENAI else api.value
+    request = StreamRequest(
+        kind, model, "x" * 16, pacing.tokens, ttft_ms=pacing.ttft_ms, interval_ms=pacing.interval_ms
+    )
+    return sum(FORMATS[api].shape(request, pacing).sizes)
 
 
 def paced(name: str, accept_encoding: str = BROWSER_ACCEPT_ENCODING) -> Run:

@@ -50,6 +50,7 @@ from tokenpath.errors import (
     PeerTimeout,
     RemoteProtocolError,
     ResponseTooLarge,
+    StreamFormatError,
 )
 from tokenpath.riders import Rider
 from tokenpath.wire.framing import Framing
@@ -71,6 +72,10 @@ class BodyEnd(StrEnum):
     TRUNCATED = "truncated"  # the connection closed before the body's framing ended it (no last chunk, bytes short)
     RESET = "reset"  # a TCP reset, an HTTP/2 RST_STREAM or a connection error under the stream
     STATUS = "status"  # an HTTP error status: no stream at all
+    # The peer broke HTTP's rules under the body (a malformed chunk size, bytes past its Content-Length, a 101 to a
+    # request that asked for no upgrade, an HTTP/2 or HTTP/3 protocol error): the peer's error, never a path's cut
+    # (diagnose raises it: exit 10); the matrix and load count it as cut_error, their `how` saying which.
+    MALFORMED = "malformed"
 
     @property
     def normal(self) -> bool:
@@ -212,8 +217,9 @@ def unfinished(nbytes: int) -> str:
 
 def broken_by(exc: BaseException) -> BodyEnd | None:
     """How an error a client raised while reading a response ended its body, when it did: a reset (TCP, TLS or an
-    HTTP/2 RST_STREAM: NetworkError), a body whose framing broke or ended short (RemoteProtocolError, a compressed
-    stream cut short), an error status. None for what ends no stream: the client's own timeouts and limits, an
+    HTTP/2 RST_STREAM: NetworkError), a body that ended short of its framing (RemoteProtocolError for a close before
+    the last chunk or the Content-Length, a compressed stream cut short), bytes that broke HTTP's rules (MALFORMED:
+    `violation`), an error status. None for what ends no stream: the client's own timeouts and limits, an
     answer that is no token stream (its Content-Type, a coding it cannot decode), a connection never made."""
     if isinstance(exc, ConnectionResetError | BrokenPipeError | ssl.SSLError):
         return BodyEnd.RESET
@@ -224,10 +230,34 @@ def broken_by(exc: BaseException) -> BodyEnd | None:
     if isinstance(exc, NetworkError):
         return BodyEnd.RESET
     if isinstance(exc, RemoteProtocolError):
-        return BodyEnd.TRUNCATED
+        return BodyEnd.MALFORMED if violation(exc) else BodyEnd.TRUNCATED
     if isinstance(exc, ContentEncodingError) and exc.reason == "truncated":
         return BodyEnd.TRUNCATED
     return None
+
+
+# What the clients' RemoteProtocolErrors say when the peer broke HTTP's rules rather than closing early (wire/client.py
+# parse_failed's "malformed HTTP response ..." and UPGRADE_REFUSED, the bytes after a response, h2client's protocol
+# errors and floods, probe/h2stream's and h3stream's "the server broke HTTP/2|3", an HTTP/3 head that is malformed).
+# A StreamFormatError is one unless it says "truncated" (a body that ended inside a frame). A close before the body's
+# end says "closed" and none of these (tests/wire/test_ending.py reads real errors of both kinds from
+# ClientConnection).
+_VIOLATIONS = (
+    "malformed",
+    "switching protocols",
+    "no request was outstanding",
+    "protocol error",
+    "flood",
+    "broke http",
+)
+
+
+def violation(exc: BaseException) -> bool:
+    """The peer's bytes broke HTTP's (or the stream format's) rules: not a body cut short by a close."""
+    text = str(exc).lower()
+    if "truncated" in text:  # a body that ended inside a frame (StreamFormatError's words for it)
+        return False
+    return isinstance(exc, StreamFormatError) or any(marker in text for marker in _VIOLATIONS)
 
 
 # A client that raises for a cut attaches its end to the error; whoever catches it asks for it back. No end: not a
