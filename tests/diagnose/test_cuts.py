@@ -98,3 +98,19 @@ def test_targets_may_name_their_proxy() -> None:
     named = name_cut(LimitFound(Measure.MID_STREAM, 1.0, 1.5, None, 4), "haproxy:stock")
     assert named is not None
     assert named.fix.startswith("haproxy: timeout server 3600s")
+
+
+def test_keep_alives_measured_not_to_reset_the_idle_timer_are_not_the_fix() -> None:
+    idle = LimitFound(Measure.MID_STREAM, 2.524, 3.524, None, 5)
+    named = path_cuts(PathLimits("http://x", (idle,), False, 0.631))
+    assert len(named) == 1
+    assert "do not reset this path's idle timer" in named[0].fix
+    assert "send keep-alives" not in named[0].fix
+    assert "data events more often than every 2.524 s" in named[0].fix
+    known = path_cuts(PathLimits("http://x", (idle,), False, 0.631), "nginx")
+    assert "do not reset" in known[0].fix
+    assert f"nginx: {lookup('nginx').variant(LONG_STREAMS).line}" in known[0].fix
+    unmeasured = path_cuts(PathLimits("http://x", (idle,), None))
+    assert "send keep-alives more often than every 2.524 s" in unmeasured[0].fix
+    reset = path_cuts(PathLimits("http://x", (idle,), True, 0.631))
+    assert reset[0].fix == unmeasured[0].fix

@@ -54,3 +54,22 @@ def test_what_it_cannot_do_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     assert code != 0
     assert "--api" in out
     assert not seen
+
+
+def test_what_the_stub_would_refuse_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, seen = invoke(monkeypatch, "--max", "4000")
+    assert code == 2, out
+    assert "3600 s" in out
+    code, out, seen = invoke(monkeypatch, "--max", "1100", "--resolution", "0.02")
+    assert code == 2, out
+    assert "100000" in out
+    code, out, seen = invoke(monkeypatch, "--api", "realtime")
+    assert code == 2, out
+    assert "WebSocket-only" in out
+    assert not seen
+
+
+def test_the_http2_help_names_only_h2c(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = CliRunner().invoke(app, ["timeouts", "--help"], env={"COLUMNS": "200"})
+    assert "--http2" in out.output
+    assert "ALPN h2 over TLS" not in out.output

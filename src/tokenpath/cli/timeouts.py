@@ -39,7 +39,15 @@ def timeouts(
         ),
     ] = None,
     api: options.Api = None,
-    http2: options.Http2 = False,
+    http2: Annotated[
+        bool,
+        typer.Option(
+            "--http2",
+            help="Speak HTTP/2 to each path: h2c with prior knowledge in clear text (no TLS, so no ALPN h2); never a "
+            "fallback to HTTP/1.1.",
+            show_default=False,
+        ),
+    ] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print the survey as JSON on stdout.")] = False,
     html: Annotated[Path | None, typer.Option(help="Also write the survey as a self-contained HTML page here.")] = None,
 ) -> None:

@@ -118,17 +118,25 @@ def lift_line(proxy: str) -> str | None:
         return None
 
 
-def name_cut(found: LimitFound, proxy: str | None = None) -> CutName | None:
-    """The limit behind a measured cut and its fix; None when the measure found no limit."""
+def name_cut(found: LimitFound, proxy: str | None = None, keepalives_reset_idle: bool | None = None) -> CutName | None:
+    """The limit behind a measured cut and its fix; None when the measure found no limit. `keepalives_reset_idle`
+    as the survey measured it on the mid-stream idle timer (PathLimits): False, the format's keep-alives did not
+    let a longer silence through, so a mid-stream limit's fix does not offer them; None, not measured."""
     if found.shortest_cut_s is None:
         return None
     limit = LIMIT_OF[found.measure]
     name = proxy.partition(":")[0] if proxy else None
     line = lift_line(name) if name and (limit.idle or name in LIFTS_TOTAL) else None
-    if line is not None:
+    every = found.longest_survived_s if found.longest_survived_s is not None else found.shortest_cut_s
+    if limit is Limit.IDLE_MID_STREAM and keepalives_reset_idle is False:
+        raise_it = f"{name}: {line}" if line is not None else "raise the idle timeout where it is set"
+        fix = (
+            "the format's keep-alives do not reset this path's idle timer (measured): only raising the idle timeout "
+            f"({raise_it}) or sending data events more often than every {every:g} s helps"
+        )
+    elif line is not None:
         fix = f"{name}: {line}"
     elif limit.idle:
-        every = found.longest_survived_s if found.longest_survived_s is not None else found.shortest_cut_s
         fix = (
             f"send keep-alives more often than every {every:g} s (the format's own: SSE comments, Anthropic "
             "ping), or raise the idle timeout where it is set"
@@ -382,14 +390,14 @@ cut_check = CutCheck()
 
 
 def path_cuts(path: PathLimits, proxy: str | None = None) -> list[CutName]:
-    """Every limit the survey found on one path, named. A silence cut only past what a total limit lets through is
-    the total's cut (Envoy's 15 s route timeout ends a 16 s silence too): not named as an idle limit."""
-    total = path.limit(Measure.TOTAL)
-    total_s = total.longest_survived_s if total is not None and total.limited else None
+    """Every limit the survey found on one path, named, with what the survey measured of its keep-alives. A silence
+    cut only past what a total limit lets through is the total's cut (PathLimits.explained_by_total, the rule the
+    table and the JSON apply too): not named as an idle limit."""
     named = []
     for found in path.limits:
-        explained = found.measure is not Measure.TOTAL and total_s is not None and (found.shortest_cut_s or 0) > total_s
-        if not explained and (name := name_cut(found, proxy)) is not None:
+        if path.explained_by_total(found):
+            continue
+        if (name := name_cut(found, proxy, path.keepalives_reset_idle)) is not None:
             named.append(name)
     return named
 

@@ -27,8 +27,9 @@ from typing import Any
 from tokenpath.diagnose.bisect import Bisection
 from tokenpath.diagnose.limitprobe import Client, Outcome, Target, run_stream
 from tokenpath.errors import HTTPStatusError, UsageError
+from tokenpath.stub.config import MAX_STREAM_SECONDS, MAX_TOKENS
 from tokenpath.stub.formats import FORMATS
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.ending import BodyEnd, StreamEnd
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -94,6 +95,32 @@ class SurveyConfig:
             raise UsageError(f"--resolution ({self.resolution_s}) must be above 0 and below --max - --min")
         for url in self.targets:
             Target.parse(url)
+        self.check_stub_bounds()
+
+    def check_stub_bounds(self) -> None:
+        """What the survey asks of the stub within what it answers (stub/config.py): a stream past its limits is an
+        HTTP 400 on every try, which would read as the path's doing. The longest try is --max; a total's tokens
+        grow with --max over its pacing, fine for --resolution."""
+        if SPECS[self.api].websocket_only:
+            raise UsageError(
+                f"--api {self.api.value}: a WebSocket-only API has no HTTP token stream for the survey to time (the "
+                "stub answers its route 426 Upgrade Required); survey an SSE or NDJSON format"
+            )
+        tries = {measure: pacing(measure, self.max_s, resolution_s=self.resolution_s) for measure in self.measures}
+        longest_s = max((stream_s(keys) for keys in tries.values()), default=0.0)
+        if longest_s > MAX_STREAM_SECONDS:
+            raise UsageError(
+                f"--max {self.max_s:g}: its longest try would run {longest_s:g} s, past the stub's "
+                f"{MAX_STREAM_SECONDS:g} s a stream (MAX_STREAM_SECONDS); at most --max "
+                f"{MAX_STREAM_SECONDS - (longest_s - self.max_s):g}"
+            )
+        for measure, keys in tries.items():
+            if keys["tokens"] > MAX_TOKENS:
+                raise UsageError(
+                    f"--max {self.max_s:g} --resolution {self.resolution_s:g}: the {measure.words} try would ask for "
+                    f"{keys['tokens']} tokens, past the stub's {MAX_TOKENS} a stream (MAX_TOKENS); raise --resolution "
+                    "or lower --max"
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +163,22 @@ class PathLimits:
     def limit(self, measure: Measure) -> LimitFound | None:
         return next((found for found in self.limits if found.measure is measure), None)
 
+    def explained_by_total(self, found: LimitFound) -> bool:
+        """A silence cut only past what this path's total limit lets through is the total's cut (Envoy's 15 s route
+        timeout ends a 16 s silence too), no idle limit of its own. The one rule: the table (table_rows), the JSON
+        (to_json) and the named cuts (cuts.path_cuts) all apply it."""
+        if found.measure is Measure.TOTAL:
+            return False
+        total = self.limit(Measure.TOTAL)
+        total_s = total.longest_survived_s if total is not None and total.limited else None
+        return total_s is not None and (found.shortest_cut_s or 0) > total_s
+
     def to_json(self) -> dict[str, Any]:
         return {
             "target": self.target,
-            "limits": [found.to_json() for found in self.limits],
+            "limits": [
+                found.to_json() | {"explained_by_total": self.explained_by_total(found)} for found in self.limits
+            ],
             "keepalives_reset_idle": self.keepalives_reset_idle,
             "keepalive_every_s": self.keepalive_every_s,
         }
@@ -161,6 +200,12 @@ def pacing(
     interval_ms = min(TOTAL_INTERVAL_MS, max(10.0, resolution_s * 1000 / 4))
     tokens = max(2, round(ms / interval_ms) - 1)  # the stream lasts (tokens + 1) intervals: [DONE] one after
     return {"ttft_ms": 0, "tokens": tokens, "interval_ms": interval_ms}
+
+
+def stream_s(keys: Mapping[str, Any]) -> float:
+    """How long the stub paces one try's stream (its stream_ms: ttft_ms + tokens x interval_ms + pause_ms), seconds."""
+    ms = float(keys.get("ttft_ms", 0) + keys["tokens"] * keys["interval_ms"] + keys.get("pause_ms", 0))
+    return round(ms / 1000, 3)
 
 
 def hint_s(end: StreamEnd | None) -> float | None:
@@ -247,6 +292,9 @@ async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
     return list(await asyncio.gather(*(survey_path(url, cfg, on_try) for url in cfg.targets)))
 
 
+EXPLAINED_BY_TOTAL = "(the total limit)"  # a silence's cell whose cut the total limit explains (explained_by_total)
+
+
 def table_rows(
     results: list[PathLimits], cfg: SurveyConfig, labels: Mapping[str, str] | None = None
 ) -> tuple[list[str], list[list[str]]]:
@@ -259,7 +307,12 @@ def table_rows(
         cells = [(labels or {}).get(path.target, path.target), cfg.api.value, cfg.http_version.label]
         for measure in cfg.measures:
             found = path.limit(measure)
-            cells.append(found.describe(cfg.max_s, cfg.min_s) if found else "-")
+            if found is None:
+                cells.append("-")
+            elif path.explained_by_total(found):
+                cells.append(EXPLAINED_BY_TOTAL)
+            else:
+                cells.append(found.describe(cfg.max_s, cfg.min_s))
         reset = path.keepalives_reset_idle
         if reset is not None:
             cells.append(f"{'yes' if reset else 'no'} (every {path.keepalive_every_s:g} s)")
