@@ -4,15 +4,17 @@ its bytes, a replayed one parsed at every split, and the file's own checks."""
 from __future__ import annotations
 
 import json
+import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tokenpath.errors import UsageError
 from tokenpath.origins.behaviour import Http10Answer
-from tokenpath.origins.record import recording_from, redacted
-from tokenpath.probe.trace import TraceRecorder
-from tokenpath.stub.replay import Recording, load, plan
+from tokenpath.origins.record import RECORD_LIMITS, recording_from, redacted
+from tokenpath.probe.trace import TraceLimits, TraceRecorder
+from tokenpath.stub.replay import MAX_EVENTS, MAX_RECORDING_BYTES, Recording, load, plan
 from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.framing import Framing, chunk
@@ -162,3 +164,58 @@ def test_json_nested_too_deep_for_the_parser_is_one_usage_error(tmp_path: Path, 
     path.write_text(text)
     with pytest.raises(UsageError, match=r"deep\.json: not a recording \(JSON nested too deeply\)"):
         load(path)
+
+
+def recorded_from(raw: bytes, limits: TraceLimits = RECORD_LIMITS) -> Recording:
+    recorder = TraceRecorder("s", 0, limits, api=Api.OPENAI)
+    recorder.on_read(1_000_000, raw)
+    return recording_from(recorder.trace, ANSWER, name="t", api=Api.OPENAI, source={})
+
+
+def test_a_stream_the_trace_did_not_keep_whole_is_refused_not_cut() -> None:
+    assert RECORD_LIMITS.frames == MAX_EVENTS  # the trace keeps every event a replay takes, and no fewer
+    assert RECORD_LIMITS.frame_bytes <= MAX_RECORDING_BYTES
+    with pytest.raises(UsageError, match=r"sent 5 events and the trace kept 3; a recording holds at most 100000") as e:
+        recorded_from(HEAD + BODY, replace(RECORD_LIMITS, frames=3))
+    assert "\n" not in str(e.value)
+
+
+def test_a_recording_too_large_for_the_replay_is_refused_when_recorded() -> None:
+    event = b'data: {"choices":[{"delta":{"content":"' + b"b" * 2000 + b'"}}]}\n\n'
+    body = b"".join(chunk(event) for _ in range(2040)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    assert 2040 * len(event) < MAX_RECORDING_BYTES  # the trace keeps it all: its file, escaped, is larger
+    with pytest.raises(UsageError, match=r"recording t: \d+ bytes as a file, larger than the 4194304 bytes a replay"):
+        recorded_from(HEAD + body)
+    with pytest.raises(UsageError, match=r"larger than the 4194304 bytes a replay reads") as e:
+        recorded_from(HEAD + body, replace(RECORD_LIMITS, frame_bytes=32 << 20))
+    assert "\n" not in str(e.value)
+
+
+def test_what_is_recorded_replays_from_its_file(tmp_path: Path) -> None:
+    event = b'data: {"choices":[{"delta":{"content":"' + b"b" * 2000 + b'"}}]}\n\n'
+    body = b"".join(chunk(event) for _ in range(1900)) + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+    path = tmp_path / "r.json"
+    path.write_text(recorded_from(HEAD + body).dumps())
+    assert len(load(path).events) == 1901
+
+
+def test_a_gzip_stream_is_recorded_decoded_and_without_its_encoding() -> None:
+    z = zlib.compressobj(wbits=31)
+    body = b"".join(chunk(z.compress(e) + z.flush(zlib.Z_SYNC_FLUSH)) for e in EVENTS) + chunk(z.flush())
+    head = HEAD.replace(b"Date: today\r\n", b"Content-Encoding: gzip\r\n")
+    recording = recorded_from(head + body + b"0\r\n\r\n")
+    assert [len(e.data) for e in recording.events] == [len(e) for e in EVENTS]  # plain events
+    assert recording.headers == (("X-Accel-Buffering", "no"),)
+    with pytest.raises(UsageError, match=r"^recording: header Content-Encoding: a recording's events are stored"):
+        Recording.from_json(doc(headers=[["Content-Encoding", "gzip"]]))
+
+
+def test_a_header_the_stub_cannot_send_is_dropped_and_named() -> None:
+    long = b"Content-Security-Policy: " + b"a" * 2000 + b"\r\n"
+    head = HEAD.replace(b"Date: today\r\n", long + b"X-Name: caf\xc3\xa9\r\n")
+    recording = recorded_from(head + BODY)
+    assert recording.headers == (("X-Accel-Buffering", "no"),)
+    dropped = recording.source["dropped_headers"]
+    assert [d.split(":")[0] for d in dropped] == ["header Content-Security-Policy", "header X-Name"]
+    assert all("at most 1024 characters" in d for d in dropped)
+    assert Recording.from_json(json.loads(recording.dumps())) == recording

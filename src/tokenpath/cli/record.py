@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, console, handles_errors
+from tokenpath.cli.common import api_key, console, err_console, handles_errors
 from tokenpath.wire.request import parse_header_arg
 
 
@@ -49,5 +49,7 @@ def record(
     )
     path = Path(out)
     recording = run(RecordRequest(probe, name or path.stem, seed=seed, redact=not keep_text))
+    for dropped in recording.source.get("dropped_headers", []):  # a header the stub cannot send: named, not replayed
+        err_console.print(f"tokenpath record: dropped {dropped}", markup=False, highlight=False, soft_wrap=True)
     path.write_text(recording.dumps())
     console.print(f"recorded {recording.describe()} into {path}", markup=False, highlight=False)

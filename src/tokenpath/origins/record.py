@@ -15,18 +15,26 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenpath import __version__
 from tokenpath.clock import ns_to_ms
-from tokenpath.errors import ServiceError
+from tokenpath.errors import ServiceError, UsageError
 from tokenpath.origins.behaviour import Http10Answer, http10_answer
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
-from tokenpath.probe.trace import Trace
-from tokenpath.stub.config import RESERVED_HEADERS
-from tokenpath.stub.replay import SENT_HEADERS, RecordedEvent, RecordedWrite, Recording
+from tokenpath.probe.trace import DEFAULT_LIMITS, Trace, TraceLimits
+from tokenpath.stub.config import RESERVED_HEADERS, response_headers
+from tokenpath.stub.replay import (
+    MAX_EVENTS,
+    MAX_RECORDING_BYTES,
+    SENT_HEADERS,
+    RecordedEvent,
+    RecordedWrite,
+    Recording,
+)
 from tokenpath.wire.apis import Api
 from tokenpath.wire.reader import frame_reader
 
@@ -35,8 +43,12 @@ from tokenpath.wire.reader import frame_reader
 TEXT_MEMBERS = frozenset(
     {"content", "text", "delta", "thinking", "reasoning", "reasoning_content", "refusal", "arguments", "partial_json"}
 )
-# Headers not worth replaying: the date changes every time; the rest are the stub's own to set (framing, hop by hop).
-DROPPED_HEADERS = frozenset({"date", *RESERVED_HEADERS})
+# Headers not worth replaying: the date changes every time; Content-Encoding described a body the trace decoded (the
+# events are stored, and replayed, as plain bytes); the rest are the stub's own to set (framing, hop by hop).
+DROPPED_HEADERS = frozenset({"date", "content-encoding", *RESERVED_HEADERS})
+# What the probe's trace keeps of the stream: every event a replay takes (MAX_EVENTS), and bytes up to the file's cap
+# (a file holds every event's bytes, escaped, and more). A stream past either is refused, never cut short.
+RECORD_LIMITS: TraceLimits = replace(DEFAULT_LIMITS, frames=MAX_EVENTS, frame_bytes=MAX_RECORDING_BYTES)
 FILLER = b"x"
 
 
@@ -61,7 +73,7 @@ def record(request: RecordRequest) -> Recording:
     """Both requests, then the recording (RemoteProtocolError / PeerError on a server that does not answer)."""
     cfg = request.config()
     answer = http10_answer(cfg)
-    trace = probe_stream(cfg)
+    trace = probe_stream(cfg, limits=RECORD_LIMITS)
     if trace.head is None or trace.head.status != 200:
         status = trace.head.status if trace.head is not None else "none"
         raise ServiceError(f"{cfg.target.origin} answered {status} to a streaming request: nothing to record")
@@ -84,7 +96,15 @@ def recording_from(
     trace: Trace, answer: Http10Answer, *, name: str, api: Api, source: dict[str, Any], redact: bool = True
 ) -> Recording:
     """The recording a trace makes (pure): one write per read that completed an event, each event with its kind
-    and its bytes (redacted), the time after the request's last byte; the head's headers a stub may send."""
+    and its bytes (redacted), the time after the request's last byte; the head's headers a stub may send (those it
+    cannot are dropped and named in the source's `dropped_headers`). A stream the trace did not keep whole, or a file
+    larger than the replay reads, is one UsageError."""
+    if trace.frames_dropped:
+        raise UsageError(
+            f"recording {name}: the server sent {trace.frame_count} events and the trace kept {len(trace.frames)}; "
+            f"a recording holds at most {MAX_EVENTS} events and {MAX_RECORDING_BYTES} bytes (stub/replay.py "
+            "MAX_EVENTS, MAX_RECORDING_BYTES): record a shorter answer (--max-tokens)"
+        )
     reader = frame_reader(api)
     writes: list[RecordedWrite] = []
     kept = 0
@@ -103,7 +123,7 @@ def recording_from(
             writes.append(RecordedWrite(at_ms, (event,)))
         last_read = arrival.read_index
     head = trace.head
-    headers = [(k, v) for k, v in head.headers if k.lower() not in DROPPED_HEADERS] if head is not None else []
+    headers, dropped = sendable_headers(head.headers if head is not None else ())
     content_type = (head.header("content-type") if head is not None else None) or "text/event-stream"
     head_ms = ns_to_ms(trace.t_first_byte_ns - trace.t_sent_ns) if trace.t_first_byte_ns is not None else 0.0
     recording = Recording(
@@ -111,13 +131,46 @@ def recording_from(
         api=api,
         http10_framing=answer.behaviour.http10_framing,
         content_type=content_type,
-        headers=tuple(headers[:SENT_HEADERS]),
+        headers=tuple(headers),
         head_ms=head_ms,
         writes=tuple(writes),
-        source={**source, **({"unredacted_events": kept} if kept else {})},
+        source={
+            **source,
+            **({"unredacted_events": kept} if kept else {}),
+            **({"dropped_headers": dropped} if dropped else {}),
+        },
     )
-    # Through the stub's own check, so a recording that would be refused at replay is refused now.
-    return Recording.from_json(json.loads(recording.dumps()), f"recording {name}")
+    # Through the stub's own checks, the file's size first, so a recording that would be refused at replay is
+    # refused now.
+    text = recording.dumps()
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > MAX_RECORDING_BYTES:
+        raise UsageError(
+            f"recording {name}: {size} bytes as a file, larger than the {MAX_RECORDING_BYTES} bytes a replay reads "
+            "(stub/replay.py MAX_RECORDING_BYTES): record a shorter answer (--max-tokens)"
+        )
+    return Recording.from_json(json.loads(text), f"recording {name}")
+
+
+def sendable_headers(pairs: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The head's headers a replay may send (not DROPPED_HEADERS; each passing the stub's own check, at most
+    SENT_HEADERS of them), and why each other one is not: a header the stub cannot send (a value over 1024
+    characters or not ASCII) is left out of the recording, named, never a failed recording."""
+    kept: list[tuple[str, str]] = []
+    dropped: list[str] = []
+    for name, value in pairs:
+        if name.lower() in DROPPED_HEADERS:
+            continue
+        try:
+            response_headers({name: value})
+        except UsageError as exc:
+            dropped.append(str(exc))
+            continue
+        if len(kept) >= SENT_HEADERS:
+            dropped.append(f"header {name}: past the {SENT_HEADERS} headers a replay sends")
+            continue
+        kept.append((name, value))
+    return kept, dropped
 
 
 def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:

@@ -226,6 +226,9 @@ def _headers(value: object) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, list) or not all(isinstance(h, list) and len(h) == 2 for h in value):
         raise ValueError("headers must be a list of [name, value] pairs")
     pairs = {str(name): str(v) for name, v in value}
+    for name in pairs:
+        if name.lower() == "content-encoding":  # the events are plain bytes: labelled gzip, no client could read them
+            raise UsageError(f"header {name}: a recording's events are stored decoded, and replayed without one")
     if len(pairs) > min(SENT_HEADERS, MAX_RESPONSE_HEADERS):
         raise ValueError(f"at most {MAX_RESPONSE_HEADERS} headers")
     return tuple(response_headers(pairs).items())  # the stub's own rule: no framing, hop-by-hop or injected lines
