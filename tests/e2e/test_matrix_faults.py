@@ -1,10 +1,11 @@
-"""`tokenpath matrix` when things go wrong (a missing proxy, one that dies mid-run, Ctrl-C) and the declared
+"""`tokenpath matrix` when things go wrong (a missing proxy, one that dies mid-run, Ctrl-C or SIGTERM) and the declared
 exclusion rule applied. The assertions are about rows, errors, rules and processes, not timing, so these run in the
 parallel lane with --force: a loaded host may fail the certification, which is not what they test (test_matrix.py,
 run alone, asserts certified runs)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -15,7 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.test_matrix import row, run_matrix
+from tests.e2e.test_matrix import namespaces_of, row, run_matrix
+from tokenpath.links import netns
 from tokenpath.serve.procs import tokenpath_argv
 
 pytestmark = pytest.mark.e2e
@@ -49,10 +51,26 @@ command = "{relay}"
     assert not any(r["error"] for r in row(doc, "direct")["raw"])  # the dying proxy cost its own row only
 
 
-def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -> None:
+NO_NETNS = netns.available()
+STOPS = [
+    pytest.param(signal.SIGINT, "loopback", id="SIGINT"),
+    pytest.param(signal.SIGTERM, "loopback", id="SIGTERM"),
+    pytest.param(
+        signal.SIGTERM, "veth", id="SIGTERM-veth", marks=pytest.mark.skipif(NO_NETNS is not None, reason=str(NO_NETNS))
+    ),
+]
+
+
+@pytest.mark.parametrize(("sig", "link"), STOPS)
+def test_a_stop_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path, sig: signal.Signals, link: str) -> None:
+    """Ctrl-C, or SIGTERM (a CI job's timeout, systemd, a container stop), sent to the matrix alone while it
+    measures: the rows so far written `interrupted`, exit 130, and nothing it started left (the stub and the relays
+    run in sessions of their own; over veth, the namespaces too). SIGTERM's default used to kill the matrix at once
+    and leave all of them."""
     exp = tmp_path / "exp.toml"
     exp.write_text(
-        "name = 'long'\nframes = 20\nruns = 50\n[conditions]\ninterval_ms = [50]\n[[proxy]]\nname = 'pass'\n"
+        "name = 'long'\nframes = 20\nruns = 50\n[conditions]\ninterval_ms = [50]\n"
+        f"link = [{link!r}]\n[[proxy]]\nname = 'pass'\n"
     )
     out_dir = tmp_path / "out"
     # A test run started in the background of a script inherits SIGINT ignored, and so would the matrix: Ctrl-C
@@ -65,26 +83,110 @@ def test_ctrl_c_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path) -
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, previous)
-    deadline = time.monotonic() + 60
-    while not (out_dir / "results.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(5)  # a few measured rounds (one stream per path, ~1 s each), audited as a round
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert len(children) >= 2  # the stub and the relays, each in its own session
-    proc.send_signal(signal.SIGINT)
+    children: list[psutil.Process] = []
     try:
-        output, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:  # fail this test alone: a leaked Popen would fail a later one when collected
-        proc.kill()
-        output, _ = proc.communicate()
-        pytest.fail(f"the matrix did not stop within 60 s of Ctrl-C; its output:\n{output.decode(errors='replace')}")
-    assert proc.returncode == 130, output
-    doc = json.loads((out_dir / "results.json").read_text())
-    assert doc["interrupted"] is True
-    assert {r["proxy"] for r in doc["rows"]} == {"direct", "pass"}
-    assert 0 < row(doc, "direct")["runs"] < 50
-    still_running = [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
-    assert still_running == []
+        deadline = time.monotonic() + 60
+        while not (out_dir / "results.json").exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0].decode(errors="replace")
+            time.sleep(0.2)
+        time.sleep(5)  # a few measured rounds (one stream per path, ~1 s each), audited as a round
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 2  # the stub and the relays, each in its own session
+        if link == "veth":
+            assert namespaces_of(proc.pid), "the run's namespaces exist while it measures"
+        proc.send_signal(sig)
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # fail this test alone: a leaked Popen would fail a later one when collected
+            proc.kill()
+            output, _ = proc.communicate()
+            pytest.fail(
+                f"the matrix did not stop within 60 s of {sig.name}; its output:\n{output.decode(errors='replace')}"
+            )
+        assert proc.returncode == 130, output
+        doc = json.loads((out_dir / "results.json").read_text())
+        assert doc["interrupted"] is True
+        assert {r["proxy"] for r in doc["rows"]} == {"direct", "pass"}
+        assert 0 < row(doc, "direct")["runs"] < 50
+        assert _running(children) == []
+        assert namespaces_of(proc.pid) == set()
+    finally:  # never left behind by the test either, whatever the matrix left
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for p in _running(children):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        for name in namespaces_of(proc.pid):
+            subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
+
+
+def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+    return alive
+
+
+GATED = Path(__file__).parents[1] / "load" / "gated_load.py"  # any command, with one spawn held (its docstring)
+GATE_S = 60.0  # the stub (and the first relay) spawned on a busy 2-core host
+EXIT_S = 60.0  # a stopped run ends well within this; its 50 runs of 1 s streams would take minutes
+
+
+@pytest.mark.parametrize(
+    ("at", "sig"),
+    [("stub", signal.SIGINT), ("relay", signal.SIGINT), ("relay", signal.SIGTERM)],
+    ids=["stub-SIGINT", "relay-SIGINT", "relay-SIGTERM"],
+)
+def test_a_stop_while_a_child_spawns_stops_it(tmp_path: Path, at: str, sig: signal.Signals) -> None:
+    """A stop landing between a child's spawn and the registration of its stop (inside Popen, its child running)
+    stops that child too: the matrix holds it until the stop is on its ExitStack (StopSignals.held). A Ctrl-C there
+    used to leave the child running with nothing to stop it (ServiceProcess had no process yet; proxies.base.start
+    had not returned)."""
+    exp, gate, out_dir = tmp_path / "exp.toml", tmp_path / "gate", tmp_path / "out"
+    exp.write_text(
+        "name = 'gated'\nframes = 20\nruns = 50\n[conditions]\ninterval_ms = [50]\n[[proxy]]\nname = 'pass'\n"
+    )
+    gate.mkdir()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal leaves it (see above)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(GATED), str(gate), at, "matrix", str(exp), "--out", str(out_dir), "--force"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    tree: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + GATE_S
+        while not (gate / "gated").exists():
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, f"no gate within {GATE_S:.0f} s"
+            time.sleep(0.05)
+        gated = psutil.Process(int((gate / "gated").read_text()))
+        tree = [*psutil.Process(proc.pid).children(recursive=True), gated, *gated.children(recursive=True)]
+        proc.send_signal(sig)
+        time.sleep(0.2)  # the signal handled while the spawn is held
+        (gate / "release").touch()
+        try:
+            output, _ = proc.communicate(timeout=EXIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            output, _ = proc.communicate()
+            pytest.fail(f"the matrix did not stop within {EXIT_S:.0f} s of {sig.name}:\n{output}")
+        assert _running(tree) == [], output
+        assert proc.returncode == 130, output
+        assert json.loads((out_dir / "results.json").read_text())["interrupted"] is True
+        assert "Traceback" not in output, output
+    finally:  # never left behind by the test either
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        for p in _running(tree):
+            with contextlib.suppress(psutil.Error):
+                p.kill()
 
 
 def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:

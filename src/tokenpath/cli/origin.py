@@ -19,7 +19,7 @@ def origin(
 ) -> None:
     """Start a real inference server as an origin: its version, model, settings and what it does besides pacing
     (its HTTP/1.0 framing, the headers a path acts on) on its `listening on` line; stopped with everything it
-    started on Ctrl-C."""
+    started on Ctrl-C or SIGTERM, also while it is still loading."""
     from dataclasses import replace
 
     from tokenpath.origins.catalogue import Settings, lookup

@@ -7,9 +7,10 @@ the certificate, with why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from tokenpath.proxies.base import Endpoint, Proxy, RunningProxy, Site, new_workdir, start
+from tokenpath.proxies.base import Endpoint, Proxy, RunningProxy, Site, new_workdir
 from tokenpath.proxies.relays import BASE_CONTROLS, ControlProxy
 from tokenpath.results.model import Check
 from tokenpath.serve.tlscert import TLSFiles
@@ -50,24 +51,26 @@ NOT_OVER_H3 = {
 
 
 def start_h3_control(
-    control: H3Control, front: Proxy, stub: Endpoint, listen: Endpoint, relay_listen: Endpoint, tls: TLSFiles
+    control: H3Control,
+    front: Proxy,
+    stub: Endpoint,
+    listen: Endpoint,
+    relay_listen: Endpoint,
+    tls: TLSFiles,
+    launch: Callable[[Proxy, Site], RunningProxy],
 ) -> list[RunningProxy]:
-    """The processes of one control, started (the relay first, clear text, then Caddy in front of it with the run's
-    certificate), in the order they must be stopped in reverse. A ProxyError when one does not start (the started
-    ones are stopped)."""
+    """The processes of one control, started by `launch` (the relay first, clear text, then Caddy in front of it
+    with the run's certificate), in the order they must be stopped in reverse. `launch` owns each one's stop (the
+    matrix's registers it before a stop signal can land, and stops one that does not start); its ProxyError when
+    one does not start."""
     started: list[RunningProxy] = []
     upstream = stub
-    try:
-        if control.behind is not None:
-            relay = _relay(control.behind)
-            started.append(start(relay, Site(relay_listen, stub, new_workdir(control.name), relay.variant("stock"))))
-            upstream = relay_listen
-        site = Site(listen, upstream, new_workdir(control.name), front.variant(control.variant), tls)
-        started.append(start(front, site))
-    except BaseException:
-        for running in reversed(started):
-            running.stop()
-        raise
+    if control.behind is not None:
+        relay = _relay(control.behind)
+        started.append(launch(relay, Site(relay_listen, stub, new_workdir(control.name), relay.variant("stock"))))
+        upstream = relay_listen
+    site = Site(listen, upstream, new_workdir(control.name), front.variant(control.variant), tls)
+    started.append(launch(front, site))
     return started
 
 

@@ -32,7 +32,8 @@ from tokenpath.experiment.spec import Condition, Experiment, Link, PathSpec, fal
 from tokenpath.hostport import join_hostport
 from tokenpath.links import netns
 from tokenpath.origins.catalogue import lookup as lookup_origin
-from tokenpath.origins.process import start as start_origin
+from tokenpath.origins.process import await_ready as await_origin
+from tokenpath.origins.process import spawn as spawn_origin
 from tokenpath.probe.client import ProbeConfig, new_stream_id
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
@@ -45,11 +46,14 @@ from tokenpath.proxies.base import (
     Endpoint,
     Proxy,
     Site,
+    Wrap,
     attach,
+    await_ready,
     client_version_unsupported,
     free_port,
     new_workdir,
-    start,
+    no_wrap,
+    spawn,
 )
 from tokenpath.proxies.custom import CustomProxy
 from tokenpath.proxies.relays import BASE_CONTROLS, COMPRESSION_CONTROLS, CONTROLS, ControlProxy
@@ -69,6 +73,7 @@ from tokenpath.results.model import (
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.serve.tlscert import TLSFiles, self_signed
 from tokenpath.stats import percentile
+from tokenpath.stopsignals import StopSignals
 from tokenpath.stub.control import fetch_audit
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import STREAM_END
@@ -135,9 +140,15 @@ class MatrixRunner:
         self.floors: list[FloorEntry] = []
         self.interrupted = False
         self._pairings: dict[str, list[Pairing]] = {}  # a condition's pairs against a started origin, per path
+        # SIGTERM as Ctrl-C for the whole run: the rows so far written `interrupted`, every child and namespace gone.
+        self.signals = StopSignals()
 
     # public ------------------------------------------------------------------------------------------
     def run(self) -> MatrixResults:
+        with self.signals:
+            return self._run_all()
+
+    def _run_all(self) -> MatrixResults:
         groups: dict[tuple[Link, bool], list[Condition]] = {}
         for cond in self.exp.conditions:
             groups.setdefault((cond.link, cond.tls), []).append(cond)
@@ -152,7 +163,9 @@ class MatrixRunner:
         """The real origin of `[upstream] kind`, started for the whole run on a free port and stopped after it."""
         assert self.exp.endpoint is not None
         self.console.print(f"starting {escaped(kind)} (a real inference server; its streams are paired, serially)")
-        running = stack.enter_context(start_origin(lookup_origin(kind)))
+        with self.signals.held():  # its stop on `stack` before a stop signal can land; the load is not held
+            running = stack.enter_context(spawn_origin(lookup_origin(kind)))
+        await_origin(running)
         info = running.info()
         self.exp.endpoint = self.exp.endpoint.started(running.url, info)
         said = f"{kind}: {running.url} ({', '.join(f'{k} {v}' for k, v in info.items())})"  # the origin's own words
@@ -238,7 +251,8 @@ class MatrixRunner:
                     self._skip_all(f"{link} link", reason)
                     yield None
                     return
-                pair = stack.enter_context(netns.VethPair())
+                with self.signals.held():  # made and on `stack` (its exit deletes them) before a stop lands
+                    pair = stack.enter_context(netns.VethPair())
                 env.listen_host = pair.server_addr
                 env.socket_factory = pair.client_connect
                 env.wrap = pair.wrap_server
@@ -258,7 +272,8 @@ class MatrixRunner:
             stub_argv = env.wrap(tokenpath_argv("stub", "--host", bind, "--port", str(stub_port), *recordings))
             stub = ServiceProcess(stub_argv, "stub")
             stack.callback(stub.stop)
-            stub.start()
+            with self.signals.held(until=lambda: stub.pid is not None):  # not inside Popen: stub.stop reaches it
+                stub.start()
             env.stub_url = f"http://{join_hostport(stub_host, stub_port)}"
             env.upstream = Endpoint("127.0.0.1" if link == "loopback" else stub_host, stub_port)
             for path in self.exp.paths:
@@ -290,11 +305,11 @@ class MatrixRunner:
         for control in H3_CONTROLS:
             listen, relay_listen = Endpoint(env.listen_host, env.next_port()), Endpoint("127.0.0.1", env.next_port())
             try:
-                started = start_h3_control(control, front, env.upstream, listen, relay_listen, files)
+                started = start_h3_control(
+                    control, front, env.upstream, listen, relay_listen, files, lambda p, s: self._launch(p, s, stack)
+                )
             except ProxyError as exc:
                 raise CertificationError(f"control {control.name} did not start: {exc}") from None
-            for running in started:
-                stack.callback(running.stop)
             env.controls[control.name] = started[-1]
 
     def _start(
@@ -323,11 +338,10 @@ class MatrixRunner:
                 site.upstream_host, site.upstream_api_key_env = endpoint.target.host_header, endpoint.api_key_env or ""
                 site.upstream_path, site.upstream_model = endpoint.api_base_path, endpoint.model  # for AI gateways
             try:
-                running = start(proxy, site, wrap=env.wrap, connect=self._ready_check(env))
+                running = self._launch(proxy, site, stack, wrap=env.wrap, connect=self._ready_check(env))
             except ProxyError as exc:
                 reason = f"failed to start: {exc}"
             else:
-                stack.callback(running.stop)
                 known = self.proxies.get(proxy.name) or ProxyInfo(proxy.version())
                 entry = {"config": running.effective, "line": site.variant.line}  # the report shows the line
                 variants = {**known.variants, path.variant: entry}
@@ -338,6 +352,28 @@ class MatrixRunner:
         else:
             self._skip(env, path, reason)
         return None
+
+    def _launch(
+        self,
+        proxy: Proxy,
+        site: Site,
+        stack: contextlib.ExitStack,
+        *,
+        wrap: Wrap = no_wrap,
+        connect: Callable[[Endpoint], Any] | None = None,
+    ) -> RunningProxy:
+        """The proxy spawned with its stop on `stack` before a stop signal can land (held), then awaited, which a
+        stop may cut; one that fails to start is stopped at once, not when its environment ends."""
+        stop = stack.enter_context(contextlib.ExitStack())
+        with self.signals.held():
+            running = spawn(proxy, site, wrap=wrap)
+            stop.callback(running.stop)
+        try:
+            await_ready(running, wrap=wrap, connect=connect)
+        except ProxyError:
+            stop.close()
+            raise
+        return running
 
     def _attach(self, env: Environment, path: PathSpec, proxy: Proxy, tmp: Path) -> RunningProxy | None:
         """A path already running: only on loopback (a veth namespace cannot reach it), after it accepts. It has no

@@ -16,7 +16,6 @@ import math
 import os
 import resource
 import signal
-import threading
 from array import array
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -46,7 +45,6 @@ from tokenpath.load.integrity import BeforeFirstToken
 from tokenpath.load.sampler import HostSampler, ResourceSampler, listening_pid
 from tokenpath.load.stubinfo import check_serves, fetch_pacing, served_by_a_stub, with_stub_pacing
 from tokenpath.load.worker import (
-    STOP_SIGNALS,
     JWTMinter,
     StreamResult,
     WorkerReport,
@@ -76,6 +74,7 @@ from tokenpath.results.model import (
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
+from tokenpath.stopsignals import StopSignals
 from tokenpath.stub.config import Pacing, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
@@ -92,8 +91,6 @@ HIST_DIGITS = 3  # significant digits: 0.1 % resolution, i.e. 1 us at 1 ms and 0
 AUDIT_TIMEOUT_S = 60.0  # one bulk audit of up to AUDIT_BATCH streams from a stub that may be busy
 
 if TYPE_CHECKING:  # the WebSocket client is imported by a worker that carries a stream over it
-    from collections.abc import Callable, Iterator
-
     from tokenpath.load.wsconn import WsStreamFigures
 
 
@@ -309,58 +306,6 @@ def prepare_out_dir(out_dir: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"`out` {out_dir}: cannot write results there: {exc.strerror or exc}") from None
-
-
-class StopSignals:
-    """SIGINT and SIGTERM while a load runs, in the main thread: the first raises KeyboardInterrupt (the runner keeps
-    the rows measured, writes results.json with `interrupted`, stops every child it started: stub, proxies, client
-    processes); later ones are ignored, so that cleanup is never cut short. SIGTERM's default killed the run at once
-    and left its stub and proxies running (their own sessions). A client loop handles them itself while it runs
-    (worker.run_worker): `fired` is then set by the runner when it stops."""
-
-    def __init__(self) -> None:
-        self.fired = False
-        self._previous: dict[int, Any] = {}
-        self._hold: Callable[[], bool] | None = None  # set inside held(): may a stop land now?
-        self._pending = False  # a stop came inside held(): raised when it ends
-
-    def __enter__(self) -> StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._on_signal)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if self.fired:
-            return
-        self.fired = True
-        if self._hold is not None and not self._hold():
-            self._pending = True
-            return
-        raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def held(self, until: Callable[[], bool] | None = None) -> Iterator[None]:
-        """A block a stop must not land in: it spawns a child whose stop is not registered yet (a KeyboardInterrupt
-        inside Popen, or just after it returned, left the child running with nothing to stop it). A stop that
-        comes in it is raised when the block ends, over whatever the block raised; at once if `until()` says the
-        child can be stopped already (its stop registered: a slow start is not waited for)."""
-        self._hold = until or _never
-        try:
-            yield
-        finally:
-            self._hold = None
-            if self._pending:
-                self._pending = False
-                raise KeyboardInterrupt  # the stop wins over the block's own error
-
-
-def _never() -> bool:
-    return False
 
 
 def _on_this_host(url: str) -> bool:

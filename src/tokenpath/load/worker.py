@@ -33,6 +33,7 @@ from tokenpath.probe.client import ProbeConfig, StreamRequests, new_stream_id, r
 from tokenpath.probe.transport import TLSOptions
 from tokenpath.serve.loops import new_event_loop
 from tokenpath.stats import percentile
+from tokenpath.stopsignals import STOP_SIGNALS
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.carrier import SSE, WEBSOCKET
 from tokenpath.wire.ending import STREAM_END, EndKind
@@ -465,9 +466,6 @@ def _h2_tls_context(tls: TLSOptions) -> ssl.SSLContext:
     """The same, offering h2 by ALPN (TLSOptions.http2): a server that picks anything else fails the connection
     (load/h2conn.py checks the choice; never a fallback)."""
     return _tls_context(replace(tls, http2=True))
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def ignore_stop_signals() -> None:

@@ -3,13 +3,12 @@ loaded (a GET of its ready path answers 200), stopped with every process it star
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
-import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from tokenpath.origins.behaviour import http10_answer
 from tokenpath.origins.catalogue import MODEL_ALIAS, Origin, Settings, version
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.serve.procs import stop_process_group
+from tokenpath.stopsignals import StopSignals
 from tokenpath.wire.apis import SPECS, Api
 
 # What every request to a started origin asks: a prompt a small model answers at length, greedy sampling with a seed
@@ -41,6 +41,7 @@ class RunningOrigin:
     log_path: Path
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     started_s: float = 0.0  # how long it took to be ready
+    spawned_at: float = 0.0  # time.monotonic() at its spawn
 
     @property
     def url(self) -> str:
@@ -95,6 +96,18 @@ def start(
 ) -> RunningOrigin:
     """Start `origin` and wait until it serves; ServiceError (with its log's tail) if it exits or never does. A
     missing build is a UsageError that says how to make it. `port` 0: a free one."""
+    running = spawn(origin, settings, host=host, port=port)
+    try:
+        await_ready(running, ready_timeout_s)
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def spawn(origin: Origin, settings: Settings | None = None, *, host: str = "127.0.0.1", port: int = 0) -> RunningOrigin:
+    """Start `origin` in its own session, not awaited: a caller that must stop it whatever happens (a stop signal:
+    the matrix, `tokenpath origin`) registers its stop (`with`, an ExitStack) between this and await_ready."""
     reason = origin.missing_reason()
     if reason:
         raise UsageError(reason)
@@ -102,8 +115,7 @@ def start(
     port = port or _free_port(host)
     fd, log_name = tempfile.mkstemp(prefix=f"tokenpath-{origin.name}-", suffix=".log")
     os.close(fd)
-    running = RunningOrigin(origin, settings, host, port, Path(log_name))
-    began = time.monotonic()
+    running = RunningOrigin(origin, settings, host, port, Path(log_name), spawned_at=time.monotonic())
     with running.log_path.open("wb") as log:
         running.process = subprocess.Popen(
             origin.argv(host, port, settings),
@@ -113,13 +125,14 @@ def start(
             env={**os.environ, **origin.env()},
             start_new_session=True,  # stop() reaches the whole group (uvicorn's workers, if any)
         )
-    try:
-        _wait_ready(running, ready_timeout_s)
-    except BaseException:
-        running.stop()
-        raise
-    running.started_s = time.monotonic() - began
     return running
+
+
+def await_ready(running: RunningOrigin, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Until a spawned origin serves (its ready path answers 200); ServiceError (with its log's tail) if it exits or
+    never does. It is left running either way: stopping it is the caller's."""
+    _wait_ready(running, timeout_s)
+    running.started_s = time.monotonic() - running.spawned_at
 
 
 def _wait_ready(running: RunningOrigin, timeout_s: float) -> None:
@@ -157,19 +170,23 @@ def _free_port(host: str) -> int:
 
 def serve(origin: Origin, settings: Settings, host: str, port: int, say: Callable[[str], None]) -> None:
     """`tokenpath origin NAME`: start it, say where it listens (with what it runs and what it does besides pacing,
-    measured), and stop it on SIGINT or SIGTERM."""
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    with start(origin, settings, host=host, port=port) as running:
-        answer = http10_answer(origin_probe(running, origin.apis[0], max_tokens=4))
-        say(
-            f"listening on {running.url} ({origin.name}: {version()}; model {running.model}; {settings.describe()}; "
-            f"ready in {running.started_s:.1f} s; {answer.behaviour.describe()})"
-        )
-        while not stop.wait(1.0):
-            if not running.alive:
-                raise ServiceError(f"{origin.name} exited:\n{running.log_tail()}")
+    measured), and stop it on SIGINT or SIGTERM, also while it is still loading its model (the stop used to wait for
+    the load, up to READY_TIMEOUT_S, and then serve its first answer)."""
+    try:
+        with StopSignals() as signals, contextlib.ExitStack() as stack:
+            with signals.held():  # its stop registered before a stop signal can land
+                running = stack.enter_context(spawn(origin, settings, host=host, port=port))
+            await_ready(running)
+            answer = http10_answer(origin_probe(running, origin.apis[0], max_tokens=4))
+            say(
+                f"listening on {running.url} ({origin.name}: {version()}; model {running.model}; "
+                f"{settings.describe()}; ready in {running.started_s:.1f} s; {answer.behaviour.describe()})"
+            )
+            while running.alive:
+                time.sleep(POLL_S)
+            raise ServiceError(f"{origin.name} exited:\n{running.log_tail()}")
+    except KeyboardInterrupt:  # SIGINT or SIGTERM: stopped with everything it started, as asked
+        return
 
 
 def origin_probe(running: RunningOrigin, api: Api, *, max_tokens: int, prompt: str = PROMPT) -> ProbeConfig:
