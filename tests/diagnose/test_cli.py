@@ -3,6 +3,7 @@ processes are tests/e2e/test_diagnose.py); its exit codes and --json."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -12,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.diagnose.test_classify import Model, streaming, whole
-from tokenpath.cli import app
+from tokenpath.cli import app, common
 from tokenpath.diagnose import measure, upgrade
 from tokenpath.diagnose.classify import RunFigures
 from tokenpath.diagnose.origin import PLAIN, OriginRun
@@ -274,8 +275,11 @@ def ws_invoke(
     """diagnose with the upgrade scripted: carried (101) or refused (405, the fallback measured)."""
     policies: list[WsFallback] = []
 
-    def tried(template: ProbeConfig, run: Run, probe: object, policy: WsFallback) -> UpgradeTried:
+    def tried(
+        template: ProbeConfig, run: Run, probe: object, policy: WsFallback, bound_s: float | None = None
+    ) -> UpgradeTried:
         assert template.transport == "websocket"
+        assert bound_s == min(template.total_timeout_s, upgrade.UPGRADE_CHECK_S)  # the check's waits are bounded
         policies.append(policy)
         if upgraded:
             return UpgradeTried(WsFigures(True, 101, 1.0), policy)
@@ -297,7 +301,7 @@ def test_transport_websocket_runs_the_series_over_websocket_where_the_upgrade_is
     assert s.template.transport == "websocket"
     assert "browser" not in [r.name for r in s.planned]  # no compressing client over WebSocket
     assert policies == [WsFallback(CODEX_ATTEMPTS)]  # Codex's policy unless told
-    assert json.loads(out[: out.rindex("}") + 1])["websocket"]["carried"] is True
+    assert json.loads(out[out.index("{") : out.rindex("}") + 1])["websocket"]["carried"] is True
 
 
 def test_a_refused_upgrade_exits_21_with_the_fallbacks_cost_and_the_series_over_sse(
@@ -314,6 +318,25 @@ def test_a_refused_upgrade_exits_21_with_the_fallbacks_cost_and_the_series_over_
     assert "websocket: not carried" in out
     assert "proxy_set_header Upgrade $http_upgrade" in out  # nginx's own line, from its head
     assert "fallback: 2 failed upgrades" in out
+
+
+def test_the_upgrade_check_says_how_long_it_may_wait_before_it_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Codex's policy on a path that leaves every upgrade unanswered waits 6 x 15 s: said up front, with the bound."""
+    said: list[str] = []
+
+    def tried(
+        template: ProbeConfig, run: Run, probe: object, policy: WsFallback, bound_s: float | None = None
+    ) -> UpgradeTried:
+        said.append(out_so_far.getvalue())
+        return UpgradeTried(WsFigures(True, 101, 1.0), policy)
+
+    out_so_far = io.StringIO()
+    monkeypatch.setattr(upgrade, "try_upgrade", tried)
+    monkeypatch.setattr(common.err_console, "_file", out_so_far)  # its own stream, unpinned after
+    code, out = invoke(monkeypatch, Scripted(streaming), URL, "--api", "responses", "--transport", "websocket")
+    assert code == 0, out
+    assert "6 upgrades of up to 15 s each, 6.2 s of waits between them" in said[0]
+    assert "waits at most 30 s on upgrades in all, a cost past that is said as 'at least'" in said[0]
 
 
 def test_what_websocket_cannot_do_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

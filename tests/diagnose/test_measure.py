@@ -8,9 +8,11 @@ from collections import Counter
 
 import pytest
 
+from tokenpath.audit import StreamLog, Write
 from tokenpath.diagnose import measure
 from tokenpath.diagnose.classify import classify
-from tokenpath.diagnose.series import plan
+from tokenpath.diagnose.series import Run, plan
+from tokenpath.diagnose.shape import Kind, seen
 from tokenpath.errors import UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import FrameArrival, Read, Trace
@@ -214,3 +216,80 @@ def test_content_among_keep_alives_is_judged_as_before() -> None:
     fig = measure.figures(run, with_frames(held, [(100.0 * k, [keepalive()]) for k in range(1, 7)]))
     assert (fig.frames, fig.other_frames) == (18, 6)
     assert "no content frame came" not in classify([fig]).summary
+
+
+SKEW_S = 5  # a stub on another host: its CLOCK_MONOTONIC 5 s off the client's (/tmp/review-diagnose/skewshim.py)
+
+
+def log_of(trace: Trace, offset_ns: int = 0, before_ms: float = 1.0) -> StreamLog:
+    """The stub's write log of `trace`'s frames, one write each `before_ms` before it arrived, on a clock `offset_ns`
+    off the client's."""
+    writes = tuple(
+        Write(k, f.t_ns - int(before_ms * MS) + offset_ns, f.t_ns - int(before_ms * MS) + offset_ns, len(f.frame.raw))
+        for k, f in enumerate(trace.frames)
+    )
+    return StreamLog(trace.stream_id, 50.0, trace.t_sent_ns + offset_ns, "complete", writes, 0)
+
+
+def streaming() -> tuple[Run, Trace]:
+    """base (12 frames, 50 ms apart from 150 ms), each frame alone 1.5 ms after its schedule."""
+    run = plan(controlled=True)[0]
+    assert (run.frames, run.ttft_ms, run.interval_ms) == (12, 150.0, 50.0)
+    return run, trace_of([[60]] * 12, [151.5 + 50 * k for k in range(12)])
+
+
+def test_frame_writes_reads_a_log_on_the_client_s_clock() -> None:
+    run, trace = streaming()
+    writes = measure.frame_writes(run, trace, log_of(trace), trace.api)
+    assert writes == tuple(150.5 + 50 * k for k in range(12))  # the log's, not the schedule's
+    assert measure.off_clock(trace, log_of(trace)) is None
+
+
+@pytest.mark.parametrize(
+    ("offset_s", "said"), [(-SKEW_S, "before the request was sent"), (SKEW_S, "after its frame arrived")]
+)
+def test_frame_writes_does_not_use_a_log_on_another_clock(offset_s: int, said: str) -> None:
+    """A log whose writes land before the request was sent, or after their frame arrived, is another host's clock:
+    the run is placed on its schedule (or not at all), never 5 s "held" or "early"."""
+    run, trace = streaming()
+    skewed = log_of(trace, offset_s * 1_000_000_000)
+    assert measure.frame_writes(run, trace, skewed, trace.api) == tuple(150.0 + 50 * k for k in range(12))
+    unplaced = dataclasses.replace(run, frames=13)  # frames the schedule does not place: no writes at all
+    assert measure.frame_writes(unplaced, trace, skewed, trace.api) is None
+    assert said in (measure.off_clock(trace, skewed) or "")
+    assert measure.figures(run, trace, skewed).seen().kind is Kind.STREAMS  # not "holds the whole response"
+
+
+def test_a_write_within_the_slack_is_on_the_clock() -> None:
+    """The stub reads its clock before it writes: a write a hair after its arrival (a browser's mapped times) is
+    still this clock's."""
+    run, trace = streaming()
+    log = log_of(trace, before_ms=-1.0)
+    assert measure.off_clock(trace, log) is None
+    assert measure.frame_writes(run, trace, log, trace.api) == tuple(152.5 + 50 * k for k in range(12))
+
+
+def test_a_series_against_a_stub_on_another_clock_says_so() -> None:
+    """diagnose --stub-url of a stub whose audit is on another clock: the runs stream on their schedule, and a note
+    says the log was not used and why."""
+    last: list[Trace] = []
+
+    def probe(cfg: ProbeConfig) -> Trace:
+        last[:] = [paced_trace(cfg, loaded=False)]
+        return last[0]
+
+    def audit(stream_id: str) -> StreamLog:
+        return log_of(last[0], -SKEW_S * 1_000_000_000)
+
+    measured, verdict = measure.diagnose_series(TEMPLATE, plan(controlled=True, encodings=False), probe, audit)
+    assert verdict.cause == "streams", verdict
+    assert all("before the request was sent" in m.clock_note for m in measured)
+    assert any("not on this host's clock" in n and "read on its schedule" in n for n in verdict.notes), verdict.notes
+
+
+def test_shape_judges_without_writes_that_come_after_their_arrivals() -> None:
+    """Writes on a clock 5 s ahead of the arrivals (each frame's write after it arrived): the shape is judged by
+    counts, one arrival of 12 frames being the whole response (it used to fail on the writes it could not read)."""
+    writes = [SKEW_S * 1000 + 150.0 + 50 * k for k in range(12)]
+    assert seen([12], [701.0], writes).kind is Kind.WHOLE
+    assert seen([1] * 12, [151.0 + 50 * k for k in range(12)], writes).kind is Kind.STREAMS

@@ -4,7 +4,12 @@ exit code, its JSON and its lines. The real paths: tests/e2e/test_diagnose_webso
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import replace
 
 from tests.diagnose.test_classify import grown, streaming
@@ -14,6 +19,7 @@ from tokenpath.diagnose.series import BASE, paced
 from tokenpath.diagnose.upgrade import UpgradeTried, finding, try_upgrade
 from tokenpath.errors import UpgradeNotCarried
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import Trace
 from tokenpath.probe.wsfallback import NO_FALLBACK, WsFallback
 from tokenpath.probe.wsfigures import WsFigures
@@ -134,3 +140,99 @@ def test_the_diagnosis_exits_21_and_says_the_line_and_the_cost() -> None:
     assert carried.exit_code == 0
     assert json.loads(dumps(carried))["websocket"]["carried"] is True
     assert upgrade.finding(UpgradeTried(CARRIED, POLICY), None).fix is None
+
+
+SSE_EVENTS = (
+    b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"hi"}\n\n'
+    b'event: response.completed\ndata: {"type":"response.completed","response":{}}\n\n'
+)
+
+
+@contextlib.contextmanager
+def unanswered_upgrades() -> Iterator[int]:
+    """A server on loopback that accepts every connection, leaves a WebSocket upgrade unanswered (the socket open,
+    nothing sent) and answers a POST with a short Responses SSE stream; its port."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve(conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            more = conn.recv(65536)
+            if not more:
+                return
+            data += more
+        head = data.split(b"\r\n\r\n", 1)[0].lower()
+        if b"upgrade: websocket" in head:
+            return  # held open, never answered
+        head_lines = head.split(b"\r\n")
+        length = next((int(h.split(b":", 1)[1]) for h in head_lines if h.startswith(b"content-length:")), 0)
+        while len(data.split(b"\r\n\r\n", 1)[1]) < length:
+            data += conn.recv(65536)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(SSE_EVENTS)
+            + SSE_EVENTS
+        )
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_the_upgrade_check_is_bounded_where_the_path_leaves_upgrades_unanswered() -> None:
+    """A path that never answers the upgrade: the policy's whole measurement (4 upgrades of 0.4 s, 0.35 s of waits:
+    over 2 s) is cut to the upgrades that fit in the bound, and its cost is a least cost, the skipped waits added."""
+    policy = WsFallback(4, 50.0, 0.4)
+    with unanswered_upgrades() as port:
+        template = replace(TEMPLATE, url=f"http://127.0.0.1:{port}/v1/responses", connect_timeout_s=1.0)
+        started = time.monotonic()
+        tried = try_upgrade(template, paced(BASE), probe_stream, policy, bound_s=1.0)
+        took = time.monotonic() - started
+    assert (tried.first.upgraded, tried.first.upgrade_status) == (False, 0)  # no answer within 0.4 s
+    assert tried.measured == WsFallback(1, 50.0, 0.4)  # 0.6 s left after the first: one more upgrade fits
+    assert tried.fallback is not None
+    assert tried.fallback.fell_back
+    assert tried.fallback.attempts == 1
+    assert took < 1.0 + 1.0, took  # the bound, and the SSE stream after it
+    measured_ms = tried.fallback.fallback_ms
+    assert measured_ms is not None
+    skipped_waits_ms = 50.0 + 100.0 + 200.0  # before the 3 upgrades not tried
+    assert abs((tried.fallback_ms or 0.0) - (measured_ms + skipped_waits_ms)) < 1e-6
+    found = finding(tried, None)
+    assert found.measured_attempts == 1
+    said = "\n".join(found.lines())
+    assert "fallback: 4 failed upgrades (0.35 s of waits), then SSE: at least" in said, said
+    assert "measured with 1 of its upgrades" in said
+    assert found.to_json()["fallback"]["cost_at_least"] is True
+
+
+def test_a_policy_that_fits_the_bound_is_measured_whole() -> None:
+    fell = replace(REFUSED, attempts=3, fell_back=True, fallback_ms=850.0)
+    probe = ScriptedProbe(REFUSED, fell)
+    tried = try_upgrade(TEMPLATE, paced(BASE), probe, POLICY, bound_s=60.0)
+    assert tried.measured is None
+    assert probe.seen[1].ws_fallback == POLICY
+    assert finding(tried, None).to_json()["fallback"]["cost_at_least"] is False
+
+
+def test_the_bound_is_the_total_timeout_at_most_the_check_s_own() -> None:
+    assert upgrade.upgrade_bound_s(TEMPLATE) == upgrade.UPGRADE_CHECK_S == 30.0
+    assert upgrade.upgrade_bound_s(replace(TEMPLATE, total_timeout_s=12.0)) == 12.0
+    codex = WsFallback(6)
+    words = upgrade.waiting_words(codex, 30.0)
+    assert "6 upgrades of up to 15 s each, 6.2 s of waits between them, then SSE: up to 96.2 s" in words
+    assert "at most 30 s" in words
+    assert "measured whole" in upgrade.waiting_words(WsFallback(2, 10.0, 1.0), 30.0)

@@ -17,6 +17,7 @@ from tokenpath.probe.trace import TraceLimits, TraceRecorder
 from tokenpath.stub.replay import MAX_EVENTS, MAX_RECORDING_BYTES, Recording, load, plan
 from tokenpath.wire.apis import Api
 from tokenpath.wire.client import ResponseParser
+from tokenpath.wire.eventstream import event_message
 from tokenpath.wire.framing import Framing, chunk
 from tokenpath.wire.kinds import FrameKind
 from tokenpath.wire.reader import frame_reader
@@ -146,11 +147,63 @@ def doc(**over: object) -> dict[str, object]:
         ({"writes": [{"at_ms": 5, "events": [{"kind": "control", "data": "x"}]}]}, "no event of kind 'content'"),
         ({"head_ms": -1}, "head_ms"),
         ({"head_ms": [1]}, "head_ms"),
+        # Hand edits the stub used to send as they were (/tmp/review-timeouts/edits):
+        ({"content_type": ""}, r"content_type is empty"),
+        ({"content_type": " ; charset=utf-8"}, r"content_type is empty"),
+        ({"api": "bedrock"}, r"content_type 'text/event-stream' is another format's; the bedrock API answers"),
+        ({"content_type": "application/x-ndjson"}, r"content_type 'application/x-ndjson' is another format's"),
+        (
+            {"api": "bedrock", "content_type": "application/vnd.amazon.eventstream"},
+            r"writes\[0\]\.events\[0\]\.data is not one eventstream frame of the bedrock API",
+        ),
+        (
+            {"writes": [{"at_ms": 5, "events": [{"kind": "content", "data": "x"}]}]},
+            r"writes\[0\]\.events\[0\]\.data is not one sse frame of the openai API",
+        ),
+        (
+            {"writes": [{"at_ms": 5, "events": [{"kind": "content", "data": "data: a\n\ndata: b\n\n"}]}]},
+            r"writes\[0\]\.events\[0\]\.data is not one sse frame",
+        ),
+        ({"api": "realtime"}, r"api realtime is WebSocket only"),
+        ({"headers": [["X-A", 5]]}, r"headers\[0\] must be a \[name, value\] pair of strings, not \['X-A', 5\]"),
+        ({"headers": [[7, "y"]]}, r"headers\[0\] must be a \[name, value\] pair of strings"),
+        ({"head_ms": 3000}, r"head_ms 3000 is later than the first write's at_ms 1"),
     ],
 )
 def test_a_malformed_recording_is_one_usage_error(change: dict[str, object], says: str) -> None:
     with pytest.raises(UsageError, match=says):
         Recording.from_json(doc(**change))
+
+
+def test_a_malformed_recording_file_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(doc(content_type="")))
+    with pytest.raises(UsageError, match=r"^recording \S*edited\.json: content_type is empty") as e:
+        load(path)
+    assert "\n" not in str(e.value)
+
+
+def test_a_content_type_with_parameters_or_of_no_known_format_is_kept() -> None:
+    """A real server's own Content-Type is what the replay sends: only an empty one or another format's is refused."""
+    for content_type in ("text/event-stream; charset=utf-8", "Text/Event-Stream", "text/plain"):
+        assert Recording.from_json(doc(content_type=content_type)).content_type == content_type
+
+
+def test_a_recorded_bedrock_stream_passes_the_frame_check() -> None:
+    """Event-stream messages are checked by their prelude: a redacted payload (same size, its message CRC no longer
+    its bytes') is still one message."""
+    messages = [
+        event_message("messageStart", b'{"role":"assistant"}'),
+        event_message("contentBlockDelta", b'{"contentBlockIndex":0,"delta":{"text":"Hello there"}}'),
+        event_message("messageStop", b'{"stopReason":"end_turn"}'),
+    ]
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/vnd.amazon.eventstream\r\nContent-Length: %d\r\n\r\n"
+    recorder = TraceRecorder("s", 0, api=Api.BEDROCK)
+    recorder.on_read(1_000_000, head % sum(map(len, messages)) + b"".join(messages))
+    recording = recording_from(recorder.trace, ANSWER, name="b", api=Api.BEDROCK, source={})
+    assert [len(e.data) for e in recording.events] == [len(m) for m in messages]
+    assert b"Hello" not in recording.events[1].data  # redacted
+    assert Recording.from_json(json.loads(recording.dumps())) == recording
 
 
 def test_a_recording_survives_its_own_file() -> None:

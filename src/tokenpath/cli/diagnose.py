@@ -90,7 +90,14 @@ def diagnose(
     ] = 128,
     insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
     cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
-    total_timeout: Annotated[float, typer.Option(help="Longest one stream may take, seconds.")] = 120.0,
+    total_timeout: Annotated[
+        float,
+        typer.Option(
+            help="Longest one stream may take, seconds. With --transport websocket it also bounds the upgrade "
+            "check's waits on upgrades (at most 30 s): a fallback policy that would wait longer is measured with "
+            "the upgrades that fit, its cost said as 'at least'."
+        ),
+    ] = 120.0,
 ) -> None:
     """Run a short series through a path, growing it until it can tell, and name what the path does to a token
     stream and the line that fixes it.
@@ -109,7 +116,7 @@ def diagnose(
     from tokenpath.diagnose.origin import OriginFinding, judge, origin_runs, seen_in_heads
     from tokenpath.diagnose.report import diagnosis, dumps, lines
     from tokenpath.diagnose.series import plan
-    from tokenpath.diagnose.upgrade import UpgradeTried, finding, try_upgrade
+    from tokenpath.diagnose.upgrade import UpgradeTried, finding, try_upgrade, upgrade_bound_s, waiting_words
     from tokenpath.probe.client import ProbeConfig
     from tokenpath.probe.transport import TLSOptions
     from tokenpath.wire.acceptencoding import BROWSER_ACCEPT_ENCODING, IDENTITY
@@ -159,8 +166,12 @@ def diagnose(
         notes.append("every run from headless Chromium (its own Accept-Encoding): compression is not told apart")
     upgrade: UpgradeTried | None = None
     with _client(template, client) as probe:
-        if websocket:
-            upgrade = try_upgrade(template, plan(paced, encodings=False)[0], probe, policy)
+        if websocket:  # said before the wait: a path that leaves upgrades unanswered makes it the longest step
+            bound = upgrade_bound_s(template)
+            err_console.print(
+                f"tokenpath diagnose: {waiting_words(policy, bound)}", highlight=False, markup=False, soft_wrap=True
+            )
+            upgrade = try_upgrade(template, plan(paced, encodings=False)[0], probe, policy, bound)
             if not upgrade.first.upgraded and websocket_only:  # the refusal is the whole finding: nothing to run
                 said = finding(upgrade, proxy).lines()[:2]  # what came instead of 101, and the line that carries it
                 raise UpgradeNotCarried(

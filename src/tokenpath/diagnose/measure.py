@@ -30,6 +30,7 @@ from tokenpath.diagnose.classify import (
 )
 from tokenpath.diagnose.origin import OriginRun
 from tokenpath.diagnose.series import BASE, Run, paced
+from tokenpath.diagnose.shape import CLOCK_SLACK_MS
 from tokenpath.errors import PeerError, ProtocolError, StreamFormatError, UsageError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
@@ -117,6 +118,8 @@ class Measured:
     # How the run's stream ended (wire/ending.py: complete, cut_error, cut_silent); None: not classified. Exposed
     # for the verdicts (classify.py) to read; a cut run's figures are a short stream's.
     end: StreamEnd | None = None
+    # Why the stub's write log of this run was not used (off_clock: not on the client's clock), "" when it was.
+    clock_note: str = ""
 
 
 def diagnose_series(
@@ -168,11 +171,11 @@ def diagnose_series(
         hit = next((p for p in pool if cut.end is not None and p.figures.end is cut.end), None)
         if hit is not None:  # the runs as read, the cut repeat in its name's place
             measured = [hit if m.figures.name == hit.figures.name else m for m in measured]
-        return measured, _measured_again(cut, repeats, every, why)
+        return measured, _clock_note(_measured_again(cut, repeats, every, why), pool)
     found = intermittent(every, checks) if repeats and not verdict.held and verdict.cause is not Cause.CUT else None
     if found is not None:
-        return most_held(pool, lambda m: m.figures), _measured_again(found, repeats, every, why)
-    return measured, _measured_again(verdict, repeats, every, why)
+        return most_held(pool, lambda m: m.figures), _clock_note(_measured_again(found, repeats, every, why), pool)
+    return measured, _clock_note(_measured_again(verdict, repeats, every, why), pool)
 
 
 def _undecided(verdict: Verdict, repeats: int, runs: Sequence[RunFigures], judge: Any = None) -> str | None:
@@ -249,7 +252,8 @@ def run_series(
         trace, end = read_stream(probe, config_for(template, run))
         log = audit(trace.stream_id) if audit is not None and run.controlled else None
         found = dataclasses.replace(figures(run, trace, log, template.api), end=end)
-        out.append(Measured(found, trace.head.headers if trace.head else (), trace.end or end))
+        skew = off_clock(trace, log) or ""
+        out.append(Measured(found, trace.head.headers if trace.head else (), trace.end or end, skew))
     return out
 
 
@@ -353,26 +357,67 @@ def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api
 
 def frame_writes(run: Run, trace: Trace, log: StreamLog | None, api: Api) -> tuple[float, ...] | None:
     """Each frame's write, in ms since the request was sent: the write that completed it in the stub's log (the
-    frames and the writes hold the same bytes, one frame a write or several), else the run's schedule when its
-    frames are exactly the scheduled ones (OpenAI's bare frames), else None (the frames cannot be placed)."""
-    sent = trace.t_sent_ns
-    frames = [len(f.frame.raw) for f in trace.frames]
-    if log is not None and log.writes and len(frames) == trace.frame_count:
-        ends, total = [], 0
-        for w in log.writes:
-            total += w.nbytes
-            ends.append((total, w.actual_ns))
-        out, k, at = [], 0, 0
-        for n in frames:
-            at += n
-            while k < len(ends) and ends[k][0] < at:
-                k += 1
-            if k == len(ends):
-                break
-            out.append((ends[k][1] - sent) / 1e6)
-        if len(out) == len(frames) and total == at:
-            return tuple(out)
+    frames and the writes hold the same bytes, one frame a write or several) when that log is on the client's clock
+    (off_clock), else the run's schedule when its frames are exactly the scheduled ones (OpenAI's bare frames), else
+    None (the frames cannot be placed)."""
+    logged = _logged_writes(trace, log)
+    if logged is not None and off_clock(trace, log) is None:
+        return tuple((t - trace.t_sent_ns) / 1e6 for t in logged)
     if run.controlled and api is Api.OPENAI and run.frames == trace.frame_count and run.ttft_ms is not None:
         interval = run.interval_ms or 0.0
         return tuple(run.ttft_ms + k * interval for k in range(trace.frame_count))
     return None
+
+
+def _logged_writes(trace: Trace, log: StreamLog | None) -> list[int] | None:
+    """Per frame, the stub's clock time (ns) of the write that completed it; None when the log does not line up
+    with the frames (no log, a trace that kept fewer frames, other bytes than were written)."""
+    frames = [len(f.frame.raw) for f in trace.frames]
+    if log is None or not log.writes or len(frames) != trace.frame_count:
+        return None
+    ends, total = [], 0
+    for w in log.writes:
+        total += w.nbytes
+        ends.append((total, w.actual_ns))
+    out, k, at = [], 0, 0
+    for n in frames:
+        at += n
+        while k < len(ends) and ends[k][0] < at:
+            k += 1
+        if k == len(ends):
+            return None
+        out.append(ends[k][1])
+    return out if total == at else None
+
+
+def off_clock(trace: Trace, log: StreamLog | None) -> str | None:
+    """Why the stub's write log of this stream is not on the client's clock, in the note's words; None when it is
+    (or does not line up with the frames, so is not used anyway). On one clock every write comes after the request
+    was sent and before its frame arrived; a stub on another host reads its own CLOCK_MONOTONIC, and a hold
+    computed across the two clocks is their difference, not the path's (seconds of "held" or of "early")."""
+    logged = _logged_writes(trace, log)
+    if logged is None:
+        return None
+    slack = CLOCK_SLACK_MS * 1e6  # the stub reads its clock before it writes: on one clock no slack is needed
+    sent = trace.t_sent_ns
+    early = min(logged) - sent
+    if early < -slack:
+        return f"its first write is {-early / 1e6:.0f} ms before the request was sent"
+    late = max(t - f.t_ns for t, f in zip(logged, trace.frames, strict=True))
+    if late > slack:
+        return f"a write is {late / 1e6:.0f} ms after its frame arrived"
+    return None
+
+
+def _clock_note(verdict: Verdict, pool: Sequence[Measured]) -> Verdict:
+    """The verdict, with a note when some run's write log was not used because it is not on the client's clock."""
+    off = [m for m in pool if m.clock_note]
+    if not off:
+        return verdict
+    placed = "on its schedule" if all(m.figures.writes_ms is not None for m in off) else "on its arrivals alone"
+    note = (
+        f"the stub's write log is not on this host's clock in {len(off)} of {len(pool)} runs ({off[0].clock_note}): "
+        f"a stub on another host reads its own CLOCK_MONOTONIC, so its log was not used and each such run is read "
+        f"{placed}; run the stub on this host for its write times"
+    )
+    return dataclasses.replace(verdict, notes=(*verdict.notes, note))

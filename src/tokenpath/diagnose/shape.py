@@ -13,7 +13,8 @@ each frame's write) in, a Seen out.
 | bursts     | anything else: frames held and released together               | the same                         |
 
 A first frame that came late but alone is a hiccup (a busy client or host), not a hold: a path that holds the first
-event hands over the next one with it.
+event hands over the next one with it. Write times that put a frame's write after its arrival (by more than
+CLOCK_SLACK_MS) are not on the arrivals' clock (a stub on another host): the stream is judged without them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ STREAM_FPR = 1.25  # frames per read at or below this is the noise floor of a st
 HOLD_MS = 20.0  # a frame later than this past its write was held (a streaming path adds ~0.1-3 ms)
 FIRST_BURST = 3  # without write times, a first arrival of this many frames and singles after it is a hold-back
 MIN_FRAMES = 3  # fewer frames than this cannot show a burst
+CLOCK_SLACK_MS = 5.0  # one clock: no frame arrives before its write; a write later than this past it is another clock
 
 
 class Kind(StrEnum):
@@ -78,6 +80,19 @@ def holds(frames: Sequence[int], at_ms: Sequence[float], writes_ms: Sequence[flo
     return tuple(out)
 
 
+def on_clock(frames: Sequence[int], at_ms: Sequence[float], writes_ms: Sequence[float]) -> bool:
+    """Whether the writes can be on the arrivals' clock: no arrival came before the write of the last frame it
+    completed (beyond CLOCK_SLACK_MS). True when the writes do not cover every frame (holds() reads none of them)."""
+    if len(writes_ms) < sum(frames):
+        return True
+    last = -1
+    for n, t in zip(frames, at_ms, strict=True):
+        last += n
+        if n and writes_ms[last] > t + CLOCK_SLACK_MS:
+            return False
+    return True
+
+
 def seen(
     frames: Sequence[int],
     at_ms: Sequence[float],
@@ -92,6 +107,8 @@ def seen(
     kept = Seen(Kind.TOO_SHORT, total, frames[0] if frames else 0, first_bytes, modal)
     if total < MIN_FRAMES or not frames:
         return kept
+    if writes_ms and not on_clock(frames, at_ms, writes_ms):
+        writes_ms = None  # another clock's times: any hold read from them is the clocks' difference
     late = holds(frames, at_ms, writes_ms) if writes_ms else ()
     rest = frames[1:]
     rest_fpr = sum(rest) / len(rest) if rest else None

@@ -22,18 +22,22 @@ import functools
 import itertools
 import json
 import math
+import struct
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tokenpath.clock import NS_PER_MS
-from tokenpath.errors import UsageError
+from tokenpath.errors import PeerError, UsageError
 from tokenpath.stats import median
 from tokenpath.stub.config import MAX_RESPONSE_HEADERS, MAX_STREAM_BYTES, MAX_STREAM_SECONDS, response_headers
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
-from tokenpath.wire.apis import Api, parse_api
+from tokenpath.wire.apis import SPECS, Api, Framing, parse_api
+from tokenpath.wire.eventstream import MIN_MESSAGE_BYTES, PRELUDE_BYTES
 from tokenpath.wire.framing import LAST_CHUNK, chunk
 from tokenpath.wire.kinds import FrameKind
+from tokenpath.wire.reader import frame_reader
 
 RECORDING_VERSION = 1
 MAX_RECORDING_BYTES = 4 << 20  # a file; one recorded answer of a few hundred events is tens of KB
@@ -150,7 +154,10 @@ class Recording:
         return recording
 
     def check(self, where: str) -> None:
-        """What the stub holds for one answer, bounded as its own answers are (stub/config.py)."""
+        """What the stub holds for one answer, bounded as its own answers are (stub/config.py), and sent as a server
+        of its format would: the head before the first event, a Content-Type (the format's, or one no format
+        claims: a real server's own), each event one whole frame of the format. A hand edit that breaks any of them
+        is refused here rather than replayed as a stream no server sends."""
         events = self.events
         if not events:
             raise UsageError(f"{where}: no events")
@@ -168,6 +175,21 @@ class Recording:
                 raise UsageError(f"{where}: {key} must be one printable line of at most 200 characters")
         if self.head_ms < 0 or self.head_ms > MAX_STREAM_SECONDS * 1000:
             raise UsageError(f"{where}: head_ms must be >= 0 and within {MAX_STREAM_SECONDS:.0f} s")
+        if self.head_ms > times[0]:  # the head's first byte comes with or before the first event's
+            raise UsageError(f"{where}: head_ms {self.head_ms:g} is later than the first write's at_ms {times[0]:g}")
+        spec = SPECS[self.api]
+        if spec.websocket_only:
+            raise UsageError(f"{where}: api {self.api.value} is WebSocket only: it has no HTTP stream to replay")
+        media = self.content_type.split(";")[0].strip().lower()
+        if not media:
+            raise UsageError(f"{where}: content_type is empty (the Content-Type the replay sends)")
+        if media != spec.content_type and media in {s.content_type for s in SPECS.values()}:
+            raise UsageError(
+                f"{where}: content_type {self.content_type!r} is another format's; the {self.api.value} API "
+                f"answers {spec.content_type}"
+            )
+        if (bad := _unframed(self.api, self.writes)) is not None:
+            raise UsageError(f"{where}: {bad} is not one {spec.framing.value} frame of the {self.api.value} API")
 
 
 def load(path: str | Path) -> Recording:
@@ -222,10 +244,36 @@ def plan(recording: Recording, chunked: bool) -> ReplayPlan:
     return ReplayPlan(wire, sizes, offsets, recording.first_content)
 
 
+def _unframed(api: Api, writes: tuple[RecordedWrite, ...]) -> str | None:
+    """The first event (`writes[k].events[i]`) whose bytes are not one whole frame of `api`'s format, read in order
+    as a client reads the replay; None when each is. An event-stream message's prelude is checked (its length and
+    CRC), not its message CRC: a redacted payload is the same size, not the same bytes."""
+    framing = SPECS[api].framing
+    reader = frame_reader(api)
+    for k, write in enumerate(writes):
+        for i, event in enumerate(write.events):
+            data = event.data
+            if framing is Framing.EVENTSTREAM:
+                whole = len(data) >= MIN_MESSAGE_BYTES
+                total, crc = struct.unpack_from("!I4xI", data) if whole else (0, 0)
+                whole = whole and total == len(data) and zlib.crc32(data[: PRELUDE_BYTES - 4]) == crc
+            else:
+                try:
+                    whole = len(reader.feed(data)) == 1 and not reader.pending_bytes()
+                except PeerError:
+                    whole = False
+            if not whole:
+                return f"writes[{k}].events[{i}].data"
+    return None
+
+
 def _headers(value: object) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, list) or not all(isinstance(h, list) and len(h) == 2 for h in value):
         raise ValueError("headers must be a list of [name, value] pairs")
-    pairs = {str(name): str(v) for name, v in value}
+    for k, (name, v) in enumerate(value):
+        if not isinstance(name, str) or not isinstance(v, str):  # str() would send 5 for a value nobody recorded
+            raise ValueError(f"headers[{k}] must be a [name, value] pair of strings, not {[name, v]!r:.40}")
+    pairs = dict(value)
     for name in pairs:
         if name.lower() == "content-encoding":  # the events are plain bytes: labelled gzip, no client could read them
             raise UsageError(f"header {name}: a recording's events are stored decoded, and replayed without one")
