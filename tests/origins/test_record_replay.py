@@ -4,6 +4,7 @@ its bytes, a replayed one parsed at every split, and the file's own checks."""
 from __future__ import annotations
 
 import json
+import struct
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -190,8 +191,8 @@ def test_a_content_type_with_parameters_or_of_no_known_format_is_kept() -> None:
 
 
 def test_a_recorded_bedrock_stream_passes_the_frame_check() -> None:
-    """Event-stream messages are checked by their prelude: a redacted payload (same size, its message CRC no longer
-    its bytes') is still one message."""
+    """A redacted event-stream message (the same size) is still one whole message, its CRC its bytes' again: what a
+    client's CRC check of the replay reads."""
     messages = [
         event_message("messageStart", b'{"role":"assistant"}'),
         event_message("contentBlockDelta", b'{"contentBlockIndex":0,"delta":{"text":"Hello there"}}'),
@@ -204,6 +205,12 @@ def test_a_recorded_bedrock_stream_passes_the_frame_check() -> None:
     assert [len(e.data) for e in recording.events] == [len(m) for m in messages]
     assert b"Hello" not in recording.events[1].data  # redacted
     assert Recording.from_json(json.loads(recording.dumps())) == recording
+    for event in recording.events:  # each message's CRC is its bytes' (the redacted one's too)
+        (crc,) = struct.unpack(">I", event.data[-4:])
+        assert crc == zlib.crc32(event.data[:-4])
+    assert (
+        len(frame_reader(Api.BEDROCK).feed(b"".join(e.data for e in recording.events))) == 3
+    )  # the client's parser: no CRC error
 
 
 def test_a_recording_survives_its_own_file() -> None:

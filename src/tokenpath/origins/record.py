@@ -36,6 +36,7 @@ from tokenpath.stub.replay import (
     Recording,
 )
 from tokenpath.wire.apis import Api
+from tokenpath.wire.eventstream import EventMessage, with_message_crc
 from tokenpath.wire.reader import frame_reader
 
 # JSON members the formats carry model output in (wire/formats/: OpenAI's content, reasoning_content, arguments;
@@ -115,6 +116,8 @@ def recording_from(
         if redact:
             data, whole = redacted(data, frame.data)
             kept += not whole
+            if data != frame.raw and isinstance(frame, EventMessage):
+                data = with_message_crc(data)  # the text hidden: its message CRC made its bytes' again
         event = RecordedEvent(reader.kind(frame), data)
         at_ms = ns_to_ms(arrival.t_ns - trace.t_sent_ns)
         if arrival.read_index == last_read:  # completed by the same read: written together

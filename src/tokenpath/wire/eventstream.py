@@ -237,6 +237,14 @@ def check_message_crc(expected: int, computed: int) -> None:
         )
 
 
+def with_message_crc(raw: bytes) -> bytes:
+    """A whole message whose bytes were changed in place (a recording's redacted text, same length): its last 4 bytes
+    made the CRC32 of the bytes before them again, so a client's CRC check passes (the prelude's CRC covers only the
+    two lengths, which did not change)."""
+    body = raw[: len(raw) - CRC_BYTES]
+    return body + _U32.pack(zlib.crc32(body))
+
+
 def _message(raw: bytes) -> EventMessage:
     total = len(raw)
     (expected,) = _U32.unpack_from(raw, total - CRC_BYTES)
