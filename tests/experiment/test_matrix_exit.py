@@ -1,10 +1,11 @@
-"""How `tokenpath matrix` and `tokenpath sweep` end once their results are written: 0 when every condition's direct
+"""How `tokenpath matrix`, `sweep` and `demo` end once their results are written: 0 when every condition's direct
 path kept a run, 20 (InstrumentError) when one kept none (no floor: nothing there can be judged), 130 when
 interrupted. The runners are replaced by functions that return a results document: no stub, no proxy, no process."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+import tokenpath.demo
 import tokenpath.experiment.runner
 import tokenpath.experiment.sweep
 from tokenpath.axes import Condition
@@ -75,7 +77,19 @@ def run_sweep(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, floors: tuple[Flo
     return CliRunner().invoke(app, argv)
 
 
-RUNS = [run_matrix, run_sweep]
+def run_demo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, floors: tuple[FloorEntry, ...], **kw: Any) -> Any:
+    results = returning(floors, **kw)
+
+    def demo(out_dir: Path, console: Console, runs: int = 3) -> MatrixResults:
+        doc: MatrixResults = results(Experiment("demo", [], []))
+        passed = replace(doc.certification, passed=True)  # certified: the exit is the floors' and the stop's
+        return replace(doc, certification=passed)
+
+    monkeypatch.setattr(tokenpath.demo, "run_demo", demo)
+    return CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "out"), "--json"])
+
+
+RUNS = [run_matrix, run_sweep, run_demo]
 
 
 def test_unjudged_names_the_conditions_without_a_floor() -> None:

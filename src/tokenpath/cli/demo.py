@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tokenpath.cli.common import JSON_HELP, handles_errors, render_report, shown_console
+from tokenpath.cli.common import JSON_HELP, end_matrix, handles_errors, render_report, shown_console
 
 
 @handles_errors("demo")
@@ -29,5 +29,6 @@ def demo(
     shown.print(tables.rich_table(doc))
     shown.print(f"results: {escaped(Path(out) / 'results.json')}")
     render_report(out, shown)
-    if not doc.certification.passed:
+    if not doc.interrupted and not doc.certification.passed:
         raise typer.Exit(1)
+    end_matrix(doc)  # interrupted: 130, as matrix; a condition nothing could be judged in: 20
