@@ -5,7 +5,6 @@ run alone, asserts certified runs)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import psutil
 import pytest
 
 from tests.e2e.test_matrix import namespaces_of, row, run_matrix
+from tests.gates import GATED, kill_left, running, tree, wait_for_gate
 from tokenpath.links import netns
 from tokenpath.serve.procs import tokenpath_argv
 
@@ -108,29 +108,17 @@ def test_a_stop_writes_the_rows_so_far_and_stops_every_process(tmp_path: Path, s
         assert doc["interrupted"] is True
         assert {r["proxy"] for r in doc["rows"]} == {"direct", "pass"}
         assert 0 < row(doc, "direct")["runs"] < 50
-        assert _running(children) == []
+        assert running(children) == []
         assert namespaces_of(proc.pid) == set()
     finally:  # never left behind by the test either, whatever the matrix left
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        for p in _running(children):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        kill_left(children)
         for name in namespaces_of(proc.pid):
             subprocess.run(["ip", "netns", "delete", name], check=False, capture_output=True)
 
 
-def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-    return alive
-
-
-GATED = Path(__file__).parents[1] / "load" / "gated_load.py"  # any command, with one spawn held (its docstring)
 GATE_S = 60.0  # the stub (and the first relay) spawned on a busy 2-core host
 EXIT_S = 60.0  # a stopped run ends well within this; its 50 runs of 1 s streams would take minutes
 
@@ -158,15 +146,9 @@ def test_a_stop_while_a_child_spawns_stops_it(tmp_path: Path, at: str, sig: sign
         )  # fmt: skip
     finally:
         signal.signal(signal.SIGINT, previous)
-    tree: list[psutil.Process] = []
+    started: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + GATE_S
-        while not (gate / "gated").exists():
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, f"no gate within {GATE_S:.0f} s"
-            time.sleep(0.05)
-        gated = psutil.Process(int((gate / "gated").read_text()))
-        tree = [*psutil.Process(proc.pid).children(recursive=True), gated, *gated.children(recursive=True)]
+        started = tree(proc.pid, wait_for_gate(gate, proc, GATE_S))
         proc.send_signal(sig)
         time.sleep(0.2)  # the signal handled while the spawn is held
         (gate / "release").touch()
@@ -176,7 +158,7 @@ def test_a_stop_while_a_child_spawns_stops_it(tmp_path: Path, at: str, sig: sign
             proc.kill()
             output, _ = proc.communicate()
             pytest.fail(f"the matrix did not stop within {EXIT_S:.0f} s of {sig.name}:\n{output}")
-        assert _running(tree) == [], output
+        assert running(started) == [], output
         assert proc.returncode == 130, output
         assert json.loads((out_dir / "results.json").read_text())["interrupted"] is True
         assert "Traceback" not in output, output
@@ -184,9 +166,7 @@ def test_a_stop_while_a_child_spawns_stops_it(tmp_path: Path, at: str, sig: sign
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        for p in _running(tree):
-            with contextlib.suppress(psutil.Error):
-                p.kill()
+        kill_left(started)
 
 
 def test_the_declared_exclusion_rule_is_the_one_applied(tmp_path: Path) -> None:

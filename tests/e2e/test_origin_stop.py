@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.gates import GATED, default_sigint, running, wait_for_gate
 from tokenpath.origins.catalogue import MODEL_ALIAS, ORIGINS
 from tokenpath.serve.procs import tokenpath_argv
 
@@ -24,22 +25,8 @@ ORIGIN = ORIGINS["llama-server"]
 MISSING = ORIGIN.missing_reason()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(MISSING), reason=MISSING)]
 
-GATED = Path(__file__).parents[1] / "load" / "gated_load.py"  # any command, with one spawn held (its docstring)
 GATE_S = 30.0
 EXIT_S = 30.0
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's shell leaves it (a test runner may ignore it)
-
-
-def _running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-    return alive
 
 
 def _end(proc: subprocess.Popen[str], tree: list[psutil.Process]) -> tuple[str, list[psutil.Process]]:
@@ -53,7 +40,7 @@ def _end(proc: subprocess.Popen[str], tree: list[psutil.Process]) -> tuple[str, 
         output, _ = proc.communicate()
         pytest.fail(f"`tokenpath origin` did not stop within {EXIT_S:.0f} s:\n{output}")
     finally:
-        _, alive = psutil.wait_procs(_running(tree), timeout=5)
+        _, alive = psutil.wait_procs(running(tree), timeout=5)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
@@ -69,16 +56,11 @@ def test_a_stop_while_the_server_loads_ends_it_without_serving(tmp_path: Path, s
     # The server's Popen is known by MODEL_ALIAS in its argv (`-a`).
     argv = [sys.executable, str(GATED), str(gate), MODEL_ALIAS, "origin", ORIGIN.name, "--threads", "1"]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_default_sigint
+        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint
     )
     tree: list[psutil.Process] = []
     try:
-        deadline = time.monotonic() + GATE_S
-        while not (gate / "gated").exists():
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, f"no gate within {GATE_S:.0f} s"
-            time.sleep(0.05)
-        server = psutil.Process(int((gate / "gated").read_text()))
+        server = wait_for_gate(gate, proc, GATE_S)
         tree = [server, *server.children(recursive=True)]
         proc.send_signal(sig)
         time.sleep(0.2)  # the signal handled while the spawn is held
@@ -101,7 +83,7 @@ def test_sigterm_while_it_serves_stops_it_and_its_server() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=_default_sigint,
+        preexec_fn=default_sigint,
     )
     tree: list[psutil.Process] = []
     try:

@@ -17,34 +17,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import gates
 from tokenpath.serve.procs import tokenpath_argv
 
-GATED = Path(__file__).with_name("gated_load.py")
 STUB = ["--tokens", "30", "--interval-ms", "20", "--ttft-ms", "10"]
 LEVEL = ["--concurrency", "2", "--warmup", "0.2", "--duration", "60", "--runs", "1"]  # a stop must not wait it out
 RELAY = f"relay={' '.join(tokenpath_argv('relay'))} --listen {{listen}} --upstream {{upstream}} --mode pass"
 GATE_S = 60.0  # the stub (and a proxy) up on a busy 2-core host
 EXIT_S = 30.0  # a stopped run ends well within this; the level it would wait out is 60 s
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as a terminal's shell leaves it (a test runner may ignore it)
-
-
-def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + GATE_S
-    while not path.exists():
-        assert proc.poll() is None, "load ended before the gate"
-        assert time.monotonic() < deadline, f"no gate within {GATE_S:.0f} s"
-        time.sleep(0.05)
-
-
-def _tree(pid: int, gated: int) -> list[psutil.Process]:
-    """Every process the load started: its descendants, and the gated child (in its own session, but its child)."""
-    procs = {p.pid: p for p in psutil.Process(pid).children(recursive=True)}
-    for p in [psutil.Process(gated), *psutil.Process(gated).children(recursive=True)]:
-        procs.setdefault(p.pid, p)
-    return list(procs.values())
 
 
 def _stop_at(
@@ -53,18 +33,17 @@ def _stop_at(
     gate, out = tmp_path / "gate", tmp_path / "out"
     gate.mkdir()
     proc = subprocess.Popen(
-        [sys.executable, str(GATED), str(gate), at, "load", *LEVEL, *STUB, *args, "--out", str(out)],
+        [sys.executable, str(gates.GATED), str(gate), at, "load", *LEVEL, *STUB, *args, "--out", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # the signal reaches the load process alone
-        preexec_fn=_default_sigint,
+        preexec_fn=gates.default_sigint,
     )
     tree: list[psutil.Process] = []
     alive: list[psutil.Process] = []
     try:
-        _wait_for(gate / "gated", proc)
-        tree = _tree(proc.pid, int((gate / "gated").read_text()))
+        tree = gates.tree(proc.pid, gates.wait_for_gate(gate, proc, GATE_S))
         if group:  # a terminal's Ctrl-C: the load and its client processes (the stub and proxies have sessions)
             os.killpg(proc.pid, sig)
         else:
