@@ -79,3 +79,69 @@ def test_cork_flushes_on_timer_started_by_the_first_held_byte() -> None:
     assert len(timers.pending) == 1
     policy.finish()
     assert out == [[b"a", b"b"], [b"c"]]
+
+
+# buffer over HTTP/1.1 keep-alive: each response leaves whole when its last byte came, not at the upstream's EOF ----
+GET = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n"
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+LENGTH = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+
+def test_buffer_releases_each_keep_alive_response_at_its_end() -> None:
+    out: list[list[bytes]] = []
+    policy = BufferPolicy(out.append)
+    policy.observe_request(GET)
+    for part in (CHUNKED[:30], CHUNKED[30:50], CHUNKED[50:-1]):
+        policy.feed(part)
+        assert out == []
+    policy.feed(CHUNKED[-1:])  # the upstream's last byte of it: no EOF, the connection stays open
+    assert out == [[CHUNKED]]
+    policy.observe_request(GET)  # the client's next request on the same connection
+    policy.feed(LENGTH[:-2])
+    assert out == [[CHUNKED]]
+    policy.feed(LENGTH[-2:])
+    assert out == [[CHUNKED], [LENGTH]]
+    policy.finish()
+    assert out == [[CHUNKED], [LENGTH]]
+
+
+def test_buffer_releases_pipelined_responses_one_by_one() -> None:
+    out: list[list[bytes]] = []
+    policy = BufferPolicy(out.append)
+    policy.observe_request(GET + b"HEAD /b HTTP/1.1\r\nHost: x\r\n\r\n" + GET)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"  # a HEAD response: no body whatever its length says
+    policy.feed(CHUNKED + head + LENGTH[:10])  # two ends in one read, then the start of the third response
+    assert out == [[CHUNKED], [head]]
+    policy.feed(LENGTH[10:])
+    assert out == [[CHUNKED], [head], [LENGTH]]
+
+
+def test_buffer_byte_by_byte_keeps_every_byte() -> None:
+    out: list[list[bytes]] = []
+    policy = BufferPolicy(out.append)
+    policy.observe_request(GET + GET)
+    for i in range(len(CHUNKED + LENGTH)):
+        policy.feed((CHUNKED + LENGTH)[i : i + 1])
+    assert out == [[CHUNKED], [LENGTH]]
+
+
+def test_buffer_holds_a_close_delimited_body_until_eof() -> None:
+    out: list[list[bytes]] = []
+    policy = BufferPolicy(out.append)
+    policy.observe_request(GET)
+    policy.feed(b"HTTP/1.1 200 OK\r\n\r\nab")
+    policy.feed(b"cd")
+    assert out == []
+    policy.finish()
+    assert out == [[b"HTTP/1.1 200 OK\r\n\r\nabcd"]]
+
+
+def test_buffer_limit_holds_per_response() -> None:
+    policy = BufferPolicy(lambda b: None, limit=len(CHUNKED))
+    policy.observe_request(GET + GET)
+    policy.feed(CHUNKED)  # exactly the limit: released
+    policy.feed(LENGTH[:-1])
+    policy.feed(LENGTH[-1:])
+    policy.observe_request(GET)
+    with pytest.raises(BufferLimitExceeded):
+        policy.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n" + b"x" * len(CHUNKED))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,3 +147,65 @@ def test_gzip_modes_pass_a_client_that_did_not_ask(world: tuple[BackgroundLoop, 
     assert got.head.header("content-encoding") is None
     assert got.frames == FRAMES
     assert got.frames_per_arrival == 1.0
+
+
+# buffer in front of a kept-alive HTTP/1.1 upstream (the stub never closes one): each response whole, at its end ----
+HOLD_S = 0.3
+CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+LENGTH = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+REQUEST = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def _keep_alive_upstream(script: list[list[bytes]]) -> tuple[socket.socket, threading.Thread]:
+    """One connection: per request read (two at once when pipelined), the next script entry's pieces, HOLD_S apart;
+    the connection is never closed by the upstream."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            for pieces in script:
+                conn.recv(65536)
+                for i, piece in enumerate(pieces):
+                    if i:
+                        time.sleep(HOLD_S)
+                    conn.sendall(piece)
+            conn.recv(65536)  # until the client goes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def _recv_one(sock: socket.socket) -> tuple[bytes, float]:
+    start = time.monotonic()
+    return sock.recv(65536), time.monotonic() - start
+
+
+@pytest.mark.parametrize("pipelined", [False, True])
+def test_buffer_answers_a_keep_alive_client(pipelined: bool) -> None:
+    if pipelined:  # both responses in reply to one read: the second starts in the write that ends the first
+        script = [[CHUNKED + LENGTH[:10], LENGTH[10:]]]
+    else:
+        script = [[CHUNKED[:20], CHUNKED[20:]], [LENGTH[:30], LENGTH[30:]]]
+    listener, thread = _keep_alive_upstream(script)
+    bg = BackgroundLoop()
+    upstream_port = listener.getsockname()[1]
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=upstream_port, mode="buffer"))
+    port = bg.run(server.start())
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(REQUEST * 2 if pipelined else REQUEST)
+            got, waited = _recv_one(sock)
+            assert got == CHUNKED  # whole, in one write
+            assert pipelined or waited >= 0.9 * HOLD_S  # after the upstream's last byte of it
+            if not pipelined:
+                sock.sendall(REQUEST)  # the same connection is still usable
+            got, waited = _recv_one(sock)
+            assert got == LENGTH
+            assert waited >= 0.9 * HOLD_S
+    finally:
+        bg.run(server.close())
+        bg.close()
+        listener.close()
+        thread.join(5)

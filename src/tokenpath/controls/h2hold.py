@@ -5,8 +5,9 @@ direct path by their policy and nothing else. A byte relay in front of the h2c-s
 framing, windows and SETTINGS end to end (what the client measures is the stub's h2 plus the policy), where a
 terminating relay would add its own h2 stack (frame sizes, window updates, write scheduling) to every control,
 `pass` included. Cork needs nothing new: it holds bytes by size and time whatever they carry, as TCP_CORK under an h2
-proxy does. Buffer does: over HTTP/1.1 it writes at the upstream's EOF, which on a kept-alive h2 connection never
-comes while the client waits for its streams (a deadlock: measured as a probe timeout). So over h2 it cuts frames:
+proxy does. Buffer does: writing at the upstream's EOF would never answer a kept-alive h2 connection, whose EOF never
+comes while the client waits for its streams (a deadlock: measured as a probe timeout; over HTTP/1.1 policies.py
+releases each response at its end for the same reason). So over h2 it cuts frames:
 
 - DATA of stream s is held until the DATA (or trailing HEADERS) frame that carries END_STREAM for s; then all of s's
   held frames go out in one write (one arrival for the client, as over 1.1).

@@ -1,7 +1,11 @@
 """When a relay lets upstream bytes go downstream. Pure logic: bytes and timer ticks in, writes out.
 
 - pass:   every read at once (must measure at the direct floor)
-- buffer: nothing until the upstream closes, then all of it (the `await response.text()` shape)
+- buffer: each whole response, in one write when its last byte came (the `await response.text()` shape): the
+          client's request methods and the upstream's HTTP/1.1 responses are read (wire/client.py) only to find
+          where each response ends, and its bytes go out exactly as they came; so a kept-alive connection and
+          pipelined requests get every response. A close-delimited body, or bytes that are not HTTP we can read,
+          are held until the upstream closes, then all of it
 - cork:   hold until `cork_bytes` are queued or `cork_ms` have passed since the first held byte
           (Linux MSG_MORE / TCP_CORK, the behaviour that makes HAProxy deliver frames in bursts)
 - gzip-hold, gzip-flush: HTTP-aware, the response body gzipped for a client that asked for it, without and with
@@ -13,11 +17,16 @@ Over HTTP/2 (the client's preface decides, controls/relay.py): pass and cork as 
 
 from __future__ import annotations
 
+import contextlib
+from collections import deque
 from collections.abc import Callable
 from typing import Literal, Protocol
 
+import httptools
+
 from tokenpath.controls.compress import CompressPolicy
-from tokenpath.errors import InstrumentError
+from tokenpath.errors import InstrumentError, RemoteProtocolError
+from tokenpath.wire.client import ClientConnection
 
 Mode = Literal["pass", "buffer", "cork", "gzip-hold", "gzip-flush"]
 MODES: tuple[Mode, ...] = ("pass", "buffer", "cork", "gzip-hold", "gzip-flush")
@@ -74,26 +83,135 @@ class PassPolicy(_ByteLevel):
         pass
 
 
-class BufferPolicy(_ByteLevel):
-    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
-        self._write = write
-        self._held: list[bytes] = []
-        self._size = 0
-        self._limit = limit
+class _RequestMethods:
+    """The methods of the client's requests, in order (a response to HEAD has no body): only request heads are read,
+    bodies are skipped. `broken` once the client's bytes are not HTTP/1.1 this reads (an upgrade, CONNECT, garbage):
+    the methods read before that are still good."""
+
+    def __init__(self) -> None:
+        self.methods: deque[str] = deque()
+        self.broken = False
+        self._parser = httptools.HttpRequestParser(self)
 
     def feed(self, data: bytes) -> None:
+        if self.broken:
+            return
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError:  # HttpParserUpgrade included: what follows is not HTTP/1.1 requests
+            self.broken = True
+
+    def on_headers_complete(self) -> None:  # httptools' callback
+        self.methods.append(self._parser.get_method().decode("latin-1"))
+
+
+class BufferPolicy:
+    """Holds each HTTP/1.1 response whole and writes it in one piece when its last byte came (see the module's
+    docstring). Waiting for the upstream's EOF instead would never answer a kept-alive client: the upstream keeps
+    the connection open for the client's next request (controls/h2hold.py does the same per stream over HTTP/2)."""
+
+    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
+        self._write = write
+        self._held: list[bytes] = []  # the bytes of the response being read (of everything, once `_raw`)
+        self._size = 0
+        self._limit = limit
+        self._requests = _RequestMethods()
+        self._response: ClientConnection | None = None  # the response being read
+        self._method = "GET"  # the method of the request it answers
+        self._ended = False  # its end was parsed
+        self._raw = False  # no more responses we can read: everything is held until the upstream closes
+
+    def observe_request(self, data: bytes) -> None:
+        self._requests.feed(data)
+
+    def feed(self, data: bytes) -> None:
+        while data:
+            if self._raw or (self._response is None and not self._next_response()):
+                self._hold(data)
+                return
+            end = self._parse(data)
+            if end is None:
+                self._hold(data)
+                return
+            self._hold(data[:end])
+            self._release()
+            data = data[end:]
+
+    def finish(self) -> None:
+        self._release()
+
+    def close(self) -> None:
+        self._held.clear()
+        self._size = 0
+        self._response = None
+
+    def _hold(self, data: bytes) -> None:
         self._size += len(data)
         if self._size > self._limit:
             raise BufferLimitExceeded(f"response larger than the buffer limit of {self._limit} bytes")
         self._held.append(data)
 
-    def finish(self) -> None:
+    def _release(self) -> None:
         if self._held:
             self._write([b"".join(self._held)])
             self._held.clear()
+        self._size = 0
+        self._response = None
 
-    def close(self) -> None:
-        self._held.clear()
+    def _next_response(self) -> bool:
+        """Read the next response, that of the oldest request not answered yet; False (and `_raw`) if none is known."""
+        if not self._requests.methods:
+            self._raw = True  # bytes with no request known to answer: not HTTP we can read
+            return False
+        self._method = self._requests.methods.popleft()
+        self._response = self._reader()
+        return True
+
+    def _reader(self) -> ClientConnection:
+        self._ended = False
+        return ClientConnection(self._method, on_head=_ignore, on_body=_ignore, on_end=self._on_end)
+
+    def _on_end(self) -> None:
+        self._ended = True
+
+    def _parse(self, data: bytes) -> int | None:
+        """Where in `data` the response being read ends (the offset just past its last byte), or None if it goes on.
+        The read is parsed less its last byte, then that byte: a response that ends with a read (no pipelining)
+        is found at once; one that ends inside it is located by parsing it again from its start."""
+        assert self._response is not None
+        try:
+            if len(data) > 1:
+                self._response.receive_data(data[:-1])
+                if self._ended:
+                    return self._locate(data)
+            self._response.receive_data(data[-1:])
+        except RemoteProtocolError:  # bytes after the end that are not a response are the next response's problem
+            if self._ended:
+                return self._locate(data)
+            self._raw = True  # not a response we can read (a 101 included): hold all until the upstream closes
+            return None
+        return len(data) if self._ended else None
+
+    def _locate(self, data: bytes) -> int:
+        """The smallest k such that the response's held bytes and data[:k] are the whole response (it ends within
+        `data`): a bisection, each step a fresh parse of the response from its start."""
+        prefix = b"".join(self._held)
+        lo, hi = 1, len(data)  # the end is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            probe = self._reader()
+            with contextlib.suppress(RemoteProtocolError):
+                probe.receive_data(prefix + data[:mid])
+            if self._ended:
+                hi = mid
+            else:
+                lo = mid + 1
+        self._ended = True
+        return hi
+
+
+def _ignore(_: object) -> None:
+    pass
 
 
 class CorkPolicy(_ByteLevel):
