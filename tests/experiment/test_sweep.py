@@ -21,7 +21,8 @@ def test_one_interval_names_no_rule_and_says_why() -> None:
 def test_two_intervals_name_the_rule() -> None:
     pts = [point(60, 50, 182, 4), point(60, 25, 183, 8), point(1000, 50, 50, 2), point(1000, 25, 25, 2)]
     inferred = infer(pts)
-    assert inferred.timer_ms == 182.5
+    assert inferred.timer_ms == 180  # no holds given: the added TTFT, a lower bound, to two significant figures
+    assert "at least ~180 ms" in (inferred.rule or "")
     assert inferred.size_bytes is not None
     assert inferred.caveat is None
 
@@ -30,3 +31,51 @@ def test_a_point_not_placed_is_neither_held_nor_streaming() -> None:
     from tokenpath.experiment.sweep import _held
 
     assert [_held(True), _held(False), _held(None)] == ["no", "yes", "?"]  # None: undecided under load, or no floor
+
+
+def cork_points() -> list[SweepPoint]:
+    """The reviewer's `sweep cork --link loopback` (Linux TCP_CORK: >= 1448 B queued or 200 ms): added TTFT reads
+    ~180 ms at the timer's points, the stub's 20 ms TTFT short of the timer, which starts at the held head."""
+    return [
+        SweepPoint(60, 25, 6.67, 180.224018, 8, False),
+        SweepPoint(500, 25, 2.86, 50.166202, 3, False),
+        SweepPoint(1000, 25, 2.0, 25.118684, 2, False),
+        SweepPoint(60, 100, 2.86, 180.330499, 3, False),
+        SweepPoint(500, 100, 2.86, 180.309379, 3, False),
+        SweepPoint(1000, 100, 2.0, 100.200699, 2, False),
+    ]
+
+
+# Per point, the larger of after_first_delay_ms_p99 and the added TTFB (cork's ttfb_ms_median minus direct's).
+CORK_HOLDS = {
+    (60, 25.0): max(200.308161, 200.970313 - 0.575334),
+    (500, 25.0): max(50.291198, 70.516369 - 0.470468),
+    (1000, 25.0): max(25.353853, 45.509777 - 0.570276),
+    (60, 100.0): max(200.276333, 200.672876 - 0.427755),
+    (500, 100.0): max(200.288692, 200.683592 - 0.39143),
+    (1000, 100.0): max(100.308431, 120.596705 - 0.373985),
+}
+
+
+def test_the_timer_is_the_longest_hold_not_the_first_frames_added_ttft() -> None:
+    inferred = infer(cork_points(), CORK_HOLDS)
+    assert inferred.timer_ms == 200  # the kernel's 200 ms, not 180.3
+    assert "after ~200 ms" in (inferred.rule or "")
+    assert "180" not in (inferred.rule or "")
+
+
+def test_the_size_threshold_is_stated_as_the_range_the_points_allow() -> None:
+    inferred = infer(cork_points(), CORK_HOLDS)
+    # bursts of 3 x 507 wire bytes (500 B): 1014 < N <= 1521, which holds the true 1448
+    assert inferred.size_range == (1015, 1521)
+    assert inferred.size_bytes == 1521  # the upper bound, documented as such
+    assert "between 1015 and 1521 B are queued" in (inferred.rule or "")
+    assert ">= 1521" not in (inferred.rule or "")
+
+
+def test_the_timer_is_stated_to_the_precision_its_points_support() -> None:
+    from tokenpath.experiment.sweep import stated
+
+    assert stated(200.29, 0.1) == 200
+    assert stated(45.31, 0.2) == 45
+    assert stated(182.5, 30) == 200  # points 30 ms apart support no finer than 100 ms steps

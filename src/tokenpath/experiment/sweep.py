@@ -4,13 +4,15 @@ Model: the proxy holds bytes until N are queued or T ms have passed since the fi
 on the wire every i ms then arrive in bursts of b, the first one late by:
   - about T, whatever i and w are, when the timer releases them (held time clusters at one value), or
   - (b - 1) x i < T when N is reached first, which bounds N: (b - 1) x w < N <= b x w.
-T is the cluster of hold times seen at several intervals; N is the intersection of every size-released bound.
-Either is null when the points do not show it (e.g. loopback, where a 64 KB segment never fills).
+T is the cluster of hold times seen at several intervals; N is the intersection of every size-released bound, a
+range (the points never show N itself, only the burst sizes either side of it). Either is null when the points do not
+show it (e.g. loopback, where a 64 KB segment never fills).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -89,16 +91,73 @@ def points(results: MatrixResults, proxy: str) -> tuple[SweepPoint, ...]:
     )
 
 
-def infer(pts: Sequence[SweepPoint]) -> Inferred:
+def longest_holds(results: MatrixResults, proxy: str) -> dict[tuple[int, float], float]:
+    """Per point of `proxy` (frame bytes, interval ms): the longest any byte of its streams was held, in ms. That is
+    the larger of its frames' after-first delay p99 (arrival minus write) and its added TTFB (its response head's
+    hold, against direct's head in the same condition); a point with neither figure is left out."""
+    direct = {
+        (r.condition.frame_bytes, r.condition.interval_ms): r.ttfb_ms_median
+        for r in results.rows
+        if r.proxy == "direct"
+    }
+    holds: dict[tuple[int, float], float] = {}
+    for r in results.rows:
+        if r.proxy != proxy:
+            continue
+        key = (r.condition.frame_bytes, r.condition.interval_ms)
+        figures = [r.after_first_delay_ms_p99]
+        head_direct = direct.get(key)
+        if r.ttfb_ms_median is not None and head_direct is not None:
+            figures.append(r.ttfb_ms_median - head_direct)
+        known = [f for f in figures if f is not None]
+        if known:
+            holds[key] = max(known)
+    return holds
+
+
+def stated(ms: float, spread: float) -> float:
+    """A timer to the precision its points support: two significant figures (the timer's start, the first held byte,
+    is only known to within the stub's write and the proxy's read of it, and kernel timers tick in jiffies of up to
+    10 ms), coarser when the points' estimates spread wider than that."""
+    step = 10.0 ** (math.floor(math.log10(ms)) - 1)
+    while step < spread:
+        step *= 10
+    return round(round(ms / step) * step, max(0, -math.floor(math.log10(step))))
+
+
+def infer(pts: Sequence[SweepPoint], holds: Mapping[tuple[int, float], float] | None = None) -> Inferred:
+    """The flush rule the points imply. `holds` (longest_holds) is each point's longest hold of any byte: the timer
+    is read from it; without it the timer is only bounded below, by the first frames' added TTFT."""
     held = [p for p in pts if p.within_floor is False and (p.added_ttft_ms_median or 0) > 0]
     if not held:
         return Inferred(explanation="no point was held: the proxy streams")
     longest = max(p.added_ttft_ms_median or 0.0 for p in held)
     timer_pts = [p for p in held if (p.added_ttft_ms_median or 0.0) >= (1 - TIMER_CLUSTER) * longest]
-    timer_ms = None
-    if len({p.interval_ms for p in timer_pts}) >= 2:
-        timer_ms = round(median([p.added_ttft_ms_median or 0.0 for p in timer_pts]), 1)
-    cap = timer_ms if timer_ms is not None else longest
+    timer_intervals = len({p.interval_ms for p in timer_pts})
+    timer_ms, timer_said, how_held = None, "", ""
+    cap = longest  # the timer's scale in added TTFT: what a size-released point's added TTFT is compared with
+    if timer_intervals >= 2:
+        cap = median([p.added_ttft_ms_median or 0.0 for p in timer_pts])
+        # A timer-released point's added TTFT is not the timer. The timer starts at the first held byte, and the
+        # stub writes its response head at once and its first content frame its TTFT (20 ms by default) later, so
+        # a proxy that holds the head releases the first frame T - TTFT after its write: the added TTFT reads T
+        # minus the stub's TTFT (cork: 180 ms for a 200 ms timer). What the timer itself measures is the longest
+        # hold any byte sees in a timer-released burst: the head's (the added TTFB, when the head is held), or
+        # the first frame held after a release (after-first delay p99: each burst after the first starts its timer
+        # at a frame, whatever the interval). No hold under a timer can exceed T, so the larger is the estimate.
+        estimates = [
+            max(p.added_ttft_ms_median or 0.0, (holds or {}).get((p.frame_bytes, p.interval_ms), 0.0))
+            for p in timer_pts
+        ]
+        timer_ms = stated(median(estimates), max(estimates) - min(estimates))
+        span = f"{min(estimates):.1f}-{max(estimates):.1f} ms"
+        if holds is not None and all((p.frame_bytes, p.interval_ms) in holds for p in timer_pts):
+            timer_said = f"after ~{timer_ms:g} ms"
+            lead = f"held up to {span} (the longest hold of a byte)"
+        else:
+            timer_said = f"after at least ~{timer_ms:g} ms"
+            lead = f"first frames held {span} (a lower bound: the timer starts at the first held byte)"
+        how_held = f"{lead} at {len(timer_pts)} points over {timer_intervals} intervals"
     lo, hi, evidence = 0, None, []
     for p in held:
         burst = p.modal_burst or 1
@@ -107,20 +166,17 @@ def infer(pts: Sequence[SweepPoint]) -> Inferred:
             lo, hi = max(lo, (burst - 1) * w), min(hi or burst * w, burst * w)
             evidence.append(f"{p.frame_bytes} B @ {p.interval_ms:g} ms: bursts of {burst}")
     size_bytes = None
+    size_said = ""
     parts = []
     if timer_ms is not None:
-        n_intervals = len({p.interval_ms for p in timer_pts})
-        parts.append(f"held ~{timer_ms:g} ms at {len(timer_pts)} points over {n_intervals} intervals")
+        parts.append(how_held)
     if hi is not None and lo < hi:
-        size_bytes = hi
+        size_bytes = hi  # the upper bound: the points bound N to lo < N <= hi, and size_range carries both
+        size_said = f">= {hi} B are queued" if lo + 1 == hi else f"between {lo + 1} and {hi} B are queued"
         parts.append(f"released by size between {lo + 1} and {hi} bytes ({'; '.join(evidence)})")
     elif hi is not None:
         parts.append(f"size bounds do not reconcile ({lo} > {hi}): not a plain byte threshold")
-    rule = "flushes when " + " or ".join(
-        x
-        for x in (f">= {size_bytes} B are queued" if size_bytes else "", f"after {timer_ms:g} ms" if timer_ms else "")
-        if x
-    )
+    rule = "flushes when " + " or ".join(x for x in (size_said, timer_said) if x)
     if size_bytes is None and timer_ms is None:
         rule = "holds frames, but neither a size nor a timer rule fits the points"
     intervals = sorted({p.interval_ms for p in pts})
@@ -149,6 +205,7 @@ def run_sweep(exp: Experiment, proxy: str, out_dir: Path, console: Console, forc
     """The matrix of the sweep's points, then what it says: written as a sweep once the rule is inferred."""
     results = MatrixRunner(exp, out_dir, force=force, console=console).run()
     pts = points(results, proxy)
-    results = replace(results, provenance=replace(results.provenance, kind="sweep"), points=pts, inferred=infer(pts))
+    inferred = infer(pts, longest_holds(results, proxy))
+    results = replace(results, provenance=replace(results.provenance, kind="sweep"), points=pts, inferred=inferred)
     model.write(results, out_dir)
     return results

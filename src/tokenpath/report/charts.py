@@ -329,11 +329,13 @@ def sweep_chart(points: Sequence[SweepPoint], inferred: Inferred | None) -> str 
         colour = PALETTE[i % len(PALETTE)]
         fpr_ax.plot(xs, [p.fpr_median or 0 for p in pts], "o-", color=colour, label=f"every {interval:g} ms")
         ttft_ax.plot(xs, [p.added_ttft_ms_median or 0 for p in pts], "o-", color=colour, label=f"{interval:g} ms")
-    size = inferred.size_bytes if inferred else None
+    size = inferred.size_bytes if inferred else None  # the upper bound of the threshold the points allow
+    span = inferred.size_range if inferred else None
+    said = f" flushes at {span[0]}-{span[1]} B" if span and span[0] != span[1] else f" flushes at ~{size} B"
     for ax in (fpr_ax, ttft_ax):
         if size:
             ax.axvline(size, ls="--", color="#444444", lw=1)
-            ax.text(size, ax.get_ylim()[1], f" flushes at ~{size} B", va="top", fontsize=7)
+            ax.text(size, ax.get_ylim()[1], said, va="top", fontsize=7)
         ax.set_xlabel("frame size (bytes)")
     if inferred is not None and inferred.timer_ms:
         ttft_ax.axhline(inferred.timer_ms, ls=":", color="#444444", lw=1)

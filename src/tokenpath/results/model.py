@@ -361,8 +361,12 @@ class Inferred:
     """What makes a proxy flush, inferred from a sweep: a size, a timer, both or neither."""
 
     explanation: str
+    # The size threshold N is only bounded by the points: size_range is (lowest, highest) N they allow, both
+    # inclusive, and size_bytes is the upper bound, size_range[1] (the fewest bytes seen to release a burst, not N).
     size_bytes: int | None = None
     size_range: tuple[int, int] | None = None
+    # The timer, to the precision its points support (experiment.sweep.stated); written before that precision (up
+    # to 0.1 ms) by older tokenpath, and from the first frames' added TTFT, which reads low by the stub's TTFT.
     timer_ms: float | None = None
     rule: str | None = None
     caveat: str | None = None
