@@ -207,7 +207,7 @@ class DiagnosisUnsure(TokenpathError):
     error, as PathHeld."""
 
     exit_code = 17
-    meaning = "diagnose: the runs disagree, so no cause is named (unsure)"
+    meaning = "diagnose: the runs disagree, so no cause is named (unsure); timeouts: cuts no one limit explains"
 
 
 class PathCut(TokenpathError):

@@ -36,7 +36,8 @@ def test_it_brackets_the_limit_within_the_resolution(limit_s: float) -> None:
 def test_the_cuts_timing_brackets_it_in_the_second_round() -> None:
     search = Bisection(1.0, 600.0, 1.0)
     run(search, 60.0)
-    assert search.rounds == 2  # max and min; then both sides of where the cut came
+    assert search.rounds == 3  # max and min; then both sides of where the cut came; then both again (confirmed)
+    assert search.confirmed
     blind = Bisection(1.0, 600.0, 1.0)
     run(blind, 60.0, hints=False)
     assert blind.rounds > search.rounds
@@ -50,7 +51,8 @@ def test_no_limit_up_to_max_and_a_limit_below_min_end_at_once() -> None:
     run(tight, 0.5)
     assert tight.longest_survived_s is None
     assert tight.shortest_cut_s == 1.0
-    assert tight.rounds == 1
+    assert tight.rounds == 2  # min tried again, cut again at the same time: below min, confirmed
+    assert tight.confirmed
 
 
 def test_a_path_that_cuts_at_random_is_bounded() -> None:

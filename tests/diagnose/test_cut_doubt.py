@@ -22,7 +22,7 @@ from tokenpath.errors import PathCut, RemoteProtocolError, StreamFormatError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import PARTIAL_TRACE, Trace, TraceRecorder
 from tokenpath.wire.client import ClientConnection
-from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, LastWord, StreamEnd, broken_by, classify_end
+from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, LastWord, StreamEnd, broken_by, classify_end, origin_end
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -321,3 +321,30 @@ def test_an_inherent_unsure_is_not_repeated_and_a_repeat_says_why(monkeypatch: p
     why = measure._undecided(verdict, 0, [run(end=reset_at(1.2)), run("browser")], judge=cuts.cut_check)
     assert why is not None
     assert "disagreed" not in why
+
+
+def ended_with(event: bytes) -> StreamEnd:
+    """A probe trace of an OpenAI SSE stream whose last event is `event`, its body ended properly (chunked)."""
+    recorder = TraceRecorder("s", 0)
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    body = b'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n' + event
+    recorder.on_read(10 * MS, head + b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body))
+    end = recorder.result().end
+    assert end is not None
+    return end
+
+
+def test_an_error_event_naming_a_timeout_is_the_paths_cut_and_any_other_the_origins() -> None:
+    """The tokenpath gateway ends a stream at its idle limit with an error event (`upstream_idle_timeout`): a path's
+    timer said in the format, a cut diagnose names; an error event in other words is the origin's own failure. The
+    probe's end keeps the event's words (wire/ending.py error_detail) for origin_end to read."""
+    timed_out = ended_with(b'data: {"error":{"message":"no upstream byte","code":"upstream_idle_timeout"}}\n\n')
+    failed = ended_with(b'data: {"error":{"message":"generation time limit","type":"server_error"}}\n\n')
+    assert timed_out.kind is failed.kind is EndKind.CUT_ERROR
+    assert "upstream_idle_timeout" in timed_out.detail
+    assert not origin_end(timed_out)
+    assert origin_end(failed)
+    run = next(r for r in plan(controlled=True) if r.name == "base")
+    figures = RunFigures(run.name, 1, (1,), (60,), (2000.0,), 1.0, 1.0, end=timed_out)
+    assert cuts.not_the_paths(figures) is None  # the path's: named like any cut
+    assert cuts.not_the_paths(RunFigures(run.name, 1, (1,), (60,), (2000.0,), 1.0, 1.0, end=failed)) is not None

@@ -12,6 +12,7 @@ import typer
 from tokenpath.cli import options
 from tokenpath.cli.common import console, err_console, handles_errors
 from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESOLUTION_S
+from tokenpath.errors import DiagnosisUnsure
 
 
 @handles_errors("timeouts")
@@ -53,8 +54,14 @@ def timeouts(
 ) -> None:
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
-    once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr. In any API format
-    (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); no TLS yet."""
+    once, so a survey takes about the longer of --max and three times its longest limit (each limit is bracketed,
+    then tried again on both sides before it is called firm), plus twice the mid-stream limit for the keep-alive
+    try, not their sum; a path that holds a stream instead of cutting it (no cut's timing to bracket by) takes up to
+    about 3 x --max + 10 s. Cuts no one limit explains (a flaky path) are shown as inconsistent, no limit named, exit
+    17; the origin's own error event (or an error status once the head came) refuses the path in one line (exit 3;
+    6 for a status). Progress on stderr. In any API
+    format (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); no
+    TLS yet."""
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
@@ -92,3 +99,7 @@ def timeouts(
     else:
         for line in [*table_lines(results, cfg, proxies), "", *cut_lines(results, proxies)]:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if any(path.inconsistent for path in results):
+        # A measure whose cuts no one limit explains is no finding to ship on (a flaky path, a limit that varies):
+        # the runs disagree, as diagnose's unsure (errors.py DiagnosisUnsure), after the table and the JSON.
+        raise typer.Exit(DiagnosisUnsure.exit_code)

@@ -20,7 +20,7 @@ from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
-from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
+from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd, origin_end
 
 
 class Limit(StrEnum):
@@ -122,8 +122,8 @@ def name_cut(found: LimitFound, proxy: str | None = None, keepalives_reset_idle:
     """The limit behind a measured cut and its fix; None when the measure found no limit. `keepalives_reset_idle`
     as the survey measured it on the mid-stream idle timer (PathLimits): False, the format's keep-alives did not
     let a longer silence through, so a mid-stream limit's fix does not offer them; None, not measured."""
-    if found.shortest_cut_s is None:
-        return None
+    if found.shortest_cut_s is None or found.inconsistent is not None:
+        return None  # no limit, or cuts no one limit explains (the survey's `inconsistent`): none to name
     limit = LIMIT_OF[found.measure]
     name = proxy.partition(":")[0] if proxy else None
     line = lift_line(name) if name and (limit.idle or name in LIFTS_TOTAL) else None
@@ -170,12 +170,6 @@ IDLE_SHARE = 0.5  # a cut that came after a silence this large a share of the st
 # under half a second would fire between two tokens of any slow model.
 MIN_TOTAL_S = 1.0
 MIN_IDLE_S = 0.5
-
-
-def origin_end(end: StreamEnd) -> bool:
-    """An end that is no path's doing: the format's own error frame (a cut_error whose body HTTP ended normally:
-    RULES gives that only to LastWord.ERROR), an error status, bytes that broke HTTP (wire/ending.py MALFORMED)."""
-    return (end.kind is EndKind.CUT_ERROR and end.how.normal) or end.how in (BodyEnd.STATUS, BodyEnd.MALFORMED)
 
 
 def name_end(end: StreamEnd, proxy: str | None = None) -> CutName | None:
@@ -403,12 +397,18 @@ def path_cuts(path: PathLimits, proxy: str | None = None) -> list[CutName]:
 
 
 def cut_lines(results: list[PathLimits], proxies: Mapping[str, str]) -> list[str]:
-    """After the survey's table: each path's cuts, named, with their fix (`proxies`: URL -> catalogue name)."""
+    """After the survey's table: each path's cuts, named, with their fix (`proxies`: URL -> catalogue name); then
+    each measure whose cuts no one limit explains (LimitFound.inconsistent), with no limit or fix named."""
     lines = []
     for path in results:
         proxy = proxies.get(path.target)
         label = f"{proxy} ({path.target})" if proxy else path.target
         lines += [f"{label}: {named.describe()}" for named in path_cuts(path, proxy)]
+        lines += [
+            f"{label}: {found.measure.words}: inconsistent: {found.inconsistent}; no limit named (a flaky path, "
+            "or a limit that varies: survey it again, or diagnose it)"
+            for found in path.inconsistent
+        ]
     return lines
 
 

@@ -33,7 +33,7 @@ from tokenpath.errors import (
 from tokenpath.hostport import join_hostport
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.client import ResponseParser
-from tokenpath.wire.ending import BodyEnd, EndKind, LastWord, StreamEnd, body_end, classify_end
+from tokenpath.wire.ending import BodyEnd, EndKind, LastWord, StreamEnd, body_end, classify_end, error_detail
 from tokenpath.wire.h2client import H2ClientConnection
 from tokenpath.wire.h2events import DataReceived, HeadReceived, StreamEnded, StreamReset
 from tokenpath.wire.httpversion import HttpVersion
@@ -290,5 +290,7 @@ def _outcome(
         with contextlib.suppress(PeerError):  # a frame cut short by the end: the last word is the frames before it
             seen += frames.close()  # a last NDJSON line without its line end is whole at the body's end
     said = frames.last_word(seen) if seen else LastWord.NOTHING
+    if said is LastWord.ERROR and not detail:  # whose error it was is in its words (wire/ending.py origin_end)
+        detail = error_detail(next((f.data for f in reversed(seen) if frames.ends(f) and f.data), b""), how)
     end = classify_end(said, how, sent_ns=sent_ns, end_ns=end_ns, last_byte_ns=last_byte_ns, detail=detail)
     return Outcome(end)

@@ -11,9 +11,21 @@ stub behind the path making the silences and the long totals (its per-request ke
 In any API format and over HTTP/1.1 or HTTP/2 (h2c) to the path (limitprobe.Client): a silence is the stub's
 silence in that format's shape, and a proxy's HTTP/2 side may time a stream apart from its HTTP/1.1 side.
 
-Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about
---max (the first round tries it: a path without a limit holds it that long) plus its longest limit (the first
-round's cut brackets each limit, the second confirms it), not the sum over paths.
+Each try's end is read by diagnose's rule for what is not a path's cut (wire/ending.py origin_end): the origin's own
+error event, or an error status after the stub sent its head, is the origin's failure, and the survey refuses the
+path in one line rather than name a limit (a status before the head is a timer's: nginx's 504 at its
+proxy_read_timeout). A limit is called firm only once the values that bracket it were tried again and did the same
+(the one came through, the other was cut near the same time); cuts no one limit explains (a cut sooner than a
+silence that came through, a value that came through once and was cut once) make that measure `inconsistent`, with
+no limit named (bisect.py).
+
+Every probe of every path and measure waits at once (asyncio): waiting costs no CPU, so a survey takes about the
+longer of --max (the first round tries it: a path without a limit holds it that long) and three times its longest
+limit (the first round's cut brackets each limit, the second tries both sides of it, the third confirms them), plus
+twice its mid-stream limit for the keep-alive try; not the sum over paths. A path that holds a stream instead of
+cutting it gives no cut's timing to bracket by: its first round waits the client's guard (guard_s: 1.25 x --max +
+10 s), and each later round its longest try and a little more (held_guard_s), halving blind: up to about twice --max
+more (--max 15 through a relay that holds at 4 s idle: 67 s).
 """
 
 from __future__ import annotations
@@ -26,11 +38,11 @@ from typing import Any
 
 from tokenpath.diagnose.bisect import Bisection
 from tokenpath.diagnose.limitprobe import Client, Outcome, Target, run_stream
-from tokenpath.errors import HTTPStatusError, UsageError
+from tokenpath.errors import HTTPStatusError, PeerError, UsageError
 from tokenpath.stub.config import MAX_STREAM_SECONDS, MAX_TOKENS
 from tokenpath.stub.formats import FORMATS
 from tokenpath.wire.apis import SPECS, Api
-from tokenpath.wire.ending import BodyEnd, StreamEnd
+from tokenpath.wire.ending import BodyEnd, StreamEnd, origin_end
 from tokenpath.wire.httpversion import HttpVersion
 
 MAX_TARGETS = 32  # x 3 measures x 3 tries a round: ~300 streams open at once, well inside one process's files
@@ -42,6 +54,8 @@ KEEPALIVE_TOTAL_SHARE = 0.8  # the keep-alive try stays this far inside a total 
 KEEPALIVE_FRACTION = 4  # keep-alives every quarter of the measured idle limit
 PACED_SHARE = 0.9  # a whole stream shorter than this share of what it asked for was not paced by a stub
 GUARD_MARGIN_S = 10.0  # the client waits this much past a stream's own length before it calls it held
+HELD_GUARD_SHARE = 0.1  # once the path held one try, the next are held past their length and this share of it,
+HELD_GUARD_MIN_S = 1.0  # and at least this
 
 
 class Measure(StrEnum):
@@ -130,12 +144,17 @@ class LimitFound:
     shortest_cut_s: float | None  # None: --max came through (no limit up to it)
     cut: StreamEnd | None  # how the shortest cut ended (None: held past the client's guard, or no cut)
     tries: int
+    # Why no one limit explains the cuts (bisect.py's Bisection.inconsistent, in the report's words): no limit named.
+    inconsistent: str | None = None
+    confirmed: bool = False  # the bracketing values were tried again and did the same (a limit, or below --min)
 
     @property
     def limited(self) -> bool:
-        return self.shortest_cut_s is not None
+        return self.shortest_cut_s is not None and self.inconsistent is None
 
     def describe(self, max_s: float, min_s: float) -> str:
+        if self.inconsistent is not None:
+            return f"inconsistent: {self.inconsistent}"
         if self.shortest_cut_s is None:
             return f"none up to {max_s:g} s"
         if self.longest_survived_s is None:
@@ -150,6 +169,8 @@ class LimitFound:
             "shortest_cut_s": self.shortest_cut_s,
             "cut": self.cut.to_json() if self.cut else None,
             "tries": self.tries,
+            "inconsistent": self.inconsistent,
+            "confirmed": self.confirmed,
         }
 
 
@@ -167,11 +188,16 @@ class PathLimits:
         """A silence cut only past what this path's total limit lets through is the total's cut (Envoy's 15 s route
         timeout ends a 16 s silence too), no idle limit of its own. The one rule: the table (table_rows), the JSON
         (to_json) and the named cuts (cuts.path_cuts) all apply it."""
-        if found.measure is Measure.TOTAL:
+        if found.measure is Measure.TOTAL or found.inconsistent is not None:
             return False
         total = self.limit(Measure.TOTAL)
         total_s = total.longest_survived_s if total is not None and total.limited else None
         return total_s is not None and (found.shortest_cut_s or 0) > total_s
+
+    @property
+    def inconsistent(self) -> list[LimitFound]:
+        """The measures whose cuts no one limit explains."""
+        return [found for found in self.limits if found.inconsistent is not None]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -219,15 +245,23 @@ def guard_s(value_s: float) -> float:
     return value_s * 1.25 + GUARD_MARGIN_S
 
 
+def held_guard_s(value_s: float) -> float:
+    """The guard of a try once the path held one of the measure's (it holds rather than cuts: a held try costs its
+    guard, so each is kept short): the stream's own length and a little more."""
+    return value_s + max(HELD_GUARD_MIN_S, value_s * HELD_GUARD_SHARE)
+
+
 async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try: OnTry) -> LimitFound:
     search = Bisection(cfg.min_s, cfg.max_s, cfg.resolution_s)
     cuts: dict[float, StreamEnd | None] = {}
     tries = 0
+    held = False
     while not search.done:
         values = search.next_values()
+        guard = held_guard_s if held else guard_s
         outcomes = await asyncio.gather(
             *(
-                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard_s(v), cfg.client)
+                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard(v), cfg.client)
                 for v in values
             )
         )
@@ -235,12 +269,58 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
             tries += 1
             on_try(target.url, measure.value, value, outcome)
             check_paced(target, value, outcome, cfg.min_s)
+            check_origin(target, measure, value, outcome)
             search.record(value, outcome.survived, hint_s(outcome.end))
+            held = held or outcome.end is None
             if not outcome.survived:
                 cuts[value] = outcome.end
         search.end_round()
     shortest = search.shortest_cut_s
-    return LimitFound(measure, search.longest_survived_s, shortest, cuts.get(shortest) if shortest else None, tries)
+    return LimitFound(
+        measure,
+        search.longest_survived_s,
+        shortest,
+        cuts.get(shortest) if shortest else None,
+        tries,
+        inconsistent=inconsistent_words(search),
+        confirmed=search.confirmed,
+    )
+
+
+def inconsistent_words(search: Bisection) -> str | None:
+    """A measure whose cuts no one limit explains, in the report's words (None: one limit does)."""
+    why = search.inconsistent
+    if why is None:
+        return None
+    times = ", ".join("held" if t is None else f"{round(t, 2):g} s" for t in sorted(search.cut_times_s, key=_held_last))
+    survived = f"{search.longest_survived_s:g} s survived" if search.longest_survived_s is not None else "none survived"
+    return f"the path cut streams at times no one limit explains (cuts at {times}; {survived}; {why})"
+
+
+def _held_last(hint_s: float | None) -> float:
+    return hint_s if hint_s is not None else float("inf")
+
+
+def check_origin(target: Target, measure: Measure, value_s: float, outcome: Outcome) -> None:
+    """An end that is the origin's, not the path's (wire/ending.py origin_end, diagnose's rule): the format's own
+    error event, an error status. No limit can be read through it, so the path is refused in one line. Two ends
+    that rule takes for the origin's are a timer on the path announcing its cut, and stay cuts: a status to a
+    first-byte try, before the stub sent its head (nginx's 504 at proxy_read_timeout; the stub sends every other
+    try's head at once), and an error event whose words name a timeout (origin_end leaves it to the path:
+    wire/ending.py announced_timeout); the stub behind the path ends no paced stream with either."""
+    end = outcome.end
+    if end is None or not origin_end(end):
+        return
+    if end.how is BodyEnd.STATUS and measure is Measure.FIRST_BYTE:
+        return
+    what = f"{target.url}: the {measure.words} try of {value_s:g} s ended with {end.describe()}"
+    why = (
+        "the origin's end, not the path's: no limit of the path's can be measured through it (timeouts needs a "
+        "tokenpath stub as the path's upstream, which ends no paced stream with an error)"
+    )
+    if end.how is BodyEnd.STATUS:
+        raise HTTPStatusError(f"{what}; {why}")
+    raise PeerError(f"{what}; {why}")
 
 
 def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float = DEFAULT_MIN_S) -> None:
@@ -277,7 +357,7 @@ def keepalive_silence_s(found: list[LimitFound], cfg: SurveyConfig) -> float | N
     there is none (no idle limit found, or a total limit too close to it to tell the two apart)."""
     by = {f.measure: f for f in found}
     idle = by.get(Measure.MID_STREAM)
-    if idle is None or idle.shortest_cut_s is None or idle.longest_survived_s is None:
+    if idle is None or not idle.limited or idle.shortest_cut_s is None or idle.longest_survived_s is None:
         return None
     ceiling = cfg.max_s
     total = by.get(Measure.TOTAL)

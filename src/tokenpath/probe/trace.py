@@ -44,6 +44,7 @@ from tokenpath.wire.ending import (
     body_end,
     broken_by,
     classify_end,
+    error_detail,
     unfinished,
 )
 from tokenpath.wire.kinds import FrameKind
@@ -380,6 +381,9 @@ class TraceRecorder:
 
     def _end(self, said: LastWord, how: BodyEnd, t_ns: int, detail: str) -> StreamEnd:
         trace = self.trace
+        if said is LastWord.ERROR and not detail:  # whose error it was is in its words (wire/ending.py origin_end)
+            last = next((f.data for f in reversed(self._tail) if self._reader.ends(f) and f.data), b"")
+            detail = error_detail(last, how)
         return classify_end(
             said, how, sent_ns=trace.t_sent_ns, end_ns=t_ns, last_byte_ns=trace.t_last_byte_ns, detail=detail
         )

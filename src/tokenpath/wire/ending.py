@@ -210,6 +210,34 @@ _DETAILS: Mapping[tuple[LastWord, bool], str] = {
 }
 
 
+# An error event in these words is a path's timer announcing its cut (the tokenpath gateway's
+# `upstream_idle_timeout` and `total_timeout`, LiteLLM's timeouts), not the origin's failure.
+TIMER_WORDS = ("timeout", "timed out")
+ERROR_TEXT_CHARS = 200  # of an error event's data, kept in its end's detail (error_detail)
+
+
+def error_detail(data: bytes, how: BodyEnd) -> str:
+    """The detail of a stream that ended with the error event `data`: the usual words and the event's own (bounded),
+    which tell whose error it was (origin_end); "" (the usual words alone) when it has none."""
+    text = " ".join(data.decode("utf-8", "replace").split())
+    return f"{_DETAILS[(LastWord.ERROR, how.normal)]}: {text[:ERROR_TEXT_CHARS]}" if text else ""
+
+
+def announced_timeout(end: StreamEnd) -> bool:
+    """The stream ended with an error event whose words name a timeout: a path's timer, said in the format."""
+    return end.kind is EndKind.CUT_ERROR and end.how.normal and any(w in end.detail.lower() for w in TIMER_WORDS)
+
+
+def origin_end(end: StreamEnd) -> bool:
+    """An end that is no path's doing, the one rule diagnose (diagnose/cuts.py: not_the_paths, name_end) and the
+    timeouts survey (diagnose/limits.py: check_origin) read ends by: the format's own error frame (a cut_error whose
+    body HTTP ended normally: RULES gives that only to LastWord.ERROR) unless its words name a timeout
+    (announced_timeout), an error status, bytes that broke HTTP (MALFORMED)."""
+    if end.kind is EndKind.CUT_ERROR and end.how.normal:
+        return not announced_timeout(end)
+    return end.how in (BodyEnd.STATUS, BodyEnd.MALFORMED)
+
+
 def unfinished(nbytes: int) -> str:
     """The words for a body that ended inside a frame."""
     return f"the body ended inside a frame ({nbytes} bytes of it), without the format's final event"
