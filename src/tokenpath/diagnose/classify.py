@@ -91,7 +91,8 @@ class RunFigures:
     # What carried the run, as the trace says (not as asked): its HTTP version ("1.1", "2", "3") and transport.
     http_version: str = "1.1"
     transport: str = "sse"
-    # Frames without output, not counted above (measure.figures): keep-alives, control events, the end marker.
+    # Of `frames`, those without output (measure.figures): keep-alives, control events, the end marker. They stay in
+    # the shape (a path's holds are judged on every frame it held); a run of nothing else is unsure (classify).
     other_frames: int = 0
 
     @property
