@@ -205,7 +205,31 @@ def test_buffer_answers_a_keep_alive_client(pipelined: bool) -> None:
             assert got == LENGTH
             assert waited >= 0.9 * HOLD_S
     finally:
-        bg.run(server.close())
-        bg.close()
+        try:
+            bg.run(server.close())
+            bg.close()
+        finally:  # the upstream's socket whatever the relay's close did: never left for a later test to find
+            listener.close()
+            thread.join(5)
+
+
+def test_closing_the_relay_drops_a_kept_alive_connection() -> None:
+    """A keep-alive client's connection outlives its response (buffer answers each one): the relay's close drops it
+    and its upstream, so the client sees the end and the relay's loop closes with no transport left open (asyncio's
+    Server.close leaves accepted connections open; a loop closed over them failed with EBUSY)."""
+    listener, thread = _keep_alive_upstream([[CHUNKED]])
+    bg = BackgroundLoop()
+    server = ControlRelay(
+        RelayConfig(upstream_host="127.0.0.1", upstream_port=listener.getsockname()[1], mode="buffer")
+    )
+    port = bg.run(server.start())
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(REQUEST)
+            assert _recv_one(sock)[0] == CHUNKED
+            bg.run(server.close())  # the client still holds its connection open
+            assert sock.recv(65536) == b""  # dropped by the relay
+        bg.close()  # no transport of the relay's left open
+    finally:
         listener.close()
         thread.join(5)

@@ -66,15 +66,14 @@ COMMANDS = (
         "timeouts",
         "Find each path's limits on a token stream: the longest silence it survives before the first byte and\n"
         "mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at\n"
-        "once, so a survey takes about --max plus its longest limit, not their sum. Progress on stderr. In any API "
-        "format\n(--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); "
-        "no TLS yet.",
+        "once. Progress on stderr. In any API format (--api: the stub's silences in its shape), over HTTP/1.1 or "
+        "HTTP/2\nwith prior knowledge (--http2); no TLS yet.",
     ),
     Command(
         "origin",
         "Start a real inference server as an origin: its version, model, settings and what it does besides pacing\n"
         "(its HTTP/1.0 framing, the headers a path acts on) on its `listening on` line; stopped with everything it\n"
-        "started on Ctrl-C.",
+        "started on Ctrl-C or SIGTERM, also while it is still loading.",
     ),
     Command(
         "record",

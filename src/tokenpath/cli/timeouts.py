@@ -54,14 +54,15 @@ def timeouts(
 ) -> None:
     """Find each path's limits on a token stream: the longest silence it survives before the first byte and
     mid-stream, the longest total, and whether keep-alives reset its idle timer. All probes of all paths wait at
-    once, so a survey takes about the longer of --max and three times its longest limit (each limit is bracketed,
-    then tried again on both sides before it is called firm), plus twice the mid-stream limit for the keep-alive
-    try, not their sum; a path that holds a stream instead of cutting it (no cut's timing to bracket by) takes up to
-    about 3 x --max + 10 s. Cuts no one limit explains (a flaky path) are shown as inconsistent, no limit named, exit
-    17; the origin's own error event (or an error status once the head came) refuses the path in one line (exit 3;
-    6 for a status). Progress on stderr. In any API
-    format (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2 with prior knowledge (--http2); no
-    TLS yet."""
+    once. Progress on stderr. In any API format (--api: the stub's silences in its shape), over HTTP/1.1 or HTTP/2
+    with prior knowledge (--http2); no TLS yet.
+
+    A survey takes about the longer of --max and three times its longest limit (each limit is bracketed, then tried
+    again on both sides before it is called firm), plus twice the mid-stream limit for the keep-alive try, not their
+    sum; a path that holds a stream instead of cutting it (no cut's timing to bracket by) takes up to about 3 x --max
+    + 10 s. Cuts no one limit explains (a flaky path) are shown as inconsistent, no limit named, exit 17; the
+    origin's own error event (or an error status once the head came) refuses the path in one line (exit 3; 6 for a
+    status)."""
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json

@@ -107,8 +107,9 @@ class _Upstream(asyncio.Protocol):
 
 
 class _Downstream(asyncio.Protocol):
-    def __init__(self, cfg: RelayConfig) -> None:
+    def __init__(self, cfg: RelayConfig, live: set[_Downstream] | None = None) -> None:
         self.cfg = cfg
+        self._live = live if live is not None else set()  # the relay's open connections: its close drops them
         self.transport: asyncio.Transport | None = None
         self.upstream: _Upstream | None = None
         self._pending: list[bytes] = []  # client bytes that arrived before the upstream connection
@@ -124,6 +125,7 @@ class _Downstream(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
+        self._live.add(self)
         self.client_gate.attach(transport)
         _nodelay(transport)
         self._connect_task = asyncio.get_running_loop().create_task(self._connect())
@@ -210,6 +212,7 @@ class _Downstream(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._live.discard(self)
         if self.policy is not None:
             self.policy.close()
         if self._connect_task is not None and not self._connect_task.done():
@@ -283,6 +286,9 @@ class ControlRelay:
         self.cfg = cfg
         self.priority = priority
         self._server: asyncio.Server | None = None
+        # Open connections: a kept-alive client's outlives its response (buffer answers each one), and
+        # Server.close() leaves accepted connections open, so close() drops them.
+        self._live: set[_Downstream] = set()
 
     @property
     def port(self) -> int:
@@ -300,7 +306,7 @@ class ControlRelay:
         loop = asyncio.get_running_loop()
         try:
             self._server = await loop.create_server(
-                lambda: _Downstream(self.cfg),
+                lambda: _Downstream(self.cfg, self._live),
                 self.cfg.listen_host,
                 self.cfg.listen_port,
                 reuse_address=True,
@@ -315,5 +321,8 @@ class ControlRelay:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            for conn in list(self._live):  # kept-alive clients' connections, idle or not: the relay is going
+                conn.abort()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            await asyncio.sleep(0)  # the aborted transports' connection_lost, before the caller's loop closes
