@@ -35,7 +35,9 @@ def test_the_gateway_carries_the_websocket_mode_in_the_matrix(tmp_path: Path) ->
     rows = [r for r in doc["rows"] if r["proxy"] == "gateway" and r["transport"] == "websocket"]
     assert {r["variant"] for r in rows} == {"stock", "jwt"}
     for row in rows:
-        assert streamed(row), row  # a loaded host may lose a run to the stub's audit (CI did), never to a cut
+        # A loaded host may lose a run to the stub's audit (CI did), never to a cut; said with why each was excluded.
+        why = [run.get("excluded_because") for run in row["raw"]]
+        assert streamed(row), (row["variant"], row["exclusions"], row["ends"], why)
         assert all(run["metrics"]["websocket"]["upgraded"] for run in row["raw"])
         assert all(run["metrics"]["websocket"]["final_event"] for run in row["raw"])
         if row["excluded"] < row["runs"]:  # an included run is joined to the stub's writes

@@ -19,7 +19,8 @@ RELEASE_S = 20.0
 
 
 def hold(gate: Path, pid: int) -> None:
-    (gate / "gated").write_text(str(pid))
+    (gate / "gated.tmp").write_text(str(pid))
+    (gate / "gated.tmp").replace(gate / "gated")  # whole or absent: a reader never sees it empty
     deadline = time.monotonic() + RELEASE_S
     while not (gate / "release").exists() and time.monotonic() < deadline:
         time.sleep(0.01)  # a stop signal's KeyboardInterrupt lands here, unless the caller holds it
