@@ -186,6 +186,11 @@ class _Batched:
         return getattr(self._real, name)
 
 
+def take_and_close(sock: socket.socket, _: Any, head: bytes) -> bool:
+    sock.close()
+    return True
+
+
 def _pair(listener: socket.socket, reader: HeadReader) -> socket.socket:
     client = socket.create_connection(listener.getsockname())
     accepted, address = listener.accept()
@@ -199,9 +204,10 @@ def test_a_refusal_that_evicts_a_lingering_socket_ready_in_the_same_batch_keeps_
     later scrape then hung)."""
     served: list[bytes] = []
 
-    def serve(sock: socket.socket, _: Any, head: bytes) -> None:
+    def serve(sock: socket.socket, _: Any, head: bytes) -> bool:
         served.append(head)
         sock.close()
+        return True
 
     reader = HeadReader(serve, 30, max_waiting=1, max_head_bytes=1024)
     reader._selector = _Batched(reader._selector, 0.3)  # type: ignore[assignment]
@@ -228,7 +234,7 @@ def test_a_refusal_that_evicts_a_lingering_socket_ready_in_the_same_batch_keeps_
 
 def test_a_refused_client_that_trickles_is_closed_after_linger_s() -> None:
     """A refused client sending a byte now and then never reaches LINGER_BYTES: LINGER_S closes it."""
-    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_head_bytes=1024)
+    reader = HeadReader(take_and_close, 30, max_head_bytes=1024)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = _pair(listener, reader)
         client.sendall(b"x" * 2048)
@@ -251,7 +257,7 @@ def test_a_refused_client_that_trickles_is_closed_after_linger_s() -> None:
 
 def test_lingering_sockets_are_capped_at_max_waiting() -> None:
     """Each refused client holds a socket while it lingers: past max_waiting of them the oldest is closed."""
-    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=2, max_head_bytes=1024)
+    reader = HeadReader(take_and_close, 30, max_waiting=2, max_head_bytes=1024)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         clients = []
         for _ in range(3):
@@ -329,7 +335,7 @@ def test_a_flood_from_one_address_evicts_its_own_oldest_not_a_scrape_from_anothe
 
 
 def test_a_full_waiting_set_evicts_the_oldest_of_the_address_holding_the_most() -> None:
-    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=4)
+    reader = HeadReader(take_and_close, 30, max_waiting=4)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         pairs = [_accepted_from(listener, reader, source) for source in (SCRAPER, FLOODER, FLOODER, FLOODER)]
         try:
@@ -374,7 +380,7 @@ def test_lingering_sockets_evict_the_oldest_of_the_address_holding_the_most(monk
     from tokenpath.serve import headreader
 
     monkeypatch.setattr(headreader, "LINGER_S", 60.0)  # only the cap closes here
-    reader = HeadReader(lambda sock, _, head: sock.close(), 30, max_waiting=3, max_head_bytes=1024)
+    reader = HeadReader(take_and_close, 30, max_waiting=3, max_head_bytes=1024)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         pairs = []
         try:
@@ -392,7 +398,8 @@ def test_lingering_sockets_evict_the_oldest_of_the_address_holding_the_most(monk
 
 def test_one_address_holding_its_requests_open_leaves_a_thread_for_another() -> None:
     """Whole heads that then hold their thread (a slow reader, a long probe): one address may take all but one of
-    the threads, so a scrape from another address is still served; past that the address's own are closed."""
+    the threads, so a scrape from another address is still served; past that the address's own wait for a thread
+    (served once one is given back), not closed."""
     release = threading.Event()
     held: list[str] = []
     lock = threading.Lock()
@@ -415,20 +422,106 @@ def test_one_address_holding_its_requests_open_leaves_a_thread_for_another() -> 
         for sock in holders:
             sock.sendall(b"GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
         deadline = time.monotonic() + 10
-        while len(held) + sum(closed_by_server(s) for s in holders) < threads and time.monotonic() < deadline:
-            time.sleep(0.02)  # each one either holds a thread or was closed at once
+        while len(held) < threads - 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # room for a wrong fourth to take the last thread
         assert len(held) == threads - 1
+        assert not any(closed_by_server(s) for s in holders)  # the fourth waits for a thread
         scraper = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(SCRAPER, 0))
         with scraper:
             scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            answer = b""
-            while chunk := scraper.recv(4096):
-                answer += chunk
-        assert answer.split(b"\r\n", 1)[0].endswith(b" 200 OK")
-        assert answer.endswith(b"ok\n")
+            assert _read_all(scraper).endswith(b"ok\n")
+        release.set()
+        answers = [_read_all(sock) for sock in holders]  # the fourth too, once a holder gave its thread back
+        assert all(answer.split(b"\r\n", 1)[0].endswith(b" 200 OK") for answer in answers), answers
+        assert len(held) == threads
     finally:
         release.set()
         for sock in holders:
             sock.close()
         httpd.shutdown()
         httpd.server_close()
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    answer = b""
+    while chunk := sock.recv(4096):
+        answer += chunk
+    return answer
+
+
+class _SlowToClose:
+    """A WSGI body whose close() (called after its last byte is written, before the thread is given back) waits."""
+
+    def __init__(self, wait_s: float) -> None:
+        self._wait_s = wait_s
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield b"ok\n"
+
+    def close(self) -> None:
+        time.sleep(self._wait_s)
+
+
+def test_a_clients_next_request_sent_before_the_last_thread_is_given_back_is_served() -> None:
+    """A client sends its next request as soon as it has read its answer, which can be before the thread that wrote
+    the answer is given back (the exporter's test lost such a request to "RemoteDisconnected" on a loaded host): with
+    2 threads, one address's share is 1, and the second request waits for it instead of being closed at once."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "3")])
+        return _SlowToClose(0.5)
+
+    httpd = exposition.serve_app("127.0.0.1", 0, app, threads=2)
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        for _ in range(3):
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert response.read() == b"ok\n"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_head_kept_for_a_thread_is_closed_at_its_deadline_and_the_kept_are_capped() -> None:
+    """Whole heads on_head cannot take yet wait at most timeout_s (then closed) and at most max_waiting of them (past
+    that the oldest of the address keeping the most is closed); retry() offers them again, oldest first."""
+    taking = threading.Event()
+    taken: list[bytes] = []
+
+    def on_head(sock: socket.socket, _: Any, head: bytes) -> bool:
+        if not taking.is_set():
+            return False
+        taken.append(head)
+        sock.close()
+        return True
+
+    reader = HeadReader(on_head, 30, max_waiting=2)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        clients = []
+        for name in (b"a", b"b", b"c"):
+            client = _pair(listener, reader)
+            client.sendall(b"GET /%b HTTP/1.1\r\n\r\n" % name)
+            client.settimeout(10)
+            clients.append(client)
+            time.sleep(0.2)
+        assert clients[0].recv(1) == b""  # the oldest kept was closed for the third
+        taking.set()
+        reader.retry()
+        deadline = time.monotonic() + 10
+        while len(taken) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert taken == [b"GET /b HTTP/1.1\r\n\r\n", b"GET /c HTTP/1.1\r\n\r\n"]
+        for client in clients:
+            client.close()
+    reader.close()
+    short = HeadReader(lambda sock, _, head: False, 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = _pair(listener, short)
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        client.settimeout(10)
+        started = time.monotonic()
+        assert client.recv(1) == b""
+        assert time.monotonic() - started < 8  # its 0.5 s, with room for a loaded host
+        client.close()
+    short.close()

@@ -72,7 +72,7 @@ SCRAPE_TIMEOUT_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 DEADLINE_MARGIN_S = 0.5
 DEADLINE_MARGIN_SHARE = 0.1
 # Requests served beyond the probe slots: /metrics and the 503s stay answerable while every slot is busy. A whole
-# request past slots + this is closed at once (serve.exposition's rule; heads still arriving take no thread).
+# request past slots + this waits for a thread (serve.exposition's rule; heads still arriving take no thread).
 SPARE_CONNECTIONS = 4
 MAX_QUERY_FIELDS = 16  # target, module and whatever a scrape config adds; parse_qs would otherwise take any number
 MAX_TARGET_CHARS = 2048  # a target URL longer than this is refused (400): no real endpoint needs more

@@ -1,9 +1,11 @@
 """Prometheus exposition on its own port (the gateway's and the monitor's /metrics, the monitor exporter's /probe),
 bounded in threads and time, and fair by client address (the IP): heads are read on one thread
 (serve/headreader.py), where a full waiting set closes the oldest connection of the address waiting with the most;
-a whole head then takes one of `threads` threads, of which one address may hold all but one (a head past that, or
-past all of them, is closed at once), so a single address that holds its requests open (reading its answers slowly,
-or a long /probe each) still leaves a thread for a scrape from another."""
+a whole head then takes one of `threads` threads, of which one address may hold all but one, so a single address
+that holds its requests open (reading its answers slowly, or a long /probe each) still leaves a thread for a scrape
+from another. A head past either bound waits for a thread (the next one given back goes to the oldest waiting head
+whose address may take it) and is closed if none came within SCRAPE_TIMEOUT_S: a client's next request, sent as soon
+as it read its answer, often comes before the thread that wrote the answer is given back."""
 
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ if TYPE_CHECKING:
 
     from _typeshed import WriteableBuffer
 
-# Requests served at once. A whole request head that finds them all busy is closed at once, and so is one from an
+# Requests served at once. A whole request head that finds them all busy waits for one, and so does one from an
 # address (the IP) already holding all but one of them: one address cannot take the last (with 1 thread, it may).
 SCRAPE_THREADS = 4
 # A connection that has not sent its whole request head this long after it was accepted is closed (the whole head's
-# deadline, not each read's: a client dripping a byte a second would otherwise keep its connection forever); each
-# read or write after the head gets as long again.
+# deadline, not each read's: a client dripping a byte a second would otherwise keep its connection forever); a
+# whole head waits as long again for a thread, and each read or write after the head gets as long again.
 SCRAPE_TIMEOUT_S = 5.0
 
 
@@ -54,17 +56,17 @@ class _BoundedServer(WSGIServer):
         assert self._heads is not None
         self._heads.add(request, client_address)
 
-    def _serve(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
-        """A whole head arrived (on the head reader's thread): a thread of its own, or closed at once."""
+    def _serve(self, sock: socket.socket, client_address: Any, data: bytes) -> bool:
+        """A whole head (on the head reader's thread): a thread of its own, or False: none may be its now."""
         ip = client_ip(client_address)
         if not self._take_thread(ip):
-            self.shutdown_request(sock)
-            return
+            return False
         try:
             threading.Thread(target=self._serve_thread, args=(sock, client_address, data), daemon=True).start()
         except BaseException:  # no thread started (RuntimeError: can't start new thread): not a slot lost for good
             self._give_thread(ip)
             raise
+        return True
 
     def _take_thread(self, ip: Any) -> bool:
         with self._busy_lock:
@@ -81,6 +83,8 @@ class _BoundedServer(WSGIServer):
             held = self._busy_by_ip.pop(ip) - 1
             if held:
                 self._busy_by_ip[ip] = held
+        if self._heads is not None:
+            self._heads.retry()  # a head kept for want of a thread may take this one
 
     def _serve_thread(self, sock: socket.socket, client_address: Any, data: bytes) -> None:
         try:
@@ -144,7 +148,8 @@ def serve(host: str, port: int, registry: CollectorRegistry) -> WSGIServer:
 
 def serve_app(host: str, port: int, app: WSGIApplication, threads: int = SCRAPE_THREADS) -> WSGIServer:
     """Serve a WSGI app the same way: at most `threads` requests at once, all but one of them from one address (a
-    whole head past either is closed at once), each connection given SCRAPE_TIMEOUT_S to send its whole head."""
+    whole head past either waits for a thread), each connection given SCRAPE_TIMEOUT_S to send its whole head and as
+    long again to be given a thread."""
     server_class = _BoundedServer6 if ":" in host else _BoundedServer
     try:
         httpd = server_class((host, port), _QuietHandler, threads=threads)  # what make_server does, with `threads`

@@ -4,7 +4,9 @@ the waiting done by a selector instead of a thread per connection.
 
     HeadReader(on_head, timeout_s).add(sock, address)
         -> on_head(sock, address, data) on the reader's thread once `sock` has sent a whole head (request line,
-           headers, the blank line); `data` is every byte read, the head and whatever followed it
+           headers, the blank line); `data` is every byte read, the head and whatever followed it. It returns True
+           when it took the socket, False when it cannot serve it yet (no thread free for it): the head is then
+           kept, offered again after each retry() (oldest first), and closed if none took it within `timeout_s`
 
 A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
@@ -16,7 +18,9 @@ to send its head), nor the scrape that just connected and sends its head at once
 A 431 is followed by a lingering close (nginx's lingering_close): the write side shut, what the client still sends
 read and dropped, for at most LINGER_S and LINGER_BYTES. Closed at once, a socket with unread bytes answers them with
 a reset, which can reach the client before it has read the 431 (a 200 KB head was answered so). At most max_waiting
-linger, and past that the same rule closes one: the oldest of the address holding the most.
+linger, and past that the same rule closes one: the oldest of the address holding the most. So do at most
+max_waiting whole heads kept for a thread (a client's next request, sent the moment it read the last byte of its
+answer, can come before the thread that wrote it is given back).
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ LINGER_S = 2.0  # a refused client's rest of its head, read and dropped for this
 LINGER_BYTES = 1 << 20  # ... and this much: past either, the socket is closed however it ends
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
 
-OnHead = Callable[[socket.socket, Any, bytes], None]
+OnHead = Callable[[socket.socket, Any, bytes], bool]
 
 
 def client_ip(address: Any) -> Any:
@@ -63,6 +67,12 @@ class _Entry:
 class _Waiting(_Entry):
     address: Any = None
     data: bytearray = field(default_factory=bytearray)
+
+
+@dataclass(slots=True)
+class _Ready(_Entry):
+    address: Any = None
+    data: bytes = b""
 
 
 @dataclass(slots=True)
@@ -147,6 +157,8 @@ class HeadReader:
         self._added: deque[tuple[socket.socket, Any, float]] = deque()  # from the accept thread
         self._waiting: _Queue[_Waiting] = _Queue()  # oldest first: the first deadline first
         self._lingering: _Queue[_Lingering] = _Queue()  # refused (431), oldest first, at most max_waiting
+        self._ready: _Queue[_Ready] = _Queue()  # whole heads on_head could not take yet, oldest first
+        self._retry = False  # set by retry() from any thread: offer the ready heads again
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="request-heads", daemon=True)
         self._thread.start()
@@ -156,8 +168,13 @@ class HeadReader:
         self._added.append((sock, address, time.monotonic() + self._timeout_s))
         self._wake()
 
+    def retry(self) -> None:
+        """Offer the heads on_head could not take to it again (called from any thread: one was given back)."""
+        self._retry = True
+        self._wake()
+
     def close(self) -> None:
-        """Stop, closing every connection still waiting for its head."""
+        """Stop, closing every connection still waiting for its head or for on_head to take it."""
         self._closing = True
         self._wake()
         self._thread.join(5)
@@ -176,10 +193,15 @@ class HeadReader:
                         self._read(key.data)
                     # else: closed earlier in this batch (a refusal evicted the oldest lingering socket)
                 self._take_added()
+                if self._retry:
+                    self._retry = False  # before the offers: a retry() during them is another round
+                    self._offer_ready()
                 self._expire()
         finally:
             for sock in [*self._waiting, *self._lingering]:
                 self._drop(sock)
+            for sock in self._ready:
+                sock.close()
             while self._added:
                 self._added.popleft()[0].close()
             self._selector.close()
@@ -191,8 +213,8 @@ class HeadReader:
         deadlines = [first.deadline for first in firsts if first is not None]  # each queue's oldest is its first due
         return max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
 
-    def _queues(self) -> tuple[_Queue[_Waiting], _Queue[_Lingering]]:
-        return self._waiting, self._lingering
+    def _queues(self) -> tuple[_Queue[_Waiting], _Queue[_Lingering], _Queue[_Ready]]:
+        return self._waiting, self._lingering, self._ready
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(OSError):  # BlockingIOError once it is empty
@@ -215,7 +237,7 @@ class HeadReader:
                 sock, entry = next(iter(queue.entries.items()))
                 if entry.deadline > now:
                     break
-                self._drop(sock)
+                self._close(queue, sock)
 
     def _read(self, sock: socket.socket) -> None:
         try:
@@ -243,11 +265,25 @@ class HeadReader:
         self._selector.unregister(sock)
         self._waiting.pop(sock)
         sock.setblocking(True)
+        ready = _Ready(waiting.ip, time.monotonic() + self._timeout_s, waiting.address, bytes(waiting.data))
+        if not self._offer(sock, ready):
+            if len(self._ready) >= self._max_waiting:
+                self._close(self._ready, self._ready.victim())
+            self._ready.add(sock, ready)
+
+    def _offer(self, sock: socket.socket, ready: _Ready) -> bool:
+        """Whether on_head took `sock` (or failed on it, and it is closed): False keeps it for a retry."""
         try:
-            self._on_head(sock, waiting.address, bytes(waiting.data))
+            return self._on_head(sock, ready.address, ready.data)
         except Exception:  # the server's bug, not this connection's: the others still get their heads read
             log.exception("serving a request head failed")
             sock.close()
+            return True
+
+    def _offer_ready(self) -> None:
+        for sock, ready in list(self._ready.entries.items()):  # oldest first
+            if self._offer(sock, ready):
+                self._ready.pop(sock)
 
     def _refuse_too_large(self, sock: socket.socket) -> None:
         reason = b"the request head is longer than %d bytes\n" % self._max_head_bytes
@@ -262,6 +298,13 @@ class HeadReader:
         if len(self._lingering) >= self._max_waiting:
             self._drop(self._lingering.victim())
         self._lingering.add(sock, _Lingering(waiting.ip, time.monotonic() + LINGER_S))
+
+    def _close(self, queue: _Queue[Any], sock: socket.socket) -> None:
+        if queue is self._ready:  # not registered: its reads are the server's once a thread takes it
+            self._ready.pop(sock)
+            sock.close()
+        else:
+            self._drop(sock)
 
     def _drop(self, sock: socket.socket) -> None:
         self._selector.unregister(sock)
