@@ -252,6 +252,23 @@ class CountingJson:
         return getattr(json, name)
 
 
+def tiny_experiment(name: str, *, proxy: str | None = "pass") -> str:
+    """A matrix experiment's TOML of one condition and one run of 10 frames (through the pass relay unless told
+    otherwise): the least a CLI test of `matrix` or `report` needs."""
+    text = f"""\
+name = "{name}"
+frames = 10
+runs = 1
+
+[conditions]
+interval_ms = [50]
+frame_bytes = [60]
+link = ["loopback"]
+tls = [false]
+"""
+    return text if proxy is None else f'{text}\n[[proxy]]\nname = "{proxy}"\n'
+
+
 def load_script(path: Path, name: str) -> ModuleType:
     """A script outside the package (bench/, examples/, a peer's app) imported from its file, as a module."""
     spec = importlib.util.spec_from_file_location(name, path)

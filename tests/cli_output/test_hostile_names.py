@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 import tokenpath.experiment.runner
 import tokenpath.load.runner
+from tests.helpers import tiny_experiment
 from tests.probe.test_table import run
 from tokenpath.cli import app
 from tokenpath.cli.probe import shown_table
@@ -168,20 +169,7 @@ def test_the_probe_table_shows_the_url_the_encoding_and_the_client_as_typed(name
 
 # --- through the CLI ------------------------------------------------------------------------------------------------
 
-EXPERIMENT = """\
-name = "hostile"
-frames = 10
-runs = 1
-
-[conditions]
-interval_ms = [50]
-frame_bytes = [60]
-link = ["loopback"]
-tls = [false]
-
-[[proxy]]
-name = "pass"
-"""
+EXPERIMENT = tiny_experiment("hostile")
 
 
 @pytest.fixture(autouse=True)

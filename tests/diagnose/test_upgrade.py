@@ -7,12 +7,12 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
 
 from tests.diagnose.test_classify import grown, streaming
+from tests.helpers import accept_each
 from tokenpath.diagnose import upgrade
 from tokenpath.diagnose.report import diagnosis, dumps, lines
 from tokenpath.diagnose.series import BASE, paced
@@ -156,6 +156,7 @@ def unanswered_upgrades() -> Iterator[int]:
     held: list[socket.socket] = []
 
     def serve(conn: socket.socket) -> None:
+        held.append(conn)
         data = b""
         while b"\r\n\r\n" not in data:
             more = conn.recv(65536)
@@ -174,16 +175,7 @@ def unanswered_upgrades() -> Iterator[int]:
             + SSE_EVENTS
         )
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    accept_each(server, serve)
     try:
         yield server.getsockname()[1]
     finally:

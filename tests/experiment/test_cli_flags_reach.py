@@ -17,24 +17,12 @@ from typer.testing import CliRunner
 
 import tokenpath.experiment.runner
 import tokenpath.experiment.sweep
+from tests.helpers import tiny_experiment
 from tokenpath.cli import app
 from tokenpath.experiment.spec import Experiment
 from tokenpath.results.model import MatrixResults, Provenance
 
-EXPERIMENT = """\
-name = "flags"
-frames = 10
-runs = 1
-
-[conditions]
-interval_ms = [50]
-frame_bytes = [60]
-link = ["loopback"]
-tls = [false]
-
-[[proxy]]
-name = "pass"
-"""
+EXPERIMENT = tiny_experiment("flags")
 
 
 @dataclass

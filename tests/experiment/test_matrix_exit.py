@@ -16,22 +16,13 @@ from typer.testing import CliRunner
 import tokenpath.demo
 import tokenpath.experiment.runner
 import tokenpath.experiment.sweep
+from tests.helpers import tiny_experiment
 from tokenpath.axes import Condition
 from tokenpath.cli import app
 from tokenpath.experiment.spec import Experiment
 from tokenpath.results.model import FloorEntry, MatrixResults, Provenance
 
-EXPERIMENT = """\
-name = "exit"
-frames = 10
-runs = 1
-
-[conditions]
-interval_ms = [50]
-frame_bytes = [60]
-link = ["loopback"]
-tls = [false]
-"""
+EXPERIMENT = tiny_experiment("exit", proxy=None)
 
 MEASURED = FloorEntry(Condition(50.0, 60, "loopback", False), fpr=1.0, added_ttft_ms=0.2, ttft_spread_ms=0.1)
 NOTHING_KEPT = FloorEntry(Condition(20.0, 60, "loopback", False))  # every direct run excluded: no figures
