@@ -357,8 +357,11 @@ def test_the_watch_records_no_added_ttft_from_a_cut_stream(sse: LoopbackHTTP, cu
 
 # Run in a process of its own: SIGINT raises KeyboardInterrupt in a process's main thread, and a pytest-xdist
 # worker's main thread need not be the one running the test (a signal sent there from a test took the worker down).
+# Its SIGINT handler is set, not inherited: a parent that ignores SIGINT (pytest run as a background job of a
+# non-interactive shell) passes the ignoring on, and Python then raises no KeyboardInterrupt (the stop never came).
 CTRL_C_IN_ONCE = """
 import json, os, signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from tokenpath import errors
 from tokenpath.monitor.config import from_dict
 from tokenpath.monitor.probing import Aborter
