@@ -142,6 +142,16 @@ class RemoteProtocolError(PeerError):
         self.status_hint = status_hint
 
 
+class ProtocolViolation(RemoteProtocolError):
+    """The peer's bytes broke HTTP's rules, where a plain RemoteProtocolError is a response that ended early (a close
+    before its last chunk or its Content-Length): a malformed head or chunk, bytes while no request was outstanding,
+    a 101 to a request that asked for no upgrade, an HTTP/2 or HTTP/3 protocol error or flood. A stream that ended so
+    is MALFORMED, never a cut (wire/ending.violation)."""
+
+    exit_code = 10
+    meaning = "the peer's bytes broke HTTP's rules (a malformed head or chunk, an HTTP/2 or HTTP/3 protocol error)"
+
+
 class ResponseTooLarge(RemoteProtocolError):
     """A response head or one frame grew past its named limit (wire/client.py MAX_RESPONSE_HEAD_BYTES, wire/sse.py
     MAX_EVENT_BYTES, wire/eventstream.py MAX_MESSAGE_BYTES, wire/ndjson.py MAX_LINE_BYTES): the read ends there
@@ -158,6 +168,10 @@ class StreamFormatError(RemoteProtocolError):
 
     exit_code = 10
     meaning = "a malformed streaming frame (bad CRC, unknown header type, truncated message or line)"
+
+    def __init__(self, message: str, *, truncated: bool = False) -> None:
+        super().__init__(message)
+        self.truncated = truncated  # the body ended inside a frame: cut short, not a broken rule
 
 
 ProtocolError = RemoteProtocolError  # the name most of the package reads

@@ -18,11 +18,13 @@ from tokenpath.diagnose.limits import LimitFound, Measure
 from tokenpath.diagnose.measure import Measured
 from tokenpath.diagnose.report import diagnosis
 from tokenpath.diagnose.series import Run, plan
-from tokenpath.errors import PathCut, RemoteProtocolError, StreamFormatError
+from tokenpath.errors import PathCut, ProtocolViolation, RemoteProtocolError, StreamFormatError
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.trace import PARTIAL_TRACE, Trace, TraceRecorder
 from tokenpath.wire.client import ClientConnection
 from tokenpath.wire.ending import STREAM_END, BodyEnd, EndKind, LastWord, StreamEnd, broken_by, classify_end, origin_end
+from tokenpath.wire.eventstream import EventStreamParser
+from tokenpath.wire.ndjson import NDJSONParser
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -88,16 +90,36 @@ CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-
 def test_bytes_that_break_http_are_malformed_and_a_close_before_the_end_truncates() -> None:
     bad_size = _client_error(CHUNKED_HEAD + b"5\r\ndata:\r\nzz\r\nhello\r\n")
     upgrade = _client_error(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+    past_the_end = _client_error(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\ndata: x\n\nmore bytes")
     mid_chunk = _client_error(CHUNKED_HEAD + b"20\r\ndata: half", eof=True)
     short = _client_error(b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\ndata: x\n\n", eof=True)
     assert broken_by(bad_size) is BodyEnd.MALFORMED
     assert broken_by(upgrade) is BodyEnd.MALFORMED
-    assert broken_by(RemoteProtocolError("malformed HTTP response body: Expected HTTP/")) is BodyEnd.MALFORMED
-    assert broken_by(RemoteProtocolError("HTTP/2 protocol error from the server: x")) is BodyEnd.MALFORMED
-    assert broken_by(StreamFormatError("an event-stream message with a bad prelude CRC")) is BodyEnd.MALFORMED
+    assert broken_by(past_the_end) is BodyEnd.MALFORMED
     assert broken_by(mid_chunk) is BodyEnd.TRUNCATED
     assert broken_by(short) is BodyEnd.TRUNCATED
-    assert broken_by(StreamFormatError("ended inside a message: truncated")) is BodyEnd.TRUNCATED
+    bad_crc = EventStreamParser()
+    with pytest.raises(StreamFormatError) as broken:
+        bad_crc.feed(b"\x00\x00\x00\x10\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00")
+    assert broken_by(broken.value) is BodyEnd.MALFORMED
+    inside_a_message = EventStreamParser()
+    inside_a_message.feed(b"\x00\x00\x00")
+    inside_a_line = NDJSONParser()
+    inside_a_line.feed(b'{"half": ')
+    for ended_inside in (inside_a_message, inside_a_line):
+        with pytest.raises(StreamFormatError) as cut:
+            ended_inside.close()
+        assert broken_by(cut.value) is BodyEnd.TRUNCATED
+
+
+def test_a_violation_is_told_by_the_errors_class_not_its_words() -> None:
+    """The code that saw the bytes chose the class (errors.ProtocolViolation; StreamFormatError's `truncated`): the
+    words of a message, which change, decide nothing."""
+    assert broken_by(ProtocolViolation("the server sent something")) is BodyEnd.MALFORMED
+    assert broken_by(RemoteProtocolError("malformed HTTP response: a protocol error, a flood")) is BodyEnd.TRUNCATED
+    assert broken_by(StreamFormatError("a bad prelude CRC")) is BodyEnd.MALFORMED
+    assert broken_by(StreamFormatError("a bad prelude CRC", truncated=True)) is BodyEnd.TRUNCATED
+    assert broken_by(StreamFormatError("ended inside a message: truncated")) is BodyEnd.MALFORMED
 
 
 def test_the_matrix_and_load_still_count_a_malformed_body_as_cut_error() -> None:
@@ -110,7 +132,7 @@ def test_the_matrix_and_load_still_count_a_malformed_body_as_cut_error() -> None
 def test_read_stream_raises_a_malformed_body_as_the_peers_error() -> None:
     trace = Trace("s", 0)
     trace.t_end_ns = 250 * MS
-    error = RemoteProtocolError("malformed HTTP response body: Invalid character in chunk size")
+    error = ProtocolViolation("malformed HTTP response body: Invalid character in chunk size")
     recorder = TraceRecorder(trace.stream_id, trace.t_sent_ns)
     recorder.trace = trace
     STREAM_END.attach(error, recorder.cut(error, 250 * MS))

@@ -37,7 +37,7 @@ from tokenpath.errors import (
     DNSError,
     NetworkError,
     PeerError,
-    RemoteProtocolError,
+    ProtocolViolation,
     TLSError,
 )
 from tokenpath.hostport import join_hostport
@@ -222,7 +222,7 @@ class H3LoadStream(asyncio.DatagramProtocol):
         headers = [(bytes(n), bytes(v)) for n, v in event.headers]
         why = malformed(headers)
         if why is not None:
-            self._fail(RemoteProtocolError(f"the server's HTTP/3 response head is malformed: {why}"))
+            self._fail(ProtocolViolation(f"the server's HTTP/3 response head is malformed: {why}"))
             return
         status = next(int(v) for n, v in headers if n == b":status")
         if 100 <= status < 200:

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass
 
 from tokenpath.clock import Clock
-from tokenpath.errors import HTTP2Unavailable, NetworkError, ProtocolError, RemoteProtocolError
+from tokenpath.errors import HTTP2Unavailable, NetworkError, ProtocolError, ProtocolViolation
 from tokenpath.probe.client import ProbeConfig, SocketReads, read_until_done, request_parts
 from tokenpath.probe.trace import H2Figures, Trace, TraceLimits, TraceRecorder
 from tokenpath.probe.transport import Target, Transport
@@ -109,7 +109,7 @@ def _stream_read(events: list[H2Event], sid: int) -> tuple[bool, int, ResponseHe
             code = error_name(event.error_code)
             if not event.remote:
                 why = f": {event.reason}" if event.reason else ""
-                raise RemoteProtocolError(f"the server broke HTTP/2 on the stream ({code}{why}); the client reset it")
+                raise ProtocolViolation(f"the server broke HTTP/2 on the stream ({code}{why}); the client reset it")
             raise NetworkError(f"the server reset the HTTP/2 stream ({code})")
     return advanced, len(body), head, body, ended
 

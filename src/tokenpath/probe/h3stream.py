@@ -33,7 +33,7 @@ from tokenpath.errors import (
     ConnectTimeout,
     DNSError,
     NetworkError,
-    RemoteProtocolError,
+    ProtocolViolation,
     TLSError,
     UsageError,
 )
@@ -293,7 +293,7 @@ class _H3Client:
         headers = [(bytes(n), bytes(v)) for n, v in event.headers]
         why = malformed(headers)
         if why is not None:
-            raise RemoteProtocolError(f"the server's HTTP/3 response head is malformed: {why}")
+            raise ProtocolViolation(f"the server's HTTP/3 response head is malformed: {why}")
         status = next(int(v) for n, v in headers if n == b":status")
         if 100 <= status < 200:
             return None  # an interim response: the final head follows
@@ -322,7 +322,7 @@ class _H3Client:
         said = f"{term.error_code:#x}{f' {term.reason_phrase!r}' if term.reason_phrase else ''}"
         frames = rec.trace.frame_count
         if quic._state is QuicConnectionState.CLOSING:
-            raise RemoteProtocolError(f"the server broke HTTP/3 ({said}); the client closed the connection")
+            raise ProtocolViolation(f"the server broke HTTP/3 ({said}); the client closed the connection")
         raise NetworkError(f"the QUIC connection ended before the HTTP/3 stream did ({frames} frames; {said})")
 
     def _handshake_error(self, term: ConnectionTerminated) -> ConnectError:

@@ -19,7 +19,7 @@ from enum import Enum
 
 import httptools
 
-from tokenpath.errors import RemoteProtocolError, ResponseTooLarge
+from tokenpath.errors import ProtocolViolation, RemoteProtocolError, ResponseTooLarge
 from tokenpath.wire.framing import NO_CALLBACKS, Framing, find_header, received_framing
 
 
@@ -149,7 +149,7 @@ class ClientConnection:
         if not self._waiting:
             if self.state is State.IDLE and data:
                 self._set(State.ERROR)
-                raise RemoteProtocolError("the server sent bytes while no request was outstanding")
+                raise ProtocolViolation("the server sent bytes while no request was outstanding")
             return  # after the response (or after an error): not ours to interpret
         if self.head is None:
             self._head_bytes += len(data)  # bytes read while the head is incomplete (interim heads included)
@@ -160,7 +160,7 @@ class ClientConnection:
         except httptools.HttpParserError as exc:
             raise self.parse_failed(exc) from None
         if self._upgraded:
-            raise RemoteProtocolError(UPGRADE_REFUSED)
+            raise ProtocolViolation(UPGRADE_REFUSED)
         if self.head is None and self._head_bytes > self.max_head_bytes:
             self._set(State.ERROR)
             raise ResponseTooLarge(f"response head larger than {self.max_head_bytes} bytes")
@@ -180,14 +180,14 @@ class ClientConnection:
         """What llhttp's error on a read means, to raise in its place (from None): the core is in ERROR then."""
         self._set(State.ERROR)
         if self._upgraded:  # llhttp pauses after a 101's head; on_headers_complete marked it
-            return RemoteProtocolError(UPGRADE_REFUSED)
+            return ProtocolViolation(UPGRADE_REFUSED)
         context = exc.__context__
         if isinstance(context, RemoteProtocolError):  # raised by one of our callbacks
             return context
         if isinstance(exc, httptools.HttpParserCallbackError) and isinstance(context, Exception):
             return context  # a callback's own bug (on_head, on_body, on_end): never the peer's
         where = "body" if self.head else "status line or headers"
-        return RemoteProtocolError(f"malformed HTTP response {where}: {exc}")
+        return ProtocolViolation(f"malformed HTTP response {where}: {exc}")
 
     def cancel(self) -> None:
         """Stop reading the outstanding response (its reader dropped the connection): later bytes, even the rest of

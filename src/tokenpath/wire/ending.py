@@ -48,6 +48,7 @@ from tokenpath.errors import (
     HTTPStatusError,
     NetworkError,
     PeerTimeout,
+    ProtocolViolation,
     RemoteProtocolError,
     ResponseTooLarge,
     StreamFormatError,
@@ -264,28 +265,13 @@ def broken_by(exc: BaseException) -> BodyEnd | None:
     return None
 
 
-# What the clients' RemoteProtocolErrors say when the peer broke HTTP's rules rather than closing early (wire/client.py
-# parse_failed's "malformed HTTP response ..." and UPGRADE_REFUSED, the bytes after a response, h2client's protocol
-# errors and floods, probe/h2stream's and h3stream's "the server broke HTTP/2|3", an HTTP/3 head that is malformed).
-# A StreamFormatError is one unless it says "truncated" (a body that ended inside a frame). A close before the body's
-# end says "closed" and none of these (tests/wire/test_ending.py reads real errors of both kinds from
-# ClientConnection).
-_VIOLATIONS = (
-    "malformed",
-    "switching protocols",
-    "no request was outstanding",
-    "protocol error",
-    "flood",
-    "broke http",
-)
-
-
 def violation(exc: BaseException) -> bool:
-    """The peer's bytes broke HTTP's (or the stream format's) rules: not a body cut short by a close."""
-    text = str(exc).lower()
-    if "truncated" in text:  # a body that ended inside a frame (StreamFormatError's words for it)
-        return False
-    return isinstance(exc, StreamFormatError) or any(marker in text for marker in _VIOLATIONS)
+    """The peer's bytes broke HTTP's (or the stream format's) rules: not a body cut short by a close. Decided by the
+    error's class, which the code that saw the bytes chose (errors.ProtocolViolation; a StreamFormatError unless its
+    body ended inside a frame), never by its words."""
+    if isinstance(exc, StreamFormatError):
+        return not exc.truncated
+    return isinstance(exc, ProtocolViolation)
 
 
 # A client that raises for a cut attaches its end to the error; whoever catches it asks for it back. No end: not a

@@ -166,7 +166,8 @@ class EventStreamParser:
             expected = f"of {self._total} " if self._total is not None else ""
             self._held = bytearray()
             raise StreamFormatError(
-                f"the stream ended inside an event-stream message ({size} bytes {expected}received): truncated"
+                f"the stream ended inside an event-stream message ({size} bytes {expected}received): truncated",
+                truncated=True,
             )
         return []
 

@@ -52,7 +52,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from tokenpath.errors import HTTP2Unavailable, LocalProtocolError, RemoteProtocolError, UsageError
+from tokenpath.errors import HTTP2Unavailable, LocalProtocolError, ProtocolViolation, UsageError
 from tokenpath.wire.h2events import (
     PROTOCOL_ERROR,
     REFUSED_STREAM,
@@ -431,7 +431,7 @@ class H2ClientConnection:
         flood = guard.feed(data)
         if flood is not None:
             self._fail(guard.error_code)
-            raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+            raise ProtocolViolation(f"HTTP/2 flood from the server: {flood}; connection closed")
         read = _Read()
         try:
             if not guard.block_ends:  # (a token stream's reads: DATA only)
@@ -447,7 +447,7 @@ class H2ClientConnection:
                         start = cut
         except h2.exceptions.ProtocolError as exc:
             self.dead = True  # h2 queued its GOAWAY with the error code
-            raise RemoteProtocolError(f"HTTP/2 protocol error from the server: {exc}") from None
+            raise ProtocolViolation(f"HTTP/2 protocol error from the server: {exc}") from None
         return self._settle(read, t_ns)
 
     def _check_preface(self, data: bytes) -> None:
@@ -517,7 +517,7 @@ class H2ClientConnection:
                 flood = self._guard.spend("1xx heads")
                 if flood is not None:
                     self._fail(h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
-                    raise RemoteProtocolError(f"HTTP/2 flood from the server: {flood}; connection closed")
+                    raise ProtocolViolation(f"HTTP/2 flood from the server: {flood}; connection closed")
             else:
                 if (headed := self._streams.get(sid)) is not None:
                     headed.headed = True

@@ -100,6 +100,7 @@ class NDJSONParser:
         except (ValueError, RecursionError):
             raise StreamFormatError(
                 f"the stream ended inside an NDJSON line ({len(rest)} bytes without a line end that are not whole "
-                "JSON): truncated"
+                "JSON): truncated",
+                truncated=True,
             ) from None
         return [JsonLine(rest)]
