@@ -145,3 +145,20 @@ def test_buffer_limit_holds_per_response() -> None:
     policy.observe_request(GET)
     with pytest.raises(BufferLimitExceeded):
         policy.feed(b"HTTP/1.1 200 OK\r\nContent-Length: 99\r\n\r\n" + b"x" * len(CHUNKED))
+
+
+def test_buffer_holds_an_upgraded_connection_until_eof_and_keeps_the_client_bytes_flowing() -> None:
+    """A WebSocket upgrade through the buffer relay: llhttp stops at the upgrade (HttpParserUpgrade, which is no
+    HttpParserError: it raised out of observe_request and took the connection down), the client's frames after it
+    are not requests, and the 101 and everything after it are held until the upstream closes."""
+    out: list[list[bytes]] = []
+    policy = BufferPolicy(out.append)
+    upgrade = b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    policy.observe_request(upgrade)
+    policy.observe_request(b"\x81\x85abcd\x00\x00\x00\x00\x00")  # a masked client frame: not HTTP
+    switched = b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+    policy.feed(switched)
+    policy.feed(b"\x81\x02hi")
+    assert out == []
+    policy.finish()
+    assert out == [[switched + b"\x81\x02hi"]]

@@ -18,15 +18,13 @@ Over HTTP/2 (the client's preface decides, controls/relay.py): pass and cork as 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable
 from typing import Literal, Protocol
-
-import httptools
 
 from tokenpath.controls.compress import CompressPolicy
 from tokenpath.errors import InstrumentError, RemoteProtocolError
 from tokenpath.wire.client import ClientConnection
+from tokenpath.wire.requestmethods import RequestMethods
 
 Mode = Literal["pass", "buffer", "cork", "gzip-hold", "gzip-flush"]
 MODES: tuple[Mode, ...] = ("pass", "buffer", "cork", "gzip-hold", "gzip-flush")
@@ -83,28 +81,6 @@ class PassPolicy(_ByteLevel):
         pass
 
 
-class _RequestMethods:
-    """The methods of the client's requests, in order (a response to HEAD has no body): only request heads are read,
-    bodies are skipped. `broken` once the client's bytes are not HTTP/1.1 this reads (an upgrade, CONNECT, garbage):
-    the methods read before that are still good."""
-
-    def __init__(self) -> None:
-        self.methods: deque[str] = deque()
-        self.broken = False
-        self._parser = httptools.HttpRequestParser(self)
-
-    def feed(self, data: bytes) -> None:
-        if self.broken:
-            return
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserError:  # HttpParserUpgrade included: what follows is not HTTP/1.1 requests
-            self.broken = True
-
-    def on_headers_complete(self) -> None:  # httptools' callback
-        self.methods.append(self._parser.get_method().decode("latin-1"))
-
-
 class BufferPolicy:
     """Holds each HTTP/1.1 response whole and writes it in one piece when its last byte came (see the module's
     docstring). Waiting for the upstream's EOF instead would never answer a kept-alive client: the upstream keeps
@@ -115,7 +91,7 @@ class BufferPolicy:
         self._held: list[bytes] = []  # the bytes of the response being read (of everything, once `_raw`)
         self._size = 0
         self._limit = limit
-        self._requests = _RequestMethods()
+        self._requests = RequestMethods()
         self._response: ClientConnection | None = None  # the response being read
         self._method = "GET"  # the method of the request it answers
         self._ended = False  # its end was parsed
