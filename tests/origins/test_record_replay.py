@@ -279,3 +279,13 @@ def test_a_header_the_stub_cannot_send_is_dropped_and_named() -> None:
     assert [d.split(":")[0] for d in dropped] == ["header Content-Security-Policy", "header X-Name"]
     assert all("at most 1024 characters" in d for d in dropped)
     assert Recording.from_json(json.loads(recording.dumps())) == recording
+
+
+def test_an_interim_head_is_not_the_recorded_heads_time() -> None:
+    """A 103 Early Hints at 1 ms and the 200's head at 2 ms: the replay sends its head at 2 ms (the 103 is the
+    response's first byte, its TTFB, but not the head the stub sends), and records the 200's headers."""
+    hints = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+    recording = recorded([hints, HEAD, BODY])
+    assert recording.head_ms == 2.0
+    assert ("X-Accel-Buffering", "no") in recording.headers
+    assert recorded([HEAD, BODY]).head_ms == 1.0

@@ -128,7 +128,8 @@ def recording_from(
     head = trace.head
     headers, dropped = sendable_headers(head.headers if head is not None else ())
     content_type = (head.header("content-type") if head is not None else None) or "text/event-stream"
-    head_ms = ns_to_ms(trace.t_first_byte_ns - trace.t_sent_ns) if trace.t_first_byte_ns is not None else 0.0
+    head_at_ns = trace.t_head_ns if trace.t_head_ns is not None else trace.t_first_byte_ns  # not a 103's: the head's
+    head_ms = ns_to_ms(head_at_ns - trace.t_sent_ns) if head_at_ns is not None else 0.0
     recording = Recording(
         name=name,
         api=api,

@@ -99,7 +99,8 @@ class Trace:
     head: ResponseHead | None = None
     reads: list[Read] = field(default_factory=list)  # the first TraceLimits.reads reads
     frames: list[FrameArrival] = field(default_factory=list)  # the first frames, within TraceLimits
-    t_first_byte_ns: int | None = None
+    t_first_byte_ns: int | None = None  # any byte of the response: an interim 1xx head's too (TTFB, design.md)
+    t_head_ns: int | None = None  # the read that completed the final response head
     t_last_byte_ns: int | None = None  # the last read that brought bytes of this response
     t_end_ns: int | None = None
     end: StreamEnd | None = None  # how the stream ended (wire/ending.py): set once it has
@@ -243,6 +244,7 @@ class TraceRecorder:
         trace = self.trace
         if trace.head is None and head is not None:
             trace.head = head
+            trace.t_head_ns = t_ns
             if self._reading is None:
                 self._reading = 200 <= head.status < 300 and head.content_type == self._reader.spec.content_type
             self._open_decoder(head)
