@@ -121,10 +121,10 @@ def test_litellm_streams_are_joined_although_it_drops_the_stream_id(tmp_path: Pa
 COMMAND_TARGET_SECRET = "c" * 64  # enough for HS512, which the gateway allows by default
 
 
-@pytest.fixture(scope="module")
-def command_targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One load run through three proxies, read by the tests below: the gateway with a JWT, a command target that
-    needs nothing, and a command target (a gateway checking a JWT) that gets its key and a header from --custom."""
+def command_targets_run(out_dir: Path) -> dict[str, Any]:
+    """One load run through three proxies, read by the test below: the gateway with a JWT, a command target that
+    needs nothing, and a command target (a gateway checking a JWT) that gets its key and a header from --custom.
+    One test reads it all: a module fixture shared by two tests ran once per xdist worker that took one (23 s each)."""
     import jwt
 
     token = jwt.encode({"sub": "load", "exp": 2_000_000_000}, COMMAND_TARGET_SECRET, algorithm="HS256")
@@ -132,7 +132,6 @@ def command_targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     gateway = " ".join(tokenpath_argv("gateway"))
     gw = f"gw={gateway} --listen {{listen}} --upstream http://{{upstream}} --jwt-secret-env GW_SECRET"
     keyed = ("--custom", "gw.api_key_env=GW_TOKEN", "--custom", "gw.header=X-Load: 1")
-    out_dir = tmp_path_factory.mktemp("command-targets")
     out = subprocess.run(
         tokenpath_argv(
             *("load", "--proxy", "gateway:jwt", "--proxy", relay, "--proxy", gw, *keyed),
@@ -149,8 +148,8 @@ def command_targets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return doc
 
 
-def test_load_measures_the_gateway_with_a_jwt_and_any_command_target(command_targets: dict[str, Any]) -> None:
-    doc = command_targets
+def test_load_measures_the_gateway_with_a_jwt_and_command_targets_with_the_key_they_need(tmp_path: Path) -> None:
+    doc = command_targets_run(tmp_path)
     rows = {r["target"]: r for r in doc["levels"]}
     assert set(rows) == {"direct", "gateway:jwt", "myrelay", "gw"}
     assert "[auth]" in doc["targets"]["gateway:jwt"]["config"]
@@ -162,10 +161,7 @@ def test_load_measures_the_gateway_with_a_jwt_and_any_command_target(command_tar
         assert row["frames_lost"] == 0
         assert row["unjoined"] == 0
         assert len(row["runs_added_ttft_ms"]) == 2  # per-run figures: the spread --compare needs
-
-
-def test_a_command_target_gets_the_key_and_headers_its_requests_need(command_targets: dict[str, Any]) -> None:
-    row = {r["target"]: r for r in command_targets["levels"]}["gw"]
+    row = rows["gw"]  # the command target that needs a key and a header
     assert row["errors"] == 0, row["error_samples"]  # a stream without the key was refused: HTTP 401
     assert row["streams"] > 0
     command = " ".join(tokenpath_argv("gateway"))
