@@ -52,14 +52,16 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # The whole suite: what CI runs (.ci/run). The aim is 6 minutes on a 2-core machine; the README says where it stands.
 # After lint and one collection (which writes the bytecode caches the workers then read), scripts/run-tests runs the
-# timed files, then the functional e2e tests four at a time, work-stealing (tests/conftest.py hands them out in file
-# order); six at a time kept ~7 runnable tasks on 2 cores, and three of four runs then failed one functional test's
-# timing. The unit tests and mypy compute rather than wait: they run beside both e2e lanes in a cgroup with cpu.idle
-# set, so the kernel gives them only CPU time no test process wants (a waking one preempts them at once). With them
-# there the timed files took the 180 s they take alone, all 56 passing, and the unit tests finished inside those 180 s
-# (2026-12-07; before, mypy beside the timed files at normal priority moved a TLS pass relay's certification by 18 ms).
-# Without root or a cgroup cpu controller they run as before: in the functional lane's run, mypy beside it.
-# Each lane prints its slowest tests (--durations), so every CI log says where the suite's time goes.
+# timed files, then everything else in one xdist run: no lane is CPU-bound (each waits on sockets, paced streams and
+# processes far more than it computes), so the unit tests run with the functional e2e ones, four at a time,
+# work-stealing (tests/conftest.py hands out the e2e ones first): unit tests fill the cores while e2e tests wait. Six
+# at a time was 20-30 s quicker but keeps ~7 runnable tasks on 2 cores, and three of four runs then failed one
+# functional test's timing (each a different one). mypy runs beside both lanes in a cgroup with cpu.idle set (the
+# kernel gives it only CPU time no test process wants); at normal priority beside the timed files it moved a TLS pass
+# relay's certification by 18 ms. The unit tests were tried there too (2026-12-07): the timed files kept their 180 s,
+# but an idle cgroup can wait most of a second for a core while a matrix renders its report, and in-process servers
+# held to deadlines failed (a stub's pause test drifted 877 ms). Without root or a cgroup cpu controller, mypy runs
+# beside the second lane. Each lane prints its slowest tests (--durations), so every CI log says where the time goes.
 test: $(BIN)/.installed $(COMPOSE_SPEC) proxies
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -1,7 +1,7 @@
-"""scripts/run-tests, make test's lanes, with fake `pytest` and `mypy` that say where and how they ran: the unit
-tests and mypy go into an idle cgroup beside the e2e lanes (SIGINT not ignored there), the e2e lanes do not, every
-lane runs and the first failure is the exit, the group is gone afterwards, and RUN_TESTS_IDLE=0 (or no cgroup to
-make) runs them the old way."""
+"""scripts/run-tests, make test's lanes, with fake `pytest` and `mypy` that say where and how they ran: mypy goes into
+an idle cgroup beside the test lanes (SIGINT not ignored there), the test lanes do not (the unit tests hold
+in-process servers to deadlines), every lane runs and the first failure is the exit, the group is gone afterwards,
+and RUN_TESTS_IDLE=0 (or no cgroup to make) runs mypy beside the second lane as before."""
 
 from __future__ import annotations
 
@@ -27,10 +27,14 @@ exit 0
 
 
 def can_make_idle_cgroups() -> bool:
-    return os.geteuid() == 0 and (Path("/sys/fs/cgroup/cpu/cgroup.procs").exists() or (
-        "cpu" in Path("/sys/fs/cgroup/cgroup.subtree_control").read_text()
-        if Path("/sys/fs/cgroup/cgroup.subtree_control").exists() else False
-    ))  # fmt: skip
+    v2 = Path("/sys/fs/cgroup/cgroup.subtree_control")
+    v1 = Path("/sys/fs/cgroup/cpu/cgroup.procs")
+    return os.geteuid() == 0 and (v1.exists() or (v2.exists() and "cpu" in v2.read_text().split()))
+
+
+def own_cgroup() -> str:
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    return next(line.split(":", 2)[2] for line in lines if line.split(":")[1] in ("cpu", "cpu,cpuacct", ""))
 
 
 def run(tmp_path: Path, *, fail_when: str = "never", idle: str = "1") -> tuple[int, list[list[str]], str]:
@@ -52,42 +56,47 @@ def lane(ran: list[list[str]], name: str, marker: str) -> list[str]:
     return found
 
 
+def check_the_test_lanes(ran: list[list[str]]) -> tuple[list[str], list[str]]:
+    timed, rest = lane(ran, "pytest", "--dist loadfile"), lane(ran, "pytest", "--dist worksteal")
+    assert timed[1].endswith(" ".join(TIMED))
+    assert "-m" not in rest[1].split()  # every test but the timed files: the unit tests too
+    assert all(f"--ignore={file}" in rest[1] for file in TIMED)
+    return timed, rest
+
+
 @pytest.mark.skipif(not can_make_idle_cgroups(), reason="needs root and a cgroup cpu controller with cpu.idle")
-def test_unit_tests_and_mypy_run_in_an_idle_cgroup_beside_the_e2e_lanes(tmp_path: Path) -> None:
+def test_mypy_runs_in_an_idle_cgroup_beside_the_test_lanes_and_the_tests_do_not(tmp_path: Path) -> None:
     status, ran, stdout = run(tmp_path)
     assert status == 0, stdout
-    unit, checked = lane(ran, "pytest", "-m not e2e"), lane(ran, "mypy", "")
-    timed, functional = lane(ran, "pytest", "--dist loadfile"), lane(ran, "pytest", "--dist worksteal")
-    group = unit[2]
+    timed, rest = check_the_test_lanes(ran)
+    checked = lane(ran, "mypy", "")
+    group = checked[2]
     assert "/tokenpath-tests-" in group
-    assert checked[2] == group
-    assert group not in (timed[2], functional[2])
-    assert (unit[3], checked[3]) == ("0", "0")  # SIGINT not ignored, though the script was started ignoring it
-    assert timed[3] == "1"  # (the fake's check works: the e2e lanes inherit the ignoring)
-    assert timed[1].endswith(" ".join(TIMED))
-    assert "-m e2e" in functional[1]
-    assert all(f"--ignore={file}" in functional[1] for file in TIMED)
+    assert group not in (timed[2], rest[2])
+    assert checked[3] == "0"  # SIGINT not ignored, though the script was started ignoring it
+    assert timed[3] == "1"  # (the fake's check works: the test lanes inherit the ignoring)
     assert not any((Path(base) / group.lstrip("/")).exists() for base in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup"))
-    assert "the unit tests (beside the e2e lanes)" in stdout
+    assert "--- mypy (beside the test lanes) ---" in stdout
 
 
 @pytest.mark.skipif(not can_make_idle_cgroups(), reason="needs root and a cgroup cpu controller with cpu.idle")
-def test_a_failing_lane_is_the_exit_and_the_others_still_run(tmp_path: Path) -> None:
-    status, ran, _ = run(tmp_path / "timed", fail_when="loadfile")
+@pytest.mark.parametrize("failing", ["loadfile", "worksteal"])
+def test_a_failing_lane_is_the_exit_and_the_others_still_run(tmp_path: Path, failing: str) -> None:
+    status, ran, _ = run(tmp_path, fail_when=failing)
     assert status == 3
-    assert len(ran) == 4  # the timed lane failed; the functional lane, the unit tests and mypy still ran
-    status, ran, stdout = run(tmp_path / "unit", fail_when="no:cacheprovider")
-    assert status == 3  # the unit tests' failure, though they ran in the background
-    assert len(ran) == 4
-    assert "the unit tests (beside the e2e lanes)" in stdout
+    assert len(ran) == 3
 
 
-def test_without_an_idle_cgroup_the_unit_tests_run_in_the_functional_lane(tmp_path: Path) -> None:
+@pytest.mark.skipif(not can_make_idle_cgroups(), reason="needs root and a cgroup cpu controller with cpu.idle")
+def test_a_failing_mypy_in_the_background_is_the_exit(tmp_path: Path) -> None:
+    status, ran, stdout = run(tmp_path, fail_when="")  # mypy has no arguments: " " matches it alone
+    assert status == 3, stdout
+    assert len(ran) == 3
+
+
+def test_without_an_idle_cgroup_mypy_runs_beside_the_second_lane(tmp_path: Path) -> None:
     status, ran, stdout = run(tmp_path, idle="0", fail_when="worksteal")
     assert status == 3
     assert "no idle cgroup" in stdout
-    assert [line[0] for line in ran].count("pytest") == 2
-    whole = lane(ran, "pytest", "--dist worksteal")
-    assert "-m" not in whole[1].split()  # every test but the timed files: the unit tests too
-    assert all(f"--ignore={file}" in whole[1] for file in TIMED)
-    assert "/tokenpath-tests-" not in lane(ran, "mypy", "")[2]
+    check_the_test_lanes(ran)
+    assert lane(ran, "mypy", "")[2] == own_cgroup()  # where the script was: no group of its own
