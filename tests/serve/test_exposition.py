@@ -525,3 +525,44 @@ def test_a_head_kept_for_a_thread_is_closed_at_its_deadline_and_the_kept_are_cap
         assert time.monotonic() - started < 8  # its 0.5 s, with room for a loaded host
         client.close()
     short.close()
+
+
+def test_a_thread_given_back_goes_to_the_oldest_kept_head_not_one_whole_in_the_same_batch() -> None:
+    """A kept head waited longest: when a thread is given back as another head becomes whole (both seen in one
+    batch of the reader's loop), the kept one takes it and the new one is kept in its turn."""
+    free = [0]
+    taken: list[bytes] = []
+
+    def on_head(sock: socket.socket, _: Any, head: bytes) -> bool:
+        if not free[0]:
+            return False
+        free[0] -= 1
+        taken.append(head)
+        sock.close()
+        return True
+
+    reader = HeadReader(on_head, 30)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        old = _pair(listener, reader)
+        old.sendall(b"GET /old HTTP/1.1\r\n\r\n")
+        new = _pair(listener, reader)  # connected, registered, its head not sent yet
+        time.sleep(0.5)  # the old head read, refused: kept
+        reader._selector = _Batched(reader._selector, 0.5)  # type: ignore[assignment]
+        reader.retry()  # nothing free: the old head stays kept, and the reader's next select() is batched
+        time.sleep(0.2)  # inside that batch's pause now
+        new.sendall(b"GET /new HTTP/1.1\r\n\r\n")
+        free[0] = 1
+        reader.retry()  # a thread given back, in the same batch as the new head
+        deadline = time.monotonic() + 10
+        while not taken and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert taken == [b"GET /old HTTP/1.1\r\n\r\n"]
+        free[0] = 1
+        reader.retry()
+        while len(taken) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert taken[1:] == [b"GET /new HTTP/1.1\r\n\r\n"]
+        old.close()
+        new.close()
+    reader.close()

@@ -186,16 +186,17 @@ class HeadReader:
     def _run(self) -> None:
         try:
             while not self._closing:
-                for key, _ in self._selector.select(self._next_timeout()):
+                ready = self._selector.select(self._next_timeout())
+                if self._retry:  # first: a thread given back goes to the oldest kept head, not one whole just now
+                    self._retry = False  # before the offers: a retry() during them is another round
+                    self._offer_ready()
+                for key, _ in ready:
                     if key.data is None:  # the wake-up socket
                         self._drain_wake()
                     elif key.data in self._waiting or key.data in self._lingering:
                         self._read(key.data)
                     # else: closed earlier in this batch (a refusal evicted the oldest lingering socket)
                 self._take_added()
-                if self._retry:
-                    self._retry = False  # before the offers: a retry() during them is another round
-                    self._offer_ready()
                 self._expire()
         finally:
             for sock in [*self._waiting, *self._lingering]:
