@@ -4,8 +4,8 @@ bounded in threads and time, and fair by client address (the IP): heads are read
 a whole head then takes one of `threads` threads, of which one address may hold all but one, so a single address
 that holds its requests open (reading its answers slowly, or a long /probe each) still leaves a thread for a scrape
 from another. A head past either bound waits for a thread (the next one given back goes to the oldest waiting head
-whose address may take it) and is closed if none came within SCRAPE_TIMEOUT_S: a client's next request, sent as soon
-as it read its answer, often comes before the thread that wrote the answer is given back."""
+whose address may take it) and is answered 503 if none came within SCRAPE_TIMEOUT_S: a client's next request, sent
+as soon as it read its answer, often comes before the thread that wrote the answer is given back."""
 
 from __future__ import annotations
 

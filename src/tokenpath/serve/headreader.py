@@ -6,7 +6,8 @@ the waiting done by a selector instead of a thread per connection.
         -> on_head(sock, address, data) on the reader's thread once `sock` has sent a whole head (request line,
            headers, the blank line); `data` is every byte read, the head and whatever followed it. It returns True
            when it took the socket, False when it cannot serve it yet (no thread free for it): the head is then
-           kept, offered again after each retry() (oldest first), and closed if none took it within `timeout_s`
+           kept, offered again after each retry() (oldest first; a head whole while others are kept queues
+           behind them), and answered 503 (Retry-After: 1) and closed if none took it within `timeout_s`
 
 A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
@@ -20,7 +21,7 @@ read and dropped, for at most LINGER_S and LINGER_BYTES. Closed at once, a socke
 a reset, which can reach the client before it has read the 431 (a 200 KB head was answered so). At most max_waiting
 linger, and past that the same rule closes one: the oldest of the address holding the most. So do at most
 max_waiting whole heads kept for a thread (a client's next request, sent the moment it read the last byte of its
-answer, can come before the thread that wrote it is given back).
+answer, can come before the thread that wrote it is given back); one closed so is answered 503 first.
 """
 
 from __future__ import annotations
@@ -41,13 +42,19 @@ from tokenpath.wire.limits import MAX_HEAD_BYTES
 log = logging.getLogger(__name__)
 
 # Connections waiting for their head at once: a Prometheus or two scrape a metrics port, so 64 is room to spare for
-# honest clients, at most 1 MiB of heads (MAX_HEAD_BYTES each), and 64 file descriptors.
+# honest clients, at most 1 MiB of heads (MAX_HEAD_BYTES each), and 64 file descriptors. As many may linger after a
+# 431 and as many whole heads be kept for a thread: 192 descriptors in all, at most.
 MAX_WAITING = 64
 READ_BYTES = 4096
 _HEAD_ENDS = (b"\n\r\n", b"\n\n")  # the blank line, as http.client reads it (CRLF or bare LF)
 LINGER_S = 2.0  # a refused client's rest of its head, read and dropped for this long at most ...
 LINGER_BYTES = 1 << 20  # ... and this much: past either, the socket is closed however it ends
 TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+_BUSY_REASON = b"no thread was free for this request in time\n"
+BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b" % (
+    len(_BUSY_REASON),
+    _BUSY_REASON,
+)
 
 OnHead = Callable[[socket.socket, Any, bytes], bool]
 
@@ -267,10 +274,16 @@ class HeadReader:
         self._waiting.pop(sock)
         sock.setblocking(True)
         ready = _Ready(waiting.ip, time.monotonic() + self._timeout_s, waiting.address, bytes(waiting.data))
-        if not self._offer(sock, ready):
-            if len(self._ready) >= self._max_waiting:
-                self._close(self._ready, self._ready.victim())
-            self._ready.add(sock, ready)
+        if not self._ready:
+            if not self._offer(sock, ready):
+                self._ready.add(sock, ready)
+            return
+        # Heads are kept: this one queues behind them, and they are offered first. Offered at once, it could take a
+        # thread given back while this read was under way, before the retry() that says so reached this loop.
+        if len(self._ready) >= self._max_waiting:
+            self._close(self._ready, self._ready.victim())
+        self._ready.add(sock, ready)
+        self._offer_ready()
 
     def _offer(self, sock: socket.socket, ready: _Ready) -> bool:
         """Whether on_head took `sock` (or failed on it, and it is closed): False keeps it for a retry."""
@@ -303,6 +316,8 @@ class HeadReader:
     def _close(self, queue: _Queue[Any], sock: socket.socket) -> None:
         if queue is self._ready:  # not registered: its reads are the server's once a thread takes it
             self._ready.pop(sock)
+            with contextlib.suppress(OSError):  # best effort, never blocking: a 503 says why, where EOF would not
+                sock.send(BUSY, socket.MSG_DONTWAIT)
             sock.close()
         else:
             self._drop(sock)
