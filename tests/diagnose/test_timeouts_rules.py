@@ -98,7 +98,8 @@ def test_bounds_that_invert_are_inconsistent_not_done_as_a_bracket() -> None:
     assert not search.confirmed
 
 
-def test_a_limit_is_firm_only_once_its_bracketing_values_did_the_same_again() -> None:
+def bracketed_at_6_s() -> Bisection:
+    """A search of 1-15 s through a path that cuts at 6 s, after the rounds that bracket the limit (not confirmed)."""
     search = Bisection(1.0, 15.0, 1.0)
     search.record(15.0, False, 6.0)
     search.record(1.0, True)
@@ -106,6 +107,11 @@ def test_a_limit_is_firm_only_once_its_bracketing_values_did_the_same_again() ->
     for value in search.next_values():
         search.record(value, value <= 6.0, None if value <= 6.0 else 6.0)
     search.end_round()
+    return search
+
+
+def test_a_limit_is_firm_only_once_its_bracketing_values_did_the_same_again() -> None:
+    search = bracketed_at_6_s()
     assert search.bracketed
     assert search.inconsistent is None
     assert (search.done, search.confirmed) == (False, False)  # bracketed, not yet confirmed
@@ -154,13 +160,7 @@ def test_a_value_that_came_through_and_was_cut_far_from_its_length_is_inconsiste
 def test_a_confirming_try_that_disagrees_makes_it_inconsistent(
     survived_again: bool, cut_again_at: float | None
 ) -> None:
-    search = Bisection(1.0, 15.0, 1.0)
-    search.record(15.0, False, 6.0)
-    search.record(1.0, True)
-    search.end_round()
-    for value in search.next_values():
-        search.record(value, value <= 6.0, None if value <= 6.0 else 6.0)
-    search.end_round()
+    search = bracketed_at_6_s()
     survived, cut = search.next_values()
     search.record(survived, survived_again, None if survived_again else cut_again_at)
     search.record(cut, False, cut_again_at)

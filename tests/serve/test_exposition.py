@@ -528,21 +528,27 @@ def test_a_head_kept_for_a_thread_is_closed_at_its_deadline_and_the_kept_are_cap
     short.close()
 
 
-def test_a_thread_given_back_goes_to_the_oldest_kept_head_not_one_whole_in_the_same_batch() -> None:
-    """A kept head waited longest: when a thread is given back as another head becomes whole (both seen in one
-    batch of the reader's loop), the kept one takes it and the new one is kept in its turn."""
-    free = [0]
-    taken: list[bytes] = []
+class _Slots:
+    """An on_head with `free` threads to give: a head is taken (recorded, its socket closed) while one is free."""
 
-    def on_head(sock: socket.socket, _: Any, head: bytes) -> bool:
-        if not free[0]:
+    def __init__(self) -> None:
+        self.free = 0
+        self.taken: list[bytes] = []
+
+    def on_head(self, sock: socket.socket, _: Any, head: bytes) -> bool:
+        if not self.free:
             return False
-        free[0] -= 1
-        taken.append(head)
+        self.free -= 1
+        self.taken.append(head)
         sock.close()
         return True
 
-    reader = HeadReader(on_head, 30)
+
+def test_a_thread_given_back_goes_to_the_oldest_kept_head_not_one_whole_in_the_same_batch() -> None:
+    """A kept head waited longest: when a thread is given back as another head becomes whole (both seen in one
+    batch of the reader's loop), the kept one takes it and the new one is kept in its turn."""
+    slots = _Slots()
+    reader = HeadReader(slots.on_head, 30)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         old = _pair(listener, reader)
         old.sendall(b"GET /old HTTP/1.1\r\n\r\n")
@@ -552,18 +558,18 @@ def test_a_thread_given_back_goes_to_the_oldest_kept_head_not_one_whole_in_the_s
         reader.retry()  # nothing free: the old head stays kept, and the reader's next select() is batched
         time.sleep(0.2)  # inside that batch's pause now
         new.sendall(b"GET /new HTTP/1.1\r\n\r\n")
-        free[0] = 1
+        slots.free = 1
         reader.retry()  # a thread given back, in the same batch as the new head
         deadline = time.monotonic() + 10
-        while not taken and time.monotonic() < deadline:
+        while not slots.taken and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.3)
-        assert taken == [b"GET /old HTTP/1.1\r\n\r\n"]
-        free[0] = 1
+        assert slots.taken == [b"GET /old HTTP/1.1\r\n\r\n"]
+        slots.free = 1
         reader.retry()
-        while len(taken) < 2 and time.monotonic() < deadline:
+        while len(slots.taken) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert taken[1:] == [b"GET /new HTTP/1.1\r\n\r\n"]
+        assert slots.taken[1:] == [b"GET /new HTTP/1.1\r\n\r\n"]
         old.close()
         new.close()
     reader.close()
@@ -573,29 +579,19 @@ def test_a_head_whole_while_others_are_kept_queues_behind_them() -> None:
     """Offered at once, a new head could take a thread given back while its read was under way (before the retry()
     reached the reader's loop) and pass an older kept head (a review saw it 2 to 4 times in 45): it queues instead,
     and the kept heads are offered first."""
-    free = [0]
-    taken: list[bytes] = []
-
-    def on_head(sock: socket.socket, _: Any, head: bytes) -> bool:
-        if not free[0]:
-            return False
-        free[0] -= 1
-        taken.append(head)
-        sock.close()
-        return True
-
-    reader = HeadReader(on_head, 30)
+    slots = _Slots()
+    reader = HeadReader(slots.on_head, 30)
     with socket.create_server(("127.0.0.1", 0)) as listener:
         old = _pair(listener, reader)
         old.sendall(b"GET /old HTTP/1.1\r\n\r\n")
         time.sleep(0.5)  # read, refused: kept
-        free[0] = 1  # a thread given back, its retry() not called yet
+        slots.free = 1  # a thread given back, its retry() not called yet
         new = _pair(listener, reader)
         new.sendall(b"GET /new HTTP/1.1\r\n\r\n")
         deadline = time.monotonic() + 10
-        while not taken and time.monotonic() < deadline:
+        while not slots.taken and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert taken == [b"GET /old HTTP/1.1\r\n\r\n"]
+        assert slots.taken == [b"GET /old HTTP/1.1\r\n\r\n"]
         old.close()
         new.close()
     reader.close()

@@ -274,12 +274,8 @@ class HeadReader:
         self._waiting.pop(sock)
         sock.setblocking(True)
         ready = _Ready(waiting.ip, time.monotonic() + self._timeout_s, waiting.address, bytes(waiting.data))
-        if not self._ready:
-            if not self._offer(sock, ready):
-                self._ready.add(sock, ready)
-            return
-        # Heads are kept: this one queues behind them, and they are offered first. Offered at once, it could take a
-        # thread given back while this read was under way, before the retry() that says so reached this loop.
+        # It queues behind any heads already kept, and they are offered first: offered alone, it could take a thread
+        # given back while this read was under way, before the retry() that says so reached this loop.
         if len(self._ready) >= self._max_waiting:
             self._close(self._ready, self._ready.victim())
         self._ready.add(sock, ready)
