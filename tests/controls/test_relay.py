@@ -65,7 +65,9 @@ def test_cork_over_tls_is_still_seen_in_bursts(world: tuple[BackgroundLoop, Stub
 def test_pass_streams(world: tuple[BackgroundLoop, StubServer]) -> None:
     metrics = through(world, mode="pass")
     assert metrics.frames == FRAMES
-    assert metrics.frames_per_read == 1.0
+    # One read per frame as written. A reader descheduled past the 40 ms interval joins two in one read (10 frames
+    # in 9 reads with a core kept busy), which no relay causes; a relay that held frames two by two would be 2.0.
+    assert (metrics.frames_per_read or 0) < 2.0
 
 
 def test_buffer_delivers_everything_in_one_read_at_the_end(world: tuple[BackgroundLoop, StubServer]) -> None:
@@ -90,8 +92,11 @@ def test_cork_flushes_on_size(world: tuple[BackgroundLoop, StubServer]) -> None:
     # the 10 s timer (the response head, counted too, may release a lone first frame).
     metrics = through(world, mode="cork", cork_ms=10_000, cork_bytes=130)
     assert metrics.frames == FRAMES
-    assert max(metrics.bursts) == 2
-    assert metrics.bursts[2] >= FRAMES // 2 - 1
+    # Released two by two (a pass relay is 1.0 a read), more than once (a buffer is one read at the end), and not by
+    # the timer. Not an exact burst count: a late reader joins a pair with the next frame (a burst of 3 was seen with
+    # a core kept busy), which only raises frames per read.
+    assert (metrics.frames_per_read or 0) >= 1.5
+    assert metrics.arrivals >= 2
     assert (metrics.total_ms or 0) < 5_000
 
 
