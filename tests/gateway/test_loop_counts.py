@@ -106,8 +106,11 @@ def test_no_garbage_collection_starts_inside_a_measured_read() -> None:
 # request's 8 metric updates one call of tokenpath's own.
 # Then 717 -> 683 in all, 274 -> 266 in tokenpath: the header names lowercased once, by the parser (wire/server.py
 # Request.names), every lookup a search of them (no find_header walk and lower() of every name per lookup).
-MAX_OWN_CALLS_PER_REQUEST = 270  # 266 measured, 3 runs (a wheel tick inside the measured requests adds 1-2)
-MAX_CALLS_PER_REQUEST = 689  # 683.05 measured; pytest adds a few
+# Then 683 -> 655 in all, 266 -> 255 in tokenpath: a frame's JSON parsed without json.loads's encoding detection
+# (wire/jsonbytes.py), the response and request heads written without a generator or an HTTPStatus lookup, the
+# complete request made from its head's view (the URL and headers decoded once), the head's size counted inline.
+MAX_OWN_CALLS_PER_REQUEST = 259  # 255 measured, 3 runs (a wheel tick inside the measured requests adds 1-2)
+MAX_CALLS_PER_REQUEST = 661  # 655.05 measured; pytest adds a few
 # With the access log on, as `tokenpath gateway` runs: 1155 before (88 calls for the line: built, parsed back by the
 # formatter, serialised again, logging's caller lookup), 910 after (49: built once, spliced into the line).
 # Then 810 -> 807: the line waits in the handler for one write per batch (jsonlog.BatchedHandler), no write and flush
@@ -116,10 +119,12 @@ MAX_CALLS_PER_REQUEST = 689  # 683.05 measured; pytest adds a few
 # Then 807 -> 790: the line's fields written by one f-string (gateway/accesslog.py access_fields), and the line
 # batched without logging's record when the batched handler is the only one it reaches (jsonlog.direct_handler).
 # Then 790 -> 751: the metrics as tallies (above); 751 -> 717: the header names lowercased once (above).
-MAX_CALLS_PER_LOGGED_REQUEST = 723  # 717.05 (718.4 when the batch's age bound writes it within the requests)
+# Then 717 -> 689: the trims above.
+MAX_CALLS_PER_LOGGED_REQUEST = 695  # 689.05 (690.4 when the batch's age bound writes it within the requests)
 # The same request with the 14 more headers the OpenAI SDK sends (loopcounts.SDK_HEADERS): 1025 with every lookup
-# lowering every name (~16 calls per header, 196 lower() per request), 894-895 with the names lowercased once.
-MAX_CALLS_PER_SDK_REQUEST = 901  # 894.05-895.35 measured, 3 runs
+# lowering every name (~16 calls per header, 196 lower() per request), 894-895 with the names lowercased once,
+# 839-840 with the trims above (the head's size counted inline saves one call a header).
+MAX_CALLS_PER_SDK_REQUEST = 846  # 839.05-840.05 measured, 3 runs
 
 
 def test_a_short_request_costs_a_bounded_number_of_calls_and_arms_no_loop_timer() -> None:

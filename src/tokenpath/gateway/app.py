@@ -30,6 +30,7 @@ from tokenpath.gateway.wsupgrade import WsUpgrade
 from tokenpath.serve.admission import Admission, Admitted, BodyBudget, Refusal
 from tokenpath.serve.http import Request, Response
 from tokenpath.serve.timerwheel import LoopWheel, TimerWheel
+from tokenpath.wire import jsonbytes
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.errorshape import error_reply
 from tokenpath.wire.websocket import OfferRefused, is_websocket_offer, websocket_key
@@ -327,7 +328,7 @@ def request_model(request: Request, route: RouteMatch) -> str | None:
     if not request.body:
         return None
     try:
-        body = json.loads(request.body)
+        body = jsonbytes.loads(request.body)
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes ([[[[...)
         return None  # malformed JSON: routed as a request without a model; the upstream answers its own 400
     model = body.get("model") if isinstance(body, dict) else None

@@ -8,8 +8,7 @@ where it is: a gateway may drop or add frames around it.
 
 from __future__ import annotations
 
-import json
-
+from tokenpath.wire import jsonbytes
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.reader import WireFrame
 
@@ -20,7 +19,7 @@ def content_text(api: Api, frame: WireFrame) -> str | None:
     if not data:
         return None
     try:
-        obj = json.loads(data)
+        obj = jsonbytes.loads(data)
     except (ValueError, RecursionError):
         return None
     text = SPECS[api].content_text(obj)

@@ -113,15 +113,18 @@ def framing_headers(framing: Framing, content_length: int | None) -> list[tuple[
     return []
 
 
+# Status code -> reason phrase, made once: HTTPStatus(status) costs two Python calls (enum's __call__, __new__).
+_PHRASES = {status.value: status.phrase for status in HTTPStatus}
+
+
 def response_head(status: int, headers: Iterable[tuple[str, str]], *, keep_alive: bool) -> bytes:
     """A status line and headers. `Connection: close` is added when the connection ends with this response."""
-    phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
-    lines = [f"HTTP/1.1 {status} {phrase}", *(f"{k}: {v}" for k, v in headers)]
-    if not keep_alive:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    # The header lines by a list comprehension (one call), not a generator (one resumption per header).
+    lines = "".join([f"{k}: {v}\r\n" for k, v in headers])
+    close = "" if keep_alive else "Connection: close\r\n"
+    return f"HTTP/1.1 {status} {_PHRASES.get(status, '')}\r\n{lines}{close}\r\n".encode("latin-1")
 
 
 def request_head(method: str, target: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    lines = [f"{method} {target} HTTP/1.1", *(f"{k}: {v}" for k, v in headers)]
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    lines = "".join([f"{k}: {v}\r\n" for k, v in headers])
+    return f"{method} {target} HTTP/1.1\r\n{lines}\r\n".encode("latin-1")

@@ -6,9 +6,9 @@ content frame" means the same thing to every reader.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from tokenpath.wire import jsonbytes
 from tokenpath.wire.kinds import FrameKind
 
 __all__ = ["CHUNK_ID_PREFIX", "FrameKind", "chunk_id", "classify", "content_text"]
@@ -32,7 +32,7 @@ def classify(data: bytes | None) -> FrameKind:
     if not stripped.startswith(b"{"):
         return FrameKind.CONTENT  # plain text frames (e.g. `data: 17`) are content
     try:
-        obj = json.loads(stripped)
+        obj = jsonbytes.loads(stripped)
     except (ValueError, RecursionError):  # RecursionError: a peer nesting deeper than the parser goes
         return FrameKind.CONTENT
     if not isinstance(obj, dict):
@@ -65,7 +65,7 @@ def _first_data_json(frame: bytes) -> Any:
     if not line.startswith(b"data: {"):
         return None
     try:
-        return json.loads(line[6:])
+        return jsonbytes.loads(line[6:])
     except (ValueError, RecursionError):
         return None
 

@@ -276,7 +276,10 @@ class ServerConnection:
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._replaying:
             return
-        self._count_head(len(name) + len(value) + 4)
+        # _count_head inlined: once per header line, ~17 of them from an SDK
+        self._head_size += len(name) + len(value) + 4
+        if self._head_size > self.limits.max_head_bytes:
+            raise RemoteProtocolError(f"request head larger than {self.limits.max_head_bytes} bytes", 431)
         if self._headers_done:
             return  # a chunked body's trailer fields: never merged into the request's headers
         text = name.decode("latin-1")
@@ -326,7 +329,11 @@ class ServerConnection:
             return  # llhttp skipped the body of an upgrade offer: the message goes on (see receive_data)
         head = self._incoming
         assert head is not None
-        request = self._request(head.method, head.http_version, b"".join(self._body))
+        # The head's fields as its view has them (the URL, headers and names parsed once), and the body.
+        request = Request(
+            head.method, head.target, head.path, head.query, head.http_version, self._parser.should_keep_alive(),
+            head.headers, b"".join(self._body), self.peer, head.seq, head.names,
+        )  # fmt: skip
         if self._offered is not None:
             # Taken over by the offered protocol, or answered in HTTP and closed: what follows it is not HTTP.
             request = replace(request, keep_alive=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenpath.wire import jsonbytes
 from tokenpath.wire.apispec import Shape, WireFrame
 from tokenpath.wire.eventstream import EventMessage
 from tokenpath.wire.sse import Frame
@@ -17,7 +18,7 @@ def json_value(data: bytes | None) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
+        return jsonbytes.loads(data)
     except (ValueError, RecursionError):
         return None
 
