@@ -251,6 +251,32 @@ def test_head_sent_at_once_has_no_note() -> None:
     assert not any("head" in n for n in v.notes)
 
 
+def held_head_after_early_hints(name: str, **kw: object) -> RunFigures:
+    """A path that answers `103 Early Hints` at once and holds the 200 until the first frame: TTFB is the 103's."""
+    return dataclasses.replace(streaming(name, ttfb=1.0), head_ms=s.TTFT_MS + 0.5)
+
+
+def test_a_head_held_behind_an_early_103_is_a_held_head() -> None:
+    """The head rules read the final head's time, not the first byte's (a 1xx is not the head)."""
+    v, _ = grown(held_head_after_early_hints)
+    assert v.cause is Cause.STREAMS
+    assert any("head waited for the first frame (it came at 150 ms" in n for n in v.notes), v.notes
+
+
+def test_a_late_103_before_a_head_sent_at_once_is_no_held_head() -> None:
+    v, _ = grown(lambda name, **kw: dataclasses.replace(streaming(name, ttfb=s.TTFT_MS + 0.5), head_ms=2.0))
+    assert not any("head" in n for n in v.notes)
+
+
+def test_unpaced_the_head_with_the_first_frame_is_read_from_the_final_head() -> None:
+    at = [300.0 + 10 * k for k in range(8)]
+    with_first = dataclasses.replace(unpaced([[k] for k in range(8)], at, [60] * 8), ttfb_ms=1.0, ttft_ms=300.0)
+    assert not any("head came with the first frame" in n for n in classify([with_first]).notes)  # head unknown: TTFB
+    held = dataclasses.replace(with_first, head_ms=299.5)
+    assert any("head came with the first frame" in n for n in classify([held]).notes)
+    assert not any("head came" in n for n in classify([dataclasses.replace(held, head_ms=1.0)]).notes)
+
+
 # --- disagreeing signals: unsure ----------------------------------------------------------------------------------
 
 

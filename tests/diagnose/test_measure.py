@@ -58,6 +58,10 @@ def test_figures_per_arrival() -> None:
     assert fig.burst_bytes == (120, 60, 180)
     assert fig.arrivals_ms == (200.0, 250.0, 400.0)
     assert fig.ttfb_ms == 1.0
+    assert fig.head_ms is None  # the trace has no final head's time: the head rules read TTFB
+    after_hints = trace_of([[60]], [200.0])  # a 103 at 1 ms (the first byte), the 200's head at 150 ms
+    after_hints.t_head_ns = after_hints.t_sent_ns + 150 * MS
+    assert measure.figures(run, after_hints).head_ms == 150.0
     assert fig.content_encoding == "gzip"
     assert (fig.interval_ms, fig.frame_bytes, fig.stub_ttft_ms) == (run.interval_ms, run.frame_bytes, run.ttft_ms)
     assert fig.holds_ms() == (50.0, 250.0 - (150 + 2 * 50), 400.0 - (150 + 3 * 50))

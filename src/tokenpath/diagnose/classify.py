@@ -75,8 +75,11 @@ class RunFigures:
     bursts: tuple[int, ...]  # frames completed by each arrival, in order
     burst_bytes: tuple[int, ...]  # decoded frame bytes completed by each arrival
     arrivals_ms: tuple[float, ...]  # when each arrival's read returned
-    ttfb_ms: float | None = None
+    ttfb_ms: float | None = None  # the first response byte: a 1xx's (103 Early Hints) when one came first
     ttft_ms: float | None = None
+    # The final response head's read: what the head rules read (a path that sends a 103 at once and holds the 200
+    # until the first token holds the head). None: as TTFB (figures made before this was measured).
+    head_ms: float | None = None
     accept_encoding: str | None = None  # the header sent (None: none)
     content_encoding: str = "identity"  # as the answer came
     # The stub's schedule when the diagnosis paced it, else None.
@@ -98,6 +101,11 @@ class RunFigures:
     @property
     def paced(self) -> bool:
         return self.writes_ms is not None
+
+    @property
+    def head_at_ms(self) -> float | None:
+        """When the final response head came: its own read, else (not measured) the first byte's."""
+        return self.head_ms if self.head_ms is not None else self.ttfb_ms
 
     @property
     def fpr(self) -> float | None:
@@ -142,6 +150,7 @@ class RunFigures:
             "arrivals": len(self.bursts),
             "frames_per_read": self.fpr,
             "ttfb_ms": self.ttfb_ms,
+            "head_ms": self.head_ms,
             "ttft_ms": self.ttft_ms,
             "bursts": list(self.bursts),
             "burst_bytes": list(self.burst_bytes),
@@ -560,10 +569,10 @@ def _identity_verdict(runs: list[RunFigures], ev: tuple[str, ...]) -> Verdict:
 
 def _streams(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
     notes: tuple[str, ...] = ()
-    ttft = base.stub_ttft_ms
-    if ttft is not None and base.ttfb_ms is not None and base.ttfb_ms >= max(HOLD_MS, HEAD_HELD_SHARE * ttft):
+    ttft, head = base.stub_ttft_ms, base.head_at_ms
+    if ttft is not None and head is not None and head >= max(HOLD_MS, HEAD_HELD_SHARE * ttft):
         notes = (
-            f"the response head waited for the first frame (TTFB {base.ttfb_ms:.0f} ms; the stub sent it at once "
+            f"the response head waited for the first frame (it came at {head:.0f} ms; the stub sent it at once "
             f"and its first frame at {ttft:g} ms): no token came later for it, but a client that times out "
             "waiting for the head now waits for the model's first token",
         )
@@ -693,7 +702,8 @@ def _unpaced(base: RunFigures, ev: tuple[str, ...]) -> Verdict:
         return _unsure(f"too few frames to tell ({base.name}: {base.frames})", ev)
     if s.kind is Kind.STREAMS:
         notes: tuple[str, ...] = ()
-        head_with_first = base.ttfb_ms is not None and base.ttft_ms is not None and base.ttft_ms - base.ttfb_ms < 1.0
+        head = base.head_at_ms
+        head_with_first = head is not None and base.ttft_ms is not None and base.ttft_ms - head < 1.0
         if head_with_first and base.ttft_ms is not None and base.ttft_ms >= HOLD_MS:
             notes = (
                 "the head came with the first frame (the origin or the path held it: a paced stub behind the "

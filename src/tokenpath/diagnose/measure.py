@@ -342,6 +342,7 @@ def figures(run: Run, trace: Trace, log: StreamLog | None = None, api: Api = Api
         burst_bytes=tuple(nbytes.get(i, 0) for i, _ in arrivals),
         arrivals_ms=tuple((r.t_ns - sent) / 1e6 for _, r in arrivals),
         ttfb_ms=ms(trace.t_first_byte_ns),
+        head_ms=ms(trace.t_head_ns),
         ttft_ms=ms(trace.t_first_content_ns),
         accept_encoding=run.accept_encoding,
         content_encoding=trace.content_encoding,
