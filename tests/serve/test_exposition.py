@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import select
 import socket
+import struct
 import threading
 import time
 import urllib.request
@@ -534,8 +535,10 @@ class _Slots:
     def __init__(self) -> None:
         self.free = 0
         self.taken: list[bytes] = []
+        self.offers = 0
 
     def on_head(self, sock: socket.socket, _: Any, head: bytes) -> bool:
+        self.offers += 1
         if not self.free:
             return False
         self.free -= 1
@@ -610,3 +613,59 @@ def test_a_kept_head_past_its_deadline_is_answered_503() -> None:
     reader.close()
     assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n")
     assert answer.endswith(b"no thread was free for this request in time\n")
+
+
+def _kept(slots: _Slots, reader: HeadReader, listener: socket.socket, path: bytes) -> socket.socket:
+    """A client whose whole head was offered and kept (no thread free)."""
+    offers = slots.offers
+    client = _pair(listener, reader)
+    client.sendall(b"GET " + path + b" HTTP/1.1\r\n\r\n")
+    deadline = time.monotonic() + 10
+    while slots.offers == offers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return client
+
+
+@pytest.mark.parametrize("leaves_by", ["close", "reset"])
+def test_a_kept_head_whose_client_left_is_closed_not_served(leaves_by: str) -> None:
+    """A thread given back goes to a client still there: a kept head whose client closed (FIN) or reset its
+    connection while it waited is closed, as nginx ends a request whose client left while it waited (499)."""
+    slots = _Slots()
+    reader = HeadReader(slots.on_head, 30)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        gone = _kept(slots, reader, listener, b"/gone")
+        if leaves_by == "reset":
+            gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        gone.close()
+        staying = _kept(slots, reader, listener, b"/staying")
+        time.sleep(0.2)  # the FIN or RST reached the reader's socket
+        slots.free = 1
+        reader.retry()
+        deadline = time.monotonic() + 10
+        while not slots.taken and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        assert slots.taken == [b"GET /staying HTTP/1.1\r\n\r\n"]  # the older, gone one never offered
+        assert not reader._ready.entries  # and no longer kept
+        staying.close()
+    reader.close()
+
+
+def test_a_head_served_at_once_is_offered_though_its_client_half_closed() -> None:
+    """`printf 'GET / ...' | nc -N`: the request, then a FIN. A head offered at once is the server's to answer."""
+    slots = _Slots()
+    slots.free = 1
+    reader = HeadReader(slots.on_head, 30)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        client.sendall(b"GET /half HTTP/1.1\r\n\r\n")
+        client.shutdown(socket.SHUT_WR)
+        accepted, address = listener.accept()
+        time.sleep(0.1)  # the head and the FIN both arrived before the reader reads
+        reader.add(accepted, address)
+        deadline = time.monotonic() + 10
+        while not slots.taken and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slots.taken == [b"GET /half HTTP/1.1\r\n\r\n"]
+        client.close()
+    reader.close()

@@ -7,7 +7,10 @@ the waiting done by a selector instead of a thread per connection.
            headers, the blank line); `data` is every byte read, the head and whatever followed it. It returns True
            when it took the socket, False when it cannot serve it yet (no thread free for it): the head is then
            kept, offered again after each retry() (oldest first; a head whole while others are kept queues
-           behind them), and answered 503 (Retry-After: 1) and closed if none took it within `timeout_s`
+           behind them), and answered 503 (Retry-After: 1) and closed if none took it within `timeout_s`; a
+           kept head whose client has left meanwhile (closed or reset its connection, nothing sent after the head) is
+           closed, not offered: nginx ends a request so whose upstream it waits for (499, ngx_http_test_reading).
+           A head served at once is offered whatever follows it (a client may half-close after its request).
 
 A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
@@ -59,6 +62,16 @@ BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: %
 OnHead = Callable[[socket.socket, Any, bytes], bool]
 
 
+def _left(sock: socket.socket) -> bool:
+    """The client closed or reset its connection and sent nothing more (a peek: the bytes stay for the server)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # still there, and quiet
+    except OSError:
+        return True  # reset
+
+
 def client_ip(address: Any) -> Any:
     """The client an address counts as for fairness: the IP of an (ip, port[, flow, scope]) tuple, not its port."""
     return address[0] if isinstance(address, tuple) and address else address
@@ -80,6 +93,7 @@ class _Waiting(_Entry):
 class _Ready(_Entry):
     address: Any = None
     data: bytes = b""
+    kept: bool = False  # offered once and not taken: it waits for a thread
 
 
 @dataclass(slots=True)
@@ -292,8 +306,13 @@ class HeadReader:
 
     def _offer_ready(self) -> None:
         for sock, ready in list(self._ready.entries.items()):  # oldest first
-            if self._offer(sock, ready):
+            if ready.kept and _left(sock):
                 self._ready.pop(sock)
+                sock.close()
+            elif self._offer(sock, ready):
+                self._ready.pop(sock)
+            else:
+                ready.kept = True
 
     def _refuse_too_large(self, sock: socket.socket) -> None:
         reason = b"the request head is longer than %d bytes\n" % self._max_head_bytes
