@@ -11,6 +11,7 @@ import pytest
 from tests.wire.battery import splits
 from tests.wire.samples import ERRORS, STREAMS, js, sse
 from tokenpath.errors import ResponseTooLarge, StreamFormatError
+from tokenpath.wire import openai
 from tokenpath.wire.apis import Api, recognise
 from tokenpath.wire.eventstream import encode_message, event_message
 from tokenpath.wire.formats.shared import hint
@@ -83,6 +84,12 @@ def kind_of(api: Api, raw: bytes) -> FrameKind:
 )
 def test_openai_deltas(delta: dict[str, object], kind: FrameKind) -> None:
     assert kind_of(Api.OPENAI, sse({"choices": [{"index": 0, "delta": delta}]})) is kind
+
+
+def test_every_openai_reasoning_field_is_read_as_reasoning() -> None:
+    """classify spells the fields out: one added to REASONING_FIELDS and not there fails here."""
+    for name in openai.REASONING_FIELDS:
+        assert kind_of(Api.OPENAI, sse({"choices": [{"index": 0, "delta": {name: "hm"}}]})) is FrameKind.REASONING
 
 
 def test_openai_content_in_a_later_choice_wins_over_reasoning_in_an_earlier_one() -> None:

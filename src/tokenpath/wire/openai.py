@@ -16,7 +16,7 @@ __all__ = ["CHUNK_ID_PREFIX", "FrameKind", "chunk_id", "classify", "content_text
 CHUNK_ID_PREFIX = b'"id":"cmpl-'
 # Where OpenAI-compatible servers put a reasoning model's thinking: `reasoning_content` (DeepSeek, vLLM before 0.10,
 # LiteLLM), `reasoning` (vLLM 0.10+, OpenRouter, Ollama's OpenAI endpoint).
-REASONING_FIELDS = ("reasoning_content", "reasoning")
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # classify reads both, spelled out (no generator per frame)
 
 
 def classify(data: bytes | None) -> FrameKind:
@@ -52,7 +52,7 @@ def classify(data: bytes | None) -> FrameKind:
         if isinstance(delta, dict):
             if delta.get("content") or delta.get("tool_calls"):
                 return FrameKind.CONTENT
-            if any(delta.get(name) for name in REASONING_FIELDS):
+            if delta.get("reasoning_content") or delta.get("reasoning"):  # REASONING_FIELDS
                 kind = FrameKind.REASONING  # unless another choice carries content
         if choice.get("text"):
             return FrameKind.CONTENT
