@@ -669,3 +669,52 @@ def test_a_head_served_at_once_is_offered_though_its_client_half_closed() -> Non
         assert slots.taken == [b"GET /half HTTP/1.1\r\n\r\n"]
         client.close()
     reader.close()
+
+
+def test_a_kept_head_that_brought_more_is_offered_though_its_client_half_closed() -> None:
+    """A body or a pipelined request read with the head is the client's to be answered: a FIN after it is a
+    half-close, not a departure (only a head with nothing after it is left unserved)."""
+    slots = _Slots()
+    reader = HeadReader(slots.on_head, 30)
+    request = b"POST /body HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        offers = slots.offers
+        client = _pair(listener, reader)
+        client.sendall(request)
+        deadline = time.monotonic() + 10
+        while slots.offers == offers and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.shutdown(socket.SHUT_WR)
+        time.sleep(0.2)  # the FIN reached the reader's socket
+        slots.free = 1
+        reader.retry()
+        while not slots.taken and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slots.taken == [request]
+        client.close()
+    reader.close()
+
+
+def test_a_full_kept_set_closes_the_clients_that_left_before_answering_one_still_there_503() -> None:
+    slots = _Slots()
+    reader = HeadReader(slots.on_head, 30, max_waiting=2)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        staying = _kept(slots, reader, listener, b"/staying")
+        gone = _kept(slots, reader, listener, b"/gone")
+        gone.close()
+        time.sleep(0.2)  # the FIN reached the reader's socket
+        third = _kept(slots, reader, listener, b"/third")  # the set is full: room is made for it
+        time.sleep(0.2)
+        staying.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            staying.recv(4096)  # no 503: the client that left made the room
+        assert len(reader._ready) == 2
+        slots.free = 2
+        reader.retry()
+        deadline = time.monotonic() + 10
+        while len(slots.taken) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert slots.taken == [b"GET /staying HTTP/1.1\r\n\r\n", b"GET /third HTTP/1.1\r\n\r\n"]
+        staying.close()
+        third.close()
+    reader.close()

@@ -8,9 +8,10 @@ the waiting done by a selector instead of a thread per connection.
            when it took the socket, False when it cannot serve it yet (no thread free for it): the head is then
            kept, offered again after each retry() (oldest first; a head whole while others are kept queues
            behind them), and answered 503 (Retry-After: 1) and closed if none took it within `timeout_s`; a
-           kept head whose client has left meanwhile (closed or reset its connection, nothing sent after the head) is
-           closed, not offered: nginx ends a request so whose upstream it waits for (499, ngx_http_test_reading).
-           A head served at once is offered whatever follows it (a client may half-close after its request).
+           kept head whose client has left meanwhile (reset its connection, or closed it having sent nothing after
+           the head) is closed, not offered: nginx ends a request so whose upstream it waits for (499,
+           ngx_http_test_reading); a kept head that brought more (a body, a pipelined request) is offered. A head
+           offered at once is offered whatever follows it (a client may half-close after its request).
 
 A connection is closed instead when its whole head has not arrived `timeout_s` after add() (however it drips: the
 deadline is the whole head's, not each read's), when it ends first, or when its head grows past max_head_bytes
@@ -62,14 +63,10 @@ BUSY = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: %
 OnHead = Callable[[socket.socket, Any, bytes], bool]
 
 
-def _left(sock: socket.socket) -> bool:
-    """The client closed or reset its connection and sent nothing more (a peek: the bytes stay for the server)."""
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False  # still there, and quiet
-    except OSError:
-        return True  # reset
+def _head_only(data: bytes) -> bool:
+    """`data` is one request head and nothing after it."""
+    ends = [found + len(end) for end in _HEAD_ENDS if (found := data.find(end)) >= 0]
+    return bool(ends) and min(ends) == len(data)
 
 
 def client_ip(address: Any) -> Any:
@@ -94,6 +91,16 @@ class _Ready(_Entry):
     address: Any = None
     data: bytes = b""
     kept: bool = False  # offered once and not taken: it waits for a thread
+    head_only: bool = False  # `data` ends at the head's blank line: a close after it leaves nothing to answer
+
+    def left(self, sock: socket.socket) -> bool:
+        """Its client is gone: the connection reset, or closed after a request of nothing but this head."""
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"" and self.head_only
+        except BlockingIOError:
+            return False  # still there, and quiet
+        except OSError:
+            return True  # reset
 
 
 @dataclass(slots=True)
@@ -287,9 +294,14 @@ class HeadReader:
         self._selector.unregister(sock)
         self._waiting.pop(sock)
         sock.setblocking(True)
-        ready = _Ready(waiting.ip, time.monotonic() + self._timeout_s, waiting.address, bytes(waiting.data))
+        data = bytes(waiting.data)
+        ready = _Ready(
+            waiting.ip, time.monotonic() + self._timeout_s, waiting.address, data, head_only=_head_only(data)
+        )
         # It queues behind any heads already kept, and they are offered first: offered alone, it could take a thread
         # given back while this read was under way, before the retry() that says so reached this loop.
+        if len(self._ready) >= self._max_waiting:
+            self._close_left()  # a client that left makes room before one still waiting is answered 503
         if len(self._ready) >= self._max_waiting:
             self._close(self._ready, self._ready.victim())
         self._ready.add(sock, ready)
@@ -306,13 +318,24 @@ class HeadReader:
 
     def _offer_ready(self) -> None:
         for sock, ready in list(self._ready.entries.items()):  # oldest first
-            if ready.kept and _left(sock):
-                self._ready.pop(sock)
-                sock.close()
-            elif self._offer(sock, ready):
+            if self._closed_if_left(sock, ready):
+                continue
+            if self._offer(sock, ready):
                 self._ready.pop(sock)
             else:
                 ready.kept = True
+
+    def _close_left(self) -> None:
+        for sock, ready in list(self._ready.entries.items()):
+            self._closed_if_left(sock, ready)
+
+    def _closed_if_left(self, sock: socket.socket, ready: _Ready) -> bool:
+        """A kept head whose client has gone is closed (nothing to answer: see the module's docstring)."""
+        if not (ready.kept and ready.left(sock)):
+            return False
+        self._ready.pop(sock)
+        sock.close()
+        return True
 
     def _refuse_too_large(self, sock: socket.socket) -> None:
         reason = b"the request head is longer than %d bytes\n" % self._max_head_bytes
