@@ -54,7 +54,12 @@ def _writes(stub: StubServer, stream_id: str) -> int:
 
 
 def _settled(stub: StubServer, stream_id: str) -> int:
-    """The stream's writes once they stop growing (the stub waiting on the client), after at least 0.5 s."""
+    """The stream's writes once they stop growing (the stub waiting on the client), at least 0.5 s after its first.
+    A stream this long is built before its first write (stub/app.py SLICED_FRAMES), for longer than 0.5 s on a loaded
+    host: counted from a fixed moment, writes that had not begun read as writes that had stopped (0)."""
+    deadline = time.monotonic() + 10
+    while not _writes(stub, stream_id) and time.monotonic() < deadline:
+        time.sleep(0.01)
     time.sleep(0.5)
     before = -1
     deadline = time.monotonic() + 10
