@@ -316,7 +316,7 @@ class ServerConnection:
             # llhttp will skip this body and stop (HttpParserUpgrade): remember its framing to resume it
             self._skipped_framing = _body_framing(self._headers, self._parser.should_keep_alive())
         self._seq += 1
-        self._incoming = self._request(method, version, b"")
+        self._incoming = self._head_view(method, version)
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -345,7 +345,9 @@ class ServerConnection:
         self._pending_body_bytes += len(request.body)
 
     # internals ---------------------------------------------------------------------------------------
-    def _request(self, method: str, version: str, body: bytes) -> Request:
+    def _head_view(self, method: str, version: str) -> Request:
+        """The request as its head says it, its body empty: what next_head() shows while the body arrives, and what
+        the complete request is made from."""
         parsed = httptools.parse_url(bytes(self._url))
         return Request(
             method=method,
@@ -355,7 +357,6 @@ class ServerConnection:
             http_version=version,
             keep_alive=self._parser.should_keep_alive(),
             headers=tuple(self._headers),
-            body=body,
             peer=self.peer,
             seq=self._seq,
             lowered=tuple(self._names),
