@@ -252,6 +252,20 @@ class CountingJson:
         return getattr(json, name)
 
 
+def invoked_once(seen: list[T], *argv: str) -> tuple[T, str]:
+    """`tokenpath ARGV` by typer's CliRunner, with the command's runner replaced by a recorder into `seen`: it must
+    exit 0 having called the runner once. That call, and what the command printed on stdout (a flag test's look at
+    whether a flag reached what it configures)."""
+    from typer.testing import CliRunner
+
+    from tokenpath.cli import app  # here: most tests importing this module never run a command
+
+    out = CliRunner().invoke(app, list(argv))
+    assert out.exit_code == 0, out.output
+    assert len(seen) == 1
+    return seen[0], out.stdout
+
+
 def tiny_experiment(name: str, *, proxy: str | None = "pass") -> str:
     """A matrix experiment's TOML of one condition and one run of 10 frames (through the pass relay unless told
     otherwise): the least a CLI test of `matrix` or `report` needs."""

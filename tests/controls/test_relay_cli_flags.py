@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from typer.testing import CliRunner
 
 import tokenpath.controls.relay
-from tokenpath.cli import app
+from tests.helpers import invoked_once
 from tokenpath.controls.relay import RelayConfig
 
 UPSTREAM = ["--upstream", "127.0.0.1:9"]
@@ -34,10 +33,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Served]:
 
 
 def relay(served: list[Served], *args: str) -> Served:
-    out = CliRunner().invoke(app, ["relay", *UPSTREAM, *args])
-    assert out.exit_code == 0, out.output
-    assert len(served) == 1
-    return served[0]
+    return invoked_once(served, "relay", *UPSTREAM, *args)[0]
 
 
 def test_listen_reaches_the_config(served: list[Served]) -> None:

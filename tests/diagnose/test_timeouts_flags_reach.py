@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from tokenpath.cli import app
+from tests.helpers import invoked_once
 from tokenpath.diagnose import limits
 from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESOLUTION_S, PathLimits, SurveyConfig
 
@@ -32,10 +31,7 @@ def surveys(monkeypatch: pytest.MonkeyPatch) -> list[SurveyConfig]:
 
 
 def timeouts(surveys: list[SurveyConfig], *args: str) -> tuple[SurveyConfig, str]:
-    out = CliRunner().invoke(app, ["timeouts", *args])
-    assert out.exit_code == 0, out.output
-    assert len(surveys) == 1
-    return surveys[0], out.stdout
+    return invoked_once(surveys, "timeouts", *args)
 
 
 def test_min_max_and_resolution_reach_the_survey(surveys: list[SurveyConfig]) -> None:

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
 import tokenpath.origins.process
 import tokenpath.origins.record
-from tokenpath.cli import app
+from tests.helpers import invoked_once
 from tokenpath.origins.catalogue import MAX_THREADS, Origin, Settings
 from tokenpath.origins.process import PROMPT
 from tokenpath.origins.record import RecordRequest
@@ -52,10 +51,7 @@ def requests(monkeypatch: pytest.MonkeyPatch) -> list[RecordRequest]:
 
 
 def record(requests: list[RecordRequest], *args: str) -> RecordRequest:
-    out = CliRunner().invoke(app, ["record", URL, *args])
-    assert out.exit_code == 0, out.output
-    assert len(requests) == 1
-    return requests[0]
+    return invoked_once(requests, "record", URL, *args)[0]
 
 
 def test_the_request_flags_reach_the_probe_config(
@@ -117,10 +113,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Served]:
 
 
 def origin(served: list[Served], *args: str) -> Served:
-    out = CliRunner().invoke(app, ["origin", *args])
-    assert out.exit_code == 0, out.output
-    assert len(served) == 1
-    return served[0]
+    return invoked_once(served, "origin", *args)[0]
 
 
 def test_origin_name_host_and_port_reach_the_server(served: list[Served]) -> None:

@@ -537,6 +537,13 @@ class _Slots:
         self.taken: list[bytes] = []
         self.offers = 0
 
+    def wait_taken(self, count: int = 1) -> list[bytes]:
+        """The heads taken, once `count` have been (or 10 s have passed)."""
+        deadline = time.monotonic() + 10
+        while len(self.taken) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.taken
+
     def on_head(self, sock: socket.socket, _: Any, head: bytes) -> bool:
         self.offers += 1
         if not self.free:
@@ -563,16 +570,12 @@ def test_a_thread_given_back_goes_to_the_oldest_kept_head_not_one_whole_in_the_s
         new.sendall(b"GET /new HTTP/1.1\r\n\r\n")
         slots.free = 1
         reader.retry()  # a thread given back, in the same batch as the new head
-        deadline = time.monotonic() + 10
-        while not slots.taken and time.monotonic() < deadline:
-            time.sleep(0.02)
+        slots.wait_taken()
         time.sleep(0.3)
         assert slots.taken == [b"GET /old HTTP/1.1\r\n\r\n"]
         slots.free = 1
         reader.retry()
-        while len(slots.taken) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slots.taken[1:] == [b"GET /new HTTP/1.1\r\n\r\n"]
+        assert slots.wait_taken(2)[1:] == [b"GET /new HTTP/1.1\r\n\r\n"]
         old.close()
         new.close()
     reader.close()
@@ -591,10 +594,7 @@ def test_a_head_whole_while_others_are_kept_queues_behind_them() -> None:
         slots.free = 1  # a thread given back, its retry() not called yet
         new = _pair(listener, reader)
         new.sendall(b"GET /new HTTP/1.1\r\n\r\n")
-        deadline = time.monotonic() + 10
-        while not slots.taken and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slots.taken == [b"GET /old HTTP/1.1\r\n\r\n"]
+        assert slots.wait_taken() == [b"GET /old HTTP/1.1\r\n\r\n"]
         old.close()
         new.close()
     reader.close()
@@ -615,11 +615,12 @@ def test_a_kept_head_past_its_deadline_is_answered_503() -> None:
     assert answer.endswith(b"no thread was free for this request in time\n")
 
 
-def _kept(slots: _Slots, reader: HeadReader, listener: socket.socket, path: bytes) -> socket.socket:
-    """A client whose whole head was offered and kept (no thread free)."""
+def _kept(slots: _Slots, reader: HeadReader, listener: socket.socket, request: bytes) -> socket.socket:
+    """A client whose whole request head (and whatever `request` has after it) was offered and kept (no thread
+    free)."""
     offers = slots.offers
     client = _pair(listener, reader)
-    client.sendall(b"GET " + path + b" HTTP/1.1\r\n\r\n")
+    client.sendall(request)
     deadline = time.monotonic() + 10
     while slots.offers == offers and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -633,17 +634,15 @@ def test_a_kept_head_whose_client_left_is_closed_not_served(leaves_by: str) -> N
     slots = _Slots()
     reader = HeadReader(slots.on_head, 30)
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        gone = _kept(slots, reader, listener, b"/gone")
+        gone = _kept(slots, reader, listener, b"GET /gone HTTP/1.1\r\n\r\n")
         if leaves_by == "reset":
             gone.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         gone.close()
-        staying = _kept(slots, reader, listener, b"/staying")
+        staying = _kept(slots, reader, listener, b"GET /staying HTTP/1.1\r\n\r\n")
         time.sleep(0.2)  # the FIN or RST reached the reader's socket
         slots.free = 1
         reader.retry()
-        deadline = time.monotonic() + 10
-        while not slots.taken and time.monotonic() < deadline:
-            time.sleep(0.02)
+        slots.wait_taken()
         time.sleep(0.2)
         assert slots.taken == [b"GET /staying HTTP/1.1\r\n\r\n"]  # the older, gone one never offered
         assert not reader._ready.entries  # and no longer kept
@@ -663,10 +662,7 @@ def test_a_head_served_at_once_is_offered_though_its_client_half_closed() -> Non
         accepted, address = listener.accept()
         time.sleep(0.1)  # the head and the FIN both arrived before the reader reads
         reader.add(accepted, address)
-        deadline = time.monotonic() + 10
-        while not slots.taken and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slots.taken == [b"GET /half HTTP/1.1\r\n\r\n"]
+        assert slots.wait_taken() == [b"GET /half HTTP/1.1\r\n\r\n"]
         client.close()
     reader.close()
 
@@ -678,19 +674,12 @@ def test_a_kept_head_that_brought_more_is_offered_though_its_client_half_closed(
     reader = HeadReader(slots.on_head, 30)
     request = b"POST /body HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        offers = slots.offers
-        client = _pair(listener, reader)
-        client.sendall(request)
-        deadline = time.monotonic() + 10
-        while slots.offers == offers and time.monotonic() < deadline:
-            time.sleep(0.01)
+        client = _kept(slots, reader, listener, request)
         client.shutdown(socket.SHUT_WR)
         time.sleep(0.2)  # the FIN reached the reader's socket
         slots.free = 1
         reader.retry()
-        while not slots.taken and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slots.taken == [request]
+        assert slots.wait_taken() == [request]
         client.close()
     reader.close()
 
@@ -699,11 +688,11 @@ def test_a_full_kept_set_closes_the_clients_that_left_before_answering_one_still
     slots = _Slots()
     reader = HeadReader(slots.on_head, 30, max_waiting=2)
     with socket.create_server(("127.0.0.1", 0)) as listener:
-        staying = _kept(slots, reader, listener, b"/staying")
-        gone = _kept(slots, reader, listener, b"/gone")
+        staying = _kept(slots, reader, listener, b"GET /staying HTTP/1.1\r\n\r\n")
+        gone = _kept(slots, reader, listener, b"GET /gone HTTP/1.1\r\n\r\n")
         gone.close()
         time.sleep(0.2)  # the FIN reached the reader's socket
-        third = _kept(slots, reader, listener, b"/third")  # the set is full: room is made for it
+        third = _kept(slots, reader, listener, b"GET /third HTTP/1.1\r\n\r\n")  # the set is full: room is made for it
         time.sleep(0.2)
         staying.settimeout(0.3)
         with pytest.raises(TimeoutError):
@@ -711,10 +700,7 @@ def test_a_full_kept_set_closes_the_clients_that_left_before_answering_one_still
         assert len(reader._ready) == 2
         slots.free = 2
         reader.retry()
-        deadline = time.monotonic() + 10
-        while len(slots.taken) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert slots.taken == [b"GET /staying HTTP/1.1\r\n\r\n", b"GET /third HTTP/1.1\r\n\r\n"]
+        assert slots.wait_taken(2) == [b"GET /staying HTTP/1.1\r\n\r\n", b"GET /third HTTP/1.1\r\n\r\n"]
         staying.close()
         third.close()
     reader.close()

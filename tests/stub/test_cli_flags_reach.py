@@ -8,10 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from typer.testing import CliRunner
 
 import tokenpath.stub.server
-from tokenpath.cli import app
+from tests.helpers import invoked_once
 from tokenpath.stub.config import Jitter, StubConfig
 
 
@@ -33,10 +32,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> list[Served]:
 
 
 def serve(served: list[Served], *args: str) -> Served:
-    out = CliRunner().invoke(app, ["stub", *args])
-    assert out.exit_code == 0, out.output
-    assert len(served) == 1
-    return served[0]
+    return invoked_once(served, "stub", *args)[0]
 
 
 def test_jitter_and_its_seed_reach_the_config(served: list[Served]) -> None:
