@@ -33,9 +33,9 @@ STARTED = (
 )
 
 
-def started(*args: str) -> tuple[str, set[str]]:
-    """A fresh process's stdout (--help at 200 columns) and the modules it imported."""
-    env = {**os.environ, "COLUMNS": "200"}
+def started(*args: str, columns: int = 200) -> tuple[str, set[str]]:
+    """A fresh process's stdout (--help at `columns`) and the modules it imported."""
+    env = {**os.environ, "COLUMNS": str(columns)}
     out = subprocess.run(
         [sys.executable, "-c", STARTED, *args], capture_output=True, text=True, timeout=60, env=env, cwd=ROOT
     )
@@ -75,6 +75,15 @@ def test_the_command_list_imports_no_command_and_shows_what_the_eager_app_shows(
     assert eager.exit_code == 0
     assert shown == eager.output
     assert all(f"│ {c.name} " in shown for c in COMMANDS)
+
+
+def test_each_listed_summary_is_one_line_where_the_terminal_is_wide_enough() -> None:
+    """Typer's rich markup keeps a list entry's single newlines: the docstrings' own line ends broke each summary
+    where the source does (`timeouts`' "... wait at" / "once."), however wide the terminal."""
+    shown, _ = started("--help", columns=1000)
+    rows = {line.split()[1]: line for line in shown.splitlines() if line.startswith("│ ") and len(line.split()) > 2}
+    for command in COMMANDS:
+        assert command.short_help in rows[command.name], command.name
 
 
 def test_a_mistyped_command_is_still_told_its_name() -> None:

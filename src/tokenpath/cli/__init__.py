@@ -25,7 +25,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if not common.app.registered_commands:
         for command in COMMANDS:
-            common.app.command()(command.load())
+            common.app.command(short_help=command.short_help)(command.load())
     globals()["app"] = common.app
     return common.app
 

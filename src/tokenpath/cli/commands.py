@@ -18,6 +18,12 @@ class Command:
     summary: str
 
     @property
+    def short_help(self) -> str:
+        """The summary as one line for the command list: Typer's rich markup keeps a list entry's single newlines, so
+        the docstring's own line ends would break each entry where the source does, at any terminal width."""
+        return " ".join(self.summary.split())
+
+    @property
     def module(self) -> str:
         return f"tokenpath.cli.{self.name}"
 

@@ -31,7 +31,7 @@ class LazyCommands(MutableMapping[str, _click.Command]):
             if name not in BY_NAME:
                 raise KeyError(name)
             self._built[name] = get_command_from_info(
-                CommandInfo(callback=BY_NAME[name].load()),
+                CommandInfo(callback=BY_NAME[name].load(), short_help=BY_NAME[name].short_help),
                 pretty_exceptions_short=True,  # Typer's default, as app.command() has it (the app shows none)
                 rich_markup_mode=self._markup,
             )
@@ -53,7 +53,9 @@ class LazyCommands(MutableMapping[str, _click.Command]):
     def listed(self) -> dict[str, _click.Command]:
         """What a help listing reads of each command (name, help): the built ones as they are, every other one as
         its summary, so listing them imports none."""
-        listing: dict[str, _click.Command] = {c.name: TyperCommand(c.name, help=c.summary) for c in COMMANDS}
+        listing: dict[str, _click.Command] = {
+            c.name: TyperCommand(c.name, help=c.summary, short_help=c.short_help) for c in COMMANDS
+        }
         return listing | self._built
 
 
