@@ -5,6 +5,8 @@ tokenpath prints or sends (URLs, Host headers, config lines). An IPv6 address is
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from tokenpath.errors import UsageError
 
 MAX_PORT = 65535
@@ -42,3 +44,16 @@ def parse_hostport(
             raise UsageError(f"{expected}; the host is missing")
         host = default_host
     return host, int(port)
+
+
+def redacted(url: str) -> str:
+    """A URL with any user:password@, query and fragment masked: a refusal or a log line that names it never prints
+    a secret."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
+    if parts.query:
+        parts = parts._replace(query="***")
+    if parts.fragment:
+        parts = parts._replace(fragment="***")
+    return parts.geturl()

@@ -114,3 +114,50 @@ def test_a_token_no_pool_serves_is_a_403_in_the_routes_shape_naming_the_claim(
         bg.close()
     assert len(pro.seen) == 1
     assert len(ent.seen) == 1
+
+
+def refused(port: int, authorization: str, request_id: str = "") -> tuple[int, dict[str, str], Any]:
+    body = {"model": "pro-large", "messages": [{"role": "user", "content": "hi"}]}
+    extra = f"Authorization: {authorization}\r\n" + (f"X-Request-Id: {request_id}\r\n" if request_id else "")
+    with socket.create_connection(("127.0.0.1", port), 10) as sock:
+        sock.sendall(post("/v1/chat/completions", body, extra=extra))
+        status, headers, rest = read_head(sock)
+        while len(rest) < int(headers.get("content-length", "0")):
+            rest += sock.recv(65536)
+    return status, headers, json.loads(rest)
+
+
+def test_a_refused_token_is_logged_under_the_request_id_its_client_gets(
+    members: tuple[RecordingMember, RecordingMember], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 401 (a bad token) and a 403 (a token no pool serves) were answered with no request id, and a 403 was not
+    logged at all: an operator could not find what a refused client reports. Each now has the client's id, or one
+    of its own, in its header, its message and its log line, with the reason the client is not told."""
+    monkeypatch.setenv("GW_CLAIMS_SECRET", SECRET)
+    monkeypatch.setenv("GW_PRO_KEY", "pro-upstream-key")
+    pro, _ = members
+    only_pro = {k: v for k, v in PRO.items() if k != "models"}
+    bg, server = run_gateway([{**only_pro, "member": [{"url": pro.url}]}])
+    free = jwt.encode({"exp": int(time.time()) + 600, "tier": "free"}, SECRET, algorithm="HS256")
+    try:
+        with caplog.at_level("WARNING", logger="tokenpath.gateway"):
+            answers = [
+                refused(server.port, "Bearer not-a-token"),
+                refused(server.port, f"Bearer {free}"),
+                refused(server.port, f"Bearer {free}", request_id="client-id-7"),
+            ]
+    finally:
+        bg.run(server.close(0.2))
+        bg.close()
+    assert [status for status, _, _ in answers] == [401, 403, 403]
+    assert answers[2][1]["x-request-id"] == "client-id-7"
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith('{"request_id"')]
+    assert [line["status"] for line in lines] == [401, 403, 403]
+    for (_, headers, body), line in zip(answers, lines, strict=True):
+        request_id = headers["x-request-id"]
+        assert line["request_id"] == request_id
+        assert f"(request id {request_id})" in body["error"]["message"]
+    assert lines[0]["error"].startswith("unauthorized: ")
+    assert lines[1]["error"].startswith("forbidden: ")
+    assert "`tier`" in lines[1]["error"]
+    assert pro.seen == []

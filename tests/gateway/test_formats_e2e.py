@@ -648,7 +648,8 @@ def test_errors_before_the_head_are_in_each_formats_own_shape(setup: Setup, api:
     path = path_for(api, MODEL)
     status, headers, doc = answered(setup, request(body_for(api, MODEL), path=path, headers="Connection: close\r\n"))
     assert status == 401
-    assert error_read(api, doc, headers) == ("invalid or missing bearer token", unauthorized)
+    request_id = headers["x-request-id"]  # the id its log line is under
+    assert error_read(api, doc, headers) == (f"invalid or missing bearer token (request id {request_id})", unauthorized)
     # a body over the gateway's limit, refused on its head by the server core (before the handler sees it)
     raw = (f"POST {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {token()}\r\nContent-Length: {9 << 20}\r\n"
            "Content-Type: application/json\r\n\r\n").encode()  # fmt: skip

@@ -21,7 +21,14 @@ from tokenpath.gateway.config import GatewayConfig, check_pool_keys
 from tokenpath.gateway.connections import UpstreamPool, open_member_pools
 from tokenpath.gateway.exchange import Entry, Exchange
 from tokenpath.gateway.failures import Outcome
-from tokenpath.gateway.headers import FORWARD_DROP, Forwarding, Headers, client_request_id, upstream_headers
+from tokenpath.gateway.headers import (
+    FORWARD_DROP,
+    Forwarding,
+    Headers,
+    client_request_id,
+    new_request_id,
+    upstream_headers,
+)
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool, Router
 from tokenpath.gateway.routes import SERVED, RouteMatch, match_route
@@ -177,7 +184,9 @@ class GatewayApp:
         if entry is not None and self.router.guarded:  # a pool that lists `claims` serves only their tokens
             refused = self.router.refusal(entry.principal.claims)
             if refused is not None:
-                return self._refuse(403, refused, "forbidden", (), entry.route.api)
+                return self._refused_token(
+                    head, 403, f"forbidden: {refused}", refused, "forbidden", (), entry.route.api
+                )
         length = head.header("content-length")
         if length is not None and length.isdigit() and int(length) > self.body_budget.room():
             self._body_refused()
@@ -204,22 +213,33 @@ class GatewayApp:
 
     def _unauthorized(self, head: Request, reason: str, api: Api | None) -> Refusal:
         self.metrics.errors.labels(Outcome.UNAUTHORIZED).inc()
-        log.warning(
-            json.dumps(
-                {
-                    "request_id": client_request_id(head.header(self.cfg.request_id_header)),
-                    "method": head.method,
-                    "path": head.path,
-                    "status": 401,
-                    "error": f"unauthorized: {reason}",
-                }
-            )
-        )
         challenge = 'Bearer realm="tokenpath"'
         if head.header("authorization"):
             challenge += ', error="invalid_token"'
         code = Outcome.UNAUTHORIZED.reply_code
-        return self._refuse(401, "invalid or missing bearer token", code, (("WWW-Authenticate", challenge),), api)
+        headers = (("WWW-Authenticate", challenge),)
+        return self._refused_token(
+            head, 401, f"unauthorized: {reason}", "invalid or missing bearer token", code, headers, api
+        )
+
+    def _refused_token(
+        self,
+        head: Request,
+        status: int,
+        logged: str,
+        message: str,
+        code: str,
+        headers: tuple[tuple[str, str], ...],
+        api: Api | None,
+    ) -> Refusal:
+        """A token refused (401) or one no pool serves (403): logged with the reason, which the client is never told,
+        under a request id the client gets too (its header and the error's message), so an operator finds the line
+        a client reports. The client's own id when it sent a valid one, as for a request that is served."""
+        request_id = client_request_id(head.header(self.cfg.request_id_header)) or new_request_id()
+        line = {"request_id": request_id, "method": head.method, "path": head.path, "status": status, "error": logged}
+        log.warning(json.dumps(line))
+        headers = ((self.cfg.request_id_header, request_id), *headers)
+        return self._refuse(status, f"{message} (request id {request_id})", code, headers, api)
 
     # the handler: a request whose head was admitted and whose body is in ------------------------------------
     def __call__(self, request: Request, response: Response) -> None:

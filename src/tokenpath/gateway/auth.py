@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import jwt
+from jwt.algorithms import HMACAlgorithm
 
 from tokenpath.errors import BadRequest, PeerError, UsageError
 from tokenpath.gateway.config import AuthConfig
@@ -118,6 +119,13 @@ class Authenticator:
             if not secret:
                 raise UsageError(f"`secret_env` {cfg.secret_env}: that environment variable is empty")
             self._key = secret.encode()
+            try:  # PyJWT refuses a PEM or SSH key as an HMAC secret: at start, not as a 401 for every token
+                HMACAlgorithm(HMACAlgorithm.SHA256).prepare_key(self._key)
+            except jwt.InvalidKeyError:
+                raise UsageError(
+                    f"`secret_env` {cfg.secret_env}: holds a public key or certificate, not a shared secret; give "
+                    "the public key as `public_key_file` (RS/PS/ES/EdDSA) instead"
+                ) from None
             self.algorithms = fitting_secret(cfg.secret_env, len(self._key), self.algorithms, algorithms_written)
         elif cfg.public_key_file:
             try:

@@ -17,7 +17,7 @@ from tokenpath.errors import UsageError
 from tokenpath.gateway.headers import FORWARD_DROP
 from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS
 from tokenpath.gateway.tls import check_files
-from tokenpath.hostport import join_hostport, parse_hostport, url_host
+from tokenpath.hostport import join_hostport, parse_hostport, redacted, url_host
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
@@ -327,6 +327,24 @@ def check_numbers(table: str, obj: object, where: str) -> None:
 
 # RFC 9110 5.6.2: a header name is a token, one or more tchar
 TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# An environment variable's name as shells and systemd's Environment= write them: a value that is not one is most
+# likely the secret itself, given where its name goes (refused without being shown).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# What a pool's key and a member's URL may hold to go into a request head as they are (`Bearer KEY`, the request
+# line): visible ASCII. A space, a control character (CR LF would start a header of its own) or a non-ASCII one (the
+# head is Latin-1: every request failed, the head in the error) is a key pasted wrong, or a path to percent-encode.
+VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+\Z")
+
+
+def check_env_name(what: str, name: object) -> None:
+    """`name` names an environment variable; the message never shows a value that does not (it may be the secret)."""
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        raise UsageError(
+            f"{what}: not an environment variable's name (letters, digits and _, not first a digit); give the name "
+            "of the variable that holds the secret, never the secret itself (the value given is not shown)"
+        )
+
+
 # Names the request id may not take: hop-by-hop and framing (dropped and rewritten per hop), the credentials (the
 # client's token, the pool's key), the forwarding chain and cookies: the gateway writes the request id's header on
 # the upstream request and on the client's response, over whatever that header carried.
@@ -355,18 +373,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def redacted(url: str) -> str:
-    """A URL with any user:password@, query and fragment masked: a refusal that names it never prints a secret."""
-    parts = urlsplit(url)
-    if "@" in parts.netloc:
-        parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
-    if parts.query:
-        parts = parts._replace(query="***")
-    if parts.fragment:
-        parts = parts._replace(fragment="***")
-    return parts.geturl()
 
 
 @dataclass(frozen=True)
@@ -403,6 +409,8 @@ class GatewayConfig:
         if len(set(names)) != len(names):
             raise UsageError(f"pool names must be unique: {names}")
         for pool in self.pools:
+            if pool.api_key_env is not None:
+                check_env_name(f"pool {pool.name!r}: `api_key_env`", pool.api_key_env)
             if not pool.members:
                 raise UsageError(f"pool {pool.name!r} has no member")
             if pool.strategy not in STRATEGIES:
@@ -456,6 +464,8 @@ class GatewayConfig:
                 "could never be admitted)"
             )
         a = self.auth
+        if a.secret_env is not None:
+            check_env_name("auth: `secret_env`", a.secret_env)
         if a.mode == "jwt":
             sources = [s for s in (a.secret_env, a.public_key_file, a.jwks_url) if s]
             if len(sources) != 1:
@@ -508,9 +518,19 @@ def check_pool_keys(cfg: GatewayConfig) -> None:
     """Each pool's `api_key_env` is set: it is read for every request, and unset every request would go upstream
     without a key. Checked where the gateway starts (its parent, before any worker) and where an app is made."""
     for pool in cfg.pools:
-        if pool.api_key_env and not os.environ.get(pool.api_key_env):
-            name = pool.api_key_env
+        if not pool.api_key_env:
+            continue
+        name = pool.api_key_env
+        key = os.environ.get(name)
+        if not key:
             raise UsageError(f"pool {pool.name!r}: `api_key_env` {name}: that environment variable is empty")
+        if not VISIBLE_ASCII.match(key):
+            at = next(i for i, c in enumerate(key) if not VISIBLE_ASCII.match(c))
+            raise UsageError(
+                f"pool {pool.name!r}: `api_key_env` {name}: the key has a space, a control character or a non-ASCII "
+                f"character (at position {at + 1} of {len(key)}), which a request header cannot carry as it is: "
+                "set the key as issued (its value is not shown)"
+            )
 
 
 def check_keepalive(limits: Limits, given: bool = False) -> None:
@@ -529,6 +549,12 @@ def check_member_url(pool: str, url: str) -> None:
     """A member's URL says where to connect and its base path: nothing it would drop or leak."""
     parts = urlsplit(url)
     shown = redacted(url)
+    if not VISIBLE_ASCII.match(url):  # urlsplit drops a CR, LF or tab in silence and keeps a space: neither may
+        # reach a request line, nor a non-ASCII byte (the head is Latin-1): percent-encode it
+        raise UsageError(
+            f"pool {pool!r}: member {shown!r}: a space, a control character or a non-ASCII character in a member "
+            "URL; percent-encode it in the base path"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"pool {pool!r}: member {shown!r}: expected http(s)://HOST[:PORT][/base]")
     try:
@@ -552,6 +578,11 @@ def check_jwks_url(url: str) -> None:
     a loopback host only (tests, an identity provider on this host)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
+    if "@" in parts.netloc:  # urllib takes user:password@ for part of the host: never sent, and shown in errors
+        raise UsageError(
+            f"auth: `jwks_url` {redacted(url)!r}: credentials in the URL (user:password@) are never sent; a key set "
+            "behind authentication is not supported"
+        )
     if parts.scheme == "https" and host:
         return
     if parts.scheme == "http" and host and is_loopback(host):
@@ -616,11 +647,11 @@ class Overrides:
                 data[key] = value
         raw_auth = data.get("auth")
         auth: dict[str, Any] = dict(raw_auth) if isinstance(raw_auth, dict) else {}
-        if self.no_auth:
-            auth = {"mode": "none"}
+        if self.no_auth:  # the file's [auth] is overridden whole (tests/gateway/test_cli_flags.py); JWT flags beside it
+            auth = {"mode": "none"}  # are kept, and refused by validate
         for key in ("secret_env", "public_key_file", "jwks_url", "audience", "issuer"):
             value = getattr(self, key)
-            if value:
+            if value is not None:  # an empty one too: validate refuses it, rather than the file's value staying
                 auth[key] = value
         data["auth"] = auth
         return data

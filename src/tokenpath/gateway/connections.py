@@ -47,4 +47,4 @@ def _tls_context(pool: PoolConfig) -> ssl.SSLContext | None:
     if not any(m.tls for m in pool.members):
         return None
     alpn = ["h2", "http/1.1"] if pool.protocol == "h2" else ["http/1.1"]
-    return client_context(pool.ca_file, pool.client_cert, pool.client_key, alpn)
+    return client_context(pool.ca_file, pool.client_cert, pool.client_key, alpn, f"pool {pool.name!r}")

@@ -37,7 +37,7 @@ from tokenpath.gateway.exchange_state import (
     Reply,
     Timer,
 )
-from tokenpath.gateway.failures import Failure, FailureKind, Outcome
+from tokenpath.gateway.failures import Failure, FailureKind, Outcome, bug_text
 from tokenpath.gateway.headers import Headers, client_request_id, new_request_id
 from tokenpath.gateway.metrics import Metrics
 from tokenpath.gateway.pools import MemberState, Pool
@@ -114,7 +114,7 @@ class Exchange:
             self._do(self.machine.start())
         except Exception as exc:  # a bug costs this request, never the worker, and never counts against a member
             log.exception("request %s failed", self.request_id)
-            self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
+            self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {bug_text(exc)}"))
             self._resolve_done()
 
     def _finish(self) -> None:
@@ -210,9 +210,9 @@ class Exchange:
             self._internal_error(exc)
 
     def _internal_error(self, exc: BaseException) -> None:
-        event = {"event": "internal_error", "request_id": self.request_id, "error": repr(exc)}
+        event = {"event": "internal_error", "request_id": self.request_id, "error": bug_text(exc)}
         log.error(json.dumps(event), exc_info=exc)
-        self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {exc!r}"))
+        self._fail_internally(Failure(FailureKind.INTERNAL, f"internal error: {bug_text(exc)}"))
 
     def _fail_internally(self, failure: Failure) -> None:
         """A bug in our own code (here, or raised by a Sink method inside the upstream connection's callbacks):

@@ -24,6 +24,16 @@ class FailureKind(StrEnum):
     INTERNAL = "internal"  # a bug in the gateway's own code while it handled the member's bytes: never the member's
 
 
+MAX_BUG_CHARS = 300
+
+
+def bug_text(exc: BaseException) -> str:
+    """A bug of our own code as its log line and access line name it: the exception's class and message, bounded,
+    never its repr (a UnicodeEncodeError's repr holds the whole string it failed on: a request head, a key in it)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= MAX_BUG_CHARS else text[:MAX_BUG_CHARS] + "..."
+
+
 TIMEOUTS = frozenset({FailureKind.CONNECT_TIMEOUT, FailureKind.FIRST_BYTE_TIMEOUT, FailureKind.TOTAL_TIMEOUT})
 NOT_THE_MEMBERS_FAULT = frozenset(
     {FailureKind.LOCAL_RESOURCES, FailureKind.REFUSED_STREAM, FailureKind.TOTAL_TIMEOUT, FailureKind.INTERNAL}

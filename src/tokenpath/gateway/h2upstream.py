@@ -43,7 +43,7 @@ from collections.abc import Callable
 from time import monotonic_ns
 
 from tokenpath.errors import LocalProtocolError, PeerError
-from tokenpath.gateway.failures import Failure, FailureKind
+from tokenpath.gateway.failures import Failure, FailureKind, bug_text
 from tokenpath.gateway.link import H2, HTTP1, AttemptFailed, Origin, SpeakerFactory, UpstreamLink, connect
 from tokenpath.gateway.upstream import ConnectionPool, Sink, UpstreamConnection
 from tokenpath.wire.h2client import H2ClientConnection, H2Window
@@ -278,8 +278,9 @@ class H2UpstreamConnection:
         """A bug of ours while handling the member's bytes (a sink runs inside data_received): logged with its
         traceback; the connection's state is unknown, so it is dropped, and its streams fail as INTERNAL (never the
         member's fault)."""
-        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": repr(exc)}), exc_info=exc)
-        self._lose(Failure(FailureKind.INTERNAL, f"internal error handling {self.pool.where}'s HTTP/2: {exc!r}"))
+        text = bug_text(exc)
+        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": text}), exc_info=exc)
+        self._lose(Failure(FailureKind.INTERNAL, f"internal error handling {self.pool.where}'s HTTP/2: {text}"))
 
     def _fail_stream(self, stream: H2UpstreamStream, failure: Failure) -> None:
         stream.closed = True

@@ -30,6 +30,8 @@ from typing import Any
 
 import jwt
 
+from tokenpath.hostport import redacted
+
 log = logging.getLogger(__name__)
 
 FETCH_DEADLINE_S = 5.0  # one fetch, connect to last byte (redirects included): its sockets are shut down at this
@@ -163,7 +165,7 @@ class _RedirectHandler(urllib.request.HTTPRedirectHandler):
         self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
     ) -> urllib.request.Request | None:
         if urllib.parse.urlsplit(req.full_url).scheme == "https" and urllib.parse.urlsplit(newurl).scheme != "https":
-            raise urllib.error.URLError(f"redirect from https to {bounded(newurl, 200)} refused")
+            raise urllib.error.URLError(f"redirect from https to {bounded(redacted(newurl), 200)} refused")
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
@@ -188,12 +190,13 @@ def _opener(deadline: _Deadline) -> urllib.request.OpenerDirector:
 class JWKSCache:
     def __init__(self, url: str, ttl_s: float, min_refresh_s: float) -> None:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-            raise ValueError(f"JWKS URL {bounded(url, 200)}: only http:// and https:// are fetched")
+            raise ValueError(f"JWKS URL {bounded(redacted(url), 200)}: only http:// and https:// are fetched")
         if not (isinstance(ttl_s, (int, float)) and math.isfinite(ttl_s) and ttl_s > 0):
             raise ValueError(f"jwks_ttl_s must be a finite number of seconds > 0, not {ttl_s!r}")
         if not (isinstance(min_refresh_s, (int, float)) and math.isfinite(min_refresh_s) and min_refresh_s >= 0):
             raise ValueError(f"jwks_min_refresh_s must be a finite number of seconds >= 0, not {min_refresh_s!r}")
         self.url = url
+        self.shown = redacted(url)  # in log lines: a key set's URL may carry a token in its query
         self.ttl_s = ttl_s
         self.min_refresh_s = min_refresh_s
         self.keys: dict[str, VerificationKey] = {}
@@ -265,7 +268,7 @@ class JWKSCache:
             log.warning(
                 "JWKS refresh from %s not started: %d earlier fetches still run past their deadline; keeping %d "
                 "cached keys",
-                self.url,
+                self.shown,
                 len(self._threads),
                 len(self.keys),
             )
@@ -282,7 +285,7 @@ class JWKSCache:
             self.errors += 1
             reason = "deadline passed" if deadline.expired or isinstance(exc, TimeoutError) else str(exc)
             reason = reason if len(reason) <= 200 else reason[:200] + "..."
-            log.warning("JWKS refresh from %s failed (%s); keeping %d cached keys", self.url, reason, len(self.keys))
+            log.warning("JWKS refresh from %s failed (%s); keeping %d cached keys", self.shown, reason, len(self.keys))
             return
         finally:
             expiry.cancel()

@@ -23,7 +23,7 @@ from tokenpath.gateway.app import GatewayApp
 from tokenpath.gateway.auth import Authenticator
 from tokenpath.gateway.config import GatewayConfig, check_pool_keys
 from tokenpath.gateway.health import run_checks
-from tokenpath.hostport import join_hostport
+from tokenpath.hostport import join_hostport, redacted
 from tokenpath.jsonlog import batch_log_lines, configure_logging
 from tokenpath.serve.h2 import finish_drain, start_drain
 from tokenpath.serve.h2limits import H2Limits
@@ -72,7 +72,8 @@ class GatewayServer:
         if self.auth.jwks is not None:
             await self.auth.jwks.start()
             if not self.auth.jwks.keys:
-                raise UsageError(f"could not fetch any key from {self.cfg.auth.jwks_url}")
+                await self.auth.jwks.close()  # its refresh task, left pending, would be destroyed with a warning
+                raise UsageError(f"could not fetch any key from {redacted(self.cfg.auth.jwks_url or '')}")
         loop = asyncio.get_running_loop()
         limits = self.cfg.limits
         app = self.app

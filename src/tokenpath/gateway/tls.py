@@ -13,20 +13,40 @@ import ssl
 from collections.abc import Callable
 from pathlib import Path
 
+from tokenpath.errors import UsageError
+
 READ_SIZE = 256 << 10
 
 
 def client_context(
-    ca_file: str | None, client_cert: str | None, client_key: str | None, alpn: list[str]
+    ca_file: str | None, client_cert: str | None, client_key: str | None, alpn: list[str], where: str = "pool"
 ) -> ssl.SSLContext:
     """Certificates verified against the system store, or `ca_file` for a private CA; an optional client
-    certificate (mTLS); ALPN offering `alpn`."""
-    ctx = ssl.create_default_context(cafile=ca_file)
+    certificate (mTLS); ALPN offering `alpn`. A file that cannot be loaded is the user's to fix: a UsageError naming
+    `where` (the pool) and the file, never the key's bytes."""
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file)
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(
+            f"{where}: cannot load `ca_file` {ca_file}: {_reason(exc)} (expected PEM certificates)"
+        ) from None
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     if client_cert:
-        ctx.load_cert_chain(client_cert, client_key)
+        try:
+            # An encrypted key would make OpenSSL prompt on the terminal: the empty password makes it fail instead.
+            ctx.load_cert_chain(client_cert, client_key, password=b"")
+        except (ssl.SSLError, OSError) as exc:
+            raise UsageError(
+                f"{where}: cannot load `client_cert` {client_cert}"
+                + (f" with `client_key` {client_key}" if client_key else "")
+                + f": {_reason(exc)} (expected PEM files: the certificate chain, and its unencrypted private key)"
+            ) from None
     ctx.set_alpn_protocols(alpn)
     return ctx
+
+
+def _reason(exc: ssl.SSLError | OSError) -> str:
+    return str(getattr(exc, "reason", None) or getattr(exc, "strerror", None) or type(exc).__name__)
 
 
 def check_files(*paths: str | None) -> list[str]:

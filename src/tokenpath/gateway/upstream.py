@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tokenpath.errors import RemoteProtocolError
-from tokenpath.gateway.failures import Failure, FailureKind
+from tokenpath.gateway.failures import Failure, FailureKind, bug_text
 from tokenpath.gateway.link import HTTP1, Origin, UpstreamLink, connect
 from tokenpath.gateway.tls import describe
 from tokenpath.serve.flow import ReadGate
@@ -155,8 +155,9 @@ class UpstreamConnection:
         """A bug in our own code (the sink runs inside data_received and connection_lost): logged with its
         traceback, the connection dropped (its state is unknown), and `sink` told with an INTERNAL failure, which
         the exchange answers as its own error and never counts against the member."""
-        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": repr(exc)}), exc_info=exc)
-        detail = f"internal error handling {self.pool.where}'s response: {exc!r}"
+        text = bug_text(exc)
+        log.error(json.dumps({"event": "internal_error", "member": self.pool.where, "error": text}), exc_info=exc)
+        detail = f"internal error handling {self.pool.where}'s response: {text}"
         self._fail(Failure(FailureKind.INTERNAL, detail), sink)
 
     def _new_core(self) -> ClientConnection:

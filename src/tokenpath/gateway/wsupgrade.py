@@ -23,7 +23,7 @@ from tokenpath.gateway.config import GatewayConfig
 from tokenpath.gateway.connections import UpstreamPool
 from tokenpath.gateway.exchange import Entry
 from tokenpath.gateway.exchange_state import Outstanding, RecordFailure, RecordSuccess
-from tokenpath.gateway.failures import Failure, FailureKind, Outcome
+from tokenpath.gateway.failures import Failure, FailureKind, Outcome, bug_text
 from tokenpath.gateway.headers import Headers, client_request_id, new_request_id
 from tokenpath.gateway.link import HTTP1, AttemptFailed, UpstreamLink, connect
 from tokenpath.gateway.metrics import Metrics
@@ -131,7 +131,7 @@ class WsUpgrade:
             raise
         except Exception as exc:  # a bug costs this session, never the worker
             log.exception("websocket upgrade %s failed", self.request_id)
-            self.error = f"internal error: {exc!r}"
+            self.error = f"internal error: {bug_text(exc)}"
             self.app.metrics.errors.labels(Outcome.INTERNAL).inc()
             if self.relay is not None:
                 self.relay.shutdown("internal gateway error")
