@@ -126,3 +126,19 @@ def test_the_bounds_themselves_are_taken() -> None:
 def test_a_target_name_with_a_line_break_is_refused(name: str) -> None:
     with pytest.raises(UsageError, match="use letters, digits"):
         from_dict({"target": [{**TARGET, "name": name}]}, env={})
+
+
+@pytest.mark.parametrize("key", ["sk-abc\r", "sk abc", "sk-abc\u2013dash", "sk-abc\r\nX-Injected: yes"])
+def test_a_key_a_header_cannot_carry_is_refused_at_start_unshown(key: str) -> None:
+    """A key read from a CRLF .env file passed the start, then failed every probe (outcome `usage`) for ever."""
+    with pytest.raises(UsageError, match="a request header cannot carry") as refused:
+        from_dict({"target": [{**TARGET, "api_key_env": "K"}]}, env={"K": key})
+    assert "sk" not in str(refused.value).replace("`api_key_env`", "")
+
+
+def test_a_cacert_that_is_no_pem_is_refused_at_start(tmp_path: Path) -> None:
+    """It was checked only to exist: every probe then failed with `[X509: NO_CERTIFICATE_OR_CRL_FOUND]`."""
+    garbage = tmp_path / "bad.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(UsageError, match=r"^target 'edge': `cacert` .*bad\.pem"):
+        from_dict({"target": [{**TARGET, "url": "https://127.0.0.1:9/v1", "cacert": str(garbage)}]})

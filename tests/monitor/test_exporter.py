@@ -452,12 +452,17 @@ def test_closing_the_app_aborts_a_probe_in_flight() -> None:
         app = ex.ExporterApp(config(listen="127.0.0.1:0"))
         asyncio.run(app.start())
         answers: list[int] = []
+        bodies: list[bytes] = []
 
         def scrape() -> None:
             request = urllib.request.Request(f"{app.url}/probe?target={target}",
                                              headers={ex.SCRAPE_TIMEOUT_HEADER: "60"})  # fmt: skip
-            with urllib.request.urlopen(request, timeout=30) as response:
-                answers.append(response.status)
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    answers.append(response.status)
+            except urllib.error.HTTPError as refused:
+                answers.append(refused.code)
+                bodies.append(refused.read())
 
         scraping = threading.Thread(target=scrape)
         scraping.start()
@@ -467,7 +472,13 @@ def test_closing_the_app_aborts_a_probe_in_flight() -> None:
             asyncio.run(app.close())
             scraping.join(10)
             assert time.monotonic() - started < 5
-        assert answers == [200]  # answered: the probe failed at once instead of waiting out its timeouts
+        # answered at once instead of waiting out its timeouts, and 503: a 200 with probe_success 0 and the abort's
+        # error blamed the target for every probe in flight at each rollout
+        assert answers == [503]
+        assert bodies == [ex.STOPPING]
+        counted = [s.value for m in app.exporter.metrics.registry.collect() for s in m.samples
+                   if s.name == "tokenpath_exporter_probes_total"]  # fmt: skip
+        assert sum(counted) == 0  # nor counted as a probe of the target
 
 
 def test_the_otel_provider_is_the_modules_api_format() -> None:

@@ -173,3 +173,24 @@ def test_the_monitor_takes_at_most_64_kb_per_tls_wake_up(tmp_path: Any) -> None:
     finally:
         transport.close()
         h.close()
+
+
+def _echo_401(conn: socket.socket) -> None:
+    """A debug or WAF page that echoes the request's head back, as many do."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head = data.split(b"\r\n\r\n")[0]
+    conn.sendall(
+        b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b" % (len(head), head)
+    )
+
+
+def test_a_target_that_echoes_the_request_never_puts_the_key_in_the_message(serve: Any) -> None:
+    """The failure's message (its log line) carried `Authorization: Bearer <key>` from the page's body."""
+    key = "sk-TOPSECRET-abc"
+    cfg = ProbeConfig(serve(_echo_401).url, api_key=key, connect_timeout_s=2, total_timeout_s=5)
+    out = probe_route("t", "via", cfg, default_prober(Aborter()))
+    assert out.outcome == "http_status"
+    assert "Bearer ***" in out.message
+    assert key not in out.message

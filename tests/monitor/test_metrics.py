@@ -6,7 +6,7 @@ from prometheus_client import generate_latest
 
 from tokenpath.monitor.config import from_dict
 from tokenpath.monitor.metrics import BurstWindow, MonitorMetrics
-from tokenpath.monitor.probing import OK, ProbeOutcome
+from tokenpath.monitor.probing import NO_CONTENT, OK, ProbeOutcome
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
@@ -72,12 +72,29 @@ def test_outcomes_become_series_labelled_only_by_the_config() -> None:
 
 
 def test_a_failed_probe_leaves_ttft_and_last_success_alone() -> None:
+    """last_success starts at the monitor's start: with no series, a target down since then was never stale (the
+    staleness alert compared nothing)."""
     cfg = from_dict({"target": [{"name": "edge", "url": "http://127.0.0.1:9"}]})
-    m = MonitorMetrics(cfg)
+    m = MonitorMetrics(cfg, started=1_600_000_000.0)
     m.record(outcome("via", None, "first_byte_timeout"))
     via = {"target": "edge", "route": "via"}
     assert sample(m, "tokenpath_monitor_ttft_seconds_count", **via) is None
-    assert sample(m, "tokenpath_monitor_last_success_timestamp_seconds", **via) is None
+    assert sample(m, "tokenpath_monitor_last_success_timestamp_seconds", **via) == 1_600_000_000.0
+
+
+def test_a_stream_without_content_gives_no_path_figures() -> None:
+    """An empty answer written in one go (the role, empty deltas, [DONE]) set the coalescing gauge to its burst and
+    fed frames per read and gaps: a target answering nothing fired the coalescing alert. Only `ok` probes give
+    figures, as --once's summary has it; its TTFB is still its own."""
+    cfg = from_dict({"target": [{"name": "edge", "url": "http://127.0.0.1:9"}]})
+    m = MonitorMetrics(cfg)
+    m.record(outcome("via", run(300, {5: 1}, 5.0), NO_CONTENT))
+    via = {"target": "edge", "route": "via"}
+    assert sample(m, "tokenpath_monitor_probes_total", **via, outcome=NO_CONTENT) == 1
+    assert sample(m, "tokenpath_monitor_ttfb_seconds_count", **via) == 1
+    assert sample(m, "tokenpath_monitor_coalescing", **via) is None
+    assert sample(m, "tokenpath_monitor_frames_per_read_count", **via) is None
+    assert sample(m, "tokenpath_monitor_frame_gap_seconds_count", **via) is None
 
 
 def test_the_declared_coalescing_window_is_the_one_applied() -> None:

@@ -297,3 +297,21 @@ def test_the_sdk_s_own_log_lines_are_json_like_the_monitor_s(tmp_path: Any) -> N
     assert sdk, lines
     assert [line for line in lines if line.strip() and not line.startswith("{")] == []
     assert json.loads(sdk[0])["logger"].startswith("opentelemetry.")
+
+
+def test_the_sdks_log_lines_mask_the_endpoints_query_and_credentials(capsys: pytest.CaptureFixture[str]) -> None:
+    """urllib3's retry warnings, passed on by the SDK, quoted `/v1/metrics?token=...` whole, 4 times in 7 s."""
+    endpoint = "http://otuser:OTPASS1@127.0.0.1:1/v1/metrics?token=QTOKEN1"
+    sdk = logging.getLogger("opentelemetry")
+    kept = (list(sdk.handlers), sdk.level, sdk.propagate)
+    try:
+        otlp.log_as_json("warning", endpoint)
+        logging.getLogger("opentelemetry.exporter.otlp").warning(
+            "Transient error %s, retrying", "Max retries exceeded with url: /v1/metrics?token=QTOKEN1 (otuser:OTPASS1)"
+        )
+    finally:
+        sdk.handlers[:], sdk.level, sdk.propagate = kept
+    err = capsys.readouterr().err
+    assert "url: /v1/metrics?*** (***)" in err
+    assert "QTOKEN1" not in err
+    assert "OTPASS1" not in err

@@ -155,7 +155,7 @@ def monitor(
     if cfg.settings.otlp_endpoint is not None:
         from tokenpath.monitor import otlp
 
-        otlp.log_as_json(log_level)  # the SDK's lines (a failed export) are JSON too
+        otlp.log_as_json(log_level, cfg.settings.otlp_endpoint)  # the SDK's lines (a failed export): JSON, masked
     if not once:
         service.serve(cfg, announce("monitor"))
         return

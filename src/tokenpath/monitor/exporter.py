@@ -263,6 +263,13 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
     return factory
 
 
+STOPPING = b"the exporter is stopping: this probe was cut short, not measured\n"
+
+
+class ProbeCut(Exception):
+    """A probe the exporter's stop cut short: answered 503 (the scrape failed, the target not blamed)."""
+
+
 class ProbeExporter:
     """/probe and /metrics, with no socket of its own: handle() is called from the server's threads."""
 
@@ -271,8 +278,10 @@ class ProbeExporter:
         config: ExporterConfig,
         probers: ProberFactory,
         clock: Callable[[], float] = time.monotonic,
+        stopped: threading.Event | None = None,
     ) -> None:
         self.config = config
+        self._stopped = stopped  # set when the exporter stops: the probes in flight are cut, not measured
         self.metrics = ExporterMetrics(list(config.modules))
         self._probers = probers
         self._clock = clock
@@ -296,6 +305,8 @@ class ProbeExporter:
         try:
             with self.metrics.in_flight.track_inprogress():
                 return Answer(200, self.probe(request), PROBE_CONTENT_TYPE)
+        except ProbeCut:
+            return Answer(503, STOPPING)
         finally:
             self._slots.release()
 
@@ -315,6 +326,10 @@ class ProbeExporter:
             outcomes[route] = probe_route(
                 request.target, route, replace(cfg, total_timeout_s=min(cfg.total_timeout_s, left)), self._probers(sink)
             )
+        if self._stopped is not None and self._stopped.is_set():
+            # the stop aborted it (the long-running monitor drops such a probe too): a 200 with probe_success 0 and
+            # the abort's error blamed the target for every probe in flight at each rollout
+            raise ProbeCut
         added = added_ttft_s(list(outcomes.values()))
         for outcome in outcomes.values():
             log_outcome(outcome, added if outcome.route == "via" else None)
@@ -360,7 +375,7 @@ class ExporterApp:
     def __init__(self, config: ExporterConfig) -> None:
         self.config = config
         self.aborter = Aborter()
-        self.exporter = ProbeExporter(config, sniffing_prober(self.aborter))
+        self.exporter = ProbeExporter(config, sniffing_prober(self.aborter), stopped=self.aborter.stopped)
         self._httpd: WSGIServer | None = None
 
     @property

@@ -11,6 +11,7 @@ everything the conventions lack keeps its tokenpath name and labels (monitor/ote
 
 from __future__ import annotations
 
+import time
 from collections import Counter as Tally
 from collections import deque
 
@@ -48,7 +49,9 @@ class BurstWindow:
 
 
 class MonitorMetrics:
-    def __init__(self, config: MonitorConfig, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, config: MonitorConfig, registry: CollectorRegistry | None = None, started: float | None = None
+    ) -> None:
         r = self.registry = registry or CollectorRegistry()
         by_route = ["target", "route"]
         self.ttfb = Histogram(
@@ -116,7 +119,7 @@ class MonitorMetrics:
         )
         self.last_success = Gauge(
             "tokenpath_monitor_last_success_timestamp_seconds",
-            "Unix time the latest successful probe started",
+            "Unix time the latest successful probe started (the monitor's start until one has)",
             by_route,
             registry=r,
         )
@@ -142,6 +145,9 @@ class MonitorMetrics:
                 by_names = attributes.prometheus(target.name) if self.otel else {"target": target.name, "route": route}
                 self._ttft_labels[(target.name, route)] = by_names
                 self.probes.labels(target.name, route, OK)  # the series exists before the first probe ends
+                # from the start, so the staleness alert fires for a target that never succeeds too (with no series
+                # it had nothing to compare: a target down since the monitor started was never stale)
+                self.last_success.labels(target.name, route).set(time.time() if started is None else started)
                 for kind in EndKind:
                     self.ends.labels(target.name, route, kind.value)  # 0 until one ends so: increase() has a series
 
@@ -155,8 +161,11 @@ class MonitorMetrics:
             return
         if m.ttfb_ms is not None:
             self.ttfb.labels(*labels).observe(m.ttfb_ms / 1000)
-        if outcome.end is not None and outcome.end.cut:
-            return  # a short stream: its TTFB is its own, its frames per read and gaps no whole stream's
+        if not outcome.ok:
+            # a cut stream, or one that carried no content (or a format not read): its TTFB is its own, but its frames
+            # per read and gaps no measured stream's (a target answering empty streams in one write fired the
+            # coalescing alert); only `ok` probes give figures, as `--once`'s summary has it
+            return
         if m.frames_per_read is not None:
             self.fpr.labels(*labels).observe(m.frames_per_read)
         gap = self.gap.labels(*labels)
@@ -167,7 +176,7 @@ class MonitorMetrics:
         modal = window.modal()
         if modal is not None:
             self.coalescing.labels(*labels).set(modal)
-        if outcome.ok and m.ttft_ms is not None:
+        if m.ttft_ms is not None:
             ttft_labels = self._ttft_labels[labels]
             self.ttft.labels(**ttft_labels).observe(m.ttft_ms / 1000, exemplar={"stream_id": outcome.stream_id})
             self.last_success.labels(*labels).set(outcome.started_unix)
@@ -175,7 +184,7 @@ class MonitorMetrics:
                 chunk_time = self.chunk_time.labels(**ttft_labels)
                 for t in otel_names.chunk_times(outcome.gaps_s, m.frames, m.arrivals):
                     chunk_time.observe(t)
-        if outcome.ok and m.first_token_ms is not None:
+        if m.first_token_ms is not None:
             self.first_token.labels(*labels).observe(m.first_token_ms / 1000)
 
     def record_added(self, target: str, added_s: float) -> None:

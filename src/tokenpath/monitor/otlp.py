@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from tokenpath import __version__
 from tokenpath.errors import UsageError
@@ -50,13 +51,36 @@ DROP_REASON = "tokenpath.reason"  # ours: why a scheduled probe was dropped (sch
 INSTALL_HINT = "pip install 'tokenpath[otel]'"
 
 
-def log_as_json(level: str) -> None:
+def log_as_json(level: str, endpoint: str | None = None) -> None:
     """The SDK's log lines (an export that failed, a retry) as the monitor's own: JSON lines on stderr at `level`,
-    never plain text between them."""
+    never plain text between them; `endpoint`'s query and user:password@ masked in them, as the monitor's own lines
+    show it (urllib3's retry warnings quote the URL's path and query whole)."""
     from tokenpath.jsonlog import configure_logging
 
     for name in SDK_LOGGERS:
         configure_logging(level, logger=name)
+        if endpoint is not None:
+            for handler in logging.getLogger(name).handlers:
+                handler.addFilter(MaskedEndpoint(endpoint))
+
+
+class MaskedEndpoint(logging.Filter):
+    """Rewrites a record's message with the endpoint's secrets (its query, its user:password) masked. Written here:
+    logging has no redaction of its own, and the SDK's text is a third party's, with the URL anywhere in it."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__()
+        parts = urlsplit(endpoint)
+        userinfo = parts.netloc.rpartition("@")[0]
+        self.secrets = [s for s in (parts.query, userinfo) if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            message = record.getMessage()
+            for secret in self.secrets:
+                message = message.replace(secret, "***")
+            record.msg, record.args = message, None
+        return True
 
 
 def require() -> None:
@@ -152,11 +176,11 @@ class OtlpExport:
             where = {TARGET: outcome.target, otel_names.HOP: outcome.route}
             self._ends.add(1, {**where, otel_names.END: outcome.end.kind.value})
         m = outcome.metrics
-        if m is None or (outcome.end is not None and outcome.end.cut):  # as /metrics: a cut is no whole stream
+        if m is None or not outcome.ok:  # as /metrics: only an `ok` probe's stream gives figures
             return
         if m.frames_per_read is not None:
             self._fpr.record(m.frames_per_read, {TARGET: outcome.target, otel_names.HOP: outcome.route})
-        if outcome.ok and m.ttft_ms is not None:  # as /metrics: only a probe that measured a TTFT times chunks
+        if m.ttft_ms is not None:  # as /metrics: only a probe that measured a TTFT times chunks
             self._ttfc.record(m.ttft_ms / 1000, attributes)
             for t in otel_names.chunk_times(outcome.gaps_s, m.frames, m.arrivals):
                 self._per_chunk.record(t, attributes)

@@ -155,6 +155,12 @@ class _Tracked:
         self._inner.close()
 
 
+def unshown(text: str, cfg: ProbeConfig) -> str:
+    """`text` (a failure's message: a peer's error body among it) with the probe's key masked: a page that echoes the
+    request's headers back, as debug and WAF pages do, put the key in the log line."""
+    return text.replace(cfg.api_key, "***") if cfg.api_key else text
+
+
 Prober = Callable[[ProbeConfig, str], Trace]  # (config, stream id) -> trace; raises a TokenpathError
 
 
@@ -167,7 +173,7 @@ def probe_route(target: str, route: str, cfg: ProbeConfig, prober: Prober) -> Pr
         outcome = reason_of(exc)
         if outcome == INTERNAL:
             log.exception("probe of %s (%s) failed inside tokenpath", target, route)
-        message = " ".join(str(exc).split())[:300] or type(exc).__name__
+        message = " ".join(unshown(str(exc), cfg).split())[:300] or type(exc).__name__
         end = STREAM_END.of(exc)
         return ProbeOutcome(target, route, stream_id, outcome, message, None, (), started, asked_version(cfg), end)
     metrics = run_metrics(trace)
