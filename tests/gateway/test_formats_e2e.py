@@ -292,10 +292,13 @@ class Read:
     complete: bool
 
 
-def stream(setup: Setup, api: Api, model: str, extra: str = "") -> Read:
-    """One raw-socket request on the format's route, its body read with the format's own parser."""
+def stream(setup: Setup, api: Api, model: str, extra: str = "", query: str = "") -> Read:
+    """One raw-socket request on the format's route (`query`: parameters added to its path's), its body read with
+    the format's own parser."""
     auth = f"Authorization: Bearer {token()}\r\n{extra}"
-    raw = request(body_for(api, model), path=path_for(api, model), headers=auth + "Connection: close\r\n")
+    path = path_for(api, model)
+    path += f"{'&' if '?' in path else '?'}{query}" if query else ""
+    raw = request(body_for(api, model), path=path, headers=auth + "Connection: close\r\n")
     reader = FrameReader(api)
     frames: list[WireFrame] = []
     inside: list[bytes] = []
@@ -378,7 +381,10 @@ def test_an_upstream_dying_mid_frame_ends_each_format_with_its_own_error_frame(s
     ttft_count = setup.metric('tokenpath_gateway_upstream_ttft_seconds_count{pool="broken"}')
     frames_before = setup.metric("tokenpath_gateway_frames_relayed_total")
     targets_before = len(setup.dying.targets)
-    got = stream(setup, api, BROKEN, extra="x-api-key: the-client-s\r\nx-goog-api-key: the-client-s\r\n")
+    # Gemini's clients may send their key as `?key=` instead: it is left out as the credential headers are (it rode
+    # upstream in the request line beside the pool's key)
+    query = "key=the-client-s" if api is Api.GEMINI else ""
+    got = stream(setup, api, BROKEN, extra="x-api-key: the-client-s\r\nx-goog-api-key: the-client-s\r\n", query=query)
     assert setup.dying.targets[targets_before:] == [path_for(api, BROKEN)]  # the model routed it, path and all
     # The pool's key, in the header this API takes it in; no credential of the client's rides along.
     credential = {Api.ANTHROPIC: b"x-api-key: ", Api.GEMINI: b"x-goog-api-key: "}.get(api, b"authorization: bearer ")

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from tokenpath.gateway.headers import (
     FORWARD_DROP,
     Forwarding,
     client_request_id,
     forwarded_head,
+    forwarded_target,
     new_request_id,
     upstream_headers,
 )
@@ -119,3 +122,29 @@ def test_the_gateways_own_request_id_is_a_random_version_4_uuid() -> None:
         zeros |= ~bits
     fixed = (0xF << 76) | (0x3 << 62)  # the version nibble and the variant's two bits
     assert (ones & zeros & ((1 << 128) - 1)) == ((1 << 128) - 1) & ~fixed
+
+
+GEMINI = "/v1beta/models/m:streamGenerateContent"
+
+
+@pytest.mark.parametrize(
+    ("query", "forwarded"),
+    [
+        ("?alt=sse&key=CLIENT", "?alt=sse"),
+        ("?key=A&alt=sse&key=B", "?alt=sse"),
+        ("?%6Bey=A&alt=sse", "?alt=sse"),
+        ("?key=A", ""),
+        ("?keys=1&alt=sse", "?keys=1&alt=sse"),
+        ("", ""),
+    ],
+)
+def test_a_gemini_clients_key_in_the_query_is_left_out_beside_the_pools(query: str, forwarded: str) -> None:
+    assert forwarded_target(GEMINI + query, Api.GEMINI, keyed=True) == GEMINI + forwarded
+    assert (
+        forwarded_target(GEMINI + query, Api.GEMINI, keyed=False) == GEMINI + query
+    )  # no pool key: the member checks the client's
+
+
+def test_only_a_format_that_takes_a_key_in_its_query_loses_a_key_parameter() -> None:
+    assert forwarded_target("/v1/chat/completions?key=1", Api.OPENAI, keyed=True) == "/v1/chat/completions?key=1"
+    assert forwarded_target("/x?key=1", None, keyed=True) == "/x?key=1"

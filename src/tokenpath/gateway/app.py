@@ -26,6 +26,7 @@ from tokenpath.gateway.headers import (
     Forwarding,
     Headers,
     client_request_id,
+    forwarded_target,
     new_request_id,
     upstream_headers,
 )
@@ -292,6 +293,11 @@ class GatewayApp:
     def route(self, request: Request, entry: Entry) -> Pool:
         model = request_model(request, entry.route) if self.router.needs_model else None
         return self.router.route(model, entry.principal.claims)
+
+    def upstream_target(self, entry: Entry, pool: Pool) -> str:
+        if not pool.cfg.api_key_env:  # the client's own key, if any, goes upstream for it to check
+            return entry.target
+        return forwarded_target(entry.target, entry.route.api, True)
 
     def upstream_headers(self, request: Request, request_id: str, entry: Entry, pool: Pool) -> Headers:
         env = pool.cfg.api_key_env

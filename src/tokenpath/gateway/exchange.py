@@ -71,6 +71,7 @@ class Gateway(Protocol):
 
     def route(self, request: Request, entry: Entry) -> Pool: ...
     def upstream_headers(self, request: Request, request_id: str, entry: Entry, pool: Pool) -> Headers: ...
+    def upstream_target(self, entry: Entry, pool: Pool) -> str: ...
     def connection_pool(self, member: MemberState) -> UpstreamPool: ...
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
     def reply_error(self, response: Response, status: int, message: str, code: str) -> None: ...
@@ -93,6 +94,7 @@ class Exchange:
         self.conn: UpstreamStream | None = None
         self.pool: Pool | None = None
         self.headers: Headers = []
+        self.forwarded = entry.target  # the target as it goes upstream (app.upstream_target: a client key left out)
         self.over = False  # the machine is done with it (or it failed as ours): finished once (_finish)
         self.pending_head: ResponseHead | None = None  # the head the machine is deciding on
         self.error: str | None = None
@@ -110,6 +112,7 @@ class Exchange:
         try:
             self.pool = pool = app.route(self.response.request, self.entry)
             self.headers = app.upstream_headers(self.response.request, self.request_id, self.entry, pool)
+            self.forwarded = app.upstream_target(self.entry, pool)
             self.machine = self.down.machine = ExchangeMachine(pool, app.cfg.limits, self.clock)
             self._do(self.machine.start())
         except Exception as exc:  # a bug costs this request, never the worker, and never counts against a member
@@ -198,7 +201,7 @@ class Exchange:
         self.conn = conn
         m, request = member.member, self.response.request
         self.down.t_sent = self.clock()
-        target = f"{m.base_path}{self.entry.target}"
+        target = f"{m.base_path}{self.forwarded}"
         conn.send_request(self.down, request.method, m.authority, target, self.headers, request.body)
         self._do(actions)
 

@@ -7,9 +7,10 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import unquote_plus
 
 from tokenpath.gateway.streamformat import CREDENTIAL_HEADERS, upstream_credential
-from tokenpath.wire.apis import Api
+from tokenpath.wire.apis import Api, spec_or_default
 from tokenpath.wire.client import ResponseHead
 from tokenpath.wire.framing import Framing
 from tokenpath.wire.server import Request
@@ -71,6 +72,18 @@ class Forwarding:
     request_id_header: str
     forwarded_proto: str  # the scheme the client reached us by
     pass_client_credentials: bool  # --no-auth: the upstream checks the client's key
+
+
+def forwarded_target(target: str, api: Api | None, keyed: bool) -> str:
+    """The client's origin-form target as it goes upstream. With the pool's key sent (`keyed`), without the query
+    parameter its format takes a key in (Gemini's `?key=`): the client's own key must not ride beside the pool's, as
+    its credential headers do not. The other parameters go as the client wrote them."""
+    param = spec_or_default(api).key_query if keyed and api is not None else None
+    path, sep, query = target.partition("?")
+    if param is None or not sep:
+        return target
+    kept = [part for part in query.split("&") if unquote_plus(part.partition("=")[0]) != param]
+    return f"{path}?{'&'.join(kept)}" if kept else path
 
 
 def upstream_headers(

@@ -116,6 +116,7 @@ class ApiSpec:
     # A final frame that is not a DONE frame (Gemini's last response, Ollama's last line may carry content too).
     ends_also: Callable[[Any], bool] | None = None
     key_header: str | None = None  # the header an API key goes in; None: `Authorization: Bearer KEY`
+    key_query: str | None = None  # a query parameter a client may send its API key in instead (Gemini's `?key=`)
     headers: tuple[tuple[str, str], ...] = ()  # request headers the format requires (Anthropic's version)
     aliases: tuple[str, ...] = ()  # other documented paths of the same API (routed as `route` is)
     # What a server of this format may send while it has nothing to say (the gateway's keep-alive while its upstream

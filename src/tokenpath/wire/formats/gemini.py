@@ -126,6 +126,7 @@ SPEC = ApiSpec(
     stream_body=stream_body,
     ends_also=finished,
     key_header="x-goog-api-key",
+    key_query="key",
     aliases=("/v1/models/{model}:streamGenerateContent",),
     # None, though Gemini's stream is SSE: Google documents no keep-alive, and its Python SDK (google-genai 3.6.1,
     # _api_client's line iterator) reads every line that is not `data: ` as JSON, so a comment line ends the stream
