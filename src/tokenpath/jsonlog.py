@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from tokenpath.errors import UsageError
+
 
 class JSONObject(str):
     """A log message that is one JSON object already (`json.dumps` of a dict of the caller's fields, the gateway's
@@ -207,9 +209,19 @@ def direct_handler(logger: logging.Logger, level: int) -> BatchedHandler | None:
     return found
 
 
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def check_level(level: str) -> None:
+    """A --log-level the commands take (logging's own refusal was a traceback): a UsageError otherwise."""
+    if level.lower() not in LEVELS:
+        raise UsageError(f"`log_level` {level!r}: expected {', '.join(LEVELS)}")
+
+
 def configure_logging(level: str, logger: str = "tokenpath", batched: bool = False) -> None:
     """JSON lines on stderr for `logger` at `level`. `batched`: the handler is a BatchedHandler, whose lines wait
     for the flush that batch_log_lines schedules (the gateway, which logs a line per request)."""
+    check_level(level)
     handler = BatchedHandler(sys.stderr) if batched else logging.StreamHandler(sys.stderr)
     handler.setFormatter(JSONFormatter())
     root = logging.getLogger(logger)

@@ -171,6 +171,21 @@ def target_url(url: str | None) -> str:
     return target
 
 
+def writable_file(path: Path, field: str) -> None:
+    """A file a command writes at its end, proved writable before it starts: a directory or a missing parent was
+    found out after the whole run (a survey, a recording), in a traceback, its result lost. `field` names the flag."""
+    if path.is_dir():
+        raise UsageError(f"`{field}` {path}: a directory; name a file")
+    existed = path.exists()
+    try:
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise UsageError(f"`{field}` {path}: cannot write there: {exc.strerror or exc}") from None
+    if not existed:
+        path.unlink()
+
+
 def api_key(env_name: str | None) -> str | None:
     if env_name:
         value = os.environ.get(env_name)

@@ -37,6 +37,9 @@ def gateway(
     given = dict(locals())
     from tokenpath.gateway import config as gwconfig
     from tokenpath.gateway.server import run as run_gateway
+    from tokenpath.jsonlog import check_level
+
+    check_level(log_level)  # before a worker starts: its refusal would come from each worker
 
     if not upstream:  # --strategy is the --upstream pool's
         refuse_unread(gateway, given, ("strategy",), "without --upstream (a config file's [[pool]] says its own)")

@@ -89,10 +89,12 @@ def monitor(
     """Watch TTFT from outside: a synthetic client that probes each target on a schedule, for Prometheus. The
     request's options (--api ... --h2-window) are the one --url target's."""
     given = dict(locals())  # every flag as called: one that this mode would not read is refused below
-    from tokenpath.jsonlog import configure_logging
+    from tokenpath.jsonlog import check_level, configure_logging
     from tokenpath.monitor import config as moncfg
     from tokenpath.monitor import service
     from tokenpath.monitor.rules import parse_rules
+
+    check_level(log_level)
     from tokenpath.monitor.runner import Interrupted
     from tokenpath.monitor.table import summary_document, summary_table
 

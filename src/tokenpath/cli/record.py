@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, console, err_console, handles_errors
+from tokenpath.cli.common import api_key, console, err_console, handles_errors, writable_file
 from tokenpath.wire.request import parse_header_arg
 
 
@@ -32,12 +32,14 @@ def record(
 ) -> None:
     """Record a real server's response shape: its headers, how it frames a stream for HTTP/1.0, each event's bytes
     and kind, grouped as it wrote them, and when (`tokenpath stub --replay FILE` plays it back, audited)."""
+    from tokenpath import axes
     from tokenpath.origins.process import PROMPT
     from tokenpath.origins.record import RecordRequest
     from tokenpath.origins.record import record as run
     from tokenpath.probe.client import ProbeConfig
-    from tokenpath.wire.apis import parse_api
 
+    path = Path(out)
+    writable_file(path, "out")  # before the server is asked: not found out after the recording
     probe = ProbeConfig(
         url=url,
         model=model,
@@ -45,9 +47,8 @@ def record(
         max_tokens=max_tokens,
         headers=tuple(parse_header_arg(h) for h in header or []),
         api_key=api_key(api_key_env),
-        api=parse_api(api) if api else parse_api("openai"),
+        api=axes.API.read(api, "--api") if api is not None else axes.API.default,  # a clear refusal, no traceback
     )
-    path = Path(out)
     recording = run(RecordRequest(probe, name or path.stem, seed=seed, redact=not keep_text))
     for dropped in recording.source.get("dropped_headers", []):  # a header the stub cannot send: named, not replayed
         err_console.print(f"tokenpath record: dropped {dropped}", markup=False, highlight=False, soft_wrap=True)

@@ -26,6 +26,11 @@ def report(
     from tokenpath.report import browser
     from tokenpath.report.render import FORMATS, write_report
 
+    if screenshot is not None:  # '' was dropped in silence; a directory "succeeded" with no PNG written
+        if not screenshot:
+            raise UsageError("--screenshot '': name the PNG file to write")
+        if Path(screenshot).is_dir():
+            raise UsageError(f"--screenshot {screenshot}: a directory; name the PNG file to write")
     written = write_report(
         Path(results), Path(compare) if compare else None, format or FORMATS, Path(out) if out else None
     )

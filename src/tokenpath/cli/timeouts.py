@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import console, err_console, handles_errors
+from tokenpath.cli.common import console, err_console, handles_errors, writable_file
 from tokenpath.diagnose.limits import DEFAULT_MAX_S, DEFAULT_MIN_S, DEFAULT_RESOLUTION_S
 from tokenpath.errors import DiagnosisUnsure
 
@@ -80,6 +80,9 @@ def timeouts(
         api=chosen.api,
         http_version=chosen.http_version,
     )
+
+    if html is not None:
+        writable_file(html, "html")  # before a survey of up to ~3 x --max: not found out after it
 
     def on_try(target: str, what: str, value_s: float, outcome: Outcome) -> None:
         result = outcome.end.describe() if outcome.end else "held past the client's guard"

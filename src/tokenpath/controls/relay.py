@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import ssl
 from collections.abc import Callable
@@ -52,8 +53,8 @@ class RelayConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"`mode` {self.mode!r}: expected one of {', '.join(MODES)}")
-        if self.cork_bytes < 1 or self.cork_ms <= 0:
-            raise UsageError("`cork_bytes` must be >= 1 and `cork_ms` > 0")
+        if self.cork_bytes < 1 or not (math.isfinite(self.cork_ms) and self.cork_ms > 0):  # NaN passed `<= 0`
+            raise UsageError("`cork_bytes` must be >= 1 and `cork_ms` a finite number > 0")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UsageError("`tls_cert` and `tls_key` go together")
 

@@ -31,6 +31,7 @@ more (--max 15 through a relay that holds at 4 s idle: 67 s).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -103,6 +104,8 @@ class SurveyConfig:
             raise UsageError("no TARGET: name at least one path's URL")
         if len(self.targets) > MAX_TARGETS:
             raise UsageError(f"{len(self.targets)} targets: at most {MAX_TARGETS} in one survey")
+        if not math.isfinite(self.max_s):  # inf passed `min < max` and overflowed the longest try's pacing
+            raise UsageError(f"--max ({self.max_s}) must be a finite number of seconds")
         if not 0 < self.min_s < self.max_s:
             raise UsageError(f"--min ({self.min_s}) must be above 0 and below --max ({self.max_s})")
         if not 0 < self.resolution_s < self.max_s - self.min_s:

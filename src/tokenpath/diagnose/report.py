@@ -20,6 +20,7 @@ from tokenpath.diagnose.origin import PLAIN, OriginFinding
 from tokenpath.diagnose.shape import Kind, size
 from tokenpath.diagnose.upgrade import UpgradeFinding, UpgradeTried, finding
 from tokenpath.errors import DiagnosisUnsure, PathCut, PathHeld, UpgradeNotCarried
+from tokenpath.hostport import redacted
 
 # 2: first_hold (was first_event_hold), no head_held cause (a note), grown runs, generic_fix; 3: the cut cause, its
 # `cut` (limit, value, fix) and each run's `end`; 4: `origin` (what the verdict rests on of the origin's behaviour,
@@ -130,7 +131,7 @@ def _plain_fix(runs: Sequence[RunFigures], found: Recognised | None) -> str | No
 def lines(d: Diagnosis) -> list[str]:
     """The text report: the verdict first, then the fix, then the evidence."""
     v = d.verdict
-    out = [f"{d.url}: {v.summary}"]
+    out = [f"{redacted(d.url)}: {v.summary}"]  # its credentials and query masked, as its errors show it
     if d.recognised is not None:
         out.append(f"proxy: {d.recognised.proxy} (from {d.recognised.by})")
     if d.upgrade is not None:

@@ -145,6 +145,8 @@ class MatrixRunner:
 
     # public ------------------------------------------------------------------------------------------
     def run(self) -> MatrixResults:
+        # before anything is measured: an --out that is a file ended the whole certified run in a traceback
+        model.prepare_out_dir(self.out_dir)
         with self.signals:
             return self._run_all()
 

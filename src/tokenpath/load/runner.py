@@ -71,6 +71,7 @@ from tokenpath.results.model import (
     TargetInfo,
     TargetSkip,
     WebSocketLoad,
+    prepare_out_dir,
 )
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
@@ -294,18 +295,6 @@ def refuse_userinfo(url: str | None, name: str) -> None:
             f"{name} carries credentials (user:password@), which load never sends and would store in results.json: "
             "remove them and pass --header 'Authorization: ...', --api-key-env VAR or --jwt-secret-env VAR"
         )
-
-
-def prepare_out_dir(out_dir: Path) -> None:
-    """The output directory made and proved writable before anything starts: a run that cannot save its results
-    is refused in one line, not found out after the whole run."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / f".tokenpath-write-check-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise UsageError(f"`out` {out_dir}: cannot write results there: {exc.strerror or exc}") from None
 
 
 def _on_this_host(url: str) -> bool:

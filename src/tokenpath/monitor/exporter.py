@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import make_wsgi_app
 
-from tokenpath.errors import UsageError
+from tokenpath.errors import TokenpathError, UsageError
 from tokenpath.hostport import join_hostport, parse_hostport
 from tokenpath.monitor import modules as monmod
 from tokenpath.monitor import otel_names
@@ -266,7 +266,7 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
 STOPPING = b"the exporter is stopping: this probe was cut short, not measured\n"
 
 
-class ProbeCut(Exception):
+class ProbeCut(TokenpathError):
     """A probe the exporter's stop cut short: answered 503 (the scrape failed, the target not blamed)."""
 
 

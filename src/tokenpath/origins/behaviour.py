@@ -4,11 +4,12 @@ speaks HTTP/1.1; this is the one HTTP/1.0 request tokenpath writes, on the probe
 
 from __future__ import annotations
 
+import ssl
 import time
 from dataclasses import dataclass
 
 from tokenpath.errors import RemoteProtocolError, TotalTimeout
-from tokenpath.probe.client import ProbeConfig, new_stream_id, request_bytes
+from tokenpath.probe.client import ProbeConfig, network_error, new_stream_id, request_bytes
 from tokenpath.probe.transport import open_connection
 from tokenpath.stub.presets import Http10Framing, OriginBehaviour, relevant_headers
 from tokenpath.wire.client import ResponseParser
@@ -49,7 +50,10 @@ def http10_answer(cfg: ProbeConfig, timeout_s: float = 120.0) -> Http10Answer:
     deadline = time.monotonic() + timeout_s
     body = 0
     try:
-        transport.sendall(http10_request(cfg, new_stream_id()))
+        try:
+            transport.sendall(http10_request(cfg, new_stream_id()))
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:
+            raise network_error(exc) from None
         while not parser.complete:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -58,6 +62,8 @@ def http10_answer(cfg: ProbeConfig, timeout_s: float = 120.0) -> Http10Answer:
                 data = transport.recv(left)
             except TimeoutError:
                 continue  # the deadline above decides
+            except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # as probe names it: no traceback
+                raise network_error(exc) from None
             if not data:
                 parser.feed_eof()
                 break

@@ -22,6 +22,7 @@ from typing import Any
 from tokenpath import __version__
 from tokenpath.clock import ns_to_ms
 from tokenpath.errors import ServiceError, UsageError
+from tokenpath.hostport import redacted as redacted_url
 from tokenpath.origins.behaviour import Http10Answer, http10_answer
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
@@ -79,7 +80,7 @@ def record(request: RecordRequest) -> Recording:
         status = trace.head.status if trace.head is not None else "none"
         raise ServiceError(f"{cfg.target.origin} answered {status} to a streaming request: nothing to record")
     source = {
-        "url": cfg.target.origin + cfg.target.path,
+        "url": redacted_url(cfg.target.origin + cfg.target.path),  # a file to share: a `?key=` query is masked
         "server": trace.head.header("server") or "",
         "model": cfg.model,
         "max_tokens": cfg.max_tokens,

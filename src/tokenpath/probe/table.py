@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
+from tokenpath.hostport import redacted
 from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.metrics import ProbeResults, RunMetrics
 from tokenpath.probe.trace import H2Figures
@@ -124,7 +125,8 @@ def _compact(column: Column, results: ProbeResults) -> bool:
 
 def probe_table(results: ProbeResults, wide: bool = False) -> Table:
     sent = f", Accept-Encoding: {results.accept_encoding}" if results.accept_encoding is not None else ""
-    table = Table(title=f"tokenpath probe {results.url} (--api {results.api.value}{sent})")
+    # user:password@ and the query masked, as the errors show it: a Gemini key sits in `?key=`
+    table = Table(title=f"tokenpath probe {redacted(results.url)} (--api {results.api.value}{sent})")
     h2 = next((r.h2 for r in results.runs if r.h2 is not None), None)
     if h2 is not None:
         table.title = f"{table.title} over HTTP/2, --h2-window {h2.window}"

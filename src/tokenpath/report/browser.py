@@ -40,6 +40,6 @@ def dump_dom(page: Path) -> str:
 def screenshot(page: Path, png: Path, width: int = 1280, height: int = 2400) -> Path:
     png.parent.mkdir(parents=True, exist_ok=True)
     _run([f"--screenshot={png.resolve()}", f"--window-size={width},{height}", page.resolve().as_uri()])
-    if not png.exists():
+    if not png.is_file():
         raise PeerError(f"chromium reported success but wrote no {png}")
     return png

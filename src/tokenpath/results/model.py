@@ -1005,6 +1005,18 @@ def dumps(results: Results) -> str:
     return json.dumps(results.to_json(), indent=1, default=str)
 
 
+def prepare_out_dir(out_dir: Path) -> None:
+    """The output directory made and proved writable before anything starts: a run that cannot save its results
+    is refused in one line, not found out after the whole run."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / f".tokenpath-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"`out` {out_dir}: cannot write results there: {exc.strerror or exc}") from None
+
+
 def write(results: Results, out_dir: Path) -> Path:
     """results.json, atomically: a reader never sees half a file, even on Ctrl-C."""
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ MAX_STREAM_SECONDS = 3600.0  # ttft + tokens x interval: a stream that would run
 MAX_RESPONSE_HEADERS = 16  # declared extra response headers per request
 MAX_STREAM_ID_CHARS = 128
 MAX_FIRST_EVENT_BYTES = 1 << 20  # a large first event: past every proxy buffer (4-64 KB), far below MAX_STREAM_BYTES
+MAX_WORKERS = 1024  # processes sharing the port, as the gateway bounds its own
 MAX_HEARTBEATS = 100_000  # keep-alive writes per stream (one per heartbeat_ms): as many as the token limit allows
 # Hop-by-hop and framing headers belong to the server that writes the response, never to a declared condition.
 RESERVED_HEADERS = frozenset(
@@ -95,8 +96,8 @@ class Jitter:
             ms = float(value)
         except ValueError:
             raise UsageError(f"`jitter` {text!r}: {value!r} is not a number of ms") from None
-        if ms < 0:
-            raise UsageError(f"`jitter` {text!r}: the width must be >= 0")
+        if not (math.isfinite(ms) and ms >= 0):
+            raise UsageError(f"`jitter` {text!r}: the width must be a finite number of ms >= 0")
         return cls(kind, ms)  # type: ignore[arg-type]
 
     def sample_ms(self, rng: random.Random) -> float:
@@ -304,25 +305,30 @@ class StubConfig:
     clock_offset_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.ttft_ms < 0:
-            raise UsageError("`ttft_ms` must be >= 0")
-        if self.interval_ms < 0:
-            raise UsageError("`interval_ms` must be >= 0")
-        if self.tokens < 1:
-            raise UsageError("`tokens` must be >= 1")
-        if self.workers < 1:
-            raise UsageError("`workers` must be >= 1")
+        # The rules a request's own pacing is held to (Pacing.override): a NaN or infinite delay, or a stream longer
+        # or larger than one response may be, started the stub and then hung or failed every request.
+        for key in ("ttft_ms", "interval_ms"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise UsageError(f"`{key}` must be a finite number of ms >= 0")
+        if not 1 <= self.tokens <= MAX_TOKENS:
+            raise UsageError(f"`tokens` must be a whole number from 1 to {MAX_TOKENS}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise UsageError(f"`workers` must be from 1 to {MAX_WORKERS}: more processes than a host's cores contend")
+        if not self.host:  # an unset variable (--host "$HOST") would have bound every interface
+            raise UsageError("`host` is empty: give an address (127.0.0.1 by default; 0.0.0.0 for every interface)")
         if not 0 <= self.port <= 65535:
             raise UsageError(f"`port` {self.port} is not a TCP port")
         if self.format not in ("openai", "plain"):
             raise UsageError(f"`format` {self.format!r}: expected openai or plain")
         if self.priority not in ("auto", "realtime", "normal"):
             raise UsageError(f"`priority` {self.priority!r}: expected auto, realtime or normal")
-        if self.frame_bytes is not None and self.frame_bytes < 1:
-            raise UsageError("`frame_bytes` must be >= 1")
+        if self.frame_bytes is not None and not 1 <= self.frame_bytes <= MAX_FRAME_BYTES:
+            raise UsageError(f"`frame_bytes` must be a whole number from 1 to {MAX_FRAME_BYTES}")
         if self.http10_framing not in ("close", "chunked"):
             raise UsageError(f"`http10_framing` {self.http10_framing!r}: expected close or chunked")
         self.pacing.check()
+        self.pacing.check_bounds("")
         if self.api != "all":
             try:
                 api = parse_api(self.api)
