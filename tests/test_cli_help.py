@@ -24,3 +24,20 @@ def test_diagnose_help_names_every_proxy_it_has_a_fix_for() -> None:
     result = CliRunner().invoke(app, ["diagnose", "--help"], env={"COLUMNS": "400"})
     text = " ".join(result.output.split())
     assert all(fix.proxies[0] in text for fix in FIXES), text
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_default_a_help_text_states_is_shown(command: str) -> None:
+    """rich read a help text's `[default: ...]` as a markup tag and dropped it (`The prompt .`): each option whose
+    help states its default shows it (written `\\[default: ...]`)."""
+    from typer.main import get_command
+
+    group = get_command(app)
+    cmd = group.commands[command]  # type: ignore[attr-defined]
+    stated = [p.help.split("\\[default:")[1].split("]")[0] for p in cmd.params if "\\[default:" in (p.help or "")]
+    unescaped = [p.name for p in cmd.params if " [default:" in (p.help or "")]
+    assert unescaped == [], "write `\\[default: ...]` in a help text: rich reads `[default: ...]` as a tag"
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "1000"})
+    text = " ".join(result.output.split())
+    for default in stated:
+        assert f"[default:{default}]" in text, (command, default)

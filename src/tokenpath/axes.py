@@ -532,7 +532,7 @@ HEARTBEAT_MS: Axis[float] = Axis(
     help=(
         "The stub's keep-alive every N ms, from the start to the last frame, in its format's shape: an SSE `: ping` "
         "comment (OpenAI chat, Responses, Gemini), Anthropic's `event: ping`; Bedrock's event stream and Ollama's "
-        "NDJSON have none (refused) [default: off]."
+        "NDJSON have none (refused) \\[default: off]."
     ),
     flag="--heartbeat-ms",
     column=PRE_TOKEN_COLUMN,
@@ -548,7 +548,7 @@ REASONING_TOKENS: Axis[int] = Axis(
     default=0,
     label=lambda c: f", {c.reasoning_tokens} reasoning tokens" if c.reasoning_tokens else "",
     help="The stub's reasoning deltas before the content, in each API's own shape, paced like tokens (adds a "
-    "first-token figure) [default: 0].",
+    "first-token figure) \\[default: 0].",
     flag="--reasoning-tokens",
     column=PRE_TOKEN_COLUMN,
     cell=lambda c: f"r{c.reasoning_tokens}" if c.reasoning_tokens else "",
@@ -561,7 +561,7 @@ FIRST_EVENT_BYTES: Axis[int] = Axis(
     parse=_whole(0, MAX_FIRST_EVENT_BYTES),
     default=0,
     label=lambda c: f", first event {c.first_event_bytes} B" if c.first_event_bytes else "",
-    help="The stub pads the first content frame to exactly N bytes (a large first event) [default: off].",
+    help="The stub pads the first content frame to exactly N bytes (a large first event) \\[default: off].",
     flag="--first-event-bytes",
     column=PRE_TOKEN_COLUMN,
     cell=lambda c: f"fe {c.first_event_bytes}B" if c.first_event_bytes else "",
@@ -575,7 +575,7 @@ HEAD_AT_AXIS: Axis[HeadAt] = Axis(
     parse=_choice(HEAD_AT),
     default="start",
     label=lambda c: ", head at first token" if c.head_at != "start" else "",
-    help="When the stub's response head leaves: start (at once) or first-token (held until it) [default: start].",
+    help="When the stub's response head leaves: start (at once) or first-token (held until it) \\[default: start].",
     flag="--head-at",
     column=PRE_TOKEN_COLUMN,
     cell=lambda c: "head@token" if c.head_at != "start" else "",
@@ -589,7 +589,7 @@ PAUSE_MS: Axis[float] = Axis(
     default=0.0,
     label=lambda c: f", pause {c.pause_ms:g} ms" if c.pause_ms else "",
     help="The stub falls silent for N ms mid-stream, after --pause-after's token: every later frame is that much "
-    "later, keep-alives go on [default: 0, none].",
+    "later, keep-alives go on \\[default: 0, none].",
     flag="--pause-ms",
     column=PAUSE_COLUMN,
     cell=lambda c: f"{c.pause_ms:g}ms" if c.pause_ms else "",
@@ -604,7 +604,7 @@ PAUSE_AFTER: Axis[int] = Axis(
     default=1,
     label=lambda c: f" after token {c.pause_after}",
     help="With --pause-ms: the content token the silence follows (1: the first; past the last: before the stream's "
-    "end) [default: 1].",
+    "end) \\[default: 1].",
     flag="--pause-after",
     column=PAUSE_COLUMN,
     cell=lambda c: f"after {c.pause_after}",

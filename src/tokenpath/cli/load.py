@@ -85,10 +85,10 @@ def load(
     ] = 0,
     stub_workers: Annotated[int, typer.Option(help="Stub processes (SO_REUSEPORT).")] = 1,
     ttft_ms: Annotated[
-        float | None, typer.Option(help="The stub's delay before the first token [default: 90; --stub-url: its own].")
+        float | None, typer.Option(help="The stub's delay before the first token \\[default: 90; --stub-url: its own].")
     ] = None,
     interval_ms: options.IntervalMs = None,
-    tokens: Annotated[int | None, typer.Option(help="Tokens per stream [default: 128; --stub-url: its own].")] = None,
+    tokens: Annotated[int | None, typer.Option(help="Tokens per stream \\[default: 128; --stub-url: its own].")] = None,
     heartbeat_ms: options.HeartbeatMs = None,
     reasoning_tokens: options.ReasoningTokens = None,
     first_event_bytes: options.FirstEventBytes = None,

@@ -15,7 +15,9 @@ def origin(
     name: Annotated[str, typer.Argument(help="llama-server or llama-cpp-python (built by scripts/build-llama).")],
     host: Annotated[str, typer.Option(help="Address to bind (loopback unless you mean otherwise).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port; 0 picks a free one.")] = 0,
-    threads: Annotated[int | None, typer.Option(help="CPU threads [default: this machine's cores, at most 8].")] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="CPU threads \\[default: this machine's cores, at most 8].")
+    ] = None,
 ) -> None:
     """Start a real inference server as an origin: its version, model, settings and what it does besides pacing
     (its HTTP/1.0 framing, the headers a path acts on) on its `listening on` line; stopped with everything it

@@ -17,11 +17,11 @@ def record(
     url: Annotated[str, typer.Argument(help="The server, direct (base URL or the format's route), on this host.")],
     out: Annotated[str, typer.Option(help="The recording's file (JSON).")] = "recording.json",
     name: Annotated[
-        str | None, typer.Option(help="Its name, for the stub's `replay` [default: the file's stem].")
+        str | None, typer.Option(help="Its name, for the stub's `replay` \\[default: the file's stem].")
     ] = None,
     api: options.Api = None,
     model: Annotated[str, typer.Option(help="The model to ask for.")] = "default",
-    prompt: Annotated[str | None, typer.Option(help="The prompt [default: count to one hundred].")] = None,
+    prompt: Annotated[str | None, typer.Option(help="The prompt \\[default: count to one hundred].")] = None,
     max_tokens: Annotated[int, typer.Option(help="The answer's length in tokens.")] = 32,
     seed: Annotated[int, typer.Option(help="Sampling seed (temperature 0 too): the token count repeats.")] = 1,
     header: Annotated[list[str] | None, typer.Option(help="NAME:VALUE sent with the request; repeatable.")] = None,
