@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
+from tokenpath.errors import UsageError
 from tokenpath.experiment.sweep import infer
 from tokenpath.results.model import SweepPoint
 
@@ -79,3 +84,27 @@ def test_the_timer_is_stated_to_the_precision_its_points_support() -> None:
     assert stated(200.29, 0.1) == 200
     assert stated(45.31, 0.2) == 45
     assert stated(182.5, 30) == 200  # points 30 ms apart support no finer than 100 ms steps
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"sizes": [-5]}, "`sizes` [-5]: each a frame size of 1 to"),
+        ({"sizes": []}, "`sizes` []: each a frame size"),
+        ({"runs": 0}, "`runs` 0: expected 1 to"),
+        ({"frames": -1}, "`frames` -1: expected 1 to"),
+        ({"intervals": [float("nan")]}, "`intervals` [nan]: each 0 to"),
+        ({"intervals": [1000.0], "frames": 5000}, "would run 5000 s"),
+    ],
+)
+def test_a_sweeps_numbers_are_checked_before_it_runs(change: dict[str, Any], says: str) -> None:
+    """From flags, never a matrix file's parse: `--sizes -5` or `--runs 0` certified, swept, then blamed the direct
+    path for keeping no run."""
+    from tokenpath.experiment.grid import DEFAULT_INTERVALS, DEFAULT_SIZES
+    from tokenpath.experiment.sweep import sweep_experiment
+
+    args: dict[str, Any] = {"sizes": list(DEFAULT_SIZES), "intervals": list(DEFAULT_INTERVALS), "runs": 3, "frames": 30}
+    sweep_experiment("pass", "stock", "loopback", False, **args)  # the defaults are taken
+    with pytest.raises(UsageError) as refused:
+        sweep_experiment("pass", "stock", "loopback", False, **{**args, **change})
+    assert says in str(refused.value)

@@ -27,9 +27,14 @@ from tokenpath.progress import escaped, styled
 from tokenpath.results import model
 from tokenpath.results.model import Inferred, MatrixResults, SweepPoint
 from tokenpath.stats import median
+from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_STREAM_SECONDS, MAX_TOKENS
 
 TIMER_CLUSTER = 0.15  # hold times within 15 % of the longest are the timer's
 SIZE_RELEASED_BELOW = 0.7  # a burst released before 70 % of the timer was released by size
+
+
+MAX_SWEEP_RUNS = 1000  # streams per point: past this a sweep runs for days
+MAX_SWEEP_INTERVAL_MS = 60_000.0  # a minute between frames: past any proxy's flush timer
 
 
 def sweep_experiment(
@@ -37,6 +42,22 @@ def sweep_experiment(
 ) -> Experiment:
     if link not in ("loopback", "veth"):
         raise UsageError(f"`link` {link!r}: expected loopback or veth")
+    # A matrix file's numbers are checked when it is read (spec.parse); these come from flags, so are checked here,
+    # before certification: `--sizes -5` or `--runs 0` ran the whole sweep and then blamed the direct path.
+    if not 1 <= runs <= MAX_SWEEP_RUNS:
+        raise UsageError(f"`runs` {runs}: expected 1 to {MAX_SWEEP_RUNS} streams per point")
+    if not 1 <= frames <= MAX_TOKENS:
+        raise UsageError(f"`frames` {frames}: expected 1 to {MAX_TOKENS} frames per stream")
+    bad_sizes = [s for s in sizes if not 1 <= s <= MAX_FRAME_BYTES]
+    if not sizes or bad_sizes:
+        raise UsageError(f"`sizes` {bad_sizes or sizes}: each a frame size of 1 to {MAX_FRAME_BYTES} bytes")
+    bad_intervals = [i for i in intervals if not (math.isfinite(i) and 0 <= i <= MAX_SWEEP_INTERVAL_MS)]
+    if not intervals or bad_intervals:
+        raise UsageError(f"`intervals` {bad_intervals or intervals}: each 0 to {MAX_SWEEP_INTERVAL_MS:g} ms")
+    longest_s = (max(intervals) * frames) / 1000
+    if longest_s > MAX_STREAM_SECONDS:
+        raise UsageError(f"a stream of {frames} frames every {max(intervals):g} ms would run {longest_s:.0f} s: at "
+                         f"most {MAX_STREAM_SECONDS:.0f} s (fewer `frames`, shorter `intervals`)")  # fmt: skip
     return Experiment(
         name=f"sweep: {proxy}{'' if variant == 'stock' else f' ({variant})'} over {link}{' with TLS' if tls else ''}",
         paths=[PathSpec("direct"), PathSpec(proxy, variant)],
