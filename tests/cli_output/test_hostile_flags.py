@@ -128,3 +128,9 @@ def test_probe_and_record_mask_a_urls_credentials_and_query(stub: Endpoint, tmp_
     text = saved.read_text()
     assert "SEKRETQ" not in text
     assert json.loads(text)["source"]["url"].endswith("/v1/chat/completions?***")
+
+
+def test_load_refuses_a_target_url_before_measuring_the_direct_path() -> None:
+    """Was: the direct path measured first (about 108 s at the defaults), then the URL refused."""
+    out = refused("load", "--target", "ftp://x", "--stub-url", "http://127.0.0.1:9", "--concurrency", "1")
+    assert "URL 'ftp://x': expected http:// or https://" in out

@@ -150,6 +150,10 @@ def load(
 
     refuse_userinfo(target, "--target")  # before any line could show it
     refuse_userinfo(stub_url, "--stub-url")
+    if target is not None:  # before the direct path is measured: `ftp://x` was refused only after it
+        from tokenpath.probe.transport import parse_target
+
+        parse_target(target)
     fmt = API.read(api, "--api") if api is not None else Api.OPENAI
     # as probe and diagnose: a WebSocket-only API (realtime) is carried over WebSocket when no transport is named
     carrier = TRANSPORT.read(transport, "--transport") if transport is not None else transport_for(fmt)
