@@ -118,6 +118,11 @@ def test_bad_mode() -> None:
         RelayConfig(upstream_host="h", upstream_port=1, mode="slow")  # type: ignore[arg-type]
 
 
+# Passed on: frames the stub writes 40 ms apart reach an in-process reader one per arrival, unless the reader is
+# descheduled past an interval: with a core kept busy it read arrivals [1, 4, 1, 1, 1, 2] (1.67), which no relay
+# causes. A relay that held frames two by two would be 2.0, gzip-hold's FRAMES (test_pass_streams reads `pass` so).
+
+
 def through_decoding(world: tuple[BackgroundLoop, StubServer], mode: str, accept: str | None) -> DecodedStream:
     bg, stub = world
     server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=stub.port, mode=mode))  # type: ignore[arg-type]
@@ -132,7 +137,7 @@ def test_gzip_flush_streams_each_frame_compressed(world: tuple[BackgroundLoop, S
     got = through_decoding(world, "gzip-flush", "gzip, deflate, br, zstd")
     assert got.encoding == "gzip"
     assert got.frames == FRAMES
-    assert got.frames_per_arrival == 1.0
+    assert got.frames_per_arrival < 2.0  # passed on, each frame as written (above through_decoding)
 
 
 def test_gzip_hold_delivers_the_frames_late_in_one_burst(world: tuple[BackgroundLoop, StubServer]) -> None:
@@ -151,7 +156,7 @@ def test_gzip_modes_pass_a_client_that_did_not_ask(world: tuple[BackgroundLoop, 
     assert got.head is not None
     assert got.head.header("content-encoding") is None
     assert got.frames == FRAMES
-    assert got.frames_per_arrival == 1.0
+    assert got.frames_per_arrival < 2.0  # passed on (above through_decoding); gzip-hold's is FRAMES
 
 
 # buffer in front of a kept-alive HTTP/1.1 upstream (the stub never closes one): each response whole, at its end ----
