@@ -550,3 +550,11 @@ def test_a_cut_stream_gives_no_added_ttft_on_either_route() -> None:
 
         answer = probe(exporter(prober, modules=modules_with_direct()), f"target={STUB}&module=m")
         assert value(answer, "tokenpath_probe_added_ttft_seconds") is None
+
+
+def test_the_otel_target_label_masks_the_targets_query_and_credentials() -> None:
+    """The label carried `?api_key=...` (and `user:password@`) as Prometheus sent the target; the log line did not."""
+    e = exporter(lambda c, s: coalesced(), metric_names="otel")
+    answer = probe(e, "target=http%3A%2F%2F127.0.0.1%3A8000%2Fv1%3Fapi_key%3DQS3CRET")
+    targets = {dict(labels).get("target") for _, labels in samples(answer) if "target" in dict(labels)}
+    assert targets == {"http://127.0.0.1:8000/v1?***"}

@@ -100,3 +100,10 @@ def test_after_a_write_a_read_waits_only_as_long_as_it_asks() -> None:
         with pytest.raises(TimeoutError):
             transport.recv(0.2)  # the socket is back in blocking mode under SO_RCVTIMEO, not the 30 s send timeout
         assert time.monotonic() - started < SEND_TIMEOUT_S / 2
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:0/v1", "https://h:0"])
+def test_port_0_is_refused_not_taken_for_the_default(url: str) -> None:
+    """`parts.port or 80` read :0 as no port: `probe http://127.0.0.1:0/` probed port 80."""
+    with pytest.raises(UsageError, match="port 0 is no port to connect to"):
+        parse_target(url)

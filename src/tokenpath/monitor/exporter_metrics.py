@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from tokenpath.hostport import redacted
 from tokenpath.monitor import otel_names
 from tokenpath.monitor.metrics import BurstWindow, otel_histograms
 from tokenpath.monitor.probing import ProbeOutcome
@@ -120,7 +121,11 @@ def render_probe(result: ProbeResult, metric_names: str, urls: Mapping[str, str]
         if not otel:
             ttft_gauge.labels(route).set(m.ttft_ms / 1000)
             continue
-        labels = otel_names.GenAIAttributes.of(result.api, model, urls[route], route).prometheus(result.target)
+        # the target's credentials and query masked in the label, as in the log line (the scrape config's choice to
+        # copy the raw target into `instance` is its own)
+        labels = otel_names.GenAIAttributes.of(result.api, model, urls[route], route).prometheus(
+            redacted(result.target)
+        )
         ttft.labels(**labels).observe(m.ttft_ms / 1000)
         chunk_time = chunk.labels(**labels)
         for t in otel_names.chunk_times(outcome.gaps_s, m.frames, m.arrivals):

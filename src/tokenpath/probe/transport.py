@@ -79,9 +79,12 @@ def parse_target(url: str, default_path: str = "/v1/chat/completions") -> Target
     if not parts.hostname:
         raise UsageError(f"URL {url!r} has no host")
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        given = parts.port
     except ValueError:
         raise UsageError(f"URL {url!r} has an invalid port") from None
+    if given == 0:  # `or` below took :0 for no port at all: the probe went to port 80
+        raise UsageError(f"URL {url!r}: port 0 is no port to connect to")
+    port = given or (443 if parts.scheme == "https" else 80)
     problem = path_character_problem(f"{parts.path}?{parts.query}" if parts.query else parts.path)
     if problem is not None:
         raise UsageError(f"URL {url!r}: {problem}")
