@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import stub_upstream
+from tests.helpers import accept_each, stub_upstream
 from tokenpath.cli import app
 from tokenpath.proxies.base import Endpoint
 
@@ -62,17 +61,12 @@ def resetting() -> Iterator[str]:
     """A server that reads the request, then resets the connection."""
     listener = socket.create_server(("127.0.0.1", 0))
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            conn.close()
+    def reset(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    accept_each(listener, reset)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
     listener.close()
 

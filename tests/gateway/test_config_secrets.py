@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -141,12 +140,10 @@ def test_a_jwks_that_gives_no_key_at_start_is_one_error_and_no_task_left(caplog:
 
 def encrypted_key_files(tmp_path: Path) -> tuple[Path, Path]:
     files = self_signed(tmp_path, ["127.0.0.1"])
+    key = serialization.load_pem_private_key(files.key.read_bytes(), password=None)
     encrypted = tmp_path / "encrypted.pem"
-    subprocess.run(
-        ["openssl", "pkey", "-in", str(files.key), "-aes256", "-passout", "pass:hunter2", "-out", str(encrypted)],
-        check=True,
-        capture_output=True,
-    )
+    encryption = serialization.BestAvailableEncryption(b"hunter2")
+    encrypted.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
     return files.cert, encrypted
 
 

@@ -110,6 +110,17 @@ def read_response(sock: socket.socket, until: Callable[[bytes], bool] | None = N
     return parser, bytes(body)
 
 
+def read_rest(sock: socket.socket, parser: ResponseParser) -> bytes:
+    """The body's bytes still to come on `sock`, through the `parser` that read its start, to its end or a close."""
+    rest = bytearray()
+    while not parser.complete:
+        data = sock.recv(65536)
+        if not data:
+            break
+        rest += parser.feed(data)
+    return bytes(rest)
+
+
 def roundtrip(url: str | None, raw: bytes, timeout: float = 20) -> tuple[ResponseParser, bytes]:
     with socket.create_connection(hostport(url), timeout=timeout) as sock:
         sock.sendall(raw)
@@ -213,11 +224,7 @@ def test_each_upstream_read_reaches_the_client_before_the_next_is_sent(svc: Serv
                     assert data, f"closed before frame {k}"
                     got += parser.feed(data)
                 delivered.put(k)
-            while not parser.complete:
-                data = sock.recv(65536)
-                if not data:
-                    break
-                got += parser.feed(data)
+            got += read_rest(sock, parser)
         assert got.endswith(b"end\n\n")
     finally:
         delivered.put(-1)
@@ -499,11 +506,7 @@ def test_sigterm_drains_open_streams_then_exits(svc: Services) -> None:
         parser, got = read_response(sock, until=lambda b: count_tokens(b) >= 2)
         assert gw.pid is not None
         os.killpg(gw.pid, signal.SIGTERM)
-        while not parser.complete:
-            data = sock.recv(65536)
-            if not data:
-                break
-            got += parser.feed(data)
+        got += read_rest(sock, parser)
     assert got.endswith(b"data: [DONE]\n\n")
     assert count_tokens(got) == 40
     deadline = time.monotonic() + 5

@@ -21,6 +21,7 @@ from tokenpath.hostport import join_hostport, parse_hostport, redacted, url_host
 from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.limits import MAX_HEAD_BYTES, WRITE_BUFFER_HIGH
+from tokenpath.wire.request import VISIBLE_ASCII, check_key
 
 Strategy = Literal["round_robin", "least_outstanding", "p2c_ewma"]
 STRATEGIES = ("round_robin", "least_outstanding", "p2c_ewma")
@@ -330,10 +331,6 @@ TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # An environment variable's name as shells and systemd's Environment= write them: a value that is not one is most
 # likely the secret itself, given where its name goes (refused without being shown).
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# What a pool's key and a member's URL may hold to go into a request head as they are (`Bearer KEY`, the request
-# line): visible ASCII. A space, a control character (CR LF would start a header of its own) or a non-ASCII one (the
-# head is Latin-1: every request failed, the head in the error) is a key pasted wrong, or a path to percent-encode.
-VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+\Z")
 
 
 def check_env_name(what: str, name: object) -> None:
@@ -524,13 +521,7 @@ def check_pool_keys(cfg: GatewayConfig) -> None:
         key = os.environ.get(name)
         if not key:
             raise UsageError(f"pool {pool.name!r}: `api_key_env` {name}: that environment variable is empty")
-        if not VISIBLE_ASCII.match(key):
-            at = next(i for i, c in enumerate(key) if not VISIBLE_ASCII.match(c))
-            raise UsageError(
-                f"pool {pool.name!r}: `api_key_env` {name}: the key has a space, a control character or a non-ASCII "
-                f"character (at position {at + 1} of {len(key)}), which a request header cannot carry as it is: "
-                "set the key as issued (its value is not shown)"
-            )
+        check_key(f"pool {pool.name!r}: `api_key_env` {name}", key)  # a bad one: every request a 500, the key logged
 
 
 def check_keepalive(limits: Limits, given: bool = False) -> None:

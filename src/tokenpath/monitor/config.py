@@ -49,10 +49,7 @@ from tokenpath.tomlconfig import dataclass_from
 from tokenpath.tomlconfig import read_toml as _read_toml
 from tokenpath.wire.h2client import DEFAULT_WINDOW, parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
-from tokenpath.wire.request import DEFAULT_PROMPT, check_header
-
-# What an API key may hold to go into a header as it is (`Bearer KEY`): visible ASCII (gateway/config.py's rule too)
-VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+\Z")
+from tokenpath.wire.request import DEFAULT_PROMPT, check_header, check_key
 
 # A label value a dashboard and a shell both take as-is: NAME.fullmatch (`$` would let a trailing newline through)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -321,12 +318,7 @@ def _target(spec: TargetSpec, settings: MonitorSettings, env: Any) -> Target:
         api_key = env.get(spec.api_key_env)
         if not api_key:
             raise UsageError(f"{where}: `api_key_env` {spec.api_key_env}: that environment variable is not set")
-        if not VISIBLE_ASCII.match(api_key):  # a CR from a CRLF .env file failed every probe, never the start
-            raise UsageError(
-                f"{where}: `api_key_env` {spec.api_key_env}: the key has a space, a control character or a non-ASCII "
-                "character, which a request header cannot carry as it is: set the key as issued (its value is not "
-                "shown)"
-            )
+        check_key(f"{where}: `api_key_env` {spec.api_key_env}", api_key)  # else every probe failed, never the start
     try:
         base = _probe_config(spec, api_key)
     except UsageError as exc:

@@ -7,6 +7,7 @@ has a user field.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote
@@ -90,6 +91,24 @@ def build_json_request(
     body = json.dumps(payload, separators=(",", ":")).encode()
     all_headers = [("Content-Type", "application/json"), ("Accept", accept), *headers]
     return build_request("POST", host, target, body=body, headers=all_headers, keep_alive=keep_alive)
+
+
+# What an API key and a URL may hold to go into a request head as they are (`Bearer KEY`, the request line): visible
+# ASCII. A space, a control character (CR LF would start a header of its own) or a non-ASCII one (a head is Latin-1)
+# is a key pasted wrong (a CR from a CRLF .env file, an en dash), or a path to percent-encode.
+VISIBLE_ASCII = re.compile(r"[\x21-\x7e]+\Z")
+
+
+def check_key(where: str, key: str) -> None:
+    """An API key a header can carry as it is (the gateway's pool keys, the monitor's): a UsageError naming `where`
+    and the first bad character's position, never the key."""
+    if VISIBLE_ASCII.match(key):
+        return
+    at = next(i for i, c in enumerate(key) if not VISIBLE_ASCII.match(c))
+    raise UsageError(
+        f"{where}: the key has a space, a control character or a non-ASCII character (at position {at + 1} of "
+        f"{len(key)}), which a request header cannot carry as it is: set the key as issued (its value is not shown)"
+    )
 
 
 def check_header(name: str, value: str) -> None:
