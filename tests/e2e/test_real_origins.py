@@ -28,6 +28,7 @@ from tokenpath.wire.apis import SPECS
 pytestmark = pytest.mark.e2e
 
 TOKENS = 4
+HELD_READS = 2  # reads a held answer of eight tokens can take: its whole body, and the close
 
 
 @pytest.fixture(scope="module", params=sorted(ORIGINS))
@@ -100,11 +101,14 @@ def test_the_matrix_starts_a_real_origin_and_pairs_its_streams(tmp_path: Path) -
     for row in rows.values():
         assert set(row["exclusions"]) <= {UNSTABLE, OTHER_TOKENS}, row["exclusions"]  # only the pairing excludes
     # llama-cpp-python answers nginx's HTTP/1.0 close-delimited with X-Accel-Buffering: no: stock nginx streams it
-    # by that header, and holds it once the header is ignored.
+    # by that header, and holds it once the header is ignored. Held, eight tokens' frames (under 4 KB, one proxy
+    # buffer) leave nginx together at the upstream's close: at most HELD_READS reads. Streamed, they leave as the model
+    # writes them, ~13 ms apart idle; a loaded host coalesces some of them (a reader or nginx descheduled past a token's
+    # interval: 4 reads of 11 frames in CI), so more reads than held is the shape, not a share of the frames.
     for run in rows["nginx", "stock"]["raw"]:
-        assert run["metrics"]["arrivals"] >= run["metrics"]["frames"] / 2
+        assert run["metrics"]["arrivals"] > HELD_READS, run["metrics"]
     for run in rows["nginx", "ignore_x_accel"]["raw"]:
-        assert run["metrics"]["arrivals"] <= 2
+        assert run["metrics"]["arrivals"] <= HELD_READS, run["metrics"]
 
 
 def gateway_config(tmp_path: Path, origin: RunningOrigin) -> Path:
