@@ -12,6 +12,13 @@ from tokenpath.errors import UsageError
 MAX_PORT = 65535
 
 
+def check_port(port: int, where: str, *, min_port: int = 0) -> int:
+    """A port given alone (a `--port` flag): in range, or a UsageError naming `where`."""
+    if not min_port <= port <= MAX_PORT:
+        raise UsageError(f"{where} {port}: a port from {min_port} to {MAX_PORT}")
+    return port
+
+
 def url_host(host: str) -> str:
     """The host as it stands before `:PORT` in a URL or a Host header: an IPv6 address in brackets."""
     return f"[{host}]" if ":" in host else host

@@ -28,6 +28,7 @@ from tokenpath.stub.presets import PRESETS
 from tokenpath.wire.httpversion import HttpVersion
 
 URL = "http://127.0.0.1:9/v1/chat/completions"
+HTTPS_URL = URL.replace("http:", "https:")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -75,20 +76,33 @@ def test_flags_reach_the_probe_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_KEY", "sk-test")
     s = Scripted(streaming)
     flags = ["--header", "X-A:1", "--api-key-env", "MY_KEY", "--model", "m1", "--max-tokens", "7", "--insecure"]
-    code, _ = invoke(monkeypatch, s, URL, *flags, "--total-timeout", "9")
+    code, _ = invoke(monkeypatch, s, HTTPS_URL, *flags, "--total-timeout", "9")
     assert code == 0
     t = s.template
     assert t is not None
-    assert (t.url, t.headers, t.api_key, t.model, t.max_tokens) == (URL, (("X-A", "1"),), "sk-test", "m1", 7)
+    assert (t.url, t.headers, t.api_key, t.model, t.max_tokens) == (HTTPS_URL, (("X-A", "1"),), "sk-test", "m1", 7)
     assert t.tls.insecure is True
     assert t.total_timeout_s == 9
 
 
 def test_cacert_reaches_the_tls_options(monkeypatch: pytest.MonkeyPatch) -> None:
     s = Scripted(streaming)
-    invoke(monkeypatch, s, URL, "--cacert", "/tmp/ca.pem")
+    invoke(monkeypatch, s, HTTPS_URL, "--cacert", "/tmp/ca.pem")
     assert s.template is not None
     assert s.template.tls.cacert == "/tmp/ca.pem"
+
+
+@pytest.mark.parametrize("flags", [["--cacert", "/tmp/ca.pem"], ["--insecure"], ["--max-tokens", "0"]])
+def test_a_flag_that_would_not_apply_is_refused_before_anything_runs(
+    monkeypatch: pytest.MonkeyPatch, flags: list[str]
+) -> None:
+    """--cacert and --insecure beside an http:// URL verify nothing; max_tokens 0 or below asks for no answer."""
+    s = Scripted(streaming)
+    code, out = invoke(monkeypatch, s, URL, *flags)
+    assert code == 2, out
+    assert flags[0] in out
+    assert s.template is None
+    assert s.asked == []
 
 
 def test_url_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from tokenpath.diagnose.cuts import CLOUD_LIMITS, Limit, lift_line, name_cut, name_end, path_cuts, split_target
 from tokenpath.diagnose.limits import LimitFound, Measure, PathLimits
+from tokenpath.errors import UsageError
 from tokenpath.proxies import lookup
 from tokenpath.proxies.timeouts import LONG_STREAMS
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
@@ -95,6 +96,7 @@ def test_one_observed_cut_is_named_from_its_timing() -> None:
 def test_targets_may_name_their_proxy() -> None:
     assert split_target("nginx=http://127.0.0.1:1/v1") == ("nginx", "http://127.0.0.1:1/v1")
     assert split_target("http://127.0.0.1:1/v1?a=b") == (None, "http://127.0.0.1:1/v1?a=b")
+    assert split_target("nginx:long_streams=http://127.0.0.1:1") == ("nginx:long_streams", "http://127.0.0.1:1")
     named = name_cut(LimitFound(Measure.MID_STREAM, 1.0, 1.5, None, 4), "haproxy:stock")
     assert named is not None
     assert named.fix.startswith("haproxy: timeout server 3600s")
@@ -114,3 +116,11 @@ def test_keep_alives_measured_not_to_reset_the_idle_timer_are_not_the_fix() -> N
     assert "send keep-alives more often than every 2.524 s" in unmeasured[0].fix
     reset = path_cuts(PathLimits("http://x", (idle,), True, 0.631))
     assert reset[0].fix == unmeasured[0].fix
+
+
+@pytest.mark.parametrize(("text", "said"), [("ngnix=http://127.0.0.1:1", "no proxy 'ngnix'"),
+                                            ("nginx:long=http://127.0.0.1:1", "no variant 'long'")])  # fmt: skip
+def test_a_name_the_catalogue_does_not_know_is_refused(text: str, said: str) -> None:
+    """A misspelt NAME was kept as the path's label and its fix line left out without a word."""
+    with pytest.raises(UsageError, match=said):
+        split_target(text)

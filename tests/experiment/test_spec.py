@@ -65,6 +65,17 @@ def test_file_errors_name_the_file(tmp_path: Path) -> None:
         load(tmp_path / "missing.toml")
 
 
+def test_an_empty_file_is_refused_not_run_as_direct_alone(tmp_path: Path) -> None:
+    """An empty file (or comments only) measured the direct path alone for a minute, the wrong file unsaid."""
+    empty = tmp_path / "empty.toml"
+    for text in ("", "# to do\n\n"):
+        empty.write_text(text)
+        with pytest.raises(UsageError, match=r"empty\.toml: empty: name the paths"):
+            load(empty)
+    empty.write_text("runs = 2\n")  # a direct-only run asked for is still one
+    assert [p.label for p in load(empty).paths] == ["direct"]
+
+
 def test_custom_proxy_command_placeholders() -> None:
     exp = parse(
         {"proxy": [{"name": "socat", "command": "socat TCP-LISTEN:{listen_port},bind={listen_host} TCP:{upstream}"}]}

@@ -135,6 +135,17 @@ def test_defaults_bind_loopback_and_pick_safe_algorithms() -> None:
             {"auth": {"jwks_url": "http://k", "algorithms": ["none"]}, "pool": [{"member": [{"url": "http://h:1"}]}]},
             "choose from",
         ),
+        (  # was taken for "not written" and the key source's defaults allowed
+            {"auth": {"jwks_url": "http://k", "algorithms": []}, "pool": [{"member": [{"url": "http://h:1"}]}]},
+            "auth algorithms []: choose from",
+        ),
+        (  # was let through: a claim named "" picked a pool whenever a token carried one
+            {
+                "auth": {"secret_env": "X", "pool_claim": ""},
+                "pool": [{"claims": ["pro"], "member": [{"url": "http://h:1"}]}],
+            },
+            "auth `pool_claim` is empty",
+        ),
     ],
 )
 def test_mistakes_are_refused_with_a_clear_message(data: dict[str, object], message: str) -> None:

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 import tokenpath.origins.process
 import tokenpath.origins.record
 from tests.helpers import invoked_once
+from tokenpath.cli import app
 from tokenpath.origins.catalogue import MAX_THREADS, Origin, Settings
 from tokenpath.origins.process import PROMPT
 from tokenpath.origins.record import RecordRequest
@@ -130,3 +132,16 @@ def test_origin_threads_reach_the_settings(served: list[Served]) -> None:
 
 def test_origin_threads_default_to_this_machines(served: list[Served]) -> None:
     assert origin(served, "llama-server").settings == Settings.for_this_machine()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(["--port", "-1"], "--port -1"), (["--port", "65536"], "--port 65536"), (["--threads", "0"], "--threads 0")],
+)
+def test_origin_refuses_a_port_or_threads_out_of_range(served: list[Served], flags: list[str], said: str) -> None:
+    """They were passed on to the server (llama.cpp takes --threads 0 or less for its own default, unsaid; -1 is no
+    port): each is refused before anything starts, naming the flag."""
+    out = CliRunner().invoke(app, ["origin", "llama-server", *flags])
+    assert out.exit_code == 2, out.output
+    assert said in out.output
+    assert served == []

@@ -148,3 +148,12 @@ def test_a_pacing_flag_is_the_tokenpath_member_sent(flags: list[str], member: di
     probe(*flags)
     _, body = peers.only().request()
     assert body["tokenpath"] == member
+
+
+@pytest.mark.parametrize("flags", [["--cacert", "/tmp/ca.pem"], ["--insecure"], ["--max-tokens", "0"]])
+def test_a_flag_that_would_not_apply_is_refused_before_a_connection(flags: list[str], peers: Peers) -> None:
+    """--cacert and --insecure beside an http:// URL verify nothing; max_tokens 0 or below asks for no answer."""
+    out = CliRunner().invoke(app, ["probe", URL, *flags])
+    assert out.exit_code == 2, out.output
+    assert flags[0] in out.output
+    assert peers.opened == []

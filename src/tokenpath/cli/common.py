@@ -171,6 +171,12 @@ def target_url(url: str | None) -> str:
     return target
 
 
+def tls_flags_need_https(scheme: str, cacert: str | None, insecure: bool) -> None:
+    """--cacert and --insecure verify a TLS server: beside an http:// URL they were read and never applied."""
+    if (cacert or insecure) and scheme != "https":
+        raise UsageError(f"--cacert and --insecure are for an https:// URL, not {scheme}://")
+
+
 def writable_file(path: Path, field: str) -> None:
     """A file a command writes at its end, proved writable before it starts: a directory or a missing parent was
     found out after the whole run (a survey, a recording), in a traceback, its result lost. `field` names the flag."""

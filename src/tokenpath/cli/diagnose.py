@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, err_console, handles_errors, target_url
+from tokenpath.cli.common import api_key, err_console, handles_errors, target_url, tls_flags_need_https
 from tokenpath.errors import TokenpathError, UpgradeNotCarried, UsageError
 from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
@@ -88,8 +88,8 @@ def diagnose(
     max_tokens: Annotated[
         int | None, typer.Option(help="max_tokens in each request (against an endpoint that is not a stub).")
     ] = 128,
-    insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
-    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
+    insecure: Annotated[bool, typer.Option(help="https: do not verify the TLS certificate.")] = False,
+    cacert: Annotated[str | None, typer.Option(help="https: CA bundle (PEM) to verify the server with.")] = None,
     total_timeout: Annotated[
         float,
         typer.Option(
@@ -155,7 +155,8 @@ def diagnose(
         h3_window=chosen.h3_window,
         transport=chosen.transport,
     )
-    if template.target.scheme != "https" and http3:  # validates the URL before anything is sent
+    tls_flags_need_https(template.target.scheme, cacert, insecure)  # the URL checked before anything is sent
+    if template.target.scheme != "https" and http3:
         raise UsageError("--http3 needs an https:// URL: QUIC is always TLS")
     if stub_url is not None:
         check_stub(stub_url)

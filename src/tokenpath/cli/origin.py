@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from tokenpath.cli.common import announce, handles_errors
+from tokenpath.hostport import check_port
 
 
 @handles_errors("origin")
@@ -30,4 +31,4 @@ def origin(
     settings = Settings.for_this_machine()
     if threads is not None:
         settings = replace(settings, threads=threads)
-    serve(lookup(name), settings, host, port, announce("origin"))
+    serve(lookup(name), settings, host, check_port(port, "--port"), announce("origin"))

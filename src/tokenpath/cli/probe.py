@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tokenpath.cli import options
-from tokenpath.cli.common import api_key, body_json, console, handles_errors, target_url
+from tokenpath.cli.common import api_key, body_json, console, handles_errors, target_url, tls_flags_need_https
 from tokenpath.errors import UsageError
 from tokenpath.probe.wsfallback import CODEX_RETRY_DELAY_MS, CODEX_UPGRADE_TIMEOUT_S
 from tokenpath.wire.request import parse_header_arg
@@ -77,8 +77,8 @@ def probe(
             "`tokenpath` member's keys, merged into it).",
         ),
     ] = None,
-    insecure: Annotated[bool, typer.Option(help="Do not verify the TLS certificate.")] = False,
-    cacert: Annotated[str | None, typer.Option(help="CA bundle (PEM) to verify the server with.")] = None,
+    insecure: Annotated[bool, typer.Option(help="https: do not verify the TLS certificate.")] = False,
+    cacert: Annotated[str | None, typer.Option(help="https: CA bundle (PEM) to verify the server with.")] = None,
     connect_timeout: Annotated[float, typer.Option(help="Seconds to connect.")] = 10.0,
     first_byte_timeout: Annotated[float, typer.Option(help="Seconds to the first response byte.")] = 30.0,
     idle_timeout: Annotated[float, typer.Option(help="Longest silence between frames, seconds.")] = 30.0,
@@ -124,7 +124,7 @@ def probe(
     )
     if client == "chromium" and cfg.transport != TRANSPORT.default:
         raise UsageError("--transport websocket is the raw client's (--client raw)")
-    cfg.target  # noqa: B018 - validates the URL before anything is sent
+    tls_flags_need_https(cfg.target.scheme, cacert, insecure)  # the URL checked before anything is sent
     if client not in ("raw", "chromium"):
         raise UsageError(f"--client {client!r}: choose raw or chromium")
     if client == "chromium":

@@ -424,5 +424,12 @@ def split_target(text: str) -> tuple[str | None, str]:
     picks the fix line; a bare URL: None."""
     name, eq, url = text.partition("=")
     if eq and "://" not in name:
+        proxy, _, variant = name.partition(":")
+        try:  # a misspelt name was kept as a label and its fix line left out, unsaid
+            found = lookup(proxy)
+            if variant:
+                found.variant(variant)
+        except ProxyError as exc:
+            raise UsageError(f"{text}: {exc}") from None
         return name, url
     return None, text

@@ -143,6 +143,8 @@ def load(path: str | Path) -> Experiment:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    if not data:  # it measured direct alone for a minute: the wrong file, or one not yet written
+        raise UsageError(f'{path}: empty: name the paths to measure ([[proxy]] name = "nginx"; examples/quick.toml)')
     try:
         experiment = parse(_replays_beside(data, path.parent))
     except (UsageError, ProxyError) as exc:

@@ -495,6 +495,8 @@ class GatewayConfig:
                         f"auth: `jwks_ttl_s` ({a.jwks_ttl_s:g}) must be >= `jwks_min_refresh_s` "
                         f"({a.jwks_min_refresh_s:g}): the key set is fetched no more often than that"
                     )
+            if a.pool_claim is not None and not a.pool_claim.strip():
+                raise UsageError('auth `pool_claim` is empty: name the claim whose value picks the pool ("tier")')
             if a.pool_claim and not any(p.claims for p in self.pools):
                 raise UsageError(f"auth `pool_claim` {a.pool_claim!r} with no pool's `claims`: it picks no pool")
             fetched_only = [f"`{k}`" for k in JWKS_ONLY if is_set(a, k, self.written.auth)]
@@ -694,7 +696,7 @@ def from_dict(data: dict[str, Any]) -> GatewayConfig:
     )
     kwargs["written"] = written
     auth = _dataclass_from(AuthConfig, data.pop("auth", {}), "auth")
-    if auth.mode == "jwt" and not auth.algorithms:
+    if auth.mode == "jwt" and "algorithms" not in written.auth:  # a written `[]` is refused, not defaulted
         auth = AuthConfig(**{**auth.__dict__, "algorithms": default_algorithms(auth)})
     kwargs["auth"] = auth
     kwargs["limits"] = _dataclass_from(Limits, data.pop("limits", {}), "limits")

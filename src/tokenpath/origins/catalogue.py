@@ -35,6 +35,7 @@ BUILD_HINT = (
     "cores, once; `scripts/install-proxies --all` and so `make test` run it)"
 )
 MAX_THREADS = 8  # a 135M model gains nothing from more
+MAX_ANY_THREADS = 1024  # what a user may ask for
 CONTEXT = 2048  # tokens: every prompt tokenpath sends, and any answer it asks for, fit many times over
 _VERSION = re.compile(r"^version: (.+)$", re.MULTILINE)
 SLOTS = 1  # one stream at a time: a CPU-bound origin on a small machine is measured serially
@@ -47,6 +48,10 @@ class Settings:
     threads: int
     context: int = CONTEXT
     slots: int = SLOTS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.threads <= MAX_ANY_THREADS:  # llama.cpp takes 0 or less for its own default, unsaid
+            raise UsageError(f"`threads` {self.threads}: a whole number from 1 to {MAX_ANY_THREADS}")
 
     @classmethod
     def for_this_machine(cls) -> Settings:

@@ -114,6 +114,8 @@ class ProbeConfig:
             object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
             if any(name.lower() == "accept-encoding" for name, _ in self.headers):
                 raise UsageError("Accept-Encoding is given twice: as `accept_encoding` and as a header; keep one")
+        if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+            raise UsageError(f"`max_tokens` must be a whole number >= 1, not {self.max_tokens}")
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"):
             value = getattr(self, name)
             if not value > 0 or value == float("inf"):
