@@ -53,14 +53,18 @@ FLEET = {
     "endless_head": (False, False, "response_too_large"),
     "endless_event": (False, False, "response_too_large"),
     "invalid_utf8": (False, False, "invalid_utf8"),
-    "huge": (False, False, "total_timeout"),  # a 10 GB Content-Length, sent as fast as it is read
+    "huge": (False, False, "response_too_large"),  # a 10 GB Content-Length, sent as fast as it is read: past the
+    # answer's bound (monitor_limits: 64 KB per token asked for), no longer parsed until the total timeout
     "tls_stall": (False, True, "connect_timeout"),
     "redirect_loop": (False, False, "http_status"),
-    "flood": (True, False, "total_timeout"),  # TLS records of tiny frames, as fast as they are read
+    "flood": (True, False, "total_timeout"),  # TLS records of tiny frames, as fast as the fleet's one process sends
     "head_trickle": (False, False, "total_timeout"),
     "body_trickle": (False, False, "http_status"),
     "handshake_trickle": (False, True, "connect_timeout"),
 }
+# Outcomes a kind may also end with: ten floods share the fleet's one process (and its GIL), which sends a probe its
+# answer's bound (monitor_limits: 2 MB for 32 tokens) within the total deadline on an idle host only.
+ALSO = {"flood": {"response_too_large"}}
 FLEET_TIMEOUTS = {"connect_timeout_s": 2, "total_timeout_s": 3, "first_byte_timeout_s": 10, "idle_timeout_s": 10}
 
 

@@ -383,6 +383,27 @@ def served() -> Iterator[Callable[[bytes], tuple[str, list[int]]]]:
         listener.close()
 
 
+@pytest.mark.parametrize(
+    ("answer", "status", "reason"),
+    [
+        (b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", 503,
+         "http_status"),  # was 103: the first status line's
+        (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (70 << 10), 0,
+         "response_too_large"),  # was 200, for a head the probe refused (past 64 KB and still open)
+    ],
+)  # fmt: skip
+def test_the_status_reported_is_the_final_heads_that_the_probe_took(
+    served: Callable[[bytes], tuple[str, list[int]]], answer: bytes, status: int, reason: str
+) -> None:
+    target, _ = served(answer)
+    e = ex.ProbeExporter(config(AllowList.parse([target.removesuffix("/v1") + "/*"])),
+                         ex.sniffing_prober(Aborter()))  # fmt: skip
+    got = probe(e, f"target={target}", "5")
+    assert value(got, "probe_success") == 0
+    assert value(got, "tokenpath_probe_failure", route="via", reason=reason) == 1
+    assert value(got, "probe_http_status_code") == status
+
+
 def test_a_redirect_is_a_failed_probe_with_its_status_and_its_location_is_never_contacted(
     served: Callable[[bytes], tuple[str, list[int]]],
 ) -> None:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tokenpath import errors
@@ -12,6 +14,7 @@ from tokenpath.monitor.probing import (
     OK,
     UNSUPPORTED_FORMAT,
     added_ttft_s,
+    monitor_limits,
     probe_cycle,
     probe_route,
     reason_of,
@@ -181,3 +184,11 @@ def test_a_probe_that_raised_on_a_reset_keeps_the_end_it_gave_the_stream() -> No
     out = probe_route("t", "via", cfg.routes["via"], prober)
     assert out.outcome == "network"
     assert out.end == end
+
+
+def test_a_probes_answer_is_bounded_by_what_it_asked_for() -> None:
+    """64 KB per token asked for, at least 1 MB, 64 MB when no max_tokens is sent; the rest of MONITOR_LIMITS kept."""
+    url = "http://127.0.0.1:9/v1"
+    bounds = [monitor_limits(ProbeConfig(url, max_tokens=n)).response_bytes for n in (1, 32, 1000, None)]
+    assert bounds == [1 << 20, 32 << 16, 1000 << 16, 64 << 20]
+    assert replace(monitor_limits(ProbeConfig(url, max_tokens=8)), response_bytes=None) == MONITOR_LIMITS

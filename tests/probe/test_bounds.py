@@ -22,6 +22,7 @@ from tests.probe.hostile import (
     status,
 )
 from tokenpath import errors
+from tokenpath.errors import ResponseTooLarge
 from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.metrics import run_metrics
 from tokenpath.probe.stream import probe_stream
@@ -92,6 +93,23 @@ def test_kept_frames_stop_at_the_byte_limit_and_stay_a_prefix() -> None:
     rec.on_read(4 * MS, b"data: z\n\n")
     assert [len(f.frame.raw) for f in rec.trace.frames] == [608]
     assert rec.trace.frame_count == 3
+
+
+def test_the_answer_ends_past_its_byte_bound_and_only_when_one_is_set() -> None:
+    """`response_bytes`: the stream's bytes read in all, head included; past it, ResponseTooLarge (the monitor's
+    bound on a flood); None (the probe command's) reads on."""
+    frame = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+    head = SSE_HEAD + b"Connection: close\r\n\r\n"
+    bound = len(head) + 10 * len(frame)
+    bounded, unbounded = TraceRecorder("s", 0, TraceLimits(response_bytes=bound)), TraceRecorder("s", 0)
+    for rec in (bounded, unbounded):
+        rec.on_read(MS, head)
+        for i in range(10):
+            rec.on_read((2 + i) * MS, frame)  # exactly the bound: read
+    with pytest.raises(ResponseTooLarge, match=f"response larger than {bound:,} bytes"):
+        bounded.on_read(20 * MS, b"d")
+    assert unbounded.on_read(20 * MS, frame * 1000) == 1000
+    assert bounded.trace.frame_count == 10
 
 
 # -- TLS: one drain takes at most DRAIN_MAX_BYTES; the handshake and each read end at their deadline ---------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -38,12 +37,12 @@ from tokenpath.monitor.allowlist import AllowList
 from tokenpath.monitor.exporter_metrics import ExporterMetrics, ProbeResult, render_probe
 from tokenpath.monitor.modules import Module
 from tokenpath.monitor.probing import (
-    MONITOR_LIMITS,
     Aborter,
     ProbeOutcome,
     Prober,
     added_ttft_s,
     asked_version,
+    monitor_limits,
     probe_route,
     quic_probe,
 )
@@ -54,6 +53,7 @@ from tokenpath.probe.trace import Trace
 from tokenpath.probe.transport import Target, Transport
 from tokenpath.serve import exposition
 from tokenpath.serve.runner import Config, Server
+from tokenpath.wire.h1status import H1StatusSniffer
 from tokenpath.wire.h2status import H2StatusSniffer
 from tokenpath.wire.httpversion import HttpVersion
 
@@ -77,8 +77,6 @@ SPARE_CONNECTIONS = 4
 MAX_QUERY_FIELDS = 16  # target, module and whatever a scrape config adds; parse_qs would otherwise take any number
 MAX_TARGET_CHARS = 2048  # a target URL longer than this is refused (400): no real endpoint needs more
 PROBE_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # the Prometheus text format
-_STATUS_LINE = re.compile(rb"HTTP/\d(?:\.\d)? (\d{3})")
-STATUS_LINE_BYTES = 16  # "HTTP/1.1 200 " fits; the sniffer keeps no more than this
 
 
 @dataclass(frozen=True)
@@ -207,26 +205,21 @@ def parse_probe_request(query: str, scrape_timeout: str | None, config: Exporter
 
 
 class _StatusSniffer:
-    """A probe's transport that keeps the first bytes of the answer for probe_http_status_code: the probe raises on
-    a non-2xx status, and its exception carries a message, not the status. Over HTTP/2 the status is in the first
-    HPACK header block, read by wire/h2status.py beside the probe's own connection."""
+    """A probe's transport that reads the answer's final status beside the probe for probe_http_status_code: the
+    probe raises on a non-2xx status, and its exception carries a message, not the status. The final head's, once
+    whole (wire/h1status.py: an Early Hints 103 or a head refused as too large is not the answer's status), or over
+    HTTP/2 the first final HPACK header block's (wire/h2status.py)."""
 
     def __init__(self, inner: Transport, statuses: list[int], http2: bool = False) -> None:
         self._inner = inner
         self._statuses = statuses
-        self._head = b""
-        self._h2 = H2StatusSniffer() if http2 else None
+        self._sniffer = H2StatusSniffer() if http2 else H1StatusSniffer()
 
     def _see(self, data: bytes) -> bytes:
-        if self._h2 is not None:
-            status = None if self._h2.done else self._h2.feed(data)
+        if not self._sniffer.done:
+            status = self._sniffer.feed(data)
             if status is not None and not self._statuses:
                 self._statuses.append(status)
-        elif len(self._head) < STATUS_LINE_BYTES and data:
-            self._head += data[: STATUS_LINE_BYTES - len(self._head)]
-            m = _STATUS_LINE.match(self._head)
-            if m and not self._statuses:
-                self._statuses.append(int(m.group(1)))
         return data
 
     def sendall(self, data: bytes) -> None:
@@ -246,7 +239,7 @@ ProberFactory = Callable[[list[int]], Prober]  # (a list the probe appends the s
 
 
 def sniffing_prober(aborter: Aborter) -> ProberFactory:
-    """The monitor's prober (probe_stream through the aborter, MONITOR_LIMITS), its transport sniffed for the
+    """The monitor's prober (probe_stream through the aborter, monitor_limits), its transport sniffed for the
     status line."""
 
     def factory(statuses: list[int]) -> Prober:
@@ -256,7 +249,7 @@ def sniffing_prober(aborter: Aborter) -> ProberFactory:
         def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
             if cfg.http_version is HttpVersion.HTTP3:  # its own UDP socket, no TCP transport to sniff: a failed
                 return quic_probe(cfg, stream_id, aborter)  # probe's status is 0, a streamed one's its trace's
-            return probe_stream(cfg, stream_id=stream_id, connect=connect, limits=MONITOR_LIMITS)
+            return probe_stream(cfg, stream_id=stream_id, connect=connect, limits=monitor_limits(cfg))
 
         return prober
 

@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from tokenpath.clock import ns_to_ms
@@ -208,6 +208,24 @@ def asked_version(cfg: ProbeConfig) -> str:
 # stream a user reads once, but the monitor holds max_concurrency of them for as long as it runs, and an allocator
 # keeps what a process once held: 100 endless events at 8 MB would be 800 MB.
 MONITOR_LIMITS = TraceLimits(reads=4096, frames=0, frame_bytes=0, event_bytes=256 << 10)
+# What a probe's answer may take in all: a target that floods frames was parsed at a core's speed until its total
+# timeout. A token is one frame of well under a KB in every format (a Responses event with its ids, a Bedrock
+# message in base64: ~0.5 KB); 64 KB per token asked for is room for the stub's largest padded frame too
+# (stub/config.py MAX_FRAME_BYTES), and a flood's 32 tokens' worth is parsed in a fraction of a second.
+RESPONSE_BYTES_PER_TOKEN = 64 << 10
+MIN_RESPONSE_BYTES = 1 << 20  # the head, a role frame, keep-alives, a usage frame: whatever max_tokens says
+UNASKED_RESPONSE_BYTES = 64 << 20  # no max_tokens sent: the server's own default length, bounded all the same
+
+
+def monitor_limits(cfg: ProbeConfig) -> TraceLimits:
+    """MONITOR_LIMITS with the answer's bound for what this probe asked for."""
+    if cfg.max_tokens is None:
+        bound = UNASKED_RESPONSE_BYTES
+    else:
+        bound = max(MIN_RESPONSE_BYTES, cfg.max_tokens * RESPONSE_BYTES_PER_TOKEN)
+    return replace(MONITOR_LIMITS, response_bytes=bound)
+
+
 # The most one TLS wake-up takes (transport.DRAIN_MAX_BYTES, 1 MB, for the probe command). What one read holds is
 # parsed into frames at once, ~200 B of objects per frame whatever its size: 1 MB of a flood's 9-byte frames is
 # ~25 MB per probe, times max_concurrency. A held burst worth measuring is a few KB, so 64 KB loses nothing.
@@ -218,7 +236,7 @@ def default_prober(aborter: Aborter) -> Prober:
     def prober(cfg: ProbeConfig, stream_id: str) -> Trace:
         if cfg.http_version is HttpVersion.HTTP3:
             return quic_probe(cfg, stream_id, aborter)
-        return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect, limits=MONITOR_LIMITS)
+        return probe_stream(cfg, stream_id=stream_id, connect=aborter.connect, limits=monitor_limits(cfg))
 
     return prober
 
@@ -229,7 +247,7 @@ def quic_probe(cfg: ProbeConfig, stream_id: str, aborter: Aborter) -> Trace:
     timeout (the probe's deadline). A probe asked for after the stop is not started."""
     if aborter.stopped.is_set():
         raise ConnectError("the monitor is stopping: probe not started")
-    return probe_stream(cfg, stream_id=stream_id, limits=MONITOR_LIMITS)
+    return probe_stream(cfg, stream_id=stream_id, limits=monitor_limits(cfg))
 
 
 def browser_prober(cfg: ProbeConfig, stream_id: str) -> Trace:
@@ -237,7 +255,7 @@ def browser_prober(cfg: ProbeConfig, stream_id: str) -> Trace:
     bounded by the target's total timeout."""
     from tokenpath.probe.browser import browser_trace
 
-    return browser_trace(cfg, stream_id, MONITOR_LIMITS)
+    return browser_trace(cfg, stream_id, monitor_limits(cfg))
 
 
 def probe_cycle(target: Target, prober: Prober, direct_first: bool) -> list[ProbeOutcome]:

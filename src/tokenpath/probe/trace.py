@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenpath.errors import ContentEncodingError, StreamFormatError
+from tokenpath.errors import ContentEncodingError, ResponseTooLarge, StreamFormatError
 from tokenpath.probe.h3figures import H3Figures
 from tokenpath.probe.wsfigures import WsFigures
 from tokenpath.riders import Rider
@@ -66,6 +66,9 @@ class TraceLimits:
     frames: int = 65_536  # FrameArrival records with their Frame (~300 B each plus the frame's bytes)
     frame_bytes: int = 16 << 20  # raw bytes of the kept frames, summed
     event_bytes: int = MAX_EVENT_BYTES  # one unfinished frame held by the reader: past it, ResponseTooLarge
+    # The stream's bytes read in all (head and body as they came, every transport): past it, ResponseTooLarge. None:
+    # no bound (a user's probe reads what it asked for); the monitor bounds it by the answer it asked for.
+    response_bytes: int | None = None
 
 
 DEFAULT_LIMITS = TraceLimits()
@@ -210,6 +213,7 @@ class TraceRecorder:
         self.body_preview = bytearray()
         self.limits = limits
         self._frame_bytes_left = limits.frame_bytes
+        self._bytes_read = 0
         self._keeping = limits.frames > 0
         self._decoder: Decoder = IdentityDecoder()  # replaced on the head by its Content-Encoding's
         self._ended = False  # over HTTP/2: the stream's END_STREAM came
@@ -242,6 +246,10 @@ class TraceRecorder:
 
     def _advance(self, t_ns: int, nbytes: int, head: ResponseHead | None, body: bytes, complete: bool) -> int:
         trace = self.trace
+        self._bytes_read += nbytes
+        bound = self.limits.response_bytes
+        if bound is not None and self._bytes_read > bound:  # a flood costs parsing, kept or not: ended here
+            raise ResponseTooLarge(f"response larger than {bound:,} bytes (the probe's bound for its answer)")
         if trace.head is None and head is not None:
             trace.head = head
             trace.t_head_ns = t_ns
