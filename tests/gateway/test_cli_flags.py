@@ -82,6 +82,26 @@ def test_strategy_without_upstream_is_refused(tmp_path: Path, ran: list[tuple[An
     assert ran == []
 
 
+def test_a_files_key_is_named_as_the_file_spells_it_and_a_flag_as_typed(
+    tmp_path: Path, ran: list[tuple[Any, ...]]
+) -> None:
+    """Two key sources: the file's stay its keys (`public_key_file` was shown as --jwt-public-key, a flag not
+    typed); one given by its flag on this call is named as that flag."""
+    path = tmp_path / "gateway.toml"
+    member = f'[[pool]]\nname = "p"\n[[pool.member]]\nurl = "{UPSTREAM}"\n'
+    path.write_text(f'[auth]\nsecret_env = "GW_SECRET"\npublic_key_file = "/k.pem"\n{member}')
+    out = run("--config", str(path))
+    assert out.exit_code == 2, out.output
+    assert "(`secret_env`, `public_key_file` or `jwks_url`)" in out.output
+    path.write_text(f'[auth]\nsecret_env = "GW_SECRET"\n{member}')
+    out = run("--config", str(path), "--jwt-public-key", "/k.pem")
+    assert out.exit_code == 2, out.output
+    assert "(`secret_env`, --jwt-public-key or `jwks_url`)" in out.output
+    out = run("--upstream", UPSTREAM, "--jwt-secret-env", "GW_SECRET", "--jwt-public-key", "/k.pem")  # no file
+    assert "(--jwt-secret-env, --jwt-public-key or --jwks-url)" in out.output
+    assert ran == []
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [

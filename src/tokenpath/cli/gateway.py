@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import inspect
+from typing import Annotated, Any
 
 import typer
 
@@ -12,7 +13,17 @@ from tokenpath.cli.common import announce, handles_errors, refuse_unread
 RENAMES = {"upstreams": "upstream", "secret_env": "jwt_secret_env", "public_key_file": "jwt_public_key"}
 
 
-@handles_errors("gateway", RENAMES)
+def _given_as_flags(params: dict[str, Any]) -> set[str] | None:
+    """With --config, a field is named as a flag only when this call set it by one: the rest are the file's keys,
+    named as the file spells them (a file's `public_key_file` that holds a private key is not --jwt-public-key)."""
+    if params.get("config") is None:
+        return None
+    defaults = {name: p.default for name, p in inspect.signature(gateway).parameters.items()}
+    given = {name for name, value in params.items() if value not in (None, (), []) and value != defaults.get(name)}
+    return given | {field for field, param in RENAMES.items() if param in given}
+
+
+@handles_errors("gateway", RENAMES, _given_as_flags)
 def gateway(
     config: Annotated[str | None, typer.Option(help="Gateway config (TOML); the flags below override it.")] = None,
     listen: Annotated[str | None, typer.Option(help="HOST:PORT (default 127.0.0.1:8080).")] = None,
