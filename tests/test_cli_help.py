@@ -41,3 +41,22 @@ def test_every_default_a_help_text_states_is_shown(command: str) -> None:
     text = " ".join(result.output.split())
     for default in stated:
         assert f"[default:{default}]" in text, (command, default)
+
+
+@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_flag_is_named_whole_at_a_usual_width(command: str, columns: int) -> None:
+    """Typer's own columns cut `--streams-per-connection` to `--streams-per-connec…` at 80 columns and a long word of
+    help the same way (cli/helptable.py): every flag's name is whole, its `--no-` form too, and nothing is cut."""
+    from tokenpath.cli.common import command_flags
+
+    info = next(c for c in app.registered_commands if (c.name or getattr(c.callback, "__name__", "")) == command)
+    assert info.callback is not None
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    shown = {word.strip("│,") for line in result.output.splitlines() for word in line.split()}
+    hidden = {"--clock-offset-ms"}  # the stub's test-only flag, hidden from help
+    for flag in set(command_flags(info.callback).values()) - hidden:
+        assert flag in shown, (flag, columns)
+    assert "…" not in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= columns

@@ -18,7 +18,7 @@ from tokenpath.cli.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = ROOT / "src" / "tokenpath" / "cli"
-NOT_COMMANDS = {"__init__", "coercion", "common", "options", "commands", "lazygroup"}
+NOT_COMMANDS = {"__init__", "coercion", "common", "options", "commands", "lazygroup", "helptable"}
 
 # Run the CLI as `python -m tokenpath ARGS` does, then print the modules it imported (as JSON, on stderr's last line).
 STARTED = (
@@ -63,7 +63,7 @@ def test_each_summary_is_its_docstrings_first_paragraph(command: object) -> None
 def test_a_command_imports_no_other_command(command: str, own: set[str]) -> None:
     _, imported = started(command, "--help")
     cli = {m.removeprefix("tokenpath.cli.") for m in imported if m.startswith("tokenpath.cli.")}
-    assert cli == {"commands", "coercion", "common", "lazygroup"} | own
+    assert cli == {"commands", "coercion", "common", "lazygroup", "helptable"} | own  # helptable: for --help only
 
 
 def test_the_command_list_imports_no_command_and_shows_what_the_eager_app_shows() -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from tokenpath.cli import common
 from tokenpath.cli.commands import COMMANDS
 from tokenpath.cli.common import console, err_console
+from tokenpath.cli.lazygroup import HelpCommand
 
 if TYPE_CHECKING:
     from tokenpath.cli.common import app
@@ -25,7 +26,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if not common.app.registered_commands:
         for command in COMMANDS:
-            common.app.command(short_help=command.short_help)(command.load())
+            common.app.command(short_help=command.short_help, cls=HelpCommand)(command.load())
     globals()["app"] = common.app
     return common.app
 

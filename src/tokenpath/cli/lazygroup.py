@@ -5,6 +5,7 @@ commands.py's summaries without importing one. Each command's parameters coerce 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
@@ -15,6 +16,30 @@ from typer.models import CommandInfo
 
 from tokenpath.cli.coercion import spare
 from tokenpath.cli.commands import BY_NAME, COMMANDS
+
+
+@contextlib.contextmanager
+def help_tables() -> Iterator[None]:
+    """Typer's help, its options panels with HelpTable's columns (helptable.py, imported for help only). Typer
+    builds a panel with its module's `Table` and has no setting for its columns; its commands panel declares its own
+    and is built as before. Put back after: nothing else sees it."""
+    from typer import rich_utils  # as Typer imports it: to print help
+
+    from tokenpath.cli.helptable import HelpTable
+
+    before, rich_utils.Table = rich_utils.Table, HelpTable  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        rich_utils.Table = before  # type: ignore[attr-defined]
+
+
+class HelpCommand(TyperCommand):
+    """Every command's class: its --help with help_tables()."""
+
+    def format_help(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        with help_tables():
+            super().format_help(ctx, formatter)
 
 
 class LazyCommands(MutableMapping[str, _click.Command]):
@@ -31,7 +56,7 @@ class LazyCommands(MutableMapping[str, _click.Command]):
             if name not in BY_NAME:
                 raise KeyError(name)
             self._built[name] = get_command_from_info(
-                CommandInfo(callback=BY_NAME[name].load(), short_help=BY_NAME[name].short_help),
+                CommandInfo(callback=BY_NAME[name].load(), short_help=BY_NAME[name].short_help, cls=HelpCommand),
                 pretty_exceptions_short=True,  # Typer's default, as app.command() has it (the app shows none)
                 rich_markup_mode=self._markup,
             )
@@ -82,6 +107,7 @@ class LazyGroup(TyperGroup):
         if isinstance(commands, LazyCommands):
             self.commands = commands.listed()
         try:
-            super().format_help(ctx, formatter)
+            with help_tables():
+                super().format_help(ctx, formatter)
         finally:
             self.commands = commands
