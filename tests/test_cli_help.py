@@ -47,7 +47,8 @@ def test_every_default_a_help_text_states_is_shown(command: str) -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_flag_is_named_whole_at_a_usual_width(command: str, columns: int) -> None:
     """Typer's own columns cut `--streams-per-connection` to `--streams-per-connec…` at 80 columns and a long word of
-    help the same way (cli/helptable.py): every flag's name is whole, its `--no-` form too, and nothing is cut."""
+    help the same way (cli/helptable.py): every flag's name is whole, its `--no-` form too, and nothing is cut; an
+    on/off flag is not shown as taking a `<bool>`."""
     from tokenpath.cli.common import command_flags
 
     info = next(c for c in app.registered_commands if (c.name or getattr(c.callback, "__name__", "")) == command)
@@ -59,4 +60,5 @@ def test_every_flag_is_named_whole_at_a_usual_width(command: str, columns: int) 
     for flag in set(command_flags(info.callback).values()) - hidden:
         assert flag in shown, (flag, columns)
     assert "…" not in result.output
+    assert "<bool>" not in result.output  # an on/off flag takes no value
     assert max(len(line) for line in result.output.splitlines()) <= columns

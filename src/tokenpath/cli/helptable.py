@@ -30,6 +30,8 @@ class HelpTable(Table):
             super().add_row(*renderables, **kwargs)
             return
         forms = Text("\n").join(name for name in names if isinstance(name, Text) and name.plain)
+        if isinstance(kind, Text) and kind.plain == "<bool>":  # an on/off flag takes no value: `--http2 <bool>` read
+            kind = Text("")  # as if it wanted `--http2 true`
         if not self.columns:
             for _ in range(len(marks) + 2):  # the marks, the names, the type: never cut
                 self.add_column(no_wrap=True)
