@@ -21,8 +21,8 @@ PACKAGE = SRC / "tokenpath"
 # (`errors`) or the root's own __init__.py (`tokenpath`); it imports only from its own layer and the layers below.
 LAYERS: tuple[str, ...] = (
     # the root modules
-    "tokenpath errors riders clock stopsignals stats hostport tomlconfig jsonlog tools progress audit chromium "
-    "routecheck",
+    "tokenpath errors riders clock stopsignals stats hostport userfiles tomlconfig jsonlog tools progress audit "
+    "chromium routecheck",
     "wire",  # the sans-IO protocol core
     "links",  # network namespaces
     "serve",  # server and process plumbing

@@ -11,19 +11,17 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from tokenpath.errors import UsageError
+from tokenpath.userfiles import MAX_CONFIG_BYTES, read_text
 
 T = TypeVar("T")
 
 
 def read_toml(path: str | Path, what: str) -> dict[str, Any]:
+    text = read_text(Path(path), MAX_CONFIG_BYTES, what)  # UTF-8 whatever the locale; a regular file, bounded
     try:
-        return tomllib.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"{what} {path}: {exc.strerror}") from None
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{what} {path}: {exc}") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{what} {path}: not UTF-8 text") from None
 
 
 def dataclass_from(cls: type[T], data: dict[str, Any], where: str) -> T:

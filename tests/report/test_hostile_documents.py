@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tokenpath import userfiles
 from tokenpath.errors import UsageError
-from tokenpath.report import charts, load_table, page, tables
+from tokenpath.report import charts, load_table, page, render, tables
 from tokenpath.report.compare import compare
 from tokenpath.report.render import write_report
 from tokenpath.results import model
@@ -137,35 +141,57 @@ def test_one_format_failing_writes_none_and_leaves_no_temporaries(tmp_path: Path
     assert not list(run.glob("*.tmp"))
 
 
-def test_a_write_failing_half_way_removes_its_temporaries(tmp_path: Path) -> None:
+def test_a_write_failing_half_way_removes_its_temporaries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = _dir(tmp_path, _doc("matrix"))
     (run / "table.md").write_text("old table")
-    (run / "results.csv.tmp").mkdir()  # the last temporary cannot be written
-    with pytest.raises(UsageError, match="cannot write"):
+    written: list[Path] = []
+
+    def third_fails(path: Path, text: str) -> Path:
+        if len(written) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        written.append(userfiles.write_temporary(path, text))
+        return written[-1]
+
+    monkeypatch.setattr(render, "write_temporary", third_fails)
+    with pytest.raises(UsageError, match=r"cannot write .*: No space left on device"):
         write_report(run)
     assert (run / "table.md").read_text() == "old table"
     assert not (run / "report.html").exists()
-    assert [p.name for p in run.glob("*.tmp")] == ["results.csv.tmp"]  # only what was there before
+    assert len(written) == 2
+    assert sorted(p.name for p in run.iterdir()) == ["results.json", "table.md"]  # no temporary left
 
 
-def test_reports_are_read_and_written_as_utf8(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str | None] = []
-    read_text, write_text = Path.read_text, Path.write_text
-
-    def reading(self: Path, encoding: str | None = None, errors: str | None = None) -> str:
-        seen.append(encoding)
-        return read_text(self, encoding, errors)
-
-    def writing(self: Path, data: str, encoding: str | None = None, **kwargs: Any) -> int:
-        seen.append(encoding)
-        return write_text(self, data, encoding, **kwargs)
-
-    run = _dir(tmp_path, _doc("sweep"))
-    monkeypatch.setattr(Path, "read_text", reading)
-    monkeypatch.setattr(Path, "write_text", writing)
+def test_a_planted_temporary_link_is_never_written_through(tmp_path: Path) -> None:
+    """A results directory is handed around: a `table.md.tmp` (or `results.json.tmp`) symlink in it redirected the
+    write to whatever file it named. Temporaries are made under fresh random names, exclusively."""
+    run = _dir(tmp_path, _doc("matrix"))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file")
+    for name in ("table.md", "report.html", "results.csv", "results.json"):
+        (run / f"{name}.tmp").symlink_to(victim)
     write_report(run)
-    assert seen
-    assert set(seen) == {"utf-8"}
+    model.write(model.read(run), run)
+    assert victim.read_text() == "the user's own file"
+    assert not (run / "table.md").is_symlink()
+    assert (run / "table.md").read_text().startswith("#")
+
+
+def test_reports_are_read_and_written_as_utf8_whatever_the_locale(tmp_path: Path) -> None:
+    """Under the C locale with UTF-8 mode off, Python's default text encoding is ASCII: the report's own characters
+    and a name that is not ASCII are read and written as UTF-8 all the same."""
+    doc = _doc("sweep")
+    doc["experiment"]["name"] = "débit → 5 µs"
+    run = _dir(tmp_path, doc)
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    code = "import sys; from pathlib import Path; from tokenpath.report.render import write_report; "
+    code += "import locale; assert locale.getpreferredencoding(False).lower() in ('ascii', 'ansi_x3.4-1968'); "
+    code += "write_report(Path(sys.argv[1]))"
+    out = subprocess.run([sys.executable, "-c", code, str(run)], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    texts = {p.name: p.read_bytes().decode("utf-8") for p in run.iterdir() if p.name != "results.json"}
+    assert sorted(texts) == ["report.html", "results.csv", "table.md"]
+    assert "débit → 5 µs" in texts["report.html"]
+    assert "débit → 5 µs" in texts["table.md"]
 
 
 # --- compare ---------------------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from tokenpath.proxies.custom import CustomProxy, RequestOptions
 from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.stub.replay import load_cached as load_recording
+from tokenpath.userfiles import MAX_CONFIG_BYTES, read_text
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.carrier import WEBSOCKET
 
@@ -133,12 +134,7 @@ class Experiment:
 
 def load(path: str | Path) -> Experiment:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")  # TOML is UTF-8 whatever the locale says
-    except OSError as exc:
-        raise UsageError(f"cannot read experiment file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path, MAX_CONFIG_BYTES, "experiment file")  # TOML is UTF-8; a regular file, bounded
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -9,6 +9,7 @@ from tokenpath.errors import UsageError
 from tokenpath.report import compare, load_table, page, tables
 from tokenpath.results import model
 from tokenpath.results.model import LoadResults
+from tokenpath.userfiles import write_temporary
 
 FORMATS = ("html", "md", "csv")
 FILE_NAMES = {"html": "report.html", "md": "table.md", "csv": "results.csv"}
@@ -50,22 +51,16 @@ def write_all(target: Path, texts: dict[Path, str], names: list[str]) -> dict[st
             raise UsageError(f"cannot write {path}: it is a directory")
     temps: list[Path] = []
     try:
-        for path, text in texts.items():
-            temps.append(_temporary(path))
-            temps[-1].write_text(text, encoding="utf-8")  # UTF-8 as the page's meta says, whatever the locale
+        for path, text in texts.items():  # UTF-8 as the page's meta says, whatever the locale
+            temps.append(write_temporary(path, text))  # a fresh name: never a planted `table.md.tmp` link
         for tmp, path in zip(temps, texts, strict=True):
             tmp.replace(path)
     except OSError as exc:
         raise UsageError(f"cannot write {exc.filename or target}: {exc.strerror}") from None
     finally:
-        for tmp in temps:
-            if not tmp.is_dir():  # a temporary already renamed is gone; one that failed half-way is removed
-                tmp.unlink(missing_ok=True)
+        for tmp in temps:  # a temporary already renamed is gone; one left by a failure is removed
+            tmp.unlink(missing_ok=True)
     return dict(zip(names, texts, strict=True))
-
-
-def _temporary(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")
 
 
 def _directory(target: Path) -> None:

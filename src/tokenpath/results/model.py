@@ -24,6 +24,7 @@ from tokenpath.axes import AXES, Condition
 from tokenpath.errors import UsageError
 from tokenpath.probe.metrics import RunMetrics
 from tokenpath.results.check import DocumentError, at, check, check_fields, check_keys
+from tokenpath.userfiles import read_text, write_atomically
 from tokenpath.wire.acceptencoding import IDENTITY as IDENTITY  # re-exported: what the results say of no coding
 from tokenpath.wire.apis import Api
 from tokenpath.wire.ending import StreamEnd
@@ -963,7 +964,7 @@ def read(path: Path) -> Results:
     if path.is_dir():
         path = path / "results.json"
     try:
-        doc: Json = json.loads(_bounded_text(path))
+        doc: Json = json.loads(read_text(path, MAX_RESULTS_BYTES, "results file"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -980,24 +981,6 @@ def read(path: Path) -> Results:
         raise UsageError(f"{path}: {exc}") from None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:  # a shape no check names
         raise UsageError(f"{path}: not a tokenpath results document ({type(exc).__name__}: {exc})") from None
-
-
-def _bounded_text(path: Path) -> str:
-    """The file's text, refused by its size before any of it is read (and, for a pipe or a file still growing,
-    after at most one byte past the limit)."""
-    with path.open("rb") as f:
-        _refuse_past_limit(path, os.fstat(f.fileno()).st_size)
-        data = f.read(MAX_RESULTS_BYTES + 1)
-    _refuse_past_limit(path, len(data))
-    return data.decode("utf-8")  # JSON is UTF-8, whatever the locale
-
-
-def _refuse_past_limit(path: Path, size: int) -> None:
-    if size > MAX_RESULTS_BYTES:
-        raise UsageError(
-            f"{path} is {size} bytes, past the {MAX_RESULTS_BYTES} byte ({MAX_RESULTS_BYTES >> 20} MiB) "
-            "limit of a results file (results/model.py MAX_RESULTS_BYTES)"
-        )
 
 
 def dumps(results: Results) -> str:
@@ -1021,9 +1004,7 @@ def write(results: Results, out_dir: Path) -> Path:
     """results.json, atomically: a reader never sees half a file, even on Ctrl-C."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "results.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(dumps(results), encoding="utf-8")
-    tmp.replace(path)
+    write_atomically(path, dumps(results))
     return path
 
 

@@ -33,6 +33,7 @@ from tokenpath.errors import PeerError, UsageError
 from tokenpath.stats import median
 from tokenpath.stub.config import MAX_RESPONSE_HEADERS, MAX_STREAM_BYTES, MAX_STREAM_SECONDS, response_headers
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
+from tokenpath.userfiles import read_text
 from tokenpath.wire.apis import SPECS, Api, Framing, parse_api
 from tokenpath.wire.eventstream import MIN_MESSAGE_BYTES, PRELUDE_BYTES
 from tokenpath.wire.framing import LAST_CHUNK, chunk
@@ -194,12 +195,7 @@ class Recording:
 
 def load(path: str | Path) -> Recording:
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_RECORDING_BYTES:
-            raise UsageError(f"recording {path}: larger than {MAX_RECORDING_BYTES} bytes")
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        raise UsageError(f"cannot read recording {path}: {exc.strerror}") from None
+    text = read_text(path, MAX_RECORDING_BYTES, "recording")  # a regular file (not /dev/zero, not a FIFO), bounded
     try:
         doc = json.loads(text)
     except ValueError as exc:
