@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -393,3 +395,39 @@ def test_a_replayed_recording_with_a_bad_source_is_named_so(tmp_path: Path) -> N
     toml = '[conditions]\norigin = ["replay:bad.json"]'
     with pytest.raises(UsageError, match=r"exp\.toml: \[conditions\] origin: recording .*bad\.json: .*source"):
         load(write(tmp_path, toml))
+
+
+CMD = "socat TCP-LISTEN:{listen_port},bind={listen_host} TCP:{upstream}"
+
+
+@pytest.mark.parametrize(
+    ("proxies", "said"),
+    [
+        ([{"name": "pass"}, {"name": "pass"}], "path 'pass' is declared twice"),  # its runs joined one row
+        ([{"name": "nginx", "variants": ["stock", "stock"]}], "path 'nginx' is declared twice"),
+        ([{"name": "c", "url": "http://127.0.0.1:9"}, {"name": "c", "url": "http://127.0.0.1:10"}], "'c' is declared"),
+        ([{"name": "nginx (http_1_1)", "command": CMD}, {"name": "nginx", "variants": ["http_1_1"]}], "declared twice"),
+        ([{"name": "nginx", "command": CMD}, {"name": "nginx", "variants": ["http_1_1"]}], "'nginx' names two"),
+        ([{"name": "direct", "command": CMD}], "'direct' is a name tokenpath measures itself"),  # taken as the floor
+        ([{"name": "cork", "url": "http://127.0.0.1:9"}], "'cork' is a name"),  # replaced the certified control
+        ([{"name": "h3-buffer", "command": CMD}], "'h3-buffer' is a name"),
+        ([{"name": "x\nx-injected: {image: evil}", "command": CMD}], "one printable line"),  # a compose key
+        ([{"name": "cork\x1b[2J", "command": CMD}], "one printable line"),  # cleared the terminal
+        ([{"name": "", "command": CMD}], "one printable line of 1 to 100"),
+        ([{"name": "n" * 101, "command": CMD}], "one printable line of 1 to 100"),
+    ],
+)
+def test_each_path_is_named_once_and_plainly(proxies: list[dict[str, Any]], said: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(said)):
+        parse({"proxy": proxies})
+
+
+def test_a_custom_path_beside_catalogue_ones_is_still_taken() -> None:
+    exp = parse({"proxy": [{"name": "mine", "command": CMD}, {"name": "nginx", "variants": ["stock", "http_1_1"]}]})
+    assert [p.label for p in exp.paths] == ["direct", "mine", "nginx", "nginx (http_1_1)"]
+
+
+def test_runs_are_bounded() -> None:
+    assert parse({"runs": 1000}).runs == 1000
+    with pytest.raises(UsageError, match=r"runs must be a whole number from 1 to 1000 \(streams per path"):
+        parse({"runs": 1001})

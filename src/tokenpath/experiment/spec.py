@@ -29,12 +29,14 @@ from tokenpath.clock import NS_PER_MS
 from tokenpath.errors import UsageError
 from tokenpath.experiment import endpoint as endpoints
 from tokenpath.experiment.endpoint import EndpointSpec
+from tokenpath.experiment.h3controls import H3_CONTROLS
 from tokenpath.hostport import parse_hostport
 from tokenpath.probe.wsfallback import CODEX_ATTEMPTS, WsFallback
 from tokenpath.proxies import ProxyError, lookup
 from tokenpath.proxies.attached import AttachedProxy
 from tokenpath.proxies.base import Endpoint, Proxy
 from tokenpath.proxies.custom import CustomProxy, RequestOptions
+from tokenpath.proxies.relays import CONTROLS
 from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, Pacing, StubConfig
 from tokenpath.stub.formats import check_frame_bytes, check_start
 from tokenpath.stub.replay import load_cached as load_recording
@@ -58,6 +60,12 @@ def grid_axes() -> list[Axis[Any]]:
     declared = [a for a in AXES if a.declared]
     return [BY_KEY[k] for k in GRID_ORDER] + [a for a in declared if a.key not in GRID_ORDER]
 
+
+MAX_RUNS = 1000  # streams per path and condition: past this a matrix runs for days (sweep.py MAX_SWEEP_RUNS)
+MAX_NAME_CHARS = 100
+# Names tokenpath gives the paths it measures itself: a `url` or `command` entry named so replaced them (a control's
+# certification ran the user's command).
+RESERVED_NAMES = frozenset({"direct", *(c.name for c in CONTROLS), *(c.name for c in H3_CONTROLS)})
 
 @dataclass(frozen=True, slots=True)
 class PathSpec:
@@ -191,6 +199,12 @@ def parse(data: dict[str, Any]) -> Experiment:
         keys = {"name", "variants", "versions", "command", "version_command", "url", "version", "cacert"}
         _no_unknown(entry, keys | request_keys, where)
         name = entry["name"]
+        _check_path_name(name, where)
+        if ("url" in entry or "command" in entry) and name in RESERVED_NAMES:
+            raise UsageError(
+                f"{where}: {name!r} is a name tokenpath measures itself (the direct path, a control): name yours "
+                "another way"
+            )
         # Who reads which: a path already running says its `version`, a command's `version_command` asks it, and a
         # catalogue proxy's is its own binary's (tokenpath asks it); the other key would be dropped.
         unread = {"url": "version_command", "command": "version"}
@@ -225,11 +239,12 @@ def parse(data: dict[str, Any]) -> Experiment:
         for variant in variants:
             proxy.variant(variant)  # raises with the known names
             paths.extend(PathSpec(n, variant) for n in names)  # a proxy's versions side by side, per variant
+    _no_path_twice(paths, custom, data.get("proxy", []))
     cond = data.get("conditions", {})
     if not isinstance(cond, dict):
         raise UsageError("[conditions] must be a table")
     _no_unknown(cond, set(KEYS), "[conditions]")
-    frames = _int(data, "frames", 40, 2, MAX_TOKENS)  # the stub's token limit: past it every stream is a 400
+    frames = _int(data, "frames", 40, 2, MAX_TOKENS, "the stub's limit")  # past it every stream is a 400
     ttft_ms = _ms(data, "ttft_ms", 20.0, lambda v: v >= 0, "a number of ms >= 0")
     declared_size = "frame_bytes" in cond
     conditions = [_honoured(c, declared_size, frames, ttft_ms) for c in grid(cond, grid_axes())]
@@ -263,13 +278,33 @@ def parse(data: dict[str, Any]) -> Experiment:
         paths=paths,
         conditions=conditions,
         frames=frames,
-        runs=_int(data, "runs", 10, 1),
+        runs=_int(data, "runs", 10, 1, MAX_RUNS, "streams per path and condition: more would run for days"),
         ttft_ms=ttft_ms,
         exclusion=ExclusionRule(tolerance),
         custom=custom,
         endpoint=endpoint,
     )
     return experiment
+
+
+def _check_path_name(name: str, where: str) -> None:
+    """A path's name is a row label, a compose service and a terminal line: one printable line, and short. A newline
+    in it wrote a key of its own into docker-compose.yml; an escape sequence cleared the terminal."""
+    if not name or not name.isprintable() or len(name) > MAX_NAME_CHARS:
+        raise UsageError(f"{where}: name must be one printable line of 1 to {MAX_NAME_CHARS} characters, not {name!r}")
+
+
+def _no_path_twice(paths: list[PathSpec], custom: dict[str, Proxy], entries: list[Any]) -> None:
+    """Each path once: a name or variant given twice ran its streams into one row (twice the runs), and a `url` or
+    `command` entry named like another entry replaced it (Experiment.proxy takes a custom one first)."""
+    labels = [p.label for p in paths]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise UsageError(f"[[proxy]]: path {twice[0]!r} is declared twice (each name and variant once)")
+    names = [entry["name"] for entry in entries]
+    shadowed = sorted(name for name in custom if names.count(name) > 1)
+    if shadowed:
+        raise UsageError(f"[[proxy]]: {shadowed[0]!r} names two entries (a url or command entry takes its own name)")
 
 
 def _versions(entry: dict[str, Any], name: str, where: str) -> list[str]:
@@ -399,12 +434,13 @@ def _no_unknown(table: dict[str, Any], known: set[str], where: str) -> None:
         raise UsageError(f"{where}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
 
 
-def _int(data: dict[str, Any], key: str, default: int, minimum: int, maximum: int | None = None) -> int:
+def _int(data: dict[str, Any], key: str, default: int, minimum: int, maximum: int, why: str) -> int:
+    """A whole number from `minimum` to `maximum`; `why` says where the maximum comes from."""
     value = data.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UsageError(f"{key} must be a whole number >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise UsageError(f"{key} must be a whole number from {minimum} to {maximum} (the stub's limit)")
+    if value > maximum:
+        raise UsageError(f"{key} must be a whole number from {minimum} to {maximum} ({why})")
     return value
 
 
