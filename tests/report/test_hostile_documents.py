@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -159,6 +160,28 @@ def test_a_write_failing_half_way_removes_its_temporaries(tmp_path: Path, monkey
     assert not (run / "report.html").exists()
     assert len(written) == 2
     assert sorted(p.name for p in run.iterdir()) == ["results.json", "table.md"]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("origin", None, "rows[0].origin: expected a string, got null"),  # was a traceback in origin_words
+        ("endpoint", 5, "rows[0].endpoint: expected a string, got 5"),
+        ("accept_encoding", 5, "rows[0].accept_encoding: expected a string, got 5"),
+        ("link", [], "rows[0].link: expected a string, got []"),  # unhashable in the headline
+        ("frame_bytes", "<b>60</b>", 'rows[0].frame_bytes: expected a whole number, got "<b>60</b>"'),
+        ("tls", "yes", 'rows[0].tls: expected true or false, got "yes"'),
+        ("reasoning_tokens", 1e308, "rows[0].reasoning_tokens: expected a whole number, got 1e+308"),
+    ],
+)
+def test_a_rows_condition_of_the_wrong_type_is_refused_in_one_line(
+    tmp_path: Path, field: str, value: Any, said: str
+) -> None:
+    current = json.loads(model.dumps(from_json(_doc("matrix"))))  # the schema written today, not a migrated one
+    current["rows"][0][field] = value
+    run = _dir(tmp_path, current)
+    with pytest.raises(UsageError, match=re.escape(f"not a tokenpath results document: {said}")):
+        write_report(run)
 
 
 def test_a_planted_temporary_link_is_never_written_through(tmp_path: Path) -> None:

@@ -858,8 +858,20 @@ def _condition(data: Json, path: str, row: bool = False) -> Condition:
     for axis in AXES:
         name = axis.field if row else axis.key
         if name in data:
+            if axis.load is None:  # taken as it is: of its default's type at least (a null origin crashed report)
+                _same_type(at(path, name), axis.default, data[name])
             _parsed(at(path, name), axis.from_json, data[name])
     return Condition.from_json(data, row=row)
+
+
+def _same_type(path: str, default: object, value: object) -> None:
+    """A value an axis keeps as JSON gives it (a string, a whole number, a boolean), of its default's type."""
+    kind = type(default)
+    if type(value) is not kind:  # bool is no int here, nor an int a bool
+        names = {str: "a string", int: "a whole number", bool: "true or false"}
+        shown = json.dumps(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise DocumentError(f"{path}: expected {names.get(kind, kind.__name__)}, got {shown}")
 
 
 def _parsed(path: str, parse: Callable[[Any], T], value: Any) -> T:
