@@ -97,6 +97,16 @@ def test_the_helpers_show_a_name_as_typed(name: str) -> None:
     assert shown(f"{styled(name, 'yellow')} ({escaped(name)})").rstrip("\n") == f"{name} ({name})"
 
 
+def test_a_control_character_is_shown_as_its_escape_never_sent_to_the_terminal() -> None:
+    """An ESC sequence in a name or a directory cleared or recoloured the terminal: rich passes ESC (and BEL, a
+    C1 CSI) through. Each is shown as its escape; a line end and a tab stay what they are."""
+    name = "cork\x1b[2J\x1b[31mEVIL\x07\x9b[1m"
+    out = shown(f"a {escaped(name)} b", styled(name, "yellow"))
+    assert not any((0 <= ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F for c in out)
+    assert out.splitlines() == ["a cork\\x1b[2J\\x1b[31mEVIL\\x07\\x9b[1m b", "cork\\x1b[2J\\x1b[31mEVIL\\x07\\x9b[1m"]
+    assert escaped("two\nlines\tand a tab") == "two\nlines\tand a tab"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_the_matrix_table_shows_names_as_typed(name: str) -> None:
     results = hostile_matrix(name)
