@@ -326,6 +326,8 @@ def test_a_request_overrides_each_option() -> None:
         {"heartbeat_ms": "10"},
         {"heartbeat_ms": 0.01, "tokens": 100_000},
         {"reasoning_tokens": 100_000, "interval_ms": 100},  # paced like tokens: past the stream's time limit
+        {"tokens": 10**400},  # past a float's range: math.isfinite raised OverflowError, a 500
+        {"ttft_ms": 10**400},
     ],
 )
 def test_a_bad_override_is_that_request_s_bad_request(body: dict[str, object]) -> None:

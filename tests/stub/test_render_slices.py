@@ -24,7 +24,7 @@ from tests.wssession import messages_until
 from tokenpath.errors import UsageError
 from tokenpath.stub import app as stub_app
 from tokenpath.stub import frames
-from tokenpath.stub.config import StubConfig
+from tokenpath.stub.config import MAX_STREAM_BYTES, StubConfig
 from tokenpath.stub.formats import FORMATS, base
 from tokenpath.stub.formats.base import compact_json
 from tokenpath.stub.frames import StreamRequest, StreamShape
@@ -414,3 +414,22 @@ def test_large_streams_are_built_one_at_a_time_with_a_turn_every_step(
     assert Recorded.slices == [stub_app.BUILD_SLICE_NS] * 3
     runs = [build for i, build in enumerate(Recorded.order) if i == 0 or Recorded.order[i - 1] != build]
     assert runs == [1, 2, 3]  # each build's turns together: never one build's step between another's
+
+
+@pytest.mark.parametrize("api", [Api.OPENAI, Api.ANTHROPIC])
+def test_unpadded_frames_past_the_response_limit_are_a_400_met_as_they_are_rendered(
+    start_stub: StartStub, api: Api
+) -> None:
+    """MAX_STREAM_BYTES was checked only for a padded frame_bytes: a 256-character model name grows each unpadded
+    frame, and 100,000 of them (172 MB) were rendered and streamed. The render now stops at the limit."""
+    model = "é" * 256  # JSON-escaped: 6 bytes a character in every frame that names the model
+    body = {**BODIES[api], "model": model, "tokenpath": {"tokens": 100_000, "ttft_ms": 0, "interval_ms": 0}}
+    stub = start_stub()
+    raw = exchange(stub.port, post(PATHS[api], body, extra="X-Tokenpath-Stream: too-large\r\n"), timeout=60)
+    if api is Api.OPENAI:  # the model in every chunk: past the limit
+        assert raw.startswith(b"HTTP/1.1 400"), raw[:200]
+        assert f"larger than {MAX_STREAM_BYTES} bytes".encode() in raw
+        assert stub.audit.get("too-large") is None
+    else:  # Anthropic names it once, in message_start: well within it, streamed
+        assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
+        assert len(raw) < MAX_STREAM_BYTES

@@ -67,6 +67,7 @@ MAX_NAME_CHARS = 100
 # certification ran the user's command).
 RESERVED_NAMES = frozenset({"direct", *(c.name for c in CONTROLS), *(c.name for c in H3_CONTROLS)})
 
+
 @dataclass(frozen=True, slots=True)
 class PathSpec:
     """One row family: a proxy and one of its variants (or the direct path)."""

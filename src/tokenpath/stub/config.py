@@ -194,7 +194,7 @@ class Pacing:
                     raise BadRequest("'tokenpath.head_at' must be start or first-token")
             elif key in self._NULLABLE and value is None:
                 pass
-            elif not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            elif not isinstance(value, int | float) or isinstance(value, bool) or not _finite(value) or value < 0:
                 raise BadRequest(f"'tokenpath.{key}' must be a finite number >= 0")
             fields[key] = value
         if not isinstance(fields["tokens"], int) or not 1 <= fields["tokens"] <= MAX_TOKENS:
@@ -265,6 +265,15 @@ class Pacing:
 Pacing.OVERRIDABLE = tuple(f.name for f in dataclasses.fields(Pacing))
 _DEFAULT = Pacing()
 _DEFAULTS: dict[str, object] = dict(_DEFAULT._items())
+
+
+def _finite(value: float) -> bool:
+    """A JSON number as a float can hold it: an integer past a float's range (10**400) is no finite number here
+    (math.isfinite raised OverflowError on it, and the request got a 500)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _flag_value(value: object) -> str:

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from tokenpath.audit import LABEL_CHARS, stream_label
 from tokenpath.errors import UsageError
+from tokenpath.stub.config import MAX_STREAM_BYTES
 from tokenpath.stub.loopshare import Steps
 from tokenpath.wire.framing import LAST_CHUNK, chunks
 
@@ -240,11 +241,18 @@ def _steps(n: int, size: Callable[[int], int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
-def extend_steps(out: list[T], items: Iterable[T]) -> Steps[None]:
-    """`out.extend(items)`, STEP_FRAMES items at a time: a render's loop over its tokens, yielding between steps."""
+def extend_steps(out: list[bytes], items: Iterable[bytes]) -> Steps[None]:
+    """`out.extend(items)`, STEP_FRAMES items at a time: a render's loop over its tokens, yielding between steps.
+    The response is held to MAX_STREAM_BYTES as it is rendered, whatever made its frames large (a padded
+    frame_bytes is checked before; an unpadded frame grows with the model's name, up to 1.5 KB each, and 100,000
+    of them were rendered, 172 MB, for a request whose answer the stub's rule refuses)."""
+    total = sum(map(len, out))
     it = iter(items)
     while part := list(islice(it, STEP_FRAMES)):
         out += part
+        total += sum(map(len, part))
+        if total > MAX_STREAM_BYTES:
+            raise UsageError(f"the response would be larger than {MAX_STREAM_BYTES} bytes (its frames rendered)")
         yield
 
 
