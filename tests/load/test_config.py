@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -61,3 +63,19 @@ def test_a_websocket_only_api_over_sse_is_refused_before_anything_starts() -> No
     with pytest.raises(UsageError, match="WebSocket only"):
         LoadConfig(targets=("direct",), api=Api.REALTIME, transport="sse")
     assert LoadConfig(targets=("direct",), api=Api.REALTIME, transport="websocket").transport == "websocket"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("runs", 1001, "`runs` 1001: at most 1000"),  # its plan was built whole: 24 GB before a stream ran
+        ("stub_workers", 1025, "`stub_workers` 1025: at most 1024"),  # the stub refused it only once started
+    ],
+)
+def test_runs_and_stub_workers_are_bounded_before_anything_starts(field: str, value: int, said: str) -> None:
+    base = LoadConfig(targets=("direct",), levels=(1,), client_workers=1)
+    over: dict[str, Any] = {field: value}
+    with pytest.raises(UsageError, match=said):
+        replace(base, **over)
+    under: dict[str, Any] = {field: value - 1}
+    assert getattr(replace(base, **under), field) == value - 1

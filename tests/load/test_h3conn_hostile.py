@@ -98,7 +98,9 @@ def hostile(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
         stop()
 
 
-def _one_stream(server: Server, bound_s: float = 60) -> tuple[StreamResult, float]:
+def _one_stream(
+    server: Server, bound_s: float = 60, timeout_s: float = worker.STREAM_TIMEOUT_S
+) -> tuple[StreamResult, float]:
     """One load stream over HTTP/3 to `server`, as the worker runs it; and how long it took. `bound_s` only keeps a
     broken guard from hanging the test: the load's own timeouts end every stream far sooner."""
     work = Workload(
@@ -111,6 +113,7 @@ def _one_stream(server: Server, bound_s: float = 60) -> tuple[StreamResult, floa
         1.0,
         tls=TLSOptions(cacert=server.cacert),
         http_version=HttpVersion.HTTP3,
+        stream_timeout_s=timeout_s,
     )
 
     async def main() -> StreamResult:
@@ -169,11 +172,10 @@ def test_data_past_the_stream_s_flow_control_window_is_cut(hostile: Callable[[st
 def test_a_stream_that_never_ends_is_ended_by_the_load_s_own_timeout(
     hostile: Callable[[str], Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Guard: h3_stream's bound on the whole stream (timeout_s, the worker's STREAM_TIMEOUT_S). Content forever,
+    """Guard: h3_stream's bound on the whole stream (timeout_s, the workload's stream_timeout_s). Content forever,
     within the windows: the stream ends at the timeout by itself, reported with how much it sent, never complete;
     without the bound the test's own outer bound (60 s) fails it, without the words it is a bare "TimeoutError"."""
-    monkeypatch.setattr(worker, "STREAM_TIMEOUT_S", 3.0)
-    result, took = _one_stream(hostile("forever"))
+    result, took = _one_stream(hostile("forever"), timeout_s=3.0)
     assert result.error is not None
     assert "the HTTP/3 stream did not end within 3 s" in result.error
     assert worker._error_kind(result.error) == "the HTTP/3 stream did not end within 3 s"  # one kind, any count

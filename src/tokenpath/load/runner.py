@@ -51,6 +51,7 @@ from tokenpath.load.worker import (
     Workload,
     ignore_stop_signals,
     run_worker,
+    stream_timeout_s,
 )
 from tokenpath.probe.h3figures import parse_h3_window
 from tokenpath.probe.transport import TLSOptions, parse_target
@@ -76,7 +77,7 @@ from tokenpath.results.model import (
 from tokenpath.serve.procs import ServiceProcess, tokenpath_argv
 from tokenpath.stats import percentile
 from tokenpath.stopsignals import StopSignals
-from tokenpath.stub.config import Pacing, StubConfig
+from tokenpath.stub.config import MAX_WORKERS, Pacing, StubConfig
 from tokenpath.stub.control import fetch_audit
 from tokenpath.stub.formats import check_start
 from tokenpath.wire.acceptencoding import IDENTITY, expand_accept_encoding
@@ -115,6 +116,7 @@ MAX_RATE_PER_CLIENT = 10_000.0
 # A level's warm-up or measured window: every stream result of a run is held until the run is joined to the stub's
 # audit (500 streams of ~2 s for an hour: ~900,000 of them), so a level is bounded; a soak test is many runs.
 MAX_DURATION_S = 3600.0
+MAX_RUNS = 1000  # per level: 1000 x (warmup + duration) is days already (experiment/spec.py MAX_RUNS alike)
 FORWARD_EVERY_S = 0.5  # how often a stopping parent repeats its stop to client processes that have not ended
 
 
@@ -196,6 +198,10 @@ class LoadConfig:
             raise UsageError(
                 "`runs` and `stub_workers` must be >= 1, `client_workers` >= 0 (0: what the machine spares)"
             )
+        if self.runs > MAX_RUNS:  # its plan is built whole: --runs 1000000000 took 24 GB before a stream ran
+            raise UsageError(f"`runs` {self.runs}: at most {MAX_RUNS} per level (each run lasts warmup + duration)")
+        if self.stub_workers > MAX_WORKERS:  # the stub's own rule, before it starts rather than after (exit 22)
+            raise UsageError(f"`stub_workers` {self.stub_workers}: at most {MAX_WORKERS}")
         if self.duration_s <= 0 or self.warmup_s < 0:
             raise UsageError("`duration_s` must be > 0 and `warmup_s` >= 0")
         if self.streams_per_connection < 1:
@@ -673,6 +679,7 @@ class LoadRunner:
             streams_per_connection=cfg.streams_per_connection,
             transport=cfg.transport,
             h3_window=cfg.h3_window,
+            stream_timeout_s=stream_timeout_s(cfg.pacing.stream_ms),
         )
         if cfg.http_version is HttpVersion.HTTP3 and not external:  # the stub serves no QUIC: the floor over 1.1
             work = replace(work, http_version=HttpVersion.HTTP11, h3_window="default")

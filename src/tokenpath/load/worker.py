@@ -51,6 +51,7 @@ LAG_TICK_S = 0.05  # how often the client checks its own event-loop lag
 RAMP_S = 0.5  # virtual users start spread over this, so streams do not run in lock-step
 YOUNG_GC_THRESHOLD = 7000  # the collector's generation-0 threshold while a worker runs (run_worker says why)
 STREAM_TIMEOUT_S = 120.0  # one stream, connect to last byte: far beyond any load-test stream (128 tokens x 14 ms)
+STREAM_MARGIN_S = 10.0  # beyond three times the stream's own length: a path that holds it still ends within this
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,16 @@ class Workload:
     streams_per_connection: int = 1  # streams at once on one connection (fewer if the peer allows fewer)
     h3_window: str = "default"  # HTTP/3 (load/h3conn.py): probe/h3figures.parse_h3_window's spelling
     transport: str = SSE  # wire/carrier.py: `websocket` is the format's WebSocket mode (load/wsconn.py)
+    # One stream, connect to last byte (stream_timeout_s(): from the stub's pacing). A target that accepts and never
+    # answers held each level's streams, and so the level, for STREAM_TIMEOUT_S whatever --duration said.
+    stream_timeout_s: float = STREAM_TIMEOUT_S
+
+
+def stream_timeout_s(stream_ms: float) -> float:
+    """How long one stream of the stub's pacing (`stream_ms`: its last token's time) may take before it counts as
+    failed: three times its length and STREAM_MARGIN_S (a proxy that holds the whole answer ends well within), at
+    most STREAM_TIMEOUT_S."""
+    return min(STREAM_TIMEOUT_S, STREAM_MARGIN_S + 3 * stream_ms / 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,7 +321,7 @@ async def one_stream(
             offer = ws_request(cfg.api, cfg.target.host_header, cfg.target.path, headers, body)
             make_ws = functools.partial(WsLeanRecorder, api=cfg.api)
             trace, result.ws = await ws_stream(
-                host, port, offer, sid, make_ws, api=cfg.api, timeout_s=STREAM_TIMEOUT_S, ssl_context=ctx
+                host, port, offer, sid, make_ws, api=cfg.api, timeout_s=work.stream_timeout_s, ssl_context=ctx
             )
         elif work.http_version is HttpVersion.HTTP3:
             from tokenpath.load.h3conn import h3_request, h3_stream
@@ -326,12 +337,12 @@ async def one_stream(
                 sid,
                 functools.partial(H2LeanRecorder, api=cfg.api),
                 connect_timeout_s=cfg.connect_deadline_s,
-                timeout_s=STREAM_TIMEOUT_S,
+                timeout_s=work.stream_timeout_s,
             )
         elif pool is not None:
             request = h2_request(requests.of(sid) if requests is not None else request_bytes(cfg, cfg.target, sid))
             make = functools.partial(H2LeanRecorder, api=cfg.api)
-            trace, result.flow = await pool.stream(request, sid, make, timeout_s=STREAM_TIMEOUT_S)
+            trace, result.flow = await pool.stream(request, sid, make, timeout_s=work.stream_timeout_s)
         else:
             target = requests.target if requests is not None else cfg.target
             ctx = _tls_context(work.tls) if target.scheme == "https" else None
@@ -341,7 +352,7 @@ async def one_stream(
                 requests.of(sid) if requests is not None else request_bytes(cfg, target, sid),
                 sid,
                 functools.partial(LeanRecorder, api=cfg.api),
-                timeout_s=STREAM_TIMEOUT_S,
+                timeout_s=work.stream_timeout_s,
                 ssl_context=ctx,
             )
     except (TokenpathError, OSError, TimeoutError) as exc:
