@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from tests.controls.decoding_client import DecodedStream, stream_decoded
 from tests.helpers import BackgroundLoop
+from tokenpath.controls import relay as relay_module
 from tokenpath.controls.relay import ControlRelay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig
@@ -243,3 +245,47 @@ def test_closing_the_relay_drops_a_kept_alive_connection() -> None:
     finally:
         listener.close()
         thread.join(5)
+
+
+@pytest.mark.parametrize("mode", ["buffer", "pass"])
+def test_a_client_that_takes_nothing_is_dropped_after_the_stall_bound(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A buffer relay writes a held response whole (up to 64 MB): a client that never read kept it, and its
+    connection, for ever (six such took 221 MB). One that takes nothing of what is queued for STALL_S is dropped."""
+    monkeypatch.setattr(relay_module, "STALL_S", 0.5)
+    body = b"x" * (8 << 20)  # well past the sockets' buffers
+    big = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def upstream() -> None:
+        conn, _ = listener.accept()
+        with conn, contextlib.suppress(OSError):  # the relay drops it with the client: a broken pipe here
+            conn.recv(65536)
+            conn.sendall(big)
+            conn.recv(65536)
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    bg = BackgroundLoop()
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=listener.getsockname()[1], mode=mode))
+    port = bg.run(server.start())
+    try:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(REQUEST)  # and never reads
+            deadline = time.monotonic() + 20
+            while not server._live and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server._live  # accepted (without the stall bound it stays so past the deadline)
+            while server._live and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not server._live  # dropped, its queued response with it
+    finally:
+        try:
+            bg.run(server.close())
+            bg.close()
+        finally:
+            listener.close()
+            thread.join(5)

@@ -34,6 +34,9 @@ from tokenpath.serve.runner import Config, Server
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
+# A client that takes nothing of what is queued for it for this long is dropped (the stub's STALL_S): a buffer
+# relay writes a held response whole, up to MAX_BUFFER_BYTES, and a client that never read kept it for ever.
+STALL_S = 30.0
 # What the upstream may send before the client's first bytes chose a policy: an h2 server's SETTINGS (tens of bytes).
 MAX_EARLY_BYTES = 64 << 10
 
@@ -123,6 +126,7 @@ class _Downstream(asyncio.Protocol):
         self.policy: Policy | None = None
         self._sniffed = b""  # the client's first bytes, at most the preface's 24
         self._early: list[bytes] = []
+        self._stall: asyncio.TimerHandle | None = None  # running while the client's buffer is full
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not subclasses
@@ -214,6 +218,8 @@ class _Downstream(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._live.discard(self)
+        if self._stall is not None:
+            self._stall.cancel()
         if self.policy is not None:
             self.policy.close()
         if self._connect_task is not None and not self._connect_task.done():
@@ -223,9 +229,19 @@ class _Downstream(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.upstream_gate.pause()
+        if self._stall is None:
+            self._stall = asyncio.get_running_loop().call_later(STALL_S, self._stalled)
 
     def resume_writing(self) -> None:
         self.upstream_gate.resume()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        log.warning("relay: the client took nothing for %.0f s of what is queued for it; dropped", STALL_S)
+        self.abort()
 
     def upstream_finished(self) -> None:
         if self._closed:
