@@ -14,6 +14,7 @@ import pytest
 from tests.controls.decoding_client import DecodedStream, stream_decoded
 from tests.helpers import BackgroundLoop
 from tokenpath.controls import relay as relay_module
+from tokenpath.controls.policies import Mode
 from tokenpath.controls.relay import ControlRelay, RelayConfig
 from tokenpath.errors import PeerError, UsageError
 from tokenpath.probe.client import ProbeConfig
@@ -249,7 +250,7 @@ def test_closing_the_relay_drops_a_kept_alive_connection() -> None:
 
 @pytest.mark.parametrize("mode", ["buffer", "pass"])
 def test_a_client_that_takes_nothing_is_dropped_after_the_stall_bound(
-    mode: str, monkeypatch: pytest.MonkeyPatch
+    mode: Mode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A buffer relay writes a held response whole (up to 64 MB): a client that never read kept it, and its
     connection, for ever (six such took 221 MB). One that takes nothing of what is queued for STALL_S is dropped."""
