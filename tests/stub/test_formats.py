@@ -170,6 +170,7 @@ def test_the_format_s_max_tokens_field_lowers_the_count_and_never_raises_it(star
         (Api.ANTHROPIC, {**BODIES[Api.ANTHROPIC], "tokenpath": {"format": "plain"}}, "for the OpenAI routes"),
         (Api.ANTHROPIC, {**BODIES[Api.ANTHROPIC], "tokenpath": {"frame_bytes": 50}}, "frame_bytes=50"),
         (Api.GEMINI, {**BODIES[Api.GEMINI], "tokenpath": {"speed": 2}}, "unknown keys"),
+        (Api.OPENAI, {**BODIES[Api.OPENAI], "stream_options": {"include_usage": "x"}}, "include_usage"),  # was true
     ],
 )
 def test_bad_input_is_a_400_in_the_format_s_own_shape(start_stub: StartStub, api: Api, body: Any, text: str) -> None:

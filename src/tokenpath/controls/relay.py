@@ -34,6 +34,7 @@ from tokenpath.serve.runner import Config, Server
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
+MAX_CORK_MS = 60_000.0  # a hold longer than a minute is no cork: 1e300 held a short response for ever
 # A client that takes nothing of what is queued for it for this long is dropped (the stub's STALL_S): a buffer
 # relay writes a held response whole, up to MAX_BUFFER_BYTES, and a client that never read kept it for ever.
 STALL_S = 30.0
@@ -56,8 +57,8 @@ class RelayConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"`mode` {self.mode!r}: expected one of {', '.join(MODES)}")
-        if self.cork_bytes < 1 or not (math.isfinite(self.cork_ms) and self.cork_ms > 0):  # NaN passed `<= 0`
-            raise UsageError("`cork_bytes` must be >= 1 and `cork_ms` a finite number > 0")
+        if self.cork_bytes < 1 or not (math.isfinite(self.cork_ms) and 0 < self.cork_ms <= MAX_CORK_MS):  # NaN too
+            raise UsageError(f"`cork_bytes` must be >= 1 and `cork_ms` a number of ms > 0 and <= {MAX_CORK_MS:g}")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise UsageError("`tls_cert` and `tls_key` go together")
 

@@ -73,7 +73,10 @@ class OpenAIFormat(ApiFormat):
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             raise BadRequest("'stream_options' must be an object")
-        return Ask(model, stream, limit, prompt_chars, include_usage=bool(options.get("include_usage")))
+        include_usage = options.get("include_usage", False)
+        if not isinstance(include_usage, bool):  # "x" was taken as true, as "stream": "yes" is not
+            raise BadRequest("'stream_options.include_usage' must be true or false")
+        return Ask(model, stream, limit, prompt_chars, include_usage=include_usage)
 
     def body_stream_id(self, body: dict[str, Any], route: Route) -> str | None:
         """`user`, else a marker in the last message (for gateways that drop the header and `user`)."""
