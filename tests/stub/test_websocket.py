@@ -165,6 +165,10 @@ def test_an_offer_the_stub_cannot_take_is_an_http_answer(start_stub: StartStub) 
     assert b"Sec-WebSocket-Version: 13" in old
     bad_key = exchange(stub.port, template.format(key="short", version="13").encode())
     assert bad_key.startswith(b"HTTP/1.1 400")
+    for answer in (old, bad_key):  # answered in HTTP and closed (exchange reads to the close), said once
+        assert answer.split(b"\r\n\r\n")[0].lower().count(b"connection: close") == 1, answer
+    missing = template.replace("Sec-WebSocket-Key: {key}\r\n", "").format(version="13").encode()
+    assert exchange(stub.port, missing).startswith(b"HTTP/1.1 400")
     chat_template = template.replace("/v1/responses", "/v1/chat/completions")
     chat = exchange(stub.port, chat_template.format(key=key, version="13").encode())
     assert chat.startswith(b"HTTP/1.1 405")  # a route without WebSocket mode: its POST-only answer, then closed

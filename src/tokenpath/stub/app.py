@@ -462,9 +462,9 @@ class StubApp:
         each response.create into the same events as the SSE stream, one per message."""
         try:
             key = websocket_key(request.method, request.headers)
-        except OfferRefused as exc:
-            extra = ("Sec-WebSocket-Version", "13") if exc.status == 426 else ("Connection", "close")
-            _refuse(response, fmt, exc.status, str(exc), extra)
+        except OfferRefused as exc:  # answered in HTTP and closed: the server's core adds its Connection: close
+            extra = [("Sec-WebSocket-Version", "13")] if exc.status == 426 else []  # (a second one was sent here)
+            _refuse(response, fmt, exc.status, str(exc), *extra)
             return
         session = SESSIONS[fmt.ws_dialect](request, partial(self._ws_response, fmt, route), self.clock)
         response.switch_protocols(switching_protocols(key), session)
