@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
@@ -24,7 +25,7 @@ from tests.wssession import messages_until
 from tokenpath.errors import UsageError
 from tokenpath.stub import app as stub_app
 from tokenpath.stub import frames
-from tokenpath.stub.config import MAX_STREAM_BYTES, StubConfig
+from tokenpath.stub.config import LEAD_FRAMES, MAX_STREAM_BYTES, StubConfig
 from tokenpath.stub.formats import FORMATS, base
 from tokenpath.stub.formats.base import compact_json
 from tokenpath.stub.frames import StreamRequest, StreamShape
@@ -433,3 +434,16 @@ def test_unpadded_frames_past_the_response_limit_are_a_400_met_as_they_are_rende
     else:  # Anthropic names it once, in message_start: well within it, streamed
         assert raw.startswith(b"HTTP/1.1 200"), raw[:200]
         assert len(raw) < MAX_STREAM_BYTES
+
+
+def test_the_bound_is_the_limit_or_what_the_stubs_own_flags_declare() -> None:
+    """The operator's padded frames are not capped (`--tokens 20000 --frame-bytes 2048`: 41 MB, as the gateway's
+    hostile tests stream); every other response is held to MAX_STREAM_BYTES."""
+    assert StubConfig().max_response_bytes == MAX_STREAM_BYTES
+    assert StubConfig(tokens=100, frame_bytes=2048).max_response_bytes == MAX_STREAM_BYTES
+    big = StubConfig(tokens=20_000, frame_bytes=2048)
+    assert big.max_response_bytes == (20_000 + LEAD_FRAMES) * 2048 > MAX_STREAM_BYTES
+    req = replace(_request(Api.OPENAI, 20_000), max_bytes=big.max_response_bytes)
+    assert sum(FORMATS[Api.OPENAI].shape(req, big.pacing).sizes) <= big.max_response_bytes
+    with pytest.raises(UsageError, match=f"larger than {MAX_STREAM_BYTES} bytes"):  # the same frames, unflagged
+        FORMATS[Api.OPENAI].shape(_request(Api.OPENAI, 20_000), big.pacing)

@@ -130,6 +130,7 @@ def feed(conn: ServerConnection, pieces: list[bytes], answer: bool) -> None:
         (b"GET / HTTP/1.1\r\n\r\n", 400),  # HTTP/1.1 without Host
         (b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400),
         (b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 405),
+        (b"GET /v1/models\r\n\r\n", 505),  # no version: llhttp's HTTP/0.9, was answered as if 1.1
     ],
 )
 def test_server_core_limits_and_garbage_have_a_status(raw: bytes, status: int) -> None:

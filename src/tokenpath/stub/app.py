@@ -618,6 +618,7 @@ class StubApp:
             truncated=tokens < pacing.tokens,
             ttft_ms=pacing.ttft_ms,
             interval_ms=pacing.interval_ms,
+            max_bytes=self.cfg.max_response_bytes,
         )
 
     # audit ------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ AUDIT_MAX_BYTES = 256 << 20
 MAX_TOKENS = 100_000  # longer than any model's output limit today
 MAX_FRAME_BYTES = 64 << 10  # a padded frame; real token frames are 100-400 bytes
 MAX_STREAM_BYTES = 32 << 20  # frames x size of one response
+LEAD_FRAMES = 16  # a response's frames besides its tokens and reasoning deltas: at most this many in any format
 MAX_MODEL_CHARS = 256  # model names are short identifiers; echoed in every frame
 MAX_STREAM_SECONDS = 3600.0  # ttft + tokens x interval: a stream that would run longer is a mistake
 MAX_RESPONSE_HEADERS = 16  # declared extra response headers per request
@@ -361,6 +362,17 @@ class StubConfig:
     def pacing(self) -> Pacing:
         """Its flags' pacing: the fields of the same names (every one of Pacing's is a field here)."""
         return Pacing(**{k: getattr(self, k) for k in Pacing.OVERRIDABLE})
+
+    @property
+    def max_response_bytes(self) -> int:
+        """What one response's frames may hold: MAX_STREAM_BYTES, or more when this stub's own flags declare more
+        (padded frames are not capped for the operator: `--tokens 20000 --frame-bytes 2048` is 41 MB). A request's
+        own pacing is held to it too (frames.extend_steps)."""
+        if self.frame_bytes is None:
+            return MAX_STREAM_BYTES
+        frames = self.tokens + self.reasoning_tokens + LEAD_FRAMES  # the role, the closing events, each padded too
+        declared = frames * self.frame_bytes + (self.first_event_bytes or 0)
+        return max(MAX_STREAM_BYTES, declared)
 
     @classmethod
     def paced(cls, pacing: Pacing, **settings: Any) -> StubConfig:

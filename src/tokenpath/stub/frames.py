@@ -120,6 +120,9 @@ class StreamRequest:
     truncated: bool = False  # the request's own max-tokens field ended it early: stop reasons say so
     ttft_ms: float = 0.0  # the planned pacing, for the formats that report durations (Ollama, Bedrock)
     interval_ms: float = 0.0
+    # The most its frames may hold (extend_steps): MAX_STREAM_BYTES, or what the stub's own flags declared when more
+    # (StubConfig.max_response_bytes: the operator's padded frames; a request's own pacing is held to the limit).
+    max_bytes: int = MAX_STREAM_BYTES
 
 
 class StreamShape:
@@ -241,18 +244,18 @@ def _steps(n: int, size: Callable[[int], int]) -> Iterator[tuple[int, int]]:
         i = j
 
 
-def extend_steps(out: list[bytes], items: Iterable[bytes]) -> Steps[None]:
+def extend_steps(out: list[bytes], items: Iterable[bytes], max_bytes: int) -> Steps[None]:
     """`out.extend(items)`, STEP_FRAMES items at a time: a render's loop over its tokens, yielding between steps.
-    The response is held to MAX_STREAM_BYTES as it is rendered, whatever made its frames large (a padded
-    frame_bytes is checked before; an unpadded frame grows with the model's name, up to 1.5 KB each, and 100,000
-    of them were rendered, 172 MB, for a request whose answer the stub's rule refuses)."""
+    The response is held to `max_bytes` (StreamRequest.max_bytes) as it is rendered, whatever made its frames large
+    (a padded frame_bytes is checked before; an unpadded frame grows with the model's name, up to 1.5 KB each, and
+    100,000 of them were rendered, 172 MB, for a request whose answer the stub's rule refuses)."""
     total = sum(map(len, out))
     it = iter(items)
     while part := list(islice(it, STEP_FRAMES)):
         out += part
         total += sum(map(len, part))
-        if total > MAX_STREAM_BYTES:
-            raise UsageError(f"the response would be larger than {MAX_STREAM_BYTES} bytes (its frames rendered)")
+        if total > max_bytes:
+            raise UsageError(f"the response would be larger than {max_bytes} bytes (its frames rendered)")
         yield
 
 

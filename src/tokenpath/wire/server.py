@@ -292,6 +292,8 @@ class ServerConnection:
         self._headers_done = True
         method = self._parser.get_method().decode("latin-1")
         version = self._parser.get_http_version()
+        if version != "1.1" and version != "1.0":  # llhttp takes `GET /path` with no version as HTTP/0.9
+            raise RemoteProtocolError(f"HTTP/{version} is not served: HTTP/1.0 and 1.1 only", 505)
         if method == "CONNECT":
             raise RemoteProtocolError("CONNECT is not supported: this is not a forward proxy", 405)
         names = self._names

@@ -118,6 +118,7 @@ def render(
                 )
                 for t in map(reasoning_text, range(reasoning))
             ),
+            req.max_bytes,
         )
         signature = {"type": "signature_delta", "signature": SIGNATURE}
         text_start = {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}}
@@ -144,6 +145,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     delta = {"stop_reason": _stop(req), "stop_sequence": None}
     frames += [

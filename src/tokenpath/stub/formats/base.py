@@ -177,7 +177,8 @@ def cached_render(key: tuple[Hashable, ...], req: StreamRequest, pacing: Pacing,
     """A format's shape, cached by its own request-shape `key` plus the pacing that changes frames (frame size,
     reasoning deltas, first-event size), rendered by `render` on a miss."""
     fb, reasoning, first = pacing.frame_bytes, pacing.reasoning_tokens, pacing.first_event_bytes
-    return cached_shape_steps((*key, fb, reasoning, first), lambda: render(req, fb, reasoning, first))
+    # the bound its render held it to, too: a shape kept under a larger one is not another stub's to take
+    return cached_shape_steps((*key, fb, reasoning, first, req.max_bytes), lambda: render(req, fb, reasoning, first))
 
 
 def full_text(tokens: int) -> str:

@@ -121,6 +121,7 @@ def render(
                 )
                 for i in range(reasoning)
             ),
+            req.max_bytes,
         )
         with_next.update((len(frames), len(frames) + 1))
         frames += [
@@ -140,6 +141,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     frames += [
         message("contentBlockStop", {"contentBlockIndex": block}),

@@ -105,6 +105,7 @@ def render(
             )
             for i in range(reasoning)
         ),
+        req.max_bytes,
     )
     yield from extend_steps(
         frames,
@@ -124,6 +125,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     return (yield from build_shape(frames, lead=0, first_content=reasoning, relabel=True, reasoning=range(reasoning)))
 

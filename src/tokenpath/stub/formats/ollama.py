@@ -92,6 +92,7 @@ def render(
             padded(line, _line(req, {"role": "assistant", "content": "", "thinking": t}), frame_bytes, "pad")
             for t in map(reasoning_text, range(reasoning))
         ),
+        req.max_bytes,
     )
     yield from extend_steps(
         frames,
@@ -104,6 +105,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     frames.append(line(_final(req, "")))
     return (yield from build_shape(frames, lead=0, first_content=reasoning, reasoning=range(reasoning)))

@@ -16,7 +16,7 @@ from typing import Any
 from tokenpath.audit import completion_id
 from tokenpath.errors import BadRequest, UsageError
 from tokenpath.serve.http import Request
-from tokenpath.stub.config import Format, Pacing
+from tokenpath.stub.config import MAX_STREAM_BYTES, Format, Pacing
 from tokenpath.stub.formats.base import (
     ApiFormat,
     Ask,
@@ -97,6 +97,7 @@ class OpenAIFormat(ApiFormat):
             pacing.frame_bytes,
             reasoning=pacing.reasoning_tokens,
             first_event_bytes=pacing.first_event_bytes,
+            max_bytes=req.max_bytes,
         )
 
     def whole(self, req: StreamRequest) -> bytes:
@@ -114,13 +115,15 @@ def openai_shape_steps(
     *,
     reasoning: int = 0,
     first_event_bytes: int | None = None,
+    max_bytes: int = MAX_STREAM_BYTES,
 ) -> Steps[StreamShape]:
     """One OpenAI request shape's frames (cached): the role delta of a chat stream leads, with the head; then
-    `reasoning` reasoning deltas, then the content. In steps (stub/loopshare.py)."""
+    `reasoning` reasoning deltas, then the content. In steps (stub/loopshare.py). `max_bytes`: what its frames may
+    hold (StreamRequest.max_bytes)."""
     lead = 1 if kind == "chat" and fmt == "openai" else 0
 
     def render() -> Steps[StreamShape]:
-        req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens)
+        req = StreamRequest(kind, model, "", tokens, usage, prompt_tokens, max_bytes=max_bytes)
         frames = yield from render_stream_steps(
             req, fmt, frame_bytes, reasoning=reasoning, first_event_bytes=first_event_bytes
         )
@@ -134,7 +137,19 @@ def openai_shape_steps(
             )
         )
 
-    key = ("openai", kind, model, tokens, usage, prompt_tokens, fmt, frame_bytes, reasoning, first_event_bytes)
+    key = (
+        "openai",
+        kind,
+        model,
+        tokens,
+        usage,
+        prompt_tokens,
+        fmt,
+        frame_bytes,
+        reasoning,
+        first_event_bytes,
+        max_bytes,
+    )
     return cached_shape_steps(key, render)
 
 
@@ -171,7 +186,7 @@ def render_stream_steps(
     frames: list[bytes] = []
     if fmt == "plain":
         plain = (_pad_plain(_plain(i), token_bytes(i, frame_bytes, first_event_bytes)) for i in range(req.tokens))
-        yield from extend_steps(frames, plain)
+        yield from extend_steps(frames, plain, req.max_bytes)
         return frames
     chunks = _openai_chunks(req, reasoning)
     first = (1 if req.kind == "chat" else 0) + reasoning  # the first content chunk
@@ -179,7 +194,7 @@ def render_stream_steps(
         _pad_json(c, first_event_bytes if i == first and first_event_bytes else frame_bytes)
         for i, c in enumerate(chunks)
     )
-    yield from extend_steps(frames, json_frames)
+    yield from extend_steps(frames, json_frames, req.max_bytes)
     frames.append(DONE_FRAME)
     return frames
 

@@ -131,6 +131,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     # Each closing event holds the whole text: encoded with a slot, the text put in in steps (base.filled_steps).
     slot = TEXT_SLOT if text else ""

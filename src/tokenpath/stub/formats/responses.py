@@ -134,6 +134,7 @@ def render(
                 _frame(4 + i, {"type": "response.reasoning_summary_text.delta", **summary, "delta": t}, frame_bytes)
                 for i, t in enumerate(map(reasoning_text, range(reasoning)))
             ),
+            req.max_bytes,
         )
         closing: list[dict[str, Any]] = [
             {"type": "response.reasoning_summary_text.done", **summary, "text": THOUGHT_SLOT},
@@ -156,6 +157,7 @@ def render(
             )
             for i in range(req.tokens)
         ),
+        req.max_bytes,
     )
     # Each closing event holds the whole text (and the last, the thought): encoded with slots, the texts put in in
     # steps (base.filled_steps).
