@@ -5,6 +5,7 @@ has every command of commands.py on it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,10 @@ def __getattr__(name: str) -> object:
 
 
 def main() -> None:
+    if os.environ.get("TOKENPATH_PARENT_PID"):  # a service tokenpath started: it ends with its parent
+        from tokenpath.serve.procs import follow_parent
+
+        follow_parent()
     try:
         common.app()
     except KeyboardInterrupt:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -18,6 +20,33 @@ import psutil
 from tokenpath.errors import ServiceError
 
 _LISTENING = re.compile(r"listening on (\S+)")
+# Set by ServiceProcess for its child: the pid of the process that started it, which the child follows (follow_parent)
+PARENT_PID_ENV = "TOKENPATH_PARENT_PID"
+
+
+def follow_parent() -> None:
+    """A service tokenpath started ends with the process that started it, however that one ended: SIGKILL or the
+    OOM killer left a load run's stub serving on. A thread waits on a pidfd of the parent (readable once it has
+    exited, no polling) and then SIGTERMs this process, which stops as on any SIGTERM. Not PR_SET_PDEATHSIG: that
+    fires when the parent's *thread* that started it ends (a service started from a thread pool died with the pool).
+    Exits at once if the parent is gone already. Called by the CLI at start (cli/__init__.py)."""
+    expected = os.environ.pop(PARENT_PID_ENV, None)  # not for the processes it starts in turn
+    if not expected or not expected.isdigit():
+        return
+    try:
+        parent = os.pidfd_open(int(expected))
+    except (OSError, AttributeError):  # gone already, or no pidfd here (not Linux 5.3+): nothing to follow by
+        parent = None
+    if str(os.getppid()) != expected:  # it died before we looked
+        os._exit(1)
+    if parent is None:
+        return
+
+    def wait() -> None:
+        select.select([parent], [], [])  # readable once the parent process has exited
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=wait, name="follow-parent", daemon=True).start()
 
 
 def tokenpath_argv(*args: str) -> list[str]:
@@ -49,7 +78,7 @@ class ServiceProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env={**os.environ, **(self.env or {})},
+                env={**os.environ, **(self.env or {}), PARENT_PID_ENV: str(os.getpid())},  # it follows us
                 start_new_session=True,  # our Ctrl-C is handled by us, and stop() reaches the whole group
             )
         deadline = time.monotonic() + timeout_s
