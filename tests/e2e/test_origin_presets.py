@@ -30,6 +30,7 @@ RECORDINGS = {
 pytestmark = pytest.mark.e2e
 
 TOKENS = 6
+HELD_BUNCHES = 3  # reads a replayed answer held by nginx's buffers takes
 PACING = {"interval_ms": 120, "tokens": TOKENS, "format": "plain", "ttft_ms": 0}
 PLAIN = OriginBehaviour()
 # (variant, origin) -> streams? The claims, held here: llama.cpp's server streams through nginx by its
@@ -111,11 +112,13 @@ def test_a_replayed_recording_gets_its_real_origins_verdict(replaying: Endpoint,
             trace = probe_stream(cfg)
             metrics = run_metrics(trace)
             assert [f.frame.raw for f in trace.frames] == [e.data for e in recording.events]  # exact, through nginx
-            # Streamed: about an arrival per recorded write; held: in nginx's buffers, out in a few bunches (a full
-            # buffer is written out before the end: 8 KB of a 27-event answer came early, measured).
+            # Held: in nginx's buffers, out in a few bunches (a full buffer is written out before the end: 8 KB of a
+            # 27-event answer came early, measured), at most HELD_BUNCHES reads. Streamed: about an arrival per
+            # recorded write, tens of ms apart, fewer where a loaded host coalesces some (a share of the writes was
+            # the rule, and a real origin's 13 ms tokens came as 4 reads of 11 in CI): more reads than held.
             writes = len(recording.writes)
-            seen[(variant, origin)] = metrics.arrivals >= writes / 2
-            assert seen[(variant, origin)] or metrics.arrivals <= 3, (origin, metrics.arrivals, writes)
+            seen[(variant, origin)] = metrics.arrivals > HELD_BUNCHES
+            assert writes > 4 * HELD_BUNCHES, writes  # room between the two shapes
     finally:
         running.stop()
     assert seen == {k: v for k, v in EXPECTED.items() if k[0] == variant and k[1] in RECORDINGS}
