@@ -79,3 +79,10 @@ def test_runs_and_stub_workers_are_bounded_before_anything_starts(field: str, va
         replace(base, **over)
     under: dict[str, Any] = {field: value - 1}
     assert getattr(replace(base, **under), field) == value - 1
+
+
+def test_a_level_past_a_million_streams_is_refused_in_words() -> None:
+    """It was refused by the open-file check, in a 21-digit number of files."""
+    with pytest.raises(UsageError, match="at most 1,000,000 open streams a level"):
+        LoadConfig(targets=("direct",), levels=(10**20,), client_workers=1)
+    assert LoadConfig(targets=("direct",), levels=(1_000_000,), client_workers=1).levels == (1_000_000,)

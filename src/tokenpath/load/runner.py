@@ -116,6 +116,7 @@ MAX_RATE_PER_CLIENT = 10_000.0
 # A level's warm-up or measured window: every stream result of a run is held until the run is joined to the stub's
 # audit (500 streams of ~2 s for an hour: ~900,000 of them), so a level is bounded; a soak test is many runs.
 MAX_DURATION_S = 3600.0
+MAX_LEVEL = 1_000_000  # open streams in one level: a million sockets is past any one host's and this client's reach
 MAX_RUNS = 1000  # per level: 1000 x (warmup + duration) is days already (experiment/spec.py MAX_RUNS alike)
 FORWARD_EVERY_S = 0.5  # how often a stopping parent repeats its stop to client processes that have not ended
 
@@ -194,6 +195,10 @@ class LoadConfig:
             )
         if not self.levels or min(self.levels) < 1:
             raise UsageError("`levels` needs levels >= 1, e.g. 50,200,500")
+        if max(self.levels) > MAX_LEVEL:  # refused by the open-file limit before, in a 21-digit number of files
+            raise UsageError(
+                f"`levels`: at most {MAX_LEVEL:,} open streams a level (spread them over `client_workers`)"
+            )
         if self.runs < 1 or self.client_workers < 0 or self.stub_workers < 1:
             raise UsageError(
                 "`runs` and `stub_workers` must be >= 1, `client_workers` >= 0 (0: what the machine spares)"
