@@ -36,7 +36,7 @@ from tokenpath.probe.client import ProbeConfig
 from tokenpath.probe.stream import probe_stream
 from tokenpath.probe.trace import PARTIAL_TRACE, Trace
 from tokenpath.probe.transport import parse_target
-from tokenpath.stub.control import exchange, fetch_audit
+from tokenpath.stub.control import MAX_HEALTH_BYTES, exchange, fetch_audit
 from tokenpath.stub.presets import OriginBehaviour, parse_http10_framing, relevant_headers
 from tokenpath.wire.apis import Api
 from tokenpath.wire.carrier import SSE, WEBSOCKET
@@ -66,7 +66,7 @@ def _health(url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str, object] 
     if target.scheme != "http":
         return None  # the control plane is read over plain HTTP; name a stub behind https with --stub-url
     try:
-        status, body = exchange(target.origin, "GET", HEALTH_PATH, timeout_s=timeout_s)
+        status, body = exchange(target.origin, "GET", HEALTH_PATH, timeout_s=timeout_s, max_bytes=MAX_HEALTH_BYTES)
     except (OSError, ProtocolError):
         return None
     if status != 200:

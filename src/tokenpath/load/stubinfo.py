@@ -16,7 +16,7 @@ from tokenpath.audit import completion_id
 from tokenpath.errors import BadRequest, ProtocolError, ServiceError, UsageError
 from tokenpath.probe.transport import parse_target
 from tokenpath.stub.config import Pacing
-from tokenpath.stub.control import exchange
+from tokenpath.stub.control import MAX_HEALTH_BYTES, exchange
 
 HEALTH_PATH = "/_tokenpath/health"
 HEALTH_TIMEOUT_S = 10.0
@@ -45,7 +45,7 @@ def fetch_health(stub_url: str, timeout_s: float = HEALTH_TIMEOUT_S) -> dict[str
     """The stub's health answer; ServiceError when it does not answer, UsageError when it is not a stub's."""
     where = f"{parse_target(stub_url).origin}{HEALTH_PATH}"
     try:
-        status, body = exchange(stub_url, "GET", HEALTH_PATH, timeout_s=timeout_s)
+        status, body = exchange(stub_url, "GET", HEALTH_PATH, timeout_s=timeout_s, max_bytes=MAX_HEALTH_BYTES)
     except (OSError, ProtocolError) as exc:
         raise ServiceError(f"`stub_url` {stub_url}: no answer on {HEALTH_PATH} ({exc}); is the stub running?") from None
     try:

@@ -4,12 +4,19 @@ from a `connect` function, so a runner can reach a stub inside a network namespa
 from __future__ import annotations
 
 import json
+import time
 
 from tokenpath.audit import AuditReply
-from tokenpath.errors import BadRequest, PeerError, ProtocolError
+from tokenpath.errors import BadRequest, PeerError, ProtocolError, ResponseTooLarge
 from tokenpath.probe.transport import SocketFactory, parse_target, tcp_connect
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.request import build_request
+
+# A control-plane answer: a health's is a KB; an audit's with write logs holds ~50 bytes a write, so a load level's
+# thousands of streams take tens of MB. Past this, no stub's.
+MAX_ANSWER_BYTES = 256 << 20
+MAX_HEALTH_BYTES = 1 << 20  # a health answer: its pacing and a few figures
+TOTAL_TIMEOUTS = 5  # the whole exchange: this many read timeouts
 
 
 def exchange(
@@ -20,23 +27,35 @@ def exchange(
     body: bytes | None = None,
     timeout_s: float = 10.0,
     connect: SocketFactory = tcp_connect,
+    max_bytes: int = MAX_ANSWER_BYTES,
 ) -> tuple[int | None, bytes]:
     """One request to a stub's control plane over a socket from `connect`: (status, or None when it answered
-    nothing; the whole body). Raises OSError / ProtocolError for the caller to name."""
+    nothing; the whole body). Bounded: each read by `timeout_s`, the whole exchange by TOTAL_TIMEOUTS of it, the
+    body by `max_bytes` (an answer that never ended filled memory to a MemoryError; one trickled a byte a second
+    held diagnose's first check for a day). Raises OSError (TimeoutError) / ProtocolError for the caller to name."""
     target = parse_target(stub_url)
     headers = [("Content-Type", "application/json")] if body is not None else []
     request = build_request(method, target.host_header, path, body=body or b"", headers=headers)
     parser = ResponseParser()
     body_parts: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + TOTAL_TIMEOUTS * timeout_s
     with connect(target.host, target.port, timeout_s) as sock:
         sock.settimeout(timeout_s)
         sock.sendall(request)
         while not parser.complete:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no whole answer within {TOTAL_TIMEOUTS * timeout_s:g} s")
+            sock.settimeout(min(timeout_s, left))
             data = sock.recv(1 << 20)
             if not data:
                 parser.feed_eof()
                 break
             body_parts.append(parser.feed(data))
+            size += len(body_parts[-1])
+            if size > max_bytes:
+                raise ResponseTooLarge(f"an answer larger than {max_bytes} bytes")
     return (parser.head.status if parser.head is not None else None), b"".join(body_parts)
 
 
