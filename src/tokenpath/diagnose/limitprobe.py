@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,6 +42,9 @@ from tokenpath.wire.reader import FrameReader, WireFrame, frame_reader
 from tokenpath.wire.request import api_headers, build_request, endpoint_target, stream_body
 
 READ_BYTES = 65536
+# The last frames a try keeps: what its end is read from (the format's final event, or its error, and a few after).
+# Every frame of every try was kept: a path that floods frames took nine tries at once to 2 GB and a MemoryError.
+KEPT_FRAMES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +239,7 @@ async def _exchange(target: Target, source: _StreamSource, frames: FrameReader) 
     """The one read loop, either HTTP version: write what the source has to send, read until it says the body
     ended (or the path closed or reset the connection), each read's body bytes through the format's frames."""
     reader, writer = await _connect(target)
-    seen: list[WireFrame] = []
+    seen: deque[WireFrame] = deque(maxlen=KEPT_FRAMES)  # what the end is read from; a flood's frames are not kept
     last_byte_ns: int | None = None
     detail = ""
     try:
@@ -279,7 +283,7 @@ async def _exchange(target: Target, source: _StreamSource, frames: FrameReader) 
 
 def _outcome(
     frames: FrameReader,
-    seen: list[WireFrame],
+    seen: deque[WireFrame],
     how: BodyEnd,
     sent_ns: int,
     end_ns: int,
