@@ -431,3 +431,11 @@ def test_runs_are_bounded() -> None:
     assert parse({"runs": 1000}).runs == 1000
     with pytest.raises(UsageError, match=r"runs must be a whole number from 1 to 1000 \(streams per path"):
         parse({"runs": 1001})
+
+
+def test_an_upstream_header_named_as_a_key_header_beside_its_key_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", "sk-x")
+    upstream = {"url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": "UPSTREAM_KEY"}
+    with pytest.raises(UsageError, match="x-api-key is given twice"):
+        parse({"upstream": {**upstream, "headers": {"x-api-key": "y"}}})
+    assert parse({"upstream": {**upstream, "headers": {"X-Team": "y"}}}).endpoint is not None

@@ -86,3 +86,10 @@ def test_a_level_past_a_million_streams_is_refused_in_words() -> None:
     with pytest.raises(UsageError, match="at most 1,000,000 open streams a level"):
         LoadConfig(targets=("direct",), levels=(10**20,), client_workers=1)
     assert LoadConfig(targets=("direct",), levels=(1_000_000,), client_workers=1).levels == (1_000_000,)
+
+
+def test_a_target_header_named_as_its_keys_beside_the_key_is_refused() -> None:
+    with pytest.raises(UsageError, match="Authorization is given twice"):
+        LoadConfig(targets=("direct",), levels=(1,), client_workers=1, target_headers=(("Authorization", "Bearer y"),),
+                   target_api_key="sk-x")  # fmt: skip
+    assert LoadConfig(targets=("direct",), levels=(1,), client_workers=1, target_headers=(("Authorization", "y"),))

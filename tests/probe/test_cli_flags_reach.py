@@ -157,3 +157,16 @@ def test_a_flag_that_would_not_apply_is_refused_before_a_connection(flags: list[
     assert out.exit_code == 2, out.output
     assert flags[0] in out.output
     assert peers.opened == []
+
+
+@pytest.mark.parametrize(("api", "header"), [("openai", "Authorization"), ("anthropic", "X-Api-Key")])
+def test_a_header_named_as_the_keys_beside_a_key_is_refused(
+    api: str, header: str, peers: Peers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both were sent: two credentials, the server's pick. A header of another format's key name is not the key's."""
+    monkeypatch.setenv("MY_KEY", "sk-test")
+    out = CliRunner().invoke(app, ["probe", URL, "--api", api, "--api-key-env", "MY_KEY", "--header", f"{header}: x"])
+    assert out.exit_code == 2, out.output
+    assert f"{header} is given twice" in out.output
+    assert peers.opened == []
+    probe("--api-key-env", "MY_KEY", "--header", "X-Api-Key: x")  # openai's key is Authorization: both are sent

@@ -22,7 +22,7 @@ from tokenpath.origins.process import PROMPT
 from tokenpath.probe.transport import Target, parse_target
 from tokenpath.proxies.base import Endpoint, UpstreamTLS
 from tokenpath.wire.apis import SPECS, Api
-from tokenpath.wire.request import DEFAULT_PROMPT, check_header
+from tokenpath.wire.request import DEFAULT_PROMPT, check_header, refuse_second_credential
 
 NO_AUDIT = (
     "no stub audit against a real endpoint: no run is excluded for pacing, and added TTFT is each stream's TTFT "
@@ -160,6 +160,8 @@ def parse(value: Any) -> EndpointSpec:
         raise UsageError("[upstream] headers must be a table of strings")
     for name, header_value in headers.items():
         check_header(str(name), header_value)
+    if env:  # the key goes in its format's header: one of these beside it would send two credentials
+        refuse_second_credential(((str(k), v) for k, v in headers.items()), Api)
     cacert = table.get("cacert")
     if cacert is not None:
         cacert = str(Path(expand(cacert, "[upstream] cacert")).resolve())

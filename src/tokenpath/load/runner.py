@@ -85,7 +85,7 @@ from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.carrier import SSE, TRANSPORTS, WEBSOCKET
 from tokenpath.wire.h2client import parse_h2_window
 from tokenpath.wire.httpversion import HttpVersion
-from tokenpath.wire.request import parse_header_arg
+from tokenpath.wire.request import parse_header_arg, refuse_second_credential
 
 PROMPT = " ".join(f"word{i}" for i in range(400))  # ~400 prompt tokens, as in the first article
 HIST_MAX_US = 600_000_000  # 10 minutes: nothing a stream waits is longer
@@ -203,6 +203,8 @@ class LoadConfig:
             raise UsageError(
                 "`runs` and `stub_workers` must be >= 1, `client_workers` >= 0 (0: what the machine spares)"
             )
+        if self.target_api_key or self.target_jwt:  # its key's header and a --header of that name: two credentials
+            refuse_second_credential(self.target_headers, (self.api,))
         if self.runs > MAX_RUNS:  # its plan is built whole: --runs 1000000000 took 24 GB before a stream ran
             raise UsageError(f"`runs` {self.runs}: at most {MAX_RUNS} per level (each run lasts warmup + duration)")
         if self.stub_workers > MAX_WORKERS:  # the stub's own rule, before it starts rather than after (exit 22)

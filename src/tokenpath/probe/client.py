@@ -43,7 +43,14 @@ from tokenpath.wire.ending import STREAM_END
 from tokenpath.wire.h2client import DEFAULT_WINDOW, H2Window
 from tokenpath.wire.httpversion import HttpVersion
 from tokenpath.wire.reader import apis_for_content_type
-from tokenpath.wire.request import DEFAULT_PROMPT, api_headers, build_json_request, endpoint_target, stream_body
+from tokenpath.wire.request import (
+    DEFAULT_PROMPT,
+    api_headers,
+    build_json_request,
+    endpoint_target,
+    refuse_second_credential,
+    stream_body,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,8 @@ class ProbeConfig:
             object.__setattr__(self, "accept_encoding", expand_accept_encoding(self.accept_encoding))
             if any(name.lower() == "accept-encoding" for name, _ in self.headers):
                 raise UsageError("Accept-Encoding is given twice: as `accept_encoding` and as a header; keep one")
+        if self.api_key:  # the key's header and a --header of the same name: both were sent, two credentials
+            refuse_second_credential(self.headers, (self.api,))
         if self.max_tokens is not None and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
             raise UsageError(f"`max_tokens` must be a whole number >= 1, not {self.max_tokens}")
         for name in ("connect_timeout_s", "first_byte_timeout_s", "idle_timeout_s", "total_timeout_s"):

@@ -35,6 +35,15 @@ def api_headers(api: Api, stream_id: str, api_key: str | None) -> list[tuple[str
     return headers
 
 
+def refuse_second_credential(headers: Iterable[tuple[str, str]], apis: Iterable[Api]) -> None:
+    """A header named as the key's header of one of `apis` (Authorization, x-api-key, x-goog-api-key) beside an API
+    key: both were sent, two credentials. Refused, the caller's words naming where."""
+    key_headers = {SPECS[api].credential("")[0].lower() for api in apis}
+    for name, _ in headers:
+        if name.lower() in key_headers:
+            raise UsageError(f"{name} is given twice: as a header and by the API key; keep one")
+
+
 def endpoint_target(base: str, api: Api, model: str) -> str:
     """The request target for `api` from a base URL's path and query (`""`, `/v1`, `/v1beta`, a gateway's prefix)
     or a full endpoint path, which is kept: one that already ends as the format's route does (`/v1/messages`,
