@@ -145,3 +145,11 @@ def test_origin_refuses_a_port_or_threads_out_of_range(served: list[Served], fla
     assert out.exit_code == 2, out.output
     assert said in out.output
     assert served == []
+
+
+def test_text_that_could_not_be_hidden_is_said_on_stderr(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Counted in the file's source only: a recording meant for sharing kept text without a word."""
+    monkeypatch.setattr(tokenpath.origins.record, "record", lambda r: FakeRecording(r.name, {"unredacted_events": 2}))
+    out = CliRunner().invoke(app, ["record", URL, "--out", str(tmp_path / "r.json")])
+    assert out.exit_code == 0, out.output
+    assert "2 events keep text that could not be hidden" in out.output

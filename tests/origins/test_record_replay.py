@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenpath.errors import UsageError
+from tokenpath.errors import ResponseTooLarge, UsageError
 from tokenpath.origins.behaviour import Http10Answer
 from tokenpath.origins.record import RECORD_LIMITS, recording_from, redacted
 from tokenpath.probe.trace import TraceLimits, TraceRecorder
@@ -289,3 +289,30 @@ def test_an_interim_head_is_not_the_recorded_heads_time() -> None:
     assert recording.head_ms == 2.0
     assert ("X-Accel-Buffering", "no") in recording.headers
     assert recorded([HEAD, BODY]).head_ms == 1.0
+
+
+def test_a_cookie_is_never_recorded_and_a_repeated_header_is_named_not_lost() -> None:
+    """A file to share: a Set-Cookie is a session's. A repeated header (a recording's headers are a table) lost its
+    first value unsaid."""
+    extra = b"Set-Cookie: session=SECRET\r\nX-Trace: one\r\nX-Trace: two\r\n"
+    recording = recorded_from(HEAD.replace(b"Date: today\r\n", extra) + BODY)
+    assert b"SECRET" not in recording.dumps().encode()
+    assert ("X-Trace", "one") in recording.headers
+    assert ("X-Trace", "two") not in recording.headers
+    assert recording.source["dropped_headers"] == [
+        "header X-Trace: repeated; a replay sends each name once (the first kept)"
+    ]
+
+
+def test_a_stream_longer_than_a_recording_holds_ends_as_it_passes_that() -> None:
+    """A flood was read for the probe's 600 s and refused after: the trace's bound on the stream's bytes ends it."""
+    assert RECORD_LIMITS.response_bytes is not None
+    assert MAX_RECORDING_BYTES < RECORD_LIMITS.response_bytes < 2 * MAX_RECORDING_BYTES
+    recorder = TraceRecorder("s", 0, RECORD_LIMITS, api=Api.OPENAI)
+    recorder.on_read(1, HEAD)
+    piece = chunk(EVENTS[1] * 1000)
+    reads = RECORD_LIMITS.response_bytes // len(piece)
+    for i in range(reads):  # within the bound: read
+        recorder.on_read(2 + i, piece)
+    with pytest.raises(ResponseTooLarge):
+        recorder.on_read(2 + reads, piece * 2)  # past it

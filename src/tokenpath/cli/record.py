@@ -52,5 +52,14 @@ def record(
     recording = run(RecordRequest(probe, name or path.stem, seed=seed, redact=not keep_text))
     for dropped in recording.source.get("dropped_headers", []):  # a header the stub cannot send: named, not replayed
         err_console.print(f"tokenpath record: dropped {dropped}", markup=False, highlight=False, soft_wrap=True)
+    unredacted = recording.source.get("unredacted_events", 0)
+    if unredacted:  # counted in the file only, the text kept without a word
+        err_console.print(
+            f"tokenpath record: {unredacted} events keep text that could not be hidden (spelled another way than "
+            "JSON's usual escapes): read the file before you share it",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     path.write_text(recording.dumps())
     console.print(f"recorded {recording.describe()} into {path}", markup=False, highlight=False)

@@ -8,12 +8,14 @@ import ssl
 import time
 from dataclasses import dataclass
 
-from tokenpath.errors import RemoteProtocolError, TotalTimeout
+from tokenpath.errors import IdleTimeout, RemoteProtocolError, ResponseTooLarge, TotalTimeout
 from tokenpath.probe.client import ProbeConfig, network_error, new_stream_id, request_bytes
 from tokenpath.probe.transport import open_connection
 from tokenpath.stub.presets import Http10Framing, OriginBehaviour, relevant_headers
 from tokenpath.wire.client import ResponseParser
 from tokenpath.wire.framing import Framing
+
+MAX_HTTP10_BODY_BYTES = 4 << 20  # a recording's whole file (stub/replay.py MAX_RECORDING_BYTES): its answer fits
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,7 @@ def http10_answer(cfg: ProbeConfig, timeout_s: float = 120.0) -> Http10Answer:
     parser = ResponseParser("POST")
     transport = open_connection(cfg.target, connect_timeout_s=cfg.connect_deadline_s, tls=cfg.tls)
     deadline = time.monotonic() + timeout_s
+    last_data = time.monotonic()
     body = 0
     try:
         try:
@@ -59,15 +62,22 @@ def http10_answer(cfg: ProbeConfig, timeout_s: float = 120.0) -> Http10Answer:
             if left <= 0:
                 raise TotalTimeout(f"no whole HTTP/1.0 answer from {cfg.target.origin} in {timeout_s:.0f} s")
             try:
-                data = transport.recv(left)
+                data = transport.recv(min(left, cfg.idle_timeout_s))
             except TimeoutError:
+                if time.monotonic() - last_data >= cfg.idle_timeout_s:  # a server that holds: not for 120 s
+                    raise IdleTimeout(
+                        f"{cfg.target.origin} sent nothing for {cfg.idle_timeout_s:g} s of its HTTP/1.0 answer"
+                    ) from None
                 continue  # the deadline above decides
             except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:  # as probe names it: no traceback
                 raise network_error(exc) from None
             if not data:
                 parser.feed_eof()
                 break
+            last_data = time.monotonic()
             body += len(parser.feed(data))
+            if body > MAX_HTTP10_BODY_BYTES:  # a flood was read to the deadline: what a recording can hold, at most
+                raise ResponseTooLarge(f"an HTTP/1.0 answer larger than {MAX_HTTP10_BODY_BYTES} bytes")
     finally:
         transport.close()
     head = parser.head

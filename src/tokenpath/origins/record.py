@@ -47,10 +47,14 @@ TEXT_MEMBERS = frozenset(
 )
 # Headers not worth replaying: the date changes every time; Content-Encoding described a body the trace decoded (the
 # events are stored, and replayed, as plain bytes); the rest are the stub's own to set (framing, hop by hop).
-DROPPED_HEADERS = frozenset({"date", "content-encoding", *RESERVED_HEADERS})
+DROPPED_HEADERS = frozenset({"date", "content-encoding", "set-cookie", *RESERVED_HEADERS})  # a cookie: a session's
 # What the probe's trace keeps of the stream: every event a replay takes (MAX_EVENTS), and bytes up to the file's cap
 # (a file holds every event's bytes, escaped, and more). A stream past either is refused, never cut short.
-RECORD_LIMITS: TraceLimits = replace(DEFAULT_LIMITS, frames=MAX_EVENTS, frame_bytes=MAX_RECORDING_BYTES)
+# The stream's bytes too: a file holds them escaped and more, so a longer stream cannot fit (a flood was read for the
+# probe's 600 s and refused after).
+RECORD_LIMITS: TraceLimits = replace(
+    DEFAULT_LIMITS, frames=MAX_EVENTS, frame_bytes=MAX_RECORDING_BYTES, response_bytes=MAX_RECORDING_BYTES + (64 << 10)
+)
 FILLER = b"x"
 
 
@@ -75,6 +79,8 @@ def record(request: RecordRequest) -> Recording:
     """Both requests, then the recording (RemoteProtocolError / PeerError on a server that does not answer)."""
     cfg = request.config()
     answer = http10_answer(cfg)
+    if answer.status != 200:  # its framing there is an error page's: no behaviour of the stream's to replay
+        raise ServiceError(f"{cfg.target.origin} answered {answer.status} to the HTTP/1.0 request: nothing to record")
     trace = probe_stream(cfg, limits=RECORD_LIMITS)
     if trace.head is None or trace.head.status != 200:
         status = trace.head.status if trace.head is not None else "none"
@@ -163,9 +169,14 @@ def sendable_headers(pairs: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, 
     characters or not ASCII) is left out of the recording, named, never a failed recording."""
     kept: list[tuple[str, str]] = []
     dropped: list[str] = []
+    names: set[str] = set()
     for name, value in pairs:
         if name.lower() in DROPPED_HEADERS:
             continue
+        if name.lower() in names:  # a recording's headers are a table: the later one was kept, the first lost unsaid
+            dropped.append(f"header {name}: repeated; a replay sends each name once (the first kept)")
+            continue
+        names.add(name.lower())
         try:
             response_headers({name: value})
         except UsageError as exc:

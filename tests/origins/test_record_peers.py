@@ -1,0 +1,74 @@
+"""`tokenpath record`'s requests against servers that misbehave: its HTTP/1.0 request is bounded by the probe's idle
+timeout and by what a recording can hold (a flood or a silent server held it 120 s, then the stream 600 s more), and
+an error answer to it is refused, not recorded as the origin's framing."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.helpers import accept_each
+from tokenpath.errors import IdleTimeout, ResponseTooLarge, ServiceError
+from tokenpath.origins.behaviour import MAX_HTTP10_BODY_BYTES, http10_answer
+from tokenpath.origins.record import RecordRequest, record
+from tokenpath.probe.client import ProbeConfig
+
+SSE = b"HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+FRAME = b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n'
+
+
+def flood(conn: socket.socket) -> None:
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(SSE)
+        while True:
+            conn.sendall(FRAME * 1000)
+
+
+def silent(conn: socket.socket) -> None:
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(SSE)
+        time.sleep(30)
+
+
+def error_page(conn: socket.socket) -> None:
+    with conn, contextlib.suppress(OSError):
+        conn.recv(65536)
+        conn.sendall(b"HTTP/1.1 503 Busy\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[socket.socket], None]], ProbeConfig]]:
+    listeners: list[socket.socket] = []
+
+    def start(handle: Callable[[socket.socket], None]) -> ProbeConfig:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+        accept_each(listener, handle)
+        return ProbeConfig(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", idle_timeout_s=1.0)
+
+    yield start
+    for listener in listeners:
+        listener.close()
+
+
+def test_a_flooded_http10_answer_ends_at_what_a_recording_holds(serve: Callable[..., ProbeConfig]) -> None:
+    with pytest.raises(ResponseTooLarge, match=f"larger than {MAX_HTTP10_BODY_BYTES} bytes"):
+        http10_answer(serve(flood))
+
+
+def test_a_silent_http10_answer_ends_at_the_idle_timeout_not_the_deadline(serve: Callable[..., ProbeConfig]) -> None:
+    started = time.monotonic()
+    with pytest.raises(IdleTimeout, match="sent nothing for 1 s"):
+        http10_answer(serve(silent))
+    assert time.monotonic() - started < 20  # not its 120 s deadline
+
+
+def test_an_error_answer_to_the_http10_request_is_refused_not_recorded(serve: Callable[..., ProbeConfig]) -> None:
+    with pytest.raises(ServiceError, match=r"answered 503 to the HTTP/1\.0 request: nothing to record"):
+        record(RecordRequest(serve(error_page), "t"))
