@@ -4,6 +4,7 @@ measure waits at once, each path's limits come out bracketed, and the keep-alive
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from tokenpath.diagnose import limits
 from tokenpath.diagnose.limitprobe import Client, Outcome, Target
 from tokenpath.diagnose.limits import Measure, SurveyConfig, survey
+from tokenpath.errors import PeerError
 from tokenpath.wire.ending import BodyEnd, EndKind, StreamEnd
 
 IDLE_S = {"http://127.0.0.1:1": 6.0, "http://127.0.0.1:2": 11.0, "http://127.0.0.1:3": None}
@@ -64,3 +66,29 @@ def test_every_probe_waits_at_once_and_each_limit_is_bracketed(monkeypatch: pyte
         assert total is not None
         assert total.shortest_cut_s is None
     assert tried.count("keepalives") == 2
+
+
+def always(outcome: Outcome) -> Any:
+    async def run_stream(target: Target, pacing: Mapping[str, Any], guard_s: float, client: Any = None) -> Outcome:
+        return outcome
+
+    return run_stream
+
+
+@pytest.mark.parametrize(
+    ("outcome", "said"),
+    [
+        (Outcome(StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, 300_000_000, None)), "ended 300 ms after the request (reset)"),
+        (Outcome(StreamEnd(EndKind.CUT_ERROR, BodyEnd.TRUNCATED, 400_000, None, "garbage")), "(truncated: garbage)"),
+        (Outcome(None), "every first_byte try was held past the client's guard"),
+    ],
+)
+def test_a_broken_or_silent_path_is_refused_not_read_as_a_limit_below_min(
+    monkeypatch: pytest.MonkeyPatch, outcome: Outcome, said: str
+) -> None:
+    """A server that answered garbage, reset at once, or sent nothing at all was reported as a path with a first-byte
+    limit below --min, a fix line for it, exit 0. A cut before half of --min, or every try held, is refused."""
+    monkeypatch.setattr(limits, "run_stream", always(outcome))
+    cfg = SurveyConfig(("http://127.0.0.1:1",), min_s=1, max_s=4, resolution_s=1)
+    with pytest.raises(PeerError, match=re.escape(said)):
+        asyncio.run(limits.find_limit(Target.parse("http://127.0.0.1:1"), Measure.FIRST_BYTE, cfg, lambda *a: None))

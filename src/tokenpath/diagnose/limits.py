@@ -278,6 +278,12 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
             if not outcome.survived:
                 cuts[value] = outcome.end
         search.end_round()
+    if search.longest_survived_s is None and cuts and all(end is None for end in cuts.values()):
+        # nothing ended any try: a path that answers nothing (or never ends) has no limit to read, not one below --min
+        raise PeerError(
+            f"{target.url}: every {measure.value} try was held past the client's guard (nothing ended it): the path "
+            "holds streams; no limit can be read"
+        )
     shortest = search.shortest_cut_s
     return LimitFound(
         measure,
@@ -334,6 +340,14 @@ def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float =
     end = outcome.end
     if end is not None and end.how is BodyEnd.STATUS and end.at_ns is not None and end.at_ns < min_s * 0.5e9:
         raise HTTPStatusError(f"{target.url}: {end.detail} after {end.at_ns / 1e9:.3g} s, no timer's doing")
+    if not outcome.survived and end is not None and end.at_ns is not None and end.at_ns < min_s * 0.5e9:
+        # The same rule for any other cut: garbage, a reset, a close before the head, a broken frame a few ms in
+        # were each read as a limit "below --min", with its fix line and exit 0.
+        said = f": {end.detail}" if end.detail else ""
+        raise PeerError(
+            f"{target.url}: the stream ended {end.at_ns / 1e6:.3g} ms after the request ({end.how.value}{said}), "
+            "before half of --min: a broken path, no timer's doing (a timer that short is below what --min looks for)"
+        )
     if outcome.survived and end is not None and end.at_ns is not None and end.at_ns < value_s * PACED_SHARE * 1e9:
         raise UsageError(
             f"{target.url}: a stream asked for {value_s:g} s ended whole after {end.at_ns / 1e9:.3g} s: no tokenpath "
