@@ -78,7 +78,7 @@ def always(outcome: Outcome) -> Any:
 @pytest.mark.parametrize(
     ("outcome", "said"),
     [
-        (Outcome(StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, 300_000_000, None)), "ended 300 ms after the request (reset)"),
+        (Outcome(StreamEnd(EndKind.CUT_ERROR, BodyEnd.RESET, 300_000_000, None)), "300 ms after the request (reset)"),
         (Outcome(StreamEnd(EndKind.CUT_ERROR, BodyEnd.TRUNCATED, 400_000, None, "garbage")), "(truncated: garbage)"),
         (Outcome(None), "every first_byte try was held past the client's guard"),
     ],
