@@ -62,7 +62,7 @@ def timeouts(
     sum; a path that holds a stream instead of cutting it (no cut's timing to bracket by) takes up to about 3 x --max
     + 10 s. Cuts no one limit explains (a flaky path) are shown as inconsistent, no limit named, exit 17; the
     origin's own error event (or an error status once the head came) refuses the path in one line (exit 3; 6 for a
-    status)."""
+    status), as does a cut before half of --min (a broken path, no timer) or a measure whose every try was held."""
     from tokenpath.diagnose.cuts import cut_lines, cuts_json, split_target
     from tokenpath.diagnose.limitprobe import Outcome
     from tokenpath.diagnose.limits import SurveyConfig, survey, table_lines, to_json
