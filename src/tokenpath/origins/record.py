@@ -56,6 +56,10 @@ RECORD_LIMITS: TraceLimits = replace(
     DEFAULT_LIMITS, frames=MAX_EVENTS, frame_bytes=MAX_RECORDING_BYTES, response_bytes=MAX_RECORDING_BYTES + (64 << 10)
 )
 FILLER = b"x"
+MIN_SECRET_CHARS = 8  # a --header value this long is looked for in the recording (a shorter one is no secret)
+# A --header whose name holds one of these carries a credential (Authorization, X-Api-Key, Cookie, X-Auth-Token...);
+# another (a request id a server echoes by design) is not looked for.
+SECRET_NAME_WORDS = ("auth", "key", "token", "secret", "cookie", "password")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +101,27 @@ def record(request: RecordRequest) -> Recording:
         "http10_framing": answer.framing.value,
         **request.source,
     }
-    return recording_from(trace, answer, name=request.name, api=cfg.api, source=source, redact=request.redact)
+    recording = recording_from(trace, answer, name=request.name, api=cfg.api, source=source, redact=request.redact)
+    refuse_echoed_secrets(recording, cfg)
+    return recording
+
+
+def refuse_echoed_secrets(recording: Recording, cfg: ProbeConfig) -> None:
+    """A server that echoes the request back (a debug header, an error's words) put the API key or a --header's value
+    into a file meant for sharing: refused, naming where, never the value."""
+    text = recording.dumps()
+    secrets = [("the API key", cfg.api_key)] if cfg.api_key else []
+    secrets += [
+        (f"the {name} header's value", value)
+        for name, value in cfg.headers
+        if len(value) >= MIN_SECRET_CHARS and any(word in name.lower() for word in SECRET_NAME_WORDS)
+    ]
+    for what, value in secrets:
+        if value in text or json.dumps(value)[1:-1] in text:
+            raise UsageError(
+                f"recording {recording.name}: the server echoed {what} into its answer; not recorded (a file to "
+                "share must not hold it)"
+            )
 
 
 def recording_from(
