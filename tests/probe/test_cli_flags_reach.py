@@ -170,3 +170,20 @@ def test_a_header_named_as_the_keys_beside_a_key_is_refused(
     assert f"{header} is given twice" in out.output
     assert peers.opened == []
     probe("--api-key-env", "MY_KEY", "--header", "X-Api-Key: x")  # openai's key is Authorization: both are sent
+
+
+def test_frames_that_are_not_utf8_are_counted_and_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event stream is UTF-8 (WHATWG): a stream whose frames were not was called fine, the count nowhere shown
+    (the monitor reports it; the probe did not)."""
+    bad = HEAD + chunk(b"data: \xff\xfe\xc3( bad\n\n") + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+
+    def open_connection(target: Target, *, connect_timeout_s: float, tls: TLSOptions, **_: Any) -> Peer:
+        return Peer(connect_timeout_s, answer=bad)
+
+    monkeypatch.setattr(tokenpath.probe.stream, "open_connection", open_connection)
+    monkeypatch.delenv("TOKENPATH_API_KEY", raising=False)
+    out = CliRunner().invoke(app, ["probe", URL, "--json"])
+    doc = json.loads(out.stdout)
+    assert doc["runs"][0]["invalid_utf8_frames"] == 1
+    shown = CliRunner().invoke(app, ["probe", URL], env={"COLUMNS": "200"})
+    assert "run 1: 1 frames are not UTF-8" in shown.output

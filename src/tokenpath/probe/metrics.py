@@ -56,6 +56,7 @@ class RunMetrics:
         return self.end is not None and self.end.complete
 
     ws: WsFigures | None = None  # over WebSocket (probe --transport websocket): the upgrade, the close
+    invalid_utf8_frames: int = 0  # frames not UTF-8, which an event stream always is (its clients' decoders fail)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> RunMetrics:
@@ -81,6 +82,7 @@ class RunMetrics:
             h3=H3Figures.from_json(obj["h3"]) if obj.get("h3") else None,
             end=StreamEnd.from_json(obj["end"]) if obj.get("end") else None,
             ws=WsFigures.from_json(obj["websocket"]) if obj.get("websocket") else None,
+            invalid_utf8_frames=int(obj.get("invalid_utf8_frames") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +108,7 @@ class RunMetrics:
             **({"h2": self.h2.to_json()} if self.h2 is not None else {}),
             **({"h3": self.h3.to_json()} if self.h3 is not None else {}),
             **({"websocket": self.ws.to_json()} if self.ws is not None else {}),
+            **({"invalid_utf8_frames": self.invalid_utf8_frames} if self.invalid_utf8_frames else {}),
         }
 
 
@@ -186,6 +189,7 @@ def run_metrics(trace: Trace, log: StreamLog | None = None) -> RunMetrics:
         h3=trace.h3,
         end=trace.end,
         ws=trace.ws,
+        invalid_utf8_frames=trace.invalid_utf8_frames,
     )
 
 

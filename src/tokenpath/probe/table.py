@@ -143,6 +143,12 @@ def probe_table(results: ProbeResults, wide: bool = False) -> Table:
     notes += [f"run {i}: {r.ttft_note}" for i, r in enumerate(results.runs, 1) if r.ttft_note]
     notes += [f"run {i}: {r.end.describe()}" for i, r in enumerate(results.runs, 1) if r.end is not None and r.end.cut]
     notes += [f"run {i}: {r.ws.summary}" for i, r in enumerate(results.runs, 1) if r.ws is not None]
+    notes += [
+        f"run {i}: {r.invalid_utf8_frames} frames are not UTF-8, which an event stream always is (a client's decoder "
+        "fails on them or replaces them)"
+        for i, r in enumerate(results.runs, 1)
+        if r.invalid_utf8_frames
+    ]
     if results.runs and not _any_cut(results):
         notes.append("every stream ended complete (its format's final event)")
     if not wide and len(shown) < len([c for c in COLUMNS if c.shown(results)]):
