@@ -92,3 +92,28 @@ def test_a_broken_or_silent_path_is_refused_not_read_as_a_limit_below_min(
     cfg = SurveyConfig(("http://127.0.0.1:1",), min_s=1, max_s=4, resolution_s=1)
     with pytest.raises(PeerError, match=re.escape(said)):
         asyncio.run(limits.find_limit(Target.parse("http://127.0.0.1:1"), Measure.FIRST_BYTE, cfg, lambda *a: None))
+
+
+def test_the_first_error_cancels_and_awaits_the_other_tries_before_it_is_raised() -> None:
+    """asyncio.gather left the other tries running: they failed during asyncio.run's shutdown and printed tracebacks
+    before the survey's one-line error (timeouts --http2 against a path that refuses HTTP/2)."""
+    ended: list[str] = []
+
+    async def refuses() -> int:
+        await asyncio.sleep(0.01)
+        raise PeerError("refused")
+
+    async def slow(name: str) -> int:
+        try:
+            await asyncio.sleep(30)
+        finally:
+            ended.append(name)
+        return 1
+
+    async def main() -> None:
+        with pytest.raises(PeerError, match="refused"):
+            await limits.all_or_none([slow("a"), refuses(), slow("b")])
+        assert sorted(ended) == ["a", "b"]  # cancelled and done before the error came out
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert asyncio.run(limits.all_or_none([asyncio.sleep(0, result=n) for n in (1, 2)])) == [1, 2]

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenpath.diagnose.bisect import Bisection
 from tokenpath.diagnose.limitprobe import Client, Outcome, Target, run_stream
@@ -45,6 +45,8 @@ from tokenpath.stub.formats import FORMATS
 from tokenpath.wire.apis import SPECS, Api
 from tokenpath.wire.ending import BodyEnd, StreamEnd, origin_end
 from tokenpath.wire.httpversion import HttpVersion
+
+T = TypeVar("T")
 
 MAX_TARGETS = 32  # x 3 measures x 3 tries a round: ~300 streams open at once, well inside one process's files
 DEFAULT_MIN_S = 1.0
@@ -262,11 +264,8 @@ async def find_limit(target: Target, measure: Measure, cfg: SurveyConfig, on_try
     while not search.done:
         values = search.next_values()
         guard = held_guard_s if held else guard_s
-        outcomes = await asyncio.gather(
-            *(
-                run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard(v), cfg.client)
-                for v in values
-            )
+        outcomes = await all_or_none(
+            run_stream(target, pacing(measure, v, resolution_s=cfg.resolution_s), guard(v), cfg.client) for v in values
         )
         for value, outcome in zip(values, outcomes, strict=True):
             tries += 1
@@ -357,7 +356,7 @@ def check_paced(target: Target, value_s: float, outcome: Outcome, min_s: float =
 
 async def survey_path(url: str, cfg: SurveyConfig, on_try: OnTry) -> PathLimits:
     target = Target.parse(url)
-    found = await asyncio.gather(*(find_limit(target, m, cfg, on_try) for m in cfg.measures))
+    found = await all_or_none(find_limit(target, m, cfg, on_try) for m in cfg.measures)
     silence_s = keepalive_silence_s(found, cfg) if cfg.tries_keepalives else None
     idle = next((f for f in found if f.measure is Measure.MID_STREAM), None)
     if silence_s is None or idle is None or idle.longest_survived_s is None:
@@ -386,7 +385,21 @@ def keepalive_silence_s(found: list[LimitFound], cfg: SurveyConfig) -> float | N
 
 async def survey(cfg: SurveyConfig, on_try: OnTry) -> list[PathLimits]:
     """Every target's limits, all probes waiting at once."""
-    return list(await asyncio.gather(*(survey_path(url, cfg, on_try) for url in cfg.targets)))
+    return await all_or_none(survey_path(url, cfg, on_try) for url in cfg.targets)
+
+
+async def all_or_none(coros: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Every result, all waiting at once; on the first error the others are cancelled and awaited before it is
+    raised. asyncio.gather left them running: they failed later, during asyncio.run's shutdown, and printed
+    tracebacks before the survey's one-line error (a path that refuses HTTP/2 refuses every try at once)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 EXPLAINED_BY_TOTAL = "(the total limit)"  # a silence's cell whose cut the total limit explains (explained_by_total)
