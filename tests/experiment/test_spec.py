@@ -439,3 +439,10 @@ def test_an_upstream_header_named_as_a_key_header_beside_its_key_is_refused(monk
     with pytest.raises(UsageError, match="x-api-key is given twice"):
         parse({"upstream": {**upstream, "headers": {"x-api-key": "y"}}})
     assert parse({"upstream": {**upstream, "headers": {"X-Team": "y"}}}).endpoint is not None
+
+
+def test_an_exclusion_tolerance_past_a_minute_is_refused() -> None:
+    """1e300 was taken: nothing was ever excluded."""
+    with pytest.raises(UsageError, match=r"tolerance_ms: 1e\+300 is not allowed \(a positive number of ms up to 60000"):
+        parse({"exclusion": {"tolerance_ms": 1e300}})
+    assert parse({"exclusion": {"tolerance_ms": 60_000}}).exclusion.tolerance_ms == 60_000

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tokenpath.errors import UsageError
-from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, MAX_WORKERS, Jitter, StubConfig
+from tokenpath.stub.config import MAX_FRAME_BYTES, MAX_TOKENS, MAX_WORKERS, Jitter, Pacing, StubConfig
 
 
 @pytest.mark.parametrize(
@@ -42,3 +42,10 @@ def test_the_largest_of_each_is_taken() -> None:
 def test_a_jitter_of_no_finite_width_is_refused(width: str) -> None:
     with pytest.raises(UsageError, match="the width must be a finite number of ms >= 0"):
         Jitter.parse(f"uniform:{width}")
+
+
+def test_a_heartbeat_longer_than_any_stream_is_refused() -> None:
+    """1e300 was taken: a keep-alive that never falls due in a stream of at most an hour."""
+    with pytest.raises(UsageError, match=r"heartbeat_ms` must be a number of ms > 0 and <= 3\.6e"):
+        Pacing(heartbeat_ms=1e300).check()
+    Pacing(heartbeat_ms=3_600_000.0).check()

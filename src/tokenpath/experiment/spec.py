@@ -63,6 +63,7 @@ def grid_axes() -> list[Axis[Any]]:
 
 MAX_RUNS = 1000  # streams per path and condition: past this a matrix runs for days (sweep.py MAX_SWEEP_RUNS)
 MAX_NAME_CHARS = 100
+MAX_TOLERANCE_MS = 60_000.0  # a write a minute late is no host's noise: past it (1e300) nothing was ever excluded
 # Names tokenpath gives the paths it measures itself: a `url` or `command` entry named so replaced them (a control's
 # certification ran the user's command).
 RESERVED_NAMES = frozenset({"direct", *(c.name for c in CONTROLS), *(c.name for c in H3_CONTROLS)})
@@ -262,8 +263,8 @@ def parse(data: dict[str, Any]) -> Experiment:
     _no_unknown(exclusion, {"tolerance_ms"}, "[exclusion]")
     tolerance = None
     if "tolerance_ms" in exclusion:
-        says = "a positive number of ms; omit it for max(2 ms, 20 %)"
-        tolerance = _ms(exclusion, "tolerance_ms", None, lambda v: v > 0, says, "[exclusion] ")
+        says = f"a positive number of ms up to {MAX_TOLERANCE_MS:g}; omit it for max(2 ms, 20 %)"
+        tolerance = _ms(exclusion, "tolerance_ms", None, lambda v: 0 < v <= MAX_TOLERANCE_MS, says, "[exclusion] ")
     websocket = data.get("websocket", {})
     if not isinstance(websocket, dict):
         raise UsageError("[websocket] must be a table (fallback, retry_delay_ms, upgrade_timeout_s)")

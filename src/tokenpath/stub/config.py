@@ -230,8 +230,11 @@ class Pacing:
             raise UsageError(f"{field_name('pause_after')} must be a whole number from 1 to {MAX_TOKENS}")
         if self.heartbeat_ms is None:
             return
-        if not (math.isfinite(self.heartbeat_ms) and self.heartbeat_ms > 0):
-            raise UsageError(f"{field_name('heartbeat_ms')} must be a number of ms > 0")
+        if not (math.isfinite(self.heartbeat_ms) and 0 < self.heartbeat_ms <= MAX_STREAM_SECONDS * 1000):
+            # 1e300 was taken: a keep-alive that never falls due in a stream of at most an hour
+            raise UsageError(
+                f"{field_name('heartbeat_ms')} must be a number of ms > 0 and <= {MAX_STREAM_SECONDS * 1000:g}"
+            )
         if self.stream_ms / self.heartbeat_ms > MAX_HEARTBEATS:
             raise UsageError(
                 f"{field_name('heartbeat_ms')} {self.heartbeat_ms:g}: a keep-alive every {self.heartbeat_ms:g} ms "
