@@ -103,6 +103,25 @@ def accept_each(listener: socket.socket, handle: Callable[[socket.socket], None]
     threading.Thread(target=loop, daemon=True).start()
 
 
+@contextlib.contextmanager
+def scripted_servers() -> Iterator[Callable[[Callable[[socket.socket], None]], int]]:
+    """Loopback servers, each answering every connection with `handle` (accept_each), closed on exit: yields a
+    function that starts one and returns its port (the scripted-peer fixtures build their URLs on it)."""
+    listeners: list[socket.socket] = []
+
+    def start(handle: Callable[[socket.socket], None]) -> int:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+        accept_each(listener, handle)
+        return int(listener.getsockname()[1])
+
+    try:
+        yield start
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
 def open_receive_window(sock: socket.socket) -> None:
     """Give a client that held its receive buffer small (to stall a sender) a normal one before it reads.
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from tests.helpers import accept_each
+from tests.helpers import scripted_servers
 from tokenpath.errors import PeerError
 from tokenpath.experiment.rows import Floor, build_row
 from tokenpath.experiment.runner import Environment, MatrixRunner
@@ -88,17 +88,8 @@ CASES: dict[str, tuple[Callable[[socket.socket], None], EndKind, BodyEnd]] = {
 
 @pytest.fixture
 def upstream() -> Iterator[Callable[[Callable[[socket.socket], None]], str]]:
-    listeners: list[socket.socket] = []
-
-    def serve(handle: Callable[[socket.socket], None]) -> str:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-        accept_each(listener, handle)
-        return f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
-
-    yield serve
-    for listener in listeners:
-        listener.close()
+    with scripted_servers() as start:
+        yield lambda handle: f"http://127.0.0.1:{start(handle)}/v1"
 
 
 def probed(url: str) -> StreamEnd | None:

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.helpers import accept_each
+from tests.helpers import scripted_servers
 from tokenpath.errors import IdleTimeout, ResponseTooLarge, ServiceError, UsageError
 from tokenpath.origins.behaviour import MAX_HTTP10_BODY_BYTES, http10_answer
 from tokenpath.origins.record import RecordRequest, record
@@ -45,17 +45,8 @@ def error_page(conn: socket.socket) -> None:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[[Callable[[socket.socket], None]], ProbeConfig]]:
-    listeners: list[socket.socket] = []
-
-    def start(handle: Callable[[socket.socket], None]) -> ProbeConfig:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-        accept_each(listener, handle)
-        return ProbeConfig(f"http://127.0.0.1:{listener.getsockname()[1]}/v1", idle_timeout_s=1.0)
-
-    yield start
-    for listener in listeners:
-        listener.close()
+    with scripted_servers() as start:
+        yield lambda handle: ProbeConfig(f"http://127.0.0.1:{start(handle)}/v1", idle_timeout_s=1.0)
 
 
 def test_a_flooded_http10_answer_ends_at_what_a_recording_holds(serve: Callable[..., ProbeConfig]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.helpers import accept_each
+from tests.helpers import scripted_servers
 from tokenpath.diagnose.measure import is_stub
 from tokenpath.errors import ResponseTooLarge
 from tokenpath.stub.control import TOTAL_TIMEOUTS, exchange
@@ -38,17 +38,8 @@ def trickle(conn: socket.socket) -> None:
 
 @pytest.fixture
 def serve() -> Iterator[Callable[[Callable[[socket.socket], None]], str]]:
-    listeners: list[socket.socket] = []
-
-    def start(handle: Callable[[socket.socket], None]) -> str:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-        accept_each(listener, handle)
-        return f"http://127.0.0.1:{listener.getsockname()[1]}"
-
-    yield start
-    for listener in listeners:
-        listener.close()
+    with scripted_servers() as start:
+        yield lambda handle: f"http://127.0.0.1:{start(handle)}"
 
 
 def test_an_answer_that_never_ends_is_refused_at_its_size(serve: Callable[..., str]) -> None:
