@@ -12,11 +12,13 @@ measured window (psutil; nginx's master and worker), divided by the frames its c
     .venv/bin/python bench/gateway_cpu.py --src src --floor --tokens 32              # short streams: per request
     .venv/bin/python bench/gateway_cpu.py --src src --against nginx --tokens 8,128   # CPU per request and per frame
 
---floor adds two byte pipes on uvloop, no HTTP parsing: bench/uvloop_pipe.py (one Protocol callback and one write
-per read, nothing else: the floor of any relay in Python on uvloop) and `tokenpath relay --mode pass` (the control
-relay: the same plus its policy layer and protocol sniffing); and bench/lean_proxy.py, an HTTP proxy on the
-gateway's own cores (its server connection and its upstream keep-alive pool) with none of its layers: between it
-and the pipe is what the cores cost, between it and the gateway what the layers do.
+--floor adds three byte pipes on uvloop, no HTTP parsing: bench/uvloop_pipe.py (one Protocol callback and one write
+per read, nothing else: the floor of any relay in Python on uvloop), the same compiled (bench/cython_pipe.py: what is
+left without the interpreter's frames; skipped, said in one line, without Cython or a C compiler) and `tokenpath
+relay --mode pass` (the control relay: the same plus its policy layer and protocol sniffing); and
+bench/lean_proxy.py, an HTTP proxy on the gateway's own cores (its server connection and its upstream keep-alive
+pool) with none of its layers: between it and the pipe is what the cores cost, between it and the gateway what the
+layers do.
 
 Each line also splits the CPU per frame into user and system time: in clear text every target here makes the same
 system calls per frame (one read, one write; `strace -c` in bench/RESULTS.md), so the system time is the kernel's
@@ -127,7 +129,7 @@ def byte_pipe(upstream: str) -> Target:
 
 
 def bench_script(script: str, name: str, upstream: str) -> Target:
-    """One of the floors beside this file (uvloop_pipe.py, lean_proxy.py), in front of `upstream`."""
+    """One of the floors beside this file (uvloop_pipe.py, cython_pipe.py, lean_proxy.py), in front of `upstream`."""
     up = urlsplit(upstream)
     assert up.hostname is not None
     path = Path(__file__).with_name(script)
@@ -135,6 +137,16 @@ def bench_script(script: str, name: str, upstream: str) -> Target:
     url = proc.start()
     assert proc.pid is not None
     return Target(f"{name} (bench/{script})", url, proc.pid, proc.stop)
+
+
+def compiled_pipe(upstream: str) -> list[Target]:
+    """bench/cython_pipe.py in front of `upstream` (built first, cached), or none when it cannot be built here."""
+    script = Path(__file__).with_name("cython_pipe.py")
+    built = subprocess.run([sys.executable, str(script), "--build"], capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"  (the compiled pipe is skipped: {built.stderr.strip()})", flush=True)
+        return []
+    return [bench_script("cython_pipe.py", "compiled uvloop pipe", upstream)]
 
 
 def closed_loop(
@@ -233,7 +245,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--profile", type=Path, help="py-spy raw output for the last gateway's last measurement")
     ap.add_argument("--tls", action="store_true", help="the targets reach the stub over TLS (through a TLS front)")
-    ap.add_argument("--floor", action="store_true", help="also measure two byte pipes and the lean proxy (above)")
+    ap.add_argument("--floor", action="store_true", help="also measure three byte pipes and the lean proxy (above)")
     args = ap.parse_args()
     try:
         lengths = [int(t) for t in args.tokens.split(",")]
@@ -263,8 +275,8 @@ def main() -> None:
         pipe = yardstick = None  # the per-request ratios' references
         if args.floor:
             pipe = bench_script("uvloop_pipe.py", "minimal uvloop pipe", upstream)
+            targets += [pipe, *compiled_pipe(upstream)]
             targets += [
-                pipe,
                 byte_pipe(upstream),
                 bench_script("lean_proxy.py", "lean proxy on the gateway's cores", upstream),
             ]

@@ -1,5 +1,6 @@
-"""bench/uvloop_pipe.py and bench/lean_proxy.py, floors bench/gateway_cpu.py --floor measures against: a real stream
-goes through each frame by frame (the probe sees every frame the stub wrote, each in its own read)."""
+"""bench/uvloop_pipe.py, bench/cython_pipe.py and bench/lean_proxy.py, floors bench/gateway_cpu.py --floor measures
+against: a real stream goes through each frame by frame (the probe sees every frame the stub wrote, each in its own
+read)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 PIPE = Path(__file__).parents[2] / "bench" / "uvloop_pipe.py"
 LEAN = Path(__file__).parents[2] / "bench" / "lean_proxy.py"
+COMPILED = Path(__file__).parents[2] / "bench" / "cython_pipe.py"
 
 
 def floor_before_a_stub(service: Start, script: Path, name: str) -> tuple[ServiceProcess, int]:
@@ -46,6 +48,30 @@ def probe_streams(url: str, runs: int) -> None:
 
 def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
     pipe, _ = floor_before_a_stub(service, PIPE, "uvloop pipe")
+    try:
+        assert pipe.url is not None
+        probe_streams(pipe.url, 1)
+    finally:
+        pipe.stop()
+
+
+def test_the_compiled_pipe_is_built_once_and_relays_a_stream_frame_by_frame(
+    service: Start, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # a build of its own, not one a bench run left
+
+    def build() -> Path:
+        done = subprocess.run([sys.executable, str(COMPILED), "--build"], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return Path(done.stdout.strip())
+
+    module = build()
+    assert module.parent == tmp_path / "tokenpath" / "bench"
+    made = module.stat().st_mtime_ns
+    assert build() == module
+    assert module.stat().st_mtime_ns == made  # the second call found the first's module: not built again
+    assert [p.name for p in module.parent.iterdir()] == [module.name]  # no build directory left beside it
+    pipe, _ = floor_before_a_stub(service, COMPILED, "compiled pipe")
     try:
         assert pipe.url is not None
         probe_streams(pipe.url, 1)
