@@ -91,6 +91,12 @@ _TAG = re.compile(r"[a-z#/@][^\[]*?\]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but line end and tab, DEL, C1
 
 
+def printable(value: object) -> str:
+    """`value` with each control character but a line end or a tab shown as its escape (`\\x1b`): for text printed
+    without markup (an error line) that came from a peer or a user's file."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
+
+
 def escaped(value: object) -> str:
     """`value` (a name or label from a user's file or flag, a peer's answer, a field of a results.json) as rich
     markup that shows exactly its text, inside a line or a table cell of ours: `[red]x` is not red, `x[/]` and
@@ -99,7 +105,7 @@ def escaped(value: object) -> str:
     Text without a "[" is returned as it is, so an ordinary name prints (and is highlighted) exactly as before. A
     control character other than a line end or a tab is shown as its escape (`\x1b`): an ESC sequence in a name
     or a directory would clear or recolour the terminal (rich passes ESC through)."""
-    text = _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
+    text = printable(value)
 
     def one(match: re.Match[str]) -> str:
         backslashes = len(match[1])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from tokenpath.errors import RuleBreached, UsageError
-from tokenpath.load.gate import check, finish, parse_load_rules
+from tokenpath.errors import InstrumentError, RuleBreached, UsageError
+from tokenpath.load.gate import check, finish, parse_load_rules, refuse_no_floor
 from tokenpath.load.runner import new_histogram
 from tokenpath.monitor.rules import parse_rules
 from tokenpath.results.model import LoadResults, LoadRow, Provenance
@@ -60,3 +62,52 @@ def test_a_row_with_nothing_measured_breaches_and_one_without_a_process_skips_cp
     assert check(parse_load_rules("added_ttft_p99>1ms"), _results(_row("direct", [5000])))[0].target == "direct"
     (empty,) = check(parse_load_rules("frames_lost>0"), _results())  # interrupted before any row
     assert empty.line() == "frames_lost>0 breached on every target @ every level: nothing measured"
+
+
+def test_a_direct_path_whose_streams_failed_is_the_instrument_s_failure_and_names_every_such_level() -> None:
+    failed = LoadRow(level=100, target="direct", streams=0, errors=3, audit_failed=1, excluded=5, streams_total=5,
+                     error_samples=("connect: refused\x1b[2J",))  # fmt: skip
+    unjoined = LoadRow(level=200, target="direct", streams=0, unjoined=2, excluded=2, streams_total=2)
+    doc = _results(_row("direct", [1_000]), failed, unjoined)
+    with pytest.raises(InstrumentError) as caught:
+        refuse_no_floor(doc)
+    assert caught.value.exit_code == 20
+    assert str(caught.value) == (
+        "the direct path failed, so no target can be judged: direct @ 100: no stream kept of 5 started (3 failed, "
+        "1 missed the stub's schedule, 1 left out of the figures); e.g. connect: refused\\x1b[2J\n"
+        "  also: direct @ 200: no stream kept of 2 started (2 unjoined)"
+    )
+
+
+def test_a_target_whose_streams_all_failed_is_a_finding_and_a_window_with_no_whole_stream_no_failure() -> None:
+    """As in matrix and k6: the table says why, the gate (--fail-on) is what fails a run on it. A direct path that
+    kept nothing because no stream fitted the window (none failed) is the configuration's, not the instrument's."""
+    target = LoadRow(level=50, target="nginx", streams=0, errors=3, excluded=3, streams_total=3)
+    short = LoadRow(level=50, target="direct", streams=0, streams_total=0)
+    refuse_no_floor(_results(short, target))
+
+
+def test_load_ends_with_exit_20_after_its_table_and_report_when_the_direct_path_failed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    import tokenpath.load.runner
+    from tokenpath.cli import app
+    from tokenpath.results.model import write
+
+    failed = LoadRow(level=2, target="direct", streams=0, errors=2, excluded=2, streams_total=2,
+                     error_samples=("HTTP 500: stub broke",))  # fmt: skip
+
+    def run(self: object) -> LoadResults:
+        doc = _results(failed)
+        write(doc, tmp_path)
+        return doc
+
+    monkeypatch.setattr(tokenpath.load.runner.LoadRunner, "run", run)
+    result = CliRunner().invoke(app, ["load", "--concurrency", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 20, result.output
+    assert (
+        "the direct path failed, so no target can be judged: direct @ 2: no stream kept of 2 started" in result.output
+    )
+    assert result.output.index("results:") < result.output.index("error:")  # the table and files first: nothing lost

@@ -241,6 +241,7 @@ def load(
     if doc.interrupted:  # SIGINT or SIGTERM: the rows measured are saved, the run is not whole (the gate says nothing)
         shown.print(f"load: interrupted; the rows measured so far are in {escaped(Path(out) / 'results.json')}")
         raise typer.Exit(130)
+    gate.refuse_no_floor(doc)
     gate.finish(gate.check(rules, doc))
 
 

@@ -6,6 +6,11 @@ Each rule is checked on every row (target x level) but the direct path's, which 
 against (a run with only the direct path checks it). A rule nothing was measured for is breached, as in the monitor:
 a gate that opens when every stream failed is no gate. The process exits 14 (RuleBreached) after the table.
 
+A target whose every stream failed is a finding, shown in the table with why (as in `matrix`, and as k6 exits 0 without
+thresholds): the gate is what fails a run on it. The direct path's streams all failing is not: the stub or the client
+failed, no target has a floor to be judged by, and the run exits 20 (InstrumentError) before the rules are read, as a
+matrix whose direct path kept no run does (`refuse_no_floor`).
+
 | metric | what | unit |
 |---|---|---|
 | added_ttft_pNN | percentile NN of the TTFT the path added (open loop: counted from the schedule) | ms or s |
@@ -21,8 +26,9 @@ from dataclasses import dataclass
 
 from hdrh.histogram import HdrHistogram
 
-from tokenpath.errors import RuleBreached
+from tokenpath.errors import InstrumentError, RuleBreached
 from tokenpath.monitor.rules import MetricSet, Rule, parse_rules
+from tokenpath.progress import printable
 from tokenpath.results.model import LoadResults, LoadRow
 
 LOAD_METRICS = MetricSet(
@@ -88,3 +94,41 @@ def finish(breaches: list[LoadBreach]) -> None:
     if breaches:
         lines = [b.line() for b in breaches]
         raise RuleBreached(lines[0] + "".join(f"\n  also: {line}" for line in lines[1:]))
+
+
+def failed_floor(results: LoadResults) -> list[LoadRow]:
+    """The direct path's rows that kept no stream while some failed (errors, the stub's audit, unjoined): a window
+    too short for one whole stream kept none either, but failed none, and is the configuration's, not a failure."""
+    return [
+        r
+        for r in results.levels
+        if r.target == "direct" and not r.streams and r.errors + r.audit_failed + r.unjoined > 0
+    ]
+
+
+def _why(row: LoadRow) -> str:
+    started = row.streams_total if row.streams_total is not None else row.errors
+    named = row.errors + row.audit_failed + row.unjoined  # `excluded` is every stream not kept, these among them
+    counts = {"failed": row.errors, "missed the stub's schedule": row.audit_failed, "unjoined": row.unjoined,
+              "left out of the figures": max(0, (row.excluded or 0) - named)}  # fmt: skip
+    lost = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    sample = f"; e.g. {printable(row.error_samples[0])}" if row.error_samples else ""  # a peer's words: one line
+    return (
+        f"{row.target} @ {row.level_label}: no stream kept of {started} started"
+        + (f" ({lost})" if lost else "")
+        + sample
+    )
+
+
+def _listed(rows: list[LoadRow]) -> str:
+    lines = [_why(r) for r in rows]
+    return lines[0] + "".join(f"\n  also: {line}" for line in lines[1:])
+
+
+def refuse_no_floor(results: LoadResults) -> None:
+    """Raises InstrumentError (exit 20) when the direct path's streams failed at a level and it kept none: the stub
+    or the client failed, and nothing through a target there can be told from it (as `matrix` ends,
+    cli/common.end_matrix)."""
+    rows = failed_floor(results)
+    if rows:
+        raise InstrumentError(f"the direct path failed, so no target can be judged: {_listed(rows)}")
