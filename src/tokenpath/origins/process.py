@@ -20,6 +20,7 @@ from tokenpath.hostport import join_hostport
 from tokenpath.origins.behaviour import http10_answer
 from tokenpath.origins.catalogue import MODEL_ALIAS, Origin, Settings, version
 from tokenpath.probe.client import ProbeConfig
+from tokenpath.serve import guard
 from tokenpath.serve.procs import stop_process_group
 from tokenpath.stopsignals import StopSignals
 from tokenpath.wire.apis import SPECS, Api
@@ -74,6 +75,7 @@ class RunningOrigin:
     def stop(self) -> None:
         if self.process is not None:
             stop_process_group(self.process, 5.0)
+            guard.forget(self.process.pid)
             self.process = None
 
     def __enter__(self) -> RunningOrigin:
@@ -125,6 +127,7 @@ def spawn(origin: Origin, settings: Settings | None = None, *, host: str = "127.
             env={**os.environ, **origin.env()},
             start_new_session=True,  # stop() reaches the whole group (uvicorn's workers, if any)
         )
+    guard.watch(running.process.pid)  # stopped even if this run is killed (serve/guard.py)
     return running
 
 

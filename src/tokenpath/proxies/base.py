@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from tokenpath.errors import ProxyError, UsageError
 from tokenpath.hostport import join_hostport, parse_hostport
 from tokenpath.proxies.timeouts import LONG_STREAMS, NO_LIMITS, StreamTimeouts
+from tokenpath.serve import guard
 from tokenpath.serve.procs import stop_process_group
 from tokenpath.serve.tlscert import TLSFiles
 from tokenpath.tools import INSTALL_HINT, tool
@@ -297,6 +298,7 @@ class RunningProxy:
         self.note_files_outside()  # what it made since it started accepting
         if self.process is not None:
             stop_process_group(self.process, STOP_TIMEOUT_S)
+            guard.forget(self.process.pid)
         for path in (self.site.workdir, *sorted(self.outside)):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -336,6 +338,7 @@ def spawn(proxy: Proxy, site: Site, *, wrap: Wrap = no_wrap) -> RunningProxy:
             env={**os.environ, **proxy.env(site)},
             start_new_session=True,
         )
+    guard.watch(process.pid)  # stopped even if this run is killed (serve/guard.py)
     return RunningProxy(proxy, site, process, config, log_path=log_path)
 
 

@@ -1,0 +1,148 @@
+"""Third-party processes a run starts (proxies, real origins) end with it, however it ends.
+
+tokenpath's own services follow their parent themselves (procs.follow_parent); nginx, Envoy or llama.cpp's server
+cannot be told to. A run stops each one's process group when it ends, on Ctrl-C and SIGTERM too, but SIGKILL or the
+OOM killer ends the run with no chance to: they served on, holding their ports, for ever. So the first time a process
+starts one, it also starts a guard (`python -m tokenpath.serve.guard PID`, its own session, so a terminal's Ctrl-C
+stays the run's to handle) and tells it each group it starts and stops, one line each on a pipe (`+PGID`, `-PGID`).
+The guard waits on a pidfd of the run; once the run has exited (or closed the pipe), it SIGTERMs every group still
+on its list, and SIGKILLs what is left of them after GRACE_S.
+
+Left open: a SIGKILL between a group's start and its `+` line (microseconds) leaves that group running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+GRACE_S = 5.0  # from SIGTERM to SIGKILL, as procs.stop_process_group gives a group
+
+
+class _Watcher:
+    """The run's side: starts its guard on first use (and again in a forked child, or when the guard died)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._guard: subprocess.Popen[bytes] | None = None
+        self._owner = 0  # the pid that started the guard: a forked child starts its own
+
+    def watch(self, pgid: int) -> None:
+        """`pgid` (a process group this process started) is stopped by the guard if this process ends first."""
+        self._send(f"+{pgid}\n")
+
+    def forget(self, pgid: int) -> None:
+        """`pgid` was stopped: the guard no longer touches it (its number may be reused)."""
+        self._send(f"-{pgid}\n", start=False)
+
+    def _send(self, line: str, start: bool = True) -> None:
+        with self._lock:
+            pipe = self._pipe(start)
+            if pipe is None:
+                return
+            try:
+                pipe.write(line.encode())
+                pipe.flush()
+            except OSError:  # the guard died (killed by hand): the next group starts a new one
+                self._guard = None
+
+    def _pipe(self, start: bool) -> IO[bytes] | None:
+        guard = self._guard
+        if guard is not None and self._owner == os.getpid() and guard.poll() is None:
+            return guard.stdin
+        if not start:
+            return None
+        self._guard = subprocess.Popen(
+            [sys.executable, "-m", "tokenpath.serve.guard", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._owner = os.getpid()
+        return self._guard.stdin
+
+
+_WATCHER = _Watcher()
+watch = _WATCHER.watch
+forget = _WATCHER.forget
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member changed its user: still there
+        return True
+    return True
+
+
+def _signal(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def stop_groups(groups: set[int], grace_s: float = GRACE_S) -> None:
+    """SIGTERM to each group, then SIGKILL to those with a member left after `grace_s`."""
+    for pgid in groups:
+        _signal(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    left = {g for g in groups if _alive(g)}
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = {g for g in left if _alive(g)}
+    for pgid in left:
+        _signal(pgid, signal.SIGKILL)
+
+
+def _apply(groups: set[int], data: bytes) -> bytes:
+    """Applies each whole `+PGID` / `-PGID` line of `data` to `groups`; returns the unfinished last line."""
+    *lines, rest = data.split(b"\n")
+    for line in lines:
+        sign, number = line[:1], line[1:]
+        if number.isdigit() and int(number) > 1:  # never 0 or 1: killpg(0) is our own group, 1 is init's
+            if sign == b"+":
+                groups.add(int(number))
+            elif sign == b"-":
+                groups.discard(int(number))
+    return rest
+
+
+def follow(parent: int, commands: int = 0) -> None:
+    """The guard's loop: groups from `commands` (a file descriptor) until `parent` has exited or the pipe closed,
+    then those groups stopped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    groups: set[int] = set()
+    try:
+        watched = os.pidfd_open(parent)
+    except OSError:  # gone already (or no pidfds here: then the pipe's end is the only word)
+        watched = None
+    if os.getppid() != parent:  # it died before the pidfd was open: the pipe holds what it had said
+        watched = None
+    pending = b""
+    readers = [commands] if watched is None else [commands, watched]
+    while True:
+        ready, _, _ = select.select(readers, [], [])
+        if watched is not None and watched in ready:
+            break
+        data = os.read(commands, 4096)
+        if not data:
+            break
+        pending = _apply(groups, pending + data)
+    # Lines the run wrote just before it exited are still in the pipe: read them, never blocking.
+    os.set_blocking(commands, False)
+    with contextlib.suppress(OSError):
+        while data := os.read(commands, 4096):
+            pending = _apply(groups, pending + data)
+    stop_groups(groups)
+
+
+if __name__ == "__main__":
+    follow(int(sys.argv[1]))

@@ -1,0 +1,121 @@
+"""serve/guard.py: the third-party process groups a run starts end with it, even when it is SIGKILLed; groups it
+stopped itself (forgotten) are never touched, and a guard ends with the run that started it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+import psutil
+import pytest
+
+from tokenpath.serve.guard import stop_groups
+
+# A run: starts its "third-party" groups (each a sleep in its own session), tells the guard as the catalogue does,
+# prints their pids and its guard's, and waits to be killed. argv: how many groups, and how many of them to forget.
+RUN = """
+import subprocess, sys, time
+from tokenpath.serve import guard
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}  # a clean run's output ends with it
+groups = [subprocess.Popen(["sleep", "300"], start_new_session=True, **quiet) for _ in range(int(sys.argv[1]))]
+for g in groups:
+    guard.watch(g.pid)
+for g in groups[: int(sys.argv[2])]:
+    guard.forget(g.pid)
+print(*[g.pid for g in groups], guard._WATCHER._guard.pid, flush=True)
+time.sleep(120)
+"""
+
+
+@contextmanager
+def run(groups: int, forgotten: int = 0) -> Iterator[tuple[subprocess.Popen[str], list[int], int]]:
+    """The run above, with its groups' pids and its guard's pid; whatever is left is killed afterwards."""
+    proc = subprocess.Popen([sys.executable, "-c", RUN, str(groups), str(forgotten)], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        *pids, guard = (int(p) for p in proc.stdout.readline().split())
+        yield proc, pids, guard
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def gone(pid: int, within_s: float) -> bool:
+    """Whether `pid` has exited within `within_s`: a zombie has (only its reaper's wait is left, and a reparented
+    one waits on this container's init)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def test_the_groups_a_killed_run_started_are_stopped_and_its_guard_ends() -> None:
+    with run(3) as (proc, pids, guard):
+        assert all(psutil.pid_exists(p) for p in pids)
+        proc.kill()  # SIGKILL: the run stops nothing itself
+        proc.wait(10)
+        for pid in pids:
+            assert gone(pid, 10), f"group {pid} outlived the killed run"
+        assert gone(guard, 10)
+
+
+def test_a_group_the_run_stopped_itself_is_never_touched() -> None:
+    """`forget` is sent once a group is stopped: its number may be a new group's by the time the run ends."""
+    with run(2, forgotten=1) as (proc, pids, guard):
+        kept, watched = pids
+        proc.kill()
+        proc.wait(10)
+        assert gone(watched, 10)
+        assert gone(guard, 10)
+        assert not gone(kept, 0.5)  # still running, never signalled
+
+
+def test_a_run_that_ends_cleanly_takes_its_guard_with_it() -> None:
+    done = subprocess.run([sys.executable, "-c", RUN.replace("time.sleep(120)", ""), "1", "1"], capture_output=True,
+                          text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    group, guard = (int(p) for p in done.stdout.split())
+    try:
+        assert gone(guard, 10)
+        assert not gone(group, 0.2)  # forgotten before the end: left as it was
+    finally:
+        os.killpg(group, signal.SIGKILL)
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace() -> None:
+    stubborn = subprocess.Popen(["sh", "-c", "trap '' TERM; sleep 300 & wait"], start_new_session=True)
+    time.sleep(0.2)  # the trap is set
+    try:
+        started = time.monotonic()
+        stop_groups({stubborn.pid}, grace_s=0.5)
+        assert stubborn.wait(10) == -signal.SIGKILL
+        assert time.monotonic() - started >= 0.5  # SIGTERM had its grace first
+    finally:
+        stubborn.kill()
+        stubborn.wait(10)
+
+
+@pytest.mark.parametrize("line", [b"+0\n", b"+1\n", b"-x\n", b"+\n", b"garbage\n"])
+def test_lines_that_name_no_group_of_ours_are_ignored(line: bytes) -> None:
+    from tokenpath.serve.guard import _apply
+
+    groups: set[int] = set()
+    assert _apply(groups, line + b"+4242\n-4242\n+77") == b"+77"  # an unfinished line waits for its end
+    assert groups == set()
