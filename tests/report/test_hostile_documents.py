@@ -77,6 +77,13 @@ BROKEN = [
     ("sweep", _set("points", value="x"), "points: expected a list or null, got a string"),
     ("sweep", _set("inferred", value="x"), "inferred: expected an object or null, got a string"),
     ("sweep", _set("inferred", "size_range", value=[1]), "inferred.size_range: expected a list of 2, got a list of 1"),
+    # counts and durations the page prints, out of their range (rendered as "-1 runs" as if it had run so)
+    ("matrix", _set("experiment", "runs", value=-1), "experiment.runs: expected at least 1, got -1"),
+    ("matrix", _set("experiment", "frames", value=0), "experiment.frames: expected at least 1, got 0"),
+    ("load", _set("config", "runs", value=0), "config.runs: expected at least 1, got 0"),
+    ("load", _set("config", "duration_s", value=-5.0), "config.duration_s: expected at least 0, got -5.0"),
+    ("load", _set("config", "client_workers", value=0), "config.client_workers: expected at least 1, got 0"),
+    ("load", _set("config", "interval_ms", value=float("nan")), "config.interval_ms: expected at least 0, got nan"),
 ]
 
 

@@ -239,3 +239,12 @@ def check_keys(data: Mapping[str, Any], hints: Mapping[str, Any], path: str, *, 
                 raise DocumentError(f"{at(path, key)}: missing")
             continue
         check(data[key], hint, at(path, key))
+
+
+def check_at_least(data: Mapping[str, Any], minimums: Mapping[str, float], path: str) -> None:
+    """The echoed counts and durations the renderers print (already checked as numbers) are in their range: `runs =
+    -1` in a results.json was rendered as "-1 runs" as if it had run so."""
+    for key, least in minimums.items():
+        value = data.get(key)
+        if value is not None and not value >= least:  # NaN too
+            raise DocumentError(f"{at(path, key)}: expected at least {least:g}, got {value!r}")

@@ -23,7 +23,7 @@ from tokenpath import __version__
 from tokenpath.axes import AXES, Condition
 from tokenpath.errors import UsageError
 from tokenpath.probe.metrics import RunMetrics
-from tokenpath.results.check import DocumentError, at, check, check_fields, check_keys
+from tokenpath.results.check import DocumentError, at, check, check_at_least, check_fields, check_keys
 from tokenpath.userfiles import read_text, write_atomically
 from tokenpath.wire.acceptencoding import IDENTITY as IDENTITY  # re-exported: what the results say of no coding
 from tokenpath.wire.apis import Api
@@ -731,6 +731,10 @@ def migrate(doc: Json) -> Json:
 # Each is checked where the file has it (a test's document may hold only what it is about).
 EXPERIMENT_KEYS: dict[str, Any] = {"name": str, "exclusion": Json}
 PAGE_EXPERIMENT_KEYS: dict[str, Any] = {"runs": int, "frames": int, "ttft_ms": float}
+# ... and the least each may be (results/check.py check_at_least).
+PAGE_EXPERIMENT_MINIMUMS = {"runs": 1, "frames": 1, "ttft_ms": 0}
+LOAD_CONFIG_MINIMUMS = {"ttft_ms": 0, "interval_ms": 0, "tokens": 1, "warmup_s": 0, "duration_s": 0, "runs": 1,
+                        "client_workers": 1, "stub_workers": 1}  # fmt: skip
 LOAD_CONFIG_KEYS: dict[str, Any] = {
     "loop": Literal["closed", "open"],
     "ttft_ms": float,
@@ -809,6 +813,7 @@ def check_document(doc: Json) -> None:
         check(doc.get("config"), Json, "config")
         config: Json = doc["config"]
         check_keys(config, LOAD_CONFIG_KEYS, "config", required=False)
+        check_at_least(config, LOAD_CONFIG_MINIMUMS, "config")
         check_keys(config, {"rates": tuple[float, ...], "levels": tuple[float, ...]}, "config", required=False)
         check(doc.get("targets"), Mapping[str, Any] | None, "targets")
         _objects(doc, "levels", "levels")
@@ -818,6 +823,7 @@ def check_document(doc: Json) -> None:
     check_keys(experiment, EXPERIMENT_KEYS, "experiment", required=False)
     check_keys(experiment.get("exclusion") or {}, {"rule": str}, "experiment.exclusion", required=False)
     check_keys(experiment, PAGE_EXPERIMENT_KEYS, "experiment", required=False)
+    check_at_least(experiment, PAGE_EXPERIMENT_MINIMUMS, "experiment")
     _objects(experiment, "conditions", "experiment.conditions", nullable=True)
     check(doc.get("certification"), Json | None, "certification")
     check(doc.get("inferred"), Json | None, "inferred")
