@@ -119,3 +119,23 @@ def test_lines_that_name_no_group_of_ours_are_ignored(line: bytes) -> None:
     groups: set[int] = set()
     assert _apply(groups, line + b"+4242\n-4242\n+77") == b"+77"  # an unfinished line waits for its end
     assert groups == set()
+
+
+def test_a_guard_that_cannot_start_costs_a_warning_not_the_run(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group is running already when it is watched: an error here would leave it with no one to stop it."""
+    from tokenpath.serve import guard
+
+    watcher = guard._Watcher()
+    monkeypatch.setattr("tokenpath.serve.guard.sys.executable", "/nonexistent/python")
+    watcher.watch(4242)
+    watcher.forget(4242)
+    assert "a group this run started may outlive it" in caplog.text
+    monkeypatch.undo()
+    watcher.watch(4242)  # the next group tries again, and a guard starts
+    assert watcher._guard is not None
+    watcher.forget(4242)
+    assert watcher._guard.stdin is not None
+    watcher._guard.stdin.close()  # the pipe's end: the guard ends, with nothing left on its list
+    assert watcher._guard.wait(10) == 0

@@ -8,12 +8,14 @@ stays the run's to handle) and tells it each group it starts and stops, one line
 The guard waits on a pidfd of the run; once the run has exited (or closed the pipe), it SIGTERMs every group still
 on its list, and SIGKILLs what is left of them after GRACE_S.
 
+A guard that cannot start costs a warning, never the run (the group is running already).
 Left open: a SIGKILL between a group's start and its `+` line (microseconds) leaves that group running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import signal
@@ -22,6 +24,8 @@ import sys
 import threading
 import time
 from typing import IO
+
+log = logging.getLogger(__name__)
 
 GRACE_S = 5.0  # from SIGTERM to SIGKILL, as procs.stop_process_group gives a group
 
@@ -44,14 +48,14 @@ class _Watcher:
 
     def _send(self, line: str, start: bool = True) -> None:
         with self._lock:
-            pipe = self._pipe(start)
-            if pipe is None:
-                return
             try:
-                pipe.write(line.encode())
-                pipe.flush()
-            except OSError:  # the guard died (killed by hand): the next group starts a new one
+                pipe = self._pipe(start)
+                if pipe is not None:
+                    pipe.write(line.encode())
+                    pipe.flush()
+            except OSError as exc:  # no guard could start, or it died (killed by hand): the next group tries again
                 self._guard = None
+                log.warning("guard: %s; a group this run started may outlive it if it is killed", exc)
 
     def _pipe(self, start: bool) -> IO[bytes] | None:
         guard = self._guard
