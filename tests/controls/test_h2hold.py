@@ -10,7 +10,7 @@ from hyperframe.frame import DataFrame
 
 from tests.wire.battery import splits
 from tokenpath.controls.h2hold import FrameCutter, H2BufferPolicy, sniff_h2
-from tokenpath.controls.policies import BufferLimitExceeded
+from tokenpath.controls.policies import BufferLimitExceeded, HeldBytes
 from tokenpath.serve.h2 import PREFACE
 
 EVENT = b"data: " + b"x" * 52 + b"\n\n"  # a 60-byte SSE frame
@@ -193,3 +193,21 @@ def test_client_frames_it_cannot_read_end_the_connection(garbage: bytes) -> None
     policy = H2BufferPolicy(lambda pieces: None)
     with pytest.raises(BufferLimitExceeded):
         policy.observe_request(PREFACE + garbage)
+
+
+def test_streams_held_over_h2_count_against_the_relays_total_and_are_given_back() -> None:
+    held = HeldBytes(limit=1_000)
+    pair = Pair()
+    pair.policy = H2BufferPolicy(pair.writes.append, held=held)
+    pair.policy.observe_request(pair.request_bytes)
+    pair.policy.feed(pair.upstream())
+    first, second = pair.request(), pair.request()
+    pair.policy.feed(response(pair, first, 8, end=False))  # 8 DATA frames of 69 bytes held
+    assert held.held == 8 * (9 + len(EVENT))
+    with pytest.raises(BufferLimitExceeded, match="together"):
+        pair.policy.feed(response(pair, second, 8, end=False))
+    pair.server.end_stream(first)
+    pair.policy.feed(pair.upstream())  # the first stream ends: written, given back
+    assert held.held < 8 * (9 + len(EVENT))
+    pair.policy.close()
+    assert held.held == 0

@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tokenpath.controls.policies import BufferLimitExceeded, BufferPolicy, CorkPolicy, PassPolicy
+from tokenpath.controls.policies import BufferLimitExceeded, BufferPolicy, CorkPolicy, HeldBytes, PassPolicy
 
 
 class FakeTimers:
@@ -162,3 +162,32 @@ def test_buffer_holds_an_upgraded_connection_until_eof_and_keeps_the_client_byte
     assert out == []
     policy.finish()
     assert out == [[switched + b"\x81\x02hi"]]
+
+
+def test_every_buffering_connection_together_is_held_to_one_limit_and_gives_back_what_it_released() -> None:
+    """A limit per response alone let 100 connections hold 6.4 GB: the one whose read would take the relay past
+    its total gives up; the others go on, and a released or closed connection's bytes are free again."""
+    held = HeldBytes(limit=10)
+    out: list[list[bytes]] = []
+    first, second = BufferPolicy(out.append, held=held), BufferPolicy(out.append, held=held)
+    first.feed(b"abcdef")  # no request known: held whole until the upstream ends
+    with pytest.raises(BufferLimitExceeded, match=r"would hold over 10 bytes together \(6 held now\)"):
+        second.feed(b"ghijk")
+    second.feed(b"ghij")  # within what is left
+    assert held.held == 10
+    first.finish()  # written: its bytes are given back
+    assert out == [[b"abcdef"]]
+    assert held.held == 4
+    second.feed(b"klmnop")
+    second.close()  # a connection gone with its response held
+    assert held.held == 0
+    second.close()  # twice: nothing twice
+    assert held.held == 0
+
+
+def test_a_response_past_its_own_limit_takes_nothing_of_the_total() -> None:
+    held = HeldBytes(limit=100)
+    policy = BufferPolicy(lambda b: None, limit=4, held=held)
+    with pytest.raises(BufferLimitExceeded, match="buffer limit of 4"):
+        policy.feed(b"abcde")
+    assert held.held == 0

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.controls.decoding_client import DecodedStream, stream_decoded
 from tests.helpers import BackgroundLoop
+from tokenpath.controls import policies
 from tokenpath.controls import relay as relay_module
 from tokenpath.controls.policies import Mode
 from tokenpath.controls.relay import ControlRelay, RelayConfig
@@ -289,4 +291,61 @@ def test_a_client_that_takes_nothing_is_dropped_after_the_stall_bound(
             bg.close()
         finally:
             listener.close()
+            thread.join(5)
+
+
+def test_buffering_connections_together_are_held_to_the_relays_total_and_give_it_back_when_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """policies.HeldBytes in a running relay: the connection whose response would take the relay past its total is
+    closed, the one holding stays, and a connection gone gives back what it held (else the total would fill up and
+    refuse every later one)."""
+    before = policies.HELD.held  # what this process's other policies hold (unit tests that never close theirs)
+    monkeypatch.setattr(policies.HELD, "limit", before + 1_000)
+    part = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 600  # held: its body is not whole
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    upstreams: list[socket.socket] = []
+
+    def upstream() -> None:
+        with contextlib.suppress(OSError):
+            for _ in range(2):
+                conn, _ = listener.accept()
+                upstreams.append(conn)
+                conn.recv(65536)
+                conn.sendall(part)
+
+    thread = threading.Thread(target=upstream, daemon=True)
+    thread.start()
+    bg = BackgroundLoop()
+    upstream_port = listener.getsockname()[1]
+    server = ControlRelay(RelayConfig(upstream_host="127.0.0.1", upstream_port=upstream_port, mode="buffer"))
+    port = bg.run(server.start())
+
+    def held_reaches(predicate: Callable[[int], bool]) -> bool:
+        deadline = time.monotonic() + 10
+        while not predicate(policies.HELD.held - before) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return predicate(policies.HELD.held - before)
+
+    first = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        first.sendall(REQUEST)
+        assert held_reaches(lambda n: n == len(part))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as second:
+            second.sendall(REQUEST)
+            assert second.recv(65536) == b""  # closed: it would have taken the relay past 1,000 bytes
+        assert policies.HELD.held - before == len(part)  # the first holds on
+        first.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        first.close()  # a reset: the connection gone (a close alone is a half-close the relay waits out)
+        assert held_reaches(lambda n: n == 0)  # its bytes given back
+    finally:
+        first.close()
+        try:
+            bg.run(server.close())
+            bg.close()
+        finally:
+            listener.close()
+            for conn in upstreams:
+                conn.close()
             thread.join(5)

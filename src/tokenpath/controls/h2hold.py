@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import DataFrame, Frame, HeadersFrame, RstStreamFrame, SettingsFrame, WindowUpdateFrame
 
-from tokenpath.controls.policies import MAX_BUFFER_BYTES, BufferLimitExceeded, Write
+from tokenpath.controls.policies import HELD, MAX_BUFFER_BYTES, BufferLimitExceeded, HeldBytes, Write
 from tokenpath.serve.h2 import PREFACE  # RFC 9113 §3.4: every h2 client starts with it (h2c and over TLS)
 from tokenpath.wire.h2client import RFC_DEFAULT_WINDOW
 
@@ -96,9 +96,10 @@ class H2BufferPolicy:
     """`buffer` over an HTTP/2 connection (see the module's docstring). The relay feeds it the client's bytes
     (`observe_request`) to follow the windows, and the upstream's (`feed`)."""
 
-    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
+    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES, held: HeldBytes = HELD) -> None:
         self._write = write
         self._limit = limit
+        self._all_held = held  # what every connection of the relay holds (policies.HeldBytes)
         self._up = FrameCutter()
         self._down = FrameCutter(skip=PREFACE)
         self._held: dict[int, list[bytes]] = {}
@@ -150,6 +151,7 @@ class H2BufferPolicy:
 
     def close(self) -> None:
         self._held.clear()
+        self._all_held.give(self._size)
         self._size = 0
 
     # internals ---------------------------------------------------------------------------------------------
@@ -182,19 +184,24 @@ class H2BufferPolicy:
         return min(w.connection, w.stream(sid)) < self._largest
 
     def _hold(self, sid: int, whole: bytes) -> None:
-        self._size += len(whole)
-        if self._size > self._limit:
+        if self._size + len(whole) > self._limit:
             raise BufferLimitExceeded(f"response larger than the buffer limit of {self._limit} bytes")
+        self._all_held.take(len(whole))
+        self._size += len(whole)
         self._held.setdefault(sid, []).append(whole)
 
     def _release(self, sid: int) -> list[bytes]:
         held = self._held.pop(sid, [])
-        self._size -= sum(map(len, held))
+        self._given(sum(map(len, held)))
         return [b"".join(held)] if held else []
 
     def _release_all(self) -> list[bytes]:
         return [piece for sid in list(self._held) for piece in self._release(sid)]
 
     def _drop(self, sid: int) -> None:
-        self._size -= sum(map(len, self._held.pop(sid, [])))
+        self._given(sum(map(len, self._held.pop(sid, []))))
         self._windows.streams.pop(sid, None)
+
+    def _given(self, size: int) -> None:
+        self._size -= size
+        self._all_held.give(size)

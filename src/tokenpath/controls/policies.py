@@ -38,6 +38,8 @@ CORK_MS = 200.0
 
 # A buffering relay holds a whole response in memory; past this it gives up rather than grow without bound.
 MAX_BUFFER_BYTES = 64 << 20
+# ... and all its connections together at most this: the limit per response alone let 100 connections hold 6.4 GB.
+MAX_HELD_BYTES = 512 << 20
 
 # A write hands over the pieces released together, each as the upstream sent it: over TLS the relay sends them as
 # separate records in one burst (what HAProxy 2.8+ does), which a client must still count as one arrival.
@@ -51,6 +53,31 @@ class Cancellable(Protocol):
 
 class BufferLimitExceeded(InstrumentError):
     """A hold policy was sent more than it may hold: the control cannot model that proxy any more."""
+
+
+class HeldBytes:
+    """What every buffering policy of this relay process holds, together, against `limit`: the connection whose
+    read would take it past the limit gives up (BufferLimitExceeded, the connection closed), as one past its own
+    response limit does, and the others go on. Each policy gives back what it held when it releases or closes."""
+
+    __slots__ = ("held", "limit")
+
+    def __init__(self, limit: int = MAX_HELD_BYTES) -> None:
+        self.held = 0
+        self.limit = limit
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.limit:
+            raise BufferLimitExceeded(
+                f"the relay's connections would hold over {self.limit} bytes together ({self.held} held now)"
+            )
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+HELD = HeldBytes()  # the process's: every policy's unless given its own (tests)
 
 
 class Policy(Protocol):
@@ -86,11 +113,12 @@ class BufferPolicy:
     docstring). Waiting for the upstream's EOF instead would never answer a kept-alive client: the upstream keeps
     the connection open for the client's next request (controls/h2hold.py does the same per stream over HTTP/2)."""
 
-    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES) -> None:
+    def __init__(self, write: Write, limit: int = MAX_BUFFER_BYTES, held: HeldBytes = HELD) -> None:
         self._write = write
         self._held: list[bytes] = []  # the bytes of the response being read (of everything, once `_raw`)
         self._size = 0
         self._limit = limit
+        self._all_held = held
         self._requests = RequestMethods()
         self._response: ClientConnection | None = None  # the response being read
         self._method = "GET"  # the method of the request it answers
@@ -118,19 +146,22 @@ class BufferPolicy:
 
     def close(self) -> None:
         self._held.clear()
+        self._all_held.give(self._size)
         self._size = 0
         self._response = None
 
     def _hold(self, data: bytes) -> None:
-        self._size += len(data)
-        if self._size > self._limit:
+        if self._size + len(data) > self._limit:
             raise BufferLimitExceeded(f"response larger than the buffer limit of {self._limit} bytes")
+        self._all_held.take(len(data))
+        self._size += len(data)
         self._held.append(data)
 
     def _release(self) -> None:
         if self._held:
             self._write([b"".join(self._held)])
             self._held.clear()
+        self._all_held.give(self._size)
         self._size = 0
         self._response = None
 
