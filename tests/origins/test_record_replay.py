@@ -316,3 +316,39 @@ def test_a_stream_longer_than_a_recording_holds_ends_as_it_passes_that() -> None
         recorder.on_read(2 + i, piece)
     with pytest.raises(ResponseTooLarge):
         recorder.on_read(2 + reads, piece * 2)  # past it
+
+
+@pytest.mark.parametrize(
+    ("raw", "hidden"),
+    [
+        # escapes no usual encoder writes: a solidus, an escaped ASCII letter, an upper-case hex digit
+        (b'data: {"choices":[{"delta":{"content":"\\u0068i\\/there"}}]}\n\n', b'"xxxxxxxxxxxxxx"'),
+        (b'data: {"content":"h\xc3\xa9 \\u00E9","id":"content"}\n\n', b'{"content":"xxxxxxxxxx","id":"content"}'),
+        # an array under a text member: each of its strings, as _texts reads them; other members kept
+        (
+            b'{"message":{"content":["a","b",{"text":"zz","x":"keep"}]},"done":false}\n',
+            b'{"message":{"content":["x","x",{"text":"xx","x":"keep"}]},"done":false}',
+        ),
+        (b'data: {"a": [ ] , "text" : "q\\"" }\n\n', b'"text" : "xxx" }'),  # spaces around, an escaped quote
+    ],
+)
+def test_text_however_it_is_escaped_is_hidden(raw: bytes, hidden: bytes) -> None:
+    """Text a server escaped another way than JSON's usual encoders (it was kept, only warned about): the JSON is
+    walked for its string tokens, so each is found whatever its spelling, and filled to the same byte length."""
+    data = raw.removeprefix(b"data: ").rstrip()
+    out, whole = redacted(raw, data)
+    assert whole
+    assert len(out) == len(raw)
+    assert hidden in out
+    json.loads(out.removeprefix(b"data: "))  # still JSON
+
+
+def test_an_event_whose_data_spans_lines_is_hidden_the_usual_way_and_says_what_it_kept() -> None:
+    raw = b'data: {"content":\ndata: "two"}\n\n'  # SSE joins the lines with a line end: not in raw as it is
+    out, whole = redacted(raw, b'{"content":\n"two"}')
+    assert whole  # as JSON's encoders spell it: found
+    assert b"two" not in out
+    odd = b'data: {"content":\ndata: "\\u0074wo"}\n\n'
+    out, whole = redacted(odd, b'{"content":\n"\\u0074wo"}')
+    assert not whole  # an unusual escape across lines: kept, and said (record warns on stderr)
+    assert out == odd

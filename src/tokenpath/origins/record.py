@@ -215,13 +215,21 @@ def sendable_headers(pairs: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, 
 
 def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
     """`raw` with every TEXT_MEMBERS string of its JSON `data` replaced by filler of the same length, as it is
-    encoded in `raw` (escaped or not). The second value says whether every such string was found to redact."""
+    encoded in `raw` (escaped or not). The second value says whether every such string was found to redact.
+
+    Where `data` lies in `raw` as it is (one SSE data line, an NDJSON line, an event-stream payload), its string
+    tokens are found by walking the JSON itself (_text_tokens), so text however a server escaped it is hidden.
+    Otherwise (an event whose data spans several lines) each text is looked for as JSON's usual encoders spell it."""
     if not data:
         return raw, True
     try:
         value = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw, True  # not JSON (a comment, [DONE]): no text member to hide
+    start = raw.find(data)
+    tokens = _text_tokens(data) if start >= 0 else None
+    if tokens is not None:
+        return raw[:start] + _filled(data, tokens) + raw[start + len(data) :], True
     out, whole = raw, True
     for text in _texts(value):
         for encoded in dict.fromkeys((json.dumps(text), json.dumps(text, ensure_ascii=False))):
@@ -236,6 +244,75 @@ def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
         else:
             whole = False
     return out, whole
+
+
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _text_tokens(data: bytes) -> list[tuple[int, int]] | None:
+    """The (start, end) index in `data` (as text) of each string token _texts would hide, quotes included: the JSON
+    walked by hand for its structure, each key and leaf read by json's own scanner, so a token's extent is exact
+    whatever escapes it uses. None when `data` is not one JSON value (or too deep to walk)."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return None
+    tokens: list[tuple[int, int]] = []
+
+    def space(i: int) -> int:
+        match = _SPACE.match(text, i)
+        assert match is not None  # `*`: it always matches
+        return match.end()
+
+    def expect(i: int, char: str) -> int:
+        if text[i : i + 1] != char:
+            raise ValueError(f"expected {char!r} at {i}")
+        return i + 1
+
+    def walk(i: int, key: str) -> int:
+        i = space(i)
+        opening = text[i : i + 1]
+        if opening in ("{", "["):
+            closing = "}" if opening == "{" else "]"
+            i = space(i + 1)
+            if text[i : i + 1] == closing:
+                return i + 1
+            while True:
+                if opening == "{":
+                    member, i = _DECODER.raw_decode(text, i)
+                    if not isinstance(member, str):
+                        raise ValueError("an object's key that is not a string")
+                    i = walk(expect(space(i), ":"), member)
+                else:
+                    i = walk(i, key)  # an array's items are its member's, as _texts reads them
+                i = space(i)
+                if text[i : i + 1] != ",":
+                    return expect(i, closing)
+                i = space(i + 1)
+        leaf, end = _DECODER.raw_decode(text, i)
+        if isinstance(leaf, str) and leaf and key in TEXT_MEMBERS:
+            tokens.append((i, end))
+        return int(end)
+
+    try:
+        end = walk(0, "")
+    except (ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
+        return None
+    return tokens if space(end) == len(text) else None
+
+
+def _filled(data: bytes, tokens: list[tuple[int, int]]) -> bytes:
+    """`data` with each token (indices in its text) replaced by a string of filler as long in bytes."""
+    text = data.decode()
+    parts: list[bytes] = []
+    last = 0
+    for start, end in tokens:
+        parts.append(text[last:start].encode())
+        parts.append(b'"' + FILLER * (len(text[start:end].encode()) - 2) + b'"')
+        last = end
+    parts.append(text[last:].encode())
+    return b"".join(parts)
 
 
 def _texts(value: object, key: str = "") -> list[str]:
