@@ -44,6 +44,7 @@ def test_a_cluster_run_joins_clocks_across_nodes_and_sees_the_control(tmp_path: 
         capture_output=True, text=True, timeout=300, env={**os.environ, STUB_OFFSET_ENV: str(OFFSET_MS)},
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "report.html").exists(), out.stdout[-3000:]  # a report that failed is only a line on stdout
     doc = json.loads((tmp_path / "results.json").read_text())
     nodes = doc["config"]["cluster_nodes"]
     assert nodes["nodes"] == ["10.98.0.1", "10.98.0.2", "10.98.0.3"]

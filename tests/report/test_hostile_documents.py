@@ -82,9 +82,22 @@ BROKEN = [
     ("matrix", _set("experiment", "frames", value=0), "experiment.frames: expected at least 1, got 0"),
     ("load", _set("config", "runs", value=0), "config.runs: expected at least 1, got 0"),
     ("load", _set("config", "duration_s", value=-5.0), "config.duration_s: expected at least 0, got -5.0"),
-    ("load", _set("config", "client_workers", value=0), "config.client_workers: expected at least 1, got 0"),
+    ("load", _set("config", "client_workers", value=-1), "config.client_workers: expected at least 0, got -1"),
     ("load", _set("config", "interval_ms", value=float("nan")), "config.interval_ms: expected at least 0, got nan"),
 ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("client_workers", 0), ("warmup_s", 0.0), ("ttft_ms", 0), ("interval_ms", 0.0), ("runs", 1), ("tokens", 1)],
+)
+def test_the_least_values_the_tool_itself_writes_are_read(tmp_path: Path, key: str, value: float) -> None:
+    """`client_workers` 0 is what a --cluster run echoes (one per node, chosen by Ray), a warm-up or a pause 0 is
+    a choice: each is read and reported, never refused as out of range."""
+    doc = copy.deepcopy(_doc("load"))
+    doc["config"][key] = value
+    write_report(_dir(tmp_path, doc))
+    assert (tmp_path / "run" / "report.html").exists()
 
 
 @pytest.mark.parametrize(("kind", "edit", "said"), BROKEN, ids=[b[2].split(":")[0] for b in BROKEN])

@@ -734,7 +734,7 @@ PAGE_EXPERIMENT_KEYS: dict[str, Any] = {"runs": int, "frames": int, "ttft_ms": f
 # ... and the least each may be (results/check.py check_at_least).
 PAGE_EXPERIMENT_MINIMUMS = {"runs": 1, "frames": 1, "ttft_ms": 0}
 LOAD_CONFIG_MINIMUMS = {"ttft_ms": 0, "interval_ms": 0, "tokens": 1, "warmup_s": 0, "duration_s": 0, "runs": 1,
-                        "client_workers": 1, "stub_workers": 1}  # fmt: skip
+                        "client_workers": 0, "stub_workers": 1}  # fmt: skip
 LOAD_CONFIG_KEYS: dict[str, Any] = {
     "loop": Literal["closed", "open"],
     "ttft_ms": float,
