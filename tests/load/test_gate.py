@@ -66,15 +66,17 @@ def test_a_row_with_nothing_measured_breaches_and_one_without_a_process_skips_cp
 
 def test_a_direct_path_whose_streams_failed_is_the_instrument_s_failure_and_names_every_such_level() -> None:
     failed = LoadRow(level=100, target="direct", streams=0, errors=3, audit_failed=1, excluded=5, streams_total=5,
-                     error_samples=("connect: refused\x1b[2J",))  # fmt: skip
-    unjoined = LoadRow(level=200, target="direct", streams=0, unjoined=2, excluded=2, streams_total=2)
+                     error_samples=("connect: refused\x1b[2J\n  also: a line of the peer's",))  # fmt: skip
+    # every stream ended (`streams` counts them) but none was kept: each missed the stub's audit or was not joined
+    unjoined = LoadRow(level=200, target="direct", streams=2, kept=0, unjoined=2, excluded=2, streams_total=2)
     doc = _results(_row("direct", [1_000]), failed, unjoined)
     with pytest.raises(InstrumentError) as caught:
         refuse_no_floor(doc)
     assert caught.value.exit_code == 20
     assert str(caught.value) == (
         "the direct path failed, so no target can be judged: direct @ 100: no stream kept of 5 started (3 failed, "
-        "1 missed the stub's schedule, 1 left out of the figures); e.g. connect: refused\\x1b[2J\n"
+        "1 missed the stub's schedule, 1 left out of the figures); e.g. connect: refused\\x1b[2J\\n  also: a line "
+        "of the peer's\n"
         "  also: direct @ 200: no stream kept of 2 started (2 unjoined)"
     )
 
@@ -83,8 +85,9 @@ def test_a_target_whose_streams_all_failed_is_a_finding_and_a_window_with_no_who
     """As in matrix and k6: the table says why, the gate (--fail-on) is what fails a run on it. A direct path that
     kept nothing because no stream fitted the window (none failed) is the configuration's, not the instrument's."""
     target = LoadRow(level=50, target="nginx", streams=0, errors=3, excluded=3, streams_total=3)
-    short = LoadRow(level=50, target="direct", streams=0, streams_total=0)
-    refuse_no_floor(_results(short, target))
+    short = LoadRow(level=50, target="direct", streams=0, streams_total=0, kept=0)
+    crowded = LoadRow(level=80, target="direct", streams=4, kept=0, excluded=4, streams_total=4)  # a busy host's
+    refuse_no_floor(_results(short, crowded, target))
 
 
 def test_load_ends_with_exit_20_after_its_table_and_report_when_the_direct_path_failed(

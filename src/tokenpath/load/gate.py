@@ -97,13 +97,19 @@ def finish(breaches: list[LoadBreach]) -> None:
 
 
 def failed_floor(results: LoadResults) -> list[LoadRow]:
-    """The direct path's rows that kept no stream while some failed (errors, the stub's audit, unjoined): a window
-    too short for one whole stream kept none either, but failed none, and is the configuration's, not a failure."""
+    """The direct path's rows that kept no stream for the figures while some failed (errors, the stub's audit,
+    unjoined: the last two are among `streams`, which counts every stream that ended, so `kept` says what the
+    figures hold). A window too short for one whole stream kept none either, but failed none, and is the
+    configuration's, not a failure."""
     return [
         r
         for r in results.levels
-        if r.target == "direct" and not r.streams and r.errors + r.audit_failed + r.unjoined > 0
+        if r.target == "direct" and not _kept(r) and r.errors + r.audit_failed + r.unjoined > 0
     ]
+
+
+def _kept(row: LoadRow) -> int:
+    return row.kept if row.kept is not None else row.streams  # files before `kept`: streams was what it held
 
 
 def _why(row: LoadRow) -> str:
@@ -112,12 +118,17 @@ def _why(row: LoadRow) -> str:
     counts = {"failed": row.errors, "missed the stub's schedule": row.audit_failed, "unjoined": row.unjoined,
               "left out of the figures": max(0, (row.excluded or 0) - named)}  # fmt: skip
     lost = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-    sample = f"; e.g. {printable(row.error_samples[0])}" if row.error_samples else ""  # a peer's words: one line
+    # a peer's words, on one line: its line ends escaped too, so no line of its own reads as ours ("also: ...")
+    sample = f"; e.g. {one_line(row.error_samples[0])}" if row.error_samples else ""
     return (
         f"{row.target} @ {row.level_label}: no stream kept of {started} started"
         + (f" ({lost})" if lost else "")
         + sample
     )
+
+
+def one_line(text: str) -> str:
+    return printable(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _listed(rows: list[LoadRow]) -> str:
