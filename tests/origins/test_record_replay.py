@@ -352,3 +352,22 @@ def test_an_event_whose_data_spans_lines_is_hidden_the_usual_way_and_says_what_i
     out, whole = redacted(odd, b'{"content":\n"\\u0074wo"}')
     assert not whole  # an unusual escape across lines: kept, and said (record warns on stderr)
     assert out == odd
+
+
+def test_every_copy_of_an_event_s_json_is_hidden() -> None:
+    """A server that repeats the payload on another line of the event (a comment, an `event:` line)."""
+    raw = b'event: {"content":"SECRET"}\ndata: {"content":"SECRET"}\n\n'
+    out, whole = redacted(raw, b'{"content":"SECRET"}')
+    assert whole
+    assert b"SECRET" not in out
+    assert len(out) == len(raw)
+
+
+def test_json_too_deep_to_read_is_counted_as_kept_and_bytes_json_takes_are_hidden() -> None:
+    deep = b'{"content":"SECRET","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    out, whole = redacted(b"data: " + deep + b"\n\n", deep)
+    assert not whole  # counted in the recording and said on stderr, never reported as hidden
+    lone = b'{"content":"ab\xed\xa0\x80cd"}'  # a lone surrogate's bytes: json.loads takes them, UTF-8 does not
+    out, whole = redacted(b"data: " + lone + b"\n\n", lone)
+    assert whole
+    assert out == b'data: {"content":"xxxxxxx"}\n\n'

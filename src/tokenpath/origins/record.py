@@ -224,16 +224,19 @@ def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
         return raw, True
     try:
         value = json.loads(data)
-    except (ValueError, RecursionError):
+    except ValueError:
         return raw, True  # not JSON (a comment, [DONE]): no text member to hide
-    start = raw.find(data)
-    tokens = _text_tokens(data) if start >= 0 else None
+    except RecursionError:
+        return raw, False  # JSON too deep to read: whatever text it holds is kept, and counted so
+    tokens = _text_tokens(data) if data in raw else None
     if tokens is not None:
-        return raw[:start] + _filled(data, tokens) + raw[start + len(data) :], True
+        # Every copy (a server that echoes the payload on a comment or an `event:` line has it twice).
+        return raw.replace(data, _filled(data, tokens)), True
     out, whole = raw, True
     for text in _texts(value):
+        # surrogatepass: a lone surrogate json.loads took from the bytes is written back as those bytes
         for encoded in dict.fromkeys((json.dumps(text), json.dumps(text, ensure_ascii=False))):
-            literal = encoded.encode()
+            literal = encoded.encode(errors="surrogatepass")
             # Only as a member's value (after its colon), never a key or another member's text that happens to match.
             pattern = re.compile(rb"(:\s*)" + re.escape(literal))
             filler = b'"' + FILLER * (len(literal) - 2) + b'"'
