@@ -139,3 +139,38 @@ def test_a_guard_that_cannot_start_costs_a_warning_not_the_run(
     assert watcher._guard.stdin is not None
     watcher._guard.stdin.close()  # the pipe's end: the guard ends, with nothing left on its list
     assert watcher._guard.wait(10) == 0
+
+
+def test_a_guard_killed_by_hand_is_replaced_by_one_told_every_group_still_running() -> None:
+    run_code = """
+import os, signal, subprocess, sys, time
+from tokenpath.serve import guard
+quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+first = subprocess.Popen(["sleep", "300"], start_new_session=True, **quiet)
+guard.watch(first.pid)
+old = guard._WATCHER._guard
+old.kill()
+old.wait()
+second = subprocess.Popen(["sleep", "300"], start_new_session=True, **quiet)
+guard.watch(second.pid)
+print(first.pid, second.pid, guard._WATCHER._guard.pid, flush=True)
+time.sleep(120)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", run_code], stdout=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        *pids, new_guard = (int(p) for p in proc.stdout.readline().split())
+        proc.kill()
+        proc.wait(10)
+        for pid in pids:  # the first too: watched before its guard died, told to the new one
+            assert gone(pid, 10), f"group {pid} outlived the killed run"
+        assert gone(new_guard, 10)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if proc.stdout is not None:
+            proc.stdout.close()

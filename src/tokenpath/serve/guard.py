@@ -37,29 +37,44 @@ class _Watcher:
         self._lock = threading.Lock()
         self._guard: subprocess.Popen[bytes] | None = None
         self._owner = 0  # the pid that started the guard: a forked child starts its own
+        self._groups: set[int] = set()  # watched and not forgotten: what a new guard is told first
 
     def watch(self, pgid: int) -> None:
         """`pgid` (a process group this process started) is stopped by the guard if this process ends first."""
-        self._send(f"+{pgid}\n")
+        with self._lock:
+            self._forked()
+            self._groups.add(pgid)
+            self._send(f"+{pgid}\n", start=True)
 
     def forget(self, pgid: int) -> None:
         """`pgid` was stopped: the guard no longer touches it (its number may be reused)."""
-        self._send(f"-{pgid}\n", start=False)
-
-    def _send(self, line: str, start: bool = True) -> None:
         with self._lock:
+            self._forked()
+            self._groups.discard(pgid)
+            self._send(f"-{pgid}\n", start=bool(self._groups))  # a dead guard is replaced only for groups left
+
+    def _forked(self) -> None:
+        """In a forked child, the parent's guard and groups are not this process's."""
+        if self._owner and self._owner != os.getpid():
+            self._guard, self._owner = None, 0
+            self._groups.clear()
+
+    def _send(self, line: str, start: bool) -> None:
+        for attempt in range(2):  # a guard found dead (killed by hand) is replaced once, told every group
             try:
-                pipe = self._pipe(start)
+                pipe = self._pipe(start or attempt > 0)
                 if pipe is not None:
                     pipe.write(line.encode())
                     pipe.flush()
-            except OSError as exc:  # no guard could start, or it died (killed by hand): the next group tries again
+                return
+            except OSError as exc:
                 self._guard = None
-                log.warning("guard: %s; a group this run started may outlive it if it is killed", exc)
+                if attempt:
+                    log.warning("guard: %s; a group this run started may outlive it if it is killed", exc)
 
     def _pipe(self, start: bool) -> IO[bytes] | None:
         guard = self._guard
-        if guard is not None and self._owner == os.getpid() and guard.poll() is None:
+        if guard is not None and guard.poll() is None:
             return guard.stdin
         if not start:
             return None
@@ -70,6 +85,9 @@ class _Watcher:
             start_new_session=True,
         )
         self._owner = os.getpid()
+        assert self._guard.stdin is not None
+        # A guard started after another died (killed by hand) is told every group still running, not only new ones.
+        self._guard.stdin.write("".join(f"+{pgid}\n" for pgid in sorted(self._groups)).encode())
         return self._guard.stdin
 
 
