@@ -174,3 +174,27 @@ time.sleep(120)
                 os.killpg(pid, signal.SIGKILL)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_descendant_that_left_its_group_is_stopped_with_it() -> None:
+    """squid's pinger left its group: a signal to the group never reached it (procs.stop_process_group kills such
+    descendants by pid; the guard does the same)."""
+    leader = subprocess.Popen(["sh", "-c", "setsid sleep 300 & wait"], start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    stray: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 10
+        while not stray and time.monotonic() < deadline:
+            stray = psutil.Process(leader.pid).children(recursive=True)
+            time.sleep(0.02)
+        assert stray, "the leader's child did not start"
+        assert os.getpgid(stray[0].pid) != leader.pid  # it left the group
+        stop_groups({leader.pid}, grace_s=0.5)
+        leader.wait(10)
+        assert gone(stray[0].pid, 10)
+    finally:
+        leader.kill()
+        leader.wait(10)
+        for proc in stray:
+            with suppress(psutil.Error):
+                proc.kill()

@@ -25,6 +25,8 @@ import threading
 import time
 from typing import IO
 
+import psutil
+
 log = logging.getLogger(__name__)
 
 GRACE_S = 5.0  # from SIGTERM to SIGKILL, as procs.stop_process_group gives a group
@@ -112,7 +114,9 @@ def _signal(pgid: int, signum: int) -> None:
 
 
 def stop_groups(groups: set[int], grace_s: float = GRACE_S) -> None:
-    """SIGTERM to each group, then SIGKILL to those with a member left after `grace_s`."""
+    """SIGTERM to each group, then SIGKILL to those with a member left after `grace_s`, and to every descendant of a
+    group's leader that had left its group (squid's pinger did; procs.stop_process_group does the same)."""
+    strays = [p for pgid in groups for p in _descendants(pgid) if _group_of(p) != pgid]
     for pgid in groups:
         _signal(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -122,6 +126,24 @@ def stop_groups(groups: set[int], grace_s: float = GRACE_S) -> None:
         left = {g for g in left if _alive(g)}
     for pgid in left:
         _signal(pgid, signal.SIGKILL)
+    for proc in strays:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()  # psutil checks it is still the process it was (its start time), not a reused pid
+
+
+def _descendants(leader: int) -> list[psutil.Process]:
+    """A group's leader's descendants (a group started in its own session: the leader's pid is the group's)."""
+    try:
+        return list(psutil.Process(leader).children(recursive=True))
+    except psutil.Error:
+        return []
+
+
+def _group_of(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except OSError:
+        return None
 
 
 def _apply(groups: set[int], data: bytes) -> bytes:
