@@ -198,3 +198,24 @@ def test_a_descendant_that_left_its_group_is_stopped_with_it() -> None:
         for proc in stray:
             with suppress(psutil.Error):
                 proc.kill()
+
+
+def test_without_pidfds_the_pipe_s_end_is_the_run_s_end() -> None:
+    """No os.pidfd_open (not Linux 5.3+): the guard reads its groups until the pipe closes, which the run's exit does,
+    then stops them, rather than failing at its start."""
+    code = "import os, sys\ndel os.pidfd_open\nfrom tokenpath.serve.guard import follow\nfollow(os.getppid())\n"
+    group = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    guard = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert guard.stdin is not None
+        guard.stdin.write(f"+{group.pid}\n".encode())
+        guard.stdin.close()  # the run's end, as its exit closes the pipe
+        assert guard.wait(10) == 0, guard.stderr.read() if guard.stderr else ""
+        assert group.wait(10) == -signal.SIGTERM
+    finally:
+        group.kill()
+        group.wait(10)
+        guard.kill()
+        guard.wait(10)
+        if guard.stderr is not None:
+            guard.stderr.close()

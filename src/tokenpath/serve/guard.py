@@ -166,7 +166,7 @@ def follow(parent: int, commands: int = 0) -> None:
     groups: set[int] = set()
     try:
         watched = os.pidfd_open(parent)
-    except OSError:  # gone already (or no pidfds here: then the pipe's end is the only word)
+    except (OSError, AttributeError):  # gone already, or no pidfds here (not Linux 5.3+): the pipe's end is the word
         watched = None
     if os.getppid() != parent:  # it died before the pidfd was open: the pipe holds what it had said
         watched = None
