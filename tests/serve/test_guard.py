@@ -219,3 +219,18 @@ def test_without_pidfds_the_pipe_s_end_is_the_run_s_end() -> None:
         guard.wait(10)
         if guard.stderr is not None:
             guard.stderr.close()
+
+
+def test_a_group_left_with_zombies_only_is_not_waited_on_for_the_grace() -> None:
+    """A killed run's group leader is reaped by init, when init gets to it: until then the group's signal succeeds,
+    and the guard waited the whole grace for processes that had ended."""
+    group = subprocess.Popen(["true"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(group.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        stop_groups({group.pid}, grace_s=30)
+        assert time.monotonic() - started < 10  # not the 30 s grace (a bound far from any timing of the host's)
+    finally:
+        group.wait(10)

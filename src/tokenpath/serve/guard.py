@@ -99,13 +99,19 @@ forget = _WATCHER.forget
 
 
 def _alive(pgid: int) -> bool:
+    """A member of the group still runs: a zombie has ended (its reaper, init once the run is gone, may take a while
+    to wait for it, and the group's signal succeeds until then)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # a member changed its user: still there
         return True
-    return True
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(OSError):
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+    return False
 
 
 def _signal(pgid: int, signum: int) -> None:
