@@ -11,7 +11,8 @@ cdef _nodelay(transport):
     transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-# uvloop takes any object with the Protocol methods: a cdef class cannot subclass asyncio.Protocol, nor need it.
+# uvloop takes any object with the Protocol methods: a cdef class cannot subclass asyncio.Protocol, nor need it. That
+# is why this is a copy of uvloop_pipe.py's classes and not that file compiled (Cython would keep them Python classes).
 cdef class Upstream:
     cdef Client client
 

@@ -97,6 +97,12 @@ def printable(value: object) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", str(value))
 
 
+def one_line(value: object) -> str:
+    """printable(), its line ends escaped too: a peer's words inside a line of ours, where a line of its own could
+    read as ours (a forged "also: ..." under an error)."""
+    return printable(value).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def escaped(value: object) -> str:
     """`value` (a name or label from a user's file or flag, a peer's answer, a field of a results.json) as rich
     markup that shows exactly its text, inside a line or a table cell of ours: `[red]x` is not red, `x[/]` and

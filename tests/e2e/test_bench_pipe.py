@@ -46,13 +46,18 @@ def probe_streams(url: str, runs: int) -> None:
         assert run["arrivals"] >= run["frames"] - 2  # paced 20 ms apart: streamed (a late reader may merge one pair)
 
 
-def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
-    pipe, _ = floor_before_a_stub(service, PIPE, "uvloop pipe")
+def stream_through(service: Start, script: Path, name: str) -> None:
+    """One stream probed through the byte pipe `script` in front of a paced stub."""
+    pipe, _ = floor_before_a_stub(service, script, name)
     try:
         assert pipe.url is not None
         probe_streams(pipe.url, 1)
     finally:
         pipe.stop()
+
+
+def test_the_bare_pipe_relays_a_stream_frame_by_frame(service: Start) -> None:
+    stream_through(service, PIPE, "uvloop pipe")
 
 
 def test_the_compiled_pipe_is_built_once_and_relays_a_stream_frame_by_frame(
@@ -71,12 +76,7 @@ def test_the_compiled_pipe_is_built_once_and_relays_a_stream_frame_by_frame(
     assert build() == module
     assert module.stat().st_mtime_ns == made  # the second call found the first's module: not built again
     assert [p.name for p in module.parent.iterdir()] == [module.name]  # no build directory left beside it
-    pipe, _ = floor_before_a_stub(service, COMPILED, "compiled pipe")
-    try:
-        assert pipe.url is not None
-        probe_streams(pipe.url, 1)
-    finally:
-        pipe.stop()
+    stream_through(service, COMPILED, "compiled pipe")
 
 
 def test_the_lean_proxy_relays_streams_frame_by_frame_and_keeps_its_upstream_connection(service: Start) -> None:

@@ -33,9 +33,11 @@ time.sleep(120)
 
 
 @contextmanager
-def run(groups: int, forgotten: int = 0) -> Iterator[tuple[subprocess.Popen[str], list[int], int]]:
-    """The run above, with its groups' pids and its guard's pid; whatever is left is killed afterwards."""
-    proc = subprocess.Popen([sys.executable, "-c", RUN, str(groups), str(forgotten)], stdout=subprocess.PIPE, text=True)
+def run(groups: int = 0, forgotten: int = 0, code: str = RUN) -> Iterator[tuple[subprocess.Popen[str], list[int], int]]:
+    """A run (RUN, or `code` printing the same line), with its groups' pids and its guard's pid; whatever is left
+    is killed afterwards."""
+    argv = [sys.executable, "-c", code, str(groups), str(forgotten)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     pids: list[int] = []
     try:
         assert proc.stdout is not None
@@ -156,24 +158,12 @@ guard.watch(second.pid)
 print(first.pid, second.pid, guard._WATCHER._guard.pid, flush=True)
 time.sleep(120)
 """
-    proc = subprocess.Popen([sys.executable, "-c", run_code], stdout=subprocess.PIPE, text=True)
-    pids: list[int] = []
-    try:
-        assert proc.stdout is not None
-        *pids, new_guard = (int(p) for p in proc.stdout.readline().split())
+    with run(code=run_code) as (proc, pids, new_guard):
         proc.kill()
         proc.wait(10)
         for pid in pids:  # the first too: watched before its guard died, told to the new one
             assert gone(pid, 10), f"group {pid} outlived the killed run"
         assert gone(new_guard, 10)
-    finally:
-        proc.kill()
-        proc.wait(10)
-        for pid in pids:
-            with suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 def test_a_descendant_that_left_its_group_is_stopped_with_it() -> None:

@@ -28,7 +28,7 @@ from hdrh.histogram import HdrHistogram
 
 from tokenpath.errors import InstrumentError, RuleBreached
 from tokenpath.monitor.rules import MetricSet, Rule, parse_rules
-from tokenpath.progress import printable
+from tokenpath.progress import one_line
 from tokenpath.results.model import LoadResults, LoadRow
 
 LOAD_METRICS = MetricSet(
@@ -118,17 +118,12 @@ def _why(row: LoadRow) -> str:
     counts = {"failed": row.errors, "missed the stub's schedule": row.audit_failed, "unjoined": row.unjoined,
               "left out of the figures": max(0, (row.excluded or 0) - named)}  # fmt: skip
     lost = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
-    # a peer's words, on one line: its line ends escaped too, so no line of its own reads as ours ("also: ...")
     sample = f"; e.g. {one_line(row.error_samples[0])}" if row.error_samples else ""
     return (
         f"{row.target} @ {row.level_label}: no stream kept of {started} started"
         + (f" ({lost})" if lost else "")
         + sample
     )
-
-
-def one_line(text: str) -> str:
-    return printable(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _listed(rows: list[LoadRow]) -> str:

@@ -218,7 +218,7 @@ def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
     encoded in `raw` (escaped or not). The second value says whether every such string was found to redact.
 
     Where `data` lies in `raw` as it is (one SSE data line, an NDJSON line, an event-stream payload), its string
-    tokens are found by walking the JSON itself (_text_tokens), so text however a server escaped it is hidden.
+    tokens are found by walking the JSON itself (_walked), so text however a server escaped it is hidden.
     Otherwise (an event whose data spans several lines) each text is looked for as JSON's usual encoders spell it."""
     if not data:
         return raw, True
@@ -228,10 +228,10 @@ def redacted(raw: bytes, data: bytes | None) -> tuple[bytes, bool]:
         return raw, True  # not JSON (a comment, [DONE]): no text member to hide
     except RecursionError:
         return raw, False  # JSON too deep to read: whatever text it holds is kept, and counted so
-    tokens = _text_tokens(data) if data in raw else None
-    if tokens is not None:
+    filled = _walked(data) if data in raw else None
+    if filled is not None:
         # Every copy (a server that echoes the payload on a comment or an `event:` line has it twice).
-        return raw.replace(data, _filled(data, tokens)), True
+        return raw.replace(data, filled), True
     out, whole = raw, True
     for text in _texts(value):
         # surrogatepass: a lone surrogate json.loads took from the bytes is written back as those bytes
@@ -253,10 +253,10 @@ _DECODER = json.JSONDecoder()
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _text_tokens(data: bytes) -> list[tuple[int, int]] | None:
-    """The (start, end) index in `data` (as text) of each string token _texts would hide, quotes included: the JSON
-    walked by hand for its structure, each key and leaf read by json's own scanner, so a token's extent is exact
-    whatever escapes it uses. None when `data` is not one JSON value (or too deep to walk)."""
+def _walked(data: bytes) -> bytes | None:
+    """`data` with each string token _texts would hide filled (_filled), found by walking the JSON by hand for its
+    structure, each key and leaf read by json's own scanner, so a token's extent is exact whatever escapes it uses.
+    None when `data` is not one JSON value in UTF-8 (or too deep to walk)."""
     try:
         text = data.decode()
     except UnicodeDecodeError:
@@ -302,12 +302,11 @@ def _text_tokens(data: bytes) -> list[tuple[int, int]] | None:
         end = walk(0, "")
     except (ValueError, RecursionError):  # json.JSONDecodeError is a ValueError
         return None
-    return tokens if space(end) == len(text) else None
+    return _filled(text, tokens) if space(end) == len(text) else None
 
 
-def _filled(data: bytes, tokens: list[tuple[int, int]]) -> bytes:
-    """`data` with each token (indices in its text) replaced by a string of filler as long in bytes."""
-    text = data.decode()
+def _filled(text: str, tokens: list[tuple[int, int]]) -> bytes:
+    """`text` encoded, each token (start, end: quotes included) a string of filler as long in bytes."""
     parts: list[bytes] = []
     last = 0
     for start, end in tokens:

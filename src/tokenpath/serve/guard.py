@@ -27,6 +27,8 @@ from typing import IO
 
 import psutil
 
+from tokenpath.serve.procs import descendants
+
 log = logging.getLogger(__name__)
 
 GRACE_S = 5.0  # from SIGTERM to SIGKILL, as procs.stop_process_group gives a group
@@ -64,7 +66,7 @@ class _Watcher:
     def _send(self, line: str, start: bool) -> None:
         for attempt in range(2):  # a guard found dead (killed by hand) is replaced once, told every group
             try:
-                pipe = self._pipe(start or attempt > 0)
+                pipe = self._pipe(start)
                 if pipe is not None:
                     pipe.write(line.encode())
                     pipe.flush()
@@ -122,7 +124,7 @@ def _signal(pgid: int, signum: int) -> None:
 def stop_groups(groups: set[int], grace_s: float = GRACE_S) -> None:
     """SIGTERM to each group, then SIGKILL to those with a member left after `grace_s`, and to every descendant of a
     group's leader that had left its group (squid's pinger did; procs.stop_process_group does the same)."""
-    strays = [p for pgid in groups for p in _descendants(pgid) if _group_of(p) != pgid]
+    strays = [p for pgid in groups for p in descendants(pgid) if _group_of(p) != pgid]  # leader's pid: pgid
     for pgid in groups:
         _signal(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -135,14 +137,6 @@ def stop_groups(groups: set[int], grace_s: float = GRACE_S) -> None:
     for proc in strays:
         with contextlib.suppress(psutil.Error):
             proc.kill()  # psutil checks it is still the process it was (its start time), not a reused pid
-
-
-def _descendants(leader: int) -> list[psutil.Process]:
-    """A group's leader's descendants (a group started in its own session: the leader's pid is the group's)."""
-    try:
-        return list(psutil.Process(leader).children(recursive=True))
-    except psutil.Error:
-        return []
 
 
 def _group_of(proc: psutil.Process) -> int | None:

@@ -129,7 +129,7 @@ def stop_process_group(process: subprocess.Popen[bytes], timeout_s: float) -> No
     tracker ignores SIGTERM). Returns when every one of them has exited, so a stopped target leaves nothing running.
     """
     pgid = process.pid  # start_new_session: its pid is its process group
-    descendants = _descendants(process.pid)
+    below = descendants(process.pid)
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGTERM)
@@ -139,13 +139,14 @@ def stop_process_group(process: subprocess.Popen[bytes], timeout_s: float) -> No
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout_s)
-    for proc in descendants:
+    for proc in below:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _wait_gone(descendants, timeout_s)
+    _wait_gone(below, timeout_s)
 
 
-def _descendants(pid: int) -> list[psutil.Process]:
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every process below `pid` (none when it is gone): those that left its group included."""
     try:
         return list(psutil.Process(pid).children(recursive=True))
     except psutil.Error:
