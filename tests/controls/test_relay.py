@@ -142,7 +142,10 @@ def test_gzip_flush_streams_each_frame_compressed(world: tuple[BackgroundLoop, S
     got = through_decoding(world, "gzip-flush", "gzip, deflate, br, zstd")
     assert got.encoding == "gzip"
     assert got.frames == FRAMES
-    assert got.frames_per_arrival < 2.0  # passed on, each frame as written (above through_decoding)
+    # Passed on as written: frames that arrive alone, which neither a hold (all ten at once, gzip-hold below) nor a
+    # relay batching two by two has. Not "under two frames a read" on average: the reader or the relay descheduled for
+    # 200 ms on a loaded host merged six frames into one read ([1, 6, 1, 1, 1] beside four test workers and mypy: 2.0).
+    assert got.arrivals.count(1) > 2, got.arrivals
 
 
 def test_gzip_hold_delivers_the_frames_late_in_one_burst(world: tuple[BackgroundLoop, StubServer]) -> None:
@@ -161,7 +164,7 @@ def test_gzip_modes_pass_a_client_that_did_not_ask(world: tuple[BackgroundLoop, 
     assert got.head is not None
     assert got.head.header("content-encoding") is None
     assert got.frames == FRAMES
-    assert got.frames_per_arrival < 2.0  # passed on (above through_decoding); gzip-hold's is FRAMES
+    assert got.arrivals.count(1) > 2, got.arrivals  # passed on, as test_gzip_flush_streams_each_frame_compressed
 
 
 # buffer in front of a kept-alive HTTP/1.1 upstream (the stub never closes one): each response whole, at its end ----
